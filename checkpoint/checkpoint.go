@@ -1,0 +1,169 @@
+// Package checkpoint reads Hugging Face checkpoints: config.json, generation_config.json and safetensors
+// weights, in a single file or sharded with model.safetensors.index.json.
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// Checkpoint is an opened Hugging Face checkpoint folder.
+type Checkpoint struct {
+	Dir        string
+	Config     *Config
+	Generation *GenerationConfig
+	// Tensors in file order (files in index order, tensors by offset).
+	Tensors []TensorInfo
+	byName  map[string]int
+}
+
+// Open reads the config files and every safetensors header in dir, validating all of them.
+func Open(dir string) (*Checkpoint, error) {
+	if st, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("checkpoint %s: not a directory", dir)
+	}
+	cfg, err := LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	gen, err := LoadGenerationConfig(filepath.Join(dir, "generation_config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	files, err := weightFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, byName: map[string]int{}}
+	for _, f := range files {
+		infos, err := readHeader(f)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		for _, t := range infos {
+			if _, dup := c.byName[t.Name]; dup {
+				return nil, fmt.Errorf("checkpoint %s: tensor %q appears in more than one file", dir, t.Name)
+			}
+			c.byName[t.Name] = len(c.Tensors)
+			c.Tensors = append(c.Tensors, t)
+		}
+	}
+	return c, nil
+}
+
+// IndexFile is the name of the sharded-checkpoint index.
+const IndexFile = "model.safetensors.index.json"
+
+// weightFiles returns the safetensors files of dir: those named by the index, or model.safetensors.
+func weightFiles(dir string) ([]string, error) {
+	idxPath := filepath.Join(dir, IndexFile)
+	b, err := os.ReadFile(idxPath)
+	if errors.Is(err, os.ErrNotExist) {
+		single := filepath.Join(dir, "model.safetensors")
+		if _, err := os.Stat(single); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: no model.safetensors and no %s", dir, IndexFile)
+		}
+		return []string{single}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: malformed JSON: %w", idxPath, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, fmt.Errorf("checkpoint %s: empty weight_map", idxPath)
+	}
+	var names []string
+	for _, f := range idx.WeightMap {
+		if f != filepath.Base(f) {
+			return nil, fmt.Errorf("checkpoint %s: weight file %q must be a plain file name", idxPath, f)
+		}
+		if !slices.Contains(names, f) {
+			names = append(names, f)
+		}
+	}
+	slices.Sort(names)
+	paths := make([]string, len(names))
+	for i, n := range names {
+		paths[i] = filepath.Join(dir, n)
+	}
+	return paths, nil
+}
+
+func readHeader(path string) ([]TensorInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return ParseSafetensors(f, st.Size(), path)
+}
+
+// Tensor returns the named tensor's location.
+func (c *Checkpoint) Tensor(name string) (TensorInfo, bool) {
+	i, ok := c.byName[name]
+	if !ok {
+		return TensorInfo{}, false
+	}
+	return c.Tensors[i], true
+}
+
+// ReadTensor reads the named tensor's raw bytes into dst, which must be exactly Length bytes long.
+func (c *Checkpoint) ReadTensor(name string, dst []byte) error {
+	t, ok := c.Tensor(name)
+	if !ok {
+		return fmt.Errorf("checkpoint %s: no tensor %q", c.Dir, name)
+	}
+	return ReadTensorAt(t, dst)
+}
+
+// ReadTensorAt reads t's bytes from its file into dst (len(dst) must equal t.Length).
+func ReadTensorAt(t TensorInfo, dst []byte) error {
+	if int64(len(dst)) != t.Length {
+		return fmt.Errorf("tensor %q: buffer is %d bytes, tensor is %d", t.Name, len(dst), t.Length)
+	}
+	f, err := os.Open(t.File)
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(dst, t.Offset); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
+	}
+	return nil
+}
+
+// ReadF32 reads the named tensor and converts it to float32.
+func (c *Checkpoint) ReadF32(name string) ([]float32, error) {
+	t, ok := c.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s: no tensor %q", c.Dir, name)
+	}
+	raw := make([]byte, t.Length)
+	if err := ReadTensorAt(t, raw); err != nil {
+		return nil, err
+	}
+	out := make([]float32, t.NumElements())
+	if err := ToF32(out, raw, t.DType); err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,121 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+)
+
+// MaxHeaderSize bounds a safetensors JSON header (the reference implementation uses 100 MB).
+const MaxHeaderSize = 100 << 20
+
+// TensorInfo locates one tensor inside a file.
+type TensorInfo struct {
+	Name  string
+	DType DType
+	Shape []int64
+	// File is the path of the file that holds the bytes.
+	File string
+	// Offset is the absolute byte offset of the data in File; Length its byte count.
+	Offset, Length int64
+}
+
+// NumElements is the product of the shape (1 for a scalar).
+func (t TensorInfo) NumElements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// ParseSafetensors reads and validates the header of a safetensors file of the given size. name is used in
+// error messages and recorded as TensorInfo.File. Tensors come back sorted by offset.
+//
+// Validation: the header length fits the file, the JSON is well formed, every dtype is known, every shape is
+// non-negative, every byte range lies inside the data section, ranges do not overlap, and each range's length
+// equals product(shape) × dtype size.
+func ParseSafetensors(r io.ReaderAt, size int64, name string) ([]TensorInfo, error) {
+	if size < 8 {
+		return nil, fmt.Errorf("safetensors %s: file is %d bytes, too short for a header", name, size)
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, fmt.Errorf("safetensors %s: reading header length: %w", name, err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > MaxHeaderSize || int64(n) > size-8 {
+		return nil, fmt.Errorf("safetensors %s: header length %d does not fit the file (%d bytes; truncated or not a safetensors file)", name, n, size)
+	}
+	hdr := make([]byte, n)
+	if _, err := r.ReadAt(hdr, 8); err != nil {
+		return nil, fmt.Errorf("safetensors %s: reading header: %w", name, err)
+	}
+	return parseHeader(hdr, 8+int64(n), size, name)
+}
+
+type rawTensor struct {
+	DType       string  `json:"dtype"`
+	Shape       []int64 `json:"shape"`
+	DataOffsets []int64 `json:"data_offsets"`
+}
+
+func parseHeader(hdr []byte, dataStart, size int64, name string) ([]TensorInfo, error) {
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(hdr))
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("safetensors %s: malformed header JSON: %w", name, err)
+	}
+	dataLen := size - dataStart
+	out := make([]TensorInfo, 0, len(raw))
+	for key, msg := range raw {
+		if key == "__metadata__" {
+			continue
+		}
+		var rt rawTensor
+		if err := json.Unmarshal(msg, &rt); err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: malformed entry: %w", name, key, err)
+		}
+		dt, err := ParseDType(rt.DType)
+		if err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", name, key, err)
+		}
+		if len(rt.DataOffsets) != 2 {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: data_offsets must have 2 entries, got %d", name, key, len(rt.DataOffsets))
+		}
+		begin, end := rt.DataOffsets[0], rt.DataOffsets[1]
+		if begin < 0 || end < begin || end > dataLen {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: data_offsets [%d, %d] outside the data section (%d bytes)", name, key, begin, end, dataLen)
+		}
+		elems := int64(1)
+		for _, d := range rt.Shape {
+			if d < 0 {
+				return nil, fmt.Errorf("safetensors %s: tensor %q: negative dimension in shape %v", name, key, rt.Shape)
+			}
+			if d != 0 && elems > math.MaxInt64/8/d {
+				return nil, fmt.Errorf("safetensors %s: tensor %q: shape %v is too large", name, key, rt.Shape)
+			}
+			elems *= d
+		}
+		if want := elems * int64(dt.Size()); want != end-begin {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: shape %v of %s needs %d bytes, data_offsets span %d", name, key, rt.Shape, dt, want, end-begin)
+		}
+		out = append(out, TensorInfo{Name: key, DType: dt, Shape: rt.Shape, File: name, Offset: dataStart + begin, Length: end - begin})
+	}
+	slices.SortFunc(out, func(a, b TensorInfo) int {
+		if a.Offset != b.Offset {
+			return int(a.Offset - b.Offset)
+		}
+		return int(a.Length - b.Length)
+	})
+	for i := 1; i < len(out); i++ {
+		if prev := out[i-1]; out[i].Offset < prev.Offset+prev.Length {
+			return nil, fmt.Errorf("safetensors %s: tensors %q and %q overlap", name, prev.Name, out[i].Name)
+		}
+	}
+	return out, nil
+}
