@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/synth"
+)
+
+func init() {
+	register(command{
+		name:    "synth",
+		summary: "write a seeded synthetic checkpoint (random weights) at a real model's shape, for benchmarks",
+		usage:   "--shape NAME --out DIR",
+		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
+			shape := fs.String("shape", "", "model shape: "+strings.Join(synth.ShapeNames(), ", "))
+			layers := fs.Int("layers", 0, "number of layers (default: the shape's own)")
+			dtype := fs.String("dtype", "bf16", "weight dtype: bf16 or f32")
+			seed := fs.Uint64("seed", 0, "PRNG seed")
+			tok := fs.String("tokenizer", "", "tokenizer.json to copy into the checkpoint (with its tokenizer_config.json)")
+			out := fs.String("out", "", "output folder (required)")
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				s, ok := synth.Shapes[*shape]
+				if !ok {
+					return usageErrorf("--shape %q is not known (known: %s)", *shape, strings.Join(synth.ShapeNames(), ", "))
+				}
+				if *out == "" {
+					return usageErrorf("--out is required")
+				}
+				if *layers < 0 {
+					return usageErrorf("--layers must be positive, got %d", *layers)
+				}
+				if *layers > 0 {
+					s.NumLayers = *layers
+				}
+				dt, ok := map[string]checkpoint.DType{"bf16": checkpoint.BF16, "f32": checkpoint.F32}[strings.ToLower(*dtype)]
+				if !ok {
+					return usageErrorf("--dtype %q is not supported (bf16 or f32)", *dtype)
+				}
+				opts := synth.Options{Shape: s, DType: dt, Seed: *seed, Tokenizer: *tok}
+				total, err := synth.TotalBytes(opts)
+				if err != nil {
+					return err
+				}
+				start := time.Now()
+				if err := synth.Write(*out, opts); err != nil {
+					return err
+				}
+				el := time.Since(start)
+				slog.Info("wrote synthetic checkpoint", "dir", *out, "shape", *shape, "layers", s.NumLayers,
+					"bytes", total, "seconds", fmt.Sprintf("%.1f", el.Seconds()),
+					"MB/s", fmt.Sprintf("%.0f", float64(total)/1e6/el.Seconds()))
+				return nil
+			}
+		},
+	})
+}

@@ -1,0 +1,453 @@
+// Package synth writes seeded synthetic Hugging Face checkpoints (Llama layout, random weights) at real model
+// shapes, for benchmarks and for tests that need a model of a given size but not a trained one.
+//
+// Weights are N(0, Std) (norm weights 1.0), generated in fixed-size chunks, each chunk from its own PRNG seeded
+// by (seed, tensor, chunk). The output therefore depends only on the options, never on the number of goroutines,
+// and no tensor is ever held whole in memory: chunks go through a few reused buffers straight into the file.
+package synth
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// Shape is a Llama-family model's dimensions.
+type Shape struct {
+	HiddenSize, IntermediateSize, NumLayers int
+	NumHeads, NumKVHeads                    int
+	// HeadDim defaults to HiddenSize/NumHeads.
+	HeadDim   int
+	VocabSize int
+	// TieEmbeddings writes tie_word_embeddings=true and no lm_head.weight.
+	TieEmbeddings         bool
+	MaxPositionEmbeddings int     // default 2048
+	RopeTheta             float64 // default 10000
+	RMSNormEps            float64 // default 1e-5
+	BOSTokenID            int
+	EOSTokenID            int
+}
+
+// Shapes are the named real-model shapes the `synth` command knows.
+var Shapes = map[string]Shape{
+	"smollm2-135m": {HiddenSize: 576, IntermediateSize: 1536, NumLayers: 30, NumHeads: 9, NumKVHeads: 3,
+		VocabSize: 49152, TieEmbeddings: true, MaxPositionEmbeddings: 8192, RopeTheta: 100000, RMSNormEps: 1e-5,
+		BOSTokenID: 0, EOSTokenID: 0},
+	"tinyllama-1.1b": {HiddenSize: 2048, IntermediateSize: 5632, NumLayers: 22, NumHeads: 32, NumKVHeads: 4,
+		VocabSize: 32000, MaxPositionEmbeddings: 2048, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
+	"llama2-7b": {HiddenSize: 4096, IntermediateSize: 11008, NumLayers: 32, NumHeads: 32, NumKVHeads: 32,
+		VocabSize: 32000, MaxPositionEmbeddings: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
+}
+
+// ShapeNames lists the names in Shapes, sorted.
+func ShapeNames() []string {
+	names := make([]string, 0, len(Shapes))
+	for n := range Shapes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Options configure Write.
+type Options struct {
+	Shape Shape
+	// DType is checkpoint.BF16 (default) or checkpoint.F32.
+	DType checkpoint.DType
+	Seed  uint64
+	// Std is the standard deviation of the weights (default 0.02); Scale multiplies every non-norm weight
+	// (default 1; guard tests use huge values to provoke overflow).
+	Std, Scale float64
+	// DropLMHead omits lm_head.weight even though the config says the embeddings are not tied: a deliberately
+	// broken checkpoint.
+	DropLMHead bool
+	// Tokenizer is a tokenizer.json to copy into the checkpoint; a tokenizer_config.json beside it is copied too.
+	Tokenizer string
+	// MaxFileBytes caps each safetensors file (default 2 GB; a tensor larger than the cap gets a file of its own).
+	MaxFileBytes int64
+}
+
+// tensorSpec is one tensor to generate.
+type tensorSpec struct {
+	name  string
+	shape []int64
+	ones  bool // a norm weight: all 1.0
+}
+
+func (t tensorSpec) elems() int64 {
+	n := int64(1)
+	for _, d := range t.shape {
+		n *= d
+	}
+	return n
+}
+
+// tensors lists the checkpoint's tensors in Hugging Face order.
+func (o *Options) tensors() []tensorSpec {
+	s := o.Shape
+	h, hd := int64(s.HiddenSize), int64(s.HeadDim)
+	out := []tensorSpec{{name: "model.embed_tokens.weight", shape: []int64{int64(s.VocabSize), h}}}
+	for l := range s.NumLayers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		out = append(out,
+			tensorSpec{name: p + "input_layernorm.weight", shape: []int64{h}, ones: true},
+			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int64{int64(s.NumHeads) * hd, h}},
+			tensorSpec{name: p + "self_attn.k_proj.weight", shape: []int64{int64(s.NumKVHeads) * hd, h}},
+			tensorSpec{name: p + "self_attn.v_proj.weight", shape: []int64{int64(s.NumKVHeads) * hd, h}},
+			tensorSpec{name: p + "self_attn.o_proj.weight", shape: []int64{h, int64(s.NumHeads) * hd}},
+			tensorSpec{name: p + "post_attention_layernorm.weight", shape: []int64{h}, ones: true},
+			tensorSpec{name: p + "mlp.gate_proj.weight", shape: []int64{int64(s.IntermediateSize), h}},
+			tensorSpec{name: p + "mlp.up_proj.weight", shape: []int64{int64(s.IntermediateSize), h}},
+			tensorSpec{name: p + "mlp.down_proj.weight", shape: []int64{h, int64(s.IntermediateSize)}},
+		)
+	}
+	out = append(out, tensorSpec{name: "model.norm.weight", shape: []int64{h}, ones: true})
+	if !s.TieEmbeddings && !o.DropLMHead {
+		out = append(out, tensorSpec{name: "lm_head.weight", shape: []int64{int64(s.VocabSize), h}})
+	}
+	return out
+}
+
+func (o *Options) fillDefaults() error {
+	s := &o.Shape
+	if s.HeadDim == 0 && s.NumHeads > 0 {
+		s.HeadDim = s.HiddenSize / s.NumHeads
+	}
+	if s.NumKVHeads == 0 {
+		s.NumKVHeads = s.NumHeads
+	}
+	if s.MaxPositionEmbeddings == 0 {
+		s.MaxPositionEmbeddings = 2048
+	}
+	if s.RopeTheta == 0 {
+		s.RopeTheta = 10000
+	}
+	if s.RMSNormEps == 0 {
+		s.RMSNormEps = 1e-5
+	}
+	if o.DType == "" {
+		o.DType = checkpoint.BF16
+	}
+	if o.DType != checkpoint.BF16 && o.DType != checkpoint.F32 {
+		return fmt.Errorf("synth: dtype %q is not supported (supported: BF16, F32)", o.DType)
+	}
+	if o.Std == 0 {
+		o.Std = 0.02
+	}
+	if o.Scale == 0 {
+		o.Scale = 1
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = 2_000_000_000
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"hidden size", s.HiddenSize}, {"intermediate size", s.IntermediateSize}, {"layers", s.NumLayers},
+		{"heads", s.NumHeads}, {"kv heads", s.NumKVHeads}, {"head dim", s.HeadDim}, {"vocab size", s.VocabSize}} {
+		if f.v <= 0 {
+			return fmt.Errorf("synth: %s must be positive, got %d", f.name, f.v)
+		}
+	}
+	if s.NumHeads%s.NumKVHeads != 0 {
+		return fmt.Errorf("synth: heads (%d) must be a multiple of kv heads (%d)", s.NumHeads, s.NumKVHeads)
+	}
+	return nil
+}
+
+// Write generates a checkpoint into dir (created if needed): model-0000I-of-0000N.safetensors files,
+// model.safetensors.index.json, config.json, generation_config.json and, with Options.Tokenizer, the tokenizer
+// files. Files are written under temporary names and renamed, so a failed Write leaves no half-written file
+// under a final name.
+func Write(dir string, opts Options) error {
+	if err := opts.fillDefaults(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	files := planFiles(opts.tensors(), int64(opts.DType.Size()), opts.MaxFileBytes)
+	g := newGenerator(&opts)
+	weightMap := map[string]string{}
+	var total int64
+	for i, ts := range files {
+		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(files))
+		n, err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { return g.writeFile(w, ts) })
+		if err != nil {
+			return fmt.Errorf("synth: %s: %w", name, err)
+		}
+		total += n
+		for _, t := range ts {
+			weightMap[t.name] = name
+		}
+	}
+	index := map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": weightMap}
+	if err := writeJSON(filepath.Join(dir, checkpoint.IndexFile), index); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), opts.config()); err != nil {
+		return err
+	}
+	gen := map[string]any{"bos_token_id": opts.Shape.BOSTokenID, "eos_token_id": opts.Shape.EOSTokenID}
+	if err := writeJSON(filepath.Join(dir, "generation_config.json"), gen); err != nil {
+		return err
+	}
+	if opts.Tokenizer != "" {
+		if err := copyFile(opts.Tokenizer, filepath.Join(dir, "tokenizer.json")); err != nil {
+			return fmt.Errorf("synth: tokenizer: %w", err)
+		}
+		tc := filepath.Join(filepath.Dir(opts.Tokenizer), "tokenizer_config.json")
+		if _, err := os.Stat(tc); err == nil {
+			if err := copyFile(tc, filepath.Join(dir, "tokenizer_config.json")); err != nil {
+				return fmt.Errorf("synth: tokenizer config: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func (o *Options) config() map[string]any {
+	s := o.Shape
+	torchDType := map[checkpoint.DType]string{checkpoint.BF16: "bfloat16", checkpoint.F32: "float32"}[o.DType]
+	cfg := map[string]any{
+		"architectures":           []string{"LlamaForCausalLM"},
+		"model_type":              "llama",
+		"hidden_size":             s.HiddenSize,
+		"intermediate_size":       s.IntermediateSize,
+		"num_hidden_layers":       s.NumLayers,
+		"num_attention_heads":     s.NumHeads,
+		"num_key_value_heads":     s.NumKVHeads,
+		"vocab_size":              s.VocabSize,
+		"max_position_embeddings": s.MaxPositionEmbeddings,
+		"rms_norm_eps":            s.RMSNormEps,
+		"rope_theta":              s.RopeTheta,
+		"hidden_act":              "silu",
+		"tie_word_embeddings":     s.TieEmbeddings,
+		"torch_dtype":             torchDType,
+		"bos_token_id":            s.BOSTokenID,
+		"eos_token_id":            s.EOSTokenID,
+	}
+	if s.HeadDim != s.HiddenSize/s.NumHeads {
+		cfg["head_dim"] = s.HeadDim
+	}
+	return cfg
+}
+
+// planFiles groups tensors, in order, into files of at most maxBytes of data.
+func planFiles(ts []tensorSpec, elemSize, maxBytes int64) [][]tensorSpec {
+	var files [][]tensorSpec
+	var cur []tensorSpec
+	var size int64
+	for _, t := range ts {
+		n := t.elems() * elemSize
+		if len(cur) > 0 && size+n > maxBytes {
+			files = append(files, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, t)
+		size += n
+	}
+	return append(files, cur)
+}
+
+// chunkElems is the number of values generated from one PRNG stream.
+const chunkElems = 1 << 20
+
+// generator produces tensor bytes chunk by chunk, in parallel, into reused buffers.
+type generator struct {
+	opts    *Options
+	workers int
+	bufs    [][]byte    // one output buffer per worker
+	vals    [][]float32 // one float32 scratch per worker (BF16 output)
+}
+
+func newGenerator(o *Options) *generator {
+	w := max(1, runtime.GOMAXPROCS(0))
+	g := &generator{opts: o, workers: w}
+	for range w {
+		g.bufs = append(g.bufs, make([]byte, chunkElems*o.DType.Size()))
+		g.vals = append(g.vals, make([]float32, chunkElems))
+	}
+	return g
+}
+
+// writeFile writes one safetensors file holding ts.
+func (g *generator) writeFile(w io.Writer, ts []tensorSpec) error {
+	es := int64(g.opts.DType.Size())
+	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var off int64
+	for _, t := range ts {
+		n := t.elems() * es
+		header[t.name] = map[string]any{"dtype": string(g.opts.DType), "shape": t.shape, "data_offsets": []int64{off, off + n}}
+		off += n
+	}
+	hdr, err := json.Marshal(header)
+	if err != nil {
+		return err
+	}
+	// Pad the header with spaces to a multiple of 8 bytes, as the reference writer does, so data is aligned.
+	if pad := (8 - len(hdr)%8) % 8; pad > 0 {
+		hdr = append(hdr, strings.Repeat(" ", pad)...)
+	}
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
+	if _, err := w.Write(lenBuf[:]); err != nil {
+		return err
+	}
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if err := g.writeTensor(w, t); err != nil {
+			return fmt.Errorf("tensor %s: %w", t.name, err)
+		}
+	}
+	return nil
+}
+
+// writeTensor generates t in batches of one chunk per worker, then writes the batch in order.
+func (g *generator) writeTensor(w io.Writer, t tensorSpec) error {
+	total := t.elems()
+	nChunks := (total + chunkElems - 1) / chunkElems
+	tensorSeed := nameSeed(g.opts.Seed, t.name)
+	for first := int64(0); first < nChunks; first += int64(g.workers) {
+		batch := min(int64(g.workers), nChunks-first)
+		var wg sync.WaitGroup
+		for i := range batch {
+			wg.Go(func() {
+				c := first + i
+				n := min(chunkElems, total-c*chunkElems)
+				g.fill(int(i), tensorSeed, uint64(c), int(n), t.ones)
+			})
+		}
+		wg.Wait()
+		for i := range batch {
+			c := first + i
+			n := min(chunkElems, total-c*chunkElems)
+			if _, err := w.Write(g.bufs[i][:n*int64(g.opts.DType.Size())]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fill generates n values of chunk c into worker slot's buffer.
+func (g *generator) fill(slot int, tensorSeed, c uint64, n int, ones bool) {
+	vals := g.vals[slot][:n]
+	if ones {
+		for i := range vals {
+			vals[i] = 1
+		}
+	} else {
+		r := rand.New(rand.NewPCG(tensorSeed, c))
+		std := g.opts.Std * g.opts.Scale
+		for i := range vals {
+			vals[i] = float32(r.NormFloat64() * std)
+		}
+	}
+	out := g.bufs[slot]
+	if g.opts.DType == checkpoint.BF16 {
+		checkpoint.F32ToBF16(out[:2*n], vals)
+		return
+	}
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+	}
+}
+
+func nameSeed(seed uint64, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64() ^ (seed * 0x9e3779b97f4a7c15)
+}
+
+// writeAtomic writes path through a temporary file in the same folder, fsyncs and renames it.
+// It returns the number of bytes written.
+func writeAtomic(path string, write func(io.Writer) error) (int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name()) // no-op after the rename
+	cw := &countingWriter{w: f}
+	if err := write(cw); err != nil {
+		f.Close()
+		return 0, err
+	}
+	if err := f.Chmod(0o644); err != nil { // CreateTemp makes files private
+		f.Close()
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return 0, err
+	}
+	if err := f.Close(); err != nil {
+		return 0, err
+	}
+	return cw.n, os.Rename(f.Name(), path)
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ") // map keys come out sorted: reproducible files
+	if err != nil {
+		return fmt.Errorf("synth: %s: %w", path, err)
+	}
+	_, err = writeAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("synth: %s: %w", path, err)
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	_, err = writeAtomic(dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
+	return err
+}
+
+// TotalBytes is the size of the weights Write would produce for opts (headers excluded).
+func TotalBytes(opts Options) (int64, error) {
+	if err := opts.fillDefaults(); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range opts.tensors() {
+		n += t.elems() * int64(opts.DType.Size())
+	}
+	return n, nil
+}

@@ -1,0 +1,169 @@
+package synth
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+func tiny() Shape {
+	return Shape{HiddenSize: 64, IntermediateSize: 96, NumLayers: 8, NumHeads: 4, NumKVHeads: 2, VocabSize: 300,
+		BOSTokenID: 1, EOSTokenID: 2}
+}
+
+func TestWriteOpens(t *testing.T) {
+	for _, dt := range []checkpoint.DType{checkpoint.BF16, checkpoint.F32} {
+		t.Run(string(dt), func(t *testing.T) {
+			dir := t.TempDir()
+			// A small file cap forces several safetensors files.
+			if err := Write(dir, Options{Shape: tiny(), DType: dt, Seed: 7, MaxFileBytes: 40_000}); err != nil {
+				t.Fatal(err)
+			}
+			ck, err := checkpoint.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := ck.Config
+			if c.HiddenSize != 64 || c.NumHiddenLayers != 8 || c.NumKeyValueHeads != 2 || c.TieWordEmbeddings {
+				t.Fatalf("config %+v", c)
+			}
+			if want := map[checkpoint.DType]string{checkpoint.BF16: "bfloat16", checkpoint.F32: "float32"}[dt]; c.TorchDType != want {
+				t.Fatalf("torch_dtype %q want %q", c.TorchDType, want)
+			}
+			if len(ck.Tensors) != 1+8*9+2 {
+				t.Fatalf("%d tensors", len(ck.Tensors))
+			}
+			files := map[string]bool{}
+			for _, ti := range ck.Tensors {
+				files[ti.File] = true
+				if ti.DType != dt {
+					t.Fatalf("%s: dtype %s", ti.Name, ti.DType)
+				}
+			}
+			if len(files) < 2 {
+				t.Fatalf("want several files, got %d", len(files))
+			}
+			norm, err := ck.ReadF32("model.layers.3.input_layernorm.weight")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range norm {
+				if v != 1 {
+					t.Fatalf("norm weight %v, want 1", v)
+				}
+			}
+			w, err := ck.ReadF32("model.layers.0.mlp.down_proj.weight")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum, sq float64
+			for _, v := range w {
+				sum += float64(v)
+				sq += float64(v) * float64(v)
+			}
+			mean, std := sum/float64(len(w)), math.Sqrt(sq/float64(len(w)))
+			if math.Abs(mean) > 0.002 || math.Abs(std-0.02) > 0.002 {
+				t.Fatalf("weights mean %g std %g, want ≈0 and ≈0.02", mean, std)
+			}
+		})
+	}
+}
+
+func TestWriteDeterministicAndSeeded(t *testing.T) {
+	read := func(seed uint64) []byte {
+		dir := t.TempDir()
+		if err := Write(dir, Options{Shape: tiny(), Seed: seed}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "model-00001-of-00001.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b, c := read(1), read(1), read(2)
+	if !bytes.Equal(a, b) {
+		t.Fatal("same seed gave different files")
+	}
+	if bytes.Equal(a, c) {
+		t.Fatal("different seeds gave the same file")
+	}
+}
+
+func TestTiedDropScaleTokenizer(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "tokenizer.json"), []byte(`{"model":{}}`), 0o644)
+	os.WriteFile(filepath.Join(src, "tokenizer_config.json"), []byte(`{}`), 0o644)
+
+	s := tiny()
+	s.TieEmbeddings = true
+	dir := t.TempDir()
+	if err := Write(dir, Options{Shape: s, Tokenizer: filepath.Join(src, "tokenizer.json"), Scale: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ck.Tensor("lm_head.weight"); ok || !ck.Config.TieWordEmbeddings {
+		t.Fatal("tied checkpoint has lm_head or untied config")
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, _ := ck.ReadF32("model.embed_tokens.weight")
+	var big int
+	for _, v := range w {
+		if math.Abs(float64(v)) > 1 {
+			big++
+		}
+	}
+	if big == 0 {
+		t.Fatal("Scale 1000 left every weight below 1")
+	}
+
+	dropped := t.TempDir()
+	if err := Write(dropped, Options{Shape: tiny(), DropLMHead: true}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err = checkpoint.Open(dropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ck.Tensor("lm_head.weight"); ok || ck.Config.TieWordEmbeddings {
+		t.Fatal("DropLMHead: want an untied config without lm_head.weight")
+	}
+}
+
+func TestWriteRejectsBadOptions(t *testing.T) {
+	s := tiny()
+	s.NumKVHeads = 3
+	if err := Write(t.TempDir(), Options{Shape: s}); err == nil || !strings.Contains(err.Error(), "multiple of kv heads") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := Write(t.TempDir(), Options{Shape: tiny(), DType: checkpoint.F16}); err == nil || !strings.Contains(err.Error(), `dtype "F16"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestNamedShapes(t *testing.T) {
+	n, err := TotalBytes(Options{Shape: Shapes["tinyllama-1.1b"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TinyLlama-1.1B has 1,100,048,384 parameters.
+	if n != 2*1100048384 {
+		t.Fatalf("tinyllama bytes %d", n)
+	}
+	n, _ = TotalBytes(Options{Shape: Shapes["smollm2-135m"]})
+	if n != 2*134515008 {
+		t.Fatalf("smollm2 bytes %d", n)
+	}
+}
