@@ -1,0 +1,241 @@
+package profiler
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Timeline geometry, in SVG user units (pixels).
+const (
+	tlWidth      = 1400.0
+	tlLeft       = 120.0 // lane labels
+	tlRight      = 24.0
+	tlTop        = 78.0 // title, legend, step labels
+	tlLaneHeight = 26.0
+	tlLaneGap    = 6.0
+	tlAxisHeight = 44.0
+	tlCharWidth  = 6.2 // approximate width of one 10-px sans-serif digit
+	tlMinBar     = 0.6 // bars narrower than this are widened so they stay visible
+)
+
+var categoryColors = map[Category]string{
+	Tokenize:     "#8c564b",
+	DiskRead:     "#1f77b4",
+	Decode:       "#17becf",
+	H2D:          "#9467bd",
+	PrefetchWait: "#d62728",
+	Forward:      "#2ca02c",
+	Sample:       "#ff7f0e",
+}
+
+func colorOf(c Category) string {
+	if col, ok := categoryColors[c]; ok {
+		return col
+	}
+	return "#7f7f7f"
+}
+
+// WriteTimelineSVG draws the recorded events as an SVG picture of the pipeline over time: one lane per category
+// present (in pipeline order), one colored bar per event labelled with its layer number where wide enough, a
+// thin line at the start of every token step, a time axis with ticks and a legend. Hovering a bar in a browser
+// shows its step, layer, duration and bytes. The file is written atomically.
+func (p *Profiler) WriteTimelineSVG(path string) error {
+	if p == nil {
+		return nil
+	}
+	events, wall := p.Events(), p.window()
+	return writeFileAtomic(path, func(w io.Writer) error { return WriteTimeline(w, events, wall) })
+}
+
+// WriteTimeline writes the SVG timeline of events over a run window of length wall (see WriteTimelineSVG).
+func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
+	ew := &errWriter{w: w}
+	var lanes []Category
+	t0, t1 := time.Duration(0), wall
+	for _, e := range events {
+		if !slices.Contains(lanes, e.Category) {
+			lanes = append(lanes, e.Category)
+		}
+		t0, t1 = min(t0, e.Start), max(t1, e.End())
+	}
+	slices.SortFunc(lanes, compareCategories)
+	if t1 <= t0 {
+		t1 = t0 + time.Millisecond
+	}
+	plotW := tlWidth - tlLeft - tlRight
+	scale := plotW / float64(t1-t0) // pixels per nanosecond
+	xOf := func(t time.Duration) float64 { return tlLeft + float64(t-t0)*scale }
+	laneY := func(i int) float64 { return tlTop + float64(i)*(tlLaneHeight+tlLaneGap) }
+	plotBottom := laneY(len(lanes)) - tlLaneGap
+	height := plotBottom + tlAxisHeight
+
+	ew.printf(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+		`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" `+
+		`font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="11">`+"\n",
+		tlWidth, height, tlWidth, height)
+	ew.printf(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
+	s := Summarize(events, wall)
+	ew.printf(`<text x="%.0f" y="18" font-size="14" font-weight="bold">layerstream profile: wall %s, %d steps, `+
+		`%s of %s overlapped across stages</text>`+"\n", tlLeft, esc(fmtDur(wall)), s.Steps, esc(fmtDur(s.Overlapped)),
+		esc(fmtDur(s.Sum)))
+
+	// Legend.
+	x := tlLeft
+	for _, c := range lanes {
+		ew.printf(`<rect x="%.1f" y="28" width="12" height="12" fill="%s"/><text x="%.1f" y="38">%s</text>`+"\n",
+			x, colorOf(c), x+16, esc(string(c)))
+		x += 16 + float64(len(c))*7 + 18
+	}
+
+	// Lane backgrounds and labels.
+	for i, c := range lanes {
+		y := laneY(i)
+		ew.printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f3f3f3"/>`+"\n", tlLeft, y, plotW,
+			tlLaneHeight)
+		ew.printf(`<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n",
+			tlLeft-8, y+tlLaneHeight/2, esc(string(c)))
+	}
+
+	// Step boundaries: a line where each step's first event starts.
+	stepStart := map[int]time.Duration{}
+	for _, e := range events {
+		if st, ok := stepStart[e.Step]; !ok || e.Start < st {
+			stepStart[e.Step] = e.Start
+		}
+	}
+	steps := make([]int, 0, len(stepStart))
+	for st := range stepStart {
+		steps = append(steps, st)
+	}
+	slices.Sort(steps)
+	lastLabel := math.Inf(-1)
+	for _, st := range steps {
+		x := xOf(stepStart[st])
+		ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="0.6" `+
+			`stroke-dasharray="3,3"/>`+"\n", x, tlTop-12, x, plotBottom)
+		label := "step " + strconv.Itoa(st)
+		if st == 0 {
+			label = "prefill"
+		}
+		if x-lastLabel >= float64(len(label))*tlCharWidth+6 {
+			ew.printf(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", x+2, tlTop-4, label)
+			lastLabel = x
+		}
+	}
+
+	// Bars. Runs of bars too narrow to see apart are merged into one, so long runs stay small and readable.
+	for i, c := range lanes {
+		y := laneY(i) + 2
+		h := tlLaneHeight - 4
+		var pending *bar
+		flush := func() {
+			if pending != nil {
+				pending.write(ew, y, h, colorOf(c))
+				pending = nil
+			}
+		}
+		for _, e := range events {
+			if e.Category != c {
+				continue
+			}
+			b := bar{x0: xOf(e.Start), x1: xOf(e.End()), e: e, n: 1}
+			if pending != nil && b.x1-b.x0 < 2 && pending.x1-pending.x0 < 2 && b.x0 <= pending.x1+0.5 {
+				pending.x1 = max(pending.x1, b.x1)
+				pending.n++
+				pending.dur += e.Dur
+				continue
+			}
+			flush()
+			b.dur = e.Dur
+			pending = &b
+		}
+		flush()
+	}
+
+	// Time axis.
+	ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", tlLeft, plotBottom+4,
+		tlLeft+plotW, plotBottom+4)
+	tick, unit, unitName := niceTick(t1 - t0)
+	for t := time.Duration(math.Ceil(float64(t0)/float64(tick))) * tick; t <= t1; t += tick {
+		x := xOf(t)
+		ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", x, plotBottom+4, x,
+			plotBottom+9)
+		ew.printf(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", x, plotBottom+21,
+			strconv.FormatFloat(float64(t)/float64(unit), 'f', -1, 64))
+	}
+	ew.printf(`<text x="%.1f" y="%.1f" text-anchor="middle">time since run start (%s)</text>`+"\n",
+		tlLeft+plotW/2, plotBottom+37, unitName)
+	ew.printf("</svg>\n")
+	return ew.err
+}
+
+// bar is one drawn rectangle: a single event, or n merged narrow events.
+type bar struct {
+	x0, x1 float64
+	e      Event // the first event
+	n      int
+	dur    time.Duration
+}
+
+func (b *bar) write(ew *errWriter, y, h float64, color string) {
+	w := max(b.x1-b.x0, tlMinBar)
+	var title string
+	if b.n == 1 {
+		title = fmt.Sprintf("%s step %d layer %d: %s", b.e.Category, b.e.Step, b.e.Layer, fmtDur(b.e.Dur))
+		if b.e.Bytes > 0 {
+			title += ", " + fmtBytes(b.e.Bytes)
+		}
+	} else {
+		title = fmt.Sprintf("%d %s events from step %d layer %d: %s in all", b.n, b.e.Category, b.e.Step, b.e.Layer,
+			fmtDur(b.dur))
+	}
+	stroke := "" // a thin white edge separates back-to-back bars where there is room for it
+	if w >= 4 {
+		stroke = ` stroke="#fff" stroke-width="0.6"`
+	}
+	ew.printf(`<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" fill-opacity="0.85"%s><title>%s</title>`+
+		`</rect>`+"\n", b.x0, y, w, h, color, stroke, esc(title))
+	if b.n == 1 && b.e.Layer >= 0 {
+		label := strconv.Itoa(b.e.Layer)
+		if w >= float64(len(label))*tlCharWidth+3 {
+			ew.printf(`<text x="%.2f" y="%.1f" text-anchor="middle" dominant-baseline="middle" font-size="10" `+
+				`fill="#fff">%s</text>`+"\n", b.x0+w/2, y+h/2, label)
+		}
+	}
+}
+
+// niceTick picks a tick spacing of 1, 2 or 5 times a power of ten giving about ten ticks over span, and the unit
+// to label them in.
+func niceTick(span time.Duration) (tick, unit time.Duration, unitName string) {
+	raw := float64(span) / 10
+	pow := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := pow
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*pow >= raw {
+			step = m * pow
+			break
+		}
+	}
+	tick = max(time.Duration(step), 1)
+	switch {
+	case span >= 2*time.Second:
+		return tick, time.Second, "s"
+	case span >= 2*time.Millisecond:
+		return tick, time.Millisecond, "ms"
+	default:
+		return tick, time.Microsecond, "µs"
+	}
+}
+
+// esc escapes s for SVG text content.
+func esc(s string) string {
+	var b bytes.Buffer
+	xml.EscapeText(&b, []byte(s)) // writes to a bytes.Buffer cannot fail
+	return b.String()
+}
