@@ -1,0 +1,327 @@
+package guard
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// UnitSize is one unit of a split checkpoint (embed, layer.N, norm, lm_head) and the bytes it occupies on a device.
+type UnitSize struct {
+	Name  string
+	Bytes int64
+}
+
+// Device is one device a model may be spread across, with the memory the plan may use on it.
+type Device struct {
+	Name        string
+	MemoryBytes int64
+}
+
+// Assignment places one unit on one device.
+type Assignment struct {
+	Unit   string
+	Device string
+	Bytes  int64
+}
+
+// Boundary is a point in the forward pass where activations must be copied explicitly between devices: after
+// unit After (on From) and before unit Before (on To).
+type Boundary struct {
+	After, Before string
+	From, To      string
+}
+
+// Placement is a plan that gives every unit a device.
+type Placement struct {
+	Devices     []Device
+	Assignments []Assignment // in forward-pass order
+	Boundaries  []Boundary   // in forward-pass order
+	// Primary is the device holding embed, the first and last layers, norm and lm_head.
+	Primary string
+}
+
+// DeviceOf returns the device a unit is placed on.
+func (p *Placement) DeviceOf(unit string) (string, bool) {
+	for _, a := range p.Assignments {
+		if a.Unit == unit {
+			return a.Device, true
+		}
+	}
+	return "", false
+}
+
+// Used returns the bytes placed on the named device.
+func (p *Placement) Used(device string) int64 {
+	var n int64
+	for _, a := range p.Assignments {
+		if a.Device == device {
+			n += a.Bytes
+		}
+	}
+	return n
+}
+
+// Plan places units on devices. embed, the first layer, the last layer, norm and lm_head share one device (the
+// first device, in the order given, that holds them all): the token ids enter and the logits leave there, and the
+// sampled token feeds the next step without a copy. The other layers are spread over all devices in proportion to
+// the memory each has left, in contiguous runs so that activations cross as few boundaries as possible. Every unit
+// must fit: Plan returns an error naming what does not.
+func Plan(units []UnitSize, devices []Device) (*Placement, error) {
+	layers, ends, err := splitUnits(units)
+	if err != nil {
+		return nil, err
+	}
+	if len(devices) == 0 {
+		return nil, fmt.Errorf("placement: no devices")
+	}
+	seen := map[string]bool{}
+	for _, d := range devices {
+		if d.Name == "" || seen[d.Name] {
+			return nil, fmt.Errorf("placement: device names must be unique and non-empty, got %q", d.Name)
+		}
+		seen[d.Name] = true
+		if d.MemoryBytes <= 0 {
+			return nil, fmt.Errorf("placement: device %s has %d bytes of memory", d.Name, d.MemoryBytes)
+		}
+	}
+
+	// The anchored units: embed, layer.0, layer.N-1, norm, lm_head.
+	anchored := append([]UnitSize{}, ends...)
+	anchored = append(anchored, layers[0])
+	if len(layers) > 1 {
+		anchored = append(anchored, layers[len(layers)-1])
+	}
+	var anchorBytes int64
+	names := make([]string, len(anchored))
+	for i, u := range anchored {
+		anchorBytes += u.Bytes
+		names[i] = u.Name
+	}
+	primary := -1
+	for i, d := range devices {
+		if d.MemoryBytes >= anchorBytes {
+			primary = i
+			break
+		}
+	}
+	if primary < 0 {
+		largest := devices[0]
+		for _, d := range devices {
+			if d.MemoryBytes > largest.MemoryBytes {
+				largest = d
+			}
+		}
+		return nil, fmt.Errorf("placement: %s must share one device and need %s together, but the largest device (%s) has %s (see %s)",
+			strings.Join(names, ", "), fmtBytes(anchorBytes), largest.Name, fmtBytes(largest.MemoryBytes), Anchor(SectionPlacement))
+	}
+
+	// Order the devices primary first, then the others as given; the middle layers start on the primary.
+	order := []int{primary}
+	for i := range devices {
+		if i != primary {
+			order = append(order, i)
+		}
+	}
+	free := make([]int64, len(devices))
+	for i, d := range devices {
+		free[i] = d.MemoryBytes
+	}
+	free[primary] -= anchorBytes
+
+	middle := []UnitSize{}
+	if len(layers) > 2 {
+		middle = layers[1 : len(layers)-1]
+	}
+	var midBytes, totalFree int64
+	for _, u := range middle {
+		midBytes += u.Bytes
+	}
+	for _, f := range free {
+		totalFree += f
+	}
+	if midBytes > totalFree {
+		return nil, fmt.Errorf("placement: the model needs %s but the devices hold %s in all (%s short); add a device or memory (see %s)",
+			fmtBytes(midBytes+anchorBytes), fmtBytes(totalFree+anchorBytes), fmtBytes(midBytes-totalFree), Anchor(SectionPlacement))
+	}
+
+	assign, ok := spread(middle, free, order, midBytes, totalFree)
+	if !ok {
+		return nil, fmt.Errorf("placement: the %d middle layers (%s) fit the devices' free memory in total (%s) but not as whole layers; add memory (see %s)",
+			len(middle), fmtBytes(midBytes), fmtBytes(totalFree), Anchor(SectionPlacement))
+	}
+
+	p := &Placement{Devices: devices, Primary: devices[primary].Name}
+	add := func(u UnitSize, dev int) {
+		a := Assignment{Unit: u.Name, Device: devices[dev].Name, Bytes: u.Bytes}
+		if n := len(p.Assignments); n > 0 && p.Assignments[n-1].Device != a.Device {
+			prev := p.Assignments[n-1]
+			p.Boundaries = append(p.Boundaries, Boundary{After: prev.Unit, Before: a.Unit, From: prev.Device, To: a.Device})
+		}
+		p.Assignments = append(p.Assignments, a)
+	}
+	add(ends[0], primary) // embed
+	add(layers[0], primary)
+	for i, u := range middle {
+		add(u, assign[i])
+	}
+	if len(layers) > 1 {
+		add(layers[len(layers)-1], primary)
+	}
+	for _, u := range ends[1:] { // norm, lm_head
+		add(u, primary)
+	}
+	return p, nil
+}
+
+// spread assigns the middle layers, in contiguous runs, to devices taken in order: device k takes layers while the
+// running total stays within the cumulative quota (each device's share of the free memory), and never more than its
+// free memory; ok is false when the layers do not fit.
+func spread(middle []UnitSize, free []int64, order []int, midBytes, totalFree int64) (assign []int, ok bool) {
+	assign = make([]int, len(middle))
+	quota := func(k int) float64 { return float64(midBytes) * float64(free[order[k]]) / float64(totalFree) }
+	k, used, cum := 0, int64(0), int64(0)
+	quotaEnd := quota(0)
+	for i, u := range middle {
+		for k < len(order)-1 && (used+u.Bytes > free[order[k]] || float64(cum)+float64(u.Bytes)/2 > quotaEnd) {
+			k++
+			used = 0
+			quotaEnd += quota(k)
+		}
+		if used+u.Bytes > free[order[k]] {
+			return nil, false
+		}
+		assign[i] = order[k]
+		used += u.Bytes
+		cum += u.Bytes
+	}
+	return assign, true
+}
+
+// splitUnits validates the unit list and returns the layers in order and the other units (embed, norm[, lm_head]).
+func splitUnits(units []UnitSize) (layers, ends []UnitSize, err error) {
+	var embed, norm, head *UnitSize
+	byIndex := map[int]UnitSize{}
+	for i := range units {
+		u := units[i]
+		if u.Bytes < 0 {
+			return nil, nil, fmt.Errorf("placement: unit %s has negative size %d", u.Name, u.Bytes)
+		}
+		switch {
+		case u.Name == "embed":
+			embed = &units[i]
+		case u.Name == "norm":
+			norm = &units[i]
+		case u.Name == "lm_head":
+			head = &units[i]
+		case strings.HasPrefix(u.Name, "layer."):
+			n, err := strconv.Atoi(strings.TrimPrefix(u.Name, "layer."))
+			if err != nil || n < 0 {
+				return nil, nil, fmt.Errorf("placement: bad unit name %q (want layer.N)", u.Name)
+			}
+			if _, dup := byIndex[n]; dup {
+				return nil, nil, fmt.Errorf("placement: unit %s listed twice", u.Name)
+			}
+			byIndex[n] = u
+		default:
+			return nil, nil, fmt.Errorf("placement: unknown unit %q (want embed, layer.N, norm or lm_head)", u.Name)
+		}
+	}
+	if embed == nil || norm == nil || len(byIndex) == 0 {
+		return nil, nil, fmt.Errorf("placement: units must include embed, norm and at least one layer.N")
+	}
+	for i := range len(byIndex) {
+		u, ok := byIndex[i]
+		if !ok {
+			return nil, nil, fmt.Errorf("placement: layer.%d missing (layers must be numbered 0..%d)", i, len(byIndex)-1)
+		}
+		layers = append(layers, u)
+	}
+	ends = []UnitSize{*embed, *norm}
+	if head != nil {
+		ends = append(ends, *head)
+	}
+	return layers, ends, nil
+}
+
+// String prints the plan for --print-placement: each device with its units (layer runs collapsed) and memory
+// use, then every boundary where activations move.
+func (p *Placement) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "placement: %d units on %d devices (primary %s: embed, first and last layers, norm, lm_head)\n",
+		len(p.Assignments), len(p.Devices), p.Primary)
+	for _, d := range p.Devices {
+		var units []string
+		for _, a := range p.Assignments {
+			if a.Device == d.Name {
+				units = append(units, a.Unit)
+			}
+		}
+		used := p.Used(d.Name)
+		list := collapse(units)
+		if list == "" {
+			list = "(nothing)"
+		}
+		fmt.Fprintf(&b, "  %-12s %9s of %9s (%3.0f%%)  %s\n", d.Name, fmtBytes(used), fmtBytes(d.MemoryBytes),
+			100*float64(used)/float64(d.MemoryBytes), list)
+	}
+	if len(p.Boundaries) == 0 {
+		b.WriteString("no device boundaries: activations stay on one device\n")
+	} else {
+		fmt.Fprintf(&b, "%d device boundaries (activations copied explicitly):\n", len(p.Boundaries))
+		for _, x := range p.Boundaries {
+			fmt.Fprintf(&b, "  %s (%s) -> %s (%s)\n", x.After, x.From, x.Before, x.To)
+		}
+	}
+	return b.String()
+}
+
+// collapse writes unit names with consecutive layers as ranges: "embed, layer.0-3, layer.9, norm".
+func collapse(units []string) string {
+	var parts []string
+	for i := 0; i < len(units); i++ {
+		n, ok := layerIndex(units[i])
+		if !ok {
+			parts = append(parts, units[i])
+			continue
+		}
+		j := i
+		for j+1 < len(units) {
+			m, ok := layerIndex(units[j+1])
+			if !ok || m != n+(j+1-i) {
+				break
+			}
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%s-%d", units[i], n+j-i))
+		} else {
+			parts = append(parts, units[i])
+		}
+		i = j
+	}
+	return strings.Join(parts, ", ")
+}
+
+func layerIndex(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, "layer.")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}
+
+// fmtBytes prints a byte count in binary units.
+func fmtBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}

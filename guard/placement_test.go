@@ -1,0 +1,110 @@
+package guard
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const mib = 1 << 20
+
+func model(layers int, layerBytes int64, head bool) []UnitSize {
+	u := []UnitSize{{"embed", 100 * mib}}
+	for i := range layers {
+		u = append(u, UnitSize{fmt.Sprintf("layer.%d", i), layerBytes})
+	}
+	u = append(u, UnitSize{"norm", 1})
+	if head {
+		u = append(u, UnitSize{"lm_head", 100 * mib})
+	}
+	return u
+}
+
+func checkAnchors(t *testing.T, p *Placement, layers int) {
+	t.Helper()
+	for _, u := range []string{"embed", "layer.0", fmt.Sprintf("layer.%d", layers-1), "norm", "lm_head"} {
+		if d, ok := p.DeviceOf(u); ok && d != p.Primary {
+			t.Fatalf("%s on %s, want the primary %s\n%s", u, d, p.Primary, p)
+		}
+	}
+	for _, d := range p.Devices {
+		if p.Used(d.Name) > d.MemoryBytes {
+			t.Fatalf("%s over capacity\n%s", d.Name, p)
+		}
+	}
+	// Every device change along the forward pass is listed as a boundary.
+	var n int
+	for i := 1; i < len(p.Assignments); i++ {
+		if p.Assignments[i].Device != p.Assignments[i-1].Device {
+			b := p.Boundaries[n]
+			if b.After != p.Assignments[i-1].Unit || b.Before != p.Assignments[i].Unit {
+				t.Fatalf("boundary %d is %+v\n%s", n, b, p)
+			}
+			n++
+		}
+	}
+	if n != len(p.Boundaries) {
+		t.Fatalf("%d device changes, %d boundaries\n%s", n, len(p.Boundaries), p)
+	}
+}
+
+func TestPlanTwoGPUs(t *testing.T) {
+	p, err := Plan(model(32, 200*mib, true), []Device{{"cuda:0", 4096 * mib}, {"cuda:1", 4096 * mib}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAnchors(t, p, 32)
+	if len(p.Boundaries) != 2 || p.Boundaries[0].To != "cuda:1" || p.Boundaries[1].Before != "layer.31" {
+		t.Fatalf("boundaries %+v\n%s", p.Boundaries, p)
+	}
+	// Spread by memory: both GPUs carry a similar load.
+	a, b := p.Used("cuda:0"), p.Used("cuda:1")
+	if a-b > 400*mib || b-a > 400*mib {
+		t.Fatalf("unbalanced: %d vs %d\n%s", a, b, p)
+	}
+	s := p.String()
+	for _, want := range []string{"cuda:0", "embed, layer.0-", "layer.31, norm, lm_head", "2 device boundaries", "-> layer.31 (cuda:0)"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("String() lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestPlanGPUAndCPU(t *testing.T) {
+	// The first device cannot hold the anchored units: the CPU becomes primary, the GPU takes middle layers.
+	p, err := Plan(model(8, 100*mib, false), []Device{{"cuda:0", 250 * mib}, {"cpu", 2048 * mib}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAnchors(t, p, 8)
+	if p.Primary != "cpu" || p.Used("cuda:0") == 0 {
+		t.Fatalf("plan:\n%s", p)
+	}
+	// One device, one layer: everything together, no boundaries.
+	p, err = Plan(model(1, 10*mib, true), []Device{{"cuda:0", 1024 * mib}})
+	if err != nil || len(p.Boundaries) != 0 || !strings.Contains(p.String(), "no device boundaries") {
+		t.Fatalf("%v\n%v", err, p)
+	}
+}
+
+func TestPlanImpossible(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		units   []UnitSize
+		devices []Device
+		errHas  string
+	}{
+		{"anchors fit nowhere", model(4, 10*mib, true), []Device{{"cuda:0", 150 * mib}, {"cuda:1", 150 * mib}}, "must share one device"},
+		{"too small in total", model(40, 100*mib, true), []Device{{"cuda:0", 1024 * mib}, {"cuda:1", 1024 * mib}}, "short"},
+		{"whole layers do not fit", model(4, 100*mib, false), []Device{{"a", 400 * mib}, {"b", 150 * mib}}, "not as whole layers"},
+		{"no devices", model(2, 1, false), nil, "no devices"},
+		{"duplicate device", model(2, 1, false), []Device{{"a", 1 << 30}, {"a", 1 << 30}}, "unique"},
+		{"missing layer", []UnitSize{{"embed", 1}, {"layer.0", 1}, {"layer.2", 1}, {"norm", 1}}, []Device{{"a", 1 << 30}}, "layer.1 missing"},
+		{"unknown unit", []UnitSize{{"embed", 1}, {"layer.0", 1}, {"norm", 1}, {"vision", 1}}, []Device{{"a", 1 << 30}}, "unknown unit"},
+	} {
+		_, err := Plan(c.units, c.devices)
+		if err == nil || !strings.Contains(err.Error(), c.errHas) {
+			t.Errorf("%s: want error containing %q, got %v", c.name, c.errHas, err)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package guard
+
+import (
+	"strings"
+	"unicode"
+)
+
+// TroubleshootingFile is the document, at the repository root, whose section headings the constants below name.
+const TroubleshootingFile = "TROUBLESHOOTING.md"
+
+// Section headings of TROUBLESHOOTING.md. Warnings and errors name the section that explains them; a test checks
+// that every constant is a heading of the document.
+const (
+	SectionNaN             = "NaN or Inf in logits"
+	SectionZeroLogits      = "All-zero or constant logits"
+	SectionSaturation      = "Logit saturation"
+	SectionRepetition      = "Degenerate repetition"
+	SectionPunctuation     = "Output mostly one punctuation mark (!!!!)"
+	SectionDType           = "Choosing a dtype"
+	SectionPlacement       = "Device placement across several devices"
+	SectionMissingFiles    = "Missing files"
+	SectionUnsupportedArch = "Unsupported architecture"
+	SectionMissingLMHead   = "Missing lm_head"
+	SectionGatedRepo       = "Gated repository or missing token"
+	SectionOffline         = "No network or offline"
+	SectionDiskFull        = "Disk full during split"
+	SectionOOM             = "Out of memory"
+	SectionCorrupt         = "Corrupted shard or checkpoint"
+	SectionContextTooLong  = "Context too long"
+	SectionCUDASlow        = "CUDA slower than CPU on small models"
+	SectionCUDAPlugin      = "CUDA plugin not found"
+	SectionVerifyMismatch  = "verify reports a mismatch"
+)
+
+// Sections lists every section constant, in document order.
+func Sections() []string {
+	return []string{
+		SectionNaN, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
+		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionMissingLMHead,
+		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionCorrupt, SectionContextTooLong,
+		SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
+	}
+}
+
+// Anchor returns the link to a section, e.g. "TROUBLESHOOTING.md#nan-or-inf-in-logits", using the slug rule
+// GitHub applies to Markdown headings (lower case, punctuation dropped, spaces to hyphens).
+func Anchor(section string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(section) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return TroubleshootingFile + "#" + b.String()
+}
