@@ -81,6 +81,19 @@ func (p *Profiler) Start() {
 	p.mu.Unlock()
 }
 
+// Reset drops the events recorded so far and starts a new run window now, so one profiler passed to an engine
+// at Open can profile only the last of several runs (bench does this).
+func (p *Profiler) Reset() {
+	if p == nil {
+		return
+	}
+	now := time.Since(p.origin)
+	p.mu.Lock()
+	p.events = p.events[:0]
+	p.started, p.hasStop = now, false
+	p.mu.Unlock()
+}
+
 // Stop marks the end of the run's wall-clock window. Without Stop, the window ends at the last event's end.
 func (p *Profiler) Stop() {
 	if p == nil {

@@ -138,6 +138,7 @@ func TestNilProfilerIsNoOp(t *testing.T) {
 	sp.End(10)
 	p.Record(DiskRead, 0, 1, time.Now(), ms, 10)
 	p.Stop()
+	p.Reset()
 	if p.Enabled() || p.Events() != nil || p.Summary().Events != 0 {
 		t.Fatal("nil profiler recorded something")
 	}
@@ -221,6 +222,23 @@ func TestStartMovesWindow(t *testing.T) {
 	if w := p.Summary().Wall; w != evs[1].End() {
 		t.Fatalf("wall without Stop %v, want the last event's end %v", w, evs[1].End())
 	}
+}
+
+func TestReset(t *testing.T) {
+	p := New()
+	p.Begin(Forward, 0, 0).End(0)
+	p.Stop()
+	p.Reset()
+	if len(p.Events()) != 0 {
+		t.Fatal("Reset kept events")
+	}
+	p.Begin(Sample, 3, -1).End(0)
+	evs := p.Events()
+	if len(evs) != 1 || evs[0].Start < 0 || p.Summary().Wall != evs[0].End() {
+		t.Fatalf("after Reset: %+v, wall %v", evs, p.Summary().Wall)
+	}
+	var nilp *Profiler
+	nilp.Reset()
 }
 
 func TestParquetRoundTrip(t *testing.T) {
