@@ -1,0 +1,154 @@
+package reference
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// Tolerance is what a comparison must meet. A zero field is not checked.
+type Tolerance struct {
+	// MaxAbs bounds the largest absolute difference.
+	MaxAbs float64
+	// MinCosine bounds the cosine similarity from below.
+	MinCosine float64
+}
+
+// String describes the tolerance for reports, e.g. "|d|<=1e-04 cos>=0.99999".
+func (t Tolerance) String() string {
+	var parts []string
+	if t.MaxAbs > 0 {
+		parts = append(parts, fmt.Sprintf("|d|<=%.0e", t.MaxAbs))
+	}
+	if t.MinCosine > 0 {
+		parts = append(parts, fmt.Sprintf("cos>=%g", t.MinCosine))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// LogitTolerance is the agreement verify demands of the logits computed in dtype: float32 matches the float64
+// reference to 1e-4 absolute (and cosine 0.99999); bf16 and f16 round every weight and activation to 8 or 11
+// mantissa bits, so only the direction is checked: cosine ≥ 0.99.
+func LogitTolerance(dtype checkpoint.DType) Tolerance {
+	if dtype == checkpoint.F32 {
+		return Tolerance{MaxAbs: 1e-4, MinCosine: 0.99999}
+	}
+	return Tolerance{MinCosine: 0.99}
+}
+
+// HiddenTolerance is the agreement demanded of per-layer hidden states: the residual stream grows with depth, so
+// only the cosine is checked (float32 0.99999, bf16/f16 0.99).
+func HiddenTolerance(dtype checkpoint.DType) Tolerance {
+	if dtype == checkpoint.F32 {
+		return Tolerance{MinCosine: 0.99999}
+	}
+	return Tolerance{MinCosine: 0.99}
+}
+
+// Diff summarises how far one tensor (rows of values, e.g. positions × vocab) is from another.
+type Diff struct {
+	Name    string // e.g. "logits" or "layer.3"
+	Against string // what was compared, e.g. "streamed vs reference"
+	Cosine  float64
+	MaxAbs  float64
+	// Row and Col locate the largest difference (position and, for logits, token id).
+	Row, Col int
+	// NonFinite counts NaN and ±Inf values in got; any makes the comparison fail.
+	NonFinite int
+	Tol       Tolerance
+}
+
+// OK reports whether the comparison meets its tolerance and every value is finite.
+func (d Diff) OK() bool {
+	if d.NonFinite > 0 || math.IsNaN(d.Cosine) || math.IsNaN(d.MaxAbs) {
+		return false
+	}
+	if d.Tol.MaxAbs > 0 && d.MaxAbs > d.Tol.MaxAbs {
+		return false
+	}
+	return d.Tol.MinCosine <= 0 || d.Cosine >= d.Tol.MinCosine
+}
+
+// Compare measures got against want (same shape: rows × columns) over all values together: the cosine similarity
+// of the flattened tensors and the largest absolute difference, located.
+func Compare[G, W float32 | float64](name, against string, got [][]G, want [][]W, tol Tolerance) (Diff, error) {
+	d := Diff{Name: name, Against: against, Tol: tol, Row: -1, Col: -1}
+	if len(got) != len(want) {
+		return d, fmt.Errorf("%s (%s): %d rows, want %d", name, against, len(got), len(want))
+	}
+	var dot, gg, ww float64
+	firstR, firstC := -1, -1
+	for r := range got {
+		if len(got[r]) != len(want[r]) {
+			return d, fmt.Errorf("%s (%s): row %d has %d values, want %d", name, against, r, len(got[r]), len(want[r]))
+		}
+		for c, gv := range got[r] {
+			g, w := float64(gv), float64(want[r][c])
+			if math.IsNaN(g) || math.IsInf(g, 0) {
+				if d.NonFinite == 0 {
+					firstR, firstC = r, c
+				}
+				d.NonFinite++
+				continue
+			}
+			dot += g * w
+			gg += g * g
+			ww += w * w
+			if diff := math.Abs(g - w); diff > d.MaxAbs || d.Row < 0 {
+				d.MaxAbs, d.Row, d.Col = diff, r, c
+			}
+		}
+	}
+	if d.NonFinite > 0 { // located at the first NaN/Inf
+		d.MaxAbs, d.Row, d.Col = math.NaN(), firstR, firstC
+	}
+	switch {
+	case d.NonFinite > 0:
+		d.Cosine = math.NaN()
+	case gg == 0 && ww == 0:
+		d.Cosine = 1
+	case gg == 0 || ww == 0:
+		d.Cosine = 0
+	default:
+		d.Cosine = dot / math.Sqrt(gg*ww)
+	}
+	return d, nil
+}
+
+// WriteTable prints diffs as an aligned table, one line each, ending with a verdict line. It returns whether every
+// diff is within its tolerance.
+func WriteTable(w io.Writer, diffs []Diff) (bool, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-10s %-26s %-12s %-10s %-14s %-24s %s\n", "stage", "compared", "cosine", "max|diff|", "at", "tolerance", "result")
+	all := true
+	for _, d := range diffs {
+		result := "ok"
+		if !d.OK() {
+			result, all = "FAIL", false
+			if d.NonFinite > 0 {
+				result = fmt.Sprintf("FAIL (%d NaN/Inf)", d.NonFinite)
+			}
+		}
+		at := "-"
+		if d.Row >= 0 {
+			at = fmt.Sprintf("pos %d", d.Row)
+			if d.Name == "logits" {
+				at += fmt.Sprintf(" id %d", d.Col)
+			}
+		}
+		fmt.Fprintf(&b, "%-10s %-26s %-12.8f %-10.2e %-14s %-24s %s\n", d.Name, d.Against, d.Cosine, d.MaxAbs, at, d.Tol, result)
+	}
+	if all {
+		b.WriteString("verify: all comparisons within tolerance\n")
+	} else {
+		b.WriteString("verify: MISMATCH beyond tolerance\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return all, err
+}
