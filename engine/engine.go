@@ -1,0 +1,344 @@
+// Package engine is the layer-streaming generator: it runs a decoder-only transformer whose weights do not fit
+// in memory by streaming them through the device one unit (embedding, decoder layer, final norm, output
+// projection) at a time.
+//
+// The pipeline is prefetch → transfer → compute → release (stream.go); each architecture is one small file
+// (llama.go) written in GoMLX graph ops, and one compiled graph serves every decoder layer. Keys and values
+// live in a kvcache.Store between layer visits.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/kvcache"
+	"github.com/layerstream/layerstream/profiler"
+)
+
+// Options configure an Engine. The zero value streams decoder layers with the defaults below.
+type Options struct {
+	// Prefetch is how many units are read ahead of the one computing (host buffers in flight); default 2.
+	Prefetch int
+	// MaxLayerBuffers bounds the decoder layers whose weights are on the device at once; default 2 (one
+	// computing, one being transferred).
+	MaxLayerBuffers int
+	// DeviceBudget, when positive, sets MaxLayerBuffers to the number of decoder layers that fit in this many
+	// bytes (an error when not even one fits).
+	DeviceBudget int64
+	// StreamAll streams the embedding, final norm and output projection too, instead of keeping them resident.
+	StreamAll bool
+	// Resident loads every unit once and keeps it (no streaming): for comparison and tests.
+	Resident bool
+	// Device is "cpu" (default). "cuda" needs a binary built with the xla build tag.
+	Device string
+	// DType is the compute dtype of weight matrices: "auto" (default: f32 on cpu), "f32" or "bf16".
+	DType string
+	// Profiler records per-category timings; nil records nothing.
+	Profiler *profiler.Profiler
+}
+
+func (o *Options) fillDefaults() error {
+	if o.Prefetch == 0 {
+		o.Prefetch = 2
+	}
+	if o.MaxLayerBuffers == 0 {
+		o.MaxLayerBuffers = 2
+	}
+	if o.Prefetch < 1 {
+		return fmt.Errorf("prefetch must be at least 1, got %d", o.Prefetch)
+	}
+	if o.MaxLayerBuffers < 1 {
+		return fmt.Errorf("max layer buffers must be at least 1, got %d", o.MaxLayerBuffers)
+	}
+	if o.Resident && o.StreamAll {
+		return errors.New("resident and stream-all exclude each other")
+	}
+	switch o.Device {
+	case "", "cpu":
+		o.Device = "cpu"
+	case "cuda":
+		return errors.New("device cuda: built without the xla build tag; see README")
+	default:
+		return fmt.Errorf("unknown device %q (supported: cpu)", o.Device)
+	}
+	if o.DType == "" {
+		o.DType = "auto"
+	}
+	return nil
+}
+
+// Engine runs one model. Its methods are safe for concurrent use but run one at a time.
+type Engine struct {
+	opts    Options
+	src     source
+	cfg     *checkpoint.Config
+	gen     *checkpoint.GenerationConfig
+	arch    Architecture
+	backend backends.Backend
+	dtype   dtypes.DType // of weight matrices on the device
+
+	layerSpecs []tensorSpec
+	headUnit   string // lm_head, or embed when the output projection is tied to the embeddings
+	layerExec  *graph.Exec
+	headExec   *graph.Exec
+
+	pools    *pools       // streamed units' buffers
+	resident []*weightSet // Options.Resident: every decoder layer
+	embed    *weightSet   // resident head units (nil with StreamAll)
+	norm     *weightSet
+	head     *weightSet
+
+	kv   *kvcache.Store // reused while the capacity fits
+	prof *profiler.Profiler
+	step atomic.Int64 // the profiler's step label: 0 prefill, 1.. decode
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Open prepares a model for generation: model is a Hugging Face checkpoint folder.
+func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
+	if err := opts.fillDefaults(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	src, err := openSource(ctx, model)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{opts: opts, src: src, cfg: src.Config(), gen: src.Generation(), prof: opts.Profiler}
+	if err := e.init(); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("engine %s: %w", model, err)
+	}
+	return e, nil
+}
+
+// openSource opens model as a weight source.
+func openSource(_ context.Context, model string) (source, error) {
+	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
+		return nil, fmt.Errorf("engine: model %q: not a checkpoint folder (no config.json): %w", model, err)
+	}
+	ck, err := checkpoint.Open(model)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return newCheckpointSource(ck)
+}
+
+func (e *Engine) init() error {
+	c := e.cfg
+	if s := strings.TrimSpace(string(c.RopeScaling)); s != "" && s != "null" {
+		return fmt.Errorf("config.json: rope_scaling %s is not supported", s)
+	}
+	var err error
+	if e.arch, err = architectureFor(c); err != nil {
+		return err
+	}
+	switch e.opts.DType {
+	case "auto", "f32":
+		e.dtype = dtypes.Float32
+	case "bf16":
+		e.dtype = dtypes.BFloat16
+	default:
+		return fmt.Errorf("dtype %q is not supported (auto, f32, bf16)", e.opts.DType)
+	}
+	slog.Debug("engine: compute dtype", "dtype", e.dtype, "requested", e.opts.DType, "torch_dtype", c.TorchDType)
+
+	// Every unit the model needs must exist before any work starts.
+	if !e.src.HasUnit(unitEmbed) {
+		return fmt.Errorf("missing unit embed (tensor %s)", embedWeight)
+	}
+	if !e.src.HasUnit(unitNorm) {
+		return fmt.Errorf("missing unit norm (tensor %s)", normWeight)
+	}
+	for i := range c.NumHiddenLayers {
+		if !e.src.HasUnit(layerUnit(i)) {
+			return fmt.Errorf("missing unit %s (tensors model.layers.%d.*; config.json num_hidden_layers is %d)", layerUnit(i), i, c.NumHiddenLayers)
+		}
+	}
+	switch {
+	case e.src.HasUnit(unitLMHead):
+		e.headUnit = unitLMHead
+	case c.TieWordEmbeddings:
+		e.headUnit = unitEmbed
+	default:
+		return fmt.Errorf("no output projection: tensor %s is missing and config.json has tie_word_embeddings false (a tied model sets it true to reuse %s)", lmHeadWeight, embedWeight)
+	}
+
+	for _, s := range e.arch.LayerWeights(c) {
+		dt := dtypes.Float32
+		if len(s.Shape) == 2 {
+			dt = e.dtype
+		}
+		e.layerSpecs = append(e.layerSpecs, tensorSpec{suffix: s.Name, shape: s.Shape, dtype: dt})
+	}
+	layerBytes := int64(0)
+	for _, s := range e.layerSpecs {
+		n := int64(s.dtype.Size())
+		for _, d := range s.shape {
+			n *= int64(d)
+		}
+		layerBytes += n
+	}
+	if e.opts.DeviceBudget > 0 {
+		n := e.opts.DeviceBudget / layerBytes
+		if n < 1 {
+			return fmt.Errorf("device budget of %d bytes is smaller than one decoder layer (%d bytes)", e.opts.DeviceBudget, layerBytes)
+		}
+		e.opts.MaxLayerBuffers = int(min(n, int64(c.NumHiddenLayers)))
+	}
+
+	if e.backend, err = simplego.New(""); err != nil {
+		return fmt.Errorf("backend: %w", err)
+	}
+	if err := e.buildExecs(); err != nil {
+		return err
+	}
+	return e.allocate()
+}
+
+// headSpecs are the tensors of the non-layer units.
+func (e *Engine) headSpecs(unit string) []tensorSpec {
+	c := e.cfg
+	switch unit {
+	case unitEmbed:
+		return []tensorSpec{{suffix: embedWeight, shape: []int{c.VocabSize, c.HiddenSize}, dtype: e.dtype}}
+	case unitNorm:
+		return []tensorSpec{{suffix: normWeight, shape: []int{c.HiddenSize}, dtype: dtypes.Float32}}
+	default:
+		return []tensorSpec{{suffix: lmHeadWeight, shape: []int{c.VocabSize, c.HiddenSize}, dtype: e.dtype}}
+	}
+}
+
+// allocate creates the device buffers: the stream pools, and the resident units loaded once.
+func (e *Engine) allocate() error {
+	e.pools = &pools{host: make(chan *hostBuffer, e.opts.Prefetch), sets: map[string]chan *weightSet{}}
+	for range e.opts.Prefetch {
+		e.pools.host <- e.src.NewBuffer()
+	}
+	addSets := func(kind string, n int, specs []tensorSpec) error {
+		ch := make(chan *weightSet, n)
+		for range n {
+			w, err := newWeightSet(e.backend, kind, specs)
+			if err != nil {
+				return err
+			}
+			e.pools.all = append(e.pools.all, w)
+			ch <- w
+		}
+		e.pools.sets[kind] = ch
+		return nil
+	}
+	ctx := context.Background()
+	if e.opts.Resident {
+		for i := range e.cfg.NumHiddenLayers {
+			w, err := e.loadResident(ctx, kindLayer, layerUnit(i), e.layerSpecs)
+			if err != nil {
+				return err
+			}
+			e.resident = append(e.resident, w)
+		}
+	} else if err := addSets(kindLayer, e.opts.MaxLayerBuffers, e.layerSpecs); err != nil {
+		return err
+	}
+	if e.opts.StreamAll {
+		for _, u := range []string{unitEmbed, unitNorm, e.headUnit} {
+			if _, ok := e.pools.sets[u]; !ok {
+				if err := addSets(u, 1, e.headSpecs(u)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	var err error
+	if e.embed, err = e.loadResident(ctx, unitEmbed, unitEmbed, e.headSpecs(unitEmbed)); err != nil {
+		return err
+	}
+	if e.norm, err = e.loadResident(ctx, unitNorm, unitNorm, e.headSpecs(unitNorm)); err != nil {
+		return err
+	}
+	e.head = e.embed
+	if e.headUnit == unitLMHead {
+		e.head, err = e.loadResident(ctx, unitLMHead, unitLMHead, e.headSpecs(unitLMHead))
+	}
+	return err
+}
+
+// loadResident reads unit through a pooled host buffer into a new device set kept for the Engine's life.
+func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []tensorSpec) (*weightSet, error) {
+	w, err := newWeightSet(e.backend, kind, specs)
+	if err != nil {
+		return nil, err
+	}
+	e.pools.all = append(e.pools.all, w)
+	buf := <-e.pools.host
+	defer func() { e.pools.host <- buf }()
+	l, err := e.src.Load(ctx, unit, buf)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.fill(l, unitPrefix(unit)); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Config is the model's configuration.
+func (e *Engine) Config() *checkpoint.Config { return e.cfg }
+
+// Generation is the model's generation_config.json (empty when absent).
+func (e *Engine) Generation() *checkpoint.GenerationConfig { return e.gen }
+
+// Dir is the folder holding the model's config and tokenizer files.
+func (e *Engine) Dir() string { return e.src.Dir() }
+
+// Stats reports the engine's device-buffer use.
+type Stats struct {
+	// LayerBuffers is the number of decoder-layer weight sets allocated on the device.
+	LayerBuffers int
+	// PeakLayerBuffersInUse is the most streamed layer sets filled and not yet released at one time.
+	PeakLayerBuffersInUse int
+}
+
+// Stats returns the device-buffer counters.
+func (e *Engine) Stats() Stats {
+	s := Stats{PeakLayerBuffersInUse: int(e.pools.peakInUse.Load())}
+	if e.opts.Resident {
+		s.LayerBuffers = len(e.resident)
+	} else {
+		s.LayerBuffers = cap(e.pools.sets[kindLayer])
+	}
+	return s
+}
+
+// Close frees the device buffers. The Engine is unusable afterwards.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	if e.pools != nil {
+		e.pools.free()
+	}
+	e.freeKV()
+	if e.backend != nil {
+		e.backend.Finalize()
+	}
+	return nil
+}

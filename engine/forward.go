@@ -1,0 +1,350 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/layerstream/layerstream/kvcache"
+	"github.com/layerstream/layerstream/profiler"
+)
+
+// maskedOut is added to the attention score of a key a query must not see.
+const maskedOut = -1e30
+
+// buildExecs creates the two executables: one decoder layer (serving every layer) and the output head.
+// Graphs are compiled per distinct input shape: new-position counts are bucketed to powers of two, and the
+// cache capacity is fixed per Store, so a handful of graphs serve all prompts.
+func (e *Engine) buildExecs() error {
+	nFixed := 6 // x, cos, sin, mask, pastK, pastV
+	specs := e.arch.LayerWeights(e.cfg)
+	layerFn := func(ins []*graph.Node) []*graph.Node {
+		in := LayerInputs{X: ins[0], Cos: ins[1], Sin: ins[2], Mask: ins[3], PastK: ins[4], PastV: ins[5],
+			W: make(map[string]*graph.Node, len(specs))}
+		for i, s := range specs {
+			in.W[s.Name] = ins[nFixed+i]
+		}
+		out := e.arch.Layer(e.cfg, in)
+		return []*graph.Node{out.X, out.K, out.V}
+	}
+	var err error
+	if e.layerExec, err = graph.NewExec(e.backend, layerFn); err != nil {
+		return fmt.Errorf("layer graph: %w", err)
+	}
+	eps := e.cfg.RMSNormEps
+	headFn := func(x, norm, w *graph.Node) *graph.Node { return linear(rmsNorm(x, norm, eps), w, nil) }
+	if e.headExec, err = graph.NewExec(e.backend, headFn); err != nil {
+		return fmt.Errorf("head graph: %w", err)
+	}
+	e.layerExec.SetMaxCache(-1)
+	e.headExec.SetMaxCache(-1)
+	return nil
+}
+
+// exec runs an executable, turning a panic inside GoMLX into an error.
+func exec(x *graph.Exec, what string, args ...any) (outs []*tensors.Tensor, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: %v", what, r)
+		}
+	}()
+	outs, err = x.Exec(args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return outs, nil
+}
+
+// bucket rounds n up to a power of two, so that few graph shapes serve every length.
+func bucket(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// kvStore returns a Store with room for capacity positions, reusing the last one when its capacity matches.
+func (e *Engine) kvStore(capacity int) (*kvcache.Store, error) {
+	c := e.cfg
+	cfg := kvcache.Config{Layers: c.NumHiddenLayers, Batch: 1, KVHeads: c.NumKeyValueHeads, Capacity: capacity, HeadDim: c.HeadDim}
+	if e.kv != nil && e.kv.Config() == cfg {
+		e.kv.Reset()
+		return e.kv, nil
+	}
+	e.freeKV()
+	alloc := func(n int) ([]float32, any, error) {
+		d, err := newDeviceTensor(e.backend, dtypes.Float32, cfg.Batch, cfg.KVHeads, cfg.Capacity, cfg.HeadDim)
+		if err != nil {
+			return nil, nil, err
+		}
+		return d.flat.([]float32), d, nil
+	}
+	kv, err := kvcache.New(cfg, alloc)
+	if err != nil {
+		return nil, err
+	}
+	e.kv = kv
+	return kv, nil
+}
+
+func (e *Engine) freeKV() {
+	if e.kv == nil {
+		return
+	}
+	for i := range e.kv.Config().Layers {
+		s, _ := e.kv.View(i).Layer(0)
+		if d, ok := s.KHandle.(*deviceTensor); ok {
+			d.free()
+		}
+		if d, ok := s.VHandle.(*deviceTensor); ok {
+			d.free()
+		}
+	}
+	e.kv = nil
+}
+
+// schedule is the order in which a forward pass consumes streamed units.
+func (e *Engine) schedule() []string {
+	var s []string
+	if e.opts.StreamAll {
+		s = append(s, unitEmbed)
+	}
+	for i := range e.cfg.NumHiddenLayers {
+		s = append(s, layerUnit(i))
+	}
+	if e.opts.StreamAll {
+		s = append(s, unitNorm, e.headUnit)
+	}
+	return s
+}
+
+// newStream starts the pipeline for up to passes forward passes (nil in resident mode).
+func (e *Engine) newStream(ctx context.Context, passes int) *stream {
+	if e.opts.Resident {
+		return nil
+	}
+	return e.startStream(ctx, e.schedule(), passes)
+}
+
+// unitSet returns the device weights of unit: resident, or the next one from the stream. release gives it back.
+func (e *Engine) unitSet(st *stream, unit string, resident *weightSet) (w *weightSet, release func(), err error) {
+	if resident != nil {
+		return resident, func() {}, nil
+	}
+	if st == nil {
+		return nil, nil, fmt.Errorf("unit %s is neither resident nor streamed", unit)
+	}
+	span := e.prof.Begin(profiler.PrefetchWait, int(e.step.Load()), layerIndex(unit))
+	w, err = st.next(unit)
+	span.End(0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, func() { e.releaseSet(w) }, nil
+}
+
+// pass runs the model over ids at positions kv.Len(0).. of sequence 0, commits them to the cache and returns
+// the logits of every position (all) or of the last one.
+func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []int, all bool) ([][]float32, error) {
+	c := e.cfg
+	t := len(ids)
+	tb := bucket(t)
+	pos0 := kv.Len(0)
+	if err := kv.CheckRoom(0, t); err != nil {
+		return nil, err
+	}
+	step := int(e.step.Load())
+
+	// Embedding lookup on the host.
+	ew, release, err := e.unitSet(st, unitEmbed, e.embed)
+	if err != nil {
+		return nil, err
+	}
+	h := c.HiddenSize
+	xHost := make([]float32, tb*h)
+	for i, id := range ids {
+		if id < 0 || id >= c.VocabSize {
+			release()
+			return nil, fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos0+i, c.VocabSize)
+		}
+		embedRow(xHost[i*h:(i+1)*h], ew.tensors[0].flat, id, h)
+	}
+	release()
+	x := tensors.FromFlatDataAndDimensions(xHost, 1, tb, h)
+	cos, sin := e.rotaryTables(pos0, tb)
+	mask := causalMask(pos0, tb, kv.Config().Capacity)
+	defer cos.FinalizeAll()
+	defer sin.FinalizeAll()
+	defer mask.FinalizeAll()
+
+	for i := range c.NumHiddenLayers {
+		if err := ctx.Err(); err != nil {
+			x.FinalizeAll()
+			return nil, err
+		}
+		var res *weightSet
+		if e.opts.Resident {
+			res = e.resident[i]
+		}
+		w, release, err := e.unitSet(st, layerUnit(i), res)
+		if err != nil {
+			x.FinalizeAll()
+			return nil, err
+		}
+		slot, _ := kv.View(i).Layer(0)
+		args := append([]any{x, cos, sin, mask, slot.KHandle.(*deviceTensor).t, slot.VHandle.(*deviceTensor).t}, w.args()...)
+		span := e.prof.Begin(profiler.Forward, step, i)
+		outs, err := exec(e.layerExec, fmt.Sprintf("layer %d", i), args...)
+		span.End(w.bytes)
+		release()
+		x.FinalizeAll()
+		if err != nil {
+			return nil, err
+		}
+		x = outs[0]
+		err = writeKV(kv.View(i), t, tb, outs[1], outs[2])
+		outs[1].FinalizeAll()
+		outs[2].FinalizeAll()
+		if err != nil {
+			x.FinalizeAll()
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+	}
+	if err := kv.Advance(0, t); err != nil {
+		x.FinalizeAll()
+		return nil, err
+	}
+	return e.headLogits(st, x, t, all)
+}
+
+// headLogits applies the final norm and the output projection to x [1, tb, hidden] (consumed).
+func (e *Engine) headLogits(st *stream, x *tensors.Tensor, t int, all bool) ([][]float32, error) {
+	h, v := e.cfg.HiddenSize, e.cfg.VocabSize
+	in := x
+	rows := t
+	if !all {
+		// Only the last real position: copy its row out of the padded bucket.
+		last := make([]float32, h)
+		x.ConstFlatData(func(flat any) { copy(last, flat.([]float32)[(t-1)*h:t*h]) })
+		x.FinalizeAll()
+		in = tensors.FromFlatDataAndDimensions(last, 1, 1, h)
+		rows = 1
+	}
+	defer in.FinalizeAll()
+	nw, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseNorm()
+	hw, releaseHead, err := e.unitSet(st, e.headUnit, e.head)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseHead()
+	span := e.prof.Begin(profiler.Forward, int(e.step.Load()), -1)
+	outs, err := exec(e.headExec, "output head", in, nw.tensors[0].t, hw.tensors[0].t)
+	span.End(hw.bytes)
+	if err != nil {
+		return nil, err
+	}
+	defer outs[0].FinalizeAll()
+	logits := make([][]float32, rows)
+	outs[0].ConstFlatData(func(flat any) {
+		f := flat.([]float32)
+		for r := range rows {
+			logits[r] = append([]float32(nil), f[r*v:(r+1)*v]...)
+		}
+	})
+	return logits, nil
+}
+
+// embedRow writes the embedding of id (a row of the [vocab, hidden] matrix flat) into dst as float32.
+func embedRow(dst []float32, flat any, id, h int) {
+	switch f := flat.(type) {
+	case []float32:
+		copy(dst, f[id*h:(id+1)*h])
+	case []bfloat16.BFloat16:
+		for i, b := range f[id*h : (id+1)*h] {
+			dst[i] = b.Float32()
+		}
+	}
+}
+
+// writeKV stores the first t of tb new positions' keys and values ([1, kvHeads, tb, headDim]) in the layer's view.
+func writeKV(view *kvcache.View, t, tb int, k, v *tensors.Tensor) error {
+	var err error
+	k.ConstFlatData(func(kf any) {
+		v.ConstFlatData(func(vf any) {
+			err = view.Write(0, t, tb, kf.([]float32), vf.([]float32))
+		})
+	})
+	return err
+}
+
+// rotaryTables returns cos and sin [1, tb, headDim] for positions pos0..pos0+tb-1 in Hugging Face's layout
+// (the half-dimension table repeated twice). Frequencies and angles are rounded to float32 as the reference
+// implementations compute them.
+func (e *Engine) rotaryTables(pos0, tb int) (*tensors.Tensor, *tensors.Tensor) {
+	d := e.cfg.HeadDim
+	half := d / 2
+	cos := make([]float32, tb*d)
+	sin := make([]float32, tb*d)
+	for j := range half {
+		freq := float32(1 / math.Pow(e.cfg.RopeTheta, float64(2*j)/float64(d)))
+		for t := range tb {
+			angle := float64(float32(pos0+t) * freq)
+			c, s := float32(math.Cos(angle)), float32(math.Sin(angle))
+			cos[t*d+j], cos[t*d+j+half] = c, c
+			sin[t*d+j], sin[t*d+j+half] = s, s
+		}
+	}
+	return tensors.FromFlatDataAndDimensions(cos, 1, tb, d), tensors.FromFlatDataAndDimensions(sin, 1, tb, d)
+}
+
+// causalMask is the additive attention mask [1, tb, capacity+tb]: query t (position pos0+t) sees the pos0
+// cached positions and the new positions up to itself.
+func causalMask(pos0, tb, capacity int) *tensors.Tensor {
+	n := capacity + tb
+	m := make([]float32, tb*n)
+	for t := range tb {
+		row := m[t*n : (t+1)*n]
+		for j := range row {
+			if (j < capacity && j >= pos0) || (j >= capacity && j-capacity > t) {
+				row[j] = maskedOut
+			}
+		}
+	}
+	return tensors.FromFlatDataAndDimensions(m, 1, tb, n)
+}
+
+// Logits runs one forward pass over ids (a whole sequence from position 0) and returns the logits of every
+// position: [len(ids)][vocab_size].
+func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, fmt.Errorf("engine: closed")
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("engine: logits of an empty sequence")
+	}
+	if len(ids) > e.cfg.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("engine: %d tokens exceed the model's context of %d positions (max_position_embeddings)", len(ids), e.cfg.MaxPositionEmbeddings)
+	}
+	kv, err := e.kvStore(bucket(len(ids)))
+	if err != nil {
+		return nil, err
+	}
+	e.step.Store(0)
+	st := e.newStream(ctx, 1)
+	if st != nil {
+		defer st.stop()
+	}
+	return e.pass(ctx, st, kv, ids, true)
+}

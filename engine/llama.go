@@ -1,0 +1,58 @@
+package engine
+
+import (
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// llama is the Llama decoder layer (Mistral and Qwen2 share it; Qwen2 adds q/k/v biases): pre-norm
+// grouped-query attention with rotary embeddings, then a pre-norm SwiGLU MLP.
+type llama struct{}
+
+func init() {
+	for _, name := range []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"} {
+		RegisterArchitecture(name, llama{})
+	}
+}
+
+func (llama) LayerWeights(c *checkpoint.Config) []WeightSpec {
+	h, d, inter := c.HiddenSize, c.HeadDim, c.IntermediateSize
+	q, kv := c.NumAttentionHeads*d, c.NumKeyValueHeads*d
+	specs := []WeightSpec{
+		{Name: "input_layernorm.weight", Shape: []int{h}},
+		{Name: "self_attn.q_proj.weight", Shape: []int{q, h}},
+		{Name: "self_attn.k_proj.weight", Shape: []int{kv, h}},
+		{Name: "self_attn.v_proj.weight", Shape: []int{kv, h}},
+		{Name: "self_attn.o_proj.weight", Shape: []int{h, q}},
+		{Name: "post_attention_layernorm.weight", Shape: []int{h}},
+		{Name: "mlp.gate_proj.weight", Shape: []int{inter, h}},
+		{Name: "mlp.up_proj.weight", Shape: []int{inter, h}},
+		{Name: "mlp.down_proj.weight", Shape: []int{h, inter}},
+	}
+	if c.HasQKVBias() { // Qwen2, or attention_bias: true
+		specs = append(specs,
+			WeightSpec{Name: "self_attn.q_proj.bias", Shape: []int{q}},
+			WeightSpec{Name: "self_attn.k_proj.bias", Shape: []int{kv}},
+			WeightSpec{Name: "self_attn.v_proj.bias", Shape: []int{kv}})
+	}
+	return specs
+}
+
+func (llama) Layer(c *checkpoint.Config, in LayerInputs) LayerOutputs {
+	w := in.W
+	eps := c.RMSNormEps
+	x := in.X
+	h := rmsNorm(x, w["input_layernorm.weight"], eps)
+	q := splitHeads(linear(h, w["self_attn.q_proj.weight"], w["self_attn.q_proj.bias"]), c.NumAttentionHeads, c.HeadDim)
+	k := splitHeads(linear(h, w["self_attn.k_proj.weight"], w["self_attn.k_proj.bias"]), c.NumKeyValueHeads, c.HeadDim)
+	v := splitHeads(linear(h, w["self_attn.v_proj.weight"], w["self_attn.v_proj.bias"]), c.NumKeyValueHeads, c.HeadDim)
+	q = rotary(q, in.Cos, in.Sin)
+	k = rotary(k, in.Cos, in.Sin)
+	att := attention(q, k, v, in.PastK, in.PastV, in.Mask)
+	x = Add(x, linear(att, w["self_attn.o_proj.weight"], nil))
+	h = rmsNorm(x, w["post_attention_layernorm.weight"], eps)
+	mlp := Mul(silu(linear(h, w["mlp.gate_proj.weight"], nil)), linear(h, w["mlp.up_proj.weight"], nil))
+	x = Add(x, linear(mlp, w["mlp.down_proj.weight"], nil))
+	return LayerOutputs{X: x, K: k, V: v}
+}

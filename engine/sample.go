@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Sampling chooses the next token from the logits. The zero value is greedy decoding.
+//
+// The steps follow Hugging Face's order: repetition penalty, temperature, top-k, top-p, then a draw from
+// the remaining distribution (or the argmax when Temperature is 0).
+type Sampling struct {
+	// Temperature divides the logits; 0 means greedy (argmax, the first one on ties).
+	Temperature float64
+	// TopK keeps the k most likely tokens; 0 keeps all.
+	TopK int
+	// TopP keeps the smallest set of most likely tokens whose probability reaches p; 0 or 1 keeps all.
+	TopP float64
+	// RepetitionPenalty divides positive (multiplies negative) logits of tokens already in the sequence;
+	// 0 or 1 is off.
+	RepetitionPenalty float64
+	// Seed makes sampling reproducible.
+	Seed uint64
+}
+
+func (s Sampling) validate() error {
+	switch {
+	case s.Temperature < 0 || math.IsNaN(s.Temperature):
+		return fmt.Errorf("temperature must be ≥ 0, got %v", s.Temperature)
+	case s.TopK < 0:
+		return fmt.Errorf("top-k must be ≥ 0, got %d", s.TopK)
+	case s.TopP < 0 || s.TopP > 1 || math.IsNaN(s.TopP):
+		return fmt.Errorf("top-p must be in [0, 1], got %v", s.TopP)
+	case s.RepetitionPenalty < 0 || math.IsNaN(s.RepetitionPenalty):
+		return fmt.Errorf("repetition penalty must be ≥ 0, got %v", s.RepetitionPenalty)
+	}
+	return nil
+}
+
+// sampler holds the random state and scratch buffers of one generation.
+type sampler struct {
+	s      Sampling
+	rng    *rand.Rand
+	scores []float64
+	order  []int
+}
+
+func newSampler(s Sampling) (*sampler, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return &sampler{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x6c617965727374))}, nil
+}
+
+// next chooses a token given the logits of the last position and the ids of the sequence so far.
+func (sm *sampler) next(logits []float32, history []int) int {
+	s := sm.s
+	scores := sm.scores[:0]
+	for _, l := range logits {
+		scores = append(scores, float64(l))
+	}
+	sm.scores = scores
+	if p := s.RepetitionPenalty; p > 0 && p != 1 {
+		seen := make(map[int]bool, len(history))
+		for _, id := range history {
+			if id < 0 || id >= len(scores) || seen[id] {
+				continue
+			}
+			seen[id] = true
+			if scores[id] > 0 {
+				scores[id] /= p
+			} else {
+				scores[id] *= p
+			}
+		}
+	}
+	if s.Temperature == 0 {
+		best := 0
+		for i, v := range scores {
+			if v > scores[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	for i := range scores {
+		scores[i] /= s.Temperature
+	}
+	// Candidates by decreasing score.
+	order := sm.order[:0]
+	for i := range scores {
+		order = append(order, i)
+	}
+	sm.order = order
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case scores[a] > scores[b]:
+			return -1
+		case scores[a] < scores[b]:
+			return 1
+		}
+		return 0
+	})
+	if s.TopK > 0 && s.TopK < len(order) {
+		order = order[:s.TopK]
+	}
+	// Softmax over the candidates.
+	maxScore := scores[order[0]]
+	sum := 0.0
+	probs := make([]float64, len(order))
+	for i, id := range order {
+		probs[i] = math.Exp(scores[id] - maxScore)
+		sum += probs[i]
+	}
+	for i := range probs {
+		probs[i] /= sum
+	}
+	if s.TopP > 0 && s.TopP < 1 {
+		cum := 0.0
+		for i, p := range probs {
+			cum += p
+			if cum >= s.TopP {
+				order, probs = order[:i+1], probs[:i+1]
+				break
+			}
+		}
+		sum = 0
+		for _, p := range probs {
+			sum += p
+		}
+	} else {
+		sum = 1
+	}
+	r := sm.rng.Float64() * sum
+	for i, p := range probs {
+		r -= p
+		if r < 0 {
+			return order[i]
+		}
+	}
+	return order[len(order)-1]
+}

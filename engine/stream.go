@@ -1,0 +1,225 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// The streaming pipeline: four stages connected by channels.
+//
+//	prefetch: units i+1..i+k read from disk into a bounded pool of reused host buffers (k = Options.Prefetch)
+//	transfer: a loaded unit is converted into a free set of device buffers while the current layer computes
+//	compute:  the forward pass takes the sets in schedule order (stream.next)
+//	release:  the forward pass hands a set back (stream.release); its buffers take the next unit
+//
+// Every pool is a buffered channel, so the memory in flight is bounded by construction: at most k host
+// buffers and at most Options.MaxLayerBuffers decoder-layer sets exist, whatever the speeds of the stages.
+
+// pools holds the reusable buffers of a streamed engine. They live as long as the Engine.
+type pools struct {
+	host chan *hostBuffer
+	// sets holds the free device sets per kind ("layer", and the head units when they stream).
+	sets map[string]chan *weightSet
+	all  []*weightSet
+
+	inUse, peakInUse atomic.Int64 // layer sets taken by transfer and not yet released
+}
+
+func (p *pools) free() {
+	for _, w := range p.all {
+		w.free()
+	}
+	p.all = nil
+}
+
+// loadResult is what prefetch hands to transfer.
+type loadResult struct {
+	unit   string
+	loaded *loadedUnit
+	buf    *hostBuffer
+}
+
+// stream runs prefetch and transfer for a schedule of units, repeated for up to passes forward passes.
+type stream struct {
+	e        *Engine
+	schedule []string
+	ctx      context.Context
+	cancel   context.CancelFunc
+	loaded   chan loadResult
+	ready    chan *weightSet
+	errc     chan error // the first stage error
+	wg       sync.WaitGroup
+}
+
+// startStream starts the prefetch and transfer goroutines. The caller must call stop.
+func (e *Engine) startStream(ctx context.Context, schedule []string, passes int) *stream {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &stream{
+		e: e, schedule: schedule, ctx: ctx, cancel: cancel,
+		loaded: make(chan loadResult, e.opts.Prefetch),
+		ready:  make(chan *weightSet, 1),
+		errc:   make(chan error, 2),
+	}
+	total := passes * len(schedule)
+	s.wg.Add(2)
+	go s.prefetch(total)
+	go s.transfer(total)
+	return s
+}
+
+func (s *stream) fail(err error) {
+	select {
+	case s.errc <- err:
+	default:
+	}
+	s.cancel()
+}
+
+func (s *stream) prefetch(total int) {
+	defer s.wg.Done()
+	defer close(s.loaded)
+	p := s.e.pools
+	for i := range total {
+		unit := s.schedule[i%len(s.schedule)]
+		var buf *hostBuffer
+		select {
+		case buf = <-p.host:
+		case <-s.ctx.Done():
+			return
+		}
+		l, err := s.e.src.Load(s.ctx, unit, buf)
+		if err != nil {
+			p.host <- buf
+			if s.ctx.Err() == nil {
+				s.fail(fmt.Errorf("prefetch %s: %w", unit, err))
+			}
+			return
+		}
+		select {
+		case s.loaded <- loadResult{unit: unit, loaded: l, buf: buf}:
+		case <-s.ctx.Done():
+			p.host <- buf
+			return
+		}
+	}
+}
+
+func (s *stream) transfer(total int) {
+	defer s.wg.Done()
+	defer close(s.ready)
+	p := s.e.pools
+	for range total {
+		var r loadResult
+		var ok bool
+		select {
+		case r, ok = <-s.loaded:
+			if !ok {
+				return
+			}
+		case <-s.ctx.Done():
+			return
+		}
+		kind := unitKind(r.unit)
+		var w *weightSet
+		select {
+		case w = <-p.sets[kind]:
+		case <-s.ctx.Done():
+			p.host <- r.buf
+			return
+		}
+		if kind == kindLayer {
+			n := p.inUse.Add(1)
+			for {
+				peak := p.peakInUse.Load()
+				if n <= peak || p.peakInUse.CompareAndSwap(peak, n) {
+					break
+				}
+			}
+		}
+		err := w.fill(r.loaded, unitPrefix(r.unit))
+		p.host <- r.buf
+		if err != nil {
+			s.e.releaseSet(w)
+			s.fail(fmt.Errorf("transfer %s: %w", r.unit, err))
+			return
+		}
+		select {
+		case s.ready <- w:
+		case <-s.ctx.Done():
+			s.e.releaseSet(w)
+			return
+		}
+	}
+}
+
+// next returns the device set of the next unit of the schedule, which must be unit.
+func (s *stream) next(unit string) (*weightSet, error) {
+	select {
+	case w, ok := <-s.ready:
+		if ok {
+			if w.unit != unit {
+				s.e.releaseSet(w)
+				return nil, fmt.Errorf("stream: got unit %s, expected %s", w.unit, unit)
+			}
+			return w, nil
+		}
+	case <-s.ctx.Done():
+	}
+	select {
+	case err := <-s.errc:
+		return nil, err
+	default:
+	}
+	if err := s.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("stream: schedule exhausted")
+}
+
+// stop cancels the stages, waits for them and returns every buffer to its pool.
+func (s *stream) stop() {
+	s.cancel()
+	s.wg.Wait()
+	for r := range s.loaded {
+		s.e.pools.host <- r.buf
+	}
+	for w := range s.ready {
+		s.e.releaseSet(w)
+	}
+}
+
+// releaseSet hands a device set back to its pool (the release stage).
+func (e *Engine) releaseSet(w *weightSet) {
+	if w.kind == kindLayer {
+		e.pools.inUse.Add(-1)
+	}
+	e.pools.sets[w.kind] <- w
+}
+
+const kindLayer = "layer"
+
+func unitKind(unit string) string {
+	if layerIndex(unit) >= 0 {
+		return kindLayer
+	}
+	return unit
+}
+
+// layerIndex is N for "layer.N" and -1 for other units (the profiler's convention).
+func layerIndex(unit string) int {
+	var i int
+	if _, err := fmt.Sscanf(unit, "layer.%d", &i); err == nil {
+		return i
+	}
+	return -1
+}
+
+func unitPrefix(unit string) string {
+	if i := layerIndex(unit); i >= 0 {
+		return fmt.Sprintf("model.layers.%d.", i)
+	}
+	return ""
+}

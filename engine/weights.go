@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// deviceTensor is a tensor in a device buffer whose memory the host writes directly (a simplego shared
+// buffer): filling it is the host→device transfer, with no further copy at execution.
+type deviceTensor struct {
+	t    *tensors.Tensor
+	flat any // []float32 or []bfloat16.BFloat16 aliasing the buffer
+}
+
+func newDeviceTensor(b backends.Backend, dt dtypes.DType, dims ...int) (*deviceTensor, error) {
+	buf, flat, err := b.NewSharedBuffer(0, shapes.Make(dt, dims...))
+	if err != nil {
+		return nil, fmt.Errorf("device buffer %s%v: %w", dt, dims, err)
+	}
+	t, err := tensors.FromBuffer(b, buf)
+	if err != nil {
+		return nil, fmt.Errorf("device buffer %s%v: %w", dt, dims, err)
+	}
+	return &deviceTensor{t: t, flat: flat}, nil
+}
+
+func (d *deviceTensor) free() {
+	if d != nil && d.t != nil {
+		_ = d.t.FinalizeAll()
+		d.t, d.flat = nil, nil
+	}
+}
+
+// tensorSpec is one tensor of a unit as the device holds it.
+type tensorSpec struct {
+	suffix string // name after the unit's prefix ("model.layers.N." for layers, "" otherwise)
+	shape  []int
+	dtype  dtypes.DType
+}
+
+// weightSet is a set of device buffers holding one unit's weights. Sets are allocated once per unit kind and
+// refilled with unit after unit; a layer set serves any decoder layer.
+type weightSet struct {
+	kind    string // "layer", unitEmbed, unitNorm or unitLMHead
+	unit    string // the unit it currently holds
+	specs   []tensorSpec
+	tensors []*deviceTensor
+	bytes   int64
+}
+
+func newWeightSet(b backends.Backend, kind string, specs []tensorSpec) (*weightSet, error) {
+	w := &weightSet{kind: kind, specs: specs}
+	for _, s := range specs {
+		d, err := newDeviceTensor(b, s.dtype, s.shape...)
+		if err != nil {
+			w.free()
+			return nil, fmt.Errorf("%s weights: %w", kind, err)
+		}
+		w.tensors = append(w.tensors, d)
+		w.bytes += int64(s.dtype.Size()) * int64(shapes.Make(s.dtype, s.shape...).Size())
+	}
+	return w, nil
+}
+
+func (w *weightSet) free() {
+	for _, t := range w.tensors {
+		t.free()
+	}
+	w.tensors = nil
+}
+
+// args returns the device tensors in spec order, as graph inputs.
+func (w *weightSet) args() []any {
+	out := make([]any, len(w.tensors))
+	for i, t := range w.tensors {
+		out[i] = t.t
+	}
+	return out
+}
+
+// fill converts unit's tensors (named prefix+suffix) into the set's device buffers.
+func (w *weightSet) fill(l *loadedUnit, prefix string) error {
+	for i, s := range w.specs {
+		name := prefix + s.suffix
+		raw, ok := l.Tensors[name]
+		if !ok {
+			return fmt.Errorf("unit %s: missing tensor %q (expected shape %v)", l.Unit, name, s.shape)
+		}
+		if !slices.Equal(int64s(s.shape), raw.Shape) {
+			return fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v", l.Unit, name, raw.Shape, s.shape)
+		}
+		if err := convertInto(w.tensors[i].flat, raw); err != nil {
+			return fmt.Errorf("unit %s: tensor %q: %w", l.Unit, name, err)
+		}
+	}
+	w.unit = l.Unit
+	return nil
+}
+
+func int64s(dims []int) []int64 {
+	out := make([]int64, len(dims))
+	for i, d := range dims {
+		out[i] = int64(d)
+	}
+	return out
+}
+
+// convertInto writes raw's elements into dst ([]float32 or []bfloat16.BFloat16), converting the dtype.
+// Same-dtype data is copied as bytes (little-endian host).
+func convertInto(dst any, raw rawTensor) error {
+	n := len(raw.Data) / max(raw.DType.Size(), 1)
+	switch d := dst.(type) {
+	case []float32:
+		if len(d) != n {
+			return fmt.Errorf("%d elements for a buffer of %d", n, len(d))
+		}
+		if raw.DType == checkpoint.F32 {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d))), 4*len(d)), raw.Data)
+			return nil
+		}
+		return checkpoint.ToF32(d, raw.Data, raw.DType)
+	case []bfloat16.BFloat16:
+		if len(d) != n {
+			return fmt.Errorf("%d elements for a buffer of %d", n, len(d))
+		}
+		bytes := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d))), 2*len(d))
+		switch raw.DType {
+		case checkpoint.BF16:
+			copy(bytes, raw.Data)
+			return nil
+		case checkpoint.F32:
+			checkpoint.F32ToBF16(bytes, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(raw.Data))), n))
+			return nil
+		case checkpoint.F16:
+			f := make([]float32, n)
+			checkpoint.F16ToF32(f, raw.Data)
+			checkpoint.F32ToBF16(bytes, f)
+			return nil
+		}
+		return fmt.Errorf("cannot convert dtype %s to bf16", raw.DType)
+	}
+	return fmt.Errorf("unsupported device buffer type %T", dst)
+}
