@@ -1,0 +1,96 @@
+package guard_test
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/reference"
+)
+
+// pieces returns each token's text from a SentencePiece-style tokenizer.json: "▁" is a space and "<0xNN>" a byte.
+func pieces(t *testing.T, path string) map[int]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tj struct {
+		Model struct{ Vocab map[string]int } `json:"model"`
+	}
+	if err := json.Unmarshal(b, &tj); err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]string{}
+	for p, id := range tj.Model.Vocab {
+		if strings.HasPrefix(p, "<0x") && len(p) == 6 {
+			if v, err := strconv.ParseUint(p[3:5], 16, 8); err == nil {
+				out[id] = string([]byte{byte(v)})
+				continue
+			}
+		}
+		out[id] = strings.ReplaceAll(p, "▁", " ")
+	}
+	return out
+}
+
+// TestNoFalseAlarmOnGolden feeds every golden stories260K generation through a strict Monitor: the generated tokens
+// through ObserveToken, and the model's real logits at every generated step (from the float64 reference, rounded to
+// float32 as an engine returns them) through CheckLogits. The stories repeat words and phrases; none may trip.
+func TestNoFalseAlarmOnGolden(t *testing.T) {
+	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Cases []struct {
+			Prompt       string `json:"prompt"`
+			PromptIDs    []int  `json:"prompt_ids"`
+			GeneratedIDs []int  `json:"generated_ids"`
+			Text         string `json:"text"`
+		}
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	dir := testutil.SharedPath(t, "models", "stories260K-hf")
+	text := pieces(t, dir+"/tokenizer.json")
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range g.Cases {
+		m := guard.NewMonitor(guard.MonitorOptions{Strict: true})
+		var out strings.Builder
+		for i, id := range c.GeneratedIDs {
+			if err := m.ObserveToken(id, text[id]); err != nil {
+				t.Fatalf("%q token %d: false alarm: %v", c.Prompt, i, err)
+			}
+			out.WriteString(text[id])
+		}
+		if !strings.Contains(c.Text, strings.TrimSpace(out.String())[:40]) {
+			t.Fatalf("token texts do not rebuild the golden text: %q", out.String())
+		}
+
+		ids := append(append([]int{}, c.PromptIDs...), c.GeneratedIDs...)
+		ref, err := reference.Forward(ck, ids[:len(ids)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits := make([]float32, ck.Config.VocabSize)
+		for step := range c.GeneratedIDs {
+			for i, v := range ref.Logits[len(c.PromptIDs)-1+step] {
+				logits[i] = float32(v)
+			}
+			if err := m.CheckLogits(step, logits); err != nil {
+				t.Fatalf("%q step %d: false alarm: %v", c.Prompt, step, err)
+			}
+		}
+		t.Logf("%q: %d tokens, no alarm", c.Prompt, len(c.GeneratedIDs))
+	}
+}
