@@ -1,0 +1,581 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	commit1 = "1111111111111111111111111111111111111111"
+	commit2 = "2222222222222222222222222222222222222222"
+)
+
+// isolateEnv points every Hugging Face variable at nothing (and HF_ENDPOINT at a closed port), so a test can
+// never read the user's token or cache or reach the internet by falling back to a default.
+func isolateEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE",
+		"TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("HF_HOME", t.TempDir())
+	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+	retryDelay = time.Millisecond
+	t.Cleanup(func() { retryDelay = time.Second })
+}
+
+func testOptions(t *testing.T, h *fakeHub) Options {
+	return Options{Endpoint: h.srv.URL, CacheDir: t.TempDir(), Client: h.srv.Client()}
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// modelFiles is a small single-file model plus files that must not be downloaded.
+func modelFiles() map[string][]byte {
+	return map[string][]byte{
+		"config.json":            []byte(`{"model_type":"llama"}`),
+		"generation_config.json": []byte(`{"eos_token_id":2}`),
+		"tokenizer.json":         []byte(`{"model":{"type":"BPE"}}`),
+		"tokenizer_config.json":  []byte(`{}`),
+		"model.safetensors":      randomBytes(1, 300_000),
+		"pytorch_model.bin":      []byte("pickle"),
+		"onnx/model.onnx":        []byte("onnx"),
+		"README.md":              []byte("# tiny"),
+	}
+}
+
+var wanted = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}
+
+func checkSnapshot(t *testing.T, opts Options, id, commit, dir string, files map[string][]byte, names []string) {
+	t.Helper()
+	repoDir := filepath.Join(opts.CacheDir, "models--"+strings.ReplaceAll(id, "/", "--"))
+	if want := filepath.Join(repoDir, "snapshots", commit); dir != want {
+		t.Fatalf("dir = %s, want %s", dir, want)
+	}
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("snapshot file: %v", err)
+		}
+		if !bytes.Equal(got, files[name]) {
+			t.Fatalf("%s: content differs from the Hub's", name)
+		}
+		etag := gitBlobSHA1(files[name])
+		if strings.HasSuffix(name, ".safetensors") {
+			etag = sha256Hex(files[name])
+		}
+		link, err := os.Readlink(p)
+		if err != nil {
+			t.Fatalf("%s is not a symlink: %v", name, err)
+		}
+		want := strings.Repeat("../", 2+strings.Count(name, "/")) + "blobs/" + etag
+		if link != want {
+			t.Fatalf("%s links to %s, want %s", name, link, want)
+		}
+		if fi, err := os.Lstat(filepath.Join(repoDir, "blobs", etag)); err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("blob for %s: %v", name, err)
+		}
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(repoDir, "blobs", "*.*"))
+	if len(leftovers) > 0 {
+		t.Fatalf("blobs/ holds leftovers %v", leftovers)
+	}
+}
+
+func TestResolveDownloadsIntoCacheLayout(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := modelFiles()
+	h.addRepo("org/tiny", commit1, files)
+	opts := testOptions(t, h)
+	var progress bytes.Buffer
+	opts.Progress = &progress
+
+	dir, err := Resolve(context.Background(), "org/tiny", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, opts, "org/tiny", commit1, dir, files, wanted)
+	ref, err := os.ReadFile(filepath.Join(opts.CacheDir, "models--org--tiny", "refs", "main"))
+	if err != nil || string(ref) != commit1 {
+		t.Fatalf("refs/main = %q, %v; want %s", ref, err, commit1)
+	}
+	for _, skipped := range []string{"pytorch_model.bin", "model.onnx", "README.md"} {
+		if n := h.count("GET", skipped) + h.count("HEAD", skipped); n > 0 {
+			t.Errorf("%s was requested %d times; only the files layerstream reads should be", skipped, n)
+		}
+	}
+	if h.count("GET", "/cdn/") != 1 {
+		t.Errorf("CDN GETs = %d, want 1 (the redirect of model.safetensors)", h.count("GET", "/cdn/"))
+	}
+	if out := progress.String(); !strings.Contains(out, "model.safetensors") || !strings.Contains(out, "100%") {
+		t.Errorf("progress output lacks the file's bar: %q", out)
+	}
+
+	// A second Resolve finds every file in the snapshot: it asks the API for the commit and downloads nothing.
+	before := len(h.reqs())
+	dir2, err := Resolve(context.Background(), "org/tiny", Options{Endpoint: opts.Endpoint, CacheDir: opts.CacheDir, Client: opts.Client})
+	if err != nil || dir2 != dir {
+		t.Fatalf("second Resolve = %s, %v", dir2, err)
+	}
+	for _, r := range h.reqs()[before:] {
+		if !strings.HasPrefix(r.path, "/api/") {
+			t.Errorf("second Resolve requested %s %s; the snapshot was complete", r.method, r.path)
+		}
+	}
+}
+
+func TestResolveRevisionSharesBlobs(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := modelFiles()
+	repo := h.addRepo("org/tiny", commit1, files)
+	v2 := modelFiles()
+	v2["config.json"] = []byte(`{"model_type":"llama","v":2}`)
+	repo.files[commit2] = v2
+	repo.revs["v2"] = commit2
+	opts := testOptions(t, h)
+	if _, err := Resolve(context.Background(), "org/tiny", opts); err != nil {
+		t.Fatal(err)
+	}
+	opts.Revision = "v2"
+	dir, err := Resolve(context.Background(), "org/tiny", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, opts, "org/tiny", commit2, dir, v2, wanted)
+	if n := h.count("GET", "/cdn/"); n != 1 {
+		t.Errorf("the unchanged model.safetensors was fetched %d times, want once (its blob is shared)", n)
+	}
+	ref, _ := os.ReadFile(filepath.Join(opts.CacheDir, "models--org--tiny", "refs", "v2"))
+	if string(ref) != commit2 {
+		t.Errorf("refs/v2 = %q, want %s", ref, commit2)
+	}
+	// A commit sha as revision resolves to its snapshot and writes no ref.
+	opts.Revision = commit1
+	if dir, err := Resolve(context.Background(), "org/tiny", opts); err != nil || filepath.Base(dir) != commit1 {
+		t.Fatalf("Resolve at commit = %s, %v", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(opts.CacheDir, "models--org--tiny", "refs", commit1)); err == nil {
+		t.Error("a ref was written for a commit sha")
+	}
+}
+
+func TestResolveShardedCheckpoint(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := map[string][]byte{
+		"config.json":                      []byte(`{}`),
+		"model-00001-of-00002.safetensors": randomBytes(2, 5000),
+		"model-00002-of-00002.safetensors": randomBytes(3, 7000),
+		"model.safetensors.index.json": []byte(`{"metadata":{"total_size":12000},"weight_map":{
+			"model.embed_tokens.weight":"model-00001-of-00002.safetensors",
+			"model.layers.0.mlp.up_proj.weight":"model-00001-of-00002.safetensors",
+			"lm_head.weight":"model-00002-of-00002.safetensors"}}`),
+		"pytorch_model-00001-of-00002.bin": []byte("pickle"),
+	}
+	h.addRepo("org/sharded", commit1, files)
+	opts := testOptions(t, h)
+	dir, err := Resolve(context.Background(), "org/sharded", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, opts, "org/sharded", commit1, dir, files, []string{"config.json", "model.safetensors.index.json",
+		"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+	if h.count("HEAD", ".bin") > 0 {
+		t.Error("a .bin file was requested")
+	}
+}
+
+func TestResumeWithinOneResolve(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := modelFiles()
+	h.addRepo("org/tiny", commit1, files)
+	sha := sha256Hex(files["model.safetensors"])
+	h.cutOnce[sha] = 123_457
+	opts := testOptions(t, h)
+	dir, err := Resolve(context.Background(), "org/tiny", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, opts, "org/tiny", commit1, dir, files, wanted)
+	var ranges []string
+	for _, r := range h.reqs() {
+		if r.method == "GET" && strings.Contains(r.path, "/resolve/") && strings.HasSuffix(r.path, "model.safetensors") {
+			ranges = append(ranges, r.rangeHdr)
+		}
+	}
+	if len(ranges) != 2 || ranges[0] != "" || ranges[1] != "bytes=123457-" {
+		t.Fatalf("Range headers of the model.safetensors GETs = %q, want [\"\" \"bytes=123457-\"]", ranges)
+	}
+}
+
+func TestResumeAcrossRuns(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := modelFiles()
+	h.addRepo("org/tiny", commit1, files)
+	sha := sha256Hex(files["model.safetensors"])
+	h.cutOnce[sha] = 100_000
+	maxAttempts = 1
+	t.Cleanup(func() { maxAttempts = 5 })
+	opts := testOptions(t, h)
+
+	_, err := Resolve(context.Background(), "org/tiny", opts)
+	if !errors.Is(err, ErrNoNetwork) {
+		t.Fatalf("interrupted download: err = %v, want ErrNoNetwork", err)
+	}
+	blobs := filepath.Join(opts.CacheDir, "models--org--tiny", "blobs")
+	if _, err := os.Stat(filepath.Join(blobs, sha)); err == nil {
+		t.Fatal("a blob was placed for an interrupted download")
+	}
+	fi, err := os.Stat(filepath.Join(blobs, sha+".incomplete"))
+	if err != nil {
+		t.Fatalf("no partial download kept: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(blobs, sha+".lock")); err == nil {
+		t.Error("the lock file outlived the download")
+	}
+	partial := fi.Size()
+	if partial == 0 || partial >= int64(len(files["model.safetensors"])) {
+		t.Fatalf("partial file has %d bytes", partial)
+	}
+
+	before := len(h.reqs())
+	dir, err := Resolve(context.Background(), "org/tiny", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, opts, "org/tiny", commit1, dir, files, wanted)
+	var got []string
+	for _, r := range h.reqs()[before:] {
+		if r.method == "GET" && (strings.Contains(r.path, "/cdn/") || strings.HasSuffix(r.path, ".safetensors")) {
+			got = append(got, r.rangeHdr)
+		}
+	}
+	want := fmt.Sprintf("bytes=%d-", partial)
+	if len(got) == 0 || got[0] != want {
+		t.Fatalf("resumed GET Range headers = %q, want %q", got, want)
+	}
+}
+
+func TestGatedRepo(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := modelFiles()
+	h.addRepo("org/gated", commit1, files).token = "hf_good"
+	opts := testOptions(t, h)
+
+	_, err := Resolve(context.Background(), "org/gated", opts)
+	if !errors.Is(err, ErrGated) {
+		t.Fatalf("without token: err = %v, want ErrGated", err)
+	}
+	for _, s := range []string{h.srv.URL + "/org/gated", "HF_TOKEN", "Gated or private repository", "licence"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+
+	opts.Token = "hf_wrong"
+	if _, err := Resolve(context.Background(), "org/gated", opts); !errors.Is(err, ErrGated) ||
+		!strings.Contains(err.Error(), "token") {
+		t.Fatalf("wrong token: err = %v, want ErrGated about the token", err)
+	}
+
+	opts.Token = "hf_good"
+	before := len(h.reqs())
+	dir, err := Resolve(context.Background(), "org/gated", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, opts, "org/gated", commit1, dir, files, wanted)
+	for _, r := range h.reqs()[before:] {
+		if r.auth != "Bearer hf_good" {
+			t.Errorf("%s %s sent Authorization %q", r.method, r.path, r.auth)
+		}
+	}
+}
+
+func TestTokenFromEnvironment(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	h.addRepo("org/gated", commit1, modelFiles()).token = "hf_file"
+	if err := os.WriteFile(filepath.Join(os.Getenv("HF_HOME"), "token"), []byte("hf_file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resolve(context.Background(), "org/gated", testOptions(t, h)); err != nil {
+		t.Fatalf("token from $HF_HOME/token: %v", err)
+	}
+	h.repos["org/gated"].token = "hf_env"
+	t.Setenv("HF_TOKEN", "hf_env")
+	if _, err := Resolve(context.Background(), "org/gated", testOptions(t, h)); err != nil {
+		t.Fatalf("token from HF_TOKEN: %v", err)
+	}
+}
+
+func TestOffline(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	h.addRepo("org/tiny", commit1, modelFiles())
+	opts := testOptions(t, h)
+	dir, err := Resolve(context.Background(), "org/tiny", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(h.reqs())
+
+	offline := opts
+	offline.Offline = true
+	if got, err := Resolve(context.Background(), "org/tiny", offline); err != nil || got != dir {
+		t.Fatalf("offline, warm cache: %s, %v; want %s", got, err, dir)
+	}
+	t.Setenv("HF_HUB_OFFLINE", "1")
+	if got, err := Resolve(context.Background(), "org/tiny", opts); err != nil || got != dir {
+		t.Fatalf("HF_HUB_OFFLINE=1, warm cache: %s, %v; want %s", got, err, dir)
+	}
+
+	_, err = Resolve(context.Background(), "org/other", opts)
+	if !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "org/other") ||
+		!strings.Contains(err.Error(), "layerstream download org/other") {
+		t.Fatalf("offline, cold cache: err = %v, want ErrOffline naming the repo and the fix", err)
+	}
+	opts.Revision = "v9"
+	if _, err := Resolve(context.Background(), "org/tiny", opts); !errors.Is(err, ErrOffline) {
+		t.Fatalf("offline, uncached revision: err = %v, want ErrOffline", err)
+	}
+	opts.Revision = ""
+	// A snapshot missing its weights is not good enough offline.
+	os.Remove(filepath.Join(dir, "model.safetensors"))
+	if _, err := Resolve(context.Background(), "org/tiny", opts); !errors.Is(err, ErrOffline) ||
+		!strings.Contains(err.Error(), "model.safetensors") {
+		t.Fatalf("offline, partial snapshot: err = %v, want ErrOffline naming model.safetensors", err)
+	}
+	if n := len(h.reqs()) - before; n != 0 {
+		t.Fatalf("offline mode made %d requests", n)
+	}
+}
+
+func TestNoNetwork(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	h.addRepo("org/tiny", commit1, modelFiles())
+	opts := testOptions(t, h)
+	if _, err := Resolve(context.Background(), "org/tiny", opts); err != nil {
+		t.Fatal(err)
+	}
+	dead := httptest.NewServer(nil)
+	dead.Close()
+	opts.Endpoint = dead.URL
+	opts.Client = nil
+
+	_, err := Resolve(context.Background(), "org/tiny", opts)
+	if !errors.Is(err, ErrNoNetwork) || !strings.Contains(err.Error(), "HF_HUB_OFFLINE=1") ||
+		!strings.Contains(err.Error(), "No network") {
+		t.Fatalf("warm cache, no network: err = %v, want ErrNoNetwork with the HF_HUB_OFFLINE hint", err)
+	}
+	opts.CacheDir = t.TempDir()
+	_, err = Resolve(context.Background(), "org/tiny", opts)
+	if !errors.Is(err, ErrNoNetwork) || strings.Contains(err.Error(), "HF_HUB_OFFLINE") {
+		t.Fatalf("cold cache, no network: err = %v, want ErrNoNetwork without the offline hint", err)
+	}
+}
+
+func TestCorruptDownloadIsRejected(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := modelFiles()
+	h.addRepo("org/tiny", commit1, files)
+	sha := sha256Hex(files["model.safetensors"])
+	h.corrupt[sha] = true
+	opts := testOptions(t, h)
+	_, err := Resolve(context.Background(), "org/tiny", opts)
+	if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "model.safetensors") {
+		t.Fatalf("err = %v, want ErrChecksum naming model.safetensors", err)
+	}
+	repoDir := filepath.Join(opts.CacheDir, "models--org--tiny")
+	for _, p := range []string{"blobs/" + sha, "blobs/" + sha + ".incomplete", "snapshots/" + commit1 + "/model.safetensors", "refs/main"} {
+		if _, err := os.Lstat(filepath.Join(repoDir, p)); err == nil {
+			t.Errorf("%s exists after a corrupted download", p)
+		}
+	}
+}
+
+func TestConcurrentResolve(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	files := modelFiles()
+	h.addRepo("org/tiny", commit1, files)
+	h.cdnDelay = 50 * time.Millisecond
+	opts := testOptions(t, h)
+	var wg sync.WaitGroup
+	dirs := make([]string, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() { dirs[i], errs[i] = Resolve(context.Background(), "org/tiny", opts) })
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		checkSnapshot(t, opts, "org/tiny", commit1, dirs[i], files, wanted)
+	}
+	if n := h.count("GET", "/cdn/"); n != 1 {
+		t.Errorf("model.safetensors was downloaded %d times, want once", n)
+	}
+	if n := h.count("GET", "/config.json"); n != 1 {
+		t.Errorf("config.json was downloaded %d times, want once", n)
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	h.addRepo("org/tiny", commit1, modelFiles())
+	h.addRepo("org/pickle", commit1, map[string][]byte{"config.json": []byte(`{}`), "pytorch_model.bin": []byte("x")})
+	h.addRepo("org/dataset-like", commit1, map[string][]byte{"data.csv": []byte("a,b")})
+	opts := testOptions(t, h)
+	cases := []struct {
+		repo, rev string
+		mention   []string
+	}{
+		{"org/missing", "", []string{"repository org/missing", "spelling"}},
+		{"org/tiny", "nope", []string{`revision "nope"`, "org/tiny"}},
+		{"org/pickle", "", []string{"pytorch_model.bin", "safetensors"}},
+		{"org/dataset-like", "", []string{"config.json"}},
+	}
+	for _, c := range cases {
+		o := opts
+		o.Revision = c.rev
+		_, err := Resolve(context.Background(), c.repo, o)
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s@%s: err = %v, want ErrNotFound", c.repo, c.rev, err)
+			continue
+		}
+		for _, m := range c.mention {
+			if !strings.Contains(err.Error(), m) {
+				t.Errorf("%s@%s: error %q does not mention %q", c.repo, c.rev, err, m)
+			}
+		}
+	}
+}
+
+func TestNoSpaceBeforeDownload(t *testing.T) {
+	isolateEnv(t)
+	h := newFakeHub(t)
+	h.addRepo("org/tiny", commit1, modelFiles())
+	freeSpace = func(string) (int64, error) { return 1000, nil }
+	t.Cleanup(func() { freeSpace = statfsFree })
+	_, err := Resolve(context.Background(), "org/tiny", testOptions(t, h))
+	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "HF_HUB_CACHE") {
+		t.Fatalf("err = %v, want ErrNoSpace suggesting HF_HUB_CACHE", err)
+	}
+	if n := h.count("GET", ""); n != 1 {
+		t.Errorf("%d GETs before failing on space, want only the metadata call", n)
+	}
+}
+
+func TestResolveLocalPathAndIsRepoID(t *testing.T) {
+	isolateEnv(t)
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll("org/local", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if dir, err := Resolve(context.Background(), "org/local", Options{}); err != nil || dir != "org/local" {
+		t.Fatalf("existing folder: %s, %v", dir, err)
+	}
+	if _, err := Resolve(context.Background(), "./no/such/folder", Options{}); err == nil ||
+		!strings.Contains(err.Error(), "./no/such/folder") {
+		t.Fatalf("missing local path: err = %v", err)
+	}
+	for s, want := range map[string]bool{
+		"HuggingFaceTB/SmolLM2-135M-Instruct": true,
+		"gpt2":                                true,
+		"meta-llama/Llama-3.2-1B":             true,
+		"org/local":                           false, // exists here
+		"./models/x":                          false,
+		"/abs/path":                           false,
+		"a/b/c":                               false,
+		"org/-bad":                            false,
+		"org/bad.":                            false,
+		"org--x/y":                            false,
+		"org/a..b":                            false,
+		"org/with space":                      false,
+		"":                                    false,
+		strings.Repeat("a", 97):               false,
+	} {
+		if got := IsRepoID(s); got != want {
+			t.Errorf("IsRepoID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	isolateEnv(t)
+	home := os.Getenv("HF_HOME")
+	t.Setenv("HF_ENDPOINT", "https://mirror.example/")
+	t.Setenv("HF_HUB_OFFLINE", "true")
+	os.WriteFile(filepath.Join(home, "token"), []byte(" hf_from_file \n"), 0o600)
+	o := OptionsFromEnv()
+	want := Options{Revision: "main", Token: "hf_from_file", Endpoint: "https://mirror.example",
+		CacheDir: filepath.Join(home, "hub"), Offline: true}
+	if o != want {
+		t.Fatalf("OptionsFromEnv = %+v, want %+v", o, want)
+	}
+	t.Setenv("HF_TOKEN", "hf_env")
+	t.Setenv("HF_HUB_CACHE", "/elsewhere")
+	t.Setenv("HF_HUB_OFFLINE", "0")
+	o = OptionsFromEnv()
+	if o.Token != "hf_env" || o.CacheDir != "/elsewhere" || o.Offline {
+		t.Fatalf("OptionsFromEnv = %+v", o)
+	}
+}
+
+func TestInvalidRevision(t *testing.T) {
+	isolateEnv(t)
+	for _, rev := range []string{"../x", "a//b", "/abs", `a\b`} {
+		if _, err := Resolve(context.Background(), "org/tiny", Options{Revision: rev, Offline: true}); err == nil ||
+			!strings.Contains(err.Error(), "invalid revision") {
+			t.Errorf("revision %q: err = %v", rev, err)
+		}
+	}
+}
+
+func FuzzParseIndex(f *testing.F) {
+	f.Add([]byte(`{"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"../../etc/passwd.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		shards, err := parseIndex(b)
+		if err != nil {
+			return
+		}
+		if len(shards) == 0 {
+			t.Fatal("no shards and no error")
+		}
+		for _, s := range shards {
+			if !safeRepoPath(s) || !strings.HasSuffix(s, ".safetensors") {
+				t.Fatalf("unsafe shard name %q accepted", s)
+			}
+		}
+	})
+}

@@ -1,0 +1,66 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// lockPoll is how often a waiting process retries a held lock (a non-blocking flock, so ctx can cancel it).
+const lockPoll = 50 * time.Millisecond
+
+// lockFile takes an exclusive flock on path, creating it, and returns the function that releases it. onWait
+// runs once if another process (or goroutine) holds the lock. The holder removes the file before unlocking, so a
+// waiter that then locks the old, unlinked file notices and locks the new one instead.
+func lockFile(ctx context.Context, path string, onWait func()) (unlock func(), err error) {
+	waited := false
+	for {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		for {
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+				f.Close()
+				return nil, fmt.Errorf("lock %s: %w", path, err)
+			}
+			if !waited && onWait != nil {
+				onWait()
+				waited = true
+			}
+			select {
+			case <-ctx.Done():
+				f.Close()
+				return nil, ctx.Err()
+			case <-time.After(lockPoll):
+			}
+		}
+		held, herr := f.Stat()
+		cur, cerr := os.Stat(path)
+		if herr == nil && cerr == nil && os.SameFile(held, cur) {
+			return func() {
+				os.Remove(path)
+				f.Close()
+			}, nil
+		}
+		f.Close()
+	}
+}
+
+// freeSpace returns the bytes available to this user on dir's file system; a variable so tests can fake a full disk.
+var freeSpace = statfsFree
+
+func statfsFree(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
