@@ -1,0 +1,345 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/synth"
+)
+
+// tinyShape is a synthetic 8-layer model small enough for unit tests.
+func tinyShape(tied bool) synth.Shape {
+	return synth.Shape{HiddenSize: 32, IntermediateSize: 48, NumLayers: 8, NumHeads: 4, NumKVHeads: 2,
+		VocabSize: 64, TieEmbeddings: tied, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2}
+}
+
+func writeTiny(t *testing.T, opts synth.Options) string {
+	t.Helper()
+	dir := t.TempDir()
+	if opts.DType == "" {
+		opts.DType = checkpoint.F32
+	}
+	opts.Std = 0.2 // large enough that logits differ clearly between positions
+	if err := synth.Write(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func open(t *testing.T, model string, opts Options) *Engine {
+	t.Helper()
+	e, err := Open(context.Background(), model, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func maxDiff(a, b [][]float32) float64 {
+	m := 0.0
+	for i := range a {
+		for j := range a[i] {
+			m = max(m, math.Abs(float64(a[i][j]-b[i][j])))
+		}
+	}
+	return m
+}
+
+// tokenByToken returns the logits of every position computed one position per forward pass (decode path).
+func tokenByToken(t *testing.T, e *Engine, ids []int) [][]float32 {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := e.kvStore(bucket(len(ids)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.newStream(ctx, len(ids))
+	if st != nil {
+		defer st.stop()
+	}
+	var out [][]float32
+	for _, id := range ids {
+		l, err := e.pass(ctx, st, kv, []int{id}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l[0])
+	}
+	return out
+}
+
+var testIDs = []int{1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421}
+
+// TestStreamedResidentPrefillDecodeAgree: the logits do not depend on how weights reach the device or on
+// whether the prompt is prefilled in one pass or fed token by token.
+// Tolerances: streamed vs resident run the same graphs on the same bytes, so they must be identical (0);
+// one-pass prefill vs token-by-token run different graph shapes (summation order), within 1e-5.
+func TestStreamedResidentPrefillDecodeAgree(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	ctx := context.Background()
+	streamed := open(t, model, Options{Prefetch: 1, MaxLayerBuffers: 1})
+	resident := open(t, model, Options{Resident: true})
+	all := open(t, model, Options{StreamAll: true})
+	a, err := streamed.Logits(ctx, testIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := resident.Logits(ctx, testIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := all.Logits(ctx, testIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(a, b); d != 0 {
+		t.Errorf("streamed vs resident logits differ by %g", d)
+	}
+	if d := maxDiff(a, c); d != 0 {
+		t.Errorf("streamed vs stream-all logits differ by %g", d)
+	}
+	for name, e := range map[string]*Engine{"streamed": streamed, "resident": resident} {
+		tok := tokenByToken(t, e, testIDs)
+		d := maxDiff(a, tok)
+		t.Logf("%s: one-pass prefill vs token by token: max abs diff %.2g", name, d)
+		if d > 1e-5 {
+			t.Errorf("%s: one-pass prefill vs token by token differ by %g (> 1e-5)", name, d)
+		}
+	}
+	// Generation with a chunked prefill (3 tokens per pass) picks the same tokens.
+	one, err := streamed.Generate(ctx, Request{PromptIDs: testIDs, MaxNewTokens: 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunked, err := streamed.Generate(ctx, Request{PromptIDs: testIDs, MaxNewTokens: 20, PrefillChunk: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalInts(one.GeneratedIDs, chunked.GeneratedIDs) {
+		t.Errorf("chunked prefill generated %v, one pass %v", chunked.GeneratedIDs, one.GeneratedIDs)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTiedAndMissingLMHead(t *testing.T) {
+	ctx := context.Background()
+	tied := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 1})
+	e := open(t, tied, Options{})
+	res, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 4, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.GeneratedIDs) != 4 || res.StopReason != StopMaxNewTokens {
+		t.Fatalf("tied model: got %v (%s), want 4 tokens and max_new_tokens", res.GeneratedIDs, res.StopReason)
+	}
+	// The tied head really is the embedding: logits are not all zero and differ across the vocabulary.
+	l, err := e.Logits(ctx, []int{1, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := l[1][0], l[1][0]
+	for _, v := range l[1] {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	if hi-lo < 1e-3 {
+		t.Fatalf("tied model logits are flat: [%g, %g]", lo, hi)
+	}
+
+	broken := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 1, DropLMHead: true})
+	for _, opts := range []Options{{}, {StreamAll: true}, {Resident: true}} {
+		_, err = Open(ctx, broken, opts)
+		if err == nil {
+			t.Fatal("Open of a checkpoint without lm_head.weight and untied embeddings succeeded")
+		}
+		for _, want := range []string{"lm_head.weight", "tie_word_embeddings"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+		}
+	}
+}
+
+// TestLayerBufferBudget counts live decoder-layer buffers while a synthetic 8-layer model generates.
+func TestLayerBufferBudget(t *testing.T) {
+	ctx := context.Background()
+	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 2})
+	ref := open(t, model, Options{Resident: true})
+	want, err := ref.Generate(ctx, Request{PromptIDs: []int{1, 7, 3}, MaxNewTokens: 6, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerBytes := int64(0)
+	for _, s := range ref.layerSpecs {
+		n := int64(s.dtype.Size())
+		for _, d := range s.shape {
+			n *= int64(d)
+		}
+		layerBytes += n
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		budget int
+	}{
+		{"max-layer-buffers=1", Options{MaxLayerBuffers: 1}, 1},
+		{"max-layer-buffers=3", Options{MaxLayerBuffers: 3, Prefetch: 4}, 3},
+		{"device-budget=2.5 layers", Options{DeviceBudget: layerBytes * 5 / 2, Prefetch: 3}, 2},
+		{"stream-all", Options{StreamAll: true, MaxLayerBuffers: 2}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := open(t, model, tc.opts)
+			res, err := e.Generate(ctx, Request{PromptIDs: []int{1, 7, 3}, MaxNewTokens: 6, StopIDs: []int{}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalInts(res.GeneratedIDs, want.GeneratedIDs) {
+				t.Errorf("generated %v, resident %v", res.GeneratedIDs, want.GeneratedIDs)
+			}
+			s := e.Stats()
+			if s.LayerBuffers != tc.budget {
+				t.Errorf("%d layer buffers allocated, budget %d", s.LayerBuffers, tc.budget)
+			}
+			if s.PeakLayerBuffersInUse < 1 || s.PeakLayerBuffersInUse > tc.budget {
+				t.Errorf("peak live layer buffers %d, budget %d", s.PeakLayerBuffersInUse, tc.budget)
+			}
+		})
+	}
+	_, err = Open(ctx, model, Options{DeviceBudget: layerBytes / 2})
+	if err == nil || !strings.Contains(err.Error(), "smaller than one decoder layer") {
+		t.Errorf("a budget of half a layer: got %v, want an error", err)
+	}
+}
+
+func TestCancellation(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 3})
+	before := runtime.NumGoroutine()
+	for _, opts := range []Options{{}, {StreamAll: true, Prefetch: 3}, {Resident: true}} {
+		e, err := Open(context.Background(), model, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Cancelled mid-generation, from the token callback.
+		ctx, cancel := context.WithCancel(context.Background())
+		n := 0
+		_, err = e.Generate(ctx, Request{PromptIDs: []int{1, 2, 3}, MaxNewTokens: 40, StopIDs: []int{}}, func(Token) error {
+			if n++; n == 3 {
+				cancel()
+			}
+			return nil
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%+v: cancelled generation returned %v, want context.Canceled", opts, err)
+		}
+		if n != 3 {
+			t.Errorf("%+v: %d tokens after cancelling at 3", opts, n)
+		}
+		// Already cancelled.
+		if _, err := e.Logits(ctx, []int{1, 2}); !errors.Is(err, context.Canceled) {
+			t.Errorf("%+v: Logits with a cancelled context returned %v", opts, err)
+		}
+		// The engine still works after a cancellation: every buffer went back to its pool.
+		if _, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 2, 3}, MaxNewTokens: 3}, nil); err != nil {
+			t.Errorf("%+v: generation after a cancellation: %v", opts, err)
+		}
+		e.Close()
+	}
+	// No stage goroutine outlives its generation.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestContextOverflowIsAnErrorBeforeWork(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 4})
+	e := open(t, model, Options{})
+	_, err := e.Generate(context.Background(), Request{PromptIDs: make([]int, 60), MaxNewTokens: 10}, func(Token) error {
+		t.Fatal("a token was generated")
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "max_position_embeddings") {
+		t.Fatalf("got %v, want a context overflow error", err)
+	}
+	// MaxNewTokens 0 fills the context and says so.
+	res, err := e.Generate(context.Background(), Request{PromptIDs: make([]int, 60), StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.GeneratedIDs) != 4 || res.StopReason != StopContext {
+		t.Fatalf("got %d tokens, stop %q; want 4 and %q", len(res.GeneratedIDs), res.StopReason, StopContext)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 5})
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Device: "cuda"}, "built without the xla build tag"},
+		{Options{Device: "tpu"}, "unknown device"},
+		{Options{DType: "f16"}, "dtype"},
+		{Options{Resident: true, StreamAll: true}, "exclude"},
+	} {
+		if _, err := Open(ctx, model, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", tc.opts, err, tc.want)
+		}
+	}
+	if _, err := Open(ctx, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("empty folder: got %v", err)
+	}
+}
+
+// TestBF16Compute: bf16 weights on the device give logits close to the f32 computation.
+func TestBF16Compute(t *testing.T) {
+	ctx := context.Background()
+	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 6, DType: checkpoint.BF16})
+	f := open(t, model, Options{DType: "f32"})
+	b := open(t, model, Options{DType: "bf16"})
+	ids := []int{1, 9, 17, 33}
+	lf, err := f.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Activations are rounded to bf16 (8 significant bits) before each matrix product: allow 3% of the
+	// logits' range.
+	scale := 0.0
+	for _, row := range lf {
+		for _, v := range row {
+			scale = max(scale, math.Abs(float64(v)))
+		}
+	}
+	d := maxDiff(lf, lb)
+	t.Logf("bf16 vs f32 compute: max abs diff %.3g (largest |logit| %.3g)", d, scale)
+	if d > 0.03*scale || d == 0 {
+		t.Errorf("bf16 vs f32 logits differ by %g, want (0, %g]", d, 0.03*scale)
+	}
+}

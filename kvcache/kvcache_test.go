@@ -1,0 +1,77 @@
+package kvcache
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestViewIsLayerZero(t *testing.T) {
+	s, err := New(Config{Layers: 3, Batch: 1, KVHeads: 2, Capacity: 4, HeadDim: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two new positions from a graph output padded to a stride of 4: [kvHeads=2, stride=4, headDim=2].
+	k := []float32{1, 1, 2, 2, 0, 0, 0, 0, 3, 3, 4, 4, 0, 0, 0, 0}
+	v := make([]float32, len(k))
+	for i := range v {
+		v[i] = -k[i]
+	}
+	view := s.View(2)
+	if _, err := view.Layer(1); err == nil {
+		t.Error("a one-layer view answered for layer 1")
+	}
+	slot, err := view.Layer(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Write(0, 2, 4, k, v); err != nil {
+		t.Fatal(err)
+	}
+	// Layer 2 of the store holds the positions at 0 and 1 of each head; other layers are untouched.
+	want := []float32{1, 1, 2, 2, 0, 0, 0, 0, 3, 3, 4, 4, 0, 0, 0, 0}
+	for i := range want {
+		if slot.K[i] != want[i] || slot.V[i] != -want[i] {
+			t.Fatalf("layer 2 K = %v V = %v, want %v", slot.K, slot.V, want)
+		}
+	}
+	for _, l := range []int{0, 1} {
+		other, _ := s.View(l).Layer(0)
+		for _, x := range other.K {
+			if x != 0 {
+				t.Fatalf("layer %d was written: %v", l, other.K)
+			}
+		}
+	}
+	if err := s.Advance(0, 2); err != nil {
+		t.Fatal(err)
+	}
+	// The next write appends at position 2.
+	one := []float32{5, 5, 6, 6}
+	if err := view.Write(0, 1, 1, one, one); err != nil {
+		t.Fatal(err)
+	}
+	if slot.K[4] != 5 || slot.K[12] != 6 {
+		t.Errorf("append landed wrong: %v", slot.K)
+	}
+	if err := s.Advance(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Overflow is an error, not a silent overwrite.
+	if err := view.Write(0, 2, 2, make([]float32, 8), make([]float32, 8)); err == nil || !strings.Contains(err.Error(), "capacity") {
+		t.Errorf("overflow: got %v", err)
+	}
+	s.Reset()
+	if s.Len(0) != 0 || view.Len(0) != 0 {
+		t.Error("Reset kept positions")
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := New(Config{Layers: 1, Batch: 1, KVHeads: 0, Capacity: 1, HeadDim: 1}, nil); err == nil {
+		t.Error("zero kv heads accepted")
+	}
+	short := func(n int) ([]float32, any, error) { return make([]float32, n-1), nil, nil }
+	if _, err := New(Config{Layers: 1, Batch: 1, KVHeads: 1, Capacity: 2, HeadDim: 2}, short); err == nil {
+		t.Error("a short allocation accepted")
+	}
+}
