@@ -42,6 +42,9 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 			return nil, fmt.Errorf("reference: token id %d at position %d is outside the vocabulary (vocab_size %d)", id, i, cfg.VocabSize)
 		}
 	}
+	if _, ok := ck.Tensor("lm_head.weight"); !ok && !cfg.TieWordEmbeddings {
+		return nil, fmt.Errorf("reference %s: no tensor \"lm_head.weight\" and tie_word_embeddings is false in config.json: the output projection is missing", ck.Dir)
+	}
 	emb, err := load(ck, "model.embed_tokens.weight", cfg.VocabSize, cfg.HiddenSize)
 	if err != nil {
 		return nil, err
@@ -69,6 +72,25 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 		}
 	}
 
+	if out.Logits, err = headLogits(ck, emb, x); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HeadLogits applies the final norm and the output projection to hidden states (one row per position): the
+// logits a model truncated after some layer would produce, given that layer's Output.Hidden ("logit lens").
+func HeadLogits(ck *checkpoint.Checkpoint, hidden [][]float64) ([][]float64, error) {
+	emb, err := load(ck, "model.embed_tokens.weight", ck.Config.VocabSize, ck.Config.HiddenSize)
+	if err != nil {
+		return nil, err
+	}
+	return headLogits(ck, emb, hidden)
+}
+
+// headLogits computes lm_head(rmsnorm(x)) at every position; emb is the output projection of tied models.
+func headLogits(ck *checkpoint.Checkpoint, emb matrix, x [][]float64) ([][]float64, error) {
+	cfg := ck.Config
 	norm, err := load(ck, "model.norm.weight", cfg.HiddenSize)
 	if err != nil {
 		return nil, err
@@ -81,13 +103,12 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 	} else if !cfg.TieWordEmbeddings {
 		return nil, fmt.Errorf("reference %s: no tensor \"lm_head.weight\" and tie_word_embeddings is false in config.json: the output projection is missing", ck.Dir)
 	}
-	out.Logits = make([][]float64, len(x))
+	logits := make([][]float64, len(x))
 	parallel(len(x), func(p int) {
-		h := rmsNorm(x[p], norm.data, cfg.RMSNormEps)
-		out.Logits[p] = make([]float64, cfg.VocabSize)
-		head.apply(out.Logits[p], h)
+		logits[p] = make([]float64, cfg.VocabSize)
+		head.apply(logits[p], rmsNorm(x[p], norm.data, cfg.RMSNormEps))
 	})
-	return out, nil
+	return logits, nil
 }
 
 // supported rejects configurations this reference does not implement, rather than computing something else.

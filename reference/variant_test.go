@@ -69,3 +69,23 @@ func TestOverflowTripsNaNDetector(t *testing.T) {
 	}
 	t.Log(problem)
 }
+
+// TestHeadLogits: the head applied to the last layer's hidden states gives Forward's logits exactly.
+func TestHeadLogits(t *testing.T) {
+	ck := writeSynth(t, synth.Options{Shape: tinyShape, Seed: 2})
+	out, err := Forward(ck, []int{1, 5, 9, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := HeadLogits(ck, out.Hidden[len(out.Hidden)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range got {
+		for i := range got[p] {
+			if got[p][i] != out.Logits[p][i] {
+				t.Fatalf("pos %d id %d: %g != %g", p, i, got[p][i], out.Logits[p][i])
+			}
+		}
+	}
+}
