@@ -1,0 +1,241 @@
+package shards
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"slices"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// Shard file format, version 1. Every number is little-endian.
+//
+//	[0, 64)            prefix: magic "LSSHARD\x00", uint32 version, 52 zero bytes
+//	[64, H)            tensor data; each tensor starts at a multiple of 64 bytes, zero padding between
+//	[H, size-24)       header: JSON (shardHeader), padded in front with zeros so that the file size is a
+//	                   multiple of 4096 (O_DIRECT reads whole pages)
+//	[size-24, size)    trailer: uint32 header length, uint32 CRC-32C of the header JSON, uint32 version,
+//	                   uint32 zero, magic "LSSHARD\x00"
+//
+// The header sits at the end so a shard is written in one sequential pass (checksums are known only after the
+// data went by) and read with one sequential read of the whole file. Checksums are CRC-32C (Castagnoli) of each
+// tensor's decoded bytes, so they do not depend on the encoding and equal a checksum of the source tensor.
+const (
+	magic        = "LSSHARD\x00"
+	version      = 1
+	prefixSize   = 64
+	trailerSize  = 24
+	dataAlign    = 64
+	pageSize     = 4096
+	shuffleBlock = 64 << 10 // shuffle-zstd shuffles bytes within blocks of this size
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc32c(b []byte) uint32 { return crc32.Update(0, castagnoli, b) }
+
+// Encoding is how a tensor's bytes are stored in a shard.
+type Encoding string
+
+// The encodings. Zstd compresses the bytes as they are; ShuffleZstd first groups byte k of every element
+// together (2 planes for 16-bit types, 4 for float32) within each 64 KiB block, then compresses: the exponent
+// bytes of weights are far more regular than the mantissa bytes, so this compresses better.
+const (
+	Raw         Encoding = "raw"
+	Zstd        Encoding = "zstd"
+	ShuffleZstd Encoding = "shuffle-zstd"
+)
+
+// ParseEncoding validates an encoding name.
+func ParseEncoding(s string) (Encoding, error) {
+	switch e := Encoding(s); e {
+	case Raw, Zstd, ShuffleZstd:
+		return e, nil
+	}
+	return "", fmt.Errorf("unknown encoding %q (known: raw, zstd, shuffle-zstd)", s)
+}
+
+// shardHeader is the JSON header of a shard file.
+type shardHeader struct {
+	Unit string `json:"unit"`
+	// Encoding is the encoding asked for at split time; a tensor that did not compress is stored raw.
+	Encoding Encoding      `json:"encoding"`
+	FileSize int64         `json:"file_size"`
+	Tensors  []TensorInfo `json:"tensors"`
+}
+
+// TensorInfo describes one tensor of a shard, as its header and the manifest record it.
+type TensorInfo struct {
+	Name  string           `json:"name"`
+	DType checkpoint.DType `json:"dtype"`
+	Shape []int64          `json:"shape"`
+	// Offset is the absolute file offset of the stored bytes, EncodedLength their count; Length is the
+	// decoded byte count (product(Shape) × dtype size).
+	Offset        int64    `json:"offset"`
+	Length        int64    `json:"length"`
+	Encoding      Encoding `json:"encoding"`
+	EncodedLength int64    `json:"encoded_length"`
+	CRC32C        uint32   `json:"crc32c"`
+}
+
+func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
+
+// encodeTail returns the header and trailer to write after the data, which ends at dataEnd: zero padding,
+// header JSON and trailer, sized so that the file ends on a page boundary. It fills h.FileSize.
+func encodeTail(h *shardHeader, dataEnd int64) ([]byte, error) {
+	// FileSize is part of the JSON, so its width can change the size: iterate until stable (at most twice).
+	h.FileSize = 0
+	for {
+		js, err := json.Marshal(h)
+		if err != nil {
+			return nil, err
+		}
+		size := alignUp(dataEnd+int64(len(js))+trailerSize, pageSize)
+		if size == h.FileSize {
+			tail := make([]byte, size-dataEnd)
+			hdrStart := len(tail) - trailerSize - len(js)
+			copy(tail[hdrStart:], js)
+			tr := tail[len(tail)-trailerSize:]
+			binary.LittleEndian.PutUint32(tr[0:], uint32(len(js)))
+			binary.LittleEndian.PutUint32(tr[4:], crc32c(js))
+			binary.LittleEndian.PutUint32(tr[8:], version)
+			copy(tr[16:], magic)
+			return tail, nil
+		}
+		h.FileSize = size
+	}
+}
+
+// prefix returns the first 64 bytes of a shard file.
+func prefix() []byte {
+	p := make([]byte, prefixSize)
+	copy(p, magic)
+	binary.LittleEndian.PutUint32(p[8:], version)
+	return p
+}
+
+// parseShard parses and validates the header of a whole shard file held in b. name is used in errors.
+// It checks everything that can be checked without decoding: magic, version, header checksum, that each tensor
+// has a known dtype and encoding, a shape matching its length, an aligned byte range inside the data section,
+// and no overlap. Tensors come back in file order.
+func parseShard(b []byte, name string) (*shardHeader, error) {
+	size := int64(len(b))
+	if size < prefixSize+trailerSize {
+		return nil, fmt.Errorf("shard %s: file is %d bytes, too short for a shard (truncated?)", name, size)
+	}
+	if !bytes.Equal(b[:8], []byte(magic)) {
+		return nil, fmt.Errorf("shard %s: bad magic %q: not a layerstream shard", name, b[:8])
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != version {
+		return nil, fmt.Errorf("shard %s: format version %d, this build reads version %d", name, v, version)
+	}
+	tr := b[size-trailerSize:]
+	if !bytes.Equal(tr[16:], []byte(magic)) {
+		return nil, fmt.Errorf("shard %s: bad trailer magic %q (truncated or overwritten?)", name, tr[16:])
+	}
+	if v := binary.LittleEndian.Uint32(tr[8:]); v != version {
+		return nil, fmt.Errorf("shard %s: trailer format version %d, this build reads version %d", name, v, version)
+	}
+	hlen := int64(binary.LittleEndian.Uint32(tr[0:]))
+	hdrStart := size - trailerSize - hlen
+	if hdrStart < prefixSize {
+		return nil, fmt.Errorf("shard %s: header length %d does not fit the %d-byte file", name, hlen, size)
+	}
+	js := b[hdrStart : size-trailerSize]
+	if got, want := crc32c(js), binary.LittleEndian.Uint32(tr[4:]); got != want {
+		return nil, fmt.Errorf("shard %s: header checksum mismatch (CRC-32C %08x, trailer says %08x): corrupted file", name, got, want)
+	}
+	var h shardHeader
+	if err := json.Unmarshal(js, &h); err != nil {
+		return nil, fmt.Errorf("shard %s: malformed header JSON: %w", name, err)
+	}
+	if h.FileSize != size {
+		return nil, fmt.Errorf("shard %s: header says the file is %d bytes, it is %d", name, h.FileSize, size)
+	}
+	if h.Unit == "" {
+		return nil, fmt.Errorf("shard %s: header names no unit", name)
+	}
+	if _, err := ParseEncoding(string(h.Encoding)); err != nil {
+		return nil, fmt.Errorf("shard %s: %w", name, err)
+	}
+	if len(h.Tensors) == 0 {
+		return nil, fmt.Errorf("shard %s: header lists no tensors", name)
+	}
+	seen := map[string]bool{}
+	end := int64(prefixSize)
+	for i := range h.Tensors {
+		t := &h.Tensors[i]
+		if err := validateTensor(t, hdrStart); err != nil {
+			return nil, fmt.Errorf("shard %s: tensor %q: %w", name, t.Name, err)
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("shard %s: tensor %q listed twice", name, t.Name)
+		}
+		seen[t.Name] = true
+		if t.Offset < end {
+			return nil, fmt.Errorf("shard %s: tensor %q at offset %d overlaps the previous tensor or the prefix (ends at %d)", name, t.Name, t.Offset, end)
+		}
+		end = t.Offset + t.EncodedLength
+	}
+	return &h, nil
+}
+
+// validateTensor checks one header entry against a data section ending at dataEnd.
+func validateTensor(t *TensorInfo, dataEnd int64) error {
+	if t.Name == "" {
+		return fmt.Errorf("empty tensor name")
+	}
+	if _, err := checkpoint.ParseDType(string(t.DType)); err != nil {
+		return err
+	}
+	if _, err := ParseEncoding(string(t.Encoding)); err != nil {
+		return err
+	}
+	elems := int64(1)
+	for _, d := range t.Shape {
+		if d < 0 {
+			return fmt.Errorf("negative dimension in shape %v", t.Shape)
+		}
+		if d != 0 && elems > math.MaxInt64/8/d {
+			return fmt.Errorf("shape %v is too large", t.Shape)
+		}
+		elems *= d
+	}
+	if want := elems * int64(t.DType.Size()); t.Length != want {
+		return fmt.Errorf("shape %v of %s needs %d bytes, header says %d", t.Shape, t.DType, want, t.Length)
+	}
+	switch {
+	case t.Encoding == Raw && t.EncodedLength != t.Length:
+		return fmt.Errorf("raw tensor of %d bytes has encoded length %d", t.Length, t.EncodedLength)
+	case t.Encoding != Raw && (t.EncodedLength <= 0 || t.EncodedLength >= t.Length):
+		return fmt.Errorf("%s tensor of %d bytes has encoded length %d (must be positive and smaller)", t.Encoding, t.Length, t.EncodedLength)
+	}
+	if t.Offset%dataAlign != 0 || t.Offset < prefixSize || t.Offset > dataEnd || t.EncodedLength > dataEnd-t.Offset {
+		return fmt.Errorf("byte range [%d, +%d) is misaligned or outside the data section [%d, %d)", t.Offset, t.EncodedLength, prefixSize, dataEnd)
+	}
+	return nil
+}
+
+// decodeSize is the size of the decode area a shard needs: every encoded tensor decoded at a 64-byte-aligned
+// position. Raw tensors are used where they lie in the file and need none.
+func decodeSize(ts []TensorInfo) int64 {
+	var n int64
+	for _, t := range ts {
+		if t.Encoding != Raw {
+			n = alignUp(n, dataAlign) + t.Length
+		}
+	}
+	return alignUp(n, dataAlign)
+}
+
+// sameTensors reports whether two tensor lists describe the same tensors stored the same way.
+func sameTensors(a, b []TensorInfo) bool {
+	return slices.EqualFunc(a, b, func(x, y TensorInfo) bool {
+		return x.Name == y.Name && x.DType == y.DType && slices.Equal(x.Shape, y.Shape) && x.Offset == y.Offset &&
+			x.Length == y.Length && x.Encoding == y.Encoding && x.EncodedLength == y.EncodedLength && x.CRC32C == y.CRC32C
+	})
+}

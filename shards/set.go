@@ -1,0 +1,342 @@
+// Package shards splits a checkpoint into one shard file per unit (embed, layer.N, norm, lm_head) plus a Parquet
+// manifest, and loads a unit with one sequential read into a reused, page-aligned buffer, verifying every
+// tensor's CRC-32C before handing the tensors out. See format.go for the shard file layout.
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// Set is an opened shard folder.
+type Set struct {
+	Dir        string
+	Config     *checkpoint.Config
+	Generation *checkpoint.GenerationConfig
+
+	units  []UnitInfo
+	byName map[string]int
+
+	direct   atomic.Bool
+	warnOnce sync.Once
+
+	decOnce sync.Once
+	dec     *zstd.Decoder
+	decErr  error
+}
+
+// UnitInfo describes one unit's shard file.
+type UnitInfo struct {
+	Name  string // "embed", "layer.N", "norm" or "lm_head"
+	Layer int    // N for layer.N, -1 for the other units
+	File  string // shard file name inside the set's folder
+	// FileSize is the shard file's size (a multiple of 4096); DecodeSize the decode area that its encoded
+	// tensors need (0 when all are raw). Load needs a Buffer of BufferSize() = FileSize + DecodeSize bytes.
+	FileSize, DecodeSize int64
+	Tensors              []TensorInfo // in file order
+}
+
+// BufferSize is the Buffer capacity Load needs for this unit.
+func (u UnitInfo) BufferSize() int64 { return u.FileSize + u.DecodeSize }
+
+// Bytes is the total decoded size of the unit's tensors.
+func (u UnitInfo) Bytes() int64 {
+	var n int64
+	for _, t := range u.Tensors {
+		n += t.Length
+	}
+	return n
+}
+
+// Tensor is one loaded tensor. Data aliases the Buffer passed to Load: it is valid until the Buffer is reused.
+// Data starts at a 64-byte-aligned address.
+type Tensor struct {
+	Name  string
+	DType checkpoint.DType
+	Shape []int64
+	Data  []byte
+}
+
+// Loaded is the result of Load.
+type Loaded struct {
+	Unit    UnitInfo
+	Tensors map[string]Tensor
+	// ReadBytes is the number of bytes read from disk; ReadTime the time the read took; DecodeTime the time spent
+	// after it: parsing the header, verifying checksums and decompressing.
+	ReadBytes  int64
+	ReadTime   time.Duration
+	DecodeTime time.Duration
+}
+
+// IsSet reports whether dir holds a complete split (its manifest exists).
+func IsSet(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, ManifestFile))
+	return err == nil && st.Mode().IsRegular()
+}
+
+// Open reads a shard folder: manifest.parquet and the copied config.json and generation_config.json.
+func Open(dir string) (*Set, error) {
+	units, err := readManifest(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("shards %s: no %s: not a shard folder, or a split that did not finish (run layerstream split again)", dir, ManifestFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	cfg, err := checkpoint.LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	gen, err := checkpoint.LoadGenerationConfig(filepath.Join(dir, "generation_config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	s := &Set{Dir: dir, Config: cfg, Generation: gen, units: units, byName: map[string]int{}}
+	for i, u := range units {
+		s.byName[u.Name] = i
+	}
+	if err := checkUnits(units, cfg.NumHiddenLayers); err != nil {
+		return nil, fmt.Errorf("shards %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// checkUnits checks that units are embed, layer.0..layer.N-1, norm and optionally lm_head, in that order.
+func checkUnits(units []UnitInfo, layers int) error {
+	var names []string
+	for _, u := range units {
+		names = append(names, u.Name)
+	}
+	want := []string{"embed"}
+	for l := range layers {
+		want = append(want, fmt.Sprintf("layer.%d", l))
+	}
+	want = append(want, "norm")
+	got := strings.Join(names, ",")
+	if w := strings.Join(want, ","); got != w && got != w+",lm_head" {
+		return fmt.Errorf("units %s do not match a %d-layer model (want embed, layer.0..layer.%d, norm and optionally lm_head)", got, layers, layers-1)
+	}
+	return nil
+}
+
+// Units lists the units in model order: embed, layer.0 .. layer.N-1, norm, then lm_head when present.
+func (s *Set) Units() []UnitInfo { return s.units }
+
+// Unit returns the named unit.
+func (s *Set) Unit(name string) (UnitInfo, bool) {
+	i, ok := s.byName[name]
+	if !ok {
+		return UnitInfo{}, false
+	}
+	return s.units[i], true
+}
+
+// MaxBufferSize is the largest BufferSize over the units: a Buffer this big serves every Load.
+func (s *Set) MaxBufferSize() int64 {
+	var n int64
+	for _, u := range s.units {
+		n = max(n, u.BufferSize())
+	}
+	return n
+}
+
+// SetDirectIO makes Load read with O_DIRECT, bypassing the page cache (shard files are padded to whole pages and
+// Buffers are page-aligned, as O_DIRECT requires). Where the filesystem refuses O_DIRECT (tmpfs, some network
+// filesystems) Load logs one warning and reads normally.
+func (s *Set) SetDirectIO(on bool) { s.direct.Store(on) }
+
+// Load reads unit's shard into buf with one read of the whole file, verifies the header against the manifest and
+// every tensor's checksum, decodes encoded tensors into buf's decode area, and returns tensors aliasing buf.
+// buf is grown if it is smaller than the unit's BufferSize.
+func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, error) {
+	u, ok := s.Unit(unit)
+	if !ok {
+		return nil, fmt.Errorf("shards %s: no unit %q", s.Dir, unit)
+	}
+	if buf == nil {
+		return nil, fmt.Errorf("shards %s: Load %s: nil Buffer", s.Dir, unit)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	buf.ensure(u.BufferSize())
+	path := filepath.Join(s.Dir, u.File)
+	file := buf.b[:u.FileSize]
+
+	start := time.Now()
+	if err := s.readFile(path, file); err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	l := &Loaded{Unit: u, ReadBytes: u.FileSize, ReadTime: time.Since(start)}
+
+	start = time.Now()
+	h, err := parseShard(file, path)
+	if err != nil {
+		return nil, err
+	}
+	if h.Unit != u.Name || !sameTensors(h.Tensors, u.Tensors) {
+		return nil, fmt.Errorf("shard %s: header does not match %s (file replaced after the split?); run layerstream split again", path, ManifestFile)
+	}
+	l.Tensors, err = decodeTensors(ctx, path, file, h, buf.b[u.FileSize:u.BufferSize()], s.decoder)
+	if err != nil {
+		return nil, err
+	}
+	l.DecodeTime = time.Since(start)
+	return l, nil
+}
+
+// readFile reads the whole file at path into dst, whose length must be the file's size.
+func (s *Set) readFile(path string, dst []byte) error {
+	if s.direct.Load() {
+		err := readWhole(path, dst, openDirect)
+		if !errors.Is(err, errNoDirectIO) && !errors.Is(err, syscall.EINVAL) {
+			return err
+		}
+		s.warnOnce.Do(func() {
+			slog.Warn("O_DIRECT refused by the filesystem; reading shards through the page cache", "dir", s.Dir, "err", err)
+		})
+		s.direct.Store(false)
+	}
+	return readWhole(path, dst, os.Open)
+}
+
+func readWhole(path string, dst []byte, open func(string) (*os.File, error)) error {
+	f, err := open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() != int64(len(dst)) {
+		return fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", st.Size(), ManifestFile, len(dst))
+	}
+	if _, err := f.ReadAt(dst, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
+}
+
+// decoder returns the set's zstd decoder, created on first use and reused for every tensor.
+func (s *Set) decoder() (*zstd.Decoder, error) {
+	s.decOnce.Do(func() {
+		var maxLen int64
+		for _, u := range s.units {
+			for _, t := range u.Tensors {
+				maxLen = max(maxLen, t.Length)
+			}
+		}
+		s.dec, s.decErr = newDecoder(maxLen)
+	})
+	return s.dec, s.decErr
+}
+
+func newDecoder(maxLen int64) (*zstd.Decoder, error) {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
+		zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(uint64(max(maxLen, 1))))
+	if err != nil {
+		return nil, fmt.Errorf("zstd decoder: %w", err)
+	}
+	return d, nil
+}
+
+// decodeTensors verifies and decodes the tensors of a parsed shard held in file. Raw tensors alias file;
+// encoded ones are decompressed into area at 64-byte-aligned positions. Tensors are processed in parallel.
+func decodeTensors(ctx context.Context, name string, file []byte, h *shardHeader, area []byte, dec func() (*zstd.Decoder, error)) (map[string]Tensor, error) {
+	if need := decodeSize(h.Tensors); need > int64(len(area)) {
+		return nil, fmt.Errorf("shard %s: decode area is %d bytes, the shard needs %d", name, len(area), need)
+	}
+	slots := make([]int64, len(h.Tensors))
+	var pos int64
+	for i, t := range h.Tensors {
+		if t.Encoding != Raw {
+			pos = alignUp(pos, dataAlign)
+			slots[i] = pos
+			pos += t.Length
+		}
+	}
+	out := make([]Tensor, len(h.Tensors))
+	errs := make([]error, len(h.Tensors))
+	work := func(i int) {
+		t := h.Tensors[i]
+		var slot []byte
+		if t.Encoding != Raw {
+			slot = area[slots[i] : slots[i]+t.Length : slots[i]+t.Length]
+		}
+		data, err := decodeTensor(file, t, slot, dec)
+		if err == nil && crc32c(data) != t.CRC32C {
+			err = fmt.Errorf("checksum mismatch (CRC-32C %08x, header says %08x): the file is corrupted; run layerstream split again", crc32c(data), t.CRC32C)
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("shard %s: tensor %q: %w", name, t.Name, err)
+			return
+		}
+		out[i] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: data}
+	}
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(h.Tensors)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(h.Tensors) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				work(i)
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m := make(map[string]Tensor, len(out))
+	for i, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+		m[out[i].Name] = out[i]
+	}
+	return m, nil
+}
+
+// decodeTensor returns t's decoded bytes: a slice of file for raw tensors, slot (filled) for encoded ones.
+func decodeTensor(file []byte, t TensorInfo, slot []byte, dec func() (*zstd.Decoder, error)) ([]byte, error) {
+	stored := file[t.Offset : t.Offset+t.EncodedLength : t.Offset+t.EncodedLength]
+	if t.Encoding == Raw {
+		return stored, nil
+	}
+	d, err := dec()
+	if err != nil {
+		return nil, err
+	}
+	got, err := d.DecodeAll(stored, slot[:0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (corrupted file?)", t.Encoding, err)
+	}
+	if len(got) != len(slot) || (len(got) > 0 && &got[0] != &slot[0]) {
+		return nil, fmt.Errorf("%s: decoded %d bytes, want %d (corrupted file?)", t.Encoding, len(got), len(slot))
+	}
+	if t.Encoding == ShuffleZstd {
+		tmp := blockPool.Get().(*[]byte)
+		unshuffleInPlace(slot, *tmp, t.DType.Size())
+		blockPool.Put(tmp)
+	}
+	return slot, nil
+}

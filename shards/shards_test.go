@@ -1,0 +1,475 @@
+package shards
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/synth"
+)
+
+// tinyCheckpoint writes a small synthetic checkpoint (4 layers, untied) and opens it.
+func tinyCheckpoint(t testing.TB, dt checkpoint.DType) *checkpoint.Checkpoint {
+	t.Helper()
+	dir := t.TempDir()
+	shape := synth.Shape{HiddenSize: 64, IntermediateSize: 160, NumLayers: 4, NumHeads: 4, NumKVHeads: 2, VocabSize: 256,
+		BOSTokenID: 1, EOSTokenID: 2}
+	if err := synth.Write(dir, synth.Options{Shape: shape, DType: dt, Seed: 3, MaxFileBytes: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck
+}
+
+func split(t testing.TB, ck *checkpoint.Checkpoint, out string, enc Encoding) *Set {
+	t.Helper()
+	s, err := Split(context.Background(), ck, SplitOptions{Out: out, Encoding: enc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// checkIdentical loads every unit and compares every tensor with the checkpoint's bytes.
+func checkIdentical(t *testing.T, s *Set, ck *checkpoint.Checkpoint) {
+	t.Helper()
+	buf := NewBuffer(0)
+	n := 0
+	for _, u := range s.Units() {
+		l, err := s.Load(context.Background(), u.Name, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.ReadBytes != u.FileSize || l.ReadBytes%pageSize != 0 {
+			t.Fatalf("%s: read %d bytes, file is %d", u.Name, l.ReadBytes, u.FileSize)
+		}
+		for name, tn := range l.Tensors {
+			src, ok := ck.Tensor(name)
+			if !ok {
+				t.Fatalf("%s: tensor %q not in checkpoint", u.Name, name)
+			}
+			want := make([]byte, src.Length)
+			if err := checkpoint.ReadTensorAt(src, want); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(tn.Data, want) || tn.DType != src.DType || !slices.Equal(tn.Shape, src.Shape) {
+				t.Fatalf("%s: tensor %q differs from the checkpoint", u.Name, name)
+			}
+			if len(tn.Data) > 0 && uintptr(unsafe.Pointer(&tn.Data[0]))%dataAlign != 0 {
+				t.Fatalf("%s: tensor %q data not 64-byte aligned", u.Name, name)
+			}
+			if len(tn.Data) > 0 && (&tn.Data[0] == nil || !within(tn.Data, buf.Bytes())) {
+				t.Fatalf("%s: tensor %q does not alias the buffer", u.Name, name)
+			}
+			n++
+		}
+	}
+	if n != len(ck.Tensors) {
+		t.Fatalf("loaded %d tensors, checkpoint has %d", n, len(ck.Tensors))
+	}
+}
+
+func within(b, buf []byte) bool {
+	p, lo := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&buf[0]))
+	return p >= lo && p+uintptr(len(b)) <= lo+uintptr(len(buf))
+}
+
+func TestSplitStoriesBitIdentical(t *testing.T) {
+	ck, err := checkpoint.Open(testutil.SharedPath(t, "models", "stories260K-hf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	s := split(t, ck, out, Raw)
+	var names []string
+	for _, u := range s.Units() {
+		names = append(names, u.Name)
+	}
+	if got := strings.Join(names, " "); got != "embed layer.0 layer.1 layer.2 layer.3 layer.4 norm" {
+		t.Fatalf("units %s", got)
+	}
+	checkIdentical(t, s, ck)
+	for _, f := range CopiedFiles {
+		want, _ := os.ReadFile(filepath.Join(ck.Dir, f))
+		got, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s not copied: %v", f, err)
+		}
+	}
+	if s.Config.NumHiddenLayers != 5 || len(checkpoint.EOSTokenIDs(s.Config, s.Generation)) != 2 {
+		t.Fatalf("config/generation not read back: %+v %+v", s.Config, s.Generation)
+	}
+	r, err := s.Verify(context.Background(), ck)
+	if err != nil || !r.OK() || r.Tensors != len(ck.Tensors) {
+		t.Fatalf("verify: %+v %v", r, err)
+	}
+}
+
+func TestEncodingsRoundTrip(t *testing.T) {
+	for _, dt := range []checkpoint.DType{checkpoint.BF16, checkpoint.F32} {
+		ck := tinyCheckpoint(t, dt)
+		for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd} {
+			t.Run(string(dt)+"/"+string(enc), func(t *testing.T) {
+				s := split(t, ck, t.TempDir(), enc)
+				checkIdentical(t, s, ck)
+				var encoded int
+				var stored, raw int64
+				for _, u := range s.Units() {
+					for _, ti := range u.Tensors {
+						stored += ti.EncodedLength
+						raw += ti.Length
+						if ti.Encoding != Raw {
+							encoded++
+						}
+					}
+					if (u.DecodeSize > 0) != slices.ContainsFunc(u.Tensors, func(t TensorInfo) bool { return t.Encoding != Raw }) {
+						t.Fatalf("%s: DecodeSize %d inconsistent with encodings", u.Name, u.DecodeSize)
+					}
+				}
+				if enc == Raw && (encoded != 0 || stored != raw) {
+					t.Fatalf("raw split stored %d encoded tensors", encoded)
+				}
+				// Shuffled N(0, 0.02) weights always compress; plain zstd may store them raw.
+				if enc == ShuffleZstd && (encoded == 0 || stored >= raw) {
+					t.Fatalf("shuffle-zstd: %d encoded tensors, %d stored bytes for %d raw", encoded, stored, raw)
+				}
+				t.Logf("%s %s: %d of %d bytes stored (%.2fx)", dt, enc, stored, raw, float64(raw)/float64(stored))
+			})
+		}
+	}
+}
+
+func TestShuffleRoundTrip(t *testing.T) {
+	for _, n := range []int{0, 1, 7, shuffleBlock - 2, shuffleBlock, shuffleBlock + 6, 3*shuffleBlock + 5} {
+		for _, es := range []int{2, 4} {
+			src := make([]byte, n)
+			for i := range src {
+				src[i] = byte(i*31 + i/7)
+			}
+			dst := make([]byte, n)
+			shuffle(dst, src, es)
+			if n >= 2*es && bytes.Equal(dst, src) {
+				t.Fatalf("n=%d es=%d: shuffle changed nothing", n, es)
+			}
+			unshuffleInPlace(dst, make([]byte, shuffleBlock), es)
+			if !bytes.Equal(dst, src) {
+				t.Fatalf("n=%d es=%d: round trip differs", n, es)
+			}
+		}
+	}
+}
+
+// failingWriter fails once `left` bytes have been written.
+type failingWriter struct {
+	w    io.Writer
+	left *int64
+}
+
+var errInjected = errors.New("injected write failure")
+
+func (f failingWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > *f.left {
+		n, _ := f.w.Write(p[:*f.left])
+		*f.left = 0
+		return n, errInjected
+	}
+	*f.left -= int64(len(p))
+	return f.w.Write(p)
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestInterruptedSplitResumes(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	out := t.TempDir()
+	// Fail in the middle of the third shard (embed and layer.0 complete).
+	left := int64(0)
+	var plans []unitPlan
+	plans, err := planUnits(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left = estimateSize(plans[0]) + estimateSize(plans[1])/1 + plans[2].bytes()/2
+	testHookWriter = func(w io.Writer) io.Writer { return failingWriter{w, &left} }
+	_, err = Split(context.Background(), ck, SplitOptions{Out: out})
+	testHookWriter = nil
+	if !errors.Is(err, errInjected) || !strings.Contains(err.Error(), "layer.1.shard") {
+		t.Fatalf("want the injected failure while writing layer.1.shard, got %v", err)
+	}
+	names := listDir(t, out)
+	if slices.Contains(names, ManifestFile) || IsSet(out) {
+		t.Fatal("interrupted split left a manifest")
+	}
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".shard") || strings.HasPrefix(n, ".") {
+			t.Fatalf("interrupted split left %q", n)
+		}
+	}
+	if want := []string{"embed.shard", "layer.0.shard"}; !slices.Equal(names, want) {
+		t.Fatalf("after the failure: %v, want %v", names, want)
+	}
+	if _, err := Open(out); err == nil || !strings.Contains(err.Error(), "no manifest.parquet") {
+		t.Fatalf("Open of an incomplete split: %v", err)
+	}
+	before, _ := os.Stat(filepath.Join(out, "embed.shard"))
+	s := split(t, ck, out, Raw)
+	checkIdentical(t, s, ck)
+	after, _ := os.Stat(filepath.Join(out, "embed.shard"))
+	if !os.SameFile(before, after) {
+		t.Fatal("re-run rewrote embed.shard, which was complete")
+	}
+}
+
+func TestResumeRedoesOnlyBadShards(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	out := t.TempDir()
+	s := split(t, ck, out, ShuffleZstd)
+	stat := func() map[string]os.FileInfo {
+		m := map[string]os.FileInfo{}
+		for _, u := range s.Units() {
+			st, err := os.Stat(filepath.Join(out, u.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[u.Name] = st
+		}
+		return m
+	}
+	before := stat()
+	if err := os.Remove(filepath.Join(out, "layer.1.shard")); err != nil {
+		t.Fatal(err)
+	}
+	flipByte(t, filepath.Join(out, "layer.3.shard"), s.mustUnit(t, "layer.3").Tensors[2].Offset+5)
+
+	s = split(t, ck, out, ShuffleZstd)
+	after := stat()
+	for name, st := range after {
+		rewritten := !os.SameFile(before[name], st)
+		if want := name == "layer.1" || name == "layer.3"; rewritten != want {
+			t.Errorf("%s: rewritten=%v, want %v", name, rewritten, want)
+		}
+	}
+	checkIdentical(t, s, ck)
+
+	// Changing the encoding redoes everything.
+	s = split(t, ck, out, Raw)
+	for name, st := range stat() {
+		if os.SameFile(after[name], st) {
+			t.Errorf("%s kept after an encoding change", name)
+		}
+	}
+	checkIdentical(t, s, ck)
+}
+
+func (s *Set) mustUnit(t *testing.T, name string) UnitInfo {
+	t.Helper()
+	u, ok := s.Unit(name)
+	if !ok {
+		t.Fatalf("no unit %s", name)
+	}
+	return u
+}
+
+func flipByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCorruptShardErrors(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	for _, enc := range []Encoding{Raw, ShuffleZstd} {
+		out := t.TempDir()
+		s := split(t, ck, out, enc)
+		u := s.mustUnit(t, "layer.2")
+		path := filepath.Join(out, u.File)
+		orig, _ := os.ReadFile(path)
+		tn := u.Tensors[3]
+		load := func() error {
+			_, err := s.Load(context.Background(), "layer.2", NewBuffer(0))
+			os.WriteFile(path, orig, 0o644)
+			return err
+		}
+		cases := []struct {
+			name    string
+			corrupt func()
+			want    []string
+		}{
+			{"data byte", func() { flipByte(t, path, tn.Offset+tn.EncodedLength/2) }, []string{path, tn.Name}},
+			{"header byte", func() { flipByte(t, path, u.FileSize-trailerSize-10) }, []string{path, "header checksum mismatch"}},
+			{"truncated", func() { os.WriteFile(path, orig[:len(orig)-100], 0o644) }, []string{path, "truncated"}},
+			{"magic", func() { flipByte(t, path, 0) }, []string{path, "not a layerstream shard"}},
+			{"missing", func() { os.Remove(path) }, []string{path, "no such file"}},
+		}
+		for _, c := range cases {
+			c.corrupt()
+			err := load()
+			if err == nil {
+				t.Fatalf("%s %s: Load succeeded", enc, c.name)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s %s: error %q does not mention %q", enc, c.name, err, w)
+				}
+			}
+		}
+		if enc == Raw {
+			flipByte(t, path, tn.Offset+1)
+			if err := load(); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+				t.Errorf("raw data flip: %v", err)
+			}
+		}
+		// A shard swapped for another unit's shard disagrees with the manifest.
+		other, _ := os.ReadFile(filepath.Join(out, "layer.1.shard"))
+		os.WriteFile(path, other, 0o644)
+		if err := load(); err == nil || !strings.Contains(err.Error(), "does not match manifest.parquet") {
+			t.Errorf("swapped shard: %v", err)
+		}
+		// Verify reports the corruption and names the tensor.
+		flipByte(t, path, tn.Offset+tn.EncodedLength/2)
+		r, err := s.Verify(context.Background(), ck)
+		os.WriteFile(path, orig, 0o644)
+		if err != nil || r.OK() || !strings.Contains(strings.Join(r.Problems, "\n"), tn.Name) {
+			t.Errorf("verify of a corrupted set: %+v %v", r, err)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	if _, err := Open(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no manifest.parquet") {
+		t.Fatalf("empty folder: %v", err)
+	}
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	out := t.TempDir()
+	split(t, ck, out, Raw)
+	mf := filepath.Join(out, ManifestFile)
+	b, _ := os.ReadFile(mf)
+	os.WriteFile(mf, b[:len(b)/2], 0o644)
+	if _, err := Open(out); err == nil || !strings.Contains(err.Error(), ManifestFile) {
+		t.Fatalf("truncated manifest: %v", err)
+	}
+	os.WriteFile(mf, b, 0o644)
+	os.Remove(filepath.Join(out, "config.json"))
+	if _, err := Open(out); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Fatalf("missing config: %v", err)
+	}
+}
+
+func TestSplitRejectsBadCheckpoints(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	bad := *ck
+	bad.Tensors = append(slices.Clone(ck.Tensors), checkpoint.TensorInfo{Name: "model.rotary.inv_freq", DType: checkpoint.F32})
+	if _, err := Split(context.Background(), &bad, SplitOptions{Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), `"model.rotary.inv_freq" in`) {
+		t.Fatalf("unknown tensor: %v", err)
+	}
+	cfg := *ck.Config
+	cfg.NumHiddenLayers = 3
+	bad = *ck
+	bad.Config = &cfg
+	if _, err := Split(context.Background(), &bad, SplitOptions{Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "num_hidden_layers=3") {
+		t.Fatalf("layer count mismatch: %v", err)
+	}
+	cfg.NumHiddenLayers = 5
+	if _, err := Split(context.Background(), &bad, SplitOptions{Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no tensors for unit layer.4") {
+		t.Fatalf("missing layer: %v", err)
+	}
+	if _, err := Split(context.Background(), ck, SplitOptions{Out: t.TempDir(), Encoding: "lz4"}); err == nil || !strings.Contains(err.Error(), `"lz4"`) {
+		t.Fatalf("bad encoding: %v", err)
+	}
+	if err := checkFreeSpace(t.TempDir(), 1<<62); err == nil || !strings.Contains(err.Error(), "need 4611686018427387904 bytes") || !strings.Contains(err.Error(), "available") {
+		t.Fatalf("free space: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := t.TempDir()
+	if _, err := Split(ctx, ck, SplitOptions{Out: out}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled split: %v", err)
+	}
+	if IsSet(out) {
+		t.Fatal("cancelled split wrote a manifest")
+	}
+}
+
+func TestDirectIO(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	out := t.TempDir()
+	s := split(t, ck, out, Raw)
+	u := s.Units()[1]
+	probe := NewBuffer(int(u.FileSize))
+	err := readWhole(filepath.Join(out, u.File), probe.Bytes()[:u.FileSize], openDirect)
+	s.SetDirectIO(true)
+	checkIdentical(t, s, ck) // works with O_DIRECT, or after falling back
+	if err != nil {
+		if s.direct.Load() {
+			t.Fatal("direct I/O still on after the filesystem refused it")
+		}
+		t.Skipf("O_DIRECT not supported on %s (%v): checked the fallback only", out, err)
+	}
+	if !s.direct.Load() {
+		t.Fatal("direct I/O was turned off although the filesystem supports it")
+	}
+}
+
+func TestDefaultDir(t *testing.T) {
+	dir := t.TempDir()
+	if got := DefaultDir(dir); got != filepath.Join(dir, "layerstream") {
+		t.Fatalf("writable: %s", got)
+	}
+	cache := t.TempDir()
+	t.Setenv("LAYERSTREAM_CACHE", cache)
+	ro := filepath.Join(dir, "ro")
+	os.Mkdir(ro, 0o555)
+	if got, want := DefaultDir(ro), filepath.Join(cache, cacheName(ro)); got != want {
+		t.Fatalf("read-only: %s, want %s", got, want)
+	}
+	hf := "/home/u/.cache/huggingface/hub/models--TinyLlama--TinyLlama-1.1B/snapshots/abc123"
+	if got := DefaultDir(hf); got != filepath.Join(cache, "TinyLlama--TinyLlama-1.1B@abc123") {
+		t.Fatalf("hub snapshot: %s", got)
+	}
+	if got := cacheName("/data/my models/x"); got != "data_my_models_x" {
+		t.Fatalf("sanitized: %s", got)
+	}
+}
+
+func TestBufferAlignedAndGrown(t *testing.T) {
+	b := NewBuffer(10)
+	if b.Cap() != pageSize || uintptr(unsafe.Pointer(&b.Bytes()[0]))%pageSize != 0 {
+		t.Fatalf("cap %d", b.Cap())
+	}
+	b.ensure(3 * pageSize)
+	if b.Cap() != 3*pageSize || uintptr(unsafe.Pointer(&b.Bytes()[0]))%pageSize != 0 {
+		t.Fatalf("grown cap %d", b.Cap())
+	}
+	if _, err := (&Set{}).Load(context.Background(), "layer.0", b); err == nil || !strings.Contains(err.Error(), `no unit "layer.0"`) {
+		t.Fatalf("unknown unit: %v", err)
+	}
+}

@@ -1,0 +1,473 @@
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// SplitOptions configure Split.
+type SplitOptions struct {
+	// Out is the output folder; empty means DefaultDir(ck.Dir).
+	Out string
+	// Encoding stores tensors raw (default) or compressed; a tensor that does not shrink is stored raw.
+	Encoding Encoding
+	// Progress, when set, is called as bytes of tensor data are processed (units already split count as done).
+	Progress func(done, total int64)
+}
+
+// CopiedFiles are the checkpoint files Split copies into the shard folder (those present), so the folder is
+// self-contained.
+var CopiedFiles = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}
+
+// testHookWriter, when set by tests, wraps the writer of every shard file (to inject failures).
+var testHookWriter func(io.Writer) io.Writer
+
+// unitPlan is a unit to write: its name and source tensors.
+type unitPlan struct {
+	name    string
+	layer   int
+	tensors []checkpoint.TensorInfo
+}
+
+func (p unitPlan) file() string { return p.name + ".shard" }
+
+func (p unitPlan) bytes() int64 {
+	var n int64
+	for _, t := range p.tensors {
+		n += t.Length
+	}
+	return n
+}
+
+// unitOf maps a Hugging Face tensor name to its unit.
+func unitOf(tensor string) (unit string, layer int, ok bool) {
+	switch {
+	case strings.HasPrefix(tensor, "model.embed_tokens."):
+		return "embed", -1, true
+	case strings.HasPrefix(tensor, "model.norm."):
+		return "norm", -1, true
+	case strings.HasPrefix(tensor, "lm_head."):
+		return "lm_head", -1, true
+	}
+	rest, found := strings.CutPrefix(tensor, "model.layers.")
+	if !found {
+		return "", 0, false
+	}
+	num, _, found := strings.Cut(rest, ".")
+	n, err := strconv.Atoi(num)
+	if !found || err != nil || n < 0 || strconv.Itoa(n) != num {
+		return "", 0, false
+	}
+	return "layer." + num, n, true
+}
+
+// planUnits groups the checkpoint's tensors into units in model order and checks the layers match the config.
+func planUnits(ck *checkpoint.Checkpoint) ([]unitPlan, error) {
+	byUnit := map[string]*unitPlan{}
+	for _, t := range ck.Tensors {
+		name, layer, ok := unitOf(t.Name)
+		if !ok {
+			return nil, fmt.Errorf("shards: tensor %q in %s belongs to no unit (expected model.embed_tokens.*, model.layers.N.*, model.norm.* or lm_head.*)", t.Name, t.File)
+		}
+		if _, err := checkpoint.ParseDType(string(t.DType)); err != nil {
+			return nil, fmt.Errorf("shards: tensor %q: %w", t.Name, err)
+		}
+		p := byUnit[name]
+		if p == nil {
+			p = &unitPlan{name: name, layer: layer}
+			byUnit[name] = p
+		}
+		p.tensors = append(p.tensors, t)
+	}
+	layers := ck.Config.NumHiddenLayers
+	order := []string{"embed"}
+	for l := range layers {
+		order = append(order, fmt.Sprintf("layer.%d", l))
+	}
+	order = append(order, "norm", "lm_head")
+	var plans []unitPlan
+	for _, name := range order {
+		p := byUnit[name]
+		if p == nil {
+			if name == "lm_head" {
+				continue
+			}
+			return nil, fmt.Errorf("shards: checkpoint %s has no tensors for unit %s (config: %d layers)", ck.Dir, name, layers)
+		}
+		plans = append(plans, *p)
+		delete(byUnit, name)
+	}
+	for name := range byUnit {
+		return nil, fmt.Errorf("shards: checkpoint %s has tensors for %s but config.json says num_hidden_layers=%d", ck.Dir, name, layers)
+	}
+	return plans, nil
+}
+
+// Split writes the checkpoint's shards, copies its config and tokenizer files, then writes the manifest.
+//
+// Each shard is written to a temporary file, fsynced and renamed, so an interrupted Split leaves only complete
+// shards; running Split again keeps every shard that verifies (its checksums, and the manifest entry if there is
+// one) and rewrites the rest. The manifest is written last: a folder without one is an incomplete split.
+// Split checks the free disk space before writing.
+func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*Set, error) {
+	if opts.Encoding == "" {
+		opts.Encoding = Raw
+	}
+	if _, err := ParseEncoding(string(opts.Encoding)); err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	out := opts.Out
+	if out == "" {
+		out = DefaultDir(ck.Dir)
+	}
+	plans, err := planUnits(ck)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	var old map[string]UnitInfo // the previous manifest's units, if any
+	if units, err := readManifest(out); err == nil {
+		old = map[string]UnitInfo{}
+		for _, u := range units {
+			old[u.Name] = u
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		slog.Warn("ignoring unreadable manifest; every shard is checked against its own header", "err", err)
+	}
+
+	var total int64
+	for _, p := range plans {
+		total += p.bytes()
+	}
+	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, progress: opts.Progress, total: total, buf: NewBuffer(0)}
+	defer w.close()
+
+	// Keep the shards that verify; plan the rest.
+	units := make([]UnitInfo, len(plans))
+	var todo []int
+	var need int64
+	for i, p := range plans {
+		if u, ok := w.existing(p, old); ok {
+			units[i] = u
+			w.advance(p.bytes())
+			continue
+		}
+		todo = append(todo, i)
+		need += estimateSize(p)
+	}
+	if len(todo) > 0 {
+		if err := checkFreeSpace(out, need); err != nil {
+			return nil, err
+		}
+		// The folder is incomplete while shards change: take the manifest away first.
+		if err := os.Remove(filepath.Join(out, ManifestFile)); err == nil {
+			if err := syncDir(out); err != nil {
+				return nil, fmt.Errorf("shards: %w", err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("shards: %w", err)
+		}
+	}
+	for _, i := range todo {
+		u, err := w.writeUnit(plans[i])
+		if err != nil {
+			return nil, err
+		}
+		units[i] = u
+	}
+	slog.Debug("split shards", "dir", out, "written", len(todo), "kept", len(plans)-len(todo))
+
+	for _, name := range CopiedFiles {
+		if err := copyIfPresent(filepath.Join(ck.Dir, name), filepath.Join(out, name)); err != nil {
+			return nil, fmt.Errorf("shards: copying %s: %w", name, err)
+		}
+	}
+	if err := writeManifest(out, units); err != nil {
+		return nil, fmt.Errorf("shards: writing manifest: %w", err)
+	}
+	return Open(out)
+}
+
+// estimateSize bounds a unit's shard size: every tensor raw and aligned, plus the header.
+func estimateSize(p unitPlan) int64 {
+	n := int64(prefixSize + trailerSize)
+	for _, t := range p.tensors {
+		n += alignUp(t.Length, dataAlign) + 256 + int64(len(t.Name))
+	}
+	return alignUp(n, pageSize)
+}
+
+func checkFreeSpace(dir string, need int64) error {
+	avail, err := freeBytes(dir)
+	if err != nil {
+		return fmt.Errorf("shards: checking free space in %s: %w", dir, err)
+	}
+	if avail >= 0 && need > avail {
+		return fmt.Errorf("shards: not enough free disk space in %s: need %d bytes (%.1f GB), %d available (%.1f GB)",
+			dir, need, float64(need)/1e9, avail, float64(avail)/1e9)
+	}
+	return nil
+}
+
+// splitter holds the state of one Split: reused buffers, open source files and progress.
+type splitter struct {
+	ctx      context.Context
+	out      string
+	enc      Encoding
+	progress func(done, total int64)
+	done     int64
+	total    int64
+
+	buf   *Buffer  // reused for checking existing shards
+	chunk []byte   // reused for streaming raw tensors
+	raw   []byte   // reused for whole tensors to encode
+	coder *encoder // created on first encoded tensor
+	dec   *zstd.Decoder
+	files map[string]*os.File
+}
+
+func (w *splitter) close() {
+	for _, f := range w.files {
+		f.Close()
+	}
+	if w.dec != nil {
+		w.dec.Close()
+	}
+}
+
+// decoder returns a zstd decoder for checking existing shards, created on first use.
+func (w *splitter) decoder() (*zstd.Decoder, error) {
+	if w.dec == nil {
+		d, err := newDecoder(w.total)
+		if err != nil {
+			return nil, err
+		}
+		w.dec = d
+	}
+	return w.dec, nil
+}
+
+func (w *splitter) advance(n int64) {
+	w.done += n
+	if w.progress != nil {
+		w.progress(w.done, w.total)
+	}
+}
+
+// existing returns the unit already on disk when its shard matches the plan and verifies.
+func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool) {
+	path := filepath.Join(w.out, p.file())
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return UnitInfo{}, false
+	}
+	w.buf.ensure(st.Size())
+	file := w.buf.b[:st.Size()]
+	if err := readWhole(path, file, os.Open); err != nil {
+		slog.Info("rewriting shard", "file", path, "reason", err)
+		return UnitInfo{}, false
+	}
+	h, err := parseShard(file, path)
+	if err == nil {
+		err = matchesPlan(h, p, w.enc)
+	}
+	if err == nil && old != nil {
+		if u, ok := old[p.name]; !ok || u.File != p.file() || u.FileSize != h.FileSize || !sameTensors(u.Tensors, h.Tensors) {
+			err = fmt.Errorf("does not match %s", ManifestFile)
+		}
+	}
+	if err == nil {
+		if need := st.Size() + decodeSize(h.Tensors); int64(w.buf.Cap()) < need {
+			read := file
+			w.buf.ensure(need)
+			file = w.buf.b[:st.Size()]
+			copy(file, read)
+		}
+		_, err = decodeTensors(w.ctx, path, file, h, w.buf.b[st.Size():], w.decoder)
+	}
+	if err != nil {
+		slog.Info("rewriting shard", "file", path, "reason", err)
+		return UnitInfo{}, false
+	}
+	slog.Debug("keeping verified shard", "file", path)
+	return UnitInfo{Name: p.name, Layer: p.layer, File: p.file(), FileSize: h.FileSize,
+		DecodeSize: decodeSize(h.Tensors), Tensors: h.Tensors}, true
+}
+
+// matchesPlan checks that a parsed shard holds exactly the planned tensors, stored with the asked encoding.
+func matchesPlan(h *shardHeader, p unitPlan, enc Encoding) error {
+	if h.Unit != p.name || h.Encoding != enc || len(h.Tensors) != len(p.tensors) {
+		return fmt.Errorf("shard holds unit %s (%d tensors, encoding %s), want %s (%d tensors, encoding %s)",
+			h.Unit, len(h.Tensors), h.Encoding, p.name, len(p.tensors), enc)
+	}
+	for i, t := range h.Tensors {
+		s := p.tensors[i]
+		if t.Name != s.Name || t.DType != s.DType || !slices.Equal(t.Shape, s.Shape) || t.Length != s.Length {
+			return fmt.Errorf("tensor %d is %q %s %v, the checkpoint has %q %s %v", i, t.Name, t.DType, t.Shape, s.Name, s.DType, s.Shape)
+		}
+	}
+	return nil
+}
+
+func (w *splitter) source(path string) (*os.File, error) {
+	if f, ok := w.files[path]; ok {
+		return f, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if w.files == nil {
+		w.files = map[string]*os.File{}
+	}
+	w.files[path] = f
+	return f, nil
+}
+
+// countWriter counts bytes and writes zero padding.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+var zeros [pageSize]byte
+
+// padTo writes zeros up to the next multiple of align.
+func (c *countWriter) padTo(align int64) error {
+	_, err := c.Write(zeros[:alignUp(c.n, align)-c.n])
+	return err
+}
+
+// writeUnit writes one shard file atomically and returns its description.
+func (w *splitter) writeUnit(p unitPlan) (UnitInfo, error) {
+	path := filepath.Join(w.out, p.file())
+	h := &shardHeader{Unit: p.name, Encoding: w.enc}
+	err := writeFileAtomic(path, func(dst io.Writer) error {
+		if testHookWriter != nil {
+			dst = testHookWriter(dst)
+		}
+		cw := &countWriter{w: dst}
+		if _, err := cw.Write(prefix()); err != nil {
+			return err
+		}
+		for _, t := range p.tensors {
+			if err := cw.padTo(dataAlign); err != nil {
+				return err
+			}
+			ti, err := w.writeTensor(cw, t)
+			if err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Name, err)
+			}
+			h.Tensors = append(h.Tensors, ti)
+		}
+		tail, err := encodeTail(h, cw.n)
+		if err != nil {
+			return err
+		}
+		_, err = cw.Write(tail)
+		return err
+	})
+	if err != nil {
+		return UnitInfo{}, fmt.Errorf("shards: writing %s: %w", path, err)
+	}
+	return UnitInfo{Name: p.name, Layer: p.layer, File: p.file(), FileSize: h.FileSize,
+		DecodeSize: decodeSize(h.Tensors), Tensors: h.Tensors}, nil
+}
+
+const chunkSize = 8 << 20
+
+// writeTensor copies one source tensor into the shard at cw's current (aligned) position.
+func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (TensorInfo, error) {
+	ti := TensorInfo{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: cw.n, Length: t.Length, Encoding: Raw, EncodedLength: t.Length}
+	src, err := w.source(t.File)
+	if err != nil {
+		return ti, err
+	}
+	if w.enc == Raw {
+		// Stream in chunks through one reused buffer.
+		w.chunk = grow(w.chunk, chunkSize)
+		var crc uint32
+		for off := int64(0); off < t.Length; off += chunkSize {
+			if err := w.ctx.Err(); err != nil {
+				return ti, err
+			}
+			b := w.chunk[:min(chunkSize, t.Length-off)]
+			if err := readAt(src, b, t.Offset+off, t.File); err != nil {
+				return ti, err
+			}
+			crc = crc32.Update(crc, castagnoli, b)
+			if _, err := cw.Write(b); err != nil {
+				return ti, err
+			}
+			w.advance(int64(len(b)))
+		}
+		ti.CRC32C = crc
+		return ti, nil
+	}
+	if err := w.ctx.Err(); err != nil {
+		return ti, err
+	}
+	w.raw = grow(w.raw, int(t.Length))
+	if err := readAt(src, w.raw, t.Offset, t.File); err != nil {
+		return ti, err
+	}
+	ti.CRC32C = crc32c(w.raw)
+	if w.coder == nil {
+		if w.coder, err = newEncoder(); err != nil {
+			return ti, err
+		}
+	}
+	stored, enc := w.coder.encode(w.raw, w.enc, t.DType.Size())
+	ti.Encoding, ti.EncodedLength = enc, int64(len(stored))
+	if _, err := cw.Write(stored); err != nil {
+		return ti, err
+	}
+	w.advance(t.Length)
+	return ti, nil
+}
+
+func readAt(f *os.File, b []byte, off int64, name string) error {
+	if _, err := f.ReadAt(b, off); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("reading %s at %d: %w", name, off, err)
+	}
+	return nil
+}
+
+func copyIfPresent(src, dst string) error {
+	in, err := os.Open(src)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	return writeFileAtomic(dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
+}

@@ -1,0 +1,24 @@
+package shards
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// errNoDirectIO reports that O_DIRECT is not available.
+var errNoDirectIO = errors.New("O_DIRECT not supported")
+
+// openDirect opens path for reading with O_DIRECT.
+func openDirect(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+}
+
+// freeBytes returns the bytes available to unprivileged users on dir's filesystem.
+func freeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}

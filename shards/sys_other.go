@@ -1,0 +1,16 @@
+//go:build !linux
+
+package shards
+
+import (
+	"errors"
+	"os"
+)
+
+// errNoDirectIO reports that O_DIRECT is not available.
+var errNoDirectIO = errors.New("O_DIRECT not supported on this platform")
+
+func openDirect(string) (*os.File, error) { return nil, errNoDirectIO }
+
+// freeBytes returns -1 (unknown): the free-space check is skipped on this platform.
+func freeBytes(string) (int64, error) { return -1, nil }

@@ -1,0 +1,78 @@
+package shards
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// VerifyReport is the outcome of Verify.
+type VerifyReport struct {
+	Units, Tensors int
+	Bytes          int64    // decoded tensor bytes checked
+	Problems       []string // empty when everything verified
+}
+
+// OK reports whether no problem was found.
+func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
+
+// Verify reads every shard, checks every checksum and, when ck is not nil, compares every tensor byte for byte
+// with the source checkpoint and checks that no source tensor is missing. Problems are collected in the report;
+// the error is only for cancellation.
+func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyReport, error) {
+	r := &VerifyReport{}
+	buf := NewBuffer(int(s.MaxBufferSize()))
+	var src []byte
+	seen := map[string]bool{}
+	for _, u := range s.units {
+		l, err := s.Load(ctx, u.Name, buf)
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+		r.Units++
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+			for _, t := range u.Tensors {
+				seen[t.Name] = true // reported above; not "missing" as well
+			}
+			continue
+		}
+		for _, ti := range u.Tensors {
+			t := l.Tensors[ti.Name]
+			r.Tensors++
+			r.Bytes += int64(len(t.Data))
+			seen[t.Name] = true
+			if ck == nil {
+				continue
+			}
+			st, ok := ck.Tensor(t.Name)
+			switch {
+			case !ok:
+				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s) is not in the checkpoint %s", t.Name, u.Name, ck.Dir))
+				continue
+			case st.DType != t.DType || !slices.Equal(st.Shape, t.Shape):
+				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s) is %s %v, the checkpoint has %s %v", t.Name, u.Name, t.DType, t.Shape, st.DType, st.Shape))
+				continue
+			}
+			src = grow(src, int(st.Length))
+			if err := checkpoint.ReadTensorAt(st, src); err != nil {
+				r.Problems = append(r.Problems, err.Error())
+				continue
+			}
+			if !bytes.Equal(src, t.Data) {
+				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s, file %s) differs from the checkpoint's bytes in %s", t.Name, u.Name, u.File, st.File))
+			}
+		}
+	}
+	if ck != nil {
+		for _, t := range ck.Tensors {
+			if !seen[t.Name] {
+				r.Problems = append(r.Problems, fmt.Sprintf("checkpoint tensor %q is missing from the shards", t.Name))
+			}
+		}
+	}
+	return r, nil
+}
