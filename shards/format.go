@@ -63,8 +63,8 @@ func ParseEncoding(s string) (Encoding, error) {
 type shardHeader struct {
 	Unit string `json:"unit"`
 	// Encoding is the encoding asked for at split time; a tensor that did not compress is stored raw.
-	Encoding Encoding      `json:"encoding"`
-	FileSize int64         `json:"file_size"`
+	Encoding Encoding     `json:"encoding"`
+	FileSize int64        `json:"file_size"`
 	Tensors  []TensorInfo `json:"tensors"`
 }
 
