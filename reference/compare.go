@@ -42,22 +42,13 @@ func LogitTolerance(dtype checkpoint.DType) Tolerance {
 	return Tolerance{MinCosine: 0.99}
 }
 
-// HiddenTolerance is the agreement demanded of per-layer hidden states: the residual stream grows with depth, so
-// only the cosine is checked (float32 0.99999, bf16/f16 0.99).
-func HiddenTolerance(dtype checkpoint.DType) Tolerance {
-	if dtype == checkpoint.F32 {
-		return Tolerance{MinCosine: 0.99999}
-	}
-	return Tolerance{MinCosine: 0.99}
-}
-
 // Diff summarises how far one tensor (rows of values, e.g. positions × vocab) is from another.
 type Diff struct {
 	Name    string // e.g. "logits" or "layer.3"
 	Against string // what was compared, e.g. "streamed vs reference"
 	Cosine  float64
 	MaxAbs  float64
-	// Row and Col locate the largest difference (position and, for logits, token id).
+	// Row and Col locate the largest difference, or the first NaN/Inf: position and token id for logits.
 	Row, Col int
 	// NonFinite counts NaN and ±Inf values in got; any makes the comparison fail.
 	NonFinite int
@@ -121,7 +112,7 @@ func Compare[G, W float32 | float64](name, against string, got [][]G, want [][]W
 	return d, nil
 }
 
-// WriteTable prints diffs as an aligned table, one line each, ending with a verdict line. It returns whether every
+// WriteTable prints diffs of logits as an aligned table, one line each, ending with a verdict line. It returns whether every
 // diff is within its tolerance.
 func WriteTable(w io.Writer, diffs []Diff) (bool, error) {
 	var b strings.Builder
@@ -137,10 +128,7 @@ func WriteTable(w io.Writer, diffs []Diff) (bool, error) {
 		}
 		at := "-"
 		if d.Row >= 0 {
-			at = fmt.Sprintf("pos %d", d.Row)
-			if d.Name == "logits" {
-				at += fmt.Sprintf(" id %d", d.Col)
-			}
+			at = fmt.Sprintf("pos %d id %d", d.Row, d.Col)
 		}
 		fmt.Fprintf(&b, "%-10s %-26s %-12.8f %-10.2e %-14s %-24s %s\n", d.Name, d.Against, d.Cosine, d.MaxAbs, at, d.Tol, result)
 	}

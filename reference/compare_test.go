@@ -41,7 +41,7 @@ func TestCompare(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	ok, err := WriteTable(&buf, []Diff{{Name: "layer.0", Against: "a vs b", Cosine: 1, Tol: HiddenTolerance(checkpoint.F32)}, d})
+	ok, err := WriteTable(&buf, []Diff{{Name: "layer.0", Against: "a vs b", Cosine: 1, Tol: LogitTolerance(checkpoint.F32)}, d})
 	if err != nil || ok {
 		t.Fatalf("table ok=%v err=%v", ok, err)
 	}

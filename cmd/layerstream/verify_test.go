@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/synth"
+)
+
+func TestVerifyStories260K(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	var out bytes.Buffer
+	err := runVerify(context.Background(), verifyOptions{model: model, ids: []int{1, 403, 407, 261, 378}, dtype: "auto", perLayer: true}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"layer.3 ", "streamed vs reference", "resident vs reference", "streamed vs resident", "all comparisons within tolerance"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("report lacks %q", want)
+		}
+	}
+}
+
+var verifyShape = synth.Shape{HiddenSize: 64, IntermediateSize: 128, NumLayers: 3, NumHeads: 4, NumKVHeads: 2, VocabSize: 256}
+
+// TestVerifySyntheticBF16 checks a bf16 checkpoint both ways: computed in f32 (exact widening, so the f32
+// tolerance holds) and in bf16 (cosine ≥ 0.99).
+func TestVerifySyntheticBF16(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write(dir, synth.Options{Shape: verifyShape, DType: checkpoint.BF16, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ids := []int{1, 17, 99, 200, 3, 42}
+	for _, dtype := range []string{"auto", "bf16"} {
+		var out bytes.Buffer
+		err := runVerify(context.Background(), verifyOptions{model: dir, ids: ids, dtype: dtype}, &out)
+		t.Logf("--dtype %s\n%s", dtype, out.String())
+		if err != nil {
+			t.Fatalf("--dtype %s: %v", dtype, err)
+		}
+	}
+}
+
+// TestVerifyCorrupted: a weight overwritten with NaN bytes makes verify fail loudly, naming the NaN; a truncated
+// weight file fails before anything runs.
+func TestVerifyCorrupted(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write(dir, synth.Options{Shape: verifyShape, DType: checkpoint.BF16, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, _ := ck.Tensor("model.layers.1.mlp.down_proj.weight")
+	f, err := os.OpenFile(ti.File, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nan := binary.LittleEndian.AppendUint16(nil, 0x7fc0)
+	for i := range int64(8) {
+		if _, err := f.WriteAt(nan, ti.Offset+ti.Length/2+2*i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = runVerify(context.Background(), verifyOptions{model: dir, ids: []int{1, 2, 3}, dtype: "auto"}, &out)
+	t.Log("\n" + out.String())
+	if err == nil || !strings.Contains(err.Error(), "verify-reports-a-mismatch") {
+		t.Fatalf("want a mismatch error, got %v", err)
+	}
+	if !strings.Contains(out.String(), "NaN/Inf") || !strings.Contains(out.String(), "MISMATCH") {
+		t.Fatalf("report does not show the NaN failure:\n%s", out.String())
+	}
+
+	if err := os.Truncate(ti.File, ti.Offset); err != nil {
+		t.Fatal(err)
+	}
+	err = runVerify(context.Background(), verifyOptions{model: dir, ids: []int{1, 2, 3}, dtype: "auto"}, &out)
+	if err == nil || !strings.Contains(err.Error(), filepath.Base(ti.File)) {
+		t.Fatalf("truncated file: want an error naming it, got %v", err)
+	}
+}
+
+func TestVerifyUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"verify", "--model", "x"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--ids is required") {
+		t.Fatalf("exit %d, stderr %s", code, errb.String())
+	}
+	if code := run([]string{"verify", "--model", "x", "--ids", "1,a"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `"a" is not a token id`) {
+		t.Fatalf("exit %d, stderr %s", code, errb.String())
+	}
+}
