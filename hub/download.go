@@ -192,13 +192,26 @@ func (d *downloader) fetchBlob(ctx context.Context, m fileMeta) error {
 	if fileExists(blob) {
 		return nil
 	}
-	unlock, err := lockFile(ctx, blob+".lock", func() {
-		slog.Info("hub: waiting for another download of the same file", "file", m.name, "lock", blob+".lock")
-	})
-	if err != nil {
-		return err
+	// huggingface_hub (Python) flocks .locks/models--org--name/<etag>.lock around the same blob: take that lock
+	// too, so a Python download and ours never append to one .incomplete file.
+	for _, l := range []struct {
+		path   string
+		remove bool
+	}{
+		{filepath.Join(filepath.Dir(d.repo.dir), ".locks", filepath.Base(d.repo.dir), m.etag+".lock"), false},
+		{blob + ".lock", true},
+	} {
+		if err := os.MkdirAll(filepath.Dir(l.path), 0o755); err != nil {
+			return err
+		}
+		unlock, err := lockFile(ctx, l.path, l.remove, func() {
+			slog.Info("hub: waiting for another download of the same file", "file", m.name, "lock", l.path)
+		})
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
-	defer unlock()
 	if fileExists(blob) {
 		return nil
 	}

@@ -13,6 +13,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/hub/hubtest"
+	"github.com/layerstream/layerstream/internal/testutil"
 )
 
 const (
@@ -34,8 +38,8 @@ func isolateEnv(t *testing.T) {
 	t.Cleanup(func() { retryDelay = time.Second })
 }
 
-func testOptions(t *testing.T, h *fakeHub) Options {
-	return Options{Endpoint: h.srv.URL, CacheDir: t.TempDir(), Client: h.srv.Client()}
+func testOptions(t *testing.T, h *hubtest.Server) Options {
+	return Options{Endpoint: h.URL, CacheDir: t.TempDir(), Client: h.Client()}
 }
 
 func randomBytes(seed uint64, n int) []byte {
@@ -78,9 +82,9 @@ func checkSnapshot(t *testing.T, opts Options, id, commit, dir string, files map
 		if !bytes.Equal(got, files[name]) {
 			t.Fatalf("%s: content differs from the Hub's", name)
 		}
-		etag := gitBlobSHA1(files[name])
+		etag := hubtest.GitBlobSHA1(files[name])
 		if strings.HasSuffix(name, ".safetensors") {
-			etag = sha256Hex(files[name])
+			etag = hubtest.SHA256(files[name])
 		}
 		link, err := os.Readlink(p)
 		if err != nil {
@@ -102,9 +106,9 @@ func checkSnapshot(t *testing.T, opts Options, id, commit, dir string, files map
 
 func TestResolveDownloadsIntoCacheLayout(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := modelFiles()
-	h.addRepo("org/tiny", commit1, files)
+	h.AddRepo("org/tiny", commit1, files)
 	opts := testOptions(t, h)
 	var progress bytes.Buffer
 	opts.Progress = &progress
@@ -119,39 +123,39 @@ func TestResolveDownloadsIntoCacheLayout(t *testing.T) {
 		t.Fatalf("refs/main = %q, %v; want %s", ref, err, commit1)
 	}
 	for _, skipped := range []string{"pytorch_model.bin", "model.onnx", "README.md"} {
-		if n := h.count("GET", skipped) + h.count("HEAD", skipped); n > 0 {
+		if n := h.Count("GET", skipped) + h.Count("HEAD", skipped); n > 0 {
 			t.Errorf("%s was requested %d times; only the files layerstream reads should be", skipped, n)
 		}
 	}
-	if h.count("GET", "/cdn/") != 1 {
-		t.Errorf("CDN GETs = %d, want 1 (the redirect of model.safetensors)", h.count("GET", "/cdn/"))
+	if h.Count("GET", "/cdn/") != 1 {
+		t.Errorf("CDN GETs = %d, want 1 (the redirect of model.safetensors)", h.Count("GET", "/cdn/"))
 	}
 	if out := progress.String(); !strings.Contains(out, "model.safetensors") || !strings.Contains(out, "100%") {
 		t.Errorf("progress output lacks the file's bar: %q", out)
 	}
 
 	// A second Resolve finds every file in the snapshot: it asks the API for the commit and downloads nothing.
-	before := len(h.reqs())
+	before := len(h.Requests())
 	dir2, err := Resolve(context.Background(), "org/tiny", Options{Endpoint: opts.Endpoint, CacheDir: opts.CacheDir, Client: opts.Client})
 	if err != nil || dir2 != dir {
 		t.Fatalf("second Resolve = %s, %v", dir2, err)
 	}
-	for _, r := range h.reqs()[before:] {
-		if !strings.HasPrefix(r.path, "/api/") {
-			t.Errorf("second Resolve requested %s %s; the snapshot was complete", r.method, r.path)
+	for _, r := range h.Requests()[before:] {
+		if !strings.HasPrefix(r.Path, "/api/") {
+			t.Errorf("second Resolve requested %s %s; the snapshot was complete", r.Method, r.Path)
 		}
 	}
 }
 
 func TestResolveRevisionSharesBlobs(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := modelFiles()
-	repo := h.addRepo("org/tiny", commit1, files)
+	repo := h.AddRepo("org/tiny", commit1, files)
 	v2 := modelFiles()
 	v2["config.json"] = []byte(`{"model_type":"llama","v":2}`)
-	repo.files[commit2] = v2
-	repo.revs["v2"] = commit2
+	repo.Files[commit2] = v2
+	repo.Revs["v2"] = commit2
 	opts := testOptions(t, h)
 	if _, err := Resolve(context.Background(), "org/tiny", opts); err != nil {
 		t.Fatal(err)
@@ -162,7 +166,7 @@ func TestResolveRevisionSharesBlobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, opts, "org/tiny", commit2, dir, v2, wanted)
-	if n := h.count("GET", "/cdn/"); n != 1 {
+	if n := h.Count("GET", "/cdn/"); n != 1 {
 		t.Errorf("the unchanged model.safetensors was fetched %d times, want once (its blob is shared)", n)
 	}
 	ref, _ := os.ReadFile(filepath.Join(opts.CacheDir, "models--org--tiny", "refs", "v2"))
@@ -181,7 +185,7 @@ func TestResolveRevisionSharesBlobs(t *testing.T) {
 
 func TestResolveShardedCheckpoint(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := map[string][]byte{
 		"config.json":                      []byte(`{}`),
 		"model-00001-of-00002.safetensors": randomBytes(2, 5000),
@@ -192,7 +196,7 @@ func TestResolveShardedCheckpoint(t *testing.T) {
 			"lm_head.weight":"model-00002-of-00002.safetensors"}}`),
 		"pytorch_model-00001-of-00002.bin": []byte("pickle"),
 	}
-	h.addRepo("org/sharded", commit1, files)
+	h.AddRepo("org/sharded", commit1, files)
 	opts := testOptions(t, h)
 	dir, err := Resolve(context.Background(), "org/sharded", opts)
 	if err != nil {
@@ -200,18 +204,18 @@ func TestResolveShardedCheckpoint(t *testing.T) {
 	}
 	checkSnapshot(t, opts, "org/sharded", commit1, dir, files, []string{"config.json", "model.safetensors.index.json",
 		"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
-	if h.count("HEAD", ".bin") > 0 {
+	if h.Count("HEAD", ".bin") > 0 {
 		t.Error("a .bin file was requested")
 	}
 }
 
 func TestResumeWithinOneResolve(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := modelFiles()
-	h.addRepo("org/tiny", commit1, files)
-	sha := sha256Hex(files["model.safetensors"])
-	h.cutOnce[sha] = 123_457
+	h.AddRepo("org/tiny", commit1, files)
+	sha := hubtest.SHA256(files["model.safetensors"])
+	h.CutOnce(sha, 123_457)
 	opts := testOptions(t, h)
 	dir, err := Resolve(context.Background(), "org/tiny", opts)
 	if err != nil {
@@ -219,9 +223,9 @@ func TestResumeWithinOneResolve(t *testing.T) {
 	}
 	checkSnapshot(t, opts, "org/tiny", commit1, dir, files, wanted)
 	var ranges []string
-	for _, r := range h.reqs() {
-		if r.method == "GET" && strings.Contains(r.path, "/resolve/") && strings.HasSuffix(r.path, "model.safetensors") {
-			ranges = append(ranges, r.rangeHdr)
+	for _, r := range h.Requests() {
+		if r.Method == "GET" && strings.Contains(r.Path, "/resolve/") && strings.HasSuffix(r.Path, "model.safetensors") {
+			ranges = append(ranges, r.Range)
 		}
 	}
 	if len(ranges) != 2 || ranges[0] != "" || ranges[1] != "bytes=123457-" {
@@ -231,11 +235,11 @@ func TestResumeWithinOneResolve(t *testing.T) {
 
 func TestResumeAcrossRuns(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := modelFiles()
-	h.addRepo("org/tiny", commit1, files)
-	sha := sha256Hex(files["model.safetensors"])
-	h.cutOnce[sha] = 100_000
+	h.AddRepo("org/tiny", commit1, files)
+	sha := hubtest.SHA256(files["model.safetensors"])
+	h.CutOnce(sha, 100_000)
 	maxAttempts = 1
 	t.Cleanup(func() { maxAttempts = 5 })
 	opts := testOptions(t, h)
@@ -260,16 +264,16 @@ func TestResumeAcrossRuns(t *testing.T) {
 		t.Fatalf("partial file has %d bytes", partial)
 	}
 
-	before := len(h.reqs())
+	before := len(h.Requests())
 	dir, err := Resolve(context.Background(), "org/tiny", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, opts, "org/tiny", commit1, dir, files, wanted)
 	var got []string
-	for _, r := range h.reqs()[before:] {
-		if r.method == "GET" && (strings.Contains(r.path, "/cdn/") || strings.HasSuffix(r.path, ".safetensors")) {
-			got = append(got, r.rangeHdr)
+	for _, r := range h.Requests()[before:] {
+		if r.Method == "GET" && (strings.Contains(r.Path, "/cdn/") || strings.HasSuffix(r.Path, ".safetensors")) {
+			got = append(got, r.Range)
 		}
 	}
 	want := fmt.Sprintf("bytes=%d-", partial)
@@ -280,16 +284,16 @@ func TestResumeAcrossRuns(t *testing.T) {
 
 func TestGatedRepo(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := modelFiles()
-	h.addRepo("org/gated", commit1, files).token = "hf_good"
+	h.AddRepo("org/gated", commit1, files).Token = "hf_good"
 	opts := testOptions(t, h)
 
 	_, err := Resolve(context.Background(), "org/gated", opts)
 	if !errors.Is(err, ErrGated) {
 		t.Fatalf("without token: err = %v, want ErrGated", err)
 	}
-	for _, s := range []string{h.srv.URL + "/org/gated", "HF_TOKEN", "Gated or private repository", "licence"} {
+	for _, s := range []string{h.URL + "/org/gated", "HF_TOKEN", "Gated or private repository", "licence"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not mention %q", err, s)
 		}
@@ -302,30 +306,30 @@ func TestGatedRepo(t *testing.T) {
 	}
 
 	opts.Token = "hf_good"
-	before := len(h.reqs())
+	before := len(h.Requests())
 	dir, err := Resolve(context.Background(), "org/gated", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, opts, "org/gated", commit1, dir, files, wanted)
-	for _, r := range h.reqs()[before:] {
-		if r.auth != "Bearer hf_good" {
-			t.Errorf("%s %s sent Authorization %q", r.method, r.path, r.auth)
+	for _, r := range h.Requests()[before:] {
+		if r.Authorization != "Bearer hf_good" {
+			t.Errorf("%s %s sent Authorization %q", r.Method, r.Path, r.Authorization)
 		}
 	}
 }
 
 func TestTokenFromEnvironment(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
-	h.addRepo("org/gated", commit1, modelFiles()).token = "hf_file"
+	h := hubtest.NewServer(t)
+	h.AddRepo("org/gated", commit1, modelFiles()).Token = "hf_file"
 	if err := os.WriteFile(filepath.Join(os.Getenv("HF_HOME"), "token"), []byte("hf_file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Resolve(context.Background(), "org/gated", testOptions(t, h)); err != nil {
 		t.Fatalf("token from $HF_HOME/token: %v", err)
 	}
-	h.repos["org/gated"].token = "hf_env"
+	h.Repos["org/gated"].Token = "hf_env"
 	t.Setenv("HF_TOKEN", "hf_env")
 	if _, err := Resolve(context.Background(), "org/gated", testOptions(t, h)); err != nil {
 		t.Fatalf("token from HF_TOKEN: %v", err)
@@ -334,14 +338,14 @@ func TestTokenFromEnvironment(t *testing.T) {
 
 func TestOffline(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
-	h.addRepo("org/tiny", commit1, modelFiles())
+	h := hubtest.NewServer(t)
+	h.AddRepo("org/tiny", commit1, modelFiles())
 	opts := testOptions(t, h)
 	dir, err := Resolve(context.Background(), "org/tiny", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := len(h.reqs())
+	before := len(h.Requests())
 
 	offline := opts
 	offline.Offline = true
@@ -369,15 +373,15 @@ func TestOffline(t *testing.T) {
 		!strings.Contains(err.Error(), "model.safetensors") {
 		t.Fatalf("offline, partial snapshot: err = %v, want ErrOffline naming model.safetensors", err)
 	}
-	if n := len(h.reqs()) - before; n != 0 {
+	if n := len(h.Requests()) - before; n != 0 {
 		t.Fatalf("offline mode made %d requests", n)
 	}
 }
 
 func TestNoNetwork(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
-	h.addRepo("org/tiny", commit1, modelFiles())
+	h := hubtest.NewServer(t)
+	h.AddRepo("org/tiny", commit1, modelFiles())
 	opts := testOptions(t, h)
 	if _, err := Resolve(context.Background(), "org/tiny", opts); err != nil {
 		t.Fatal(err)
@@ -401,11 +405,11 @@ func TestNoNetwork(t *testing.T) {
 
 func TestCorruptDownloadIsRejected(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := modelFiles()
-	h.addRepo("org/tiny", commit1, files)
-	sha := sha256Hex(files["model.safetensors"])
-	h.corrupt[sha] = true
+	h.AddRepo("org/tiny", commit1, files)
+	sha := hubtest.SHA256(files["model.safetensors"])
+	h.Corrupt(sha)
 	opts := testOptions(t, h)
 	_, err := Resolve(context.Background(), "org/tiny", opts)
 	if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "model.safetensors") {
@@ -421,10 +425,10 @@ func TestCorruptDownloadIsRejected(t *testing.T) {
 
 func TestConcurrentResolve(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
+	h := hubtest.NewServer(t)
 	files := modelFiles()
-	h.addRepo("org/tiny", commit1, files)
-	h.cdnDelay = 50 * time.Millisecond
+	h.AddRepo("org/tiny", commit1, files)
+	h.SetCDNDelay(50 * time.Millisecond)
 	opts := testOptions(t, h)
 	var wg sync.WaitGroup
 	dirs := make([]string, 2)
@@ -439,20 +443,20 @@ func TestConcurrentResolve(t *testing.T) {
 		}
 		checkSnapshot(t, opts, "org/tiny", commit1, dirs[i], files, wanted)
 	}
-	if n := h.count("GET", "/cdn/"); n != 1 {
+	if n := h.Count("GET", "/cdn/"); n != 1 {
 		t.Errorf("model.safetensors was downloaded %d times, want once", n)
 	}
-	if n := h.count("GET", "/config.json"); n != 1 {
+	if n := h.Count("GET", "/config.json"); n != 1 {
 		t.Errorf("config.json was downloaded %d times, want once", n)
 	}
 }
 
 func TestNotFound(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
-	h.addRepo("org/tiny", commit1, modelFiles())
-	h.addRepo("org/pickle", commit1, map[string][]byte{"config.json": []byte(`{}`), "pytorch_model.bin": []byte("x")})
-	h.addRepo("org/dataset-like", commit1, map[string][]byte{"data.csv": []byte("a,b")})
+	h := hubtest.NewServer(t)
+	h.AddRepo("org/tiny", commit1, modelFiles())
+	h.AddRepo("org/pickle", commit1, map[string][]byte{"config.json": []byte(`{}`), "pytorch_model.bin": []byte("x")})
+	h.AddRepo("org/dataset-like", commit1, map[string][]byte{"data.csv": []byte("a,b")})
 	opts := testOptions(t, h)
 	cases := []struct {
 		repo, rev string
@@ -481,15 +485,15 @@ func TestNotFound(t *testing.T) {
 
 func TestNoSpaceBeforeDownload(t *testing.T) {
 	isolateEnv(t)
-	h := newFakeHub(t)
-	h.addRepo("org/tiny", commit1, modelFiles())
+	h := hubtest.NewServer(t)
+	h.AddRepo("org/tiny", commit1, modelFiles())
 	freeSpace = func(string) (int64, error) { return 1000, nil }
 	t.Cleanup(func() { freeSpace = statfsFree })
 	_, err := Resolve(context.Background(), "org/tiny", testOptions(t, h))
 	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "HF_HUB_CACHE") {
 		t.Fatalf("err = %v, want ErrNoSpace suggesting HF_HUB_CACHE", err)
 	}
-	if n := h.count("GET", ""); n != 1 {
+	if n := h.Count("GET", ""); n != 1 {
 		t.Errorf("%d GETs before failing on space, want only the metadata call", n)
 	}
 }
@@ -578,4 +582,94 @@ func FuzzParseIndex(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A Python process downloading the same blob holds .locks/models--org--name/<etag>.lock (filelock uses flock):
+// Resolve must wait for it rather than write the same .incomplete file.
+func TestPythonLockIsHonoured(t *testing.T) {
+	isolateEnv(t)
+	h := hubtest.NewServer(t)
+	files := modelFiles()
+	h.AddRepo("org/tiny", commit1, files)
+	opts := testOptions(t, h)
+	sha := hubtest.SHA256(files["model.safetensors"])
+	pyLock := filepath.Join(opts.CacheDir, ".locks", "models--org--tiny", sha+".lock")
+	os.MkdirAll(filepath.Dir(pyLock), 0o755)
+	unlock, err := lockFile(context.Background(), pyLock, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := Resolve(context.Background(), "org/tiny", opts)
+		done <- err
+	}()
+	// Wait until Resolve is blocked on the lock: it has asked for the file's metadata.
+	for h.Count("HEAD", "model.safetensors") == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("Resolve returned before reaching the lock: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := h.Count("GET", "/cdn/"); n != 0 {
+		t.Fatalf("the blob was downloaded %d times while Python's lock was held", n)
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pyLock); err != nil {
+		t.Errorf("Python's lock file was removed: %v", err)
+	}
+}
+
+// A file a Python tool already placed in the snapshot (here a plain file, as with local_dir copies) is used as is.
+func TestExistingSnapshotFileIsKept(t *testing.T) {
+	isolateEnv(t)
+	h := hubtest.NewServer(t)
+	files := modelFiles()
+	h.AddRepo("org/tiny", commit1, files)
+	opts := testOptions(t, h)
+	snap := filepath.Join(opts.CacheDir, "models--org--tiny", "snapshots", commit1)
+	os.MkdirAll(snap, 0o755)
+	if err := os.WriteFile(filepath.Join(snap, "model.safetensors"), files["model.safetensors"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resolve(context.Background(), "org/tiny", opts); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.Count("HEAD", "model.safetensors") + h.Count("GET", "/cdn/"); n != 0 {
+		t.Errorf("model.safetensors was requested %d times though the snapshot had it", n)
+	}
+}
+
+// A real checkpoint served by the imitation Hub comes out byte-identical and opens with package checkpoint.
+func TestSharedModelRoundTrip(t *testing.T) {
+	isolateEnv(t)
+	src := testutil.SharedPath(t, "models", "stories260K-hf")
+	files, err := hubtest.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hubtest.NewServer(t)
+	h.AddRepo("karpathy/stories260K", commit1, files)
+	dir, err := Resolve(context.Background(), "karpathy/stories260K", testOptions(t, h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s differs from %s/%s (%v)", name, src, name, err)
+		}
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatalf("checkpoint.Open(%s): %v", dir, err)
+	}
+	if len(ck.Tensors) == 0 {
+		t.Fatal("no tensors")
+	}
 }

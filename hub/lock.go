@@ -13,9 +13,10 @@ import (
 const lockPoll = 50 * time.Millisecond
 
 // lockFile takes an exclusive flock on path, creating it, and returns the function that releases it. onWait
-// runs once if another process (or goroutine) holds the lock. The holder removes the file before unlocking, so a
-// waiter that then locks the old, unlinked file notices and locks the new one instead.
-func lockFile(ctx context.Context, path string, onWait func()) (unlock func(), err error) {
+// runs once if another process (or goroutine) holds the lock. With remove, the holder deletes the file before
+// unlocking, and a waiter that then locks the old, unlinked file notices and locks the new one instead; without
+// it the file stays, as Python's filelock leaves its lock files.
+func lockFile(ctx context.Context, path string, remove bool, onWait func()) (unlock func(), err error) {
 	waited := false
 	for {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
@@ -46,7 +47,9 @@ func lockFile(ctx context.Context, path string, onWait func()) (unlock func(), e
 		cur, cerr := os.Stat(path)
 		if herr == nil && cerr == nil && os.SameFile(held, cur) {
 			return func() {
-				os.Remove(path)
+				if remove {
+					os.Remove(path)
+				}
 				f.Close()
 			}, nil
 		}

@@ -1,4 +1,8 @@
-package hub
+// Package hubtest serves an imitation of the Hugging Face Hub for tests: the model metadata API
+// (GET /api/models/{repo}/revision/{rev}), resolve URLs (HEAD and GET, with the Hub's X-Error-Code answers for
+// missing repos, revisions and files and for gated repos) and a CDN path with Range support that LFS files
+// redirect to. Point hub.Options.Endpoint (or HF_ENDPOINT) at Server.URL.
+package hubtest
 
 import (
 	"bytes"
@@ -10,6 +14,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,68 +23,89 @@ import (
 	"time"
 )
 
-// fakeRepo is a repository served by fakeHub. Files ending in .safetensors are LFS files: their resolve URL
+// Repo is a repository served by Server. Files ending in .safetensors are LFS files: their resolve URL
 // redirects (302, absolute URL) to /cdn/<sha256>, with X-Linked-Etag and X-Linked-Size on the redirect, as the
 // real Hub does. Other files are served directly with their git blob sha1 as ETag.
-type fakeRepo struct {
-	revs  map[string]string            // revision (branch/tag) → commit
-	files map[string]map[string][]byte // commit → file name → content
-	token string                       // non-empty: gated, file requests need "Bearer <token>"
+type Repo struct {
+	Revs  map[string]string            // revision (branch/tag) → commit
+	Files map[string]map[string][]byte // commit → file name → content
+	Token string                       // non-empty: gated, file requests need "Authorization: Bearer <Token>"
 }
 
-// request is one request fakeHub saw.
-type request struct {
-	method, path, rangeHdr, auth string
+// Request is one request the Server answered.
+type Request struct {
+	Method, Path, Range, Authorization string
 }
 
-// fakeHub imitates the Hub endpoints hub uses: the model metadata API, resolve (HEAD and GET) and a CDN path
-// with Range support.
-type fakeHub struct {
-	t     *testing.T
-	srv   *httptest.Server
-	repos map[string]*fakeRepo
+// Server imitates the Hub endpoints package hub uses. Add repositories before the first request.
+type Server struct {
+	*httptest.Server
+	Repos map[string]*Repo // repo id → repository
 
 	mu       sync.Mutex
-	requests []request
+	requests []Request
 	cutOnce  map[string]int  // sha256 → the first CDN GET sends only this many bytes, then drops the connection
 	corrupt  map[string]bool // sha256 → the CDN serves altered bytes
 	cdnDelay time.Duration   // wait before answering a CDN GET
 }
 
-func newFakeHub(t *testing.T) *fakeHub {
-	h := &fakeHub{t: t, repos: map[string]*fakeRepo{}, cutOnce: map[string]int{}, corrupt: map[string]bool{}}
-	h.srv = httptest.NewServer(http.HandlerFunc(h.serve))
-	t.Cleanup(h.srv.Close)
+// NewServer starts a Server, closed when the test ends.
+func NewServer(t testing.TB) *Server {
+	h := &Server{Repos: map[string]*Repo{}, cutOnce: map[string]int{}, corrupt: map[string]bool{}}
+	h.Server = httptest.NewServer(http.HandlerFunc(h.serve))
+	t.Cleanup(h.Close)
 	return h
 }
 
-// addRepo adds repo id with one commit holding files, reachable as revision "main".
-func (h *fakeHub) addRepo(id, commit string, files map[string][]byte) *fakeRepo {
-	r := &fakeRepo{revs: map[string]string{"main": commit}, files: map[string]map[string][]byte{commit: files}}
-	h.repos[id] = r
+// CutOnce makes the first CDN GET of the LFS file with this sha256 send only n bytes and drop the connection.
+func (h *Server) CutOnce(sha256 string, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cutOnce[sha256] = n
+}
+
+// Corrupt makes the CDN serve the LFS file with this sha256 with one byte altered.
+func (h *Server) Corrupt(sha256 string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.corrupt[sha256] = true
+}
+
+// SetCDNDelay makes every CDN answer wait d first.
+func (h *Server) SetCDNDelay(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cdnDelay = d
+}
+
+// AddRepo adds repository id with one commit (40 hex digits) holding files, reachable as revision "main".
+func (h *Server) AddRepo(id, commit string, files map[string][]byte) *Repo {
+	r := &Repo{Revs: map[string]string{"main": commit}, Files: map[string]map[string][]byte{commit: files}}
+	h.Repos[id] = r
 	return r
 }
 
-func (h *fakeHub) reqs() []request {
+// Requests returns the requests answered so far, in order.
+func (h *Server) Requests() []Request {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]request(nil), h.requests...)
+	return append([]Request(nil), h.requests...)
 }
 
-// count returns how many requests had the method and a path containing substr.
-func (h *fakeHub) count(method, substr string) int {
+// Count returns how many requests had the method and a path containing substr.
+func (h *Server) Count(method, substr string) int {
 	n := 0
-	for _, r := range h.reqs() {
-		if r.method == method && strings.Contains(r.path, substr) {
+	for _, r := range h.Requests() {
+		if r.Method == method && strings.Contains(r.Path, substr) {
 			n++
 		}
 	}
 	return n
 }
 
-func (h *fakeHub) serve(w http.ResponseWriter, r *http.Request) {
+func (h *Server) serve(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
-	h.requests = append(h.requests, request{r.Method, r.URL.Path, r.Header.Get("Range"), r.Header.Get("Authorization")})
+	h.requests = append(h.requests, Request{r.Method, r.URL.Path, r.Header.Get("Range"), r.Header.Get("Authorization")})
 	h.mu.Unlock()
 	p := r.URL.EscapedPath()
 	switch {
@@ -104,15 +131,15 @@ func hubError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // lookup finds the repo and the commit for rev (a branch or a commit), answering the Hub's errors itself.
-func (h *fakeHub) lookup(w http.ResponseWriter, id, rev string) (*fakeRepo, string, bool) {
-	repo := h.repos[id]
+func (h *Server) lookup(w http.ResponseWriter, id, rev string) (*Repo, string, bool) {
+	repo := h.Repos[id]
 	if repo == nil {
 		hubError(w, http.StatusUnauthorized, "RepoNotFound", "Repository not found")
 		return nil, "", false
 	}
-	commit, ok := repo.revs[rev]
+	commit, ok := repo.Revs[rev]
 	if !ok {
-		if _, isCommit := repo.files[rev]; !isCommit {
+		if _, isCommit := repo.Files[rev]; !isCommit {
 			hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)
 			return nil, "", false
 		}
@@ -121,7 +148,7 @@ func (h *fakeHub) lookup(w http.ResponseWriter, id, rev string) (*fakeRepo, stri
 	return repo, commit, true
 }
 
-func (h *fakeHub) serveAPI(w http.ResponseWriter, r *http.Request, rest string) {
+func (h *Server) serveAPI(w http.ResponseWriter, r *http.Request, rest string) {
 	id, escRev, ok := strings.Cut(rest, "/revision/")
 	rev, err := url.PathUnescape(escRev)
 	if !ok || err != nil || r.Method != http.MethodGet {
@@ -136,14 +163,14 @@ func (h *fakeHub) serveAPI(w http.ResponseWriter, r *http.Request, rest string) 
 		RFilename string `json:"rfilename"`
 	}
 	var sib []sibling
-	for name := range repo.files[commit] {
+	for name := range repo.Files[commit] {
 		sib = append(sib, sibling{name})
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{"id": id, "sha": commit, "siblings": sib, "gated": repo.token != ""})
+	json.NewEncoder(w).Encode(map[string]any{"id": id, "sha": commit, "siblings": sib, "gated": repo.Token != ""})
 }
 
-func (h *fakeHub) serveResolve(w http.ResponseWriter, r *http.Request, p string) {
+func (h *Server) serveResolve(w http.ResponseWriter, r *http.Request, p string) {
 	id, rest, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/resolve/")
 	escRev, escName, _ := strings.Cut(rest, "/")
 	rev, err1 := url.PathUnescape(escRev)
@@ -156,9 +183,9 @@ func (h *fakeHub) serveResolve(w http.ResponseWriter, r *http.Request, p string)
 	if !ok {
 		return
 	}
-	if repo.token != "" {
+	if repo.Token != "" {
 		switch r.Header.Get("Authorization") {
-		case "Bearer " + repo.token:
+		case "Bearer " + repo.Token:
 		case "":
 			hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+id+" is restricted. You must have access to it and be authenticated to access it. Please log in.")
 			return
@@ -167,7 +194,7 @@ func (h *fakeHub) serveResolve(w http.ResponseWriter, r *http.Request, p string)
 			return
 		}
 	}
-	data, ok := repo.files[commit][name]
+	data, ok := repo.Files[commit][name]
 	if !ok {
 		hubError(w, http.StatusNotFound, "EntryNotFound", name+" does not exist")
 		return
@@ -179,15 +206,15 @@ func (h *fakeHub) serveResolve(w http.ResponseWriter, r *http.Request, p string)
 		w.Header().Set("X-Linked-Etag", `"`+sha+`"`)
 		w.Header().Set("X-Linked-Size", strconv.Itoa(len(data)))
 		w.Header().Set("ETag", `W/"not-the-content-hash"`)
-		w.Header().Set("Location", h.srv.URL+"/cdn/"+sha)
+		w.Header().Set("Location", h.URL+"/cdn/"+sha)
 		w.WriteHeader(http.StatusFound)
 		return
 	}
-	w.Header().Set("ETag", `"`+gitBlobSHA1(data)+`"`)
+	w.Header().Set("ETag", `"`+GitBlobSHA1(data)+`"`)
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
 }
 
-func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
+func (h *Server) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 	data := h.blob(sha)
 	if data == nil {
 		http.NotFound(w, r)
@@ -214,9 +241,9 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 }
 
 // blob finds an LFS file by its sha256 in any repo.
-func (h *fakeHub) blob(sha string) []byte {
-	for _, repo := range h.repos {
-		for _, files := range repo.files {
+func (h *Server) blob(sha string) []byte {
+	for _, repo := range h.Repos {
+		for _, files := range repo.Files {
 			for _, data := range files {
 				if s := sha256.Sum256(data); hex.EncodeToString(s[:]) == sha {
 					return data
@@ -227,14 +254,36 @@ func (h *fakeHub) blob(sha string) []byte {
 	return nil
 }
 
-func gitBlobSHA1(data []byte) string {
+// GitBlobSHA1 is the git object id of data, the ETag the Hub gives a file not stored in LFS.
+func GitBlobSHA1(data []byte) string {
 	s := sha1.New()
 	fmt.Fprintf(s, "blob %d\x00", len(data))
 	s.Write(data)
 	return hex.EncodeToString(s.Sum(nil))
 }
 
-func sha256Hex(data []byte) string {
+// SHA256 is the hex sha256 of data, the etag the Hub gives an LFS file.
+func SHA256(data []byte) string {
 	s := sha256.Sum256(data)
 	return hex.EncodeToString(s[:])
+}
+
+// ReadDir returns the regular files directly inside dir (a local model folder) by name, ready for AddRepo.
+func ReadDir(dir string) (map[string][]byte, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		files[e.Name()] = b
+	}
+	return files, nil
 }
