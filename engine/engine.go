@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +22,10 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
+	"github.com/layerstream/layerstream/shards"
 )
 
 // Options configure an Engine. The zero value streams decoder layers with the defaults below.
@@ -48,6 +48,13 @@ type Options struct {
 	DType string
 	// Profiler records per-category timings; nil records nothing.
 	Profiler *profiler.Profiler
+
+	// Hub configures resolving a Hugging Face repo id (revision, token, offline...).
+	Hub hub.Options
+	// ShardDir is where a checkpoint is split on first use; default shards.DefaultDir(checkpoint).
+	ShardDir string
+	// SplitProgress, when set, receives the progress of a first-use split.
+	SplitProgress func(done, total int64)
 }
 
 func (o *Options) fillDefaults() error {
@@ -83,7 +90,7 @@ func (o *Options) fillDefaults() error {
 // Engine runs one model. Its methods are safe for concurrent use but run one at a time.
 type Engine struct {
 	opts    Options
-	src     source
+	set     *shards.Set
 	cfg     *checkpoint.Config
 	gen     *checkpoint.GenerationConfig
 	arch    Architecture
@@ -109,36 +116,30 @@ type Engine struct {
 	closed bool
 }
 
-// Open prepares a model for generation: model is a Hugging Face checkpoint folder.
+// Open prepares a model for generation. model is a shard folder (from layerstream split), a Hugging Face
+// checkpoint folder (split into shards on first use) or a Hub repo id (downloaded first).
 func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 	if err := opts.fillDefaults(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	src, err := openSource(ctx, model)
+	set, err := openShards(ctx, model, opts)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("engine: %w", err)
 	}
-	e := &Engine{opts: opts, src: src, cfg: src.Config(), gen: src.Generation(), prof: opts.Profiler}
-	if err := e.init(); err != nil {
+	e := &Engine{opts: opts, set: set, cfg: set.Config, gen: set.Generation, prof: opts.Profiler}
+	if err := e.init(ctx); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("engine %s: %w", model, err)
 	}
 	return e, nil
 }
 
-// openSource opens model as a weight source.
-func openSource(_ context.Context, model string) (source, error) {
-	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
-		return nil, fmt.Errorf("engine: model %q: not a checkpoint folder (no config.json): %w", model, err)
-	}
-	ck, err := checkpoint.Open(model)
-	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	return newCheckpointSource(ck)
+func (e *Engine) hasUnit(name string) bool {
+	_, ok := e.set.Unit(name)
+	return ok
 }
 
-func (e *Engine) init() error {
+func (e *Engine) init(ctx context.Context) error {
 	c := e.cfg
 	if s := strings.TrimSpace(string(c.RopeScaling)); s != "" && s != "null" {
 		return fmt.Errorf("config.json: rope_scaling %s is not supported", s)
@@ -158,19 +159,19 @@ func (e *Engine) init() error {
 	slog.Debug("engine: compute dtype", "dtype", e.dtype, "requested", e.opts.DType, "torch_dtype", c.TorchDType)
 
 	// Every unit the model needs must exist before any work starts.
-	if !e.src.HasUnit(unitEmbed) {
+	if !e.hasUnit(unitEmbed) {
 		return fmt.Errorf("missing unit embed (tensor %s)", embedWeight)
 	}
-	if !e.src.HasUnit(unitNorm) {
+	if !e.hasUnit(unitNorm) {
 		return fmt.Errorf("missing unit norm (tensor %s)", normWeight)
 	}
 	for i := range c.NumHiddenLayers {
-		if !e.src.HasUnit(layerUnit(i)) {
+		if !e.hasUnit(layerUnit(i)) {
 			return fmt.Errorf("missing unit %s (tensors model.layers.%d.*; config.json num_hidden_layers is %d)", layerUnit(i), i, c.NumHiddenLayers)
 		}
 	}
 	switch {
-	case e.src.HasUnit(unitLMHead):
+	case e.hasUnit(unitLMHead):
 		e.headUnit = unitLMHead
 	case c.TieWordEmbeddings:
 		e.headUnit = unitEmbed
@@ -207,7 +208,7 @@ func (e *Engine) init() error {
 	if err := e.buildExecs(); err != nil {
 		return err
 	}
-	return e.allocate()
+	return e.allocate(ctx)
 }
 
 // headSpecs are the tensors of the non-layer units.
@@ -224,10 +225,10 @@ func (e *Engine) headSpecs(unit string) []tensorSpec {
 }
 
 // allocate creates the device buffers: the stream pools, and the resident units loaded once.
-func (e *Engine) allocate() error {
-	e.pools = &pools{host: make(chan *hostBuffer, e.opts.Prefetch), sets: map[string]chan *weightSet{}}
+func (e *Engine) allocate(ctx context.Context) error {
+	e.pools = &pools{host: make(chan *shards.Buffer, e.opts.Prefetch), sets: map[string]chan *weightSet{}}
 	for range e.opts.Prefetch {
-		e.pools.host <- e.src.NewBuffer()
+		e.pools.host <- shards.NewBuffer(int(e.set.MaxBufferSize()))
 	}
 	addSets := func(kind string, n int, specs []tensorSpec) error {
 		ch := make(chan *weightSet, n)
@@ -242,7 +243,6 @@ func (e *Engine) allocate() error {
 		e.pools.sets[kind] = ch
 		return nil
 	}
-	ctx := context.Background()
 	if e.opts.Resident {
 		for i := range e.cfg.NumHiddenLayers {
 			w, err := e.loadResident(ctx, kindLayer, layerUnit(i), e.layerSpecs)
@@ -287,11 +287,11 @@ func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []te
 	e.pools.all = append(e.pools.all, w)
 	buf := <-e.pools.host
 	defer func() { e.pools.host <- buf }()
-	l, err := e.src.Load(ctx, unit, buf)
+	l, err := e.set.Load(ctx, unit, buf)
 	if err != nil {
 		return nil, err
 	}
-	if err := w.fill(l, unitPrefix(unit)); err != nil {
+	if err := e.fill(w, l); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -303,8 +303,8 @@ func (e *Engine) Config() *checkpoint.Config { return e.cfg }
 // Generation is the model's generation_config.json (empty when absent).
 func (e *Engine) Generation() *checkpoint.GenerationConfig { return e.gen }
 
-// Dir is the folder holding the model's config and tokenizer files.
-func (e *Engine) Dir() string { return e.src.Dir() }
+// Dir is the shard folder, which also holds the model's config and tokenizer files.
+func (e *Engine) Dir() string { return e.set.Dir }
 
 // Stats reports the engine's device-buffer use.
 type Stats struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -341,5 +344,40 @@ func TestBF16Compute(t *testing.T) {
 	t.Logf("bf16 vs f32 compute: max abs diff %.3g (largest |logit| %.3g)", d, scale)
 	if d > 0.03*scale || d == 0 {
 		t.Errorf("bf16 vs f32 logits differ by %g, want (0, %g]", d, 0.03*scale)
+	}
+}
+
+// TestOpenSplitsOnFirstUse: a checkpoint folder is split into shards once; the shard folder opens directly and
+// gives the same logits.
+func TestOpenSplitsOnFirstUse(t *testing.T) {
+	ctx := context.Background()
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 8})
+	a := open(t, model, Options{})
+	dir := a.Dir()
+	if !shards.IsSet(dir) || filepath.Dir(dir) != model {
+		t.Fatalf("engine reads %s, want a complete split inside %s", dir, model)
+	}
+	st, err := os.Stat(filepath.Join(dir, shards.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, model, Options{}) // reuses the split
+	if st2, err := os.Stat(filepath.Join(dir, shards.ManifestFile)); err != nil || !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("second Open rewrote the manifest (%v)", err)
+	}
+	c := open(t, dir, Options{}) // the shard folder itself
+	ids := []int{1, 4, 9}
+	la, err := a.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*Engine{b, c} {
+		l, err := e.Logits(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(la, l); d != 0 {
+			t.Errorf("%s: logits differ by %g", e.Dir(), d)
+		}
 	}
 }

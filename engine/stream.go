@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/layerstream/layerstream/profiler"
+	"github.com/layerstream/layerstream/shards"
 )
 
 // The streaming pipeline: four stages connected by channels.
@@ -20,7 +24,7 @@ import (
 
 // pools holds the reusable buffers of a streamed engine. They live as long as the Engine.
 type pools struct {
-	host chan *hostBuffer
+	host chan *shards.Buffer
 	// sets holds the free device sets per kind ("layer", and the head units when they stream).
 	sets map[string]chan *weightSet
 	all  []*weightSet
@@ -38,8 +42,8 @@ func (p *pools) free() {
 // loadResult is what prefetch hands to transfer.
 type loadResult struct {
 	unit   string
-	loaded *loadedUnit
-	buf    *hostBuffer
+	loaded *shards.Loaded
+	buf    *shards.Buffer
 }
 
 // stream runs prefetch and transfer for a schedule of units, repeated for up to passes forward passes.
@@ -84,13 +88,14 @@ func (s *stream) prefetch(total int) {
 	p := s.e.pools
 	for i := range total {
 		unit := s.schedule[i%len(s.schedule)]
-		var buf *hostBuffer
+		var buf *shards.Buffer
 		select {
 		case buf = <-p.host:
 		case <-s.ctx.Done():
 			return
 		}
-		l, err := s.e.src.Load(s.ctx, unit, buf)
+		start := time.Now()
+		l, err := s.e.set.Load(s.ctx, unit, buf)
 		if err != nil {
 			p.host <- buf
 			if s.ctx.Err() == nil {
@@ -98,6 +103,9 @@ func (s *stream) prefetch(total int) {
 			}
 			return
 		}
+		step, layer := int(s.e.step.Load()), layerIndex(unit)
+		s.e.prof.Record(profiler.DiskRead, step, layer, start, l.ReadTime, l.ReadBytes)
+		s.e.prof.Record(profiler.Decode, step, layer, start.Add(l.ReadTime), l.DecodeTime, l.Unit.Bytes())
 		select {
 		case s.loaded <- loadResult{unit: unit, loaded: l, buf: buf}:
 		case <-s.ctx.Done():
@@ -139,7 +147,7 @@ func (s *stream) transfer(total int) {
 				}
 			}
 		}
-		err := w.fill(r.loaded, unitPrefix(r.unit))
+		err := s.e.fill(w, r.loaded)
 		p.host <- r.buf
 		if err != nil {
 			s.e.releaseSet(w)

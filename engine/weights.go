@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/gomlx/gomlx/backends"
@@ -12,6 +13,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/profiler"
+	"github.com/layerstream/layerstream/shards"
 )
 
 // deviceTensor is a tensor in a device buffer whose memory the host writes directly (a simplego shared
@@ -87,23 +90,46 @@ func (w *weightSet) args() []any {
 	return out
 }
 
-// fill converts unit's tensors (named prefix+suffix) into the set's device buffers.
-func (w *weightSet) fill(l *loadedUnit, prefix string) error {
+// fill puts a loaded unit's weights into w's device buffers (the transfer stage), recording the time spent
+// copying as h2d and the time spent converting dtypes (e.g. bf16 → f32) as decode.
+func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
+	start := time.Now()
+	conv, copied, err := w.fill(l, unitPrefix(l.Unit.Name))
+	step, layer := int(e.step.Load()), layerIndex(l.Unit.Name)
+	elapsed := time.Since(start)
+	e.prof.Record(profiler.Decode, step, layer, start, elapsed*time.Duration(conv)/time.Duration(max(conv+copied, 1)), conv)
+	e.prof.Record(profiler.H2D, step, layer, start, elapsed*time.Duration(copied)/time.Duration(max(conv+copied, 1)), copied)
+	return err
+}
+
+// fill copies or converts the unit's tensors (named prefix+suffix) into the set's device buffers. It returns
+// the bytes converted between dtypes and the bytes copied as they are.
+func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted, copied int64, err error) {
+	unit := l.Unit.Name
 	for i, s := range w.specs {
 		name := prefix + s.suffix
 		raw, ok := l.Tensors[name]
 		if !ok {
-			return fmt.Errorf("unit %s: missing tensor %q (expected shape %v)", l.Unit, name, s.shape)
+			return converted, copied, fmt.Errorf("unit %s: missing tensor %q (expected shape %v)", unit, name, s.shape)
 		}
 		if !slices.Equal(int64s(s.shape), raw.Shape) {
-			return fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v", l.Unit, name, raw.Shape, s.shape)
+			return converted, copied, fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v", unit, name, raw.Shape, s.shape)
 		}
 		if err := convertInto(w.tensors[i].flat, raw); err != nil {
-			return fmt.Errorf("unit %s: tensor %q: %w", l.Unit, name, err)
+			return converted, copied, fmt.Errorf("unit %s: tensor %q: %w", unit, name, err)
+		}
+		if sameDType(raw.DType, s.dtype) {
+			copied += int64(len(raw.Data))
+		} else {
+			converted += int64(len(raw.Data))
 		}
 	}
-	w.unit = l.Unit
-	return nil
+	w.unit = unit
+	return converted, copied, nil
+}
+
+func sameDType(c checkpoint.DType, d dtypes.DType) bool {
+	return (c == checkpoint.F32 && d == dtypes.Float32) || (c == checkpoint.BF16 && d == dtypes.BFloat16)
 }
 
 func int64s(dims []int) []int64 {
@@ -116,7 +142,7 @@ func int64s(dims []int) []int64 {
 
 // convertInto writes raw's elements into dst ([]float32 or []bfloat16.BFloat16), converting the dtype.
 // Same-dtype data is copied as bytes (little-endian host).
-func convertInto(dst any, raw rawTensor) error {
+func convertInto(dst any, raw shards.Tensor) error {
 	n := len(raw.Data) / max(raw.DType.Size(), 1)
 	switch d := dst.(type) {
 	case []float32:
