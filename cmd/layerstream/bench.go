@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine"
+)
+
+func init() {
+	register(command{
+		name:    "bench",
+		summary: "measure prefill and decode speed on synthetic prompts: medians over several runs",
+		usage:   "--model DIR",
+		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
+			var o benchOptions
+			fs.StringVar(&o.model, "model", "", "model: checkpoint folder, shard folder or Hub repo id (required)")
+			fs.IntVar(&o.promptTokens, "prompt-tokens", 128, "prompt length in tokens (synthetic ids)")
+			fs.IntVar(&o.newTokens, "new-tokens", 32, "tokens to generate per run (end-of-sequence ids do not "+
+				"stop a run, so every run generates exactly this many)")
+			fs.IntVar(&o.runs, "runs", 3, "measured runs; the table reports their medians")
+			fs.IntVar(&o.warmup, "warmup", 1, "unmeasured runs first (compile graphs, warm the page cache)")
+			fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic prompt ids")
+			fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the table")
+			fs.StringVar(&o.eng.Device, "device", "cpu", "compute device: cpu, or cuda in a binary built with the "+
+				"xla build tag")
+			fs.StringVar(&o.eng.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
+			fs.IntVar(&o.eng.Prefetch, "prefetch", 2, "units read ahead of the one computing")
+			fs.IntVar(&o.eng.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers on the device at once")
+			fs.BoolVar(&o.eng.StreamAll, "stream-all", false, "stream embedding, final norm and lm_head too")
+			fs.BoolVar(&o.eng.Resident, "resident", false, "load every layer once and keep it (no streaming)")
+			prof := addProfileFlags(fs)
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				if err := o.check(); err != nil {
+					return err
+				}
+				rep, err := runBench(ctx, o, prof)
+				if err != nil {
+					return err
+				}
+				out := bufio.NewWriter(os.Stdout)
+				if o.json {
+					err = rep.writeJSON(out)
+				} else {
+					err = rep.writeTable(out)
+				}
+				return errors.Join(err, out.Flush())
+			}
+		},
+	})
+}
+
+// benchOptions are bench's flags.
+type benchOptions struct {
+	model        string
+	promptTokens int
+	newTokens    int
+	runs         int
+	warmup       int
+	seed         uint64
+	json         bool
+	eng          engine.Options
+}
+
+func (o *benchOptions) check() error {
+	switch {
+	case o.model == "":
+		return usageErrorf("--model is required")
+	case o.promptTokens < 1:
+		return usageErrorf("--prompt-tokens must be at least 1, got %d", o.promptTokens)
+	case o.newTokens < 1:
+		return usageErrorf("--new-tokens must be at least 1, got %d", o.newTokens)
+	case o.runs < 1:
+		return usageErrorf("--runs must be at least 1, got %d", o.runs)
+	case o.warmup < 0:
+		return usageErrorf("--warmup must not be negative, got %d", o.warmup)
+	}
+	return nil
+}
+
+// runBench opens the model once and measures o.warmup + o.runs generations of the same synthetic prompt. The
+// per-category profile, when asked for, covers the last run; pprof covers them all.
+func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchReport, error) {
+	p, finish := prof.Start()
+	o.eng.Profiler = p
+	e, err := engine.Open(ctx, o.model, o.eng)
+	if err != nil {
+		return nil, errors.Join(err, finish())
+	}
+	defer e.Close()
+	prompt, err := syntheticPrompt(e.Config(), e.Generation(), o.promptTokens, o.seed)
+	if err != nil {
+		return nil, errors.Join(err, finish())
+	}
+	gen := func(ctx context.Context, onToken func()) (int, error) {
+		// A non-nil empty StopIDs disables the end-of-sequence stop: every run generates o.newTokens tokens.
+		req := engine.Request{PromptIDs: prompt, MaxNewTokens: o.newTokens, StopIDs: []int{}}
+		res, err := e.Generate(ctx, req, func(engine.Token) error { onToken(); return nil })
+		if err != nil {
+			return 0, err
+		}
+		return len(res.GeneratedIDs), nil
+	}
+	rep := &benchReport{Model: o.model, Device: o.eng.Device, PromptTokens: o.promptTokens,
+		NewTokens: o.newTokens, Warmup: o.warmup}
+	for i := range o.warmup + o.runs {
+		if i == o.warmup+o.runs-1 {
+			p.Reset() // the profile covers the last run only
+		}
+		r, err := measureRun(ctx, gen, o.promptTokens)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("run %d: %w", i+1, err), finish())
+		}
+		if i < o.warmup {
+			slog.Debug("bench: warm-up run", "run", i+1, "total", r.Total)
+			continue
+		}
+		slog.Debug("bench: run", "run", i+1-o.warmup, "ttft", r.TTFT, "decode tok/s", r.DecodeTokS)
+		rep.Runs = append(rep.Runs, r)
+	}
+	if err := finish(); err != nil {
+		return nil, err
+	}
+	rep.summarize()
+	rep.PeakRSS = peakRSS()
+	return rep, nil
+}
+
+// syntheticPrompt draws n seeded token ids, avoiding the special ids below 3 and the end-of-sequence ids so the
+// prompt looks like ordinary text to the engine.
+func syntheticPrompt(cfg *checkpoint.Config, gen *checkpoint.GenerationConfig, n int, seed uint64) ([]int, error) {
+	if cfg.VocabSize < 8 {
+		return nil, fmt.Errorf("config.json vocab_size %d is too small for synthetic prompts", cfg.VocabSize)
+	}
+	eos := checkpoint.EOSTokenIDs(cfg, gen)
+	rng := rand.New(rand.NewPCG(seed, 0x6c617965727374)) // "layerst"
+	ids := make([]int, 0, n)
+	for len(ids) < n {
+		id := 3 + rng.IntN(cfg.VocabSize-3)
+		if !slices.Contains(eos, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// benchRun is one measured generation. Times are taken around the engine call: TTFT from the call to the first
+// token, decode from the first token to the last.
+type benchRun struct {
+	Generated   int           `json:"generated_tokens"`
+	TTFT        time.Duration `json:"ttft_ns"`
+	Decode      time.Duration `json:"decode_ns"`
+	Total       time.Duration `json:"total_ns"`
+	PrefillTokS float64       `json:"prefill_tok_s"` // prompt tokens / TTFT
+	DecodeTokS  float64       `json:"decode_tok_s"`  // (generated − 1) / decode time; 0 with one token
+}
+
+// measureRun times one call of gen, which must call onToken once per generated token and return their count.
+func measureRun(ctx context.Context, gen func(ctx context.Context, onToken func()) (int, error),
+	promptTokens int) (benchRun, error) {
+	var first, last time.Time
+	n := 0
+	start := time.Now()
+	got, err := gen(ctx, func() {
+		last = time.Now()
+		if n == 0 {
+			first = last
+		}
+		n++
+	})
+	end := time.Now()
+	if err != nil {
+		return benchRun{}, err
+	}
+	if n == 0 || got != n {
+		return benchRun{}, fmt.Errorf("engine returned %d tokens but streamed %d", got, n)
+	}
+	r := benchRun{Generated: n, TTFT: first.Sub(start), Decode: last.Sub(first), Total: end.Sub(start)}
+	if r.TTFT > 0 {
+		r.PrefillTokS = float64(promptTokens) / r.TTFT.Seconds()
+	}
+	if n > 1 && r.Decode > 0 {
+		r.DecodeTokS = float64(n-1) / r.Decode.Seconds()
+	}
+	return r, nil
+}
+
+// benchReport is bench's result: the medians at the top level (what scripts read), each run below.
+type benchReport struct {
+	Model        string     `json:"model"`
+	Device       string     `json:"device"`
+	PromptTokens int        `json:"prompt_tokens"`
+	NewTokens    int        `json:"new_tokens"`
+	Warmup       int        `json:"warmup_runs"`
+	PrefillTokS  float64    `json:"prefill_tok_s"`
+	DecodeTokS   float64    `json:"decode_tok_s"`
+	SecPerToken  float64    `json:"s_per_token"` // 1 / decode tok/s
+	TTFT         float64    `json:"ttft_s"`
+	Total        float64    `json:"total_s"`
+	PeakRSS      int64      `json:"peak_rss_bytes"` // the process's peak resident set (VmHWM); 0 when unknown
+	Runs         []benchRun `json:"runs"`
+}
+
+// summarize sets the medians from the runs.
+func (r *benchReport) summarize() {
+	col := func(f func(benchRun) float64) float64 {
+		xs := make([]float64, len(r.Runs))
+		for i, run := range r.Runs {
+			xs[i] = f(run)
+		}
+		return median(xs)
+	}
+	r.PrefillTokS = col(func(b benchRun) float64 { return b.PrefillTokS })
+	r.DecodeTokS = col(func(b benchRun) float64 { return b.DecodeTokS })
+	r.TTFT = col(func(b benchRun) float64 { return b.TTFT.Seconds() })
+	r.Total = col(func(b benchRun) float64 { return b.Total.Seconds() })
+	r.SecPerToken = 0
+	if r.DecodeTokS > 0 {
+		r.SecPerToken = 1 / r.DecodeTokS
+	}
+}
+
+// median of xs (the mean of the middle two for an even count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r *benchReport) writeJSON(w io.Writer) error {
+	return json.NewEncoder(w).Encode(r)
+}
+
+func (r *benchReport) writeTable(w io.Writer) error {
+	ew := &tableWriter{w: w}
+	ew.printf("bench %s on %s: prompt %d tokens, %d new tokens, %d runs (+%d warm-up)\n", r.Model, r.Device,
+		r.PromptTokens, r.NewTokens, len(r.Runs), r.Warmup)
+	ew.printf("%-8s %14s %13s %10s %10s %10s\n", "run", "prefill tok/s", "decode tok/s", "s/token", "TTFT s",
+		"total s")
+	for i, run := range r.Runs {
+		spt := 0.0
+		if run.DecodeTokS > 0 {
+			spt = 1 / run.DecodeTokS
+		}
+		ew.printf("%-8d %14.1f %13.2f %10.4f %10.3f %10.3f\n", i+1, run.PrefillTokS, run.DecodeTokS, spt,
+			run.TTFT.Seconds(), run.Total.Seconds())
+	}
+	ew.printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
+		r.TTFT, r.Total)
+	if r.PeakRSS > 0 {
+		ew.printf("peak RSS %.1f MB\n", float64(r.PeakRSS)/1e6)
+	} else {
+		ew.printf("peak RSS unknown (no /proc/self/status)\n")
+	}
+	return ew.err
+}
+
+// tableWriter keeps the first write error so a table can be written without checking every line.
+type tableWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *tableWriter) printf(format string, args ...any) {
+	if t.err == nil {
+		_, t.err = fmt.Fprintf(t.w, format, args...)
+	}
+}
+
+// peakRSS is the process's peak resident set size in bytes from /proc/self/status (VmHWM), 0 when unavailable.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	return parseVmHWM(string(b))
+}
+
+func parseVmHWM(status string) int64 {
+	for line := range strings.Lines(status) {
+		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0
+		}
+		return kb * 1024
+	}
+	return 0
+}
