@@ -1,0 +1,501 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// bpe is the byte-pair-encoding model of tokenizer.json: a vocabulary, ranked merges, and the rules for characters
+// missing from the vocabulary (byte fallback, unk).
+type bpe struct {
+	vocab  map[string]int
+	tokens []string // id → token; "" for ids the model vocabulary does not use
+
+	// merges maps the pair (left id, right id) to rank<<32 | merged id.
+	merges map[uint64]uint64
+
+	unkToken     string
+	unk          int // -1 when unk_token is unset or missing from the vocabulary
+	fuseUnk      bool
+	byteFallback bool
+	ignoreMerges bool
+	prefix       string // continuing_subword_prefix
+	suffix       string // end_of_word_suffix
+
+	byteLevelIDs    [256]int32 // id of the byte-level character of each byte, -1 if missing
+	byteFallbackIDs [256]int32 // id of "<0xXX>", -1 if missing
+	runeIDs         []int32    // id of each single-character token by rune (below len), -1 if missing
+
+	// metaspaceWords splits a word before every run of "▁" that follows another character. It is set only when no
+	// vocabulary entry holds "▁" after another character, so no merge can cross such a boundary and the split
+	// changes nothing but speed (SentencePiece-style tokenizers have no pre-tokenizer and would otherwise
+	// merge a whole paragraph as one word).
+	metaspaceWords bool
+
+	mu    sync.Mutex
+	cache map[string][]int32
+
+	scratch sync.Pool // *bpeScratch
+}
+
+const (
+	maxCachedWord = 64    // bytes; longer words are merged every time
+	maxCacheSize  = 20000 // entries; the cache is dropped when it grows past this
+	metaspace     = "▁"
+)
+
+type bpeModelJSON struct {
+	Type                    string          `json:"type"`
+	Dropout                 *float64        `json:"dropout"`
+	UnkToken                *string         `json:"unk_token"`
+	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+	FuseUnk                 bool            `json:"fuse_unk"`
+	ByteFallback            bool            `json:"byte_fallback"`
+	IgnoreMerges            bool            `json:"ignore_merges"`
+	Vocab                   json.RawMessage `json:"vocab"`
+	Merges                  json.RawMessage `json:"merges"`
+}
+
+func parseBPE(raw json.RawMessage) (*bpe, error) {
+	var m bpeModelJSON
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	if m.Type == "" && len(m.Merges) > 0 {
+		m.Type = "BPE" // old files omit the model type
+	}
+	if m.Type != "BPE" {
+		return nil, fmt.Errorf("unsupported model type %q: only BPE tokenizers (byte-level like GPT-2/Qwen/Llama-3, or SentencePiece-style like Llama-2) are supported, not WordPiece, Unigram or WordLevel", m.Type)
+	}
+	b := &bpe{unk: -1, fuseUnk: m.FuseUnk, byteFallback: m.ByteFallback, ignoreMerges: m.IgnoreMerges}
+	if m.ContinuingSubwordPrefix != nil {
+		b.prefix = *m.ContinuingSubwordPrefix
+	}
+	if m.EndOfWordSuffix != nil {
+		b.suffix = *m.EndOfWordSuffix
+	}
+	if err := json.Unmarshal(m.Vocab, &b.vocab); err != nil {
+		return nil, fmt.Errorf("vocab: want an object of token → id: %w", err)
+	}
+	maxID := -1
+	for tok, id := range b.vocab {
+		if id < 0 || id > 1<<24 {
+			return nil, fmt.Errorf("vocab: token %q has id %d (want 0..%d)", tok, id, 1<<24)
+		}
+		maxID = max(maxID, id)
+	}
+	b.tokens = make([]string, maxID+1)
+	for tok, id := range b.vocab {
+		if b.tokens[id] != "" {
+			return nil, fmt.Errorf("vocab: id %d is used by both %q and %q", id, b.tokens[id], tok)
+		}
+		b.tokens[id] = tok
+	}
+	if m.UnkToken != nil && *m.UnkToken != "" {
+		b.unkToken = *m.UnkToken
+		if id, ok := b.vocab[b.unkToken]; ok {
+			b.unk = id
+		}
+	}
+	if err := b.parseMerges(m.Merges); err != nil {
+		return nil, err
+	}
+	b.initTables()
+	return b, nil
+}
+
+// parseMerges reads merges as "a b" strings (older files) or ["a", "b"] pairs.
+func (b *bpe) parseMerges(raw json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	if isNull(raw) {
+		b.merges = map[uint64]uint64{}
+		return nil
+	}
+	var pairs [][2]string
+	if inner := bytes.TrimSpace(bytes.TrimPrefix(raw, []byte("["))); len(inner) > 0 && inner[0] == '"' {
+		var lines []string
+		if err := json.Unmarshal(raw, &lines); err != nil {
+			return fmt.Errorf("merges: %w", err)
+		}
+		pairs = make([][2]string, len(lines))
+		for i, l := range lines {
+			a, c, ok := strings.Cut(l, " ")
+			if !ok || strings.Contains(c, " ") {
+				return fmt.Errorf("merges[%d] = %q: want two tokens separated by one space", i, l)
+			}
+			pairs[i] = [2]string{a, c}
+		}
+	} else if err := json.Unmarshal(raw, &pairs); err != nil {
+		return fmt.Errorf("merges: want a list of \"a b\" strings or [\"a\", \"b\"] pairs: %w", err)
+	}
+	b.merges = make(map[uint64]uint64, len(pairs))
+	for rank, p := range pairs {
+		a, ok1 := b.vocab[p[0]]
+		c, ok2 := b.vocab[p[1]]
+		if !ok1 || !ok2 {
+			return fmt.Errorf("merges[%d] = %q: part not in the vocabulary", rank, p)
+		}
+		merged := p[0] + strings.TrimPrefix(p[1], b.prefix)
+		id, ok := b.vocab[merged]
+		if !ok {
+			return fmt.Errorf("merges[%d] = %q: result %q not in the vocabulary", rank, p, merged)
+		}
+		key := uint64(a)<<32 | uint64(c)
+		if _, dup := b.merges[key]; !dup { // the first (lowest) rank wins
+			b.merges[key] = uint64(rank)<<32 | uint64(id)
+		}
+	}
+	return nil
+}
+
+func (b *bpe) initTables() {
+	for i := range 256 {
+		b.byteLevelIDs[i], b.byteFallbackIDs[i] = -1, -1
+		if id, ok := b.vocab[string(byteLevelRunes[i])]; ok {
+			b.byteLevelIDs[i] = int32(id)
+		}
+		if id, ok := b.vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
+			b.byteFallbackIDs[i] = int32(id)
+		}
+	}
+	if b.prefix == "" && b.suffix == "" {
+		b.runeIDs = make([]int32, 0x3100) // Latin, Greek, Cyrillic, CJK punctuation, kana…
+		for i := range b.runeIDs {
+			b.runeIDs[i] = -1
+		}
+		for tok, id := range b.vocab {
+			if r, n := utf8.DecodeRuneInString(tok); n == len(tok) && r != utf8.RuneError && int(r) < len(b.runeIDs) {
+				b.runeIDs[r] = int32(id)
+			}
+		}
+	}
+	b.cache = make(map[string][]int32)
+}
+
+// useMetaspaceWords turns on the word split described at bpe.metaspaceWords when the tokenizer has no
+// pre-tokenizer and the vocabulary allows it.
+func (b *bpe) useMetaspaceWords(noPreTokenizer bool) {
+	if !noPreTokenizer || b.prefix != "" || b.suffix != "" {
+		return
+	}
+	if _, ok := b.vocab[metaspace]; !ok {
+		return
+	}
+	for tok := range b.vocab {
+		if i := strings.Index(strings.TrimLeft(tok, metaspace), metaspace); i >= 0 {
+			return
+		}
+	}
+	b.metaspaceWords = true
+}
+
+// size is one past the largest model id.
+func (b *bpe) size() int { return len(b.tokens) }
+
+// encode appends the ids of one pre-tokenized word. byteLevel says the word holds raw bytes still to be mapped to
+// GPT-2's byte-level alphabet (the ByteLevel pre-tokenizer defers that mapping to here).
+func (b *bpe) encode(word string, byteLevel bool, out []int) ([]int, error) {
+	if !b.metaspaceWords || byteLevel {
+		return b.encodeWord(word, byteLevel, out)
+	}
+	start := 0
+	for i := 1; i < len(word); i++ {
+		if strings.HasPrefix(word[i:], metaspace) && !strings.HasSuffix(word[:i], metaspace) {
+			var err error
+			if out, err = b.encodeWord(word[start:i], false, out); err != nil {
+				return out, err
+			}
+			start = i
+		}
+	}
+	return b.encodeWord(word[start:], false, out)
+}
+
+func (b *bpe) encodeWord(word string, byteLevel bool, out []int) ([]int, error) {
+	if word == "" {
+		return out, nil
+	}
+	if b.ignoreMerges {
+		w := word
+		if byteLevel {
+			w = byteLevelString(word)
+		}
+		if id, ok := b.vocab[w]; ok {
+			return append(out, id), nil
+		}
+	}
+	cacheable := len(word) <= maxCachedWord
+	if cacheable {
+		b.mu.Lock()
+		ids, ok := b.cache[cacheKey(word, byteLevel)]
+		b.mu.Unlock()
+		if ok {
+			for _, id := range ids {
+				out = append(out, int(id))
+			}
+			return out, nil
+		}
+	}
+	s, _ := b.scratch.Get().(*bpeScratch)
+	if s == nil {
+		s = &bpeScratch{}
+	}
+	defer b.scratch.Put(s)
+	if err := b.initSymbols(s, word, byteLevel); err != nil {
+		return out, err
+	}
+	b.mergeAll(s)
+	n0 := len(out)
+	for _, sym := range s.syms {
+		if sym.size > 0 {
+			out = append(out, int(sym.id))
+		}
+	}
+	if cacheable {
+		ids := make([]int32, len(out)-n0)
+		for i, id := range out[n0:] {
+			ids[i] = int32(id)
+		}
+		b.mu.Lock()
+		if len(b.cache) >= maxCacheSize {
+			clear(b.cache)
+		}
+		b.cache[cacheKey(word, byteLevel)] = ids
+		b.mu.Unlock()
+	}
+	return out, nil
+}
+
+// cacheKey keeps byte-level and plain words apart (a tokenizer normally produces only one kind).
+func cacheKey(word string, byteLevel bool) string {
+	if byteLevel {
+		return word
+	}
+	return "\x00" + word
+}
+
+type symbol struct {
+	id         int32
+	prev, next int32 // neighbour indexes, -1 at the ends
+	size       int32 // bytes covered; 0 once merged into the symbol on its left
+}
+
+type mergeCandidate struct {
+	rank  uint32
+	pos   int32
+	newID int32
+}
+
+type bpeScratch struct {
+	syms []symbol
+	heap []mergeCandidate
+}
+
+// initSymbols splits a word into its starting symbols: one per byte for byte-level words, otherwise one per
+// character, with byte fallback or unk for characters missing from the vocabulary.
+func (b *bpe) initSymbols(s *bpeScratch, word string, byteLevel bool) error {
+	s.syms = s.syms[:0]
+	add := func(id int32, size int) {
+		n := int32(len(s.syms))
+		s.syms = append(s.syms, symbol{id: id, prev: n - 1, next: n + 1, size: int32(size)})
+	}
+	if byteLevel {
+		for i := 0; i < len(word); i++ {
+			id := b.byteLevelIDs[word[i]]
+			if id < 0 {
+				return b.unknownByteLevel(word[i])
+			}
+			add(id, 1)
+		}
+		s.syms[len(s.syms)-1].next = -1
+		return nil
+	}
+	unkSize := 0 // bytes of a pending (fused) unk
+	for i := 0; i < len(word); {
+		r, n := utf8.DecodeRuneInString(word[i:])
+		id := int32(-1)
+		if b.runeIDs != nil && int(r) < len(b.runeIDs) && r != utf8.RuneError {
+			id = b.runeIDs[r]
+		} else {
+			tok := word[i : i+n]
+			if i > 0 && b.prefix != "" {
+				tok = b.prefix + tok
+			}
+			if i+n == len(word) && b.suffix != "" {
+				tok += b.suffix
+			}
+			if v, ok := b.vocab[tok]; ok {
+				id = int32(v)
+			}
+		}
+		if id >= 0 {
+			if unkSize > 0 {
+				add(int32(b.unk), unkSize)
+				unkSize = 0
+			}
+			add(id, n)
+			i += n
+			continue
+		}
+		if b.byteFallback && b.hasFallback(word[i:i+n]) {
+			if unkSize > 0 {
+				add(int32(b.unk), unkSize)
+				unkSize = 0
+			}
+			for j := i; j < i+n; j++ {
+				add(b.byteFallbackIDs[word[j]], 1)
+			}
+			i += n
+			continue
+		}
+		if b.unkToken != "" {
+			if b.unk < 0 {
+				return fmt.Errorf("character %q is not in the vocabulary and unk_token %q is not either", word[i:i+n], b.unkToken)
+			}
+			if unkSize > 0 && !b.fuseUnk {
+				add(int32(b.unk), unkSize)
+				unkSize = 0
+			}
+			unkSize += n
+		}
+		// Without unk_token a character missing from the vocabulary is dropped, as in Hugging Face tokenizers.
+		i += n
+	}
+	if unkSize > 0 {
+		add(int32(b.unk), unkSize)
+	}
+	if len(s.syms) > 0 {
+		s.syms[len(s.syms)-1].next = -1
+	}
+	return nil
+}
+
+func (b *bpe) hasFallback(char string) bool {
+	for i := 0; i < len(char); i++ {
+		if b.byteFallbackIDs[char[i]] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *bpe) unknownByteLevel(c byte) error {
+	return fmt.Errorf("byte-level character %q (byte 0x%02X) is not in the vocabulary", byteLevelRunes[c], c)
+}
+
+// mergeAll applies merges lowest rank first (ties: leftmost first), exactly as Hugging Face's Word::merge_all.
+func (b *bpe) mergeAll(s *bpeScratch) {
+	syms := s.syms
+	h := s.heap[:0]
+	pairAt := func(pos int32) {
+		next := syms[pos].next
+		if next < 0 {
+			return
+		}
+		if v, ok := b.merges[uint64(syms[pos].id)<<32|uint64(syms[next].id)]; ok {
+			h = heapPush(h, mergeCandidate{rank: uint32(v >> 32), pos: pos, newID: int32(uint32(v))})
+		}
+	}
+	for i := range syms {
+		pairAt(int32(i))
+	}
+	for len(h) > 0 {
+		var top mergeCandidate
+		top, h = heapPop(h)
+		cur := &syms[top.pos]
+		if cur.size == 0 || cur.next < 0 {
+			continue
+		}
+		right := syms[cur.next]
+		v, ok := b.merges[uint64(cur.id)<<32|uint64(right.id)]
+		if !ok || int32(uint32(v)) != top.newID {
+			continue // stale: one side changed since this pair was queued
+		}
+		cur.id = top.newID
+		cur.size += right.size
+		syms[cur.next].size = 0
+		cur.next = right.next
+		if right.next >= 0 {
+			syms[right.next].prev = top.pos
+		}
+		if cur.prev >= 0 {
+			pairAt(cur.prev)
+		}
+		pairAt(top.pos)
+	}
+	s.heap = h[:0]
+}
+
+func lessCandidate(a, b mergeCandidate) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
+}
+
+func heapPush(h []mergeCandidate, c mergeCandidate) []mergeCandidate {
+	h = append(h, c)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !lessCandidate(h[i], h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	return h
+}
+
+func heapPop(h []mergeCandidate) (mergeCandidate, []mergeCandidate) {
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(h) && lessCandidate(h[r], h[l]) {
+			m = r
+		}
+		if !lessCandidate(h[m], h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	return top, h
+}
+
+// byteLevelRunes is GPT-2's bytes_to_unicode table: printable bytes map to themselves, the others to U+0100….
+var byteLevelRunes, byteLevelBytes = func() ([256]rune, map[rune]byte) {
+	var runes [256]rune
+	back := make(map[rune]byte, 256)
+	n := rune(0)
+	for i := range 256 {
+		if (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE && i <= 0xFF) {
+			runes[i] = rune(i)
+		} else {
+			runes[i] = 256 + n
+			n++
+		}
+		back[runes[i]] = byte(i)
+	}
+	return runes, back
+}()
+
+// byteLevelString maps every byte of s to its byte-level character.
+func byteLevelString(s string) string {
+	var sb strings.Builder
+	sb.Grow(2 * len(s))
+	for i := 0; i < len(s); i++ {
+		sb.WriteRune(byteLevelRunes[s[i]])
+	}
+	return sb.String()
+}
