@@ -21,7 +21,7 @@ const (
 	SectionMissingFiles    = "Missing files"
 	SectionUnsupportedArch = "Unsupported architecture"
 	SectionMissingLMHead   = "Missing lm_head"
-	SectionGatedRepo       = "Gated repository or missing token"
+	SectionGatedRepo       = "Gated or private repository"
 	SectionOffline         = "No network or offline"
 	SectionDiskFull        = "Disk full during split"
 	SectionOOM             = "Out of memory"
