@@ -162,12 +162,10 @@ func (d *downloader) headFile(ctx context.Context, commit, name string) (fileMet
 	if m.etag == "" {
 		m.etag = normalizeEtag(resp.Header.Get("ETag"))
 	}
-	size := resp.Header.Get("X-Linked-Size")
-	if size == "" {
-		size = resp.Header.Get("Content-Length")
-	}
-	if n, err := strconv.ParseInt(size, 10, 64); err == nil && n >= 0 {
+	if n, err := strconv.ParseInt(resp.Header.Get("X-Linked-Size"), 10, 64); err == nil && n >= 0 {
 		m.size = n
+	} else if resp.StatusCode < 300 && resp.ContentLength >= 0 {
+		m.size = resp.ContentLength // a redirect's Content-Length is its own body's, not the file's
 	}
 	if m.etag == "" || strings.ContainsAny(m.etag, `/\`) || m.etag == "." || m.etag == ".." {
 		return fileMeta{}, fmt.Errorf("%s: %s: the Hub sent no usable ETag (got %q) for %s; cannot place the file in the cache",

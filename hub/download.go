@@ -247,9 +247,16 @@ func (d *downloader) getOnce(ctx context.Context, m fileMeta, path string) error
 		return err
 	}
 	h := sha256.New()
-	have, err := io.CopyBuffer(h, f, d.buf) // hashes the part already there and leaves the offset at its end
-	if err == nil && m.size >= 0 && have > m.size {
-		have, err = 0, restart(f, h)
+	fi, err := f.Stat()
+	have := int64(0)
+	if err == nil {
+		have = fi.Size()
+		if m.size >= 0 && have > m.size {
+			have, err = 0, restart(f, h)
+		} else {
+			// Hash the part already there, leaving the offset at its end.
+			_, err = io.CopyBuffer(h, io.LimitReader(f, have), d.buf)
+		}
 	}
 	if err == nil && (m.size < 0 || have < m.size) {
 		have, err = d.getBody(ctx, m, f, h, have)
@@ -351,7 +358,10 @@ func (d *downloader) getBody(ctx context.Context, m fileMeta, f *os.File, h hash
 			return have, nil
 		}
 		if rerr != nil {
-			if ctx.Err() == nil && context.Cause(reqCtx) == nil {
+			if ctx.Err() != nil {
+				return have, ctx.Err()
+			}
+			if context.Cause(reqCtx) == nil {
 				rerr = transient{fmt.Errorf("%w: reading %s after %d bytes: %w", ErrNoNetwork, m.name, have, rerr)}
 			}
 			return have, d.stallOr(reqCtx, rerr)

@@ -673,3 +673,53 @@ func TestSharedModelRoundTrip(t *testing.T) {
 		t.Fatal("no tensors")
 	}
 }
+
+func TestHeadFileMetadata(t *testing.T) {
+	isolateEnv(t)
+	h := hubtest.NewServer(t)
+	files := modelFiles()
+	h.AddRepo("org/tiny", commit1, files)
+	opts := testOptions(t, h).withDefaults()
+	d := &downloader{opts: opts, repo: newCacheRepo(opts.CacheDir, "org/tiny"), id: "org/tiny"}
+	for _, c := range []struct {
+		name, etag string
+	}{
+		{"config.json", hubtest.GitBlobSHA1(files["config.json"])},
+		{"model.safetensors", hubtest.SHA256(files["model.safetensors"])},
+	} {
+		m, err := d.headFile(context.Background(), commit1, c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fileMeta{name: c.name, etag: c.etag, size: int64(len(files[c.name])), commit: commit1}
+		if m != want {
+			t.Errorf("headFile(%s) = %+v, want %+v", c.name, m, want)
+		}
+	}
+}
+
+// A disk filling up mid-write is reported as ErrNoSpace naming the file; /dev/full stands in for the full disk.
+func TestDiskFullWhileWriting(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full on this system")
+	}
+	isolateEnv(t)
+	h := hubtest.NewServer(t)
+	files := modelFiles()
+	h.AddRepo("org/tiny", commit1, files)
+	opts := testOptions(t, h)
+	sha := hubtest.SHA256(files["model.safetensors"])
+	blobs := filepath.Join(opts.CacheDir, "models--org--tiny", "blobs")
+	os.MkdirAll(blobs, 0o755)
+	if err := os.Symlink("/dev/full", filepath.Join(blobs, sha+".incomplete")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Resolve(context.Background(), "org/tiny", opts)
+	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "disk full while writing") ||
+		!strings.Contains(err.Error(), sha+".incomplete") {
+		t.Fatalf("err = %v, want ErrNoSpace naming the file being written", err)
+	}
+	if _, err := os.Stat(filepath.Join(blobs, sha)); err == nil {
+		t.Fatal("a blob was placed")
+	}
+}
