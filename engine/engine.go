@@ -22,6 +22,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
@@ -44,8 +45,13 @@ type Options struct {
 	Resident bool
 	// Device is "cpu" (default). "cuda" needs a binary built with the xla build tag.
 	Device string
-	// DType is the compute dtype of weight matrices: "auto" (default: f32 on cpu), "f32" or "bf16".
+	// DType is the compute dtype of weight matrices: "auto" (default), "f32" or "bf16", chosen by
+	// guard.ChooseDType (auto is f32 on the cpu backend, which computes bf16 slowly, by emulation).
 	DType string
+	// Monitor, when set, checks the logits of every step (guard.Monitor.CheckLogits); in strict mode a problem
+	// ends generation with its error. Token text is the caller's: pass it to Monitor.ObserveToken from the
+	// onToken callback.
+	Monitor *guard.Monitor
 	// Profiler records per-category timings; nil records nothing.
 	Profiler *profiler.Profiler
 
@@ -148,15 +154,22 @@ func (e *Engine) init(ctx context.Context) error {
 	if e.arch, err = architectureFor(c); err != nil {
 		return err
 	}
-	switch e.opts.DType {
-	case "auto", "f32":
+	choice, err := guard.ChooseDType(e.opts.DType, c.TorchDType, guard.CPU)
+	if err != nil {
+		return err
+	}
+	switch choice.DType {
+	case checkpoint.F32:
 		e.dtype = dtypes.Float32
-	case "bf16":
+	case checkpoint.BF16:
 		e.dtype = dtypes.BFloat16
 	default:
-		return fmt.Errorf("dtype %q is not supported (auto, f32, bf16)", e.opts.DType)
+		return fmt.Errorf("dtype %s is not supported by the cpu backend (use f32 or bf16)", choice.DType)
 	}
-	slog.Debug("engine: compute dtype", "dtype", e.dtype, "requested", e.opts.DType, "torch_dtype", c.TorchDType)
+	slog.Info("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
+	if choice.Warning != "" {
+		slog.Warn(choice.Warning)
+	}
 
 	// Every unit the model needs must exist before any work starts.
 	if !e.hasUnit(unitEmbed) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
@@ -379,5 +380,21 @@ func TestOpenSplitsOnFirstUse(t *testing.T) {
 		if d := maxDiff(la, l); d != 0 {
 			t.Errorf("%s: logits differ by %g", e.Dir(), d)
 		}
+	}
+}
+
+// TestMonitorStopsOnOverflow: weights scaled to overflow float32 give broken logits (the final RMSNorm's
+// sum of squares overflows to Inf, so the logits come out all zero), which a strict monitor turns into an error
+// before any token is produced.
+func TestMonitorStopsOnOverflow(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 9, Scale: 1e18})
+	e := open(t, model, Options{Monitor: guard.NewMonitor(guard.MonitorOptions{Strict: true})})
+	_, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 2, 3}, MaxNewTokens: 4}, func(Token) error {
+		t.Error("a token was produced from broken logits")
+		return nil
+	})
+	var p *guard.Problem
+	if !errors.As(err, &p) || (p.Kind != guard.KindNaN && p.Kind != guard.KindZero) {
+		t.Fatalf("got %v, want a guard problem (NaN or all-zero logits)", err)
 	}
 }

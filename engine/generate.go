@@ -120,6 +120,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	history := slices.Clone(req.PromptIDs)
 	decodeStart := time.Now()
 	for step := 1; ; step++ {
+		if e.opts.Monitor != nil {
+			if err := e.opts.Monitor.CheckLogits(step-1, logits[0]); err != nil {
+				return nil, fmt.Errorf("engine: step %d: %w", step-1, err)
+			}
+		}
 		span := e.prof.Begin(profiler.Sample, step-1, -1)
 		id := sm.next(logits[0], history)
 		span.End(0)
