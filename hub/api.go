@@ -84,7 +84,7 @@ func (d *downloader) do(client *http.Client, req *http.Request) (*http.Response,
 		}
 		return nil, cerr
 	}
-	return nil, transient{fmt.Errorf("%w: %s %s: %w", ErrNoNetwork, req.Method, req.URL.Redacted(), err)}
+	return nil, transient{fmt.Errorf("%w: %w", ErrNoNetwork, err)} // err names the method and URL
 }
 
 // repoInfo resolves the revision to a commit and lists the repository's files.
@@ -101,7 +101,7 @@ func (d *downloader) repoInfo(ctx context.Context) (*repoInfo, error) {
 			if dir, cerr := d.repo.cachedSnapshot(d.opts.Revision); cerr == nil {
 				hint = fmt.Sprintf("; %s is in the cache at %s: set HF_HUB_OFFLINE=1 (or pass --offline) to use it without network", d.id, dir)
 			}
-			return nil, fmt.Errorf("%w%s (see TROUBLESHOOTING.md, \"No network\")", err, hint)
+			return nil, fmt.Errorf("%w%s (see TROUBLESHOOTING.md, \"No network or offline\")", err, hint)
 		}
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func (c cacheRepo) cachedSnapshot(rev string) (string, error) {
 		b, err := os.ReadFile(c.refPath(rev))
 		if err != nil {
 			return "", fmt.Errorf("%w: %s (revision %s) has never been downloaded into %s; run `layerstream download %s` "+
-				"with network access first, or unset HF_HUB_OFFLINE (see TROUBLESHOOTING.md, \"No network\")",
+				"with network access first, or unset HF_HUB_OFFLINE (see TROUBLESHOOTING.md, \"No network or offline\")",
 				ErrOffline, c.id, rev, filepath.Dir(c.dir), c.id)
 		}
 		commit = strings.TrimSpace(string(b))
@@ -71,7 +71,7 @@ func (c cacheRepo) cachedSnapshot(rev string) (string, error) {
 	dir := c.snapshotDir(commit)
 	if missing := missingFiles(dir); len(missing) > 0 {
 		return "", fmt.Errorf("%w: %s (revision %s) is only partly in the cache: %s lacks %s; run `layerstream download %s` "+
-			"with network access, or unset HF_HUB_OFFLINE (see TROUBLESHOOTING.md, \"No network\")",
+			"with network access, or unset HF_HUB_OFFLINE (see TROUBLESHOOTING.md, \"No network or offline\")",
 			ErrOffline, c.id, rev, dir, strings.Join(missing, ", "), c.id)
 	}
 	return dir, nil

@@ -179,7 +179,7 @@ func checkSpace(dir string, need int64) error {
 	}
 	if free < need {
 		return fmt.Errorf("%w: the download needs %s in %s but only %s is free; free some space or point HF_HUB_CACHE "+
-			"(or HF_HOME) at a larger disk", ErrNoSpace, humanBytes(need), dir, humanBytes(free))
+			"(or HF_HOME) at a larger disk (see TROUBLESHOOTING.md, \"Disk full during split\")", ErrNoSpace, humanBytes(need), dir, humanBytes(free))
 	}
 	return nil
 }
@@ -345,7 +345,7 @@ func (d *downloader) getBody(ctx context.Context, m fileMeta, f *os.File, h hash
 			if _, werr := f.Write(d.buf[:n]); werr != nil {
 				if errors.Is(werr, syscall.ENOSPC) {
 					return have, fmt.Errorf("%w: disk full while writing %s after %s of %s; free some space and run "+
-						"again, the download resumes where it stopped: %w", ErrNoSpace, f.Name(), humanBytes(have),
+						"again, the download resumes where it stopped (see TROUBLESHOOTING.md, \"Disk full during split\"): %w", ErrNoSpace, f.Name(), humanBytes(have),
 						humanBytes(m.size), werr)
 				}
 				return have, fmt.Errorf("writing %s: %w", f.Name(), werr)
