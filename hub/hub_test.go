@@ -173,6 +173,19 @@ func TestResolveRevisionSharesBlobs(t *testing.T) {
 	if string(ref) != commit2 {
 		t.Errorf("refs/v2 = %q, want %s", ref, commit2)
 	}
+	// A revision with slashes travels as one escaped path segment and is recorded under refs/ as a path.
+	repo.Revs["refs/pr/1"] = commit2
+	opts.Revision = "refs/pr/1"
+	if dir, err := Resolve(context.Background(), "org/tiny", opts); err != nil || filepath.Base(dir) != commit2 {
+		t.Fatalf("Resolve at refs/pr/1 = %s, %v", dir, err)
+	}
+	if h.Count("GET", "/api/models/org/tiny/revision/refs%2Fpr%2F1") != 1 {
+		t.Error("the revision refs/pr/1 was not sent as one escaped path segment")
+	}
+	ref, _ = os.ReadFile(filepath.Join(opts.CacheDir, "models--org--tiny", "refs", "refs", "pr", "1"))
+	if string(ref) != commit2 {
+		t.Errorf("refs/refs/pr/1 = %q, want %s", ref, commit2)
+	}
 	// A commit sha as revision resolves to its snapshot and writes no ref.
 	opts.Revision = commit1
 	if dir, err := Resolve(context.Background(), "org/tiny", opts); err != nil || filepath.Base(dir) != commit1 {

@@ -32,7 +32,7 @@ type Repo struct {
 	Token string                       // non-empty: gated, file requests need "Authorization: Bearer <Token>"
 }
 
-// Request is one request the Server answered.
+// Request is one request the Server answered. Path is as sent, still escaped.
 type Request struct {
 	Method, Path, Range, Authorization string
 }
@@ -105,7 +105,7 @@ func (h *Server) Count(method, substr string) int {
 
 func (h *Server) serve(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
-	h.requests = append(h.requests, Request{r.Method, r.URL.Path, r.Header.Get("Range"), r.Header.Get("Authorization")})
+	h.requests = append(h.requests, Request{r.Method, r.URL.EscapedPath(), r.Header.Get("Range"), r.Header.Get("Authorization")})
 	h.mu.Unlock()
 	p := r.URL.EscapedPath()
 	switch {
