@@ -1,13 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,19 +18,22 @@ import (
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/reference"
+	"github.com/layerstream/layerstream/shards"
+	"github.com/layerstream/layerstream/tokenizer"
 )
 
 func init() {
 	register(command{
 		name:    "verify",
 		summary: "check the engine against a float64 reference: one forward pass streamed, resident and in plain Go",
-		usage:   "--model DIR --ids 1,2,3",
+		usage:   "--model DIR (--prompt TEXT | --ids 1,2,3)",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o verifyOptions
 			fs.StringVar(&o.model, "model", "", "Hugging Face checkpoint folder (required; the reference reads its safetensors)")
-			ids := fs.String("ids", "", "comma-separated token ids to run (required), e.g. 1,403,407,261,378")
+			ids := fs.String("ids", "", "comma-separated token ids to run, e.g. 1,403,407,261,378")
+			prompt := fs.String("prompt", "", "text to run, encoded with the model's tokenizer.json (instead of --ids)")
 			fs.StringVar(&o.dtype, "dtype", "auto", "engine compute dtype: auto, f32 or bf16 (sets the tolerance)")
-			fs.BoolVar(&o.force, "force-dtype", false, "allow a --dtype the policy refuses as unsafe on this device")
+			fs.StringVar(&o.shardDir, "shards", "", "where the engine splits the checkpoint and streams from (default: the engine's)")
 			fs.BoolVar(&o.perLayer, "per-layer", false, "also compare the logits after every decoder layer (runs "+
 				"the engine once per depth on a truncated copy of the config: slow for deep models)")
 			fs.Float64Var(&o.atol, "atol", 0, "override the absolute logit tolerance (default 1e-4 for f32, unchecked for bf16)")
@@ -42,8 +46,21 @@ func init() {
 					return usageErrorf("--model is required")
 				}
 				var err error
-				if o.ids, err = parseIDs(*ids); err != nil {
-					return usageErrorf("%v", err)
+				switch {
+				case *prompt != "" && *ids != "":
+					return usageErrorf("give --prompt or --ids, not both")
+				case *prompt != "":
+					tok, err := tokenizer.Load(o.model)
+					if err != nil {
+						return err
+					}
+					if o.ids, err = tok.Encode(*prompt, true); err != nil {
+						return fmt.Errorf("--prompt: %w", err)
+					}
+				default:
+					if o.ids, err = parseIDs(*ids); err != nil {
+						return usageErrorf("%v", err)
+					}
 				}
 				return runVerify(ctx, o, os.Stdout)
 			}
@@ -56,7 +73,7 @@ type verifyOptions struct {
 	model        string
 	ids          []int
 	dtype        string
-	force        bool
+	shardDir     string
 	perLayer     bool
 	atol, minCos float64
 }
@@ -64,7 +81,7 @@ type verifyOptions struct {
 // parseIDs reads "1,2, 3" into token ids.
 func parseIDs(s string) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, errors.New("--ids is required (comma-separated token ids)")
+		return nil, errors.New("--prompt or --ids is required")
 	}
 	var ids []int
 	for f := range strings.SplitSeq(s, ",") {
@@ -82,15 +99,15 @@ func parseIDs(s string) ([]int, error) {
 func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	ck, err := checkpoint.Open(o.model)
 	if err != nil {
+		if shards.IsSet(o.model) {
+			return fmt.Errorf("verify needs the Hugging Face checkpoint folder, whose safetensors the reference reads; %s is a shard folder (pass the checkpoint it was split from, and --shards %s)", o.model, o.model)
+		}
 		return err
 	}
-	choice, err := guard.DTypePolicy{Force: o.force}.Choose(o.dtype, ck.Config.TorchDType, guard.CPU)
+	// The engine applies the same policy (and logs it); verify needs the choice for the tolerance.
+	choice, err := guard.ChooseDType(o.dtype, ck.Config.TorchDType, guard.CPU)
 	if err != nil {
 		return err
-	}
-	slog.Info("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
-	if choice.Warning != "" {
-		slog.Warn(choice.Warning)
 	}
 	engDType := map[checkpoint.DType]string{checkpoint.F32: "f32", checkpoint.BF16: "bf16", checkpoint.F16: "f16"}[choice.DType]
 	logitTol := reference.LogitTolerance(choice.DType)
@@ -105,11 +122,13 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	streamed, err := engineLogits(ctx, o.model, engine.Options{DType: engDType}, o.ids)
+	eopts := engine.Options{DType: engDType, ShardDir: o.shardDir}
+	streamed, err := engineLogits(ctx, o.model, eopts, o.ids)
 	if err != nil {
 		return fmt.Errorf("engine (streamed): %w", err)
 	}
-	resident, err := engineLogits(ctx, o.model, engine.Options{DType: engDType, Resident: true}, o.ids)
+	eopts.Resident = true
+	resident, err := engineLogits(ctx, o.model, eopts, o.ids)
 	if err != nil {
 		return fmt.Errorf("engine (resident): %w", err)
 	}
@@ -122,7 +141,7 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 			if err != nil {
 				return err
 			}
-			got, err := truncatedLogits(ctx, o.model, k, engine.Options{DType: engDType}, o.ids)
+			got, err := truncatedLogits(ctx, ck, k, engine.Options{DType: engDType}, o.ids)
 			if err != nil {
 				return fmt.Errorf("engine (first %d layers): %w", k, err)
 			}
@@ -183,44 +202,87 @@ func engineLogits(ctx context.Context, model string, opts engine.Options, ids []
 	return logits, errors.Join(err, e.Close())
 }
 
-// truncatedLogits runs the engine on the model cut after its first k layers: a temporary folder holding a
-// config.json with num_hidden_layers k and links to every other file of the checkpoint.
-func truncatedLogits(ctx context.Context, model string, k int, opts engine.Options, ids []int) ([][]float32, error) {
-	abs, err := filepath.Abs(model)
-	if err != nil {
-		return nil, err
-	}
+// truncatedLogits runs the engine on the model cut after its first k layers: a temporary checkpoint holding
+// config.json with num_hidden_layers k, the other small files, and one safetensors file with the embedding, the
+// first k layers, the final norm and lm_head.
+func truncatedLogits(ctx context.Context, ck *checkpoint.Checkpoint, k int, opts engine.Options, ids []int) ([][]float32, error) {
 	tmp, err := os.MkdirTemp("", "layerstream-verify-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	entries, err := os.ReadDir(abs)
-	if err != nil {
-		return nil, err
+	if err := writeTruncated(ck, k, tmp); err != nil {
+		return nil, fmt.Errorf("truncated copy of %s: %w", ck.Dir, err)
 	}
-	for _, ent := range entries {
-		if ent.Name() == "config.json" || ent.IsDir() {
-			continue
-		}
-		if err := os.Symlink(filepath.Join(abs, ent.Name()), filepath.Join(tmp, ent.Name())); err != nil {
-			return nil, err
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(abs, "config.json"))
+	return engineLogits(ctx, tmp, opts, ids)
+}
+
+// writeTruncated writes the first k layers of ck as a checkpoint in dir.
+func writeTruncated(ck *checkpoint.Checkpoint, k int, dir string) error {
+	b, err := os.ReadFile(filepath.Join(ck.Dir, "config.json"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal(b, &cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(abs, "config.json"), err)
+		return fmt.Errorf("config.json: %w", err)
 	}
 	cfg["num_hidden_layers"] = k
 	if b, err = json.Marshal(cfg); err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "config.json"), b, 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		return err
 	}
-	return engineLogits(ctx, tmp, opts, ids)
+	for _, name := range []string{"generation_config.json", "tokenizer.json", "tokenizer_config.json"} {
+		if b, err := os.ReadFile(filepath.Join(ck.Dir, name)); err == nil {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	var keep []checkpoint.TensorInfo
+	for _, t := range ck.Tensors {
+		var layer int
+		if n, _ := fmt.Sscanf(t.Name, "model.layers.%d.", &layer); n == 1 && layer >= k {
+			continue
+		}
+		keep = append(keep, t)
+	}
+	// safetensors: an 8-byte little-endian header length, the JSON header (padded to 8 bytes), then the data.
+	header := map[string]any{}
+	var off int64
+	for _, t := range keep {
+		header[t.Name] = map[string]any{"dtype": t.DType, "shape": t.Shape, "data_offsets": []int64{off, off + t.Length}}
+		off += t.Length
+	}
+	hdr, err := json.Marshal(header)
+	if err != nil {
+		return err
+	}
+	for len(hdr)%8 != 0 {
+		hdr = append(hdr, ' ')
+	}
+	f, err := os.Create(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	werr := binary.Write(w, binary.LittleEndian, uint64(len(hdr)))
+	if werr == nil {
+		_, werr = w.Write(hdr)
+	}
+	for _, t := range keep {
+		if werr != nil {
+			break
+		}
+		data := make([]byte, t.Length)
+		if werr = checkpoint.ReadTensorAt(t, data); werr == nil {
+			_, werr = w.Write(data)
+		}
+	}
+	if werr == nil {
+		werr = w.Flush()
+	}
+	return errors.Join(werr, f.Close())
 }

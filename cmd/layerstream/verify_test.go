@@ -11,6 +11,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -46,6 +47,40 @@ func TestVerifySyntheticBF16(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--dtype %s: %v", dtype, err)
 		}
+	}
+}
+
+// TestVerifyCorruptedShard: after a clean run, one flipped byte in a layer's shard (which the engine streams from
+// and the reference never reads) makes verify fail.
+func TestVerifyCorruptedShard(t *testing.T) {
+	dir, shardDir := t.TempDir(), filepath.Join(t.TempDir(), "shards")
+	if err := synth.Write(dir, synth.Options{Shape: verifyShape, DType: checkpoint.BF16, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	o := verifyOptions{model: dir, ids: []int{1, 2, 3}, dtype: "auto", shardDir: shardDir}
+	var out bytes.Buffer
+	if err := runVerify(context.Background(), o, &out); err != nil {
+		t.Fatalf("clean run: %v\n%s", err, out.String())
+	}
+	set, err := shards.Open(shardDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := set.Unit("layer.1")
+	path := filepath.Join(shardDir, u.File)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err = runVerify(context.Background(), o, &out)
+	t.Logf("%v\n%s", err, out.String())
+	if err == nil {
+		t.Fatal("verify passed on a corrupted shard")
 	}
 }
 
@@ -95,10 +130,18 @@ func TestVerifyCorrupted(t *testing.T) {
 
 func TestVerifyUsage(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"verify", "--model", "x"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--ids is required") {
+	if code := run([]string{"verify", "--model", "x"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--prompt or --ids is required") {
 		t.Fatalf("exit %d, stderr %s", code, errb.String())
 	}
 	if code := run([]string{"verify", "--model", "x", "--ids", "1,a"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `"a" is not a token id`) {
 		t.Fatalf("exit %d, stderr %s", code, errb.String())
+	}
+}
+
+func TestVerifyPrompt(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	var out, errb bytes.Buffer
+	if code := run([]string{"verify", "--model", model, "--prompt", "Once upon a time"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 }
