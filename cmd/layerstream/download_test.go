@@ -8,7 +8,23 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/hub/hubtest"
+	"github.com/layerstream/layerstream/internal/testutil"
 )
+
+// captureStdout sends os.Stdout to a file for the rest of the test and returns a function reading it.
+func captureStdout(t *testing.T) func() string {
+	f, err := os.CreateTemp(t.TempDir(), "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = f
+	t.Cleanup(func() { os.Stdout = saved })
+	return func() string {
+		b, _ := os.ReadFile(f.Name())
+		return string(b)
+	}
+}
 
 func TestDownloadCommand(t *testing.T) {
 	for _, k := range []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"} {
@@ -27,18 +43,12 @@ func TestDownloadCommand(t *testing.T) {
 	t.Setenv("HF_ENDPOINT", h.URL)
 
 	// The command prints the snapshot folder on stdout.
-	stdout, err := os.CreateTemp(t.TempDir(), "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = stdout
-	t.Cleanup(func() { os.Stdout = saved })
+	stdout := captureStdout(t)
 	var errb bytes.Buffer
 	if code := run([]string{"download", "org/tiny"}, &bytes.Buffer{}, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	out, _ := os.ReadFile(stdout.Name())
+	out := stdout()
 	want := filepath.Join(cache, "models--org--tiny", "snapshots", commit)
 	if strings.TrimSpace(string(out)) != want {
 		t.Fatalf("printed %q, want %q", out, want)
@@ -65,5 +75,38 @@ func TestDownloadCommand(t *testing.T) {
 	if code := run([]string{"download", t.TempDir()}, &bytes.Buffer{}, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "not a Hugging Face repo id") {
 		t.Fatalf("local path: exit %d, stderr %s", code, errb.String())
+	}
+}
+
+// The promise: generate --model <repo-id> downloads the model and runs it, then works offline.
+func TestGenerateFromRepoID(t *testing.T) {
+	files, err := hubtest.ReadDir(testutil.SharedPath(t, "models", "stories260K-hf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hubtest.NewServer(t)
+	h.AddRepo("karpathy/stories260K", "0123456789abcdef0123456789abcdef01234567", files)
+	for _, k := range []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("HF_HOME", t.TempDir())
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	t.Setenv("HF_ENDPOINT", h.URL)
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	stdout := captureStdout(t)
+	args := []string{"generate", "--model", "karpathy/stories260K", "--prompt", "Once upon a time", "--max-new-tokens", "8"}
+	var errb bytes.Buffer
+	if code := run(args, &bytes.Buffer{}, &errb); code != 0 {
+		t.Fatalf("generate --model <repo-id>: exit %d: %s", code, errb.String())
+	}
+	if out := stdout(); !strings.HasPrefix(out, "Once upon a time") || len(out) <= len("Once upon a time\n") {
+		t.Fatalf("generate printed %q", out)
+	}
+	before := len(h.Requests())
+	if code := run(append(args, "--offline"), &bytes.Buffer{}, &errb); code != 0 {
+		t.Fatalf("generate --offline from the warm cache: exit %d: %s", code, errb.String())
+	}
+	if n := len(h.Requests()) - before; n != 0 {
+		t.Fatalf("--offline made %d requests", n)
 	}
 }
