@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+func init() {
+	register(command{
+		name:    "generate",
+		summary: "generate text, streaming the model through memory one layer at a time",
+		usage:   "--model DIR|SHARDS|REPO --prompt TEXT",
+		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
+			o := generateOptions{eng: engine.Options{Hub: hub.OptionsFromEnv()}}
+			fs.StringVar(&o.model, "model", "", "model: checkpoint folder (split into shards on first use), shard folder or Hugging Face repo id (required)")
+			fs.StringVar(&o.prompt, "prompt", "", "prompt text")
+			fs.StringVar(&o.ids, "ids", "", "prompt as comma-separated token ids instead of --prompt")
+			fs.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as a user message")
+			fs.IntVar(&o.maxNew, "max-new-tokens", 256, "most tokens to generate (0: until the context is full)")
+			fs.Float64Var(&o.temperature, "temperature", -1, "sampling temperature, 0 for greedy (default: generation_config.json, else greedy)")
+			fs.IntVar(&o.topK, "top-k", -1, "sample among the k most likely tokens, 0 for all (default: generation_config.json)")
+			fs.Float64Var(&o.topP, "top-p", -1, "sample among the most likely tokens covering probability p, 1 for all (default: generation_config.json)")
+			fs.Float64Var(&o.repetitionPenalty, "repetition-penalty", -1, "penalise tokens already in the sequence, 1 for off (default: generation_config.json)")
+			fs.Uint64Var(&o.seed, "seed", 0, "random seed for sampling")
+			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, timings) instead of streaming text")
+			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (NaN, all-zero logits, degenerate repetition)")
+			fs.StringVar(&o.eng.Device, "device", "cpu", "compute device: cpu (cuda needs a binary built with the xla build tag)")
+			fs.StringVar(&o.eng.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
+			fs.IntVar(&o.eng.Prefetch, "prefetch", 2, "units read from disk ahead of the one computing")
+			fs.IntVar(&o.eng.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers whose weights are on the device at once")
+			fs.Int64Var(&o.eng.DeviceBudget, "device-budget", 0, "bytes of device memory for streamed layer weights (overrides --max-layer-buffers)")
+			fs.BoolVar(&o.eng.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
+			fs.BoolVar(&o.eng.Resident, "resident", false, "load every layer once and keep it (no streaming)")
+			fs.StringVar(&o.eng.Hub.Revision, "revision", o.eng.Hub.Revision, "Hub revision (branch, tag or commit) for a repo id")
+			fs.StringVar(&o.eng.Hub.Token, "token", o.eng.Hub.Token, "Hugging Face token for gated repos (default $HF_TOKEN)")
+			fs.BoolVar(&o.eng.Hub.Offline, "offline", o.eng.Hub.Offline, "use only the local Hugging Face cache")
+			prof := addProfileFlags(fs)
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				if o.model == "" {
+					return usageErrorf("--model is required")
+				}
+				if (o.prompt == "") == (o.ids == "") {
+					return usageErrorf("give exactly one of --prompt and --ids")
+				}
+				p, finish := prof.Start()
+				o.eng.Profiler = p
+				err := runGenerate(ctx, o, os.Stdout)
+				return errors.Join(err, finish())
+			}
+		},
+	})
+}
+
+// generateOptions are generate's flags.
+type generateOptions struct {
+	model, prompt, ids string
+	chat, json, strict bool
+	maxNew, topK       int
+	temperature, topP  float64
+	repetitionPenalty  float64
+	seed               uint64
+	eng                engine.Options
+}
+
+// generateJSON is the --json output.
+type generateJSON struct {
+	PromptIDs    []int       `json:"prompt_ids"`
+	GeneratedIDs []int       `json:"generated_ids"`
+	Text         string      `json:"text"`
+	StopReason   string      `json:"stop_reason"`
+	Timings      timingsJSON `json:"timings"`
+}
+
+type timingsJSON struct {
+	TTFTSeconds         float64 `json:"ttft_s"`
+	PrefillTokensPerSec float64 `json:"prefill_tokens_per_s"`
+	DecodeTokensPerSec  float64 `json:"decode_tokens_per_s"`
+	TotalSeconds        float64 `json:"total_s"`
+}
+
+func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error {
+	if o.eng.Hub.Progress == nil {
+		o.eng.Hub.Progress = os.Stderr
+	}
+	monitor := guard.NewMonitor(guard.MonitorOptions{Strict: o.strict})
+	o.eng.Monitor = monitor
+	e, err := engine.Open(ctx, o.model, o.eng)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+
+	var tok *tokenizer.Tokenizer
+	if t, err := tokenizer.Load(e.Dir()); err == nil {
+		tok = t
+	} else if o.prompt != "" || !o.json {
+		return fmt.Errorf("tokenizer: %w (give --ids and --json to run without one)", err)
+	}
+	var promptIDs []int
+	if o.ids != "" {
+		if promptIDs, err = parseIDs(o.ids); err != nil {
+			return usageErrorf("--ids: %v", err)
+		}
+	} else {
+		text := o.prompt
+		addSpecial := true
+		if o.chat {
+			if !tok.HasChatTemplate() {
+				return fmt.Errorf("--chat: the model's tokenizer_config.json has no chat_template")
+			}
+			if text, err = tok.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: o.prompt}}, true); err != nil {
+				return fmt.Errorf("--chat: %w", err)
+			}
+			addSpecial = false // the template writes the special tokens itself
+		}
+		if promptIDs, err = tok.Encode(text, addSpecial); err != nil {
+			return fmt.Errorf("tokenize prompt: %w", err)
+		}
+	}
+
+	req := engine.Request{PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: samplingFor(o, e)}
+	var dec *tokenizer.StreamDecoder
+	if tok != nil {
+		dec = tok.NewStreamDecoder(true)
+	}
+	onToken := func(t engine.Token) error {
+		text := ""
+		if dec != nil {
+			text = dec.Next(t.ID)
+		}
+		if !o.json {
+			if _, err := io.WriteString(stdout, text); err != nil {
+				return err
+			}
+		}
+		return monitor.ObserveToken(t.ID, text)
+	}
+	if !o.json {
+		if _, err := io.WriteString(stdout, o.prompt); err != nil {
+			return err
+		}
+	}
+	res, err := e.Generate(ctx, req, onToken)
+	if err != nil {
+		return err
+	}
+	if !o.json {
+		tail := ""
+		if dec != nil {
+			tail = dec.Flush()
+		}
+		_, err := io.WriteString(stdout, tail+"\n")
+		return err
+	}
+	out := generateJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason,
+		Timings: timingsJSON{
+			TTFTSeconds:         res.Timings.TTFT.Seconds(),
+			PrefillTokensPerSec: res.Timings.PrefillTokensPerSec,
+			DecodeTokensPerSec:  res.Timings.DecodeTokensPerSec,
+			TotalSeconds:        res.Timings.Total.Seconds(),
+		}}
+	if tok != nil {
+		out.Text = tok.Decode(res.GeneratedIDs, true)
+	}
+	return json.NewEncoder(stdout).Encode(out)
+}
+
+// samplingFor combines the flags with generation_config.json: a flag left at -1 takes the model's value, and
+// the model's sampling settings apply only when it sets do_sample.
+func samplingFor(o generateOptions, e *engine.Engine) engine.Sampling {
+	g := e.Generation()
+	s := engine.Sampling{Seed: o.seed, Temperature: o.temperature, TopK: o.topK, TopP: o.topP, RepetitionPenalty: o.repetitionPenalty}
+	if s.Temperature < 0 {
+		s.Temperature = 0
+		if g.DoSample {
+			s.Temperature = 1
+			if g.Temperature != nil {
+				s.Temperature = *g.Temperature
+			}
+		}
+	}
+	if s.TopK < 0 {
+		s.TopK = 0
+		if g.DoSample && g.TopK != nil {
+			s.TopK = *g.TopK
+		}
+	}
+	if s.TopP < 0 {
+		s.TopP = 0
+		if g.DoSample && g.TopP != nil {
+			s.TopP = *g.TopP
+		}
+	}
+	if s.RepetitionPenalty < 0 {
+		s.RepetitionPenalty = 0
+		if g.RepetitionPenalty != nil {
+			s.RepetitionPenalty = *g.RepetitionPenalty
+		}
+	}
+	return s
+}

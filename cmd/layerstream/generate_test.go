@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+)
+
+func TestGenerateJSONMatchesGolden(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden struct {
+		Cases []struct {
+			Prompt       string `json:"prompt"`
+			PromptIDs    []int  `json:"prompt_ids"`
+			GeneratedIDs []int  `json:"generated_ids"`
+		}
+	}
+	if err := json.Unmarshal(b, &golden); err != nil {
+		t.Fatal(err)
+	}
+	c := golden.Cases[0]
+	var out bytes.Buffer
+	o := generateOptions{model: model, prompt: c.Prompt, maxNew: 40, json: true, temperature: -1, topK: -1, topP: -1, repetitionPenalty: -1}
+	if err := runGenerate(context.Background(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	var got generateJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("--json output %q: %v", out.String(), err)
+	}
+	if !equal(got.PromptIDs, c.PromptIDs) || !equal(got.GeneratedIDs, c.GeneratedIDs[:40]) {
+		t.Errorf("prompt %v generated %v, want %v and %v", got.PromptIDs, got.GeneratedIDs, c.PromptIDs, c.GeneratedIDs[:40])
+	}
+	if got.StopReason != "max_new_tokens" || !strings.HasPrefix(got.Text, ", there was a little girl named Lily.") || got.Timings.TotalSeconds <= 0 {
+		t.Errorf("unexpected output %+v", got)
+	}
+
+	// Streamed text.
+	out.Reset()
+	o.json = false
+	o.maxNew = 12
+	if err := runGenerate(context.Background(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Once upon a time, there was a little girl named Lily."; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("streamed %q, want it to start with %q", out.String(), want)
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestGenerateErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"generate", "--prompt", "x"}, 2, "--model is required"},
+		{[]string{"generate", "--model", "m"}, 2, "exactly one of --prompt and --ids"},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "cuda"}, 1, "built without the xla build tag; see README"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+}
