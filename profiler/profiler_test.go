@@ -428,3 +428,21 @@ func BenchmarkProfiler(b *testing.B) {
 		p.Begin(Forward, i, i&31).End(4096)
 	}
 }
+
+func TestBarLabel(t *testing.T) {
+	for _, c := range []struct {
+		e    Event
+		w    float64
+		want string
+	}{
+		{Event{Category: Forward, Layer: 12}, 40, "12"},
+		{Event{Category: Forward, Layer: 12}, 5, ""},
+		{Event{Category: Forward, Layer: -1}, 400, "embed/norm/lm_head"},
+		{Event{Category: DiskRead, Layer: -1}, 20, "-1"},
+		{Event{Category: Sample, Layer: -1}, 400, ""},
+	} {
+		if got := barLabel(c.e, c.w); got != c.want {
+			t.Errorf("barLabel(%s layer %d, %v px) = %q, want %q", c.e.Category, c.e.Layer, c.w, got, c.want)
+		}
+	}
+}

@@ -117,16 +117,17 @@ func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
 	lastLabel := math.Inf(-1)
 	for _, st := range steps {
 		x := xOf(stepStart[st])
-		ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="0.6" `+
-			`stroke-dasharray="3,3"/>`+"\n", x, tlTop-12, x, plotBottom)
 		label := "step " + strconv.Itoa(st)
 		if st == 0 {
 			label = "prefill"
 		}
-		if x-lastLabel >= float64(len(label))*tlCharWidth+6 {
+		top := tlTop // labelled steps' lines reach up to their label
+		if x-lastLabel >= float64(len(label))*tlCharWidth+10 {
 			ew.printf(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", x+2, tlTop-4, label)
-			lastLabel = x
+			lastLabel, top = x, tlTop-14
 		}
+		ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="0.6" `+
+			`stroke-dasharray="3,3"/>`+"\n", x, top, x, plotBottom)
 	}
 
 	// Bars. Runs of bars too narrow to see apart are merged into one, so long runs stay small and readable.
@@ -201,13 +202,34 @@ func (b *bar) write(ew *errWriter, y, h float64, color string) {
 	}
 	ew.printf(`<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" fill-opacity="0.85"%s><title>%s</title>`+
 		`</rect>`+"\n", b.x0, y, w, h, color, stroke, esc(title))
-	if b.n == 1 && b.e.Layer >= 0 {
-		label := strconv.Itoa(b.e.Layer)
-		if w >= float64(len(label))*tlCharWidth+3 {
-			ew.printf(`<text x="%.2f" y="%.1f" text-anchor="middle" dominant-baseline="middle" font-size="10" `+
-				`fill="#fff">%s</text>`+"\n", b.x0+w/2, y+h/2, label)
+	if b.n > 1 {
+		return
+	}
+	if label := barLabel(b.e, w); label != "" {
+		ew.printf(`<text x="%.2f" y="%.1f" text-anchor="middle" dominant-baseline="middle" font-size="10" `+
+			`fill="#fff">%s</text>`+"\n", b.x0+w/2, y+h/2, label)
+	}
+}
+
+// barLabel is the text drawn on a bar w pixels wide: the layer number, or for the non-layer units (embed, norm,
+// lm_head) of the per-unit stages a longer or shorter name as room allows; empty when nothing fits.
+func barLabel(e Event, w float64) string {
+	fits := func(s string) bool { return w >= float64(len(s))*tlCharWidth+3 }
+	if e.Layer >= 0 {
+		if s := strconv.Itoa(e.Layer); fits(s) {
+			return s
+		}
+		return ""
+	}
+	if e.Category == Sample || e.Category == Tokenize {
+		return ""
+	}
+	for _, s := range []string{"embed/norm/lm_head", "-1"} {
+		if fits(s) {
+			return s
 		}
 	}
+	return ""
 }
 
 // niceTick picks a tick spacing of 1, 2 or 5 times a power of ten giving about ten ticks over span, and the unit
