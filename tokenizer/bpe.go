@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -49,24 +50,43 @@ const (
 )
 
 type bpeModelJSON struct {
-	Type                    string          `json:"type"`
-	Dropout                 *float64        `json:"dropout"`
-	UnkToken                *string         `json:"unk_token"`
-	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
-	FuseUnk                 bool            `json:"fuse_unk"`
-	ByteFallback            bool            `json:"byte_fallback"`
-	IgnoreMerges            bool            `json:"ignore_merges"`
-	Vocab                   json.RawMessage `json:"vocab"`
-	Merges                  json.RawMessage `json:"merges"`
+	Type                    string   `json:"type"`
+	Dropout                 *float64 `json:"dropout"`
+	UnkToken                *string  `json:"unk_token"`
+	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
+	FuseUnk                 bool     `json:"fuse_unk"`
+	ByteFallback            bool     `json:"byte_fallback"`
+	IgnoreMerges            bool     `json:"ignore_merges"`
 }
 
 func parseBPE(raw json.RawMessage) (*bpe, error) {
-	var m bpeModelJSON
-	if err := json.Unmarshal(raw, &m); err != nil {
+	// vocab and merges are read by jsonScanner, the other fields by encoding/json.
+	s := &jsonScanner{data: raw}
+	small := map[string]json.RawMessage{}
+	var vocab, merges json.RawMessage
+	err := s.object(func(key []byte) error {
+		v, err := s.skip()
+		switch string(key) {
+		case "vocab":
+			vocab = v
+		case "merges":
+			merges = v
+		default:
+			small[string(key)] = v
+		}
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	if m.Type == "" && len(m.Merges) > 0 {
+	var m bpeModelJSON
+	if b, err := json.Marshal(small); err != nil {
+		return nil, err
+	} else if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if m.Type == "" && merges != nil {
 		m.Type = "BPE" // old files omit the model type
 	}
 	if m.Type != "BPE" {
@@ -79,22 +99,8 @@ func parseBPE(raw json.RawMessage) (*bpe, error) {
 	if m.EndOfWordSuffix != nil {
 		b.suffix = *m.EndOfWordSuffix
 	}
-	if err := json.Unmarshal(m.Vocab, &b.vocab); err != nil {
-		return nil, fmt.Errorf("vocab: want an object of token → id: %w", err)
-	}
-	maxID := -1
-	for tok, id := range b.vocab {
-		if id < 0 || id > 1<<24 {
-			return nil, fmt.Errorf("vocab: token %q has id %d (want 0..%d)", tok, id, 1<<24)
-		}
-		maxID = max(maxID, id)
-	}
-	b.tokens = make([]string, maxID+1)
-	for tok, id := range b.vocab {
-		if b.tokens[id] != "" {
-			return nil, fmt.Errorf("vocab: id %d is used by both %q and %q", id, b.tokens[id], tok)
-		}
-		b.tokens[id] = tok
+	if err := b.parseVocab(vocab); err != nil {
+		return nil, fmt.Errorf("vocab: %w", err)
 	}
 	if m.UnkToken != nil && *m.UnkToken != "" {
 		b.unkToken = *m.UnkToken
@@ -102,55 +108,108 @@ func parseBPE(raw json.RawMessage) (*bpe, error) {
 			b.unk = id
 		}
 	}
-	if err := b.parseMerges(m.Merges); err != nil {
-		return nil, err
+	if err := b.parseMerges(merges); err != nil {
+		return nil, fmt.Errorf("merges: %w", err)
 	}
 	b.initTables()
 	return b, nil
 }
 
-// parseMerges reads merges as "a b" strings (older files) or ["a", "b"] pairs.
-func (b *bpe) parseMerges(raw json.RawMessage) error {
-	raw = bytes.TrimSpace(raw)
+const maxID = 1 << 24 // ids past this are taken for corrupt files
+
+// parseVocab reads the {"token": id, ...} object.
+func (b *bpe) parseVocab(raw json.RawMessage) error {
 	if isNull(raw) {
-		b.merges = map[uint64]uint64{}
+		return errors.New("missing")
+	}
+	b.vocab = make(map[string]int, len(raw)/16)
+	top := -1
+	s := &jsonScanner{data: raw}
+	err := s.object(func(key []byte) error {
+		id, err := s.int()
+		if err != nil {
+			return err
+		}
+		if id > maxID {
+			return fmt.Errorf("token %q has id %d (want 0..%d)", key, id, maxID)
+		}
+		b.vocab[string(key)] = id
+		top = max(top, id)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.tokens = make([]string, top+1)
+	for tok, id := range b.vocab {
+		if b.tokens[id] != "" {
+			return fmt.Errorf("id %d is used by both %q and %q", id, b.tokens[id], tok)
+		}
+		b.tokens[id] = tok
+	}
+	return nil
+}
+
+// parseMerges reads merges as "a b" strings (older files) or ["a", "b"] pairs, in rank order.
+func (b *bpe) parseMerges(raw json.RawMessage) error {
+	b.merges = map[uint64]uint64{}
+	if isNull(raw) {
 		return nil
 	}
-	var pairs [][2]string
-	if inner := bytes.TrimSpace(bytes.TrimPrefix(raw, []byte("["))); len(inner) > 0 && inner[0] == '"' {
-		var lines []string
-		if err := json.Unmarshal(raw, &lines); err != nil {
-			return fmt.Errorf("merges: %w", err)
-		}
-		pairs = make([][2]string, len(lines))
-		for i, l := range lines {
-			a, c, ok := strings.Cut(l, " ")
-			if !ok || strings.Contains(c, " ") {
-				return fmt.Errorf("merges[%d] = %q: want two tokens separated by one space", i, l)
+	b.merges = make(map[uint64]uint64, len(raw)/16)
+	s := &jsonScanner{data: raw}
+	var joined []byte
+	return s.array(func(rank int) error {
+		var left, right []byte
+		var err error
+		if s.peek() == '"' {
+			line, err := s.str(nil)
+			if err != nil {
+				return err
 			}
-			pairs[i] = [2]string{a, c}
+			i := bytes.IndexByte(line, ' ')
+			if i < 0 || bytes.IndexByte(line[i+1:], ' ') >= 0 {
+				return fmt.Errorf("[%d] = %q: want two tokens separated by one space", rank, line)
+			}
+			left, right = line[:i], line[i+1:]
+		} else {
+			n := 0
+			err = s.array(func(i int) error {
+				if i > 1 {
+					return fmt.Errorf("[%d]: want a pair", rank)
+				}
+				var e error
+				if i == 0 {
+					left, e = s.str(nil)
+				} else {
+					right, e = s.str(nil)
+				}
+				n++
+				return e
+			})
+			if err != nil {
+				return err
+			}
+			if n != 2 {
+				return fmt.Errorf("[%d]: want a pair of tokens", rank)
+			}
 		}
-	} else if err := json.Unmarshal(raw, &pairs); err != nil {
-		return fmt.Errorf("merges: want a list of \"a b\" strings or [\"a\", \"b\"] pairs: %w", err)
-	}
-	b.merges = make(map[uint64]uint64, len(pairs))
-	for rank, p := range pairs {
-		a, ok1 := b.vocab[p[0]]
-		c, ok2 := b.vocab[p[1]]
+		a, ok1 := b.vocab[string(left)]
+		c, ok2 := b.vocab[string(right)]
 		if !ok1 || !ok2 {
-			return fmt.Errorf("merges[%d] = %q: part not in the vocabulary", rank, p)
+			return fmt.Errorf("[%d] = %q %q: part not in the vocabulary", rank, left, right)
 		}
-		merged := p[0] + strings.TrimPrefix(p[1], b.prefix)
-		id, ok := b.vocab[merged]
+		joined = append(append(joined[:0], left...), bytes.TrimPrefix(right, []byte(b.prefix))...)
+		id, ok := b.vocab[string(joined)]
 		if !ok {
-			return fmt.Errorf("merges[%d] = %q: result %q not in the vocabulary", rank, p, merged)
+			return fmt.Errorf("[%d] = %q %q: result %q not in the vocabulary", rank, left, right, joined)
 		}
 		key := uint64(a)<<32 | uint64(c)
 		if _, dup := b.merges[key]; !dup { // the first (lowest) rank wins
 			b.merges[key] = uint64(rank)<<32 | uint64(id)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (b *bpe) initTables() {

@@ -13,12 +13,12 @@ import (
 
 // tokenizerFile is the top level of a Hugging Face tokenizer.json. Components stay raw until their "type" is known.
 type tokenizerFile struct {
-	AddedTokens   []addedTokenJSON `json:"added_tokens"`
-	Normalizer    json.RawMessage  `json:"normalizer"`
-	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
-	Model         json.RawMessage  `json:"model"`
-	PostProcessor json.RawMessage  `json:"post_processor"`
-	Decoder       json.RawMessage  `json:"decoder"`
+	AddedTokens   []addedTokenJSON
+	Normalizer    json.RawMessage
+	PreTokenizer  json.RawMessage
+	Model         json.RawMessage
+	PostProcessor json.RawMessage
+	Decoder       json.RawMessage
 }
 
 type addedTokenJSON struct {
@@ -113,9 +113,16 @@ func LoadFiles(tokenizerJSON, configJSON string) (*Tokenizer, error) {
 
 // Parse builds a tokenizer from the bytes of tokenizer.json and tokenizer_config.json (configData may be nil).
 func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
-	var f tokenizerFile
-	if err := json.Unmarshal(tokenizerData, &f); err != nil {
+	fields, err := rawFields(tokenizerData)
+	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	f := tokenizerFile{Normalizer: fields["normalizer"], PreTokenizer: fields["pre_tokenizer"], Model: fields["model"],
+		PostProcessor: fields["post_processor"], Decoder: fields["decoder"]}
+	if raw := fields["added_tokens"]; !isNull(raw) {
+		if err := json.Unmarshal(raw, &f.AddedTokens); err != nil {
+			return nil, fmt.Errorf("tokenizer.json added_tokens: %w", err)
+		}
 	}
 	if isNull(f.Model) {
 		return nil, errors.New("tokenizer.json: no \"model\"")
@@ -128,7 +135,6 @@ func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
 	}
 
 	t := &Tokenizer{bos: -1, eos: -1}
-	var err error
 	if t.model, err = parseBPE(f.Model); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
