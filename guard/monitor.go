@@ -119,7 +119,8 @@ func (m *Monitor) CheckLogits(step int, logits []float32) error {
 		m.haveTop = false
 		return m.report(KindZero, step, SectionZeroLogits, fmt.Sprintf(
 			"logits at step %d are all zero (%d values): the output projection (lm_head, or the tied embedding) most "+
-				"likely never loaded, or the final norm weights are zero", step, len(logits)))
+				"likely never loaded, the final norm weights are zero, or activations overflowed inside RMSNorm "+
+				"(its sum of squares became Inf, so every normalised value became 0)", step, len(logits)))
 	}
 	if mx-mn <= 1e-6*max(1, abs32(mx)) {
 		m.haveTop = false

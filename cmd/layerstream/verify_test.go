@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
@@ -143,5 +146,68 @@ func TestVerifyPrompt(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"verify", "--model", model, "--prompt", "Once upon a time"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
+
+// TestEngineMissingLMHead: the engine refuses a checkpoint without lm_head.weight and without tied embeddings at
+// Open, before generating anything (never all-zero logits).
+func TestEngineMissingLMHead(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write(dir, synth.Options{Shape: verifyShape, DropLMHead: true, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.Open(context.Background(), dir, engine.Options{ShardDir: filepath.Join(t.TempDir(), "s")})
+	if err == nil {
+		e.Close()
+		t.Fatal("engine opened a checkpoint with no output projection")
+	}
+	if !strings.Contains(err.Error(), "lm_head.weight") || !strings.Contains(err.Error(), "tie_word_embeddings") {
+		t.Fatalf("error does not name the tensor and the config flag: %v", err)
+	}
+}
+
+// TestVerifyOverflow: weights scaled up overflow the engine's float32 arithmetic while the float64 reference stays
+// finite. With every weight scaled alike, the first float32 value to overflow is RMSNorm's sum of squares (the
+// residual stream grows with the square of the scale, the MLP output with its cube, but the norm comes first): it
+// becomes +Inf, rsqrt gives 0, every normalised activation is 0 (as in PyTorch) and the logits are all zero, which
+// the zero-logits detector reports. verify fails on it. (NaN from overflow is shown through the reference in
+// reference.TestOverflowTripsNaNDetector, and through NaN weights in TestVerifyCorrupted.)
+func TestVerifyOverflow(t *testing.T) {
+	for _, c := range []struct {
+		scale float64
+		kind  guard.Kind
+	}{{1e14, guard.KindZero}} {
+		dir := t.TempDir()
+		if err := synth.Write(dir, synth.Options{Shape: verifyShape, DType: checkpoint.BF16, Scale: c.scale, Seed: 5}); err != nil {
+			t.Fatal(err)
+		}
+		ids := []int{1, 2, 3}
+		e, err := engine.Open(context.Background(), dir, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := e.Logits(context.Background(), ids)
+		e.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := guard.NewMonitor(guard.MonitorOptions{Strict: true})
+		var p *guard.Problem
+		for step, row := range logits {
+			if errors.As(m.CheckLogits(step, row), &p) {
+				break
+			}
+		}
+		if p == nil || p.Kind != c.kind {
+			t.Fatalf("scale %g: want a %s problem on the engine's logits, got %v", c.scale, c.kind, p)
+		}
+		t.Logf("scale %g: %v", c.scale, p)
+
+		var out bytes.Buffer
+		err = runVerify(context.Background(), verifyOptions{model: dir, ids: ids, dtype: "auto"}, &out)
+		t.Logf("%v\n%s", err, out.String())
+		if err == nil || !strings.Contains(out.String(), "MISMATCH") {
+			t.Fatalf("scale %g: verify passed an overflowing model", c.scale)
+		}
 	}
 }
