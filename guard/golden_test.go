@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/reference"
@@ -92,5 +94,42 @@ func TestNoFalseAlarmOnGolden(t *testing.T) {
 			}
 		}
 		t.Logf("%q: %d tokens, no alarm", c.Prompt, len(c.GeneratedIDs))
+	}
+}
+
+// TestNoFalseAlarmEngine runs the golden generations through the engine with a strict Monitor checking the
+// logits of every step, and the generated tokens through ObserveToken: no alarm.
+func TestNoFalseAlarmEngine(t *testing.T) {
+	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Cases []struct {
+			PromptIDs    []int `json:"prompt_ids"`
+			GeneratedIDs []int `json:"generated_ids"`
+		}
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	dir := testutil.SharedPath(t, "models", "stories260K-hf")
+	text := pieces(t, dir+"/tokenizer.json")
+	m := guard.NewMonitor(guard.MonitorOptions{Strict: true})
+	e, err := engine.Open(context.Background(), dir, engine.Options{Monitor: m, ShardDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, c := range g.Cases {
+		m.Reset()
+		res, err := e.Generate(context.Background(), engine.Request{PromptIDs: c.PromptIDs, MaxNewTokens: len(c.GeneratedIDs)},
+			func(tok engine.Token) error { return m.ObserveToken(tok.ID, text[tok.ID]) })
+		if err != nil {
+			t.Fatalf("false alarm: %v", err)
+		}
+		if len(res.GeneratedIDs) == 0 {
+			t.Fatal("nothing generated")
+		}
 	}
 }

@@ -54,7 +54,7 @@ type MonitorOptions struct {
 	PunctuationRatio float64
 }
 
-// Monitor checks each step of one generation. Create one per run: each kind warns once per Monitor.
+// Monitor checks each step of one generation: each kind warns once per run. Create one per run, or Reset it.
 // A Monitor is not safe for concurrent use.
 type Monitor struct {
 	opts     MonitorOptions
@@ -99,6 +99,9 @@ func NewMonitor(opts MonitorOptions) *Monitor {
 		counts: map[rune]int{},
 	}
 }
+
+// Reset forgets everything seen, so the Monitor can watch a new run (each kind warns again, once).
+func (m *Monitor) Reset() { *m = *NewMonitor(m.opts) }
 
 // Problems returns the first problem of each kind seen so far, in the order they were seen.
 func (m *Monitor) Problems() []*Problem { return m.problems }

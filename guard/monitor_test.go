@@ -151,6 +151,12 @@ func TestWarnOncePerKindNotStrict(t *testing.T) {
 	if ps := m.Problems(); len(ps) != 2 || ps[0].Kind != KindNaN || ps[1].Kind != KindZero {
 		t.Fatalf("problems %+v", ps)
 	}
+	m.Reset() // a new run warns again
+	buf.Reset()
+	_ = m.CheckLogits(0, nan)
+	if len(m.Problems()) != 1 || strings.Count(buf.String(), "level=WARN") != 1 {
+		t.Fatalf("after Reset: problems %+v, log %s", m.Problems(), buf.String())
+	}
 }
 
 func TestAnchor(t *testing.T) {
