@@ -128,8 +128,8 @@ func (d *downloader) resolveURL(rev, name string) string {
 	return fmt.Sprintf("%s/%s/resolve/%s/%s", d.opts.Endpoint, d.id, url.PathEscape(rev), strings.Join(segs, "/"))
 }
 
-// headFile reads a file's metadata. Like huggingface_hub it follows only relative redirects (a renamed repo):
-// the redirect to the CDN carries the X-Linked-* headers and must not be followed.
+// headFile reads a file's metadata. Like huggingface_hub it follows only redirects that stay on the same origin
+// (a renamed repo): the redirect to the CDN carries the X-Linked-* headers and must not be followed.
 func (d *downloader) headFile(ctx context.Context, commit, name string) (fileMeta, error) {
 	req, err := d.newRequest(ctx, http.MethodHead, d.resolveURL(commit, name))
 	if err != nil {
@@ -140,7 +140,7 @@ func (d *downloader) headFile(ctx context.Context, commit, name string) (fileMet
 		if len(via) >= 10 {
 			return fmt.Errorf("stopped after %d redirects", len(via))
 		}
-		if loc, err := url.Parse(r.Response.Header.Get("Location")); err == nil && loc.Host == "" {
+		if prev := via[len(via)-1].URL; r.URL.Scheme == prev.Scheme && r.URL.Host == prev.Host {
 			return nil
 		}
 		return http.ErrUseLastResponse

@@ -24,8 +24,9 @@ import (
 )
 
 // Repo is a repository served by Server. Files ending in .safetensors are LFS files: their resolve URL
-// redirects (302, absolute URL) to /cdn/<sha256>, with X-Linked-Etag and X-Linked-Size on the redirect, as the
-// real Hub does. Other files are served directly with their git blob sha1 as ETag.
+// redirects (302) to /cdn/<sha256> on another origin (this server as localhost rather than 127.0.0.1), with
+// X-Linked-Etag and X-Linked-Size on the redirect, as the real Hub does. Other files are served directly with
+// their git blob sha1 as ETag.
 type Repo struct {
 	Revs  map[string]string            // revision (branch/tag) → commit
 	Files map[string]map[string][]byte // commit → file name → content
@@ -206,7 +207,8 @@ func (h *Server) serveResolve(w http.ResponseWriter, r *http.Request, p string) 
 		w.Header().Set("X-Linked-Etag", `"`+sha+`"`)
 		w.Header().Set("X-Linked-Size", strconv.Itoa(len(data)))
 		w.Header().Set("ETag", `W/"not-the-content-hash"`)
-		w.Header().Set("Location", h.URL+"/cdn/"+sha)
+		// Another origin, like the Hub's CDN: clients must not follow it on HEAD nor send the token there.
+		w.Header().Set("Location", strings.Replace(h.URL, "127.0.0.1", "localhost", 1)+"/cdn/"+sha)
 		w.WriteHeader(http.StatusFound)
 		return
 	}
