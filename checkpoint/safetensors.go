@@ -70,6 +70,10 @@ func parseHeader(hdr []byte, dataStart, size int64, name string) ([]TensorInfo, 
 	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("safetensors %s: malformed header JSON: %w", name, err)
 	}
+	// Writers pad the header with spaces; anything else after the JSON object means a corrupted header.
+	if rest := bytes.Trim(hdr[dec.InputOffset():], " \t\r\n\x00"); len(rest) > 0 {
+		return nil, fmt.Errorf("safetensors %s: %d unexpected bytes after the header JSON (corrupted header?)", name, len(rest))
+	}
 	dataLen := size - dataStart
 	out := make([]TensorInfo, 0, len(raw))
 	for key, msg := range raw {
