@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -243,6 +244,34 @@ func TestResumeWithinOneResolve(t *testing.T) {
 	}
 	if len(ranges) != 2 || ranges[0] != "" || ranges[1] != "bytes=123457-" {
 		t.Fatalf("Range headers of the model.safetensors GETs = %q, want [\"\" \"bytes=123457-\"]", ranges)
+	}
+}
+
+// A body that stops arriving (stall timer) and a 503 are retried, resuming where the bytes stopped.
+func TestStallAndServerErrorAreRetried(t *testing.T) {
+	isolateEnv(t)
+	stallTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { stallTimeout = 60 * time.Second })
+	h := hubtest.NewServer(t)
+	files := modelFiles()
+	h.AddRepo("org/tiny", commit1, files)
+	sha := hubtest.SHA256(files["model.safetensors"])
+	h.StallOnce(sha, 50_000)
+	h.FailOnce(sha, http.StatusServiceUnavailable)
+	opts := testOptions(t, h)
+	dir, err := Resolve(context.Background(), "org/tiny", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, opts, "org/tiny", commit1, dir, files, wanted)
+	var ranges []string
+	for _, r := range h.Requests() {
+		if r.Method == "GET" && strings.HasPrefix(r.Path, "/cdn/") {
+			ranges = append(ranges, r.Range)
+		}
+	}
+	if want := []string{"", "bytes=50000-", "bytes=50000-"}; fmt.Sprint(ranges) != fmt.Sprint(want) {
+		t.Fatalf("CDN GET ranges = %q, want %q", ranges, want)
 	}
 }
 

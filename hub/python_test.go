@@ -18,8 +18,8 @@ func pythonHub(t *testing.T) string {
 	if py == "" {
 		py = "python3"
 	}
-	if out, err := exec.Command(py, "-c", "import huggingface_hub").CombinedOutput(); err != nil {
-		t.Skipf("skipping: %s cannot import huggingface_hub (set LAYERSTREAM_PYTHON to one that can): %v %s", py, err, out)
+	if err := exec.Command(py, "-c", "import huggingface_hub").Run(); err != nil {
+		t.Skipf("skipping: %s cannot import huggingface_hub (set LAYERSTREAM_PYTHON to one that can): %v", py, err)
 	}
 	return py
 }

@@ -45,25 +45,41 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests []Request
-	cutOnce  map[string]int  // sha256 → the first CDN GET sends only this many bytes, then drops the connection
-	corrupt  map[string]bool // sha256 → the CDN serves altered bytes
-	cdnDelay time.Duration   // wait before answering a CDN GET
+	faults   map[string][]fault // sha256 → what goes wrong with the next CDN GETs, one each, in order
+	corrupt  map[string]bool    // sha256 → the CDN serves altered bytes
+	cdnDelay time.Duration      // wait before answering a CDN GET
 }
 
 // NewServer starts a Server, closed when the test ends.
 func NewServer(t testing.TB) *Server {
-	h := &Server{Repos: map[string]*Repo{}, cutOnce: map[string]int{}, corrupt: map[string]bool{}}
+	h := &Server{Repos: map[string]*Repo{}, faults: map[string][]fault{}, corrupt: map[string]bool{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.Close)
 	return h
 }
 
-// CutOnce makes the first CDN GET of the LFS file with this sha256 send only n bytes and drop the connection.
-func (h *Server) CutOnce(sha256 string, n int) {
+// fault is one misbehaviour of a CDN GET: after sending n bytes of the body, drop the connection (cut) or
+// stop sending until the client gives up (stall); or answer status instead of the file.
+type fault struct {
+	cut, stall bool
+	n          int
+	status     int
+}
+
+func (h *Server) addFault(sha256 string, f fault) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.cutOnce[sha256] = n
+	h.faults[sha256] = append(h.faults[sha256], f)
 }
+
+// CutOnce makes the next CDN GET of the LFS file with this sha256 send only n bytes and drop the connection.
+func (h *Server) CutOnce(sha256 string, n int) { h.addFault(sha256, fault{cut: true, n: n}) }
+
+// StallOnce makes the next CDN GET of the LFS file send n bytes, then nothing until the client hangs up.
+func (h *Server) StallOnce(sha256 string, n int) { h.addFault(sha256, fault{stall: true, n: n}) }
+
+// FailOnce makes the next CDN GET of the LFS file answer with status (e.g. 503) instead.
+func (h *Server) FailOnce(sha256 string, status int) { h.addFault(sha256, fault{status: status}) }
 
 // Corrupt makes the CDN serve the LFS file with this sha256 with one byte altered.
 func (h *Server) Corrupt(sha256 string) {
@@ -223,8 +239,12 @@ func (h *Server) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 		return
 	}
 	h.mu.Lock()
-	cut, doCut := h.cutOnce[sha]
-	delete(h.cutOnce, sha)
+	var f fault
+	faulty := r.Method == http.MethodGet && len(h.faults[sha]) > 0
+	if faulty {
+		f = h.faults[sha][0]
+		h.faults[sha] = h.faults[sha][1:]
+	}
 	if h.corrupt[sha] {
 		data = append([]byte(nil), data...)
 		data[len(data)/2] ^= 0xff
@@ -232,11 +252,19 @@ func (h *Server) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 	delay := h.cdnDelay
 	h.mu.Unlock()
 	time.Sleep(delay)
-	if doCut && r.Method == http.MethodGet {
+	switch {
+	case !faulty:
+	case f.status != 0:
+		hubError(w, f.status, "", http.StatusText(f.status))
+		return
+	default:
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		w.WriteHeader(http.StatusOK)
-		w.Write(data[:cut])
+		w.Write(data[:f.n])
 		w.(http.Flusher).Flush()
+		if f.stall {
+			<-r.Context().Done()
+		}
 		panic(http.ErrAbortHandler) // drop the connection mid-body
 	}
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
