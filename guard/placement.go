@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/layerstream/layerstream/checkpoint"
 )
 
 // UnitSize is one unit of a split checkpoint (embed, layer.N, norm, lm_head) and the bytes it occupies on a device.
@@ -60,6 +62,50 @@ func (p *Placement) Used(device string) int64 {
 		}
 	}
 	return n
+}
+
+// UnitSizes returns the units of ck (embed, layer.0.., norm, lm_head when present) with the device bytes their
+// tensors take when matrices are held in dtype and vectors (norm weights, biases) in float32, as the engine keeps
+// them: the input Plan needs. A tensor outside every unit is an error.
+func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, error) {
+	if dtype.Size() == 0 {
+		return nil, fmt.Errorf("placement: unknown dtype %q", dtype)
+	}
+	bytes := map[string]int64{}
+	for _, t := range ck.Tensors {
+		var unit string
+		switch {
+		case strings.HasPrefix(t.Name, "model.embed_tokens."):
+			unit = "embed"
+		case strings.HasPrefix(t.Name, "model.norm."):
+			unit = "norm"
+		case strings.HasPrefix(t.Name, "lm_head."):
+			unit = "lm_head"
+		case strings.HasPrefix(t.Name, "model.layers."):
+			n, _, _ := strings.Cut(strings.TrimPrefix(t.Name, "model.layers."), ".")
+			if _, err := strconv.Atoi(n); err != nil {
+				return nil, fmt.Errorf("placement: tensor %q: bad layer number", t.Name)
+			}
+			unit = "layer." + n
+		default:
+			return nil, fmt.Errorf("placement: tensor %q belongs to no unit (embed, layer.N, norm, lm_head)", t.Name)
+		}
+		size := int64(4)
+		if len(t.Shape) == 2 {
+			size = int64(dtype.Size())
+		}
+		bytes[unit] += t.NumElements() * size
+	}
+	units := []UnitSize{{"embed", bytes["embed"]}}
+	for i := range ck.Config.NumHiddenLayers {
+		name := "layer." + strconv.Itoa(i)
+		units = append(units, UnitSize{name, bytes[name]})
+	}
+	units = append(units, UnitSize{"norm", bytes["norm"]})
+	if n, ok := bytes["lm_head"]; ok {
+		units = append(units, UnitSize{"lm_head", n})
+	}
+	return units, nil
 }
 
 // Plan places units on devices. embed, the first layer, the last layer, norm and lm_head share one device (the

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/testutil"
 )
 
 const mib = 1 << 20
@@ -107,4 +110,27 @@ func TestPlanImpossible(t *testing.T) {
 			t.Errorf("%s: want error containing %q, got %v", c.name, c.errHas, err)
 		}
 	}
+}
+
+func TestUnitSizesStories(t *testing.T) {
+	ck, err := checkpoint.Open(testutil.SharedPath(t, "models", "stories260K-hf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	units, err := UnitSizes(ck, checkpoint.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// hidden 64, 8 heads / 4 kv heads of 8, intermediate 172, vocab 512, tied (no lm_head).
+	layer := int64(2*(64*64+32*64+32*64+64*64+3*172*64)) + 4*2*64
+	want := []UnitSize{{"embed", 2 * 512 * 64}, {"layer.0", layer}, {"layer.1", layer}, {"layer.2", layer},
+		{"layer.3", layer}, {"layer.4", layer}, {"norm", 4 * 64}}
+	if fmt.Sprint(units) != fmt.Sprint(want) {
+		t.Fatalf("got %v\nwant %v", units, want)
+	}
+	p, err := Plan(units, []Device{{"gpu0", 300 << 10}, {"gpu1", 300 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAnchors(t, p, 5)
 }
