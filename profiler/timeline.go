@@ -224,7 +224,7 @@ func barLabel(e Event, w float64) string {
 	if e.Category == Sample || e.Category == Tokenize {
 		return ""
 	}
-	for _, s := range []string{"embed/norm/lm_head", "-1"} {
+	for _, s := range []string{"embed/norm/lm_head", "non-layer", "-1"} {
 		if fits(s) {
 			return s
 		}
