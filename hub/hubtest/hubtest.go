@@ -38,13 +38,16 @@ type Request struct {
 	Method, Path, Range, Authorization string
 }
 
-// Server imitates the Hub endpoints package hub uses. Add repositories before the first request.
+// Server imitates the Hub endpoints package hub uses. Add repositories before the first request, and leave
+// a file's bytes unchanged once requested.
 type Server struct {
 	*httptest.Server
 	Repos map[string]*Repo // repo id → repository
 
 	mu       sync.Mutex
 	requests []Request
+	lfsSHA   map[string]string  // repo@commit/file → sha256, computed on first request
+	cdn      map[string][]byte  // sha256 → content of LFS files requested so far
 	faults   map[string][]fault // sha256 → what goes wrong with the next CDN GETs, one each, in order
 	corrupt  map[string]bool    // sha256 → the CDN serves altered bytes
 	cdnDelay time.Duration      // wait before answering a CDN GET
@@ -52,7 +55,8 @@ type Server struct {
 
 // NewServer starts a Server, closed when the test ends.
 func NewServer(t testing.TB) *Server {
-	h := &Server{Repos: map[string]*Repo{}, faults: map[string][]fault{}, corrupt: map[string]bool{}}
+	h := &Server{Repos: map[string]*Repo{}, lfsSHA: map[string]string{}, cdn: map[string][]byte{},
+		faults: map[string][]fault{}, corrupt: map[string]bool{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.Close)
 	return h
@@ -218,8 +222,7 @@ func (h *Server) serveResolve(w http.ResponseWriter, r *http.Request, p string) 
 	}
 	w.Header().Set("X-Repo-Commit", commit)
 	if strings.HasSuffix(name, ".safetensors") {
-		sum := sha256.Sum256(data)
-		sha := hex.EncodeToString(sum[:])
+		sha := h.lfsBlob(id+"@"+commit+"/"+name, data)
 		w.Header().Set("X-Linked-Etag", `"`+sha+`"`)
 		w.Header().Set("X-Linked-Size", strconv.Itoa(len(data)))
 		w.Header().Set("ETag", `W/"not-the-content-hash"`)
@@ -270,18 +273,25 @@ func (h *Server) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
 }
 
-// blob finds an LFS file by its sha256 in any repo.
-func (h *Server) blob(sha string) []byte {
-	for _, repo := range h.Repos {
-		for _, files := range repo.Files {
-			for _, data := range files {
-				if s := sha256.Sum256(data); hex.EncodeToString(s[:]) == sha {
-					return data
-				}
-			}
-		}
+// lfsBlob returns the sha256 of an LFS file (key names its repo, commit and path), hashing it only on the first
+// request, and makes the file available on the CDN path.
+func (h *Server) lfsBlob(key string, data []byte) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sha, ok := h.lfsSHA[key]
+	if !ok {
+		sha = SHA256(data)
+		h.lfsSHA[key] = sha
+		h.cdn[sha] = data
 	}
-	return nil
+	return sha
+}
+
+// blob finds an LFS file on the CDN by its sha256.
+func (h *Server) blob(sha string) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cdn[sha]
 }
 
 // GitBlobSHA1 is the git object id of data, the ETag the Hub gives a file not stored in LFS.
