@@ -18,7 +18,9 @@ const (
 	weightsIndex  = "model.safetensors.index.json"
 )
 
-var optionalFiles = []string{"generation_config.json", "tokenizer.json", "tokenizer_config.json"}
+// optionalFiles are fetched when the repository has them. Recent transformers versions save the chat template
+// as chat_template.jinja instead of inside tokenizer_config.json; package tokenizer reads either.
+var optionalFiles = []string{"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
 
 // cacheRepo is one repository's folder in the hub cache.
 type cacheRepo struct {

@@ -185,7 +185,8 @@ func validRepoID(s string) bool {
 
 // Resolve returns the local folder for ref: an existing local path is returned as it is; a repo id is resolved
 // to its snapshot folder in the cache, downloading what is missing (config.json, generation_config.json,
-// tokenizer.json, tokenizer_config.json and the safetensors weights, sharded or not) unless offline.
+// tokenizer.json, tokenizer_config.json, chat_template.jinja and the safetensors weights, sharded or not) unless
+// offline.
 func Resolve(ctx context.Context, ref string, opts Options) (string, error) {
 	if _, err := os.Stat(ref); err == nil {
 		return ref, nil

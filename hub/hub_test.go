@@ -59,6 +59,7 @@ func modelFiles() map[string][]byte {
 		"generation_config.json": []byte(`{"eos_token_id":2}`),
 		"tokenizer.json":         []byte(`{"model":{"type":"BPE"}}`),
 		"tokenizer_config.json":  []byte(`{}`),
+		"chat_template.jinja":    []byte(`{% for m in messages %}{{ m.content }}{% endfor %}`),
 		"model.safetensors":      randomBytes(1, 300_000),
 		"pytorch_model.bin":      []byte("pickle"),
 		"onnx/model.onnx":        []byte("onnx"),
@@ -66,7 +67,8 @@ func modelFiles() map[string][]byte {
 	}
 }
 
-var wanted = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}
+var wanted = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+	"chat_template.jinja", "model.safetensors"}
 
 func checkSnapshot(t *testing.T, opts Options, id, commit, dir string, files map[string][]byte, names []string) {
 	t.Helper()

@@ -49,7 +49,7 @@ func TestPythonInterop(t *testing.T) {
 	h := hubtest.NewServer(t)
 	files := modelFiles()
 	h.AddRepo("org/tiny", commit1, files)
-	allow := `allow_patterns=["*.json", "*.safetensors"]`
+	allow := `allow_patterns=["*.json", "*.jinja", "*.safetensors"]`
 
 	// Python fills the cache; Resolve uses it offline, and online downloads nothing more.
 	pyCache := t.TempDir()
@@ -59,7 +59,8 @@ func TestPythonInterop(t *testing.T) {
 	pyDir := runPython(t, py, env, `
 import os
 from huggingface_hub import hf_hub_download
-for f in ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'model.safetensors']:
+for f in ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja',
+          'model.safetensors']:
     p = hf_hub_download('org/tiny', f)
 print(os.path.dirname(p))`)
 	opts := Options{Endpoint: h.URL, CacheDir: pyCache, Client: h.Client()}
@@ -94,7 +95,7 @@ info = scan_cache_dir(os.environ['HF_HUB_CACHE'])
 assert not info.warnings, info.warnings
 (repo,) = info.repos
 print(d, hashlib.sha256(open(p, 'rb').read()).hexdigest(), repo.nb_files)`)
-	want := strings.Join([]string{dir, hubtest.SHA256(files["model.safetensors"]), "5"}, " ")
+	want := strings.Join([]string{dir, hubtest.SHA256(files["model.safetensors"]), "6"}, " ")
 	if got != want {
 		t.Fatalf("Python on layerstream's cache: %q, want %q", got, want)
 	}
