@@ -101,7 +101,12 @@ func NewMonitor(opts MonitorOptions) *Monitor {
 }
 
 // Reset forgets everything seen, so the Monitor can watch a new run (each kind warns again, once).
-func (m *Monitor) Reset() { *m = *NewMonitor(m.opts) }
+// Its buffers are reused.
+func (m *Monitor) Reset() {
+	clear(m.warned)
+	clear(m.counts)
+	*m = Monitor{opts: m.opts, warned: m.warned, lastID: -1, ring: m.ring, counts: m.counts}
+}
 
 // Problems returns the first problem of each kind seen so far, in the order they were seen.
 func (m *Monitor) Problems() []*Problem { return m.problems }
