@@ -221,9 +221,9 @@ func (d *downloader) statusError(resp *http.Response, file string) error {
 	case code == "EntryNotFound":
 		return fmt.Errorf("%w: %s at revision %s (%s)", ErrNotFound, what, d.opts.Revision, detail)
 	case code == "RepoNotFound", resp.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("%w: repository %s on %s (%s): check the spelling; if it is private or gated, set HF_TOKEN "+
-			"to a token with access (see TROUBLESHOOTING.md, \"Gated or private repository\")",
-			ErrNotFound, d.id, d.opts.Endpoint, detail)
+		return fmt.Errorf("%w: repository %s on %s (%s), and no local folder has that name: check the spelling; if "+
+			"it is private or gated, set HF_TOKEN to a token with access (see TROUBLESHOOTING.md, \"Gated or private "+
+			"repository\")", ErrNotFound, d.id, d.opts.Endpoint, detail)
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s at revision %s (%s)", ErrNotFound, what, d.opts.Revision, detail)
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
