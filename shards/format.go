@@ -239,3 +239,56 @@ func sameTensors(a, b []TensorInfo) bool {
 			x.Length == y.Length && x.Encoding == y.Encoding && x.EncodedLength == y.EncodedLength && x.CRC32C == y.CRC32C
 	})
 }
+
+// crc32cCombine returns the CRC-32C of A‖B given crcA, crcB and len(B), so that pieces of a tensor can be
+// checksummed in parallel. It applies the operator "append len(B) zero bytes" to crcA by repeated squaring of
+// a GF(2) matrix (zlib's crc32_combine).
+func crc32cCombine(crcA, crcB uint32, lenB int64) uint32 {
+	if lenB <= 0 {
+		return crcA
+	}
+	var even, odd [32]uint32
+	odd[0] = 0x82f63b78 // the reflected Castagnoli polynomial: the operator for one zero bit
+	row := uint32(1)
+	for n := 1; n < 32; n++ {
+		odd[n] = row
+		row <<= 1
+	}
+	gf2Square(&even, &odd) // two zero bits
+	gf2Square(&odd, &even) // four zero bits
+	for {
+		gf2Square(&even, &odd) // first round: one zero byte
+		if lenB&1 != 0 {
+			crcA = gf2Times(&even, crcA)
+		}
+		lenB >>= 1
+		if lenB == 0 {
+			break
+		}
+		gf2Square(&odd, &even)
+		if lenB&1 != 0 {
+			crcA = gf2Times(&odd, crcA)
+		}
+		lenB >>= 1
+		if lenB == 0 {
+			break
+		}
+	}
+	return crcA ^ crcB
+}
+
+func gf2Times(mat *[32]uint32, vec uint32) uint32 {
+	var sum uint32
+	for i := 0; vec != 0; i, vec = i+1, vec>>1 {
+		if vec&1 != 0 {
+			sum ^= mat[i]
+		}
+	}
+	return sum
+}
+
+func gf2Square(square, mat *[32]uint32) {
+	for n := range 32 {
+		square[n] = gf2Times(mat, mat[n])
+	}
+}

@@ -261,82 +261,105 @@ func newDecoder(maxLen int64) (*zstd.Decoder, error) {
 }
 
 // decodeTensors verifies and decodes the tensors of a parsed shard held in file. Raw tensors alias file;
-// encoded ones are decompressed into area at 64-byte-aligned positions. Tensors are processed in parallel.
+// encoded ones are decompressed into area at 64-byte-aligned positions. Both phases run on all cores:
+// decompression one tensor per goroutine, then checksums over crcSegment-sized pieces, combined per tensor.
 func decodeTensors(ctx context.Context, name string, file []byte, h *shardHeader, area []byte, dec func() (*zstd.Decoder, error)) (map[string]Tensor, error) {
 	if need := decodeSize(h.Tensors); need > int64(len(area)) {
 		return nil, fmt.Errorf("shard %s: decode area is %d bytes, the shard needs %d", name, len(area), need)
 	}
-	slots := make([]int64, len(h.Tensors))
+	data := make([][]byte, len(h.Tensors))
+	var encoded []int
 	var pos int64
 	for i, t := range h.Tensors {
-		if t.Encoding != Raw {
-			pos = alignUp(pos, dataAlign)
-			slots[i] = pos
-			pos += t.Length
+		if t.Encoding == Raw {
+			data[i] = file[t.Offset : t.Offset+t.Length : t.Offset+t.Length]
+			continue
 		}
+		pos = alignUp(pos, dataAlign)
+		data[i] = area[pos : pos+t.Length : pos+t.Length]
+		pos += t.Length
+		encoded = append(encoded, i)
 	}
-	out := make([]Tensor, len(h.Tensors))
 	errs := make([]error, len(h.Tensors))
-	work := func(i int) {
-		t := h.Tensors[i]
-		var slot []byte
-		if t.Encoding != Raw {
-			slot = area[slots[i] : slots[i]+t.Length : slots[i]+t.Length]
-		}
-		data, err := decodeTensor(file, t, slot, dec)
-		if err == nil && crc32c(data) != t.CRC32C {
-			err = fmt.Errorf("checksum mismatch (CRC-32C %08x, header says %08x): the file is corrupted; run layerstream split again", crc32c(data), t.CRC32C)
-		}
-		if err != nil {
-			errs[i] = fmt.Errorf("shard %s: tensor %q: %w", name, t.Name, err)
-			return
-		}
-		out[i] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: data}
-	}
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(h.Tensors)) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(h.Tensors) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				work(i)
+	parallel(ctx, len(encoded), func(k int) {
+		i := encoded[k]
+		errs[i] = decodeTensor(file, h.Tensors[i], data[i], dec)
+	})
+
+	// Checksums: split every tensor into segments, checksum them in parallel, combine per tensor.
+	type segment struct{ tensor, off, n int }
+	var segs []segment
+	for i, d := range data {
+		for off := 0; ; off += crcSegment {
+			segs = append(segs, segment{i, off, min(crcSegment, len(d)-off)})
+			if off+crcSegment >= len(d) {
+				break
 			}
-		})
+		}
 	}
-	wg.Wait()
+	crcs := make([]uint32, len(segs))
+	parallel(ctx, len(segs), func(k int) {
+		s := segs[k]
+		if errs[s.tensor] == nil {
+			crcs[k] = crc32c(data[s.tensor][s.off : s.off+s.n])
+		}
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m := make(map[string]Tensor, len(out))
-	for i, err := range errs {
-		if err != nil {
-			return nil, err
+	sums := make([]uint32, len(h.Tensors))
+	for k, s := range segs {
+		sums[s.tensor] = crc32cCombine(sums[s.tensor], crcs[k], int64(s.n))
+	}
+	m := make(map[string]Tensor, len(h.Tensors))
+	for i, t := range h.Tensors {
+		err := errs[i]
+		if err == nil && sums[i] != t.CRC32C {
+			err = fmt.Errorf("checksum mismatch (CRC-32C %08x, header says %08x): the file is corrupted; run layerstream split again", sums[i], t.CRC32C)
 		}
-		m[out[i].Name] = out[i]
+		if err != nil {
+			return nil, fmt.Errorf("shard %s: tensor %q: %w", name, t.Name, err)
+		}
+		m[t.Name] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: data[i]}
 	}
 	return m, nil
 }
 
-// decodeTensor returns t's decoded bytes: a slice of file for raw tensors, slot (filled) for encoded ones.
-func decodeTensor(file []byte, t TensorInfo, slot []byte, dec func() (*zstd.Decoder, error)) ([]byte, error) {
-	stored := file[t.Offset : t.Offset+t.EncodedLength : t.Offset+t.EncodedLength]
-	if t.Encoding == Raw {
-		return stored, nil
+// crcSegment is the piece size for parallel checksums.
+const crcSegment = 4 << 20
+
+// parallel runs f(0..n-1) on up to GOMAXPROCS goroutines, stopping early when ctx is done.
+func parallel(ctx context.Context, n int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
 	}
+	wg.Wait()
+}
+
+// decodeTensor decompresses encoded tensor t from file into slot (exactly t.Length bytes).
+func decodeTensor(file []byte, t TensorInfo, slot []byte, dec func() (*zstd.Decoder, error)) error {
+	stored := file[t.Offset : t.Offset+t.EncodedLength : t.Offset+t.EncodedLength]
 	d, err := dec()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	got, err := d.DecodeAll(stored, slot[:0])
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w (corrupted file?)", t.Encoding, err)
+		return fmt.Errorf("%s: %w (corrupted file?)", t.Encoding, err)
 	}
 	if len(got) != len(slot) || (len(got) > 0 && &got[0] != &slot[0]) {
-		return nil, fmt.Errorf("%s: decoded %d bytes, want %d (corrupted file?)", t.Encoding, len(got), len(slot))
+		return fmt.Errorf("%s: decoded %d bytes, want %d (corrupted file?)", t.Encoding, len(got), len(slot))
 	}
 	if t.Encoding == ShuffleZstd {
 		tmp := blockPool.Get().(*[]byte)
 		unshuffleInPlace(slot, *tmp, t.DType.Size())
 		blockPool.Put(tmp)
 	}
-	return slot, nil
+	return nil
 }

@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/shards"
+	"github.com/layerstream/layerstream/synth"
+)
+
+// Shard-read benchmarks: loading every unit of a split synthetic TinyLlama-1.1B-shape checkpoint (bf16, raw
+// encoding) into one reused buffer, against a plain sequential read of the same files into a reused buffer,
+// both from a warm page cache. The checkpoint and its split are built once under the system temp folder
+// (layerstream-bench-shardread-L<layers>) and reused by later runs; delete that folder to reclaim the space.
+//
+//	go test ./bench -run '^$' -bench 'ShardRead|RawRead' -benchtime 10x
+//	go test ./bench -run '^$' -bench ShardReadRatio -benchtime 10x     # prints shard/raw throughput ratio
+//	LAYERSTREAM_BENCH_LAYERS=22 go test ./bench -run '^$' -bench ShardReadRatio -benchtime 5x -timeout 30m
+
+// shardBenchLayers is $LAYERSTREAM_BENCH_LAYERS, default 4 (the real model has 22).
+func shardBenchLayers(b *testing.B) int {
+	s := os.Getenv("LAYERSTREAM_BENCH_LAYERS")
+	if s == "" {
+		return 4
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("LAYERSTREAM_BENCH_LAYERS=%q: want a positive integer", s)
+	}
+	return n
+}
+
+// shardFixture returns the split synthetic checkpoint, building what is missing.
+func shardFixture(b *testing.B) *shards.Set {
+	b.Helper()
+	layers := shardBenchLayers(b)
+	root := filepath.Join(os.TempDir(), fmt.Sprintf("layerstream-bench-shardread-L%d", layers))
+	ckDir, out := filepath.Join(root, "checkpoint"), filepath.Join(root, "shards")
+	if _, err := os.Stat(filepath.Join(ckDir, "config.json")); err != nil { // synth writes config.json last
+		shape := synth.Shapes["tinyllama-1.1b"]
+		shape.NumLayers = layers
+		b.Logf("writing a %d-layer TinyLlama-1.1B-shape checkpoint to %s", layers, ckDir)
+		if err := synth.Write(ckDir, synth.Options{Shape: shape, DType: checkpoint.BF16, Seed: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if set, err := shards.Open(out); err == nil {
+		return set
+	}
+	ck, err := checkpoint.Open(ckDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: out})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return set
+}
+
+// loadAll loads every unit once; it returns the bytes read and the time spent reading.
+func loadAll(b *testing.B, set *shards.Set, buf *shards.Buffer) (int64, time.Duration) {
+	var n int64
+	var read time.Duration
+	for _, u := range set.Units() {
+		l, err := set.Load(context.Background(), u.Name, buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += l.ReadBytes
+		read += l.ReadTime
+	}
+	return n, read
+}
+
+// rawReadAll reads every shard file with plain sequential reads into buf.
+func rawReadAll(b *testing.B, set *shards.Set, buf []byte) int64 {
+	var n int64
+	for _, u := range set.Units() {
+		f, err := os.Open(filepath.Join(set.Dir, u.File))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := io.ReadFull(f, buf[:u.FileSize])
+		f.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += int64(m)
+	}
+	return n
+}
+
+func totalFileBytes(set *shards.Set) int64 {
+	var n int64
+	for _, u := range set.Units() {
+		n += u.FileSize
+	}
+	return n
+}
+
+// BenchmarkShardRead loads every unit (one read, header check, CRC-32C of every tensor) into a reused buffer.
+func BenchmarkShardRead(b *testing.B) {
+	set := shardFixture(b)
+	buf := shards.NewBuffer(int(set.MaxBufferSize()))
+	loadAll(b, set, buf) // warm the page cache and the buffer
+	b.SetBytes(totalFileBytes(set))
+	var read time.Duration
+	for b.Loop() {
+		_, r := loadAll(b, set, buf)
+		read += r
+	}
+	b.ReportMetric(float64(totalFileBytes(set))*float64(b.N)/1e6/read.Seconds(), "read-only-MB/s")
+}
+
+// BenchmarkRawRead reads the same files with plain sequential reads into a reused buffer.
+func BenchmarkRawRead(b *testing.B) {
+	set := shardFixture(b)
+	buf := shards.NewBuffer(int(set.MaxBufferSize())).Bytes()
+	rawReadAll(b, set, buf)
+	b.SetBytes(totalFileBytes(set))
+	for b.Loop() {
+		rawReadAll(b, set, buf)
+	}
+}
+
+// BenchmarkShardReadRatio alternates the two passes and reports shard-load throughput over raw-read throughput
+// ("ratio", target ≥ 0.9) and the same for the read alone, without checksums ("read-ratio").
+func BenchmarkShardReadRatio(b *testing.B) {
+	set := shardFixture(b)
+	buf := shards.NewBuffer(int(set.MaxBufferSize()))
+	loadAll(b, set, buf)
+	rawReadAll(b, set, buf.Bytes())
+	var shardT, readT, rawT time.Duration
+	for b.Loop() {
+		start := time.Now()
+		rawReadAll(b, set, buf.Bytes())
+		rawT += time.Since(start)
+		start = time.Now()
+		_, r := loadAll(b, set, buf)
+		shardT += time.Since(start)
+		readT += r
+	}
+	mb := float64(totalFileBytes(set)) * float64(b.N) / 1e6
+	b.ReportMetric(rawT.Seconds()/shardT.Seconds(), "ratio")
+	b.ReportMetric(rawT.Seconds()/readT.Seconds(), "read-ratio")
+	b.ReportMetric(mb/rawT.Seconds(), "raw-MB/s")
+	b.ReportMetric(mb/shardT.Seconds(), "shard-MB/s")
+	b.Logf("%d units, %.0f MB per pass: raw %.0f MB/s, shard load %.0f MB/s (ratio %.2f), shard read alone ratio %.2f",
+		len(set.Units()), mb/float64(b.N), mb/rawT.Seconds(), mb/shardT.Seconds(), rawT.Seconds()/shardT.Seconds(), rawT.Seconds()/readT.Seconds())
+}
