@@ -200,10 +200,13 @@ func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, erro
 	return l, nil
 }
 
+// testHookOpenDirect opens files for O_DIRECT reads; tests replace it to simulate a filesystem that refuses.
+var testHookOpenDirect = openDirect
+
 // readFile reads the whole file at path into dst, whose length must be the file's size.
 func (s *Set) readFile(path string, dst []byte) error {
 	if s.direct.Load() {
-		err := readWhole(path, dst, openDirect)
+		err := readWhole(path, dst, testHookOpenDirect)
 		if !errors.Is(err, errNoDirectIO) && !errors.Is(err, syscall.EINVAL) {
 			return err
 		}

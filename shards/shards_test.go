@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -436,6 +437,20 @@ func TestDirectIO(t *testing.T) {
 	}
 	if !s.direct.Load() {
 		t.Fatal("direct I/O was turned off although the filesystem supports it")
+	}
+}
+
+func TestDirectIOFallback(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	s := split(t, ck, t.TempDir(), Raw)
+	testHookOpenDirect = func(path string) (*os.File, error) {
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EINVAL}
+	}
+	defer func() { testHookOpenDirect = openDirect }()
+	s.SetDirectIO(true)
+	checkIdentical(t, s, ck)
+	if s.direct.Load() {
+		t.Fatal("direct I/O still on after the filesystem refused it")
 	}
 }
 
