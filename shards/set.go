@@ -162,7 +162,7 @@ func (s *Set) SetDirectIO(on bool) { s.direct.Store(on) }
 
 // Load reads unit's shard into buf with one read of the whole file, verifies the header against the manifest and
 // every tensor's checksum, decodes encoded tensors into buf's decode area, and returns tensors aliasing buf.
-// buf is grown if it is smaller than the unit's BufferSize.
+// buf is grown if it is smaller than the unit's BufferSize. Load is safe for concurrent use with distinct Buffers.
 func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, error) {
 	u, ok := s.Unit(unit)
 	if !ok {

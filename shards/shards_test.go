@@ -236,7 +236,12 @@ func TestInterruptedSplitResumes(t *testing.T) {
 		t.Fatalf("Open of an incomplete split: %v", err)
 	}
 	before, _ := os.Stat(filepath.Join(out, "embed.shard"))
+	stale := filepath.Join(out, ".layer.1.shard.tmp123") // as left by a killed process
+	os.WriteFile(stale, []byte("partial"), 0o644)
 	s := split(t, ck, out, Raw)
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale temporary file not removed: %v", err)
+	}
 	checkIdentical(t, s, ck)
 	after, _ := os.Stat(filepath.Join(out, "embed.shard"))
 	if !os.SameFile(before, after) {

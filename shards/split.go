@@ -140,6 +140,7 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
+	removeStaleTemps(out)
 	var old map[string]UnitInfo // the previous manifest's units, if any
 	if units, err := readManifest(out); err == nil {
 		old = map[string]UnitInfo{}
@@ -201,6 +202,19 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 		return nil, fmt.Errorf("shards: writing manifest: %w", err)
 	}
 	return Open(out)
+}
+
+// removeStaleTemps deletes temporary files that a killed Split left behind (a failed write removes its own).
+// Two Splits must not write into the same folder at the same time.
+func removeStaleTemps(dir string) {
+	for _, pat := range []string{".*.shard.tmp*", "." + ManifestFile + ".tmp*", ".*.json.tmp*"} {
+		names, _ := filepath.Glob(filepath.Join(dir, pat))
+		for _, n := range names {
+			if err := os.Remove(n); err == nil {
+				slog.Debug("removed a temporary file left by an interrupted split", "file", n)
+			}
+		}
+	}
 }
 
 // estimateSize bounds a unit's shard size: every tensor raw and aligned, plus the header.
