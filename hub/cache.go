@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
@@ -153,8 +154,8 @@ func (c cacheRepo) link(commit, name, etag string) error {
 	if err != nil {
 		return err
 	}
-	tmp := dst + ".tmp-link"
-	os.Remove(tmp)
+	// A name of its own, so that two processes linking the same file do not trip over each other's temporary.
+	tmp := fmt.Sprintf("%s.tmp-%d-%x", dst, os.Getpid(), rand.Uint64())
 	if err := os.Symlink(target, tmp); err != nil {
 		return err
 	}

@@ -497,6 +497,25 @@ func TestConcurrentResolve(t *testing.T) {
 	if n := h.Count("GET", "/config.json"); n != 1 {
 		t.Errorf("config.json was downloaded %d times, want once", n)
 	}
+
+	// With the blobs cached and the snapshot gone, several Resolves link the same files at once.
+	if err := os.RemoveAll(dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	dirs, errs = make([]string, 8), make([]error, 8)
+	for i := range dirs {
+		wg.Go(func() { dirs[i], errs[i] = Resolve(context.Background(), "org/tiny", opts) })
+	}
+	wg.Wait()
+	for i := range dirs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		checkSnapshot(t, opts, "org/tiny", commit1, dirs[i], files, wanted)
+	}
+	if n := h.Count("GET", "/cdn/"); n != 1 {
+		t.Errorf("model.safetensors was downloaded %d times, want once", n)
+	}
 }
 
 func TestNotFound(t *testing.T) {
