@@ -124,10 +124,13 @@ func (p *Profiler) Begin(c Category, step, layer int) Span {
 
 // End finishes the span, recording bytes (0 when not applicable).
 func (s Span) End(bytes int64) {
-	if s.p == nil {
-		return
+	if s.p != nil { // kept small so the nil case inlines to a compare
+		s.p.end(&s, bytes)
 	}
-	s.p.add(s.c, s.step, s.layer, s.start, time.Since(s.start), bytes)
+}
+
+func (p *Profiler) end(s *Span, bytes int64) {
+	p.add(s.c, s.step, s.layer, s.start, time.Since(s.start), bytes)
 }
 
 // Record adds an event measured elsewhere (e.g. shards.Loaded.ReadTime): it started at start and lasted dur.
