@@ -8,8 +8,9 @@
 //	    refs/<revision>                   the commit the revision pointed to when last fetched
 //
 // Downloads resume from blobs/<etag>.incomplete with an HTTP Range request, LFS files are checked against their
-// sha256, a blob appears under its final name only once complete and verified, and blobs/<etag>.lock (flock)
-// keeps two processes from fetching the same blob.
+// sha256, a blob appears under its final name only once complete and verified, and flocks on blobs/<etag>.lock
+// and on huggingface_hub's own .locks/models--org--name/<etag>.lock keep two processes, Go or Python, from
+// fetching the same blob at once.
 package hub
 
 import (
