@@ -105,8 +105,8 @@ func (t *Tokenizer) initAdded(list []addedTokenJSON) error {
 		if a.Content == "" {
 			return fmt.Errorf("added_tokens[%d] (id %d) has empty content", i, a.ID)
 		}
-		if a.ID < 0 || a.ID > 1<<24 {
-			return fmt.Errorf("added_tokens[%d] %q has id %d (want 0..%d)", i, a.Content, a.ID, 1<<24)
+		if a.ID < 0 || a.ID > maxID {
+			return fmt.Errorf("added_tokens[%d] %q has id %d (want 0..%d)", i, a.Content, a.ID, maxID)
 		}
 		if tok, ok := t.model.vocab[a.Content]; ok && tok != a.ID {
 			return fmt.Errorf("added_tokens[%d] %q has id %d but the vocabulary gives it %d", i, a.Content, a.ID, tok)

@@ -115,7 +115,7 @@ func parseBPE(raw json.RawMessage) (*bpe, error) {
 	return b, nil
 }
 
-const maxID = 1 << 24 // ids past this are taken for corrupt files
+const maxID = 1 << 21 // ids past this (2M) are taken for a corrupt file
 
 // parseVocab reads the {"token": id, ...} object.
 func (b *bpe) parseVocab(raw json.RawMessage) error {

@@ -31,10 +31,16 @@ func (t *Tokenizer) HasChatTemplate() bool { return t.chatTemplate != "" }
 // ApplyChatTemplate renders the tokenizer's Jinja chat template as transformers does (trim_blocks and
 // lstrip_blocks on; bos_token, eos_token, add_generation_prompt and raise_exception defined). The result holds
 // special tokens as text: encode it with addSpecialTokens false when the template writes the BOS itself.
-func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error) {
+func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (_ string, err error) {
 	if t.chatTemplate == "" {
 		return "", ErrNoChatTemplate
 	}
+	defer func() {
+		// The template comes with the model; a template the Jinja engine trips over is an error, not a crash.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("chat template: the Jinja engine failed: %v", r)
+		}
+	}()
 	tpl, err := compileTemplate(t.chatTemplate)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
