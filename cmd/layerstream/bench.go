@@ -18,6 +18,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/hub"
 )
 
 func init() {
@@ -26,7 +27,7 @@ func init() {
 		summary: "measure prefill and decode speed on synthetic prompts: medians over several runs",
 		usage:   "--model DIR",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
-			var o benchOptions
+			o := benchOptions{eng: engine.Options{Hub: hub.OptionsFromEnv()}}
 			fs.StringVar(&o.model, "model", "", "model: checkpoint folder, shard folder or Hub repo id (required)")
 			fs.IntVar(&o.promptTokens, "prompt-tokens", 128, "prompt length in tokens (synthetic ids)")
 			fs.IntVar(&o.newTokens, "new-tokens", 32, "tokens to generate per run (end-of-sequence ids do not "+
@@ -40,8 +41,14 @@ func init() {
 			fs.StringVar(&o.eng.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
 			fs.IntVar(&o.eng.Prefetch, "prefetch", 2, "units read ahead of the one computing")
 			fs.IntVar(&o.eng.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers on the device at once")
+			fs.Int64Var(&o.eng.DeviceBudget, "device-budget", 0, "bytes of device memory for streamed layer "+
+				"weights (overrides --max-layer-buffers)")
 			fs.BoolVar(&o.eng.StreamAll, "stream-all", false, "stream embedding, final norm and lm_head too")
 			fs.BoolVar(&o.eng.Resident, "resident", false, "load every layer once and keep it (no streaming)")
+			fs.StringVar(&o.eng.Hub.Revision, "revision", o.eng.Hub.Revision, "Hub revision for a repo id")
+			fs.StringVar(&o.eng.Hub.Token, "token", o.eng.Hub.Token, "Hugging Face token for gated repos "+
+				"(default $HF_TOKEN)")
+			fs.BoolVar(&o.eng.Hub.Offline, "offline", o.eng.Hub.Offline, "use only the local Hugging Face cache")
 			prof := addProfileFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/profiler"
 )
@@ -159,7 +160,8 @@ func TestBenchStories260K(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := benchOptions{model: model, promptTokens: 8, newTokens: 6, runs: 2, warmup: 1, seed: 3}
+	o := benchOptions{model: model, promptTokens: 8, newTokens: 6, runs: 2, warmup: 1, seed: 3,
+		eng: engine.Options{ShardDir: t.TempDir()}}
 	rep, err := runBench(context.Background(), o, prof)
 	if err != nil {
 		t.Fatal(err)
@@ -191,4 +193,11 @@ func TestBenchStories260K(t *testing.T) {
 			t.Fatalf("step %d: %d forward passes of layer 0 (want 1 per step of one run)", step, n)
 		}
 	}
+	var wall time.Duration
+	for _, e := range evs {
+		wall = max(wall, e.End())
+	}
+	s := profiler.Summarize(evs, wall)
+	t.Logf("last run: sum of categories %v, overlapped %v, not covered %v of %v", s.Sum, s.Overlapped, s.Untracked,
+		wall)
 }
