@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,7 +229,32 @@ func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
 			keys[i] = p.Key.String()
 		}
 		return writeObject(keys, func(i int) any { return x.Pairs[i].Value })
+	case exec.ValuesList:
+		return writeList(len(x), func(i int) error { return writePyJSON(sb, x[i], indent, depth+1) })
 	default:
+		r := reflect.ValueOf(v)
+		switch r.Kind() {
+		case reflect.Slice, reflect.Array:
+			return writeList(r.Len(), func(i int) error { return writePyJSON(sb, r.Index(i).Interface(), indent, depth+1) })
+		case reflect.Map:
+			if r.Type().Key().Kind() != reflect.String {
+				break
+			}
+			keys := make([]string, 0, r.Len())
+			for _, k := range r.MapKeys() {
+				keys = append(keys, k.String())
+			}
+			slices.Sort(keys)
+			return writeObject(keys, func(i int) any { return r.MapIndex(reflect.ValueOf(keys[i]).Convert(r.Type().Key())).Interface() })
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			sb.WriteString(strconv.FormatInt(r.Int(), 10))
+			return nil
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			sb.WriteString(strconv.FormatUint(r.Uint(), 10))
+			return nil
+		case reflect.Float32:
+			return writePyJSON(sb, r.Float(), indent, depth)
+		}
 		return fmt.Errorf("cannot write a %T as JSON", v)
 	}
 	return nil
