@@ -37,9 +37,12 @@ func (buf *Buffer) Cap() int { return len(buf.b) }
 // Bytes is the whole page-aligned buffer. Tensors returned by Load alias it.
 func (buf *Buffer) Bytes() []byte { return buf.b }
 
-// ensure grows the buffer to hold at least n bytes. Tensors from earlier loads keep the old memory alive.
+// ensure grows the buffer to hold at least n bytes, keeping its contents. Tensors from earlier loads keep the
+// old memory alive.
 func (buf *Buffer) ensure(n int64) {
 	if int64(len(buf.b)) < n {
+		old := buf.b
 		buf.alloc(int(n))
+		copy(buf.b, old)
 	}
 }

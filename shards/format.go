@@ -32,6 +32,8 @@ const (
 	dataAlign    = 64
 	pageSize     = 4096
 	shuffleBlock = 64 << 10 // shuffle-zstd shuffles bytes within blocks of this size
+	// maxZstdRatio bounds zstd's expansion: at best a 4-byte RLE block stands for 128 KiB.
+	maxZstdRatio = 32 << 10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -213,6 +215,9 @@ func validateTensor(t *TensorInfo, dataEnd int64) error {
 		return fmt.Errorf("raw tensor of %d bytes has encoded length %d", t.Length, t.EncodedLength)
 	case t.Encoding != Raw && (t.EncodedLength <= 0 || t.EncodedLength >= t.Length):
 		return fmt.Errorf("%s tensor of %d bytes has encoded length %d (must be positive and smaller)", t.Encoding, t.Length, t.EncodedLength)
+	case t.Encoding != Raw && t.Length/maxZstdRatio > t.EncodedLength:
+		// Checked before a decode area of Length bytes is allocated for it.
+		return fmt.Errorf("%s tensor of %d bytes cannot be encoded in %d bytes", t.Encoding, t.Length, t.EncodedLength)
 	}
 	if t.Offset%dataAlign != 0 || t.Offset < prefixSize || t.Offset > dataEnd || t.EncodedLength > dataEnd-t.Offset {
 		return fmt.Errorf("byte range [%d, +%d) is misaligned or outside the data section [%d, %d)", t.Offset, t.EncodedLength, prefixSize, dataEnd)

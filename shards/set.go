@@ -174,12 +174,10 @@ func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, erro
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	buf.ensure(u.BufferSize())
 	path := filepath.Join(s.Dir, u.File)
-	file := buf.b[:u.FileSize]
-
 	start := time.Now()
-	if err := s.readFile(path, file); err != nil {
+	file, err := s.readFile(path, buf, u.FileSize)
+	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
 	l := &Loaded{Unit: u, ReadBytes: u.FileSize, ReadTime: time.Since(start)}
@@ -192,6 +190,8 @@ func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, erro
 	if h.Unit != u.Name || !sameTensors(h.Tensors, u.Tensors) {
 		return nil, fmt.Errorf("shard %s: header does not match %s (file replaced after the split?); run layerstream split again", path, ManifestFile)
 	}
+	buf.ensure(u.BufferSize()) // sized by the manifest only now that the shard's own header agrees
+	file = buf.b[:u.FileSize]
 	l.Tensors, err = decodeTensors(ctx, path, file, h, buf.b[u.FileSize:u.BufferSize()], s.decoder)
 	if err != nil {
 		return nil, err
@@ -203,41 +203,45 @@ func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, erro
 // testHookOpenDirect opens files for O_DIRECT reads; tests replace it to simulate a filesystem that refuses.
 var testHookOpenDirect = openDirect
 
-// readFile reads the whole file at path into dst, whose length must be the file's size.
-func (s *Set) readFile(path string, dst []byte) error {
+// readFile reads the whole file at path, which must be size bytes long, into the start of buf.
+func (s *Set) readFile(path string, buf *Buffer, size int64) ([]byte, error) {
 	if s.direct.Load() {
-		err := readWhole(path, dst, testHookOpenDirect)
+		b, err := readWhole(path, buf, size, testHookOpenDirect)
 		if !errors.Is(err, errNoDirectIO) && !errors.Is(err, syscall.EINVAL) {
-			return err
+			return b, err
 		}
 		s.warnOnce.Do(func() {
 			slog.Warn("O_DIRECT refused by the filesystem; reading shards through the page cache", "dir", s.Dir, "err", err)
 		})
 		s.direct.Store(false)
 	}
-	return readWhole(path, dst, os.Open)
+	return readWhole(path, buf, size, os.Open)
 }
 
-func readWhole(path string, dst []byte, open func(string) (*os.File, error)) error {
+// readWhole reads the whole file at path into the start of buf, grown if needed, with one ReadAt. The file must
+// be want bytes long (want < 0: any size); it is checked before anything is allocated.
+func readWhole(path string, buf *Buffer, want int64, open func(string) (*os.File, error)) ([]byte, error) {
 	f, err := open(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if st.Size() != int64(len(dst)) {
-		return fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", st.Size(), ManifestFile, len(dst))
+	if want >= 0 && st.Size() != want {
+		return nil, fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", st.Size(), ManifestFile, want)
 	}
+	buf.ensure(st.Size())
+	dst := buf.b[:st.Size()]
 	if _, err := f.ReadAt(dst, 0); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return err
+		return nil, err
 	}
-	return nil
+	return dst, nil
 }
 
 // decoder returns the set's zstd decoder, created on first use and reused for every tensor.

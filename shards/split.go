@@ -286,13 +286,11 @@ func (w *splitter) advance(n int64) {
 // existing returns the unit already on disk when its shard matches the plan and verifies.
 func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool) {
 	path := filepath.Join(w.out, p.file())
-	st, err := os.Stat(path)
-	if err != nil || !st.Mode().IsRegular() {
+	if _, err := os.Stat(path); err != nil {
 		return UnitInfo{}, false
 	}
-	w.buf.ensure(st.Size())
-	file := w.buf.b[:st.Size()]
-	if err := readWhole(path, file, os.Open); err != nil {
+	file, err := readWhole(path, w.buf, -1, os.Open)
+	if err != nil {
 		slog.Info("rewriting shard", "file", path, "reason", err)
 		return UnitInfo{}, false
 	}
@@ -306,13 +304,9 @@ func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool
 		}
 	}
 	if err == nil {
-		if need := st.Size() + decodeSize(h.Tensors); int64(w.buf.Cap()) < need {
-			read := file
-			w.buf.ensure(need)
-			file = w.buf.b[:st.Size()]
-			copy(file, read)
-		}
-		_, err = decodeTensors(w.ctx, path, file, h, w.buf.b[st.Size():], w.decoder)
+		size := int64(len(file))
+		w.buf.ensure(size + decodeSize(h.Tensors))
+		_, err = decodeTensors(w.ctx, path, w.buf.b[:size], h, w.buf.b[size:], w.decoder)
 	}
 	if err != nil {
 		slog.Info("rewriting shard", "file", path, "reason", err)
