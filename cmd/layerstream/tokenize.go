@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+func init() {
+	register(command{
+		name:    "tokenize",
+		summary: "encode text with a model's tokenizer.json: one JSON string per stdin line in, one JSON array of ids out",
+		usage:   "--model DIR < lines",
+		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
+			model := fs.String("model", "", "folder holding tokenizer.json and tokenizer_config.json (a checkpoint, a shard folder, or a Hub repo id already downloaded) (required)")
+			decode := fs.Bool("decode", false, "decode instead: one JSON array of ids per line in, one JSON string out")
+			noSpecial := fs.Bool("no-special", false, "encoding: do not add the special tokens the tokenizer adds (BOS…); decoding: leave special tokens out of the text")
+			return func(ctx context.Context, args []string) error {
+				if *model == "" {
+					return usageErrorf("--model is required")
+				}
+				if len(args) > 0 {
+					return usageErrorf("unexpected arguments %q: text comes on standard input", args)
+				}
+				opts := hub.OptionsFromEnv()
+				opts.Offline = true // tokenizing never downloads a model's weights
+				dir, err := hub.Resolve(ctx, *model, opts)
+				if err != nil {
+					return fmt.Errorf("--model: %w (download a Hub model first with 'layerstream download')", err)
+				}
+				tok, err := tokenizer.Load(dir)
+				if err != nil {
+					return err
+				}
+				return tokenizeLines(ctx, tok, os.Stdin, os.Stdout, *decode, !*noSpecial)
+			}
+		},
+	})
+}
+
+// tokenizeLines reads JSON strings (or, when decode, JSON arrays of ids) line by line from r and writes one JSON
+// array of ids (or JSON string) per line to w. Blank lines are skipped.
+func tokenizeLines(ctx context.Context, tok *tokenizer.Tokenizer, r io.Reader, w io.Writer, decode, special bool) error {
+	in := bufio.NewReader(r)
+	out := bufio.NewWriter(w)
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		line, err := in.ReadBytes('\n')
+		if len(line) > 0 && !isBlank(line) {
+			if lerr := tokenizeLine(tok, line, out, decode, special); lerr != nil {
+				return fmt.Errorf("stdin line %d: %w", n, lerr)
+			}
+			if ferr := out.Flush(); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("stdin: %w", err)
+		}
+	}
+}
+
+func tokenizeLine(tok *tokenizer.Tokenizer, line []byte, out io.Writer, decode, special bool) error {
+	var result any
+	if decode {
+		var ids []int
+		if err := json.Unmarshal(line, &ids); err != nil {
+			return fmt.Errorf("want a JSON array of token ids: %w", err)
+		}
+		for _, id := range ids {
+			if tok.IDToken(id) == "" {
+				return fmt.Errorf("id %d is not in the vocabulary (size %d)", id, tok.VocabSize())
+			}
+		}
+		result = tok.Decode(ids, !special)
+	} else {
+		var text string
+		if err := json.Unmarshal(line, &text); err != nil {
+			return fmt.Errorf("want a JSON string: %w", err)
+		}
+		ids, err := tok.Encode(text, special)
+		if err != nil {
+			return err
+		}
+		if ids == nil {
+			ids = []int{}
+		}
+		result = ids
+	}
+	b, err := json.Marshal(result)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+func isBlank(line []byte) bool {
+	for _, c := range line {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
