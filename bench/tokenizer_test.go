@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"html"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+// englishParagraphs is English prose to encode: the Go specification from GOROOT with its HTML removed, split
+// into paragraphs (about 200 KB), the way prompts arrive.
+func englishParagraphs(b *testing.B) ([]string, int64) {
+	b.Helper()
+	raw, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "doc", "go_spec.html"))
+	if err != nil {
+		b.Skipf("skipping: no English corpus: %v", err)
+	}
+	text := html.UnescapeString(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(string(raw), ""))
+	var paras []string
+	var n int64
+	for _, p := range strings.Split(text, "\n\n") {
+		if p = strings.TrimSpace(p); p != "" {
+			paras = append(paras, p)
+			n += int64(len(p))
+		}
+	}
+	return paras, n
+}
+
+// cpuTime is the process's user+system CPU time: on a shared, loaded machine it is steadier than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTokenizerEncode measures encode throughput on one core (MB/s of English text; also per CPU second).
+// The tokenizer's word cache is warm after the first pass, as it is within any long text.
+func BenchmarkTokenizerEncode(b *testing.B) {
+	paras, size := englishParagraphs(b)
+	for _, c := range []struct{ name, dir string }{
+		{"qwen3", "tokenizers/qwen3"},
+		{"llama2-32k", "tokenizers/llama2-32k"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			tok, err := tokenizer.Load(testutil.SharedPath(b, "models", c.dir))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(size)
+			tokens := 0
+			cpu0 := cpuTime()
+			for b.Loop() {
+				tokens = 0
+				for _, p := range paras {
+					ids, err := tok.Encode(p, true)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tokens += len(ids)
+				}
+			}
+			cpu := cpuTime() - cpu0
+			b.ReportMetric(float64(size)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+			b.ReportMetric(float64(size)/float64(tokens), "bytes/token")
+		})
+	}
+}
+
+// BenchmarkTokenizerLoad measures loading a tokenizer.json (Qwen3: 151k tokens and merges, 11 MB).
+func BenchmarkTokenizerLoad(b *testing.B) {
+	for _, c := range []struct{ name, dir string }{
+		{"qwen3", "tokenizers/qwen3"},
+		{"llama2-32k", "tokenizers/llama2-32k"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			dir := testutil.SharedPath(b, "models", c.dir)
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if _, err := tokenizer.Load(dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// BenchmarkTokenizerStream measures streaming decode, one id at a time, of the encoded corpus.
+func BenchmarkTokenizerStream(b *testing.B) {
+	paras, size := englishParagraphs(b)
+	tok, err := tokenizer.Load(testutil.SharedPath(b, "models", "tokenizers", "llama2-32k"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids, err := tok.Encode(strings.Join(paras, "\n\n"), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(size)
+	for b.Loop() {
+		d := tok.NewStreamDecoder(true)
+		for _, id := range ids {
+			d.Next(id)
+		}
+		d.Flush()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(ids)), "ns/token")
+}
