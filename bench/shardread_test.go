@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 import (
@@ -7,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +24,9 @@ import (
 // (layerstream-bench-shardread-L<layers>) and reused by later runs; delete that folder to reclaim the space.
 //
 //	go test ./bench -run '^$' -bench 'ShardRead|RawRead' -benchtime 10x
-//	go test ./bench -run '^$' -bench ShardReadRatio -benchtime 10x     # prints shard/raw throughput ratio
+//	go test ./bench -run '^$' -bench ShardReadRatio -benchtime 10x     # prints shard/raw throughput ratios
+//
+// Linux only: the O_DIRECT comparison needs syscall.O_DIRECT.
 //	LAYERSTREAM_BENCH_LAYERS=22 go test ./bench -run '^$' -bench ShardReadRatio -benchtime 5x -timeout 30m
 
 // shardBenchLayers is $LAYERSTREAM_BENCH_LAYERS, default 4 (the real model has 22).
@@ -80,11 +85,11 @@ func loadAll(b *testing.B, set *shards.Set, buf *shards.Buffer) (int64, time.Dur
 	return n, read
 }
 
-// rawReadAll reads every shard file with plain sequential reads into buf.
-func rawReadAll(b *testing.B, set *shards.Set, buf []byte) int64 {
+// rawReadAll reads every shard file with plain sequential reads into buf, opened with extra flags.
+func rawReadAll(b *testing.B, set *shards.Set, buf []byte, flags int) int64 {
 	var n int64
 	for _, u := range set.Units() {
-		f, err := os.Open(filepath.Join(set.Dir, u.File))
+		f, err := os.OpenFile(filepath.Join(set.Dir, u.File), os.O_RDONLY|flags, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -124,35 +129,48 @@ func BenchmarkShardRead(b *testing.B) {
 func BenchmarkRawRead(b *testing.B) {
 	set := shardFixture(b)
 	buf := shards.NewBuffer(int(set.MaxBufferSize())).Bytes()
-	rawReadAll(b, set, buf)
+	rawReadAll(b, set, buf, 0)
 	b.SetBytes(totalFileBytes(set))
 	for b.Loop() {
-		rawReadAll(b, set, buf)
+		rawReadAll(b, set, buf, 0)
 	}
 }
 
 // BenchmarkShardReadRatio alternates the two passes and reports shard-load throughput over raw-read throughput
-// ("ratio", target ≥ 0.9) and the same for the read alone, without checksums ("read-ratio").
+// ("ratio", target ≥ 0.9) and the same for the read alone, without header and checksum checks ("read-ratio"):
+// from the warm page cache, and with O_DIRECT from the disk (both passes bypassing the cache), which is how a
+// model larger than memory streams.
 func BenchmarkShardReadRatio(b *testing.B) {
 	set := shardFixture(b)
-	buf := shards.NewBuffer(int(set.MaxBufferSize()))
-	loadAll(b, set, buf)
-	rawReadAll(b, set, buf.Bytes())
-	var shardT, readT, rawT time.Duration
-	for b.Loop() {
-		start := time.Now()
-		rawReadAll(b, set, buf.Bytes())
-		rawT += time.Since(start)
-		start = time.Now()
-		_, r := loadAll(b, set, buf)
-		shardT += time.Since(start)
-		readT += r
+	for _, direct := range []bool{false, true} {
+		name := map[bool]string{false: "page-cache", true: "o-direct"}[direct]
+		b.Run(name, func(b *testing.B) {
+			set.SetDirectIO(direct)
+			defer set.SetDirectIO(false)
+			flags := 0
+			if direct {
+				flags = syscall.O_DIRECT
+			}
+			buf := shards.NewBuffer(int(set.MaxBufferSize()))
+			loadAll(b, set, buf)
+			rawReadAll(b, set, buf.Bytes(), flags)
+			var shardT, readT, rawT time.Duration
+			for b.Loop() {
+				start := time.Now()
+				rawReadAll(b, set, buf.Bytes(), flags)
+				rawT += time.Since(start)
+				start = time.Now()
+				_, r := loadAll(b, set, buf)
+				shardT += time.Since(start)
+				readT += r
+			}
+			mb := float64(totalFileBytes(set)) * float64(b.N) / 1e6
+			b.ReportMetric(rawT.Seconds()/shardT.Seconds(), "ratio")
+			b.ReportMetric(rawT.Seconds()/readT.Seconds(), "read-ratio")
+			b.ReportMetric(mb/rawT.Seconds(), "raw-MB/s")
+			b.ReportMetric(mb/shardT.Seconds(), "shard-MB/s")
+			b.Logf("%s: %d units, %.0f MB per pass: raw %.0f MB/s, shard load %.0f MB/s (ratio %.2f), shard read alone ratio %.2f",
+				name, len(set.Units()), mb/float64(b.N), mb/rawT.Seconds(), mb/shardT.Seconds(), rawT.Seconds()/shardT.Seconds(), rawT.Seconds()/readT.Seconds())
+		})
 	}
-	mb := float64(totalFileBytes(set)) * float64(b.N) / 1e6
-	b.ReportMetric(rawT.Seconds()/shardT.Seconds(), "ratio")
-	b.ReportMetric(rawT.Seconds()/readT.Seconds(), "read-ratio")
-	b.ReportMetric(mb/rawT.Seconds(), "raw-MB/s")
-	b.ReportMetric(mb/shardT.Seconds(), "shard-MB/s")
-	b.Logf("%d units, %.0f MB per pass: raw %.0f MB/s, shard load %.0f MB/s (ratio %.2f), shard read alone ratio %.2f",
-		len(set.Units()), mb/float64(b.N), mb/rawT.Seconds(), mb/shardT.Seconds(), rawT.Seconds()/shardT.Seconds(), rawT.Seconds()/readT.Seconds())
 }
