@@ -415,6 +415,15 @@ func (t *Tokenizer) NewStreamDecoder(skipSpecial bool) *StreamDecoder {
 	return &StreamDecoder{t: t, skipSpecial: skipSpecial, state: t.decoder.newState()}
 }
 
+// Prime feeds ids whose text is already shown, such as the prompt before generated ids, so that what Next
+// returns continues that text: decoders that strip a leading space at the start of the text would otherwise
+// strip it from the first generated token.
+func (d *StreamDecoder) Prime(ids []int) {
+	for _, id := range ids {
+		d.Next(id)
+	}
+}
+
 // Next adds one id and returns the text that became printable ("" while a character is incomplete).
 func (d *StreamDecoder) Next(id int) string {
 	tok, ok := d.t.token(id, d.skipSpecial)

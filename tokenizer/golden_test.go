@@ -252,3 +252,21 @@ func byteTokens(t *testing.T, tok *Tokenizer, b []byte) []int {
 	}
 	return ids
 }
+
+// TestStreamPrime checks that a stream primed with the prompt keeps the space before the first generated word
+// (the Llama decoder strips one leading space at the start of the text).
+func TestStreamPrime(t *testing.T) {
+	tok := loadShared(t, "stories260K-hf")
+	prompt := encode(t, tok, "Once upon a", true)
+	rest := encode(t, tok, "Once upon a time", true)[len(prompt):] // "▁time"
+	d := tok.NewStreamDecoder(true)
+	d.Prime(prompt)
+	var sb strings.Builder
+	for _, id := range rest {
+		sb.WriteString(d.Next(id))
+	}
+	sb.WriteString(d.Flush())
+	if got := sb.String(); got != " time" {
+		t.Errorf("after priming with %v, ids %v stream %q, want %q", prompt, rest, got, " time")
+	}
+}
