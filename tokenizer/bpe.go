@@ -60,9 +60,12 @@ type bpeModelJSON struct {
 	IgnoreMerges            bool     `json:"ignore_merges"`
 }
 
-func parseBPE(raw json.RawMessage) (*bpe, error) {
-	// vocab and merges are read by jsonScanner, the other fields by encoding/json.
-	s := &jsonScanner{data: raw}
+// parseBPE reads the model object at the scanner's position. vocab and merges are read by jsonScanner, the
+// other fields by encoding/json.
+func parseBPE(s *jsonScanner) (*bpe, error) {
+	if s.peek() != '{' {
+		return nil, s.errorf("want the model object")
+	}
 	small := map[string]json.RawMessage{}
 	var vocab, merges json.RawMessage
 	err := s.object(func(key []byte) error {

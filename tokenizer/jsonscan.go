@@ -270,11 +270,16 @@ func (s *jsonScanner) array(item func(i int) error) error {
 	}
 }
 
-// rawFields splits an object into its fields' raw values.
-func rawFields(data []byte) (map[string]json.RawMessage, error) {
+// rawFields splits an object into its fields' raw values. A field named in parse is handed to its function
+// instead, which must consume the value (so a large field is read once, not skipped first).
+func rawFields(data []byte, parse map[string]func(*jsonScanner) error) (map[string]json.RawMessage, error) {
 	s := &jsonScanner{data: data}
 	fields := map[string]json.RawMessage{}
 	err := s.object(func(key []byte) error {
+		if f, ok := parse[string(key)]; ok {
+			fields[string(key)] = nil
+			return f(s)
+		}
 		v, err := s.skip()
 		fields[string(key)] = v
 		return err

@@ -16,7 +16,6 @@ type tokenizerFile struct {
 	AddedTokens   []addedTokenJSON
 	Normalizer    json.RawMessage
 	PreTokenizer  json.RawMessage
-	Model         json.RawMessage
 	PostProcessor json.RawMessage
 	Decoder       json.RawMessage
 }
@@ -113,18 +112,26 @@ func LoadFiles(tokenizerJSON, configJSON string) (*Tokenizer, error) {
 
 // Parse builds a tokenizer from the bytes of tokenizer.json and tokenizer_config.json (configData may be nil).
 func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
-	fields, err := rawFields(tokenizerData)
+	t := &Tokenizer{bos: -1, eos: -1}
+	parseModel := func(s *jsonScanner) error {
+		var err error
+		if t.model, err = parseBPE(s); err != nil {
+			return fmt.Errorf("model: %w", err)
+		}
+		return nil
+	}
+	fields, err := rawFields(tokenizerData, map[string]func(*jsonScanner) error{"model": parseModel})
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
-	f := tokenizerFile{Normalizer: fields["normalizer"], PreTokenizer: fields["pre_tokenizer"], Model: fields["model"],
+	f := tokenizerFile{Normalizer: fields["normalizer"], PreTokenizer: fields["pre_tokenizer"],
 		PostProcessor: fields["post_processor"], Decoder: fields["decoder"]}
 	if raw := fields["added_tokens"]; !isNull(raw) {
 		if err := json.Unmarshal(raw, &f.AddedTokens); err != nil {
 			return nil, fmt.Errorf("tokenizer.json added_tokens: %w", err)
 		}
 	}
-	if isNull(f.Model) {
+	if t.model == nil {
 		return nil, errors.New("tokenizer.json: no \"model\"")
 	}
 	var cfg tokenizerConfig
@@ -134,10 +141,6 @@ func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
 		}
 	}
 
-	t := &Tokenizer{bos: -1, eos: -1}
-	if t.model, err = parseBPE(f.Model); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
 	if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("normalizer: %w", err)
 	}
