@@ -265,19 +265,22 @@ func planFiles(ts []tensorSpec, elemSize, maxBytes int64) [][]tensorSpec {
 // chunkElems is the number of values generated from one PRNG stream.
 const chunkElems = 1 << 20
 
-// generator produces tensor bytes chunk by chunk, in parallel, into reused buffers.
+// generator produces tensor bytes chunk by chunk, in parallel, into reused buffers. Buffers are double-buffered:
+// one batch (a chunk per worker) is written to the file while the next one is generated.
 type generator struct {
 	opts    *Options
 	workers int
-	bufs    [][]byte    // one output buffer per worker
-	vals    [][]float32 // one float32 scratch per worker (BF16 output)
+	bufs    [2][][]byte // per batch parity, one output buffer per worker
+	vals    [][]float32 // one float32 scratch per worker
 }
 
 func newGenerator(o *Options) *generator {
 	w := max(1, runtime.GOMAXPROCS(0))
 	g := &generator{opts: o, workers: w}
 	for range w {
-		g.bufs = append(g.bufs, make([]byte, chunkElems*o.DType.Size()))
+		for p := range g.bufs {
+			g.bufs[p] = append(g.bufs[p], make([]byte, chunkElems*o.DType.Size()))
+		}
 		g.vals = append(g.vals, make([]float32, chunkElems))
 	}
 	return g
@@ -317,36 +320,51 @@ func (g *generator) writeFile(w io.Writer, ts []tensorSpec) error {
 	return nil
 }
 
-// writeTensor generates t in batches of one chunk per worker, then writes the batch in order.
+// writeTensor generates t in batches of one chunk per worker and writes each batch, in chunk order, while the
+// next batch is generated into the other half of the double buffer.
 func (g *generator) writeTensor(w io.Writer, t tensorSpec) error {
 	total := t.elems()
+	es := int64(g.opts.DType.Size())
 	nChunks := (total + chunkElems - 1) / chunkElems
 	tensorSeed := nameSeed(g.opts.Seed, t.name)
-	for first := int64(0); first < nChunks; first += int64(g.workers) {
+	var written chan error // the previous batch's write, nil before the first
+	for b, first := 0, int64(0); first < nChunks; b, first = b+1, first+int64(g.workers) {
 		batch := min(int64(g.workers), nChunks-first)
+		bufs := g.bufs[b%2]
 		var wg sync.WaitGroup
 		for i := range batch {
 			wg.Go(func() {
 				c := first + i
-				n := min(chunkElems, total-c*chunkElems)
-				g.fill(int(i), tensorSeed, uint64(c), int(n), t.ones)
+				g.fill(bufs[i], g.vals[i], tensorSeed, uint64(c), int(min(chunkElems, total-c*chunkElems)), t.ones)
 			})
 		}
 		wg.Wait()
-		for i := range batch {
-			c := first + i
-			n := min(chunkElems, total-c*chunkElems)
-			if _, err := w.Write(g.bufs[i][:n*int64(g.opts.DType.Size())]); err != nil {
+		if written != nil {
+			if err := <-written; err != nil {
 				return err
 			}
 		}
+		written = make(chan error, 1)
+		go func() {
+			for i := range batch {
+				c := first + i
+				if _, err := w.Write(bufs[i][:min(chunkElems, total-c*chunkElems)*es]); err != nil {
+					written <- err
+					return
+				}
+			}
+			written <- nil
+		}()
+	}
+	if written != nil {
+		return <-written
 	}
 	return nil
 }
 
-// fill generates n values of chunk c into worker slot's buffer.
-func (g *generator) fill(slot int, tensorSeed, c uint64, n int, ones bool) {
-	vals := g.vals[slot][:n]
+// fill generates n values of chunk c of a tensor into out, using vals as scratch.
+func (g *generator) fill(out []byte, vals []float32, tensorSeed, c uint64, n int, ones bool) {
+	vals = vals[:n]
 	if ones {
 		for i := range vals {
 			vals[i] = 1
@@ -358,7 +376,6 @@ func (g *generator) fill(slot int, tensorSeed, c uint64, n int, ones bool) {
 			vals[i] = float32(r.NormFloat64() * std)
 		}
 	}
-	out := g.bufs[slot]
 	if g.opts.DType == checkpoint.BF16 {
 		checkpoint.F32ToBF16(out[:2*n], vals)
 		return
