@@ -163,6 +163,9 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 	var todo []int
 	var need int64
 	for i, p := range plans {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if u, ok := w.existing(p, old); ok {
 			units[i] = u
 			w.advance(p.bytes())
@@ -192,6 +195,7 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 		units[i] = u
 	}
 	slog.Debug("split shards", "dir", out, "written", len(todo), "kept", len(plans)-len(todo))
+	removeUnplanned(out, plans)
 
 	for _, name := range CopiedFiles {
 		if err := copyIfPresent(filepath.Join(ck.Dir, name), filepath.Join(out, name)); err != nil {
@@ -212,6 +216,19 @@ func removeStaleTemps(dir string) {
 		for _, n := range names {
 			if err := os.Remove(n); err == nil {
 				slog.Debug("removed a temporary file left by an interrupted split", "file", n)
+			}
+		}
+	}
+}
+
+// removeUnplanned deletes shard files of units the checkpoint does not have, e.g. layers of an earlier split of
+// a deeper model into the same folder.
+func removeUnplanned(dir string, plans []unitPlan) {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.shard"))
+	for _, n := range names {
+		if !slices.ContainsFunc(plans, func(p unitPlan) bool { return p.file() == filepath.Base(n) }) {
+			if err := os.Remove(n); err == nil {
+				slog.Info("removed a shard the checkpoint does not have", "file", n)
 			}
 		}
 	}
