@@ -170,7 +170,7 @@ func (o *Options) fillDefaults() error {
 // Write generates a checkpoint into dir (created if needed): model-0000I-of-0000N.safetensors files,
 // model.safetensors.index.json, config.json, generation_config.json and, with Options.Tokenizer, the tokenizer
 // files. Files are written under temporary names and renamed, so a failed Write leaves no half-written file
-// under a final name.
+// under a final name; config.json comes last, so a folder without it is incomplete.
 func Write(dir string, opts Options) error {
 	if err := opts.fillDefaults(); err != nil {
 		return err
@@ -184,20 +184,16 @@ func Write(dir string, opts Options) error {
 	var total int64
 	for i, ts := range files {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(files))
-		n, err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { return g.writeFile(w, ts) })
-		if err != nil {
+		if err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { return g.writeFile(w, ts) }); err != nil {
 			return fmt.Errorf("synth: %s: %w", name, err)
 		}
-		total += n
 		for _, t := range ts {
 			weightMap[t.name] = name
+			total += t.elems() * int64(opts.DType.Size())
 		}
 	}
 	index := map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": weightMap}
 	if err := writeJSON(filepath.Join(dir, checkpoint.IndexFile), index); err != nil {
-		return err
-	}
-	if err := writeJSON(filepath.Join(dir, "config.json"), opts.config()); err != nil {
 		return err
 	}
 	gen := map[string]any{"bos_token_id": opts.Shape.BOSTokenID, "eos_token_id": opts.Shape.EOSTokenID}
@@ -215,7 +211,8 @@ func Write(dir string, opts Options) error {
 			}
 		}
 	}
-	return nil
+	// config.json last: a folder that has one holds a complete checkpoint.
+	return writeJSON(filepath.Join(dir, "config.json"), opts.config())
 }
 
 func (o *Options) config() map[string]any {
@@ -392,41 +389,28 @@ func nameSeed(seed uint64, name string) uint64 {
 }
 
 // writeAtomic writes path through a temporary file in the same folder, fsyncs and renames it.
-// It returns the number of bytes written.
-func writeAtomic(path string, write func(io.Writer) error) (int64, error) {
+func writeAtomic(path string, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer os.Remove(f.Name()) // no-op after the rename
-	cw := &countingWriter{w: f}
-	if err := write(cw); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
-		return 0, err
+		return err
 	}
 	if err := f.Chmod(0o644); err != nil { // CreateTemp makes files private
 		f.Close()
-		return 0, err
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return 0, err
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return 0, err
+		return err
 	}
-	return cw.n, os.Rename(f.Name(), path)
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return os.Rename(f.Name(), path)
 }
 
 func writeJSON(path string, v any) error {
@@ -434,7 +418,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("synth: %s: %w", path, err)
 	}
-	_, err = writeAtomic(path, func(w io.Writer) error {
+	err = writeAtomic(path, func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	})
@@ -450,11 +434,10 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	_, err = writeAtomic(dst, func(w io.Writer) error {
+	return writeAtomic(dst, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
 		return err
 	})
-	return err
 }
 
 // TotalBytes is the size of the weights Write would produce for opts (headers excluded).
