@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"unicode"
@@ -11,7 +12,7 @@ import (
 // addedToken is an entry of tokenizer.json's added_tokens: matched in the text before the model sees it.
 type addedToken struct {
 	id         int
-	content    string // as matched: normalized when normalized is set
+	content    string // as matched and decoded: normalized when normalized is set
 	singleWord bool
 	lstrip     bool
 	rstrip     bool
@@ -43,6 +44,9 @@ func newAddedSet(tokens []*addedToken) *addedSet {
 
 // split cuts text at the added tokens it holds. Plain text goes to text, tokens to token.
 func (s *addedSet) split(text string, plain func(string) error, token func(*addedToken) error) error {
+	if text == "" {
+		return nil
+	}
 	if s == nil {
 		return plain(text)
 	}
@@ -101,6 +105,7 @@ func (t *Tokenizer) initAdded(list []addedTokenJSON) error {
 	t.added = map[string]int{}
 	t.addedByID = map[int]*addedToken{}
 	var raw, normalized []*addedToken
+	next := 0
 	for i, a := range list {
 		if a.Content == "" {
 			return fmt.Errorf("added_tokens[%d] (id %d) has empty content", i, a.ID)
@@ -108,8 +113,22 @@ func (t *Tokenizer) initAdded(list []addedTokenJSON) error {
 		if a.ID < 0 || a.ID > maxID {
 			return fmt.Errorf("added_tokens[%d] %q has id %d (want 0..%d)", i, a.Content, a.ID, maxID)
 		}
-		if tok, ok := t.model.vocab[a.Content]; ok && tok != a.ID {
-			return fmt.Errorf("added_tokens[%d] %q has id %d but the vocabulary gives it %d", i, a.Content, a.ID, tok)
+		// As Hugging Face's AddedVocabulary does, ids are assigned again: a token the model has keeps the model's
+		// id, a new one takes the next id after the added ones (or after the model vocabulary).
+		if _, dup := t.added[a.Content]; dup {
+			continue
+		}
+		id, ok := t.model.vocab[a.Content]
+		if !ok {
+			id = len(t.model.vocab)
+			if len(t.added) > 0 {
+				id = next
+			}
+		}
+		next = max(next, id+1)
+		if id != a.ID {
+			slog.Warn("tokenizer: added token id differs from the one the vocabulary order gives", "token", a.Content, "file_id", a.ID, "id", id)
+			a.ID = id
 		}
 		at := &addedToken{id: a.ID, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip,
 			normalized: a.Normalized, special: a.Special}
@@ -118,15 +137,14 @@ func (t *Tokenizer) initAdded(list []addedTokenJSON) error {
 		if at.special {
 			t.specialIDs = append(t.specialIDs, a.ID)
 		}
-		if at.normalized && t.normalizer != nil {
-			c := *at
-			c.content = t.normalizer(at.content)
-			if c.content == "" {
-				continue
+		if at.normalized {
+			// Matched in normalized text, so normalized too; Hugging Face also decodes it so.
+			if t.normalizer != nil {
+				at.content = t.normalizer(at.content)
 			}
-			normalized = append(normalized, &c)
-		} else if at.normalized {
-			normalized = append(normalized, at)
+			if at.content != "" {
+				normalized = append(normalized, at)
+			}
 		} else {
 			raw = append(raw, at)
 		}

@@ -19,8 +19,8 @@ type normalizerJSON struct {
 	Prepend     string            `json:"prepend"`
 	Pattern     patternJSON       `json:"pattern"`
 	Content     string            `json:"content"`
-	Left        bool              `json:"left"`
-	Right       bool              `json:"right"`
+	Left        bool              `json:"strip_left"`
+	Right       bool              `json:"strip_right"`
 }
 
 func parseNormalizer(raw json.RawMessage) (normalizer, error) {

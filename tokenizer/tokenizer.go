@@ -58,6 +58,9 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]int, error) {
 		return nil
 	}
 	normalizedPart := func(s string) error {
+		if s == "" {
+			return nil
+		}
 		p := piece{text: s, first: first}
 		first = false
 		if t.preTokenizer == nil {

@@ -1,0 +1,123 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestCrossCheck replays cases made by Hugging Face's reference implementation (tokenizers 0.23, see
+// testdata/crosscheck/gen.py) for component variants the shared real tokenizers do not use: the GPT-2 and
+// Llama-3 pre-tokenizers, ignore_merges, Split behaviors and the regexp2 fallback, normalizers, added-token
+// options, Metaspace pre-tokenizers and decoders, Whitespace/Digits/Punctuation.
+func TestCrossCheck(t *testing.T) {
+	files, err := filepath.Glob("testdata/crosscheck/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := map[string]map[string]any{}
+	for _, name := range []string{"bytelevel", "metaspace"} {
+		b, err := os.ReadFile("testdata/crosscheck/base-" + name + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		bases[name] = m
+	}
+	n := 0
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".json")
+		if strings.HasPrefix(name, "base-") {
+			continue
+		}
+		n++
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v struct {
+				Base     string         `json:"base"`
+				Override map[string]any `json:"override"`
+				Cases    []struct {
+					Text        string `json:"text"`
+					IDs         []int  `json:"ids"`
+					Decoded     string `json:"decoded"`
+					DecodedSkip string `json:"decoded_skip"`
+				} `json:"cases"`
+				Decode []struct {
+					IDs         []int  `json:"ids"`
+					Decoded     string `json:"decoded"`
+					DecodedSkip string `json:"decoded_skip"`
+				} `json:"decode"`
+			}
+			if err := json.Unmarshal(b, &v); err != nil {
+				t.Fatal(err)
+			}
+			tok := mustParse(t, variant(t, bases[v.Base], v.Override), nil)
+			for _, c := range v.Cases {
+				ids, err := tok.Encode(c.Text, true)
+				if err != nil || !slices.Equal(ids, c.IDs) {
+					t.Errorf("Encode(%q)\n got %v (%v)\nwant %v", c.Text, ids, err, c.IDs)
+				}
+			}
+			type dec = struct {
+				ids           []int
+				full, skipped string
+			}
+			var decs []dec
+			for _, c := range v.Cases {
+				decs = append(decs, dec{c.IDs, c.Decoded, c.DecodedSkip})
+			}
+			for _, c := range v.Decode {
+				decs = append(decs, dec{c.IDs, c.Decoded, c.DecodedSkip})
+			}
+			for _, d := range decs {
+				if got := tok.Decode(d.ids, false); got != d.full {
+					t.Errorf("Decode(%v) = %q, want %q", d.ids, got, d.full)
+				}
+				if got := tok.Decode(d.ids, true); got != d.skipped {
+					t.Errorf("Decode(%v, skip special) = %q, want %q", d.ids, got, d.skipped)
+				}
+				if got := streamAll(t, tok, d.ids, true); got != d.skipped {
+					t.Errorf("stream(%v) = %q, want %q", d.ids, got, d.skipped)
+				}
+			}
+		})
+	}
+	if n == 0 {
+		t.Fatal("no cross-check cases in testdata/crosscheck")
+	}
+}
+
+// variant applies gen.py's overrides ("model.x" sets a model field) to a base tokenizer.json.
+func variant(t *testing.T, base map[string]any, over map[string]any) []byte {
+	t.Helper()
+	tj := map[string]any{}
+	for k, v := range base {
+		tj[k] = v
+	}
+	model := map[string]any{}
+	for k, v := range base["model"].(map[string]any) {
+		model[k] = v
+	}
+	for k, v := range over {
+		if f, ok := strings.CutPrefix(k, "model."); ok {
+			model[f] = v
+		} else {
+			tj[k] = v
+		}
+	}
+	tj["model"] = model
+	b, err := json.Marshal(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
