@@ -49,9 +49,10 @@ const (
 	metaspace     = "▁"
 )
 
+// bpeModelJSON holds the small fields of a BPE model. dropout is not read: it randomizes merges for training, and
+// encoding here is deterministic.
 type bpeModelJSON struct {
 	Type                    string   `json:"type"`
-	Dropout                 *float64 `json:"dropout"`
 	UnkToken                *string  `json:"unk_token"`
 	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
 	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`

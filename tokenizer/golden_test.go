@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -269,4 +270,28 @@ func TestStreamPrime(t *testing.T) {
 	if got := sb.String(); got != " time" {
 		t.Errorf("after priming with %v, ids %v stream %q, want %q", prompt, rest, got, " time")
 	}
+}
+
+// TestConcurrentUse encodes and decodes from several goroutines at once (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	tok := loadShared(t, "tokenizers/llama2-32k")
+	cases := loadGolden(t, "llama2-32k")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				c := cases[(g+i)%len(cases)]
+				ids, err := tok.Encode(c.Text, true)
+				if err != nil || !slices.Equal(ids, c.IDs) {
+					t.Errorf("Encode(%q) = %v, %v", c.Text, ids, err)
+					return
+				}
+				if got := streamAll(t, tok, ids, false); got != c.Decoded {
+					t.Errorf("stream %q, want %q", got, c.Decoded)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
