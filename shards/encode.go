@@ -1,7 +1,9 @@
 package shards
 
 import (
+	"bytes"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -44,18 +46,19 @@ func unshuffleInPlace(b, tmp []byte, elemSize int) {
 // blockPool holds shuffleBlock-sized scratch slices for unshuffling; they are reused across loads.
 var blockPool = sync.Pool{New: func() any { b := make([]byte, shuffleBlock); return &b }}
 
-// encoder compresses tensors at split time, reusing its buffers across tensors.
+// encoder compresses tensors at split time, reusing its buffers across tensors. Each tensor becomes one zstd
+// frame, compressed by the streaming encoder on all cores.
 type encoder struct {
 	zs       *zstd.Encoder
 	shuffled []byte
-	out      []byte
+	out      bytes.Buffer
 }
 
 func newEncoder() (*encoder, error) {
 	// Measured on bf16 N(0, 0.02) weights: without entropy-coding every literal, zstd stores such weights
 	// raw (1.0x); with it, ~1.28x plain and ~1.3x after the byte shuffle at the default level.
 	zs, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithAllLitEntropyCompression(true),
-		zstd.WithEncoderConcurrency(1))
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
 	}
@@ -64,9 +67,9 @@ func newEncoder() (*encoder, error) {
 
 // encode returns the encoded bytes of raw (aliasing the encoder's buffer, valid until the next call) and the
 // encoding used: Raw (returning raw itself) when encoding does not make the tensor smaller.
-func (c *encoder) encode(raw []byte, e Encoding, elemSize int) ([]byte, Encoding) {
+func (c *encoder) encode(raw []byte, e Encoding, elemSize int) ([]byte, Encoding, error) {
 	if e == Raw || len(raw) == 0 {
-		return raw, Raw
+		return raw, Raw, nil
 	}
 	src := raw
 	if e == ShuffleZstd {
@@ -74,11 +77,18 @@ func (c *encoder) encode(raw []byte, e Encoding, elemSize int) ([]byte, Encoding
 		shuffle(c.shuffled, raw, elemSize)
 		src = c.shuffled
 	}
-	c.out = c.zs.EncodeAll(src, c.out[:0])
-	if len(c.out) >= len(raw) {
-		return raw, Raw
+	c.out.Reset()
+	c.zs.Reset(&c.out)
+	if _, err := c.zs.Write(src); err != nil {
+		return nil, "", fmt.Errorf("zstd: %w", err)
 	}
-	return c.out, e
+	if err := c.zs.Close(); err != nil {
+		return nil, "", fmt.Errorf("zstd: %w", err)
+	}
+	if c.out.Len() >= len(raw) {
+		return raw, Raw, nil
+	}
+	return c.out.Bytes(), e, nil
 }
 
 func grow(b []byte, n int) []byte {

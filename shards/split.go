@@ -463,7 +463,10 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 			return ti, err
 		}
 	}
-	stored, enc := w.coder.encode(w.raw, w.enc, t.DType.Size())
+	stored, enc, err := w.coder.encode(w.raw, w.enc, t.DType.Size())
+	if err != nil {
+		return ti, err
+	}
 	ti.Encoding, ti.EncodedLength = enc, int64(len(stored))
 	if _, err := cw.Write(stored); err != nil {
 		return ti, err

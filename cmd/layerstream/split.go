@@ -44,13 +44,14 @@ func init() {
 					return verifySplit(ctx, ck, dir, os.Stdout)
 				}
 				opts := shards.SplitOptions{Out: dir, Encoding: enc}
+				var bar *progressBar
 				if !*quiet && isTerminal(os.Stderr) {
-					bar := &progressBar{w: os.Stderr, label: "split", start: time.Now()}
+					bar = &progressBar{w: os.Stderr, label: "split", start: time.Now()}
 					opts.Progress = bar.update
-					defer bar.finish()
 				}
 				start := time.Now()
 				set, err := shards.Split(ctx, ck, opts)
+				bar.finish()
 				if err != nil {
 					return err
 				}
@@ -131,8 +132,9 @@ func (p *progressBar) update(done, total int64) {
 		float64(done)/1e9, float64(total)/1e9, rate/1e6, eta)
 }
 
+// finish ends the bar's line; a nil bar does nothing.
 func (p *progressBar) finish() {
-	if p.drawn {
+	if p != nil && p.drawn {
 		fmt.Fprintln(p.w)
 	}
 }
