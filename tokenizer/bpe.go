@@ -52,13 +52,13 @@ const (
 // bpeModelJSON holds the small fields of a BPE model. dropout is not read: it randomizes merges for training, and
 // encoding here is deterministic.
 type bpeModelJSON struct {
-	Type                    string   `json:"type"`
-	UnkToken                *string  `json:"unk_token"`
-	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
-	FuseUnk                 bool     `json:"fuse_unk"`
-	ByteFallback            bool     `json:"byte_fallback"`
-	IgnoreMerges            bool     `json:"ignore_merges"`
+	Type                    string  `json:"type"`
+	UnkToken                *string `json:"unk_token"`
+	ContinuingSubwordPrefix *string `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string `json:"end_of_word_suffix"`
+	FuseUnk                 bool    `json:"fuse_unk"`
+	ByteFallback            bool    `json:"byte_fallback"`
+	IgnoreMerges            bool    `json:"ignore_merges"`
 }
 
 // parseBPE reads the model object at the scanner's position. vocab and merges are read by jsonScanner, the
