@@ -33,7 +33,7 @@ func TestCrossCheck(t *testing.T) {
 	n := 0
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".json")
-		if strings.HasPrefix(name, "base-") {
+		if strings.HasPrefix(name, "base-") || strings.HasPrefix(name, "real-") {
 			continue
 		}
 		n++
@@ -120,4 +120,46 @@ func variant(t *testing.T, base map[string]any, over map[string]any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestCrossCheckReal replays the reference's encodings and decodings of tricky texts (special-token spellings,
+// odd whitespace, combining and wide characters) with the shared real tokenizers.
+func TestCrossCheckReal(t *testing.T) {
+	files, err := filepath.Glob("testdata/crosscheck/real-*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no real-tokenizer cases in testdata/crosscheck (%v)", err)
+	}
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Tokenizer string `json:"tokenizer"`
+			Cases     []struct {
+				Text        string `json:"text"`
+				IDs         []int  `json:"ids"`
+				Decoded     string `json:"decoded"`
+				DecodedSkip string `json:"decoded_skip"`
+			} `json:"cases"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(v.Tokenizer, func(t *testing.T) {
+			tok := loadShared(t, v.Tokenizer)
+			for _, c := range v.Cases {
+				ids, err := tok.Encode(c.Text, true)
+				if err != nil || !slices.Equal(ids, c.IDs) {
+					t.Errorf("Encode(%q)\n got %v (%v)\nwant %v", c.Text, ids, err, c.IDs)
+				}
+				if got := tok.Decode(c.IDs, false); got != c.Decoded {
+					t.Errorf("Decode(%v) = %q, want %q", c.IDs, got, c.Decoded)
+				}
+				if got := streamAll(t, tok, c.IDs, true); got != c.DecodedSkip {
+					t.Errorf("stream(%v) = %q, want %q", c.IDs, got, c.DecodedSkip)
+				}
+			}
+		})
+	}
 }

@@ -124,3 +124,18 @@ for name, (base, over) in variants.items():
 json.dump(BL, open("base-bytelevel.json", "w"), ensure_ascii=False)
 json.dump(MS, open("base-metaspace.json", "w"), ensure_ascii=False)
 print("wrote", len(variants), "variants")
+
+# The shared real tokenizers on tricky texts (TestCrossCheckReal loads them from the shared folder).
+real_alphabet = alphabet + ["<|im_start|>", "<|im_end|>", "<think>", "</s>", "<unk>", "ſ", "İ", "\u3000", "\u2028", "\u0085",
+                            "日本", "\U0001F3FD", "\u200d", "Ⅻ", "１２", "'S", "\r\n"]
+real_texts = ["".join(random.choice(real_alphabet) for _ in range(random.randint(1, 14))) for _ in range(200)]
+for name, path in [("stories260K", "stories260K-hf"), ("llama2-32k", "tokenizers/llama2-32k"), ("qwen3", "tokenizers/qwen3")]:
+    tok = Tokenizer.from_file(f"{models}/{path}/tokenizer.json")
+    cases = []
+    for t in real_texts:
+        ids = tok.encode(t, add_special_tokens=True).ids
+        cases.append({"text": t, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+                      "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
+    json.dump({"reference": f"tokenizers {tokenizers.__version__} (Python, Rust core)", "tokenizer": path, "cases": cases},
+              open(f"real-{name}.json", "w"), ensure_ascii=False, separators=(",", ":"))
+print("wrote the real-tokenizer cases")
