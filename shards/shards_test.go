@@ -510,3 +510,61 @@ func TestCRC32CCombine(t *testing.T) {
 		}
 	}
 }
+
+func TestManifestValidation(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	out := t.TempDir()
+	s := split(t, ck, out, Raw)
+	good := slices.Clone(s.Units())
+	rewrite := func(units []UnitInfo) error {
+		if err := writeManifest(out, units); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(out)
+		return err
+	}
+	bad := slices.Clone(good)
+	bad = append(bad[:2], bad[3:]...) // drop layer.1
+	if err := rewrite(bad); err == nil || !strings.Contains(err.Error(), "do not match a 4-layer model") {
+		t.Errorf("missing layer: %v", err)
+	}
+	bad = slices.Clone(good)
+	bad[1].File = "../layer.0.shard"
+	if err := rewrite(bad); err == nil || !strings.Contains(err.Error(), "plain file name") {
+		t.Errorf("escaping file: %v", err)
+	}
+	bad = slices.Clone(good)
+	bad[1].Name = "layer.x"
+	if err := rewrite(bad); err == nil || !strings.Contains(err.Error(), `bad unit "layer.x"`) {
+		t.Errorf("bad unit name: %v", err)
+	}
+	bad = slices.Clone(good)
+	ts := slices.Clone(bad[1].Tensors)
+	ts[0].Offset = bad[1].FileSize
+	bad[1].Tensors = ts
+	if err := rewrite(bad); err == nil || !strings.Contains(err.Error(), "outside the data section") || !strings.Contains(err.Error(), ts[0].Name) {
+		t.Errorf("tensor outside its file: %v", err)
+	}
+	if err := rewrite(good); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSplitDefaultDir(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.F32)
+	s, err := Split(context.Background(), ck, SplitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(ck.Dir, "layerstream"); s.Dir != want || !IsSet(want) {
+		t.Fatalf("split into %s, want %s", s.Dir, want)
+	}
+	var calls int
+	var last, total int64
+	if _, err := Split(context.Background(), ck, SplitOptions{Progress: func(d, tot int64) { calls, last, total = calls+1, d, tot }}); err != nil {
+		t.Fatal(err)
+	}
+	if calls == 0 || last != total || total == 0 {
+		t.Fatalf("progress: %d calls, last %d of %d", calls, last, total)
+	}
+}
