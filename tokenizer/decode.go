@@ -3,7 +3,6 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -133,9 +132,18 @@ func (d *decoder) newState() decodeState {
 // (byte-fallback bytes, or byte-level bytes of an unfinished UTF-8 sequence) is refused (ok false, st unchanged):
 // the caller retries with more tokens. Steps that see the fused text (after Fuse or ByteLevel) keep their
 // position-dependent work in st, so concatenating the chunks' texts gives the one-chunk result.
-func (d *decoder) run(in []string, st *decodeState, final bool) (string, bool) {
-	tokens := slices.Clone(in)
-	next := decodeState{seen: st.seen, stripLeft: slices.Clone(st.stripLeft), held: slices.Clone(st.held)}
+//
+// scratch, when not nil, is reused for the working copies (a StreamDecoder passes its own).
+func (d *decoder) run(in []string, st *decodeState, final bool, scratch *decodeScratch) (string, bool) {
+	if scratch == nil {
+		scratch = &decodeScratch{}
+	}
+	tokens := append(scratch.tokens[:0], in...)
+	defer func() { scratch.tokens = tokens[:0] }()
+	next := &scratch.next
+	next.seen = st.seen
+	next.stripLeft = append(next.stripLeft[:0], st.stripLeft...)
+	next.held = append(next.held[:0], st.held...)
 	fused := false
 	for k, step := range d.steps {
 		switch step.kind {
@@ -151,7 +159,7 @@ func (d *decoder) run(in []string, st *decodeState, final bool) (string, bool) {
 			}
 			tokens = fuseFallbackBytes(tokens)
 		case stepFuse:
-			tokens = []string{strings.Join(tokens, "")}
+			tokens = fuse(tokens, strings.Join(tokens, ""))
 			fused = true
 		case stepStrip:
 			if !fused {
@@ -160,7 +168,7 @@ func (d *decoder) run(in []string, st *decodeState, final bool) (string, bool) {
 				}
 				continue
 			}
-			tokens = []string{next.stripFused(k, step, strings.Join(tokens, ""), final)}
+			tokens = fuse(tokens, next.stripFused(k, step, strings.Join(tokens, ""), final))
 		case stepMetaspace:
 			for i := range tokens {
 				first := i == 0 && (fused || next.seen == 0)
@@ -175,20 +183,31 @@ func (d *decoder) run(in []string, st *decodeState, final bool) (string, bool) {
 			if !final && incompleteUTF8(b) {
 				return "", false
 			}
-			tokens = []string{lossyUTF8(b)}
+			tokens = fuse(tokens, lossyUTF8(b))
 			fused = true
 		case stepJoinSpaces:
 			s := strings.Join(tokens, " ")
 			if next.seen > 0 && len(in) > 0 {
 				s = " " + s
 			}
-			tokens = []string{s}
+			tokens = fuse(tokens, s)
 			fused = true
 		}
 	}
 	next.seen += len(in)
-	*st = next
+	*st, *next = *next, *st // the old state's slices become the next run's scratch
 	return strings.Join(tokens, ""), true
+}
+
+// decodeScratch holds the buffers of decoder.run between calls.
+type decodeScratch struct {
+	tokens []string
+	next   decodeState
+}
+
+// fuse replaces tokens with the one token s, reusing the slice.
+func fuse(tokens []string, s string) []string {
+	return append(tokens[:0], s)
 }
 
 // stripFused applies Strip to the fused text, of which s is the next chunk.
@@ -396,7 +415,7 @@ func (t *Tokenizer) Decode(ids []int, skipSpecialTokens bool) string {
 		}
 	}
 	st := t.decoder.newState()
-	text, _ := t.decoder.run(tokens, &st, true)
+	text, _ := t.decoder.run(tokens, &st, true, nil)
 	return text
 }
 
@@ -408,6 +427,7 @@ type StreamDecoder struct {
 	skipSpecial bool
 	pending     []string
 	state       decodeState
+	scratch     decodeScratch
 }
 
 // NewStreamDecoder starts a stream; skipSpecial leaves special tokens out of the text.
@@ -431,7 +451,7 @@ func (d *StreamDecoder) Next(id int) string {
 		return ""
 	}
 	d.pending = append(d.pending, tok)
-	text, ok := d.t.decoder.run(d.pending, &d.state, false)
+	text, ok := d.t.decoder.run(d.pending, &d.state, false, &d.scratch)
 	if !ok {
 		return ""
 	}
@@ -442,7 +462,7 @@ func (d *StreamDecoder) Next(id int) string {
 // Flush ends the stream and returns the text still held back (incomplete characters come out as U+FFFD, as in
 // Decode). The decoder can then start a new stream.
 func (d *StreamDecoder) Flush() string {
-	text, _ := d.t.decoder.run(d.pending, &d.state, true)
+	text, _ := d.t.decoder.run(d.pending, &d.state, true, &d.scratch)
 	d.pending = d.pending[:0]
 	d.state = d.t.decoder.newState()
 	return text
