@@ -78,7 +78,7 @@ func (c *encoder) encode(raw []byte, e Encoding, elemSize int) ([]byte, Encoding
 		src = c.shuffled
 	}
 	c.out.Reset()
-	c.zs.Reset(&c.out)
+	c.zs.ResetContentSize(&c.out, int64(len(src))) // the frame records the decoded size
 	if _, err := c.zs.Write(src); err != nil {
 		return nil, "", fmt.Errorf("zstd: %w", err)
 	}
