@@ -217,6 +217,23 @@ func splitPiece(p piece, find func(string, func(int, int)), b behavior, invert b
 	if s == "" {
 		return
 	}
+	if b == behaviorIsolated {
+		// Every match and every gap is a piece: no need to collect them first.
+		prev := 0
+		find(s, func(start, end int) {
+			if start > prev {
+				emit(piece{text: s[prev:start], first: p.first && prev == 0})
+			}
+			if end > start {
+				emit(piece{text: s[start:end], first: p.first && start == 0})
+			}
+			prev = end
+		})
+		if prev < len(s) {
+			emit(piece{text: s[prev:], first: p.first && prev == 0})
+		}
+		return
+	}
 	var spans []span
 	prev := 0
 	find(s, func(start, end int) {
