@@ -123,17 +123,18 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		"WhitespaceSplit", "Digits", "Punctuation")
 }
 
+// sequence runs steps one after the other: each piece step k emits goes through step k+1.
 func sequence(steps []preTokenizer) preTokenizer {
+	if len(steps) == 0 {
+		return nil
+	}
 	return func(p piece, emit func(piece)) {
-		var run func(k int, q piece)
-		run = func(k int, q piece) {
-			if k == len(steps) {
-				emit(q)
-				return
-			}
-			steps[k](q, func(r piece) { run(k+1, r) })
+		// The emitters are built once per call, not once per piece.
+		for k := len(steps) - 1; k >= 1; k-- {
+			step, next := steps[k], emit
+			emit = func(q piece) { step(q, next) }
 		}
-		run(0, p)
+		steps[0](p, emit)
 	}
 }
 
