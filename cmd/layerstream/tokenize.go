@@ -100,12 +100,9 @@ func tokenizeLine(tok *tokenizer.Tokenizer, line []byte, out io.Writer, decode, 
 		}
 		result = ids
 	}
-	b, err := json.Marshal(result)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(out, "%s\n", b)
-	return err
+	enc := json.NewEncoder(out) // one value and a newline; "<s>" stays readable (no HTML escaping)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(result)
 }
 
 func isBlank(line []byte) bool {

@@ -30,6 +30,13 @@ func TestTokenizeLines(t *testing.T) {
 	if want := "\"Once upon a time\"\n"; out.String() != want {
 		t.Errorf("decode: got %q want %q", out.String(), want)
 	}
+	out.Reset()
+	if err := tokenizeLines(context.Background(), tok, strings.NewReader("[1,403]\n"), &out, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if want := "\"<s> Once\"\n"; out.String() != want {
+		t.Errorf("decode keeping special tokens: got %q want %q", out.String(), want)
+	}
 	err = tokenizeLines(context.Background(), tok, strings.NewReader("\"ok\"\nnot json\n"), &out, false, true)
 	if err == nil || !strings.Contains(err.Error(), "stdin line 2") {
 		t.Errorf("bad line: err %v", err)
