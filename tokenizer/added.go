@@ -100,8 +100,10 @@ func startsWithWord(s string) bool {
 	return n > 0 && isWordChar(r)
 }
 
-// initAdded registers added_tokens: ids, the special set, and the raw and normalized matchers.
-func (t *Tokenizer) initAdded(list []addedTokenJSON) error {
+// initAdded registers added_tokens: ids, the special set, and the raw and normalized matchers. With splitSpecial
+// (tokenizer_config.json's split_special_tokens) special tokens written in the text are not matched: they are
+// encoded as ordinary text.
+func (t *Tokenizer) initAdded(list []addedTokenJSON, splitSpecial bool) error {
 	t.added = map[string]int{}
 	t.addedByID = map[int]*addedToken{}
 	var raw, normalized []*addedToken
@@ -136,6 +138,9 @@ func (t *Tokenizer) initAdded(list []addedTokenJSON) error {
 		t.addedByID[a.ID] = at
 		if at.special {
 			t.specialIDs = append(t.specialIDs, a.ID)
+			if splitSpecial {
+				continue
+			}
 		}
 		if at.normalized {
 			// Matched in normalized text, so normalized too; Hugging Face also decodes it so.

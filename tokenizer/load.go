@@ -40,6 +40,7 @@ type patternJSON struct {
 type tokenizerConfig struct {
 	AddBOS       *bool           `json:"add_bos_token"`
 	AddEOS       *bool           `json:"add_eos_token"`
+	SplitSpecial bool            `json:"split_special_tokens"`
 	BOSToken     json.RawMessage `json:"bos_token"`
 	EOSToken     json.RawMessage `json:"eos_token"`
 	ChatTemplate json.RawMessage `json:"chat_template"`
@@ -150,7 +151,7 @@ func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
 	if t.decoder, err = parseDecoder(f.Decoder); err != nil {
 		return nil, fmt.Errorf("decoder: %w", err)
 	}
-	if err := t.initAdded(f.AddedTokens); err != nil {
+	if err := t.initAdded(f.AddedTokens, cfg.SplitSpecial); err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}
 	t.model.useMetaspaceWords(t.preTokenizer == nil)

@@ -211,3 +211,18 @@ func TestDecodeStripStop(t *testing.T) {
 		t.Errorf("Decode = %q, want %q", got, " a ")
 	}
 }
+
+func TestSplitSpecialTokens(t *testing.T) {
+	data := tiny(t, []string{"<", "s", ">", "a"}, []string{}, nil, map[string]any{
+		"added_tokens": []any{map[string]any{"id": 4, "content": "<s>", "special": true}}})
+	if got := encode(t, mustParse(t, data, nil), "a<s>", false); !slices.Equal(got, []int{3, 4}) {
+		t.Errorf("special token matched: got %v", got)
+	}
+	split := mustParse(t, data, []byte(`{"split_special_tokens": true}`))
+	if got := encode(t, split, "a<s>", false); !slices.Equal(got, []int{3, 0, 1, 2}) {
+		t.Errorf("split_special_tokens: got %v", got)
+	}
+	if got := split.Decode([]int{4, 3}, true); got != "a" {
+		t.Errorf("Decode still knows the special token: got %q", got)
+	}
+}
