@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
@@ -42,9 +41,9 @@ func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) 
 			err = fmt.Errorf("chat template: the Jinja engine failed: %v", r)
 		}
 	}()
-	tpl, err := compileTemplate(t.chatTemplate)
-	if err != nil {
-		return "", fmt.Errorf("chat template: %w", err)
+	t.tplOnce.Do(func() { t.tpl, t.tplErr = compileTemplate(t.chatTemplate) })
+	if t.tplErr != nil {
+		return "", fmt.Errorf("chat template: %w", t.tplErr)
 	}
 	messages := make([]any, len(msgs))
 	for i, m := range msgs {
@@ -59,25 +58,20 @@ func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) 
 		"raise_exception":       raiseException,
 		"strftime_now":          strftimeNow,
 	}))
-	out, err := tpl.ExecuteToString(ctx)
+	out, err := t.tpl.ExecuteToString(ctx)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
 }
 
-var (
-	templatesMu sync.Mutex
-	templates   = map[string]*exec.Template{} // compiled chat templates by source
-)
-
-// compileTemplate parses a template once. Templates cannot include or import other files.
-func compileTemplate(src string) (*exec.Template, error) {
-	templatesMu.Lock()
-	defer templatesMu.Unlock()
-	if tpl, ok := templates[src]; ok {
-		return tpl, nil
-	}
+// compileTemplate parses a chat template. Templates cannot include or import other files.
+func compileTemplate(src string) (_ *exec.Template, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the Jinja parser failed: %v", r)
+		}
+	}()
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
@@ -96,12 +90,7 @@ func compileTemplate(src string) (*exec.Template, error) {
 		ControlStructures: builtins.ControlStructures,
 		Methods:           builtins.Methods,
 	}
-	tpl, err := exec.NewTemplate("/chat_template", cfg, loader, env)
-	if err != nil {
-		return nil, err
-	}
-	templates[src] = tpl
-	return tpl, nil
+	return exec.NewTemplate("/chat_template", cfg, loader, env)
 }
 
 func raiseException(msg string) (string, error) {

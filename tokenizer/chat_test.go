@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -124,4 +125,21 @@ func TestNoChatTemplate(t *testing.T) {
 	if _, err := bad.ApplyChatTemplate(nil, true); err == nil || !strings.Contains(err.Error(), "chat template") {
 		t.Errorf("malformed template: err %v", err)
 	}
+}
+
+func TestChatTemplateConcurrent(t *testing.T) {
+	tok := withTemplate(t, llama3Template, "<|begin_of_text|>", "<|eot_id|>")
+	want := render(t, tok, []Message{{"user", "Hi"}}, true)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 20 {
+				if got, err := tok.ApplyChatTemplate([]Message{{"user", "Hi"}}, true); err != nil || got != want {
+					t.Errorf("got %q, %v", got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
