@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
@@ -12,12 +13,26 @@ import (
 // back.
 
 // linear computes x·wᵀ (+ b) for x [..., in] and w [out, in] (the Hugging Face layout), giving [..., out].
+// The device holds w as row chunks [chunks, out/chunks, in] (tensorSpec.deviceDims): x is multiplied by
+// every chunk as a batch, and the chunk outputs are laid side by side.
 func linear(x, w, b *Node) *Node {
 	xw := x
 	if w.DType() != x.DType() {
 		xw = ConvertDType(x, w.DType())
 	}
-	y := DotGeneral(xw, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
+	lead := x.Shape().Dimensions[:x.Rank()-1]
+	wd := w.Shape().Dimensions
+	chunks, rows, in := wd[0], wd[1], wd[2]
+	n := 1
+	for _, d := range lead {
+		n *= d
+	}
+	xc := BroadcastToDims(InsertAxes(Reshape(xw, n, in), 0), chunks, n, in)
+	y := DotGeneral(xc, []int{2}, []int{0}, w, []int{2}, []int{0}) // [chunks, n, rows]
+	if chunks > 1 {
+		y = TransposeAllAxes(y, 1, 0, 2)
+	}
+	y = Reshape(y, append(slices.Clone(lead), chunks*rows)...)
 	if y.DType() != dtypes.Float32 {
 		y = ConvertDType(y, dtypes.Float32)
 	}

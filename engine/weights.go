@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"math"
+	"runtime"
 	"slices"
 	"time"
 	"unsafe"
@@ -46,8 +48,35 @@ func (d *deviceTensor) free() {
 // tensorSpec is one tensor of a unit as the device holds it.
 type tensorSpec struct {
 	suffix string // name after the unit's prefix ("model.layers.N." for layers, "" otherwise)
-	shape  []int
+	shape  []int  // as stored in the checkpoint
 	dtype  dtypes.DType
+}
+
+// deviceDims is the shape of the device buffer: a matrix [out, in] is held as [chunks, out/chunks, in], the
+// same bytes in the same order, so that the matrix-vector products of decoding run as a batch of chunks in
+// parallel (simplego parallelises DotGeneral over its batch axis only) and below the size where simplego
+// repacks the whole weight matrix into blocks on every call. See linear.
+func (s tensorSpec) deviceDims() []int {
+	if len(s.shape) != 2 {
+		return s.shape
+	}
+	out, in := s.shape[0], s.shape[1]
+	c := weightChunks(out)
+	return []int{c, out / c, in}
+}
+
+// matvecChunks is the number of row chunks a weight matrix is split into: enough to keep every core busy
+// during decoding.
+var matvecChunks = 4 * runtime.NumCPU()
+
+// weightChunks returns the largest divisor of out that is at most matvecChunks.
+func weightChunks(out int) int {
+	for c := min(matvecChunks, out); c > 1; c-- {
+		if out%c == 0 {
+			return c
+		}
+	}
+	return 1
 }
 
 // weightSet is a set of device buffers holding one unit's weights. Sets are allocated once per unit kind and
@@ -63,7 +92,7 @@ type weightSet struct {
 func newWeightSet(b backends.Backend, kind string, specs []tensorSpec) (*weightSet, error) {
 	w := &weightSet{kind: kind, specs: specs}
 	for _, s := range specs {
-		d, err := newDeviceTensor(b, s.dtype, s.shape...)
+		d, err := newDeviceTensor(b, s.dtype, s.deviceDims()...)
 		if err != nil {
 			w.free()
 			return nil, fmt.Errorf("%s weights: %w", kind, err)
@@ -140,6 +169,15 @@ func int64s(dims []int) []int64 {
 	return out
 }
 
+// bf16ToF32 widens bfloat16 values (shard data is little-endian and 64-byte aligned, so it is read as
+// uint16 in place): the loop the transfer stage spends its time in when bf16 weights are computed in f32.
+func bf16ToF32(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = math.Float32frombits(uint32(v) << 16)
+	}
+}
+
 // convertInto writes raw's elements into dst ([]float32 or []bfloat16.BFloat16), converting the dtype.
 // Same-dtype data is copied as bytes (little-endian host).
 func convertInto(dst any, raw shards.Tensor) error {
@@ -149,8 +187,12 @@ func convertInto(dst any, raw shards.Tensor) error {
 		if len(d) != n {
 			return fmt.Errorf("%d elements for a buffer of %d", n, len(d))
 		}
-		if raw.DType == checkpoint.F32 {
+		switch raw.DType {
+		case checkpoint.F32:
 			copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d))), 4*len(d)), raw.Data)
+			return nil
+		case checkpoint.BF16:
+			bf16ToF32(d, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw.Data))), n))
 			return nil
 		}
 		return checkpoint.ToF32(d, raw.Data, raw.DType)
