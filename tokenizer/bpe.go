@@ -61,50 +61,84 @@ type bpeModelJSON struct {
 	IgnoreMerges            bool    `json:"ignore_merges"`
 }
 
-// parseBPE reads the model object at the scanner's position. vocab and merges are read by jsonScanner, the
-// other fields by encoding/json.
+// parseBPE reads the model object at the scanner's position: vocab and merges with jsonScanner as they come
+// (they are most of a tokenizer.json), the other fields with encoding/json.
 func parseBPE(s *jsonScanner) (*bpe, error) {
 	if s.peek() != '{' {
 		return nil, s.errorf("want the model object")
 	}
+	b := &bpe{unk: -1}
 	small := map[string]json.RawMessage{}
-	var vocab, merges json.RawMessage
+	var vocabRaw, mergesRaw json.RawMessage
+	mergesParsed := false
 	err := s.object(func(key []byte) error {
-		v, err := s.skip()
 		switch string(key) {
 		case "vocab":
-			vocab = v
+			if s.peek() != '{' { // not a BPE vocabulary: the model type decides the error below
+				v, err := s.skip()
+				vocabRaw = v
+				return err
+			}
+			start := s.pos
+			if err := b.parseVocab(s); err != nil {
+				return fmt.Errorf("vocab: %w", err)
+			}
+			vocabRaw = s.data[start:s.pos]
 		case "merges":
-			merges = v
+			start := s.pos
+			// Merged tokens depend on continuing_subword_prefix, which Hugging Face writes (maybe as null)
+			// before the vocabulary and merges. In another order the merges are read at the end.
+			var prefix *string
+			if raw, ok := small["continuing_subword_prefix"]; ok && b.vocab != nil && json.Unmarshal(raw, &prefix) == nil {
+				if prefix != nil {
+					b.prefix = *prefix
+				}
+				if err := b.parseMerges(s); err != nil {
+					return fmt.Errorf("merges: %w", err)
+				}
+				mergesParsed = true
+				mergesRaw = s.data[start:s.pos]
+				return nil
+			}
+			v, err := s.skip()
+			mergesRaw = v
+			return err
 		default:
+			v, err := s.skip()
 			small[string(key)] = v
+			return err
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	var m bpeModelJSON
-	if b, err := json.Marshal(small); err != nil {
+	if raw, err := json.Marshal(small); err != nil {
 		return nil, err
-	} else if err := json.Unmarshal(b, &m); err != nil {
+	} else if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err
 	}
-	if m.Type == "" && merges != nil {
+	if m.Type == "" && mergesRaw != nil {
 		m.Type = "BPE" // old files omit the model type
 	}
 	if m.Type != "BPE" {
 		return nil, fmt.Errorf("unsupported model type %q: only BPE tokenizers (byte-level like GPT-2/Qwen/Llama-3, or SentencePiece-style like Llama-2) are supported, not WordPiece, Unigram or WordLevel", m.Type)
 	}
-	b := &bpe{unk: -1, fuseUnk: m.FuseUnk, byteFallback: m.ByteFallback, ignoreMerges: m.IgnoreMerges}
+	b.fuseUnk, b.byteFallback, b.ignoreMerges = m.FuseUnk, m.ByteFallback, m.IgnoreMerges
 	if m.ContinuingSubwordPrefix != nil {
 		b.prefix = *m.ContinuingSubwordPrefix
 	}
 	if m.EndOfWordSuffix != nil {
 		b.suffix = *m.EndOfWordSuffix
 	}
-	if err := b.parseVocab(vocab); err != nil {
-		return nil, fmt.Errorf("vocab: %w", err)
+	if b.vocab == nil {
+		if isNull(vocabRaw) {
+			return nil, errors.New("vocab: missing")
+		}
+		if err := b.parseVocab(&jsonScanner{data: vocabRaw}); err != nil {
+			return nil, fmt.Errorf("vocab: %w", err)
+		}
 	}
 	if m.UnkToken != nil && *m.UnkToken != "" {
 		b.unkToken = *m.UnkToken
@@ -112,8 +146,10 @@ func parseBPE(s *jsonScanner) (*bpe, error) {
 			b.unk = id
 		}
 	}
-	if err := b.parseMerges(merges); err != nil {
-		return nil, fmt.Errorf("merges: %w", err)
+	if !mergesParsed {
+		if err := b.parseMerges(&jsonScanner{data: mergesRaw}); err != nil {
+			return nil, fmt.Errorf("merges: %w", err)
+		}
 	}
 	b.initTables()
 	return b, nil
@@ -121,14 +157,10 @@ func parseBPE(s *jsonScanner) (*bpe, error) {
 
 const maxID = 1 << 21 // ids past this (2M) are taken for a corrupt file
 
-// parseVocab reads the {"token": id, ...} object.
-func (b *bpe) parseVocab(raw json.RawMessage) error {
-	if isNull(raw) {
-		return errors.New("missing")
-	}
-	b.vocab = make(map[string]int, len(raw)/16)
+// parseVocab reads the {"token": id, ...} object at the scanner's position.
+func (b *bpe) parseVocab(s *jsonScanner) error {
+	b.vocab = make(map[string]int, (len(s.data)-s.pos)/48)
 	top := -1
-	s := &jsonScanner{data: raw}
 	err := s.object(func(key []byte) error {
 		id, err := s.int()
 		if err != nil {
@@ -154,14 +186,20 @@ func (b *bpe) parseVocab(raw json.RawMessage) error {
 	return nil
 }
 
-// parseMerges reads merges as "a b" strings (older files) or ["a", "b"] pairs, in rank order.
-func (b *bpe) parseMerges(raw json.RawMessage) error {
+// parseMerges reads merges as "a b" strings (older files) or ["a", "b"] pairs, in rank order, from the scanner's
+// position (none when it is at the end or at null).
+func (b *bpe) parseMerges(s *jsonScanner) error {
 	b.merges = map[uint64]uint64{}
-	if isNull(raw) {
+	switch s.peek() {
+	case 0: // absent
+		return nil
+	case 'n':
+		if v, err := s.skip(); err != nil || string(v) != "null" {
+			return s.errorf("want a list or null")
+		}
 		return nil
 	}
-	b.merges = make(map[uint64]uint64, len(raw)/16)
-	s := &jsonScanner{data: raw}
+	b.merges = make(map[uint64]uint64, (len(s.data)-s.pos)/40)
 	var joined []byte
 	return s.array(func(rank int) error {
 		var left, right []byte

@@ -226,3 +226,22 @@ func TestSplitSpecialTokens(t *testing.T) {
 		t.Errorf("Decode still knows the special token: got %q", got)
 	}
 }
+
+// TestModelFieldOrder checks that merges read before the vocabulary or before continuing_subword_prefix (other
+// writers than Hugging Face may order fields so) give the same model.
+func TestModelFieldOrder(t *testing.T) {
+	for _, model := range []string{
+		`{"type": "BPE", "continuing_subword_prefix": "##", "vocab": {"a": 0, "##b": 1, "ab": 2, "b": 3}, "merges": ["a ##b"]}`,
+		`{"merges": [["a", "##b"]], "type": "BPE", "vocab": {"a": 0, "##b": 1, "ab": 2, "b": 3}, "continuing_subword_prefix": "##"}`,
+		`{"vocab": {"a": 0, "##b": 1, "ab": 2, "b": 3}, "merges": ["a ##b"], "continuing_subword_prefix": "##"}`,
+	} {
+		tok, err := Parse([]byte(`{"model": `+model+`}`), nil)
+		if err != nil {
+			t.Errorf("%s: %v", model, err)
+			continue
+		}
+		if got := encode(t, tok, "ab", false); !slices.Equal(got, []int{2}) {
+			t.Errorf("%s: got %v", model, got)
+		}
+	}
+}
