@@ -38,7 +38,7 @@ type bpe struct {
 	metaspaceWords bool
 
 	mu    sync.Mutex
-	cache map[string][]int32
+	cache [2]map[string][]int32 // merged words: [0] plain, [1] byte-level (a tokenizer normally makes one kind)
 
 	scratch sync.Pool // *bpeScratch
 }
@@ -275,7 +275,7 @@ func (b *bpe) initTables() {
 			}
 		}
 	}
-	b.cache = make(map[string][]int32)
+	b.cache = [2]map[string][]int32{{}, {}}
 }
 
 // useMetaspaceWords turns on the word split described at bpe.metaspaceWords when the tokenizer has no
@@ -333,7 +333,7 @@ func (b *bpe) encodeWord(word string, byteLevel bool, out []int) ([]int, error) 
 	cacheable := len(word) <= maxCachedWord
 	if cacheable {
 		b.mu.Lock()
-		ids, ok := b.cache[cacheKey(word, byteLevel)]
+		ids, ok := b.cache[cacheIndex(byteLevel)][word]
 		b.mu.Unlock()
 		if ok {
 			for _, id := range ids {
@@ -363,21 +363,21 @@ func (b *bpe) encodeWord(word string, byteLevel bool, out []int) ([]int, error) 
 			ids[i] = int32(id)
 		}
 		b.mu.Lock()
-		if len(b.cache) >= maxCacheSize {
-			clear(b.cache)
+		c := b.cache[cacheIndex(byteLevel)]
+		if len(c) >= maxCacheSize {
+			clear(c)
 		}
-		b.cache[cacheKey(word, byteLevel)] = ids
+		c[strings.Clone(word)] = ids // a copy: word may be a slice of a long text
 		b.mu.Unlock()
 	}
 	return out, nil
 }
 
-// cacheKey keeps byte-level and plain words apart (a tokenizer normally produces only one kind).
-func cacheKey(word string, byteLevel bool) string {
+func cacheIndex(byteLevel bool) int {
 	if byteLevel {
-		return word
+		return 1
 	}
-	return "\x00" + word
+	return 0
 }
 
 type symbol struct {
