@@ -115,7 +115,7 @@ func parseDecodeSteps(raw json.RawMessage) ([]decodeStep, error) {
 // decodeState carries what a chunked run needs from the chunks before it.
 type decodeState struct {
 	seen      int      // tokens already decoded
-	stripLeft []int    // per step: leading characters a fused Strip may still remove (-1: not started)
+	stripLeft []int    // per step: leading characters a fused Strip may still remove
 	held      []string // per step: trailing characters a fused Strip holds back until it knows they are not last
 }
 
@@ -421,7 +421,9 @@ func (t *Tokenizer) Decode(ids []int, skipSpecialTokens bool) string {
 
 // StreamDecoder decodes generated ids one at a time for streaming output. The texts returned by Next and Flush
 // concatenate to exactly Decode of all the ids, and never split a UTF-8 character: bytes spelled out by
-// byte-fallback or byte-level tokens are held until their character is complete.
+// byte-level tokens are held until their character is complete, and a run of byte-fallback tokens ("<0xE2>"…)
+// until a token that is not a byte ends it (Hugging Face turns the whole run into U+FFFD when any of it is
+// invalid, so only a finished run is final).
 type StreamDecoder struct {
 	t           *Tokenizer
 	skipSpecial bool
