@@ -11,15 +11,6 @@ import (
 	"strings"
 )
 
-// tokenizerFile is the top level of a Hugging Face tokenizer.json. Components stay raw until their "type" is known.
-type tokenizerFile struct {
-	AddedTokens   []addedTokenJSON
-	Normalizer    json.RawMessage
-	PreTokenizer  json.RawMessage
-	PostProcessor json.RawMessage
-	Decoder       json.RawMessage
-}
-
 type addedTokenJSON struct {
 	ID         int    `json:"id"`
 	Content    string `json:"content"`
@@ -102,11 +93,7 @@ func LoadFiles(tokenizerJSON, configJSON string) (*Tokenizer, error) {
 	}
 	t, err := Parse(data, cfgData)
 	if err != nil {
-		name := tokenizerJSON
-		if configJSON != "" {
-			name += " + " + filepath.Base(configJSON)
-		}
-		return nil, fmt.Errorf("tokenizer %s: %w", name, err)
+		return nil, fmt.Errorf("tokenizer in %s: %w", filepath.Dir(tokenizerJSON), err)
 	}
 	return t, nil
 }
@@ -125,10 +112,9 @@ func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
-	f := tokenizerFile{Normalizer: fields["normalizer"], PreTokenizer: fields["pre_tokenizer"],
-		PostProcessor: fields["post_processor"], Decoder: fields["decoder"]}
+	var added []addedTokenJSON
 	if raw := fields["added_tokens"]; !isNull(raw) {
-		if err := json.Unmarshal(raw, &f.AddedTokens); err != nil {
+		if err := json.Unmarshal(raw, &added); err != nil {
 			return nil, fmt.Errorf("tokenizer.json added_tokens: %w", err)
 		}
 	}
@@ -142,17 +128,17 @@ func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
 		}
 	}
 
-	if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
-		return nil, fmt.Errorf("normalizer: %w", err)
+	if t.normalizer, err = parseNormalizer(fields["normalizer"]); err != nil {
+		return nil, fmt.Errorf("tokenizer.json normalizer: %w", err)
 	}
-	if t.preTokenizer, err = parsePreTokenizer(f.PreTokenizer); err != nil {
-		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	if t.preTokenizer, err = parsePreTokenizer(fields["pre_tokenizer"]); err != nil {
+		return nil, fmt.Errorf("tokenizer.json pre_tokenizer: %w", err)
 	}
-	if t.decoder, err = parseDecoder(f.Decoder); err != nil {
-		return nil, fmt.Errorf("decoder: %w", err)
+	if t.decoder, err = parseDecoder(fields["decoder"]); err != nil {
+		return nil, fmt.Errorf("tokenizer.json decoder: %w", err)
 	}
-	if err := t.initAdded(f.AddedTokens, cfg.SplitSpecial); err != nil {
-		return nil, fmt.Errorf("added_tokens: %w", err)
+	if err := t.initAdded(added, cfg.SplitSpecial); err != nil {
+		return nil, fmt.Errorf("tokenizer.json added_tokens: %w", err)
 	}
 	t.model.useMetaspaceWords(t.preTokenizer == nil)
 
@@ -172,7 +158,7 @@ func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
 	}
 	t.bosText, t.eosText = bos, eos
 
-	if isNull(f.PostProcessor) {
+	if isNull(fields["post_processor"]) {
 		// No post-processor: tokenizer_config.json's add_bos_token / add_eos_token decide (as transformers does).
 		if cfg.AddBOS != nil && *cfg.AddBOS {
 			if t.bos < 0 {
@@ -186,8 +172,8 @@ func Parse(tokenizerData, configData []byte) (*Tokenizer, error) {
 			}
 			t.post.suffix = []int{t.eos}
 		}
-	} else if t.post, err = parsePostProcessor(f.PostProcessor, t); err != nil {
-		return nil, fmt.Errorf("post_processor: %w", err)
+	} else if t.post, err = parsePostProcessor(fields["post_processor"], t); err != nil {
+		return nil, fmt.Errorf("tokenizer.json post_processor: %w", err)
 	}
 
 	if t.chatTemplate, err = parseChatTemplate(cfg.ChatTemplate); err != nil {
