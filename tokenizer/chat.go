@@ -31,7 +31,13 @@ func (t *Tokenizer) HasChatTemplate() bool { return t.chatTemplate != "" }
 // ApplyChatTemplate renders the tokenizer's Jinja chat template as transformers does (trim_blocks and
 // lstrip_blocks on; bos_token, eos_token, add_generation_prompt and raise_exception defined). The result holds
 // special tokens as text: encode it with addSpecialTokens false when the template writes the BOS itself.
-func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (_ string, err error) {
+func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error) {
+	return t.ApplyChatTemplateWith(msgs, addGenerationPrompt, nil)
+}
+
+// ApplyChatTemplateWith is ApplyChatTemplate with more template variables, such as Qwen3's
+// {"enable_thinking": false}. They cannot replace the ones ApplyChatTemplate defines.
+func (t *Tokenizer) ApplyChatTemplateWith(msgs []Message, addGenerationPrompt bool, vars map[string]any) (_ string, err error) {
 	if t.chatTemplate == "" {
 		return "", ErrNoChatTemplate
 	}
@@ -50,6 +56,7 @@ func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) 
 		messages[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
+	ctx.Update(exec.NewContext(vars))
 	ctx.Update(exec.NewContext(map[string]any{
 		"messages":              messages,
 		"add_generation_prompt": addGenerationPrompt,

@@ -53,6 +53,10 @@ func TestChatTemplateQwen3(t *testing.T) {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
 	}
+	noThink, err := tok.ApplyChatTemplateWith([]Message{{"user", "Hi"}}, true, map[string]any{"enable_thinking": false})
+	if want := "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"; err != nil || noThink != want {
+		t.Errorf("enable_thinking false:\n got %q, %v\nwant %q", noThink, err, want)
+	}
 	// The rendered prompt encodes its markers as special tokens.
 	ids := encode(t, tok, render(t, tok, []Message{{"user", "Hi"}}, true), false)
 	if ids[0] != 151644 || ids[len(ids)-3] != 151644 {
