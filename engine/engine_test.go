@@ -398,3 +398,39 @@ func TestMonitorStopsOnOverflow(t *testing.T) {
 		t.Fatalf("got %v, want a guard problem (NaN or all-zero logits)", err)
 	}
 }
+
+// TestCorruptShardMidStream: a shard corrupted after Open fails the generation with an error naming the shard,
+// raised by the prefetch stage and carried to the caller; the other stages stop.
+func TestCorruptShardMidStream(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 10})
+	e := open(t, model, Options{})
+	path := filepath.Join(e.Dir(), "layer.5.shard")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff // inside the tensor data
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Generate(context.Background(), Request{PromptIDs: []int{1, 2}, MaxNewTokens: 3}, nil)
+	if err == nil || !strings.Contains(err.Error(), "layer.5") {
+		t.Fatalf("got %v, want an error naming layer.5's shard", err)
+	}
+	t.Log(err)
+}
+
+func TestCallerStop(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 11})
+	e := open(t, model, Options{})
+	n := 0
+	res, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 2}, MaxNewTokens: 10, StopIDs: []int{}}, func(Token) error {
+		if n++; n == 2 {
+			return ErrStopped
+		}
+		return nil
+	})
+	if err != nil || len(res.GeneratedIDs) != 2 || res.StopReason != StopCaller {
+		t.Fatalf("got %v, %+v; want 2 tokens stopped by the caller", err, res)
+	}
+}

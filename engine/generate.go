@@ -37,6 +37,8 @@ const (
 	StopEOS          = "eos"
 	StopMaxNewTokens = "max_new_tokens"
 	StopContext      = "context"
+	// StopCaller: the onToken callback returned ErrStopped.
+	StopCaller = "stopped"
 )
 
 // Result is a finished generation.
@@ -83,6 +85,9 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		maxNew = maxPos - n
 	case n+maxNew > maxPos:
 		return nil, fmt.Errorf("engine: prompt (%d tokens) + max new tokens (%d) = %d exceeds the model's context of %d positions (max_position_embeddings)", n, maxNew, n+maxNew, maxPos)
+	}
+	if w := e.cfg.SlidingWindow; w != nil && *w > 0 && n+maxNew > *w {
+		return nil, fmt.Errorf("engine: prompt + max new tokens = %d positions exceed config.json sliding_window (%d); sliding-window attention is not implemented, so positions past the window would attend too far back", n+maxNew, *w)
 	}
 	sm, err := newSampler(req.Sampling)
 	if err != nil {
@@ -137,6 +142,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		if onToken != nil {
 			if err := onToken(Token{ID: id, Step: step}); err != nil {
 				if errors.Is(err, ErrStopped) {
+					res.StopReason = StopCaller
 					break
 				}
 				return nil, err
