@@ -126,8 +126,14 @@ func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
 	conv, copied, err := w.fill(l, unitPrefix(l.Unit.Name))
 	step, layer := int(e.step.Load()), layerIndex(l.Unit.Name)
 	elapsed := time.Since(start)
-	e.prof.Record(profiler.Decode, step, layer, start, elapsed*time.Duration(conv)/time.Duration(max(conv+copied, 1)), conv)
-	e.prof.Record(profiler.H2D, step, layer, start, elapsed*time.Duration(copied)/time.Duration(max(conv+copied, 1)), copied)
+	// One fill may both convert and copy: split its time between the two in proportion to the bytes.
+	convTime := time.Duration(float64(elapsed) * float64(conv) / float64(max(conv+copied, 1)))
+	if conv > 0 {
+		e.prof.Record(profiler.Decode, step, layer, start, convTime, conv)
+	}
+	if copied > 0 {
+		e.prof.Record(profiler.H2D, step, layer, start.Add(convTime), elapsed-convTime, copied)
+	}
 	return err
 }
 
