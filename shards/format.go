@@ -32,6 +32,7 @@ const (
 	dataAlign    = 64
 	pageSize     = 4096
 	shuffleBlock = 64 << 10 // shuffle-zstd shuffles bytes within blocks of this size
+	frameSize    = 4 << 20  // decoded bytes per zstd frame (a multiple of shuffleBlock)
 	// maxZstdRatio bounds zstd's expansion: at best a 4-byte RLE block stands for 128 KiB.
 	maxZstdRatio = 32 << 10
 )
@@ -81,7 +82,10 @@ type TensorInfo struct {
 	Length        int64    `json:"length"`
 	Encoding      Encoding `json:"encoding"`
 	EncodedLength int64    `json:"encoded_length"`
-	CRC32C        uint32   `json:"crc32c"`
+	// Frames are the stored lengths of an encoded tensor's zstd frames, one per frameSize bytes of decoded
+	// data (the last may be shorter), so frames decode in parallel. Empty for raw tensors.
+	Frames []int64 `json:"frames,omitempty"`
+	CRC32C uint32  `json:"crc32c"`
 }
 
 func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
@@ -215,12 +219,36 @@ func validateTensor(t *TensorInfo, dataEnd int64) error {
 		return fmt.Errorf("raw tensor of %d bytes has encoded length %d", t.Length, t.EncodedLength)
 	case t.Encoding != Raw && (t.EncodedLength <= 0 || t.EncodedLength >= t.Length):
 		return fmt.Errorf("%s tensor of %d bytes has encoded length %d (must be positive and smaller)", t.Encoding, t.Length, t.EncodedLength)
-	case t.Encoding != Raw && t.Length/maxZstdRatio > t.EncodedLength:
-		// Checked before a decode area of Length bytes is allocated for it.
-		return fmt.Errorf("%s tensor of %d bytes cannot be encoded in %d bytes", t.Encoding, t.Length, t.EncodedLength)
+	case t.Encoding == Raw && len(t.Frames) != 0:
+		return fmt.Errorf("raw tensor has %d zstd frames", len(t.Frames))
+	case t.Encoding != Raw:
+		if err := validateFrames(t); err != nil {
+			return err
+		}
 	}
 	if t.Offset%dataAlign != 0 || t.Offset < prefixSize || t.Offset > dataEnd || t.EncodedLength > dataEnd-t.Offset {
 		return fmt.Errorf("byte range [%d, +%d) is misaligned or outside the data section [%d, %d)", t.Offset, t.EncodedLength, prefixSize, dataEnd)
+	}
+	return nil
+}
+
+// validateFrames checks an encoded tensor's frame list: one frame per frameSize decoded bytes, summing to the
+// encoded length, none claiming more than zstd's maximum expansion (checked before a decode area of Length bytes
+// is allocated).
+func validateFrames(t *TensorInfo) error {
+	if want := (t.Length + frameSize - 1) / frameSize; int64(len(t.Frames)) != want {
+		return fmt.Errorf("%s tensor of %d bytes has %d zstd frames, want %d", t.Encoding, t.Length, len(t.Frames), want)
+	}
+	var sum int64
+	for i, n := range t.Frames {
+		raw := min(frameSize, t.Length-int64(i)*frameSize)
+		if n <= 0 || n > t.EncodedLength || raw/maxZstdRatio > n {
+			return fmt.Errorf("%s tensor: frame %d of %d decoded bytes has an impossible stored length %d", t.Encoding, i, raw, n)
+		}
+		sum += n
+	}
+	if sum != t.EncodedLength {
+		return fmt.Errorf("%s tensor: frames sum to %d bytes, encoded length is %d", t.Encoding, sum, t.EncodedLength)
 	}
 	return nil
 }
@@ -241,7 +269,8 @@ func decodeSize(ts []TensorInfo) int64 {
 func sameTensors(a, b []TensorInfo) bool {
 	return slices.EqualFunc(a, b, func(x, y TensorInfo) bool {
 		return x.Name == y.Name && x.DType == y.DType && slices.Equal(x.Shape, y.Shape) && x.Offset == y.Offset &&
-			x.Length == y.Length && x.Encoding == y.Encoding && x.EncodedLength == y.EncodedLength && x.CRC32C == y.CRC32C
+			x.Length == y.Length && x.Encoding == y.Encoding && x.EncodedLength == y.EncodedLength &&
+			slices.Equal(x.Frames, y.Frames) && x.CRC32C == y.CRC32C
 	})
 }
 

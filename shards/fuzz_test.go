@@ -110,7 +110,7 @@ func FuzzShardHeader(f *testing.F) {
 // declared length and checksum.
 func FuzzShardLoad(f *testing.F) {
 	addSeeds(f)
-	dec, err := newDecoder(1 << 20)
+	dec, err := newDecoder()
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -32,7 +32,9 @@ type manifestRow struct {
 	Checksum      int64  `parquet:"checksum"` // CRC-32C of the decoded bytes
 	Encoding      string `parquet:"encoding"`
 	EncodedLength int64  `parquet:"encoded_length"`
-	FileSize      int64  `parquet:"file_size"` // size of File in bytes
+	// Frames are the stored lengths of an encoded tensor's zstd frames (empty when raw).
+	Frames   []int64 `parquet:"frames,list"`
+	FileSize int64   `parquet:"file_size"` // size of File in bytes
 }
 
 // unitLayer returns N for "layer.N" and -1 for the other unit names; ok is false for a name that is no unit.
@@ -59,7 +61,7 @@ func manifestRows(units []UnitInfo) []manifestRow {
 			rows = append(rows, manifestRow{
 				Tensor: t.Name, Unit: u.Name, Layer: int32(u.Layer), DType: string(t.DType), Shape: t.Shape,
 				File: u.File, Offset: t.Offset, Length: t.Length, Checksum: int64(t.CRC32C),
-				Encoding: string(t.Encoding), EncodedLength: t.EncodedLength, FileSize: u.FileSize,
+				Encoding: string(t.Encoding), EncodedLength: t.EncodedLength, Frames: t.Frames, FileSize: u.FileSize,
 			})
 		}
 	}
@@ -119,6 +121,9 @@ func readManifest(dir string) ([]UnitInfo, error) {
 		}
 		t := TensorInfo{Name: r.Tensor, DType: checkpoint.DType(r.DType), Shape: r.Shape, Offset: r.Offset,
 			Length: r.Length, Encoding: Encoding(r.Encoding), EncodedLength: r.EncodedLength, CRC32C: uint32(r.Checksum)}
+		if len(r.Frames) > 0 {
+			t.Frames = r.Frames
+		}
 		if err := validateTensor(&t, r.FileSize); err != nil {
 			return nil, fmt.Errorf("%s: row %d (tensor %q): %w", path, i, r.Tensor, err)
 		}

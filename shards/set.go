@@ -246,21 +246,15 @@ func readWhole(path string, buf *Buffer, want int64, open func(string) (*os.File
 
 // decoder returns the set's zstd decoder, created on first use and reused for every tensor.
 func (s *Set) decoder() (*zstd.Decoder, error) {
-	s.decOnce.Do(func() {
-		var maxLen int64
-		for _, u := range s.units {
-			for _, t := range u.Tensors {
-				maxLen = max(maxLen, t.Length)
-			}
-		}
-		s.dec, s.decErr = newDecoder(maxLen)
-	})
+	s.decOnce.Do(func() { s.dec, s.decErr = newDecoder() })
 	return s.dec, s.decErr
 }
 
-func newDecoder(maxLen int64) (*zstd.Decoder, error) {
-	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
-		zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(uint64(max(maxLen, 1))))
+// newDecoder returns a zstd decoder for shard frames. DecodeAll writes only into the caller's slice (cap limit),
+// and the window and memory bounds keep a corrupted frame header from making it allocate more than a frame needs.
+func newDecoder() (*zstd.Decoder, error) {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderMaxWindow(4*frameSize), zstd.WithDecoderMaxMemory(4*frameSize))
 	if err != nil {
 		return nil, fmt.Errorf("zstd decoder: %w", err)
 	}
@@ -287,11 +281,33 @@ func decodeTensors(ctx context.Context, name string, file []byte, h *shardHeader
 		pos += t.Length
 		encoded = append(encoded, i)
 	}
+	// Decompression: every frame of every encoded tensor is a job.
+	type frame struct {
+		tensor, index   int
+		stored, decoded []byte
+	}
+	var frames []frame
+	for _, i := range encoded {
+		t := h.Tensors[i]
+		off := t.Offset
+		for f, n := range t.Frames {
+			lo := int64(f) * frameSize
+			hi := min(lo+frameSize, t.Length)
+			frames = append(frames, frame{i, f, file[off : off+n : off+n], data[i][lo:hi:hi]})
+			off += n
+		}
+	}
 	errs := make([]error, len(h.Tensors))
-	parallel(ctx, len(encoded), func(k int) {
-		i := encoded[k]
-		errs[i] = decodeTensor(file, h.Tensors[i], data[i], dec)
+	frameErrs := make([]error, len(frames))
+	parallel(ctx, len(frames), func(k int) {
+		fr := frames[k]
+		frameErrs[k] = decodeFrame(fr.stored, fr.decoded, h.Tensors[fr.tensor], dec)
 	})
+	for k, err := range frameErrs {
+		if err != nil && errs[frames[k].tensor] == nil {
+			errs[frames[k].tensor] = fmt.Errorf("zstd frame %d: %w", frames[k].index, err)
+		}
+	}
 
 	// Checksums: split every tensor into segments, checksum them in parallel, combine per tensor.
 	type segment struct{ tensor, off, n int }
@@ -349,23 +365,22 @@ func parallel(ctx context.Context, n int, f func(i int)) {
 	wg.Wait()
 }
 
-// decodeTensor decompresses encoded tensor t from file into slot (exactly t.Length bytes).
-func decodeTensor(file []byte, t TensorInfo, slot []byte, dec func() (*zstd.Decoder, error)) error {
-	stored := file[t.Offset : t.Offset+t.EncodedLength : t.Offset+t.EncodedLength]
+// decodeFrame decompresses one zstd frame of encoded tensor t into dst (exactly the frame's decoded size).
+func decodeFrame(stored, dst []byte, t TensorInfo, dec func() (*zstd.Decoder, error)) error {
 	d, err := dec()
 	if err != nil {
 		return err
 	}
-	got, err := d.DecodeAll(stored, slot[:0])
+	got, err := d.DecodeAll(stored, dst[:0])
 	if err != nil {
 		return fmt.Errorf("%s: %w (corrupted file?)", t.Encoding, err)
 	}
-	if len(got) != len(slot) || (len(got) > 0 && &got[0] != &slot[0]) {
-		return fmt.Errorf("%s: decoded %d bytes, want %d (corrupted file?)", t.Encoding, len(got), len(slot))
+	if len(got) != len(dst) || (len(got) > 0 && &got[0] != &dst[0]) {
+		return fmt.Errorf("%s: decoded %d bytes, want %d (corrupted file?)", t.Encoding, len(got), len(dst))
 	}
 	if t.Encoding == ShuffleZstd {
 		tmp := blockPool.Get().(*[]byte)
-		unshuffleInPlace(slot, *tmp, t.DType.Size())
+		unshuffleInPlace(dst, *tmp, t.DType.Size())
 		blockPool.Put(tmp)
 	}
 	return nil

@@ -284,7 +284,7 @@ func (w *splitter) close() {
 // decoder returns a zstd decoder for checking existing shards, created on first use.
 func (w *splitter) decoder() (*zstd.Decoder, error) {
 	if w.dec == nil {
-		d, err := newDecoder(w.total)
+		d, err := newDecoder()
 		if err != nil {
 			return nil, err
 		}
@@ -459,15 +459,15 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	}
 	ti.CRC32C = crc32c(w.raw)
 	if w.coder == nil {
-		if w.coder, err = newEncoder(); err != nil {
+		if w.coder, err = newEncoder(w.enc); err != nil {
 			return ti, err
 		}
 	}
-	stored, enc, err := w.coder.encode(w.raw, w.enc, t.DType.Size())
+	stored, frames, enc, err := w.coder.encode(w.raw, w.enc, t.DType.Size())
 	if err != nil {
 		return ti, err
 	}
-	ti.Encoding, ti.EncodedLength = enc, int64(len(stored))
+	ti.Encoding, ti.EncodedLength, ti.Frames = enc, int64(len(stored)), slices.Clone(frames)
 	if _, err := cw.Write(stored); err != nil {
 		return ti, err
 	}
