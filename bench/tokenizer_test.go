@@ -77,6 +77,34 @@ func BenchmarkTokenizerEncode(b *testing.B) {
 	}
 }
 
+// BenchmarkTokenizerEncodeCold is BenchmarkTokenizerEncode with an empty word cache: each pass encodes with a
+// freshly loaded tokenizer (the load is not timed).
+func BenchmarkTokenizerEncodeCold(b *testing.B) {
+	paras, size := englishParagraphs(b)
+	for _, c := range []struct{ name, dir string }{
+		{"qwen3", "tokenizers/qwen3"},
+		{"llama2-32k", "tokenizers/llama2-32k"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			dir := testutil.SharedPath(b, "models", c.dir)
+			b.SetBytes(size)
+			for b.Loop() {
+				b.StopTimer()
+				tok, err := tokenizer.Load(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				for _, p := range paras {
+					if _, err := tok.Encode(p, true); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkTokenizerLoad measures loading a tokenizer.json (Qwen3: 151k tokens and merges, 11 MB).
 func BenchmarkTokenizerLoad(b *testing.B) {
 	for _, c := range []struct{ name, dir string }{

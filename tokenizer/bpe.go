@@ -387,9 +387,10 @@ type symbol struct {
 }
 
 type mergeCandidate struct {
-	rank  uint32
-	pos   int32
-	newID int32
+	rank        uint32
+	pos         int32
+	left, right int32 // the pair's ids when queued
+	newID       int32
 }
 
 type bpeScratch struct {
@@ -490,6 +491,7 @@ func (b *bpe) unknownByteLevel(c byte) error {
 }
 
 // mergeAll applies merges lowest rank first (ties: leftmost first), exactly as Hugging Face's Word::merge_all.
+// A queued pair is stale once either side has changed (a changed side changes the merged token too).
 func (b *bpe) mergeAll(s *bpeScratch) {
 	syms := s.syms
 	h := s.heap[:0]
@@ -498,8 +500,9 @@ func (b *bpe) mergeAll(s *bpeScratch) {
 		if next < 0 {
 			return
 		}
-		if v, ok := b.merges[uint64(syms[pos].id)<<32|uint64(syms[next].id)]; ok {
-			h = heapPush(h, mergeCandidate{rank: uint32(v >> 32), pos: pos, newID: int32(uint32(v))})
+		left, right := syms[pos].id, syms[next].id
+		if v, ok := b.merges[uint64(left)<<32|uint64(right)]; ok {
+			h = heapPush(h, mergeCandidate{rank: uint32(v >> 32), pos: pos, left: left, right: right, newID: int32(uint32(v))})
 		}
 	}
 	for i := range syms {
@@ -513,8 +516,7 @@ func (b *bpe) mergeAll(s *bpeScratch) {
 			continue
 		}
 		right := syms[cur.next]
-		v, ok := b.merges[uint64(cur.id)<<32|uint64(right.id)]
-		if !ok || int32(uint32(v)) != top.newID {
+		if cur.id != top.left || right.id != top.right {
 			continue // stale: one side changed since this pair was queued
 		}
 		cur.id = top.newID
