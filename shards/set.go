@@ -263,7 +263,7 @@ func newDecoder() (*zstd.Decoder, error) {
 
 // decodeTensors verifies and decodes the tensors of a parsed shard held in file. Raw tensors alias file;
 // encoded ones are decompressed into area at 64-byte-aligned positions. Both phases run on all cores:
-// decompression one tensor per goroutine, then checksums over crcSegment-sized pieces, combined per tensor.
+// decompression one zstd frame per job, then checksums over crcSegment-sized pieces, combined per tensor.
 func decodeTensors(ctx context.Context, name string, file []byte, h *shardHeader, area []byte, dec func() (*zstd.Decoder, error)) (map[string]Tensor, error) {
 	if need := decodeSize(h.Tensors); need > int64(len(area)) {
 		return nil, fmt.Errorf("shard %s: decode area is %d bytes, the shard needs %d", name, len(area), need)
@@ -331,8 +331,13 @@ func decodeTensors(ctx context.Context, name string, file []byte, h *shardHeader
 		return nil, err
 	}
 	sums := make([]uint32, len(h.Tensors))
+	shift := segmentShift()
 	for k, s := range segs {
-		sums[s.tensor] = crc32cCombine(sums[s.tensor], crcs[k], int64(s.n))
+		if s.n == crcSegment {
+			sums[s.tensor] = gf2Times(&shift, sums[s.tensor]) ^ crcs[k]
+		} else {
+			sums[s.tensor] = crc32cCombine(sums[s.tensor], crcs[k], int64(s.n))
+		}
 	}
 	m := make(map[string]Tensor, len(h.Tensors))
 	for i, t := range h.Tensors {
@@ -350,6 +355,15 @@ func decodeTensors(ctx context.Context, name string, file []byte, h *shardHeader
 
 // crcSegment is the piece size for parallel checksums.
 const crcSegment = 4 << 20
+
+// segmentShift is the GF(2) matrix that appends crcSegment zero bytes to a CRC-32C: combining a full segment is
+// one matrix-vector product. Column j is the shifted CRC with only bit j set.
+var segmentShift = sync.OnceValue(func() (m [32]uint32) {
+	for j := range m {
+		m[j] = crc32cCombine(1<<j, 0, crcSegment)
+	}
+	return m
+})
 
 // parallel runs f(0..n-1) on up to GOMAXPROCS goroutines, stopping early when ctx is done.
 func parallel(ctx context.Context, n int, f func(i int)) {

@@ -510,6 +510,11 @@ func TestCRC32CCombine(t *testing.T) {
 			t.Fatalf("cut %d: combined %08x, want %08x", cut, got, want)
 		}
 	}
+	shift := segmentShift()
+	cut := len(b) - crcSegment
+	if got, want := gf2Times(&shift, crc32c(b[:cut]))^crc32c(b[cut:]), crc32c(b); got != want {
+		t.Fatalf("segment shift: %08x, want %08x", got, want)
+	}
 }
 
 func TestManifestValidation(t *testing.T) {
