@@ -384,7 +384,17 @@ type symbol struct {
 	id         int32
 	prev, next int32 // neighbour indexes, -1 at the ends
 	size       int32 // bytes covered; 0 once merged into the symbol on its left
+
+	// The merge of this symbol with the next one (mergeShort only): its rank (noMerge when there is none) and
+	// the merged id.
+	rank  uint32
+	newID int32
 }
+
+const noMerge = ^uint32(0)
+
+// maxShortWord is the most symbols a word may have for mergeShort; longer ones go through the heap.
+var maxShortWord = 48
 
 type mergeCandidate struct {
 	rank        uint32
@@ -490,9 +500,64 @@ func (b *bpe) unknownByteLevel(c byte) error {
 	return fmt.Errorf("byte-level character %q (byte 0x%02X) is not in the vocabulary", byteLevelRunes[c], c)
 }
 
-// mergeAll applies merges lowest rank first (ties: leftmost first), exactly as Hugging Face's Word::merge_all.
-// A queued pair is stale once either side has changed (a changed side changes the merged token too).
+// mergeAll applies merges lowest rank first (ties: leftmost first), exactly as Hugging Face's Word::merge_all:
+// by scanning for short words, with a priority queue for long ones.
 func (b *bpe) mergeAll(s *bpeScratch) {
+	if len(s.syms) < 2 {
+		return
+	}
+	if len(s.syms) <= maxShortWord {
+		b.mergeShort(s.syms)
+		return
+	}
+	b.mergeLong(s)
+}
+
+// mergeShort finds the best pair by scanning the ranks kept on the symbols: no queue, and only the two pairs
+// around each merge are looked up again.
+func (b *bpe) mergeShort(syms []symbol) {
+	pairAt := func(pos int32) {
+		sym := &syms[pos]
+		sym.rank = noMerge
+		if sym.next < 0 {
+			return
+		}
+		if v, ok := b.merges[uint64(sym.id)<<32|uint64(syms[sym.next].id)]; ok {
+			sym.rank, sym.newID = uint32(v>>32), int32(uint32(v))
+		}
+	}
+	for i := range syms {
+		pairAt(int32(i))
+	}
+	for {
+		best, bestRank := int32(-1), noMerge
+		for i := int32(0); i >= 0; i = syms[i].next {
+			if syms[i].rank < bestRank { // strictly less: the leftmost of equal ranks wins
+				best, bestRank = i, syms[i].rank
+			}
+		}
+		if best < 0 {
+			return
+		}
+		cur := &syms[best]
+		right := syms[cur.next]
+		cur.id = cur.newID
+		cur.size += right.size
+		syms[cur.next].size = 0
+		cur.next = right.next
+		if right.next >= 0 {
+			syms[right.next].prev = best
+		}
+		if cur.prev >= 0 {
+			pairAt(cur.prev)
+		}
+		pairAt(best)
+	}
+}
+
+// mergeLong uses a priority queue of candidate pairs. A queued pair is stale once either side has changed (a
+// changed side changes the merged token too).
+func (b *bpe) mergeLong(s *bpeScratch) {
 	syms := s.syms
 	h := s.heap[:0]
 	pairAt := func(pos int32) {

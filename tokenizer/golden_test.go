@@ -295,3 +295,24 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestMergeShortMatchesQueue checks that the scanning merge of short words and the priority-queue merge agree,
+// by encoding with every word sent through the queue.
+func TestMergeShortMatchesQueue(t *testing.T) {
+	texts := slices.Clone(extraTexts)
+	for _, c := range loadGolden(t, "qwen3") {
+		texts = append(texts, c.Text, strings.Repeat(c.Text, 5))
+	}
+	for _, dir := range []string{"tokenizers/qwen3", "tokenizers/llama2-32k"} {
+		short, long := loadShared(t, dir), loadShared(t, dir)
+		for _, text := range texts {
+			want := encode(t, short, text, true)
+			maxShortWord = 0
+			got := encode(t, long, text, true)
+			maxShortWord = 48
+			if !slices.Equal(got, want) {
+				t.Errorf("%s %q: queue %v, scan %v", dir, text, got, want)
+			}
+		}
+	}
+}
