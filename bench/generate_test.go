@@ -74,8 +74,21 @@ func BenchmarkGenerateDecode(b *testing.B) {
 				prefill += res.Timings.PrefillTokensPerSec
 			}
 			b.ReportMetric(decode/float64(b.N), "decode_tok/s")
+			// Weight bytes multiplied per decoded token (f32 on the device): the decode weight throughput.
+			b.ReportMetric(decode/float64(b.N)*float64(weightBytesPerToken(shape))/1e9, "weights_GB/s")
 			b.ReportMetric(prefill/float64(b.N), "prefill_tok/s")
 			b.ReportMetric(float64(shape.NumLayers), "layers")
 		})
 	}
+}
+
+// weightBytesPerToken is the f32 bytes of every decoder layer plus the output projection.
+func weightBytesPerToken(s synth.Shape) int64 {
+	d := s.HeadDim
+	if d == 0 {
+		d = s.HiddenSize / s.NumHeads
+	}
+	h, q, kv := int64(s.HiddenSize), int64(s.NumHeads*d), int64(s.NumKVHeads*d)
+	layer := 2*h*q + 2*h*kv + 3*h*int64(s.IntermediateSize) + 2*h
+	return 4 * (int64(s.NumLayers)*layer + int64(s.VocabSize)*h + h)
 }

@@ -215,7 +215,10 @@ func (e *Engine) init(ctx context.Context) error {
 		e.opts.MaxLayerBuffers = int(min(n, int64(c.NumHiddenLayers)))
 	}
 
-	if e.backend, err = simplego.New(""); err != nil {
+	// ops_sequential: simplego's parallel op scheduler races when one value feeds several reshapes (found with
+	// go test -race: a consumer it believes owns the buffer rewrites its shape while another reads it). Matrix
+	// products still use every core through their batch axis (see linear), which is where the time goes.
+	if e.backend, err = simplego.New("ops_sequential"); err != nil {
 		return fmt.Errorf("backend: %w", err)
 	}
 	if err := e.buildExecs(); err != nil {
