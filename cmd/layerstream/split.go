@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -18,7 +19,7 @@ func init() {
 	register(command{
 		name:    "split",
 		summary: "split a checkpoint into per-layer shard files plus a manifest (resumable), or --verify a split",
-		usage:   "<checkpoint>",
+		usage:   "<checkpoint folder or Hub repo id>",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			out := fs.String("out", "", "output folder (default <checkpoint>/layerstream if writable, else the layerstream cache)")
 			encoding := fs.String("encoding", "raw", "tensor storage: raw, zstd or shuffle-zstd (lossless)")
@@ -26,13 +27,22 @@ func init() {
 			quiet := fs.Bool("quiet", false, "no progress bar")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 {
-					return usageErrorf("expected one checkpoint folder, got %d arguments", len(args))
+					return usageErrorf("expected one checkpoint folder or repo id, got %d arguments", len(args))
 				}
 				enc, err := shards.ParseEncoding(*encoding)
 				if err != nil {
 					return usageErrorf("--encoding: %v", err)
 				}
-				ck, err := checkpoint.Open(args[0])
+				showProgress := !*quiet && isTerminal(os.Stderr)
+				hubOpts := hub.OptionsFromEnv()
+				if showProgress {
+					hubOpts.Progress = os.Stderr
+				}
+				src, err := hub.Resolve(ctx, args[0], hubOpts) // a local folder comes back as it is
+				if err != nil {
+					return err
+				}
+				ck, err := checkpoint.Open(src)
 				if err != nil {
 					return err
 				}
@@ -45,7 +55,7 @@ func init() {
 				}
 				opts := shards.SplitOptions{Out: dir, Encoding: enc}
 				var bar *progressBar
-				if !*quiet && isTerminal(os.Stderr) {
+				if showProgress {
 					bar = &progressBar{w: os.Stderr, label: "split", start: time.Now()}
 					opts.Progress = bar.update
 				}
