@@ -604,3 +604,28 @@ func TestMultiFrameTensors(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrentLoads(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	s := split(t, ck, t.TempDir(), ShuffleZstd)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			buf := NewBuffer(int(s.MaxBufferSize()))
+			for range 3 {
+				for _, u := range s.Units() {
+					if _, err := s.Load(context.Background(), u.Name, buf); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
