@@ -1,0 +1,188 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/layerstream/layerstream/shards"
+)
+
+// The machine's bandwidths, measured in the same run as the ratios that divide by them.
+
+// memcpyResult is the memory-copy bandwidth: bytes copied per second (each byte is read once and written once).
+type memcpyResult struct {
+	BufferBytes int64         `json:"buffer_bytes"` // size of the source (= destination) buffer
+	Goroutines  int           `json:"goroutines"`
+	Repeats     int           `json:"repeats"`
+	Best        time.Duration `json:"best_ns"`
+	GBps        float64       `json:"gb_per_s"`
+}
+
+// measureMemcpy copies a warm buffer of size bytes into another, split across every core, repeats times, and
+// keeps the fastest copy. Both buffers are touched before timing (the first touch of fresh memory is slow).
+func measureMemcpy(size int64, repeats int) memcpyResult {
+	src := make([]byte, size)
+	dst := make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	n := runtime.GOMAXPROCS(0)
+	part := (len(src) + n - 1) / n
+	best := time.Duration(1<<63 - 1)
+	for range repeats {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for g := range n {
+			lo, hi := min(g*part, len(src)), min((g+1)*part, len(src))
+			wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+		}
+		wg.Wait()
+		best = min(best, time.Since(start))
+	}
+	runtime.KeepAlive(dst)
+	return memcpyResult{BufferBytes: size, Goroutines: n, Repeats: repeats, Best: best,
+		GBps: float64(size) / best.Seconds() / 1e9}
+}
+
+// readResult is the sequential read bandwidth of shard files read with O_DIRECT.
+type readResult struct {
+	Supported bool          `json:"supported"`
+	Reason    string        `json:"reason,omitempty"` // why not, when unsupported
+	Files     int           `json:"files"`
+	Bytes     int64         `json:"bytes"` // per pass
+	Passes    int           `json:"passes"`
+	Best      time.Duration `json:"best_ns"` // fastest pass
+	GBps      float64       `json:"gb_per_s"`
+}
+
+// errDirectRefused reports that the filesystem refused O_DIRECT.
+var errDirectRefused = errors.New("O_DIRECT refused")
+
+// measureDirectRead reads the units' shard files with O_DIRECT, one read of the whole file into a reused
+// page-aligned buffer each (as shards.Set.Load does), passes times, and keeps the fastest pass. O_DIRECT
+// bypasses the page cache, so nothing needs dropping. A filesystem that refuses O_DIRECT (tmpfs, some
+// network filesystems) gives Supported false with the reason; other failures are errors.
+func measureDirectRead(dir string, units []shards.UnitInfo, passes int) (readResult, error) {
+	r := readResult{Files: len(units), Passes: passes}
+	var size int64
+	for _, u := range units {
+		r.Bytes += u.FileSize
+		size = max(size, u.FileSize)
+	}
+	buf := shards.NewBuffer(int(size))
+	r.Best = time.Duration(1<<63 - 1)
+	for range passes {
+		start := time.Now()
+		for _, u := range units {
+			err := readDirect(filepath.Join(dir, u.File), buf.Bytes()[:u.FileSize])
+			if errors.Is(err, errDirectRefused) {
+				return readResult{Reason: err.Error()}, nil
+			}
+			if err != nil {
+				return r, fmt.Errorf("O_DIRECT read of shard %s: %w", u.File, err)
+			}
+		}
+		r.Best = min(r.Best, time.Since(start))
+	}
+	r.Supported = true
+	r.GBps = float64(r.Bytes) / r.Best.Seconds() / 1e9
+	return r, nil
+}
+
+// readDirect reads the file at path, which must be len(dst) bytes long, into dst (page-aligned, a whole number
+// of pages) with O_DIRECT and one ReadAt.
+func readDirect(path string, dst []byte) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("%w by the filesystem of %s: %v", errDirectRefused, path, err)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := f.ReadAt(dst, 0)
+	if errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("%w by the filesystem of %s: %v", errDirectRefused, path, err)
+	}
+	if err != nil {
+		return err
+	}
+	if n != len(dst) {
+		return fmt.Errorf("read %d bytes, want %d", n, len(dst))
+	}
+	return nil
+}
+
+// matmulResult is the backend's matrix-multiplication rate.
+type matmulResult struct {
+	Op      string        `json:"op"`
+	M, K, N int           `json:"-"`
+	Flops   float64       `json:"flops_per_call"` // 2·M·K·N
+	Repeats int           `json:"repeats"`
+	Best    time.Duration `json:"best_ns"`
+	GFlops  float64       `json:"gflop_per_s"`
+}
+
+// measureMatmul times the GoMLX simplego backend's float32 DotGeneral of x [m, k] with w [n, k] contracted over
+// k (x·wᵀ, the Hugging Face weight layout the engine multiplies by), after one untimed call that compiles the
+// graph and puts the inputs on the device, and keeps the fastest of repeats calls.
+func measureMatmul(m, k, n, repeats int) (res matmulResult, err error) {
+	backend, err := simplego.New("")
+	if err != nil {
+		return res, fmt.Errorf("simplego backend: %w", err)
+	}
+	defer backend.Finalize()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("matmul [%d×%d]·[%d×%d]ᵀ: %v", m, k, n, k, r)
+		}
+	}()
+	exec, err := graph.NewExec(backend, func(x, w *graph.Node) *graph.Node {
+		return graph.DotGeneral(x, []int{1}, nil, w, []int{1}, nil)
+	})
+	if err != nil {
+		return res, fmt.Errorf("matmul graph: %w", err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = rng.Float32()*2 - 1
+		}
+		return v
+	}
+	x := tensors.FromFlatDataAndDimensions(random(m*k), m, k)
+	w := tensors.FromFlatDataAndDimensions(random(n*k), n, k)
+	defer x.FinalizeAll()
+	defer w.FinalizeAll()
+	res = matmulResult{Op: fmt.Sprintf("simplego DotGeneral float32 [%d×%d]·[%d×%d]ᵀ", m, k, n, k), M: m, K: k,
+		N: n, Flops: 2 * float64(m) * float64(k) * float64(n), Repeats: repeats, Best: time.Duration(1<<63 - 1)}
+	for i := range repeats + 1 {
+		start := time.Now()
+		outs, err := exec.Exec(x, w)
+		d := time.Since(start)
+		if err != nil {
+			return res, fmt.Errorf("matmul: %w", err)
+		}
+		for _, o := range outs {
+			o.FinalizeAll()
+		}
+		if i > 0 {
+			res.Best = min(res.Best, d)
+		}
+	}
+	res.GFlops = res.Flops / res.Best.Seconds() / 1e9
+	return res, nil
+}

@@ -1,0 +1,140 @@
+// Command speed measures layerstream's speed targets (issue 9) in one run, on a synthetic checkpoint at a real
+// model shape: the machine's memory-copy, O_DIRECT read and matmul rates, then five ratios, each with its goal,
+// the measured value, PASS / FAIL / UNAVAILABLE and the numbers behind it, and the profile of the streamed runs.
+// It exits 1 when a target is missed (failed, or unmeasurable because the engine lacks the feature), 2 on an
+// error. docs/performance.md explains the protocol and how to read the output.
+//
+//	go run ./bench/speed --quick    # 4 layers, about a minute
+//	go run ./bench/speed            # TinyLlama-1.1B shape, all 22 layers, bf16 (≈ 2.2 GB of shards)
+//	scripts/speed.sh --json         # builds the binary first; JSON on stdout, the report on stderr
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+
+	"github.com/layerstream/layerstream/synth"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitMissed = 1 // a target failed or could not be measured for lack of an engine feature
+	exitError  = 2 // bad flags, or the measurement itself failed
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := mainExit(ctx, filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// mainExit runs the harness with command-line args and returns the exit code.
+func mainExit(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	shapeName := fs.String("shape", "tinyllama-1.1b", "model shape of the synthetic checkpoint: "+
+		strings.Join(synth.ShapeNames(), ", "))
+	layers := fs.Int("layers", 0, "decoder layers (default: the shape's; --quick: 4)")
+	quick := fs.Bool("quick", false, "a quick run: 4 layers unless --layers is given")
+	newTokens := fs.Int("new-tokens", 8, "tokens generated per decode run (at least 2)")
+	runs := fs.Int("runs", 3, "measured decode runs per engine; ratios use the medians")
+	prefill := fs.Int("prefill-tokens", 512, "prompt length of the prefill measurement (target 5)")
+	dtype := fs.String("dtype", "auto", "compute dtype of weight matrices, passed to the engine: auto, f32 or bf16")
+	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
+	cache := fs.String("cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
+		"models, reused across runs")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object on stdout (the text report goes to stderr)")
+	prepare := fs.Bool("prepare", false, "only create the synthetic model if missing, then exit")
+	verbose := fs.Bool("verbose", false, "show the engine's info logs")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s [flags]\n\nMeasures issue 9's five speed ratios in one run; exit status 1 "+
+			"when a target is missed, 2 on an error.\n\n", name)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "%s: %s\n", name, fmt.Sprintf(format, a...))
+		return exitError
+	}
+	shape, ok := synth.Shapes[*shapeName]
+	switch {
+	case fs.NArg() != 0:
+		return usage("unexpected arguments %q", fs.Args())
+	case !ok:
+		return usage("unknown --shape %q (known: %s)", *shapeName, strings.Join(synth.ShapeNames(), ", "))
+	case *layers < 0:
+		return usage("--layers must be positive, got %d", *layers)
+	case *newTokens < 2:
+		return usage("--new-tokens must be at least 2 (decode speed is measured after the first token), got %d", *newTokens)
+	case *runs < 1:
+		return usage("--runs must be at least 1, got %d", *runs)
+	case *prefill < 1:
+		return usage("--prefill-tokens must be at least 1, got %d", *prefill)
+	}
+	switch {
+	case *layers > 0:
+		shape.NumLayers = *layers
+	case *quick:
+		shape.NumLayers = 4
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+
+	dir := modelDir(*cache, *shapeName, shape.NumLayers, *seed)
+	shardDir, err := prepareModel(ctx, dir, shape, *seed, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: synthetic model: %v\n", name, err)
+		return exitError
+	}
+	if *prepare {
+		fmt.Fprintf(stderr, "speed: synthetic model ready in %s\n", shardDir)
+		return exitOK
+	}
+	rep, err := run(ctx, options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
+		prefillTokens: *prefill, dtype: *dtype, seed: *seed, memcpyBytes: memcpyBytes, log: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitError
+	}
+	rep.Command = strings.Join(append([]string{name}, args...), " ")
+	text := stdout
+	if *asJSON {
+		text = stderr
+	}
+	fmt.Fprintln(stderr)
+	if err := rep.writeText(text); err != nil {
+		fmt.Fprintf(stderr, "%s: writing the report: %v\n", name, err)
+		return exitError
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "%s: writing the JSON report: %v\n", name, err)
+			return exitError
+		}
+	}
+	if rep.Missed > 0 {
+		return exitMissed
+	}
+	return exitOK
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/profiler"
+	"github.com/layerstream/layerstream/shards"
+	"github.com/layerstream/layerstream/synth"
+)
+
+func TestTargetJudge(t *testing.T) {
+	for _, c := range []struct {
+		atMost     bool
+		threshold  float64
+		ratio      float64
+		want       verdict
+		wantMissed bool
+	}{
+		{false, 0.85, 0.85, pass, false},
+		{false, 0.85, 0.849, fail, true},
+		{true, 1.15, 1.15, pass, false},
+		{true, 1.15, 1.16, fail, true},
+	} {
+		tg := &target{AtMost: c.atMost, Threshold: c.threshold}
+		tg.judge(c.ratio)
+		if tg.Verdict != c.want || tg.missed() != c.wantMissed || *tg.Measured != c.ratio {
+			t.Errorf("%s with %v: verdict %s, missed %v; want %s, %v", tg.goal(), c.ratio, tg.Verdict, tg.missed(),
+				c.want, c.wantMissed)
+		}
+	}
+	tg := &target{Threshold: 1}
+	tg.setUnavailable("no feature")
+	if !tg.missed() || tg.Measured != nil {
+		t.Errorf("unavailable target: missed %v, measured %v; want missed and not measured", tg.missed(), tg.Measured)
+	}
+	tg.setNotMeasurable("tmpfs")
+	if tg.missed() {
+		t.Error("a target this machine cannot measure counts as missed")
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--shape", "gpt-5"}, `unknown --shape "gpt-5"`},
+		{[]string{"--new-tokens", "1"}, "--new-tokens must be at least 2"},
+		{[]string{"--runs", "0"}, "--runs must be at least 1"},
+		{[]string{"--layers", "-1"}, "--layers must be positive"},
+		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := mainExit(context.Background(), "speed", c.args, &stdout, &stderr)
+		if code != exitError || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr.String(), exitError, c.want)
+		}
+	}
+}
+
+func TestWarmUpKeepsCacheCapacity(t *testing.T) {
+	req := engine.Request{PromptIDs: []int{5, 6, 7}, MaxNewTokens: 10}
+	w := warmUp(req)
+	if w.MaxNewTokens != 2 || len(w.PromptIDs)+w.MaxNewTokens != len(req.PromptIDs)+req.MaxNewTokens {
+		t.Errorf("warm-up: %d prompt + %d new tokens; want 2 new tokens and %d positions in all",
+			len(w.PromptIDs), w.MaxNewTokens, len(req.PromptIDs)+req.MaxNewTokens)
+	}
+	if len(req.PromptIDs) != 3 {
+		t.Error("warmUp changed the request's prompt")
+	}
+}
+
+func TestJudgePrefillNeedsOnePassPerLayer(t *testing.T) {
+	r := &report{Model: modelInfo{Layers: 2, LayerMatrixParams: 1e6}, Machine: machine{Matmul: matmulResult{GFlops: 1}}}
+	res := &engine.Result{Timings: engine.Timings{Prefill: 1e9, TTFT: 1e9}}
+	once := []profiler.Event{
+		{Step: 0, Layer: 0, Category: profiler.DiskRead}, {Step: 0, Layer: 0, Category: profiler.Forward},
+		{Step: 0, Layer: 1, Category: profiler.DiskRead}, {Step: 0, Layer: 1, Category: profiler.Forward},
+		{Step: 1, Layer: 1, Category: profiler.Forward}, // a decode step: not the prompt's
+	}
+	tg := newTargets(100)[4]
+	judgePrefill(tg, r, res, once, 1000) // 2 GFLOP in 1 s against 1 GFLOP/s
+	if tg.Verdict != pass || *tg.Measured != 2 {
+		t.Fatalf("one pass per layer: %s %v (%s); want PASS 2", tg.Verdict, *tg.Measured, tg.Reason)
+	}
+	twice := append(once, profiler.Event{Step: 0, Layer: 1, Category: profiler.Forward})
+	tg = newTargets(100)[4]
+	judgePrefill(tg, r, res, twice, 1000)
+	if tg.Verdict != fail || !strings.Contains(tg.Reason, "layer 1: 2 forward passes") {
+		t.Errorf("two passes over layer 1: %s (%s); want FAIL naming layer 1", tg.Verdict, tg.Reason)
+	}
+}
+
+func TestMeasureDirectRead(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte{7}, 3*4096)
+	if err := os.WriteFile(filepath.Join(dir, "layer.0.shard"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	units := []shards.UnitInfo{{Name: "layer.0", File: "layer.0.shard", FileSize: int64(len(data))}}
+	r, err := measureDirectRead(dir, units, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Supported {
+		t.Skipf("O_DIRECT unsupported here: %s", r.Reason)
+	}
+	if r.Bytes != int64(len(data)) || r.GBps <= 0 {
+		t.Errorf("read %d bytes at %v GB/s; want %d bytes at a positive rate", r.Bytes, r.GBps, len(data))
+	}
+	units[0].FileSize = 4 * 4096 // the file is shorter than the manifest says
+	if _, err := measureDirectRead(dir, units, 1); err == nil || !strings.Contains(err.Error(), "layer.0.shard") {
+		t.Errorf("short file: err %v; want an error naming the shard", err)
+	}
+}
+
+// tinyShape is a model small enough for a test to generate with in well under a second per run.
+var tinyShape = synth.Shape{HiddenSize: 32, IntermediateSize: 64, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+	VocabSize: 64, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2}
+
+func runTiny(t *testing.T) *report {
+	t.Helper()
+	ctx := context.Background()
+	var log bytes.Buffer
+	dir, err := prepareModel(ctx, filepath.Join(t.TempDir(), "tiny"), tinyShape, 1, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := run(ctx, options{shards: dir, shapeName: "tiny", newTokens: 3, runs: 1, prefillTokens: 16,
+		dtype: "auto", seed: 1, matmulSize: [3]int{16, 32, 32}, memcpyBytes: 1 << 20, log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	return r
+}
+
+// TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
+// ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
+func TestRunWithoutEngineFeatures(t *testing.T) {
+	if directIO != nil || generateBatch != nil {
+		t.Skip("the engine features are wired: TestRunWithEngineFeatures covers the run")
+	}
+	r := runTiny(t)
+	want := map[int]bool{1: true, 3: true, 5: true} // measured
+	for _, tg := range r.Targets {
+		if want[tg.ID] != (tg.Measured != nil) {
+			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, want[tg.ID], tg.Verdict, tg.Reason)
+		}
+		if !want[tg.ID] && r.Machine.DirectRead.Supported && (tg.Verdict != unavailable || !strings.Contains(tg.Reason, "features.go")) {
+			t.Errorf("target %d: %s (%s); want UNAVAILABLE pointing at features.go", tg.ID, tg.Verdict, tg.Reason)
+		}
+	}
+	if r.Missed < 2 {
+		t.Errorf("missed %d targets; the two unavailable ones must count", r.Missed)
+	}
+	if r.Model.Layers != 2 || r.Model.LayerFileBytes == 0 || r.Model.HeadParams != 64*32 {
+		t.Errorf("model info %+v", r.Model)
+	}
+	if len(r.Profiles) != 1 || r.Profiles[0].Summary.Events == 0 {
+		t.Errorf("want the streamed run's profile, got %d profiles", len(r.Profiles))
+	}
+	var text bytes.Buffer
+	if err := r.writeText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"memory copy", "sequential read", "matmul", "UNAVAILABLE", "sum of categories", "target(s) missed"} {
+		if !strings.Contains(text.String(), s) {
+			t.Errorf("text report lacks %q:\n%s", s, text.String())
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Targets []struct {
+			ID       int      `json:"id"`
+			Verdict  string   `json:"verdict"`
+			Measured *float64 `json:"measured"`
+		} `json:"targets"`
+		Missed int `json:"missed"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 5 || back.Missed != r.Missed {
+		t.Errorf("JSON round trip: %v, %+v", err, back)
+	}
+}
+
+// TestRunWithEngineFeatures wires stand-ins for the missing engine features (page-cache reads for O_DIRECT, and
+// sequences generated one after another for a batch), so the code measuring targets 2 and 4 runs today.
+func TestRunWithEngineFeatures(t *testing.T) {
+	if directIO == nil {
+		directIO = func(*engine.Options) {}
+		t.Cleanup(func() { directIO = nil })
+	}
+	if generateBatch == nil {
+		generateBatch = func(ctx context.Context, e *engine.Engine, reqs []engine.Request) ([]*engine.Result, error) {
+			var out []*engine.Result
+			for _, r := range reqs {
+				res, err := e.Generate(ctx, r, nil)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, res)
+			}
+			return out, nil
+		}
+		t.Cleanup(func() { generateBatch = nil })
+	}
+	r := runTiny(t)
+	if !r.Machine.DirectRead.Supported {
+		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
+	}
+	for _, tg := range r.Targets {
+		if tg.Measured == nil {
+			t.Errorf("target %d not measured: %s (%s)", tg.ID, tg.Verdict, tg.Reason)
+		}
+	}
+	t2, t4 := r.Targets[1], r.Targets[3]
+	if len(t2.Raw) != 4 || len(t4.Raw) != 2 || len(r.Profiles) != 2 {
+		t.Errorf("target 2 raw %v, target 4 raw %v, %d profiles; want 4 and 2 values and 2 profiles", t2.Raw, t4.Raw, len(r.Profiles))
+	}
+	// Sequences run one after another cannot be 8x faster together.
+	if t4.Verdict != fail {
+		t.Errorf("sequential stand-in for batching: target 4 %s, want FAIL", t4.Verdict)
+	}
+}
+
+func TestPrepareModelReusesTheSplit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	var log bytes.Buffer
+	out, err := prepareModel(context.Background(), dir, tinyShape, 1, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint")); !os.IsNotExist(err) {
+		t.Errorf("the checkpoint is kept after the split (stat: %v)", err)
+	}
+	log.Reset()
+	again, err := prepareModel(context.Background(), dir, tinyShape, 1, &log)
+	if err != nil || again != out || log.Len() != 0 {
+		t.Errorf("second prepare: %q, %v, log %q; want the same folder, reused silently", again, err, log.String())
+	}
+}
