@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -231,8 +232,11 @@ func (e *Engine) headLogits(st *stream, x *tensors.Tensor, t int, all bool) ([][
 	if !all {
 		// Only the last real position: copy its row out of the padded bucket.
 		last := make([]float32, h)
-		x.ConstFlatData(func(flat any) { copy(last, flat.([]float32)[(t-1)*h:t*h]) })
+		err := x.ConstFlatData(func(flat any) { copy(last, flat.([]float32)[(t-1)*h:t*h]) })
 		x.FinalizeAll()
+		if err != nil {
+			return nil, fmt.Errorf("final hidden state: %w", err)
+		}
 		in = tensors.FromFlatDataAndDimensions(last, 1, 1, h)
 		rows = 1
 	}
@@ -255,12 +259,15 @@ func (e *Engine) headLogits(st *stream, x *tensors.Tensor, t int, all bool) ([][
 	}
 	defer outs[0].FinalizeAll()
 	logits := make([][]float32, rows)
-	outs[0].ConstFlatData(func(flat any) {
+	err = outs[0].ConstFlatData(func(flat any) {
 		f := flat.([]float32)
 		for r := range rows {
 			logits[r] = append([]float32(nil), f[r*v:(r+1)*v]...)
 		}
 	})
+	if err != nil {
+		return nil, fmt.Errorf("logits: %w", err)
+	}
 	return logits, nil
 }
 
@@ -278,13 +285,14 @@ func embedRow(dst []float32, flat any, id, h int) {
 
 // writeKV stores the first t of tb new positions' keys and values ([1, kvHeads, tb, headDim]) in the layer's view.
 func writeKV(view *kvcache.View, t, tb int, k, v *tensors.Tensor) error {
-	var err error
-	k.ConstFlatData(func(kf any) {
-		v.ConstFlatData(func(vf any) {
-			err = view.Write(0, t, tb, kf.([]float32), vf.([]float32))
+	var werr error
+	err := k.ConstFlatData(func(kf any) {
+		err := v.ConstFlatData(func(vf any) {
+			werr = view.Write(0, t, tb, kf.([]float32), vf.([]float32))
 		})
+		werr = errors.Join(werr, err)
 	})
-	return err
+	return errors.Join(werr, err)
 }
 
 // rotaryTables returns cos and sin [1, tb, headDim] for positions pos0..pos0+tb-1 in Hugging Face's layout
