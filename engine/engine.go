@@ -43,6 +43,9 @@ type Options struct {
 	StreamAll bool
 	// Resident loads every unit once and keeps it (no streaming): for comparison and tests.
 	Resident bool
+	// DirectIO reads shards with O_DIRECT, bypassing the page cache (shards.Set.SetDirectIO; falls back with a
+	// warning where the filesystem refuses it).
+	DirectIO bool
 	// Device is "cpu" (default). "cuda" needs a binary built with the xla build tag.
 	Device string
 	// DType is the compute dtype of weight matrices: "auto" (default), "f32" or "bf16", chosen by
@@ -132,6 +135,7 @@ func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	set.SetDirectIO(opts.DirectIO)
 	e := &Engine{opts: opts, set: set, cfg: set.Config, gen: set.Generation, prof: opts.Profiler}
 	if err := e.init(ctx); err != nil {
 		e.Close()

@@ -434,3 +434,22 @@ func TestCallerStop(t *testing.T) {
 		t.Fatalf("got %v, %+v; want 2 tokens stopped by the caller", err, res)
 	}
 }
+
+// TestDirectIO: reading shards with O_DIRECT (or the page-cache fallback where the filesystem refuses it) gives
+// the same logits.
+func TestDirectIO(t *testing.T) {
+	ctx := context.Background()
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 12})
+	ids := []int{1, 3, 5}
+	want, err := open(t, model, Options{}).Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := open(t, model, Options{DirectIO: true}).Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(want, got); d != 0 {
+		t.Errorf("O_DIRECT logits differ by %g", d)
+	}
+}
