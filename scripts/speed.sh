@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 9's speed ratios in one run (docs/performance.md): builds bench/speed, creates the synthetic
+# TinyLlama-1.1B-shape checkpoint (bf16, split into shards) if it is not cached yet, then measures. Arguments go
+# to the program, e.g.
+#
+#   scripts/speed.sh --quick          # 4 layers, about a minute on an idle 2-core machine
+#   scripts/speed.sh                  # all 22 layers (≈ 2.2 GB of shards), under ~10 minutes
+#   scripts/speed.sh --json > speed.json
+#
+# Exit status: the program's: 0 all targets met, 1 a target missed (or unmeasurable for lack of an engine
+# feature), 2 an error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CGO_ENABLED=${CGO_ENABLED:-0}
+bin_dir="${TMPDIR:-/tmp}/layerstream-speed"
+mkdir -p "$bin_dir"
+bin="$bin_dir/speed"
+go build -o "$bin" ./bench/speed
+for arg in "$@"; do
+	case "$arg" in -h | -help | --help) exec "$bin" "$@" ;; esac
+done
+# The model first (creation is not part of any measurement), then the measurement with the same flags.
+"$bin" --prepare "$@"
+status=0
+"$bin" "$@" || status=$?
+exit "$status"
