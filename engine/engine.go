@@ -9,10 +9,10 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -151,8 +151,11 @@ func (e *Engine) hasUnit(name string) bool {
 
 func (e *Engine) init(ctx context.Context) error {
 	c := e.cfg
-	if s := strings.TrimSpace(string(c.RopeScaling)); s != "" && s != "null" {
-		return fmt.Errorf("config.json: rope_scaling %s is not supported", s)
+	if len(c.RopeScaling) > 0 {
+		var rs map[string]any
+		if err := json.Unmarshal(c.RopeScaling, &rs); err != nil || len(rs) > 0 {
+			return fmt.Errorf("config.json: rope_scaling %s is not supported (plain rotary embeddings only)", c.RopeScaling)
+		}
 	}
 	var err error
 	if e.arch, err = architectureFor(c); err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -451,5 +452,42 @@ func TestDirectIO(t *testing.T) {
 	}
 	if d := maxDiff(want, got); d != 0 {
 		t.Errorf("O_DIRECT logits differ by %g", d)
+	}
+}
+
+func TestRopeScaling(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		scaling string
+		ok      bool
+	}{
+		{`null`, true},
+		{`{}`, true},
+		{`{"rope_type": "llama3", "factor": 8.0}`, false},
+	} {
+		model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 13})
+		path := filepath.Join(model, "config.json")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]json.RawMessage
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfg["rope_scaling"] = json.RawMessage(tc.scaling)
+		if b, err = json.Marshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e, err := Open(ctx, model, Options{})
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "rope_scaling")) {
+			t.Errorf("rope_scaling %s: got %v", tc.scaling, err)
+		}
+		if e != nil {
+			e.Close()
+		}
 	}
 }

@@ -86,7 +86,8 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	case n+maxNew > maxPos:
 		return nil, fmt.Errorf("engine: prompt (%d tokens) + max new tokens (%d) = %d exceeds the model's context of %d positions (max_position_embeddings)", n, maxNew, n+maxNew, maxPos)
 	}
-	if w := e.cfg.SlidingWindow; w != nil && *w > 0 && n+maxNew > *w {
+	// Qwen2 configs carry a sliding_window that applies only with use_sliding_window, which they leave off.
+	if w := e.cfg.SlidingWindow; w != nil && *w > 0 && n+maxNew > *w && e.cfg.ModelType != "qwen2" {
 		return nil, fmt.Errorf("engine: prompt + max new tokens = %d positions exceed config.json sliding_window (%d); sliding-window attention is not implemented, so positions past the window would attend too far back", n+maxNew, *w)
 	}
 	sm, err := newSampler(req.Sampling)
