@@ -17,7 +17,7 @@ import (
 //	prefetch: units i+1..i+k read from disk into a bounded pool of reused host buffers (k = Options.Prefetch)
 //	transfer: a loaded unit is converted into a free set of device buffers while the current layer computes
 //	compute:  the forward pass takes the sets in schedule order (stream.next)
-//	release:  the forward pass hands a set back (stream.release); its buffers take the next unit
+//	release:  the forward pass hands a set back (Engine.releaseSet); its buffers take the next unit
 //
 // Every pool is a buffered channel, so the memory in flight is bounded by construction: at most k host
 // buffers and at most Options.MaxLayerBuffers decoder-layer sets exist, whatever the speeds of the stages.
