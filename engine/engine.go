@@ -54,6 +54,9 @@ type Options struct {
 	StreamAll bool
 	// Resident loads every unit once and keeps it (no streaming): for comparison and tests.
 	Resident bool
+	// GraphDecode computes decode steps with the compiled GoMLX graphs instead of the host kernels (hostOps):
+	// slower, for comparison and tests.
+	GraphDecode bool
 	// DirectIO reads shards with O_DIRECT, bypassing the page cache (shards.Set.SetDirectIO; falls back with a
 	// warning where the filesystem refuses it).
 	DirectIO bool

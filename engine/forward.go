@@ -26,13 +26,13 @@ func (e *Engine) buildExecs() error {
 	nFixed := 6 // x, cos, sin, mask, pastK, pastV
 	specs := e.arch.LayerWeights(e.cfg)
 	layerFn := func(ins []*graph.Node) []*graph.Node {
-		in := LayerInputs{X: ins[0], Cos: ins[1], Sin: ins[2], Mask: ins[3], PastK: ins[4], PastV: ins[5],
-			W: make(map[string]*graph.Node, len(specs))}
+		ops := graphOps{cos: ins[1], sin: ins[2], mask: ins[3], pastK: ins[4], pastV: ins[5]}
+		in := LayerInputs{X: ins[0], W: make(map[string]Value, len(specs))}
 		for i, s := range specs {
 			in.W[s.Name] = ins[nFixed+i]
 		}
-		out := e.arch.Layer(e.cfg, in)
-		return []*graph.Node{out.X, out.K, out.V}
+		out := e.arch.Layer(e.cfg, ops, in)
+		return []*graph.Node{node(out.X), node(out.K), node(out.V)}
 	}
 	var err error
 	if e.layerExec, err = graph.NewExec(e.backend, layerFn); err != nil {
@@ -151,7 +151,8 @@ func (e *Engine) unitSet(st *stream, unit string, resident *weightSet) (w *weigh
 }
 
 // pass runs the model over ids at positions kv.Len(0).. of sequence 0, commits them to the cache and returns
-// the logits of every position (all) or of the last one.
+// the logits of every position (all) or of the last one. A single new position (a decode step) runs on the
+// host kernels (hostOps) unless Options.GraphDecode; longer inputs run the compiled graphs.
 func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []int, all bool) ([][]float32, error) {
 	c := e.cfg
 	t := len(ids)
@@ -160,7 +161,6 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 	if err := kv.CheckRoom(0, t); err != nil {
 		return nil, err
 	}
-	step := int(e.step.Load())
 
 	// Embedding lookup on the host.
 	ew, release, err := e.unitSet(st, unitEmbed, e.embed)
@@ -168,18 +168,42 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 		return nil, err
 	}
 	h := c.HiddenSize
-	xHost := make([]float32, tb*h)
+	x := make([]float32, tb*h)
 	for i, id := range ids {
 		if id < 0 || id >= c.VocabSize {
 			release()
 			return nil, fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos0+i, c.VocabSize)
 		}
-		embedRow(xHost[i*h:(i+1)*h], ew.tensors[0].flat, id, h)
+		embedRow(x[i*h:(i+1)*h], ew.tensors[0].flat, id, h)
 	}
 	release()
-	x := tensors.FromFlatDataAndDimensions(xHost, 1, tb, h)
 	cos, sin := e.rotaryTables(pos0, tb)
 	mask := causalMask(pos0, tb, kv.Config().Capacity)
+	if t == 1 && !e.opts.GraphDecode {
+		return e.hostPass(ctx, st, kv, x, cos, sin, mask)
+	}
+	return e.graphPass(ctx, st, kv, t, x, cos, sin, mask, all)
+}
+
+// layerSet returns decoder layer i's weights (resident, or next from the stream) and its release function.
+func (e *Engine) layerSet(st *stream, i int) (*weightSet, func(), error) {
+	var res *weightSet
+	if e.opts.Resident {
+		res = e.resident[i]
+	}
+	return e.unitSet(st, layerUnit(i), res)
+}
+
+// graphPass runs the layers and the head as compiled graphs over x [1, tb, hidden].
+func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, t int, xHost, cosHost, sinHost, maskHost []float32, all bool) ([][]float32, error) {
+	c := e.cfg
+	tb := len(xHost) / c.HiddenSize
+	d, n := c.HeadDim, kv.Config().Capacity+tb
+	step := int(e.step.Load())
+	x := tensors.FromFlatDataAndDimensions(xHost, 1, tb, c.HiddenSize)
+	cos := tensors.FromFlatDataAndDimensions(cosHost, 1, tb, d)
+	sin := tensors.FromFlatDataAndDimensions(sinHost, 1, tb, d)
+	mask := tensors.FromFlatDataAndDimensions(maskHost, 1, tb, n)
 	defer cos.FinalizeAll()
 	defer sin.FinalizeAll()
 	defer mask.FinalizeAll()
@@ -189,11 +213,7 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 			x.FinalizeAll()
 			return nil, err
 		}
-		var res *weightSet
-		if e.opts.Resident {
-			res = e.resident[i]
-		}
-		w, release, err := e.unitSet(st, layerUnit(i), res)
+		w, release, err := e.layerSet(st, i)
 		if err != nil {
 			x.FinalizeAll()
 			return nil, err
@@ -222,6 +242,55 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 		return nil, err
 	}
 	return e.headLogits(st, x, t, all)
+}
+
+// hostPass runs one new position [1, 1, hidden] through the layers and the head with hostOps.
+func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, x, cos, sin, mask []float32) ([][]float32, error) {
+	c := e.cfg
+	step := int(e.step.Load())
+	var xv Value = &hostArray{data: x, dims: []int{1, 1, c.HiddenSize}}
+	for i := range c.NumHiddenLayers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		w, release, err := e.layerSet(st, i)
+		if err != nil {
+			return nil, err
+		}
+		view := kv.View(i)
+		slot, _ := view.Layer(0)
+		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity}
+		in := LayerInputs{X: xv, W: make(map[string]Value, len(w.specs))}
+		for j, s := range w.specs {
+			in.W[s.suffix] = w.tensors[j]
+		}
+		span := e.prof.Begin(profiler.Forward, step, i)
+		out := e.arch.Layer(c, ops, in)
+		span.End(w.bytes)
+		release()
+		if err := view.Write(0, 1, 1, arr(out.K).data, arr(out.V).data); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		xv = out.X
+	}
+	if err := kv.Advance(0, 1); err != nil {
+		return nil, err
+	}
+	nw, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseNorm()
+	hw, releaseHead, err := e.unitSet(st, e.headUnit, e.head)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseHead()
+	span := e.prof.Begin(profiler.Forward, step, -1)
+	var ops hostOps
+	logits := ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)
+	span.End(hw.bytes)
+	return [][]float32{arr(logits).data}, nil
 }
 
 // headLogits applies the final norm and the output projection to x [1, tb, hidden] (consumed).
@@ -298,11 +367,11 @@ func writeKV(view *kvcache.View, t, tb int, k, v *tensors.Tensor) error {
 // rotaryTables returns cos and sin [1, tb, headDim] for positions pos0..pos0+tb-1 in Hugging Face's layout
 // (the half-dimension table repeated twice). Frequencies and angles are rounded to float32 as the reference
 // implementations compute them.
-func (e *Engine) rotaryTables(pos0, tb int) (*tensors.Tensor, *tensors.Tensor) {
+func (e *Engine) rotaryTables(pos0, tb int) (cos, sin []float32) {
 	d := e.cfg.HeadDim
 	half := d / 2
-	cos := make([]float32, tb*d)
-	sin := make([]float32, tb*d)
+	cos = make([]float32, tb*d)
+	sin = make([]float32, tb*d)
 	for j := range half {
 		freq := float32(1 / math.Pow(e.cfg.RopeTheta, float64(2*j)/float64(d)))
 		for t := range tb {
@@ -312,12 +381,12 @@ func (e *Engine) rotaryTables(pos0, tb int) (*tensors.Tensor, *tensors.Tensor) {
 			sin[t*d+j], sin[t*d+j+half] = s, s
 		}
 	}
-	return tensors.FromFlatDataAndDimensions(cos, 1, tb, d), tensors.FromFlatDataAndDimensions(sin, 1, tb, d)
+	return cos, sin
 }
 
 // causalMask is the additive attention mask [1, tb, capacity+tb]: query t (position pos0+t) sees the pos0
 // cached positions and the new positions up to itself.
-func causalMask(pos0, tb, capacity int) *tensors.Tensor {
+func causalMask(pos0, tb, capacity int) []float32 {
 	n := capacity + tb
 	m := make([]float32, tb*n)
 	for t := range tb {
@@ -328,7 +397,7 @@ func causalMask(pos0, tb, capacity int) *tensors.Tensor {
 			}
 		}
 	}
-	return tensors.FromFlatDataAndDimensions(m, 1, tb, n)
+	return m
 }
 
 // Logits runs one forward pass over ids (a whole sequence from position 0) and returns the logits of every

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
-
 	"github.com/layerstream/layerstream/checkpoint"
 )
 
@@ -39,20 +37,19 @@ func (llama) LayerWeights(c *checkpoint.Config) []WeightSpec {
 	return specs
 }
 
-func (llama) Layer(c *checkpoint.Config, in LayerInputs) LayerOutputs {
+func (llama) Layer(c *checkpoint.Config, ops Ops, in LayerInputs) LayerOutputs {
 	w := in.W
 	eps := c.RMSNormEps
 	x := in.X
-	h := rmsNorm(x, w["input_layernorm.weight"], eps)
-	q := splitHeads(linear(h, w["self_attn.q_proj.weight"], w["self_attn.q_proj.bias"]), c.NumAttentionHeads, c.HeadDim)
-	k := splitHeads(linear(h, w["self_attn.k_proj.weight"], w["self_attn.k_proj.bias"]), c.NumKeyValueHeads, c.HeadDim)
-	v := splitHeads(linear(h, w["self_attn.v_proj.weight"], w["self_attn.v_proj.bias"]), c.NumKeyValueHeads, c.HeadDim)
-	q = rotary(q, in.Cos, in.Sin)
-	k = rotary(k, in.Cos, in.Sin)
-	att := attention(q, k, v, in.PastK, in.PastV, in.Mask)
-	x = Add(x, linear(att, w["self_attn.o_proj.weight"], nil))
-	h = rmsNorm(x, w["post_attention_layernorm.weight"], eps)
-	mlp := Mul(silu(linear(h, w["mlp.gate_proj.weight"], nil)), linear(h, w["mlp.up_proj.weight"], nil))
-	x = Add(x, linear(mlp, w["mlp.down_proj.weight"], nil))
+	h := ops.RMSNorm(x, w["input_layernorm.weight"], eps)
+	q := ops.Heads(ops.Linear(h, w["self_attn.q_proj.weight"], w["self_attn.q_proj.bias"]), c.NumAttentionHeads, c.HeadDim)
+	k := ops.Heads(ops.Linear(h, w["self_attn.k_proj.weight"], w["self_attn.k_proj.bias"]), c.NumKeyValueHeads, c.HeadDim)
+	v := ops.Heads(ops.Linear(h, w["self_attn.v_proj.weight"], w["self_attn.v_proj.bias"]), c.NumKeyValueHeads, c.HeadDim)
+	q, k = ops.Rotary(q), ops.Rotary(k)
+	att := ops.Attention(q, k, v)
+	x = ops.Add(x, ops.Linear(att, w["self_attn.o_proj.weight"], nil))
+	h = ops.RMSNorm(x, w["post_attention_layernorm.weight"], eps)
+	mlp := ops.Mul(ops.SiLU(ops.Linear(h, w["mlp.gate_proj.weight"], nil)), ops.Linear(h, w["mlp.up_proj.weight"], nil))
+	x = ops.Add(x, ops.Linear(mlp, w["mlp.down_proj.weight"], nil))
 	return LayerOutputs{X: x, K: k, V: v}
 }

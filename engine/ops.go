@@ -8,9 +8,32 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
 )
 
-// The building blocks model definitions are written with. Activations, norms, softmax and residuals stay in
-// float32; a weight matrix stored in another dtype (bf16) is multiplied in that dtype and the result converted
-// back.
+// graphOps implements Ops with GoMLX graph nodes: the layer becomes one compiled graph. Activations, norms,
+// softmax and residuals stay in float32; a weight matrix stored in another dtype (bf16) is multiplied in that
+// dtype and the result converted back.
+type graphOps struct {
+	cos, sin     *Node // [B, T, headDim]
+	mask         *Node // [B, T, S+T], additive
+	pastK, pastV *Node // [B, kvHeads, S, headDim]
+}
+
+func node(v Value) *Node {
+	if v == nil {
+		return nil
+	}
+	return v.(*Node)
+}
+
+func (g graphOps) Linear(x, w, b Value) Value            { return linear(node(x), node(w), node(b)) }
+func (g graphOps) RMSNorm(x, w Value, eps float64) Value { return rmsNorm(node(x), node(w), eps) }
+func (g graphOps) Heads(x Value, heads, d int) Value     { return splitHeads(node(x), heads, d) }
+func (g graphOps) Rotary(x Value) Value                  { return rotary(node(x), g.cos, g.sin) }
+func (g graphOps) SiLU(x Value) Value                    { return silu(node(x)) }
+func (g graphOps) Add(a, b Value) Value                  { return Add(node(a), node(b)) }
+func (g graphOps) Mul(a, b Value) Value                  { return Mul(node(a), node(b)) }
+func (g graphOps) Attention(q, k, v Value) Value {
+	return attention(node(q), node(k), node(v), g.pastK, g.pastV, g.mask)
+}
 
 // linear computes x·wᵀ (+ b) for x [..., in] and w [out, in] (the Hugging Face layout), giving [..., out].
 // The device holds w as row chunks [chunks, out/chunks, in] (tensorSpec.deviceDims): x is multiplied by

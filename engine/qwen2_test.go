@@ -133,5 +133,6 @@ func TestQwen2MatchesReference(t *testing.T) {
 		}
 	}
 	check("one pass", got)
-	check("token by token", tokenByToken(t, e, ids))
+	check("token by token (host kernels)", tokenByToken(t, e, ids))
+	check("token by token (graphs)", tokenByToken(t, open(t, dir, Options{GraphDecode: true}), ids))
 }

@@ -42,6 +42,7 @@ func init() {
 			fs.BoolVar(&o.eng.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 			fs.BoolVar(&o.eng.Resident, "resident", false, "load every layer once and keep it (no streaming)")
 			fs.BoolVar(&o.eng.DirectIO, "direct-io", false, "read shards with O_DIRECT, bypassing the page cache")
+			fs.BoolVar(&o.eng.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")
 			fs.StringVar(&o.eng.Hub.Revision, "revision", o.eng.Hub.Revision, "Hub revision (branch, tag or commit) for a repo id")
 			fs.StringVar(&o.eng.Hub.Token, "token", o.eng.Hub.Token, "Hugging Face token for gated repos (default $HF_TOKEN)")
 			fs.BoolVar(&o.eng.Hub.Offline, "offline", o.eng.Hub.Offline, "use only the local Hugging Face cache")

@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+)
+
+// hostOps implements Ops directly on host arrays with hand-written kernels. Decode steps (one new position)
+// use it: there the time goes into matrix-vector products over the weights, which a plain Go loop over the
+// shared device buffers runs several times faster than simplego's DotGeneral, and no graph is executed at all.
+//
+// Activations are *hostArray; weights are the *deviceTensor buffers the transfer stage filled (f32 or bf16,
+// widened on the fly). The cache and mask are those of the graph path, laid out the same way.
+type hostOps struct {
+	cos, sin     []float32 // [B, T, headDim]
+	mask         []float32 // [B, T, S+T], additive
+	pastK, pastV []float32 // [B, kvHeads, S, headDim]
+	capacity     int       // S
+}
+
+// hostArray is a float32 array on the host.
+type hostArray struct {
+	data []float32
+	dims []int
+}
+
+func newHostArray(dims ...int) *hostArray {
+	n := 1
+	for _, d := range dims {
+		n *= d
+	}
+	return &hostArray{data: make([]float32, n), dims: dims}
+}
+
+func arr(v Value) *hostArray { return v.(*hostArray) }
+
+// weightData returns a weight's elements: []float32 or []bfloat16.BFloat16.
+func weightData(v Value) any { return v.(*deviceTensor).flat }
+
+func (hostOps) Linear(x, w, b Value) Value {
+	xa := arr(x)
+	in := xa.dims[len(xa.dims)-1]
+	rows := len(xa.data) / in
+	var out int
+	switch f := weightData(w).(type) {
+	case []float32:
+		out = len(f) / in
+	case []bfloat16.BFloat16:
+		out = len(f) / in
+	}
+	dims := append(append([]int(nil), xa.dims[:len(xa.dims)-1]...), out)
+	y := newHostArray(dims...)
+	var bias []float32
+	if b != nil {
+		bias = weightData(b).([]float32)
+	}
+	wd := weightData(w)
+	parallelFor(out, func(lo, hi int) {
+		for r := range rows {
+			xr := xa.data[r*in : (r+1)*in]
+			yr := y.data[r*out : (r+1)*out]
+			switch f := wd.(type) {
+			case []float32:
+				for o := lo; o < hi; o++ {
+					yr[o] = dotF32(xr, f[o*in:(o+1)*in])
+				}
+			case []bfloat16.BFloat16:
+				for o := lo; o < hi; o++ {
+					yr[o] = dotBF16(xr, f[o*in:(o+1)*in])
+				}
+			}
+			if bias != nil {
+				for o := lo; o < hi; o++ {
+					yr[o] += bias[o]
+				}
+			}
+		}
+	})
+	return y
+}
+
+// parallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently.
+func parallelFor(n int, fn func(lo, hi int)) {
+	workers := min(runtime.GOMAXPROCS(0), max(n/64, 1))
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += step {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			fn(lo, hi)
+		}(lo, min(lo+step, n))
+	}
+	wg.Wait()
+}
+
+// dotF32 is the dot product of two equally long float32 vectors, with four independent accumulators.
+func dotF32(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
+func dotBF16(a []float32, b []bfloat16.BFloat16) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * math.Float32frombits(uint32(b[i])<<16)
+		s1 += a[i+1] * math.Float32frombits(uint32(b[i+1])<<16)
+		s2 += a[i+2] * math.Float32frombits(uint32(b[i+2])<<16)
+		s3 += a[i+3] * math.Float32frombits(uint32(b[i+3])<<16)
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * math.Float32frombits(uint32(b[i])<<16)
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func (hostOps) RMSNorm(x, w Value, eps float64) Value {
+	xa := arr(x)
+	wf := weightData(w).([]float32)
+	h := len(wf)
+	y := newHostArray(xa.dims...)
+	for r := 0; r < len(xa.data); r += h {
+		ss := 0.0
+		for _, v := range xa.data[r : r+h] {
+			ss += float64(v) * float64(v)
+		}
+		scale := float32(1 / math.Sqrt(ss/float64(h)+eps))
+		for i, v := range xa.data[r : r+h] {
+			y.data[r+i] = v * scale * wf[i]
+		}
+	}
+	return y
+}
+
+func (hostOps) Heads(x Value, heads, d int) Value {
+	xa := arr(x)
+	b, t := xa.dims[0], xa.dims[1]
+	y := newHostArray(b, heads, t, d)
+	for bi := range b {
+		for ti := range t {
+			src := xa.data[(bi*t+ti)*heads*d:]
+			for h := range heads {
+				copy(y.data[((bi*heads+h)*t+ti)*d:][:d], src[h*d:(h+1)*d])
+			}
+		}
+	}
+	return y
+}
+
+func (o hostOps) Rotary(x Value) Value {
+	xa := arr(x)
+	b, heads, t, d := xa.dims[0], xa.dims[1], xa.dims[2], xa.dims[3]
+	half := d / 2
+	y := newHostArray(xa.dims...)
+	for bi := range b {
+		for h := range heads {
+			for ti := range t {
+				v := xa.data[((bi*heads+h)*t+ti)*d:][:d]
+				out := y.data[((bi*heads+h)*t+ti)*d:][:d]
+				c := o.cos[(bi*t+ti)*d:][:d]
+				s := o.sin[(bi*t+ti)*d:][:d]
+				for j := range half {
+					out[j] = v[j]*c[j] - v[j+half]*s[j]
+					out[j+half] = v[j+half]*c[j+half] + v[j]*s[j+half]
+				}
+			}
+		}
+	}
+	return y
+}
+
+func (o hostOps) Attention(q, k, v Value) Value {
+	qa, ka, va := arr(q), arr(k), arr(v)
+	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
+	kvHeads := ka.dims[1]
+	group := heads / kvHeads
+	s := o.capacity
+	n := s + t
+	scale := float32(1 / math.Sqrt(float64(d)))
+	y := newHostArray(b, t, heads*d)
+	parallelFor(b*heads, func(lo, hi int) {
+		scores := make([]float32, n)
+		for bh := lo; bh < hi; bh++ {
+			bi, h := bh/heads, bh%heads
+			kv := bi*kvHeads + h/group
+			for ti := range t {
+				qv := qa.data[((bi*heads+h)*t+ti)*d:][:d]
+				mask := o.mask[(bi*t+ti)*n:][:n]
+				key := func(j int) []float32 {
+					if j < s {
+						return o.pastK[(kv*s+j)*d:][:d]
+					}
+					return ka.data[(kv*t+j-s)*d:][:d]
+				}
+				value := func(j int) []float32 {
+					if j < s {
+						return o.pastV[(kv*s+j)*d:][:d]
+					}
+					return va.data[(kv*t+j-s)*d:][:d]
+				}
+				top := float32(math.Inf(-1))
+				for j := range n {
+					if mask[j] <= maskedOut/2 { // contributes exp(-1e30) = 0: skip the dot product
+						scores[j] = maskedOut
+					} else {
+						scores[j] = dotF32(qv, key(j))*scale + mask[j]
+					}
+					top = max(top, scores[j])
+				}
+				sum := float32(0)
+				for j := range n {
+					scores[j] = float32(math.Exp(float64(scores[j] - top)))
+					sum += scores[j]
+				}
+				out := y.data[(bi*t+ti)*heads*d+h*d:][:d]
+				for j := range n {
+					if p := scores[j] / sum; p != 0 {
+						for i, x := range value(j) {
+							out[i] += p * x
+						}
+					}
+				}
+			}
+		}
+	})
+	return y
+}
+
+func (hostOps) SiLU(x Value) Value {
+	xa := arr(x)
+	y := newHostArray(xa.dims...)
+	for i, v := range xa.data {
+		y.data[i] = v / (1 + float32(math.Exp(-float64(v))))
+	}
+	return y
+}
+
+func (hostOps) Add(a, b Value) Value {
+	aa, ba := arr(a), arr(b)
+	y := newHostArray(aa.dims...)
+	for i := range y.data {
+		y.data[i] = aa.data[i] + ba.data[i]
+	}
+	return y
+}
+
+func (hostOps) Mul(a, b Value) Value {
+	aa, ba := arr(a), arr(b)
+	y := newHostArray(aa.dims...)
+	for i := range y.data {
+		y.data[i] = aa.data[i] * ba.data[i]
+	}
+	return y
+}
