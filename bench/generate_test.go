@@ -28,7 +28,8 @@ func benchLayers(b *testing.B) int {
 }
 
 // BenchmarkGenerateDecode measures decode tokens/s on a synthetic TinyLlama-1.1B-shape checkpoint (bf16 on
-// disk, f32 compute), streamed layer by layer and fully resident, in one run. The checkpoint is split once;
+// disk), streamed layer by layer and fully resident, in one run, with weights widened to f32 on the device
+// (the default) and kept in bf16. The checkpoint is split once;
 // a warm-up generation brings the shards into the page cache and compiles the graphs.
 //
 //	go test ./bench -run '^$' -bench GenerateDecode -benchtime 3x
@@ -51,6 +52,8 @@ func BenchmarkGenerateDecode(b *testing.B) {
 	}{
 		{"streamed", engine.Options{}},
 		{"resident", engine.Options{Resident: true}},
+		{"streamed-bf16", engine.Options{DType: "bf16"}},
+		{"resident-bf16", engine.Options{DType: "bf16", Resident: true}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
@@ -74,21 +77,26 @@ func BenchmarkGenerateDecode(b *testing.B) {
 				prefill += res.Timings.PrefillTokensPerSec
 			}
 			b.ReportMetric(decode/float64(b.N), "decode_tok/s")
-			// Weight bytes multiplied per decoded token (f32 on the device): the decode weight throughput.
-			b.ReportMetric(decode/float64(b.N)*float64(weightBytesPerToken(shape))/1e9, "weights_GB/s")
+			// Weight bytes read per decoded token: the decode weight throughput.
+			b.ReportMetric(decode/float64(b.N)*float64(weightBytesPerToken(shape, mode.opts.DType))/1e9, "weights_GB/s")
 			b.ReportMetric(prefill/float64(b.N), "prefill_tok/s")
 			b.ReportMetric(float64(shape.NumLayers), "layers")
 		})
 	}
 }
 
-// weightBytesPerToken is the f32 bytes of every decoder layer plus the output projection.
-func weightBytesPerToken(s synth.Shape) int64 {
+// weightBytesPerToken is the bytes of every decoder layer plus the output projection on the device (4 per
+// weight, 2 with dtype bf16).
+func weightBytesPerToken(s synth.Shape, dtype string) int64 {
 	d := s.HeadDim
 	if d == 0 {
 		d = s.HiddenSize / s.NumHeads
 	}
 	h, q, kv := int64(s.HiddenSize), int64(s.NumHeads*d), int64(s.NumKVHeads*d)
 	layer := 2*h*q + 2*h*kv + 3*h*int64(s.IntermediateSize) + 2*h
-	return 4 * (int64(s.NumLayers)*layer + int64(s.VocabSize)*h + h)
+	size := int64(4)
+	if dtype == "bf16" {
+		size = 2
+	}
+	return size * (int64(s.NumLayers)*layer + int64(s.VocabSize)*h + h)
 }

@@ -3,8 +3,10 @@
 // projection) at a time.
 //
 // The pipeline is prefetch → transfer → compute → release (stream.go); each architecture is one small file
-// (llama.go) written in GoMLX graph ops, and one compiled graph serves every decoder layer. Keys and values
-// live in a kvcache.Store between layer visits.
+// (llama.go) written once against Ops. Prompts run it as compiled GoMLX graphs (graphOps: one graph per
+// bucketed prompt length serves every decoder layer); decode steps run it on the host (hostOps: parallel Go
+// matrix-vector kernels reading the same device buffers). Keys and values live in a kvcache.Store between
+// layer visits.
 //
 // Choices, measured on the 2-core development VM with the simplego backend:
 //   - Weights reach the device by one copy from the shard buffer into a simplego shared buffer, which the graph
@@ -14,6 +16,9 @@
 //     DotGeneral in parallel only over its batch axis, and above a size threshold it repacks the whole weight
 //     matrix into blocks on every call. A decode step on a 1-layer TinyLlama-shape model took ~2.4 s with plain
 //     [out, in] weights (the 32000×2048 lm_head took the repacking path) and ~0.15-0.25 s with row chunks.
+//   - Decode steps on host kernels: resident decode of a 1-layer TinyLlama-shape model went from ~7 to ~14
+//     tokens/s (generate --graph-decode keeps the graph path). The kernels widen bf16 weights exactly on the
+//     fly, so --dtype bf16 decode matches f32 compute of the same checkpoint while streaming half the bytes.
 //   - Ops run sequentially inside a graph (simplego "ops_sequential"): its parallel scheduler races (go test
 //     -race) when one value feeds several reshapes. Matrix products still use every core.
 package engine
