@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/layerstream/layerstream/checkpoint"
@@ -586,6 +587,21 @@ func TestMultiFrameTensors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Raw: the embedding spans many read chunks and checksum pieces; damage to any piece is caught.
+	out := t.TempDir()
+	s := split(t, ck, out, Raw)
+	checkIdentical(t, s, ck)
+	emb := s.mustUnit(t, "embed").Tensors[0]
+	path := filepath.Join(out, "embed.shard")
+	orig, _ := os.ReadFile(path)
+	for _, off := range []int64{0, readChunk - 1, crcSegment + 5, emb.Length - 1} {
+		flipByte(t, path, emb.Offset+off)
+		_, err := s.Load(context.Background(), "embed", NewBuffer(0))
+		if err == nil || !strings.Contains(err.Error(), "checksum mismatch") || !strings.Contains(err.Error(), emb.Name) {
+			t.Fatalf("raw: byte %d of %d flipped: %v", off, emb.Length, err)
+		}
+		os.WriteFile(path, orig, 0o644)
+	}
 	for _, enc := range []Encoding{Zstd, ShuffleZstd} {
 		out := t.TempDir()
 		s := split(t, ck, out, enc)
@@ -627,5 +643,73 @@ func TestConcurrentLoads(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestVerifyOnce(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	for _, enc := range []Encoding{Raw, ShuffleZstd} {
+		out := t.TempDir()
+		s := split(t, ck, out, enc)
+		u := s.mustUnit(t, "layer.2")
+		path := filepath.Join(out, u.File)
+		orig, _ := os.ReadFile(path)
+		tn := u.Tensors[3]
+		buf := NewBuffer(0)
+		load := func(wantVerified bool) error {
+			t.Helper()
+			l, err := s.Load(context.Background(), u.Name, buf)
+			if err == nil && l.Verified != wantVerified {
+				t.Fatalf("%s: Verified=%v, want %v", enc, l.Verified, wantVerified)
+			}
+			return err
+		}
+		// Always (the default) checks on every Load.
+		for range 2 {
+			if err := load(true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.SetVerify(VerifyOnce)
+		if err := load(false); err != nil { // verified above under Always
+			t.Fatal(err)
+		}
+		// Rewritten in place with a flipped byte: a new modification time (set apart from the old one, which
+		// the same clock tick could otherwise repeat) makes it a new file, checked again.
+		st, _ := os.Stat(path)
+		bad := slices.Clone(orig)
+		bad[tn.Offset+tn.EncodedLength/2] ^= 0x10
+		if err := os.WriteFile(path, bad, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(path, st.ModTime().Add(time.Second), st.ModTime().Add(time.Second))
+		if err := load(true); err == nil || !strings.Contains(err.Error(), tn.Name) {
+			t.Fatalf("%s: in-place corruption after a verified load under VerifyOnce: %v", enc, err)
+		}
+		// Replaced by a corrupted copy (a new inode, as a split or a copy tool writes it): caught too.
+		tmp := path + ".new"
+		os.WriteFile(tmp, bad, 0o644)
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+		if err := load(true); err == nil || !strings.Contains(err.Error(), tn.Name) {
+			t.Fatalf("%s: replaced corrupted file under VerifyOnce: %v", enc, err)
+		}
+		// Restored: verified once more, then trusted while unchanged.
+		os.WriteFile(tmp, orig, 0o644)
+		os.Rename(tmp, path)
+		if err := load(true); err != nil {
+			t.Fatal(err)
+		}
+		if err := load(false); err != nil {
+			t.Fatal(err)
+		}
+		// Verify checks every checksum whatever the policy.
+		if l, err := s.load(context.Background(), u.Name, buf, true); err != nil || !l.Verified {
+			t.Fatalf("%s: forced load under VerifyOnce: verified=%v, %v", enc, l != nil && l.Verified, err)
+		}
+	}
+	if VerifyOnce.String() != "once" || VerifyAlways.String() != "always" {
+		t.Fatal("policy names")
 	}
 }

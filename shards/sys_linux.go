@@ -22,3 +22,12 @@ func freeBytes(dir string) (int64, error) {
 	}
 	return int64(st.Bavail) * int64(st.Bsize), nil
 }
+
+// changeTime returns the file's status-change time (ctime) in nanoseconds: unlike the modification time, no
+// program can set it back.
+func changeTime(st os.FileInfo) int64 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Ctim.Nano()
+	}
+	return 0
+}

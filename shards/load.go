@@ -1,0 +1,463 @@
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Read sizes of Load's sequential pass, and the piece size of raw tensors' checksums. From the page cache a
+// read is a memory copy by the kernel, and a checksum of bytes still in the core's cache costs a third of one
+// from memory (CRC-32C here: ~17 GB/s from L2, ~5-7 GB/s from memory, the copy ~6 GB/s), so page-cache reads
+// go in small chunks, each checksummed right away unless a worker is free for it. With O_DIRECT the disk is
+// the bottleneck and the reading goroutine waits for it: large reads keep the disk busy, and workers checksum
+// what came in. Measured with bench ShardReadRatio on the 2-core VM; see bench/shardread_test.go.
+const (
+	readChunk   = 256 << 10
+	directChunk = 16 << 20 // a multiple of pageSize, as O_DIRECT needs
+	crcSegment  = 256 << 10
+)
+
+// Load reads unit's shard into buf and returns its tensors, aliasing buf, once every tensor is verified.
+//
+// The file is read front to back, in chunks, into its place in buf: one sequential pass, no copies. As the
+// chunks come in, the pieces of tensors already read are checksummed, by the reading goroutine while they are
+// in its cache or by other goroutines, and encoded tensors' zstd frames are decompressed into buf's decode
+// area: the manifest says where each tensor lies, so none of this waits for the file's own table, which comes
+// last. Once the file is read its table must match the manifest, and the reading goroutine joins the checks
+// still running. Load returns tensors only when every checksum matched (under VerifyOnce, see SetVerify, a
+// file verified earlier in this process and unchanged since is not checksummed again).
+//
+// buf is grown if it is smaller than the unit's BufferSize. Load is safe for concurrent use with distinct
+// Buffers.
+func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, error) {
+	return s.load(ctx, unit, buf, false)
+}
+
+// load is Load; force checks the checksums whatever the policy.
+func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*Loaded, error) {
+	u, ok := s.Unit(unit)
+	if !ok {
+		return nil, fmt.Errorf("shards %s: no unit %q", s.Dir, unit)
+	}
+	if buf == nil {
+		return nil, fmt.Errorf("shards %s: Load %s: nil Buffer", s.Dir, unit)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(s.Dir, u.File)
+	start := time.Now()
+	r, err := s.openShard(path)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	defer r.close()
+	st, err := r.f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	if st.Size() != u.FileSize {
+		return nil, fmt.Errorf("shard %s: file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", path, st.Size(), ManifestFile, u.FileSize)
+	}
+	verify := force || VerifyPolicy(s.policy.Load()) != VerifyOnce || !s.verifiedAs(u.Name, st)
+
+	buf.ensure(u.BufferSize())
+	file := buf.b[:u.FileSize]
+	c, err := newCheck(path, file, u.Tensors, buf.b[u.FileSize:u.BufferSize()], verify, s.decoder)
+	if err != nil {
+		return nil, err
+	}
+	readEnd, err := c.runWhileReading(ctx, file, r.chunk(), !r.direct, r.readAt, func() error {
+		// The checks were planned from the manifest: the file's own table must say the same.
+		h, err := parseShard(file, path)
+		if err != nil {
+			return err
+		}
+		if h.Unit != u.Name || !sameTensors(h.Tensors, u.Tensors) {
+			return fmt.Errorf("shard %s: header does not match %s (file replaced after the split?); run layerstream split again", path, ManifestFile)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	l := &Loaded{Unit: u, ReadBytes: u.FileSize, ReadTime: readEnd.Sub(start), Verified: verify}
+	if l.Tensors, err = c.result(); err != nil {
+		if verify {
+			s.markVerified(u.Name, nil)
+		}
+		return nil, err
+	}
+	if verify {
+		s.markVerified(u.Name, st)
+	}
+	l.DecodeTime = time.Since(readEnd)
+	return l, nil
+}
+
+// testHookOpenDirect opens files for O_DIRECT reads; tests replace it to simulate a filesystem that refuses.
+var testHookOpenDirect = openDirect
+
+// shardReader reads one shard file, with O_DIRECT when the set asks for it and the filesystem allows it.
+type shardReader struct {
+	s      *Set
+	path   string
+	f      *os.File
+	direct bool
+}
+
+// openShard opens path for reading, with O_DIRECT when the set asks for it; where the filesystem refuses it
+// the set falls back to page-cache reads for good.
+func (s *Set) openShard(path string) (*shardReader, error) {
+	r := &shardReader{s: s, path: path}
+	if s.direct.Load() {
+		f, err := testHookOpenDirect(path)
+		if err == nil {
+			r.f, r.direct = f, true
+			return r, nil
+		}
+		if !errors.Is(err, errNoDirectIO) && !errors.Is(err, syscall.EINVAL) {
+			return nil, err
+		}
+		s.refuseDirect(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	r.f = f
+	return r, nil
+}
+
+// refuseDirect turns O_DIRECT off after the filesystem refused it, with one warning.
+func (s *Set) refuseDirect(err error) {
+	s.warnOnce.Do(func() {
+		slog.Warn("O_DIRECT refused by the filesystem; reading shards through the page cache", "dir", s.Dir, "err", err)
+	})
+	s.direct.Store(false)
+}
+
+func (r *shardReader) chunk() int {
+	if r.direct {
+		return directChunk
+	}
+	return readChunk
+}
+
+// readAt fills b from offset off. Some filesystems accept an O_DIRECT open and refuse the read: then the file
+// is reopened without it and the read retried.
+func (r *shardReader) readAt(b []byte, off int64) error {
+	_, err := r.f.ReadAt(b, off)
+	if err != nil && r.direct && errors.Is(err, syscall.EINVAL) {
+		r.s.refuseDirect(err)
+		f, oerr := os.Open(r.path)
+		if oerr != nil {
+			return fmt.Errorf("shard %s: %w", r.path, oerr)
+		}
+		r.f.Close()
+		r.f, r.direct = f, false
+		_, err = r.f.ReadAt(b, off)
+	}
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF // the file shrank after its size was checked
+	}
+	if err != nil {
+		return fmt.Errorf("shard %s: reading %d bytes at %d: %w", r.path, len(b), off, err)
+	}
+	return nil
+}
+
+func (r *shardReader) close() { r.f.Close() }
+
+// readWhole reads the whole file at path into the start of buf, grown if needed, with one ReadAt. The file must
+// be want bytes long (want < 0: any size); it is checked before anything is allocated.
+func readWhole(path string, buf *Buffer, want int64, open func(string) (*os.File, error)) ([]byte, error) {
+	f, err := open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if want >= 0 && st.Size() != want {
+		return nil, fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", st.Size(), ManifestFile, want)
+	}
+	buf.ensure(st.Size())
+	dst := buf.b[:st.Size()]
+	if _, err := f.ReadAt(dst, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return dst, nil
+}
+
+// decoder returns the set's zstd decoder, created on first use and reused for every tensor.
+func (s *Set) decoder() (*zstd.Decoder, error) {
+	s.decOnce.Do(func() { s.dec, s.decErr = newDecoder() })
+	return s.dec, s.decErr
+}
+
+// newDecoder returns a zstd decoder for shard frames. DecodeAll writes only into the caller's slice (cap limit),
+// and the window and memory bounds keep a corrupted frame header from making it allocate more than a frame needs.
+func newDecoder() (*zstd.Decoder, error) {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderMaxWindow(4*frameSize), zstd.WithDecoderMaxMemory(4*frameSize))
+	if err != nil {
+		return nil, fmt.Errorf("zstd decoder: %w", err)
+	}
+	return d, nil
+}
+
+// shiftMatrix returns the GF(2) matrix that appends n zero bytes to a CRC-32C: combining a piece of n bytes is
+// then one matrix-vector product. Column j is the shifted CRC with only bit j set.
+func shiftMatrix(n int) (m [32]uint32) {
+	for j := range m {
+		m[j] = crc32cCombine(1<<j, 0, int64(n))
+	}
+	return m
+}
+
+// The shift matrices for full pieces: raw tensors' segments and encoded tensors' frames.
+var (
+	segmentShift = sync.OnceValue(func() [32]uint32 { return shiftMatrix(crcSegment) })
+	frameShift   = sync.OnceValue(func() [32]uint32 { return shiftMatrix(frameSize) })
+)
+
+// A piece is one job of a check: a crcSegment-sized piece of a raw tensor to checksum, or one zstd frame of an
+// encoded tensor to decompress and then checksum. Pieces are in file order.
+type piece struct {
+	tensor, frame int
+	end           int64  // file offset just past the stored bytes: the piece can run once the file is read this far
+	stored        []byte // the stored bytes, in the file
+	decoded       []byte // encoded tensors: where the frame decodes to; nil for raw pieces
+}
+
+// check verifies and decodes the tensors of one shard, piece by piece.
+type check struct {
+	name    string // the shard, for errors
+	tensors []TensorInfo
+	data    [][]byte // each tensor's decoded bytes: in the file (raw) or in the decode area (encoded)
+	pieces  []piece
+	crcs    []uint32 // per piece
+	errs    []error  // per piece
+	verify  bool     // compute and compare checksums (else only decode)
+	dec     func() (*zstd.Decoder, error)
+	stop    atomic.Bool // set when the load failed: pieces not started are skipped
+}
+
+// newCheck plans the checks of the tensors (validated, in file order) of a shard held in file. Raw tensors
+// alias file; encoded ones decode into area at 64-byte-aligned positions. Without verify, raw tensors need no
+// work and encoded ones are only decompressed.
+func newCheck(name string, file []byte, tensors []TensorInfo, area []byte, verify bool, dec func() (*zstd.Decoder, error)) (*check, error) {
+	if need := decodeSize(tensors); need > int64(len(area)) {
+		return nil, fmt.Errorf("shard %s: decode area is %d bytes, the shard needs %d", name, len(area), need)
+	}
+	c := &check{name: name, tensors: tensors, data: make([][]byte, len(tensors)), verify: verify, dec: dec}
+	var pos int64
+	for i, t := range tensors {
+		if t.Encoding == Raw {
+			d := file[t.Offset : t.Offset+t.Length : t.Offset+t.Length]
+			c.data[i] = d
+			for off := int64(0); verify && off < t.Length; off += int64(crcSegment) {
+				hi := min(off+int64(crcSegment), t.Length)
+				c.pieces = append(c.pieces, piece{tensor: i, end: t.Offset + hi, stored: d[off:hi:hi]})
+			}
+			continue
+		}
+		pos = alignUp(pos, dataAlign)
+		d := area[pos : pos+t.Length : pos+t.Length]
+		c.data[i] = d
+		pos += t.Length
+		off := t.Offset
+		for f, n := range t.Frames {
+			lo := int64(f) * frameSize
+			hi := min(lo+frameSize, t.Length)
+			c.pieces = append(c.pieces, piece{tensor: i, frame: f, end: off + n, stored: file[off : off+n : off+n], decoded: d[lo:hi:hi]})
+			off += n
+		}
+	}
+	c.crcs = make([]uint32, len(c.pieces))
+	c.errs = make([]error, len(c.pieces))
+	return c, nil
+}
+
+// run does piece k.
+func (c *check) run(k int) {
+	if c.stop.Load() {
+		return
+	}
+	p := &c.pieces[k]
+	b := p.stored
+	if p.decoded != nil {
+		if err := decodeFrame(p.stored, p.decoded, c.tensors[p.tensor], c.dec); err != nil {
+			c.errs[k] = fmt.Errorf("zstd frame %d: %w", p.frame, err)
+			return
+		}
+		b = p.decoded
+	}
+	if c.verify {
+		c.crcs[k] = crc32c(b)
+	}
+}
+
+// runWhileReading fills file front to back with read, chunk bytes at a time, on the calling goroutine, while
+// GOMAXPROCS-1 workers (at least one; the reading goroutine keeps a core of its own) run the pieces whose
+// bytes are in. With inline, the reading goroutine checksums a raw piece itself, while it is still in its
+// core's cache, whenever the workers have not yet taken the pieces handed to them: so on a busy machine the
+// checks cost little more CPU than the read, and with a core to spare they run beside it. Once the file is
+// read, afterRead runs (a failure stops the remaining pieces), then the calling goroutine joins the workers
+// until every piece ran. It returns when the read ended.
+func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inline bool, read func(b []byte, off int64) error, afterRead func() error) (time.Time, error) {
+	jobs := make(chan int, len(c.pieces)) // never blocks the reader
+	work := func() {
+		for k := range jobs {
+			if ctx.Err() == nil {
+				c.run(k)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	if len(c.pieces) > 0 {
+		for range max(1, min(runtime.GOMAXPROCS(0)-1, len(c.pieces))) {
+			wg.Go(work)
+		}
+	}
+	next := 0
+	var err error
+	for off := 0; off < len(file); off += chunk {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		n := min(chunk, len(file)-off)
+		if err = read(file[off:off+n], int64(off)); err != nil {
+			break
+		}
+		for next < len(c.pieces) && c.pieces[next].end <= int64(off+n) {
+			if inline && c.pieces[next].decoded == nil && len(jobs) > 0 {
+				c.run(next)
+			} else {
+				jobs <- next
+			}
+			next++
+		}
+	}
+	readEnd := time.Now()
+	if err == nil {
+		err = afterRead()
+	}
+	if err != nil {
+		c.stop.Store(true)
+	}
+	for ; next < len(c.pieces) && err == nil; next++ {
+		jobs <- next
+	}
+	close(jobs)
+	work()
+	wg.Wait()
+	if err == nil {
+		err = ctx.Err()
+	}
+	return readEnd, err
+}
+
+// result combines the pieces' checksums per tensor, compares them with the tensors' CRC-32C and returns the
+// tensors, or the first failure naming the shard and the tensor.
+func (c *check) result() (map[string]Tensor, error) {
+	sums := make([]uint32, len(c.tensors))
+	errs := make([]error, len(c.tensors))
+	segShift, frShift := segmentShift(), frameShift()
+	for k, p := range c.pieces {
+		if c.errs[k] != nil && errs[p.tensor] == nil {
+			errs[p.tensor] = c.errs[k]
+		}
+		n := len(p.stored)
+		if p.decoded != nil {
+			n = len(p.decoded)
+		}
+		switch {
+		case p.decoded == nil && n == crcSegment:
+			sums[p.tensor] = gf2Times(&segShift, sums[p.tensor]) ^ c.crcs[k]
+		case p.decoded != nil && n == frameSize:
+			sums[p.tensor] = gf2Times(&frShift, sums[p.tensor]) ^ c.crcs[k]
+		default:
+			sums[p.tensor] = crc32cCombine(sums[p.tensor], c.crcs[k], int64(n))
+		}
+	}
+	m := make(map[string]Tensor, len(c.tensors))
+	for i, t := range c.tensors {
+		err := errs[i]
+		if err == nil && c.verify && sums[i] != t.CRC32C {
+			err = fmt.Errorf("checksum mismatch (CRC-32C %08x, header says %08x): the file is corrupted; run layerstream split again", sums[i], t.CRC32C)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shard %s: tensor %q: %w", c.name, t.Name, err)
+		}
+		m[t.Name] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: c.data[i]}
+	}
+	return m, nil
+}
+
+// decodeTensors verifies and decodes the tensors of a parsed shard held whole in file, on all cores. Raw
+// tensors alias file; encoded ones are decompressed into area.
+func decodeTensors(ctx context.Context, name string, file []byte, h *shardHeader, area []byte, dec func() (*zstd.Decoder, error)) (map[string]Tensor, error) {
+	c, err := newCheck(name, file, h.Tensors, area, true, dec)
+	if err != nil {
+		return nil, err
+	}
+	parallel(ctx, len(c.pieces), c.run)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.result()
+}
+
+// parallel runs f(0..n-1) on up to GOMAXPROCS goroutines, stopping early when ctx is done.
+func parallel(ctx context.Context, n int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// decodeFrame decompresses one zstd frame of encoded tensor t into dst (exactly the frame's decoded size).
+func decodeFrame(stored, dst []byte, t TensorInfo, dec func() (*zstd.Decoder, error)) error {
+	d, err := dec()
+	if err != nil {
+		return err
+	}
+	got, err := d.DecodeAll(stored, dst[:0])
+	if err != nil {
+		return fmt.Errorf("%s: %w (corrupted file?)", t.Encoding, err)
+	}
+	if len(got) != len(dst) || (len(got) > 0 && &got[0] != &dst[0]) {
+		return fmt.Errorf("%s: decoded %d bytes, want %d (corrupted file?)", t.Encoding, len(got), len(dst))
+	}
+	if t.Encoding == ShuffleZstd {
+		tmp := blockPool.Get().(*[]byte)
+		unshuffleInPlace(dst, *tmp, t.DType.Size())
+		blockPool.Put(tmp)
+	}
+	return nil
+}
