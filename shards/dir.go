@@ -6,14 +6,20 @@ import (
 	"strings"
 )
 
-// DefaultDir is where Split writes when no output folder is given: <ckptDir>/layerstream when that can be
-// written, else a folder in the layerstream cache, $LAYERSTREAM_CACHE (or os.UserCacheDir()/layerstream), named
-// after the checkpoint: "<org>--<name>@<revision>" for a Hugging Face cache snapshot, else the sanitized absolute
-// path.
+// DefaultDir is where Split writes when no output folder is given.
+//
+// A checkpoint in a Hugging Face cache snapshot (…/models--org--name/snapshots/<commit>, or a folder inside one)
+// is split into the layerstream cache, $LAYERSTREAM_CACHE (or os.UserCacheDir()/layerstream), in a folder named
+// "org--name@<commit>": never inside the snapshot, where the Hugging Face tools would count the shards as part
+// of the revision (and delete them with it). Any other checkpoint is split into <ckptDir>/layerstream when that
+// can be written, else into the cache, in a folder named after the sanitized absolute path.
 func DefaultDir(ckptDir string) string {
 	abs, err := filepath.Abs(ckptDir)
 	if err != nil {
 		abs = filepath.Clean(ckptDir)
+	}
+	if name, ok := snapshotName(abs); ok {
+		return filepath.Join(cacheRoot(), name)
 	}
 	inside := filepath.Join(abs, "layerstream")
 	if st, err := os.Stat(inside); err == nil && st.IsDir() {
@@ -37,14 +43,25 @@ func cacheRoot() string {
 	return filepath.Join(d, "layerstream")
 }
 
-// cacheName names a checkpoint folder inside the cache.
-func cacheName(abs string) string {
+// snapshotName reports whether abs is a Hugging Face cache snapshot or a folder inside one, and names its
+// folder in the layerstream cache: "org--name@commit", then the path inside the snapshot, if any, sanitized.
+func snapshotName(abs string) (string, bool) {
 	parts := strings.Split(filepath.ToSlash(abs), "/")
 	for i := 0; i+2 < len(parts); i++ {
-		if repo, ok := strings.CutPrefix(parts[i], "models--"); ok && parts[i+1] == "snapshots" {
-			return sanitize(repo + "@" + parts[i+2])
+		repo, ok := strings.CutPrefix(parts[i], "models--")
+		if ok && repo != "" && parts[i+1] == "snapshots" && parts[i+2] != "" {
+			name := repo + "@" + parts[i+2]
+			if rest := parts[i+3:]; len(rest) > 0 {
+				name += "_" + strings.Join(rest, "_")
+			}
+			return sanitize(name), true
 		}
 	}
+	return "", false
+}
+
+// cacheName names a checkpoint folder outside the Hugging Face cache inside the layerstream cache.
+func cacheName(abs string) string {
 	return sanitize(strings.Trim(filepath.ToSlash(abs), "/"))
 }
 

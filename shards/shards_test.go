@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -103,13 +104,7 @@ func TestSplitStoriesBitIdentical(t *testing.T) {
 		t.Fatalf("units %s", got)
 	}
 	checkIdentical(t, s, ck)
-	for _, f := range CopiedFiles {
-		want, _ := os.ReadFile(filepath.Join(ck.Dir, f))
-		got, err := os.ReadFile(filepath.Join(out, f))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s not copied: %v", f, err)
-		}
-	}
+	checkCopied(t, ck.Dir, out)
 	if s.Config.NumHiddenLayers != 5 || len(checkpoint.EOSTokenIDs(s.Config, s.Generation)) != 2 {
 		t.Fatalf("config/generation not read back: %+v %+v", s.Config, s.Generation)
 	}
@@ -484,6 +479,58 @@ func TestDefaultDir(t *testing.T) {
 	if got := cacheName("/data/my models/x"); got != "data_my_models_x" {
 		t.Fatalf("sanitized: %s", got)
 	}
+	// A writable snapshot is still never written into; a folder inside one is keyed by its path too.
+	snap := filepath.Join(dir, "hub", "models--org--name", "snapshots", "0123abcd")
+	os.MkdirAll(filepath.Join(snap, "sub dir"), 0o755)
+	if got, want := DefaultDir(snap), filepath.Join(cache, "org--name@0123abcd"); got != want {
+		t.Fatalf("writable snapshot: %s, want %s", got, want)
+	}
+	if got, want := DefaultDir(filepath.Join(snap, "sub dir")), filepath.Join(cache, "org--name@0123abcd_sub_dir"); got != want {
+		t.Fatalf("folder in a snapshot: %s, want %s", got, want)
+	}
+	// Folders that only look alike are ordinary checkpoints.
+	for _, d := range []string{filepath.Join(dir, "hub", "models--org--name"), filepath.Join(dir, "hub", "models--org--name", "snapshots")} {
+		if got := DefaultDir(d); got != filepath.Join(d, "layerstream") {
+			t.Fatalf("%s: %s", d, got)
+		}
+	}
+	if runtime.GOOS == "linux" { // os.UserCacheDir is $XDG_CACHE_HOME there
+		xdg := t.TempDir()
+		t.Setenv("LAYERSTREAM_CACHE", "")
+		t.Setenv("XDG_CACHE_HOME", xdg)
+		if got, want := DefaultDir(snap), filepath.Join(xdg, "layerstream", "org--name@0123abcd"); got != want {
+			t.Fatalf("snapshot without $LAYERSTREAM_CACHE: %s, want %s", got, want)
+		}
+	}
+}
+
+func TestSplitSnapshotIntoCache(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	snap := filepath.Join(t.TempDir(), "models--org--tiny", "snapshots", "feed42")
+	if err := os.MkdirAll(filepath.Dir(snap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(ck.Dir, snap); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := listDir(t, snap)
+	cache := t.TempDir()
+	t.Setenv("LAYERSTREAM_CACHE", cache)
+	s, err := Split(context.Background(), ck, SplitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(cache, "org--tiny@feed42"); s.Dir != want {
+		t.Fatalf("split into %s, want %s", s.Dir, want)
+	}
+	if after := listDir(t, snap); !slices.Equal(after, before) {
+		t.Fatalf("split wrote into the snapshot: %v, was %v", after, before)
+	}
+	checkIdentical(t, s, ck)
 }
 
 func TestBufferAlignedAndGrown(t *testing.T) {
@@ -712,4 +759,39 @@ func TestVerifyOnce(t *testing.T) {
 	if VerifyOnce.String() != "once" || VerifyAlways.String() != "always" {
 		t.Fatal("policy names")
 	}
+}
+
+// checkCopied checks that out holds exactly the CopiedFiles present in src, byte for byte.
+func checkCopied(t *testing.T, src, out string) {
+	t.Helper()
+	for _, f := range CopiedFiles {
+		want, werr := os.ReadFile(filepath.Join(src, f))
+		got, err := os.ReadFile(filepath.Join(out, f))
+		if errors.Is(werr, os.ErrNotExist) {
+			if !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s is not in %s but is in the split: %v", f, src, err)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s not copied: %v", f, err)
+		}
+	}
+}
+
+func TestSplitCopiesChatTemplate(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	tpl := "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+	os.WriteFile(filepath.Join(ck.Dir, "chat_template.jinja"), []byte(tpl), 0o644)
+	os.WriteFile(filepath.Join(ck.Dir, "tokenizer_config.json"), []byte(`{"bos_token": "<s>"}`), 0o644)
+	out := t.TempDir()
+	split(t, ck, out, Raw)
+	checkCopied(t, ck.Dir, out)
+	if b, _ := os.ReadFile(filepath.Join(out, "chat_template.jinja")); string(b) != tpl {
+		t.Fatalf("chat_template.jinja: %q", b)
+	}
+	// The checkpoint drops its template: a re-split does not keep the old copy.
+	os.Remove(filepath.Join(ck.Dir, "chat_template.jinja"))
+	split(t, ck, out, Raw)
+	checkCopied(t, ck.Dir, out)
 }

@@ -28,9 +28,10 @@ type SplitOptions struct {
 	Progress func(done, total int64)
 }
 
-// CopiedFiles are the checkpoint files Split copies into the shard folder (those present), so the folder is
-// self-contained.
-var CopiedFiles = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}
+// CopiedFiles are the checkpoint files Split copies into the shard folder, so the folder is self-contained
+// (recent transformers keep the chat template in chat_template.jinja instead of tokenizer_config.json). A file
+// the checkpoint lacks is removed from the shard folder, so a re-split never keeps a stale copy.
+var CopiedFiles = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
 
 // testHookWriter, when set by tests, wraps the writer of every shard file (to inject failures).
 var testHookWriter func(io.Writer) io.Writer
@@ -211,7 +212,7 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 // removeStaleTemps deletes temporary files that a killed Split left behind (a failed write removes its own).
 // Two Splits must not write into the same folder at the same time.
 func removeStaleTemps(dir string) {
-	for _, pat := range []string{".*.shard.tmp*", "." + ManifestFile + ".tmp*", ".*.json.tmp*"} {
+	for _, pat := range []string{".*.shard.tmp*", "." + ManifestFile + ".tmp*", ".*.json.tmp*", ".*.jinja.tmp*"} {
 		names, _ := filepath.Glob(filepath.Join(dir, pat))
 		for _, n := range names {
 			if err := os.Remove(n); err == nil {
@@ -485,9 +486,13 @@ func readAt(f *os.File, b []byte, off int64, name string) error {
 	return nil
 }
 
+// copyIfPresent copies src to dst atomically; when src does not exist it removes dst.
 func copyIfPresent(src, dst string) error {
 	in, err := os.Open(src)
 	if errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 		return nil
 	}
 	if err != nil {

@@ -21,7 +21,7 @@ func init() {
 		summary: "split a checkpoint into per-layer shard files plus a manifest (resumable), or --verify a split",
 		usage:   "<checkpoint folder or Hub repo id>",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
-			out := fs.String("out", "", "output folder (default <checkpoint>/layerstream if writable, else the layerstream cache)")
+			out := fs.String("out", "", "output folder (default <checkpoint>/layerstream if writable, else the layerstream cache; always the cache for a Hugging Face cache snapshot)")
 			encoding := fs.String("encoding", "raw", "tensor storage: raw, zstd or shuffle-zstd (lossless)")
 			verify := fs.Bool("verify", false, "write nothing: re-read every shard, check every checksum and compare every tensor with the checkpoint")
 			quiet := fs.Bool("quiet", false, "no progress bar")
