@@ -338,6 +338,9 @@ func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inl
 			wg.Go(work)
 		}
 	}
+	if len(c.pieces) == 0 {
+		chunk = len(file) // nothing to overlap: one read
+	}
 	next := 0
 	var err error
 	for off := 0; off < len(file); off += chunk {
