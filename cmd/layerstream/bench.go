@@ -18,7 +18,6 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
-	"github.com/layerstream/layerstream/hub"
 )
 
 func init() {
@@ -27,7 +26,7 @@ func init() {
 		summary: "measure prefill and decode speed on synthetic prompts: medians over several runs",
 		usage:   "--model DIR",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
-			o := benchOptions{eng: engine.Options{Hub: hub.OptionsFromEnv()}}
+			var o benchOptions
 			fs.StringVar(&o.model, "model", "", "model: checkpoint folder, shard folder or Hub repo id (required)")
 			fs.IntVar(&o.promptTokens, "prompt-tokens", 128, "prompt length in tokens (synthetic ids)")
 			fs.IntVar(&o.newTokens, "new-tokens", 32, "tokens to generate per run (end-of-sequence ids do not "+
@@ -36,19 +35,7 @@ func init() {
 			fs.IntVar(&o.warmup, "warmup", 1, "unmeasured runs first (compile graphs, warm the page cache)")
 			fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic prompt ids")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the table")
-			fs.StringVar(&o.eng.Device, "device", "cpu", "compute device: cpu, or cuda in a binary built with the "+
-				"xla build tag")
-			fs.StringVar(&o.eng.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
-			fs.IntVar(&o.eng.Prefetch, "prefetch", 2, "units read ahead of the one computing")
-			fs.IntVar(&o.eng.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers on the device at once")
-			fs.Int64Var(&o.eng.DeviceBudget, "device-budget", 0, "bytes of device memory for streamed layer "+
-				"weights (overrides --max-layer-buffers)")
-			fs.BoolVar(&o.eng.StreamAll, "stream-all", false, "stream embedding, final norm and lm_head too")
-			fs.BoolVar(&o.eng.Resident, "resident", false, "load every layer once and keep it (no streaming)")
-			fs.StringVar(&o.eng.Hub.Revision, "revision", o.eng.Hub.Revision, "Hub revision for a repo id")
-			fs.StringVar(&o.eng.Hub.Token, "token", o.eng.Hub.Token, "Hugging Face token for gated repos "+
-				"(default $HF_TOKEN)")
-			fs.BoolVar(&o.eng.Hub.Offline, "offline", o.eng.Hub.Offline, "use only the local Hugging Face cache")
+			addEngineFlags(fs, &o.eng)
 			prof := addProfileFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
-	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -21,7 +20,7 @@ func init() {
 		summary: "generate text, streaming the model through memory one layer at a time",
 		usage:   "--model DIR|SHARDS|REPO --prompt TEXT",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
-			o := generateOptions{eng: engine.Options{Hub: hub.OptionsFromEnv()}}
+			var o generateOptions
 			fs.StringVar(&o.model, "model", "", "model: checkpoint folder (split into shards on first use), shard folder or Hugging Face repo id (required)")
 			fs.StringVar(&o.prompt, "prompt", "", "prompt text")
 			fs.StringVar(&o.ids, "ids", "", "prompt as comma-separated token ids instead of --prompt")
@@ -34,18 +33,7 @@ func init() {
 			fs.Uint64Var(&o.seed, "seed", 0, "random seed for sampling")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, timings) instead of streaming text")
 			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (NaN, all-zero logits, degenerate repetition)")
-			fs.StringVar(&o.eng.Device, "device", "cpu", "compute device: cpu (cuda needs a binary built with the xla build tag)")
-			fs.StringVar(&o.eng.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
-			fs.IntVar(&o.eng.Prefetch, "prefetch", 2, "units read from disk ahead of the one computing")
-			fs.IntVar(&o.eng.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers whose weights are on the device at once")
-			fs.Int64Var(&o.eng.DeviceBudget, "device-budget", 0, "bytes of device memory for streamed layer weights (overrides --max-layer-buffers)")
-			fs.BoolVar(&o.eng.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
-			fs.BoolVar(&o.eng.Resident, "resident", false, "load every layer once and keep it (no streaming)")
-			fs.BoolVar(&o.eng.DirectIO, "direct-io", false, "read shards with O_DIRECT, bypassing the page cache")
-			fs.BoolVar(&o.eng.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")
-			fs.StringVar(&o.eng.Hub.Revision, "revision", o.eng.Hub.Revision, "Hub revision (branch, tag or commit) for a repo id")
-			fs.StringVar(&o.eng.Hub.Token, "token", o.eng.Hub.Token, "Hugging Face token for gated repos (default $HF_TOKEN)")
-			fs.BoolVar(&o.eng.Hub.Offline, "offline", o.eng.Hub.Offline, "use only the local Hugging Face cache")
+			addEngineFlags(fs, &o.eng)
 			prof := addProfileFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
@@ -137,6 +125,7 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 	var dec *tokenizer.StreamDecoder
 	if tok != nil {
 		dec = tok.NewStreamDecoder(true)
+		dec.Prime(promptIDs) // the first generated word keeps its leading space
 	}
 	onToken := func(t engine.Token) error {
 		text := ""

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/layerstream/layerstream/engine"
+)
+
+// addEngineFlags defines the flags that configure an engine (device, dtype, streaming budget, Hub access) on fs,
+// writing into o. generate, bench and verify share them.
+//
+// Hub settings left empty are filled from the environment by hub.Resolve ($HF_TOKEN, $HF_ENDPOINT...): the
+// token's default stays empty here so that --help never prints a secret.
+func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
+	fs.StringVar(&o.Device, "device", "cpu", "compute device: cpu (cuda needs a binary built with the xla build tag; see README)")
+	fs.StringVar(&o.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
+	fs.IntVar(&o.Prefetch, "prefetch", 2, "units read from disk ahead of the one computing")
+	fs.IntVar(&o.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers whose weights are on the device at once")
+	fs.Int64Var(&o.DeviceBudget, "device-budget", 0, "bytes of device memory for streamed layer weights (overrides --max-layer-buffers)")
+	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
+	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
+	fs.BoolVar(&o.DirectIO, "direct-io", false, "read shards with O_DIRECT, bypassing the page cache (models larger than RAM)")
+	fs.BoolVar(&o.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")
+	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")
+	fs.StringVar(&o.Hub.Token, "token", "", "Hugging Face token for gated repos (default $HF_TOKEN, then $HF_HOME/token)")
+	fs.BoolVar(&o.Hub.Offline, "offline", false, "use only the local Hugging Face cache (also $HF_HUB_OFFLINE=1)")
+}
