@@ -6,20 +6,16 @@ import (
 	"github.com/layerstream/layerstream/engine"
 )
 
-// Engine features that targets 2 and 4 measure but the engine does not offer yet. Each hook is nil until it is
-// wired to the engine's API; while nil, its targets print UNAVAILABLE with the reason below and count as missed.
-// Wiring one is the few lines shown in its comment: nothing else in the harness changes.
+// Engine features that targets 2 and 4 measure, as hooks. A hook is nil until it is wired to the engine's API;
+// while nil, its targets print UNAVAILABLE with the reason below and count as missed. Wiring one is the few
+// lines shown in its comment: nothing else in the harness changes.
 
 // directIO turns on the engine option that reads streamed shards with O_DIRECT, bypassing the page cache
-// (target 2, and the I/O-bound setting of target 4). shards.Set.SetDirectIO exists; engine.Options does not
-// expose it yet. When it does:
-//
-//	var directIO = func(o *engine.Options) { o.DirectIO = true }
-var directIO func(o *engine.Options)
+// (target 2, and the I/O-bound setting of target 4).
+var directIO = func(o *engine.Options) { o.DirectIO = true }
 
 // noDirectIO is the reason targets 2 and 4 are unavailable while directIO is nil.
-const noDirectIO = "engine.Options has no O_DIRECT option yet (shards.Set.SetDirectIO exists but the engine " +
-	"does not expose it); wire directIO in bench/speed/features.go when it does"
+const noDirectIO = "no engine option to read shards with O_DIRECT is wired (directIO in bench/speed/features.go)"
 
 // generateBatch generates every request as one batch: each layer load serves all sequences, each with its own
 // KV cache and position, finishing independently (target 4). The engine has no batched generation yet. When it

@@ -145,9 +145,9 @@ func runTiny(t *testing.T) *report {
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
 func TestRunWithoutEngineFeatures(t *testing.T) {
-	if directIO != nil || generateBatch != nil {
-		t.Skip("the engine features are wired: TestRunWithEngineFeatures covers the run")
-	}
+	savedDirect, savedBatch := directIO, generateBatch
+	directIO, generateBatch = nil, nil
+	t.Cleanup(func() { directIO, generateBatch = savedDirect, savedBatch })
 	r := runTiny(t)
 	want := map[int]bool{1: true, 3: true, 5: true} // measured
 	for _, tg := range r.Targets {
@@ -193,7 +193,21 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 	}
 }
 
-// TestRunWithEngineFeatures wires stand-ins for the missing engine features (page-cache reads for O_DIRECT, and
+// TestRun runs the harness with the hooks as wired: a wired feature's targets are measured.
+func TestRun(t *testing.T) {
+	r := runTiny(t)
+	if !r.Machine.DirectRead.Supported {
+		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
+	}
+	wired := map[int]bool{1: true, 2: directIO != nil, 3: true, 4: directIO != nil && generateBatch != nil, 5: true}
+	for _, tg := range r.Targets {
+		if wired[tg.ID] != (tg.Measured != nil) {
+			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, wired[tg.ID], tg.Verdict, tg.Reason)
+		}
+	}
+}
+
+// TestRunWithEngineFeatures wires stand-ins for the engine features not wired yet (page-cache reads for O_DIRECT,
 // sequences generated one after another for a batch), so the code measuring targets 2 and 4 runs today.
 func TestRunWithEngineFeatures(t *testing.T) {
 	if directIO == nil {
