@@ -1,6 +1,7 @@
 // Package shards splits a checkpoint into one shard file per unit (embed, layer.N, norm, lm_head) plus a Parquet
-// manifest, and loads a unit with one sequential read into a reused, page-aligned buffer, verifying every
-// tensor's CRC-32C before handing the tensors out. See format.go for the shard file layout.
+// manifest, and loads a unit with one sequential pass into a reused, page-aligned buffer, verifying every
+// tensor's CRC-32C as the bytes come in and before handing the tensors out. See format.go for the shard file
+// layout.
 package shards
 
 import (
