@@ -157,7 +157,8 @@ func BenchmarkRawRead(b *testing.B) {
 //
 // From the page cache a raw read is one memory copy by the kernel on one core; a full load adds a CRC-32C of
 // every byte. Load checksums each 256 KiB chunk while it is in cache (about a third of the copy's cost) or on
-// a spare core, so the ratio depends on how busy the machine is: the load average is printed with it.
+// a spare core, so the ratio depends on how busy the machine is: the load average is printed with it, and
+// "cpu-cost", the CPU time (user + system, whole process) of the loads over that of the raw reads.
 func BenchmarkShardReadRatio(b *testing.B) {
 	set := shardFixture(b, shards.Raw)
 	for _, name := range []string{"page-cache", "o-direct", "page-cache-verify-once"} {
@@ -176,14 +177,16 @@ func BenchmarkShardReadRatio(b *testing.B) {
 			buf := shards.NewBuffer(int(set.MaxBufferSize()))
 			loadAll(b, set, buf)
 			rawReadAll(b, set, buf.Bytes(), flags)
-			var shardT, readT, rawT time.Duration
+			var shardT, readT, rawT, shardCPU, rawCPU time.Duration
 			for b.Loop() {
-				start := time.Now()
+				start, cpu := time.Now(), procCPU(b)
 				rawReadAll(b, set, buf.Bytes(), flags)
 				rawT += time.Since(start)
-				start = time.Now()
+				rawCPU += procCPU(b) - cpu
+				start, cpu = time.Now(), procCPU(b)
 				_, r := loadAll(b, set, buf)
 				shardT += time.Since(start)
+				shardCPU += procCPU(b) - cpu
 				readT += r
 			}
 			mb := float64(totalFileBytes(set)) * float64(b.N) / 1e6
@@ -191,10 +194,20 @@ func BenchmarkShardReadRatio(b *testing.B) {
 			b.ReportMetric(rawT.Seconds()/readT.Seconds(), "read-ratio")
 			b.ReportMetric(mb/rawT.Seconds(), "raw-MB/s")
 			b.ReportMetric(mb/shardT.Seconds(), "shard-MB/s")
+			b.ReportMetric(shardCPU.Seconds()/rawCPU.Seconds(), "cpu-cost")
 			load, _ := os.ReadFile("/proc/loadavg")
-			b.Logf("%s: %d units, %.0f MB per pass, GOMAXPROCS %d, load average %s: raw %.0f MB/s, shard load %.0f MB/s (ratio %.2f), until last byte read ratio %.2f",
+			b.Logf("%s: %d units, %.0f MB per pass, GOMAXPROCS %d, load average %s: raw %.0f MB/s, shard load %.0f MB/s (ratio %.2f), until last byte read ratio %.2f, CPU time %.2fx the raw read's",
 				name, len(set.Units()), mb/float64(b.N), runtime.GOMAXPROCS(0), strings.Join(strings.Fields(string(load))[:3], " "),
-				mb/rawT.Seconds(), mb/shardT.Seconds(), rawT.Seconds()/shardT.Seconds(), rawT.Seconds()/readT.Seconds())
+				mb/rawT.Seconds(), mb/shardT.Seconds(), rawT.Seconds()/shardT.Seconds(), rawT.Seconds()/readT.Seconds(), shardCPU.Seconds()/rawCPU.Seconds())
 		})
 	}
+}
+
+// procCPU is the process's user plus system CPU time so far.
+func procCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
