@@ -333,13 +333,11 @@ func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inl
 		}
 	}
 	var wg sync.WaitGroup
-	if len(c.pieces) > 0 {
-		for range max(1, min(runtime.GOMAXPROCS(0)-1, len(c.pieces))) {
-			wg.Go(work)
-		}
-	}
 	if len(c.pieces) == 0 {
 		chunk = len(file) // nothing to overlap: one read
+	}
+	for range min(max(1, runtime.GOMAXPROCS(0)-1), len(c.pieces)) {
+		wg.Go(work)
 	}
 	next := 0
 	var err error
