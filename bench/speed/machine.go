@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -61,32 +62,40 @@ type readResult struct {
 	Supported bool          `json:"supported"`
 	Reason    string        `json:"reason,omitempty"` // why not, when unsupported
 	Files     int           `json:"files"`
-	Bytes     int64         `json:"bytes"` // per pass
-	Passes    int           `json:"passes"`
-	Best      time.Duration `json:"best_ns"` // fastest pass
-	GBps      float64       `json:"gb_per_s"`
+	Bytes     int64         `json:"bytes"`    // per pass
+	Passes    []readPass    `json:"passes"`   // every pass, in order
+	Best      time.Duration `json:"best_ns"`  // fastest pass
+	GBps      float64       `json:"gb_per_s"` // Bytes ÷ Best
 }
+
+// readPass is one pass over the files: read whole with one ReadAt each (Chunk 0) or in Chunk-byte reads.
+type readPass struct {
+	Chunk int64         `json:"chunk_bytes"`
+	Time  time.Duration `json:"ns"`
+}
+
+// directChunk is the chunked passes' read size: the size shards.Set.Load reads O_DIRECT files in.
+const directChunk = 16 << 20
 
 // errDirectRefused reports that the filesystem refused O_DIRECT.
 var errDirectRefused = errors.New("O_DIRECT refused")
 
-// measureDirectRead reads the units' shard files with O_DIRECT, one read of the whole file into a reused
-// page-aligned buffer each (as shards.Set.Load does), passes times, and keeps the fastest pass. O_DIRECT
-// bypasses the page cache, so nothing needs dropping. A filesystem that refuses O_DIRECT (tmpfs, some
-// network filesystems) gives Supported false with the reason; other failures are errors.
-func measureDirectRead(dir string, units []shards.UnitInfo, passes int) (readResult, error) {
-	r := readResult{Files: len(units), Passes: passes}
+// measureDirectRead reads the units' shard files front to back with O_DIRECT into a reused page-aligned buffer,
+// once per entry of chunks: 0 reads each file with one ReadAt, n in n-byte reads. O_DIRECT bypasses the page
+// cache, so nothing needs dropping. A filesystem that refuses O_DIRECT (tmpfs, some network filesystems) gives
+// Supported false with the reason; other failures are errors.
+func measureDirectRead(dir string, units []shards.UnitInfo, chunks []int64) (readResult, error) {
+	r := readResult{Files: len(units)}
 	var size int64
 	for _, u := range units {
 		r.Bytes += u.FileSize
 		size = max(size, u.FileSize)
 	}
 	buf := shards.NewBuffer(int(size))
-	r.Best = time.Duration(1<<63 - 1)
-	for range passes {
+	for _, chunk := range chunks {
 		start := time.Now()
 		for _, u := range units {
-			err := readDirect(filepath.Join(dir, u.File), buf.Bytes()[:u.FileSize])
+			err := readDirect(filepath.Join(dir, u.File), buf.Bytes()[:u.FileSize], chunk)
 			if errors.Is(err, errDirectRefused) {
 				return readResult{Reason: err.Error()}, nil
 			}
@@ -94,16 +103,47 @@ func measureDirectRead(dir string, units []shards.UnitInfo, passes int) (readRes
 				return r, fmt.Errorf("O_DIRECT read of shard %s: %w", u.File, err)
 			}
 		}
-		r.Best = min(r.Best, time.Since(start))
+		r.Passes = append(r.Passes, readPass{Chunk: chunk, Time: time.Since(start)})
 	}
 	r.Supported = true
-	r.GBps = float64(r.Bytes) / r.Best.Seconds() / 1e9
+	r.summarize()
 	return r, nil
 }
 
+// summarize sets Best and GBps from the passes.
+func (r *readResult) summarize() {
+	r.Best = time.Duration(1<<63 - 1)
+	for _, p := range r.Passes {
+		r.Best = min(r.Best, p.Time)
+	}
+	r.GBps = float64(r.Bytes) / r.Best.Seconds() / 1e9
+}
+
+// describePasses lists the passes' read sizes and rates.
+func (r *readResult) describePasses() string {
+	var parts []string
+	for _, p := range r.Passes {
+		how := "whole files"
+		if p.Chunk > 0 {
+			how = fmt.Sprintf("%d MiB reads", p.Chunk>>20)
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f", how, float64(r.Bytes)/p.Time.Seconds()/1e9))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// merge adds the passes of a later measurement of the same files, so the bandwidth is the best of both.
+func (r *readResult) merge(later readResult) {
+	if !r.Supported || !later.Supported || later.Bytes != r.Bytes {
+		return
+	}
+	r.Passes = append(r.Passes, later.Passes...)
+	r.summarize()
+}
+
 // readDirect reads the file at path, which must be len(dst) bytes long, into dst (page-aligned, a whole number
-// of pages) with O_DIRECT and one ReadAt.
-func readDirect(path string, dst []byte) error {
+// of pages) with O_DIRECT: one ReadAt when chunk is 0, else chunk-byte reads front to back.
+func readDirect(path string, dst []byte, chunk int64) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
 	if errors.Is(err, syscall.EINVAL) {
 		return fmt.Errorf("%w by the filesystem of %s: %v", errDirectRefused, path, err)
@@ -112,15 +152,21 @@ func readDirect(path string, dst []byte) error {
 		return err
 	}
 	defer f.Close()
-	n, err := f.ReadAt(dst, 0)
-	if errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("%w by the filesystem of %s: %v", errDirectRefused, path, err)
+	if chunk <= 0 {
+		chunk = int64(len(dst))
 	}
-	if err != nil {
-		return err
-	}
-	if n != len(dst) {
-		return fmt.Errorf("read %d bytes, want %d", n, len(dst))
+	for off := int64(0); off < int64(len(dst)); off += chunk {
+		end := min(off+chunk, int64(len(dst)))
+		n, err := f.ReadAt(dst[off:end], off)
+		if errors.Is(err, syscall.EINVAL) {
+			return fmt.Errorf("%w by the filesystem of %s: %v", errDirectRefused, path, err)
+		}
+		if err != nil {
+			return err
+		}
+		if n != int(end-off) {
+			return fmt.Errorf("read %d bytes at offset %d, want %d", n, off, end-off)
+		}
 	}
 	return nil
 }

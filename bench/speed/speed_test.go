@@ -106,18 +106,25 @@ func TestMeasureDirectRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	units := []shards.UnitInfo{{Name: "layer.0", File: "layer.0.shard", FileSize: int64(len(data))}}
-	r, err := measureDirectRead(dir, units, 2)
+	r, err := measureDirectRead(dir, units, []int64{0, 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !r.Supported {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Reason)
 	}
-	if r.Bytes != int64(len(data)) || r.GBps <= 0 {
-		t.Errorf("read %d bytes at %v GB/s; want %d bytes at a positive rate", r.Bytes, r.GBps, len(data))
+	if r.Bytes != int64(len(data)) || r.GBps <= 0 || len(r.Passes) != 2 {
+		t.Errorf("read %d bytes at %v GB/s in %d passes; want %d bytes at a positive rate in 2", r.Bytes, r.GBps,
+			len(r.Passes), len(data))
+	}
+	later := r
+	later.Passes = []readPass{{Chunk: 0, Time: r.Best / 2}}
+	r.merge(later)
+	if len(r.Passes) != 3 || r.Best != later.Passes[0].Time {
+		t.Errorf("merged: %d passes, best %v; want 3 passes, best %v", len(r.Passes), r.Best, later.Passes[0].Time)
 	}
 	units[0].FileSize = 4 * 4096 // the file is shorter than the manifest says
-	if _, err := measureDirectRead(dir, units, 1); err == nil || !strings.Contains(err.Error(), "layer.0.shard") {
+	if _, err := measureDirectRead(dir, units, []int64{0}); err == nil || !strings.Contains(err.Error(), "layer.0.shard") {
 		t.Errorf("short file: err %v; want an error naming the shard", err)
 	}
 }

@@ -116,8 +116,8 @@ func (r *report) writeText(w io.Writer) error {
 	p.printf("  memory copy      %7.2f GB/s    bytes copied per second, %s buffers, %d goroutines, best of %d\n",
 		mc.GBps, fmtBytes(mc.BufferBytes), mc.Goroutines, mc.Repeats)
 	if d := r.Machine.DirectRead; d.Supported {
-		p.printf("  sequential read  %7.2f GB/s    O_DIRECT, %d layer shards (%s), one read per file, best of %d passes\n",
-			d.GBps, d.Files, fmtBytes(d.Bytes), d.Passes)
+		p.printf("  sequential read  %7.2f GB/s    O_DIRECT, %d layer shards (%s), best of %d passes (%s)\n",
+			d.GBps, d.Files, fmtBytes(d.Bytes), len(d.Passes), d.describePasses())
 	} else {
 		p.printf("  sequential read      n/a         %s\n", d.Reason)
 	}
