@@ -70,10 +70,14 @@ func bucket(n int) int {
 	return 1 << bits.Len(uint(n-1))
 }
 
-// kvStore returns a Store with room for capacity positions, reusing the last one when its capacity matches.
-func (e *Engine) kvStore(capacity int) (*kvcache.Store, error) {
+// kvStore returns a one-sequence Store with room for capacity positions (kvStoreBatch).
+func (e *Engine) kvStore(capacity int) (*kvcache.Store, error) { return e.kvStoreBatch(1, capacity) }
+
+// kvStoreBatch returns a Store for batch sequences of up to capacity positions each, reusing the last one when
+// its sizes match.
+func (e *Engine) kvStoreBatch(batch, capacity int) (*kvcache.Store, error) {
 	c := e.cfg
-	cfg := kvcache.Config{Layers: c.NumHiddenLayers, Batch: 1, KVHeads: c.NumKeyValueHeads, Capacity: capacity, HeadDim: c.HeadDim}
+	cfg := kvcache.Config{Layers: c.NumHiddenLayers, Batch: batch, KVHeads: c.NumKeyValueHeads, Capacity: capacity, HeadDim: c.HeadDim}
 	if e.kv != nil && e.kv.Config() == cfg {
 		e.kv.Reset()
 		return e.kv, nil
@@ -150,39 +154,92 @@ func (e *Engine) unitSet(st *stream, unit string, resident *weightSet) (w *weigh
 	return w, func() { e.releaseSet(w) }, nil
 }
 
-// pass runs the model over ids at positions kv.Len(0).. of sequence 0, commits them to the cache and returns
-// the logits of every position (all) or of the last one. A single new position (a decode step) runs on the
-// host kernels (hostOps) unless Options.GraphDecode; longer inputs run the compiled graphs.
+// pass runs ids for sequence 0 of a one-sequence store (forward with a single sequence).
 func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []int, all bool) ([][]float32, error) {
+	return e.forward(ctx, st, kv, []int{0}, [][]int{ids}, all)
+}
+
+// forward runs new tokens of some sequences of kv through the model, one load of each unit serving them all:
+// ids[i] continues the sequence in cache row rows[i] at its positions kv.Len(rows[i]).. and is committed to
+// the cache. It returns, for each i, the logits of its last new position; with all (one sequence only), the
+// logits of every new position.
+//
+// When every sequence brings a single position (a decode step) the step runs on the host kernels (hostOps)
+// over just those rows, unless Options.GraphDecode. Otherwise the compiled graphs run over every row of the
+// store, padded to the longest input's bucket: a row without new tokens is computed but neither written nor
+// returned.
+func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, all bool) ([][]float32, error) {
 	c := e.cfg
-	t := len(ids)
-	tb := bucket(t)
-	pos0 := kv.Len(0)
-	if err := kv.CheckRoom(0, t); err != nil {
-		return nil, err
+	h, capacity := c.HiddenSize, kv.Config().Capacity
+	decode := !e.opts.GraphDecode
+	tmax := 0
+	for i, r := range rows {
+		if err := kv.CheckRoom(r, len(ids[i])); err != nil {
+			return nil, err
+		}
+		decode = decode && len(ids[i]) == 1
+		tmax = max(tmax, len(ids[i]))
 	}
 
-	// Embedding lookup on the host.
+	// Embedding lookup on the host: x is [len(rows), 1, hidden] for a decode step, else [batch, tb, hidden].
 	ew, release, err := e.unitSet(st, unitEmbed, e.embed)
 	if err != nil {
 		return nil, err
 	}
-	h := c.HiddenSize
-	x := make([]float32, tb*h)
-	for i, id := range ids {
+	defer func() { release() }() // unless released early below
+	embed := func(dst []float32, id, pos int) error {
 		if id < 0 || id >= c.VocabSize {
-			release()
-			return nil, fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos0+i, c.VocabSize)
+			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
 		}
-		embedRow(x[i*h:(i+1)*h], ew.tensors[0].flat, id, h)
+		embedRow(dst, ew.tensors[0].flat, id, h)
+		return nil
+	}
+	if decode {
+		x := make([]float32, len(rows)*h)
+		var cos, sin, mask []float32
+		for i, r := range rows {
+			pos0 := kv.Len(r)
+			if err := embed(x[i*h:(i+1)*h], ids[i][0], pos0); err != nil {
+				return nil, err
+			}
+			cs, sn := e.rotaryTables(pos0, 1)
+			cos, sin = append(cos, cs...), append(sin, sn...)
+			mask = append(mask, causalMask(pos0, 1, capacity)...)
+		}
+		release()
+		release = func() {}
+		return e.hostPass(ctx, st, kv, rows, x, cos, sin, mask)
+	}
+
+	b := kv.Config().Batch
+	tb := bucket(tmax)
+	lens := make([]int, b)
+	x := make([]float32, b*tb*h)
+	for i, r := range rows {
+		lens[r] = len(ids[i])
+		for j, id := range ids[i] {
+			if err := embed(x[(r*tb+j)*h:(r*tb+j+1)*h], id, kv.Len(r)+j); err != nil {
+				return nil, err
+			}
+		}
 	}
 	release()
-	cos, sin := e.rotaryTables(pos0, tb)
-	mask := causalMask(pos0, tb, kv.Config().Capacity)
-	if t == 1 && !e.opts.GraphDecode {
-		return e.hostPass(ctx, st, kv, x, cos, sin, mask)
+	release = func() {}
+	var cos, sin, mask []float32
+	for r := range b {
+		cs, sn := e.rotaryTables(kv.Len(r), tb)
+		cos, sin = append(cos, cs...), append(sin, sn...)
+		mask = append(mask, causalMask(kv.Len(r), tb, capacity)...)
 	}
-	return e.graphPass(ctx, st, kv, t, x, cos, sin, mask, all)
+	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, cos, sin, mask, all)
+	if err != nil || all {
+		return logits, err
+	}
+	out := make([][]float32, len(rows))
+	for i, r := range rows {
+		out[i] = logits[r]
+	}
+	return out, nil
 }
 
 // layerSet returns decoder layer i's weights (resident, or next from the stream) and its release function.
@@ -194,16 +251,18 @@ func (e *Engine) layerSet(st *stream, i int) (*weightSet, func(), error) {
 	return e.unitSet(st, layerUnit(i), res)
 }
 
-// graphPass runs the layers and the head as compiled graphs over x [1, tb, hidden].
-func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, t int, xHost, cosHost, sinHost, maskHost []float32, all bool) ([][]float32, error) {
+// graphPass runs the layers and the head as compiled graphs over x [batch, tb, hidden]: row r of the store
+// brings lens[r] new positions (0: a padding row, computed but not written). It returns the logits of each
+// row's last new position (nil for padding rows), or with all (a one-sequence store) of every new position.
+func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, lens []int, tb int, xHost, cosHost, sinHost, maskHost []float32, all bool) ([][]float32, error) {
 	c := e.cfg
-	tb := len(xHost) / c.HiddenSize
+	b := len(lens)
 	d, n := c.HeadDim, kv.Config().Capacity+tb
 	step := int(e.step.Load())
-	x := tensors.FromFlatDataAndDimensions(xHost, 1, tb, c.HiddenSize)
-	cos := tensors.FromFlatDataAndDimensions(cosHost, 1, tb, d)
-	sin := tensors.FromFlatDataAndDimensions(sinHost, 1, tb, d)
-	mask := tensors.FromFlatDataAndDimensions(maskHost, 1, tb, n)
+	x := tensors.FromFlatDataAndDimensions(xHost, b, tb, c.HiddenSize)
+	cos := tensors.FromFlatDataAndDimensions(cosHost, b, tb, d)
+	sin := tensors.FromFlatDataAndDimensions(sinHost, b, tb, d)
+	mask := tensors.FromFlatDataAndDimensions(maskHost, b, tb, n)
 	defer cos.FinalizeAll()
 	defer sin.FinalizeAll()
 	defer mask.FinalizeAll()
@@ -219,7 +278,14 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, t
 			return nil, err
 		}
 		slot, _ := kv.View(i).Layer(0)
-		args := append([]any{x, cos, sin, mask, slot.KHandle.(*deviceTensor).t, slot.VHandle.(*deviceTensor).t}, w.args()...)
+		// Without shared buffers the cache is written on the host: copy it to the device for this layer.
+		k, v := slot.KHandle.(*deviceTensor), slot.VHandle.(*deviceTensor)
+		if err := errors.Join(k.upload(), v.upload()); err != nil {
+			release()
+			x.FinalizeAll()
+			return nil, fmt.Errorf("layer %d: key/value cache: %w", i, err)
+		}
+		args := append([]any{x, cos, sin, mask, k.t, v.t}, w.args()...)
 		span := e.prof.Begin(profiler.Forward, step, i)
 		outs, err := exec(e.layerExec, fmt.Sprintf("layer %d", i), args...)
 		span.End(w.bytes)
@@ -229,7 +295,7 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, t
 			return nil, err
 		}
 		x = outs[0]
-		err = writeKV(kv.View(i), t, tb, outs[1], outs[2])
+		err = writeKV(kv.View(i), lens, tb, outs[1], outs[2])
 		outs[1].FinalizeAll()
 		outs[2].FinalizeAll()
 		if err != nil {
@@ -237,18 +303,23 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, t
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
 	}
-	if err := kv.Advance(0, t); err != nil {
-		x.FinalizeAll()
-		return nil, err
+	for r, t := range lens {
+		if err := kv.Advance(r, t); err != nil {
+			x.FinalizeAll()
+			return nil, err
+		}
 	}
-	return e.headLogits(st, x, t, all)
+	return e.headLogits(st, x, lens, tb, all)
 }
 
-// hostPass runs one new position [1, 1, hidden] through the layers and the head with hostOps.
-func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, x, cos, sin, mask []float32) ([][]float32, error) {
+// hostPass runs one new position of each sequence in cache rows rows (x [len(rows), 1, hidden]) through the
+// layers and the head with hostOps, every weight matrix read once for all of them. It returns each row's logits.
+func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, x, cos, sin, mask []float32) ([][]float32, error) {
 	c := e.cfg
+	m := len(rows)
+	kvSize := c.NumKeyValueHeads * c.HeadDim // one position's keys in a layer
 	step := int(e.step.Load())
-	var xv Value = &hostArray{data: x, dims: []int{1, 1, c.HiddenSize}}
+	var xv Value = &hostArray{data: x, dims: []int{m, 1, c.HiddenSize}}
 	for i := range c.NumHiddenLayers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -259,7 +330,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, x,
 		}
 		view := kv.View(i)
 		slot, _ := view.Layer(0)
-		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity}
+		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: rows}
 		in := LayerInputs{X: xv, W: make(map[string]Value, len(w.specs))}
 		for j, s := range w.specs {
 			in.W[s.suffix] = w.tensors[j]
@@ -268,13 +339,18 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, x,
 		out := e.arch.Layer(c, ops, in)
 		span.End(w.bytes)
 		release()
-		if err := view.Write(0, 1, 1, arr(out.K).data, arr(out.V).data); err != nil {
-			return nil, fmt.Errorf("layer %d: %w", i, err)
+		k, v := arr(out.K).data, arr(out.V).data // [m, kvHeads, 1, headDim]
+		for j, r := range rows {
+			if err := view.Write(r, 1, 1, k[j*kvSize:(j+1)*kvSize], v[j*kvSize:(j+1)*kvSize]); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", i, err)
+			}
 		}
 		xv = out.X
 	}
-	if err := kv.Advance(0, 1); err != nil {
-		return nil, err
+	for _, r := range rows {
+		if err := kv.Advance(r, 1); err != nil {
+			return nil, err
+		}
 	}
 	nw, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
 	if err != nil {
@@ -288,26 +364,42 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, x,
 	defer releaseHead()
 	span := e.prof.Begin(profiler.Forward, step, -1)
 	var ops hostOps
-	logits := ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)
+	logits := arr(ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)).data
 	span.End(hw.bytes)
-	return [][]float32{arr(logits).data}, nil
+	v := c.VocabSize
+	out := make([][]float32, m)
+	for j := range out {
+		out[j] = logits[j*v : (j+1)*v : (j+1)*v]
+	}
+	return out, nil
 }
 
-// headLogits applies the final norm and the output projection to x [1, tb, hidden] (consumed).
-func (e *Engine) headLogits(st *stream, x *tensors.Tensor, t int, all bool) ([][]float32, error) {
+// headLogits applies the final norm and the output projection to x [batch, tb, hidden] (consumed): to the
+// last new position of each row r with lens[r] > 0 (the others get nil), or with all (batch 1) to the first
+// lens[0] positions.
+func (e *Engine) headLogits(st *stream, x *tensors.Tensor, lens []int, tb int, all bool) ([][]float32, error) {
 	h, v := e.cfg.HiddenSize, e.cfg.VocabSize
 	in := x
-	rows := t
+	rows := lens[0]
+	var from []int // the rows of the store the head's input rows belong to
 	if !all {
-		// Only the last real position: copy its row out of the padded bucket.
-		last := make([]float32, h)
-		err := x.ConstFlatData(func(flat any) { copy(last, flat.([]float32)[(t-1)*h:t*h]) })
+		// Only the last real position of each row: copy them out of the padded bucket.
+		var last []float32
+		err := x.ConstFlatData(func(flat any) {
+			f := flat.([]float32)
+			for r, t := range lens {
+				if t > 0 {
+					last = append(last, f[(r*tb+t-1)*h:(r*tb+t)*h]...)
+					from = append(from, r)
+				}
+			}
+		})
 		x.FinalizeAll()
 		if err != nil {
 			return nil, fmt.Errorf("final hidden state: %w", err)
 		}
-		in = tensors.FromFlatDataAndDimensions(last, 1, 1, h)
-		rows = 1
+		rows = len(from)
+		in = tensors.FromFlatDataAndDimensions(last, 1, rows, h)
 	}
 	defer in.FinalizeAll()
 	nw, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
@@ -337,7 +429,14 @@ func (e *Engine) headLogits(st *stream, x *tensors.Tensor, t int, all bool) ([][
 	if err != nil {
 		return nil, fmt.Errorf("logits: %w", err)
 	}
-	return logits, nil
+	if all {
+		return logits, nil
+	}
+	byRow := make([][]float32, len(lens))
+	for i, r := range from {
+		byRow[r] = logits[i]
+	}
+	return byRow, nil
 }
 
 // embedRow writes the embedding of id (a row of the [vocab, hidden] matrix flat) into dst as float32.
@@ -352,12 +451,22 @@ func embedRow(dst []float32, flat any, id, h int) {
 	}
 }
 
-// writeKV stores the first t of tb new positions' keys and values ([1, kvHeads, tb, headDim]) in the layer's view.
-func writeKV(view *kvcache.View, t, tb int, k, v *tensors.Tensor) error {
+// writeKV stores the first lens[r] of tb new positions of every row r ([batch, kvHeads, tb, headDim] keys and
+// values) in the layer's view.
+func writeKV(view *kvcache.View, lens []int, tb int, k, v *tensors.Tensor) error {
 	var werr error
 	err := k.ConstFlatData(func(kf any) {
 		err := v.ConstFlatData(func(vf any) {
-			werr = view.Write(0, t, tb, kf.([]float32), vf.([]float32))
+			kAll, vAll := kf.([]float32), vf.([]float32)
+			size := len(kAll) / len(lens)
+			for r, t := range lens {
+				if t == 0 {
+					continue
+				}
+				if werr = view.Write(r, t, tb, kAll[r*size:(r+1)*size], vAll[r*size:(r+1)*size]); werr != nil {
+					return
+				}
+			}
 		})
 		werr = errors.Join(werr, err)
 	})

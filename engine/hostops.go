@@ -19,6 +19,8 @@ type hostOps struct {
 	mask         []float32 // [B, T, S+T], additive
 	pastK, pastV []float32 // [B, kvHeads, S, headDim]
 	capacity     int       // S
+	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
+	rows []int
 }
 
 // hostArray is a float32 array on the host.
@@ -58,21 +60,28 @@ func (hostOps) Linear(x, w, b Value) Value {
 		bias = weightData(b).([]float32)
 	}
 	wd := weightData(w)
+	// Output-major: each weight row is read once (from memory, then from L1) for every input row, so a batch of
+	// sequences costs one pass over the weights.
 	parallelFor(out, func(lo, hi int) {
-		for r := range rows {
-			xr := xa.data[r*in : (r+1)*in]
-			yr := y.data[r*out : (r+1)*out]
-			switch f := wd.(type) {
-			case []float32:
-				for o := lo; o < hi; o++ {
-					yr[o] = dotF32(xr, f[o*in:(o+1)*in])
-				}
-			case []bfloat16.BFloat16:
-				for o := lo; o < hi; o++ {
-					yr[o] = dotBF16(xr, f[o*in:(o+1)*in])
+		switch f := wd.(type) {
+		case []float32:
+			for o := lo; o < hi; o++ {
+				wr := f[o*in : (o+1)*in]
+				for r := range rows {
+					y.data[r*out+o] = dotF32(xa.data[r*in:(r+1)*in], wr)
 				}
 			}
-			if bias != nil {
+		case []bfloat16.BFloat16:
+			for o := lo; o < hi; o++ {
+				wr := f[o*in : (o+1)*in]
+				for r := range rows {
+					y.data[r*out+o] = dotBF16(xa.data[r*in:(r+1)*in], wr)
+				}
+			}
+		}
+		if bias != nil {
+			for r := range rows {
+				yr := y.data[r*out : (r+1)*out]
 				for o := lo; o < hi; o++ {
 					yr[o] += bias[o]
 				}
@@ -203,19 +212,23 @@ func (o hostOps) Attention(q, k, v Value) Value {
 		scores := make([]float32, n)
 		for bh := lo; bh < hi; bh++ {
 			bi, h := bh/heads, bh%heads
-			kv := bi*kvHeads + h/group
+			row := bi // the sequence's row of the cache
+			if o.rows != nil {
+				row = o.rows[bi]
+			}
+			kv, past := bi*kvHeads+h/group, row*kvHeads+h/group // key/value head in k and v, in the cache
 			for ti := range t {
 				qv := qa.data[((bi*heads+h)*t+ti)*d:][:d]
 				mask := o.mask[(bi*t+ti)*n:][:n]
 				key := func(j int) []float32 {
 					if j < s {
-						return o.pastK[(kv*s+j)*d:][:d]
+						return o.pastK[(past*s+j)*d:][:d]
 					}
 					return ka.data[(kv*t+j-s)*d:][:d]
 				}
 				value := func(j int) []float32 {
 					if j < s {
-						return o.pastV[(kv*s+j)*d:][:d]
+						return o.pastV[(past*s+j)*d:][:d]
 					}
 					return va.data[(kv*t+j-s)*d:][:d]
 				}
