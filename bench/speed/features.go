@@ -18,14 +18,10 @@ var directIO = func(o *engine.Options) { o.DirectIO = true }
 const noDirectIO = "no engine option to read shards with O_DIRECT is wired (directIO in bench/speed/features.go)"
 
 // generateBatch generates every request as one batch: each layer load serves all sequences, each with its own
-// KV cache and position, finishing independently (target 4). The engine has no batched generation yet. When it
-// has, e.g.:
-//
-//	var generateBatch = func(ctx context.Context, e *engine.Engine, reqs []engine.Request) ([]*engine.Result, error) {
-//		return e.GenerateBatch(ctx, reqs, nil)
-//	}
-var generateBatch func(ctx context.Context, e *engine.Engine, reqs []engine.Request) ([]*engine.Result, error)
+// KV cache and position, finishing independently (target 4).
+var generateBatch = func(ctx context.Context, e *engine.Engine, reqs []engine.Request) ([]*engine.Result, error) {
+	return e.GenerateBatch(ctx, reqs, nil)
+}
 
 // noBatch is the reason target 4 is unavailable while generateBatch is nil.
-const noBatch = "the engine has no batched generation yet (Engine.Generate takes one sequence); wire " +
-	"generateBatch in bench/speed/features.go when it does"
+const noBatch = "no batched generation is wired (generateBatch in bench/speed/features.go)"
