@@ -33,7 +33,6 @@ import (
 	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
@@ -60,13 +59,22 @@ type Options struct {
 	// Resident loads every unit once and keeps it (no streaming): for comparison and tests.
 	Resident bool
 	// GraphDecode computes decode steps with the compiled GoMLX graphs instead of the host kernels (hostOps):
-	// slower, for comparison and tests.
+	// slower on cpu, for comparison and tests. Always on for the XLA devices, which compute every step on the
+	// device.
 	GraphDecode bool
 	// DirectIO reads shards with O_DIRECT, bypassing the page cache (shards.Set.SetDirectIO; falls back with a
 	// warning where the filesystem refuses it).
 	DirectIO bool
-	// Device is "cpu" (default). "cuda" needs a binary built with the xla build tag.
+	// Device is DeviceCPU ("cpu", the default, pure Go), DeviceCUDA ("cuda") or DeviceXLACPU ("xla-cpu"); the
+	// last two need a binary built with the xla build tag and a PJRT plugin (see README "CUDA and XLA").
 	Device string
+	// NoSharedBuffers makes xla-cpu copy weights from host staging buffers into device buffers, as CUDA does,
+	// instead of sharing host memory with the device: for testing and measuring the CUDA transfer path.
+	NoSharedBuffers bool
+	// ComputeCapability is the CUDA device's compute capability (e.g. 8.0) for the dtype policy, used when the
+	// backend does not report it (go-xla v0.1.4 does not): 0 means unknown, and bf16 is then not chosen
+	// automatically.
+	ComputeCapability float64
 	// DType is the compute dtype of weight matrices: "auto" (default), "f32" or "bf16", chosen by
 	// guard.ChooseDType (auto is f32 on the cpu backend, which computes bf16 slowly, by emulation).
 	DType string
@@ -101,13 +109,12 @@ func (o *Options) fillDefaults() error {
 	if o.Resident && o.StreamAll {
 		return errors.New("resident and stream-all exclude each other")
 	}
-	switch o.Device {
-	case "", "cpu":
-		o.Device = "cpu"
-	case "cuda":
-		return errors.New("device cuda: built without the xla build tag; see README")
-	default:
-		return fmt.Errorf("unknown device %q (supported: cpu)", o.Device)
+	var err error
+	if o.Device, err = checkDevice(o.Device); err != nil {
+		return err
+	}
+	if o.Device != DeviceCPU {
+		o.GraphDecode = true // the host kernels would compute on the CPU, not on the device
 	}
 	if o.DType == "" {
 		o.DType = "auto"
@@ -180,7 +187,11 @@ func (e *Engine) init(ctx context.Context) error {
 	if e.arch, err = architectureFor(c); err != nil {
 		return err
 	}
-	choice, err := guard.ChooseDType(e.opts.DType, c.TorchDType, guard.CPU)
+	var caps guard.DeviceCaps
+	if e.backend, caps, err = newBackend(e.opts); err != nil {
+		return fmt.Errorf("backend: %w", err)
+	}
+	choice, err := guard.ChooseDType(e.opts.DType, c.TorchDType, caps)
 	if err != nil {
 		return err
 	}
@@ -190,7 +201,7 @@ func (e *Engine) init(ctx context.Context) error {
 	case checkpoint.BF16:
 		e.dtype = dtypes.BFloat16
 	default:
-		return fmt.Errorf("dtype %s is not supported by the cpu backend (use f32 or bf16)", choice.DType)
+		return fmt.Errorf("dtype %s is not supported by the %s backend (use f32 or bf16)", choice.DType, e.opts.Device)
 	}
 	slog.Info("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
 	if choice.Warning != "" {
@@ -241,12 +252,6 @@ func (e *Engine) init(ctx context.Context) error {
 		e.opts.MaxLayerBuffers = int(min(n, int64(c.NumHiddenLayers)))
 	}
 
-	// ops_sequential: simplego's parallel op scheduler races when one value feeds several reshapes (found with
-	// go test -race: a consumer it believes owns the buffer rewrites its shape while another reads it). Matrix
-	// products still use every core through their batch axis (see linear), which is where the time goes.
-	if e.backend, err = simplego.New("ops_sequential"); err != nil {
-		return fmt.Errorf("backend: %w", err)
-	}
 	if err := e.buildExecs(); err != nil {
 		return err
 	}

@@ -307,7 +307,6 @@ func TestOpenErrors(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{Device: "cuda"}, "built without the xla build tag"},
 		{Options{Device: "tpu"}, "unknown device"},
 		{Options{DType: "f16"}, "dtype"},
 		{Options{Resident: true, StreamAll: true}, "exclude"},

@@ -19,15 +19,38 @@ import (
 	"github.com/layerstream/layerstream/shards"
 )
 
-// deviceTensor is a tensor in a device buffer whose memory the host writes directly (a simplego shared
-// buffer): filling it is the host→device transfer, with no further copy at execution.
+// deviceTensor is a tensor in a device buffer and the host memory the transfer stage writes it through.
+//
+// Where the backend shares host memory with the device (simplego, XLA's CPU plugin) flat is the device buffer
+// itself: filling it is the host→device transfer, with no further copy at execution. Where it does not (CUDA),
+// flat is a host staging buffer and upload copies it into a new device buffer (BufferFromFlatData).
 type deviceTensor struct {
-	t    *tensors.Tensor
-	flat any // []float32 or []bfloat16.BFloat16 aliasing the buffer
+	t     *tensors.Tensor
+	flat  any // []float32 or []bfloat16.BFloat16: the shared buffer, or the staging buffer
+	shape shapes.Shape
+	// copyTo is the backend upload copies flat to; nil for a shared buffer.
+	copyTo backends.Backend
 }
 
 func newDeviceTensor(b backends.Backend, dt dtypes.DType, dims ...int) (*deviceTensor, error) {
-	buf, flat, err := b.NewSharedBuffer(0, shapes.Make(dt, dims...))
+	shape := shapes.Make(dt, dims...)
+	if !b.HasSharedBuffers() {
+		var flat any
+		switch dt {
+		case dtypes.Float32:
+			flat = make([]float32, shape.Size())
+		case dtypes.BFloat16:
+			flat = make([]bfloat16.BFloat16, shape.Size())
+		default:
+			return nil, fmt.Errorf("device buffer %s%v: unsupported dtype", dt, dims)
+		}
+		d := &deviceTensor{flat: flat, shape: shape, copyTo: b}
+		if err := d.upload(); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	buf, flat, err := b.NewSharedBuffer(0, shape)
 	if err != nil {
 		return nil, fmt.Errorf("device buffer %s%v: %w", dt, dims, err)
 	}
@@ -35,12 +58,35 @@ func newDeviceTensor(b backends.Backend, dt dtypes.DType, dims ...int) (*deviceT
 	if err != nil {
 		return nil, fmt.Errorf("device buffer %s%v: %w", dt, dims, err)
 	}
-	return &deviceTensor{t: t, flat: flat}, nil
+	return &deviceTensor{t: t, flat: flat, shape: shape}, nil
+}
+
+// upload makes the device buffer hold flat's current contents: a no-op for a shared buffer, else a copy into a
+// new device buffer that replaces the previous one (freed first, so a set never holds two copies).
+func (d *deviceTensor) upload() error {
+	if d.copyTo == nil {
+		return nil
+	}
+	if d.t != nil {
+		_ = d.t.FinalizeAll()
+		d.t = nil
+	}
+	buf, err := d.copyTo.BufferFromFlatData(0, d.flat, d.shape)
+	if err != nil {
+		return fmt.Errorf("host→device copy of %s: %w", d.shape, err)
+	}
+	if d.t, err = tensors.FromBuffer(d.copyTo, buf); err != nil {
+		_ = d.copyTo.BufferFinalize(buf)
+		return fmt.Errorf("host→device copy of %s: %w", d.shape, err)
+	}
+	return nil
 }
 
 func (d *deviceTensor) free() {
 	if d != nil && d.t != nil {
 		_ = d.t.FinalizeAll()
+	}
+	if d != nil {
 		d.t, d.flat = nil, nil
 	}
 }
@@ -120,22 +166,44 @@ func (w *weightSet) args() []any {
 }
 
 // fill puts a loaded unit's weights into w's device buffers (the transfer stage), recording the time spent
-// copying as h2d and the time spent converting dtypes (e.g. bf16 → f32) as decode.
+// copying as h2d and the time spent converting dtypes (e.g. bf16 → f32) as decode. Without shared buffers the
+// h2d time includes the copy from the host staging buffers to the device.
 func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
 	start := time.Now()
 	conv, copied, err := w.fill(l, unitPrefix(l.Unit.Name))
+	hostTime := time.Since(start)
+	if err == nil {
+		err = w.upload()
+	}
 	step, layer := int(e.step.Load()), layerIndex(l.Unit.Name)
 	elapsed := time.Since(start)
-	// One fill may both convert and copy: split its time between the two in proportion to the bytes.
-	convTime := time.Duration(float64(elapsed) * float64(conv) / float64(max(conv+copied, 1)))
+	// One fill may both convert and copy: split its host time between the two in proportion to the bytes.
+	convTime := time.Duration(float64(hostTime) * float64(conv) / float64(max(conv+copied, 1)))
 	if conv > 0 {
 		e.prof.Record(profiler.Decode, step, layer, start, convTime, conv)
 	}
-	if copied > 0 {
-		e.prof.Record(profiler.H2D, step, layer, start.Add(convTime), elapsed-convTime, copied)
+	h2dBytes := copied
+	if w.staged() {
+		h2dBytes = w.bytes // every byte crosses to the device
+	}
+	if h2dBytes > 0 {
+		e.prof.Record(profiler.H2D, step, layer, start.Add(convTime), elapsed-convTime, h2dBytes)
 	}
 	return err
 }
+
+// upload copies the set's staging buffers to the device (see deviceTensor.upload).
+func (w *weightSet) upload() error {
+	for i, t := range w.tensors {
+		if err := t.upload(); err != nil {
+			return fmt.Errorf("unit %s: tensor %q: %w", w.unit, w.specs[i].suffix, err)
+		}
+	}
+	return nil
+}
+
+// staged reports whether the set's device buffers are filled through host staging buffers (no shared buffers).
+func (w *weightSet) staged() bool { return len(w.tensors) > 0 && w.tensors[0].copyTo != nil }
 
 // fill copies or converts the unit's tensors (named prefix+suffix) into the set's device buffers. It returns
 // the bytes converted between dtypes and the bytes copied as they are.
