@@ -171,7 +171,7 @@ func TestGenerateBatchErrors(t *testing.T) {
 		{Request{}, "request 1: empty prompt"},
 		{Request{PromptIDs: make([]int, 60), MaxNewTokens: 10}, "request 1: prompt (60 tokens) + max new tokens (10)"},
 		{Request{PromptIDs: []int{1}, Sampling: Sampling{Temperature: -1}}, "request 1: temperature"},
-		{Request{PromptIDs: []int{1, 99}}, "token id 99"},
+		{Request{PromptIDs: []int{1, 99}}, "request 1: prompt token id 99 at position 1 is outside the vocabulary"},
 	} {
 		_, err := e.GenerateBatch(ctx, []Request{{PromptIDs: []int{1}, MaxNewTokens: 2}, c.bad}, func(int, Token) error {
 			t.Fatal("a token was generated")
@@ -179,6 +179,9 @@ func TestGenerateBatchErrors(t *testing.T) {
 		})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want an error containing %q", err, c.want)
+		}
+		if err := e.CheckRequest(c.bad); err == nil || !strings.Contains(c.want, err.Error()[:10]) {
+			t.Errorf("CheckRequest: got %v, want the error of %q", err, c.want)
 		}
 	}
 }

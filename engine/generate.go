@@ -184,6 +184,13 @@ func (e *Engine) GenerateBatch(ctx context.Context, reqs []Request, onToken func
 	return results, nil
 }
 
+// CheckRequest returns the error Generate would refuse req with before any work (empty prompt, token ids
+// outside the vocabulary, context overflow, bad sampling parameters), or nil.
+func (e *Engine) CheckRequest(req Request) error {
+	_, err := e.newSequence(req)
+	return err
+}
+
 // sequence is one request's state in GenerateBatch.
 type sequence struct {
 	maxNew      int // resolved: 0 became the room left in the context
@@ -203,6 +210,11 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 	n := len(req.PromptIDs)
 	if n == 0 {
 		return nil, errors.New("empty prompt")
+	}
+	for i, id := range req.PromptIDs {
+		if id < 0 || id >= e.cfg.VocabSize {
+			return nil, fmt.Errorf("prompt token id %d at position %d is outside the vocabulary (vocab_size %d)", id, i, e.cfg.VocabSize)
+		}
 	}
 	maxPos := e.cfg.MaxPositionEmbeddings
 	maxNew := req.MaxNewTokens

@@ -18,7 +18,7 @@ func init() {
 	register(command{
 		name:    "generate",
 		summary: "generate text, streaming the model through memory one layer at a time",
-		usage:   "--model DIR|SHARDS|REPO --prompt TEXT",
+		usage:   "--model DIR|SHARDS|REPO --prompt TEXT | --batch-file PROMPTS.jsonl",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o generateOptions
 			fs.StringVar(&o.model, "model", "", "model: checkpoint folder (split into shards on first use), shard folder or Hugging Face repo id (required)")
@@ -32,6 +32,8 @@ func init() {
 			fs.Float64Var(&o.repetitionPenalty, "repetition-penalty", -1, "penalise tokens already in the sequence, 1 for off (default: generation_config.json)")
 			fs.Uint64Var(&o.seed, "seed", 0, "random seed for sampling")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, timings) instead of streaming text")
+			fs.StringVar(&o.batchFile, "batch-file", "", "throughput mode: generate every line of this JSONL file ({\"prompt\": TEXT} or {\"ids\": [...]}, optional \"max_new_tokens\", \"temperature\", \"top_k\", \"top_p\", \"repetition_penalty\", \"seed\"), several sequences per layer load; prints one JSON object per line, in input order")
+			fs.IntVar(&o.batchSize, "batch-size", 16, "with --batch-file: sequences generated together")
 			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (NaN, all-zero logits, degenerate repetition)")
 			addEngineFlags(fs, &o.eng)
 			prof := addProfileFlags(fs)
@@ -42,12 +44,28 @@ func init() {
 				if o.model == "" {
 					return usageErrorf("--model is required")
 				}
-				if (o.prompt == "") == (o.ids == "") {
-					return usageErrorf("give exactly one of --prompt and --ids")
+				if o.batchFile != "" {
+					if o.prompt != "" || o.ids != "" {
+						return usageErrorf("--batch-file takes the prompts from the file: give no --prompt or --ids")
+					}
+					if o.strict {
+						return usageErrorf("--strict is not available with --batch-file (the guards follow one sequence)")
+					}
+					if o.batchSize < 1 {
+						return usageErrorf("--batch-size must be at least 1, got %d", o.batchSize)
+					}
+				} else if (o.prompt == "") == (o.ids == "") {
+					return usageErrorf("give exactly one of --prompt, --ids and --batch-file")
 				}
 				p, finish := prof.Start()
 				o.eng.Profiler = p
-				err := runGenerate(ctx, o, os.Stdout)
+				run := runGenerate
+				if o.batchFile != "" {
+					run = func(ctx context.Context, o generateOptions, stdout io.Writer) error {
+						return runBatch(ctx, o, stdout, os.Stderr)
+					}
+				}
+				err := run(ctx, o, os.Stdout)
 				return errors.Join(err, finish())
 			}
 		},
@@ -57,6 +75,8 @@ func init() {
 // generateOptions are generate's flags.
 type generateOptions struct {
 	model, prompt, ids string
+	batchFile          string
+	batchSize          int
 	chat, json, strict bool
 	maxNew, topK       int
 	temperature, topP  float64
@@ -105,19 +125,8 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 			return usageErrorf("--ids: %v", err)
 		}
 	} else {
-		text := o.prompt
-		addSpecial := true
-		if o.chat {
-			if !tok.HasChatTemplate() {
-				return fmt.Errorf("--chat: the model's tokenizer_config.json has no chat_template")
-			}
-			if text, err = tok.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: o.prompt}}, true); err != nil {
-				return fmt.Errorf("--chat: %w", err)
-			}
-			addSpecial = false // the template writes the special tokens itself
-		}
-		if promptIDs, err = tok.Encode(text, addSpecial); err != nil {
-			return fmt.Errorf("tokenize prompt: %w", err)
+		if promptIDs, err = encodePrompt(tok, o.prompt, o.chat); err != nil {
+			return err
 		}
 	}
 

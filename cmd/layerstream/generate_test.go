@@ -76,8 +76,12 @@ func TestGenerateErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"generate", "--prompt", "x"}, 2, "--model is required"},
-		{[]string{"generate", "--model", "m"}, 2, "exactly one of --prompt and --ids"},
-		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "cuda"}, 1, "built without the xla build tag; see README"},
+		{[]string{"generate", "--model", "m"}, 2, "exactly one of --prompt, --ids and --batch-file"},
+		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--prompt", "x"}, 2, "give no --prompt or --ids"},
+		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--batch-size", "0"}, 2, "--batch-size must be at least 1"},
+		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--strict"}, 2, "--strict is not available with --batch-file"},
+		{[]string{"generate", "--model", "m", "--batch-file", "/nonexistent/p.jsonl"}, 1, "--batch-file: open /nonexistent/p.jsonl"},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "cuda"}, 1, "built without the xla build tag"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+// batchLine is one line of a --batch-file: a prompt as text or ids, and optional per-sequence settings that
+// override the flags.
+type batchLine struct {
+	Prompt            *string  `json:"prompt"`
+	IDs               []int    `json:"ids"`
+	MaxNewTokens      *int     `json:"max_new_tokens"`
+	Temperature       *float64 `json:"temperature"`
+	TopK              *int     `json:"top_k"`
+	TopP              *float64 `json:"top_p"`
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	Seed              *uint64  `json:"seed"`
+
+	line int // 1-based line number in the file
+}
+
+// batchResultJSON is the output for one input line.
+type batchResultJSON struct {
+	PromptIDs    []int  `json:"prompt_ids"`
+	GeneratedIDs []int  `json:"generated_ids"`
+	Text         string `json:"text"`
+	StopReason   string `json:"stop_reason"`
+}
+
+// readBatchFile parses a JSONL file of prompts. Blank lines are skipped; any other line must be one JSON object
+// with exactly one of "prompt" and "ids" and no unknown fields.
+func readBatchFile(path string) ([]batchLine, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--batch-file: %w", err)
+	}
+	var lines []batchLine
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, len(b)+1)
+	for n := 1; sc.Scan(); n++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		l := batchLine{line: n}
+		d := json.NewDecoder(bytes.NewReader(text))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&l); err != nil {
+			return nil, fmt.Errorf("--batch-file %s line %d: %w (want a JSON object like {\"prompt\": \"...\"} or {\"ids\": [1, 2]})", path, n, err)
+		}
+		if d.More() {
+			return nil, fmt.Errorf("--batch-file %s line %d: more than one JSON value on the line", path, n)
+		}
+		if (l.Prompt == nil) == (l.IDs == nil) {
+			return nil, fmt.Errorf("--batch-file %s line %d: give exactly one of \"prompt\" and \"ids\"", path, n)
+		}
+		lines = append(lines, l)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--batch-file %s: %w", path, err)
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("--batch-file %s: no prompts (one JSON object per line)", path)
+	}
+	return lines, nil
+}
+
+// runBatch is generate --batch-file: every line becomes a request, requests run --batch-size at a time through
+// Engine.GenerateBatch, and one JSON object per line is written to stdout in input order. Aggregate timings go
+// to stderr.
+func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) error {
+	lines, err := readBatchFile(o.batchFile)
+	if err != nil {
+		return err
+	}
+	if o.eng.Hub.Progress == nil {
+		o.eng.Hub.Progress = stderr
+	}
+	// The guard monitor follows one token stream; the sequences of a batch interleave, so it is not used here.
+	o.eng.Monitor = nil
+	e, err := engine.Open(ctx, o.model, o.eng)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	tok, tokErr := tokenizer.Load(e.Dir()) // nil without tokenizer files: then only "ids" lines work
+
+	reqs := make([]engine.Request, len(lines))
+	base := samplingFor(o, e)
+	for i, l := range lines {
+		where := fmt.Sprintf("--batch-file %s line %d", o.batchFile, l.line)
+		r := engine.Request{PromptIDs: l.IDs, MaxNewTokens: o.maxNew, Sampling: base}
+		if l.Prompt != nil {
+			if tok == nil {
+				return fmt.Errorf("%s: a text prompt needs the tokenizer: %w (give \"ids\" to run without one)", where, tokErr)
+			}
+			if r.PromptIDs, err = encodePrompt(tok, *l.Prompt, o.chat); err != nil {
+				return fmt.Errorf("%s: %w", where, err)
+			}
+		}
+		if l.MaxNewTokens != nil {
+			r.MaxNewTokens = *l.MaxNewTokens
+		}
+		s := &r.Sampling
+		setIf(&s.Temperature, l.Temperature)
+		setIf(&s.TopK, l.TopK)
+		setIf(&s.TopP, l.TopP)
+		setIf(&s.RepetitionPenalty, l.RepetitionPenalty)
+		setIf(&s.Seed, l.Seed)
+		if err := e.CheckRequest(r); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		reqs[i] = r
+	}
+
+	enc := json.NewEncoder(stdout)
+	start := time.Now()
+	var generated int
+	for lo := 0; lo < len(reqs); lo += o.batchSize {
+		hi := min(lo+o.batchSize, len(reqs))
+		groupStart := time.Now()
+		results, err := e.GenerateBatch(ctx, reqs[lo:hi], nil)
+		if err != nil {
+			return fmt.Errorf("--batch-file %s lines %d-%d: %w", o.batchFile, lines[lo].line, lines[hi-1].line, err)
+		}
+		n := 0
+		for _, res := range results {
+			n += len(res.GeneratedIDs)
+			out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason}
+			if tok != nil {
+				out.Text = tok.Decode(res.GeneratedIDs, true)
+			}
+			if err := enc.Encode(out); err != nil {
+				return err
+			}
+		}
+		generated += n
+		d := time.Since(groupStart)
+		fmt.Fprintf(stderr, "batch of %d (lines %d-%d): %d tokens in %.2f s, %.1f tokens/s; first token after %.2f s\n",
+			hi-lo, lines[lo].line, lines[hi-1].line, n, d.Seconds(), float64(n)/d.Seconds(), results[0].Timings.TTFT.Seconds())
+	}
+	d := time.Since(start)
+	fmt.Fprintf(stderr, "%d sequences, %d tokens generated in %.2f s: %.1f tokens/s aggregate (--batch-size %d)\n",
+		len(reqs), generated, d.Seconds(), float64(generated)/d.Seconds(), o.batchSize)
+	return nil
+}
+
+// setIf sets *dst to *v when v is given.
+func setIf[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// encodePrompt tokenizes a prompt, wrapped in the model's chat template as a user message with chat.
+func encodePrompt(tok *tokenizer.Tokenizer, text string, chat bool) ([]int, error) {
+	addSpecial := true
+	if chat {
+		if !tok.HasChatTemplate() {
+			return nil, errors.New("--chat: the model's tokenizer_config.json has no chat_template")
+		}
+		var err error
+		if text, err = tok.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: text}}, true); err != nil {
+			return nil, fmt.Errorf("--chat: %w", err)
+		}
+		addSpecial = false // the template writes the special tokens itself
+	}
+	ids, err := tok.Encode(text, addSpecial)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize prompt: %w", err)
+	}
+	return ids, nil
+}

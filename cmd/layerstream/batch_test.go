@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+)
+
+type goldenGeneration struct {
+	Prompt       string `json:"prompt"`
+	PromptIDs    []int  `json:"prompt_ids"`
+	GeneratedIDs []int  `json:"generated_ids"`
+}
+
+// readGolden returns the first case of the stories260K golden generations.
+func readGolden(t *testing.T) goldenGeneration {
+	t.Helper()
+	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct{ Cases []goldenGeneration }
+	if err := json.Unmarshal(b, &g); err != nil || len(g.Cases) == 0 {
+		t.Fatalf("golden file: %v, %d cases", err, len(g.Cases))
+	}
+	return g.Cases[0]
+}
+
+func writeBatchFile(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestBatchFile: every line gets one JSON object, in input order, across several batches, with its own token
+// limit; the golden prompt reproduces llama2.c inside a batch.
+func TestBatchFile(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	golden := readGolden(t)
+	path := writeBatchFile(t,
+		`{"prompt": "Once upon a time"}`,
+		`{"ids": [1, 403, 407], "max_new_tokens": 3}`,
+		``,
+		`{"prompt": "The cat", "max_new_tokens": 5, "temperature": 0.8, "seed": 7}`,
+		`{"ids": [1], "max_new_tokens": 1}`,
+		`{"prompt": "Once upon a time", "max_new_tokens": 12}`,
+	)
+	o := generateOptions{model: model, batchFile: path, batchSize: 2, maxNew: 40, temperature: -1, topK: -1, topP: -1, repetitionPenalty: -1}
+	var out, stderr bytes.Buffer
+	if err := runBatch(context.Background(), o, &out, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	var got []batchResultJSON
+	d := json.NewDecoder(&out)
+	for d.More() {
+		var r batchResultJSON
+		if err := d.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 5 {
+		t.Fatalf("%d output lines for 5 prompts:\n%s", len(got), out.String())
+	}
+	if !equal(got[0].PromptIDs, golden.PromptIDs) || !equal(got[0].GeneratedIDs, golden.GeneratedIDs[:40]) ||
+		!strings.HasPrefix(got[0].Text, ", there was a little girl named Lily.") {
+		t.Errorf("line 1: %+v, want the golden continuation", got[0])
+	}
+	if !equal(got[1].PromptIDs, []int{1, 403, 407}) || len(got[1].GeneratedIDs) != 3 || got[1].StopReason != "max_new_tokens" {
+		t.Errorf("line 2: %+v", got[1])
+	}
+	if len(got[2].GeneratedIDs) != 5 || len(got[3].GeneratedIDs) != 1 {
+		t.Errorf("lines 4 and 5: %d and %d tokens, want 5 and 1", len(got[2].GeneratedIDs), len(got[3].GeneratedIDs))
+	}
+	if !equal(got[4].GeneratedIDs, golden.GeneratedIDs[:12]) {
+		t.Errorf("line 6: %v, want %v", got[4].GeneratedIDs, golden.GeneratedIDs[:12])
+	}
+	if !strings.Contains(stderr.String(), "5 sequences, 61 tokens generated") {
+		t.Errorf("stderr lacks the aggregate line:\n%s", stderr.String())
+	}
+}
+
+// TestBatchFileBadLines: a bad line is refused before any generation, naming the file's line.
+func TestBatchFileBadLines(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	good := `{"ids": [1, 2]}`
+	for _, c := range []struct {
+		line, want string
+	}{
+		{`{"prompt": "a"`, "line 2: unexpected EOF"},
+		{`["a"]`, "line 2: json: cannot unmarshal array"},
+		{`{"prompt": "a", "ids": [1]}`, `line 2: give exactly one of "prompt" and "ids"`},
+		{`{}`, `line 2: give exactly one of "prompt" and "ids"`},
+		{`{"promt": "a"}`, `line 2: json: unknown field "promt"`},
+		{`{"ids": [1]} {"ids": [2]}`, "line 2: more than one JSON value"},
+		{`{"ids": [1], "max_new_tokens": 600}`, "line 2: prompt (1 tokens) + max new tokens (600)"},
+		{`{"ids": [1, 100000]}`, "line 2: prompt token id 100000"},
+		{`{"ids": [1], "temperature": -2}`, "line 2: temperature must be ≥ 0"},
+	} {
+		path := writeBatchFile(t, good, c.line, good)
+		o := generateOptions{model: model, batchFile: path, batchSize: 4, maxNew: 4, temperature: -1, topK: -1, topP: -1, repetitionPenalty: -1}
+		var out bytes.Buffer
+		err := runBatch(context.Background(), o, &out, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("line %s: got %v, want an error containing %q", c.line, err, c.want)
+		}
+		if out.Len() != 0 {
+			t.Errorf("line %s: output before the error: %q", c.line, out.String())
+		}
+	}
+	o := generateOptions{model: model, batchFile: writeBatchFile(t, "", " "), batchSize: 4}
+	if err := runBatch(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "no prompts") {
+		t.Errorf("empty file: got %v", err)
+	}
+}
