@@ -12,7 +12,9 @@ import (
 // Hub settings left empty are filled from the environment by hub.Resolve ($HF_TOKEN, $HF_ENDPOINT...): the
 // token's default stays empty here so that --help never prints a secret.
 func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
-	fs.StringVar(&o.Device, "device", "cpu", "compute device: cpu (cuda needs a binary built with the xla build tag; see README)")
+	fs.StringVar(&o.Device, "device", "cpu", "compute device: cpu (pure Go), cuda or xla-cpu (XLA through a PJRT plugin: a binary built with -tags xla; see README 'CUDA and XLA')")
+	fs.Float64Var(&o.ComputeCapability, "compute-capability", 0, "CUDA compute capability of the GPU (e.g. 8.0 A100, 9.0 H100) for the dtype policy: bf16 is chosen automatically only at 8.0 or newer")
+	fs.BoolVar(&o.NoSharedBuffers, "no-shared-buffers", false, "xla-cpu: copy weights into device buffers as CUDA does instead of sharing host memory (to measure the transfer path)")
 	fs.StringVar(&o.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
 	fs.IntVar(&o.Prefetch, "prefetch", 2, "units read from disk ahead of the one computing")
 	fs.IntVar(&o.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers whose weights are on the device at once")
