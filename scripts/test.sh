@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# The project's test command (README): vet, the whole test suite, and short fuzzing runs of every parser of
-# untrusted bytes. Works on a fresh machine with Go installed: modules download on first use.
+# The project's test command (README): vet, the whole test suite, a compile check of the xla build, and short
+# fuzzing runs of every parser of untrusted bytes. Works on a fresh machine with Go (and a C compiler, for the xla
+# check) installed: modules download on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=${CGO_ENABLED:-0}
 go vet ./...
 go test -count=1 -timeout 20m ./...
+# The xla build (cgo, README "CUDA and XLA") must compile; it needs a C compiler but no PJRT plugin. Its tests run
+# where a plugin is on PJRT_PLUGIN_LIBRARY_PATH (they skip, saying why, when the one they need is absent).
+CGO_ENABLED=1 go vet -tags xla ./engine/ ./cmd/...
+if [[ -n ${PJRT_PLUGIN_LIBRARY_PATH:-} ]]; then
+	CGO_ENABLED=1 go test -count=1 -tags xla -run 'XLA|CUDA' ./engine/
+fi
 # Short fuzzing runs (the seed corpora already ran above as plain tests).
 fuzztime=${FUZZTIME:-10s}
 for target in $(grep -rhoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' . | sed 's/^func //' | sort -u); do
