@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Benchmark the same model and prompt on every available backend: CPU always (the pure-Go build), CUDA when this
-# machine has an NVIDIA GPU, a PJRT CUDA plugin and a binary built with the xla build tag works. Prints one table
-# with the medians of each backend and the CUDA/CPU ratio; a backend that cannot run is listed as "skipped: why".
+# Benchmark the same model and prompt on every available backend: CPU always (the pure-Go build); XLA's CPU plugin
+# (xla-cpu) when pjrt_c_api_cpu_plugin.so is on PJRT_PLUGIN_LIBRARY_PATH; CUDA when this machine has an NVIDIA GPU
+# and a PJRT CUDA plugin. The XLA backends need a binary built with the xla build tag (cgo). Prints one table with
+# the medians of each backend and each one's ratio to CPU; a backend that cannot run is listed as "skipped: why".
 #
 # Defaults to a small synthetic model (SmolLM2-135M shape, 4 layers) so it runs anywhere in a few minutes.
 #
 #   scripts/benchmark_cpu_vs_cuda.sh [--model DIR] [--runs R] [--prompt-tokens N] [--new-tokens M]
 #                                    [--shape NAME --layers L] [--work DIR] [-- extra bench flags]
 #
-# Environment: PJRT_PLUGIN_LIBRARY_PATH (folder with pjrt_c_api_cuda_plugin.so), XLA_FLAGS (passed through).
+# Environment: PJRT_PLUGIN_LIBRARY_PATH (folders with pjrt_c_api_cpu_plugin.so / pjrt_c_api_cuda_plugin.so),
+# XLA_FLAGS (passed through). README "CUDA and XLA" says where the plugins come from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +26,7 @@ while (($#)); do
 	--layers) layers=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "benchmark_cpu_vs_cuda.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -63,6 +65,32 @@ run_backend() { # run_backend NAME BINARY DEVICE
 
 run_backend cpu "$work/layerstream" cpu
 
+# build_xla: the xla binary, built once; false (with the reason in $xla_error) when it does not build.
+xla_error=""
+build_xla() {
+	[[ -x $work/layerstream-xla ]] && return 0
+	[[ -n $xla_error ]] && return 1
+	log "building the xla binary (CGO_ENABLED=1, -tags xla)"
+	if ! CGO_ENABLED=1 go build -tags xla -o "$work/layerstream-xla" ./cmd/layerstream 2>"$work/build-xla.log"; then
+		xla_error="go build -tags xla failed: $(head -n1 "$work/build-xla.log")"
+		return 1
+	fi
+}
+
+# xla-cpu: XLA's CPU plugin runs the code path CUDA takes, on this machine's cores.
+cpu_plugin=""
+IFS=: read -ra dirs <<<"${PJRT_PLUGIN_LIBRARY_PATH:-}"
+for d in "${dirs[@]}"; do
+	[[ -n $d && -f $d/pjrt_c_api_cpu_plugin.so ]] && { cpu_plugin=$d/pjrt_c_api_cpu_plugin.so; break; }
+done
+if [[ -z $cpu_plugin ]]; then
+	skipped[xla-cpu]="no pjrt_c_api_cpu_plugin.so on PJRT_PLUGIN_LIBRARY_PATH (README 'CUDA and XLA')"
+elif ! build_xla; then
+	skipped[xla-cpu]=$xla_error
+else
+	run_backend xla-cpu "$work/layerstream-xla" xla-cpu
+fi
+
 # CUDA: a GPU, a PJRT plugin and an xla build.
 find_plugin() {
 	local d f
@@ -100,15 +128,10 @@ else
 		mkdir -p "$work/pjrt"
 		ln -sf "$plugin" "$work/pjrt/pjrt_c_api_cuda_plugin.so"
 		export PJRT_PLUGIN_LIBRARY_PATH=$work/pjrt${PJRT_PLUGIN_LIBRARY_PATH:+:$PJRT_PLUGIN_LIBRARY_PATH}
-		export GOMLX_NO_AUTO_INSTALL=1
-		if [[ -z ${XLA_FLAGS:-} ]]; then # go-xla otherwise sets a hard-coded CUDA folder
-			for d in "$(dirname "$(dirname "$plugin")")/../nvidia/cuda_nvcc" /usr/local/cuda; do
-				[[ -d $d/nvvm/libdevice ]] && { export XLA_FLAGS="--xla_gpu_cuda_data_dir=$(cd "$d" && pwd)"; break; }
-			done
-		fi
-		log "building the xla binary (CGO_ENABLED=1, -tags xla); PJRT plugin $plugin"
-		if ! CGO_ENABLED=1 go build -tags xla -o "$work/layerstream-xla" ./cmd/layerstream 2>"$work/build-xla.log"; then
-			skipped[cuda]="go build -tags xla failed: $(head -n1 "$work/build-xla.log")"
+		# The engine sets XLA_FLAGS' CUDA data folder itself when unset (README "CUDA and XLA") and never downloads.
+		log "PJRT CUDA plugin $plugin"
+		if ! build_xla; then
+			skipped[cuda]=$xla_error
 		else
 			run_backend cuda "$work/layerstream-xla" cuda
 		fi
@@ -120,7 +143,7 @@ cols=(prefill_tok_s decode_tok_s s_per_token ttft_s total_s peak_rss_bytes)
 printf '\nmodel %s, prompt %s tokens, %s new tokens, median of %s runs\n' "$model" "$prompt_tokens" "$new_tokens" "$runs"
 printf '%-10s %14s %13s %10s %9s %9s %12s\n' backend "prefill tok/s" "decode tok/s" "s/token" "TTFT s" "total s" "peak RSS MB"
 declare -A val
-for b in cpu cuda; do
+for b in cpu xla-cpu cuda; do
 	if [[ -n ${skipped[$b]:-} ]]; then
 		printf '%-10s skipped: %s\n' "$b" "${skipped[$b]}"
 		continue
@@ -130,14 +153,15 @@ for b in cpu cuda; do
 		"${val[$b.s_per_token]}" "${val[$b.ttft_s]}" "${val[$b.total_s]}" \
 		"$(awk -v b="${val[$b.peak_rss_bytes]}" 'BEGIN{print b/1e6}')"
 done
-if [[ -z ${skipped[cpu]:-} && -z ${skipped[cuda]:-} ]]; then
-	ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2fx", a/b; else print "-" }'; }
-	# For rates higher is better, for times lower is better: the ratio is CUDA over CPU either way.
-	printf '%-10s %14s %13s %10s %9s %9s\n' "cuda/cpu" \
-		"$(ratio "${val[cuda.prefill_tok_s]}" "${val[cpu.prefill_tok_s]}")" \
-		"$(ratio "${val[cuda.decode_tok_s]}" "${val[cpu.decode_tok_s]}")" \
-		"$(ratio "${val[cuda.s_per_token]}" "${val[cpu.s_per_token]}")" \
-		"$(ratio "${val[cuda.ttft_s]}" "${val[cpu.ttft_s]}")" \
-		"$(ratio "${val[cuda.total_s]}" "${val[cpu.total_s]}")"
-fi
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2fx", a/b; else print "-" }'; }
+for b in xla-cpu cuda; do
+	[[ -n ${skipped[cpu]:-} || -n ${skipped[$b]:-} ]] && continue
+	# For rates higher is better, for times lower is better: the ratio is the backend over CPU either way.
+	printf '%-10s %14s %13s %10s %9s %9s\n' "$b/cpu" \
+		"$(ratio "${val[$b.prefill_tok_s]}" "${val[cpu.prefill_tok_s]}")" \
+		"$(ratio "${val[$b.decode_tok_s]}" "${val[cpu.decode_tok_s]}")" \
+		"$(ratio "${val[$b.s_per_token]}" "${val[cpu.s_per_token]}")" \
+		"$(ratio "${val[$b.ttft_s]}" "${val[cpu.ttft_s]}")" \
+		"$(ratio "${val[$b.total_s]}" "${val[cpu.total_s]}")"
+done
 [[ -z ${skipped[cpu]:-} ]] # the CPU run must work: exit non-zero when it did not
