@@ -62,7 +62,8 @@ func newDeviceTensor(b backends.Backend, dt dtypes.DType, dims ...int) (*deviceT
 }
 
 // upload makes the device buffer hold flat's current contents: a no-op for a shared buffer, else a copy into a
-// new device buffer that replaces the previous one (freed first, so a set never holds two copies).
+// new device buffer that replaces the previous one (freed first, so a set never holds two copies). The copy has
+// completed when it returns (go-xla waits for the transfer), so flat may be rewritten at once.
 func (d *deviceTensor) upload() error {
 	if d.copyTo == nil {
 		return nil
