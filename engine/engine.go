@@ -21,6 +21,11 @@
 //     fly, so --dtype bf16 decode matches f32 compute of the same checkpoint while streaming half the bytes.
 //   - Ops run sequentially inside a graph (simplego "ops_sequential"): its parallel scheduler races (go test
 //     -race) when one value feeds several reshapes. Matrix products still use every core.
+//
+// Devices (backend.go): cpu is simplego; with the xla build tag, cuda and xla-cpu run every step, decode
+// included, as XLA graphs through a PJRT plugin (backend_xla.go). Where the backend has no shared buffers (CUDA)
+// the transfer stage converts weights into host staging buffers and copies them to the device
+// (deviceTensor.upload), and the key/value cache, written on the host, is copied for each layer visit.
 package engine
 
 import (
