@@ -3,10 +3,10 @@
 // projection) at a time.
 //
 // The pipeline is prefetch → transfer → compute → release (stream.go); each architecture is one small file
-// (llama.go) written once against Ops. Prompts run it as compiled GoMLX graphs (graphOps: one graph per
-// bucketed prompt length serves every decoder layer); decode steps run it on the host (hostOps: parallel Go
-// matrix-vector kernels reading the same device buffers). Keys and values live in a kvcache.Store between
-// layer visits.
+// (llama.go) written once against Ops. On cpu, generation runs it on the host (hostOps: parallel Go kernels
+// reading the device buffers, each weight row read once for every sequence and position of the pass); Logits,
+// GraphDecode and the XLA devices run it as compiled GoMLX graphs (graphOps: one graph per bucketed length
+// serves every decoder layer). Keys and values live in a kvcache.Store between layer visits.
 //
 // Choices, measured on the 2-core development VM with the simplego backend:
 //   - Weights reach the device by one copy from the shard buffer into a simplego shared buffer, which the graph
@@ -63,13 +63,17 @@ type Options struct {
 	StreamAll bool
 	// Resident loads every unit once and keeps it (no streaming): for comparison and tests.
 	Resident bool
-	// GraphDecode computes decode steps with the compiled GoMLX graphs instead of the host kernels (hostOps):
+	// GraphDecode computes prompts and decode steps with the compiled GoMLX graphs instead of the host kernels (hostOps):
 	// slower on cpu, for comparison and tests. Always on for the XLA devices, which compute every step on the
 	// device.
 	GraphDecode bool
 	// DirectIO reads shards with O_DIRECT, bypassing the page cache (shards.Set.SetDirectIO; falls back with a
 	// warning where the filesystem refuses it).
 	DirectIO bool
+	// VerifyEveryLoad checksums a streamed shard on every load. By default (false) a shard is checksummed on its
+	// first load and again only when its file changes (shards.VerifyOnce: same inode, size and times), which
+	// saves a CRC pass over every layer on every token but trusts unchanged files not to rot between loads.
+	VerifyEveryLoad bool
 	// Device is DeviceCPU ("cpu", the default, pure Go), DeviceCUDA ("cuda") or DeviceXLACPU ("xla-cpu"); the
 	// last two need a binary built with the xla build tag and a PJRT plugin (see README "CUDA and XLA").
 	Device string
@@ -167,6 +171,9 @@ func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	set.SetDirectIO(opts.DirectIO)
+	if !opts.VerifyEveryLoad {
+		set.SetVerify(shards.VerifyOnce)
+	}
 	e := &Engine{opts: opts, set: set, cfg: set.Config, gen: set.Generation, prof: opts.Profiler}
 	if err := e.init(ctx); err != nil {
 		e.Close()

@@ -164,24 +164,21 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 // the cache. It returns, for each i, the logits of its last new position; with all (one sequence only), the
 // logits of every new position.
 //
-// When every sequence brings a single position (a decode step) the step runs on the host kernels (hostOps)
-// over just those rows, unless Options.GraphDecode. Otherwise the compiled graphs run over every row of the
-// store, padded to the longest input's bucket: a row without new tokens is computed but neither written nor
-// returned.
+// Passes run on the host kernels (hostOps) over just the given rows, padded to the longest input, unless
+// Options.GraphDecode or all. Otherwise the compiled graphs run over every row of the store, padded to the
+// longest input's bucket: a row without new tokens is computed but neither written nor returned.
 func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, all bool) ([][]float32, error) {
 	c := e.cfg
 	h, capacity := c.HiddenSize, kv.Config().Capacity
-	decode := !e.opts.GraphDecode
 	tmax := 0
 	for i, r := range rows {
 		if err := kv.CheckRoom(r, len(ids[i])); err != nil {
 			return nil, err
 		}
-		decode = decode && len(ids[i]) == 1
 		tmax = max(tmax, len(ids[i]))
 	}
 
-	// Embedding lookup on the host: x is [len(rows), 1, hidden] for a decode step, else [batch, tb, hidden].
+	// Embedding lookup on the host: x is [len(rows), tmax, hidden] on the host kernels, else [batch, tb, hidden].
 	ew, release, err := e.unitSet(st, unitEmbed, e.embed)
 	if err != nil {
 		return nil, err
@@ -194,21 +191,26 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		embedRow(dst, ew.tensors[0].flat, id, h)
 		return nil
 	}
-	if decode {
-		x := make([]float32, len(rows)*h)
+	if !e.opts.GraphDecode && !all {
+		t := tmax
+		x := make([]float32, len(rows)*t*h)
+		lens := make([]int, len(rows))
 		var cos, sin, mask []float32
 		for i, r := range rows {
 			pos0 := kv.Len(r)
-			if err := embed(x[i*h:(i+1)*h], ids[i][0], pos0); err != nil {
-				return nil, err
+			lens[i] = len(ids[i])
+			for j, id := range ids[i] {
+				if err := embed(x[(i*t+j)*h:(i*t+j+1)*h], id, pos0+j); err != nil {
+					return nil, err
+				}
 			}
-			cs, sn := e.rotaryTables(pos0, 1)
+			cs, sn := e.rotaryTables(pos0, t)
 			cos, sin = append(cos, cs...), append(sin, sn...)
-			mask = append(mask, causalMask(pos0, 1, capacity)...)
+			mask = append(mask, causalMask(pos0, t, capacity)...)
 		}
 		release()
 		release = func() {}
-		return e.hostPass(ctx, st, kv, rows, x, cos, sin, mask)
+		return e.hostPass(ctx, st, kv, rows, lens, x, cos, sin, mask)
 	}
 
 	b := kv.Config().Batch
@@ -312,14 +314,16 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 	return e.headLogits(st, x, lens, tb, all)
 }
 
-// hostPass runs one new position of each sequence in cache rows rows (x [len(rows), 1, hidden]) through the
-// layers and the head with hostOps, every weight matrix read once for all of them. It returns each row's logits.
-func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, x, cos, sin, mask []float32) ([][]float32, error) {
+// hostPass runs the new positions of the sequences in cache rows rows (x [len(rows), t, hidden], row i
+// bringing lens[i] ≤ t positions, the rest padding) through the layers and the head with hostOps, every weight
+// matrix read once for all of them. It returns the logits of each row's last new position.
+func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, rows, lens []int, x, cos, sin, mask []float32) ([][]float32, error) {
 	c := e.cfg
-	m := len(rows)
-	kvSize := c.NumKeyValueHeads * c.HeadDim // one position's keys in a layer
+	m, h := len(rows), c.HiddenSize
+	t := len(x) / (m * h)
+	kvSize := c.NumKeyValueHeads * t * c.HeadDim // one row's new keys in a layer
 	step := int(e.step.Load())
-	var xv Value = &hostArray{data: x, dims: []int{m, 1, c.HiddenSize}}
+	var xv Value = &hostArray{data: x, dims: []int{m, t, h}}
 	for i := range c.NumHiddenLayers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -339,18 +343,25 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		out := e.arch.Layer(c, ops, in)
 		span.End(w.bytes)
 		release()
-		k, v := arr(out.K).data, arr(out.V).data // [m, kvHeads, 1, headDim]
+		k, v := arr(out.K).data, arr(out.V).data // [m, kvHeads, t, headDim]
 		for j, r := range rows {
-			if err := view.Write(r, 1, 1, k[j*kvSize:(j+1)*kvSize], v[j*kvSize:(j+1)*kvSize]); err != nil {
+			if err := view.Write(r, lens[j], t, k[j*kvSize:(j+1)*kvSize], v[j*kvSize:(j+1)*kvSize]); err != nil {
 				return nil, fmt.Errorf("layer %d: %w", i, err)
 			}
 		}
 		xv = out.X
 	}
-	for _, r := range rows {
-		if err := kv.Advance(r, 1); err != nil {
+	for j, r := range rows {
+		if err := kv.Advance(r, lens[j]); err != nil {
 			return nil, err
 		}
+	}
+	if t > 1 { // the head needs only each row's last new position
+		last := newHostArray(m, 1, h)
+		for j, n := range lens {
+			copy(last.data[j*h:(j+1)*h], arr(xv).data[(j*t+n-1)*h:(j*t+n)*h])
+		}
+		xv = last
 	}
 	nw, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
 	if err != nil {

@@ -22,6 +22,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
 	fs.BoolVar(&o.DirectIO, "direct-io", false, "read shards with O_DIRECT, bypassing the page cache (models larger than RAM)")
+	fs.BoolVar(&o.VerifyEveryLoad, "verify-every-load", false, "checksum every streamed shard on every load (default: on first load, and again when the file changes)")
 	fs.BoolVar(&o.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")
 	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")
 	fs.StringVar(&o.Hub.Token, "token", "", "Hugging Face token for gated repos (default $HF_TOKEN, then $HF_HOME/token)")

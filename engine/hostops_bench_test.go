@@ -1,0 +1,42 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+)
+
+// BenchmarkLinear times hostOps.Linear on a TinyLlama-sized [2048×2048] weight for 1 to 128 input rows: the
+// decode kernel's weight GB/s, and how the cost grows with the batch.
+func BenchmarkLinear(b *testing.B) {
+	const in, out = 2048, 2048
+	rng := rand.New(rand.NewPCG(1, 2))
+	wf := make([]float32, in*out)
+	wb := make([]bfloat16.BFloat16, in*out)
+	for i := range wf {
+		wf[i] = rng.Float32() - 0.5
+		wb[i] = bfloat16.FromFloat32(wf[i])
+	}
+	for _, dt := range []struct {
+		name  string
+		flat  any
+		bytes int
+	}{{"f32", wf, 4}, {"bf16", wb, 2}} {
+		for _, rows := range []int{1, 4, 16, 128} {
+			b.Run(fmt.Sprintf("%s/rows=%d", dt.name, rows), func(b *testing.B) {
+				x := newHostArray(rows, 1, in)
+				for i := range x.data {
+					x.data[i] = rng.Float32() - 0.5
+				}
+				w := &deviceTensor{flat: dt.flat}
+				b.SetBytes(int64(in * out * dt.bytes))
+				for b.Loop() {
+					hostOps{}.Linear(x, w, nil)
+				}
+				b.ReportMetric(float64(2*in*out*rows)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
