@@ -110,8 +110,9 @@ func parallelFor(n int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// dotF32 is the dot product of two equally long float32 vectors, with four independent accumulators.
-func dotF32(a, b []float32) float32 {
+// dotF32Go is the dot product of two equally long float32 vectors, with four independent accumulators: the
+// portable kernel (dotF32 picks an assembly one where the CPU has it).
+func dotF32Go(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
 	i := 0
@@ -127,8 +128,9 @@ func dotF32(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// dotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
-func dotBF16(a []float32, b []bfloat16.BFloat16) float32 {
+// dotBF16Go is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly: the
+// portable kernel (dotBF16 picks an assembly one where the CPU has it).
+func dotBF16Go(a []float32, b []bfloat16.BFloat16) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
 	i := 0

@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"golang.org/x/sys/cpu"
+)
+
+// useAVX2 selects the AVX2/FMA dot products (dot_amd64.s). BenchmarkLinear on the 2-core VM, [2048×2048]
+// weights, portable Go → AVX2: f32 1 row 4.5 → 9.8 GFLOP/s, 16 rows 3.4 → 32, 128 rows 3.0 → 42; bf16 1 row
+// 2.0 → 27. Every host kernel uses the same dot product, so a sequence computes the same values alone and in a
+// batch (the sums are ordered differently from the portable loops, within float32 rounding of them).
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+//go:noescape
+func dotF32AVX2(a, b []float32) float32
+
+//go:noescape
+func dotBF16AVX2(a []float32, b []bfloat16.BFloat16) float32
+
+// dotF32 is the dot product of two equally long float32 vectors.
+func dotF32(a, b []float32) float32 {
+	if useAVX2 {
+		return dotF32AVX2(a, b[:len(a)])
+	}
+	return dotF32Go(a, b)
+}
+
+// dotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
+func dotBF16(a []float32, b []bfloat16.BFloat16) float32 {
+	if useAVX2 {
+		return dotBF16AVX2(a, b[:len(a)])
+	}
+	return dotBF16Go(a, b)
+}

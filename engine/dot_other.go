@@ -1,0 +1,11 @@
+//go:build !amd64
+
+package engine
+
+import "github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+
+// dotF32 is the dot product of two equally long float32 vectors.
+func dotF32(a, b []float32) float32 { return dotF32Go(a, b) }
+
+// dotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
+func dotBF16(a []float32, b []bfloat16.BFloat16) float32 { return dotBF16Go(a, b) }

@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+)
+
+// TestDotKernels: the dot products the host kernels use agree with a float64 sum at every length, tails
+// included, and bf16 elements are widened exactly.
+func TestDotKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 3, 7, 8, 9, 31, 32, 33, 40, 63, 64, 100, 2048, 2051} {
+		a := make([]float32, n)
+		b := make([]float32, n+5) // longer than a: only len(a) elements count
+		bb := make([]bfloat16.BFloat16, n+5)
+		for i := range b {
+			b[i] = rng.Float32()*2 - 1
+			bb[i] = bfloat16.FromFloat32(b[i])
+		}
+		for i := range a {
+			a[i] = rng.Float32()*2 - 1
+		}
+		var want, wantBF, mag float64
+		for i := range a {
+			want += float64(a[i]) * float64(b[i])
+			wantBF += float64(a[i]) * float64(bb[i].Float32())
+			mag += math.Abs(float64(a[i]) * float64(b[i]))
+		}
+		tol := 1e-6 * (mag + 1)
+		for _, k := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"dotF32", float64(dotF32(a, b)), want},
+			{"dotF32Go", float64(dotF32Go(a, b)), want},
+			{"dotBF16", float64(dotBF16(a, bb)), wantBF},
+			{"dotBF16Go", float64(dotBF16Go(a, bb)), wantBF},
+		} {
+			if math.Abs(k.got-k.want) > tol {
+				t.Errorf("%s, length %d: %g, want %g (±%g)", k.name, n, k.got, k.want, tol)
+			}
+		}
+	}
+}
