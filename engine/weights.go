@@ -25,8 +25,10 @@ import (
 // itself: filling it is the host→device transfer, with no further copy at execution. Where it does not (CUDA),
 // flat is a host staging buffer and upload copies it into a new device buffer (BufferFromFlatData).
 type deviceTensor struct {
-	t     *tensors.Tensor
-	flat  any // []float32 or []bfloat16.BFloat16: the shared buffer, or the staging buffer
+	t *tensors.Tensor
+	// flat is []float32 or []bfloat16.BFloat16: the shared buffer, or the staging buffer. A weight tensor copied
+	// to the device straight from the shard buffer (weightSet.fill) has none: nil.
+	flat  any
 	shape shapes.Shape
 	// copyTo is the backend upload copies flat to; nil for a shared buffer.
 	copyTo backends.Backend
@@ -35,16 +37,11 @@ type deviceTensor struct {
 func newDeviceTensor(b backends.Backend, dt dtypes.DType, dims ...int) (*deviceTensor, error) {
 	shape := shapes.Make(dt, dims...)
 	if !b.HasSharedBuffers() {
-		var flat any
-		switch dt {
-		case dtypes.Float32:
-			flat = make([]float32, shape.Size())
-		case dtypes.BFloat16:
-			flat = make([]bfloat16.BFloat16, shape.Size())
-		default:
+		if dt != dtypes.Float32 && dt != dtypes.BFloat16 {
 			return nil, fmt.Errorf("device buffer %s%v: unsupported dtype", dt, dims)
 		}
-		d := &deviceTensor{flat: flat, shape: shape, copyTo: b}
+		d := &deviceTensor{shape: shape, copyTo: b}
+		// Allocated (zeros) now, so that the device budget fails at Open rather than mid-generation.
 		if err := d.upload(); err != nil {
 			return nil, err
 		}
@@ -68,11 +65,28 @@ func (d *deviceTensor) upload() error {
 	if d.copyTo == nil {
 		return nil
 	}
+	return d.uploadFrom(d.host())
+}
+
+// host returns flat, allocating the staging buffer of a copied tensor that has none.
+func (d *deviceTensor) host() any {
+	if d.flat == nil {
+		if d.shape.DType == dtypes.BFloat16 {
+			d.flat = make([]bfloat16.BFloat16, d.shape.Size())
+		} else {
+			d.flat = make([]float32, d.shape.Size())
+		}
+	}
+	return d.flat
+}
+
+// uploadFrom replaces the device buffer with a copy of flat (of d's dtype and size).
+func (d *deviceTensor) uploadFrom(flat any) error {
 	if d.t != nil {
 		_ = d.t.FinalizeAll()
 		d.t = nil
 	}
-	buf, err := d.copyTo.BufferFromFlatData(0, d.flat, d.shape)
+	buf, err := d.copyTo.BufferFromFlatData(0, flat, d.shape)
 	if err != nil {
 		return fmt.Errorf("host→device copy of %s: %w", d.shape, err)
 	}
@@ -168,18 +182,12 @@ func (w *weightSet) args() []any {
 
 // fill puts a loaded unit's weights into w's device buffers (the transfer stage), recording the time spent
 // copying as h2d and the time spent converting dtypes (e.g. bf16 → f32) as decode. Without shared buffers the
-// h2d time includes the copy from the host staging buffers to the device.
+// h2d time is that of the copies to the device.
 func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
 	start := time.Now()
-	conv, copied, err := w.fill(l, unitPrefix(l.Unit.Name))
-	hostTime := time.Since(start)
-	if err == nil {
-		err = w.upload()
-	}
+	conv, convTime, copied, err := w.fill(l, unitPrefix(l.Unit.Name))
 	step, layer := int(e.step.Load()), layerIndex(l.Unit.Name)
 	elapsed := time.Since(start)
-	// One fill may both convert and copy: split its host time between the two in proportion to the bytes.
-	convTime := time.Duration(float64(hostTime) * float64(conv) / float64(max(conv+copied, 1)))
 	if conv > 0 {
 		e.prof.Record(profiler.Decode, step, layer, start, convTime, conv)
 	}
@@ -193,43 +201,61 @@ func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
 	return err
 }
 
-// upload copies the set's staging buffers to the device (see deviceTensor.upload).
-func (w *weightSet) upload() error {
-	for i, t := range w.tensors {
-		if err := t.upload(); err != nil {
-			return fmt.Errorf("unit %s: tensor %q: %w", w.unit, w.specs[i].suffix, err)
-		}
-	}
-	return nil
-}
-
-// staged reports whether the set's device buffers are filled through host staging buffers (no shared buffers).
+// staged reports whether filling the set copies every byte to the device (no shared buffers).
 func (w *weightSet) staged() bool { return len(w.tensors) > 0 && w.tensors[0].copyTo != nil }
 
-// fill copies or converts the unit's tensors (named prefix+suffix) into the set's device buffers. It returns
-// the bytes converted between dtypes and the bytes copied as they are.
-func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted, copied int64, err error) {
+// fill copies or converts the unit's tensors (named prefix+suffix) into the set's device buffers. Without
+// shared buffers a tensor already in the device dtype goes to the device straight from the shard buffer (no
+// staging copy), except the embedding's, whose host copy the engine reads for token lookups; the others are
+// converted into their staging buffers and copied from there. It returns the bytes converted between dtypes and
+// the time converting them (host work only), and the bytes copied as they are.
+func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, convTime time.Duration, copied int64, err error) {
 	unit := l.Unit.Name
+	w.unit = unit
 	for i, s := range w.specs {
 		name := prefix + s.suffix
 		raw, ok := l.Tensors[name]
 		if !ok {
-			return converted, copied, fmt.Errorf("unit %s: missing tensor %q (expected shape %v)", unit, name, s.shape)
+			return converted, convTime, copied, fmt.Errorf("unit %s: missing tensor %q (expected shape %v)", unit, name, s.shape)
 		}
 		if !slices.Equal(int64s(s.shape), raw.Shape) {
-			return converted, copied, fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v", unit, name, raw.Shape, s.shape)
+			return converted, convTime, copied, fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v", unit, name, raw.Shape, s.shape)
 		}
-		if err := convertInto(w.tensors[i].flat, raw); err != nil {
-			return converted, copied, fmt.Errorf("unit %s: tensor %q: %w", unit, name, err)
+		d, same := w.tensors[i], sameDType(raw.DType, s.dtype)
+		if d.copyTo != nil && same && w.kind != unitEmbed {
+			d.flat = nil // the host copy would be stale
+			if err := d.uploadFrom(rawView(raw)); err != nil {
+				return converted, convTime, copied, fmt.Errorf("unit %s: tensor %q: %w", unit, name, err)
+			}
+			copied += int64(len(raw.Data))
+			continue
 		}
-		if sameDType(raw.DType, s.dtype) {
+		t0 := time.Now()
+		err := convertInto(d.host(), raw)
+		if same {
 			copied += int64(len(raw.Data))
 		} else {
 			converted += int64(len(raw.Data))
+			convTime += time.Since(t0)
+		}
+		if err == nil {
+			err = d.upload()
+		}
+		if err != nil {
+			return converted, convTime, copied, fmt.Errorf("unit %s: tensor %q: %w", unit, name, err)
 		}
 	}
-	w.unit = unit
-	return converted, copied, nil
+	return converted, convTime, copied, nil
+}
+
+// rawView is a shard tensor's bytes as the flat slice of its dtype (f32 or bf16), without copying: shard data is
+// little-endian and 64-byte aligned.
+func rawView(raw shards.Tensor) any {
+	p := unsafe.Pointer(unsafe.SliceData(raw.Data))
+	if raw.DType == checkpoint.BF16 {
+		return unsafe.Slice((*bfloat16.BFloat16)(p), len(raw.Data)/2)
+	}
+	return unsafe.Slice((*float32)(p), len(raw.Data)/4)
 }
 
 func sameDType(c checkpoint.DType, d dtypes.DType) bool {
