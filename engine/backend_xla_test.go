@@ -76,6 +76,20 @@ func TestXLAGoldenStories260K(t *testing.T) {
 	}
 }
 
+// TestCUDAGoldenStories260K is the golden test on a GPU: it runs where a CUDA plugin is on
+// PJRT_PLUGIN_LIBRARY_PATH (see README "CUDA and XLA"), streamed and resident.
+func TestCUDAGoldenStories260K(t *testing.T) {
+	if _, err := findPlugin(DeviceCUDA); err != nil {
+		t.Skipf("no CUDA plugin: %v", err)
+	}
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	for _, resident := range []bool{false, true} {
+		t.Run(map[bool]string{false: "streamed", true: "resident"}[resident], func(t *testing.T) {
+			checkGolden(t, open(t, model, Options{Device: DeviceCUDA, Resident: resident}))
+		})
+	}
+}
+
 // TestXLAMatchesCPU: streamed through XLA (both paths, bf16 weights too), a model gives the cpu backend's
 // tokens and logits, and the device budget bounds the layer buffers as on cpu.
 func TestXLAMatchesCPU(t *testing.T) {
