@@ -14,7 +14,7 @@ import (
 // batchRequests are greedy stories260K requests with prompts of different lengths and different token limits,
 // so that the sequences prefill with padding and finish at different steps (some on EOS).
 func batchRequests(t *testing.T) []Request {
-	golden := loadGolden(t)[0]
+	golden := testutil.StoriesGolden(t)[0]
 	return []Request{
 		{PromptIDs: golden.PromptIDs, MaxNewTokens: len(golden.GeneratedIDs)},
 		{PromptIDs: testIDs, MaxNewTokens: 40},
@@ -34,7 +34,7 @@ func TestGenerateBatchMatchesAlone(t *testing.T) {
 	model := testutil.SharedPath(t, "models", "stories260K-hf")
 	ctx := context.Background()
 	reqs := batchRequests(t)
-	golden := loadGolden(t)[0]
+	golden := testutil.StoriesGolden(t)[0]
 	for _, mode := range []struct {
 		name string
 		opts Options

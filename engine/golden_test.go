@@ -2,37 +2,11 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/layerstream/layerstream/internal/testutil"
 )
-
-type goldenCase struct {
-	Prompt       string      `json:"prompt"`
-	PromptIDs    []int       `json:"prompt_ids"`
-	GeneratedIDs []int       `json:"generated_ids"`
-	StoppedOnBOS bool        `json:"stopped_on_bos"`
-	FirstLogits  [][]float64 `json:"first_logits"`
-}
-
-func loadGolden(t *testing.T) []goldenCase {
-	t.Helper()
-	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct{ Cases []goldenCase }
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	if len(g.Cases) == 0 {
-		t.Fatal("golden file has no cases")
-	}
-	return g.Cases
-}
 
 func maxAbsDiff(a []float32, b []float64) float64 {
 	m := 0.0
@@ -69,7 +43,7 @@ func TestGoldenStories260K(t *testing.T) {
 func checkGolden(t *testing.T, e *Engine) {
 	t.Helper()
 	ctx := context.Background()
-	for _, c := range loadGolden(t) {
+	for _, c := range testutil.StoriesGolden(t) {
 		// llama2.c runs 200 steps counted from position 0: the last prompt position predicts the first token.
 		res, err := e.Generate(ctx, Request{PromptIDs: c.PromptIDs, MaxNewTokens: len(c.GeneratedIDs)}, nil)
 		if err != nil {

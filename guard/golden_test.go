@@ -45,28 +45,14 @@ func pieces(t *testing.T, path string) map[int]string {
 // through ObserveToken, and the model's real logits at every generated step (from the float64 reference, rounded to
 // float32 as an engine returns them) through CheckLogits. The stories repeat words and phrases; none may trip.
 func TestNoFalseAlarmOnGolden(t *testing.T) {
-	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Cases []struct {
-			Prompt       string `json:"prompt"`
-			PromptIDs    []int  `json:"prompt_ids"`
-			GeneratedIDs []int  `json:"generated_ids"`
-			Text         string `json:"text"`
-		}
-	}
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
+	cases := testutil.StoriesGolden(t)
 	dir := testutil.SharedPath(t, "models", "stories260K-hf")
 	text := pieces(t, dir+"/tokenizer.json")
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range g.Cases {
+	for _, c := range cases {
 		m := guard.NewMonitor(guard.MonitorOptions{Strict: true})
 		var out strings.Builder
 		for i, id := range c.GeneratedIDs {
@@ -100,19 +86,7 @@ func TestNoFalseAlarmOnGolden(t *testing.T) {
 // TestNoFalseAlarmEngine runs the golden generations through the engine with a strict Monitor checking the
 // logits of every step, and the generated tokens through ObserveToken: no alarm.
 func TestNoFalseAlarmEngine(t *testing.T) {
-	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Cases []struct {
-			PromptIDs    []int `json:"prompt_ids"`
-			GeneratedIDs []int `json:"generated_ids"`
-		}
-	}
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
+	cases := testutil.StoriesGolden(t)
 	dir := testutil.SharedPath(t, "models", "stories260K-hf")
 	text := pieces(t, dir+"/tokenizer.json")
 	m := guard.NewMonitor(guard.MonitorOptions{Strict: true})
@@ -121,7 +95,7 @@ func TestNoFalseAlarmEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	for _, c := range g.Cases {
+	for _, c := range cases {
 		m.Reset()
 		res, err := e.Generate(context.Background(), engine.Request{PromptIDs: c.PromptIDs, MaxNewTokens: len(c.GeneratedIDs)},
 			func(tok engine.Token) error { return m.ObserveToken(tok.ID, text[tok.ID]) })

@@ -1,37 +1,12 @@
 package reference
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
-
-type goldenCase struct {
-	Prompt       string      `json:"prompt"`
-	PromptIDs    []int       `json:"prompt_ids"`
-	GeneratedIDs []int       `json:"generated_ids"`
-	FirstLogits  [][]float64 `json:"first_logits"`
-}
-
-func loadGolden(t *testing.T) []goldenCase {
-	t.Helper()
-	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct{ Cases []goldenCase }
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	if len(g.Cases) == 0 {
-		t.Fatal("no golden cases")
-	}
-	return g.Cases
-}
 
 // TestForwardMatchesLlama2c checks the float64 reference against llama2.c's float32 logits at the last prompt
 // position and the next two steps, for every golden case, within 1e-4.
@@ -40,7 +15,7 @@ func TestForwardMatchesLlama2c(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range loadGolden(t) {
+	for _, c := range testutil.StoriesGolden(t) {
 		n := len(c.FirstLogits)
 		ids := append(append([]int{}, c.PromptIDs...), c.GeneratedIDs[:n-1]...)
 		out, err := Forward(ck, ids)

@@ -154,22 +154,9 @@ func streamAll(t *testing.T, tok *Tokenizer, ids []int, skip bool) string {
 // pieces, the generated pieces (dropping the space after BOS) and then a final "\n" of its own (run.c's
 // printf("\n") after the loop); Decode of the ids, skipping BOS, is the text without that last newline.
 func TestStreamGoldenGeneration(t *testing.T) {
-	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Cases []struct {
-			PromptIDs    []int  `json:"prompt_ids"`
-			GeneratedIDs []int  `json:"generated_ids"`
-			Text         string `json:"text"`
-		} `json:"cases"`
-	}
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
+	cases := testutil.StoriesGolden(t)
 	tok := loadShared(t, "stories260K-hf")
-	for _, c := range g.Cases {
+	for _, c := range cases {
 		ids := append(slices.Clone(c.PromptIDs), c.GeneratedIDs...)
 		want, ok := strings.CutSuffix(c.Text, "\n")
 		if !ok {
