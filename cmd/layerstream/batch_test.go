@@ -12,26 +12,6 @@ import (
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
-type goldenGeneration struct {
-	Prompt       string `json:"prompt"`
-	PromptIDs    []int  `json:"prompt_ids"`
-	GeneratedIDs []int  `json:"generated_ids"`
-}
-
-// readGolden returns the first case of the stories260K golden generations.
-func readGolden(t *testing.T) goldenGeneration {
-	t.Helper()
-	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct{ Cases []goldenGeneration }
-	if err := json.Unmarshal(b, &g); err != nil || len(g.Cases) == 0 {
-		t.Fatalf("golden file: %v, %d cases", err, len(g.Cases))
-	}
-	return g.Cases[0]
-}
-
 func writeBatchFile(t *testing.T, lines ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "prompts.jsonl")
@@ -46,7 +26,7 @@ func writeBatchFile(t *testing.T, lines ...string) string {
 func TestBatchFile(t *testing.T) {
 	model := testutil.SharedPath(t, "models", "stories260K-hf")
 	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
-	golden := readGolden(t)
+	golden := testutil.StoriesGolden(t)[0]
 	path := writeBatchFile(t,
 		`{"prompt": "Once upon a time"}`,
 		`{"ids": [1, 403, 407], "max_new_tokens": 3}`,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
@@ -26,10 +27,11 @@ func init() {
 			fs.StringVar(&o.ids, "ids", "", "prompt as comma-separated token ids instead of --prompt")
 			fs.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as a user message")
 			fs.IntVar(&o.maxNew, "max-new-tokens", 256, "most tokens to generate (0: until the context is full)")
-			fs.Float64Var(&o.temperature, "temperature", -1, "sampling temperature, 0 for greedy (default: generation_config.json, else greedy)")
-			fs.IntVar(&o.topK, "top-k", -1, "sample among the k most likely tokens, 0 for all (default: generation_config.json)")
-			fs.Float64Var(&o.topP, "top-p", -1, "sample among the most likely tokens covering probability p, 1 for all (default: generation_config.json)")
-			fs.Float64Var(&o.repetitionPenalty, "repetition-penalty", -1, "penalise tokens already in the sequence, 1 for off (default: generation_config.json)")
+			o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1 // unset: generation_config.json decides
+			fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
+			fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens, 0 for all (default: generation_config.json)")
+			fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all (default: generation_config.json)")
+			fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
 			fs.Uint64Var(&o.seed, "seed", 0, "random seed for sampling")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, timings) instead of streaming text")
 			fs.StringVar(&o.batchFile, "batch-file", "", "throughput mode: generate every line of this JSONL file ({\"prompt\": TEXT} or {\"ids\": [...]}, optional \"max_new_tokens\", \"temperature\", \"top_k\", \"top_p\", \"repetition_penalty\", \"seed\"), several sequences per layer load; prints one JSON object per line, in input order")
@@ -83,6 +85,44 @@ type generateOptions struct {
 	repetitionPenalty  float64
 	seed               uint64
 	eng                engine.Options
+}
+
+// unsetFloat and unsetInt are flag values whose negative value means "not given": --help then prints no
+// misleading "(default -1)" beside the generation_config.json default the usage text names.
+type unsetFloat struct{ p *float64 }
+
+func (f unsetFloat) String() string {
+	if f.p == nil || *f.p < 0 {
+		return ""
+	}
+	return strconv.FormatFloat(*f.p, 'g', -1, 64)
+}
+
+func (f unsetFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 {
+		return fmt.Errorf("want a non-negative number, got %q", s)
+	}
+	*f.p = v
+	return nil
+}
+
+type unsetInt struct{ p *int }
+
+func (f unsetInt) String() string {
+	if f.p == nil || *f.p < 0 {
+		return ""
+	}
+	return strconv.Itoa(*f.p)
+}
+
+func (f unsetInt) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("want a non-negative integer, got %q", s)
+	}
+	*f.p = v
+	return nil
 }
 
 // generateJSON is the --json output.

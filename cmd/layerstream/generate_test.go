@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
@@ -14,21 +13,7 @@ import (
 func TestGenerateJSONMatchesGolden(t *testing.T) {
 	model := testutil.SharedPath(t, "models", "stories260K-hf")
 	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
-	b, err := os.ReadFile(testutil.SharedPath(t, "golden", "stories260K.generate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var golden struct {
-		Cases []struct {
-			Prompt       string `json:"prompt"`
-			PromptIDs    []int  `json:"prompt_ids"`
-			GeneratedIDs []int  `json:"generated_ids"`
-		}
-	}
-	if err := json.Unmarshal(b, &golden); err != nil {
-		t.Fatal(err)
-	}
-	c := golden.Cases[0]
+	c := testutil.StoriesGolden(t)[0]
 	var out bytes.Buffer
 	o := generateOptions{model: model, prompt: c.Prompt, maxNew: 40, json: true, temperature: -1, topK: -1, topP: -1, repetitionPenalty: -1}
 	if err := runGenerate(context.Background(), o, &out); err != nil {
