@@ -66,7 +66,7 @@ func tokenByToken(t *testing.T, e *Engine, ids []int) [][]float32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := e.newStream(ctx, len(ids))
+	st := e.newStream(ctx, len(ids), e.opts.GraphDecode)
 	if st != nil {
 		defer st.stop()
 	}

@@ -129,12 +129,13 @@ func (e *Engine) schedule() []string {
 	return s
 }
 
-// newStream starts the pipeline for up to passes forward passes (nil in resident mode).
-func (e *Engine) newStream(ctx context.Context, passes int) *stream {
+// newStream starts the pipeline for up to passes forward passes (nil in resident mode); graph says whether
+// they run as compiled graphs (Logits, GraphDecode) rather than on the host kernels.
+func (e *Engine) newStream(ctx context.Context, passes int, graph bool) *stream {
 	if e.opts.Resident {
 		return nil
 	}
-	return e.startStream(ctx, e.schedule(), passes)
+	return e.startStream(ctx, e.schedule(), passes, !graph)
 }
 
 // unitSet returns the device weights of unit: resident, or the next one from the stream. release gives it back.
@@ -336,8 +337,8 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		slot, _ := view.Layer(0)
 		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: rows}
 		in := LayerInputs{X: xv, W: make(map[string]Value, len(w.specs))}
-		for j, s := range w.specs {
-			in.W[s.suffix] = w.tensors[j]
+		for j, t := range w.hostTensors() {
+			in.W[w.specs[j].suffix] = t
 		}
 		span := e.prof.Begin(profiler.Forward, step, i)
 		out := e.arch.Layer(c, ops, in)
@@ -539,7 +540,7 @@ func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
 		return nil, err
 	}
 	e.step.Store(0)
-	st := e.newStream(ctx, 1)
+	st := e.newStream(ctx, 1, true)
 	if st != nil {
 		defer st.stop()
 	}

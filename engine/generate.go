@@ -116,7 +116,7 @@ func (e *Engine) GenerateBatch(ctx context.Context, reqs []Request, onToken func
 		return nil, err
 	}
 	e.step.Store(0)
-	st := e.newStream(ctx, prefillPasses+decodePasses)
+	st := e.newStream(ctx, prefillPasses+decodePasses, e.opts.GraphDecode)
 	if st != nil {
 		defer st.stop()
 	}

@@ -15,12 +15,15 @@ import (
 // The streaming pipeline: four stages connected by channels.
 //
 //	prefetch: units i+1..i+k read from disk into a bounded pool of reused host buffers (k = Options.Prefetch)
-//	transfer: a loaded unit is converted into a free set of device buffers while the current layer computes
+//	transfer: a loaded unit is converted into a free set of device buffers while the current layer computes;
+//	          on the host-kernel path a decoder layer is instead read in place from its shard buffer (alias),
+//	          which the set keeps until it is released
 //	compute:  the forward pass takes the sets in schedule order (stream.next)
 //	release:  the forward pass hands a set back (Engine.releaseSet); its buffers take the next unit
 //
 // Every pool is a buffered channel, so the memory in flight is bounded by construction: at most k host
-// buffers and at most Options.MaxLayerBuffers decoder-layer sets exist, whatever the speeds of the stages.
+// buffers and at most Options.MaxLayerBuffers decoder-layer sets exist, whatever the speeds of the stages. On the
+// host-kernel path a layer set in use also holds a host buffer, so the layers in flight are bounded by both.
 
 // pools holds the reusable buffers of a streamed engine. They live as long as the Engine.
 type pools struct {
@@ -50,6 +53,7 @@ type loadResult struct {
 type stream struct {
 	e        *Engine
 	schedule []string
+	host     bool // the passes run on the host kernels: layers are aliased, not filled
 	ctx      context.Context
 	cancel   context.CancelFunc
 	loaded   chan loadResult
@@ -58,11 +62,12 @@ type stream struct {
 	wg       sync.WaitGroup
 }
 
-// startStream starts the prefetch and transfer goroutines. The caller must call stop.
-func (e *Engine) startStream(ctx context.Context, schedule []string, passes int) *stream {
+// startStream starts the prefetch and transfer goroutines; host says whether the passes run on the host
+// kernels. The caller must call stop.
+func (e *Engine) startStream(ctx context.Context, schedule []string, passes int, host bool) *stream {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &stream{
-		e: e, schedule: schedule, ctx: ctx, cancel: cancel,
+		e: e, schedule: schedule, host: host, ctx: ctx, cancel: cancel,
 		loaded: make(chan loadResult, e.opts.Prefetch),
 		ready:  make(chan *weightSet, 1),
 		errc:   make(chan error, 2),
@@ -147,8 +152,14 @@ func (s *stream) transfer(total int) {
 				}
 			}
 		}
-		err := s.e.fill(w, r.loaded)
-		p.host <- r.buf
+		var err error
+		if s.host && kind == kindLayer {
+			w.buf = r.buf // handed back by releaseSet, after the layer computed
+			err = s.e.alias(w, r.loaded)
+		} else {
+			err = s.e.fill(w, r.loaded)
+			p.host <- r.buf
+		}
 		if err != nil {
 			s.e.releaseSet(w)
 			s.fail(fmt.Errorf("transfer %s: %w", r.unit, err))
@@ -199,8 +210,13 @@ func (s *stream) stop() {
 	}
 }
 
-// releaseSet hands a device set back to its pool (the release stage).
+// releaseSet hands a device set back to its pool (the release stage), and the shard buffer an aliased set
+// was reading back to the host pool.
 func (e *Engine) releaseSet(w *weightSet) {
+	if w.buf != nil {
+		e.pools.host <- w.buf
+		w.buf, w.view = nil, nil
+	}
 	if w.kind == kindLayer {
 		e.pools.inUse.Add(-1)
 	}

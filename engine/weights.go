@@ -142,12 +142,19 @@ func weightChunks(out int) int {
 
 // weightSet is a set of device buffers holding one unit's weights. Sets are allocated once per unit kind and
 // refilled with unit after unit; a layer set serves any decoder layer.
+//
+// On the host-kernel path (hostOps) a decoder layer is not copied into the device buffers at all: view holds,
+// per spec, the tensor read in place from the shard buffer buf the unit was loaded into (see alias), valid
+// until the set is released, which hands buf back to the host pool.
 type weightSet struct {
 	kind    string // "layer", unitEmbed, unitNorm or unitLMHead
 	unit    string // the unit it currently holds
 	specs   []tensorSpec
 	tensors []*deviceTensor
 	bytes   int64
+
+	view []*deviceTensor
+	buf  *shards.Buffer
 }
 
 func newWeightSet(b backends.Backend, kind string, specs []tensorSpec) (*weightSet, error) {
@@ -169,6 +176,15 @@ func (w *weightSet) free() {
 		t.free()
 	}
 	w.tensors = nil
+}
+
+// hostTensors returns the tensors the host kernels read, in spec order: the in-place view when the unit was
+// aliased, else the device buffers.
+func (w *weightSet) hostTensors() []*deviceTensor {
+	if w.view != nil {
+		return w.view
+	}
+	return w.tensors
 }
 
 // args returns the device tensors in spec order, as graph inputs.
@@ -201,6 +217,58 @@ func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
 	return err
 }
 
+// alias is the transfer stage of the host-kernel path: it points w's view at the loaded unit's tensors in the
+// shard buffer, recording conversions as decode. Weight matrices stored in f32 or bf16 are read where they lie
+// (the kernels widen bf16 exactly in registers, so bf16 storage computes the same values as an f32 copy);
+// the other tensors (norm weights, biases: a few KB) and any that need a rounding conversion (f32 stored,
+// bf16 compute) are converted into the set's own buffers as fill does. The caller keeps the shard buffer until
+// the set is released.
+func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
+	start := time.Now()
+	unit, prefix := l.Unit.Name, unitPrefix(l.Unit.Name)
+	w.unit = unit
+	w.view = make([]*deviceTensor, len(w.specs))
+	var converted int64
+	for i, s := range w.specs {
+		raw, err := w.raw(l, prefix, s)
+		if err != nil {
+			return err
+		}
+		widen := raw.DType == checkpoint.BF16 && s.dtype == dtypes.Float32 && len(s.shape) == 2
+		if sameDType(raw.DType, s.dtype) || widen {
+			dt := dtypes.Float32
+			if raw.DType == checkpoint.BF16 {
+				dt = dtypes.BFloat16
+			}
+			w.view[i] = &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, s.shape...)}
+			continue
+		}
+		d := w.tensors[i]
+		if err := convertInto(d.host(), raw); err != nil {
+			return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
+		}
+		converted += int64(len(raw.Data))
+		w.view[i] = d
+	}
+	if converted > 0 {
+		e.prof.Record(profiler.Decode, int(e.step.Load()), layerIndex(unit), start, time.Since(start), converted)
+	}
+	return nil
+}
+
+// raw returns the loaded tensor of spec s (named prefix+s.suffix), checked against the spec's shape.
+func (w *weightSet) raw(l *shards.Loaded, prefix string, s tensorSpec) (shards.Tensor, error) {
+	name := prefix + s.suffix
+	raw, ok := l.Tensors[name]
+	if !ok {
+		return raw, fmt.Errorf("unit %s: missing tensor %q (expected shape %v)", l.Unit.Name, name, s.shape)
+	}
+	if !slices.Equal(int64s(s.shape), raw.Shape) {
+		return raw, fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v", l.Unit.Name, name, raw.Shape, s.shape)
+	}
+	return raw, nil
+}
+
 // staged reports whether filling the set copies every byte to the device (no shared buffers).
 func (w *weightSet) staged() bool { return len(w.tensors) > 0 && w.tensors[0].copyTo != nil }
 
@@ -212,14 +280,12 @@ func (w *weightSet) staged() bool { return len(w.tensors) > 0 && w.tensors[0].co
 func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, convTime time.Duration, copied int64, err error) {
 	unit := l.Unit.Name
 	w.unit = unit
+	w.view = nil
 	for i, s := range w.specs {
 		name := prefix + s.suffix
-		raw, ok := l.Tensors[name]
-		if !ok {
-			return converted, convTime, copied, fmt.Errorf("unit %s: missing tensor %q (expected shape %v)", unit, name, s.shape)
-		}
-		if !slices.Equal(int64s(s.shape), raw.Shape) {
-			return converted, convTime, copied, fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v", unit, name, raw.Shape, s.shape)
+		raw, err := w.raw(l, prefix, s)
+		if err != nil {
+			return converted, convTime, copied, err
 		}
 		d, same := w.tensors[i], sameDType(raw.DType, s.dtype)
 		if d.copyTo != nil && same && w.kind != unitEmbed {
@@ -231,7 +297,7 @@ func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, conv
 			continue
 		}
 		t0 := time.Now()
-		err := convertInto(d.host(), raw)
+		err = convertInto(d.host(), raw)
 		if same {
 			copied += int64(len(raw.Data))
 		} else {
