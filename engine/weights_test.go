@@ -74,13 +74,13 @@ func TestHostKernelsReadShardBufferInPlace(t *testing.T) {
 			}
 		}
 	}
-	if n := len(e.pools.host); n != 0 && n != 1 {
-		t.Errorf("%d host buffers free while a layer holds one (pool of 2)", n)
+	if n := len(e.pools.host); n > 2 {
+		t.Errorf("%d host buffers free while a layer holds one (pool of 3: Prefetch 2 and the computing layer's)", n)
 	}
 	e.releaseSet(w)
 	st.stop()
-	if n := len(e.pools.host); n != 2 {
-		t.Errorf("%d host buffers back in the pool after the stream stopped, want 2", n)
+	if n := len(e.pools.host); n != 3 {
+		t.Errorf("%d host buffers back in the pool after the stream stopped, want 3", n)
 	}
 
 	ids := []int{1, 9, 17, 33, 40}
