@@ -94,7 +94,9 @@ type Options struct {
 	// automatically.
 	ComputeCapability float64
 	// DType is the compute dtype of weight matrices: "auto" (default), "f32" or "bf16", chosen by
-	// guard.ChooseDType (auto is f32 on the cpu backend, which computes bf16 slowly, by emulation).
+	// guard.ChooseDType (auto is f32 on the cpu backend, which computes bf16 slowly, by emulation). The host
+	// kernels compute in f32 whatever it is; they read f32 or bf16 matrices in their stored dtype (exact), and
+	// a dtype conversion happens only where it rounds (bf16 compute of an f32 checkpoint).
 	DType string
 	// Monitor, when set, checks the logits of every step (guard.Monitor.CheckLogits); in strict mode a problem
 	// ends generation with its error. Token text is the caller's: pass it to Monitor.ObserveToken from the
