@@ -195,6 +195,9 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 	}
 	res, err := e.Generate(ctx, req, onToken)
 	if err != nil {
+		if !o.json {
+			io.WriteString(stdout, "\n") // end the partial text so the error starts on a line of its own
+		}
 		return err
 	}
 	if !o.json {
