@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/layerstream/layerstream/internal/stats"
 	"io"
 	"runtime"
 	"runtime/debug"
@@ -177,7 +178,7 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 			len(req.PromptIDs), o.newTokens),
 		Summary: prof.Summary()})
 
-	resMed, strMed := median(resTokS), median(strTokS)
+	resMed, strMed := stats.Median(resTokS), stats.Median(strTokS)
 	t1.judge(strMed / resMed)
 	t1.raw("streamed decode (median)", strMed, "tok/s")
 	t1.raw("resident decode (median)", resMed, "tok/s")
@@ -304,7 +305,7 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	}
 	r.Machine.DirectRead.merge(again)
 	disk := r.Machine.DirectRead
-	spt := median(secs)
+	spt := stats.Median(secs)
 	bound := float64(r.Model.LayerFileBytes) / (disk.GBps * 1e9)
 	t2.judge(spt / bound)
 	t2.raw("s/token with O_DIRECT (median)", spt, "s")
@@ -385,19 +386,6 @@ func generate(ctx context.Context, e *engine.Engine, req engine.Request) (*engin
 			req.MaxNewTokens, len(res.GeneratedIDs))
 	}
 	return res, nil
-}
-
-// median of xs (the mean of the middle two for an even count); 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func fmtRuns(xs []float64) string {

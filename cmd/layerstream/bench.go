@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/layerstream/layerstream/internal/stats"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -218,7 +219,7 @@ func (r *benchReport) summarize() {
 		for i, run := range r.Runs {
 			xs[i] = f(run)
 		}
-		return median(xs)
+		return stats.Median(xs)
 	}
 	r.PrefillTokS = col(func(b benchRun) float64 { return b.PrefillTokS })
 	r.DecodeTokS = col(func(b benchRun) float64 { return b.DecodeTokS })
@@ -228,19 +229,6 @@ func (r *benchReport) summarize() {
 	if r.DecodeTokS > 0 {
 		r.SecPerToken = 1 / r.DecodeTokS
 	}
-}
-
-// median of xs (the mean of the middle two for an even count); 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func (r *benchReport) writeJSON(w io.Writer) error {

@@ -17,17 +17,6 @@ import (
 	"github.com/layerstream/layerstream/profiler"
 )
 
-func TestMedian(t *testing.T) {
-	for _, c := range []struct {
-		xs   []float64
-		want float64
-	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
-		if got := median(c.xs); got != c.want {
-			t.Errorf("median(%v) = %v, want %v", c.xs, got, c.want)
-		}
-	}
-}
-
 func TestParseVmHWM(t *testing.T) {
 	status := "Name:\tlayerstream\nVmPeak:\t  999 kB\nVmHWM:\t   23456 kB\nVmRSS:\t 100 kB\n"
 	if got := parseVmHWM(status); got != 23456*1024 {
