@@ -38,6 +38,7 @@ func init() {
 			fs.IntVar(&o.batchSize, "batch-size", 16, "with --batch-file: sequences generated together")
 			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (NaN, all-zero logits, degenerate repetition)")
 			addEngineFlags(fs, &o.eng)
+			printPlan := fs.String("print-placement", "", "print the plan placing the model over these `devices` (NAME=SIZE,...; see 'layerstream placement') and exit")
 			prof := addProfileFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
@@ -45,6 +46,13 @@ func init() {
 				}
 				if o.model == "" {
 					return usageErrorf("--model is required")
+				}
+				if *printPlan != "" {
+					dtype := o.eng.DType
+					if dtype == "auto" {
+						dtype = "f32"
+					}
+					return printPlacement(os.Stdout, o.model, *printPlan, dtype)
 				}
 				if o.batchFile != "" {
 					if o.prompt != "" || o.ids != "" {

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/shards"
+)
+
+func init() {
+	register(command{
+		name:    "placement",
+		summary: "print how a model's units would be placed across several devices (first and last layers together)",
+		usage:   "--model DIR --devices NAME=SIZE,NAME=SIZE...",
+		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
+			model := fs.String("model", "", "checkpoint folder or shard folder (required)")
+			devices := fs.String("devices", "", "devices and the memory the plan may use on each, e.g. cuda:0=24GiB,cuda:1=24GiB,cpu=64GiB (required)")
+			dtype := fs.String("dtype", "f32", "dtype weight matrices are held in on the devices (checkpoint folders): f32, bf16 or f16")
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				if *model == "" || *devices == "" {
+					return usageErrorf("--model and --devices are required")
+				}
+				return printPlacement(os.Stdout, *model, *devices, *dtype)
+			}
+		},
+	})
+}
+
+// printPlacement plans model's units over the devices of spec (guard.Plan) and prints the plan.
+func printPlacement(w io.Writer, model, spec, dtype string) error {
+	devs, err := parseDevices(spec)
+	if err != nil {
+		return usageErrorf("--devices: %v", err)
+	}
+	units, err := unitSizes(model, dtype)
+	if err != nil {
+		return err
+	}
+	p, err := guard.Plan(units, devs)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, p.String())
+	return err
+}
+
+// unitSizes reads the units of a checkpoint folder (matrices at dtype) or of a shard folder (as stored).
+func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
+	if shards.IsSet(model) {
+		set, err := shards.Open(model)
+		if err != nil {
+			return nil, err
+		}
+		var out []guard.UnitSize
+		for _, u := range set.Units() {
+			out = append(out, guard.UnitSize{Name: u.Name, Bytes: u.Bytes()})
+		}
+		return out, nil
+	}
+	dt, err := checkpoint.ParseDType(strings.ToUpper(strings.Replace(dtype, "f", "F", 1)))
+	if err != nil {
+		return nil, usageErrorf("--dtype: %v", err)
+	}
+	ck, err := checkpoint.Open(model)
+	if err != nil {
+		return nil, err
+	}
+	return guard.UnitSizes(ck, dt)
+}
+
+// parseDevices reads "name=size,name=size": sizes in bytes with an optional KB/MB/GB/TB or KiB/MiB/GiB/TiB suffix.
+func parseDevices(spec string) ([]guard.Device, error) {
+	var out []guard.Device
+	for _, part := range strings.Split(spec, ",") {
+		name, size, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q: want NAME=SIZE, e.g. cuda:0=24GiB", part)
+		}
+		n, err := parseBytes(size)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", name, err)
+		}
+		out = append(out, guard.Device{Name: name, MemoryBytes: n})
+	}
+	return out, nil
+}
+
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), 1.0
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(num), strings.ToUpper(u.suffix)) {
+			num, mult = strings.TrimSpace(num[:len(num)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes, e.g. 24GiB or 512MB", s)
+	}
+	return int64(v * mult), nil
+}
