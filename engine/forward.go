@@ -364,16 +364,11 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		}
 		xv = last
 	}
-	nw, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
+	nw, hw, release, err := e.headWeights(st)
 	if err != nil {
 		return nil, err
 	}
-	defer releaseNorm()
-	hw, releaseHead, err := e.unitSet(st, e.headUnit, e.head)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseHead()
+	defer release()
 	span := e.prof.Begin(profiler.Forward, step, -1)
 	var ops hostOps
 	logits := arr(ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)).data
@@ -384,6 +379,21 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		out[j] = logits[j*v : (j+1)*v : (j+1)*v]
 	}
 	return out, nil
+}
+
+// headWeights returns the final norm's and the output projection's weights, resident or the next ones from
+// the stream, with one release for both.
+func (e *Engine) headWeights(st *stream) (norm, head *weightSet, release func(), err error) {
+	norm, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	head, releaseHead, err := e.unitSet(st, e.headUnit, e.head)
+	if err != nil {
+		releaseNorm()
+		return nil, nil, nil, err
+	}
+	return norm, head, func() { releaseHead(); releaseNorm() }, nil
 }
 
 // headLogits applies the final norm and the output projection to x [batch, tb, hidden] (consumed): to the
@@ -414,16 +424,11 @@ func (e *Engine) headLogits(st *stream, x *tensors.Tensor, lens []int, tb int, a
 		in = tensors.FromFlatDataAndDimensions(last, 1, rows, h)
 	}
 	defer in.FinalizeAll()
-	nw, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
+	nw, hw, release, err := e.headWeights(st)
 	if err != nil {
 		return nil, err
 	}
-	defer releaseNorm()
-	hw, releaseHead, err := e.unitSet(st, e.headUnit, e.head)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseHead()
+	defer release()
 	span := e.prof.Begin(profiler.Forward, int(e.step.Load()), -1)
 	outs, err := exec(e.headExec, "output head", in, nw.tensors[0].t, hw.tensors[0].t)
 	span.End(hw.bytes)
