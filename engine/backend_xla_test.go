@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -123,7 +124,7 @@ func TestXLAMatchesCPU(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !equalInts(res.GeneratedIDs, want.GeneratedIDs) {
+				if !slices.Equal(res.GeneratedIDs, want.GeneratedIDs) {
 					t.Errorf("generated %v, cpu %v", res.GeneratedIDs, want.GeneratedIDs)
 				}
 				got, err := e.Logits(ctx, ids)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,21 +131,9 @@ func TestStreamedResidentPrefillDecodeAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equalInts(one.GeneratedIDs, chunked.GeneratedIDs) {
+	if !slices.Equal(one.GeneratedIDs, chunked.GeneratedIDs) {
 		t.Errorf("chunked prefill generated %v, one pass %v", chunked.GeneratedIDs, one.GeneratedIDs)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestTiedAndMissingLMHead(t *testing.T) {
@@ -218,7 +207,7 @@ func TestLayerBufferBudget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !equalInts(res.GeneratedIDs, want.GeneratedIDs) {
+			if !slices.Equal(res.GeneratedIDs, want.GeneratedIDs) {
 				t.Errorf("generated %v, resident %v", res.GeneratedIDs, want.GeneratedIDs)
 			}
 			s := e.Stats()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -34,7 +35,7 @@ func TestSampling(t *testing.T) {
 		return out
 	}
 	a, b := draw(42), draw(42)
-	if !equalInts(a, b) {
+	if !slices.Equal(a, b) {
 		t.Error("the same seed gave different draws")
 	}
 	seen := map[int]int{}
@@ -44,7 +45,7 @@ func TestSampling(t *testing.T) {
 	if len(seen) != 3 || seen[1] == 0 || seen[4] == 0 || seen[2] == 0 {
 		t.Errorf("top-k 3 draws %v, want ids 1, 2 and 4 only", seen)
 	}
-	if equalInts(a, draw(43)) {
+	if slices.Equal(a, draw(43)) {
 		t.Error("different seeds gave the same 200 draws")
 	}
 	for _, bad := range []Sampling{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}, {RepetitionPenalty: -2}} {

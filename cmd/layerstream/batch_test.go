@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,17 +53,17 @@ func TestBatchFile(t *testing.T) {
 	if len(got) != 5 {
 		t.Fatalf("%d output lines for 5 prompts:\n%s", len(got), out.String())
 	}
-	if !equal(got[0].PromptIDs, golden.PromptIDs) || !equal(got[0].GeneratedIDs, golden.GeneratedIDs[:40]) ||
+	if !slices.Equal(got[0].PromptIDs, golden.PromptIDs) || !slices.Equal(got[0].GeneratedIDs, golden.GeneratedIDs[:40]) ||
 		!strings.HasPrefix(got[0].Text, ", there was a little girl named Lily.") {
 		t.Errorf("line 1: %+v, want the golden continuation", got[0])
 	}
-	if !equal(got[1].PromptIDs, []int{1, 403, 407}) || len(got[1].GeneratedIDs) != 3 || got[1].StopReason != "max_new_tokens" {
+	if !slices.Equal(got[1].PromptIDs, []int{1, 403, 407}) || len(got[1].GeneratedIDs) != 3 || got[1].StopReason != "max_new_tokens" {
 		t.Errorf("line 2: %+v", got[1])
 	}
 	if len(got[2].GeneratedIDs) != 5 || len(got[3].GeneratedIDs) != 1 {
 		t.Errorf("lines 4 and 5: %d and %d tokens, want 5 and 1", len(got[2].GeneratedIDs), len(got[3].GeneratedIDs))
 	}
-	if !equal(got[4].GeneratedIDs, golden.GeneratedIDs[:12]) {
+	if !slices.Equal(got[4].GeneratedIDs, golden.GeneratedIDs[:12]) {
 		t.Errorf("line 6: %v, want %v", got[4].GeneratedIDs, golden.GeneratedIDs[:12])
 	}
 	if !strings.Contains(stderr.String(), "5 sequences, 61 tokens generated") {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,7 +24,7 @@ func TestGenerateJSONMatchesGolden(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("--json output %q: %v", out.String(), err)
 	}
-	if !equal(got.PromptIDs, c.PromptIDs) || !equal(got.GeneratedIDs, c.GeneratedIDs[:40]) {
+	if !slices.Equal(got.PromptIDs, c.PromptIDs) || !slices.Equal(got.GeneratedIDs, c.GeneratedIDs[:40]) {
 		t.Errorf("prompt %v generated %v, want %v and %v", got.PromptIDs, got.GeneratedIDs, c.PromptIDs, c.GeneratedIDs[:40])
 	}
 	if got.StopReason != "max_new_tokens" || !strings.HasPrefix(got.Text, ", there was a little girl named Lily.") || got.Timings.TotalSeconds <= 0 {
@@ -40,18 +41,6 @@ func TestGenerateJSONMatchesGolden(t *testing.T) {
 	if want := "Once upon a time, there was a little girl named Lily."; !strings.HasPrefix(out.String(), want) {
 		t.Errorf("streamed %q, want it to start with %q", out.String(), want)
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGenerateErrors(t *testing.T) {
