@@ -73,13 +73,21 @@ func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*
 	}
 	verify := force || VerifyPolicy(s.policy.Load()) != VerifyOnce || !s.verifiedAs(u.Name, st)
 
+	buf.release()
 	buf.ensure(u.BufferSize())
-	file := buf.b[:u.FileSize]
-	c, err := newCheck(path, file, u.Tensors, buf.b[u.FileSize:u.BufferSize()], verify, s.decoder)
+	return s.check(ctx, u, path, st, start, buf.b[:u.FileSize], buf.b[u.FileSize:u.BufferSize()], verify, r.chunk(), !r.direct, r.readAt)
+}
+
+// check fills file (the unit's whole shard file, as stat describes it) with read, chunk bytes at a time, while
+// checking its tensors (when verify) and decoding the encoded ones into area; then checks the file's table
+// against the manifest and returns the tensors, aliasing file and area. A successful check with verify marks
+// the file verified (VerifyOnce), a failed one forgets it.
+func (s *Set) check(ctx context.Context, u UnitInfo, path string, stat os.FileInfo, start time.Time, file, area []byte, verify bool, chunk int, inline bool, read func(b []byte, off int64) error) (*Loaded, error) {
+	c, err := newCheck(path, file, u.Tensors, area, verify, s.decoder)
 	if err != nil {
 		return nil, err
 	}
-	readEnd, err := c.runWhileReading(ctx, file, r.chunk(), !r.direct, r.readAt, func() error {
+	readEnd, err := c.runWhileReading(ctx, file, chunk, inline, read, func() error {
 		// The checks were planned from the manifest: the file's own table must say the same.
 		h, err := parseShard(file, path)
 		if err != nil {
@@ -101,7 +109,7 @@ func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*
 		return nil, err
 	}
 	if verify {
-		s.markVerified(u.Name, st)
+		s.markVerified(u.Name, stat)
 	}
 	l.DecodeTime = time.Since(readEnd)
 	return l, nil

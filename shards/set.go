@@ -31,6 +31,13 @@ type Set struct {
 	direct   atomic.Bool
 	warnOnce sync.Once
 
+	noMap       atomic.Bool // Map loads instead: mapping failed here once
+	mapWarnOnce sync.Once
+	keepMapped  atomic.Bool
+	mapsMu      sync.Mutex
+	kept        map[string]keptMap // unit → the mapping of its file as last mapped (SetKeepMapped)
+	retired     [][]byte           // kept mappings of files replaced since: unmapped by Close
+
 	policy     atomic.Int32 // a VerifyPolicy
 	verifiedMu sync.Mutex
 	verified   map[string]os.FileInfo // unit → its shard file as last verified (VerifyOnce)
@@ -202,8 +209,13 @@ func (s *Set) verifiedAs(unit string, st os.FileInfo) bool {
 	s.verifiedMu.Lock()
 	old, ok := s.verified[unit]
 	s.verifiedMu.Unlock()
-	return ok && os.SameFile(old, st) && old.Size() == st.Size() && old.ModTime().Equal(st.ModTime()) &&
-		changeTime(old) == changeTime(st)
+	return ok && sameFile(old, st)
+}
+
+// sameFile reports whether a and b describe the same, unchanged file: same device and inode, size, modification
+// time and (where the platform has one) status-change time.
+func sameFile(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime()) && changeTime(a) == changeTime(b)
 }
 
 // markVerified records that unit's shard, as st describes it, passed every checksum (st == nil: forget it).

@@ -48,10 +48,31 @@ func split(t testing.TB, ck *checkpoint.Checkpoint, out string, enc Encoding) *S
 // checkIdentical loads every unit and compares every tensor with the checkpoint's bytes.
 func checkIdentical(t *testing.T, s *Set, ck *checkpoint.Checkpoint) {
 	t.Helper()
+	checkIdenticalWith(t, s, ck, s.Load)
+}
+
+// loadFunc is Set.Load or Set.Map.
+type loadFunc func(ctx context.Context, unit string, buf *Buffer) (*Loaded, error)
+
+// loaders returns s's two ways to load a unit, by name.
+func loaders(s *Set) []struct {
+	name string
+	load loadFunc
+} {
+	return []struct {
+		name string
+		load loadFunc
+	}{{"Load", s.Load}, {"Map", s.Map}}
+}
+
+// checkIdenticalWith loads every unit with load and compares every tensor with the checkpoint's bytes.
+func checkIdenticalWith(t *testing.T, s *Set, ck *checkpoint.Checkpoint, load loadFunc) {
+	t.Helper()
 	buf := NewBuffer(0)
+	defer buf.Release()
 	n := 0
 	for _, u := range s.Units() {
-		l, err := s.Load(context.Background(), u.Name, buf)
+		l, err := load(context.Background(), u.Name, buf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +94,7 @@ func checkIdentical(t *testing.T, s *Set, ck *checkpoint.Checkpoint) {
 			if len(tn.Data) > 0 && uintptr(unsafe.Pointer(&tn.Data[0]))%dataAlign != 0 {
 				t.Fatalf("%s: tensor %q data not 64-byte aligned", u.Name, name)
 			}
-			if len(tn.Data) > 0 && (&tn.Data[0] == nil || !within(tn.Data, buf.Bytes())) {
+			if len(tn.Data) > 0 && !within(tn.Data, buf.Bytes()) && (buf.mapped == nil || !within(tn.Data, buf.mapped)) {
 				t.Fatalf("%s: tensor %q does not alias the buffer", u.Name, name)
 			}
 			n++
@@ -85,6 +106,9 @@ func checkIdentical(t *testing.T, s *Set, ck *checkpoint.Checkpoint) {
 }
 
 func within(b, buf []byte) bool {
+	if len(b) == 0 || len(buf) == 0 {
+		return false
+	}
 	p, lo := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&buf[0]))
 	return p >= lo && p+uintptr(len(b)) <= lo+uintptr(len(buf))
 }
@@ -317,58 +341,70 @@ func TestCorruptShardErrors(t *testing.T) {
 	for _, enc := range []Encoding{Raw, ShuffleZstd} {
 		out := t.TempDir()
 		s := split(t, ck, out, enc)
-		u := s.mustUnit(t, "layer.2")
-		path := filepath.Join(out, u.File)
-		orig, _ := os.ReadFile(path)
-		tn := u.Tensors[3]
-		load := func() error {
-			_, err := s.Load(context.Background(), "layer.2", NewBuffer(0))
-			os.WriteFile(path, orig, 0o644)
-			return err
+		for _, ld := range loaders(s) {
+			testCorruptShard(t, s, ck, enc, ld.name, ld.load)
 		}
-		cases := []struct {
-			name    string
-			corrupt func()
-			want    []string
-		}{
-			{"data byte", func() { flipByte(t, path, tn.Offset+tn.EncodedLength/2) }, []string{path, tn.Name}},
-			{"header byte", func() { flipByte(t, path, u.FileSize-trailerSize-10) }, []string{path, "header checksum mismatch"}},
-			{"truncated", func() { os.WriteFile(path, orig[:len(orig)-100], 0o644) }, []string{path, "truncated"}},
-			{"magic", func() { flipByte(t, path, 0) }, []string{path, "not a layerstream shard"}},
-			{"missing", func() { os.Remove(path) }, []string{path, "no such file"}},
+	}
+}
+
+func testCorruptShard(t *testing.T, s *Set, ck *checkpoint.Checkpoint, enc Encoding, how string, loadUnit loadFunc) {
+	out := s.Dir
+	u := s.mustUnit(t, "layer.2")
+	path := filepath.Join(out, u.File)
+	orig, _ := os.ReadFile(path)
+	tn := u.Tensors[3]
+	load := func() error {
+		buf := NewBuffer(0)
+		_, err := loadUnit(context.Background(), "layer.2", buf)
+		if err != nil && buf.mapped != nil {
+			t.Errorf("%s %s: failed load left the file mapped", enc, how)
 		}
-		for _, c := range cases {
-			c.corrupt()
-			err := load()
-			if err == nil {
-				t.Fatalf("%s %s: Load succeeded", enc, c.name)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("%s %s: error %q does not mention %q", enc, c.name, err, w)
-				}
-			}
-		}
-		if enc == Raw {
-			flipByte(t, path, tn.Offset+1)
-			if err := load(); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
-				t.Errorf("raw data flip: %v", err)
-			}
-		}
-		// A shard swapped for another unit's shard disagrees with the manifest.
-		other, _ := os.ReadFile(filepath.Join(out, "layer.1.shard"))
-		os.WriteFile(path, other, 0o644)
-		// (Encoded shards may differ in size: then the size check catches it first.)
-		if err := load(); err == nil || !strings.Contains(err.Error(), "replaced") {
-			t.Errorf("swapped shard: %v", err)
-		}
-		// Verify reports the corruption and names the tensor.
-		flipByte(t, path, tn.Offset+tn.EncodedLength/2)
-		r, err := s.Verify(context.Background(), ck)
+		buf.Release()
 		os.WriteFile(path, orig, 0o644)
-		if err != nil || r.OK() || !strings.Contains(strings.Join(r.Problems, "\n"), tn.Name) {
-			t.Errorf("verify of a corrupted set: %+v %v", r, err)
+		return err
+	}
+	cases := []struct {
+		name    string
+		corrupt func()
+		want    []string
+	}{
+		{"data byte", func() { flipByte(t, path, tn.Offset+tn.EncodedLength/2) }, []string{path, tn.Name}},
+		{"header byte", func() { flipByte(t, path, u.FileSize-trailerSize-10) }, []string{path, "header checksum mismatch"}},
+		{"truncated", func() { os.WriteFile(path, orig[:len(orig)-100], 0o644) }, []string{path, "truncated"}},
+		{"magic", func() { flipByte(t, path, 0) }, []string{path, "not a layerstream shard"}},
+		{"missing", func() { os.Remove(path) }, []string{path, "no such file"}},
+	}
+	for _, c := range cases {
+		c.corrupt()
+		err := load()
+		if err == nil {
+			t.Fatalf("%s %s %s: succeeded", enc, how, c.name)
 		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %s %s: error %q does not mention %q", enc, how, c.name, err, w)
+			}
+		}
+	}
+	if enc == Raw {
+		flipByte(t, path, tn.Offset+1)
+		if err := load(); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+			t.Errorf("%s raw data flip: %v", how, err)
+		}
+	}
+	// A shard swapped for another unit's shard disagrees with the manifest.
+	other, _ := os.ReadFile(filepath.Join(out, "layer.1.shard"))
+	os.WriteFile(path, other, 0o644)
+	// (Encoded shards may differ in size: then the size check catches it first.)
+	if err := load(); err == nil || !strings.Contains(err.Error(), "replaced") {
+		t.Errorf("%s %s swapped shard: %v", enc, how, err)
+	}
+	// Verify reports the corruption and names the tensor.
+	flipByte(t, path, tn.Offset+tn.EncodedLength/2)
+	r, err := s.Verify(context.Background(), ck)
+	os.WriteFile(path, orig, 0o644)
+	if err != nil || r.OK() || !strings.Contains(strings.Join(r.Problems, "\n"), tn.Name) {
+		t.Errorf("verify of a corrupted set: %+v %v", r, err)
 	}
 }
 
@@ -443,6 +479,106 @@ func TestDirectIO(t *testing.T) {
 	}
 	if !s.direct.Load() {
 		t.Fatal("direct I/O was turned off although the filesystem supports it")
+	}
+}
+
+func TestMap(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	for _, enc := range []Encoding{Raw, ShuffleZstd} {
+		s := split(t, ck, t.TempDir(), enc)
+		checkIdenticalWith(t, s, ck, s.Map)
+		s.SetVerify(VerifyOnce)
+		checkIdenticalWith(t, s, ck, s.Map) // verified
+		checkIdenticalWith(t, s, ck, s.Map) // trusted: unchanged files
+	}
+
+	s := split(t, ck, t.TempDir(), Raw)
+	u := s.mustUnit(t, "layer.1")
+	path := filepath.Join(s.Dir, u.File)
+	mappings := func() int { // how many mappings of path this process has
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Skipf("no /proc/self/maps: %v", err)
+		}
+		return strings.Count(string(b), path)
+	}
+	buf := NewBuffer(0)
+	l, err := s.Map(context.Background(), u.Name, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mappings(); n != 1 || buf.mapped == nil {
+		t.Fatalf("after Map: %d mappings of %s", n, path)
+	}
+	if l.ReadBytes != u.FileSize || !within(l.Tensors[u.Tensors[0].Name].Data, buf.mapped) {
+		t.Fatal("Map's tensors do not alias the mapping")
+	}
+	if _, err := s.Load(context.Background(), u.Name, buf); err != nil { // a Load into the buffer unmaps
+		t.Fatal(err)
+	}
+	if n := mappings(); n != 0 || buf.mapped != nil {
+		t.Fatalf("after Load into the buffer: %d mappings", n)
+	}
+	s.Map(context.Background(), u.Name, buf)
+	if err := buf.Release(); err != nil || mappings() != 0 {
+		t.Fatalf("after Release: %d mappings (%v)", mappings(), err)
+	}
+	if err := buf.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Kept mappings: one per file, reused while the file is unchanged, replaced when it is; Close unmaps all.
+	s.SetKeepMapped(true)
+	s.SetVerify(VerifyOnce)
+	first, err := s.Map(context.Background(), u.Name, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Map(context.Background(), u.Name, NewBuffer(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := u.Tensors[0].Name
+	if &first.Tensors[name].Data[0] != &again.Tensors[name].Data[0] || mappings() != 1 || buf.mapped != nil {
+		t.Fatalf("kept mapping not reused: %d mappings", mappings())
+	}
+	orig, _ := os.ReadFile(path)
+	bad := slices.Clone(orig)
+	bad[u.Tensors[0].Offset] ^= 1
+	os.WriteFile(path+".new", bad, 0o644)
+	os.Rename(path+".new", path) // a new file: mapped anew and verified
+	if _, err := s.Map(context.Background(), u.Name, buf); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("replaced corrupted file under kept mappings: %v", err)
+	}
+	if first.Tensors[name].Data[0] != orig[u.Tensors[0].Offset] { // the old mapping is still valid
+		t.Fatal("old mapping changed")
+	}
+	os.WriteFile(path+".new", orig, 0o644)
+	os.Rename(path+".new", path)
+	if _, err := s.Map(context.Background(), u.Name, buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil || mappings() != 0 {
+		t.Fatalf("after Close: %d mappings (%v)", mappings(), err)
+	}
+	s.SetKeepMapped(false)
+
+	// With O_DIRECT, Map reads (the point of O_DIRECT is to bypass the page cache).
+	s.SetDirectIO(true)
+	if _, err := s.Map(context.Background(), u.Name, buf); err != nil || buf.mapped != nil {
+		t.Fatalf("Map with direct I/O: mapped=%v, %v", buf.mapped != nil, err)
+	}
+	s.SetDirectIO(false)
+
+	// Where mapping fails, Map warns once and loads from then on.
+	testHookMapFile = func(*os.File, int64) ([]byte, error) { return nil, syscall.ENODEV }
+	defer func() { testHookMapFile = mapFile }()
+	checkIdenticalWith(t, s, ck, s.Map)
+	if !s.noMap.Load() {
+		t.Fatal("mapping still on after it failed")
+	}
+	if _, err := s.Map(context.Background(), "nope", buf); err == nil || !strings.Contains(err.Error(), `no unit "nope"`) {
+		t.Fatalf("unknown unit: %v", err)
 	}
 }
 
@@ -703,11 +839,18 @@ func TestVerifyOnce(t *testing.T) {
 		orig, _ := os.ReadFile(path)
 		tn := u.Tensors[3]
 		buf := NewBuffer(0)
+		defer buf.Release()
 		load := func(wantVerified bool) error {
 			t.Helper()
 			l, err := s.Load(context.Background(), u.Name, buf)
 			if err == nil && l.Verified != wantVerified {
 				t.Fatalf("%s: Verified=%v, want %v", enc, l.Verified, wantVerified)
+			}
+			// Map follows the same policy, and after it Load again.
+			m, merr := s.Map(context.Background(), u.Name, buf)
+			wantMap := VerifyPolicy(s.policy.Load()) == VerifyAlways // else Load just verified it
+			if (err == nil) != (merr == nil) || (m != nil && m.Verified != wantMap) {
+				t.Fatalf("%s: Load gave %v, then Map %v (verified %v)", enc, err, merr, m != nil && m.Verified)
 			}
 			return err
 		}

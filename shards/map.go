@@ -1,0 +1,152 @@
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// testHookMapFile maps shard files; tests replace it to simulate a filesystem that refuses.
+var testHookMapFile = mapFile
+
+// Map is Load without the copy: it maps unit's shard file into memory (read-only, shared with the page cache)
+// and returns its tensors aliasing the mapping, with the same checks as Load: the file's size and table
+// against the manifest, and every tensor's CRC-32C unless the file was verified unchanged under VerifyOnce.
+// Encoded tensors are decompressed into buf; raw ones are read where the page cache holds them.
+//
+// A shard in the page cache then costs no copy at all: the mapping's page tables are filled up front (on
+// Linux, MAP_POPULATE, about 1 ms for a 88 MB layer against 15 ms for the copy of Load), and the reads that
+// compute makes go straight to the cached pages. A shard not in the page cache is read from disk while it is
+// mapped, by the kernel's readahead.
+//
+// buf holds the mapping until the next Load or Map into it, or buf.Release. Its tensors must not be used after
+// that: the memory is unmapped and reading it faults. Under SetKeepMapped the set holds the mapping instead,
+// until Close, and later Maps of the unchanged file reuse it. A shard file must not be truncated while it is mapped
+// (reading a page past the new end raises SIGBUS, which stops the program); split never does that, it replaces
+// files by renaming new ones over them, which leaves existing mappings intact.
+//
+// Where mapping is not available (a platform without mmap, a filesystem that refuses it) Map logs one warning
+// and Loads instead, for good. With SetDirectIO on, Map is Load: O_DIRECT is for reading past the page cache.
+func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error) {
+	if s.direct.Load() || s.noMap.Load() {
+		return s.Load(ctx, unit, buf)
+	}
+	u, ok := s.Unit(unit)
+	if !ok {
+		return nil, fmt.Errorf("shards %s: no unit %q", s.Dir, unit)
+	}
+	if buf == nil {
+		return nil, fmt.Errorf("shards %s: Map %s: nil Buffer", s.Dir, unit)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	buf.release()
+	path := filepath.Join(s.Dir, u.File)
+	start := time.Now()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	if st.Size() != u.FileSize {
+		return nil, fmt.Errorf("shard %s: file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", path, st.Size(), ManifestFile, u.FileSize)
+	}
+	verify := VerifyPolicy(s.policy.Load()) != VerifyOnce || !s.verifiedAs(u.Name, st)
+	keep := s.keepMapped.Load()
+	var m []byte
+	if keep {
+		m = s.keptMapping(u.Name, st)
+	}
+	if m == nil {
+		if m, err = testHookMapFile(f, u.FileSize); err != nil {
+			if !errors.Is(err, errNoMap) {
+				err = fmt.Errorf("%w: %w", errNoMap, err)
+			}
+			s.mapWarnOnce.Do(func() {
+				slog.Warn("shards: cannot map shard files; reading them into buffers instead", "dir", s.Dir, "err", err)
+			})
+			s.noMap.Store(true)
+			return s.Load(ctx, unit, buf)
+		}
+		if keep {
+			s.keepMapping(u.Name, m, st)
+		} else {
+			buf.mapped = m
+		}
+	}
+	buf.ensure(u.DecodeSize)
+	read := func([]byte, int64) error { return nil } // mapped: the bytes are there
+	l, err := s.check(ctx, u, path, st, start, m, buf.b[:u.DecodeSize], verify, len(m), false, read)
+	if err != nil {
+		buf.release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// keptMap is a mapping kept by the set (SetKeepMapped) and the file it maps.
+type keptMap struct {
+	data []byte
+	stat os.FileInfo
+}
+
+// SetKeepMapped makes Map keep each shard file mapped after use, until Close, instead of mapping it anew on
+// every Map and unmapping it when the Buffer is reused. A later Map of the same, unchanged file (same identity,
+// as VerifyOnce compares it) reuses the mapping: a streamed layer in the page cache then costs an open and a
+// stat. A file replaced since gets a new mapping; the old one stays until Close, as tensors from it may still
+// be in use.
+//
+// The memory is the page cache's either way: a kept mapping holds no memory of its own, and the kernel still
+// evicts its pages under memory pressure (they are clean file pages) and reads them back when touched. What
+// changes is the bookkeeping: the process's resident set counts the shard pages it has touched (as shared file
+// memory), and unmapping 88 MB of 4 KiB pages and mapping them again (about 2 ms of kernel time per
+// TinyLlama layer on the 2-core VM, 13% of a page-cache-warm decode step) is saved.
+func (s *Set) SetKeepMapped(on bool) { s.keepMapped.Store(on) }
+
+// keptMapping returns the kept mapping of unit's file if st shows the same, unchanged file, else nil.
+func (s *Set) keptMapping(unit string, st os.FileInfo) []byte {
+	s.mapsMu.Lock()
+	defer s.mapsMu.Unlock()
+	if k, ok := s.kept[unit]; ok && sameFile(k.stat, st) {
+		return k.data
+	}
+	return nil
+}
+
+// keepMapping records m as unit's mapping, retiring the one it replaces.
+func (s *Set) keepMapping(unit string, m []byte, st os.FileInfo) {
+	s.mapsMu.Lock()
+	defer s.mapsMu.Unlock()
+	if s.kept == nil {
+		s.kept = map[string]keptMap{}
+	}
+	if old, ok := s.kept[unit]; ok {
+		s.retired = append(s.retired, old.data)
+	}
+	s.kept[unit] = keptMap{data: m, stat: st}
+}
+
+// Close unmaps the mappings kept under SetKeepMapped; tensors from them must not be used afterwards. The set
+// stays usable (a later Map maps again). Buffers' own mappings are theirs to Release.
+func (s *Set) Close() error {
+	s.mapsMu.Lock()
+	defer s.mapsMu.Unlock()
+	var errs []error
+	for _, k := range s.kept {
+		errs = append(errs, unmapFile(k.data))
+	}
+	for _, m := range s.retired {
+		errs = append(errs, unmapFile(m))
+	}
+	s.kept, s.retired = nil, nil
+	return errors.Join(errs...)
+}
