@@ -32,3 +32,17 @@ func dotBF16(a []float32, b []bfloat16.BFloat16) float32 {
 	}
 	return dotBF16Go(a, b)
 }
+
+//go:noescape
+func dotBF16x3AVX2(a0, a1, a2 []float32, b []bfloat16.BFloat16, out *[3]float32)
+
+// dotBF16x3 is dotBF16 of a0, a1 and a2 with the same b, bit for bit, loading and widening b once: the batched
+// decode step's kernel (three sequences per pass over a weight row).
+func dotBF16x3(a0, a1, a2 []float32, b []bfloat16.BFloat16) (y [3]float32) {
+	if useAVX2 {
+		n := len(a0)
+		dotBF16x3AVX2(a0, a1[:n], a2[:n], b[:n], &y)
+		return y
+	}
+	return [3]float32{dotBF16Go(a0, b), dotBF16Go(a1, b), dotBF16Go(a2, b)}
+}

@@ -9,3 +9,8 @@ func dotF32(a, b []float32) float32 { return dotF32Go(a, b) }
 
 // dotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
 func dotBF16(a []float32, b []bfloat16.BFloat16) float32 { return dotBF16Go(a, b) }
+
+// dotBF16x3 is dotBF16 of a0, a1 and a2 with the same b.
+func dotBF16x3(a0, a1, a2 []float32, b []bfloat16.BFloat16) [3]float32 {
+	return [3]float32{dotBF16Go(a0, b), dotBF16Go(a1, b), dotBF16Go(a2, b)}
+}

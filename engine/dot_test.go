@@ -43,5 +43,17 @@ func TestDotKernels(t *testing.T) {
 				t.Errorf("%s, length %d: %g, want %g (±%g)", k.name, n, k.got, k.want, tol)
 			}
 		}
+		// The three-row kernel gives each row exactly what dotBF16 gives it alone (a sequence decodes the
+		// same alone and in a batch).
+		a1, a2 := make([]float32, n+3), make([]float32, n+3) // longer than a: only len(a) elements count
+		for i := range a1 {
+			a1[i], a2[i] = rng.Float32()*2-1, rng.Float32()*200-100
+		}
+		y := dotBF16x3(a, a1, a2, bb)
+		for r, x := range [][]float32{a, a1[:n], a2[:n]} {
+			if want := dotBF16(x, bb); math.Float32bits(y[r]) != math.Float32bits(want) {
+				t.Errorf("dotBF16x3 row %d, length %d: %g, dotBF16 gives %g", r, n, y[r], want)
+			}
+		}
 	}
 }

@@ -95,6 +95,7 @@ func TestStreamedResidentPrefillDecodeAgree(t *testing.T) {
 	streamed := open(t, model, Options{Prefetch: 1, MaxLayerBuffers: 1})
 	resident := open(t, model, Options{Resident: true})
 	all := open(t, model, Options{StreamAll: true})
+	copied := open(t, model, Options{NoMap: true}) // shards read into buffers instead of mapped
 	a, err := streamed.Logits(ctx, testIDs)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +113,9 @@ func TestStreamedResidentPrefillDecodeAgree(t *testing.T) {
 	}
 	if d := maxDiff(a, c); d != 0 {
 		t.Errorf("streamed vs stream-all logits differ by %g", d)
+	}
+	if d, err := copied.Logits(ctx, testIDs); err != nil || maxDiff(a, d) != 0 {
+		t.Errorf("mapped vs copied shards: logits differ (%v)", err)
 	}
 	graphDecode := open(t, model, Options{GraphDecode: true})
 	for name, e := range map[string]*Engine{"streamed": streamed, "resident": resident, "graph decode": graphDecode} {
@@ -222,6 +226,42 @@ func TestLayerBufferBudget(t *testing.T) {
 	_, err = Open(ctx, model, Options{DeviceBudget: layerBytes / 2})
 	if err == nil || !strings.Contains(err.Error(), "smaller than one decoder layer") {
 		t.Errorf("a budget of half a layer: got %v, want an error", err)
+	}
+}
+
+// TestCloseUnmapsShards: a streamed engine maps each shard file it streams once, keeps the mapping, and unmaps
+// every one when closed.
+func TestCloseUnmapsShards(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 5, DType: checkpoint.BF16})
+	mappings := func() int {
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Skipf("no /proc/self/maps: %v", err)
+		}
+		n := 0
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, model) && strings.Contains(line, ".shard") {
+				n++
+			}
+		}
+		return n
+	}
+	e, err := Open(context.Background(), model, Options{Prefetch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 7}, MaxNewTokens: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if held := mappings(); held != tinyShape(false).NumLayers {
+		t.Errorf("%d shard mappings after two generations, want one per decoder layer (%d)", held, tinyShape(false).NumLayers)
+	}
+	e.Close()
+	if n := mappings(); n > 0 {
+		t.Errorf("%d shard mappings left after Close", n)
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 
 // The streaming pipeline: four stages connected by channels.
 //
-//	prefetch: units i+1..i+k read from disk into a bounded pool of reused host buffers (k = Options.Prefetch)
+//	prefetch: units i+1..i+k read from disk into a bounded pool of reused host buffers (k = Options.Prefetch),
+//	          or, by default, mapped from the page cache (shards.Set.Map: no copy), the buffer holding the mapping
 //	transfer: a loaded unit is converted into a free set of device buffers while the current layer computes;
 //	          on the host-kernel path a decoder layer is instead read in place from its shard buffer (alias),
 //	          which the set keeps until it is released
@@ -40,6 +41,14 @@ func (p *pools) free() {
 		w.free()
 	}
 	p.all = nil
+	for {
+		select {
+		case b := <-p.host:
+			b.Release() // a shard mapping it still holds
+		default:
+			return
+		}
+	}
 }
 
 // loadResult is what prefetch hands to transfer.
@@ -100,7 +109,11 @@ func (s *stream) prefetch(total int) {
 			return
 		}
 		start := time.Now()
-		l, err := s.e.set.Load(s.ctx, unit, buf)
+		load := s.e.set.Load
+		if s.e.mapShards() {
+			load = s.e.set.Map
+		}
+		l, err := load(s.ctx, unit, buf)
 		if err != nil {
 			p.host <- buf
 			if s.ctx.Err() == nil {

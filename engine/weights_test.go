@@ -3,7 +3,11 @@ package engine
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -47,10 +51,38 @@ func TestWeightChunks(t *testing.T) {
 // On the host-kernel path a streamed layer's weight matrices are read where the shard buffer holds them, in
 // their stored dtype (no copy, no widening), the buffer stays out of the pool while the layer is in use, and
 // the logits equal those of the graphs computing on the widened f32 copy.
+// That holds for both ways of getting a shard: mapped (the default) and read into the buffer (NoMap).
 func TestHostKernelsReadShardBufferInPlace(t *testing.T) {
-	ctx := context.Background()
 	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 21, DType: checkpoint.BF16})
-	e := open(t, model, Options{Prefetch: 2})
+	for _, noMap := range []bool{false, true} {
+		testHostKernelsInPlace(t, model, noMap)
+	}
+}
+
+// mappingOf returns the address range where this process maps path (from /proc/self/maps).
+func mappingOf(t *testing.T, path string) (lo, hi uintptr) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no /proc/self/maps: %v", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasSuffix(strings.TrimSpace(line), path) {
+			continue
+		}
+		var a, z uint64
+		if _, err := fmt.Sscanf(line, "%x-%x", &a, &z); err != nil {
+			t.Fatal(err)
+		}
+		return uintptr(a), uintptr(z - 1)
+	}
+	t.Fatalf("%s is not mapped", path)
+	return 0, 0
+}
+
+func testHostKernelsInPlace(t *testing.T, model string, noMap bool) {
+	ctx := context.Background()
+	e := open(t, model, Options{Prefetch: 2, NoMap: noMap})
 	if e.dtype != dtypes.Float32 {
 		t.Fatalf("compute dtype %s, want the default f32 on cpu", e.dtype)
 	}
@@ -61,12 +93,18 @@ func TestHostKernelsReadShardBufferInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem := w.buf.Bytes()
-	lo, hi := uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&mem[len(mem)-1]))
+	lo, hi := uintptr(0), uintptr(0)
+	if len(mem) > 0 {
+		lo, hi = uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&mem[len(mem)-1]))
+	}
+	if !noMap { // the set keeps the shard file mapped: the weights must lie in that mapping
+		lo, hi = mappingOf(t, filepath.Join(e.set.Dir, "layer.0.shard"))
+	}
 	for i, s := range w.specs {
 		switch f := w.hostTensors()[i].flat.(type) {
 		case []bfloat16.BFloat16:
 			if p := uintptr(unsafe.Pointer(&f[0])); len(s.shape) != 2 || p < lo || p > hi {
-				t.Errorf("%s: bf16 view of a %v tensor at %#x, outside the shard buffer [%#x, %#x]", s.suffix, s.shape, p, lo, hi)
+				t.Errorf("%s: bf16 view of a %v tensor at %#x, outside the shard buffer or mapping [%#x, %#x]", s.suffix, s.shape, p, lo, hi)
 			}
 		case []float32:
 			if len(s.shape) == 2 {
@@ -85,7 +123,7 @@ func TestHostKernelsReadShardBufferInPlace(t *testing.T) {
 
 	ids := []int{1, 9, 17, 33, 40}
 	host := tokenByToken(t, e, ids)
-	graph := tokenByToken(t, open(t, model, Options{GraphDecode: true}), ids)
+	graph := tokenByToken(t, open(t, model, Options{GraphDecode: true, NoMap: noMap}), ids)
 	if d := maxDiff(host, graph); d > 1e-4 {
 		t.Errorf("host kernels on the bf16 shard bytes differ from f32 graphs by %g (> 1e-4)", d)
 	}

@@ -26,6 +26,7 @@ const (
 	SectionDiskFull        = "Disk full during split"
 	SectionOOM             = "Out of memory"
 	SectionCorrupt         = "Corrupted shard or checkpoint"
+	SectionSIGBUS          = "Crash with SIGBUS while generating"
 	SectionContextTooLong  = "Context too long"
 	SectionCUDASlow        = "CUDA slower than CPU on small models"
 	SectionCUDAPlugin      = "CUDA plugin not found"
@@ -37,7 +38,7 @@ func Sections() []string {
 	return []string{
 		SectionNaN, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionMissingLMHead,
-		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionCorrupt, SectionContextTooLong,
+		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
 		SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
 	}
 }
