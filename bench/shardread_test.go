@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -210,4 +211,79 @@ func procCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkShardMap: from a warm page cache, under shards.VerifyOnce (as the engine streams), the time to get
+// every unit's tensors and read each of their bytes once (as a decode step does): copied into a reused buffer
+// (Load), mapped on every call and unmapped when the buffer is reused (Map), and mapped once and kept
+// (Map under SetKeepMapped, the engine's default), against reading the same bytes from a resident copy.
+//
+//	go test ./bench -run '^$' -bench ShardMap -benchtime 10x
+func BenchmarkShardMap(b *testing.B) {
+	set := shardFixture(b, shards.Raw)
+	set.SetVerify(shards.VerifyOnce)
+	ctx := context.Background()
+	resident := map[string]*shards.Loaded{}
+	for _, u := range set.Units() {
+		l, err := set.Load(ctx, u.Name, shards.NewBuffer(int(u.BufferSize())))
+		if err != nil {
+			b.Fatal(err)
+		}
+		resident[u.Name] = l
+	}
+	for _, mode := range []string{"resident", "load", "map", "map-kept"} {
+		b.Run(mode, func(b *testing.B) {
+			set.SetKeepMapped(mode == "map-kept")
+			defer set.Close()
+			bufs := []*shards.Buffer{shards.NewBuffer(0), shards.NewBuffer(0), shards.NewBuffer(0)} // as the engine's pool
+			defer func() {
+				for _, buf := range bufs {
+					buf.Release()
+				}
+			}()
+			get := func(i int, unit string) *shards.Loaded {
+				var l *shards.Loaded
+				var err error
+				switch mode {
+				case "resident":
+					return resident[unit]
+				case "load":
+					l, err = set.Load(ctx, unit, bufs[i%len(bufs)])
+				default:
+					l, err = set.Map(ctx, unit, bufs[i%len(bufs)])
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				return l
+			}
+			var sink uint64
+			pass := func() {
+				for i, u := range set.Units() {
+					for _, t := range get(i, u.Name).Tensors {
+						sink += sumBytes(t.Data)
+					}
+				}
+			}
+			pass()
+			b.SetBytes(totalFileBytes(set))
+			for b.Loop() {
+				pass()
+			}
+			_ = sink
+		})
+	}
+}
+
+// sumBytes reads every byte of p, eight at a time.
+func sumBytes(p []byte) uint64 {
+	var s uint64
+	for len(p) >= 8 {
+		s += binary.LittleEndian.Uint64(p)
+		p = p[8:]
+	}
+	for _, c := range p {
+		s += uint64(c)
+	}
+	return s
 }

@@ -48,7 +48,7 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	layers := fs.Int("layers", 0, "decoder layers (default: the shape's; --quick: 4)")
 	quick := fs.Bool("quick", false, "a quick run: 4 layers unless --layers is given")
 	newTokens := fs.Int("new-tokens", 8, "tokens generated per decode run (at least 2)")
-	runs := fs.Int("runs", 3, "measured decode runs per engine; ratios use the medians")
+	runs := fs.Int("runs", 5, "measured decode runs per engine; ratios use the medians")
 	prefill := fs.Int("prefill-tokens", 512, "prompt length of the prefill measurement (target 5)")
 	dtype := fs.String("dtype", "auto", "compute dtype of weight matrices, passed to the engine: auto, f32 or bf16")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
