@@ -64,7 +64,9 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 	keep := s.keepMapped.Load()
 	var m []byte
 	if keep {
-		m = s.keptMapping(u.Name, st)
+		if m = s.keptMapping(u.Name, st); m != nil {
+			faultIn(m) // pages evicted since its last use are read back here, not in compute's page faults
+		}
 	}
 	if m == nil {
 		if m, err = testHookMapFile(f, u.FileSize); err != nil {
@@ -109,7 +111,8 @@ type keptMap struct {
 // evicts its pages under memory pressure (they are clean file pages) and reads them back when touched. What
 // changes is the bookkeeping: the process's resident set counts the shard pages it has touched (as shared file
 // memory), and unmapping 88 MB of 4 KiB pages and mapping them again (about 2 ms of kernel time per
-// TinyLlama layer on the 2-core VM, 13% of a page-cache-warm decode step) is saved.
+// TinyLlama layer on the 2-core VM, 13% of a page-cache-warm decode step) is saved. A reused mapping whose
+// pages the kernel evicted meanwhile has them read back by Map, as a new mapping would.
 func (s *Set) SetKeepMapped(on bool) { s.keepMapped.Store(on) }
 
 // keptMapping returns the kept mapping of unit's file if st shows the same, unchanged file, else nil.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // errNoMap reports that shard files cannot be mapped here.
@@ -31,5 +32,34 @@ const madvCollapse = 25
 func adviseHugePages(b []byte) {
 	if syscall.Madvise(b, syscall.MADV_HUGEPAGE) == nil {
 		_ = syscall.Madvise(b, madvCollapse)
+	}
+}
+
+// madvPopulateRead is MADV_POPULATE_READ (Linux 5.14), missing from package syscall.
+const madvPopulateRead = 22
+
+// faultIn makes sure the pages of m, a kept mapping of a shard file, are in memory before compute reads them:
+// if the kernel evicted some since m was last used (a model larger than the page cache), they are read back now,
+// by the caller (the prefetch stage), instead of page by page as compute touches them. mincore finds out at
+// about 0.05 ms per 88 MB; only then does MADV_POPULATE_READ (about 0.85 ms even when nothing is missing) run.
+// Where the kernel lacks it, MADV_WILLNEED starts the reads without waiting for them.
+func faultIn(m []byte) {
+	var vec [4096]byte // residency of 16 MiB per mincore call
+	const span = len(vec) * pageSize
+	for off := 0; off < len(m); off += span {
+		part := m[off:min(off+span, len(m))]
+		pages := (len(part) + pageSize - 1) / pageSize
+		_, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(part))), uintptr(len(part)), uintptr(unsafe.Pointer(&vec[0])))
+		if e != 0 {
+			return
+		}
+		for _, v := range vec[:pages] {
+			if v&1 == 0 {
+				if syscall.Madvise(m, madvPopulateRead) != nil {
+					_ = syscall.Madvise(m, syscall.MADV_WILLNEED)
+				}
+				return
+			}
+		}
 	}
 }

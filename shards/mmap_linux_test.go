@@ -1,0 +1,67 @@
+package shards
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/synth"
+)
+
+// residentPages counts the pages of m in memory (mincore).
+func residentPages(t *testing.T, m []byte) int {
+	t.Helper()
+	vec := make([]byte, (len(m)+pageSize-1)/pageSize)
+	if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// TestKeptMappingFaultsInEvictedPages: pages of a kept mapping that the kernel evicted are read back by the
+// next Map (the prefetch stage), not left to compute's page faults.
+func TestKeptMappingFaultsInEvictedPages(t *testing.T) {
+	// A layer of 33 MB: the kernel's readahead around the table at the file's end (read_ahead_kb, 8 MB on the
+	// CI VM) must not cover its start.
+	dir := t.TempDir()
+	shape := synth.Shape{HiddenSize: 1024, IntermediateSize: 4096, NumLayers: 1, NumHeads: 8, NumKVHeads: 4, VocabSize: 256,
+		BOSTokenID: 1, EOSTokenID: 2}
+	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.BF16, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := split(t, ck, t.TempDir(), Raw)
+	defer s.Close()
+	s.SetKeepMapped(true)
+	s.SetVerify(VerifyOnce)
+	u := s.mustUnit(t, "layer.0")
+	if _, err := s.Map(context.Background(), u.Name, NewBuffer(0)); err != nil {
+		t.Fatal(err)
+	}
+	s.mapsMu.Lock()
+	m := s.kept[u.Name].data
+	s.mapsMu.Unlock()
+	const madvPageout = 21 // MADV_PAGEOUT (Linux 5.4)
+	if err := syscall.Madvise(m, madvPageout); err != nil {
+		t.Skipf("MADV_PAGEOUT: %v", err)
+	}
+	total := len(m) / pageSize
+	if n := residentPages(t, m); n > total/2 {
+		t.Skipf("the kernel kept %d of %d pages after MADV_PAGEOUT", n, total)
+	}
+	if _, err := s.Map(context.Background(), u.Name, NewBuffer(0)); err != nil {
+		t.Fatal(err)
+	}
+	if n := residentPages(t, m); n != total {
+		t.Errorf("%d of %d pages resident after Map reused the kept mapping", n, total)
+	}
+}
