@@ -14,3 +14,8 @@ func dotBF16(a []float32, b []bfloat16.BFloat16) float32 { return dotBF16Go(a, b
 func dotBF16x3(a0, a1, a2 []float32, b []bfloat16.BFloat16) [3]float32 {
 	return [3]float32{dotBF16Go(a0, b), dotBF16Go(a1, b), dotBF16Go(a2, b)}
 }
+
+// dotF32x3 is dotF32 of a0, a1 and a2 with the same b.
+func dotF32x3(a0, a1, a2, b []float32) [3]float32 {
+	return [3]float32{dotF32Go(a0, b), dotF32Go(a1, b), dotF32Go(a2, b)}
+}

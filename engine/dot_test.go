@@ -49,10 +49,13 @@ func TestDotKernels(t *testing.T) {
 		for i := range a1 {
 			a1[i], a2[i] = rng.Float32()*2-1, rng.Float32()*200-100
 		}
-		y := dotBF16x3(a, a1, a2, bb)
+		y, yf := dotBF16x3(a, a1, a2, bb), dotF32x3(a, a1, a2, b)
 		for r, x := range [][]float32{a, a1[:n], a2[:n]} {
 			if want := dotBF16(x, bb); math.Float32bits(y[r]) != math.Float32bits(want) {
 				t.Errorf("dotBF16x3 row %d, length %d: %g, dotBF16 gives %g", r, n, y[r], want)
+			}
+			if want := dotF32(x, b); math.Float32bits(yf[r]) != math.Float32bits(want) {
+				t.Errorf("dotF32x3 row %d, length %d: %g, dotF32 gives %g", r, n, yf[r], want)
 			}
 		}
 	}

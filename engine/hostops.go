@@ -67,7 +67,12 @@ func (hostOps) Linear(x, w, b Value) Value {
 		case []float32:
 			for o := lo; o < hi; o++ {
 				wr := f[o*in : (o+1)*in]
-				for r := range rows {
+				r := 0
+				for ; r+3 <= rows; r += 3 { // three rows per load of the weight row, each as dotF32 alone
+					d := dotF32x3(xa.data[r*in:(r+1)*in], xa.data[(r+1)*in:(r+2)*in], xa.data[(r+2)*in:(r+3)*in], wr)
+					y.data[r*out+o], y.data[(r+1)*out+o], y.data[(r+2)*out+o] = d[0], d[1], d[2]
+				}
+				for ; r < rows; r++ {
 					y.data[r*out+o] = dotF32(xa.data[r*in:(r+1)*in], wr)
 				}
 			}
