@@ -1,5 +1,56 @@
 #include "textflag.h"
 
+// The three-row kernels (at the end of the file) share everything but how they load b. Three input rows a0, a1, a2 (SI, R8, R9)
+// against one b (DI), CX elements: row 0 accumulates in Y0-Y3, row 1 in Y8-Y11, row 2 in Y12-Y15, and Y4-Y7 hold
+// the loaded b. Each row is summed exactly as the one-row kernel sums it (the same accumulators, order and
+// reduction; a product is the same whichever operand is loaded), so batched and single results are bit-identical.
+// WIDEN32 loads 32 bfloat16 elements at DI into Y4-Y7 as float32 (exact: the bits shifted up by 16).
+#define WIDEN32 \
+	VPMOVZXWD (DI), Y4; VPMOVZXWD 16(DI), Y5; VPMOVZXWD 32(DI), Y6; VPMOVZXWD 48(DI), Y7; \
+	VPSLLD $16, Y4, Y4; VPSLLD $16, Y5, Y5; VPSLLD $16, Y6, Y6; VPSLLD $16, Y7, Y7
+
+#define ARGS3 \
+	MOVQ a0_base+0(FP), SI; \
+	MOVQ a0_len+8(FP), CX; \
+	MOVQ a1_base+24(FP), R8; \
+	MOVQ a2_base+48(FP), R9; \
+	MOVQ b_base+72(FP), DI; \
+	MOVQ out+96(FP), DX; \
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
+	VXORPS Y8, Y8, Y8; VXORPS Y9, Y9, Y9; VXORPS Y10, Y10, Y10; VXORPS Y11, Y11, Y11; \
+	VXORPS Y12, Y12, Y12; VXORPS Y13, Y13, Y13; VXORPS Y14, Y14, Y14; VXORPS Y15, Y15, Y15
+
+// FMA3X32: 32 elements of each row times b's 32 in Y4-Y7; then the rows' pointers move on.
+#define FMA3X32 \
+	VFMADD231PS (SI), Y4, Y0; VFMADD231PS 32(SI), Y5, Y1; VFMADD231PS 64(SI), Y6, Y2; VFMADD231PS 96(SI), Y7, Y3; \
+	VFMADD231PS (R8), Y4, Y8; VFMADD231PS 32(R8), Y5, Y9; VFMADD231PS 64(R8), Y6, Y10; VFMADD231PS 96(R8), Y7, Y11; \
+	VFMADD231PS (R9), Y4, Y12; VFMADD231PS 32(R9), Y5, Y13; VFMADD231PS 64(R9), Y6, Y14; VFMADD231PS 96(R9), Y7, Y15; \
+	ADDQ $128, SI; ADDQ $128, R8; ADDQ $128, R9
+
+// FMA3X8: 8 elements of each row times b's 8 in Y4.
+#define FMA3X8 \
+	VFMADD231PS (SI), Y4, Y0; VFMADD231PS (R8), Y4, Y8; VFMADD231PS (R9), Y4, Y12; \
+	ADDQ $32, SI; ADDQ $32, R8; ADDQ $32, R9
+
+// REDUCE3 sums each row's accumulators into X0, X8 and X12, as the one-row kernels do.
+#define REDUCE3 \
+	VADDPS Y1, Y0, Y0; VADDPS Y3, Y2, Y2; VADDPS Y2, Y0, Y0; \
+	VEXTRACTF128 $1, Y0, X1; VADDPS X1, X0, X0; VHADDPS X0, X0, X0; VHADDPS X0, X0, X0; \
+	VADDPS Y9, Y8, Y8; VADDPS Y11, Y10, Y10; VADDPS Y10, Y8, Y8; \
+	VEXTRACTF128 $1, Y8, X9; VADDPS X9, X8, X8; VHADDPS X8, X8, X8; VHADDPS X8, X8, X8; \
+	VADDPS Y13, Y12, Y12; VADDPS Y15, Y14, Y14; VADDPS Y14, Y12, Y12; \
+	VEXTRACTF128 $1, Y12, X13; VADDPS X13, X12, X12; VHADDPS X12, X12, X12; VHADDPS X12, X12, X12
+
+// FMA3X1: one element of each row times b's element in X1.
+#define FMA3X1 \
+	VFMADD231SS (SI), X1, X0; VFMADD231SS (R8), X1, X8; VFMADD231SS (R9), X1, X12; \
+	ADDQ $4, SI; ADDQ $4, R8; ADDQ $4, R9
+
+#define STORE3 \
+	VZEROUPPER; \
+	MOVSS X0, 0(DX); MOVSS X8, 4(DX); MOVSS X12, 8(DX)
+
+
 // func dotF32AVX2(a, b []float32) float32
 // len(b) ≥ len(a). Four 8-lane accumulators over 32 elements per iteration, then 8 at a time, then one at a time.
 TEXT ·dotF32AVX2(SB), NOSPLIT, $0-52
@@ -75,14 +126,7 @@ TEXT ·dotBF16AVX2(SB), NOSPLIT, $0-52
 bfloop32:
 	CMPQ CX, $32
 	JL   bfloop8
-	VPMOVZXWD (DI), Y4
-	VPMOVZXWD 16(DI), Y5
-	VPMOVZXWD 32(DI), Y6
-	VPMOVZXWD 48(DI), Y7
-	VPSLLD $16, Y4, Y4
-	VPSLLD $16, Y5, Y5
-	VPSLLD $16, Y6, Y6
-	VPSLLD $16, Y7, Y7
+	WIDEN32
 	VFMADD231PS (SI), Y4, Y0
 	VFMADD231PS 32(SI), Y5, Y1
 	VFMADD231PS 64(SI), Y6, Y2
@@ -130,224 +174,87 @@ bfdone:
 	RET
 
 // func dotBF16x3AVX2(a0, a1, a2 []float32, b []bfloat16.BFloat16, out *[3]float32)
-// Three dot products against the same bfloat16 vector b, each exactly dotBF16AVX2's (the same accumulators,
-// summation order and reduction per row): b is loaded and widened once for the three rows. len(a1), len(a2) and
-// len(b) ≥ len(a0). Row 0 accumulates in Y0-Y3, row 1 in Y8-Y11, row 2 in Y12-Y15; Y4-Y7 hold widened b.
+// Three dot products against the same bfloat16 vector b, each exactly dotBF16AVX2's: b is loaded and widened once
+// for the three rows. len(a1), len(a2) and len(b) ≥ len(a0).
 TEXT ·dotBF16x3AVX2(SB), NOSPLIT, $0-104
-	MOVQ a0_base+0(FP), SI
-	MOVQ a0_len+8(FP), CX
-	MOVQ a1_base+24(FP), R8
-	MOVQ a2_base+48(FP), R9
-	MOVQ b_base+72(FP), DI
-	MOVQ out+96(FP), DX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	VXORPS Y14, Y14, Y14
-	VXORPS Y15, Y15, Y15
+	ARGS3
 
-x3loop32:
+bx3loop32:
 	CMPQ CX, $32
-	JL   x3loop8
-	VPMOVZXWD (DI), Y4
-	VPMOVZXWD 16(DI), Y5
-	VPMOVZXWD 32(DI), Y6
-	VPMOVZXWD 48(DI), Y7
-	VPSLLD $16, Y4, Y4
-	VPSLLD $16, Y5, Y5
-	VPSLLD $16, Y6, Y6
-	VPSLLD $16, Y7, Y7
-	VFMADD231PS (SI), Y4, Y0
-	VFMADD231PS 32(SI), Y5, Y1
-	VFMADD231PS 64(SI), Y6, Y2
-	VFMADD231PS 96(SI), Y7, Y3
-	VFMADD231PS (R8), Y4, Y8
-	VFMADD231PS 32(R8), Y5, Y9
-	VFMADD231PS 64(R8), Y6, Y10
-	VFMADD231PS 96(R8), Y7, Y11
-	VFMADD231PS (R9), Y4, Y12
-	VFMADD231PS 32(R9), Y5, Y13
-	VFMADD231PS 64(R9), Y6, Y14
-	VFMADD231PS 96(R9), Y7, Y15
-	ADDQ $128, SI
-	ADDQ $128, R8
-	ADDQ $128, R9
+	JL   bx3loop8
+	WIDEN32
+	FMA3X32
 	ADDQ $64, DI
 	SUBQ $32, CX
-	JMP  x3loop32
+	JMP  bx3loop32
 
-x3loop8:
+bx3loop8:
 	CMPQ CX, $8
-	JL   x3reduce
+	JL   bx3reduce
 	VPMOVZXWD (DI), Y4
 	VPSLLD $16, Y4, Y4
-	VFMADD231PS (SI), Y4, Y0
-	VFMADD231PS (R8), Y4, Y8
-	VFMADD231PS (R9), Y4, Y12
-	ADDQ $32, SI
-	ADDQ $32, R8
-	ADDQ $32, R9
+	FMA3X8
 	ADDQ $16, DI
 	SUBQ $8, CX
-	JMP  x3loop8
+	JMP  bx3loop8
 
-x3reduce:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VADDPS Y9, Y8, Y8
-	VADDPS Y11, Y10, Y10
-	VADDPS Y10, Y8, Y8
-	VEXTRACTF128 $1, Y8, X9
-	VADDPS X9, X8, X8
-	VHADDPS X8, X8, X8
-	VHADDPS X8, X8, X8
-	VADDPS Y13, Y12, Y12
-	VADDPS Y15, Y14, Y14
-	VADDPS Y14, Y12, Y12
-	VEXTRACTF128 $1, Y12, X13
-	VADDPS X13, X12, X12
-	VHADDPS X12, X12, X12
-	VHADDPS X12, X12, X12
+bx3reduce:
+	REDUCE3
 
-x3tail:
+bx3tail:
 	CMPQ CX, $0
-	JE   x3done
+	JE   bx3done
 	MOVWLZX (DI), AX
 	SHLL $16, AX
 	VMOVD AX, X1
-	VFMADD231SS (SI), X1, X0
-	VFMADD231SS (R8), X1, X8
-	VFMADD231SS (R9), X1, X12
-	ADDQ $4, SI
-	ADDQ $4, R8
-	ADDQ $4, R9
+	FMA3X1
 	ADDQ $2, DI
 	DECQ CX
-	JMP  x3tail
+	JMP  bx3tail
 
-x3done:
-	VZEROUPPER
-	MOVSS X0, 0(DX)
-	MOVSS X8, 4(DX)
-	MOVSS X12, 8(DX)
+bx3done:
+	STORE3
 	RET
 
 // func dotF32x3AVX2(a0, a1, a2, b []float32, out *[3]float32)
-// Three dot products against the same float32 vector b, each exactly dotF32AVX2's (products are commutative, and
-// the accumulators, summation order and reduction per row are the same): b is loaded once for the three rows.
-// len(a1), len(a2) and len(b) ≥ len(a0). Registers as in dotBF16f3AVX2.
+// Three dot products against the same float32 vector b, each exactly dotF32AVX2's: b is loaded once for the
+// three rows. len(a1), len(a2) and len(b) ≥ len(a0).
 TEXT ·dotF32x3AVX2(SB), NOSPLIT, $0-104
-	MOVQ a0_base+0(FP), SI
-	MOVQ a0_len+8(FP), CX
-	MOVQ a1_base+24(FP), R8
-	MOVQ a2_base+48(FP), R9
-	MOVQ b_base+72(FP), DI
-	MOVQ out+96(FP), DX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	VXORPS Y14, Y14, Y14
-	VXORPS Y15, Y15, Y15
+	ARGS3
 
-f3loop32:
+fx3loop32:
 	CMPQ CX, $32
-	JL   f3loop8
+	JL   fx3loop8
 	VMOVUPS (DI), Y4
 	VMOVUPS 32(DI), Y5
 	VMOVUPS 64(DI), Y6
 	VMOVUPS 96(DI), Y7
-	VFMADD231PS (SI), Y4, Y0
-	VFMADD231PS 32(SI), Y5, Y1
-	VFMADD231PS 64(SI), Y6, Y2
-	VFMADD231PS 96(SI), Y7, Y3
-	VFMADD231PS (R8), Y4, Y8
-	VFMADD231PS 32(R8), Y5, Y9
-	VFMADD231PS 64(R8), Y6, Y10
-	VFMADD231PS 96(R8), Y7, Y11
-	VFMADD231PS (R9), Y4, Y12
-	VFMADD231PS 32(R9), Y5, Y13
-	VFMADD231PS 64(R9), Y6, Y14
-	VFMADD231PS 96(R9), Y7, Y15
-	ADDQ $128, SI
-	ADDQ $128, R8
-	ADDQ $128, R9
+	FMA3X32
 	ADDQ $128, DI
 	SUBQ $32, CX
-	JMP  f3loop32
+	JMP  fx3loop32
 
-f3loop8:
+fx3loop8:
 	CMPQ CX, $8
-	JL   f3reduce
+	JL   fx3reduce
 	VMOVUPS (DI), Y4
-	VFMADD231PS (SI), Y4, Y0
-	VFMADD231PS (R8), Y4, Y8
-	VFMADD231PS (R9), Y4, Y12
-	ADDQ $32, SI
-	ADDQ $32, R8
-	ADDQ $32, R9
+	FMA3X8
 	ADDQ $32, DI
 	SUBQ $8, CX
-	JMP  f3loop8
+	JMP  fx3loop8
 
-f3reduce:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VADDPS Y9, Y8, Y8
-	VADDPS Y11, Y10, Y10
-	VADDPS Y10, Y8, Y8
-	VEXTRACTF128 $1, Y8, X9
-	VADDPS X9, X8, X8
-	VHADDPS X8, X8, X8
-	VHADDPS X8, X8, X8
-	VADDPS Y13, Y12, Y12
-	VADDPS Y15, Y14, Y14
-	VADDPS Y14, Y12, Y12
-	VEXTRACTF128 $1, Y12, X13
-	VADDPS X13, X12, X12
-	VHADDPS X12, X12, X12
-	VHADDPS X12, X12, X12
+fx3reduce:
+	REDUCE3
 
-f3tail:
+fx3tail:
 	CMPQ CX, $0
-	JE   f3done
+	JE   fx3done
 	VMOVSS (DI), X1
-	VFMADD231SS (SI), X1, X0
-	VFMADD231SS (R8), X1, X8
-	VFMADD231SS (R9), X1, X12
-	ADDQ $4, SI
-	ADDQ $4, R8
-	ADDQ $4, R9
+	FMA3X1
 	ADDQ $4, DI
 	DECQ CX
-	JMP  f3tail
+	JMP  fx3tail
 
-f3done:
-	VZEROUPPER
-	MOVSS X0, 0(DX)
-	MOVSS X8, 4(DX)
-	MOVSS X12, 8(DX)
+fx3done:
+	STORE3
 	RET

@@ -47,29 +47,19 @@ func (s *Set) Load(ctx context.Context, unit string, buf *Buffer) (*Loaded, erro
 
 // load is Load; force checks the checksums whatever the policy.
 func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*Loaded, error) {
-	u, ok := s.Unit(unit)
-	if !ok {
-		return nil, fmt.Errorf("shards %s: no unit %q", s.Dir, unit)
-	}
-	if buf == nil {
-		return nil, fmt.Errorf("shards %s: Load %s: nil Buffer", s.Dir, unit)
-	}
-	if err := ctx.Err(); err != nil {
+	u, path, err := s.request(ctx, "Load", unit, buf)
+	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(s.Dir, u.File)
 	start := time.Now()
 	r, err := s.openShard(path)
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
 	defer r.close()
-	st, err := r.f.Stat()
+	st, err := statShard(r.f, path, u)
 	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
-	}
-	if st.Size() != u.FileSize {
-		return nil, fmt.Errorf("shard %s: file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", path, st.Size(), ManifestFile, u.FileSize)
+		return nil, err
 	}
 	verify := force || VerifyPolicy(s.policy.Load()) != VerifyOnce || !s.verifiedAs(u.Name, st)
 
@@ -113,6 +103,30 @@ func (s *Set) check(ctx context.Context, u UnitInfo, path string, stat os.FileIn
 	}
 	l.DecodeTime = time.Since(readEnd)
 	return l, nil
+}
+
+// request checks the arguments of a Load or Map (op) and returns the unit and its shard file's path.
+func (s *Set) request(ctx context.Context, op, unit string, buf *Buffer) (UnitInfo, string, error) {
+	u, ok := s.Unit(unit)
+	if !ok {
+		return u, "", fmt.Errorf("shards %s: no unit %q", s.Dir, unit)
+	}
+	if buf == nil {
+		return u, "", fmt.Errorf("shards %s: %s %s: nil Buffer", s.Dir, op, unit)
+	}
+	return u, filepath.Join(s.Dir, u.File), ctx.Err()
+}
+
+// statShard returns the opened shard file f's status, checking its size against the manifest.
+func statShard(f *os.File, path string, u UnitInfo) (os.FileInfo, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	if st.Size() != u.FileSize {
+		return nil, fmt.Errorf("shard %s: file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", path, st.Size(), ManifestFile, u.FileSize)
+	}
+	return st, nil
 }
 
 // testHookOpenDirect opens files for O_DIRECT reads; tests replace it to simulate a filesystem that refuses.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -35,30 +34,20 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 	if s.direct.Load() || s.noMap.Load() {
 		return s.Load(ctx, unit, buf)
 	}
-	u, ok := s.Unit(unit)
-	if !ok {
-		return nil, fmt.Errorf("shards %s: no unit %q", s.Dir, unit)
-	}
-	if buf == nil {
-		return nil, fmt.Errorf("shards %s: Map %s: nil Buffer", s.Dir, unit)
-	}
-	if err := ctx.Err(); err != nil {
+	u, path, err := s.request(ctx, "Map", unit, buf)
+	if err != nil {
 		return nil, err
 	}
 	buf.release()
-	path := filepath.Join(s.Dir, u.File)
 	start := time.Now()
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
 	defer f.Close() // the mapping outlives the descriptor
-	st, err := f.Stat()
+	st, err := statShard(f, path, u)
 	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
-	}
-	if st.Size() != u.FileSize {
-		return nil, fmt.Errorf("shard %s: file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", path, st.Size(), ManifestFile, u.FileSize)
+		return nil, err
 	}
 	verify := VerifyPolicy(s.policy.Load()) != VerifyOnce || !s.verifiedAs(u.Name, st)
 	keep := s.keepMapped.Load()
