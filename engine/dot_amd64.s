@@ -32,10 +32,14 @@
 	VFMADD231PS (SI), Y4, Y0; VFMADD231PS (R8), Y4, Y8; VFMADD231PS (R9), Y4, Y12; \
 	ADDQ $32, SI; ADDQ $32, R8; ADDQ $32, R9
 
-// REDUCE3 sums each row's accumulators into X0, X8 and X12, as the one-row kernels do.
-#define REDUCE3 \
+// REDUCE1 sums the one-row kernels' accumulators Y0-Y3 into X0 (X1 is scratch).
+#define REDUCE1 \
 	VADDPS Y1, Y0, Y0; VADDPS Y3, Y2, Y2; VADDPS Y2, Y0, Y0; \
-	VEXTRACTF128 $1, Y0, X1; VADDPS X1, X0, X0; VHADDPS X0, X0, X0; VHADDPS X0, X0, X0; \
+	VEXTRACTF128 $1, Y0, X1; VADDPS X1, X0, X0; VHADDPS X0, X0, X0; VHADDPS X0, X0, X0
+
+// REDUCE3 sums each row's accumulators into X0, X8 and X12, as REDUCE1 does.
+#define REDUCE3 \
+	REDUCE1; \
 	VADDPS Y9, Y8, Y8; VADDPS Y11, Y10, Y10; VADDPS Y10, Y8, Y8; \
 	VEXTRACTF128 $1, Y8, X9; VADDPS X9, X8, X8; VHADDPS X8, X8, X8; VHADDPS X8, X8, X8; \
 	VADDPS Y13, Y12, Y12; VADDPS Y15, Y14, Y14; VADDPS Y14, Y12, Y12; \
@@ -89,13 +93,7 @@ f32loop8:
 	JMP  f32loop8
 
 f32reduce:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
+	REDUCE1
 
 f32tail:
 	CMPQ CX, $0
@@ -148,13 +146,7 @@ bfloop8:
 	JMP  bfloop8
 
 bfreduce:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
+	REDUCE1
 
 bftail:
 	CMPQ CX, $0
