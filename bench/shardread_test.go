@@ -180,14 +180,14 @@ func BenchmarkShardReadRatio(b *testing.B) {
 			rawReadAll(b, set, buf.Bytes(), flags)
 			var shardT, readT, rawT, shardCPU, rawCPU time.Duration
 			for b.Loop() {
-				start, cpu := time.Now(), procCPU(b)
+				start, cpu := time.Now(), cpuTime()
 				rawReadAll(b, set, buf.Bytes(), flags)
 				rawT += time.Since(start)
-				rawCPU += procCPU(b) - cpu
-				start, cpu = time.Now(), procCPU(b)
+				rawCPU += cpuTime() - cpu
+				start, cpu = time.Now(), cpuTime()
 				_, r := loadAll(b, set, buf)
 				shardT += time.Since(start)
-				shardCPU += procCPU(b) - cpu
+				shardCPU += cpuTime() - cpu
 				readT += r
 			}
 			mb := float64(totalFileBytes(set)) * float64(b.N) / 1e6
@@ -204,14 +204,6 @@ func BenchmarkShardReadRatio(b *testing.B) {
 	}
 }
 
-// procCPU is the process's user plus system CPU time so far.
-func procCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkShardMap: from a warm page cache, under shards.VerifyOnce (as the engine streams), the time to get
 // every unit's tensors and read each of their bytes once (as a decode step does): copied into a reused buffer

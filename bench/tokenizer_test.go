@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,15 +32,6 @@ func englishParagraphs(b *testing.B) ([]string, int64) {
 		}
 	}
 	return paras, n
-}
-
-// cpuTime is the process's user+system CPU time: on a shared, loaded machine it is steadier than wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkTokenizerEncode measures encode throughput on one core (MB/s of English text; also per CPU second).

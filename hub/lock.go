@@ -2,10 +2,8 @@ package hub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 )
 
@@ -24,13 +22,13 @@ func lockFile(ctx context.Context, path string, remove bool, onWait func()) (unl
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		for {
-			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			locked, err := tryLock(f)
+			if err != nil {
 				f.Close()
 				return nil, fmt.Errorf("lock %s: %w", path, err)
+			}
+			if locked {
+				break
 			}
 			if !waited && onWait != nil {
 				onWait()
@@ -59,11 +57,3 @@ func lockFile(ctx context.Context, path string, remove bool, onWait func()) (unl
 
 // freeSpace returns the bytes available to this user on dir's file system; a variable so tests can fake a full disk.
 var freeSpace = statfsFree
-
-func statfsFree(dir string) (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", dir, err)
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
-}

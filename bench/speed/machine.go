@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -165,8 +164,8 @@ func (r *readResult) merge(later readResult) {
 // readDirect reads the file at path, which must be len(dst) bytes long, into dst (page-aligned, a whole number
 // of pages) with O_DIRECT: one ReadAt when chunk is 0, else chunk-byte reads front to back.
 func readDirect(path string, dst []byte, chunk int64) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
-	if errors.Is(err, syscall.EINVAL) {
+	f, err := openDirect(path)
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
 		return fmt.Errorf("%w by the filesystem of %s: %v", errDirectRefused, path, err)
 	}
 	if err != nil {
