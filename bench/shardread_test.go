@@ -204,7 +204,6 @@ func BenchmarkShardReadRatio(b *testing.B) {
 	}
 }
 
-
 // BenchmarkShardMap: from a warm page cache, under shards.VerifyOnce (as the engine streams), the time to get
 // every unit's tensors and read each of their bytes once (as a decode step does): copied into a reused buffer
 // (Load), mapped on every call and unmapped when the buffer is reused (Map), and mapped once and kept
