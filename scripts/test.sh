@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=${CGO_ENABLED:-0}
+unformatted=$(gofmt -l .)
+if [[ -n $unformatted ]]; then
+	echo "gofmt needed on: $unformatted" >&2
+	exit 1
+fi
 go vet ./...
 # The code builds on macOS and Windows too (mmap, O_DIRECT and file locks have per-platform files).
 GOOS=darwin GOARCH=arm64 go vet ./...
