@@ -83,8 +83,8 @@ type Options struct {
 	// (shards.Set.Map, the default without DirectIO). Each shard file is mapped once and the mapping kept until
 	// Close (shards.Set.SetKeepMapped): a streamed layer in the page cache then costs an open and a stat instead
 	// of a copy of the whole layer (15 ms for a 88 MB TinyLlama layer on the 2-core VM), and the kernel still
-	// manages the pages as page cache. But a shard file truncated while mapped stops the program with SIGBUS
-	// (see shards.Set.Map), which NoMap avoids.
+	// manages the pages as page cache. A shard file truncated while mapped makes compute's reads fault: the
+	// engine returns that as an error (guardMapped) where it reads weights; NoMap avoids mapping altogether.
 	NoMap bool
 	// VerifyEveryLoad checksums a streamed shard on every load. By default (false) a shard is checksummed on its
 	// first load and again only when its file changes (shards.VerifyOnce: same inode, size and times), which

@@ -341,9 +341,13 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 			in.W[w.specs[j].suffix] = t
 		}
 		span := e.prof.Begin(profiler.Forward, step, i)
-		out := e.arch.Layer(c, ops, in)
+		var out LayerOutputs
+		ferr := e.guardMapped(func() { out = e.arch.Layer(c, ops, in) })
 		span.End(w.bytes)
 		release()
+		if ferr != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, ferr)
+		}
 		k, v := arr(out.K).data, arr(out.V).data // [m, kvHeads, t, headDim]
 		for j, r := range rows {
 			if err := view.Write(r, lens[j], t, k[j*kvSize:(j+1)*kvSize], v[j*kvSize:(j+1)*kvSize]); err != nil {
@@ -371,8 +375,12 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 	defer release()
 	span := e.prof.Begin(profiler.Forward, step, -1)
 	var ops hostOps
-	logits := arr(ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)).data
+	var logits []float32
+	herr := e.guardMapped(func() { logits = arr(ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)).data })
 	span.End(hw.bytes)
+	if herr != nil {
+		return nil, herr
+	}
 	v := c.VocabSize
 	out := make([][]float32, m)
 	for j := range out {

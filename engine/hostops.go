@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime/debug"
 	"math"
 	"runtime"
 	"sync"
@@ -101,7 +102,9 @@ func (hostOps) Linear(x, w, b Value) Value {
 	return y
 }
 
-// parallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently.
+// parallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently. A panic in a
+// worker, a fault reading a mapped shard included (workers turn faults into panics, debug.SetPanicOnFault),
+// is raised again in the calling goroutine once every worker is done, where guardMapped can recover it.
 func parallelFor(n int, fn func(lo, hi int)) {
 	workers := min(runtime.GOMAXPROCS(0), max(n/64, 1))
 	if workers <= 1 {
@@ -109,15 +112,30 @@ func parallelFor(n int, fn func(lo, hi int)) {
 		return
 	}
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first any
 	step := (n + workers - 1) / workers
 	for lo := 0; lo < n; lo += step {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
+			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+			defer func() {
+				if r := recover(); r != nil {
+					mu.Lock()
+					if first == nil {
+						first = r
+					}
+					mu.Unlock()
+				}
+			}()
 			fn(lo, hi)
 		}(lo, min(lo+step, n))
 	}
 	wg.Wait()
+	if first != nil {
+		panic(first)
+	}
 }
 
 // dotF32Go is the dot product of two equally long float32 vectors, with four independent accumulators: the

@@ -166,11 +166,14 @@ func (s *stream) transfer(total int) {
 			}
 		}
 		var err error
+		// Both read the shard's bytes (alias converts the norm weights), which may be mapped: see guardMapped.
 		if s.host && kind == kindLayer {
 			w.buf = r.buf // handed back by releaseSet, after the layer computed
-			err = s.e.alias(w, r.loaded)
+			ferr := s.e.guardMapped(func() { err = s.e.alias(w, r.loaded) })
+			err = errors.Join(ferr, err)
 		} else {
-			err = s.e.fill(w, r.loaded)
+			ferr := s.e.guardMapped(func() { err = s.e.fill(w, r.loaded) })
+			err = errors.Join(ferr, err)
 			p.host <- r.buf
 		}
 		if err != nil {

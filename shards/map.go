@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"time"
+	"unsafe"
 )
 
 // testHookMapFile maps shard files; tests replace it to simulate a filesystem that refuses.
@@ -90,6 +91,12 @@ type keptMap struct {
 	stat os.FileInfo
 }
 
+// retiredMap is a kept mapping of a file since replaced.
+type retiredMap struct {
+	unit string
+	data []byte
+}
+
 // SetKeepMapped makes Map keep each shard file mapped after use, until Close, instead of mapping it anew on
 // every Map and unmapping it when the Buffer is reused. A later Map of the same, unchanged file (same identity,
 // as VerifyOnce compares it) reuses the mapping: a streamed layer in the page cache then costs an open and a
@@ -122,9 +129,30 @@ func (s *Set) keepMapping(unit string, m []byte, st os.FileInfo) {
 		s.kept = map[string]keptMap{}
 	}
 	if old, ok := s.kept[unit]; ok {
-		s.retired = append(s.retired, old.data)
+		s.retired = append(s.retired, retiredMap{unit: unit, data: old.data})
 	}
 	s.kept[unit] = keptMap{data: m, stat: st}
+}
+
+// MappedAt reports whether addr lies inside a mapping the set keeps (SetKeepMapped), and of which unit's file.
+func (s *Set) MappedAt(addr uintptr) (unit string, ok bool) {
+	s.mapsMu.Lock()
+	defer s.mapsMu.Unlock()
+	inside := func(m []byte) bool {
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+		return addr >= lo && addr < lo+uintptr(len(m))
+	}
+	for name, k := range s.kept {
+		if inside(k.data) {
+			return name, true
+		}
+	}
+	for _, r := range s.retired {
+		if inside(r.data) {
+			return r.unit + " (an earlier version of its file)", true
+		}
+	}
+	return "", false
 }
 
 // Close unmaps the mappings kept under SetKeepMapped; tensors from them must not be used afterwards. The set
@@ -136,8 +164,8 @@ func (s *Set) Close() error {
 	for _, k := range s.kept {
 		errs = append(errs, unmapFile(k.data))
 	}
-	for _, m := range s.retired {
-		errs = append(errs, unmapFile(m))
+	for _, r := range s.retired {
+		errs = append(errs, unmapFile(r.data))
 	}
 	s.kept, s.retired = nil, nil
 	return errors.Join(errs...)

@@ -36,7 +36,7 @@ type Set struct {
 	keepMapped  atomic.Bool
 	mapsMu      sync.Mutex
 	kept        map[string]keptMap // unit → the mapping of its file as last mapped (SetKeepMapped)
-	retired     [][]byte           // kept mappings of files replaced since: unmapped by Close
+	retired     []retiredMap       // kept mappings of files replaced since: unmapped by Close
 
 	policy     atomic.Int32 // a VerifyPolicy
 	verifiedMu sync.Mutex
