@@ -376,7 +376,9 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 	span := e.prof.Begin(profiler.Forward, step, -1)
 	var ops hostOps
 	var logits []float32
-	herr := e.guardMapped(func() { logits = arr(ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)).data })
+	herr := e.guardMapped(func() {
+		logits = arr(ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)).data
+	})
 	span.End(hw.bytes)
 	if herr != nil {
 		return nil, herr

@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"runtime/debug"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
