@@ -60,3 +60,44 @@ func TestDotKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearBlocksRows: Linear gives every (row, output) exactly the one-row dot product, whatever the blocking
+// of the input rows and the split of the outputs over workers (blocks of 6 rows here, 17 rows: a partial block
+// with a one-row tail), for f32 and bf16 weights.
+func TestLinearBlocksRows(t *testing.T) {
+	const in, out, rows = 40, 130, 17
+	defer func(b int) { linearBlockBytes = b }(linearBlockBytes)
+	linearBlockBytes = 6 * 4 * in
+	if linearRowBlock(in) != 6 {
+		t.Fatalf("block of %d rows, want 6", linearRowBlock(in))
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	wf := make([]float32, in*out)
+	wb := make([]bfloat16.BFloat16, in*out)
+	for i := range wf {
+		wf[i] = rng.Float32() - 0.5
+		wb[i] = bfloat16.FromFloat32(wf[i])
+	}
+	x := newHostArray(rows, 1, in)
+	for i := range x.data {
+		x.data[i] = rng.Float32() - 0.5
+	}
+	for _, flat := range []any{wf, wb} {
+		y := arr(hostOps{}.Linear(x, &deviceTensor{flat: flat}, nil))
+		for r := range rows {
+			xr := x.data[r*in : (r+1)*in]
+			for o := range out {
+				var want float32
+				switch w := flat.(type) {
+				case []float32:
+					want = dotF32(xr, w[o*in:(o+1)*in])
+				case []bfloat16.BFloat16:
+					want = dotBF16(xr, w[o*in:(o+1)*in])
+				}
+				if got := y.data[r*out+o]; math.Float32bits(got) != math.Float32bits(want) {
+					t.Fatalf("%T row %d output %d: %g, one-row kernel %g", flat, r, o, got, want)
+				}
+			}
+		}
+	}
+}

@@ -24,7 +24,7 @@ func BenchmarkLinear(b *testing.B) {
 		flat  any
 		bytes int
 	}{{"f32", wf, 4}, {"bf16", wb, 2}} {
-		for _, rows := range []int{1, 4, 16, 128} {
+		for _, rows := range []int{1, 4, 16, 128, 512} {
 			b.Run(fmt.Sprintf("%s/rows=%d", dt.name, rows), func(b *testing.B) {
 				x := newHostArray(rows, 1, in)
 				for i := range x.data {
