@@ -61,3 +61,15 @@ func dotF32x3(a0, a1, a2, b []float32) (y [3]float32) {
 	}
 	return [3]float32{dotF32Go(a0, b), dotF32Go(a1, b), dotF32Go(a2, b)}
 }
+
+//go:noescape
+func axpyF32AVX2(y []float32, a float32, x []float32)
+
+// axpyF32 adds a·x to y (len(x) ≥ len(y)): attention's weighted sum of values.
+func axpyF32(y []float32, a float32, x []float32) {
+	if useAVX2 {
+		axpyF32AVX2(y, a, x[:len(y)])
+		return
+	}
+	axpyF32Go(y, a, x)
+}

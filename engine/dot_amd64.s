@@ -250,3 +250,57 @@ fx3tail:
 fx3done:
 	STORE3
 	RET
+
+// func axpyF32AVX2(y []float32, a float32, x []float32)
+// y[i] += a·x[i] (fused multiply-add) for i < len(y); len(x) ≥ len(y).
+TEXT ·axpyF32AVX2(SB), NOSPLIT, $0-56
+	MOVQ y_base+0(FP), DI
+	MOVQ y_len+8(FP), CX
+	VBROADCASTSS a+24(FP), Y0
+	MOVQ x_base+32(FP), SI
+
+axloop32:
+	CMPQ CX, $32
+	JL   axloop8
+	VMOVUPS (DI), Y1
+	VMOVUPS 32(DI), Y2
+	VMOVUPS 64(DI), Y3
+	VMOVUPS 96(DI), Y4
+	VFMADD231PS (SI), Y0, Y1
+	VFMADD231PS 32(SI), Y0, Y2
+	VFMADD231PS 64(SI), Y0, Y3
+	VFMADD231PS 96(SI), Y0, Y4
+	VMOVUPS Y1, (DI)
+	VMOVUPS Y2, 32(DI)
+	VMOVUPS Y3, 64(DI)
+	VMOVUPS Y4, 96(DI)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  axloop32
+
+axloop8:
+	CMPQ CX, $8
+	JL   axtail
+	VMOVUPS (DI), Y1
+	VFMADD231PS (SI), Y0, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  axloop8
+
+axtail:
+	CMPQ CX, $0
+	JE   axdone
+	VMOVSS (DI), X1
+	VFMADD231SS (SI), X0, X1
+	VMOVSS X1, (DI)
+	ADDQ $4, SI
+	ADDQ $4, DI
+	DECQ CX
+	JMP  axtail
+
+axdone:
+	VZEROUPPER
+	RET

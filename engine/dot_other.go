@@ -19,3 +19,6 @@ func dotBF16x3(a0, a1, a2 []float32, b []bfloat16.BFloat16) [3]float32 {
 func dotF32x3(a0, a1, a2, b []float32) [3]float32 {
 	return [3]float32{dotF32Go(a0, b), dotF32Go(a1, b), dotF32Go(a2, b)}
 }
+
+// axpyF32 adds a·x to y (len(x) ≥ len(y)).
+func axpyF32(y []float32, a float32, x []float32) { axpyF32Go(y, a, x) }

@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -56,6 +57,33 @@ func TestDotKernels(t *testing.T) {
 			}
 			if want := dotF32(x, b); math.Float32bits(yf[r]) != math.Float32bits(want) {
 				t.Errorf("dotF32x3 row %d, length %d: %g, dotF32 gives %g", r, n, yf[r], want)
+			}
+		}
+	}
+}
+
+// TestAxpy: y += a·x agrees with a float64 computation at every length, tails included, in the assembly and
+// the portable kernel.
+func TestAxpy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{0, 1, 7, 8, 9, 31, 32, 33, 64, 100} {
+		x := make([]float32, n+3) // longer than y: only len(y) elements count
+		y0 := make([]float32, n)
+		for i := range x {
+			x[i] = rng.Float32()*2 - 1
+		}
+		for i := range y0 {
+			y0[i] = rng.Float32()*2 - 1
+		}
+		a := rng.Float32()*4 - 2
+		for name, f := range map[string]func([]float32, float32, []float32){"axpyF32": axpyF32, "axpyF32Go": axpyF32Go} {
+			y := slices.Clone(y0)
+			f(y, a, x)
+			for i := range y {
+				want := float64(y0[i]) + float64(a)*float64(x[i])
+				if math.Abs(float64(y[i])-want) > 1e-6*(math.Abs(want)+1) {
+					t.Fatalf("%s, length %d, element %d: %g, want %g", name, n, i, y[i], want)
+				}
 			}
 		}
 	}

@@ -152,6 +152,15 @@ func parallelFor(n int, fn func(lo, hi int)) {
 	}
 }
 
+// axpyF32Go adds a·x to y (len(x) ≥ len(y)): the portable kernel (axpyF32 picks an assembly one where the CPU
+// has it).
+func axpyF32Go(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	for i, v := range x {
+		y[i] += a * v
+	}
+}
+
 // dotF32Go is the dot product of two equally long float32 vectors, with four independent accumulators: the
 // portable kernel (dotF32 picks an assembly one where the CPU has it).
 func dotF32Go(a, b []float32) float32 {
@@ -287,15 +296,17 @@ func (o hostOps) Attention(q, k, v Value) Value {
 				}
 				sum := float32(0)
 				for j := range n {
+					if scores[j] == maskedOut { // exp(maskedOut - top) is 0: no need to compute it
+						scores[j] = 0
+						continue
+					}
 					scores[j] = float32(math.Exp(float64(scores[j] - top)))
 					sum += scores[j]
 				}
 				out := y.data[(bi*t+ti)*heads*d+h*d:][:d]
 				for j := range n {
 					if p := scores[j] / sum; p != 0 {
-						for i, x := range value(j) {
-							out[i] += p * x
-						}
+						axpyF32(out, p, value(j))
 					}
 				}
 			}
