@@ -136,7 +136,7 @@ func (r *report) writeText(w io.Writer) error {
 			p.printf("     reason: %s\n", t.Reason)
 		}
 		for _, v := range t.Raw {
-			p.printf("     %-44s %12s %s\n", v.Name, fmtValue(v.Value), v.Unit)
+			p.printf("%s\n", strings.TrimRight(fmt.Sprintf("     %-44s %12s %s", v.Name, fmtValue(v.Value), v.Unit), " "))
 		}
 		for _, n := range t.Notes {
 			p.printf("     note: %s\n", n)
