@@ -100,12 +100,7 @@ func TestLinearBlocksRows(t *testing.T) {
 		t.Fatalf("block of %d rows, want 6", linearRowBlock(in))
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	wf := make([]float32, in*out)
-	wb := make([]bfloat16.BFloat16, in*out)
-	for i := range wf {
-		wf[i] = rng.Float32() - 0.5
-		wb[i] = bfloat16.FromFloat32(wf[i])
-	}
+	wf, wb := randomWeights(rng, in*out)
 	x := newHostArray(rows, 1, in)
 	for i := range x.data {
 		x.data[i] = rng.Float32() - 0.5

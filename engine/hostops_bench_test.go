@@ -13,12 +13,7 @@ import (
 func BenchmarkLinear(b *testing.B) {
 	const in, out = 2048, 2048
 	rng := rand.New(rand.NewPCG(1, 2))
-	wf := make([]float32, in*out)
-	wb := make([]bfloat16.BFloat16, in*out)
-	for i := range wf {
-		wf[i] = rng.Float32() - 0.5
-		wb[i] = bfloat16.FromFloat32(wf[i])
-	}
+	wf, wb := randomWeights(rng, in*out)
 	for _, dt := range []struct {
 		name  string
 		flat  any
@@ -39,4 +34,15 @@ func BenchmarkLinear(b *testing.B) {
 			})
 		}
 	}
+}
+
+// randomWeights returns n uniform weights in [-0.5, 0.5) as f32 and the same rounded to bf16.
+func randomWeights(rng *rand.Rand, n int) ([]float32, []bfloat16.BFloat16) {
+	wf := make([]float32, n)
+	wb := make([]bfloat16.BFloat16, n)
+	for i := range wf {
+		wf[i] = rng.Float32() - 0.5
+		wb[i] = bfloat16.FromFloat32(wf[i])
+	}
+	return wf, wb
 }
