@@ -124,3 +124,20 @@ func TestLinearBlocksRows(t *testing.T) {
 		}
 	}
 }
+
+// TestSiLUChunks: SiLU covers every element, whatever the split over workers (lengths around the 256-element
+// chunks and the parallel threshold).
+func TestSiLUChunks(t *testing.T) {
+	for _, n := range []int{0, 1, 255, 256, 300, 32767, 32768, 40001} {
+		x := newHostArray(n)
+		for i := range x.data {
+			x.data[i] = float32(i%97)/10 - 4
+		}
+		y := arr(hostOps{}.SiLU(x))
+		for i, v := range x.data {
+			if want := v / (1 + float32(math.Exp(-float64(v)))); y.data[i] != want {
+				t.Fatalf("length %d, element %d: %g, want %g", n, i, y.data[i], want)
+			}
+		}
+	}
+}

@@ -318,9 +318,16 @@ func (o hostOps) Attention(q, k, v Value) Value {
 func (hostOps) SiLU(x Value) Value {
 	xa := arr(x)
 	y := newHostArray(xa.dims...)
-	for i, v := range xa.data {
-		y.data[i] = v / (1 + float32(math.Exp(-float64(v))))
-	}
+	// An exp per element (about 15 ns): worth both cores from a few thousand elements on.
+	parallelFor(len(xa.data)/256, func(lo, hi int) {
+		lo *= 256
+		if hi = hi * 256; hi == len(xa.data)/256*256 {
+			hi = len(xa.data)
+		}
+		for i, v := range xa.data[lo:hi] {
+			y.data[lo+i] = v / (1 + float32(math.Exp(-float64(v))))
+		}
+	})
 	return y
 }
 
