@@ -381,15 +381,20 @@ func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []te
 	e.pools.all = append(e.pools.all, w)
 	inPlace := kind == kindLayer && !e.opts.GraphDecode
 	buf := shards.NewBuffer(0) // grown by Load to the unit's size; the view keeps it alive
-	if !inPlace {
+	load := e.set.Load
+	switch {
+	case !inPlace && e.mapShards():
+		load = e.set.Map // the set keeps the mapping: the device buffers are filled from the page cache
+	case !inPlace:
 		buf = <-e.pools.host
 		defer func() { e.pools.host <- buf }()
 	}
-	l, err := e.set.Load(ctx, unit, buf)
+	l, err := load(ctx, unit, buf)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.fill(w, l); err != nil {
+	ferr := e.guardMapped(func() { err = e.fill(w, l) })
+	if err = errors.Join(ferr, err); err != nil {
 		return nil, err
 	}
 	if inPlace {

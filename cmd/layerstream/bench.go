@@ -133,7 +133,7 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 		return nil, err
 	}
 	rep.summarize()
-	rep.PeakRSS = peakRSS()
+	rep.PeakRSS, rep.AnonRSS, rep.FileRSS = memStatus()
 	return rep, nil
 }
 
@@ -198,18 +198,22 @@ func measureRun(ctx context.Context, gen func(ctx context.Context, onToken func(
 
 // benchReport is bench's result: the medians at the top level (what scripts read), each run below.
 type benchReport struct {
-	Model        string     `json:"model"`
-	Device       string     `json:"device"`
-	PromptTokens int        `json:"prompt_tokens"`
-	NewTokens    int        `json:"new_tokens"`
-	Warmup       int        `json:"warmup_runs"`
-	PrefillTokS  float64    `json:"prefill_tok_s"`
-	DecodeTokS   float64    `json:"decode_tok_s"`
-	SecPerToken  float64    `json:"s_per_token"` // 1 / decode tok/s
-	TTFT         float64    `json:"ttft_s"`
-	Total        float64    `json:"total_s"`
-	PeakRSS      int64      `json:"peak_rss_bytes"` // the process's peak resident set (VmHWM); 0 when unknown
-	Runs         []benchRun `json:"runs"`
+	Model        string  `json:"model"`
+	Device       string  `json:"device"`
+	PromptTokens int     `json:"prompt_tokens"`
+	NewTokens    int     `json:"new_tokens"`
+	Warmup       int     `json:"warmup_runs"`
+	PrefillTokS  float64 `json:"prefill_tok_s"`
+	DecodeTokS   float64 `json:"decode_tok_s"`
+	SecPerToken  float64 `json:"s_per_token"` // 1 / decode tok/s
+	TTFT         float64 `json:"ttft_s"`
+	Total        float64 `json:"total_s"`
+	PeakRSS      int64   `json:"peak_rss_bytes"` // the process's peak resident set (VmHWM); 0 when unknown
+	// The resident set at the end, split (RssAnon, RssFile; 0 when unknown): the engine's own memory, and the
+	// pages of mapped shard files it has touched, which stay page cache that the kernel can reclaim.
+	AnonRSS int64      `json:"anon_rss_bytes"`
+	FileRSS int64      `json:"file_rss_bytes"`
+	Runs    []benchRun `json:"runs"`
 }
 
 // summarize sets the medians from the runs.
@@ -252,7 +256,8 @@ func (r *benchReport) writeTable(w io.Writer) error {
 	ew.printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
 		r.TTFT, r.Total)
 	if r.PeakRSS > 0 {
-		ew.printf("peak RSS %.1f MB\n", float64(r.PeakRSS)/1e6)
+		ew.printf("peak RSS %.1f MB; at the end %.1f MB anonymous (the engine's own), %.1f MB file-backed (mapped shards: page cache)\n",
+			float64(r.PeakRSS)/1e6, float64(r.AnonRSS)/1e6, float64(r.FileRSS)/1e6)
 	} else {
 		ew.printf("peak RSS unknown (no /proc/self/status)\n")
 	}
@@ -271,18 +276,21 @@ func (t *tableWriter) printf(format string, args ...any) {
 	}
 }
 
-// peakRSS is the process's peak resident set size in bytes from /proc/self/status (VmHWM), 0 when unavailable.
-func peakRSS() int64 {
+// memStatus returns the process's peak resident set (VmHWM) and its current anonymous and file-backed parts
+// (RssAnon, RssFile) in bytes from /proc/self/status; 0 for what is unavailable.
+func memStatus() (peak, anon, file int64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0
+		return 0, 0, 0
 	}
-	return parseVmHWM(string(b))
+	s := string(b)
+	return statusBytes(s, "VmHWM"), statusBytes(s, "RssAnon"), statusBytes(s, "RssFile")
 }
 
-func parseVmHWM(status string) int64 {
+// statusBytes is the value of key ("VmHWM: 1234 kB") in a /proc status file, in bytes; 0 when absent or malformed.
+func statusBytes(status, key string) int64 {
 	for line := range strings.Lines(status) {
-		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		rest, ok := strings.CutPrefix(line, key+":")
 		if !ok {
 			continue
 		}

@@ -17,16 +17,18 @@ import (
 	"github.com/layerstream/layerstream/profiler"
 )
 
-func TestParseVmHWM(t *testing.T) {
-	status := "Name:\tlayerstream\nVmPeak:\t  999 kB\nVmHWM:\t   23456 kB\nVmRSS:\t 100 kB\n"
-	if got := parseVmHWM(status); got != 23456*1024 {
-		t.Fatalf("VmHWM %d", got)
+func TestStatusBytes(t *testing.T) {
+	status := "Name:\tlayerstream\nVmPeak:\t  999 kB\nVmHWM:\t   23456 kB\nVmRSS:\t 100 kB\nRssAnon:\t 60 kB\nRssFile:\t 40 kB\n"
+	for key, want := range map[string]int64{"VmHWM": 23456, "RssAnon": 60, "RssFile": 40, "VmSwap": 0} {
+		if got := statusBytes(status, key); got != want*1024 {
+			t.Errorf("%s: %d, want %d", key, got, want*1024)
+		}
 	}
-	if got := parseVmHWM("VmHWM: lots\n"); got != 0 {
+	if got := statusBytes("VmHWM: lots\n", "VmHWM"); got != 0 {
 		t.Fatalf("malformed VmHWM gave %d", got)
 	}
-	if peakRSS() < 0 {
-		t.Fatal("negative peak RSS")
+	if peak, anon, file := memStatus(); peak < 0 || anon < 0 || file < 0 || (peak > 0 && anon == 0) {
+		t.Fatalf("memStatus %d %d %d", peak, anon, file)
 	}
 }
 
