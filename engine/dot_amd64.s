@@ -32,6 +32,12 @@
 	VFMADD231PS (SI), Y4, Y0; VFMADD231PS (R8), Y4, Y8; VFMADD231PS (R9), Y4, Y12; \
 	ADDQ $32, SI; ADDQ $32, R8; ADDQ $32, R9
 
+// ARGS1 loads the one-row kernels' arguments (a in SI, its length in CX, b in DI) and zeroes their accumulators
+// Y0-Y3.
+#define ARGS1 \
+	MOVQ a_base+0(FP), SI; MOVQ a_len+8(FP), CX; MOVQ b_base+24(FP), DI; \
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
+
 // REDUCE1 sums the one-row kernels' accumulators Y0-Y3 into X0 (X1 is scratch).
 #define REDUCE1 \
 	VADDPS Y1, Y0, Y0; VADDPS Y3, Y2, Y2; VADDPS Y2, Y0, Y0; \
@@ -58,13 +64,7 @@
 // func dotF32AVX2(a, b []float32) float32
 // len(b) ≥ len(a). Four 8-lane accumulators over 32 elements per iteration, then 8 at a time, then one at a time.
 TEXT ·dotF32AVX2(SB), NOSPLIT, $0-52
-	MOVQ a_base+0(FP), SI
-	MOVQ a_len+8(FP), CX
-	MOVQ b_base+24(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	ARGS1
 
 f32loop32:
 	CMPQ CX, $32
@@ -113,13 +113,7 @@ f32done:
 // func dotBF16AVX2(a []float32, b []bfloat16.BFloat16) float32
 // len(b) ≥ len(a). b's elements are widened exactly (bf16 bits << 16) as they are loaded.
 TEXT ·dotBF16AVX2(SB), NOSPLIT, $0-52
-	MOVQ a_base+0(FP), SI
-	MOVQ a_len+8(FP), CX
-	MOVQ b_base+24(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	ARGS1
 
 bfloop32:
 	CMPQ CX, $32
