@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/layerstream/layerstream/internal/textout"
 )
 
 // Summary aggregates events per category, with the overlap between stages.
@@ -175,10 +177,10 @@ func (p *Profiler) WriteTable(w io.Writer) error {
 
 // WriteTable writes s as a human-readable table (see Profiler.WriteTable).
 func (s Summary) WriteTable(w io.Writer) error {
-	ew := &errWriter{w: w}
-	ew.printf("profile: wall %s, %d events, %d steps (prefill + %d decode)\n", fmtDur(s.Wall), s.Events, s.Steps,
+	ew := &textout.Writer{W: w}
+	ew.Printf("profile: wall %s, %d events, %d steps (prefill + %d decode)\n", fmtDur(s.Wall), s.Events, s.Steps,
 		s.DecodeSteps)
-	ew.printf("%-14s %11s %7s %7s %15s %10s %7s\n", "category", "total", "share", "count", "per-layer mean",
+	ew.Printf("%-14s %11s %7s %7s %15s %10s %7s\n", "category", "total", "share", "count", "per-layer mean",
 		"bytes", "GB/s")
 	for _, c := range s.Categories {
 		perLayer, gbps, bytes := "-", "-", "-"
@@ -191,42 +193,30 @@ func (s Summary) WriteTable(w io.Writer) error {
 		if c.Bytes > 0 {
 			bytes = fmtBytes(c.Bytes)
 		}
-		ew.printf("%-14s %11s %6.1f%% %7d %15s %10s %7s\n", c.Category, fmtDur(c.Total), 100*c.Share, c.Count,
+		ew.Printf("%-14s %11s %6.1f%% %7d %15s %10s %7s\n", c.Category, fmtDur(c.Total), 100*c.Share, c.Count,
 			perLayer, bytes, gbps)
 	}
 	pct := 0.0
 	if s.Sum > 0 {
 		pct = 100 * float64(s.Overlapped) / float64(s.Sum)
 	}
-	ew.printf("sum of categories %s, wall %s → %s (%.0f%% of the sum) overlapped", fmtDur(s.Sum), fmtDur(s.Wall),
+	ew.Printf("sum of categories %s, wall %s → %s (%.0f%% of the sum) overlapped", fmtDur(s.Sum), fmtDur(s.Wall),
 		fmtDur(s.Overlapped), pct)
 	if s.Wall > 0 {
-		ew.printf("; %s (%.0f%% of wall) not covered by any category", fmtDur(s.Untracked),
+		ew.Printf("; %s (%.0f%% of wall) not covered by any category", fmtDur(s.Untracked),
 			100*float64(s.Untracked)/float64(s.Wall))
 	}
-	ew.printf("\n")
+	ew.Printf("\n")
 	if s.DecodeSteps > 0 && s.Steps > s.DecodeSteps { // both phases present
 		perStep := func(d time.Duration) string { return fmtDur(d / time.Duration(s.DecodeSteps)) }
-		ew.printf("%-14s %11s %11s %11s\n", "by phase", "prefill", "decode", "decode/step")
-		ew.printf("%-14s %11s %11s %11s\n", "(span)", fmtDur(s.PrefillSpan), fmtDur(s.DecodeSpan),
+		ew.Printf("%-14s %11s %11s %11s\n", "by phase", "prefill", "decode", "decode/step")
+		ew.Printf("%-14s %11s %11s %11s\n", "(span)", fmtDur(s.PrefillSpan), fmtDur(s.DecodeSpan),
 			perStep(s.DecodeSpan))
 		for _, c := range s.Categories {
-			ew.printf("%-14s %11s %11s %11s\n", c.Category, fmtDur(c.Prefill), fmtDur(c.Decode), perStep(c.Decode))
+			ew.Printf("%-14s %11s %11s %11s\n", c.Category, fmtDur(c.Prefill), fmtDur(c.Decode), perStep(c.Decode))
 		}
 	}
-	return ew.err
-}
-
-// errWriter keeps the first write error so a table can be written without checking every line.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) printf(format string, args ...any) {
-	if e.err == nil {
-		_, e.err = fmt.Fprintf(e.w, format, args...)
-	}
+	return ew.Err
 }
 
 // fmtDur prints a duration with three significant digits in a unit suited to its size.

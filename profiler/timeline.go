@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/layerstream/layerstream/internal/textout"
 )
 
 // Timeline geometry, in SVG user units (pixels).
@@ -55,7 +57,7 @@ func (p *Profiler) WriteTimelineSVG(path string) error {
 
 // WriteTimeline writes the SVG timeline of events over a run window of length wall (see WriteTimelineSVG).
 func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
-	ew := &errWriter{w: w}
+	ew := &textout.Writer{W: w}
 	var lanes []Category
 	t0, t1 := time.Duration(0), wall
 	for _, e := range events {
@@ -75,20 +77,20 @@ func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
 	plotBottom := laneY(len(lanes)) - tlLaneGap
 	height := plotBottom + tlAxisHeight
 
-	ew.printf(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+	ew.Printf(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
 		`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" `+
 		`font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="11">`+"\n",
 		tlWidth, height, tlWidth, height)
-	ew.printf(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
+	ew.Printf(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
 	s := Summarize(events, wall)
-	ew.printf(`<text x="%.0f" y="18" font-size="14" font-weight="bold">layerstream profile: wall %s, %d steps, `+
+	ew.Printf(`<text x="%.0f" y="18" font-size="14" font-weight="bold">layerstream profile: wall %s, %d steps, `+
 		`%s of %s overlapped across stages</text>`+"\n", tlLeft, esc(fmtDur(wall)), s.Steps, esc(fmtDur(s.Overlapped)),
 		esc(fmtDur(s.Sum)))
 
 	// Legend.
 	x := tlLeft
 	for _, c := range lanes {
-		ew.printf(`<rect x="%.1f" y="28" width="12" height="12" fill="%s"/><text x="%.1f" y="38">%s</text>`+"\n",
+		ew.Printf(`<rect x="%.1f" y="28" width="12" height="12" fill="%s"/><text x="%.1f" y="38">%s</text>`+"\n",
 			x, colorOf(c), x+16, esc(string(c)))
 		x += 16 + float64(len(c))*7 + 18
 	}
@@ -96,9 +98,9 @@ func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
 	// Lane backgrounds and labels.
 	for i, c := range lanes {
 		y := laneY(i)
-		ew.printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f3f3f3"/>`+"\n", tlLeft, y, plotW,
+		ew.Printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f3f3f3"/>`+"\n", tlLeft, y, plotW,
 			tlLaneHeight)
-		ew.printf(`<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n",
+		ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n",
 			tlLeft-8, y+tlLaneHeight/2, esc(string(c)))
 	}
 
@@ -123,10 +125,10 @@ func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
 		}
 		top := tlTop // labelled steps' lines reach up to their label
 		if x-lastLabel >= float64(len(label))*tlCharWidth+10 {
-			ew.printf(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", x+2, tlTop-4, label)
+			ew.Printf(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", x+2, tlTop-4, label)
 			lastLabel, top = x, tlTop-14
 		}
-		ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="0.6" `+
+		ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="0.6" `+
 			`stroke-dasharray="3,3"/>`+"\n", x, top, x, plotBottom)
 	}
 
@@ -160,20 +162,20 @@ func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
 	}
 
 	// Time axis.
-	ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", tlLeft, plotBottom+4,
+	ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", tlLeft, plotBottom+4,
 		tlLeft+plotW, plotBottom+4)
 	tick, unit, unitName := niceTick(t1 - t0)
 	for t := time.Duration(math.Ceil(float64(t0)/float64(tick))) * tick; t <= t1; t += tick {
 		x := xOf(t)
-		ew.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", x, plotBottom+4, x,
+		ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", x, plotBottom+4, x,
 			plotBottom+9)
-		ew.printf(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", x, plotBottom+21,
+		ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", x, plotBottom+21,
 			strconv.FormatFloat(float64(t)/float64(unit), 'f', -1, 64))
 	}
-	ew.printf(`<text x="%.1f" y="%.1f" text-anchor="middle">time since run start (%s)</text>`+"\n",
+	ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="middle">time since run start (%s)</text>`+"\n",
 		tlLeft+plotW/2, plotBottom+37, unitName)
-	ew.printf("</svg>\n")
-	return ew.err
+	ew.Printf("</svg>\n")
+	return ew.Err
 }
 
 // bar is one drawn rectangle: a single event, or n merged narrow events.
@@ -184,7 +186,7 @@ type bar struct {
 	dur    time.Duration
 }
 
-func (b *bar) write(ew *errWriter, y, h float64, color string) {
+func (b *bar) write(ew *textout.Writer, y, h float64, color string) {
 	w := max(b.x1-b.x0, tlMinBar)
 	var title string
 	if b.n == 1 {
@@ -200,13 +202,13 @@ func (b *bar) write(ew *errWriter, y, h float64, color string) {
 	if w >= 4 {
 		stroke = ` stroke="#fff" stroke-width="0.6"`
 	}
-	ew.printf(`<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" fill-opacity="0.85"%s><title>%s</title>`+
+	ew.Printf(`<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" fill-opacity="0.85"%s><title>%s</title>`+
 		`</rect>`+"\n", b.x0, y, w, h, color, stroke, esc(title))
 	if b.n > 1 {
 		return
 	}
 	if label := barLabel(b.e, w); label != "" {
-		ew.printf(`<text x="%.2f" y="%.1f" text-anchor="middle" dominant-baseline="middle" font-size="10" `+
+		ew.Printf(`<text x="%.2f" y="%.1f" text-anchor="middle" dominant-baseline="middle" font-size="10" `+
 			`fill="#fff">%s</text>`+"\n", b.x0+w/2, y+h/2, label)
 	}
 }

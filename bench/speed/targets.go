@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/layerstream/layerstream/internal/textout"
 )
 
 // verdict is a target's outcome.
@@ -103,55 +105,55 @@ func newTargets(prefillTokens int) []*target {
 
 // writeText prints the report for a person.
 func (r *report) writeText(w io.Writer) error {
-	p := &printer{w: w}
+	p := &textout.Writer{W: w}
 	m := r.Model
-	p.printf("layerstream speed — %s shape, %d layers, %s on disk, weights computed in %s (%s)\n", m.Shape, m.Layers,
+	p.Printf("layerstream speed — %s shape, %d layers, %s on disk, weights computed in %s (%s)\n", m.Shape, m.Layers,
 		m.StoredDType, m.ComputeDType, m.ComputeReason)
-	p.printf("model: %s (layer shards %s, output projection %s)\n", m.Shards, fmtBytes(m.LayerFileBytes),
+	p.Printf("model: %s (layer shards %s, output projection %s)\n", m.Shards, fmtBytes(m.LayerFileBytes),
 		fmtBytes(m.HeadWeightBytes))
-	p.printf("command: %s\n\n", r.Command)
+	p.Printf("command: %s\n\n", r.Command)
 
-	p.printf("machine, measured in this run:\n")
+	p.Printf("machine, measured in this run:\n")
 	mc := r.Machine.Memcpy
-	p.printf("  memory copy      %7.2f GB/s    bytes copied per second, %s buffers, %d goroutines, best of %d\n",
+	p.Printf("  memory copy      %7.2f GB/s    bytes copied per second, %s buffers, %d goroutines, best of %d\n",
 		mc.GBps, fmtBytes(mc.BufferBytes), mc.Goroutines, mc.Repeats)
 	if d := r.Machine.DirectRead; d.Supported {
-		p.printf("  sequential read  %7.2f GB/s    O_DIRECT, %d layer shards (%s), best of %d passes (%s)\n",
+		p.Printf("  sequential read  %7.2f GB/s    O_DIRECT, %d layer shards (%s), best of %d passes (%s)\n",
 			d.GBps, d.Files, fmtBytes(d.Bytes), len(d.Passes), d.describePasses())
 	} else {
-		p.printf("  sequential read      n/a         %s\n", d.Reason)
+		p.Printf("  sequential read      n/a         %s\n", d.Reason)
 	}
 	mm := r.Machine.Matmul
-	p.printf("  matmul           %7.2f GFLOP/s %s, best of %d\n\n", mm.GFlops, mm.Op, mm.Repeats)
+	p.Printf("  matmul           %7.2f GFLOP/s %s, best of %d\n\n", mm.GFlops, mm.Op, mm.Repeats)
 
-	p.printf("%-2s %-38s %-7s %9s  %s\n", "#", "target", "goal", "measured", "verdict")
+	p.Printf("%-2s %-38s %-7s %9s  %s\n", "#", "target", "goal", "measured", "verdict")
 	for _, t := range r.Targets {
 		measured := "—"
 		if t.Measured != nil {
 			measured = fmt.Sprintf("%.3f", *t.Measured)
 		}
-		p.printf("%-2d %-38s %-7s %9s  %s\n", t.ID, t.Name, t.goal(), measured, t.Verdict)
-		p.printf("     ratio: %s\n", t.Ratio)
+		p.Printf("%-2d %-38s %-7s %9s  %s\n", t.ID, t.Name, t.goal(), measured, t.Verdict)
+		p.Printf("     ratio: %s\n", t.Ratio)
 		if t.Reason != "" {
-			p.printf("     reason: %s\n", t.Reason)
+			p.Printf("     reason: %s\n", t.Reason)
 		}
 		for _, v := range t.Raw {
-			p.printf("%s\n", strings.TrimRight(fmt.Sprintf("     %-44s %12s %s", v.Name, fmtValue(v.Value), v.Unit), " "))
+			p.Printf("%s\n", strings.TrimRight(fmt.Sprintf("     %-44s %12s %s", v.Name, fmtValue(v.Value), v.Unit), " "))
 		}
 		for _, n := range t.Notes {
-			p.printf("     note: %s\n", n)
+			p.Printf("     note: %s\n", n)
 		}
 	}
-	p.printf("\n")
+	p.Printf("\n")
 	for _, prof := range r.Profiles {
-		p.printf("profile: %s\n", prof.Title)
-		if p.err == nil {
-			p.err = prof.Summary.WriteTable(w)
+		p.Printf("profile: %s\n", prof.Title)
+		if p.Err == nil {
+			p.Err = prof.Summary.WriteTable(w)
 		}
-		p.printf("\n")
+		p.Printf("\n")
 	}
 	if r.Missed == 0 {
-		p.printf("all measurable targets met\n")
+		p.Printf("all measurable targets met\n")
 	} else {
 		var ids []string
 		for _, t := range r.Targets {
@@ -159,21 +161,9 @@ func (r *report) writeText(w io.Writer) error {
 				ids = append(ids, fmt.Sprintf("%d (%s)", t.ID, strings.ToLower(string(t.Verdict))))
 			}
 		}
-		p.printf("%d target(s) missed: %s\n", r.Missed, strings.Join(ids, ", "))
+		p.Printf("%d target(s) missed: %s\n", r.Missed, strings.Join(ids, ", "))
 	}
-	return p.err
-}
-
-// printer keeps the first write error so a report can be written without checking every line.
-type printer struct {
-	w   io.Writer
-	err error
-}
-
-func (p *printer) printf(format string, args ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
-	}
+	return p.Err
 }
 
 // fmtValue prints a raw value with a sensible number of digits.

@@ -19,6 +19,8 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
+
+	"github.com/layerstream/layerstream/internal/textout"
 )
 
 func init() {
@@ -240,40 +242,28 @@ func (r *benchReport) writeJSON(w io.Writer) error {
 }
 
 func (r *benchReport) writeTable(w io.Writer) error {
-	ew := &tableWriter{w: w}
-	ew.printf("bench %s on %s: prompt %d tokens, %d new tokens, %d runs (+%d warm-up)\n", r.Model, r.Device,
+	ew := &textout.Writer{W: w}
+	ew.Printf("bench %s on %s: prompt %d tokens, %d new tokens, %d runs (+%d warm-up)\n", r.Model, r.Device,
 		r.PromptTokens, r.NewTokens, len(r.Runs), r.Warmup)
-	ew.printf("%-8s %14s %13s %10s %10s %10s\n", "run", "prefill tok/s", "decode tok/s", "s/token", "TTFT s",
+	ew.Printf("%-8s %14s %13s %10s %10s %10s\n", "run", "prefill tok/s", "decode tok/s", "s/token", "TTFT s",
 		"total s")
 	for i, run := range r.Runs {
 		spt := 0.0
 		if run.DecodeTokS > 0 {
 			spt = 1 / run.DecodeTokS
 		}
-		ew.printf("%-8d %14.1f %13.2f %10.4f %10.3f %10.3f\n", i+1, run.PrefillTokS, run.DecodeTokS, spt,
+		ew.Printf("%-8d %14.1f %13.2f %10.4f %10.3f %10.3f\n", i+1, run.PrefillTokS, run.DecodeTokS, spt,
 			run.TTFT.Seconds(), run.Total.Seconds())
 	}
-	ew.printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
+	ew.Printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
 		r.TTFT, r.Total)
 	if r.PeakRSS > 0 {
-		ew.printf("peak RSS %.1f MB; at the end %.1f MB anonymous (the engine's own), %.1f MB file-backed (mapped shards: page cache)\n",
+		ew.Printf("peak RSS %.1f MB; at the end %.1f MB anonymous (the engine's own), %.1f MB file-backed (mapped shards: page cache)\n",
 			float64(r.PeakRSS)/1e6, float64(r.AnonRSS)/1e6, float64(r.FileRSS)/1e6)
 	} else {
-		ew.printf("peak RSS unknown (no /proc/self/status)\n")
+		ew.Printf("peak RSS unknown (no /proc/self/status)\n")
 	}
-	return ew.err
-}
-
-// tableWriter keeps the first write error so a table can be written without checking every line.
-type tableWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (t *tableWriter) printf(format string, args ...any) {
-	if t.err == nil {
-		_, t.err = fmt.Fprintf(t.w, format, args...)
-	}
+	return ew.Err
 }
 
 // memStatus returns the process's peak resident set (VmHWM) and its current anonymous and file-backed parts
