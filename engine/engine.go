@@ -372,18 +372,23 @@ func (e *Engine) allocate(ctx context.Context) error {
 //
 // On the host-kernel path (no GraphDecode) a decoder layer is also kept as loaded, in a buffer of its own, and
 // the host kernels read it in place (alias) like a streamed layer's, in the same dtype: resident and streamed
-// decoding run the same kernels over the same bytes. The device buffers still serve the graphs (Logits).
+// decoding run the same kernels over the same bytes. So do the head units when the shards are mapped (the
+// output projection then reads bf16 weights, half the bytes of the f32 copy). The device buffers still serve
+// the graphs (Logits).
 func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []tensorSpec) (*weightSet, error) {
 	w, err := newWeightSet(e.backend, kind, specs)
 	if err != nil {
 		return nil, err
 	}
 	e.pools.all = append(e.pools.all, w)
-	inPlace := kind == kindLayer && !e.opts.GraphDecode
+	// The host kernels read a resident layer in place from its own buffer, and a head unit (embedding, final
+	// norm, output projection) in place from the mapping the set keeps, when shards are mapped.
+	mapped := kind != kindLayer && e.mapShards()
+	inPlace := !e.opts.GraphDecode && (kind == kindLayer || mapped)
 	buf := shards.NewBuffer(0) // grown by Load to the unit's size; the view keeps it alive
 	load := e.set.Load
 	switch {
-	case !inPlace && e.mapShards():
+	case mapped:
 		load = e.set.Map // the set keeps the mapping: the device buffers are filled from the page cache
 	case !inPlace:
 		buf = <-e.pools.host

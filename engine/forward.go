@@ -189,7 +189,7 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		if id < 0 || id >= c.VocabSize {
 			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
 		}
-		embedRow(dst, ew.tensors[0].flat, id, h)
+		embedRow(dst, ew.hostTensors()[0].flat, id, h)
 		return nil
 	}
 	if !e.opts.GraphDecode && !all {
@@ -377,7 +377,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 	var ops hostOps
 	var logits []float32
 	herr := e.guardMapped(func() {
-		logits = arr(ops.Linear(ops.RMSNorm(xv, nw.tensors[0], c.RMSNormEps), hw.tensors[0], nil)).data
+		logits = arr(ops.Linear(ops.RMSNorm(xv, nw.hostTensors()[0], c.RMSNormEps), hw.hostTensors()[0], nil)).data
 	})
 	span.End(hw.bytes)
 	if herr != nil {
