@@ -398,16 +398,37 @@ func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []te
 	if err != nil {
 		return nil, err
 	}
-	ferr := e.guardMapped(func() { err = e.fill(w, l) })
-	if err = errors.Join(ferr, err); err != nil {
-		return nil, err
+	if mapped && inPlace {
+		// The host kernels read it in place; the device buffers (the graphs') are filled when first needed,
+		// so an engine that never runs a graph never holds the f32 copy of the embedding and lm_head.
+		w.pending = l
+	} else {
+		ferr := e.guardMapped(func() { err = e.fill(w, l) })
+		if err = errors.Join(ferr, err); err != nil {
+			return nil, err
+		}
 	}
 	if inPlace {
-		if err := e.alias(w, l); err != nil {
+		ferr := e.guardMapped(func() { err = e.alias(w, l) })
+		if err = errors.Join(ferr, err); err != nil {
 			return nil, err
 		}
 	}
 	return w, nil
+}
+
+// deviceReady fills the device buffers of a set whose filling was deferred (weightSet.pending).
+func (e *Engine) deviceReady(w *weightSet) error {
+	if w.pending == nil {
+		return nil
+	}
+	var err error
+	ferr := e.guardMapped(func() { err = e.fill(w, w.pending) })
+	if err = errors.Join(ferr, err); err != nil {
+		return err
+	}
+	w.pending = nil
+	return nil
 }
 
 // Config is the model's configuration.

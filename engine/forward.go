@@ -439,6 +439,9 @@ func (e *Engine) headLogits(st *stream, x *tensors.Tensor, lens []int, tb int, a
 		return nil, err
 	}
 	defer release()
+	if err := errors.Join(e.deviceReady(nw), e.deviceReady(hw)); err != nil {
+		return nil, err
+	}
 	span := e.prof.Begin(profiler.Forward, int(e.step.Load()), -1)
 	outs, err := exec(e.headExec, "output head", in, nw.tensors[0].t, hw.tensors[0].t)
 	span.End(hw.bytes)

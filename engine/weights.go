@@ -155,6 +155,9 @@ type weightSet struct {
 
 	view []*deviceTensor
 	buf  *shards.Buffer
+	// pending, when set, is what the device buffers are still to be filled from (a resident head unit read in
+	// place from a kept mapping by the host kernels): filled the first time a graph needs them (deviceReady).
+	pending *shards.Loaded
 }
 
 func newWeightSet(b backends.Backend, kind string, specs []tensorSpec) (*weightSet, error) {
