@@ -546,3 +546,37 @@ func TestHostDecodeBF16(t *testing.T) {
 		t.Errorf("bf16 graphs differ from f32 by %g, want (0, %g]", dg, 0.1*scale)
 	}
 }
+
+// TestHeadDeviceBuffersFilledOnDemand: with mapped shards the host kernels read the embedding and lm_head in
+// place, and their device buffers are filled only when a graph first needs them; the logits are the same as
+// with buffers filled at Open (NoMap).
+func TestHeadDeviceBuffersFilledOnDemand(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 13, DType: checkpoint.BF16})
+	ctx := context.Background()
+	e := open(t, model, Options{})
+	eager := open(t, model, Options{NoMap: true})
+	if e.head.pending == nil || e.embed.pending == nil || eager.head.pending != nil {
+		t.Fatalf("pending fills: mapped head %v embed %v, copied head %v", e.head.pending != nil, e.embed.pending != nil, eager.head.pending != nil)
+	}
+	if _, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.head.pending == nil {
+		t.Fatal("the host kernels' generation filled the head's device buffers")
+	}
+	ids := []int{1, 5, 9, 14}
+	got, err := e.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.head.pending != nil {
+		t.Fatal("Logits (graphs) left the head's device buffers unfilled")
+	}
+	want, err := eager.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(got, want); d != 0 {
+		t.Errorf("logits differ by %g between deferred and eager head buffers", d)
+	}
+}
