@@ -403,14 +403,12 @@ func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []te
 		// so an engine that never runs a graph never holds the f32 copy of the embedding and lm_head.
 		w.pending = l
 	} else {
-		ferr := e.guardMapped(func() { err = e.fill(w, l) })
-		if err = errors.Join(ferr, err); err != nil {
+		if err := e.guardMapped(func() error { return e.fill(w, l) }); err != nil {
 			return nil, err
 		}
 	}
 	if inPlace {
-		ferr := e.guardMapped(func() { err = e.alias(w, l) })
-		if err = errors.Join(ferr, err); err != nil {
+		if err := e.guardMapped(func() error { return e.alias(w, l) }); err != nil {
 			return nil, err
 		}
 	}
@@ -422,9 +420,7 @@ func (e *Engine) deviceReady(w *weightSet) error {
 	if w.pending == nil {
 		return nil
 	}
-	var err error
-	ferr := e.guardMapped(func() { err = e.fill(w, w.pending) })
-	if err = errors.Join(ferr, err); err != nil {
+	if err := e.guardMapped(func() error { return e.fill(w, w.pending) }); err != nil {
 		return err
 	}
 	w.pending = nil

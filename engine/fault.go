@@ -24,9 +24,9 @@ func (f *mappedFault) Error() string {
 }
 
 // guardMapped runs fn with faults turned into panics (debug.SetPanicOnFault, here and in parallelFor's workers)
-// and returns a fault at an address inside one of the set's shard mappings as a *mappedFault. Any other panic
-// goes on up.
-func (e *Engine) guardMapped(fn func()) (err error) {
+// and returns fn's error, or a fault at an address inside one of the set's shard mappings as a *mappedFault.
+// Any other panic goes on up.
+func (e *Engine) guardMapped(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		r := recover()
@@ -43,6 +43,5 @@ func (e *Engine) guardMapped(fn func()) (err error) {
 		}
 		panic(r)
 	}()
-	fn()
-	return nil
+	return fn()
 }

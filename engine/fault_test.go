@@ -45,7 +45,7 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 			t.Fatal(err)
 		}
 		x := newHostArray(1, 1, int(w.Shape[1]))
-		err = e.guardMapped(func() { hostOps{}.Linear(x, &deviceTensor{flat: rawView(w)}, nil) })
+		err = e.guardMapped(func() error { hostOps{}.Linear(x, &deviceTensor{flat: rawView(w)}, nil); return nil })
 		var f *mappedFault
 		if !errors.As(err, &f) || f.unit != c.unit || !strings.Contains(err.Error(), guard.SectionSIGBUS) {
 			t.Fatalf("%s: %v, want a mapped-shard fault naming %s", c.tensor, err, c.unit)
@@ -57,10 +57,11 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 			t.Fatalf("recovered %v, want the worker's index panic", r)
 		}
 	}()
-	e.guardMapped(func() {
+	e.guardMapped(func() error {
 		parallelFor(1024, func(lo, hi int) {
 			var s []int
 			_ = s[lo]
 		})
+		return nil
 	})
 }

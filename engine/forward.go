@@ -342,7 +342,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		}
 		span := e.prof.Begin(profiler.Forward, step, i)
 		var out LayerOutputs
-		ferr := e.guardMapped(func() { out = e.arch.Layer(c, ops, in) })
+		ferr := e.guardMapped(func() error { out = e.arch.Layer(c, ops, in); return nil })
 		span.End(w.bytes)
 		release()
 		if ferr != nil {
@@ -376,8 +376,9 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 	span := e.prof.Begin(profiler.Forward, step, -1)
 	var ops hostOps
 	var logits []float32
-	herr := e.guardMapped(func() {
+	herr := e.guardMapped(func() error {
 		logits = arr(ops.Linear(ops.RMSNorm(xv, nw.hostTensors()[0], c.RMSNormEps), hw.hostTensors()[0], nil)).data
+		return nil
 	})
 	span.End(hw.bytes)
 	if herr != nil {

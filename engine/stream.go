@@ -41,14 +41,6 @@ func (p *pools) free() {
 		w.free()
 	}
 	p.all = nil
-	for {
-		select {
-		case b := <-p.host:
-			b.Release() // a shard mapping it still holds
-		default:
-			return
-		}
-	}
 }
 
 // loadResult is what prefetch hands to transfer.
@@ -169,11 +161,9 @@ func (s *stream) transfer(total int) {
 		// Both read the shard's bytes (alias converts the norm weights), which may be mapped: see guardMapped.
 		if s.host && kind == kindLayer {
 			w.buf = r.buf // handed back by releaseSet, after the layer computed
-			ferr := s.e.guardMapped(func() { err = s.e.alias(w, r.loaded) })
-			err = errors.Join(ferr, err)
+			err = s.e.guardMapped(func() error { return s.e.alias(w, r.loaded) })
 		} else {
-			ferr := s.e.guardMapped(func() { err = s.e.fill(w, r.loaded) })
-			err = errors.Join(ferr, err)
+			err = s.e.guardMapped(func() error { return s.e.fill(w, r.loaded) })
 			p.host <- r.buf
 		}
 		if err != nil {
