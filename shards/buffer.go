@@ -59,9 +59,6 @@ func (buf *Buffer) Cap() int { return len(buf.b) }
 // Bytes is the whole page-aligned buffer. Tensors returned by Load alias it.
 func (buf *Buffer) Bytes() []byte { return buf.b }
 
-// Mapped is the shard file that the last Map into the buffer left mapped (its tensors alias it), or nil.
-func (buf *Buffer) Mapped() []byte { return buf.mapped }
-
 // Release removes the file mapping that Map left in the buffer, if any; tensors from that Map must not be
 // used afterwards (their memory is gone: reading it faults). The Buffer stays usable. Call it when done with a
 // Buffer that Map used: the garbage collector frees a Buffer's memory, not its mapping.

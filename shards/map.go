@@ -25,9 +25,11 @@ var testHookMapFile = mapFile
 //
 // buf holds the mapping until the next Load or Map into it, or buf.Release. Its tensors must not be used after
 // that: the memory is unmapped and reading it faults. Under SetKeepMapped the set holds the mapping instead,
-// until Close, and later Maps of the unchanged file reuse it. A shard file must not be truncated while it is mapped
-// (reading a page past the new end raises SIGBUS, which stops the program); split never does that, it replaces
-// files by renaming new ones over them, which leaves existing mappings intact.
+// until Close, and later Maps of the unchanged file reuse it. A shard file must not be truncated while it is
+// mapped: reading a page past the new end raises SIGBUS, which stops a Go program unless the reading goroutine
+// asked for a panic instead (debug.SetPanicOnFault; MappedAt then tells a fault in a kept mapping from other
+// ones, as the engine does). Split never truncates: it replaces files by renaming new ones over them, which
+// leaves existing mappings intact.
 //
 // Where mapping is not available (a platform without mmap, a filesystem that refuses it) Map logs one warning
 // and Loads instead, for good. With SetDirectIO on, Map is Load: O_DIRECT is for reading past the page cache.

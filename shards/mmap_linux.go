@@ -35,6 +35,15 @@ func adviseHugePages(b []byte) {
 	}
 }
 
+// mincore fills vec (one byte per page of m) with the pages' residency: bit 0 set when in memory.
+func mincore(m, vec []byte) error {
+	_, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(m))), uintptr(len(m)), uintptr(unsafe.Pointer(unsafe.SliceData(vec))))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
 // madvPopulateRead is MADV_POPULATE_READ (Linux 5.14), missing from package syscall.
 const madvPopulateRead = 22
 
@@ -49,8 +58,7 @@ func faultIn(m []byte) {
 	for off := 0; off < len(m); off += span {
 		part := m[off:min(off+span, len(m))]
 		pages := (len(part) + pageSize - 1) / pageSize
-		_, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(part))), uintptr(len(part)), uintptr(unsafe.Pointer(&vec[0])))
-		if e != 0 {
+		if mincore(part, vec[:pages]) != nil {
 			return
 		}
 		for _, v := range vec[:pages] {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/synth"
@@ -14,8 +13,8 @@ import (
 func residentPages(t *testing.T, m []byte) int {
 	t.Helper()
 	vec := make([]byte, (len(m)+pageSize-1)/pageSize)
-	if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatal(e)
+	if err := mincore(m, vec); err != nil {
+		t.Fatal(err)
 	}
 	n := 0
 	for _, v := range vec {
