@@ -53,6 +53,16 @@ func randomBytes(seed uint64, n int) []byte {
 }
 
 // modelFiles is a small single-file model plus files that must not be downloaded.
+// tinyRepo isolates the environment and starts an imitation Hub serving modelFiles as org/tiny at commit1.
+func tinyRepo(t *testing.T) (*hubtest.Server, map[string][]byte) {
+	t.Helper()
+	isolateEnv(t)
+	h := hubtest.NewServer(t)
+	files := modelFiles()
+	h.AddRepo("org/tiny", commit1, files)
+	return h, files
+}
+
 func modelFiles() map[string][]byte {
 	return map[string][]byte{
 		"config.json":            []byte(`{"model_type":"llama"}`),
@@ -108,10 +118,7 @@ func checkSnapshot(t *testing.T, opts Options, id, commit, dir string, files map
 }
 
 func TestResolveDownloadsIntoCacheLayout(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	opts := testOptions(t, h)
 	var progress bytes.Buffer
 	opts.Progress = &progress
@@ -226,10 +233,7 @@ func TestResolveShardedCheckpoint(t *testing.T) {
 }
 
 func TestResumeWithinOneResolve(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	sha := hubtest.SHA256(files["model.safetensors"])
 	h.CutOnce(sha, 123_457)
 	opts := testOptions(t, h)
@@ -278,10 +282,7 @@ func TestStallAndServerErrorAreRetried(t *testing.T) {
 }
 
 func TestResumeAcrossRuns(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	sha := hubtest.SHA256(files["model.safetensors"])
 	h.CutOnce(sha, 100_000)
 	maxAttempts = 1
@@ -385,9 +386,7 @@ func TestTokenFromEnvironment(t *testing.T) {
 }
 
 func TestOffline(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	h.AddRepo("org/tiny", commit1, modelFiles())
+	h, _ := tinyRepo(t)
 	opts := testOptions(t, h)
 	dir, err := Resolve(context.Background(), "org/tiny", opts)
 	if err != nil {
@@ -427,9 +426,7 @@ func TestOffline(t *testing.T) {
 }
 
 func TestNoNetwork(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	h.AddRepo("org/tiny", commit1, modelFiles())
+	h, _ := tinyRepo(t)
 	opts := testOptions(t, h)
 	if _, err := Resolve(context.Background(), "org/tiny", opts); err != nil {
 		t.Fatal(err)
@@ -452,10 +449,7 @@ func TestNoNetwork(t *testing.T) {
 }
 
 func TestCorruptDownloadIsRejected(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	sha := hubtest.SHA256(files["model.safetensors"])
 	h.Corrupt(sha)
 	opts := testOptions(t, h)
@@ -472,10 +466,7 @@ func TestCorruptDownloadIsRejected(t *testing.T) {
 }
 
 func TestConcurrentResolve(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	h.SetCDNDelay(50 * time.Millisecond)
 	opts := testOptions(t, h)
 	var wg sync.WaitGroup
@@ -519,9 +510,7 @@ func TestConcurrentResolve(t *testing.T) {
 }
 
 func TestNotFound(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	h.AddRepo("org/tiny", commit1, modelFiles())
+	h, _ := tinyRepo(t)
 	h.AddRepo("org/pickle", commit1, map[string][]byte{"config.json": []byte(`{}`), "pytorch_model.bin": []byte("x")})
 	h.AddRepo("org/dataset-like", commit1, map[string][]byte{"data.csv": []byte("a,b")})
 	opts := testOptions(t, h)
@@ -551,9 +540,7 @@ func TestNotFound(t *testing.T) {
 }
 
 func TestNoSpaceBeforeDownload(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	h.AddRepo("org/tiny", commit1, modelFiles())
+	h, _ := tinyRepo(t)
 	freeSpace = func(string) (int64, error) { return 1000, nil }
 	t.Cleanup(func() { freeSpace = statfsFree })
 	_, err := Resolve(context.Background(), "org/tiny", testOptions(t, h))
@@ -654,10 +641,7 @@ func FuzzParseIndex(f *testing.F) {
 // A Python process downloading the same blob holds .locks/models--org--name/<etag>.lock (filelock uses flock):
 // Resolve must wait for it rather than write the same .incomplete file.
 func TestPythonLockIsHonoured(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	opts := testOptions(t, h)
 	sha := hubtest.SHA256(files["model.safetensors"])
 	pyLock := filepath.Join(opts.CacheDir, ".locks", "models--org--tiny", sha+".lock")
@@ -694,10 +678,7 @@ func TestPythonLockIsHonoured(t *testing.T) {
 
 // A file a Python tool already placed in the snapshot (here a plain file, as with local_dir copies) is used as is.
 func TestExistingSnapshotFileIsKept(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	opts := testOptions(t, h)
 	snap := filepath.Join(opts.CacheDir, "models--org--tiny", "snapshots", commit1)
 	os.MkdirAll(snap, 0o755)
@@ -742,10 +723,7 @@ func TestSharedModelRoundTrip(t *testing.T) {
 }
 
 func TestHeadFileMetadata(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	opts := testOptions(t, h).withDefaults()
 	d := &downloader{opts: opts, repo: newCacheRepo(opts.CacheDir, "org/tiny"), id: "org/tiny"}
 	for _, c := range []struct {
@@ -770,10 +748,7 @@ func TestDiskFullWhileWriting(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full on this system")
 	}
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	opts := testOptions(t, h)
 	sha := hubtest.SHA256(files["model.safetensors"])
 	blobs := filepath.Join(opts.CacheDir, "models--org--tiny", "blobs")
@@ -793,10 +768,7 @@ func TestDiskFullWhileWriting(t *testing.T) {
 
 // Cancelling mid-body returns the context's error and keeps the bytes received for the next run.
 func TestCancelKeepsPartialDownload(t *testing.T) {
-	isolateEnv(t)
-	h := hubtest.NewServer(t)
-	files := modelFiles()
-	h.AddRepo("org/tiny", commit1, files)
+	h, files := tinyRepo(t)
 	sha := hubtest.SHA256(files["model.safetensors"])
 	h.StallOnce(sha, 40_000)
 	opts := testOptions(t, h)
