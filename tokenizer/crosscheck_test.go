@@ -45,17 +45,8 @@ func TestCrossCheck(t *testing.T) {
 			var v struct {
 				Base     string         `json:"base"`
 				Override map[string]any `json:"override"`
-				Cases    []struct {
-					Text        string `json:"text"`
-					IDs         []int  `json:"ids"`
-					Decoded     string `json:"decoded"`
-					DecodedSkip string `json:"decoded_skip"`
-				} `json:"cases"`
-				Decode []struct {
-					IDs         []int  `json:"ids"`
-					Decoded     string `json:"decoded"`
-					DecodedSkip string `json:"decoded_skip"`
-				} `json:"decode"`
+				Cases    []crossCase    `json:"cases"`
+				Decode   []crossCase    `json:"decode"` // decodings only: no text
 			}
 			if err := json.Unmarshal(b, &v); err != nil {
 				t.Fatal(err)
@@ -67,26 +58,15 @@ func TestCrossCheck(t *testing.T) {
 					t.Errorf("Encode(%q)\n got %v (%v)\nwant %v", c.Text, ids, err, c.IDs)
 				}
 			}
-			type dec = struct {
-				ids           []int
-				full, skipped string
-			}
-			var decs []dec
-			for _, c := range v.Cases {
-				decs = append(decs, dec{c.IDs, c.Decoded, c.DecodedSkip})
-			}
-			for _, c := range v.Decode {
-				decs = append(decs, dec{c.IDs, c.Decoded, c.DecodedSkip})
-			}
-			for _, d := range decs {
-				if got := tok.Decode(d.ids, false); got != d.full {
-					t.Errorf("Decode(%v) = %q, want %q", d.ids, got, d.full)
+			for _, d := range slices.Concat(v.Cases, v.Decode) {
+				if got := tok.Decode(d.IDs, false); got != d.Decoded {
+					t.Errorf("Decode(%v) = %q, want %q", d.IDs, got, d.Decoded)
 				}
-				if got := tok.Decode(d.ids, true); got != d.skipped {
-					t.Errorf("Decode(%v, skip special) = %q, want %q", d.ids, got, d.skipped)
+				if got := tok.Decode(d.IDs, true); got != d.DecodedSkip {
+					t.Errorf("Decode(%v, skip special) = %q, want %q", d.IDs, got, d.DecodedSkip)
 				}
-				if got := streamAll(t, tok, d.ids, true); got != d.skipped {
-					t.Errorf("stream(%v) = %q, want %q", d.ids, got, d.skipped)
+				if got := streamAll(t, tok, d.IDs, true); got != d.DecodedSkip {
+					t.Errorf("stream(%v) = %q, want %q", d.IDs, got, d.DecodedSkip)
 				}
 			}
 		})
@@ -122,6 +102,15 @@ func variant(t *testing.T, base map[string]any, over map[string]any) []byte {
 	return b
 }
 
+// crossCase is one case of the reference's fixtures: a text, its ids, and their decodings with and without
+// special tokens.
+type crossCase struct {
+	Text        string `json:"text"`
+	IDs         []int  `json:"ids"`
+	Decoded     string `json:"decoded"`
+	DecodedSkip string `json:"decoded_skip"`
+}
+
 // TestCrossCheckReal replays the reference's encodings and decodings of tricky texts (special-token spellings,
 // odd whitespace, combining and wide characters) with the shared real tokenizers.
 func TestCrossCheckReal(t *testing.T) {
@@ -135,13 +124,8 @@ func TestCrossCheckReal(t *testing.T) {
 			t.Fatal(err)
 		}
 		var v struct {
-			Tokenizer string `json:"tokenizer"`
-			Cases     []struct {
-				Text        string `json:"text"`
-				IDs         []int  `json:"ids"`
-				Decoded     string `json:"decoded"`
-				DecodedSkip string `json:"decoded_skip"`
-			} `json:"cases"`
+			Tokenizer string      `json:"tokenizer"`
+			Cases     []crossCase `json:"cases"`
 		}
 		if err := json.Unmarshal(b, &v); err != nil {
 			t.Fatal(err)
