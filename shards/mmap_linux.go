@@ -13,9 +13,6 @@ var errNoMap = errors.New("mmap not available")
 // mapFile maps the first size bytes of f read-only, with the page tables filled (MAP_POPULATE) so that reading
 // the mapping does not fault page by page.
 func mapFile(f *os.File, size int64) ([]byte, error) {
-	if size == 0 {
-		return nil, errors.New("empty file")
-	}
 	return syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 }
 
