@@ -21,10 +21,23 @@ CGO_ENABLED=1 go vet -tags xla ./engine/ ./cmd/...
 if [[ -n ${PJRT_PLUGIN_LIBRARY_PATH:-} ]]; then
 	CGO_ENABLED=1 go test -count=1 -tags xla -run 'XLA|CUDA' ./engine/
 fi
-# Short fuzzing runs (the seed corpora already ran above as plain tests).
+# Short fuzzing runs (the seed corpora already ran above as plain tests). New interesting inputs are minimized for
+# at most 200 runs each: with the default 60 s, a worker that finds one spends the whole budget minimizing it (the
+# shard fuzzers ran 59 inputs in 10 s instead of ~20 000).
 fuzztime=${FUZZTIME:-10s}
+fuzzlog=$(mktemp)
+trap 'rm -f "$fuzzlog"' EXIT
 for target in $(grep -rhoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' . | sed 's/^func //' | sort -u); do
 	pkg=$(grep -rlE --include='*_test.go' "^func ${target}\(" . | head -n1 | xargs dirname)
 	echo "fuzz ${target} (${pkg}, ${fuzztime})"
-	go test -run='^$' -fuzz="^${target}\$" -fuzztime="${fuzztime}" "${pkg}"
+	if go test -run='^$' -fuzz="^${target}\$" -fuzztime="${fuzztime}" -fuzzminimizetime=200x "${pkg}" 2>&1 | tee "$fuzzlog"; then
+		continue
+	fi
+	# Go 1.26's fuzz coordinator can report its own -fuzztime deadline as a failure ("context deadline exceeded",
+	# golang/go#75804, fixed in Go 1.27). That is no finding: a real one always writes its input to testdata/fuzz.
+	if grep -q '^    context deadline exceeded$' "$fuzzlog" && ! grep -q 'Failing input written to' "$fuzzlog"; then
+		echo "fuzz ${target}: the fuzz coordinator's deadline race (golang/go#75804), no failing input: not a failure"
+		continue
+	fi
+	exit 1
 done
