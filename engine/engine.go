@@ -373,8 +373,8 @@ func (e *Engine) allocate(ctx context.Context) error {
 // On the host-kernel path (no GraphDecode) a decoder layer is also kept as loaded, in a buffer of its own, and
 // the host kernels read it in place (alias) like a streamed layer's, in the same dtype: resident and streamed
 // decoding run the same kernels over the same bytes. So do the head units when the shards are mapped (the
-// output projection then reads bf16 weights, half the bytes of the f32 copy). The device buffers still serve
-// the graphs (Logits).
+// output projection then reads bf16 weights, half the bytes of the f32 copy). The device buffers serve the
+// graphs (Logits) and are filled the first time one runs (deviceReady).
 func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []tensorSpec) (*weightSet, error) {
 	w, err := newWeightSet(e.backend, kind, specs)
 	if err != nil {
@@ -398,9 +398,10 @@ func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []te
 	if err != nil {
 		return nil, err
 	}
-	if mapped && inPlace {
+	if inPlace {
 		// The host kernels read it in place; the device buffers (the graphs') are filled when first needed,
-		// so an engine that never runs a graph never holds the f32 copy of the embedding and lm_head.
+		// so an engine that never runs a graph (Logits) never holds the f32 copy of its layers, embedding and
+		// lm_head.
 		w.pending = l
 	} else {
 		if err := e.guardMapped(func() error { return e.fill(w, l) }); err != nil {

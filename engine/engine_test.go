@@ -547,22 +547,36 @@ func TestHostDecodeBF16(t *testing.T) {
 	}
 }
 
-// TestHeadDeviceBuffersFilledOnDemand: with mapped shards the host kernels read the embedding and lm_head in
-// place, and their device buffers are filled only when a graph first needs them; the logits are the same as
-// with buffers filled at Open (NoMap).
-func TestHeadDeviceBuffersFilledOnDemand(t *testing.T) {
+// TestDeviceBuffersFilledOnDemand: the host kernels read resident layers in place, and with mapped shards the
+// embedding, final norm and lm_head too; their device buffers are filled only when a graph first needs them
+// (the embedding never: its rows are looked up on the host). The logits are the same as with buffers filled at
+// Open (NoMap) or from the stream.
+func TestDeviceBuffersFilledOnDemand(t *testing.T) {
 	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 13, DType: checkpoint.BF16})
 	ctx := context.Background()
 	e := open(t, model, Options{})
+	resident := open(t, model, Options{Resident: true})
 	eager := open(t, model, Options{NoMap: true})
-	if e.head.pending == nil || e.embed.pending == nil || eager.head.pending != nil {
-		t.Fatalf("pending fills: mapped head %v embed %v, copied head %v", e.head.pending != nil, e.embed.pending != nil, eager.head.pending != nil)
+	unfilled := func(e *Engine) (n int) { // of the sets the graphs read
+		for _, w := range append([]*weightSet{e.norm, e.head}, e.resident...) {
+			if w.pending != nil {
+				n++
+			}
+		}
+		return n
 	}
-	if _, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 3}, nil); err != nil {
-		t.Fatal(err)
+	sets := tinyShape(false).NumLayers + 2
+	if e.head.pending == nil || e.embed.pending == nil || eager.head.pending != nil || unfilled(resident) != sets {
+		t.Fatalf("pending fills: mapped head %v embed %v, copied head %v, %d of the resident engine's sets (want %d)",
+			e.head.pending != nil, e.embed.pending != nil, eager.head.pending != nil, unfilled(resident), sets)
 	}
-	if e.head.pending == nil {
-		t.Fatal("the host kernels' generation filled the head's device buffers")
+	for _, e := range []*Engine{e, resident} {
+		if _, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.head.pending == nil || unfilled(resident) != sets {
+		t.Fatalf("the host kernels' generation filled device buffers: head pending %v, %d resident sets pending", e.head.pending != nil, unfilled(resident))
 	}
 	ids := []int{1, 5, 9, 14}
 	got, err := e.Logits(ctx, ids)
@@ -571,6 +585,16 @@ func TestHeadDeviceBuffersFilledOnDemand(t *testing.T) {
 	}
 	if e.head.pending != nil {
 		t.Fatal("Logits (graphs) left the head's device buffers unfilled")
+	}
+	res, err := resident.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := unfilled(resident); n != 0 {
+		t.Fatalf("Logits (graphs) left %d of the resident engine's sets unfilled", n)
+	}
+	if d := maxDiff(res, got); d != 0 {
+		t.Errorf("logits differ by %g between deferred resident layers and streamed ones", d)
 	}
 	want, err := eager.Logits(ctx, ids)
 	if err != nil {

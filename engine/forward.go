@@ -280,6 +280,11 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 			x.FinalizeAll()
 			return nil, err
 		}
+		if err := e.deviceReady(w); err != nil { // a resident layer the host kernels read in place
+			release()
+			x.FinalizeAll()
+			return nil, err
+		}
 		slot, _ := kv.View(i).Layer(0)
 		// Without shared buffers the cache is written on the host: copy it to the device for this layer.
 		k, v := slot.KHandle.(*deviceTensor), slot.VHandle.(*deviceTensor)
