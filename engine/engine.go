@@ -307,7 +307,13 @@ func (e *Engine) headSpecs(unit string) []tensorSpec {
 
 // allocate creates the device buffers: the stream pools, and the resident units loaded once.
 func (e *Engine) allocate(ctx context.Context) error {
-	hostBuffers, hostSize := e.opts.Prefetch, int(e.set.MaxBufferSize())
+	// The pooled buffers hold the streamed units: sized for the largest (Load grows a buffer for a bigger one).
+	hostBuffers, hostSize := e.opts.Prefetch, 0
+	for _, name := range e.schedule() {
+		if u, ok := e.set.Unit(name); ok {
+			hostSize = max(hostSize, int(u.BufferSize()))
+		}
+	}
 	if e.mapShards() {
 		hostSize = 0 // the shards are mapped: the buffers only hold decode areas, grown when a unit needs one
 	}
@@ -370,21 +376,19 @@ func (e *Engine) allocate(ctx context.Context) error {
 
 // loadResident reads unit through a pooled host buffer into a new device set kept for the Engine's life.
 //
-// On the host-kernel path (no GraphDecode) a decoder layer is also kept as loaded, in a buffer of its own, and
-// the host kernels read it in place (alias) like a streamed layer's, in the same dtype: resident and streamed
-// decoding run the same kernels over the same bytes. So do the head units when the shards are mapped (the
-// output projection then reads bf16 weights, half the bytes of the f32 copy). The device buffers serve the
-// graphs (Logits) and are filled the first time one runs (deviceReady).
+// On the host-kernel path (no GraphDecode) the unit is kept as loaded, in a buffer of its own or, for the head
+// units (embedding, final norm, output projection) with mapped shards, in the mapping the set keeps; the host
+// kernels read it in place (alias) like a streamed layer's, in the same dtype: resident and streamed decoding run
+// the same kernels over the same bytes, and the output projection reads bf16 weights, half the bytes of an f32
+// copy. The device buffers serve the graphs (Logits) and are filled the first time one runs (deviceReady).
 func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []tensorSpec) (*weightSet, error) {
 	w, err := newWeightSet(e.backend, kind, specs)
 	if err != nil {
 		return nil, err
 	}
 	e.pools.all = append(e.pools.all, w)
-	// The host kernels read a resident layer in place from its own buffer, and a head unit (embedding, final
-	// norm, output projection) in place from the mapping the set keeps, when shards are mapped.
 	mapped := kind != kindLayer && e.mapShards()
-	inPlace := !e.opts.GraphDecode && (kind == kindLayer || mapped)
+	inPlace := !e.opts.GraphDecode
 	buf := shards.NewBuffer(0) // grown by Load to the unit's size; the view keeps it alive
 	load := e.set.Load
 	switch {
@@ -398,20 +402,16 @@ func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []te
 	if err != nil {
 		return nil, err
 	}
+	fill := func() error { return e.fill(w, l) }
 	if inPlace {
 		// The host kernels read it in place; the device buffers (the graphs') are filled when first needed,
 		// so an engine that never runs a graph (Logits) never holds the f32 copy of its layers, embedding and
 		// lm_head.
 		w.pending = l
-	} else {
-		if err := e.guardMapped(func() error { return e.fill(w, l) }); err != nil {
-			return nil, err
-		}
+		fill = func() error { return e.alias(w, l) }
 	}
-	if inPlace {
-		if err := e.guardMapped(func() error { return e.alias(w, l) }); err != nil {
-			return nil, err
-		}
+	if err := e.guardMapped(fill); err != nil {
+		return nil, err
 	}
 	return w, nil
 }

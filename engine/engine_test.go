@@ -547,17 +547,21 @@ func TestHostDecodeBF16(t *testing.T) {
 	}
 }
 
-// TestDeviceBuffersFilledOnDemand: the host kernels read resident layers in place, and with mapped shards the
-// embedding, final norm and lm_head too; their device buffers are filled only when a graph first needs them
-// (the embedding never: its rows are looked up on the host). The logits are the same as with buffers filled at
-// Open (NoMap) or from the stream.
+// TestDeviceBuffersFilledOnDemand: the host kernels read resident layers and the head units (embedding, final
+// norm, lm_head) in place, from mapped shards or from buffers of their own (NoMap); their device buffers are
+// filled only when a graph first needs them (the embedding's never: its rows are looked up on the host). The
+// logits are the same as with buffers filled at Open (GraphDecode) or from the stream.
 func TestDeviceBuffersFilledOnDemand(t *testing.T) {
 	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 13, DType: checkpoint.BF16})
 	ctx := context.Background()
-	e := open(t, model, Options{})
-	resident := open(t, model, Options{Resident: true})
-	eager := open(t, model, Options{NoMap: true})
-	unfilled := func(e *Engine) (n int) { // of the sets the graphs read
+	engines := map[string]*Engine{
+		"mapped":   open(t, model, Options{}),
+		"copied":   open(t, model, Options{NoMap: true}),
+		"resident": open(t, model, Options{Resident: true}),
+	}
+	eager := open(t, model, Options{GraphDecode: true})
+	// unfilled counts the sets the graphs read whose device buffers are not filled yet.
+	unfilled := func(e *Engine) (n int) {
 		for _, w := range append([]*weightSet{e.norm, e.head}, e.resident...) {
 			if w.pending != nil {
 				n++
@@ -565,42 +569,34 @@ func TestDeviceBuffersFilledOnDemand(t *testing.T) {
 		}
 		return n
 	}
-	sets := tinyShape(false).NumLayers + 2
-	if e.head.pending == nil || e.embed.pending == nil || eager.head.pending != nil || unfilled(resident) != sets {
-		t.Fatalf("pending fills: mapped head %v embed %v, copied head %v, %d of the resident engine's sets (want %d)",
-			e.head.pending != nil, e.embed.pending != nil, eager.head.pending != nil, unfilled(resident), sets)
-	}
-	for _, e := range []*Engine{e, resident} {
-		if _, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 3}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if e.head.pending == nil || unfilled(resident) != sets {
-		t.Fatalf("the host kernels' generation filled device buffers: head pending %v, %d resident sets pending", e.head.pending != nil, unfilled(resident))
+	sets := func(e *Engine) int { return 2 + len(e.resident) }
+	if n := unfilled(eager); n != 0 {
+		t.Fatalf("GraphDecode: %d sets left unfilled at Open", n)
 	}
 	ids := []int{1, 5, 9, 14}
-	got, err := e.Logits(ctx, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.head.pending != nil {
-		t.Fatal("Logits (graphs) left the head's device buffers unfilled")
-	}
-	res, err := resident.Logits(ctx, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := unfilled(resident); n != 0 {
-		t.Fatalf("Logits (graphs) left %d of the resident engine's sets unfilled", n)
-	}
-	if d := maxDiff(res, got); d != 0 {
-		t.Errorf("logits differ by %g between deferred resident layers and streamed ones", d)
-	}
 	want, err := eager.Logits(ctx, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := maxDiff(got, want); d != 0 {
-		t.Errorf("logits differ by %g between deferred and eager head buffers", d)
+	for name, e := range engines {
+		if n := unfilled(e); n != sets(e) || e.embed.pending == nil {
+			t.Fatalf("%s: %d of %d sets unfilled at Open (embedding %v), want all", name, n, sets(e), e.embed.pending != nil)
+		}
+		if _, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := unfilled(e); n != sets(e) {
+			t.Fatalf("%s: the host kernels' generation filled %d sets' device buffers", name, sets(e)-n)
+		}
+		got, err := e.Logits(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := unfilled(e); n != 0 {
+			t.Fatalf("%s: Logits (graphs) left %d sets unfilled", name, n)
+		}
+		if d := maxDiff(got, want); d != 0 {
+			t.Errorf("%s: logits differ by %g from those of buffers filled at Open", name, d)
+		}
 	}
 }
