@@ -76,9 +76,10 @@ type Options struct {
 	// slower on cpu, for comparison and tests. Always on for the XLA devices, which compute every step on the
 	// device.
 	GraphDecode bool
-	// DirectIO reads shards with O_DIRECT, bypassing the page cache (shards.Set.SetDirectIO; falls back with a
-	// warning where the filesystem refuses it).
-	DirectIO bool
+	// DirectIO says when streamed shards are read with O_DIRECT, bypassing the page cache (shards.Set.SetDirectIO;
+	// falls back with a warning where the filesystem refuses it): by default (DirectIOAuto) when they do not fit
+	// in the memory available to the process.
+	DirectIO DirectIOMode
 	// NoMap reads streamed shards into the engine's buffers (shards.Set.Load) instead of mapping them
 	// (shards.Set.Map, the default without DirectIO). Each shard file is mapped once and the mapping kept until
 	// Close (shards.Set.SetKeepMapped): a streamed layer in the page cache then costs an open and a stat instead
@@ -188,7 +189,10 @@ func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	set.SetDirectIO(opts.DirectIO)
+	if opts.DirectIO == DirectIOAuto {
+		opts.DirectIO = chooseDirectIO(set, opts)
+	}
+	set.SetDirectIO(opts.DirectIO == DirectIOOn)
 	set.SetKeepMapped(true) // when streaming maps shards (mapShards); unmapped by Close
 	if !opts.VerifyEveryLoad {
 		set.SetVerify(shards.VerifyOnce)
@@ -201,8 +205,11 @@ func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 	return e, nil
 }
 
+// DirectIO reports whether the engine reads its shards with O_DIRECT (Options.DirectIO, auto resolved at Open).
+func (e *Engine) DirectIO() bool { return e.opts.DirectIO == DirectIOOn }
+
 // mapShards reports whether the stream maps shard files (shards.Set.Map) rather than reading them.
-func (e *Engine) mapShards() bool { return !e.opts.NoMap && !e.opts.DirectIO }
+func (e *Engine) mapShards() bool { return !e.opts.NoMap && e.opts.DirectIO != DirectIOOn }
 
 func (e *Engine) hasUnit(name string) bool {
 	_, ok := e.set.Unit(name)

@@ -25,6 +25,7 @@ const (
 	SectionOffline         = "No network or offline"
 	SectionDiskFull        = "Disk full during split"
 	SectionOOM             = "Out of memory"
+	SectionLargerThanRAM   = "Model larger than memory"
 	SectionCorrupt         = "Corrupted shard or checkpoint"
 	SectionSIGBUS          = "Crash with SIGBUS while generating"
 	SectionContextTooLong  = "Context too long"
@@ -38,7 +39,7 @@ func Sections() []string {
 	return []string{
 		SectionNaN, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionMissingLMHead,
-		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
+		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
 		SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // directIO turns on the engine option that reads streamed shards with O_DIRECT, bypassing the page cache
 // (target 2, and the I/O-bound setting of target 4).
-var directIO = func(o *engine.Options) { o.DirectIO = true }
+var directIO = func(o *engine.Options) { o.DirectIO = engine.DirectIOOn }
 
 // noDirectIO is the reason targets 2 and 4 are unavailable while directIO is nil.
 const noDirectIO = "no engine option to read shards with O_DIRECT is wired (directIO in bench/speed/features.go)"

@@ -114,8 +114,11 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 		}
 		return len(res.GeneratedIDs), nil
 	}
-	rep := &benchReport{Model: o.model, Device: o.eng.Device, PromptTokens: o.promptTokens,
+	rep := &benchReport{Model: o.model, Device: o.eng.Device, Reads: "page cache", PromptTokens: o.promptTokens,
 		NewTokens: o.newTokens, Warmup: o.warmup}
+	if e.DirectIO() {
+		rep.Reads = "O_DIRECT"
+	}
 	for i := range o.warmup + o.runs {
 		if i == o.warmup+o.runs-1 {
 			p.Reset() // the profile covers the last run only
@@ -202,6 +205,7 @@ func measureRun(ctx context.Context, gen func(ctx context.Context, onToken func(
 type benchReport struct {
 	Model        string  `json:"model"`
 	Device       string  `json:"device"`
+	Reads        string  `json:"reads"` // how shards are read: "page cache" or "O_DIRECT"
 	PromptTokens int     `json:"prompt_tokens"`
 	NewTokens    int     `json:"new_tokens"`
 	Warmup       int     `json:"warmup_runs"`
@@ -243,8 +247,8 @@ func (r *benchReport) writeJSON(w io.Writer) error {
 
 func (r *benchReport) writeTable(w io.Writer) error {
 	ew := &textout.Writer{W: w}
-	ew.Printf("bench %s on %s: prompt %d tokens, %d new tokens, %d runs (+%d warm-up)\n", r.Model, r.Device,
-		r.PromptTokens, r.NewTokens, len(r.Runs), r.Warmup)
+	ew.Printf("bench %s on %s (shard reads: %s): prompt %d tokens, %d new tokens, %d runs (+%d warm-up)\n",
+		r.Model, r.Device, r.Reads, r.PromptTokens, r.NewTokens, len(r.Runs), r.Warmup)
 	ew.Printf("%-8s %14s %13s %10s %10s %10s\n", "run", "prefill tok/s", "decode tok/s", "s/token", "TTFT s",
 		"total s")
 	for i, run := range r.Runs {

@@ -92,7 +92,7 @@ func TestSyntheticPrompt(t *testing.T) {
 }
 
 func TestBenchReportOutput(t *testing.T) {
-	rep := &benchReport{Model: "m", Device: "cpu", PromptTokens: 8, NewTokens: 4, Warmup: 1, PeakRSS: 50e6,
+	rep := &benchReport{Model: "m", Device: "cpu", Reads: "O_DIRECT", PromptTokens: 8, NewTokens: 4, Warmup: 1, PeakRSS: 50e6,
 		Runs: []benchRun{
 			{Generated: 4, TTFT: 100 * time.Millisecond, Total: 400 * time.Millisecond, PrefillTokS: 80, DecodeTokS: 10},
 			{Generated: 4, TTFT: 200 * time.Millisecond, Total: 700 * time.Millisecond, PrefillTokS: 40, DecodeTokS: 6},
@@ -107,7 +107,7 @@ func TestBenchReportOutput(t *testing.T) {
 	if err := rep.writeTable(&tbl); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"3 runs (+1 warm-up)", "median             80.0          8.00     0.1250      0.100      0.500",
+	for _, want := range []string{"on cpu (shard reads: O_DIRECT)", "3 runs (+1 warm-up)", "median             80.0          8.00     0.1250      0.100      0.500",
 		"peak RSS 50.0 MB"} {
 		if !strings.Contains(tbl.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tbl.String())
@@ -121,7 +121,7 @@ func TestBenchReportOutput(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back["decode_tok_s"] != 8.0 || back["s_per_token"] != 0.125 || len(back["runs"].([]any)) != 3 {
+	if back["decode_tok_s"] != 8.0 || back["s_per_token"] != 0.125 || back["reads"] != "O_DIRECT" || len(back["runs"].([]any)) != 3 {
 		t.Fatalf("JSON %s", js.String())
 	}
 	// scripts/benchmark_cpu_vs_cuda.sh reads the first occurrence of each median: it must precede the runs.
@@ -157,7 +157,7 @@ func TestBenchStories260K(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Runs) != 2 || rep.PrefillTokS <= 0 || rep.DecodeTokS <= 0 {
+	if len(rep.Runs) != 2 || rep.PrefillTokS <= 0 || rep.DecodeTokS <= 0 || rep.Reads != "page cache" {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Runs {

@@ -22,7 +22,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.Int64Var(&o.DeviceBudget, "device-budget", 0, "bytes of device memory for streamed layer weights (overrides --max-layer-buffers)")
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
-	fs.BoolVar(&o.DirectIO, "direct-io", false, "read shards with O_DIRECT, bypassing the page cache (models larger than RAM)")
+	fs.Var(&o.DirectIO, "direct-io", "read shards with O_DIRECT, bypassing the page cache: auto (the default: when they do not fit in the memory available), true or false (--direct-io alone: true)")
 	fs.BoolVar(&o.NoMap, "no-mmap", false, "read streamed shards into buffers instead of mapping them from the page cache (mapping saves a copy per layer; see TROUBLESHOOTING.md '"+guard.SectionSIGBUS+"')")
 	fs.BoolVar(&o.VerifyEveryLoad, "verify-every-load", false, "checksum every streamed shard on every load (default: on first load, and again when the file changes)")
 	fs.BoolVar(&o.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")

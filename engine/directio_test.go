@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"testing"
+
+	"github.com/layerstream/layerstream/internal/memavail"
+	"github.com/layerstream/layerstream/synth"
+)
+
+// TestDirectIOAuto: by default the engine reads with O_DIRECT exactly when the shard files take more than nine
+// tenths of the available memory (stubbed here), and the logits are the same either way.
+func TestDirectIOAuto(t *testing.T) {
+	ctx := context.Background()
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 12})
+	ref := open(t, model, Options{DirectIO: DirectIOOff})
+	var need int64
+	for _, u := range ref.set.Units() {
+		need += u.FileSize
+	}
+	ids := []int{1, 3, 5}
+	want, err := ref.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(f func() (memavail.Available, error)) { availableMemory = f }(availableMemory)
+	for _, c := range []struct {
+		name  string
+		avail int64 // < 0: unknown
+		opts  Options
+		want  DirectIOMode
+	}{
+		{"fits", need * 2, Options{}, DirectIOOff},
+		{"fits in nine tenths", need/9*10 + 10, Options{}, DirectIOOff},
+		{"only in all of it", need, Options{}, DirectIOOn},
+		{"too big", need / 2, Options{}, DirectIOOn},
+		{"unknown", -1, Options{}, DirectIOOff},
+		{"resident", need / 2, Options{Resident: true}, DirectIOOff},
+		{"forced off", need / 2, Options{DirectIO: DirectIOOff}, DirectIOOff},
+		{"forced on", need * 2, Options{DirectIO: DirectIOOn}, DirectIOOn},
+	} {
+		availableMemory = func() (memavail.Available, error) {
+			if c.avail < 0 {
+				return memavail.Available{}, errors.New("no /proc/meminfo")
+			}
+			return memavail.Available{Bytes: c.avail, Source: "test"}, nil
+		}
+		e := open(t, model, c.opts)
+		if e.opts.DirectIO != c.want || e.mapShards() == (c.want == DirectIOOn) {
+			t.Errorf("%s (%d bytes of shards, %d available): direct I/O %v, mapped %v; want %v", c.name, need, c.avail, e.opts.DirectIO, e.mapShards(), c.want)
+		}
+		got, err := e.Logits(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(want, got); d != 0 {
+			t.Errorf("%s: logits differ by %g", c.name, d)
+		}
+	}
+}
+
+func TestDirectIOFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want DirectIOMode
+		ok   bool
+	}{
+		{nil, DirectIOAuto, true},
+		{[]string{"--direct-io"}, DirectIOOn, true},
+		{[]string{"--direct-io=true"}, DirectIOOn, true},
+		{[]string{"--direct-io=on"}, DirectIOOn, true},
+		{[]string{"--direct-io=false"}, DirectIOOff, true},
+		{[]string{"--direct-io=off"}, DirectIOOff, true},
+		{[]string{"--direct-io=auto"}, DirectIOAuto, true},
+		{[]string{"--direct-io=maybe"}, 0, false},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var m DirectIOMode
+		fs.Var(&m, "direct-io", "")
+		err := fs.Parse(c.args)
+		if (err == nil) != c.ok || (c.ok && m != c.want) {
+			t.Errorf("%v: got %v, %v; want %v (ok %v)", c.args, m, err, c.want, c.ok)
+		}
+		if c.ok {
+			var again DirectIOMode
+			if err := again.Set(m.String()); err != nil || again != m {
+				t.Errorf("%v: String %q parses back as %v, %v", c.args, m.String(), again, err)
+			}
+		}
+	}
+}
