@@ -336,7 +336,7 @@ func (e *Engine) allocate(ctx context.Context) error {
 	addSets := func(kind string, n int, specs []tensorSpec) error {
 		ch := make(chan *weightSet, n)
 		for range n {
-			w, err := newWeightSet(e.backend, kind, specs)
+			w, err := newWeightSet(e.backend, kind, specs, !e.opts.GraphDecode)
 			if err != nil {
 				return err
 			}
@@ -389,7 +389,7 @@ func (e *Engine) allocate(ctx context.Context) error {
 // the same kernels over the same bytes, and the output projection reads bf16 weights, half the bytes of an f32
 // copy. The device buffers serve the graphs (Logits) and are filled the first time one runs (deviceReady).
 func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []tensorSpec) (*weightSet, error) {
-	w, err := newWeightSet(e.backend, kind, specs)
+	w, err := newWeightSet(e.backend, kind, specs, !e.opts.GraphDecode)
 	if err != nil {
 		return nil, err
 	}

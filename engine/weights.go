@@ -150,28 +150,49 @@ type weightSet struct {
 	kind    string // "layer", unitEmbed, unitNorm or unitLMHead
 	unit    string // the unit it currently holds
 	specs   []tensorSpec
+	backend backends.Backend
+	// tensors are the device buffers, per spec; nil until first needed (tensor) in a lazy set.
 	tensors []*deviceTensor
 	bytes   int64
 
 	view []*deviceTensor
 	buf  *shards.Buffer
-	// pending, when set, is what the device buffers are still to be filled from (a resident head unit read in
-	// place from a kept mapping by the host kernels): filled the first time a graph needs them (deviceReady).
+	// pending, when set, is what the device buffers are still to be filled from (a resident unit the host
+	// kernels read in place): filled the first time a graph needs them (deviceReady).
 	pending *shards.Loaded
 }
 
-func newWeightSet(b backends.Backend, kind string, specs []tensorSpec) (*weightSet, error) {
-	w := &weightSet{kind: kind, specs: specs}
-	for _, s := range specs {
-		d, err := newDeviceTensor(b, s.dtype, s.deviceDims()...)
-		if err != nil {
-			w.free()
-			return nil, fmt.Errorf("%s weights: %w", kind, err)
-		}
-		w.tensors = append(w.tensors, d)
+// newWeightSet makes a set for specs. A lazy set allocates each device buffer when first needed: on the host
+// kernels' path the graphs, which alone read most of them, may never run, and a buffer allocated but never
+// written still counts in the Go heap the garbage collector paces itself by (with the f32 buffers of the
+// 22-layer TinyLlama shape allocated up front, a 512-token prefill peaked at 2.1 GB, most of it garbage not yet
+// collected). Otherwise they are all allocated now, so that a device budget too small fails at Open.
+func newWeightSet(b backends.Backend, kind string, specs []tensorSpec, lazy bool) (*weightSet, error) {
+	w := &weightSet{kind: kind, specs: specs, backend: b, tensors: make([]*deviceTensor, len(specs))}
+	for i, s := range specs {
 		w.bytes += int64(s.dtype.Size()) * int64(shapes.Make(s.dtype, s.shape...).Size())
+		if lazy {
+			continue
+		}
+		if _, err := w.tensor(i); err != nil {
+			w.free()
+			return nil, err
+		}
 	}
 	return w, nil
+}
+
+// tensor returns spec i's device buffer, allocating it if it has none yet.
+func (w *weightSet) tensor(i int) (*deviceTensor, error) {
+	if w.tensors[i] == nil {
+		s := w.specs[i]
+		d, err := newDeviceTensor(w.backend, s.dtype, s.deviceDims()...)
+		if err != nil {
+			return nil, fmt.Errorf("%s weights: %w", w.kind, err)
+		}
+		w.tensors[i] = d
+	}
+	return w.tensors[i], nil
 }
 
 func (w *weightSet) free() {
@@ -246,7 +267,10 @@ func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
 			w.view[i] = &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, s.shape...)}
 			continue
 		}
-		d := w.tensors[i]
+		d, err := w.tensor(i)
+		if err != nil {
+			return err
+		}
 		if err := convertInto(d.host(), raw); err != nil {
 			return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
 		}
@@ -273,7 +297,7 @@ func (w *weightSet) raw(l *shards.Loaded, prefix string, s tensorSpec) (shards.T
 }
 
 // staged reports whether filling the set copies every byte to the device (no shared buffers).
-func (w *weightSet) staged() bool { return len(w.tensors) > 0 && w.tensors[0].copyTo != nil }
+func (w *weightSet) staged() bool { return w.backend != nil && !w.backend.HasSharedBuffers() }
 
 // fill copies or converts the unit's tensors (named prefix+suffix) into the set's device buffers. Without
 // shared buffers a tensor already in the device dtype goes to the device straight from the shard buffer (no
@@ -290,7 +314,11 @@ func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, conv
 		if err != nil {
 			return converted, convTime, copied, err
 		}
-		d, same := w.tensors[i], sameDType(raw.DType, s.dtype)
+		d, err := w.tensor(i)
+		if err != nil {
+			return converted, convTime, copied, err
+		}
+		same := sameDType(raw.DType, s.dtype)
 		if d.copyTo != nil && same && w.kind != unitEmbed {
 			d.flat = nil // the host copy would be stale
 			if err := d.uploadFrom(rawView(raw)); err != nil {
