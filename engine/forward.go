@@ -330,6 +330,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 	kvSize := c.NumKeyValueHeads * t * c.HeadDim // one row's new keys in a layer
 	step := int(e.step.Load())
 	var xv Value = &hostArray{data: x, dims: []int{m, t, h}}
+	arena := new(hostArena)
 	for i := range c.NumHiddenLayers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -340,7 +341,8 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		}
 		view := kv.View(i)
 		slot, _ := view.Layer(0)
-		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: rows}
+		arena.recycle(arr(xv)) // the previous layer's arrays, but its output: this layer's input
+		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: rows, arena: arena}
 		in := LayerInputs{X: xv, W: make(map[string]Value, len(w.specs))}
 		for j, t := range w.hostTensors() {
 			in.W[w.specs[j].suffix] = t
