@@ -381,13 +381,14 @@ func (e *Engine) allocate(ctx context.Context) error {
 	return err
 }
 
-// loadResident reads unit through a pooled host buffer into a new device set kept for the Engine's life.
+// loadResident loads unit into a new set kept for the Engine's life.
 //
 // On the host-kernel path (no GraphDecode) the unit is kept as loaded, in a buffer of its own or, for the head
 // units (embedding, final norm, output projection) with mapped shards, in the mapping the set keeps; the host
 // kernels read it in place (alias) like a streamed layer's, in the same dtype: resident and streamed decoding run
 // the same kernels over the same bytes, and the output projection reads bf16 weights, half the bytes of an f32
-// copy. The device buffers serve the graphs (Logits) and are filled the first time one runs (deviceReady).
+// copy. The device buffers serve the graphs (Logits) and are filled the first time one runs (deviceReady). With
+// GraphDecode the unit goes through a pooled host buffer into the device buffers at once.
 func (e *Engine) loadResident(ctx context.Context, kind, unit string, specs []tensorSpec) (*weightSet, error) {
 	w, err := newWeightSet(e.backend, kind, specs, !e.opts.GraphDecode)
 	if err != nil {

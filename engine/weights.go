@@ -297,7 +297,7 @@ func (w *weightSet) raw(l *shards.Loaded, prefix string, s tensorSpec) (shards.T
 }
 
 // staged reports whether filling the set copies every byte to the device (no shared buffers).
-func (w *weightSet) staged() bool { return w.backend != nil && !w.backend.HasSharedBuffers() }
+func (w *weightSet) staged() bool { return !w.backend.HasSharedBuffers() }
 
 // fill copies or converts the unit's tensors (named prefix+suffix) into the set's device buffers. Without
 // shared buffers a tensor already in the device dtype goes to the device straight from the shard buffer (no
