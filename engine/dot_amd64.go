@@ -36,30 +36,42 @@ func dotBF16(a []float32, b []bfloat16.BFloat16) float32 {
 }
 
 //go:noescape
-func dotBF16x3AVX2(a0, a1, a2 []float32, b []bfloat16.BFloat16, out *[3]float32)
+func dotBF16x3AVX2(x []float32, n, triples int, b []bfloat16.BFloat16, y []float32, stride int)
 
-// dotBF16x3 is dotBF16 of a0, a1 and a2 with the same b, bit for bit, loading and widening b once: the batched
-// decode step's kernel (three sequences per pass over a weight row).
-func dotBF16x3(a0, a1, a2 []float32, b []bfloat16.BFloat16) (y [3]float32) {
-	if useAVX2 {
-		n := len(a0)
-		dotBF16x3AVX2(a0, a1[:n], a2[:n], b[:n], &y)
-		return y
+// dotBF16x3 sets y[r·stride] = dotBF16(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)), bit
+// for bit, loading and widening b once per three rows: the batched decode step's kernel (three sequences per
+// pass over a weight row, every triple in one call).
+func dotBF16x3(x []float32, b []bfloat16.BFloat16, y []float32, stride, triples int) {
+	n := len(b)
+	if !rowsFit(len(x), n, len(y), stride, triples) {
+		return
 	}
-	return [3]float32{dotBF16Go(a0, b), dotBF16Go(a1, b), dotBF16Go(a2, b)}
+	if useAVX2 {
+		dotBF16x3AVX2(x, n, triples, b, y, stride)
+		return
+	}
+	for r := range 3 * triples {
+		y[r*stride] = dotBF16Go(x[r*n:(r+1)*n], b)
+	}
 }
 
 //go:noescape
-func dotF32x3AVX2(a0, a1, a2, b []float32, out *[3]float32)
+func dotF32x3AVX2(x []float32, n, triples int, b []float32, y []float32, stride int)
 
-// dotF32x3 is dotF32 of a0, a1 and a2 with the same b, bit for bit, loading b once.
-func dotF32x3(a0, a1, a2, b []float32) (y [3]float32) {
-	if useAVX2 {
-		n := len(a0)
-		dotF32x3AVX2(a0, a1[:n], a2[:n], b[:n], &y)
-		return y
+// dotF32x3 sets y[r·stride] = dotF32(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)), bit for
+// bit, loading b once per three rows.
+func dotF32x3(x, b, y []float32, stride, triples int) {
+	n := len(b)
+	if !rowsFit(len(x), n, len(y), stride, triples) {
+		return
 	}
-	return [3]float32{dotF32Go(a0, b), dotF32Go(a1, b), dotF32Go(a2, b)}
+	if useAVX2 {
+		dotF32x3AVX2(x, n, triples, b, y, stride)
+		return
+	}
+	for r := range 3 * triples {
+		y[r*stride] = dotF32Go(x[r*n:(r+1)*n], b)
+	}
 }
 
 //go:noescape

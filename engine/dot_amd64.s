@@ -4,18 +4,33 @@
 // against one b (DI), CX elements: row 0 accumulates in Y0-Y3, row 1 in Y8-Y11, row 2 in Y12-Y15, and Y4-Y7 hold
 // the loaded b. Each row is summed exactly as the one-row kernel sums it (the same accumulators, order and
 // reduction; a product is the same whichever operand is loaded), so batched and single results are bit-identical.
+// One call takes every triple of input rows against one weight row (while it stays in L1), so the cost of a
+// call is paid once per weight row, not once per three input rows.
+
 // WIDEN32 loads 32 bfloat16 elements at DI into Y4-Y7 as float32 (exact: the bits shifted up by 16).
 #define WIDEN32 \
 	VPMOVZXWD (DI), Y4; VPMOVZXWD 16(DI), Y5; VPMOVZXWD 32(DI), Y6; VPMOVZXWD 48(DI), Y7; \
 	VPSLLD $16, Y4, Y4; VPSLLD $16, Y5, Y5; VPSLLD $16, Y6, Y6; VPSLLD $16, Y7, Y7
 
+// ARGS3 loads the three-row kernels' arguments: x (the input rows, n elements each) in SI, n in R13, the number
+// of row triples in R12, the weight row b in DI, the output y in DX and its stride between rows in BX (bytes);
+// R10 is a row's bytes and R11 keeps b's start.
 #define ARGS3 \
-	MOVQ a0_base+0(FP), SI; \
-	MOVQ a0_len+8(FP), CX; \
-	MOVQ a1_base+24(FP), R8; \
-	MOVQ a2_base+48(FP), R9; \
-	MOVQ b_base+72(FP), DI; \
-	MOVQ out+96(FP), DX; \
+	MOVQ x_base+0(FP), SI; \
+	MOVQ n+24(FP), R13; \
+	MOVQ triples+32(FP), R12; \
+	MOVQ b_base+40(FP), DI; \
+	MOVQ DI, R11; \
+	MOVQ y_base+64(FP), DX; \
+	MOVQ stride+88(FP), BX; \
+	SHLQ $2, BX; \
+	LEAQ 0(R13*4), R10
+
+// START3 begins a triple: a1 and a2 follow a0 (SI), the count is n, the accumulators are zero.
+#define START3 \
+	LEAQ (SI)(R10*1), R8; \
+	LEAQ (R8)(R10*1), R9; \
+	MOVQ R13, CX; \
 	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
 	VXORPS Y8, Y8, Y8; VXORPS Y9, Y9, Y9; VXORPS Y10, Y10, Y10; VXORPS Y11, Y11, Y11; \
 	VXORPS Y12, Y12, Y12; VXORPS Y13, Y13, Y13; VXORPS Y14, Y14, Y14; VXORPS Y15, Y15, Y15
@@ -56,9 +71,14 @@
 	VFMADD231SS (SI), X1, X0; VFMADD231SS (R8), X1, X8; VFMADD231SS (R9), X1, X12; \
 	ADDQ $4, SI; ADDQ $4, R8; ADDQ $4, R9
 
-#define STORE3 \
-	VZEROUPPER; \
-	MOVSS X0, 0(DX); MOVSS X8, 4(DX); MOVSS X12, 8(DX)
+// NEXT3 stores a triple's sums (X0, X8, X12) at DX, DX+BX and DX+2·BX and moves on: DX three rows down, DI
+// back to the weight row's start, SI to the next triple (where R9 ended); R12 counts the triples left.
+#define NEXT3 \
+	VMOVSS X0, (DX); VMOVSS X8, (DX)(BX*1); VMOVSS X12, (DX)(BX*2); \
+	LEAQ (DX)(BX*2), DX; ADDQ BX, DX; \
+	MOVQ R11, DI; \
+	MOVQ R9, SI; \
+	DECQ R12
 
 
 // func dotF32AVX2(a, b []float32) float32
@@ -159,11 +179,14 @@ bfdone:
 	MOVSS X0, ret+48(FP)
 	RET
 
-// func dotBF16x3AVX2(a0, a1, a2 []float32, b []bfloat16.BFloat16, out *[3]float32)
-// Three dot products against the same bfloat16 vector b, each exactly dotBF16AVX2's: b is loaded and widened once
-// for the three rows. len(a1), len(a2) and len(b) ≥ len(a0).
-TEXT ·dotBF16x3AVX2(SB), NOSPLIT, $0-104
+// func dotBF16x3AVX2(x []float32, n, triples int, b []bfloat16.BFloat16, y []float32, stride int)
+// For r < 3·triples: y[r·stride] = dotBF16AVX2(x[r·n:(r+1)·n], b), b loaded and widened once per three rows.
+// triples ≥ 1; len(b) ≥ n.
+TEXT ·dotBF16x3AVX2(SB), NOSPLIT, $0-96
 	ARGS3
+
+bx3triple:
+	START3
 
 bx3loop32:
 	CMPQ CX, $32
@@ -189,7 +212,7 @@ bx3reduce:
 
 bx3tail:
 	CMPQ CX, $0
-	JE   bx3done
+	JE   bx3next
 	MOVWLZX (DI), AX
 	SHLL $16, AX
 	VMOVD AX, X1
@@ -198,15 +221,20 @@ bx3tail:
 	DECQ CX
 	JMP  bx3tail
 
-bx3done:
-	STORE3
+bx3next:
+	NEXT3
+	JNZ  bx3triple
+	VZEROUPPER
 	RET
 
-// func dotF32x3AVX2(a0, a1, a2, b []float32, out *[3]float32)
-// Three dot products against the same float32 vector b, each exactly dotF32AVX2's: b is loaded once for the
-// three rows. len(a1), len(a2) and len(b) ≥ len(a0).
-TEXT ·dotF32x3AVX2(SB), NOSPLIT, $0-104
+// func dotF32x3AVX2(x []float32, n, triples int, b []float32, y []float32, stride int)
+// For r < 3·triples: y[r·stride] = dotF32AVX2(x[r·n:(r+1)·n], b), b loaded once per three rows. triples ≥ 1;
+// len(b) ≥ n.
+TEXT ·dotF32x3AVX2(SB), NOSPLIT, $0-96
 	ARGS3
+
+fx3triple:
+	START3
 
 fx3loop32:
 	CMPQ CX, $32
@@ -234,15 +262,17 @@ fx3reduce:
 
 fx3tail:
 	CMPQ CX, $0
-	JE   fx3done
+	JE   fx3next
 	VMOVSS (DI), X1
 	FMA3X1
 	ADDQ $4, DI
 	DECQ CX
 	JMP  fx3tail
 
-fx3done:
-	STORE3
+fx3next:
+	NEXT3
+	JNZ  fx3triple
+	VZEROUPPER
 	RET
 
 // func axpyF32AVX2(y []float32, a float32, x []float32)

@@ -10,14 +10,26 @@ func dotF32(a, b []float32) float32 { return dotF32Go(a, b) }
 // dotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
 func dotBF16(a []float32, b []bfloat16.BFloat16) float32 { return dotBF16Go(a, b) }
 
-// dotBF16x3 is dotBF16 of a0, a1 and a2 with the same b.
-func dotBF16x3(a0, a1, a2 []float32, b []bfloat16.BFloat16) [3]float32 {
-	return [3]float32{dotBF16Go(a0, b), dotBF16Go(a1, b), dotBF16Go(a2, b)}
+// dotBF16x3 sets y[r·stride] = dotBF16(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)).
+func dotBF16x3(x []float32, b []bfloat16.BFloat16, y []float32, stride, triples int) {
+	n := len(b)
+	if !rowsFit(len(x), n, len(y), stride, triples) {
+		return
+	}
+	for r := range 3 * triples {
+		y[r*stride] = dotBF16Go(x[r*n:(r+1)*n], b)
+	}
 }
 
-// dotF32x3 is dotF32 of a0, a1 and a2 with the same b.
-func dotF32x3(a0, a1, a2, b []float32) [3]float32 {
-	return [3]float32{dotF32Go(a0, b), dotF32Go(a1, b), dotF32Go(a2, b)}
+// dotF32x3 sets y[r·stride] = dotF32(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)).
+func dotF32x3(x, b, y []float32, stride, triples int) {
+	n := len(b)
+	if !rowsFit(len(x), n, len(y), stride, triples) {
+		return
+	}
+	for r := range 3 * triples {
+		y[r*stride] = dotF32Go(x[r*n:(r+1)*n], b)
+	}
 }
 
 // axpyF32 adds a·x to y (len(x) ≥ len(y)).

@@ -44,19 +44,42 @@ func TestDotKernels(t *testing.T) {
 				t.Errorf("%s, length %d: %g, want %g (±%g)", k.name, n, k.got, k.want, tol)
 			}
 		}
-		// The three-row kernel gives each row exactly what dotBF16 gives it alone (a sequence decodes the
-		// same alone and in a batch).
-		a1, a2 := make([]float32, n+3), make([]float32, n+3) // longer than a: only len(a) elements count
-		for i := range a1 {
-			a1[i], a2[i] = rng.Float32()*2-1, rng.Float32()*200-100
+		checkThreeRowKernels(t, rng, a, b[:n], bb[:n])
+	}
+}
+
+// checkThreeRowKernels: the three-row kernels give each row exactly what dotBF16 and dotF32 give it alone (a
+// sequence decodes the same alone and in a batch), for one triple and several, into strided outputs; b and bb
+// are the weight row (len(a) elements) as f32 and bf16.
+func checkThreeRowKernels(t *testing.T, rng *rand.Rand, a, b []float32, bb []bfloat16.BFloat16) {
+	t.Helper()
+	n := len(a)
+	for _, triples := range []int{1, 2} {
+		rows, stride := 3*triples, 3
+		x := make([]float32, rows*n+3) // longer than the rows: only rows·n elements count
+		for i := range x {
+			x[i] = rng.Float32()*200 - 100
 		}
-		y, yf := dotBF16x3(a, a1, a2, bb), dotF32x3(a, a1, a2, b)
-		for r, x := range [][]float32{a, a1[:n], a2[:n]} {
-			if want := dotBF16(x, bb); math.Float32bits(y[r]) != math.Float32bits(want) {
-				t.Errorf("dotBF16x3 row %d, length %d: %g, dotBF16 gives %g", r, n, y[r], want)
+		y, yf := make([]float32, rows*stride), make([]float32, rows*stride)
+		for i := range y {
+			y[i], yf[i] = -1, -1 // the kernels must write only every stride-th element
+		}
+		dotBF16x3(x, bb, y, stride, triples)
+		dotF32x3(x, b, yf, stride, triples)
+		for i := range y {
+			r, written := i/stride, i%stride == 0
+			if !written {
+				if y[i] != -1 || yf[i] != -1 {
+					t.Fatalf("%d triples, length %d: element %d between rows written", triples, n, i)
+				}
+				continue
 			}
-			if want := dotF32(x, b); math.Float32bits(yf[r]) != math.Float32bits(want) {
-				t.Errorf("dotF32x3 row %d, length %d: %g, dotF32 gives %g", r, n, yf[r], want)
+			xr := x[r*n : (r+1)*n]
+			if want := dotBF16(xr, bb); math.Float32bits(y[i]) != math.Float32bits(want) {
+				t.Errorf("dotBF16x3 (%d triples) row %d, length %d: %g, dotBF16 gives %g", triples, r, n, y[i], want)
+			}
+			if want := dotF32(xr, b); math.Float32bits(yf[i]) != math.Float32bits(want) {
+				t.Errorf("dotF32x3 (%d triples) row %d, length %d: %g, dotF32 gives %g", triples, r, n, yf[i], want)
 			}
 		}
 	}

@@ -146,23 +146,33 @@ func linearRowBlock(in int) int {
 }
 
 // linearRows computes y[r, o] = x[r] · w[o] for every row r and the outputs o in [lo, hi), blocks of block input
-// rows at a time, three rows per call of dot3 and the rest with dot1 (which sum each row identically).
+// rows at a time: per weight row, one call of dot3 for the block's rows three at a time, and dot1 for the rest
+// (which sum each row identically).
 func linearRows[W float32 | bfloat16.BFloat16](y, x []float32, w []W, rows, in, out, lo, hi, block int,
-	dot1 func(a []float32, b []W) float32, dot3 func(a0, a1, a2 []float32, b []W) [3]float32) {
+	dot1 func(a []float32, b []W) float32, dot3 func(x []float32, b []W, y []float32, stride, triples int)) {
 	for rb := 0; rb < rows; rb += block {
 		re := min(rb+block, rows)
+		triples := (re - rb) / 3
 		for o := lo; o < hi; o++ {
 			wr := w[o*in : (o+1)*in]
-			r := rb
-			for ; r+3 <= re; r += 3 {
-				d := dot3(x[r*in:(r+1)*in], x[(r+1)*in:(r+2)*in], x[(r+2)*in:(r+3)*in], wr)
-				y[r*out+o], y[(r+1)*out+o], y[(r+2)*out+o] = d[0], d[1], d[2]
-			}
-			for ; r < re; r++ {
+			dot3(x[rb*in:re*in], wr, y[rb*out+o:], out, triples)
+			for r := rb + 3*triples; r < re; r++ {
 				y[r*out+o] = dot1(x[r*in:(r+1)*in], wr)
 			}
 		}
 	}
+}
+
+// rowsFit reports whether the three-row kernels' arguments have rows to compute (triples ≥ 1), and panics
+// when x (3·triples rows of n) or y (a row every stride) is too short for them: the kernels do not check.
+func rowsFit(lenX, n, lenY, stride, triples int) bool {
+	if triples < 1 {
+		return false
+	}
+	if rows := 3 * triples; lenX < rows*n || lenY <= (rows-1)*stride {
+		panic("engine: three-row dot product past the end of its rows")
+	}
+	return true
 }
 
 // parallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently. A panic in a

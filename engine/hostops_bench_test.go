@@ -11,7 +11,16 @@ import (
 // BenchmarkLinear times hostOps.Linear on a TinyLlama-sized [2048×2048] weight for 1 to 128 input rows: the
 // decode kernel's weight GB/s, and how the cost grows with the batch.
 func BenchmarkLinear(b *testing.B) {
-	const in, out = 2048, 2048
+	benchmarkLinear(b, 2048, 2048)
+}
+
+// BenchmarkLinearShortRows is BenchmarkLinear for SmolLM2-135M's [1536×576] up-projection: short weight rows,
+// where each kernel call's fixed cost weighs more.
+func BenchmarkLinearShortRows(b *testing.B) {
+	benchmarkLinear(b, 576, 1536)
+}
+
+func benchmarkLinear(b *testing.B, in, out int) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	wf, wb := randomWeights(rng, in*out)
 	for _, dt := range []struct {
