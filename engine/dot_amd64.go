@@ -50,9 +50,7 @@ func dotBF16x3(x []float32, b []bfloat16.BFloat16, y []float32, stride, triples 
 		dotBF16x3AVX2(x, n, triples, b, y, stride)
 		return
 	}
-	for r := range 3 * triples {
-		y[r*stride] = dotBF16Go(x[r*n:(r+1)*n], b)
-	}
+	dotRowsGo(x, b, y, stride, 3*triples, dotBF16Go)
 }
 
 //go:noescape
@@ -69,9 +67,7 @@ func dotF32x3(x, b, y []float32, stride, triples int) {
 		dotF32x3AVX2(x, n, triples, b, y, stride)
 		return
 	}
-	for r := range 3 * triples {
-		y[r*stride] = dotF32Go(x[r*n:(r+1)*n], b)
-	}
+	dotRowsGo(x, b, y, stride, 3*triples, dotF32Go)
 }
 
 //go:noescape

@@ -12,24 +12,12 @@ func dotBF16(a []float32, b []bfloat16.BFloat16) float32 { return dotBF16Go(a, b
 
 // dotBF16x3 sets y[r·stride] = dotBF16(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)).
 func dotBF16x3(x []float32, b []bfloat16.BFloat16, y []float32, stride, triples int) {
-	n := len(b)
-	if !rowsFit(len(x), n, len(y), stride, triples) {
-		return
-	}
-	for r := range 3 * triples {
-		y[r*stride] = dotBF16Go(x[r*n:(r+1)*n], b)
-	}
+	dotRowsGo(x, b, y, stride, 3*triples, dotBF16Go)
 }
 
 // dotF32x3 sets y[r·stride] = dotF32(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)).
 func dotF32x3(x, b, y []float32, stride, triples int) {
-	n := len(b)
-	if !rowsFit(len(x), n, len(y), stride, triples) {
-		return
-	}
-	for r := range 3 * triples {
-		y[r*stride] = dotF32Go(x[r*n:(r+1)*n], b)
-	}
+	dotRowsGo(x, b, y, stride, 3*triples, dotF32Go)
 }
 
 // axpyF32 adds a·x to y (len(x) ≥ len(y)).

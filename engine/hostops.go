@@ -163,6 +163,14 @@ func linearRows[W float32 | bfloat16.BFloat16](y, x []float32, w []W, rows, in, 
 	}
 }
 
+// dotRowsGo sets y[r·stride] = dot(x[r·n:(r+1)·n], b) for r < rows (n = len(b)): the portable three-row kernels.
+func dotRowsGo[W float32 | bfloat16.BFloat16](x []float32, b []W, y []float32, stride, rows int, dot func([]float32, []W) float32) {
+	n := len(b)
+	for r := range rows {
+		y[r*stride] = dot(x[r*n:(r+1)*n], b)
+	}
+}
+
 // rowsFit reports whether the three-row kernels' arguments have rows to compute (triples ≥ 1), and panics
 // when x (3·triples rows of n) or y (a row every stride) is too short for them: the kernels do not check.
 func rowsFit(lenX, n, lenY, stride, triples int) bool {
