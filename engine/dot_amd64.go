@@ -81,3 +81,15 @@ func axpyF32(y []float32, a float32, x []float32) {
 	}
 	axpyF32Go(y, a, x)
 }
+
+// rowsFit reports whether the three-row kernels' arguments have rows to compute (triples ≥ 1), and panics
+// when x (3·triples rows of n) or y (a row every stride) is too short for them: the kernels do not check.
+func rowsFit(lenX, n, lenY, stride, triples int) bool {
+	if triples < 1 {
+		return false
+	}
+	if rows := 3 * triples; lenX < rows*n || lenY <= (rows-1)*stride {
+		panic("engine: three-row dot product past the end of its rows")
+	}
+	return true
+}

@@ -171,18 +171,6 @@ func dotRowsGo[W float32 | bfloat16.BFloat16](x []float32, b []W, y []float32, s
 	}
 }
 
-// rowsFit reports whether the three-row kernels' arguments have rows to compute (triples ≥ 1), and panics
-// when x (3·triples rows of n) or y (a row every stride) is too short for them: the kernels do not check.
-func rowsFit(lenX, n, lenY, stride, triples int) bool {
-	if triples < 1 {
-		return false
-	}
-	if rows := 3 * triples; lenX < rows*n || lenY <= (rows-1)*stride {
-		panic("engine: three-row dot product past the end of its rows")
-	}
-	return true
-}
-
 // parallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently. A panic in a
 // worker, a fault reading a mapped shard included (workers turn faults into panics, debug.SetPanicOnFault),
 // is raised again in the calling goroutine once every worker is done, where guardMapped can recover it.
