@@ -33,11 +33,16 @@ type hostArray struct {
 }
 
 func newHostArray(dims ...int) *hostArray {
+	return &hostArray{data: make([]float32, elems(dims)), dims: dims}
+}
+
+// elems is the number of elements of an array of the given dims.
+func elems(dims []int) int {
 	n := 1
 	for _, d := range dims {
 		n *= d
 	}
-	return &hostArray{data: make([]float32, n), dims: dims}
+	return n
 }
 
 func arr(v Value) *hostArray { return v.(*hostArray) }
@@ -56,10 +61,7 @@ func (a *hostArena) array(dims ...int) *hostArray {
 	if a == nil {
 		return newHostArray(dims...)
 	}
-	n := 1
-	for _, d := range dims {
-		n *= d
-	}
+	n := elems(dims)
 	var y *hostArray
 	if l := a.free[n]; len(l) > 0 {
 		y, a.free[n] = l[len(l)-1], l[:len(l)-1]

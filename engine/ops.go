@@ -46,10 +46,7 @@ func linear(x, w, b *Node) *Node {
 	lead := x.Shape().Dimensions[:x.Rank()-1]
 	wd := w.Shape().Dimensions
 	chunks, rows, in := wd[0], wd[1], wd[2]
-	n := 1
-	for _, d := range lead {
-		n *= d
-	}
+	n := elems(lead)
 	xc := BroadcastToDims(InsertAxes(Reshape(xw, n, in), 0), chunks, n, in)
 	y := DotGeneral(xc, []int{2}, []int{0}, w, []int{2}, []int{0}) // [chunks, n, rows]
 	if chunks > 1 {
