@@ -3,7 +3,7 @@
 // projection) at a time.
 //
 // The pipeline is prefetch → transfer → compute → release (stream.go); each architecture is one small file
-// (llama.go) written once against Ops. On cpu, generation runs it on the host (hostOps: parallel Go kernels
+// (engine/model) written once against model.Ops. On cpu, generation runs it on the host (hostOps: parallel Go kernels
 // reading the device buffers, each weight row read once for every sequence and position of the pass); Logits,
 // GraphDecode and the XLA devices run it as compiled GoMLX graphs (graphOps: one graph per bucketed length
 // serves every decoder layer). Keys and values live in a kvcache.Store between layer visits.
@@ -50,6 +50,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/kvcache"
@@ -156,7 +157,7 @@ type Engine struct {
 	set     *shards.Set
 	cfg     *checkpoint.Config
 	gen     *checkpoint.GenerationConfig
-	arch    Architecture
+	arch    model.Architecture
 	backend backends.Backend
 	dtype   dtypes.DType // of weight matrices on the device
 
@@ -225,7 +226,7 @@ func (e *Engine) init(ctx context.Context) error {
 		}
 	}
 	var err error
-	if e.arch, err = architectureFor(c); err != nil {
+	if e.arch, err = model.For(c); err != nil {
 		return err
 	}
 	var caps guard.DeviceCaps

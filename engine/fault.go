@@ -23,7 +23,7 @@ func (f *mappedFault) Error() string {
 		"run layerstream split again, and see TROUBLESHOOTING.md %q", f.unit, f.addr, guard.SectionSIGBUS)
 }
 
-// guardMapped runs fn with faults turned into panics (debug.SetPanicOnFault, here and in parallelFor's workers)
+// guardMapped runs fn with faults turned into panics (debug.SetPanicOnFault, here and in kernels.ParallelFor's workers)
 // and returns fn's error, or a fault at an address inside one of the set's shard mappings as a *mappedFault.
 // Any other panic goes on up.
 func (e *Engine) guardMapped(fn func() error) (err error) {

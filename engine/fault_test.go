@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
@@ -17,13 +18,13 @@ import (
 
 // TestMappedShardTruncatedWhileComputing: a shard file truncated in place after it was mapped makes compute's
 // reads fault (SIGBUS); the engine returns an error naming the shard and the TROUBLESHOOTING section instead of
-// crashing, whether the fault hits a parallelFor worker (a large matrix) or the calling goroutine (a small one).
+// crashing, whether the fault hits a kernels.ParallelFor worker (a large matrix) or the calling goroutine (a small one).
 func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("shards are mapped on Linux only")
 	}
 	shape := tinyShape(false)
-	shape.IntermediateSize = 256 // gate_proj has 256 output rows: parallelFor runs it on workers
+	shape.IntermediateSize = 256 // gate_proj has 256 output rows: ParallelFor runs it on workers
 	model := writeTiny(t, synth.Options{Shape: shape, Seed: 9, DType: checkpoint.BF16})
 	e := open(t, model, Options{})
 	if _, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 5}, MaxNewTokens: 2}, nil); err != nil {
@@ -58,7 +59,7 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 		}
 	}()
 	e.guardMapped(func() error {
-		parallelFor(1024, func(lo, hi int) {
+		kernels.ParallelFor(1024, func(lo, hi int) {
 			var s []int
 			_ = s[lo]
 		})

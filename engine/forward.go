@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
 )
@@ -27,7 +28,7 @@ func (e *Engine) buildExecs() error {
 	specs := e.arch.LayerWeights(e.cfg)
 	layerFn := func(ins []*graph.Node) []*graph.Node {
 		ops := graphOps{cos: ins[1], sin: ins[2], mask: ins[3], pastK: ins[4], pastV: ins[5]}
-		in := LayerInputs{X: ins[0], W: make(map[string]Value, len(specs))}
+		in := model.LayerInputs{X: ins[0], W: make(map[string]model.Value, len(specs))}
 		for i, s := range specs {
 			in.W[s.Name] = ins[nFixed+i]
 		}
@@ -329,7 +330,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 	t := len(x) / (m * h)
 	kvSize := c.NumKeyValueHeads * t * c.HeadDim // one row's new keys in a layer
 	step := int(e.step.Load())
-	var xv Value = &hostArray{data: x, dims: []int{m, t, h}}
+	var xv model.Value = &hostArray{data: x, dims: []int{m, t, h}}
 	arena := new(hostArena)
 	for i := range c.NumHiddenLayers {
 		if err := ctx.Err(); err != nil {
@@ -343,12 +344,12 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		slot, _ := view.Layer(0)
 		arena.recycle(arr(xv)) // the previous layer's arrays, but its output: this layer's input
 		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: rows, arena: arena}
-		in := LayerInputs{X: xv, W: make(map[string]Value, len(w.specs))}
+		in := model.LayerInputs{X: xv, W: make(map[string]model.Value, len(w.specs))}
 		for j, t := range w.hostTensors() {
 			in.W[w.specs[j].suffix] = t
 		}
 		span := e.prof.Begin(profiler.Forward, step, i)
-		var out LayerOutputs
+		var out model.LayerOutputs
 		ferr := e.guardMapped(func() error { out = e.arch.Layer(c, ops, in); return nil })
 		span.End(w.bytes)
 		release()

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"fmt"
 	"math"
-	"runtime"
-	"runtime/debug"
-	"sync"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+
+	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/engine/model"
 )
 
 // hostOps implements Ops directly on host arrays with hand-written kernels. Decode steps (one new position)
@@ -45,7 +47,7 @@ func elems(dims []int) int {
 	return n
 }
 
-func arr(v Value) *hostArray { return v.(*hostArray) }
+func arr(v model.Value) *hostArray { return v.(*hostArray) }
 
 // hostArena recycles activations from one layer to the next: every decoder layer computes arrays of the same
 // sizes, so a layer reuses those of the layer before it instead of asking the Go heap for fresh memory. Without
@@ -92,169 +94,31 @@ func (a *hostArena) recycle(keep *hostArray) {
 }
 
 // weightData returns a weight's elements: []float32 or []bfloat16.BFloat16.
-func weightData(v Value) any { return v.(*deviceTensor).flat }
+func weightData(v model.Value) any { return v.(*deviceTensor).flat }
 
-func (o hostOps) Linear(x, w, b Value) Value {
-	xa := arr(x)
-	in := xa.dims[len(xa.dims)-1]
-	rows := len(xa.data) / in
-	var out int
-	switch f := weightData(w).(type) {
-	case []float32:
-		out = len(f) / in
-	case []bfloat16.BFloat16:
-		out = len(f) / in
-	}
-	dims := append(append([]int(nil), xa.dims[:len(xa.dims)-1]...), out)
-	y := o.arena.array(dims...)
+func (o hostOps) Linear(x, w, b model.Value) model.Value {
 	var bias []float32
 	if b != nil {
 		bias = weightData(b).([]float32)
 	}
-	wd := weightData(w)
-	// Output-major: each weight row is read once from memory (then from L1) for a block of input rows, three
-	// at a time, so a batch of sequences costs one pass over the weights. The input rows go in blocks that stay
-	// in the core's L2 cache while the weight rows stream past them: a long prompt's activations (4 MB for 512
-	// TinyLlama positions) would otherwise be re-read from L3 for every weight row.
-	block := linearRowBlock(in)
-	parallelFor(out, func(lo, hi int) {
-		switch f := wd.(type) {
-		case []float32:
-			linearRows(y.data, xa.data, f, rows, in, out, lo, hi, block, dotF32, dotF32x3)
-		case []bfloat16.BFloat16:
-			linearRows(y.data, xa.data, f, rows, in, out, lo, hi, block, dotBF16, dotBF16x3)
-		}
-		if bias != nil {
-			for r := range rows {
-				yr := y.data[r*out : (r+1)*out]
-				for o := lo; o < hi; o++ {
-					yr[o] += bias[o]
-				}
-			}
-		}
-	})
+	switch f := weightData(w).(type) {
+	case []float32:
+		return linearHost(o.arena, arr(x), f, bias)
+	case []bfloat16.BFloat16:
+		return linearHost(o.arena, arr(x), f, bias)
+	}
+	panic(fmt.Sprintf("engine: Linear of a %T weight", weightData(w)))
+}
+
+// linearHost is x·wᵀ (+ bias) for x [..., in] and w [out, in] in its stored dtype, giving [..., out].
+func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []float32) *hostArray {
+	in := x.dims[len(x.dims)-1]
+	y := arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), len(w)/in)...)
+	kernels.Linear(y.data, x.data, w, bias, in)
 	return y
 }
 
-// linearBlockBytes is the size of a block of input rows in Linear: small enough to stay in L2 with room for
-// the weight rows streaming through. BenchmarkLinear bf16 [2048×2048], 512 rows: unblocked 25.5 GFLOP/s;
-// blocks of 256 KiB 48.5, 512 KiB 56.0, 1 MiB 44.2 (the 2-core VM's cores have 2 MiB of L2).
-var linearBlockBytes = 512 << 10
-
-// linearRowBlock is the number of input rows of length in per block: a multiple of 3 (the three-row kernels),
-// at least 3.
-func linearRowBlock(in int) int {
-	return max(3, linearBlockBytes/(4*in)/3*3)
-}
-
-// linearRows computes y[r, o] = x[r] · w[o] for every row r and the outputs o in [lo, hi), blocks of block input
-// rows at a time: per weight row, one call of dot3 for the block's rows three at a time, and dot1 for the rest
-// (which sum each row identically).
-func linearRows[W float32 | bfloat16.BFloat16](y, x []float32, w []W, rows, in, out, lo, hi, block int,
-	dot1 func(a []float32, b []W) float32, dot3 func(x []float32, b []W, y []float32, stride, triples int)) {
-	for rb := 0; rb < rows; rb += block {
-		re := min(rb+block, rows)
-		triples := (re - rb) / 3
-		for o := lo; o < hi; o++ {
-			wr := w[o*in : (o+1)*in]
-			dot3(x[rb*in:re*in], wr, y[rb*out+o:], out, triples)
-			for r := rb + 3*triples; r < re; r++ {
-				y[r*out+o] = dot1(x[r*in:(r+1)*in], wr)
-			}
-		}
-	}
-}
-
-// dotRowsGo sets y[r·stride] = dot(x[r·n:(r+1)·n], b) for r < rows (n = len(b)): the portable three-row kernels.
-func dotRowsGo[W float32 | bfloat16.BFloat16](x []float32, b []W, y []float32, stride, rows int, dot func([]float32, []W) float32) {
-	n := len(b)
-	for r := range rows {
-		y[r*stride] = dot(x[r*n:(r+1)*n], b)
-	}
-}
-
-// parallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently. A panic in a
-// worker, a fault reading a mapped shard included (workers turn faults into panics, debug.SetPanicOnFault),
-// is raised again in the calling goroutine once every worker is done, where guardMapped can recover it.
-func parallelFor(n int, fn func(lo, hi int)) {
-	workers := min(runtime.GOMAXPROCS(0), max(n/64, 1))
-	if workers <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first any
-	step := (n + workers - 1) / workers
-	for lo := 0; lo < n; lo += step {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-			defer func() {
-				if r := recover(); r != nil {
-					mu.Lock()
-					if first == nil {
-						first = r
-					}
-					mu.Unlock()
-				}
-			}()
-			fn(lo, hi)
-		}(lo, min(lo+step, n))
-	}
-	wg.Wait()
-	if first != nil {
-		panic(first)
-	}
-}
-
-// axpyF32Go adds a·x to y (len(x) ≥ len(y)): the portable kernel (axpyF32 picks an assembly one where the CPU
-// has it).
-func axpyF32Go(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	for i, v := range x {
-		y[i] += a * v
-	}
-}
-
-// dotF32Go is the dot product of two equally long float32 vectors, with four independent accumulators: the
-// portable kernel (dotF32 picks an assembly one where the CPU has it).
-func dotF32Go(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// dotBF16Go is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly: the
-// portable kernel (dotBF16 picks an assembly one where the CPU has it).
-func dotBF16Go(a []float32, b []bfloat16.BFloat16) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * math.Float32frombits(uint32(b[i])<<16)
-		s1 += a[i+1] * math.Float32frombits(uint32(b[i+1])<<16)
-		s2 += a[i+2] * math.Float32frombits(uint32(b[i+2])<<16)
-		s3 += a[i+3] * math.Float32frombits(uint32(b[i+3])<<16)
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * math.Float32frombits(uint32(b[i])<<16)
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-func (o hostOps) RMSNorm(x, w Value, eps float64) Value {
+func (o hostOps) RMSNorm(x, w model.Value, eps float64) model.Value {
 	xa := arr(x)
 	wf := weightData(w).([]float32)
 	h := len(wf)
@@ -272,7 +136,7 @@ func (o hostOps) RMSNorm(x, w Value, eps float64) Value {
 	return y
 }
 
-func (o hostOps) Heads(x Value, heads, d int) Value {
+func (o hostOps) Heads(x model.Value, heads, d int) model.Value {
 	xa := arr(x)
 	b, t := xa.dims[0], xa.dims[1]
 	y := o.arena.array(b, heads, t, d)
@@ -287,7 +151,7 @@ func (o hostOps) Heads(x Value, heads, d int) Value {
 	return y
 }
 
-func (o hostOps) Rotary(x Value) Value {
+func (o hostOps) Rotary(x model.Value) model.Value {
 	xa := arr(x)
 	b, heads, t, d := xa.dims[0], xa.dims[1], xa.dims[2], xa.dims[3]
 	half := d / 2
@@ -309,7 +173,7 @@ func (o hostOps) Rotary(x Value) Value {
 	return y
 }
 
-func (o hostOps) Attention(q, k, v Value) Value {
+func (o hostOps) Attention(q, k, v model.Value) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
 	kvHeads := ka.dims[1]
@@ -318,7 +182,7 @@ func (o hostOps) Attention(q, k, v Value) Value {
 	n := s + t
 	scale := float32(1 / math.Sqrt(float64(d)))
 	y := o.arena.array(b, t, heads*d)
-	parallelFor(b*heads, func(lo, hi int) {
+	kernels.ParallelFor(b*heads, func(lo, hi int) {
 		scores := make([]float32, n)
 		for bh := lo; bh < hi; bh++ {
 			bi, h := bh/heads, bh%heads
@@ -347,7 +211,7 @@ func (o hostOps) Attention(q, k, v Value) Value {
 					if mask[j] <= maskedOut/2 { // contributes exp(-1e30) = 0: skip the dot product
 						scores[j] = maskedOut
 					} else {
-						scores[j] = dotF32(qv, key(j))*scale + mask[j]
+						scores[j] = kernels.DotF32(qv, key(j))*scale + mask[j]
 					}
 					top = max(top, scores[j])
 				}
@@ -363,7 +227,7 @@ func (o hostOps) Attention(q, k, v Value) Value {
 				out := y.data[(bi*t+ti)*heads*d+h*d:][:d]
 				for j := range n {
 					if p := scores[j] / sum; p != 0 {
-						axpyF32(out, p, value(j))
+						kernels.AxpyF32(out, p, value(j))
 					}
 				}
 			}
@@ -372,21 +236,14 @@ func (o hostOps) Attention(q, k, v Value) Value {
 	return y
 }
 
-func (o hostOps) SiLU(x Value) Value {
+func (o hostOps) SiLU(x model.Value) model.Value {
 	xa := arr(x)
 	y := o.arena.array(xa.dims...)
-	// An exp per element (about 15 ns): worth both cores from a few thousand elements on.
-	n := len(xa.data)
-	parallelFor((n+255)/256, func(lo, hi int) { // chunks of 256 elements
-		lo, hi = lo*256, min(hi*256, n)
-		for i, v := range xa.data[lo:hi] {
-			y.data[lo+i] = v / (1 + float32(math.Exp(-float64(v))))
-		}
-	})
+	kernels.SiLU(y.data, xa.data)
 	return y
 }
 
-func (o hostOps) Add(a, b Value) Value {
+func (o hostOps) Add(a, b model.Value) model.Value {
 	aa, ba := arr(a), arr(b)
 	y := o.arena.array(aa.dims...)
 	for i := range y.data {
@@ -395,7 +252,7 @@ func (o hostOps) Add(a, b Value) Value {
 	return y
 }
 
-func (o hostOps) Mul(a, b Value) Value {
+func (o hostOps) Mul(a, b model.Value) model.Value {
 	aa, ba := arr(a), arr(b)
 	y := o.arena.array(aa.dims...)
 	for i := range y.data {

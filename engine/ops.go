@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/layerstream/layerstream/engine/model"
+
 	"math"
 	"slices"
 
@@ -17,21 +19,25 @@ type graphOps struct {
 	pastK, pastV *Node // [B, kvHeads, S, headDim]
 }
 
-func node(v Value) *Node {
+func node(v model.Value) *Node {
 	if v == nil {
 		return nil
 	}
 	return v.(*Node)
 }
 
-func (g graphOps) Linear(x, w, b Value) Value            { return linear(node(x), node(w), node(b)) }
-func (g graphOps) RMSNorm(x, w Value, eps float64) Value { return rmsNorm(node(x), node(w), eps) }
-func (g graphOps) Heads(x Value, heads, d int) Value     { return splitHeads(node(x), heads, d) }
-func (g graphOps) Rotary(x Value) Value                  { return rotary(node(x), g.cos, g.sin) }
-func (g graphOps) SiLU(x Value) Value                    { return silu(node(x)) }
-func (g graphOps) Add(a, b Value) Value                  { return Add(node(a), node(b)) }
-func (g graphOps) Mul(a, b Value) Value                  { return Mul(node(a), node(b)) }
-func (g graphOps) Attention(q, k, v Value) Value {
+func (g graphOps) Linear(x, w, b model.Value) model.Value { return linear(node(x), node(w), node(b)) }
+func (g graphOps) RMSNorm(x, w model.Value, eps float64) model.Value {
+	return rmsNorm(node(x), node(w), eps)
+}
+func (g graphOps) Heads(x model.Value, heads, d int) model.Value {
+	return splitHeads(node(x), heads, d)
+}
+func (g graphOps) Rotary(x model.Value) model.Value { return rotary(node(x), g.cos, g.sin) }
+func (g graphOps) SiLU(x model.Value) model.Value   { return silu(node(x)) }
+func (g graphOps) Add(a, b model.Value) model.Value { return Add(node(a), node(b)) }
+func (g graphOps) Mul(a, b model.Value) model.Value { return Mul(node(a), node(b)) }
+func (g graphOps) Attention(q, k, v model.Value) model.Value {
 	return attention(node(q), node(k), node(v), g.pastK, g.pastV, g.mask)
 }
 

@@ -1,4 +1,4 @@
-package engine
+package model
 
 import (
 	"github.com/layerstream/layerstream/checkpoint"
@@ -10,7 +10,7 @@ type llama struct{}
 
 func init() {
 	for _, name := range []string{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"} {
-		RegisterArchitecture(name, llama{})
+		Register(name, llama{})
 	}
 }
 

@@ -1,4 +1,4 @@
-package engine
+package kernels
 
 import (
 	"math"
@@ -35,9 +35,9 @@ func TestDotKernels(t *testing.T) {
 			name      string
 			got, want float64
 		}{
-			{"dotF32", float64(dotF32(a, b)), want},
+			{"dotF32", float64(DotF32(a, b)), want},
 			{"dotF32Go", float64(dotF32Go(a, b)), want},
-			{"dotBF16", float64(dotBF16(a, bb)), wantBF},
+			{"dotBF16", float64(DotBF16(a, bb)), wantBF},
 			{"dotBF16Go", float64(dotBF16Go(a, bb)), wantBF},
 		} {
 			if math.Abs(k.got-k.want) > tol {
@@ -75,10 +75,10 @@ func checkThreeRowKernels(t *testing.T, rng *rand.Rand, a, b []float32, bb []bfl
 				continue
 			}
 			xr := x[r*n : (r+1)*n]
-			if want := dotBF16(xr, bb); math.Float32bits(y[i]) != math.Float32bits(want) {
+			if want := DotBF16(xr, bb); math.Float32bits(y[i]) != math.Float32bits(want) {
 				t.Errorf("dotBF16x3 (%d triples) row %d, length %d: %g, dotBF16 gives %g", triples, r, n, y[i], want)
 			}
-			if want := dotF32(xr, b); math.Float32bits(yf[i]) != math.Float32bits(want) {
+			if want := DotF32(xr, b); math.Float32bits(yf[i]) != math.Float32bits(want) {
 				t.Errorf("dotF32x3 (%d triples) row %d, length %d: %g, dotF32 gives %g", triples, r, n, yf[i], want)
 			}
 		}
@@ -99,7 +99,7 @@ func TestAxpy(t *testing.T) {
 			y0[i] = rng.Float32()*2 - 1
 		}
 		a := rng.Float32()*4 - 2
-		for name, f := range map[string]func([]float32, float32, []float32){"axpyF32": axpyF32, "axpyF32Go": axpyF32Go} {
+		for name, f := range map[string]func([]float32, float32, []float32){"AxpyF32": AxpyF32, "axpyF32Go": axpyF32Go} {
 			y := slices.Clone(y0)
 			f(y, a, x)
 			for i := range y {
@@ -114,7 +114,7 @@ func TestAxpy(t *testing.T) {
 
 // TestLinearBlocksRows: Linear gives every (row, output) exactly the one-row dot product, whatever the blocking
 // of the input rows and the split of the outputs over workers (blocks of 6 rows here, 17 rows: a partial block
-// with a one-row tail), for f32 and bf16 weights.
+// with a one-row tail), for f32 and bf16 weights, and adds the bias.
 func TestLinearBlocksRows(t *testing.T) {
 	const in, out, rows = 40, 130, 17
 	defer func(b int) { linearBlockBytes = b }(linearBlockBytes)
@@ -124,25 +124,25 @@ func TestLinearBlocksRows(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	wf, wb := randomWeights(rng, in*out)
-	x := newHostArray(rows, 1, in)
-	for i := range x.data {
-		x.data[i] = rng.Float32() - 0.5
+	x := make([]float32, rows*in)
+	bias := make([]float32, out)
+	for i := range x {
+		x[i] = rng.Float32() - 0.5
 	}
-	for _, flat := range []any{wf, wb} {
-		y := arr(hostOps{}.Linear(x, &deviceTensor{flat: flat}, nil))
-		for r := range rows {
-			xr := x.data[r*in : (r+1)*in]
-			for o := range out {
-				var want float32
-				switch w := flat.(type) {
-				case []float32:
-					want = dotF32(xr, w[o*in:(o+1)*in])
-				case []bfloat16.BFloat16:
-					want = dotBF16(xr, w[o*in:(o+1)*in])
-				}
-				if got := y.data[r*out+o]; math.Float32bits(got) != math.Float32bits(want) {
-					t.Fatalf("%T row %d output %d: %g, one-row kernel %g", flat, r, o, got, want)
-				}
+	for i := range bias {
+		bias[i] = rng.Float32() - 0.5
+	}
+	yf, yb := make([]float32, rows*out), make([]float32, rows*out)
+	Linear(yf, x, wf, nil, in)
+	Linear(yb, x, wb, bias, in)
+	for r := range rows {
+		xr := x[r*in : (r+1)*in]
+		for o := range out {
+			if got, want := yf[r*out+o], DotF32(xr, wf[o*in:(o+1)*in]); math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("f32 row %d output %d: %g, one-row kernel %g", r, o, got, want)
+			}
+			if got, want := yb[r*out+o], DotBF16(xr, wb[o*in:(o+1)*in])+bias[o]; math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("bf16 row %d output %d: %g, one-row kernel plus bias %g", r, o, got, want)
 			}
 		}
 	}
@@ -152,39 +152,15 @@ func TestLinearBlocksRows(t *testing.T) {
 // chunks and the parallel threshold).
 func TestSiLUChunks(t *testing.T) {
 	for _, n := range []int{0, 1, 255, 256, 300, 32767, 32768, 40001} {
-		x := newHostArray(n)
-		for i := range x.data {
-			x.data[i] = float32(i%97)/10 - 4
+		x, y := make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i] = float32(i%97)/10 - 4
 		}
-		y := arr(hostOps{}.SiLU(x))
-		for i, v := range x.data {
-			if want := v / (1 + float32(math.Exp(-float64(v)))); y.data[i] != want {
-				t.Fatalf("length %d, element %d: %g, want %g", n, i, y.data[i], want)
+		SiLU(y, x)
+		for i, v := range x {
+			if want := v / (1 + float32(math.Exp(-float64(v)))); y[i] != want {
+				t.Fatalf("length %d, element %d: %g, want %g", n, i, y[i], want)
 			}
 		}
-	}
-}
-
-// TestHostArena: an array handed out before a recycle is reused, zeroed, by a later request of its length;
-// the one kept stays untouched until the recycle after.
-func TestHostArena(t *testing.T) {
-	a := new(hostArena)
-	x, y := a.array(2, 3), a.array(4)
-	x.data[0], y.data[0] = 1, 2
-	a.recycle(y)
-	z := a.array(3, 2)
-	if z != x || z.data[0] != 0 || len(z.dims) != 2 || z.dims[0] != 3 {
-		t.Fatalf("after a recycle: got %p %v %v, want x (%p) reused, zeroed, as [3 2]", z, z.data, z.dims, x)
-	}
-	if w := a.array(4); w == y || y.data[0] != 2 {
-		t.Fatal("the kept array was handed out again before the next recycle")
-	}
-	a.recycle(nil)
-	if !slices.Contains(a.free[4], y) {
-		t.Fatal("the kept array was not recycled the time after")
-	}
-	var none *hostArena
-	if f := none.array(5); len(f.data) != 5 {
-		t.Fatal("a nil arena must hand out fresh arrays")
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package kernels
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 )
 
-// BenchmarkLinear times hostOps.Linear on a TinyLlama-sized [2048×2048] weight for 1 to 128 input rows: the
+// BenchmarkLinear times Linear on a TinyLlama-sized [2048×2048] weight for 1 to 128 input rows: the
 // decode kernel's weight GB/s, and how the cost grows with the batch.
 func BenchmarkLinear(b *testing.B) {
 	benchmarkLinear(b, 2048, 2048)
@@ -30,14 +30,18 @@ func benchmarkLinear(b *testing.B, in, out int) {
 	}{{"f32", wf, 4}, {"bf16", wb, 2}} {
 		for _, rows := range []int{1, 4, 16, 128, 512} {
 			b.Run(fmt.Sprintf("%s/rows=%d", dt.name, rows), func(b *testing.B) {
-				x := newHostArray(rows, 1, in)
-				for i := range x.data {
-					x.data[i] = rng.Float32() - 0.5
+				x, y := make([]float32, rows*in), make([]float32, rows*out)
+				for i := range x {
+					x[i] = rng.Float32() - 0.5
 				}
-				w := &deviceTensor{flat: dt.flat}
 				b.SetBytes(int64(in * out * dt.bytes))
 				for b.Loop() {
-					hostOps{}.Linear(x, w, nil)
+					switch w := dt.flat.(type) {
+					case []float32:
+						Linear(y, x, w, nil, in)
+					case []bfloat16.BFloat16:
+						Linear(y, x, w, nil, in)
+					}
 				}
 				b.ReportMetric(float64(2*in*out*rows)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})

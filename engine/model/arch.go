@@ -1,4 +1,8 @@
-package engine
+// Package model defines what a model family is (Architecture: a decoder layer's weights and computation) and
+// the operations layers are written in (Ops), and holds the families, one small file each, registering
+// themselves from init. The engine runs a family's layer as a compiled graph or on the host kernels; both
+// implement Ops.
+package model
 
 import (
 	"fmt"
@@ -69,10 +73,12 @@ type LayerOutputs struct {
 
 var architectures = map[string]Architecture{}
 
-// RegisterArchitecture makes an architecture available under its Hugging Face `architectures` name.
-func RegisterArchitecture(name string, a Architecture) { architectures[name] = a }
+// Register makes an architecture available under its Hugging Face `architectures` name. Families call it
+// from init.
+func Register(name string, a Architecture) { architectures[name] = a }
 
-func architectureFor(cfg *checkpoint.Config) (Architecture, error) {
+// For returns the architecture registered under cfg's first `architectures` name.
+func For(cfg *checkpoint.Config) (Architecture, error) {
 	name := ""
 	if len(cfg.Architectures) > 0 {
 		name = cfg.Architectures[0]

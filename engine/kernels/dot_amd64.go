@@ -1,4 +1,4 @@
-package engine
+package kernels
 
 import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -19,16 +19,16 @@ func dotF32AVX2(a, b []float32) float32
 //go:noescape
 func dotBF16AVX2(a []float32, b []bfloat16.BFloat16) float32
 
-// dotF32 is the dot product of two equally long float32 vectors.
-func dotF32(a, b []float32) float32 {
+// DotF32 is the dot product of two equally long float32 vectors.
+func DotF32(a, b []float32) float32 {
 	if useAVX2 {
 		return dotF32AVX2(a, b[:len(a)])
 	}
 	return dotF32Go(a, b)
 }
 
-// dotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
-func dotBF16(a []float32, b []bfloat16.BFloat16) float32 {
+// DotBF16 is the dot product of a float32 vector with a bfloat16 one, widened exactly on the fly.
+func DotBF16(a []float32, b []bfloat16.BFloat16) float32 {
 	if useAVX2 {
 		return dotBF16AVX2(a, b[:len(a)])
 	}
@@ -38,7 +38,7 @@ func dotBF16(a []float32, b []bfloat16.BFloat16) float32 {
 //go:noescape
 func dotBF16x3AVX2(x []float32, n, triples int, b []bfloat16.BFloat16, y []float32, stride int)
 
-// dotBF16x3 sets y[r·stride] = dotBF16(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)), bit
+// dotBF16x3 sets y[r·stride] = DotBF16(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)), bit
 // for bit, loading and widening b once per three rows: the batched decode step's kernel (three sequences per
 // pass over a weight row, every triple in one call).
 func dotBF16x3(x []float32, b []bfloat16.BFloat16, y []float32, stride, triples int) {
@@ -56,7 +56,7 @@ func dotBF16x3(x []float32, b []bfloat16.BFloat16, y []float32, stride, triples 
 //go:noescape
 func dotF32x3AVX2(x []float32, n, triples int, b []float32, y []float32, stride int)
 
-// dotF32x3 sets y[r·stride] = dotF32(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)), bit for
+// dotF32x3 sets y[r·stride] = DotF32(x[r·n:(r+1)·n], b) for the first 3·triples rows of x (n = len(b)), bit for
 // bit, loading b once per three rows.
 func dotF32x3(x, b, y []float32, stride, triples int) {
 	n := len(b)
@@ -73,8 +73,8 @@ func dotF32x3(x, b, y []float32, stride, triples int) {
 //go:noescape
 func axpyF32AVX2(y []float32, a float32, x []float32)
 
-// axpyF32 adds a·x to y (len(x) ≥ len(y)): attention's weighted sum of values.
-func axpyF32(y []float32, a float32, x []float32) {
+// AxpyF32 adds a·x to y (len(x) ≥ len(y)): attention's weighted sum of values.
+func AxpyF32(y []float32, a float32, x []float32) {
 	if useAVX2 {
 		axpyF32AVX2(y, a, x[:len(y)])
 		return
