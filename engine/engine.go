@@ -114,6 +114,10 @@ type Options struct {
 	// Profiler records per-category timings; nil records nothing.
 	Profiler *profiler.Profiler
 
+	// MaxBatch bounds the sequences the batch loop computes together (Generate, GenerateBatch); requests beyond
+	// it wait in the queue and join as sequences end. 0: no bound.
+	MaxBatch int
+
 	// Hub configures resolving a Hugging Face repo id (revision, token, offline...).
 	Hub hub.Options
 	// ShardDir is where a checkpoint is split on first use; default shards.DefaultDir(checkpoint).
@@ -151,7 +155,8 @@ func (o *Options) fillDefaults() error {
 	return nil
 }
 
-// Engine runs one model. Its methods are safe for concurrent use but run one at a time.
+// Engine runs one model. Its methods are safe for concurrent use: concurrent generations share the batch loop
+// (Generate); Logits runs between its steps.
 type Engine struct {
 	opts    Options
 	set     *shards.Set
@@ -172,8 +177,13 @@ type Engine struct {
 	norm     *weightSet
 	head     *weightSet
 
-	kv   *kvcache.Store // reused while the capacity fits
+	kv   *kvcache.Store // Logits' cache, reused while the capacity fits
 	prof *profiler.Profiler
+
+	sched      scheduler      // the batch loop's queue (loop.go)
+	bkv        *kvcache.Store // the batch loop's cache: one row per sequence
+	rowBusy    []bool         // bkv rows in use by a sequence
+	rowSession []*Session     // bkv rows kept by a session
 	step atomic.Int64 // the profiler's step label: 0 prefill, 1.. decode
 
 	mu     sync.Mutex
@@ -465,8 +475,10 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Close frees the device buffers. The Engine is unusable afterwards.
+// Close frees the device buffers, after the generations in the batch have ended (requests still waiting end
+// with ErrClosed). The Engine is unusable afterwards.
 func (e *Engine) Close() error {
+	e.closeQueue()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -481,7 +493,9 @@ func (e *Engine) Close() error {
 			slog.Error("engine: unmapping shards", "err", err)
 		}
 	}
-	e.freeKV()
+	freeKVStore(e.kv)
+	freeKVStore(e.bkv)
+	e.kv, e.bkv = nil, nil
 	if e.backend != nil {
 		e.backend.Finalize()
 	}

@@ -83,15 +83,9 @@ func (e *Engine) kvStoreBatch(batch, capacity int) (*kvcache.Store, error) {
 		e.kv.Reset()
 		return e.kv, nil
 	}
-	e.freeKV()
-	alloc := func(n int) ([]float32, any, error) {
-		d, err := newDeviceTensor(e.backend, dtypes.Float32, cfg.Batch, cfg.KVHeads, cfg.Capacity, cfg.HeadDim)
-		if err != nil {
-			return nil, nil, err
-		}
-		return d.flat.([]float32), d, nil
-	}
-	kv, err := kvcache.New(cfg, alloc)
+	freeKVStore(e.kv)
+	e.kv = nil
+	kv, err := e.newKV(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -99,12 +93,25 @@ func (e *Engine) kvStoreBatch(batch, capacity int) (*kvcache.Store, error) {
 	return kv, nil
 }
 
-func (e *Engine) freeKV() {
-	if e.kv == nil {
+// newKV allocates a Store in device buffers (shared with the host where the backend has them).
+func (e *Engine) newKV(cfg kvcache.Config) (*kvcache.Store, error) {
+	alloc := func(n int) ([]float32, any, error) {
+		d, err := newDeviceTensor(e.backend, dtypes.Float32, cfg.Batch, cfg.KVHeads, cfg.Capacity, cfg.HeadDim)
+		if err != nil {
+			return nil, nil, err
+		}
+		return d.flat.([]float32), d, nil
+	}
+	return kvcache.New(cfg, alloc)
+}
+
+// freeKVStore frees the device buffers of a Store made by newKV (nil: nothing).
+func freeKVStore(kv *kvcache.Store) {
+	if kv == nil {
 		return
 	}
-	for i := range e.kv.Config().Layers {
-		s, _ := e.kv.View(i).Layer(0)
+	for i := range kv.Config().Layers {
+		s, _ := kv.View(i).Layer(0)
 		if d, ok := s.KHandle.(*deviceTensor); ok {
 			d.free()
 		}
@@ -112,7 +119,6 @@ func (e *Engine) freeKV() {
 			d.free()
 		}
 	}
-	e.kv = nil
 }
 
 // schedule is the order in which a forward pass consumes streamed units.
@@ -166,9 +172,11 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 // the cache. It returns, for each i, the logits of its last new position; with all (one sequence only), the
 // logits of every new position.
 //
-// Passes run on the host kernels (hostOps) over just the given rows, padded to the longest input, unless
-// Options.GraphDecode or all. Otherwise the compiled graphs run over every row of the store, padded to the
-// longest input's bucket: a row without new tokens is computed but neither written nor returned.
+// Passes run on the host kernels (hostOps) over just the given rows, unless Options.GraphDecode or all: the rows
+// bringing the same number of new tokens are computed together, with no padding (hostGroups), so a prompt
+// joining the batch is prefilled in the same pass as the other sequences' decode tokens at the cost of its own
+// tokens only. Otherwise the compiled graphs run over every row of the store, padded to the longest input's
+// bucket: a row without new tokens is computed but neither written nor returned.
 func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, all bool) ([][]float32, error) {
 	c := e.cfg
 	h, capacity := c.HiddenSize, kv.Config().Capacity
@@ -194,25 +202,13 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		return nil
 	}
 	if !e.opts.GraphDecode && !all {
-		t := tmax
-		x := make([]float32, len(rows)*t*h)
-		lens := make([]int, len(rows))
-		var cos, sin, mask []float32
-		for i, r := range rows {
-			pos0 := kv.Len(r)
-			lens[i] = len(ids[i])
-			for j, id := range ids[i] {
-				if err := embed(x[(i*t+j)*h:(i*t+j+1)*h], id, pos0+j); err != nil {
-					return nil, err
-				}
-			}
-			cs, sn := e.rotaryTables(pos0, t)
-			cos, sin = append(cos, cs...), append(sin, sn...)
-			mask = append(mask, causalMask(pos0, t, capacity)...)
+		groups, err := e.hostGroups(kv, rows, ids, embed)
+		if err != nil {
+			return nil, err
 		}
 		release()
 		release = func() {}
-		return e.hostPass(ctx, st, kv, rows, lens, x, cos, sin, mask)
+		return e.hostPass(ctx, st, kv, groups, len(rows))
 	}
 
 	b := kv.Config().Batch
@@ -321,17 +317,60 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 	return e.headLogits(st, x, lens, tb, all)
 }
 
-// hostPass runs the new positions of the sequences in cache rows rows (x [len(rows), t, hidden], row i
-// bringing lens[i] ≤ t positions, the rest padding) through the layers and the head with hostOps, every weight
-// matrix read once for all of them. It returns the logits of each row's last new position.
-func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, rows, lens []int, x, cos, sin, mask []float32) ([][]float32, error) {
+// hostGroup is sequences a host pass computes together: each brings the same number t of new positions.
+type hostGroup struct {
+	rows           []int // the sequences' cache rows
+	at             []int // their indices in forward's rows: where their logits go
+	t              int
+	x              model.Value // [len(rows), t, hidden]
+	cos, sin, mask []float32   // [len(rows), t, headDim], [len(rows), t, capacity+t]
+}
+
+// hostGroups embeds ids[i] (continuing cache row rows[i]) and groups the rows by their number of new positions,
+// in order of first appearance: decode steps (one position each) share one group, a prompt forms its own unless
+// another of the same length comes with it. Every row of a group is computed exactly as alone (the host kernels
+// sum each row in the same order whatever the rows beside it), so grouping changes no result.
+func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
+	h, capacity := e.cfg.HiddenSize, kv.Config().Capacity
+	var groups []*hostGroup
+	byLen := map[int]*hostGroup{}
+	for i, r := range rows {
+		t := len(ids[i])
+		g := byLen[t]
+		if g == nil {
+			g = &hostGroup{t: t}
+			byLen[t] = g
+			groups = append(groups, g)
+		}
+		g.rows, g.at = append(g.rows, r), append(g.at, i)
+	}
+	for _, g := range groups {
+		x := newHostArray(len(g.rows), g.t, h)
+		for j, r := range g.rows {
+			pos0 := kv.Len(r)
+			for k, id := range ids[g.at[j]] {
+				if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, pos0+k); err != nil {
+					return nil, err
+				}
+			}
+			cs, sn := e.rotaryTables(pos0, g.t)
+			g.cos, g.sin = append(g.cos, cs...), append(g.sin, sn...)
+			g.mask = append(g.mask, causalMask(pos0, g.t, capacity)...)
+		}
+		g.x = x
+	}
+	return groups, nil
+}
+
+// hostPass runs the groups' new positions through the layers and the head with hostOps, every weight matrix
+// loaded once for all of them (each group reads it in turn). It returns the logits of the last new position of
+// each of forward's n rows.
+func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, groups []*hostGroup, n int) ([][]float32, error) {
 	c := e.cfg
-	m, h := len(rows), c.HiddenSize
-	t := len(x) / (m * h)
-	kvSize := c.NumKeyValueHeads * t * c.HeadDim // one row's new keys in a layer
+	h := c.HiddenSize
 	step := int(e.step.Load())
-	var xv model.Value = &hostArray{data: x, dims: []int{m, t, h}}
 	arena := new(hostArena)
+	keep := make([]*hostArray, len(groups))
 	for i := range c.NumHiddenLayers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -342,39 +381,47 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		}
 		view := kv.View(i)
 		slot, _ := view.Layer(0)
-		arena.recycle(arr(xv)) // the previous layer's arrays, but its output: this layer's input
-		ops := hostOps{cos: cos, sin: sin, mask: mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: rows, arena: arena}
-		in := model.LayerInputs{X: xv, W: make(map[string]model.Value, len(w.specs))}
+		for j, g := range groups {
+			keep[j] = arr(g.x)
+		}
+		arena.recycle(keep...) // the previous layer's arrays, but its outputs: this layer's inputs
+		weights := make(map[string]model.Value, len(w.specs))
 		for j, t := range w.hostTensors() {
-			in.W[w.specs[j].suffix] = t
+			weights[w.specs[j].suffix] = t
 		}
 		span := e.prof.Begin(profiler.Forward, step, i)
-		var out model.LayerOutputs
-		ferr := e.guardMapped(func() error { out = e.arch.Layer(c, ops, in); return nil })
+		ferr := e.guardMapped(func() error {
+			for _, g := range groups {
+				ops := hostOps{cos: g.cos, sin: g.sin, mask: g.mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: g.rows, arena: arena}
+				out := e.arch.Layer(c, ops, model.LayerInputs{X: g.x, W: weights})
+				k, v := arr(out.K).data, arr(out.V).data // [rows, kvHeads, t, headDim]
+				size := len(k) / len(g.rows)
+				for j, r := range g.rows {
+					if err := view.Write(r, g.t, g.t, k[j*size:(j+1)*size], v[j*size:(j+1)*size]); err != nil {
+						return err
+					}
+				}
+				g.x = out.X
+			}
+			return nil
+		})
 		span.End(w.bytes)
 		release()
 		if ferr != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, ferr)
 		}
-		k, v := arr(out.K).data, arr(out.V).data // [m, kvHeads, t, headDim]
-		for j, r := range rows {
-			if err := view.Write(r, lens[j], t, k[j*kvSize:(j+1)*kvSize], v[j*kvSize:(j+1)*kvSize]); err != nil {
-				return nil, fmt.Errorf("layer %d: %w", i, err)
+	}
+	// The head needs only each row's last new position, in forward's order.
+	last := newHostArray(n, 1, h)
+	for _, g := range groups {
+		x := arr(g.x).data
+		for j, r := range g.rows {
+			if err := kv.Advance(r, g.t); err != nil {
+				return nil, err
 			}
+			at := g.at[j]
+			copy(last.data[at*h:(at+1)*h], x[(j*g.t+g.t-1)*h:(j*g.t+g.t)*h])
 		}
-		xv = out.X
-	}
-	for j, r := range rows {
-		if err := kv.Advance(r, lens[j]); err != nil {
-			return nil, err
-		}
-	}
-	if t > 1 { // the head needs only each row's last new position
-		last := newHostArray(m, 1, h)
-		for j, n := range lens {
-			copy(last.data[j*h:(j+1)*h], arr(xv).data[(j*t+n-1)*h:(j*t+n)*h])
-		}
-		xv = last
 	}
 	nw, hw, release, err := e.headWeights(st)
 	if err != nil {
@@ -385,7 +432,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 	var ops hostOps
 	var logits []float32
 	herr := e.guardMapped(func() error {
-		logits = arr(ops.Linear(ops.RMSNorm(xv, nw.hostTensors()[0], c.RMSNormEps), hw.hostTensors()[0], nil)).data
+		logits = arr(ops.Linear(ops.RMSNorm(last, nw.hostTensors()[0], c.RMSNormEps), hw.hostTensors()[0], nil)).data
 		return nil
 	})
 	span.End(hw.bytes)
@@ -393,7 +440,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, ro
 		return nil, herr
 	}
 	v := c.VocabSize
-	out := make([][]float32, m)
+	out := make([][]float32, n)
 	for j := range out {
 		out[j] = logits[j*v : (j+1)*v : (j+1)*v]
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -24,12 +25,35 @@ type Request struct {
 	// PrefillChunk feeds the prompt in chunks of this many tokens, one forward pass each; 0 prefills the whole
 	// prompt in one pass per layer load.
 	PrefillChunk int
+	// Logprobs reports the log-probability of every generated token (Token.Logprob); TopLogprobs (at most
+	// MaxTopLogprobs) reports that many most likely tokens of each step too (Token.TopLogprobs).
+	Logprobs    bool
+	TopLogprobs int
+	// Session, when set, keeps the sequence's keys and values in the engine after it ends, and a later request
+	// of the same Session whose prompt starts with the ids already computed (a chat's next turn) computes only
+	// the rest. One request at a time per Session.
+	Session *Session
 }
+
+// MaxTopLogprobs bounds Request.TopLogprobs.
+const MaxTopLogprobs = 20
 
 // Token is one generated token, passed to the callback as soon as it is chosen.
 type Token struct {
 	ID   int
 	Step int // 1 for the first generated token
+	// Logprob is ln p(ID) in the model's distribution at this step: the log-softmax of the logits, before the
+	// repetition penalty, temperature, top-k and top-p (Request.Logprobs; else 0).
+	Logprob float64
+	// TopLogprobs are the Request.TopLogprobs most likely tokens of the step by that distribution, most likely
+	// first (ties: the lower id first).
+	TopLogprobs []TokenLogprob
+}
+
+// TokenLogprob is a token id and its log-probability.
+type TokenLogprob struct {
+	ID      int
+	Logprob float64
 }
 
 // Stop reasons.
@@ -39,6 +63,10 @@ const (
 	StopContext      = "context"
 	// StopCaller: the onToken callback returned ErrStopped.
 	StopCaller = "stopped"
+	// StopCancelled: the request's context ended it (the result so far comes back with the context's error).
+	StopCancelled = "cancelled"
+	// StopError: an error ended it (returned with the result so far).
+	StopError = "error"
 )
 
 // Result is a finished generation.
@@ -46,56 +74,68 @@ type Result struct {
 	PromptIDs    []int
 	GeneratedIDs []int // including the stop token when one ended generation
 	StopReason   string
-	Timings      Timings
+	// CachedPromptTokens is how many prompt tokens were not computed again: their keys and values were still in
+	// the Request's Session.
+	CachedPromptTokens int
+	Timings            Timings
 }
 
-// Timings of a generation. Prefill is the time to the first token's logits; decode covers the rest.
+// Timings of a generation. TTFT counts from the request's submission, so it includes any wait in the engine's
+// queue; Prefill runs from the sequence joining the batch to its first token's logits; decode covers the rest.
 type Timings struct {
-	TTFT                time.Duration // start → first token chosen
+	TTFT                time.Duration // submission → first token chosen
+	Queued              time.Duration // submission → joining the batch
 	Prefill             time.Duration
 	Decode              time.Duration
 	Total               time.Duration
-	PrefillTokensPerSec float64
+	PrefillTokensPerSec float64 // prompt tokens computed (not CachedPromptTokens) per second of prefill
 	DecodeTokensPerSec  float64 // generated tokens after the first, per second of decode
 }
 
 // ErrStopped can be returned by an onToken callback to end generation early without an error.
 var ErrStopped = errors.New("generation stopped by the caller")
 
-// Generate continues req.PromptIDs, calling onToken (which may be nil) for every generated token. It is
-// GenerateBatch with a single request.
+// ErrClosed is returned for requests made to, or still waiting in, a closed Engine.
+var ErrClosed = errors.New("engine: closed")
+
+// Generate continues req.PromptIDs, calling onToken (which may be nil) for every generated token.
+//
+// Concurrent calls share the engine's batch loop (continuous batching, loop.go): a request joins the running
+// batch at the next step and leaves when it ends, so N concurrent requests cost about one pass over the layers
+// per step, not N. A sequence's greedy result does not depend on the others computed beside it. onToken is
+// called from the batch loop's goroutine, one call at a time across all requests: it should return quickly,
+// since every sequence of the batch waits for it; returning ErrStopped ends this sequence, another error ends
+// it with that error.
+//
+// When ctx ends the request (waiting or running), Generate returns the result so far (StopReason "cancelled")
+// with ctx's error; after another error it returns the result so far too, except for a request refused before
+// any work (nil).
 func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) error) (*Result, error) {
-	var cb func(int, Token) error
-	if onToken != nil {
-		cb = func(_ int, t Token) error { return onToken(t) }
-	}
-	res, err := e.GenerateBatch(ctx, []Request{req}, cb)
+	s, err := e.newSequence(req)
 	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	j := newJob(ctx, s, req.Session, onToken)
+	if err := e.submit(j); err != nil {
 		return nil, err
 	}
-	return res[0], nil
+	<-j.done
+	return j.seq.res, j.err
 }
 
 // GenerateBatch generates every request together (throughput mode): each load of a unit's weights serves all
-// the sequences, each with its own cache row, positions, sampler and stop conditions. The prompts are
-// prefilled together (padded to the longest), then every decode step feeds the sequences still running; a
-// sequence that stops drops out of the following steps. onToken (which may be nil) receives each generated
-// token with its request's index; returning ErrStopped ends that sequence only. Results are in request order.
+// the sequences, each with its own cache row, positions, sampler and stop conditions. The requests join the
+// batch loop together (Generate); a sequence that stops drops out of the following steps. onToken (which may be
+// nil) receives each generated token with its request's index, from one goroutine; returning ErrStopped ends
+// that sequence only, another error ends the whole batch with it. Results are in request order.
 //
-// Greedy results are the same as generating each request alone: decode steps compute every sequence's row
+// Greedy results are the same as generating each request alone: every step computes each sequence's rows
 // exactly as a batch of one would.
 func (e *Engine) GenerateBatch(ctx context.Context, reqs []Request, onToken func(seq int, t Token) error) ([]*Result, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, errors.New("engine: closed")
-	}
 	if len(reqs) == 0 {
 		return nil, errors.New("engine: empty batch")
 	}
-	start := time.Now()
 	seqs := make([]*sequence, len(reqs))
-	capacity, prefillPasses, decodePasses := 0, 0, 0
 	for i, req := range reqs {
 		s, err := e.newSequence(req)
 		if err != nil {
@@ -105,81 +145,40 @@ func (e *Engine) GenerateBatch(ctx context.Context, reqs []Request, onToken func
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 		seqs[i] = s
-		n := len(req.PromptIDs)
-		// The last generated token is never fed back, so the cache needs n+maxNew-1 positions.
-		capacity = max(capacity, n+s.maxNew-1)
-		prefillPasses = max(prefillPasses, (n+s.chunk-1)/s.chunk)
-		decodePasses = max(decodePasses, s.maxNew-1)
 	}
-	kv, err := e.kvStoreBatch(len(seqs), bucket(capacity))
-	if err != nil {
+	gctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make([]*job, len(reqs))
+	for i, s := range seqs {
+		var cb func(Token) error
+		if onToken != nil {
+			cb = func(t Token) error {
+				err := onToken(i, t)
+				if err != nil && !errors.Is(err, ErrStopped) {
+					cancel(err) // ends the other sequences of the batch
+				}
+				return err
+			}
+		}
+		jobs[i] = newJob(gctx, s, reqs[i].Session, cb)
+	}
+	if err := e.submit(jobs...); err != nil {
 		return nil, err
 	}
-	e.step.Store(0)
-	st := e.newStream(ctx, prefillPasses+decodePasses, e.opts.GraphDecode)
-	if st != nil {
-		defer st.stop()
-	}
-
-	// Prefill: each pass feeds the next chunk of every prompt not yet fed; the sequences' rows are their indices.
-	var rows []int
-	var ids [][]int
-	for range prefillPasses {
-		rows, ids = rows[:0], ids[:0]
-		for i, s := range seqs {
-			if n := len(s.res.PromptIDs); s.fed < n {
-				rows = append(rows, i)
-				ids = append(ids, s.res.PromptIDs[s.fed:min(s.fed+s.chunk, n)])
-			}
-		}
-		logits, err := e.forward(ctx, st, kv, rows, ids, false)
-		if err != nil {
-			return nil, err
-		}
-		for j, i := range rows {
-			seqs[i].logits = logits[j]
-			seqs[i].fed += len(ids[j])
+	results := make([]*Result, len(jobs))
+	var first error
+	for i, j := range jobs {
+		<-j.done
+		results[i] = j.seq.res
+		if j.err != nil && first == nil {
+			first = j.err
 		}
 	}
-	prefill := time.Since(start)
-
-	// Decode: choose every running sequence's next token, then feed the ones still running in one step.
-	for step := 1; ; step++ {
-		rows, ids = rows[:0], ids[:0]
-		for i, s := range seqs {
-			if s.res.StopReason != "" {
-				continue
-			}
-			id, err := e.choose(s, step, i, onToken)
-			if err != nil {
-				return nil, err
-			}
-			if step == 1 {
-				s.res.Timings.TTFT = time.Since(start)
-				s.decodeStart = time.Now()
-			}
-			if s.res.StopReason != "" {
-				s.finish(prefill)
-				continue
-			}
-			rows = append(rows, i)
-			ids = append(ids, []int{id})
+	if first != nil {
+		if cause := context.Cause(gctx); cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) {
+			first = cause // a callback's error, not the cancellation it caused
 		}
-		if len(rows) == 0 {
-			break
-		}
-		e.step.Store(int64(step))
-		logits, err := e.forward(ctx, st, kv, rows, ids, false)
-		if err != nil {
-			return nil, err
-		}
-		for j, i := range rows {
-			seqs[i].logits = logits[j]
-		}
-	}
-	results := make([]*Result, len(seqs))
-	for i, s := range seqs {
-		results[i] = s.res
+		return results, first
 	}
 	return results, nil
 }
@@ -191,18 +190,22 @@ func (e *Engine) CheckRequest(req Request) error {
 	return err
 }
 
-// sequence is one request's state in GenerateBatch.
+// sequence is one request's state in the batch loop.
 type sequence struct {
-	maxNew      int // resolved: 0 became the room left in the context
-	untilFull   bool
-	stop        []int
-	chunk       int // prompt tokens per prefill pass
-	fed         int // prompt tokens prefilled so far
-	sm          *sampler
-	history     []int // prompt and generated ids, for the repetition penalty
-	logits      []float32
-	decodeStart time.Time
-	res         *Result
+	maxNew       int // resolved: 0 became the room left in the context
+	untilFull    bool
+	stop         []int
+	chunk        int // prompt tokens per prefill pass
+	fed          int // prompt tokens in the cache so far
+	sm           *sampler
+	logprobs     bool
+	topLogprobs  int
+	history      []int // prompt and generated ids, for the repetition penalty
+	logits       []float32
+	joined       time.Time // into the batch
+	prefilled    time.Time // the prompt's last pass ended
+	decodeStart  time.Time // the first token was chosen
+	res          *Result
 }
 
 // newSequence validates req against the model's context and prepares its state.
@@ -232,11 +235,15 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 	if w := e.cfg.SlidingWindow; w != nil && *w > 0 && n+maxNew > *w && e.cfg.ModelType != "qwen2" {
 		return nil, fmt.Errorf("prompt + max new tokens = %d positions exceed config.json sliding_window (%d); sliding-window attention is not implemented, so positions past the window would attend too far back", n+maxNew, *w)
 	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs {
+		return nil, fmt.Errorf("top logprobs must be in [0, %d], got %d", MaxTopLogprobs, req.TopLogprobs)
+	}
 	sm, err := newSampler(req.Sampling)
 	if err != nil {
 		return nil, err
 	}
 	s := &sequence{maxNew: maxNew, untilFull: req.MaxNewTokens == 0, stop: req.StopIDs, chunk: req.PrefillChunk, sm: sm,
+		logprobs: req.Logprobs || req.TopLogprobs > 0, topLogprobs: req.TopLogprobs,
 		history: slices.Clone(req.PromptIDs), res: &Result{PromptIDs: slices.Clone(req.PromptIDs)}}
 	if s.stop == nil {
 		s.stop = checkpoint.EOSTokenIDs(e.cfg, e.gen)
@@ -247,47 +254,91 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 	return s, nil
 }
 
-// choose samples sequence seq's token of this step from its last logits, reports it to onToken and sets the
+// choose samples the sequence's token of this step from its last logits, reports it to onToken and sets the
 // stop reason when the sequence ends with it.
-func (e *Engine) choose(s *sequence, step, seq int, onToken func(int, Token) error) (int, error) {
+func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
+	step := len(s.res.GeneratedIDs) + 1
 	if e.opts.Monitor != nil {
 		if err := e.opts.Monitor.CheckLogits(step-1, s.logits); err != nil {
-			return 0, fmt.Errorf("engine: step %d: %w", step-1, err)
+			return fmt.Errorf("engine: step %d: %w", step-1, err)
 		}
 	}
 	span := e.prof.Begin(profiler.Sample, step-1, -1)
-	id := s.sm.next(s.logits, s.history)
+	tok := Token{ID: s.sm.next(s.logits, s.history), Step: step}
+	if s.logprobs {
+		tok.Logprob, tok.TopLogprobs = logprobs(s.logits, tok.ID, s.topLogprobs)
+	}
 	span.End(0)
-	s.history = append(s.history, id)
-	s.res.GeneratedIDs = append(s.res.GeneratedIDs, id)
+	s.history = append(s.history, tok.ID)
+	s.res.GeneratedIDs = append(s.res.GeneratedIDs, tok.ID)
 	if onToken != nil {
-		if err := onToken(seq, Token{ID: id, Step: step}); err != nil {
+		if err := onToken(tok); err != nil {
 			if !errors.Is(err, ErrStopped) {
-				return 0, err
+				return err
 			}
 			s.res.StopReason = StopCaller
-			return id, nil
+			return nil
 		}
 	}
 	switch {
-	case slices.Contains(s.stop, id):
+	case slices.Contains(s.stop, tok.ID):
 		s.res.StopReason = StopEOS
 	case step == s.maxNew && s.untilFull:
 		s.res.StopReason = StopContext
 	case step == s.maxNew:
 		s.res.StopReason = StopMaxNewTokens
 	}
-	return id, nil
+	return nil
 }
 
-// finish fills the timings of a sequence that just stopped; prefill is the batch's prefill time.
-func (s *sequence) finish(prefill time.Duration) {
+// logprobs returns ln p(id) under softmax(logits) and the top most likely tokens (most likely first, ties by
+// lower id), computed in float64.
+func logprobs(logits []float32, id, top int) (float64, []TokenLogprob) {
+	m := math.Inf(-1)
+	for _, l := range logits {
+		m = max(m, float64(l))
+	}
+	sum := 0.0
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - m)
+	}
+	lse := m + math.Log(sum)
+	var best []TokenLogprob
+	for i, l := range logits {
+		if top == 0 {
+			break
+		}
+		lp := float64(l) - lse
+		if len(best) == top && lp <= best[top-1].Logprob {
+			continue
+		}
+		at := len(best)
+		for at > 0 && best[at-1].Logprob < lp {
+			at--
+		}
+		best = slices.Insert(best, at, TokenLogprob{ID: i, Logprob: lp})
+		if len(best) > top {
+			best = best[:top]
+		}
+	}
+	return float64(logits[id]) - lse, best
+}
+
+// finish fills the timings of a sequence that just stopped, submitted at submitted.
+func (s *sequence) finish(submitted time.Time) {
 	t := &s.res.Timings
-	t.Prefill = prefill
-	t.Decode = time.Since(s.decodeStart)
-	t.Total = t.TTFT + t.Decode
-	t.PrefillTokensPerSec = float64(len(s.res.PromptIDs)) / prefill.Seconds()
-	if k := len(s.res.GeneratedIDs) - 1; k > 0 {
+	now := time.Now()
+	t.Queued = s.joined.Sub(submitted)
+	t.Total = now.Sub(submitted)
+	if s.decodeStart.IsZero() { // no token was chosen
+		return
+	}
+	t.Prefill = s.prefilled.Sub(s.joined)
+	t.Decode = now.Sub(s.decodeStart)
+	if computed := len(s.res.PromptIDs) - s.res.CachedPromptTokens; computed > 0 && t.Prefill > 0 {
+		t.PrefillTokensPerSec = float64(computed) / t.Prefill.Seconds()
+	}
+	if k := len(s.res.GeneratedIDs) - 1; k > 0 && t.Decode > 0 {
 		t.DecodeTokensPerSec = float64(k) / t.Decode.Seconds()
 	}
 }

@@ -76,16 +76,16 @@ func (a *hostArena) array(dims ...int) *hostArray {
 	return y
 }
 
-// recycle makes every array handed out since the last recycle reusable, except keep (still in use: it is
-// recycled the next time).
-func (a *hostArena) recycle(keep *hostArray) {
+// recycle makes every array handed out since the last recycle reusable, except those in keep (still in use:
+// they are recycled the next time).
+func (a *hostArena) recycle(keep ...*hostArray) {
 	if a.free == nil {
 		a.free = map[int][]*hostArray{}
 	}
 	used := a.used
 	a.used = nil
 	for _, y := range used {
-		if y == keep {
+		if slices.Contains(keep, y) {
 			a.used = append(a.used, y)
 			continue
 		}

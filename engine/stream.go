@@ -50,7 +50,8 @@ type loadResult struct {
 	buf    *shards.Buffer
 }
 
-// stream runs prefetch and transfer for a schedule of units, repeated for up to passes forward passes.
+// stream runs prefetch and transfer for a schedule of units, repeated for up to passes forward passes (without
+// end when passes is negative: the batch loop's stream, stopped when the loop goes idle).
 type stream struct {
 	e        *Engine
 	schedule []string
@@ -74,6 +75,9 @@ func (e *Engine) startStream(ctx context.Context, schedule []string, passes int,
 		errc:   make(chan error, 2),
 	}
 	total := passes * len(schedule)
+	if passes < 0 {
+		total = -1
+	}
 	s.wg.Add(2)
 	go s.prefetch(total)
 	go s.transfer(total)
@@ -88,11 +92,12 @@ func (s *stream) fail(err error) {
 	s.cancel()
 }
 
+// prefetch loads total units of the schedule in order (without end when total is negative).
 func (s *stream) prefetch(total int) {
 	defer s.wg.Done()
 	defer close(s.loaded)
 	p := s.e.pools
-	for i := range total {
+	for i := 0; total < 0 || i < total; i++ {
 		unit := s.schedule[i%len(s.schedule)]
 		var buf *shards.Buffer
 		select {
@@ -129,7 +134,7 @@ func (s *stream) transfer(total int) {
 	defer s.wg.Done()
 	defer close(s.ready)
 	p := s.e.pools
-	for range total {
+	for i := 0; total < 0 || i < total; i++ {
 		var r loadResult
 		var ok bool
 		select {

@@ -141,3 +141,44 @@ func (v *View) Write(b, n, stride int, k, val []float32) error {
 	}
 	return nil
 }
+
+// Truncate forgets the positions of sequence b from n on (n ≤ Len(b)): the first n stay valid. Truncate(b, 0)
+// frees the row for another sequence.
+func (s *Store) Truncate(b, n int) error {
+	if n < 0 || n > s.lens[b] {
+		return fmt.Errorf("kvcache: truncate sequence %d to %d positions: it holds %d", b, n, s.lens[b])
+	}
+	s.lens[b] = n
+	return nil
+}
+
+// CopyFrom copies the committed positions of every sequence both Stores have from src (a Store of the same
+// layers, heads and head size, typically a smaller one being replaced by s). It fails when a sequence of src
+// holds more positions than s has room for.
+func (s *Store) CopyFrom(src *Store) error {
+	c, o := s.cfg, src.cfg
+	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim {
+		return fmt.Errorf("kvcache: copy from a store of other dimensions (%+v into %+v)", o, c)
+	}
+	rows := min(c.Batch, o.Batch)
+	for b := range rows {
+		if src.lens[b] > c.Capacity {
+			return fmt.Errorf("kvcache: sequence %d holds %d positions, more than the capacity of %d", b, src.lens[b], c.Capacity)
+		}
+	}
+	d := c.HeadDim
+	for l := range s.slots {
+		dst, from := &s.slots[l], &src.slots[l]
+		for b := range rows {
+			n := src.lens[b] * d
+			for h := range c.KVHeads {
+				to := ((b*c.KVHeads + h) * c.Capacity) * d
+				at := ((b*o.KVHeads + h) * o.Capacity) * d
+				copy(dst.K[to:to+n], from.K[at:at+n])
+				copy(dst.V[to:to+n], from.V[at:at+n])
+			}
+		}
+	}
+	copy(s.lens, src.lens[:rows])
+	return nil
+}
