@@ -184,7 +184,7 @@ type Engine struct {
 	bkv        *kvcache.Store // the batch loop's cache: one row per sequence
 	rowBusy    []bool         // bkv rows in use by a sequence
 	rowSession []*Session     // bkv rows kept by a session
-	step atomic.Int64 // the profiler's step label: 0 prefill, 1.. decode
+	step       atomic.Int64   // the profiler's step label: 0 prefill, 1.. decode
 
 	mu     sync.Mutex
 	closed bool

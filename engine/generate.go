@@ -192,20 +192,20 @@ func (e *Engine) CheckRequest(req Request) error {
 
 // sequence is one request's state in the batch loop.
 type sequence struct {
-	maxNew       int // resolved: 0 became the room left in the context
-	untilFull    bool
-	stop         []int
-	chunk        int // prompt tokens per prefill pass
-	fed          int // prompt tokens in the cache so far
-	sm           *sampler
-	logprobs     bool
-	topLogprobs  int
-	history      []int // prompt and generated ids, for the repetition penalty
-	logits       []float32
-	joined       time.Time // into the batch
-	prefilled    time.Time // the prompt's last pass ended
-	decodeStart  time.Time // the first token was chosen
-	res          *Result
+	maxNew      int // resolved: 0 became the room left in the context
+	untilFull   bool
+	stop        []int
+	chunk       int // prompt tokens per prefill pass
+	fed         int // prompt tokens in the cache so far
+	sm          *sampler
+	logprobs    bool
+	topLogprobs int
+	history     []int // prompt and generated ids, for the repetition penalty
+	logits      []float32
+	joined      time.Time // into the batch
+	prefilled   time.Time // the prompt's last pass ended
+	decodeStart time.Time // the first token was chosen
+	res         *Result
 }
 
 // newSequence validates req against the model's context and prepares its state.
