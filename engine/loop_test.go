@@ -1,0 +1,321 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/synth"
+)
+
+// TestConcurrentRequestsJoinTheBatch: requests submitted while others run join the batch at a step boundary
+// (one forward pass serves them all) and each gets exactly its result alone, including those that need the
+// cache to grow (more rows, more positions) while others are in it.
+func TestConcurrentRequestsJoinTheBatch(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	ctx := context.Background()
+	reqs := batchRequests(t)
+	for _, mode := range []struct {
+		name string
+		opts Options
+	}{
+		{"streamed", Options{}},
+		{"graph-decode", Options{GraphDecode: true}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			e := open(t, model, mode.opts)
+			alone := make([]*Result, len(reqs))
+			soloSteps := int64(0)
+			for i, r := range reqs {
+				before := e.Load().Steps
+				res, err := e.Generate(ctx, r, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				alone[i] = res
+				soloSteps += e.Load().Steps - before
+			}
+			// Request 0 runs first; request i joins once request 0 has generated 2i tokens.
+			got := make([]*Result, len(reqs))
+			errs := make([]error, len(reqs))
+			var wg sync.WaitGroup
+			launch := func(i int) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got[i], errs[i] = e.Generate(ctx, reqs[i], nil)
+				}()
+			}
+			before := e.Load().Steps
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[0], errs[0] = e.Generate(ctx, reqs[0], func(tok Token) error {
+					if i := tok.Step / 2; tok.Step%2 == 0 && i >= 1 && i < len(reqs) {
+						launch(i)
+					}
+					return nil
+				})
+			}()
+			wg.Wait()
+			steps := e.Load().Steps - before
+			for i := range reqs {
+				if errs[i] != nil {
+					t.Fatalf("request %d: %v", i, errs[i])
+				}
+				if !slices.Equal(got[i].GeneratedIDs, alone[i].GeneratedIDs) || got[i].StopReason != alone[i].StopReason {
+					t.Errorf("request %d joining the batch: %v (%s)\nalone: %v (%s)", i, got[i].GeneratedIDs, got[i].StopReason, alone[i].GeneratedIDs, alone[i].StopReason)
+				}
+			}
+			// Shared passes: far fewer than the requests alone took together.
+			t.Logf("%d passes together, %d alone", steps, soloSteps)
+			if steps*2 > soloSteps {
+				t.Errorf("%d forward passes for the concurrent requests, %d alone: the passes were not shared", steps, soloSteps)
+			}
+		})
+	}
+}
+
+// TestCancelOneSequence: a request whose context ends leaves the batch with what it generated so far and the
+// context's error; the others are untouched.
+func TestCancelOneSequence(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 31})
+	e := open(t, model, Options{})
+	ctx := context.Background()
+	long := Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 30, StopIDs: []int{}}
+	want, err := e.Generate(ctx, long, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var other *Result
+	var otherErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		other, otherErr = e.Generate(ctx, long, nil)
+	}()
+	res, err := e.Generate(cctx, Request{PromptIDs: []int{1, 7}, MaxNewTokens: 30, StopIDs: []int{}}, func(tok Token) error {
+		if tok.Step == 4 {
+			cancel()
+		}
+		return nil
+	})
+	wg.Wait()
+	if !errors.Is(err, context.Canceled) || res == nil || res.StopReason != StopCancelled || len(res.GeneratedIDs) != 4 {
+		t.Errorf("cancelled request: %v, %+v; want context.Canceled and the 4 tokens so far", err, res)
+	}
+	if otherErr != nil || !slices.Equal(other.GeneratedIDs, want.GeneratedIDs) {
+		t.Errorf("the other request: %v %v, want %v", otherErr, other, want.GeneratedIDs)
+	}
+}
+
+// TestQueueAndMaxBatch: with MaxBatch 2, a third request waits in the queue (Load reports it), joins when a
+// sequence ends, and a queued request whose context ends leaves the queue at once.
+func TestQueueAndMaxBatch(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 32})
+	e := open(t, model, Options{MaxBatch: 2})
+	ctx := context.Background()
+	req := func(n int) Request { return Request{PromptIDs: []int{1, 3, n}, MaxNewTokens: 12, StopIDs: []int{}} }
+	alone := map[int][]int{}
+	for n := range 4 {
+		r, err := e.Generate(ctx, req(n), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[n] = r.GeneratedIDs
+	}
+	started := make(chan struct{})
+	release := make(chan struct{})
+	peak := 0
+	var mu sync.Mutex
+	results := make([]*Result, 4)
+	var wg sync.WaitGroup
+	for n := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			results[n], err = e.Generate(ctx, req(n), func(tok Token) error {
+				mu.Lock()
+				peak = max(peak, e.Load().Active)
+				mu.Unlock()
+				if n == 0 && tok.Step == 1 {
+					close(started)
+					<-release // hold the loop while the queue is inspected
+				}
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		if n == 0 {
+			<-started
+		}
+	}
+	// Request 3 queues behind the others; its context ends while it waits.
+	qctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Generate(qctx, req(3), nil)
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Load().Queued < 3 && time.Now().Before(deadline) { // requests 1, 2 and 3 wait: the loop is held
+		time.Sleep(time.Millisecond)
+	}
+	if q := e.Load().Queued; q != 3 {
+		t.Errorf("%d requests queued, want 3", q)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("queued request cancelled: got %v", err)
+	}
+	close(release)
+	wg.Wait()
+	for n := range 3 {
+		if !slices.Equal(results[n].GeneratedIDs, alone[n]) {
+			t.Errorf("request %d: %v, alone %v", n, results[n].GeneratedIDs, alone[n])
+		}
+	}
+	if peak > 2 {
+		t.Errorf("%d sequences in the batch at once, MaxBatch 2", peak)
+	}
+}
+
+// TestSessionReusesCache: a session's second request, whose prompt continues the first one's prompt and reply,
+// computes only the new tokens and generates what the whole prompt gives without a session.
+func TestSessionReusesCache(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 33})
+	e := open(t, model, Options{})
+	ctx := context.Background()
+	s := e.NewSession()
+	defer s.Close()
+	first := Request{PromptIDs: []int{1, 5, 9, 11}, MaxNewTokens: 6, StopIDs: []int{}, Session: s}
+	r1, err := e.Generate(ctx, first, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := append(append(slices.Clone(first.PromptIDs), r1.GeneratedIDs...), 7, 8)
+	second := Request{PromptIDs: prompt, MaxNewTokens: 6, StopIDs: []int{}, Session: s}
+	r2, err := e.Generate(ctx, second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(first.PromptIDs) + len(r1.GeneratedIDs) - 1; r2.CachedPromptTokens != want {
+		t.Errorf("%d prompt tokens reused, want %d", r2.CachedPromptTokens, want)
+	}
+	second.Session = nil
+	fresh, err := e.Generate(ctx, second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r2.GeneratedIDs, fresh.GeneratedIDs) || fresh.CachedPromptTokens != 0 {
+		t.Errorf("with the session: %v; computed afresh: %v (%d cached)", r2.GeneratedIDs, fresh.GeneratedIDs, fresh.CachedPromptTokens)
+	}
+	// A prompt that diverges early reuses only the common prefix; the same prompt again reuses all but its last.
+	r3, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 4}, MaxNewTokens: 2, StopIDs: []int{}, Session: s}, nil)
+	if err != nil || r3.CachedPromptTokens != 2 {
+		t.Errorf("diverging prompt: %v, %d cached, want 2", err, r3.CachedPromptTokens)
+	}
+	// One request at a time per session.
+	hold := make(chan struct{})
+	go e.Generate(ctx, Request{PromptIDs: []int{1}, MaxNewTokens: 3, StopIDs: []int{}, Session: s}, func(Token) error { <-hold; return nil })
+	time.Sleep(20 * time.Millisecond)
+	if _, err := e.Generate(ctx, Request{PromptIDs: []int{1}, MaxNewTokens: 1, Session: s}, nil); err == nil {
+		t.Error("two requests of one session ran at once")
+	}
+	close(hold)
+}
+
+// TestLogprobs: the reported log-probabilities are the log-softmax of the model's logits (Engine.Logits), and
+// the greedy token is the first of the top ones.
+func TestLogprobs(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 34})
+	e := open(t, model, Options{})
+	ctx := context.Background()
+	prompt := []int{1, 5, 9}
+	var toks []Token
+	res, err := e.Generate(ctx, Request{PromptIDs: prompt, MaxNewTokens: 3, StopIDs: []int{}, TopLogprobs: 4}, func(tok Token) error {
+		toks = append(toks, tok)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := e.Logits(ctx, append(slices.Clone(prompt), res.GeneratedIDs[:2]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tok := range toks {
+		l := logits[len(prompt)-1+i]
+		m := math.Inf(-1)
+		for _, v := range l {
+			m = max(m, float64(v))
+		}
+		sum := 0.0
+		for _, v := range l {
+			sum += math.Exp(float64(v) - m)
+		}
+		want := float64(l[tok.ID]) - m - math.Log(sum)
+		if math.Abs(tok.Logprob-want) > 1e-4 {
+			t.Errorf("step %d: logprob %g, want %g", tok.Step, tok.Logprob, want)
+		}
+		if len(tok.TopLogprobs) != 4 || tok.TopLogprobs[0].ID != tok.ID || tok.TopLogprobs[0].Logprob != tok.Logprob {
+			t.Errorf("step %d: top logprobs %v, want 4 starting with the greedy token %d", tok.Step, tok.TopLogprobs, tok.ID)
+		}
+		for k := 1; k < len(tok.TopLogprobs); k++ {
+			if tok.TopLogprobs[k].Logprob > tok.TopLogprobs[k-1].Logprob {
+				t.Errorf("step %d: top logprobs out of order: %v", tok.Step, tok.TopLogprobs)
+			}
+		}
+	}
+	if _, err := e.Generate(ctx, Request{PromptIDs: prompt, TopLogprobs: MaxTopLogprobs + 1}, nil); err == nil {
+		t.Error("TopLogprobs beyond the bound was accepted")
+	}
+}
+
+// TestCloseEndsQueuedRequests: requests waiting when the engine closes end with ErrClosed; later ones are refused.
+func TestCloseEndsQueuedRequests(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 35})
+	e, err := Open(context.Background(), model, Options{MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	started, release := make(chan struct{}), make(chan struct{})
+	go e.Generate(ctx, Request{PromptIDs: []int{1, 2}, MaxNewTokens: 5, StopIDs: []int{}}, func(tok Token) error {
+		if tok.Step == 1 {
+			close(started)
+			<-release
+		}
+		return nil
+	})
+	<-started
+	queued := make(chan error, 1)
+	go func() {
+		_, err := e.Generate(ctx, Request{PromptIDs: []int{1, 3}, MaxNewTokens: 5}, nil)
+		queued <- err
+	}()
+	for e.Load().Queued == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	if err := <-queued; !errors.Is(err, ErrClosed) {
+		t.Errorf("queued request: %v, want ErrClosed", err)
+	}
+	close(release)
+	<-closed
+	if _, err := e.Generate(ctx, Request{PromptIDs: []int{1}}, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
