@@ -56,6 +56,7 @@ import (
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
+	"github.com/layerstream/layerstream/tokenizer"
 )
 
 // Options configure an Engine. The zero value streams decoder layers with the defaults below.
@@ -179,6 +180,10 @@ type Engine struct {
 
 	kv   *kvcache.Store // Logits' cache, reused while the capacity fits
 	prof *profiler.Profiler
+
+	tokOnce sync.Once // Tokenizer
+	tok     *tokenizer.Tokenizer
+	tokErr  error
 
 	sched      scheduler      // the batch loop's queue (loop.go)
 	bkv        *kvcache.Store // the batch loop's cache: one row per sequence

@@ -113,7 +113,7 @@ var ErrClosed = errors.New("engine: closed")
 func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) error) (*Result, error) {
 	s, err := e.newSequence(req)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, &RequestError{fmt.Errorf("engine: %w", err)}
 	}
 	j := newJob(ctx, s, req.Session, onToken)
 	if err := e.submit(j); err != nil {
@@ -140,9 +140,9 @@ func (e *Engine) GenerateBatch(ctx context.Context, reqs []Request, onToken func
 		s, err := e.newSequence(req)
 		if err != nil {
 			if len(reqs) > 1 {
-				return nil, fmt.Errorf("engine: request %d: %w", i, err)
+				return nil, &RequestError{fmt.Errorf("engine: request %d: %w", i, err)}
 			}
-			return nil, fmt.Errorf("engine: %w", err)
+			return nil, &RequestError{fmt.Errorf("engine: %w", err)}
 		}
 		seqs[i] = s
 	}

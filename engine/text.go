@@ -1,0 +1,238 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+// TextRequest is a generation given and returned as text (GenerateText): the prompt is tokenized (a chat
+// rendered with the model's chat template first), generated ids are decoded, and stop strings are matched on
+// the decoded text.
+type TextRequest struct {
+	// Prompt is plain text, encoded with the tokenizer's special tokens (BOS...). Give Prompt or Messages.
+	Prompt string
+	// Messages is a chat, rendered with the model's chat template and its generation prompt.
+	Messages []tokenizer.Message
+	// MaxNewTokens bounds the generated tokens; 0 generates until the context is full.
+	MaxNewTokens int
+	Sampling     Sampling
+	// Stop ends generation as soon as the text contains one of these strings; the text ends before it.
+	Stop []string
+	// StopIDs, Logprobs, TopLogprobs and Session are as in Request.
+	StopIDs     []int
+	Logprobs    bool
+	TopLogprobs int
+	Session     *Session
+}
+
+// TextChunk is text that became available during GenerateText.
+type TextChunk struct {
+	// Text is the new text (possibly empty): the chunks concatenate to TextResult.Text. Text that may be the
+	// start of a stop string, or an incomplete UTF-8 character, is held back until it is known not to be.
+	Text string
+	// Token is the token generated at this step; nil for the last chunk, which carries only the text held back
+	// until the end.
+	Token *TextToken
+}
+
+// TextToken is a generated token with its text and, when asked for, log-probabilities (Token).
+type TextToken struct {
+	ID          int
+	Text        string // the text the token adds (special tokens included; "" for part of a UTF-8 character)
+	Logprob     float64
+	TopLogprobs []TextLogprob
+}
+
+// TextLogprob is a candidate token of a step with its text and log-probability.
+type TextLogprob struct {
+	ID      int
+	Text    string
+	Logprob float64
+}
+
+// TextResult is a finished text generation. Result.StopReason is StopString when a stop string ended it.
+type TextResult struct {
+	Result
+	Text string
+	// Stop is the stop string that ended generation (StopReason StopString).
+	Stop string
+}
+
+// StopString: one of TextRequest.Stop appeared in the text.
+const StopString = "stop_string"
+
+// RequestError is a request the engine refuses before any work (empty prompt, context overflow, bad sampling
+// parameters, a chat the template rejects...): the caller's mistake, not the engine's.
+type RequestError struct{ Err error }
+
+func (e *RequestError) Error() string { return e.Err.Error() }
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// Tokenizer returns the model's tokenizer (tokenizer.json in the model folder), loaded on first use.
+func (e *Engine) Tokenizer() (*tokenizer.Tokenizer, error) {
+	e.tokOnce.Do(func() {
+		e.tok, e.tokErr = tokenizer.Load(e.Dir())
+		if e.tokErr != nil {
+			e.tokErr = fmt.Errorf("engine: %w", e.tokErr)
+		}
+	})
+	return e.tok, e.tokErr
+}
+
+// EncodePrompt returns the token ids of a text prompt (with the tokenizer's special tokens) or of a chat
+// (rendered with the model's chat template, generation prompt added). Errors are *RequestError, except a
+// missing tokenizer.
+func (e *Engine) EncodePrompt(prompt string, messages []tokenizer.Message) ([]int, error) {
+	tok, err := e.Tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	if (prompt == "") == (messages == nil) {
+		return nil, &RequestError{errors.New("give a prompt or messages, not both or neither")}
+	}
+	addSpecial := true
+	if messages != nil {
+		if !tok.HasChatTemplate() {
+			return nil, &RequestError{errors.New("the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): give a plain prompt")}
+		}
+		if prompt, err = tok.ApplyChatTemplate(messages, true); err != nil {
+			return nil, &RequestError{err}
+		}
+		addSpecial = false // the template writes the special tokens itself
+	}
+	ids, err := tok.Encode(prompt, addSpecial)
+	if err != nil {
+		return nil, &RequestError{fmt.Errorf("tokenize prompt: %w", err)}
+	}
+	return ids, nil
+}
+
+// GenerateText is Generate in text: it encodes the prompt (EncodePrompt), generates, and calls onText (which
+// may be nil) with the text of every step as it becomes printable, then once more (Token nil) with the text
+// held back until the end. Returning ErrStopped from onText ends generation (StopReason "stopped"); another
+// error ends it with that error. Errors and cancellation return the result so far, as Generate does.
+func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(TextChunk) error) (*TextResult, error) {
+	tok, err := e.Tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	ids, err := e.EncodePrompt(req.Prompt, req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range req.Stop {
+		if s == "" {
+			return nil, &RequestError{errors.New("a stop string is empty")}
+		}
+	}
+	r := Request{PromptIDs: ids, MaxNewTokens: req.MaxNewTokens, Sampling: req.Sampling, StopIDs: req.StopIDs,
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Session: req.Session}
+	dec := tok.NewStreamDecoder(true)
+	dec.Prime(ids) // the first generated word keeps its leading space
+	m := stopMatcher{stops: req.Stop}
+	stop := ""
+	prev := ids[len(ids)-1]
+	res, err := e.Generate(ctx, r, func(t Token) error {
+		text, hit := m.add(dec.Next(t.ID))
+		if onText != nil {
+			tt := &TextToken{ID: t.ID, Text: tokenText(tok, prev, t.ID), Logprob: t.Logprob}
+			for _, c := range t.TopLogprobs {
+				tt.TopLogprobs = append(tt.TopLogprobs, TextLogprob{ID: c.ID, Text: tokenText(tok, prev, c.ID), Logprob: c.Logprob})
+			}
+			prev = t.ID
+			if err := onText(TextChunk{Text: text, Token: tt}); err != nil {
+				return err
+			}
+		}
+		if hit {
+			stop = m.stop
+			return ErrStopped
+		}
+		return nil
+	})
+	if res == nil {
+		return nil, err
+	}
+	out := &TextResult{Result: *res}
+	if stop == "" {
+		tail, hit := m.add(dec.Flush())
+		if hit {
+			stop = m.stop
+		} else {
+			tail += m.flush()
+		}
+		if onText != nil && tail != "" && err == nil {
+			if cerr := onText(TextChunk{Text: tail}); cerr != nil && !errors.Is(cerr, ErrStopped) {
+				err = cerr
+			}
+		}
+	}
+	if stop != "" {
+		out.StopReason, out.Stop = StopString, stop
+	}
+	out.Text = m.text[:m.emitted]
+	return out, err
+}
+
+// tokenText is the text id adds after prev (special tokens included): decoded after prev rather than alone, so
+// that decoders that strip the text's leading space keep the space a word token starts with.
+func tokenText(tok *tokenizer.Tokenizer, prev, id int) string {
+	before := tok.Decode([]int{prev}, false)
+	if both := tok.Decode([]int{prev, id}, false); strings.HasPrefix(both, before) {
+		return both[len(before):]
+	}
+	return tok.Decode([]int{id}, false)
+}
+
+// stopMatcher finds stop strings in text arriving piece by piece, holding back the end of the text while it
+// may be the start of one.
+type stopMatcher struct {
+	stops   []string
+	text    string // all the text so far
+	emitted int    // bytes of text given out
+	stop    string // the stop string found
+}
+
+// add appends piece and returns the text that can be given out; hit reports a stop string, the text then
+// ending before it.
+func (m *stopMatcher) add(piece string) (out string, hit bool) {
+	from := len(m.text)
+	m.text += piece
+	if len(m.stops) == 0 {
+		return m.flush(), false
+	}
+	end := -1
+	for _, s := range m.stops {
+		start := max(0, from-len(s)+1)
+		if i := strings.Index(m.text[start:], s); i >= 0 && (end < 0 || start+i < end) {
+			end, m.stop = start+i, s
+		}
+	}
+	if end >= 0 {
+		m.text = m.text[:max(end, m.emitted)] // (the text given out never holds the start of a stop string)
+		return m.flush(), true
+	}
+	hold := 0
+	for _, s := range m.stops {
+		for k := min(len(s)-1, len(m.text)); k > hold; k-- {
+			if strings.HasSuffix(m.text, s[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	safe := max(m.emitted, len(m.text)-hold)
+	out, m.emitted = m.text[m.emitted:safe], safe
+	return out, false
+}
+
+// flush gives out the text held back.
+func (m *stopMatcher) flush() string {
+	out := m.text[m.emitted:]
+	m.emitted = len(m.text)
+	return out
+}

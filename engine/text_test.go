@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+func TestStopMatcher(t *testing.T) {
+	for _, c := range []struct {
+		stops  []string
+		pieces []string
+		want   []string // what each add gives out
+		text   string   // the text at the end (after flush)
+		stop   string
+	}{
+		{nil, []string{"a", "b"}, []string{"a", "b"}, "ab", ""},
+		{[]string{"END"}, []string{"xx", "E", "N", "y"}, []string{"xx", "", "", "ENy"}, "xxENy", ""},
+		{[]string{"END"}, []string{"xx", "EN", "Dzz"}, []string{"xx", "", ""}, "xx", "END"},
+		{[]string{"END"}, []string{"xxEND", "zz"}, []string{"xx"}, "xx", "END"},
+		{[]string{"ab", "b"}, []string{"xa", "b"}, []string{"x", ""}, "x", "ab"}, // the earliest match wins
+		{[]string{"\n\n"}, []string{"one\n", "two\n", "\nthree"}, []string{"one", "\ntwo", ""}, "one\ntwo", "\n\n"},
+		{[]string{"é!"}, []string{"caf", "é", "s"}, []string{"caf", "", "és"}, "cafés", ""},
+	} {
+		m := stopMatcher{stops: c.stops}
+		var got []string
+		hit := false
+		for _, p := range c.pieces {
+			out, h := m.add(p)
+			got = append(got, out)
+			if hit = h; hit {
+				break
+			}
+		}
+		if !hit {
+			m.flush()
+		}
+		if strings.Join(got, "|") != strings.Join(c.want, "|") || m.text[:m.emitted] != c.text || (hit && m.stop != c.stop) || hit != (c.stop != "") {
+			t.Errorf("stops %q pieces %q: gave %q, text %q (stop %q, hit %v); want %q, %q, %q", c.stops, c.pieces, got, m.text[:m.emitted], m.stop, hit, c.want, c.text, c.stop)
+		}
+	}
+}
+
+// FuzzStopMatcher: whatever the pieces, the text given out is the text up to the first stop string (all of it
+// when none occurs), and it never includes the start of a stop string that then completes.
+func FuzzStopMatcher(f *testing.F) {
+	f.Add("hello world, the END is near", "END", "d,", 3)
+	f.Add("aaab", "aab", "b", 1)
+	f.Fuzz(func(t *testing.T, text, s1, s2 string, step int) {
+		if s1 == "" || s2 == "" {
+			return
+		}
+		step = 1 + (step%7+7)%7
+		m := stopMatcher{stops: []string{s1, s2}}
+		out := ""
+		hit := false
+		for i := 0; i < len(text) && !hit; i += step {
+			var o string
+			o, hit = m.add(text[i:min(i+step, len(text))])
+			out += o
+		}
+		if !hit {
+			out += m.flush()
+		}
+		cut := len(text)
+		for _, s := range []string{s1, s2} {
+			if i := strings.Index(text, s); i >= 0 {
+				cut = min(cut, i)
+			}
+		}
+		if out != text[:cut] || hit != (cut < len(text) || strings.Contains(text, s1) || strings.Contains(text, s2)) {
+			t.Fatalf("text %q stops %q %q step %d: gave %q (hit %v), want %q", text, s1, s2, step, out, hit, text[:cut])
+		}
+	})
+}
+
+// TestGenerateText: the text is the decoded ids, the chunks concatenate to it, and a stop string ends the text
+// before it.
+func TestGenerateText(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	e := open(t, model, Options{})
+	ctx := context.Background()
+	tok, err := e.Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []string
+	res, err := e.GenerateText(ctx, TextRequest{Prompt: "Once upon a time", MaxNewTokens: 40, TopLogprobs: 2}, func(c TextChunk) error {
+		chunks = append(chunks, c.Text)
+		if c.Token != nil && (len(c.Token.TopLogprobs) != 2 || c.Token.TopLogprobs[0].Text == "") {
+			t.Errorf("token %+v: want 2 top logprobs with their text", c.Token)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tok.Decode(res.GeneratedIDs, true); res.Text != want || strings.Join(chunks, "") != want {
+		t.Errorf("text %q, chunks %q; want the decoded ids %q", res.Text, chunks, want)
+	}
+	if !strings.HasPrefix(res.Text, ", there was a little girl named Lily.") {
+		t.Errorf("text %q", res.Text)
+	}
+	chunks = nil
+	stopped, err := e.GenerateText(ctx, TextRequest{Prompt: "Once upon a time", MaxNewTokens: 40, Stop: []string{"girl", "Lily"}}, func(c TextChunk) error {
+		chunks = append(chunks, c.Text)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stopped.Text != ", there was a little " || strings.Join(chunks, "") != stopped.Text || stopped.StopReason != StopString || stopped.Stop != "girl" {
+		t.Errorf("with stop strings: %q (%s %q), chunks %q", stopped.Text, stopped.StopReason, stopped.Stop, chunks)
+	}
+	// Refusals are RequestErrors.
+	var re *RequestError
+	for _, req := range []TextRequest{
+		{Messages: []tokenizer.Message{{Role: "user", Content: "hi"}}}, // no chat template
+		{Prompt: "x", MaxNewTokens: 10000},
+		{Prompt: "x", Stop: []string{""}},
+		{},
+	} {
+		if _, err := e.GenerateText(ctx, req, nil); !errors.As(err, &re) {
+			t.Errorf("%+v: got %v, want a RequestError", req, err)
+		}
+	}
+}
+
+// TestGenerateTextChat: a chat is rendered with the model's template.
+func TestGenerateTextChat(t *testing.T) {
+	src := testutil.SharedPath(t, "models", "stories260K-hf")
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tpl := "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := open(t, dir, Options{})
+	msgs := []tokenizer.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Once upon a time"}}
+	res, err := e.GenerateText(context.Background(), TextRequest{Messages: msgs, MaxNewTokens: 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := e.Tokenizer()
+	want, err := tok.Encode("system: Be brief.\nuser: Once upon a time\nassistant:", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.PromptIDs, want) {
+		t.Errorf("prompt ids %v, want %v", res.PromptIDs, want)
+	}
+}
