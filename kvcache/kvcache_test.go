@@ -75,3 +75,56 @@ func TestNewErrors(t *testing.T) {
 		t.Error("a short allocation accepted")
 	}
 }
+
+// TestCopyFromAndTruncate: a bigger store takes every sequence's committed positions from a smaller one, and
+// Truncate forgets positions from its length on.
+func TestCopyFromAndTruncate(t *testing.T) {
+	small, err := New(Config{Layers: 2, Batch: 2, KVHeads: 2, Capacity: 3, HeadDim: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sequence 1 holds 2 positions in every layer: value = 100·layer + 10·head + position.
+	for l := range 2 {
+		k := make([]float32, 2*2*2) // [kvHeads, stride 2, headDim]
+		for h := range 2 {
+			for p := range 2 {
+				k[(h*2+p)*2], k[(h*2+p)*2+1] = float32(100*l+10*h+p), float32(100*l+10*h+p)
+			}
+		}
+		if err := small.View(l).Write(1, 2, 2, k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small.Advance(1, 2)
+	big, err := New(Config{Layers: 2, Batch: 4, KVHeads: 2, Capacity: 8, HeadDim: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.CopyFrom(small); err != nil {
+		t.Fatal(err)
+	}
+	if big.Len(0) != 0 || big.Len(1) != 2 || big.Len(2) != 0 {
+		t.Fatalf("lengths %d %d %d, want 0 2 0", big.Len(0), big.Len(1), big.Len(2))
+	}
+	for l := range 2 {
+		slot, _ := big.View(l).Layer(0)
+		for h := range 2 {
+			for p := range 2 {
+				at := ((1*2+h)*8 + p) * 2
+				if want := float32(100*l + 10*h + p); slot.K[at] != want || slot.V[at+1] != want {
+					t.Errorf("layer %d head %d position %d: %g, want %g", l, h, p, slot.K[at], want)
+				}
+			}
+		}
+	}
+	if err := big.Truncate(1, 3); err == nil {
+		t.Error("truncating past the length succeeded")
+	}
+	if err := big.Truncate(1, 1); err != nil || big.Len(1) != 1 {
+		t.Errorf("truncate: %v, length %d", err, big.Len(1))
+	}
+	tiny, _ := New(Config{Layers: 2, Batch: 2, KVHeads: 2, Capacity: 1, HeadDim: 2}, nil)
+	if err := tiny.CopyFrom(small); err == nil || !strings.Contains(err.Error(), "capacity") {
+		t.Errorf("copy into too small a store: %v", err)
+	}
+}
