@@ -4,41 +4,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strings"
 )
 
-// Architecture describes one supported Hugging Face architecture family.
-type Architecture struct {
-	Name      string // the `architectures` entry, e.g. "LlamaForCausalLM"
-	ModelType string // the `model_type`, e.g. "llama"
-	// QKVBias is true when the attention q/k/v projections always carry biases (Qwen2).
-	QKVBias bool
-}
-
-var architectures = map[string]Architecture{}
-
-// RegisterArchitecture makes an architecture known to config validation. Model packages call it from init.
-func RegisterArchitecture(a Architecture) { architectures[a.Name] = a }
-
-func init() {
-	RegisterArchitecture(Architecture{Name: "LlamaForCausalLM", ModelType: "llama"})
-	RegisterArchitecture(Architecture{Name: "MistralForCausalLM", ModelType: "mistral"})
-	RegisterArchitecture(Architecture{Name: "Qwen2ForCausalLM", ModelType: "qwen2", QKVBias: true})
-}
-
-// SupportedArchitectures lists the registered architecture names, sorted.
-func SupportedArchitectures() []string {
-	names := make([]string, 0, len(architectures))
-	for n := range architectures {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// Config is the subset of a Hugging Face config.json that decoder-only transformers need.
+// Config is what layerstream reads of a Hugging Face config.json: the decoder's shape and every setting that
+// changes its computation, in either spelling transformers writes (see ParseConfig). Field names follow the
+// JSON keys. Family-specific settings are read here and interpreted by the family (engine/model), which refuses
+// the values it does not implement.
 type Config struct {
 	Architectures         []string `json:"architectures"`
 	ModelType             string   `json:"model_type"`
@@ -51,17 +27,41 @@ type Config struct {
 	VocabSize             int      `json:"vocab_size"`
 	MaxPositionEmbeddings int      `json:"max_position_embeddings"`
 	RMSNormEps            float64  `json:"rms_norm_eps"`
-	RopeTheta             float64  `json:"rope_theta"`
 	HiddenAct             string   `json:"hidden_act"`
 	TieWordEmbeddings     bool     `json:"tie_word_embeddings"`
-	AttentionBias         bool     `json:"attention_bias"`
-	MLPBias               bool     `json:"mlp_bias"`
-	TorchDType            string   `json:"torch_dtype"`
-	SlidingWindow         *int     `json:"sliding_window"`
-	BOSTokenID            *int     `json:"bos_token_id"`
-	EOSTokenID            TokenIDs `json:"eos_token_id"`
-	// RopeScaling is kept raw; models that support a scaling type interpret it.
-	RopeScaling json.RawMessage `json:"rope_scaling"`
+	// TorchDType is the stored dtype: "dtype" in transformers 5, "torch_dtype" in transformers 4.
+	TorchDType string   `json:"-"`
+	BOSTokenID *int     `json:"bos_token_id"`
+	EOSTokenID TokenIDs `json:"eos_token_id"`
+
+	// Rope is the rotary embedding: transformers 5's rope_parameters, or transformers 4's rope_theta and
+	// rope_scaling. RopeByLayerType holds transformers 5's rope_parameters nested by layer type (Gemma 3:
+	// "full_attention", "sliding_attention"); Rope is then the full-attention entry, if any.
+	Rope            Rope            `json:"-"`
+	RopeByLayerType map[string]Rope `json:"-"`
+
+	// Biases (Llama, Granite, SmolLM3, Qwen3, OLMo 2: attention_bias puts biases on q/k/v/o_proj; mlp_bias on
+	// gate/up/down_proj).
+	AttentionBias bool `json:"attention_bias"`
+	MLPBias       bool `json:"mlp_bias"`
+
+	// Sliding-window attention. SlidingWindow is nil when config.json says null; LayerTypes ("full_attention",
+	// "sliding_attention") is nil when absent, and the family derives it (Qwen2/3: use_sliding_window and
+	// max_window_layers; SmolLM3: no_rope_layers; Mistral: every layer).
+	SlidingWindow    *int     `json:"sliding_window"`
+	UseSlidingWindow bool     `json:"use_sliding_window"`
+	MaxWindowLayers  int      `json:"max_window_layers"`
+	LayerTypes       []string `json:"layer_types"`
+
+	// Granite's multipliers.
+	EmbeddingMultiplier float64 `json:"embedding_multiplier"`
+	AttentionMultiplier float64 `json:"attention_multiplier"`
+	ResidualMultiplier  float64 `json:"residual_multiplier"`
+	LogitsScaling       float64 `json:"logits_scaling"`
+
+	// SmolLM3: NoRopeLayers[i] is 1 when layer i uses rotary embeddings, 0 when it does not.
+	NoRopeLayers        []int `json:"no_rope_layers"`
+	NoRopeLayerInterval int   `json:"no_rope_layer_interval"`
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
@@ -96,6 +96,11 @@ func (t *TokenIDs) UnmarshalJSON(b []byte) error {
 // ErrUnsupportedArchitecture is wrapped by errors about unknown `architectures`.
 var ErrUnsupportedArchitecture = errors.New("unsupported architecture")
 
+// IgnoreKeysEnv names the environment variable that lists (comma-separated) config.json keys layerstream does
+// not know but should skip: the escape hatch of the unknown-key policy, for a key the user has checked does not
+// change the computation.
+const IgnoreKeysEnv = "LAYERSTREAM_IGNORE_CONFIG_KEYS"
+
 // LoadConfig reads and validates a config.json.
 func LoadConfig(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
@@ -109,42 +114,168 @@ func LoadConfig(path string) (*Config, error) {
 	return c, nil
 }
 
-// ParseConfig decodes config.json bytes, fills Hugging Face defaults and validates the result.
+// required are the keys config.json must give: no default would be safe.
+var required = []string{"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "max_position_embeddings"}
+
+// ParseConfig decodes config.json bytes, fills transformers' defaults for absent keys and validates the result.
+//
+// Both spellings are read: transformers 5 writes "rope_parameters" ({rope_theta, rope_type, factor, ...}) and
+// "dtype"; transformers 4 writes top-level "rope_theta" and "rope_scaling", and "torch_dtype". A model that keeps
+// its decoder in a nested "text_config" is read from there (the top level supplies keys the text_config lacks).
+//
+// Every key is accounted for: the keys every decoder implements (commonKeys), the family's own (Architecture.Keys),
+// or a short list known not to change the computation (HarmlessKeys). Any other key is refused by name with its
+// value, unless IgnoreKeysEnv lists it.
 func ParseConfig(b []byte) (*Config, error) {
-	var c Config
-	if err := json.Unmarshal(b, &c); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
 		return nil, fmt.Errorf("malformed JSON: %w", err)
 	}
-	if len(c.Architectures) == 0 {
+	if top == nil {
+		return nil, errors.New("config.json is not a JSON object")
+	}
+	var names []string
+	if raw, ok := top["architectures"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &names); err != nil {
+			return nil, fmt.Errorf("config: architectures: want a list of names, got %s", short(raw))
+		}
+	}
+	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: no \"architectures\" entry (supported: %s)", ErrUnsupportedArchitecture, strings.Join(SupportedArchitectures(), ", "))
 	}
-	arch, ok := architectures[c.Architectures[0]]
+	arch, ok := architectures[names[0]]
 	if !ok {
-		return nil, fmt.Errorf("%w %q (supported: %s)", ErrUnsupportedArchitecture, c.Architectures[0], strings.Join(SupportedArchitectures(), ", "))
+		return nil, fmt.Errorf("%w %q (supported: %s)", ErrUnsupportedArchitecture, names[0], strings.Join(SupportedArchitectures(), ", "))
 	}
-	c.Arch = arch
+	m, err := decoderKeys(top)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(m, arch); err != nil {
+		return nil, err
+	}
+	c := &Config{Arch: arch}
+	for _, k := range required {
+		if raw, ok := m[k]; !ok || isNull(raw) {
+			return nil, fmt.Errorf("config: missing field %s", k)
+		}
+	}
+	// Absent keys get transformers' defaults: the family's, else the common ones.
+	filled := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
+		filled[k] = v
+	}
+	for _, d := range []map[string]any{arch.Defaults, commonDefaults} {
+		for k, v := range d {
+			if _, ok := filled[k]; !ok {
+				b, _ := json.Marshal(v)
+				filled[k] = b
+			}
+		}
+	}
+	b, _ = json.Marshal(filled)
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if c.ModelType != "" && c.ModelType != arch.ModelType && c.ModelType != arch.TextModelType {
+		return nil, fmt.Errorf("config: model_type %q does not match architectures[0] %q (model_type %q): transformers would build a different model", c.ModelType, arch.Name, arch.ModelType)
+	}
 	if c.ModelType == "" {
 		c.ModelType = arch.ModelType
 	}
-	if c.NumKeyValueHeads == 0 {
+	if c.TorchDType, err = dtypeOf(filled); err != nil {
+		return nil, err
+	}
+	if c.NumKeyValueHeads == 0 && isAbsentOrNull(filled, "num_key_value_heads") {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
-	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
+	if c.HeadDim == 0 && isAbsentOrNull(filled, "head_dim") && c.NumAttentionHeads > 0 {
+		if c.HiddenSize%c.NumAttentionHeads != 0 {
+			return nil, fmt.Errorf("config: hidden_size (%d) is not a multiple of num_attention_heads (%d), and no head_dim is given", c.HiddenSize, c.NumAttentionHeads)
+		}
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
 	}
-	if c.RMSNormEps == 0 {
-		c.RMSNormEps = 1e-6
+	if c.Rope, c.RopeByLayerType, err = parseRope(filled, c); err != nil {
+		return nil, err
 	}
-	if c.RopeTheta == 0 {
-		c.RopeTheta = 10000
+	return c, c.Validate()
+}
+
+// decoderKeys returns the keys that describe the decoder: the top level's, or a nested text_config's with the
+// top level's other keys added where the text_config lacks them.
+func decoderKeys(top map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+	raw, ok := top["text_config"]
+	if !ok || isNull(raw) {
+		return top, nil
 	}
-	if c.HiddenAct == "" {
-		c.HiddenAct = "silu"
+	var text map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &text); err != nil || text == nil {
+		return nil, fmt.Errorf("config: text_config: want an object, got %s", short(raw))
 	}
-	if c.MaxPositionEmbeddings == 0 {
-		c.MaxPositionEmbeddings = 2048
+	m := make(map[string]json.RawMessage, len(top)+len(text))
+	for k, v := range top {
+		if k != "text_config" {
+			m[k] = v
+		}
 	}
-	return &c, c.Validate()
+	for k, v := range text {
+		if k == "architectures" { // the wrapper's architectures decide the model
+			continue
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// checkKeys refuses every key that neither the family, nor every decoder, implements and that is not known to be
+// harmless, naming each with its value.
+func checkKeys(m map[string]json.RawMessage, arch Architecture) error {
+	ignore := map[string]bool{}
+	for _, k := range strings.Split(os.Getenv(IgnoreKeysEnv), ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			ignore[k] = true
+		}
+	}
+	var unknown []string
+	for _, k := range sortedKeys(m) {
+		switch {
+		case slices.Contains(commonKeys, k), slices.Contains(arch.Keys, k), slices.Contains(HarmlessKeys, k):
+		case ignore[k]:
+			slog.Warn("config.json: skipping a key layerstream does not implement, as "+IgnoreKeysEnv+" asks", "key", k, "value", short(m[k]))
+		case k == "quantization_config":
+			return fmt.Errorf("config: quantization_config %s: quantized checkpoints are not supported (layerstream reads f32, bf16 and f16 safetensors)", short(m[k]))
+		default:
+			unknown = append(unknown, fmt.Sprintf("%s (value %s)", k, short(m[k])))
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("config: %s does not implement key %s: layerstream refuses config keys it does not know rather than ignore what may change the computation (if you have checked that a key does not, list it in %s=key1,key2; see TROUBLESHOOTING.md, \"Unknown config key\")",
+			arch.Name, strings.Join(unknown, ", "), IgnoreKeysEnv)
+	}
+	return nil
+}
+
+// dtypeOf reads the stored dtype: "dtype" (transformers 5) or "torch_dtype" (transformers 4); both must agree.
+func dtypeOf(m map[string]json.RawMessage) (string, error) {
+	var vals []string
+	for _, k := range []string{"dtype", "torch_dtype"} {
+		raw, ok := m[k]
+		if !ok || isNull(raw) {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("config: %s: want a string, got %s", k, short(raw))
+		}
+		vals = append(vals, s)
+	}
+	if len(vals) == 2 && vals[0] != vals[1] {
+		return "", fmt.Errorf("config: dtype %q and torch_dtype %q disagree", vals[0], vals[1])
+	}
+	if len(vals) == 0 {
+		return "", nil
+	}
+	return vals[0], nil
 }
 
 // Validate checks that the dimensions are positive and consistent.
@@ -162,20 +293,23 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: %s must be positive, got %d", f.name, f.v)
 		}
 	}
+	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
+		return fmt.Errorf("config: rms_norm_eps must be a positive number, got %g (a norm of zero activations would divide by zero)", c.RMSNormEps)
+	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fmt.Errorf("config: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", c.NumAttentionHeads, c.NumKeyValueHeads)
 	}
-	if c.HeadDim%2 != 0 {
-		return fmt.Errorf("config: head_dim must be even for rotary embeddings, got %d", c.HeadDim)
+	if c.LayerTypes != nil && len(c.LayerTypes) != c.NumHiddenLayers {
+		return fmt.Errorf("config: layer_types has %d entries for num_hidden_layers %d", len(c.LayerTypes), c.NumHiddenLayers)
 	}
-	if c.HiddenAct != "silu" {
-		return fmt.Errorf("config: hidden_act %q is not supported (supported: silu)", c.HiddenAct)
+	if c.NoRopeLayers != nil && len(c.NoRopeLayers) != c.NumHiddenLayers {
+		return fmt.Errorf("config: no_rope_layers has %d entries for num_hidden_layers %d", len(c.NoRopeLayers), c.NumHiddenLayers)
+	}
+	if c.SlidingWindow != nil && *c.SlidingWindow <= 0 {
+		return fmt.Errorf("config: sliding_window must be positive or null, got %d", *c.SlidingWindow)
 	}
 	return nil
 }
-
-// HasQKVBias reports whether q/k/v projections carry biases.
-func (c *Config) HasQKVBias() bool { return c.Arch.QKVBias || c.AttentionBias }
 
 // GenerationConfig is the subset of generation_config.json that sampling uses.
 type GenerationConfig struct {
@@ -212,4 +346,29 @@ func EOSTokenIDs(c *Config, g *GenerationConfig) []int {
 		return g.EOSTokenID
 	}
 	return c.EOSTokenID
+}
+
+func isNull(raw json.RawMessage) bool { return strings.TrimSpace(string(raw)) == "null" }
+
+func isAbsentOrNull(m map[string]json.RawMessage, k string) bool {
+	raw, ok := m[k]
+	return !ok || isNull(raw)
+}
+
+// short is a JSON value for an error message, cut to a readable length.
+func short(raw json.RawMessage) string {
+	s := strings.Join(strings.Fields(string(raw)), " ")
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

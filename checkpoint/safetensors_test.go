@@ -75,7 +75,7 @@ func TestParseSafetensorsCorrupt(t *testing.T) {
 func TestOpenCorruptCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":8,
-		"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4}`), 0o644)
+		"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"max_position_embeddings":16}`), 0o644)
 	file := filepath.Join(dir, "model.safetensors")
 	os.WriteFile(file, safetensorsFile(goodHeader, 32)[:40], 0o644)
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), file) {

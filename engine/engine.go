@@ -38,10 +38,10 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -164,12 +164,13 @@ type Engine struct {
 	cfg     *checkpoint.Config
 	gen     *checkpoint.GenerationConfig
 	arch    model.Architecture
+	plan    *model.Plan
 	backend backends.Backend
 	dtype   dtypes.DType // of weight matrices on the device
 
 	layerSpecs []tensorSpec
-	headUnit   string // lm_head, or embed when the output projection is tied to the embeddings
-	layerExec  *graph.Exec
+	headUnit   string                          // lm_head, or embed when the output projection is tied to the embeddings
+	layerExecs map[model.LayerKind]*graph.Exec // one compiled layer per kind of layer, built when first needed
 	headExec   *graph.Exec
 
 	pools    *pools       // streamed units' buffers
@@ -234,16 +235,11 @@ func (e *Engine) hasUnit(name string) bool {
 
 func (e *Engine) init(ctx context.Context) error {
 	c := e.cfg
-	if len(c.RopeScaling) > 0 {
-		var rs map[string]any
-		if err := json.Unmarshal(c.RopeScaling, &rs); err != nil || len(rs) > 0 {
-			return fmt.Errorf("config.json: rope_scaling %s is not supported (plain rotary embeddings only)", c.RopeScaling)
-		}
-	}
 	var err error
 	if e.arch, err = model.For(c); err != nil {
 		return err
 	}
+	e.plan = e.arch.Plan()
 	var caps guard.DeviceCaps
 	if e.backend, caps, err = newBackend(e.opts); err != nil {
 		return fmt.Errorf("backend: %w", err)
@@ -286,7 +282,10 @@ func (e *Engine) init(ctx context.Context) error {
 		return fmt.Errorf("no output projection: tensor %s is missing and config.json has tie_word_embeddings false (a tied model sets it true to reuse %s)", lmHeadWeight, embedWeight)
 	}
 
-	for _, s := range e.arch.LayerWeights(c) {
+	if err := e.checkTensors(); err != nil {
+		return err
+	}
+	for _, s := range e.plan.Weights {
 		dt := dtypes.Float32
 		if len(s.Shape) == 2 {
 			dt = e.dtype
@@ -313,6 +312,34 @@ func (e *Engine) init(ctx context.Context) error {
 		return err
 	}
 	return e.allocate(ctx)
+}
+
+// checkTensors makes sure every tensor of every unit is one the model reads, or one known to be unused
+// (model.SkippedLayerTensors): a checkpoint holding weights the configuration does not account for (an o_proj.bias
+// without attention_bias, q_norm weights for a family without q/k norms) is refused by name rather than run
+// without them.
+func (e *Engine) checkTensors() error {
+	layer := map[string]bool{}
+	for _, s := range e.plan.Weights {
+		layer[s.Name] = true
+	}
+	for _, name := range model.SkippedLayerTensors {
+		layer[name] = true
+	}
+	for _, u := range e.set.Units() {
+		for _, t := range u.Tensors {
+			var used bool
+			if u.Layer >= 0 {
+				used = layer[strings.TrimPrefix(t.Name, unitPrefix(u.Name))]
+			} else {
+				used = t.Name == embedWeight || t.Name == normWeight || t.Name == lmHeadWeight
+			}
+			if !used {
+				return fmt.Errorf("tensor %q (unit %s) is not used by %s with this config.json: refusing to run without it (a config key that enables it may be missing, e.g. attention_bias or mlp_bias; see TROUBLESHOOTING.md %q)", t.Name, u.Name, e.cfg.Arch.Name, guard.SectionUnusedTensor)
+			}
+		}
+	}
+	return nil
 }
 
 // headSpecs are the tensors of the non-layer units.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -20,33 +22,48 @@ import (
 // maskedOut is added to the attention score of a key a query must not see.
 const maskedOut = -1e30
 
-// buildExecs creates the two executables: one decoder layer (serving every layer) and the output head.
-// Graphs are compiled per distinct input shape: new-position counts are bucketed to powers of two, and the
-// cache capacity is fixed per Store, so a handful of graphs serve all prompts.
+// buildExecs creates the output head's executable; the decoder layers' are made when a kind of layer first
+// runs (layerExec). Graphs are compiled per distinct input shape: new-position counts are bucketed to powers of
+// two, and the cache capacity is fixed per Store, so a handful of graphs serve all prompts.
 func (e *Engine) buildExecs() error {
-	nFixed := 6 // x, cos, sin, mask, pastK, pastV
-	specs := e.arch.LayerWeights(e.cfg)
-	layerFn := func(ins []*graph.Node) []*graph.Node {
-		ops := graphOps{cos: ins[1], sin: ins[2], mask: ins[3], pastK: ins[4], pastV: ins[5]}
-		in := model.LayerInputs{X: ins[0], W: make(map[string]model.Value, len(specs))}
-		for i, s := range specs {
-			in.W[s.Name] = ins[nFixed+i]
-		}
-		out := e.arch.Layer(e.cfg, ops, in)
-		return []*graph.Node{node(out.X), node(out.K), node(out.V)}
-	}
+	e.layerExecs = map[model.LayerKind]*graph.Exec{}
+	headFn := func(x, norm, w *graph.Node) *graph.Node { return node(e.arch.Head(graphOps{}, x, norm, w)) }
 	var err error
-	if e.layerExec, err = graph.NewExec(e.backend, layerFn); err != nil {
-		return fmt.Errorf("layer graph: %w", err)
-	}
-	eps := e.cfg.RMSNormEps
-	headFn := func(x, norm, w *graph.Node) *graph.Node { return linear(rmsNorm(x, norm, eps), w, nil) }
 	if e.headExec, err = graph.NewExec(e.backend, headFn); err != nil {
 		return fmt.Errorf("head graph: %w", err)
 	}
-	e.layerExec.SetMaxCache(-1)
 	e.headExec.SetMaxCache(-1)
 	return nil
+}
+
+// layerExec returns the executable of a kind of decoder layer, serving every layer of that kind. Its inputs are
+// x, cos and sin (only for a layer with rotary embeddings), mask, pastK, pastV, then the weights in Plan order.
+func (e *Engine) layerExec(kind model.LayerKind) (*graph.Exec, error) {
+	if x, ok := e.layerExecs[kind]; ok {
+		return x, nil
+	}
+	specs := e.plan.Weights
+	layerFn := func(ins []*graph.Node) []*graph.Node {
+		var ops graphOps
+		x, rest := ins[0], ins[1:]
+		if kind.Rope != model.NoRope {
+			ops.cos, ops.sin, rest = rest[0], rest[1], rest[2:]
+		}
+		ops.mask, ops.pastK, ops.pastV, rest = rest[0], rest[1], rest[2], rest[3:]
+		in := model.LayerInputs{Kind: kind, X: x, W: make(map[string]model.Value, len(specs))}
+		for i, s := range specs {
+			in.W[s.Name] = rest[i]
+		}
+		out := e.arch.Layer(ops, in)
+		return []*graph.Node{node(out.X), node(out.K), node(out.V)}
+	}
+	x, err := graph.NewExec(e.backend, layerFn)
+	if err != nil {
+		return nil, fmt.Errorf("layer graph: %w", err)
+	}
+	x.SetMaxCache(-1)
+	e.layerExecs[kind] = x
+	return x, nil
 }
 
 // exec runs an executable, turning a panic inside GoMLX into an error.
@@ -77,9 +94,8 @@ func (e *Engine) kvStore(capacity int) (*kvcache.Store, error) { return e.kvStor
 // kvStoreBatch returns a Store for batch sequences of up to capacity positions each, reusing the last one when
 // its sizes match.
 func (e *Engine) kvStoreBatch(batch, capacity int) (*kvcache.Store, error) {
-	c := e.cfg
-	cfg := kvcache.Config{Layers: c.NumHiddenLayers, Batch: batch, KVHeads: c.NumKeyValueHeads, Capacity: capacity, HeadDim: c.HeadDim}
-	if e.kv != nil && e.kv.Config() == cfg {
+	cfg := e.kvConfig(batch, capacity)
+	if e.kv != nil && e.kv.Config().Equal(cfg) {
 		e.kv.Reset()
 		return e.kv, nil
 	}
@@ -93,10 +109,26 @@ func (e *Engine) kvStoreBatch(batch, capacity int) (*kvcache.Store, error) {
 	return kv, nil
 }
 
+// kvConfig sizes a Store for batch sequences of up to capacity positions: a sliding layer keeps a ring of its
+// window's positions.
+func (e *Engine) kvConfig(batch, capacity int) kvcache.Config {
+	p := e.plan
+	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim}
+	for i, l := range p.Layers {
+		if l.Window > 0 {
+			if cfg.Ring == nil {
+				cfg.Ring = make([]int, len(p.Layers))
+			}
+			cfg.Ring[i] = l.Window
+		}
+	}
+	return cfg
+}
+
 // newKV allocates a Store in device buffers (shared with the host where the backend has them).
 func (e *Engine) newKV(cfg kvcache.Config) (*kvcache.Store, error) {
-	alloc := func(n int) ([]float32, any, error) {
-		d, err := newDeviceTensor(e.backend, dtypes.Float32, cfg.Batch, cfg.KVHeads, cfg.Capacity, cfg.HeadDim)
+	alloc := func(dims []int) ([]float32, any, error) {
+		d, err := newDeviceTensor(e.backend, dtypes.Float32, dims...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -179,7 +211,7 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 // bucket: a row without new tokens is computed but neither written nor returned.
 func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, all bool) ([][]float32, error) {
 	c := e.cfg
-	h, capacity := c.HiddenSize, kv.Config().Capacity
+	h := c.HiddenSize
 	tmax := 0
 	for i, r := range rows {
 		if err := kv.CheckRoom(r, len(ids[i])); err != nil {
@@ -194,11 +226,17 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		return nil, err
 	}
 	defer func() { release() }() // unless released early below
+	scale := float32(e.plan.EmbedScale)
 	embed := func(dst []float32, id, pos int) error {
 		if id < 0 || id >= c.VocabSize {
 			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
 		}
 		embedRow(dst, ew.hostTensors()[0].flat, id, h)
+		if scale != 1 {
+			for i := range dst {
+				dst[i] *= scale
+			}
+		}
 		return nil
 	}
 	if !e.opts.GraphDecode && !all {
@@ -225,13 +263,11 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 	}
 	release()
 	release = func() {}
-	var cos, sin, mask []float32
-	for r := range b {
-		cs, sn := e.rotaryTables(kv.Len(r), tb)
-		cos, sin = append(cos, cs...), append(sin, sn...)
-		mask = append(mask, causalMask(kv.Len(r), tb, capacity)...)
+	every := make([]int, b)
+	for r := range every {
+		every[r] = r
 	}
-	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, cos, sin, mask, all)
+	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, e.passTables(kv, every, lens, tb), all)
 	if err != nil || all {
 		return logits, err
 	}
@@ -240,6 +276,40 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		out[i] = logits[r]
 	}
 	return out, nil
+}
+
+// passTables are the per-kind inputs of one forward pass over some rows of the store, each bringing t new
+// positions (padding included): a rotary table per rope of the plan and an additive attention mask per window.
+type passTables struct {
+	cos, sin [][]float32 // by Plan.Ropes index: [rows, t, rope dims]
+	masks    map[int][]float32
+	slots    map[int]int // by window: the cache slots of its layers (S)
+}
+
+// passTables builds the tables of a pass: row i is cache row rows[i], whose lens[i] new positions (then padding
+// up to t) start at kv.Len(rows[i]).
+func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int) passTables {
+	p := e.plan
+	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, slots: map[int]int{}}
+	for ri, rope := range p.Ropes {
+		for i, r := range rows {
+			pos0 := kv.Len(r)
+			cs, sn := rotaryTable(rope, pos0, t, pos0+lens[i])
+			pt.cos[ri], pt.sin[ri] = append(pt.cos[ri], cs...), append(pt.sin[ri], sn...)
+		}
+	}
+	for l, kind := range p.Layers {
+		if _, ok := pt.masks[kind.Window]; ok {
+			continue
+		}
+		view := kv.View(l)
+		var m []float32
+		for _, r := range rows {
+			m = append(m, attentionMask(view, r, t, kind.Window)...)
+		}
+		pt.masks[kind.Window], pt.slots[kind.Window] = m, view.Slots()
+	}
+	return pt
 }
 
 // layerSet returns decoder layer i's weights (resident, or next from the stream) and its release function.
@@ -254,18 +324,25 @@ func (e *Engine) layerSet(st *stream, i int) (*weightSet, func(), error) {
 // graphPass runs the layers and the head as compiled graphs over x [batch, tb, hidden]: row r of the store
 // brings lens[r] new positions (0: a padding row, computed but not written). It returns the logits of each
 // row's last new position (nil for padding rows), or with all (a one-sequence store) of every new position.
-func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, lens []int, tb int, xHost, cosHost, sinHost, maskHost []float32, all bool) ([][]float32, error) {
+func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, lens []int, tb int, xHost []float32, pt passTables, all bool) ([][]float32, error) {
 	c := e.cfg
 	b := len(lens)
-	d, n := c.HeadDim, kv.Config().Capacity+tb
 	step := int(e.step.Load())
 	x := tensors.FromFlatDataAndDimensions(xHost, b, tb, c.HiddenSize)
-	cos := tensors.FromFlatDataAndDimensions(cosHost, b, tb, d)
-	sin := tensors.FromFlatDataAndDimensions(sinHost, b, tb, d)
-	mask := tensors.FromFlatDataAndDimensions(maskHost, b, tb, n)
-	defer cos.FinalizeAll()
-	defer sin.FinalizeAll()
-	defer mask.FinalizeAll()
+	var cos, sin []*tensors.Tensor
+	for ri, r := range e.plan.Ropes {
+		cos = append(cos, tensors.FromFlatDataAndDimensions(pt.cos[ri], b, tb, r.Dims))
+		sin = append(sin, tensors.FromFlatDataAndDimensions(pt.sin[ri], b, tb, r.Dims))
+	}
+	masks := map[int]*tensors.Tensor{}
+	for w, m := range pt.masks {
+		masks[w] = tensors.FromFlatDataAndDimensions(m, b, tb, pt.slots[w]+tb)
+	}
+	defer func() {
+		for _, t := range slices.Concat(cos, sin, slices.Collect(maps.Values(masks))) {
+			t.FinalizeAll()
+		}
+	}()
 
 	for i := range c.NumHiddenLayers {
 		if err := ctx.Err(); err != nil {
@@ -290,9 +367,20 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 			x.FinalizeAll()
 			return nil, fmt.Errorf("layer %d: key/value cache: %w", i, err)
 		}
-		args := append([]any{x, cos, sin, mask, k.t, v.t}, w.args()...)
+		kind := e.plan.Layers[i]
+		args := []any{x}
+		if kind.Rope != model.NoRope {
+			args = append(args, cos[kind.Rope], sin[kind.Rope])
+		}
+		args = append(append(args, masks[kind.Window], k.t, v.t), w.args()...)
+		lx, err := e.layerExec(kind)
+		if err != nil {
+			release()
+			x.FinalizeAll()
+			return nil, err
+		}
 		span := e.prof.Begin(profiler.Forward, step, i)
-		outs, err := exec(e.layerExec, fmt.Sprintf("layer %d", i), args...)
+		outs, err := exec(lx, fmt.Sprintf("layer %d", i), args...)
 		span.End(w.bytes)
 		release()
 		x.FinalizeAll()
@@ -319,11 +407,11 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 
 // hostGroup is sequences a host pass computes together: each brings the same number t of new positions.
 type hostGroup struct {
-	rows           []int // the sequences' cache rows
-	at             []int // their indices in forward's rows: where their logits go
-	t              int
-	x              model.Value // [len(rows), t, hidden]
-	cos, sin, mask []float32   // [len(rows), t, headDim], [len(rows), t, capacity+t]
+	rows   []int // the sequences' cache rows
+	at     []int // their indices in forward's rows: where their logits go
+	t      int
+	x      model.Value // [len(rows), t, hidden]
+	tables passTables  // rotary tables and masks of the group's rows
 }
 
 // hostGroups embeds ids[i] (continuing cache row rows[i]) and groups the rows by their number of new positions,
@@ -331,7 +419,7 @@ type hostGroup struct {
 // another of the same length comes with it. Every row of a group is computed exactly as alone (the host kernels
 // sum each row in the same order whatever the rows beside it), so grouping changes no result.
 func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
-	h, capacity := e.cfg.HiddenSize, kv.Config().Capacity
+	h := e.cfg.HiddenSize
 	var groups []*hostGroup
 	byLen := map[int]*hostGroup{}
 	for i, r := range rows {
@@ -346,18 +434,17 @@ func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, embed fu
 	}
 	for _, g := range groups {
 		x := newHostArray(len(g.rows), g.t, h)
+		lens := make([]int, len(g.rows))
 		for j, r := range g.rows {
 			pos0 := kv.Len(r)
+			lens[j] = g.t
 			for k, id := range ids[g.at[j]] {
 				if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, pos0+k); err != nil {
 					return nil, err
 				}
 			}
-			cs, sn := e.rotaryTables(pos0, g.t)
-			g.cos, g.sin = append(g.cos, cs...), append(g.sin, sn...)
-			g.mask = append(g.mask, causalMask(pos0, g.t, capacity)...)
 		}
-		g.x = x
+		g.x, g.tables = x, e.passTables(kv, g.rows, lens, g.t)
 	}
 	return groups, nil
 }
@@ -391,9 +478,13 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		}
 		span := e.prof.Begin(profiler.Forward, step, i)
 		ferr := e.guardMapped(func() error {
+			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{cos: g.cos, sin: g.sin, mask: g.mask, pastK: slot.K, pastV: slot.V, capacity: kv.Config().Capacity, rows: g.rows, arena: arena}
-				out := e.arch.Layer(c, ops, model.LayerInputs{X: g.x, W: weights})
+				ops := hostOps{mask: g.tables.masks[kind.Window], pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena}
+				if kind.Rope != model.NoRope {
+					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
+				}
+				out := e.arch.Layer(ops, model.LayerInputs{Kind: kind, X: g.x, W: weights})
 				k, v := arr(out.K).data, arr(out.V).data // [rows, kvHeads, t, headDim]
 				size := len(k) / len(g.rows)
 				for j, r := range g.rows {
@@ -432,7 +523,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 	var ops hostOps
 	var logits []float32
 	herr := e.guardMapped(func() error {
-		logits = arr(ops.Linear(ops.RMSNorm(last, nw.hostTensors()[0], c.RMSNormEps), hw.hostTensors()[0], nil)).data
+		logits = arr(e.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0])).data
 		return nil
 	})
 	span.End(hw.bytes)
@@ -559,19 +650,25 @@ func writeKV(view *kvcache.View, lens []int, tb int, k, v *tensors.Tensor) error
 	return errors.Join(werr, err)
 }
 
-// rotaryTables returns cos and sin [1, tb, headDim] for positions pos0..pos0+tb-1 in Hugging Face's layout
-// (the half-dimension table repeated twice). Frequencies and angles are rounded to float32 as the reference
-// implementations compute them.
-func (e *Engine) rotaryTables(pos0, tb int) (cos, sin []float32) {
-	d := e.cfg.HeadDim
+// rotaryTable returns cos and sin [1, tb, r.Dims] for positions pos0..pos0+tb-1 in Hugging Face's layout (the
+// half-dimension table repeated twice), for a pass whose last real position is seqLen-1 (dynamic NTK scaling
+// depends on it). Frequencies and angles are rounded to float32 as the reference implementations compute them,
+// and cos and sin are multiplied by the rope's attention factor (YaRN) in float32, as transformers does.
+func rotaryTable(r model.Rope, pos0, tb, seqLen int) (cos, sin []float32) {
+	d := r.Dims
 	half := d / 2
+	inv, scale := r.Frequencies(seqLen)
+	f := float32(scale)
 	cos = make([]float32, tb*d)
 	sin = make([]float32, tb*d)
 	for j := range half {
-		freq := float32(1 / math.Pow(e.cfg.RopeTheta, float64(2*j)/float64(d)))
+		freq := float32(inv[j])
 		for t := range tb {
 			angle := float64(float32(pos0+t) * freq)
 			c, s := float32(math.Cos(angle)), float32(math.Sin(angle))
+			if scale != 1 {
+				c, s = c*f, s*f
+			}
 			cos[t*d+j], cos[t*d+j+half] = c, c
 			sin[t*d+j], sin[t*d+j+half] = s, s
 		}
@@ -579,16 +676,29 @@ func (e *Engine) rotaryTables(pos0, tb int) (cos, sin []float32) {
 	return cos, sin
 }
 
-// causalMask is the additive attention mask [1, tb, capacity+tb]: query t (position pos0+t) sees the pos0
-// cached positions and the new positions up to itself.
-func causalMask(pos0, tb, capacity int) []float32 {
-	n := capacity + tb
+// attentionMask is the additive attention mask [1, tb, S+tb] of cache row row of a layer's view (S = its
+// slots): query t, at position Len(row)+t, sees the cached positions and the new positions up to itself, and
+// with a window (> 0) only those less than window positions before it. The first S columns are the cache slots,
+// the position each holds given by the view (a ring holds the latest positions), the last tb the new positions.
+func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
+	s, pos0 := view.Slots(), view.Len(row)
+	n := s + tb
 	m := make([]float32, tb*n)
+	held := make([]int, s)
+	for j := range held {
+		held[j] = view.Position(row, j)
+	}
 	for t := range tb {
-		row := m[t*n : (t+1)*n]
-		for j := range row {
-			if (j < capacity && j >= pos0) || (j >= capacity && j-capacity > t) {
-				row[j] = maskedOut
+		q := pos0 + t
+		out := m[t*n : (t+1)*n]
+		for j, p := range held {
+			if p < 0 || (window > 0 && q-p >= window) {
+				out[j] = maskedOut
+			}
+		}
+		for i := range tb {
+			if i > t || (window > 0 && t-i >= window) {
+				out[s+i] = maskedOut
 			}
 		}
 	}
@@ -603,11 +713,12 @@ func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
 	if e.closed {
 		return nil, fmt.Errorf("engine: closed")
 	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("engine: logits of an empty sequence")
+	// The checks generate makes of a prompt (newSequence).
+	if err := e.checkIDs(ids); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if len(ids) > e.cfg.MaxPositionEmbeddings {
-		return nil, fmt.Errorf("engine: %d tokens exceed the model's context of %d positions (max_position_embeddings)", len(ids), e.cfg.MaxPositionEmbeddings)
+	if len(ids) > e.plan.Context {
+		return nil, fmt.Errorf("engine: %d tokens exceed %s", len(ids), e.contextName())
 	}
 	kv, err := e.kvStore(bucket(len(ids)))
 	if err != nil {

@@ -210,30 +210,21 @@ type sequence struct {
 
 // newSequence validates req against the model's context and prepares its state.
 func (e *Engine) newSequence(req Request) (*sequence, error) {
+	if err := e.checkIDs(req.PromptIDs); err != nil {
+		return nil, err
+	}
 	n := len(req.PromptIDs)
-	if n == 0 {
-		return nil, errors.New("empty prompt")
-	}
-	for i, id := range req.PromptIDs {
-		if id < 0 || id >= e.cfg.VocabSize {
-			return nil, fmt.Errorf("prompt token id %d at position %d is outside the vocabulary (vocab_size %d)", id, i, e.cfg.VocabSize)
-		}
-	}
-	maxPos := e.cfg.MaxPositionEmbeddings
+	maxPos := e.plan.Context
 	maxNew := req.MaxNewTokens
 	switch {
 	case maxNew < 0:
 		return nil, fmt.Errorf("max new tokens must be ≥ 0, got %d", maxNew)
 	case n >= maxPos:
-		return nil, fmt.Errorf("the prompt's %d tokens leave no room in the model's context of %d positions (max_position_embeddings)", n, maxPos)
+		return nil, fmt.Errorf("the prompt's %d tokens leave no room in %s", n, e.contextName())
 	case maxNew == 0:
 		maxNew = maxPos - n
 	case n+maxNew > maxPos:
-		return nil, fmt.Errorf("prompt (%d tokens) + max new tokens (%d) = %d exceeds the model's context of %d positions (max_position_embeddings)", n, maxNew, n+maxNew, maxPos)
-	}
-	// Qwen2 configs carry a sliding_window that applies only with use_sliding_window, which they leave off.
-	if w := e.cfg.SlidingWindow; w != nil && *w > 0 && n+maxNew > *w && e.cfg.ModelType != "qwen2" {
-		return nil, fmt.Errorf("prompt + max new tokens = %d positions exceed config.json sliding_window (%d); sliding-window attention is not implemented, so positions past the window would attend too far back", n+maxNew, *w)
+		return nil, fmt.Errorf("prompt (%d tokens) + max new tokens (%d) = %d exceeds %s", n, maxNew, n+maxNew, e.contextName())
 	}
 	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs {
 		return nil, fmt.Errorf("top logprobs must be in [0, %d], got %d", MaxTopLogprobs, req.TopLogprobs)
@@ -252,6 +243,27 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 		s.chunk = n
 	}
 	return s, nil
+}
+
+// checkIDs refuses an empty prompt and token ids outside the vocabulary: the checks Generate and Logits share.
+func (e *Engine) checkIDs(ids []int) error {
+	if len(ids) == 0 {
+		return errors.New("empty prompt")
+	}
+	for i, id := range ids {
+		if id < 0 || id >= e.cfg.VocabSize {
+			return fmt.Errorf("prompt token id %d at position %d is outside the vocabulary (vocab_size %d)", id, i, e.cfg.VocabSize)
+		}
+	}
+	return nil
+}
+
+// contextName describes the model's context for errors: the positions it serves and where that comes from.
+func (e *Engine) contextName() string {
+	if e.plan.Context != e.cfg.MaxPositionEmbeddings {
+		return fmt.Sprintf("the model's context of %d positions (max_position_embeddings %d extended by rope scaling)", e.plan.Context, e.cfg.MaxPositionEmbeddings)
+	}
+	return fmt.Sprintf("the model's context of %d positions (max_position_embeddings)", e.plan.Context)
 }
 
 // choose samples the sequence's token of this step from its last logits, reports it to onToken and sets the

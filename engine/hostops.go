@@ -18,10 +18,10 @@ import (
 // Activations are *hostArray; weights are the *deviceTensor buffers the transfer stage filled (f32 or bf16,
 // widened on the fly). The cache and mask are those of the graph path, laid out the same way.
 type hostOps struct {
-	cos, sin     []float32 // [B, T, headDim]
+	cos, sin     []float32 // [B, T, rotary dims]
 	mask         []float32 // [B, T, S+T], additive
 	pastK, pastV []float32 // [B, kvHeads, S, headDim]
-	capacity     int       // S
+	slots        int       // S: the layer's cache slots
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
@@ -118,9 +118,17 @@ func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []
 	return y
 }
 
-func (o hostOps) RMSNorm(x, w model.Value, eps float64) model.Value {
+func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 	xa := arr(x)
 	wf := weightData(w).([]float32)
+	if offset != 0 { // Gemma's (1 + w), formed in float32
+		off := float32(offset)
+		shifted := make([]float32, len(wf))
+		for i, v := range wf {
+			shifted[i] = off + v
+		}
+		wf = shifted
+	}
 	h := len(wf)
 	y := o.arena.array(xa.dims...)
 	for r := 0; r < len(xa.data); r += h {
@@ -154,33 +162,36 @@ func (o hostOps) Heads(x model.Value, heads, d int) model.Value {
 func (o hostOps) Rotary(x model.Value) model.Value {
 	xa := arr(x)
 	b, heads, t, d := xa.dims[0], xa.dims[1], xa.dims[2], xa.dims[3]
-	half := d / 2
+	r := len(o.cos) / (b * t) // rotated dimensions: d, or fewer (partial rotary)
+	half := r / 2
 	y := o.arena.array(xa.dims...)
 	for bi := range b {
 		for h := range heads {
 			for ti := range t {
 				v := xa.data[((bi*heads+h)*t+ti)*d:][:d]
 				out := y.data[((bi*heads+h)*t+ti)*d:][:d]
-				c := o.cos[(bi*t+ti)*d:][:d]
-				s := o.sin[(bi*t+ti)*d:][:d]
+				c := o.cos[(bi*t+ti)*r:][:r]
+				s := o.sin[(bi*t+ti)*r:][:r]
 				for j := range half {
 					out[j] = v[j]*c[j] - v[j+half]*s[j]
 					out[j+half] = v[j+half]*c[j+half] + v[j]*s[j+half]
 				}
+				copy(out[r:], v[r:])
 			}
 		}
 	}
 	return y
 }
 
-func (o hostOps) Attention(q, k, v model.Value) model.Value {
+func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
 	kvHeads := ka.dims[1]
 	group := heads / kvHeads
-	s := o.capacity
+	s := o.slots
 	n := s + t
-	scale := float32(1 / math.Sqrt(float64(d)))
+	scale := float32(opts.Scale)
+	softCap := float32(opts.SoftCap)
 	y := o.arena.array(b, t, heads*d)
 	kernels.ParallelFor(b*heads, func(lo, hi int) {
 		scores := make([]float32, n)
@@ -211,7 +222,11 @@ func (o hostOps) Attention(q, k, v model.Value) model.Value {
 					if mask[j] <= maskedOut/2 { // contributes exp(-1e30) = 0: skip the dot product
 						scores[j] = maskedOut
 					} else {
-						scores[j] = kernels.DotF32(qv, key(j))*scale + mask[j]
+						sc := kernels.DotF32(qv, key(j)) * scale
+						if softCap > 0 {
+							sc = float32(math.Tanh(float64(sc/softCap))) * softCap
+						}
+						scores[j] = sc + mask[j]
 					}
 					top = max(top, scores[j])
 				}
@@ -236,10 +251,56 @@ func (o hostOps) Attention(q, k, v model.Value) model.Value {
 	return y
 }
 
-func (o hostOps) SiLU(x model.Value) model.Value {
+func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 	xa := arr(x)
 	y := o.arena.array(xa.dims...)
-	kernels.SiLU(y.data, xa.data)
+	switch f {
+	case model.SiLU:
+		kernels.SiLU(y.data, xa.data)
+	case model.GELUTanh:
+		kernels.GELUTanh(y.data, xa.data)
+	case model.GELU:
+		kernels.GELU(y.data, xa.data)
+	default:
+		panic(fmt.Sprintf("engine: activation %d", f))
+	}
+	return y
+}
+
+func (o hostOps) Split(x model.Value, sizes ...int) []model.Value {
+	xa := arr(x)
+	last := xa.dims[len(xa.dims)-1]
+	rows := len(xa.data) / last
+	out := make([]model.Value, len(sizes))
+	from := 0
+	for i, sz := range sizes {
+		y := o.arena.array(append(slices.Clone(xa.dims[:len(xa.dims)-1]), sz)...)
+		for r := range rows {
+			copy(y.data[r*sz:(r+1)*sz], xa.data[r*last+from:r*last+from+sz])
+		}
+		out[i] = y
+		from += sz
+	}
+	return out
+}
+
+func (o hostOps) Scale(x model.Value, s float64) model.Value {
+	f := float32(s)
+	return o.each(x, func(v float32) float32 { return v * f })
+}
+
+func (o hostOps) SoftCap(x model.Value, c float64) model.Value {
+	cf := float32(c)
+	return o.each(x, func(v float32) float32 { return float32(math.Tanh(float64(v/cf))) * cf })
+}
+
+// each applies f to every element of x.
+func (o hostOps) each(x model.Value, f func(float32) float32) model.Value {
+	xa := arr(x)
+	y := o.arena.array(xa.dims...)
+	for i, v := range xa.data {
+		y.data[i] = f(v)
+	}
 	return y
 }
 

@@ -360,7 +360,14 @@ func (e *Engine) join(j *job) error {
 	if err := e.growKV(len(e.rowBusy), len(prompt)+s.maxNew-1); err != nil {
 		return err
 	}
-	if err := e.bkv.Truncate(row, min(cached, e.bkv.Len(row))); err != nil {
+	if err := e.bkv.Truncate(row, min(cached, e.bkv.Len(row))); errors.Is(err, kvcache.ErrRingOverwritten) {
+		// A sliding layer's ring no longer holds the positions before the common prefix: compute it again.
+		cached = 0
+		err = e.bkv.Truncate(row, 0)
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	if cached > 0 && e.bkv.Len(row) != cached {
@@ -427,9 +434,7 @@ func commonPrefix(a, b []int) int {
 // and positions rounded up to powers of two, positions at most the model's context) and copying what the rows
 // hold when it is too small.
 func (e *Engine) growKV(rows, capacity int) error {
-	c := e.cfg
-	want := kvcache.Config{Layers: c.NumHiddenLayers, Batch: bucket(rows), KVHeads: c.NumKeyValueHeads,
-		Capacity: max(capacity, min(bucket(capacity), c.MaxPositionEmbeddings)), HeadDim: c.HeadDim}
+	want := e.kvConfig(bucket(rows), max(capacity, min(bucket(capacity), e.plan.Context)))
 	if e.bkv != nil {
 		have := e.bkv.Config()
 		if have.Batch >= rows && have.Capacity >= capacity {

@@ -20,6 +20,8 @@ const (
 	SectionPlacement       = "Device placement across several devices"
 	SectionMissingFiles    = "Missing files"
 	SectionUnsupportedArch = "Unsupported architecture"
+	SectionUnknownKey      = "Unknown config key" // written out in checkpoint's error (checkpoint cannot import guard)
+	SectionUnusedTensor    = "Unused tensor"
 	SectionMissingLMHead   = "Missing lm_head"
 	SectionGatedRepo       = "Gated or private repository"
 	SectionOffline         = "No network or offline"
@@ -38,7 +40,8 @@ const (
 func Sections() []string {
 	return []string{
 		SectionNaN, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
-		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionMissingLMHead,
+		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
+		SectionUnusedTensor, SectionMissingLMHead,
 		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
 		SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
 	}

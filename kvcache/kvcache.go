@@ -3,15 +3,20 @@
 // The engine streams the model one layer at a time, so the layer computation is layer-agnostic: when layer i
 // runs it receives a one-layer View of the store, addressed as layer index 0, and the store maps i to its slot.
 //
-// Each layer's keys and values are flat float32 slices laid out [batch, kvHeads, capacity, headDim]. The slices
+// Each layer's keys and values are flat float32 slices laid out [batch, kvHeads, slots, headDim]. A layer with
+// full attention has Capacity slots and keeps position p in slot p. A sliding-window layer (Config.Ring) keeps
+// only its last Ring positions, in a ring: position p in slot p mod Ring, so its memory stays bounded however
+// long the sequence grows (Mistral's sliding_window, Qwen2's sliding layers, Gemma's local layers). The slices
 // come from an Allocator so the engine can hand out memory the compute backend reads without a copy (a shared
-// device buffer); the Handle of each slice travels with it. The number of valid positions is tracked per
-// sequence of the batch: a forward pass writes its new positions into every layer at Len(b).., and Advance
-// commits them once the last layer has run.
+// device buffer); the Handle of each slice travels with it. The number of positions is tracked per sequence of
+// the batch: a forward pass writes its new positions into every layer at Len(b).., and Advance commits them
+// once the last layer has run.
 package kvcache
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 )
 
 // Config sizes a Store.
@@ -21,18 +26,41 @@ type Config struct {
 	KVHeads  int // key/value heads per layer
 	Capacity int // positions per sequence
 	HeadDim  int // elements per head
+	// Ring, when not nil, has one entry per layer: a positive entry smaller than Capacity makes that layer a ring
+	// of that many slots (a sliding window: the layer only needs the last Ring positions); 0 or an entry of at
+	// least Capacity gives the layer Capacity slots.
+	Ring []int
 }
 
-// Size is the number of float32 elements of one K (or V) slice of one layer.
-func (c Config) Size() int { return c.Batch * c.KVHeads * c.Capacity * c.HeadDim }
+// Slots is the number of positions layer keeps per sequence.
+func (c Config) Slots(layer int) int {
+	if c.ring(layer) {
+		return c.Ring[layer]
+	}
+	return c.Capacity
+}
 
-// Allocator returns n zeroed float32 elements and an opaque handle the caller associates with them (for
-// example the device buffer that shares the memory). A nil Allocator uses make.
-type Allocator func(n int) (data []float32, handle any, err error)
+func (c Config) ring(layer int) bool {
+	return c.Ring != nil && c.Ring[layer] > 0 && c.Ring[layer] < c.Capacity
+}
+
+// Size is the number of float32 elements of one K (or V) slice of layer.
+func (c Config) Size(layer int) int { return c.Batch * c.KVHeads * c.Slots(layer) * c.HeadDim }
+
+// Equal reports whether two configs size stores the same way.
+func (c Config) Equal(o Config) bool {
+	return c.Layers == o.Layers && c.Batch == o.Batch && c.KVHeads == o.KVHeads && c.Capacity == o.Capacity &&
+		c.HeadDim == o.HeadDim && slices.Equal(c.Ring, o.Ring)
+}
+
+// Allocator returns zeroed float32 elements for an array of dims ([batch, kvHeads, slots, headDim]) and an
+// opaque handle the caller associates with them (for example the device buffer that shares the memory). A nil
+// Allocator uses make.
+type Allocator func(dims []int) (data []float32, handle any, err error)
 
 // Slot is one layer's storage.
 type Slot struct {
-	K, V             []float32 // [batch, kvHeads, capacity, headDim]
+	K, V             []float32 // [batch, kvHeads, slots, headDim]
 	KHandle, VHandle any       // from the Allocator
 }
 
@@ -48,21 +76,26 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 	if cfg.Layers <= 0 || cfg.Batch <= 0 || cfg.KVHeads <= 0 || cfg.Capacity <= 0 || cfg.HeadDim <= 0 {
 		return nil, fmt.Errorf("kvcache: all dimensions must be positive, got %+v", cfg)
 	}
+	if cfg.Ring != nil && len(cfg.Ring) != cfg.Layers {
+		return nil, fmt.Errorf("kvcache: %d ring sizes for %d layers", len(cfg.Ring), cfg.Layers)
+	}
 	if alloc == nil {
-		alloc = func(n int) ([]float32, any, error) { return make([]float32, n), nil, nil }
+		alloc = func(dims []int) ([]float32, any, error) {
+			return make([]float32, dims[0]*dims[1]*dims[2]*dims[3]), nil, nil
+		}
 	}
 	s := &Store{cfg: cfg, slots: make([]Slot, cfg.Layers), lens: make([]int, cfg.Batch)}
-	n := cfg.Size()
 	for i := range s.slots {
 		var err error
 		sl := &s.slots[i]
-		if sl.K, sl.KHandle, err = alloc(n); err != nil {
+		dims := []int{cfg.Batch, cfg.KVHeads, cfg.Slots(i), cfg.HeadDim}
+		if sl.K, sl.KHandle, err = alloc(dims); err != nil {
 			return nil, fmt.Errorf("kvcache: layer %d keys: %w", i, err)
 		}
-		if sl.V, sl.VHandle, err = alloc(n); err != nil {
+		if sl.V, sl.VHandle, err = alloc(dims); err != nil {
 			return nil, fmt.Errorf("kvcache: layer %d values: %w", i, err)
 		}
-		if len(sl.K) != n || len(sl.V) != n {
+		if n := cfg.Size(i); len(sl.K) != n || len(sl.V) != n {
 			return nil, fmt.Errorf("kvcache: allocator returned %d/%d elements for layer %d, want %d", len(sl.K), len(sl.V), i, n)
 		}
 	}
@@ -97,13 +130,15 @@ func (s *Store) Advance(b, n int) error {
 
 // View returns layer's storage as a one-layer cache: the view's only layer is index 0.
 func (s *Store) View(layer int) *View {
-	return &View{store: s, slot: &s.slots[layer]}
+	return &View{store: s, slot: &s.slots[layer], slots: s.cfg.Slots(layer), ring: s.cfg.ring(layer)}
 }
 
 // View is a one-layer window of a Store. The layer computation addresses it as layer 0.
 type View struct {
 	store *Store
 	slot  *Slot
+	slots int
+	ring  bool
 }
 
 // Layer returns the storage of layer i of the view; a view has exactly one layer, index 0.
@@ -117,9 +152,31 @@ func (v *View) Layer(i int) (*Slot, error) {
 // Len is the committed length of sequence b.
 func (v *View) Len(b int) int { return v.store.lens[b] }
 
+// Slots is the number of positions the layer keeps per sequence: Capacity, or its ring's size.
+func (v *View) Slots() int { return v.slots }
+
+// Position returns the position whose keys and values slot j of sequence b holds, or -1 when it holds none yet.
+func (v *View) Position(b, j int) int {
+	return SlotPosition(v.store.lens[b], v.slots, v.ring, j)
+}
+
+// SlotPosition is the position held in slot j of a layer with the given number of slots after length
+// committed positions: j itself for a full layer, else the latest position p < length with p ≡ j (mod slots)
+// for a ring; -1 when none.
+func SlotPosition(length, slots int, ring bool, j int) int {
+	if j >= length {
+		return -1
+	}
+	if !ring {
+		return j
+	}
+	return j + slots*((length-1-j)/slots)
+}
+
 // Write stores the keys and values of n new positions of sequence b of layer 0 of the view at positions
-// Len(b)..Len(b)+n-1. k and v are laid out [kvHeads, stride, headDim]: position t of head h is at
-// (h*stride+t)*headDim, so a graph output padded to a bucket of stride ≥ n positions is written as is.
+// Len(b)..Len(b)+n-1 (a ring layer keeps the last of them that fit). k and v are laid out
+// [kvHeads, stride, headDim]: position t of head h is at (h*stride+t)*headDim, so a graph output padded to a
+// bucket of stride ≥ n positions is written as is.
 func (v *View) Write(b, n, stride int, k, val []float32) error {
 	c := v.store.cfg
 	if err := v.store.CheckRoom(b, n); err != nil {
@@ -134,27 +191,48 @@ func (v *View) Write(b, n, stride int, k, val []float32) error {
 	pos := v.store.lens[b]
 	d := c.HeadDim
 	for h := range c.KVHeads {
-		dst := ((b*c.KVHeads+h)*c.Capacity + pos) * d
+		base := (b*c.KVHeads + h) * v.slots
 		src := h * stride * d
-		copy(v.slot.K[dst:dst+n*d], k[src:src+n*d])
-		copy(v.slot.V[dst:dst+n*d], val[src:src+n*d])
+		if !v.ring {
+			dst := (base + pos) * d
+			copy(v.slot.K[dst:dst+n*d], k[src:src+n*d])
+			copy(v.slot.V[dst:dst+n*d], val[src:src+n*d])
+			continue
+		}
+		for i := max(0, n-v.slots); i < n; i++ { // earlier ones would be overwritten within this write
+			dst := (base + v.slotOf(pos+i)) * d
+			copy(v.slot.K[dst:dst+d], k[src+i*d:src+(i+1)*d])
+			copy(v.slot.V[dst:dst+d], val[src+i*d:src+(i+1)*d])
+		}
 	}
 	return nil
 }
 
+// ErrRingOverwritten is wrapped by Truncate's error when a ring no longer holds the positions before the new
+// length: the caller must compute them again.
+var ErrRingOverwritten = errors.New("kvcache: a sliding-window ring has overwritten the positions before that length")
+
 // Truncate forgets the positions of sequence b from n on (n ≤ Len(b)): the first n stay valid. Truncate(b, 0)
-// frees the row for another sequence.
+// frees the row for another sequence. A ring has written later positions over earlier ones; it stays valid if it
+// still holds the last Ring-1 positions before n (all a sliding window of Ring positions needs besides the new
+// one), which it does when it was cut back by at most one position or never wrapped; otherwise the error wraps
+// ErrRingOverwritten and nothing changes.
 func (s *Store) Truncate(b, n int) error {
 	if n < 0 || n > s.lens[b] {
 		return fmt.Errorf("kvcache: truncate sequence %d to %d positions: it holds %d", b, n, s.lens[b])
+	}
+	for l := range s.slots {
+		if r := s.cfg.Slots(l); s.cfg.ring(l) && n > 0 && s.lens[b] > max(r, n+1) {
+			return fmt.Errorf("%w (layer %d: ring of %d, sequence %d cut from %d to %d positions)", ErrRingOverwritten, l, r, b, s.lens[b], n)
+		}
 	}
 	s.lens[b] = n
 	return nil
 }
 
 // CopyFrom copies the committed positions of every sequence both Stores have from src (a Store of the same
-// layers, heads and head size, typically a smaller one being replaced by s). It fails when a sequence of src
-// holds more positions than s has room for.
+// layers, heads and head size, typically a smaller one being replaced by s): each layer the positions both hold
+// (a ring holds its last Ring). It fails when a sequence of src holds more positions than s has room for.
 func (s *Store) CopyFrom(src *Store) error {
 	c, o := s.cfg, src.cfg
 	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim {
@@ -168,17 +246,28 @@ func (s *Store) CopyFrom(src *Store) error {
 	}
 	d := c.HeadDim
 	for l := range s.slots {
-		dst, from := &s.slots[l], &src.slots[l]
+		to, from := s.View(l), src.View(l)
 		for b := range rows {
-			n := src.lens[b] * d
-			for h := range c.KVHeads {
-				to := ((b*c.KVHeads + h) * c.Capacity) * d
-				at := ((b*o.KVHeads + h) * o.Capacity) * d
-				copy(dst.K[to:to+n], from.K[at:at+n])
-				copy(dst.V[to:to+n], from.V[at:at+n])
+			n := src.lens[b]
+			for p := max(0, n-min(to.slots, from.slots)); p < n; p++ {
+				dst, at := to.slotOf(p), from.slotOf(p)
+				for h := range c.KVHeads {
+					i := ((b*c.KVHeads+h)*to.slots + dst) * d
+					j := ((b*o.KVHeads+h)*from.slots + at) * d
+					copy(to.slot.K[i:i+d], from.slot.K[j:j+d])
+					copy(to.slot.V[i:i+d], from.slot.V[j:j+d])
+				}
 			}
 		}
 	}
 	copy(s.lens, src.lens[:rows])
 	return nil
+}
+
+// slotOf is the slot that holds (or will hold) position p.
+func (v *View) slotOf(p int) int {
+	if v.ring {
+		return p % v.slots
+	}
+	return p
 }

@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -70,7 +71,9 @@ func TestNewErrors(t *testing.T) {
 	if _, err := New(Config{Layers: 1, Batch: 1, KVHeads: 0, Capacity: 1, HeadDim: 1}, nil); err == nil {
 		t.Error("zero kv heads accepted")
 	}
-	short := func(n int) ([]float32, any, error) { return make([]float32, n-1), nil, nil }
+	short := func(dims []int) ([]float32, any, error) {
+		return make([]float32, dims[0]*dims[1]*dims[2]*dims[3]-1), nil, nil
+	}
 	if _, err := New(Config{Layers: 1, Batch: 1, KVHeads: 1, Capacity: 2, HeadDim: 2}, short); err == nil {
 		t.Error("a short allocation accepted")
 	}
@@ -126,5 +129,88 @@ func TestCopyFromAndTruncate(t *testing.T) {
 	tiny, _ := New(Config{Layers: 2, Batch: 2, KVHeads: 2, Capacity: 1, HeadDim: 2}, nil)
 	if err := tiny.CopyFrom(small); err == nil || !strings.Contains(err.Error(), "capacity") {
 		t.Errorf("copy into too small a store: %v", err)
+	}
+}
+
+// TestRing: a sliding-window layer keeps its last Ring positions in slots p mod Ring, however long the sequence,
+// while a full layer of the same store keeps every position; SlotPosition says which position each slot holds.
+func TestRing(t *testing.T) {
+	s, err := New(Config{Layers: 2, Batch: 2, KVHeads: 1, Capacity: 10, HeadDim: 1, Ring: []int{3, 0}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, full := s.View(0), s.View(1)
+	if ring.Slots() != 3 || full.Slots() != 10 {
+		t.Fatalf("slots %d and %d, want 3 and 10", ring.Slots(), full.Slots())
+	}
+	if len(ring.slot.K) != 2*3 || len(full.slot.K) != 2*10 {
+		t.Fatalf("sizes %d and %d", len(ring.slot.K), len(full.slot.K))
+	}
+	// Sequence 1: a prefill of 5 positions (values 0..4, padded to a stride of 8), then two single steps.
+	prefill := []float32{0, 1, 2, 3, 4, -1, -1, -1}
+	for _, v := range []*View{ring, full} {
+		if err := v.Write(1, 5, 8, prefill, prefill); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Advance(1, 5); err != nil {
+		t.Fatal(err)
+	}
+	for p := 5; p < 7; p++ {
+		one := []float32{float32(p)}
+		for _, v := range []*View{ring, full} {
+			if err := v.Write(1, 1, 1, one, one); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Advance(1, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 7 positions: the ring holds 6 (slot 0), 4 (slot 1), 5 (slot 2); sequence 0 is untouched.
+	for j, want := range []int{6, 4, 5} {
+		if got := ring.Position(1, j); got != want || ring.slot.K[3+j] != float32(want) || ring.slot.V[3+j] != float32(want) {
+			t.Errorf("ring slot %d: position %d holding %g, want %d", j, got, ring.slot.K[3+j], want)
+		}
+		if got := ring.Position(0, j); got != -1 {
+			t.Errorf("empty sequence: slot %d holds position %d", j, got)
+		}
+	}
+	for j := range 10 {
+		want := -1
+		if j < 7 {
+			want = j
+		}
+		if got := full.Position(1, j); got != want || (want >= 0 && full.slot.K[10+j] != float32(j)) {
+			t.Errorf("full slot %d: position %d, want %d", j, got, want)
+		}
+	}
+	// A bigger store takes the ring's positions (in their slots of the new layout) and the full layer's.
+	big, err := New(Config{Layers: 2, Batch: 3, KVHeads: 1, Capacity: 20, HeadDim: 1, Ring: []int{3, 0}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.CopyFrom(s); err != nil {
+		t.Fatal(err)
+	}
+	for j := range 3 {
+		if p := big.View(0).Position(1, j); big.slots[0].K[3+j] != float32(p) {
+			t.Errorf("copied ring slot %d holds %g, want position %d", j, big.slots[0].K[3+j], p)
+		}
+	}
+	if big.slots[1].K[20+6] != 6 || big.Len(1) != 7 {
+		t.Errorf("copied full layer: %v", big.slots[1].K[20:30])
+	}
+	// Cutting back one position keeps the ring valid (it holds the 2 positions a window of 3 needs before the
+	// next); cutting back more is refused: the ring wrote later positions over those.
+	if err := s.Truncate(1, 5); !errors.Is(err, ErrRingOverwritten) || s.Len(1) != 7 {
+		t.Errorf("cut a wrapped ring back 2 positions: %v (length %d)", err, s.Len(1))
+	}
+	if err := s.Truncate(1, 6); err != nil || ring.Position(1, 1) != 4 || ring.Position(1, 2) != 5 {
+		t.Errorf("cut back one position: %v", err)
+	}
+	cfg := s.Config()
+	if !cfg.Equal(Config{Layers: 2, Batch: 2, KVHeads: 1, Capacity: 10, HeadDim: 1, Ring: []int{3, 0}}) || cfg.Equal(Config{Layers: 2, Batch: 2, KVHeads: 1, Capacity: 10, HeadDim: 1}) {
+		t.Error("Equal")
 	}
 }

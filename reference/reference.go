@@ -1,14 +1,16 @@
-// Package reference is a float64 forward pass of Llama-family decoders (Llama, Mistral, Qwen2) in plain Go,
-// written from the math rather than from the engine, so that `layerstream verify` has an independent answer to
-// compare against. It is simple and slow on purpose: one layer's weights in memory at a time, every sum in float64.
+// Package reference is a float64 forward pass of the decoder families layerstream runs (Llama with its rope
+// scalings and biases, Mistral and Qwen2 with sliding windows, Qwen3, OLMo 2, Granite, SmolLM3) in plain Go,
+// written from the math and transformers' model code rather than from the engine, so that `layerstream verify`
+// has an independent answer to compare against. It is simple and slow on purpose: one layer's weights in memory
+// at a time, every sum in float64.
 //
 // Weights are read with checkpoint.ReadF32: bf16, f16 and f32 values are all exact in float32, and every product
-// and sum is formed in float64, so the result is the float64 forward pass of the stored weights.
+// and sum is formed in float64, so the result is the float64 forward pass of the stored weights. Like the
+// engine, it refuses a configuration it does not implement and a checkpoint tensor it does not read.
 package reference
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"runtime"
@@ -34,13 +36,20 @@ func Forward(ck *checkpoint.Checkpoint, ids []int) (*Output, error) {
 // ForwardContext is Forward, checking ctx between layers.
 func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (*Output, error) {
 	cfg := ck.Config
-	if err := supported(cfg, len(ids)); err != nil {
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("reference %s: no token ids", ck.Dir)
+	}
+	m, err := newModel(cfg, len(ids))
+	if err != nil {
 		return nil, fmt.Errorf("reference %s: %w", ck.Dir, err)
 	}
 	for i, id := range ids {
 		if id < 0 || id >= cfg.VocabSize {
 			return nil, fmt.Errorf("reference: token id %d at position %d is outside the vocabulary (vocab_size %d)", id, i, cfg.VocabSize)
 		}
+	}
+	if err := m.checkTensors(ck); err != nil {
+		return nil, fmt.Errorf("reference %s: %w", ck.Dir, err)
 	}
 	if _, ok := ck.Tensor("lm_head.weight"); !ok && !cfg.TieWordEmbeddings {
 		return nil, fmt.Errorf("reference %s: no tensor \"lm_head.weight\" and tie_word_embeddings is false in config.json: the output projection is missing", ck.Dir)
@@ -53,7 +62,7 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 	for p, id := range ids {
 		x[p] = make([]float64, cfg.HiddenSize)
 		for i, v := range emb.row(id) {
-			x[p][i] = float64(v)
+			x[p][i] = float64(v) * m.embedScale
 		}
 	}
 	out := &Output{Hidden: make([][][]float64, cfg.NumHiddenLayers)}
@@ -61,18 +70,18 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		w, err := loadLayer(ck, l)
+		w, err := m.loadLayer(ck, l)
 		if err != nil {
 			return nil, err
 		}
-		decoderLayer(cfg, w, x)
+		m.layer(l, w, x)
 		out.Hidden[l] = make([][]float64, len(x))
 		for p := range x {
 			out.Hidden[l][p] = append([]float64(nil), x[p]...)
 		}
 	}
 
-	if out.Logits, err = headLogits(ck, emb, x); err != nil {
+	if out.Logits, err = headLogits(ck, m, emb, x); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -81,15 +90,20 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 // HeadLogits applies the final norm and the output projection to hidden states (one row per position): the
 // logits a model truncated after some layer would produce, given that layer's Output.Hidden ("logit lens").
 func HeadLogits(ck *checkpoint.Checkpoint, hidden [][]float64) ([][]float64, error) {
+	m, err := newModel(ck.Config, max(len(hidden), 1))
+	if err != nil {
+		return nil, fmt.Errorf("reference %s: %w", ck.Dir, err)
+	}
 	emb, err := load(ck, "model.embed_tokens.weight", ck.Config.VocabSize, ck.Config.HiddenSize)
 	if err != nil {
 		return nil, err
 	}
-	return headLogits(ck, emb, hidden)
+	return headLogits(ck, m, emb, hidden)
 }
 
-// headLogits computes lm_head(rmsnorm(x)) at every position; emb is the output projection of tied models.
-func headLogits(ck *checkpoint.Checkpoint, emb matrix, x [][]float64) ([][]float64, error) {
+// headLogits computes lm_head(rmsnorm(x)) (scaled as the family does) at every position; emb is the output
+// projection of tied models.
+func headLogits(ck *checkpoint.Checkpoint, m *model, emb matrix, x [][]float64) ([][]float64, error) {
 	cfg := ck.Config
 	norm, err := load(ck, "model.norm.weight", cfg.HiddenSize)
 	if err != nil {
@@ -107,26 +121,11 @@ func headLogits(ck *checkpoint.Checkpoint, emb matrix, x [][]float64) ([][]float
 	parallel(len(x), func(p int) {
 		logits[p] = make([]float64, cfg.VocabSize)
 		head.apply(logits[p], rmsNorm(x[p], norm.data, cfg.RMSNormEps))
+		for i := range logits[p] {
+			logits[p][i] /= m.logitsScaling
+		}
 	})
 	return logits, nil
-}
-
-// supported rejects configurations this reference does not implement, rather than computing something else.
-func supported(cfg *checkpoint.Config, n int) error {
-	if n == 0 {
-		return fmt.Errorf("no token ids")
-	}
-	if len(cfg.RopeScaling) > 0 && string(cfg.RopeScaling) != "null" {
-		var rs map[string]any
-		if json.Unmarshal(cfg.RopeScaling, &rs) != nil || len(rs) > 0 {
-			return fmt.Errorf("config.json rope_scaling %s is not supported by the reference (plain RoPE only)", cfg.RopeScaling)
-		}
-	}
-	// Qwen2 configs carry a sliding_window that only applies with use_sliding_window, which they leave off.
-	if cfg.SlidingWindow != nil && *cfg.SlidingWindow > 0 && n > *cfg.SlidingWindow && cfg.ModelType != "qwen2" {
-		return fmt.Errorf("%d tokens exceed sliding_window %d, which the reference does not implement", n, *cfg.SlidingWindow)
-	}
-	return nil
 }
 
 // matrix is a row-major [rows, cols] weight, like a Hugging Face Linear weight [out_features, in_features].
@@ -173,56 +172,6 @@ func load(ck *checkpoint.Checkpoint, name string, shape ...int) (matrix, error) 
 	return m, nil
 }
 
-// layerWeights holds one decoder layer. Biases are nil when the architecture has none.
-type layerWeights struct {
-	inNorm, postNorm  matrix
-	q, k, v, o        matrix
-	qb, kb, vb, ob    []float32
-	gate, up, down    matrix
-	gateB, upB, downB []float32
-}
-
-func loadLayer(ck *checkpoint.Checkpoint, l int) (*layerWeights, error) {
-	cfg := ck.Config
-	h, hd, nq, nkv, ff := cfg.HiddenSize, cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.IntermediateSize
-	p := fmt.Sprintf("model.layers.%d.", l)
-	w := &layerWeights{}
-	var err error
-	get := func(dst *matrix, name string, shape ...int) {
-		if err == nil {
-			*dst, err = load(ck, p+name, shape...)
-		}
-	}
-	bias := func(dst *[]float32, want bool, name string, n int) {
-		if err == nil && want {
-			var m matrix
-			m, err = load(ck, p+name, n)
-			*dst = m.data
-		}
-	}
-	get(&w.inNorm, "input_layernorm.weight", h)
-	get(&w.postNorm, "post_attention_layernorm.weight", h)
-	get(&w.q, "self_attn.q_proj.weight", nq*hd, h)
-	get(&w.k, "self_attn.k_proj.weight", nkv*hd, h)
-	get(&w.v, "self_attn.v_proj.weight", nkv*hd, h)
-	get(&w.o, "self_attn.o_proj.weight", h, nq*hd)
-	get(&w.gate, "mlp.gate_proj.weight", ff, h)
-	get(&w.up, "mlp.up_proj.weight", ff, h)
-	get(&w.down, "mlp.down_proj.weight", h, ff)
-	qkv := cfg.HasQKVBias()
-	bias(&w.qb, qkv, "self_attn.q_proj.bias", nq*hd)
-	bias(&w.kb, qkv, "self_attn.k_proj.bias", nkv*hd)
-	bias(&w.vb, qkv, "self_attn.v_proj.bias", nkv*hd)
-	bias(&w.ob, cfg.AttentionBias, "self_attn.o_proj.bias", h)
-	bias(&w.gateB, cfg.MLPBias, "mlp.gate_proj.bias", ff)
-	bias(&w.upB, cfg.MLPBias, "mlp.up_proj.bias", ff)
-	bias(&w.downB, cfg.MLPBias, "mlp.down_proj.bias", h)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
 // linear computes dst = m·x + b (b may be nil).
 func linear(dst []float64, m matrix, b []float32, x []float64) {
 	m.apply(dst, x)
@@ -243,88 +192,6 @@ func rmsNorm(x []float64, w []float32, eps float64) []float64 {
 		out[i] = float64(w[i]) * v * scale
 	}
 	return out
-}
-
-// rope rotates each head of vec (heads × headDim values) by position pos, rotate-half style: dimension i pairs
-// with i+headDim/2 and turns by angle pos·theta^(-2i/headDim).
-func rope(vec []float64, heads, headDim, pos int, theta float64) {
-	half := headDim / 2
-	for i := range half {
-		angle := float64(pos) * math.Pow(theta, -2*float64(i)/float64(headDim))
-		sin, cos := math.Sincos(angle)
-		for h := range heads {
-			a, b := &vec[h*headDim+i], &vec[h*headDim+i+half]
-			*a, *b = *a*cos-*b*sin, *b*cos+*a*sin
-		}
-	}
-}
-
-// decoderLayer updates the residual stream x (one row per position) in place:
-//
-//	x += o_proj(attention(rope(q), rope(k), v))  on rmsnorm(x)
-//	x += down(silu(gate(h)) ⊙ up(h))              with h = rmsnorm(x)
-func decoderLayer(cfg *checkpoint.Config, w *layerWeights, x [][]float64) {
-	T, hd, nq, nkv := len(x), cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
-	q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
-	parallel(T, func(p int) {
-		h := rmsNorm(x[p], w.inNorm.data, cfg.RMSNormEps)
-		q[p], k[p], v[p] = make([]float64, nq*hd), make([]float64, nkv*hd), make([]float64, nkv*hd)
-		linear(q[p], w.q, w.qb, h)
-		linear(k[p], w.k, w.kb, h)
-		linear(v[p], w.v, w.vb, h)
-		rope(q[p], nq, hd, p, cfg.RopeTheta)
-		rope(k[p], nkv, hd, p, cfg.RopeTheta)
-	})
-	group := nq / nkv // query heads per key/value head (grouped-query attention)
-	scale := 1 / math.Sqrt(float64(hd))
-	parallel(T, func(p int) {
-		att := make([]float64, nq*hd)
-		scores := make([]float64, p+1)
-		for h := range nq {
-			kvh := h / group
-			qh := q[p][h*hd : (h+1)*hd]
-			maxS := math.Inf(-1)
-			for t := 0; t <= p; t++ { // causal: position p sees 0..p
-				var s float64
-				for i, qv := range qh {
-					s += qv * k[t][kvh*hd+i]
-				}
-				scores[t] = s * scale
-				maxS = max(maxS, scores[t])
-			}
-			var sum float64
-			for t := range scores {
-				scores[t] = math.Exp(scores[t] - maxS)
-				sum += scores[t]
-			}
-			out := att[h*hd : (h+1)*hd]
-			for t, a := range scores {
-				a /= sum
-				for i := range out {
-					out[i] += a * v[t][kvh*hd+i]
-				}
-			}
-		}
-		o := make([]float64, cfg.HiddenSize)
-		linear(o, w.o, w.ob, att)
-		for i := range o {
-			x[p][i] += o[i]
-		}
-	})
-	parallel(T, func(p int) {
-		h := rmsNorm(x[p], w.postNorm.data, cfg.RMSNormEps)
-		g, u := make([]float64, cfg.IntermediateSize), make([]float64, cfg.IntermediateSize)
-		linear(g, w.gate, w.gateB, h)
-		linear(u, w.up, w.upB, h)
-		for i := range g {
-			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i] // silu(gate) ⊙ up
-		}
-		d := make([]float64, cfg.HiddenSize)
-		linear(d, w.down, w.downB, g)
-		for i := range d {
-			x[p][i] += d[i]
-		}
-	})
 }
 
 // parallel runs f(0..n-1) on up to GOMAXPROCS goroutines. Each f writes only its own position's outputs.

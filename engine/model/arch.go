@@ -1,7 +1,12 @@
-// Package model defines what a model family is (Architecture: a decoder layer's weights and computation) and
-// the operations layers are written in (Ops), and holds the families, one small file each, registering
-// themselves from init. The engine runs a family's layer as a compiled graph or on the host kernels; both
-// implement Ops.
+// Package model defines what a model family is and the operations layers are written in (Ops), and holds the
+// families, one small file each, registering themselves from init. The engine runs a family's layers as
+// compiled graphs or on the host kernels; both implement Ops.
+//
+// A Family reads a config into an Architecture, refusing (by key and value) whatever it does not implement; the
+// Architecture describes the model to the engine (Plan: every layer's attention window and rotary table, the
+// model-level constants) and computes a decoder layer (Layer) and the output head (Head) in terms of Ops. What
+// families share lives in shared code: the decoder layer (decoder.go) that most families configure, rotary
+// embeddings and their scaling types (rope.go), activations, norms, soft-capping and attention options (Ops).
 package model
 
 import (
@@ -12,19 +17,65 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 )
 
-// Architecture is one model family: the weights of a decoder layer and the layer's computation, written once
-// in terms of Ops. Adding a family means one small file that registers an Architecture from init.
+// Family builds the Architecture of one Hugging Face `architectures` name from a config, or refuses it with an
+// error naming the config key and value it does not implement.
+type Family func(cfg *checkpoint.Config) (Architecture, error)
+
+// Architecture is one model, built from its config: what the engine needs to know about it (Plan) and its
+// computation, written once in terms of Ops.
 //
-// The computation is layer-agnostic: the same code serves every decoder layer, with the layer's weights and
-// its one-layer K/V cache view as inputs. It runs as a compiled GoMLX graph (graphOps: prefill, and decode
-// with Options.GraphDecode) or directly on host arrays with hand-written kernels (hostOps: decode steps).
+// The computation is layer-agnostic within a layer kind: the same code serves every decoder layer of a kind,
+// with the layer's weights, its one-layer K/V cache view and its kind's rotary table and attention mask as
+// inputs. It runs as a compiled GoMLX graph (graphOps: one graph per kind and shape) or directly on host arrays
+// (hostOps).
 type Architecture interface {
-	// LayerWeights lists the tensors of decoder layer units, named relative to "model.layers.N.", with their
-	// shapes for cfg. Every listed tensor must be present in every layer; other tensors of a layer are ignored.
-	LayerWeights(cfg *checkpoint.Config) []WeightSpec
-	// Layer computes one decoder layer.
-	Layer(cfg *checkpoint.Config, ops Ops, in LayerInputs) LayerOutputs
+	// Plan describes the model; the engine reads it once and must not modify it.
+	Plan() *Plan
+	// Layer computes one decoder layer of kind in.Kind.
+	Layer(ops Ops, in LayerInputs) LayerOutputs
+	// Head turns final hidden states x [B, T, hidden] into logits [B, T, vocab]: the final norm (weight norm),
+	// the output projection (out, [vocab, hidden]) and any logit transforms (scaling, soft-capping).
+	Head(ops Ops, x, norm, out Value) Value
 }
+
+// Plan describes a model to the engine.
+type Plan struct {
+	// Weights are the tensors of every decoder layer, named relative to "model.layers.N.", with their shapes. A
+	// layer holds exactly these, plus SkippedLayerTensors: the engine refuses a checkpoint whose layers hold
+	// anything else.
+	Weights []WeightSpec
+	// Layers has one entry per decoder layer.
+	Layers []LayerKind
+	// Ropes are the rotary embeddings layers refer to (LayerKind.Rope).
+	Ropes []Rope
+	// EmbedScale multiplies the embeddings (as float32) before the first layer: √hidden (Gemma), Granite's
+	// embedding_multiplier; 1 leaves them as they are.
+	EmbedScale float64
+	// Context is the number of positions a sequence may hold: max_position_embeddings, or more where the rope
+	// scaling extends it (dynamic NTK: factor × max_position_embeddings).
+	Context int
+	// KVHeads and HeadDim size the key/value cache.
+	KVHeads, HeadDim int
+}
+
+// LayerKind is what distinguishes decoder layers from each other: the engine compiles one graph per kind, builds
+// one attention mask per window and one rotary table per Rope, and gives a windowed layer a ring of Window
+// cache positions.
+type LayerKind struct {
+	// Window is the sliding window: a query sees itself and the Window-1 positions before it. 0: every earlier
+	// position (full causal attention).
+	Window int
+	// Rope is the index of the layer's rotary embedding in Plan.Ropes, or NoRope.
+	Rope int
+}
+
+// NoRope marks a layer without rotary embeddings (SmolLM3's NoPE layers).
+const NoRope = -1
+
+// SkippedLayerTensors are tensors a checkpoint may hold in a decoder layer that no computation reads, skipped by
+// name (relative to "model.layers.N."): old checkpoints saved the rotary embedding's inverse frequencies, which
+// the engine derives from the config.
+var SkippedLayerTensors = []string{"self_attn.rotary_emb.inv_freq"}
 
 // WeightSpec describes one tensor of a decoder layer.
 type WeightSpec struct {
@@ -36,31 +87,79 @@ type WeightSpec struct {
 // hostOps. Architectures only pass Values between Ops methods.
 type Value any
 
+// Activation is an MLP activation function.
+type Activation int
+
+// The activations, by their Hugging Face hidden_act names.
+const (
+	SiLU     Activation = iota // "silu", "swish": x·σ(x)
+	GELUTanh                   // "gelu_pytorch_tanh", "gelu_new": the tanh approximation of GELU
+	GELU                       // "gelu": x·Φ(x) with the exact normal CDF
+)
+
+var activations = map[string]Activation{"silu": SiLU, "swish": SiLU, "gelu_pytorch_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu": GELU}
+
+// ActivationFor maps a config's hidden_act (or hidden_activation) to an Activation; key names the config key
+// for the error.
+func ActivationFor(key, name string) (Activation, error) {
+	a, ok := activations[name]
+	if !ok {
+		names := make([]string, 0, len(activations))
+		for n := range activations {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return 0, fmt.Errorf("config: %s %q is not supported (supported: %s)", key, name, strings.Join(names, ", "))
+	}
+	return a, nil
+}
+
+// AttentionOptions parameterise Ops.Attention.
+type AttentionOptions struct {
+	// Scale multiplies q·k: 1/√head_dim for most families; Granite's attention_multiplier; Gemma's
+	// query_pre_attn_scalar^-½.
+	Scale float64
+	// SoftCap, when positive, caps the scaled scores as SoftCap·tanh(s/SoftCap) before the mask (Gemma 2).
+	SoftCap float64
+}
+
 // Ops are the operations layers are written in. B is the batch, T the number of new positions (with graphOps
-// a bucket whose rows past the real count are padding), S the cache capacity. Activations are float32.
+// a bucket whose rows past the real count are padding), S the layer's cache slots. Activations are float32.
+//
+// An Ops value is made for one layer: Rotary uses the layer's rotary table and Attention the layer's mask
+// (causal, and windowed for a sliding layer) and cache.
 type Ops interface {
 	// Linear is x·wᵀ (+ b, when b is not nil) for x [B, T, in] and a weight matrix [out, in] in the Hugging
 	// Face layout, giving [B, T, out].
 	Linear(x, w, b Value) Value
-	// RMSNorm normalises the last axis: x / sqrt(mean(x²) + eps) · w.
-	RMSNorm(x, w Value, eps float64) Value
+	// RMSNorm normalises the last axis: x / sqrt(mean(x²) + eps) · (offset + w). offset is 0, or 1 for the
+	// (1 + w) norms of Gemma.
+	RMSNorm(x, w Value, eps, offset float64) Value
 	// Heads splits [B, T, heads·headDim] into [B, heads, T, headDim].
 	Heads(x Value, heads, headDim int) Value
-	// Rotary applies rotary embeddings (Hugging Face's rotate-half layout) at the new positions to
-	// x [B, heads, T, headDim].
+	// Rotary applies the layer's rotary embedding (Hugging Face's rotate-half layout) at the new positions to
+	// the first rotary dimensions of x [B, heads, T, headDim]; the others pass unchanged (partial rotary).
 	Rotary(x Value) Value
 	// Attention is causal grouped-query attention of q [B, heads, T, d] over the layer's cached positions and
 	// the new keys and values k, v [B, kvHeads, T, d] (query head h uses key/value head h/(heads/kvHeads)),
-	// giving [B, T, heads·d].
-	Attention(q, k, v Value) Value
-	SiLU(x Value) Value
+	// within the layer's window, giving [B, T, heads·d].
+	Attention(q, k, v Value, opts AttentionOptions) Value
+	// Split cuts the last axis into consecutive parts of the given sizes (fused projections).
+	Split(x Value, sizes ...int) []Value
+	// Act applies an activation function elementwise.
+	Act(x Value, f Activation) Value
 	Add(a, b Value) Value
 	Mul(a, b Value) Value
+	// Scale multiplies every element by float32(s).
+	Scale(x Value, s float64) Value
+	// SoftCap is c·tanh(x/c) elementwise (Gemma 2's final logits).
+	SoftCap(x Value, c float64) Value
 }
 
 // LayerInputs are the inputs of one decoder layer.
 type LayerInputs struct {
-	X Value // [B, T, hidden] residual stream
+	Kind LayerKind
+	X    Value // [B, T, hidden] residual stream
 	// W holds the layer's weights by WeightSpec name.
 	W map[string]Value
 }
@@ -71,26 +170,34 @@ type LayerOutputs struct {
 	K, V Value // [B, kvHeads, T, headDim]: the new positions' keys (after rotary) and values
 }
 
-var architectures = map[string]Architecture{}
+var families = map[string]Family{}
 
-// Register makes an architecture available under its Hugging Face `architectures` name. Families call it
-// from init.
-func Register(name string, a Architecture) { architectures[name] = a }
+// Register makes a family available under its Hugging Face `architectures` name. Families call it from init.
+func Register(name string, f Family) { families[name] = f }
 
-// For returns the architecture registered under cfg's first `architectures` name.
+// Supported lists the registered `architectures` names, sorted.
+func Supported() []string {
+	names := make([]string, 0, len(families))
+	for n := range families {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// For builds the Architecture of cfg's first `architectures` name, refusing what the family does not implement.
 func For(cfg *checkpoint.Config) (Architecture, error) {
 	name := ""
 	if len(cfg.Architectures) > 0 {
 		name = cfg.Architectures[0]
 	}
-	a, ok := architectures[name]
+	f, ok := families[name]
 	if !ok {
-		names := make([]string, 0, len(architectures))
-		for n := range architectures {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		return nil, fmt.Errorf("config.json: architecture %q has no model definition (supported: %s)", name, strings.Join(names, ", "))
+		return nil, fmt.Errorf("config.json: architecture %q has no model definition (supported: %s)", name, strings.Join(Supported(), ", "))
+	}
+	a, err := f(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("config.json (%s): %w", name, err)
 	}
 	return a, nil
 }

@@ -1,0 +1,197 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"maps"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// llamaConfig is a Llama config.json as transformers 5 writes it (tiny shape), with extra keys merged in and
+// keys mapped to nil deleted.
+func llamaConfig(t *testing.T, edit map[string]any) []byte {
+	t.Helper()
+	cfg := map[string]any{
+		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama", "attention_bias": false,
+		"attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "dtype": "float32", "head_dim": 16,
+		"hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 128,
+		"max_position_embeddings": 256, "mlp_bias": false, "num_attention_heads": 4, "num_hidden_layers": 2,
+		"num_key_value_heads": 2, "pad_token_id": 0, "pretraining_tp": 1, "rms_norm_eps": 1e-6,
+		"rope_parameters":     map[string]any{"rope_theta": 100000.0, "rope_type": "default"},
+		"tie_word_embeddings": false, "transformers_version": "5.23.0", "use_cache": true, "vocab_size": 256,
+	}
+	for k, v := range edit {
+		if v == nil {
+			delete(cfg, k)
+		} else {
+			cfg[k] = v
+		}
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// v4 turns a transformers-5 spelling edit into transformers 4's: top-level rope_theta and rope_scaling (rope
+// parameters other than the theta), torch_dtype.
+func v4(rope map[string]any) map[string]any {
+	scaling := maps.Clone(rope)
+	delete(scaling, "rope_theta")
+	e := map[string]any{"rope_parameters": nil, "dtype": nil, "torch_dtype": "float32", "rope_theta": rope["rope_theta"]}
+	if len(scaling) > 0 && scaling["rope_type"] != "default" {
+		e["rope_scaling"] = scaling
+	}
+	return e
+}
+
+// TestBothSpellings: transformers 4 and 5 write the same model differently (the fixtures' config.v4.json and
+// config.json); both read to the same Config. Issue 13 case 1: theta 100000 in the transformers-5 spelling
+// (SmolLM2's) was read as 10000, and rope scaling dropped silently.
+func TestBothSpellings(t *testing.T) {
+	for _, rope := range []map[string]any{
+		{"rope_theta": 100000.0, "rope_type": "default"},
+		{"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+		{"rope_theta": 100000.0, "rope_type": "linear", "factor": 4.0},
+		{"rope_theta": 100000.0, "rope_type": "dynamic", "factor": 2.0},
+		{"rope_theta": 100000.0, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0},
+	} {
+		c5, err := ParseConfig(llamaConfig(t, map[string]any{"rope_parameters": rope}))
+		if err != nil {
+			t.Fatalf("%v: transformers 5 spelling: %v", rope, err)
+		}
+		c4, err := ParseConfig(llamaConfig(t, v4(rope)))
+		if err != nil {
+			t.Fatalf("%v: transformers 4 spelling: %v", rope, err)
+		}
+		if c5.Rope.Theta != rope["rope_theta"] || c5.Rope.Type != rope["rope_type"] {
+			t.Errorf("%v: read %+v", rope, c5.Rope)
+		}
+		if f, ok := rope["factor"]; ok && c5.Rope.Factor != f {
+			t.Errorf("%v: factor %g", rope, c5.Rope.Factor)
+		}
+		if c5.TorchDType != "float32" || c4.TorchDType != "float32" {
+			t.Errorf("dtype %q / torch_dtype %q, want float32", c5.TorchDType, c4.TorchDType)
+		}
+		if !reflect.DeepEqual(c4, c5) {
+			t.Errorf("%v: the spellings read differently:\n%+v\n%+v", rope, c4, c5)
+		}
+	}
+	// The older "type" key of rope_scaling, and "su" for longrope as Phi-3 wrote it.
+	c, err := ParseConfig(llamaConfig(t, map[string]any{"rope_parameters": nil, "rope_theta": 10000.0, "rope_scaling": map[string]any{"type": "linear", "factor": 2.0}}))
+	if err != nil || c.Rope.Type != "linear" || c.Rope.Factor != 2 {
+		t.Fatalf("type linear: %+v %v", c, err)
+	}
+	// llama3 takes original_max_position_embeddings from the top level first, as transformers does.
+	c, err = ParseConfig(llamaConfig(t, map[string]any{"original_max_position_embeddings": 8192, "rope_parameters": map[string]any{
+		"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}))
+	if err != nil || c.Rope.OriginalMaxPositionEmbeddings != 8192 {
+		t.Fatalf("top-level original_max_position_embeddings: %+v %v", c.Rope, err)
+	}
+}
+
+// TestConfigRefusals: every key is implemented, harmless, or refused by name with its value (issue 13); the
+// smaller cases of issue 13 point 8 get errors naming the field.
+func TestConfigRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit map[string]any
+		want []string
+	}{
+		{"unknown key", map[string]any{"attn_logit_softcapping": 50.0}, []string{"attn_logit_softcapping (value 50)", "LlamaForCausalLM", IgnoreKeysEnv}},
+		{"another family's key", map[string]any{"use_sliding_window": true}, []string{"use_sliding_window (value true)"}},
+		{"quantized", map[string]any{"quantization_config": map[string]any{"quant_method": "gptq"}}, []string{"quantization_config", "gptq"}},
+		{"rope type", map[string]any{"rope_parameters": map[string]any{"rope_type": "mrope", "rope_theta": 1e4}}, []string{`rope type "mrope"`}},
+		{"rope key", map[string]any{"rope_parameters": map[string]any{"rope_type": "linear", "factor": 2.0, "beta_fast": 3.0}}, []string{"beta_fast (value 3)", `"linear"`}},
+		{"rope factor", map[string]any{"rope_parameters": map[string]any{"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}}, []string{"llama3", "low_freq_factor"}},
+		{"both spellings", map[string]any{"rope_scaling": map[string]any{"rope_type": "linear", "factor": 2.0}}, []string{"rope_parameters", "rope_scaling"}},
+		{"thetas disagree", map[string]any{"rope_theta": 10000.0}, []string{"rope_theta 10000", "100000"}},
+		{"dtypes disagree", map[string]any{"torch_dtype": "bfloat16"}, []string{`dtype "float32"`, `torch_dtype "bfloat16"`}},
+		{"model_type", map[string]any{"model_type": "gemma2"}, []string{`model_type "gemma2"`, "LlamaForCausalLM"}},
+		// issue 13 point 8
+		{"eps zero", map[string]any{"rms_norm_eps": 0.0}, []string{"rms_norm_eps must be a positive number, got 0"}},
+		{"eps negative", map[string]any{"rms_norm_eps": -1e-6}, []string{"rms_norm_eps must be a positive number"}},
+		{"context zero", map[string]any{"max_position_embeddings": 0}, []string{"max_position_embeddings must be positive, got 0"}},
+		{"context missing", map[string]any{"max_position_embeddings": nil}, []string{"missing field max_position_embeddings"}},
+		{"field missing", map[string]any{"hidden_size": nil}, []string{"missing field hidden_size"}},
+		{"heads do not divide", map[string]any{"head_dim": nil, "num_attention_heads": 5, "num_key_value_heads": 5}, []string{"hidden_size (64) is not a multiple of num_attention_heads (5)"}},
+		{"kv heads", map[string]any{"num_key_value_heads": 3}, []string{"num_attention_heads (4) must be a multiple of num_key_value_heads (3)"}},
+		{"architecture", map[string]any{"architectures": []string{"GPT2LMHeadModel"}}, []string{`"GPT2LMHeadModel"`, "LlamaForCausalLM"}},
+	} {
+		_, err := ParseConfig(llamaConfig(t, tc.edit))
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: got %v, want an error containing %q", tc.name, err, w)
+				break
+			}
+		}
+	}
+	// The escape hatch: a key the user has checked is skipped (with a warning).
+	t.Setenv(IgnoreKeysEnv, "my_note, other")
+	if _, err := ParseConfig(llamaConfig(t, map[string]any{"my_note": "hi"})); err != nil {
+		t.Errorf("%s did not skip the key: %v", IgnoreKeysEnv, err)
+	}
+}
+
+// TestFamilyDefaults: absent keys take the value of the family's transformers config class.
+func TestFamilyDefaults(t *testing.T) {
+	base := map[string]any{"architectures": []string{"MistralForCausalLM"}, "model_type": nil, "attention_bias": nil, "mlp_bias": nil,
+		"pretraining_tp": nil, "head_dim": nil}
+	c, err := ParseConfig(llamaConfig(t, base))
+	if err != nil || c.SlidingWindow == nil || *c.SlidingWindow != 4096 || c.ModelType != "mistral" || c.HeadDim != 16 {
+		t.Fatalf("Mistral without sliding_window: %+v %v, want 4096 (MistralConfig's default)", c, err)
+	}
+	base["sliding_window"] = json.RawMessage("null")
+	if c, err = ParseConfig(llamaConfig(t, base)); err != nil || c.SlidingWindow != nil {
+		t.Fatalf("Mistral with sliding_window null: %v %v", c.SlidingWindow, err)
+	}
+	c, err = ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"Qwen3ForCausalLM"}, "model_type": "qwen3", "head_dim": nil, "mlp_bias": nil, "pretraining_tp": nil}))
+	if err != nil || c.HeadDim != 128 || c.MaxWindowLayers != 28 {
+		t.Fatalf("Qwen3 without head_dim: %+v %v, want head_dim 128", c, err)
+	}
+	c, err = ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"SmolLM3ForCausalLM"}, "model_type": "smollm3",
+		"rope_parameters": nil, "tie_word_embeddings": nil, "pretraining_tp": nil}))
+	if err != nil || c.Rope.Theta != 2e6 || !c.TieWordEmbeddings || c.NoRopeLayerInterval != 4 {
+		t.Fatalf("SmolLM3 defaults: %+v %v", c, err)
+	}
+	c, err = ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"Olmo2ForCausalLM"}, "model_type": "olmo2", "rms_norm_eps": nil,
+		"mlp_bias": nil, "pretraining_tp": nil}))
+	if err != nil || c.RMSNormEps != 1e-5 {
+		t.Fatalf("OLMo 2 rms_norm_eps default: %v %v", c.RMSNormEps, err)
+	}
+}
+
+// TestTextConfig: a model keeping its decoder in text_config is read from there; the wrapper's other keys
+// are checked like any other.
+func TestTextConfig(t *testing.T) {
+	var inner map[string]any
+	if err := json.Unmarshal(llamaConfig(t, map[string]any{"architectures": nil, "dtype": nil}), &inner); err != nil {
+		t.Fatal(err)
+	}
+	wrapped := map[string]any{"architectures": []string{"LlamaForCausalLM"}, "text_config": inner, "dtype": "bfloat16", "transformers_version": "5.23.0"}
+	b, _ := json.Marshal(wrapped)
+	c, err := ParseConfig(b)
+	if err != nil || c.HiddenSize != 64 || c.Rope.Theta != 100000 || c.TorchDType != "bfloat16" {
+		t.Fatalf("text_config: %+v %v", c, err)
+	}
+	wrapped["vision_config"] = map[string]any{"hidden_size": 32}
+	b, _ = json.Marshal(wrapped)
+	if _, err := ParseConfig(b); err == nil || !strings.Contains(err.Error(), "vision_config") {
+		t.Fatalf("a wrapper key the family does not know: %v", err)
+	}
+}
+
+// FuzzParseConfig: any bytes give a Config or an error, never a panic.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"max_position_embeddings":8,"rope_parameters":{"rope_type":"yarn","factor":2,"rope_theta":1e4}}`))
+	f.Add([]byte(`{"architectures":["Qwen2ForCausalLM"],"text_config":{"hidden_size":8,"layer_types":["sliding_attention"],"rope_parameters":{"sliding_attention":{"rope_type":"default"}}}}`))
+	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"rope_scaling":{"type":"su","short_factor":[1],"long_factor":[2]},"rope_theta":-1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig(b)
+		if err == nil && (c.HiddenSize <= 0 || c.HeadDim <= 0 || !(c.RMSNormEps > 0) || (c.RopeByLayerType == nil && !(c.Rope.Theta > 0))) {
+			t.Fatalf("accepted an invalid config: %+v", c)
+		}
+	})
+}

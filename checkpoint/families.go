@@ -1,0 +1,90 @@
+package checkpoint
+
+// Architecture describes how one Hugging Face architecture's config.json is read. The computation lives in
+// engine/model, which refuses the values of these keys it does not implement.
+type Architecture struct {
+	Name      string // the `architectures` entry, e.g. "LlamaForCausalLM"
+	ModelType string // the `model_type`, e.g. "llama"
+	// TextModelType is the model_type of a nested text_config, where the family keeps its decoder there.
+	TextModelType string
+	// Keys are the config.json keys the family reads beyond commonKeys. Any other key is refused unless
+	// HarmlessKeys lists it.
+	Keys []string
+	// Defaults are the values transformers' config class gives keys absent from config.json, where they differ
+	// from commonDefaults.
+	Defaults map[string]any
+	// DefaultRopeTheta is the rotary base when neither spelling gives one (transformers' default_theta); 0 means
+	// 10000.
+	DefaultRopeTheta float64
+}
+
+var architectures = map[string]Architecture{}
+
+// RegisterArchitecture makes an architecture known to config parsing.
+func RegisterArchitecture(a Architecture) { architectures[a.Name] = a }
+
+// SupportedArchitectures lists the registered architecture names, sorted.
+func SupportedArchitectures() []string { return sortedKeys(architectures) }
+
+// commonKeys are the keys every decoder family implements.
+var commonKeys = []string{
+	"architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+	"num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act",
+	"tie_word_embeddings", "dtype", "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id",
+	// rotary embeddings, in both spellings (see parseRope)
+	"rope_parameters", "rope_theta", "rope_scaling", "original_max_position_embeddings",
+}
+
+// commonDefaults are transformers' defaults for absent keys shared by the families (the PretrainedConfig and
+// Llama-like config classes); Architecture.Defaults overrides them.
+var commonDefaults = map[string]any{
+	"rms_norm_eps":        1e-6,
+	"hidden_act":          "silu",
+	"tie_word_embeddings": false,
+}
+
+// HarmlessKeys are config.json keys that do not change the forward pass of a decoder at inference, skipped by
+// name: bookkeeping, training-only settings (dropout, initialisation), output switches of the Python API, and
+// sampling defaults that old transformers versions copied into config.json (layerstream reads sampling defaults
+// from generation_config.json).
+var HarmlessKeys = []string{
+	// bookkeeping
+	"transformers_version", "_name_or_path", "_attn_implementation_autoset", "id2label", "label2id",
+	"tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "problem_type",
+	// training only, or an execution choice with the same result
+	"initializer_range", "attention_dropout", "use_cache", "pretraining_tp", "use_bfloat16", "tf_legacy_loss",
+	"torchscript",
+	// Python API switches and encoder-decoder fields a decoder-only model leaves unused
+	"output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "is_decoder",
+	"is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "cross_attention_hidden_size",
+	"chunk_size_feed_forward", "sep_token_id", "decoder_start_token_id",
+	// sampling defaults of transformers 4's PretrainedConfig
+	"max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+	"temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+	"encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+	"return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+	"exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+}
+
+// slidingKeys are the sliding-window keys of the Qwen2-style configs.
+var slidingKeys = []string{"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"}
+
+func init() {
+	RegisterArchitecture(Architecture{Name: "LlamaForCausalLM", ModelType: "llama", Keys: []string{"attention_bias", "mlp_bias"}})
+	RegisterArchitecture(Architecture{Name: "MistralForCausalLM", ModelType: "mistral", Keys: []string{"sliding_window"},
+		Defaults: map[string]any{"sliding_window": 4096}})
+	RegisterArchitecture(Architecture{Name: "Qwen2ForCausalLM", ModelType: "qwen2", Keys: slidingKeys,
+		Defaults: map[string]any{"sliding_window": 4096, "max_window_layers": 28}})
+	RegisterArchitecture(Architecture{Name: "Qwen3ForCausalLM", ModelType: "qwen3", Keys: append([]string{"attention_bias"}, slidingKeys...),
+		Defaults: map[string]any{"head_dim": 128, "sliding_window": 4096, "max_window_layers": 28}})
+	RegisterArchitecture(Architecture{Name: "Olmo2ForCausalLM", ModelType: "olmo2", Keys: []string{"attention_bias"},
+		Defaults: map[string]any{"rms_norm_eps": 1e-5}})
+	RegisterArchitecture(Architecture{Name: "GraniteForCausalLM", ModelType: "granite",
+		Keys:     []string{"attention_bias", "mlp_bias", "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"},
+		Defaults: map[string]any{"embedding_multiplier": 1.0, "attention_multiplier": 1.0, "residual_multiplier": 1.0, "logits_scaling": 1.0}})
+	RegisterArchitecture(Architecture{Name: "SmolLM3ForCausalLM", ModelType: "smollm3",
+		// max_window_layers is read and unused: SmolLM3 derives its layer_types from no_rope_layers.
+		Keys:             append([]string{"attention_bias", "mlp_bias", "no_rope_layers", "no_rope_layer_interval"}, slidingKeys...),
+		Defaults:         map[string]any{"tie_word_embeddings": true, "no_rope_layer_interval": 4},
+		DefaultRopeTheta: 2000000.0})
+}

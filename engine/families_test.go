@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/reference"
+)
+
+// writeSafetensors writes float32 tensors as a safetensors file.
+func writeSafetensors(t *testing.T, path string, tensors map[string][]float32, shapes map[string][]int) {
+	t.Helper()
+	names := slices.Sorted(maps.Keys(tensors))
+	header := map[string]any{}
+	off := 0
+	for _, n := range names {
+		size := 4 * len(tensors[n])
+		header[n] = map[string]any{"dtype": "F32", "shape": shapes[n], "data_offsets": []int{off, off + size}}
+		off += size
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	buf = append(buf, h...)
+	for _, n := range names {
+		for _, v := range tensors[n] {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// familyBase is a tiny config every family test starts from (transformers 5 spelling): hidden 24, 3 layers,
+// 4 heads of 8 over 2 key/value heads, vocab 50.
+func familyBase(arch, modelType string) map[string]any {
+	return map[string]any{
+		"architectures": []string{arch}, "model_type": modelType, "hidden_size": 24, "intermediate_size": 40,
+		"num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 50,
+		"max_position_embeddings": 64, "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": false,
+		"dtype": "float32", "eos_token_id": 3, "rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1000.0},
+	}
+}
+
+// writeFamily writes a random checkpoint for cfg: the layer tensors the family's Plan lists (plus extra, name
+// suffix → shape, in every layer), the embedding, final norm and lm_head. Norm weights are near 1, the rest
+// N(0, 0.3²), biases included.
+func writeFamily(t *testing.T, cfg map[string]any, extra map[string][]int) string {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := checkpoint.ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := model.For(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ts, sh := map[string][]float32{}, map[string][]int{}
+	add := func(name string, dims ...int) {
+		v := make([]float32, elems(dims))
+		for i := range v {
+			if strings.Contains(name, "norm") {
+				v[i] = 1 + 0.1*float32(rng.NormFloat64())
+			} else {
+				v[i] = 0.3 * float32(rng.NormFloat64())
+			}
+		}
+		ts[name], sh[name] = v, dims
+	}
+	add("model.embed_tokens.weight", c.VocabSize, c.HiddenSize)
+	add("model.norm.weight", c.HiddenSize)
+	add("lm_head.weight", c.VocabSize, c.HiddenSize)
+	for l := range c.NumHiddenLayers {
+		for _, s := range a.Plan().Weights {
+			add(fmt.Sprintf("model.layers.%d.%s", l, s.Name), s.Shape...)
+		}
+		for name, shape := range extra {
+			add(fmt.Sprintf("model.layers.%d.%s", l, name), shape...)
+		}
+	}
+	writeSafetensors(t, filepath.Join(dir, "model.safetensors"), ts, sh)
+	return dir
+}
+
+// familyIDs is a prompt longer than the test windows (4 and 5 positions), so that sliding layers differ from
+// full ones and the ring wraps.
+var familyIDs = []int{1, 17, 4, 33, 49, 0, 12, 7, 44, 21, 9, 30}
+
+// TestFamiliesMatchReference checks every family and rope scaling against the float64 reference forward pass
+// (written independently, from transformers' model code): the one-pass logits (graphs), and token by token on
+// the host kernels and on the graphs (the decode path, through the ring cache of sliding layers). Fixtures made
+// by transformers itself check the same families against transformers (TestHFFixtures).
+func TestFamiliesMatchReference(t *testing.T) {
+	llama := func(edit map[string]any) map[string]any {
+		c := familyBase("LlamaForCausalLM", "llama")
+		maps.Copy(c, edit)
+		return c
+	}
+	rope := func(p map[string]any) map[string]any {
+		return llama(map[string]any{"rope_parameters": p})
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  map[string]any
+		// oneWay: the decode path rotates each step with the frequencies of its own length (dynamic NTK), so
+		// token by token differs from one pass by design; only the one-pass logits are compared.
+		oneWay bool
+	}{
+		{"llama", llama(nil), false},
+		{"llama biases", llama(map[string]any{"attention_bias": true, "mlp_bias": true}), false},
+		{"llama3 rope", rope(map[string]any{"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), false},
+		{"linear rope", rope(map[string]any{"rope_type": "linear", "rope_theta": 1000.0, "factor": 4.0}), false},
+		{"yarn rope", rope(map[string]any{"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 16}), false},
+		{"dynamic rope", llama(map[string]any{"max_position_embeddings": 8, "rope_parameters": map[string]any{"rope_type": "dynamic", "rope_theta": 1000.0, "factor": 2.0}}), true},
+		{"mistral window", func() map[string]any {
+			c := familyBase("MistralForCausalLM", "mistral")
+			c["sliding_window"] = 5
+			return c
+		}(), false},
+		{"qwen2 sliding", func() map[string]any {
+			c := familyBase("Qwen2ForCausalLM", "qwen2")
+			c["use_sliding_window"], c["sliding_window"], c["max_window_layers"] = true, 4, 1
+			return c
+		}(), false},
+		{"qwen3", familyBase("Qwen3ForCausalLM", "qwen3"), false},
+		{"olmo2", familyBase("Olmo2ForCausalLM", "olmo2"), false},
+		{"granite", func() map[string]any {
+			c := familyBase("GraniteForCausalLM", "granite")
+			c["embedding_multiplier"], c["attention_multiplier"], c["residual_multiplier"], c["logits_scaling"] = 3.0, 0.2, 0.5, 2.0
+			return c
+		}(), false},
+		{"smollm3", func() map[string]any {
+			c := familyBase("SmolLM3ForCausalLM", "smollm3")
+			c["no_rope_layers"], c["use_sliding_window"], c["sliding_window"] = []int{1, 0, 1}, true, 4
+			return c
+		}(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := writeFamily(t, tc.cfg, nil)
+			ck, err := checkpoint.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := reference.Forward(ck, familyIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, got [][]float32) {
+				t.Helper()
+				m := 0.0
+				for p := range ref.Logits {
+					for v := range ref.Logits[p] {
+						m = max(m, math.Abs(float64(got[p][v])-ref.Logits[p][v]))
+					}
+				}
+				if m > 1e-4 {
+					t.Errorf("%s differs from the float64 reference by %g (> 1e-4)", what, m)
+				}
+			}
+			e := open(t, dir, Options{})
+			got, err := e.Logits(context.Background(), familyIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("one pass (graphs)", got)
+			if !tc.oneWay {
+				check("token by token (host kernels)", tokenByToken(t, e, familyIDs))
+				check("token by token (graphs)", tokenByToken(t, open(t, dir, Options{GraphDecode: true}), familyIDs))
+			}
+		})
+	}
+}
+
+// TestSlidingBatchMatchesAlone: sequences of different lengths decoding together through ring caches (each row
+// of a ring holds its own positions) generate what each generates alone.
+func TestSlidingBatchMatchesAlone(t *testing.T) {
+	c := familyBase("MistralForCausalLM", "mistral")
+	c["sliding_window"] = 4
+	dir := writeFamily(t, c, nil)
+	ctx := context.Background()
+	reqs := []Request{
+		{PromptIDs: familyIDs, MaxNewTokens: 9, StopIDs: []int{}},
+		{PromptIDs: familyIDs[:2], MaxNewTokens: 14, StopIDs: []int{}},
+		{PromptIDs: familyIDs[3:9], MaxNewTokens: 5, StopIDs: []int{}, PrefillChunk: 4},
+	}
+	for _, opts := range []Options{{}, {GraphDecode: true}} {
+		e := open(t, dir, opts)
+		batch, err := e.GenerateBatch(ctx, reqs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range reqs {
+			alone, err := e.Generate(ctx, r, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(alone.GeneratedIDs, batch[i].GeneratedIDs) {
+				t.Errorf("graph decode %v, request %d: batch %v, alone %v", opts.GraphDecode, i, batch[i].GeneratedIDs, alone.GeneratedIDs)
+			}
+		}
+	}
+}
+
+// TestUnusedTensorsRefused (issue 13 case 2): a layer tensor the configuration does not account for, such as
+// o_proj.bias in a checkpoint whose config.json lacks attention_bias, is refused by name rather than ignored;
+// rotary_emb.inv_freq, which old checkpoints saved, is skipped.
+func TestUnusedTensorsRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		extra map[string][]int
+		want  string
+	}{
+		{map[string][]int{"self_attn.o_proj.bias": {24}}, "self_attn.o_proj.bias"},
+		{map[string][]int{"self_attn.q_norm.weight": {8}}, "self_attn.q_norm.weight"},
+		{map[string][]int{"self_attn.rotary_emb.inv_freq": {4}}, ""},
+	} {
+		dir := writeFamily(t, familyBase("LlamaForCausalLM", "llama"), tc.extra)
+		e, err := Open(ctx, dir, Options{})
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%v: %v", tc.extra, err)
+			} else {
+				e.Close()
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "LlamaForCausalLM") {
+			t.Errorf("%v: got %v, want an error naming the tensor", tc.extra, err)
+		}
+		if e != nil {
+			e.Close()
+		}
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reference.Forward(ck, familyIDs); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("reference, %v: got %v, want an error naming the tensor", tc.extra, err)
+		}
+	}
+}
+
+// TestNotImplementedRefused: a configuration the family does not implement is refused when the engine opens,
+// naming the key and value.
+func TestNotImplementedRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		edit map[string]any
+		want string
+	}{
+		{"activation", map[string]any{"hidden_act": "relu"}, `hidden_act "relu"`},
+		{"partial rotary", map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}}, "partial_rotary_factor 0.5"},
+		{"longrope", map[string]any{"rope_parameters": map[string]any{"rope_type": "longrope", "rope_theta": 1000.0, "short_factor": []float64{1, 1, 1, 1}, "long_factor": []float64{2, 2, 2, 2}}}, `rope type "longrope"`},
+	} {
+		dir := writeFamily(t, familyBase("LlamaForCausalLM", "llama"), nil)
+		c := familyBase("LlamaForCausalLM", "llama")
+		maps.Copy(c, tc.edit)
+		b, _ := json.Marshal(c)
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(ctx, dir, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestLogitsChecksAsGenerate (issue 13 case 3): Engine.Logits refuses what Generate refuses of a prompt (token
+// ids outside the vocabulary, more positions than the model's context), and a model with sliding windows is
+// computed with them on both (TestFamiliesMatchReference: "qwen2 sliding").
+func TestLogitsChecksAsGenerate(t *testing.T) {
+	e := open(t, writeFamily(t, familyBase("LlamaForCausalLM", "llama"), nil), Options{})
+	ctx := context.Background()
+	for _, ids := range [][]int{nil, {1, 50}, {-1}, make([]int, 65)} {
+		_, lerr := e.Logits(ctx, ids)
+		gerr := e.CheckRequest(Request{PromptIDs: ids, MaxNewTokens: 1})
+		if lerr == nil || gerr == nil {
+			t.Errorf("%d ids: Logits %v, Generate %v: want both refused", len(ids), lerr, gerr)
+		}
+	}
+	if _, err := e.Logits(ctx, make([]int, 64)); err != nil {
+		t.Errorf("a prompt filling the context: %v", err)
+	}
+}
+
+// TestSlidingSessionDiverges: a session's next prompt that shares only an early prefix with what the session
+// holds cannot reuse a sliding layer's ring (it has written later positions over that prefix's last ones): the
+// prompt is computed again, and the result is that of a request without a session.
+func TestSlidingSessionDiverges(t *testing.T) {
+	c := familyBase("MistralForCausalLM", "mistral")
+	c["sliding_window"] = 4
+	e := open(t, writeFamily(t, c, nil), Options{})
+	ctx := context.Background()
+	s := e.NewSession()
+	defer s.Close()
+	if _, err := e.Generate(ctx, Request{PromptIDs: familyIDs, MaxNewTokens: 5, StopIDs: []int{}, Session: s}, nil); err != nil {
+		t.Fatal(err)
+	}
+	next := append(slices.Clone(familyIDs[:6]), 2, 8, 16)
+	got, err := e.Generate(ctx, Request{PromptIDs: next, MaxNewTokens: 6, StopIDs: []int{}, Session: s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.Generate(ctx, Request{PromptIDs: next, MaxNewTokens: 6, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.GeneratedIDs, want.GeneratedIDs) || got.CachedPromptTokens != 0 {
+		t.Errorf("session: %v (%d cached), alone: %v", got.GeneratedIDs, got.CachedPromptTokens, want.GeneratedIDs)
+	}
+}

@@ -1,0 +1,28 @@
+package kernels
+
+import "math"
+
+// GELUTanh sets y[i] to the tanh approximation of GELU of x[i] (PyTorch's gelu(approximate="tanh"), Hugging
+// Face's gelu_pytorch_tanh): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), formed in float64.
+func GELUTanh(y, x []float32) {
+	n := len(x)
+	ParallelFor((n+255)/256, func(lo, hi int) { // chunks of 256 elements, as SiLU
+		lo, hi = lo*256, min(hi*256, n)
+		for i, v := range x[lo:hi] {
+			f := float64(v)
+			y[lo+i] = float32(0.5 * f * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(f+0.044715*f*f*f))))
+		}
+	})
+}
+
+// GELU sets y[i] = x[i]·Φ(x[i]) with the exact normal CDF: 0.5·x·(1 + erf(x/√2)), formed in float64.
+func GELU(y, x []float32) {
+	n := len(x)
+	ParallelFor((n+255)/256, func(lo, hi int) {
+		lo, hi = lo*256, min(hi*256, n)
+		for i, v := range x[lo:hi] {
+			f := float64(v)
+			y[lo+i] = float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+		}
+	})
+}
