@@ -1,21 +1,11 @@
 package engine
 
 import (
-	"fmt"
 	"os"
 	"testing"
+
+	"github.com/layerstream/layerstream/internal/testutil"
 )
 
-// TestMain points the layerstream cache (where read-only checkpoints such as ../shared/models are split on
-// first use) at a temporary folder.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "layerstream-engine-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Setenv("LAYERSTREAM_CACHE", dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+// TestMain points the layerstream cache (where checkpoints are split on first use) at a temporary folder.
+func TestMain(m *testing.M) { os.Exit(testutil.RunWithCache(m)) }

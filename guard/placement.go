@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
 // UnitSize is one unit of a split checkpoint (embed, layer.N, norm, lm_head) and the bytes it occupies on a device.
@@ -159,7 +160,7 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 			}
 		}
 		return nil, fmt.Errorf("placement: %s must share one device and need %s together, but the largest device (%s) has %s (see %s)",
-			strings.Join(names, ", "), fmtBytes(anchorBytes), largest.Name, fmtBytes(largest.MemoryBytes), Anchor(SectionPlacement))
+			strings.Join(names, ", "), bytesize.FormatBinary(anchorBytes), largest.Name, bytesize.FormatBinary(largest.MemoryBytes), Anchor(SectionPlacement))
 	}
 
 	// Order the devices primary first, then the others as given; the middle layers start on the primary.
@@ -188,13 +189,13 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 	}
 	if midBytes > totalFree {
 		return nil, fmt.Errorf("placement: the model needs %s but the devices hold %s in all (%s short); add a device or memory (see %s)",
-			fmtBytes(midBytes+anchorBytes), fmtBytes(totalFree+anchorBytes), fmtBytes(midBytes-totalFree), Anchor(SectionPlacement))
+			bytesize.FormatBinary(midBytes+anchorBytes), bytesize.FormatBinary(totalFree+anchorBytes), bytesize.FormatBinary(midBytes-totalFree), Anchor(SectionPlacement))
 	}
 
 	assign, ok := spread(middle, free, order, midBytes, totalFree)
 	if !ok {
 		return nil, fmt.Errorf("placement: the %d middle layers (%s) fit the devices' free memory in total (%s) but not as whole layers; add memory (see %s)",
-			len(middle), fmtBytes(midBytes), fmtBytes(totalFree), Anchor(SectionPlacement))
+			len(middle), bytesize.FormatBinary(midBytes), bytesize.FormatBinary(totalFree), Anchor(SectionPlacement))
 	}
 
 	p := &Placement{Devices: devices, Primary: devices[primary].Name}
@@ -308,7 +309,7 @@ func (p *Placement) String() string {
 		if list == "" {
 			list = "(nothing)"
 		}
-		fmt.Fprintf(&b, "  %-12s %9s of %9s (%3.0f%%)  %s\n", d.Name, fmtBytes(used), fmtBytes(d.MemoryBytes),
+		fmt.Fprintf(&b, "  %-12s %9s of %9s (%3.0f%%)  %s\n", d.Name, bytesize.FormatBinary(used), bytesize.FormatBinary(d.MemoryBytes),
 			100*float64(used)/float64(d.MemoryBytes), list)
 	}
 	if len(p.Boundaries) == 0 {
@@ -356,18 +357,4 @@ func layerIndex(name string) (int, bool) {
 	}
 	n, err := strconv.Atoi(s)
 	return n, err == nil
-}
-
-// fmtBytes prints a byte count in binary units.
-func fmtBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n), -1
-	for v >= unit && i < 4 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
 }

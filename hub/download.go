@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
 // Retry policy for a blob download; variables so tests can shorten the waits.
@@ -33,7 +35,7 @@ type downloader struct {
 	repo cacheRepo
 	id   string
 	buf  []byte
-	prog *progress
+	prog *downloadProgress
 }
 
 func (d *downloader) run(ctx context.Context) (string, error) {
@@ -179,7 +181,7 @@ func checkSpace(dir string, need int64) error {
 	}
 	if free < need {
 		return fmt.Errorf("%w: the download needs %s in %s but only %s is free; free some space or point HF_HUB_CACHE "+
-			"(or HF_HOME) at a larger disk (see TROUBLESHOOTING.md, \"Disk full during split\")", ErrNoSpace, humanBytes(need), dir, humanBytes(free))
+			"(or HF_HOME) at a larger disk (see TROUBLESHOOTING.md, \"Disk full during split\")", ErrNoSpace, bytesize.Format(need), dir, bytesize.Format(free))
 	}
 	return nil
 }
@@ -345,8 +347,8 @@ func (d *downloader) getBody(ctx context.Context, m fileMeta, f *os.File, h hash
 			if _, werr := f.Write(d.buf[:n]); werr != nil {
 				if errors.Is(werr, syscall.ENOSPC) {
 					return have, fmt.Errorf("%w: disk full while writing %s after %s of %s; free some space and run "+
-						"again, the download resumes where it stopped (see TROUBLESHOOTING.md, \"Disk full during split\"): %w", ErrNoSpace, f.Name(), humanBytes(have),
-						humanBytes(m.size), werr)
+						"again, the download resumes where it stopped (see TROUBLESHOOTING.md, \"Disk full during split\"): %w", ErrNoSpace, f.Name(), bytesize.Format(have),
+						bytesize.Format(m.size), werr)
 				}
 				return have, fmt.Errorf("writing %s: %w", f.Name(), werr)
 			}

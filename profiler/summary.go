@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/textout"
 )
 
@@ -191,7 +192,7 @@ func (s Summary) WriteTable(w io.Writer) error {
 			gbps = fmt.Sprintf("%.2f", c.GBps)
 		}
 		if c.Bytes > 0 {
-			bytes = fmtBytes(c.Bytes)
+			bytes = bytesize.Format(c.Bytes)
 		}
 		ew.Printf("%-14s %11s %6.1f%% %7d %15s %10s %7s\n", c.Category, fmtDur(c.Total), 100*c.Share, c.Count,
 			perLayer, bytes, gbps)
@@ -231,17 +232,4 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
 	}
-}
-
-// fmtBytes prints a byte count in decimal units.
-func fmtBytes(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
 }

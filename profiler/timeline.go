@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/textout"
 )
 
@@ -192,7 +193,7 @@ func (b *bar) write(ew *textout.Writer, y, h float64, color string) {
 	if b.n == 1 {
 		title = fmt.Sprintf("%s step %d layer %d: %s", b.e.Category, b.e.Step, b.e.Layer, fmtDur(b.e.Dur))
 		if b.e.Bytes > 0 {
-			title += ", " + fmtBytes(b.e.Bytes)
+			title += ", " + bytesize.Format(b.e.Bytes)
 		}
 	} else {
 		title = fmt.Sprintf("%d %s events from step %d layer %d: %s in all", b.n, b.e.Category, b.e.Step, b.e.Layer,

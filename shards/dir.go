@@ -6,13 +6,14 @@ import (
 	"strings"
 )
 
-// DefaultDir is where Split writes when no output folder is given.
+// DefaultDir is where Split writes when no output folder is given: the layerstream cache, $LAYERSTREAM_CACHE
+// (or os.UserCacheDir()/layerstream), so that a user's model folder is never written into unasked (it may be
+// shared, read-only, or under version control).
 //
 // A checkpoint in a Hugging Face cache snapshot (…/models--org--name/snapshots/<commit>, or a folder inside one)
-// is split into the layerstream cache, $LAYERSTREAM_CACHE (or os.UserCacheDir()/layerstream), in a folder named
-// "org--name@<commit>": never inside the snapshot, where the Hugging Face tools would count the shards as part
-// of the revision (and delete them with it). Any other checkpoint is split into <ckptDir>/layerstream when that
-// can be written, else into the cache, in a folder named after the sanitized absolute path.
+// gets a folder named "org--name@<commit>"; any other checkpoint a folder named after its sanitized absolute
+// path. A split made earlier inside the checkpoint folder, <ckptDir>/layerstream (the default of earlier
+// versions), is used when it can still be written.
 func DefaultDir(ckptDir string) string {
 	abs, err := filepath.Abs(ckptDir)
 	if err != nil {
@@ -22,11 +23,7 @@ func DefaultDir(ckptDir string) string {
 		return filepath.Join(cacheRoot(), name)
 	}
 	inside := filepath.Join(abs, "layerstream")
-	if st, err := os.Stat(inside); err == nil && st.IsDir() {
-		if writable(inside) {
-			return inside
-		}
-	} else if writable(abs) {
+	if st, err := os.Stat(inside); err == nil && st.IsDir() && writable(inside) {
 		return inside
 	}
 	return filepath.Join(cacheRoot(), cacheName(abs))

@@ -598,15 +598,21 @@ func TestDirectIOFallback(t *testing.T) {
 
 func TestDefaultDir(t *testing.T) {
 	dir := t.TempDir()
-	if got := DefaultDir(dir); got != filepath.Join(dir, "layerstream") {
-		t.Fatalf("writable: %s", got)
-	}
 	cache := t.TempDir()
 	t.Setenv("LAYERSTREAM_CACHE", cache)
+	// A checkpoint folder is never written into, writable or not.
+	if got, want := DefaultDir(dir), filepath.Join(cache, cacheName(dir)); got != want {
+		t.Fatalf("writable: %s, want %s", got, want)
+	}
 	ro := filepath.Join(dir, "ro")
 	os.Mkdir(ro, 0o555)
 	if got, want := DefaultDir(ro), filepath.Join(cache, cacheName(ro)); got != want {
 		t.Fatalf("read-only: %s, want %s", got, want)
+	}
+	// A split made inside it by an earlier version is kept.
+	os.Mkdir(filepath.Join(dir, "layerstream"), 0o755)
+	if got := DefaultDir(dir); got != filepath.Join(dir, "layerstream") {
+		t.Fatalf("earlier split inside: %s", got)
 	}
 	hf := "/home/u/.cache/huggingface/hub/models--TinyLlama--TinyLlama-1.1B/snapshots/abc123"
 	if got := DefaultDir(hf); got != filepath.Join(cache, "TinyLlama--TinyLlama-1.1B@abc123") {
@@ -626,7 +632,7 @@ func TestDefaultDir(t *testing.T) {
 	}
 	// Folders that only look alike are ordinary checkpoints.
 	for _, d := range []string{filepath.Join(dir, "hub", "models--org--name"), filepath.Join(dir, "hub", "models--org--name", "snapshots")} {
-		if got := DefaultDir(d); got != filepath.Join(d, "layerstream") {
+		if got := DefaultDir(d); got != filepath.Join(cache, cacheName(d)) {
 			t.Fatalf("%s: %s", d, got)
 		}
 	}
@@ -746,7 +752,7 @@ func TestSplitDefaultDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(ck.Dir, "layerstream"); s.Dir != want || !IsSet(want) {
+	if want := DefaultDir(ck.Dir); s.Dir != want || !IsSet(want) || strings.HasPrefix(want, ck.Dir) {
 		t.Fatalf("split into %s, want %s", s.Dir, want)
 	}
 	var calls int

@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
 // SplitOptions configure Split.
@@ -250,8 +251,8 @@ func checkFreeSpace(dir string, need int64) error {
 		return fmt.Errorf("shards: checking free space in %s: %w", dir, err)
 	}
 	if avail >= 0 && need > avail {
-		return fmt.Errorf("shards: not enough free disk space in %s: need %d bytes (%.1f GB), %d available (%.1f GB)",
-			dir, need, float64(need)/1e9, avail, float64(avail)/1e9)
+		return fmt.Errorf("shards: not enough free disk space in %s: need %d bytes (%s), %d available (%s)",
+			dir, need, bytesize.Format(need), avail, bytesize.Format(avail))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/textout"
 )
 
@@ -109,17 +110,17 @@ func (r *report) writeText(w io.Writer) error {
 	m := r.Model
 	p.Printf("layerstream speed — %s shape, %d layers, %s on disk, weights computed in %s (%s)\n", m.Shape, m.Layers,
 		m.StoredDType, m.ComputeDType, m.ComputeReason)
-	p.Printf("model: %s (layer shards %s, output projection %s)\n", m.Shards, fmtBytes(m.LayerFileBytes),
-		fmtBytes(m.HeadWeightBytes))
+	p.Printf("model: %s (layer shards %s, output projection %s)\n", m.Shards, bytesize.Format(m.LayerFileBytes),
+		bytesize.Format(m.HeadWeightBytes))
 	p.Printf("command: %s\n\n", r.Command)
 
 	p.Printf("machine, measured in this run:\n")
 	mc := r.Machine.Memcpy
 	p.Printf("  memory copy      %7.2f GB/s    bytes copied per second, %s buffers, %d goroutines, best of %d\n",
-		mc.GBps, fmtBytes(mc.BufferBytes), mc.Goroutines, mc.Repeats)
+		mc.GBps, bytesize.Format(mc.BufferBytes), mc.Goroutines, mc.Repeats)
 	if d := r.Machine.DirectRead; d.Supported {
 		p.Printf("  sequential read  %7.2f GB/s    O_DIRECT, %d layer shards (%s), best of %d passes (%s)\n",
-			d.GBps, d.Files, fmtBytes(d.Bytes), len(d.Passes), d.describePasses())
+			d.GBps, d.Files, bytesize.Format(d.Bytes), len(d.Passes), d.describePasses())
 	} else {
 		p.Printf("  sequential read      n/a         %s\n", d.Reason)
 	}
@@ -175,16 +176,5 @@ func fmtValue(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	default:
 		return fmt.Sprintf("%.4g", v)
-	}
-}
-
-func fmtBytes(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	default:
-		return fmt.Sprintf("%d B", n)
 	}
 }

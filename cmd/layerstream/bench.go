@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/layerstream/layerstream/internal/stats"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -19,7 +18,8 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
-
+	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/stats"
 	"github.com/layerstream/layerstream/internal/textout"
 )
 
@@ -262,8 +262,8 @@ func (r *benchReport) writeTable(w io.Writer) error {
 	ew.Printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
 		r.TTFT, r.Total)
 	if r.PeakRSS > 0 {
-		ew.Printf("peak RSS %.1f MB; at the end %.1f MB anonymous (the engine's own), %.1f MB file-backed (mapped shards: page cache)\n",
-			float64(r.PeakRSS)/1e6, float64(r.AnonRSS)/1e6, float64(r.FileRSS)/1e6)
+		ew.Printf("peak RSS %s; at the end %s anonymous (the engine's own), %s file-backed (mapped shards: page cache)\n",
+			bytesize.Format(r.PeakRSS), bytesize.Format(r.AnonRSS), bytesize.Format(r.FileRSS))
 	} else {
 		ew.Printf("peak RSS unknown (no /proc/self/status)\n")
 	}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"flag"
+	"strconv"
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
 // addEngineFlags defines the flags that configure an engine (device, dtype, streaming budget, Hub access) on fs,
@@ -19,7 +21,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.StringVar(&o.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
 	fs.IntVar(&o.Prefetch, "prefetch", 2, "units read from disk ahead of the one computing")
 	fs.IntVar(&o.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers whose weights are on the device at once")
-	fs.Int64Var(&o.DeviceBudget, "device-budget", 0, "bytes of device memory for streamed layer weights (overrides --max-layer-buffers)")
+	fs.Var(byteSize{&o.DeviceBudget}, "device-budget", "device memory for streamed layer weights, a `size` such as 8GiB, 512MB or a number of bytes (overrides --max-layer-buffers)")
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
 	fs.Var(&o.DirectIO, "direct-io", "read shards with O_DIRECT, bypassing the page cache: auto (the default: when they do not fit in the memory available), true or false (--direct-io alone: true)")
@@ -29,4 +31,23 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")
 	fs.StringVar(&o.Hub.Token, "token", "", "Hugging Face token for gated repos (default $HF_TOKEN, then $HF_HOME/token)")
 	fs.BoolVar(&o.Hub.Offline, "offline", false, "use only the local Hugging Face cache (also $HF_HUB_OFFLINE=1)")
+}
+
+// byteSize is a flag holding a byte count written with an optional unit (bytesize.Parse).
+type byteSize struct{ p *int64 }
+
+func (b byteSize) String() string {
+	if b.p == nil || *b.p == 0 {
+		return ""
+	}
+	return strconv.FormatInt(*b.p, 10)
+}
+
+func (b byteSize) Set(s string) error {
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -24,17 +25,31 @@ type command struct {
 	summary string
 	usage   string // arguments after the flags, e.g. "<checkpoint>"
 	setup   func(fs *flag.FlagSet) func(ctx context.Context, args []string) error
+	// ownsInterrupt: the command handles SIGINT itself (chat: Ctrl-C stops the answer, not the program); the
+	// context then ends on SIGTERM only.
+	ownsInterrupt bool
 }
 
 var commands = map[string]command{}
 
 func register(c command) { commands[c.name] = c }
 
-// errUsage marks an error caused by wrong arguments: the subcommand's usage is printed after it.
+// errUsage marks an error caused by wrong arguments: a hint to the subcommand's --help follows it.
 var errUsage = errors.New("usage")
 
 func usageErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// quiet is the -q flag: warnings and errors only, no progress bars.
+var quiet bool
+
+// progressOut is where progress bars go: standard error, unless -q.
+func progressOut() io.Writer {
+	if quiet {
+		return nil
+	}
+	return os.Stderr
 }
 
 func main() {
@@ -42,53 +57,163 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
 		printUsage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
+		return 0
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, "layerstream", version())
 		return 0
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "layerstream: unknown command %q\n\n", args[0])
-		printUsage(stderr)
+		names := make([]string, 0, len(commands))
+		for n := range commands {
+			names = append(names, n)
+		}
+		fmt.Fprintf(stderr, "layerstream: unknown command %q%s\nRun 'layerstream --help' for the list of commands.\n", args[0], didYouMean(args[0], names, ""))
 		return 2
 	}
 	fs := flag.NewFlagSet("layerstream "+c.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	verbose := fs.Bool("v", false, "verbose logging")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: layerstream %s [flags] %s\n\n%s\n\nflags:\n", c.name, c.usage, c.summary)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard) // errors are reported below, usage only on --help
+	verbose := fs.Bool("v", false, "verbose: debug logging (the seed, the dtype chosen...)")
+	fs.BoolVar(&quiet, "q", false, "quiet: warnings and errors only, no progress bars")
+	quiet = false
 	runFn := c.setup(fs)
+	hint := fmt.Sprintf("Run 'layerstream %s --help' for its flags.", c.name)
 	if err := fs.Parse(reorderFlags(fs, args[1:])); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printCommandUsage(stdout, c, fs)
 			return 0
 		}
+		fmt.Fprintf(stderr, "layerstream %s: %v%s\n%s\n", c.name, err, flagSuggestion(fs, err), hint)
+		return 2
+	}
+	if *verbose && quiet {
+		fmt.Fprintf(stderr, "layerstream %s: -v and -q exclude each other\n", c.name)
 		return 2
 	}
 	level := slog.LevelInfo
-	if *verbose {
+	switch {
+	case *verbose:
 		level = slog.LevelDebug
+	case quiet:
+		level = slog.LevelWarn
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	signals := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if c.ownsInterrupt {
+		signals = signals[1:]
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), signals...)
 	defer stop()
 	if err := runFn(ctx, fs.Args()); err != nil {
-		fmt.Fprintf(stderr, "layerstream %s: %v\n", c.name, err)
 		if errors.Is(err, errUsage) {
-			fs.Usage()
+			fmt.Fprintf(stderr, "layerstream %s: %s\n%s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), hint)
 			return 2
 		}
+		fmt.Fprintf(stderr, "layerstream %s: %v\n", c.name, err)
 		if errors.Is(err, context.Canceled) {
 			return 130
 		}
 		return 1
 	}
 	return 0
+}
+
+// printCommandUsage is a subcommand's --help.
+func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: layerstream %s [flags] %s\n\n%s\n\nflags:\n", c.name, c.usage, c.summary)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// flagSuggestion returns " (did you mean --x?)" for an undefined flag close to a defined one.
+func flagSuggestion(fs *flag.FlagSet, err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok {
+		return ""
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return didYouMean(strings.TrimLeft(name, "-"), names, "--")
+}
+
+// didYouMean returns " (did you mean PREFIX+name?)" for the candidate closest to s (by edit distance, or one
+// that s is a prefix of), or "" when none is close.
+func didYouMean(s string, candidates []string, prefix string) string {
+	best, bestDist := "", 0
+	for _, c := range candidates {
+		d := editDistance(s, c)
+		if len(s) >= 3 && strings.HasPrefix(c, s) {
+			d = 1
+		}
+		if d <= max(1, len(s)/3) && (best == "" || d < bestDist || d == bestDist && c < best) {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s%s?)", prefix, best)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// versionString is set at link time (-ldflags "-X main.versionString=v1.2.3").
+var versionString string
+
+// version is versionString, else read from the build information: the module version and the VCS revision
+// the binary was built from.
+func version() string {
+	if versionString != "" {
+		return versionString
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown version)"
+	}
+	v := bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += " " + rev[:min(12, len(rev))] + modified
+	}
+	return v + " " + bi.GoVersion
 }
 
 // reorderFlags moves flags after positional arguments to the front, so `split DIR --out X` works like

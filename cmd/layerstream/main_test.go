@@ -3,9 +3,15 @@ package main
 import (
 	"bytes"
 	"flag"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/layerstream/layerstream/internal/testutil"
 )
+
+// TestMain points the layerstream cache (where checkpoints are split on first use) at a temporary folder.
+func TestMain(m *testing.M) { os.Exit(testutil.RunWithCache(m)) }
 
 func TestUnknownCommand(t *testing.T) {
 	var out, errb bytes.Buffer

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -78,7 +78,7 @@ func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
 	return guard.UnitSizes(ck, dt)
 }
 
-// parseDevices reads "name=size,name=size": sizes in bytes with an optional KB/MB/GB/TB or KiB/MiB/GiB/TiB suffix.
+// parseDevices reads "name=size,name=size": sizes as bytesize.Parse reads them (24GiB, 512MB).
 func parseDevices(spec string) ([]guard.Device, error) {
 	var out []guard.Device
 	for _, part := range strings.Split(spec, ",") {
@@ -86,30 +86,11 @@ func parseDevices(spec string) ([]guard.Device, error) {
 		if !ok || name == "" {
 			return nil, fmt.Errorf("%q: want NAME=SIZE, e.g. cuda:0=24GiB", part)
 		}
-		n, err := parseBytes(size)
+		n, err := bytesize.Parse(size)
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", name, err)
 		}
 		out = append(out, guard.Device{Name: name, MemoryBytes: n})
 	}
 	return out, nil
-}
-
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   float64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
-	num, mult := strings.TrimSpace(s), 1.0
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToUpper(num), strings.ToUpper(u.suffix)) {
-			num, mult = strings.TrimSpace(num[:len(num)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive number of bytes, e.g. 24GiB or 512MB", s)
-	}
-	return int64(v * mult), nil
 }

@@ -7,11 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/internal/progress"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -24,7 +24,7 @@ func init() {
 			out := fs.String("out", "", "output folder (default <checkpoint>/layerstream if writable, else the layerstream cache; always the cache for a Hugging Face cache snapshot)")
 			encoding := fs.String("encoding", "raw", "tensor storage: raw, zstd or shuffle-zstd (lossless)")
 			verify := fs.Bool("verify", false, "write nothing: re-read every shard, check every checksum and compare every tensor with the checkpoint")
-			quiet := fs.Bool("quiet", false, "no progress bar")
+			fs.BoolVar(&quiet, "quiet", false, "no progress bar (as -q)")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 {
 					return usageErrorf("expected one checkpoint folder or repo id, got %d arguments", len(args))
@@ -33,11 +33,8 @@ func init() {
 				if err != nil {
 					return usageErrorf("--encoding: %v", err)
 				}
-				showProgress := !*quiet && isTerminal(os.Stderr)
 				hubOpts := hub.OptionsFromEnv()
-				if showProgress {
-					hubOpts.Progress = os.Stderr
-				}
+				hubOpts.Progress = progressOut()
 				src, err := hub.Resolve(ctx, args[0], hubOpts) // a local folder comes back as it is
 				if err != nil {
 					return err
@@ -53,15 +50,11 @@ func init() {
 				if *verify {
 					return verifySplit(ctx, ck, dir, os.Stdout)
 				}
-				opts := shards.SplitOptions{Out: dir, Encoding: enc}
-				var bar *progressBar
-				if showProgress {
-					bar = &progressBar{w: os.Stderr, label: "split", start: time.Now()}
-					opts.Progress = bar.update
-				}
+				bar := progress.New(progressOut(), "split", 0)
+				opts := shards.SplitOptions{Out: dir, Encoding: enc, Progress: bar.Update}
 				start := time.Now()
 				set, err := shards.Split(ctx, ck, opts)
-				bar.finish()
+				bar.Finish()
 				if err != nil {
 					return err
 				}
@@ -96,55 +89,4 @@ func verifySplit(ctx context.Context, ck *checkpoint.Checkpoint, dir string, w i
 	}
 	fmt.Fprintln(w, "OK")
 	return nil
-}
-
-// isTerminal reports whether f is a character device (a terminal), where a progress bar belongs.
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// progressBar draws "label  42% [=====>    ] 1.20/2.86 GB  850 MB/s  ETA 2s" on one line, at most 10 times a
-// second.
-type progressBar struct {
-	w     io.Writer
-	label string
-	start time.Time
-	last  time.Time
-	drawn bool
-}
-
-func (p *progressBar) update(done, total int64) {
-	now := time.Now()
-	if done < total && now.Sub(p.last) < 100*time.Millisecond {
-		return
-	}
-	p.last, p.drawn = now, true
-	frac := 1.0
-	if total > 0 {
-		frac = float64(done) / float64(total)
-	}
-	const width = 30
-	n := int(frac * width)
-	bar := strings.Repeat("=", n)
-	if n < width {
-		bar += ">" + strings.Repeat(" ", width-n-1)
-	}
-	el := now.Sub(p.start).Seconds()
-	rate := float64(done) / max(el, 1e-9)
-	eta := "--"
-	if rate > 0 && done < total {
-		eta = time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
-	} else if done >= total {
-		eta = "0s"
-	}
-	fmt.Fprintf(p.w, "\r%s %3.0f%% [%s] %.2f/%.2f GB  %4.0f MB/s  ETA %s   ", p.label, 100*frac, bar,
-		float64(done)/1e9, float64(total)/1e9, rate/1e6, eta)
-}
-
-// finish ends the bar's line; a nil bar does nothing.
-func (p *progressBar) finish() {
-	if p != nil && p.drawn {
-		fmt.Fprintln(p.w)
-	}
 }

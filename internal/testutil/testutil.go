@@ -2,6 +2,7 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,4 +37,17 @@ func SharedPath(t testing.TB, elem ...string) string {
 		t.Skipf("skipping: %s not found", p)
 	}
 	return p
+}
+
+// RunWithCache runs a package's tests (from TestMain) with the layerstream cache, where checkpoints are split
+// on first use, pointed at a temporary folder removed afterwards: tests never write into the user's cache.
+func RunWithCache(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "layerstream-test-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Setenv("LAYERSTREAM_CACHE", dir)
+	return m.Run()
 }
