@@ -127,6 +127,15 @@ type Options struct {
 	SplitProgress func(done, total int64)
 }
 
+// Check returns the error Open would refuse the options with (bad values, a device this binary lacks), before
+// any download or split.
+func (o Options) Check() error {
+	if err := o.fillDefaults(); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	return nil
+}
+
 func (o *Options) fillDefaults() error {
 	if o.Prefetch == 0 {
 		o.Prefetch = 2
@@ -256,7 +265,7 @@ func (e *Engine) init(ctx context.Context) error {
 	default:
 		return fmt.Errorf("dtype %s is not supported by the %s backend (use f32 or bf16)", choice.DType, e.opts.Device)
 	}
-	slog.Info("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
+	slog.Debug("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
 	if choice.Warning != "" {
 		slog.Warn(choice.Warning)
 	}

@@ -30,12 +30,14 @@ type batchLine struct {
 	line int // 1-based line number in the file
 }
 
-// batchResultJSON is the output for one input line.
+// batchResultJSON is the output for one input line. Seed is the line's own, else --seed, else the random seed
+// of the run.
 type batchResultJSON struct {
 	PromptIDs    []int  `json:"prompt_ids"`
 	GeneratedIDs []int  `json:"generated_ids"`
 	Text         string `json:"text"`
 	StopReason   string `json:"stop_reason"`
+	Seed         uint64 `json:"seed"`
 }
 
 // readBatchFile parses a JSONL file of prompts. Blank lines are skipped; any other line must be one JSON object
@@ -84,12 +86,9 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if o.eng.Hub.Progress == nil {
-		o.eng.Hub.Progress = stderr
-	}
 	// The guard monitor follows one token stream; the sequences of a batch interleave, so it is not used here.
 	o.eng.Monitor = nil
-	e, err := engine.Open(ctx, o.model, o.eng)
+	e, err := openEngine(ctx, o.model, o.eng, "")
 	if err != nil {
 		return err
 	}
@@ -135,9 +134,9 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 			return fmt.Errorf("--batch-file %s lines %d-%d: %w", o.batchFile, lines[lo].line, lines[hi-1].line, err)
 		}
 		n := 0
-		for _, res := range results {
+		for i, res := range results {
 			n += len(res.GeneratedIDs)
-			out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason}
+			out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason, Seed: reqs[lo+i].Sampling.Seed}
 			if tok != nil {
 				out.Text = tok.Decode(res.GeneratedIDs, true)
 			}

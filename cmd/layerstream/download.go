@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 
 	"github.com/layerstream/layerstream/hub"
 )
@@ -31,7 +30,7 @@ func init() {
 				if *token != "" {
 					opts.Token = *token
 				}
-				opts.Progress = os.Stderr
+				opts.Progress = progressOut()
 				dir, err := hub.Resolve(ctx, args[0], opts)
 				if err != nil {
 					return err

@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
@@ -19,21 +21,26 @@ func init() {
 	register(command{
 		name:    "generate",
 		summary: "generate text, streaming the model through memory one layer at a time",
-		usage:   "--model DIR|SHARDS|REPO --prompt TEXT | --batch-file PROMPTS.jsonl",
+		usage:   "--model DIR|SHARDS|REPO --prompt TEXT | --prompt-file FILE | --batch-file PROMPTS.jsonl",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o generateOptions
 			fs.StringVar(&o.model, "model", "", "model: checkpoint folder (split into shards on first use), shard folder or Hugging Face repo id (required)")
 			fs.StringVar(&o.prompt, "prompt", "", "prompt text")
+			fs.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from this `file` (- for standard input; one final newline is dropped)")
 			fs.StringVar(&o.ids, "ids", "", "prompt as comma-separated token ids instead of --prompt")
-			fs.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as a user message")
+			fs.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as a user message and print only the reply")
+			fs.StringVar(&o.system, "system", "", "system message of the chat (implies --chat)")
 			fs.IntVar(&o.maxNew, "max-new-tokens", 256, "most tokens to generate (0: until the context is full)")
 			o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1 // unset: generation_config.json decides
 			fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
 			fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens, 0 for all (default: generation_config.json)")
 			fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all (default: generation_config.json)")
 			fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
-			fs.Uint64Var(&o.seed, "seed", 0, "random seed for sampling")
-			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, timings) instead of streaming text")
+			fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v and in --json)")
+			fs.Var(&o.stop, "stop", "stop when the text contains this `string`, which is left out (repeatable)")
+			fs.BoolVar(&o.logprobs, "logprobs", false, "with --json: the log-probability of every generated token")
+			fs.IntVar(&o.topLogprobs, "top-logprobs", 0, "with --json: the `n` most likely tokens of every step with their log-probabilities (at most 20)")
+			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, seed, timings) instead of streaming text")
 			fs.StringVar(&o.batchFile, "batch-file", "", "throughput mode: generate every line of this JSONL file ({\"prompt\": TEXT} or {\"ids\": [...]}, optional \"max_new_tokens\", \"temperature\", \"top_k\", \"top_p\", \"repetition_penalty\", \"seed\"), several sequences per layer load; prints one JSON object per line, in input order")
 			fs.IntVar(&o.batchSize, "batch-size", 16, "with --batch-file: sequences generated together")
 			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (NaN, all-zero logits, degenerate repetition)")
@@ -54,18 +61,14 @@ func init() {
 					}
 					return printPlacement(os.Stdout, o.model, *printPlan, dtype)
 				}
-				if o.batchFile != "" {
-					if o.prompt != "" || o.ids != "" {
-						return usageErrorf("--batch-file takes the prompts from the file: give no --prompt or --ids")
+				if err := o.check(); err != nil {
+					return err
+				}
+				if o.promptFile != "" {
+					var err error
+					if o.prompt, err = readPrompt(o.promptFile, os.Stdin); err != nil {
+						return err
 					}
-					if o.strict {
-						return usageErrorf("--strict is not available with --batch-file (the guards follow one sequence)")
-					}
-					if o.batchSize < 1 {
-						return usageErrorf("--batch-size must be at least 1, got %d", o.batchSize)
-					}
-				} else if (o.prompt == "") == (o.ids == "") {
-					return usageErrorf("give exactly one of --prompt, --ids and --batch-file")
 				}
 				p, finish := prof.Start()
 				o.eng.Profiler = p
@@ -85,14 +88,67 @@ func init() {
 // generateOptions are generate's flags.
 type generateOptions struct {
 	model, prompt, ids string
+	promptFile, system string
 	batchFile          string
 	batchSize          int
 	chat, json, strict bool
 	maxNew, topK       int
 	temperature, topP  float64
 	repetitionPenalty  float64
-	seed               uint64
+	seed               seedFlag
+	stop               stringsFlag
+	logprobs           bool
+	topLogprobs        int
 	eng                engine.Options
+}
+
+// check refuses flag combinations that do not go together.
+func (o *generateOptions) check() error {
+	if o.system != "" {
+		o.chat = true
+	}
+	given := 0
+	for _, s := range []string{o.prompt, o.promptFile, o.ids, o.batchFile} {
+		if s != "" {
+			given++
+		}
+	}
+	switch {
+	case given != 1:
+		return usageErrorf("give exactly one of --prompt, --prompt-file, --ids and --batch-file")
+	case o.batchFile != "" && o.strict:
+		return usageErrorf("--strict is not available with --batch-file (the guards follow one sequence)")
+	case o.batchFile != "" && o.batchSize < 1:
+		return usageErrorf("--batch-size must be at least 1, got %d", o.batchSize)
+	case o.batchFile != "" && (len(o.stop) > 0 || o.logprobs || o.topLogprobs > 0 || o.system != ""):
+		return usageErrorf("--stop, --logprobs, --top-logprobs and --system are not available with --batch-file")
+	case o.ids != "" && (o.chat || len(o.stop) > 0):
+		return usageErrorf("--chat, --system and --stop work on text: give --prompt or --prompt-file instead of --ids")
+	case (o.logprobs || o.topLogprobs > 0) && !o.json:
+		return usageErrorf("--logprobs and --top-logprobs print with --json")
+	case o.topLogprobs < 0 || o.topLogprobs > engine.MaxTopLogprobs:
+		return usageErrorf("--top-logprobs must be in [0, %d], got %d", engine.MaxTopLogprobs, o.topLogprobs)
+	}
+	return nil
+}
+
+// readPrompt reads a prompt file (- for r, standard input), dropping one final newline.
+func readPrompt(path string, stdin io.Reader) (string, error) {
+	var b []byte
+	var err error
+	if path == "-" {
+		b, err = io.ReadAll(stdin)
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--prompt-file: %w", err)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("--prompt-file %s: the prompt is empty", path)
+	}
+	return s, nil
 }
 
 // unsetFloat and unsetInt are flag values whose negative value means "not given": --help then prints no
@@ -135,11 +191,21 @@ func (f unsetInt) Set(s string) error {
 
 // generateJSON is the --json output.
 type generateJSON struct {
-	PromptIDs    []int       `json:"prompt_ids"`
-	GeneratedIDs []int       `json:"generated_ids"`
-	Text         string      `json:"text"`
-	StopReason   string      `json:"stop_reason"`
-	Timings      timingsJSON `json:"timings"`
+	PromptIDs    []int         `json:"prompt_ids"`
+	GeneratedIDs []int         `json:"generated_ids"`
+	Text         string        `json:"text"`
+	StopReason   string        `json:"stop_reason"`
+	Stop         string        `json:"stop,omitempty"` // the stop string that ended generation
+	Seed         uint64        `json:"seed"`
+	Logprobs     []logprobJSON `json:"logprobs,omitempty"`
+	Timings      timingsJSON   `json:"timings"`
+}
+
+type logprobJSON struct {
+	ID          int           `json:"id"`
+	Token       string        `json:"token"`
+	Logprob     float64       `json:"logprob"`
+	TopLogprobs []logprobJSON `json:"top_logprobs,omitempty"`
 }
 
 type timingsJSON struct {
@@ -150,41 +216,107 @@ type timingsJSON struct {
 }
 
 func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error {
-	if o.eng.Hub.Progress == nil {
-		o.eng.Hub.Progress = os.Stderr
-	}
 	monitor := guard.NewMonitor(guard.MonitorOptions{Strict: o.strict})
 	o.eng.Monitor = monitor
-	e, err := engine.Open(ctx, o.model, o.eng)
+	hint := ""
+	if o.ids == "" || !o.json {
+		hint = "give --ids and --json to run without one"
+	}
+	e, err := openEngine(ctx, o.model, o.eng, hint)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-
-	var tok *tokenizer.Tokenizer
-	if t, err := tokenizer.Load(e.Dir()); err == nil {
-		tok = t
-	} else if o.prompt != "" || !o.json {
-		return fmt.Errorf("tokenizer: %w (give --ids and --json to run without one)", err)
-	}
-	var promptIDs []int
+	sampling := samplingFor(o, e)
+	slog.Debug("sampling", "seed", sampling.Seed, "temperature", sampling.Temperature, "top_k", sampling.TopK,
+		"top_p", sampling.TopP, "repetition_penalty", sampling.RepetitionPenalty)
+	out := generateJSON{Seed: sampling.Seed}
+	var res *engine.Result
 	if o.ids != "" {
-		if promptIDs, err = parseIDs(o.ids); err != nil {
-			return usageErrorf("--ids: %v", err)
-		}
+		res, err = generateIDs(ctx, e, o, sampling, monitor, stdout)
 	} else {
-		if promptIDs, err = encodePrompt(tok, o.prompt, o.chat); err != nil {
-			return err
+		var tr *engine.TextResult
+		tr, err = generateText(ctx, e, o, sampling, monitor, stdout, &out)
+		if tr != nil {
+			res, out.Text, out.Stop = &tr.Result, tr.Text, tr.Stop
 		}
 	}
+	if !o.json {
+		return err
+	}
+	if res == nil || (err != nil && ctx.Err() == nil) {
+		return err // nothing generated, or a failure: no JSON, the error says it
+	}
+	// After Ctrl-C the partial result is printed (stop_reason "cancelled"), and the exit status says so.
+	out.PromptIDs, out.GeneratedIDs, out.StopReason = res.PromptIDs, res.GeneratedIDs, res.StopReason
+	out.Timings = timingsJSON{
+		TTFTSeconds:         res.Timings.TTFT.Seconds(),
+		PrefillTokensPerSec: res.Timings.PrefillTokensPerSec,
+		DecodeTokensPerSec:  res.Timings.DecodeTokensPerSec,
+		TotalSeconds:        res.Timings.Total.Seconds(),
+	}
+	if out.GeneratedIDs == nil {
+		out.GeneratedIDs = []int{}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	return errors.Join(err, enc.Encode(out))
+}
 
-	req := engine.Request{PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: samplingFor(o, e)}
+// generateText runs a text prompt (a chat with --chat) through Engine.GenerateText: streamed to stdout in text
+// mode (the prompt first, except for a chat, whose reply is printed alone), collected into out with --json.
+func generateText(ctx context.Context, e *engine.Engine, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer, out *generateJSON) (*engine.TextResult, error) {
+	req := engine.TextRequest{Prompt: o.prompt, MaxNewTokens: o.maxNew, Sampling: s, Stop: o.stop,
+		Logprobs: o.logprobs, TopLogprobs: o.topLogprobs}
+	if o.chat {
+		req.Prompt = ""
+		if o.system != "" {
+			req.Messages = append(req.Messages, tokenizer.Message{Role: "system", Content: o.system})
+		}
+		req.Messages = append(req.Messages, tokenizer.Message{Role: "user", Content: o.prompt})
+	}
+	if !o.json && !o.chat {
+		if _, err := io.WriteString(stdout, o.prompt); err != nil {
+			return nil, err
+		}
+	}
+	res, err := e.GenerateText(ctx, req, func(c engine.TextChunk) error {
+		if !o.json {
+			if _, err := io.WriteString(stdout, c.Text); err != nil {
+				return err
+			}
+		}
+		if c.Token == nil {
+			return nil
+		}
+		if o.logprobs || o.topLogprobs > 0 {
+			lp := logprobJSON{ID: c.Token.ID, Token: c.Token.Text, Logprob: c.Token.Logprob}
+			for _, t := range c.Token.TopLogprobs {
+				lp.TopLogprobs = append(lp.TopLogprobs, logprobJSON{ID: t.ID, Token: t.Text, Logprob: t.Logprob})
+			}
+			out.Logprobs = append(out.Logprobs, lp)
+		}
+		return monitor.ObserveToken(c.Token.ID, c.Text)
+	})
+	if !o.json && res != nil {
+		io.WriteString(stdout, "\n") // end the text (a partial one too, so that an error starts on a line of its own)
+	}
+	return res, err
+}
+
+// generateIDs runs a prompt given as token ids (--ids), printing the decoded text as it comes in text mode.
+func generateIDs(ctx context.Context, e *engine.Engine, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer) (*engine.Result, error) {
+	promptIDs, err := parseIDs(o.ids)
+	if err != nil {
+		return nil, usageErrorf("--ids: %v", err)
+	}
 	var dec *tokenizer.StreamDecoder
-	if tok != nil {
+	if tok, err := e.Tokenizer(); err == nil {
 		dec = tok.NewStreamDecoder(true)
 		dec.Prime(promptIDs) // the first generated word keeps its leading space
 	}
-	onToken := func(t engine.Token) error {
+	req := engine.Request{PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: s}
+	res, err := e.Generate(ctx, req, func(t engine.Token) error {
 		text := ""
 		if dec != nil {
 			text = dec.Next(t.ID)
@@ -195,45 +327,22 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 			}
 		}
 		return monitor.ObserveToken(t.ID, text)
-	}
-	if !o.json {
-		if _, err := io.WriteString(stdout, o.prompt); err != nil {
-			return err
-		}
-	}
-	res, err := e.Generate(ctx, req, onToken)
-	if err != nil {
-		if !o.json {
-			io.WriteString(stdout, "\n") // end the partial text so the error starts on a line of its own
-		}
-		return err
-	}
-	if !o.json {
+	})
+	if !o.json && res != nil {
 		tail := ""
-		if dec != nil {
+		if dec != nil && err == nil {
 			tail = dec.Flush()
 		}
-		_, err := io.WriteString(stdout, tail+"\n")
-		return err
+		io.WriteString(stdout, tail+"\n")
 	}
-	out := generateJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason,
-		Timings: timingsJSON{
-			TTFTSeconds:         res.Timings.TTFT.Seconds(),
-			PrefillTokensPerSec: res.Timings.PrefillTokensPerSec,
-			DecodeTokensPerSec:  res.Timings.DecodeTokensPerSec,
-			TotalSeconds:        res.Timings.Total.Seconds(),
-		}}
-	if tok != nil {
-		out.Text = tok.Decode(res.GeneratedIDs, true)
-	}
-	return json.NewEncoder(stdout).Encode(out)
+	return res, err
 }
 
 // samplingFor combines the flags with generation_config.json: a flag left at -1 takes the model's value, and
-// the model's sampling settings apply only when it sets do_sample.
+// the model's sampling settings apply only when it sets do_sample. The seed is --seed, else a random one.
 func samplingFor(o generateOptions, e *engine.Engine) engine.Sampling {
 	g := e.Generation()
-	s := engine.Sampling{Seed: o.seed, Temperature: o.temperature, TopK: o.topK, TopP: o.topP, RepetitionPenalty: o.repetitionPenalty}
+	s := engine.Sampling{Seed: o.seed.value(), Temperature: o.temperature, TopK: o.topK, TopP: o.topP, RepetitionPenalty: o.repetitionPenalty}
 	if s.Temperature < 0 {
 		s.Temperature = 0
 		if g.DoSample {

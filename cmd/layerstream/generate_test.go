@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/synth"
 )
 
 func TestGenerateJSONMatchesGolden(t *testing.T) {
@@ -50,8 +55,13 @@ func TestGenerateErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"generate", "--prompt", "x"}, 2, "--model is required"},
-		{[]string{"generate", "--model", "m"}, 2, "exactly one of --prompt, --ids and --batch-file"},
-		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--prompt", "x"}, 2, "give no --prompt or --ids"},
+		{[]string{"generate", "--model", "m"}, 2, "exactly one of --prompt, --prompt-file, --ids and --batch-file"},
+		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--prompt", "x"}, 2, "exactly one of --prompt, --prompt-file, --ids and --batch-file"},
+		{[]string{"generate", "--model", "m", "--ids", "1,2", "--stop", "x"}, 2, "give --prompt or --prompt-file instead of --ids"},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--logprobs"}, 2, "print with --json"},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--json", "--top-logprobs", "21"}, 2, "--top-logprobs must be in [0, 20]"},
+		{[]string{"generate", "--model", "m", "--prompt-file", "/nonexistent/p.txt"}, 1, "--prompt-file: open /nonexistent/p.txt"},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--device-budget", "lots"}, 2, `invalid value "lots" for flag -device-budget`},
 		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--batch-size", "0"}, 2, "--batch-size must be at least 1"},
 		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--strict"}, 2, "--strict is not available with --batch-file"},
 		{[]string{"generate", "--model", "m", "--batch-file", "/nonexistent/p.jsonl"}, 1, "--batch-file: open /nonexistent/p.jsonl"},
@@ -62,4 +72,152 @@ func TestGenerateErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}
 	}
+}
+
+// chatModel copies stories260K into a temporary folder with a simple chat template.
+func chatModel(t *testing.T) string {
+	t.Helper()
+	src := testutil.SharedPath(t, "models", "stories260K-hf")
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tpl := "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestGenerateCLIHabits: a random seed by default, reported in --json; --stop; --prompt-file from standard
+// input; --chat prints the reply alone; the first-use split shows its progress and -q silences it; no INFO line
+// about the dtype unless -v.
+func TestGenerateCLIHabits(t *testing.T) {
+	model := chatModel(t)
+	runJSON := func(args ...string) (generateJSON, string) {
+		t.Helper()
+		var errb bytes.Buffer
+		code, out := runCapturingStdout(t, append([]string{"generate", "--model", model, "--json"}, args...), &errb)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		var g generateJSON
+		if err := json.Unmarshal(out, &g); err != nil {
+			t.Fatalf("%v: %q: %v", args, out, err)
+		}
+		return g, errb.String()
+	}
+	first, stderr := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "20", "--temperature", "0.9")
+	if !strings.Contains(stderr, "split (first use)") || !strings.Contains(stderr, "100%") {
+		t.Errorf("first use: no split progress in %q", stderr)
+	}
+	if strings.Contains(stderr, "compute dtype") {
+		t.Errorf("an INFO line about the dtype without -v: %q", stderr)
+	}
+	second, _ := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "20", "--temperature", "0.9")
+	if first.Seed == second.Seed {
+		t.Errorf("two runs without --seed used the same seed %d", first.Seed)
+	}
+	again, stderr := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "20", "--temperature", "0.9", "--seed", strconv.FormatUint(first.Seed, 10), "-v")
+	if !slices.Equal(again.GeneratedIDs, first.GeneratedIDs) {
+		t.Errorf("--seed %d: %v, first run %v", first.Seed, again.GeneratedIDs, first.GeneratedIDs)
+	}
+	if !strings.Contains(stderr, "seed="+strconv.FormatUint(first.Seed, 10)) || !strings.Contains(stderr, "compute dtype") {
+		t.Errorf("-v does not print the seed and the dtype: %q", stderr)
+	}
+	stopped, _ := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "40", "--stop", "Lily", "--logprobs")
+	if stopped.Text != ", there was a little girl named " || stopped.StopReason != "stop_string" || stopped.Stop != "Lily" ||
+		len(stopped.Logprobs) != len(stopped.GeneratedIDs) {
+		t.Errorf("--stop Lily: %+v", stopped)
+	}
+
+	// The prompt from standard input; --chat prints the reply alone, after the user's message.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = stdin }()
+	w.WriteString("Once upon a time\n")
+	w.Close()
+	var errb bytes.Buffer
+	code, text := runCapturingStdout(t, []string{"generate", "--model", model, "--prompt-file", "-", "--chat", "--system", "Tell a story.", "--max-new-tokens", "8", "-q"}, &errb)
+	if code != 0 || errb.Len() != 0 {
+		t.Fatalf("chat from stdin: exit %d, stderr %q", code, errb.String())
+	}
+	if strings.Contains(string(text), "Once upon a time") || strings.Contains(string(text), "Tell a story") || len(strings.TrimSpace(string(text))) == 0 {
+		t.Errorf("--chat printed %q: want the reply alone", text)
+	}
+}
+
+// TestTokenizerCheckedBeforeSplit: a prompt for a model without tokenizer.json fails before anything is split.
+func TestTokenizerCheckedBeforeSplit(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write(dir, synth.Options{Shape: verifyShape, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	t.Setenv("LAYERSTREAM_CACHE", cache)
+	var out, errb bytes.Buffer
+	if code := run([]string{"generate", "--model", dir, "--prompt", "hi"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no tokenizer.json") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) != 0 {
+		t.Errorf("the cache holds %v: a split started before the tokenizer was checked", entries)
+	}
+	// With ids and --json no tokenizer is needed.
+	if code := run([]string{"generate", "--model", dir, "--ids", "1,2", "--json", "--max-new-tokens", "2", "-q"}, &out, &errb); code != 0 {
+		t.Fatalf("--ids --json: exit %d: %s", code, errb.String())
+	}
+}
+
+// TestUsageMessages: --help goes to stdout; a mistyped flag or command is a short error with a hint; --version.
+func TestUsageMessages(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"generate", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage: layerstream generate") || errb.Len() != 0 {
+		t.Errorf("--help: exit %d, stdout %d bytes, stderr %q", code, out.Len(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"generate", "--model", "m", "--max-tokens", "5"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "did you mean --max-new-tokens?") || strings.Count(errb.String(), "\n") > 2 || out.Len() != 0 {
+		t.Errorf("mistyped flag: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"generate", "--model", "m"}, &out, &errb); code != 2 || strings.Count(errb.String(), "\n") > 2 {
+		t.Errorf("usage error: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"gnerate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "did you mean generate?") {
+		t.Errorf("mistyped command: exit %d, stderr %q", code, errb.String())
+	}
+	if code := run([]string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "layerstream ") {
+		t.Errorf("--version: exit %d, %q", code, out.String())
+	}
+}
+
+// runCapturingStdout runs the command line with os.Stdout, where commands print, sent to a file; it returns the
+// exit status and what was printed.
+func runCapturingStdout(t *testing.T, args []string, stderr *bytes.Buffer) (int, []byte) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = f
+	code := run(args, io.Discard, stderr)
+	os.Stdout = stdout
+	f.Close()
+	out, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, out
 }

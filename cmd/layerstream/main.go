@@ -44,12 +44,15 @@ func usageErrorf(format string, args ...any) error {
 // quiet is the -q flag: warnings and errors only, no progress bars.
 var quiet bool
 
+// errOut is run's standard error.
+var errOut io.Writer = os.Stderr
+
 // progressOut is where progress bars go: standard error, unless -q.
 func progressOut() io.Writer {
 	if quiet {
 		return nil
 	}
-	return os.Stderr
+	return errOut
 }
 
 func main() {
@@ -57,6 +60,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	errOut = stderr
 	if len(args) == 0 {
 		printUsage(stderr)
 		return 2
@@ -154,7 +158,7 @@ func didYouMean(s string, candidates []string, prefix string) string {
 		if len(s) >= 3 && strings.HasPrefix(c, s) {
 			d = 1
 		}
-		if d <= max(1, len(s)/3) && (best == "" || d < bestDist || d == bestDist && c < best) {
+		if d <= max(1, len(s)*2/5) && (best == "" || d < bestDist || d == bestDist && c < best) {
 			best, bestDist = c, d
 		}
 	}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/internal/progress"
+)
+
+// openEngine opens model for a command: a Hub repo id is downloaded first, and a checkpoint split on first use,
+// each with a progress bar on standard error (unless -q). When tokenizerHint is not empty the model must have a
+// tokenizer, checked before any split starts (the error ends with the hint).
+func openEngine(ctx context.Context, model string, opts engine.Options, tokenizerHint string) (*engine.Engine, error) {
+	if err := opts.Check(); err != nil {
+		return nil, err
+	}
+	if opts.Hub.Progress == nil {
+		opts.Hub.Progress = progressOut()
+	}
+	dir, err := hub.Resolve(ctx, model, opts.Hub)
+	if err != nil {
+		return nil, err
+	}
+	if tokenizerHint != "" {
+		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+			return nil, fmt.Errorf("%s has no tokenizer.json: %s", dir, tokenizerHint)
+		}
+	}
+	var bar *progress.Bar
+	if opts.SplitProgress == nil {
+		opts.SplitProgress = func(done, total int64) {
+			if bar == nil {
+				bar = progress.New(progressOut(), "split (first use)", 0)
+			}
+			bar.Update(done, total)
+		}
+	}
+	e, err := engine.Open(ctx, dir, opts)
+	if bar != nil {
+		bar.Finish()
+	}
+	return e, err
+}
+
+// randomSeed is the seed of a run that names none: random, below 2³² so that it is easy to type again.
+func randomSeed() uint64 {
+	var b [4]byte
+	rand.Read(b[:])
+	return uint64(binary.LittleEndian.Uint32(b[:]))
+}
+
+// stringsFlag is a flag that may be repeated, collecting its values.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string { return strings.Join(*s, ", ") }
+
+func (s *stringsFlag) Set(v string) error {
+	if v == "" {
+		return fmt.Errorf("empty value")
+	}
+	*s = append(*s, v)
+	return nil
+}
+
+// seedFlag is --seed: unset means a random seed.
+type seedFlag struct {
+	v   uint64
+	set bool
+}
+
+func (s *seedFlag) String() string {
+	if !s.set {
+		return ""
+	}
+	return fmt.Sprint(s.v)
+}
+
+func (s *seedFlag) Set(v string) error {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a non-negative integer, got %q", v)
+	}
+	s.v, s.set = n, true
+	return nil
+}
+
+// value returns the seed given, else a random one.
+func (s *seedFlag) value() uint64 {
+	if !s.set {
+		s.v, s.set = randomSeed(), true
+	}
+	return s.v
+}
