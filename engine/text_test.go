@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -135,21 +133,7 @@ func TestGenerateText(t *testing.T) {
 
 // TestGenerateTextChat: a chat is rendered with the model's template.
 func TestGenerateTextChat(t *testing.T) {
-	src := testutil.SharedPath(t, "models", "stories260K-hf")
-	dir := t.TempDir()
-	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tpl := "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
-	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(tpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := testutil.ChatModel(t)
 	e := open(t, dir, Options{})
 	msgs := []tokenizer.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Once upon a time"}}
 	res, err := e.GenerateText(context.Background(), TextRequest{Messages: msgs, MaxNewTokens: 5}, nil)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,32 +73,11 @@ func TestGenerateErrors(t *testing.T) {
 	}
 }
 
-// chatModel copies stories260K into a temporary folder with a simple chat template.
-func chatModel(t *testing.T) string {
-	t.Helper()
-	src := testutil.SharedPath(t, "models", "stories260K-hf")
-	dir := t.TempDir()
-	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tpl := "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
-	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(tpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // TestGenerateCLIHabits: a random seed by default, reported in --json; --stop; --prompt-file from standard
 // input; --chat prints the reply alone; the first-use split shows its progress and -q silences it; no INFO line
 // about the dtype unless -v.
 func TestGenerateCLIHabits(t *testing.T) {
-	model := chatModel(t)
+	model := testutil.ChatModel(t)
 	runJSON := func(args ...string) (generateJSON, string) {
 		t.Helper()
 		var errb bytes.Buffer

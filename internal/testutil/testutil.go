@@ -51,3 +51,26 @@ func RunWithCache(m *testing.M) int {
 	os.Setenv("LAYERSTREAM_CACHE", dir)
 	return m.Run()
 }
+
+// ChatModel returns a copy of the shared stories260K checkpoint in a temporary folder, with a simple chat
+// template (chat_template.jinja) rendering "role: content" lines and "assistant:" as the generation prompt. It
+// skips the test when the shared folder is absent.
+func ChatModel(t testing.TB) string {
+	t.Helper()
+	src := SharedPath(t, "models", "stories260K-hf")
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tpl := "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
