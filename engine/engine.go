@@ -50,6 +50,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
@@ -104,9 +105,10 @@ type Options struct {
 	// automatically.
 	ComputeCapability float64
 	// DType is the compute dtype of weight matrices: "auto" (default), "f32" or "bf16", chosen by
-	// guard.ChooseDType (auto is f32 on the cpu backend, which computes bf16 slowly, by emulation). The host
-	// kernels compute in f32 whatever it is; they read f32 or bf16 matrices in their stored dtype (exact), and
-	// a dtype conversion happens only where it rounds (bf16 compute of an f32 checkpoint).
+	// guard.ChooseDType (auto is f32 for the graphs of the cpu backend, which computes bf16 slowly, by
+	// emulation). The host kernels read f32 or bf16 matrices in their stored dtype and sum in f32; a bf16 matrix
+	// multiplies activations rounded to bf16 under bf16, and under auto where the CPU has AVX512_BF16 (twice the
+	// rate), else the products are exact (f32: always).
 	DType string
 	// Monitor, when set, checks the logits of every step (guard.Monitor.CheckLogits); in strict mode a problem
 	// ends generation with its error. Token text is the caller's: pass it to Monitor.ObserveToken from the
@@ -176,6 +178,9 @@ type Engine struct {
 	plan    *model.Plan
 	backend backends.Backend
 	dtype   dtypes.DType // of weight matrices on the device
+	// bf16Products: the host kernels multiply bf16 weight matrices by activations rounded to bf16
+	// (kernels.LinearBF16) instead of exactly (kernels.Linear).
+	bf16Products bool
 
 	layerSpecs []tensorSpec
 	headUnit   string                          // lm_head, or embed when the output projection is tied to the embeddings
@@ -268,6 +273,14 @@ func (e *Engine) init(ctx context.Context) error {
 	slog.Debug("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
 	if choice.Warning != "" {
 		slog.Warn(choice.Warning)
+	}
+	// The host kernels compute bf16 products where asked to (bf16) or, by default, where the CPU has the bf16
+	// dot-product instruction: twice the rate of exact products, at the rounding of the activations llama.cpp
+	// and PyTorch's bf16 products make too. --dtype f32 keeps them exact.
+	req := strings.ToLower(strings.TrimSpace(e.opts.DType))
+	e.bf16Products = choice.DType == checkpoint.BF16 || ((req == "" || req == "auto") && kernels.NativeBF16())
+	if e.bf16Products && strings.Contains(strings.ToLower(c.TorchDType), "bfloat16") && (e.opts.Device == "" || e.opts.Device == DeviceCPU) {
+		slog.Info("host matrix products: bf16 weights times activations rounded to bf16, summed in f32 (--dtype f32: exact)", "avx512_bf16", kernels.NativeBF16())
 	}
 
 	// Every unit the model needs must exist before any work starts.

@@ -480,7 +480,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		ferr := e.guardMapped(func() error {
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{mask: g.tables.masks[kind.Window], pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena}
+				ops := hostOps{mask: g.tables.masks[kind.Window], pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena, bf16Products: e.bf16Products}
 				if kind.Rope != model.NoRope {
 					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 				}
@@ -520,7 +520,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 	}
 	defer release()
 	span := e.prof.Begin(profiler.Forward, step, -1)
-	var ops hostOps
+	ops := hostOps{bf16Products: e.bf16Products}
 	var logits []float32
 	herr := e.guardMapped(func() error {
 		logits = arr(e.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0])).data

@@ -26,6 +26,8 @@ type hostOps struct {
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
 	arena *hostArena
+	// bf16Products: bf16 weight matrices multiply activations rounded to bf16 (Engine.bf16Products).
+	bf16Products bool
 }
 
 // hostArray is a float32 array on the host.
@@ -103,18 +105,22 @@ func (o hostOps) Linear(x, w, b model.Value) model.Value {
 	}
 	switch f := weightData(w).(type) {
 	case []float32:
-		return linearHost(o.arena, arr(x), f, bias)
+		return linearHost(o.arena, arr(x), f, bias, kernels.Linear)
 	case []bfloat16.BFloat16:
-		return linearHost(o.arena, arr(x), f, bias)
+		if o.bf16Products {
+			return linearHost(o.arena, arr(x), f, bias, kernels.LinearBF16)
+		}
+		return linearHost(o.arena, arr(x), f, bias, kernels.Linear)
 	}
 	panic(fmt.Sprintf("engine: Linear of a %T weight", weightData(w)))
 }
 
-// linearHost is x·wᵀ (+ bias) for x [..., in] and w [out, in] in its stored dtype, giving [..., out].
-func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []float32) *hostArray {
+// linearHost is x·wᵀ (+ bias) for x [..., in] and w [out, in] in its stored dtype, giving [..., out], computed
+// by linear (kernels.Linear or kernels.LinearBF16).
+func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []float32, linear func(y, x []float32, w []W, bias []float32, in int)) *hostArray {
 	in := x.dims[len(x.dims)-1]
 	y := arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), len(w)/in)...)
-	kernels.Linear(y.data, x.data, w, bias, in)
+	linear(y.data, x.data, w, bias, in)
 	return y
 }
 

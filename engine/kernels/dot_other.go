@@ -22,3 +22,5 @@ func dotF32x3(x, b, y []float32, stride, triples int) {
 
 // AxpyF32 adds a·x to y (len(x) ≥ len(y)).
 func AxpyF32(y []float32, a float32, x []float32) { axpyF32Go(y, a, x) }
+
+var useAVX2 = false // for the tests' kernel paths

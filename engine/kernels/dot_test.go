@@ -112,42 +112,6 @@ func TestAxpy(t *testing.T) {
 	}
 }
 
-// TestLinearBlocksRows: Linear gives every (row, output) exactly the one-row dot product, whatever the blocking
-// of the input rows and the split of the outputs over workers (blocks of 6 rows here, 17 rows: a partial block
-// with a one-row tail), for f32 and bf16 weights, and adds the bias.
-func TestLinearBlocksRows(t *testing.T) {
-	const in, out, rows = 40, 130, 17
-	defer func(b int) { linearBlockBytes = b }(linearBlockBytes)
-	linearBlockBytes = 6 * 4 * in
-	if linearRowBlock(in) != 6 {
-		t.Fatalf("block of %d rows, want 6", linearRowBlock(in))
-	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	wf, wb := randomWeights(rng, in*out)
-	x := make([]float32, rows*in)
-	bias := make([]float32, out)
-	for i := range x {
-		x[i] = rng.Float32() - 0.5
-	}
-	for i := range bias {
-		bias[i] = rng.Float32() - 0.5
-	}
-	yf, yb := make([]float32, rows*out), make([]float32, rows*out)
-	Linear(yf, x, wf, nil, in)
-	Linear(yb, x, wb, bias, in)
-	for r := range rows {
-		xr := x[r*in : (r+1)*in]
-		for o := range out {
-			if got, want := yf[r*out+o], DotF32(xr, wf[o*in:(o+1)*in]); math.Float32bits(got) != math.Float32bits(want) {
-				t.Fatalf("f32 row %d output %d: %g, one-row kernel %g", r, o, got, want)
-			}
-			if got, want := yb[r*out+o], DotBF16(xr, wb[o*in:(o+1)*in])+bias[o]; math.Float32bits(got) != math.Float32bits(want) {
-				t.Fatalf("bf16 row %d output %d: %g, one-row kernel plus bias %g", r, o, got, want)
-			}
-		}
-	}
-}
-
 // TestSiLUChunks: SiLU covers every element, whatever the split over workers (lengths around the 256-element
 // chunks and the parallel threshold).
 func TestSiLUChunks(t *testing.T) {

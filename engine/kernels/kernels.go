@@ -1,12 +1,11 @@
-// Package kernels holds the host math of the engine's compute stage on plain slices: dot products, the
-// row-blocked matrix product of Linear, axpy, and ParallelFor, which spreads a loop over the cores. Assembly
-// kernels (AVX2/FMA on amd64) are chosen at run time where the CPU has them; every one has a portable Go
-// twin that other architectures and the tests use.
+// Package kernels holds the host math of the engine's compute stage on plain slices: the matrix product of
+// Linear (register tiles, see gemm.go), dot products, axpy, and ParallelFor, which spreads a loop over the
+// cores. Assembly kernels (AVX-512 and AVX512_BF16, else AVX2/FMA, on amd64) are chosen at run time where the
+// CPU has them; every one has a portable Go twin that other architectures and the tests use.
 //
-// Weights are read in their stored dtype ([]float32 or []bfloat16.BFloat16, bf16 widened exactly in
-// registers) and every kernel sums in float32. Each output element is summed exactly as the one-row dot
-// product sums it, whatever the number of rows computed together, so a sequence gives bit-identical results
-// alone and in a batch.
+// Weights are read in their stored dtype ([]float32 or []bfloat16.BFloat16) and every kernel sums in float32.
+// Each output element is summed in an order fixed by the kernel and the row length alone, whatever the number
+// of rows computed together, so a sequence gives bit-identical results alone and in a batch.
 package kernels
 
 import (
@@ -23,63 +22,6 @@ type Weight interface {
 	float32 | bfloat16.BFloat16
 }
 
-// Linear sets y[r·out+o] = x[r·in:(r+1)·in] · w[o·in:(o+1)·in] (+ bias[o] when bias is not nil) for every input
-// row r of x and every output o, where w is a [out, in] matrix (the Hugging Face layout) and out = len(w)/in.
-//
-// Output-major: each weight row is read once from memory (then from L1) for a block of input rows, three at a
-// time, so a batch of sequences costs one pass over the weights. The input rows go in blocks that stay in the
-// core's L2 cache while the weight rows stream past them: a long prompt's activations (4 MB for 512 TinyLlama
-// positions) would otherwise be re-read from L3 for every weight row. The outputs are split over the cores.
-func Linear[W Weight](y, x []float32, w []W, bias []float32, in int) {
-	rows, out := len(x)/in, len(w)/in
-	block := linearRowBlock(in)
-	ParallelFor(out, func(lo, hi int) {
-		switch wt := any(w).(type) {
-		case []float32:
-			linearRows(y, x, wt, rows, in, out, lo, hi, block, DotF32, dotF32x3)
-		case []bfloat16.BFloat16:
-			linearRows(y, x, wt, rows, in, out, lo, hi, block, DotBF16, dotBF16x3)
-		}
-		if bias != nil {
-			for r := range rows {
-				yr := y[r*out : (r+1)*out]
-				for o := lo; o < hi; o++ {
-					yr[o] += bias[o]
-				}
-			}
-		}
-	})
-}
-
-// linearBlockBytes is the size of a block of input rows in Linear: small enough to stay in L2 with room for
-// the weight rows streaming through. BenchmarkLinear bf16 [2048×2048], 512 rows: unblocked 25.5 GFLOP/s;
-// blocks of 256 KiB 48.5, 512 KiB 56.0, 1 MiB 44.2 (the 2-core VM's cores have 2 MiB of L2).
-var linearBlockBytes = 512 << 10
-
-// linearRowBlock is the number of input rows of length in per block: a multiple of 3 (the three-row kernels),
-// at least 3.
-func linearRowBlock(in int) int {
-	return max(3, linearBlockBytes/(4*in)/3*3)
-}
-
-// linearRows computes y[r, o] = x[r] · w[o] for every row r and the outputs o in [lo, hi), blocks of block input
-// rows at a time: per weight row, one call of dot3 for the block's rows three at a time, and dot1 for the rest
-// (which sum each row identically).
-func linearRows[W Weight](y, x []float32, w []W, rows, in, out, lo, hi, block int,
-	dot1 func(a []float32, b []W) float32, dot3 func(x []float32, b []W, y []float32, stride, triples int)) {
-	for rb := 0; rb < rows; rb += block {
-		re := min(rb+block, rows)
-		triples := (re - rb) / 3
-		for o := lo; o < hi; o++ {
-			wr := w[o*in : (o+1)*in]
-			dot3(x[rb*in:re*in], wr, y[rb*out+o:], out, triples)
-			for r := rb + 3*triples; r < re; r++ {
-				y[r*out+o] = dot1(x[r*in:(r+1)*in], wr)
-			}
-		}
-	}
-}
-
 // dotRowsGo sets y[r·stride] = dot(x[r·n:(r+1)·n], b) for r < rows (n = len(b)): the portable three-row kernels.
 func dotRowsGo[W Weight](x []float32, b []W, y []float32, stride, rows int, dot func([]float32, []W) float32) {
 	n := len(b)
@@ -93,7 +35,15 @@ func dotRowsGo[W Weight](x []float32, b []W, y []float32, stride, rows int, dot 
 // faults into panics, debug.SetPanicOnFault), is raised again in the calling goroutine once every worker is
 // done, where the engine can recover it.
 func ParallelFor(n int, fn func(lo, hi int)) {
-	workers := min(runtime.GOMAXPROCS(0), max(n/64, 1))
+	parallelFor(n, min(runtime.GOMAXPROCS(0), max(n/64, 1)), fn)
+}
+
+// parallelFor is ParallelFor with a number of workers (≤ 0: one per CPU), each taking one contiguous range.
+func parallelFor(n, workers int, fn func(lo, hi int)) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, n)
 	if workers <= 1 {
 		fn(0, n)
 		return
