@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sort"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -267,7 +268,7 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 	for r := range every {
 		every[r] = r
 	}
-	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, e.passTables(kv, every, lens, tb), all)
+	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, e.passTables(kv, every, lens, tb, true), all)
 	if err != nil || all {
 		return logits, err
 	}
@@ -279,18 +280,21 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 }
 
 // passTables are the per-kind inputs of one forward pass over some rows of the store, each bringing t new
-// positions (padding included): a rotary table per rope of the plan and an additive attention mask per window.
+// positions (padding included): a rotary table per rope of the plan, and per window either an additive
+// attention mask (graphs) or the runs of positions the cache slots of each row hold (host kernels, which mask
+// by positions).
 type passTables struct {
 	cos, sin [][]float32 // by Plan.Ropes index: [rows, t, rope dims]
 	masks    map[int][]float32
-	slots    map[int]int // by window: the cache slots of its layers (S)
+	runs     map[int][][]cacheRun // by window: each row's
+	slots    map[int]int          // by window: the cache slots of its layers (S)
 }
 
 // passTables builds the tables of a pass: row i is cache row rows[i], whose lens[i] new positions (then padding
-// up to t) start at kv.Len(rows[i]).
-func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int) passTables {
+// up to t) start at kv.Len(rows[i]). masks asks for the graphs' masks, else the host kernels' runs are built.
+func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bool) passTables {
 	p := e.plan
-	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, slots: map[int]int{}}
+	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, runs: map[int][][]cacheRun{}, slots: map[int]int{}}
 	for ri, rope := range p.Ropes {
 		for i, r := range rows {
 			pos0 := kv.Len(r)
@@ -299,17 +303,39 @@ func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int) passTabl
 		}
 	}
 	for l, kind := range p.Layers {
-		if _, ok := pt.masks[kind.Window]; ok {
+		if _, ok := pt.slots[kind.Window]; ok {
 			continue
 		}
 		view := kv.View(l)
-		var m []float32
+		pt.slots[kind.Window] = view.Slots()
 		for _, r := range rows {
-			m = append(m, attentionMask(view, r, t, kind.Window)...)
+			if masks {
+				pt.masks[kind.Window] = append(pt.masks[kind.Window], attentionMask(view, r, t, kind.Window)...)
+			} else {
+				pt.runs[kind.Window] = append(pt.runs[kind.Window], cacheRuns(view, r))
+			}
 		}
-		pt.masks[kind.Window], pt.slots[kind.Window] = m, view.Slots()
 	}
 	return pt
+}
+
+// cacheRun is slots [slot, slot+n) of a cache row, holding positions pos, pos+1, … .
+type cacheRun struct{ slot, pos, n int }
+
+// cacheRuns returns the runs of consecutive positions the slots of cache row row hold, in slot order: one
+// from slot 0 for a full layer, up to two for a ring (its newest positions from slot 0, then the oldest).
+func cacheRuns(view *kvcache.View, row int) []cacheRun {
+	var runs []cacheRun
+	for j, s := 0, view.Slots(); j < s; {
+		p := view.Position(row, j)
+		if p < 0 { // empty slots come last
+			break
+		}
+		n := sort.Search(s-j, func(k int) bool { return view.Position(row, j+k) != p+k })
+		runs = append(runs, cacheRun{slot: j, pos: p, n: n})
+		j += n
+	}
+	return runs
 }
 
 // layerSet returns decoder layer i's weights (resident, or next from the stream) and its release function.
@@ -408,6 +434,7 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 // hostGroup is sequences a host pass computes together: each brings the same number t of new positions.
 type hostGroup struct {
 	rows   []int // the sequences' cache rows
+	past   []int // their lengths in the cache: the positions of their first new tokens
 	at     []int // their indices in forward's rows: where their logits go
 	t      int
 	x      model.Value // [len(rows), t, hidden]
@@ -435,8 +462,10 @@ func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, embed fu
 	for _, g := range groups {
 		x := newHostArray(len(g.rows), g.t, h)
 		lens := make([]int, len(g.rows))
+		g.past = make([]int, len(g.rows))
 		for j, r := range g.rows {
 			pos0 := kv.Len(r)
+			g.past[j] = pos0
 			lens[j] = g.t
 			for k, id := range ids[g.at[j]] {
 				if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, pos0+k); err != nil {
@@ -444,7 +473,7 @@ func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, embed fu
 				}
 			}
 		}
-		g.x, g.tables = x, e.passTables(kv, g.rows, lens, g.t)
+		g.x, g.tables = x, e.passTables(kv, g.rows, lens, g.t, false)
 	}
 	return groups, nil
 }
@@ -480,7 +509,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		ferr := e.guardMapped(func() error {
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{mask: g.tables.masks[kind.Window], pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena, bf16Products: e.bf16Products}
+				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena, bf16Products: e.bf16Products}
 				if kind.Rope != model.NoRope {
 					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 				}

@@ -16,12 +16,16 @@ import (
 // shared device buffers runs several times faster than simplego's DotGeneral, and no graph is executed at all.
 //
 // Activations are *hostArray; weights are the *deviceTensor buffers the transfer stage filled (f32 or bf16,
-// widened on the fly). The cache and mask are those of the graph path, laid out the same way.
+// widened on the fly). The cache is the graph path's, laid out the same way; attention has no mask array but
+// positions: row i's queries are at past[i], past[i]+1, …, its cache slots hold the runs of positions cache[i],
+// and kernels.Attention applies causality and the window from those.
 type hostOps struct {
-	cos, sin     []float32 // [B, T, rotary dims]
-	mask         []float32 // [B, T, S+T], additive
-	pastK, pastV []float32 // [B, kvHeads, S, headDim]
-	slots        int       // S: the layer's cache slots
+	cos, sin     []float32    // [B, T, rotary dims]
+	past         []int        // [B]: positions each row has in the cache (its first query's position)
+	cache        [][]cacheRun // [B]: what the cache slots of each row hold
+	window       int          // the layer's sliding window (0: none)
+	pastK, pastV []float32    // [B, kvHeads, S, headDim]
+	slots        int          // S: the layer's cache slots
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
@@ -60,7 +64,8 @@ type hostArena struct {
 	free map[int][]*hostArray // reusable, by length
 }
 
-// array returns a zeroed array of the given dims, reused when one of its length is free.
+// array returns an array of the given dims, reused when one of its length is free: its contents are undefined
+// (every op writes each element of the array it returns; clearing them took 4% of a prefill).
 func (a *hostArena) array(dims ...int) *hostArray {
 	if a == nil {
 		return newHostArray(dims...)
@@ -69,7 +74,6 @@ func (a *hostArena) array(dims ...int) *hostArray {
 	var y *hostArray
 	if l := a.free[n]; len(l) > 0 {
 		y, a.free[n] = l[len(l)-1], l[:len(l)-1]
-		clear(y.data)
 		y.dims = dims
 	} else {
 		y = newHostArray(dims...)
@@ -195,65 +199,30 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	kvHeads := ka.dims[1]
 	group := heads / kvHeads
 	s := o.slots
-	n := s + t
-	scale := float32(opts.Scale)
-	softCap := float32(opts.SoftCap)
 	y := o.arena.array(b, t, heads*d)
-	kernels.ParallelFor(b*heads, func(lo, hi int) {
-		scores := make([]float32, n)
-		for bh := lo; bh < hi; bh++ {
-			bi, h := bh/heads, bh%heads
-			row := bi // the sequence's row of the cache
-			if o.rows != nil {
-				row = o.rows[bi]
-			}
-			kv, past := bi*kvHeads+h/group, row*kvHeads+h/group // key/value head in k and v, in the cache
-			for ti := range t {
-				qv := qa.data[((bi*heads+h)*t+ti)*d:][:d]
-				mask := o.mask[(bi*t+ti)*n:][:n]
-				key := func(j int) []float32 {
-					if j < s {
-						return o.pastK[(past*s+j)*d:][:d]
-					}
-					return ka.data[(kv*t+j-s)*d:][:d]
-				}
-				value := func(j int) []float32 {
-					if j < s {
-						return o.pastV[(past*s+j)*d:][:d]
-					}
-					return va.data[(kv*t+j-s)*d:][:d]
-				}
-				top := float32(math.Inf(-1))
-				for j := range n {
-					if mask[j] <= maskedOut/2 { // contributes exp(-1e30) = 0: skip the dot product
-						scores[j] = maskedOut
-					} else {
-						sc := kernels.DotF32(qv, key(j)) * scale
-						if softCap > 0 {
-							sc = float32(math.Tanh(float64(sc/softCap))) * softCap
-						}
-						scores[j] = sc + mask[j]
-					}
-					top = max(top, scores[j])
-				}
-				sum := float32(0)
-				for j := range n {
-					if scores[j] == maskedOut { // exp(maskedOut - top) is 0: no need to compute it
-						scores[j] = 0
-						continue
-					}
-					scores[j] = float32(math.Exp(float64(scores[j] - top)))
-					sum += scores[j]
-				}
-				out := y.data[(bi*t+ti)*heads*d+h*d:][:d]
-				for j := range n {
-					if p := scores[j] / sum; p != 0 {
-						kernels.AxpyF32(out, p, value(j))
-					}
-				}
-			}
+	p := kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}
+	jobs := make([]kernels.AttentionJob, 0, b*kvHeads)
+	for bi := range b {
+		row := bi // the sequence's row of the cache
+		if o.rows != nil {
+			row = o.rows[bi]
 		}
-	})
+		for g := range kvHeads {
+			past, nw := (row*kvHeads+g)*s*d, (bi*kvHeads+g)*t*d // this head's slots in the cache, new keys in k
+			runs := make([]kernels.KeyRun, 0, len(o.cache[bi])+1)
+			for _, c := range o.cache[bi] {
+				lo, hi := past+c.slot*d, past+(c.slot+c.n)*d
+				runs = append(runs, kernels.KeyRun{K: o.pastK[lo:hi], V: o.pastV[lo:hi], Pos: c.pos, N: c.n})
+			}
+			runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
+			jobs = append(jobs, kernels.AttentionJob{
+				Q: qa.data[(bi*heads+g*group)*t*d:], QHead: t * d, QPos: d,
+				Out: y.data[bi*t*heads*d+g*group*d:], OutHead: d, OutPos: heads * d,
+				Heads: group, T: t, Pos0: o.past[bi], Runs: runs,
+			})
+		}
+	}
+	kernels.Attention(p, d, jobs)
 	return y
 }
 

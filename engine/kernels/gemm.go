@@ -194,19 +194,10 @@ func gemmTiles[X, W uint16 | float32](y, x []float32, w []W, rows, in, out, work
 	pp, xp := scratch[X](xpool, tiles*tileLen)
 	defer xpool.Put(pp)
 	parallelFor(tiles, workers, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			for i := range min(gemmTileRows, rows-t*gemmTileRows) {
-				r := t*gemmTileRows + i
-				dst := xp[t*tileLen+i*e:]
-				src := x[r*in : (r+1)*in]
-				put(dst, gemmTileRows*e, src, full)
-				if full < chunks { // the partial chunk, zero-padded
-					last := dst[full*gemmTileRows*e:][:e]
-					clear(last)
-					put1(last, src[full*e:])
-				}
-			}
-		}
+		packTiles(xp[lo*tileLen:], min(hi*gemmTileRows, rows)-lo*gemmTileRows, in, e, func(r int) []float32 {
+			r += lo * gemmTileRows
+			return x[r*in : (r+1)*in]
+		}, put)
 	})
 
 	groups := (out + gemmGroup - 1) / gemmGroup
@@ -243,6 +234,32 @@ func gemmTiles[X, W uint16 | float32](y, x []float32, w []W, rows, in, out, work
 			}
 		}
 	})
+}
+
+// packTiles packs rows input rows of in elements (row(r) gives row r) for the tile kernels into xp, e elements
+// per chunk: tiles of gemmTileRows rows, chunk by chunk ([tile][chunk][row][e]), the last chunk of each row
+// zero-padded.
+func packTiles[X uint16 | float32](xp []X, rows, in, e int, row func(r int) []float32, put func(dst []X, step int, src []float32, chunks int)) {
+	full, chunks := in/e, (in+e-1)/e
+	tileLen := gemmTileRows * chunks * e
+	for r := range rows {
+		t, i := r/gemmTileRows, r%gemmTileRows
+		dst := xp[t*tileLen+i*e:]
+		src := row(r)
+		put(dst, gemmTileRows*e, src, full)
+		if full < chunks {
+			last := dst[full*gemmTileRows*e:][:e]
+			clear(last)
+			put1(last, src[full*e:])
+		}
+	}
+}
+
+// putF32 copies chunks of 16 input elements, each step elements after the last.
+func putF32(dst []float32, step int, src []float32, chunks int) {
+	for c := range chunks {
+		copy(dst[c*step:][:16], src[c*16:])
+	}
 }
 
 // put1 converts src (at most one chunk) into dst: float32 copied, bf16 rounded.

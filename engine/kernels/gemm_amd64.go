@@ -46,13 +46,6 @@ func bf16Bits16(w []bfloat16.BFloat16) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
 }
 
-// putF32 copies chunks of 16 input elements, each step elements after the last.
-func putF32(dst []float32, step int, src []float32, chunks int) {
-	for c := range chunks {
-		copy(dst[c*step:][:16], src[c*16:])
-	}
-}
-
 // gemmBF16 is y [rows, out] = bf16(x) [rows, in] · w [out, in]ᵀ on the VDPBF16PS tiles (32 elements per
 // chunk): x is rounded to bf16 as it is packed.
 func gemmBF16(y, x []float32, w []bfloat16.BFloat16, rows, in, out, workers int) {

@@ -1,6 +1,6 @@
 //go:build ignore
 
-// gen_asm writes gemm_amd64.s from internal/asmgen: go generate ./engine/kernels
+// gen_asm writes gemm_amd64.s and attn_amd64.s from internal/asmgen: go generate ./engine/kernels
 package main
 
 import (
@@ -11,7 +11,9 @@ import (
 )
 
 func main() {
-	if err := os.WriteFile("gemm_amd64.s", asmgen.Generate(), 0o644); err != nil {
-		log.Fatal(err)
+	for name, text := range map[string][]byte{"gemm_amd64.s": asmgen.Generate(), "attn_amd64.s": asmgen.GenerateAttention()} {
+		if err := os.WriteFile(name, text, 0o644); err != nil {
+			log.Fatal(err)
+		}
 	}
 }

@@ -120,14 +120,25 @@ func dotBF16Go(a []float32, b []bfloat16.BFloat16) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// SiLU sets y[i] = x[i]·sigmoid(x[i]) (len(y) ≥ len(x)). An exp per element (about 15 ns) is worth both cores
-// from a few thousand elements on.
+// SiLU sets y[i] = x[i]·sigmoid(x[i]) (len(y) ≥ len(x)), with a vectorized exp where the CPU has AVX-512 (a
+// few ulps from the float64 exp of the portable loop), on every core from a few thousand elements on.
 func SiLU(y, x []float32) {
 	n := len(x)
 	ParallelFor((n+255)/256, func(lo, hi int) { // chunks of 256 elements
 		lo, hi = lo*256, min(hi*256, n)
-		for i, v := range x[lo:hi] {
-			y[lo+i] = v / (1 + float32(math.Exp(-float64(v))))
+		if useAVX512 {
+			if hi > lo {
+				siluAVX512(&y[lo], &x[lo], hi-lo)
+			}
+			return
 		}
+		siluGo(y[lo:hi], x[lo:hi])
 	})
+}
+
+// siluGo is SiLU's portable loop.
+func siluGo(y, x []float32) {
+	for i, v := range x {
+		y[i] = v / (1 + float32(math.Exp(-float64(v))))
+	}
 }

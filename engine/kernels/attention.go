@@ -1,0 +1,232 @@
+package kernels
+
+import (
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// AttentionParams are a layer's attention constants.
+type AttentionParams struct {
+	Scale   float32 // multiplies q·k: 1/√headDim, or a model's own (query_pre_attn_scalar)
+	SoftCap float32 // > 0: a scaled score s becomes SoftCap·tanh(s/SoftCap) (Gemma 2's soft-capping)
+	Window  int     // > 0: a query at position p sees only keys at positions p−Window+1 … p (sliding window)
+}
+
+// KeyRun is keys and values of one key/value head at consecutive positions: rows of headDim elements, row i
+// of K and V at position Pos+i, N rows.
+type KeyRun struct {
+	K, V   []float32
+	Pos, N int
+}
+
+// AttentionJob is the queries of one sequence that share a key/value head, and every key they may see.
+type AttentionJob struct {
+	// Q holds the query row of head h (< Heads) at position Pos0+t (t < T) at Q[h·QHead+t·QPos:][:headDim];
+	// Out receives its output at Out[h·OutHead+t·OutPos:][:headDim].
+	Q, Out                       []float32
+	QHead, QPos, OutHead, OutPos int
+	Heads, T, Pos0               int
+	Runs                         []KeyRun
+}
+
+// Attention computes, for every query of every job, softmax(scores)·V over the keys of its job's runs that it
+// sees: a query at position p sees a key at position k when k ≤ p (causal) and, with a window, k > p − Window.
+// A score is Scale·q·k, soft-capped when SoftCap > 0. It works flash-attention style: per tile of queries
+// (up to attnTileRows rows: every head of a few positions) and block of attnBlock keys, the scores, their
+// exponentials (a running maximum per query rescales what was summed before) and the weighted values, so
+// memory traffic stays in L1/L2 at any length and a block no query of the tile sees is skipped. The tiles are
+// spread over the cores. A query's result depends only on its own job (not on the other jobs, nor on how many
+// run together): the blocks are fixed by key positions, the tiles by query positions.
+func Attention(p AttentionParams, d int, jobs []AttentionJob) {
+	type item struct{ job, t0, tq int }
+	var items []item
+	for j, job := range jobs {
+		tq := max(1, attnTileRows/max(1, job.Heads))
+		for t0 := 0; t0 < job.T; t0 += tq {
+			items = append(items, item{j, t0, min(tq, job.T-t0)})
+		}
+	}
+	// The last tiles see the most keys: start them first.
+	for i, k := 0, len(items)-1; i < k; i, k = i+1, k-1 {
+		items[i], items[k] = items[k], items[i]
+	}
+	var next atomic.Int64
+	work := 0
+	for _, it := range items {
+		job := jobs[it.job]
+		work += it.tq * job.Heads * (job.Pos0 + it.t0 + it.tq)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	if work*d < 1<<14 {
+		workers = 1
+	}
+	parallelFor(workers, workers, func(int, int) {
+		s := attnScratchPool.Get().(*attnScratch)
+		defer attnScratchPool.Put(s)
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= len(items) {
+				return
+			}
+			it := items[i]
+			s.tile(p, d, &jobs[it.job], it.t0, it.tq)
+		}
+	})
+}
+
+// attnTileRows bounds the query rows of a tile, attnBlock is the keys of a block.
+const (
+	attnTileRows = 24
+	attnBlock    = 64
+)
+
+// attnScratch is one worker's memory for a tile: its packed queries, a block of scores (then weights), its
+// running maxima and sums, its outputs, and a zero-padded copy of a block's last keys.
+type attnScratch struct {
+	qp, sc, o, kpad []float32
+	m, l            []float32
+	qpos            []int
+}
+
+var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// tile computes the queries of job at positions t0 … t0+tq−1 (every head), rows ordered position-major.
+func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq int) {
+	rows := tq * job.Heads
+	asm := useAVX512 && d%16 == 0
+	s.sc = grow(s.sc, rows*attnBlock)
+	s.o = grow(s.o, rows*d)
+	s.m, s.l = grow(s.m, rows), grow(s.l, rows)
+	clear(s.o)
+	clear(s.l)
+	for r := range s.m {
+		s.m[r] = float32(math.Inf(-1))
+	}
+	if cap(s.qpos) < rows {
+		s.qpos = make([]int, rows)
+	}
+	s.qpos = s.qpos[:rows]
+	query := func(r int) []float32 {
+		h, t := r%job.Heads, t0+r/job.Heads
+		return job.Q[h*job.QHead+t*job.QPos:][:d]
+	}
+	for r := range rows {
+		s.qpos[r] = job.Pos0 + t0 + r/job.Heads
+	}
+	if asm {
+		chunks := (d + 15) / 16
+		s.qp = grow(s.qp, (rows+gemmTileRows-1)/gemmTileRows*gemmTileRows*chunks*16)
+		packTiles(s.qp, rows, d, 16, query, putF32)
+	}
+	qlo, qhi := s.qpos[0], s.qpos[rows-1]
+	for _, run := range job.Runs {
+		for j0 := 0; j0 < run.N; j0 += attnBlock {
+			n := min(attnBlock, run.N-j0)
+			klo, khi := run.Pos+j0, run.Pos+j0+n-1
+			if klo > qhi || (p.Window > 0 && khi <= qlo-p.Window) {
+				continue // no query of the tile sees a key of the block
+			}
+			keys, vals := run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
+			if asm {
+				s.scoresAVX512(rows, d, keys, n)
+			} else {
+				for r := range rows {
+					q := query(r)
+					for j := range n {
+						s.sc[r*attnBlock+j] = DotF32(q, keys[j*d:(j+1)*d])
+					}
+				}
+			}
+			for r := range rows {
+				s.softmax(p, r, n, klo)
+			}
+			if asm {
+				s.pvAVX512(rows, d, vals, n)
+			} else {
+				for r := range rows {
+					o := s.o[r*d : (r+1)*d]
+					for j, w := range s.sc[r*attnBlock : r*attnBlock+n] {
+						if w != 0 {
+							AxpyF32(o, w, vals[j*d:(j+1)*d])
+						}
+					}
+				}
+			}
+		}
+	}
+	for r := range rows {
+		h, t := r%job.Heads, t0+r/job.Heads
+		out := job.Out[h*job.OutHead+t*job.OutPos:][:d]
+		inv := float32(0)
+		if s.l[r] > 0 {
+			inv = 1 / s.l[r]
+		}
+		for i, v := range s.o[r*d : (r+1)*d] {
+			out[i] = v * inv
+		}
+	}
+}
+
+// softmax turns row r's scores of a block of n keys, the first at position klo, into weights: zero for keys
+// the query does not see, e^(score − running max) for the others, and rescales what the row summed before when
+// its maximum grows.
+func (s *attnScratch) softmax(p AttentionParams, r, n, klo int) {
+	row := s.sc[r*attnBlock : r*attnBlock+n]
+	q := s.qpos[r]
+	a, b := 0, min(n, q-klo+1) // keys at positions ≤ q
+	if p.Window > 0 {
+		a = max(0, q-p.Window+1-klo) // and > q − Window
+	}
+	if a >= b {
+		clear(row)
+		return
+	}
+	clear(row[:a])
+	clear(row[b:])
+	mOld := s.m[r]
+	var mNew, sum float32
+	if useAVX512 {
+		mNew, sum = softmaxRowAVX512(&row[a], b-a, p.Scale, p.SoftCap, mOld)
+	} else {
+		mNew, sum = softmaxRowGo(row[a:b], p.Scale, p.SoftCap, mOld)
+	}
+	if mNew != mOld {
+		alpha := float32(math.Exp(float64(mOld - mNew))) // 0 for the first keys the row sees (mOld = −Inf)
+		s.l[r] *= alpha
+		o := s.o[len(s.o)/len(s.m)*r:][:len(s.o)/len(s.m)]
+		for i := range o {
+			o[i] *= alpha
+		}
+	}
+	s.m[r] = mNew
+	s.l[r] += sum
+}
+
+// softmaxRowGo is softmaxRowAVX512 in Go: s[i] = e^(t − mNew) for t = s[i]·scale (soft-capped when
+// softcap > 0), mNew the largest of mOld and every t; it returns mNew and the sum.
+func softmaxRowGo(s []float32, scale, softcap, mOld float32) (mNew, sum float32) {
+	mNew = mOld
+	for i, v := range s {
+		v *= scale
+		if softcap > 0 {
+			v = softcap * float32(math.Tanh(float64(v/softcap)))
+		}
+		s[i] = v
+		mNew = max(mNew, v)
+	}
+	for i, v := range s {
+		e := float32(math.Exp(float64(v - mNew)))
+		s[i] = e
+		sum += e
+	}
+	return mNew, sum
+}

@@ -1,0 +1,125 @@
+package kernels
+
+import "github.com/layerstream/layerstream/engine/kernels/internal/asmgen"
+
+// expConsts are the constants of the vectorized exp (attn_amd64.s loads them by broadcast).
+var expConsts = asmgen.ExpConsts
+
+//go:noescape
+func siluAVX512(y, x *float32, n int)
+
+//go:noescape
+func softmaxRowAVX512(s *float32, n int, scale, softcap, mOld float32) (mNew, sum float32)
+
+//go:noescape
+func pvAVX512r1c1(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r1c2(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r1c3(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r1c4(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r2c1(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r2c2(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r2c3(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r2c4(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r3c1(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r3c2(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r3c3(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r3c4(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r4c1(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r4c2(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r4c3(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r4c4(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r5c1(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r5c2(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r5c3(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r5c4(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r6c1(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r6c2(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r6c3(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+//go:noescape
+func pvAVX512r6c4(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
+
+// pvKernels[r-1][c-1] adds the weighted values of a block to a tile of r query rows and 16·c columns.
+var pvKernels = [asmgen.PVRows][asmgen.PVCols]func(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int){
+	{pvAVX512r1c1, pvAVX512r1c2, pvAVX512r1c3, pvAVX512r1c4},
+	{pvAVX512r2c1, pvAVX512r2c2, pvAVX512r2c3, pvAVX512r2c4},
+	{pvAVX512r3c1, pvAVX512r3c2, pvAVX512r3c3, pvAVX512r3c4},
+	{pvAVX512r4c1, pvAVX512r4c2, pvAVX512r4c3, pvAVX512r4c4},
+	{pvAVX512r5c1, pvAVX512r5c2, pvAVX512r5c3, pvAVX512r5c4},
+	{pvAVX512r6c1, pvAVX512r6c2, pvAVX512r6c3, pvAVX512r6c4},
+}
+
+// scoresAVX512 sets the tile's scores sc[r·attnBlock+j] = q_r·k_j for its rows (packed in s.qp) and the n
+// keys (rows of d), with the matrix-product tiles: the last keys, when n is not a multiple of gemmGroup, from
+// a zero-padded copy (their columns of sc, past n, are not used).
+func (s *attnScratch) scoresAVX512(rows, d int, keys []float32, n int) {
+	chunks := (d + 15) / 16
+	xt := gemmTileRows * chunks * 16 * 4
+	tail := uint64(1)<<(d%16) - 1
+	full := n / gemmGroup * gemmGroup
+	for j := 0; j < full; j += gemmGroup {
+		gemmF32AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &keys[j*d], d*4, 64, d/16, tail, &s.sc[j], attnBlock*4)
+	}
+	if full < n {
+		s.kpad = grow(s.kpad, gemmGroup*d)
+		clear(s.kpad)
+		copy(s.kpad, keys[full*d:n*d])
+		gemmF32AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &s.kpad[0], d*4, 64, d/16, tail, &s.sc[full], attnBlock*4)
+	}
+}
+
+// pvAVX512 adds to the tile's outputs the weighted values of the block: o[r] += Σ_j sc[r, j]·v_j (d a multiple
+// of 16).
+func (s *attnScratch) pvAVX512(rows, d int, vals []float32, n int) {
+	for c0 := 0; c0 < d; c0 += 16 * asmgen.PVCols {
+		cols := min(asmgen.PVCols, (d-c0)/16)
+		for r0 := 0; r0 < rows; r0 += asmgen.PVRows {
+			nr := min(asmgen.PVRows, rows-r0)
+			pvKernels[nr-1][cols-1](&s.o[r0*d+c0], d*4, &s.sc[r0*attnBlock], attnBlock*4, &vals[c0], d*4, n)
+		}
+	}
+}

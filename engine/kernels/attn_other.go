@@ -1,0 +1,12 @@
+//go:build !amd64
+
+package kernels
+
+func softmaxRowAVX512(s *float32, n int, scale, softcap, mOld float32) (mNew, sum float32) {
+	panic("no AVX-512")
+}
+
+func (s *attnScratch) scoresAVX512(rows, d int, keys []float32, n int) { panic("no AVX-512") }
+func (s *attnScratch) pvAVX512(rows, d int, vals []float32, n int)     { panic("no AVX-512") }
+
+func siluAVX512(y, x *float32, n int) { panic("no AVX-512") }
