@@ -9,6 +9,9 @@ var expConsts = asmgen.ExpConsts
 func siluAVX512(y, x *float32, n int)
 
 //go:noescape
+func geluTanhAVX512(y, x *float32, n int)
+
+//go:noescape
 func softmaxRowAVX512(s *float32, n int, scale, softcap, mOld float32) (mNew, sum float32)
 
 //go:noescape

@@ -10,3 +10,5 @@ func (s *attnScratch) scoresAVX512(rows, d int, keys []float32, n int) { panic("
 func (s *attnScratch) pvAVX512(rows, d int, vals []float32, n int)     { panic("no AVX-512") }
 
 func siluAVX512(y, x *float32, n int) { panic("no AVX-512") }
+
+func geluTanhAVX512(y, x *float32, n int) { panic("no AVX-512") }
