@@ -15,8 +15,9 @@
 //     copies them as they are.
 //   - For the host kernels there is no transfer at all: a decoder layer's weight matrices are read in place
 //     from the shard buffer it was loaded into (Engine.alias), in their stored dtype, and the buffer goes back
-//     to the prefetch pool when the layer has computed. The kernels widen bf16 exactly in registers, so the
-//     stored dtype is the storage dtype and the compute dtype stays f32. Resident layers keep their loaded bytes
+//     to the prefetch pool when the layer has computed. The kernels read bf16 in place (widened exactly in
+//     registers, or multiplied by activations rounded to bf16 where the CPU has AVX512_BF16 and the dtype is
+//     auto or bf16: see kernels.LinearBF16). Resident layers keep their loaded bytes
 //     the same way, so resident and streamed decoding read the same bytes with the same kernels. Quick speed
 //     run (4 layers): streamed decode 5.8 → 13.9 tok/s (the bf16→f32 widening, ~66 ms a layer, is gone),
 //     resident 18.5 → 28.4 tok/s (half the bytes).
@@ -25,8 +26,8 @@
 //     matrix into blocks on every call. A decode step on a 1-layer TinyLlama-shape model took ~2.4 s with plain
 //     [out, in] weights (the 32000×2048 lm_head took the repacking path) and ~0.15-0.25 s with row chunks.
 //   - Decode steps on host kernels: resident decode of a 1-layer TinyLlama-shape model went from ~7 to ~14
-//     tokens/s (generate --graph-decode keeps the graph path). The kernels widen bf16 weights exactly on the
-//     fly, so --dtype bf16 decode matches f32 compute of the same checkpoint while streaming half the bytes.
+//     tokens/s (generate --graph-decode keeps the graph path). Under --dtype f32 the kernels widen bf16 weights
+//     exactly on the fly, so decode matches f32 compute of the same checkpoint while streaming half the bytes.
 //   - Ops run sequentially inside a graph (simplego "ops_sequential"): its parallel scheduler races (go test
 //     -race) when one value feeds several reshapes. Matrix products still use every core.
 //
@@ -280,7 +281,7 @@ func (e *Engine) init(ctx context.Context) error {
 	req := strings.ToLower(strings.TrimSpace(e.opts.DType))
 	e.bf16Products = choice.DType == checkpoint.BF16 || ((req == "" || req == "auto") && kernels.NativeBF16())
 	if e.bf16Products && strings.Contains(strings.ToLower(c.TorchDType), "bfloat16") && (e.opts.Device == "" || e.opts.Device == DeviceCPU) {
-		slog.Info("host matrix products: bf16 weights times activations rounded to bf16, summed in f32 (--dtype f32: exact)", "avx512_bf16", kernels.NativeBF16())
+		slog.Debug("host matrix products: bf16 weights times activations rounded to bf16, summed in f32 (--dtype f32: exact)", "avx512_bf16", kernels.NativeBF16())
 	}
 
 	// Every unit the model needs must exist before any work starts.
