@@ -240,6 +240,7 @@ func checkKeys(m map[string]json.RawMessage, arch Architecture) error {
 	for _, k := range sortedKeys(m) {
 		switch {
 		case slices.Contains(commonKeys, k), slices.Contains(arch.Keys, k), slices.Contains(HarmlessKeys, k):
+		case harmlessValues[k] != "" && strings.TrimSpace(string(m[k])) == harmlessValues[k]:
 		case ignore[k]:
 			slog.Warn("config.json: skipping a key layerstream does not implement, as "+IgnoreKeysEnv+" asks", "key", k, "value", short(m[k]))
 		case k == "quantization_config":

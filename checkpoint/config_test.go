@@ -102,6 +102,7 @@ func TestConfigRefusals(t *testing.T) {
 	}{
 		{"unknown key", map[string]any{"attn_logit_softcapping": 50.0}, []string{"attn_logit_softcapping (value 50)", "LlamaForCausalLM", IgnoreKeysEnv}},
 		{"another family's key", map[string]any{"use_sliding_window": true}, []string{"use_sliding_window (value true)"}},
+		{"interleaved rope", map[string]any{"rope_interleaved": true}, []string{"rope_interleaved (value true)"}},
 		{"quantized", map[string]any{"quantization_config": map[string]any{"quant_method": "gptq"}}, []string{"quantization_config", "gptq"}},
 		{"rope type", map[string]any{"rope_parameters": map[string]any{"rope_type": "mrope", "rope_theta": 1e4}}, []string{`rope type "mrope"`}},
 		{"rope key", map[string]any{"rope_parameters": map[string]any{"rope_type": "linear", "factor": 2.0, "beta_fast": 3.0}}, []string{"beta_fast (value 3)", `"linear"`}},
@@ -127,6 +128,10 @@ func TestConfigRefusals(t *testing.T) {
 				break
 			}
 		}
+	}
+	// Keys known not to change the computation (SmolLM2's, as transformers 5 saved it from the GGUF).
+	if _, err := ParseConfig(llamaConfig(t, map[string]any{"_model_name_or_path": "Smollm2 135M", "unk_token_id": 0, "rope_interleaved": false, "is_llama_config": true})); err != nil {
+		t.Errorf("harmless keys: %v", err)
 	}
 	// The escape hatch: a key the user has checked is skipped (with a warning).
 	t.Setenv(IgnoreKeysEnv, "my_note, other")

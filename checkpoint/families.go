@@ -48,9 +48,12 @@ var commonDefaults = map[string]any{
 // sampling defaults that old transformers versions copied into config.json (layerstream reads sampling defaults
 // from generation_config.json).
 var HarmlessKeys = []string{
-	// bookkeeping
-	"transformers_version", "_name_or_path", "_attn_implementation_autoset", "id2label", "label2id",
-	"tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "problem_type",
+	// bookkeeping, and token ids the tokenizer uses
+	"transformers_version", "_name_or_path", "_model_name_or_path", "_commit_hash", "_attn_implementation_autoset",
+	"id2label", "label2id", "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "problem_type",
+	"unk_token_id", "is_llama_config",
+	// the Python classes of trust_remote_code, which transformers ignores for a native architecture
+	"auto_map",
 	// training only, or an execution choice with the same result
 	"initializer_range", "attention_dropout", "use_cache", "pretraining_tp", "use_bfloat16", "tf_legacy_loss",
 	"torchscript",
@@ -65,6 +68,11 @@ var HarmlessKeys = []string{
 	"return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
 	"exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
 }
+
+// harmlessValues are keys that do not change the computation at one value, which transformers ignores at any:
+// SmolLM2's rope_interleaved false (the rotate-half layout every family here uses; true would need the weights'
+// interleaved layout, which transformers does not implement either).
+var harmlessValues = map[string]string{"rope_interleaved": "false"}
 
 // slidingKeys are the sliding-window keys of the Qwen2-style configs.
 var slidingKeys = []string{"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"}
