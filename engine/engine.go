@@ -508,6 +508,10 @@ func (e *Engine) Config() *checkpoint.Config { return e.cfg }
 // Generation is the model's generation_config.json (empty when absent).
 func (e *Engine) Generation() *checkpoint.GenerationConfig { return e.gen }
 
+// ContextLength is the most positions a sequence can hold (prompt and generated tokens): max_position_embeddings,
+// or more where rope scaling extends it.
+func (e *Engine) ContextLength() int { return e.plan.Context }
+
 // Dir is the shard folder, which also holds the model's config and tokenizer files.
 func (e *Engine) Dir() string { return e.set.Dir }
 

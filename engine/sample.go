@@ -25,6 +25,29 @@ type Sampling struct {
 	Seed uint64
 }
 
+// DefaultSampling is the model's own sampling settings from generation_config.json: its temperature, top-k and
+// top-p when it sets do_sample (else greedy), and its repetition penalty. Seed is left 0.
+func (e *Engine) DefaultSampling() Sampling {
+	g := e.gen
+	var s Sampling
+	if g.DoSample {
+		s.Temperature = 1
+		if g.Temperature != nil {
+			s.Temperature = *g.Temperature
+		}
+		if g.TopK != nil {
+			s.TopK = *g.TopK
+		}
+		if g.TopP != nil {
+			s.TopP = *g.TopP
+		}
+	}
+	if g.RepetitionPenalty != nil {
+		s.RepetitionPenalty = *g.RepetitionPenalty
+	}
+	return s
+}
+
 func (s Sampling) validate() error {
 	switch {
 	case s.Temperature < 0 || math.IsNaN(s.Temperature):

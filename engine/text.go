@@ -13,10 +13,13 @@ import (
 // rendered with the model's chat template first), generated ids are decoded, and stop strings are matched on
 // the decoded text.
 type TextRequest struct {
-	// Prompt is plain text, encoded with the tokenizer's special tokens (BOS...). Give Prompt or Messages.
+	// Prompt is plain text, encoded with the tokenizer's special tokens (BOS...). Give Prompt, Messages or
+	// PromptIDs.
 	Prompt string
 	// Messages is a chat, rendered with the model's chat template and its generation prompt.
 	Messages []tokenizer.Message
+	// PromptIDs is a prompt already tokenized (EncodePrompt): used as it is when set.
+	PromptIDs []int
 	// MaxNewTokens bounds the generated tokens; 0 generates until the context is full.
 	MaxNewTokens int
 	Sampling     Sampling
@@ -120,9 +123,13 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 	if err != nil {
 		return nil, err
 	}
-	ids, err := e.EncodePrompt(req.Prompt, req.Messages)
-	if err != nil {
-		return nil, err
+	ids := req.PromptIDs
+	if ids == nil {
+		if ids, err = e.EncodePrompt(req.Prompt, req.Messages); err != nil {
+			return nil, err
+		}
+	} else if len(ids) == 0 {
+		return nil, &RequestError{errors.New("engine: empty prompt")}
 	}
 	for _, s := range req.Stop {
 		if s == "" {

@@ -338,37 +338,21 @@ func generateIDs(ctx context.Context, e *engine.Engine, o generateOptions, s eng
 	return res, err
 }
 
-// samplingFor combines the flags with generation_config.json: a flag left at -1 takes the model's value, and
-// the model's sampling settings apply only when it sets do_sample. The seed is --seed, else a random one.
+// samplingFor combines the flags with the model's defaults (Engine.DefaultSampling, from generation_config.json):
+// a flag left at -1 takes the model's value. The seed is --seed, else a random one.
 func samplingFor(o generateOptions, e *engine.Engine) engine.Sampling {
-	g := e.Generation()
-	s := engine.Sampling{Seed: o.seed.value(), Temperature: o.temperature, TopK: o.topK, TopP: o.topP, RepetitionPenalty: o.repetitionPenalty}
-	if s.Temperature < 0 {
-		s.Temperature = 0
-		if g.DoSample {
-			s.Temperature = 1
-			if g.Temperature != nil {
-				s.Temperature = *g.Temperature
-			}
+	s := e.DefaultSampling()
+	s.Seed = o.seed.value()
+	for _, f := range []struct {
+		flag float64
+		dst  *float64
+	}{{o.temperature, &s.Temperature}, {o.topP, &s.TopP}, {o.repetitionPenalty, &s.RepetitionPenalty}} {
+		if f.flag >= 0 {
+			*f.dst = f.flag
 		}
 	}
-	if s.TopK < 0 {
-		s.TopK = 0
-		if g.DoSample && g.TopK != nil {
-			s.TopK = *g.TopK
-		}
-	}
-	if s.TopP < 0 {
-		s.TopP = 0
-		if g.DoSample && g.TopP != nil {
-			s.TopP = *g.TopP
-		}
-	}
-	if s.RepetitionPenalty < 0 {
-		s.RepetitionPenalty = 0
-		if g.RepetitionPenalty != nil {
-			s.RepetitionPenalty = *g.RepetitionPenalty
-		}
+	if o.topK >= 0 {
+		s.TopK = o.topK
 	}
 	return s
 }

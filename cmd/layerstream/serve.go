@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/server"
+)
+
+func init() {
+	register(command{
+		name:    "serve",
+		summary: "serve the model over an OpenAI-compatible HTTP API; concurrent requests share each layer pass",
+		usage:   "--model DIR|SHARDS|REPO",
+		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
+			var o serveOptions
+			fs.StringVar(&o.model, "model", "", "model: checkpoint folder (split into shards on first use), shard folder or Hugging Face repo id (required)")
+			fs.StringVar(&o.name, "model-name", "", "the model's id in the API (default: the --model argument, or its folder's name)")
+			fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on; any other than a loopback address needs --api-key")
+			fs.IntVar(&o.port, "port", 8080, "TCP port (0: any free port, printed at start)")
+			fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on every request but /health (default $LAYERSTREAM_API_KEY)")
+			fs.IntVar(&o.parallel, "parallel", 16, "most sequences generated together (the batch); more requests wait in the queue")
+			fs.IntVar(&o.queue, "max-queue", 64, "most requests waiting beyond the batch; one more is answered 429")
+			fs.IntVar(&o.maxTokens, "max-tokens", 2048, "most tokens a request may generate (max_tokens), and the default of chat requests")
+			fs.Var(byteSize{&o.maxBody}, "max-body", "largest request body, a `size` (default 4MiB)")
+			fs.DurationVar(&o.grace, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C: how long requests in flight may take to finish before they are cancelled")
+			addEngineFlags(fs, &o.eng)
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				if o.model == "" {
+					return usageErrorf("--model is required")
+				}
+				if o.apiKey == "" {
+					o.apiKey = os.Getenv("LAYERSTREAM_API_KEY")
+				}
+				if err := o.check(); err != nil {
+					return err
+				}
+				return runServe(ctx, o, nil)
+			}
+		},
+	})
+}
+
+// serveOptions are serve's flags.
+type serveOptions struct {
+	model, name, host, apiKey string
+	port, parallel, queue     int
+	maxTokens                 int
+	maxBody                   int64
+	grace                     time.Duration
+	eng                       engine.Options
+}
+
+func (o *serveOptions) check() error {
+	switch {
+	case o.parallel < 1:
+		return usageErrorf("--parallel must be at least 1, got %d", o.parallel)
+	case o.queue < 0:
+		return usageErrorf("--max-queue must be at least 0, got %d", o.queue)
+	case o.maxTokens < 1:
+		return usageErrorf("--max-tokens must be at least 1, got %d", o.maxTokens)
+	case o.port < 0 || o.port > 65535:
+		return usageErrorf("--port must be in [0, 65535], got %d", o.port)
+	}
+	if ip := net.ParseIP(o.host); (ip == nil || !ip.IsLoopback()) && o.host != "localhost" && o.apiKey == "" {
+		return usageErrorf("--host %s accepts connections from other machines: give --api-key (or $LAYERSTREAM_API_KEY)", o.host)
+	}
+	return nil
+}
+
+// runServe opens the model and serves until ctx ends, then shuts down gracefully: no new requests, those in
+// flight get --shutdown-timeout to finish, then are cancelled. ready, when not nil, receives the address
+// listened on.
+func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
+	o.eng.MaxBatch = o.parallel
+	e, err := openEngine(ctx, o.model, o.eng, "the server needs the model's tokenizer")
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	name := o.name
+	if name == "" {
+		name = o.model
+		if !hub.IsRepoID(o.model) {
+			name = filepath.Base(filepath.Clean(o.model))
+		}
+	}
+	srv, err := server.New(server.Config{Engine: e, ModelID: name, MaxInFlight: o.parallel + o.queue,
+		MaxBodyBytes: o.maxBody, MaxTokens: o.maxTokens, APIKey: o.apiKey})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		return err
+	}
+	// Requests' contexts derive from generations: cancelling it ends every generation in flight.
+	generations, cancelGenerations := context.WithCancel(context.Background())
+	defer cancelGenerations()
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return generations }}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	addr := "http://" + ln.Addr().String()
+	slog.Info("serving", "model", name, "url", addr+"/v1", "parallel", o.parallel, "max_queue", o.queue, "api_key", o.apiKey != "")
+	fmt.Fprintf(errOut, "layerstream: serving %s at %s/v1 (Ctrl-C to stop)\n", name, addr)
+	if ready != nil {
+		ready <- addr
+	}
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	slog.Info("shutting down: finishing the requests in flight", "timeout", o.grace)
+	srv.Drain()
+	shutdown, cancel := context.WithTimeout(context.Background(), o.grace)
+	defer cancel()
+	if err := hs.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
+		slog.Warn("shutdown timeout: cancelling the requests still in flight")
+		cancelGenerations()
+		end, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(end); err != nil {
+			hs.Close()
+		}
+	}
+	slog.Info("stopped")
+	return nil
+}

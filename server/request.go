@@ -1,0 +1,449 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+// request is a parsed /v1/chat/completions or /v1/completions body: everything the server acts on.
+type request struct {
+	chat     bool
+	model    string
+	messages []tokenizer.Message // chat
+	prompt   string              // completions: text...
+	ids      []int               // ...or token ids
+
+	maxTokens   int // 0: not given
+	temperature *float64
+	topP        *float64
+	topK        *int
+	repetition  *float64
+	seed        *uint64
+	stop        []string
+	logprobs    bool
+	topLogprobs int
+	stream      bool
+	usage       bool // stream_options.include_usage
+}
+
+// requestError is a refused request: the HTTP status, the message and the field it names (OpenAI's "param").
+type requestError struct {
+	status int
+	param  string
+	msg    string
+	code   string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badField(param, format string, args ...any) *requestError {
+	return &requestError{status: 400, param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+// Field policy. Every field of the OpenAI request bodies is in one of three groups:
+//   - supported: it changes the result and is implemented (fieldsChat, fieldsCompletions below);
+//   - harmless: accepted and ignored because it does not change the generated text (user, metadata, store,
+//     service_tier, parallel_tool_calls), or accepted only at the value that changes nothing (n 1,
+//     presence_penalty and frequency_penalty 0, logit_bias {}, response_format {"type": "text"}, tools [],
+//     tool_choice "none", echo false, best_of 1, suffix "");
+//   - anything else: refused with 400 naming the field.
+//
+// A field whose value is JSON null counts as absent (several clients send nulls for unset options).
+var (
+	fieldsCommon = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed",
+		"stop", "stream", "stream_options", "user", "metadata", "store", "service_tier", "n", "presence_penalty",
+		"frequency_penalty", "logit_bias"}
+	fieldsChat        = append(slices.Clone(fieldsCommon), "messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls")
+	fieldsCompletions = append(slices.Clone(fieldsCommon), "prompt", "logprobs", "echo", "best_of", "suffix")
+)
+
+// Bounds of a request.
+const (
+	maxStops      = 4   // as OpenAI
+	maxStopLen    = 256 // bytes per stop string
+	maxMessages   = 4096
+	maxLegacyTops = 5 // completions' logprobs, as OpenAI
+)
+
+// parseRequest reads a request body for the chat (chat true) or completions endpoint. maxTokens bounds
+// max_tokens; defaults are not filled here.
+func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, &requestError{status: 400, msg: "the body is not a JSON object: " + jsonError(err)}
+	}
+	if fields == nil {
+		return nil, &requestError{status: 400, msg: "the body is not a JSON object (null)"}
+	}
+	allowed := fieldsCompletions
+	if chat {
+		allowed = fieldsChat
+	}
+	names := make([]string, 0, len(fields))
+	for name, raw := range fields {
+		if isNull(raw) {
+			delete(fields, name)
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names) // errors name the same field whatever the map order
+	for _, name := range names {
+		if !slices.Contains(allowed, name) {
+			return nil, badField(name, "unsupported field %q: layerstream does not implement it, and it would change the result (supported: %s)", name, strings.Join(allowed, ", "))
+		}
+	}
+	r := &request{chat: chat}
+	p := parser{fields: fields}
+	p.str("model", &r.model)
+	if chat {
+		r.messages = p.messages()
+		p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
+		if _, ok := fields["max_completion_tokens"]; !ok {
+			p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
+		}
+		p.boolean("logprobs", &r.logprobs)
+		p.intRange("top_logprobs", &r.topLogprobs, 0, engine.MaxTopLogprobs)
+		if r.topLogprobs > 0 && !r.logprobs && p.err == nil {
+			p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
+		}
+		p.only("response_format", `{"type": "text"}`, func(raw json.RawMessage) bool {
+			var f struct {
+				Type string `json:"type"`
+			}
+			return strictDecode(raw, &f) == nil && f.Type == "text"
+		})
+		p.only("tools", "[]", func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte("[]")) })
+		p.only("tool_choice", `"none"`, func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(`"none"`)) })
+		var parallel bool
+		p.boolean("parallel_tool_calls", &parallel)
+	} else {
+		p.prompt(r)
+		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
+		if p.has("logprobs") {
+			p.intRange("logprobs", &r.topLogprobs, 0, maxLegacyTops)
+			r.logprobs = true
+		}
+		p.only("echo", "false", func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte("false")) })
+		p.only("best_of", "1", isOne)
+		p.only("suffix", `""`, func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(`""`)) })
+	}
+	r.temperature = p.float("temperature", 0, 2)
+	r.topP = p.float("top_p", 0, 1)
+	if p.has("top_k") {
+		r.topK = new(int)
+		p.intRange("top_k", r.topK, 0, math.MaxInt32)
+	}
+	r.repetition = p.float("repetition_penalty", 0, 100)
+	if r.repetition != nil && *r.repetition == 0 && p.err == nil {
+		p.err = badField("repetition_penalty", "repetition_penalty must be positive (1 is off)")
+	}
+	if p.has("seed") {
+		var seed int64
+		p.decode("seed", &seed, "an integer")
+		u := uint64(seed)
+		r.seed = &u
+	}
+	r.stop = p.stops()
+	p.boolean("stream", &r.stream)
+	if p.has("stream_options") && p.err == nil {
+		var o struct {
+			IncludeUsage *bool `json:"include_usage"`
+		}
+		if err := strictDecode(fields["stream_options"], &o); err != nil {
+			p.err = badField("stream_options", "stream_options: want {\"include_usage\": true|false}: %s", jsonError(err))
+		} else if !r.stream {
+			p.err = badField("stream_options", "stream_options is only allowed with stream: true")
+		} else if o.IncludeUsage != nil {
+			r.usage = *o.IncludeUsage
+		}
+	}
+	var s string
+	p.str("user", &s)
+	p.str("service_tier", &s)
+	var b bool
+	p.boolean("store", &b)
+	p.only("metadata", "an object", func(raw json.RawMessage) bool {
+		var m map[string]any
+		return json.Unmarshal(raw, &m) == nil
+	})
+	p.only("n", "1", isOne)
+	p.only("presence_penalty", "0", isZero)
+	p.only("frequency_penalty", "0", isZero)
+	p.only("logit_bias", "{}", func(raw json.RawMessage) bool {
+		var m map[string]float64
+		return json.Unmarshal(raw, &m) == nil && len(m) == 0
+	})
+	if p.err != nil {
+		return nil, p.err
+	}
+	return r, nil
+}
+
+// parser decodes fields one after the other, keeping the first error.
+type parser struct {
+	fields map[string]json.RawMessage
+	err    error
+}
+
+func (p *parser) has(name string) bool {
+	_, ok := p.fields[name]
+	return ok
+}
+
+func (p *parser) decode(name string, dst any, want string) bool {
+	raw, ok := p.fields[name]
+	if !ok || p.err != nil {
+		return false
+	}
+	if err := strictDecode(raw, dst); err != nil {
+		p.err = badField(name, "%s: want %s, got %s", name, want, excerpt(raw))
+		return false
+	}
+	return true
+}
+
+func (p *parser) str(name string, dst *string) { p.decode(name, dst, "a string") }
+
+func (p *parser) boolean(name string, dst *bool) { p.decode(name, dst, "true or false") }
+
+func (p *parser) intRange(name string, dst *int, lo, hi int) {
+	var v int64
+	if !p.decode(name, &v, "an integer") {
+		return
+	}
+	if v < int64(lo) || v > int64(hi) {
+		p.err = badField(name, "%s must be in [%d, %d], got %d", name, lo, hi, v)
+		return
+	}
+	*dst = int(v)
+}
+
+func (p *parser) float(name string, lo, hi float64) *float64 {
+	var v float64
+	if !p.decode(name, &v, "a number") {
+		return nil
+	}
+	if !(v >= lo && v <= hi) {
+		p.err = badField(name, "%s must be in [%g, %g], got %g", name, lo, hi, v)
+		return nil
+	}
+	return &v
+}
+
+// only accepts a field only at a value that changes nothing (ok), naming that value when refusing.
+func (p *parser) only(name, value string, ok func(json.RawMessage) bool) {
+	raw, present := p.fields[name]
+	if !present || p.err != nil {
+		return
+	}
+	if !ok(raw) {
+		p.err = badField(name, "%s is accepted only as %s: layerstream does not implement other values (got %s)", name, value, excerpt(raw))
+	}
+}
+
+func (p *parser) stops() []string {
+	raw, ok := p.fields["stop"]
+	if !ok || p.err != nil {
+		return nil
+	}
+	var one string
+	var many []string
+	if json.Unmarshal(raw, &one) == nil {
+		many = []string{one}
+	} else if err := json.Unmarshal(raw, &many); err != nil {
+		p.err = badField("stop", "stop: want a string or an array of strings, got %s", excerpt(raw))
+		return nil
+	}
+	if len(many) > maxStops {
+		p.err = badField("stop", "stop: at most %d strings, got %d", maxStops, len(many))
+		return nil
+	}
+	for _, s := range many {
+		if s == "" || len(s) > maxStopLen {
+			p.err = badField("stop", "stop strings must be 1 to %d bytes, got %q", maxStopLen, excerpt([]byte(s)))
+			return nil
+		}
+	}
+	return many
+}
+
+// messages reads a chat: roles system (or developer), user and assistant, content a string or text parts.
+func (p *parser) messages() []tokenizer.Message {
+	raw, ok := p.fields["messages"]
+	if p.err != nil {
+		return nil
+	}
+	if !ok {
+		p.err = badField("messages", "messages is required")
+		return nil
+	}
+	var items []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		p.err = badField("messages", "messages: want an array of {\"role\": ..., \"content\": ...} objects: %s", jsonError(err))
+		return nil
+	}
+	if len(items) == 0 || len(items) > maxMessages {
+		p.err = badField("messages", "messages: want 1 to %d messages, got %d", maxMessages, len(items))
+		return nil
+	}
+	msgs := make([]tokenizer.Message, len(items))
+	for i, m := range items {
+		at := fmt.Sprintf("messages[%d]", i)
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if k != "role" && k != "content" && !isNull(m[k]) {
+				p.err = badField(at+"."+k, "%s.%s is not supported: layerstream renders only role and content with the model's chat template", at, k)
+				return nil
+			}
+		}
+		var role string
+		if err := strictDecode(m["role"], &role); err != nil {
+			p.err = badField(at+".role", "%s.role: want \"system\", \"user\" or \"assistant\", got %s", at, excerpt(m["role"]))
+			return nil
+		}
+		switch role {
+		case "system", "user", "assistant":
+		case "developer": // OpenAI's newer name for the system message
+			role = "system"
+		default:
+			p.err = badField(at+".role", "%s.role %q is not supported (system, user or assistant)", at, role)
+			return nil
+		}
+		content, err := messageContent(m["content"])
+		if err != nil {
+			p.err = badField(at+".content", "%s.content: %v", at, err)
+			return nil
+		}
+		msgs[i] = tokenizer.Message{Role: role, Content: content}
+	}
+	return msgs
+}
+
+// messageContent reads a message's content: a string, or an array of {"type": "text", "text": ...} parts
+// (joined).
+func messageContent(raw json.RawMessage) (string, error) {
+	if raw == nil || isNull(raw) {
+		return "", errors.New("required")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := strictDecode(raw, &parts); err != nil {
+		return "", fmt.Errorf("want a string or an array of {\"type\": \"text\", \"text\": ...} parts (images, audio and files are not supported), got %s", excerpt(raw))
+	}
+	var b strings.Builder
+	for j, part := range parts {
+		if part.Type != "text" {
+			return "", fmt.Errorf("part %d has type %q: only text parts are supported", j, part.Type)
+		}
+		b.WriteString(part.Text)
+	}
+	return b.String(), nil
+}
+
+// prompt reads completions' prompt: a string, an array of one string, token ids, or an array of one array of
+// token ids.
+func (p *parser) prompt(r *request) {
+	raw, ok := p.fields["prompt"]
+	if p.err != nil {
+		return
+	}
+	if !ok {
+		p.err = badField("prompt", "prompt is required")
+		return
+	}
+	var s string
+	var ss []string
+	var ids []int
+	var idss [][]int
+	switch {
+	case json.Unmarshal(raw, &s) == nil:
+	case json.Unmarshal(raw, &ss) == nil && len(ss) == 1:
+		s = ss[0]
+	case json.Unmarshal(raw, &ids) == nil && len(ids) > 0:
+		r.ids = ids
+		return
+	case json.Unmarshal(raw, &idss) == nil && len(idss) == 1 && len(idss[0]) > 0:
+		r.ids = idss[0]
+		return
+	case ss != nil || idss != nil:
+		p.err = badField("prompt", "prompt: one prompt per request (got %d); send several requests, they share the batch", max(len(ss), len(idss)))
+		return
+	default:
+		p.err = badField("prompt", "prompt: want a string, or an array of token ids, got %s", excerpt(raw))
+		return
+	}
+	if s == "" {
+		p.err = badField("prompt", "prompt is empty")
+		return
+	}
+	r.prompt = s
+}
+
+func strictDecode(raw json.RawMessage, dst any) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(dst); err != nil {
+		return err
+	}
+	if d.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+func isOne(raw json.RawMessage) bool {
+	var v float64
+	return json.Unmarshal(raw, &v) == nil && v == 1
+}
+
+func isZero(raw json.RawMessage) bool {
+	var v float64
+	return json.Unmarshal(raw, &v) == nil && v == 0
+}
+
+func compact(raw json.RawMessage) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return nil
+	}
+	return b.Bytes()
+}
+
+// excerpt quotes at most 60 bytes of a value for an error message.
+func excerpt(b []byte) string {
+	s := string(bytes.TrimSpace(b))
+	if len(s) > 60 {
+		s = s[:60] + "…"
+	}
+	return s
+}
+
+// jsonError describes a JSON syntax or type error briefly.
+func jsonError(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%v (at byte %d)", se, se.Offset)
+	}
+	return err.Error()
+}

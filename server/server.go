@@ -1,0 +1,263 @@
+// Package server is an OpenAI-compatible HTTP server over an engine.Engine: /v1/chat/completions and
+// /v1/completions (streamed with server-sent events or not), /v1/models, /health and /metrics (Prometheus
+// text format).
+//
+// Concurrent requests share the engine's batch loop (engine.Engine.Generate): each joins the running batch at
+// the next step and leaves when done, so N clients cost about one pass over the layers per step. Requests past
+// the batch wait in the engine's queue; past Config.MaxQueue more they are answered 429. A client that
+// disconnects cancels its sequence at the next step. Bodies, max_tokens and the request fields are bounded and
+// checked (request.go lists the field policy).
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/layerstream/layerstream/engine"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Engine generates; its Options.MaxBatch bounds the sequences computed together.
+	Engine *engine.Engine
+	// ModelID is the model's name in /v1/models and in requests' "model" (any other name is refused).
+	ModelID string
+	// MaxInFlight bounds the requests being generated or waiting; one more is answered 429 (default 64).
+	MaxInFlight int
+	// MaxBodyBytes bounds a request body; a larger one is answered 413 (default 4 MiB).
+	MaxBodyBytes int64
+	// MaxTokens bounds max_tokens, and is the default of chat requests that give none (default 2048; the
+	// model's context bounds it too). Completions requests default to 16 tokens, as OpenAI's.
+	MaxTokens int
+	// APIKey, when set, is required as "Authorization: Bearer KEY" on every path but /health.
+	APIKey string
+	// Logger receives one line per request (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server serves the API. Use it as an http.Handler.
+type Server struct {
+	cfg      Config
+	tok      bool // the engine has a tokenizer
+	mux      *http.ServeMux
+	inFlight atomic.Int64
+	draining atomic.Bool
+	metrics  metrics
+	created  int64
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("server: no engine")
+	}
+	if cfg.ModelID == "" {
+		return nil, errors.New("server: no model id")
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 4 << 20
+	}
+	if cfg.MaxTokens <= 0 {
+		cfg.MaxTokens = 2048
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), created: time.Now().Unix()}
+	if _, err := cfg.Engine.Tokenizer(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.tok = true
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /v1/models/{id...}", s.model)
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &requestError{status: http.StatusNotFound, msg: fmt.Sprintf("no route %s %s (see /v1/models, /v1/chat/completions, /v1/completions, /health, /metrics)", r.Method, r.URL.Path), code: "not_found"})
+	})
+	return s, nil
+}
+
+// Drain makes the server refuse new generations (503) and report unhealthy, while those in flight go on:
+// the first step of a graceful shutdown.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// ServeHTTP checks the API key, serves the request and counts it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	if s.cfg.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r) {
+		writeError(rec, &requestError{status: http.StatusUnauthorized, msg: "missing or wrong API key: send the header \"Authorization: Bearer KEY\"", code: "invalid_api_key"})
+	} else {
+		s.mux.ServeHTTP(rec, r)
+	}
+	endpoint := r.URL.Path
+	switch endpoint {
+	case "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics":
+	default:
+		if strings.HasPrefix(endpoint, "/v1/models/") {
+			endpoint = "/v1/models/{id}"
+		} else {
+			endpoint = "other"
+		}
+	}
+	s.metrics.request(endpoint, rec.status, time.Since(start))
+	s.cfg.Logger.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "seconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()))
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) == 1
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+type modelJSON struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) modelInfo() modelJSON {
+	return modelJSON{ID: s.cfg.ModelID, Object: "model", Created: s.created, OwnedBy: "layerstream"}
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelJSON{s.modelInfo()}})
+}
+
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	if r.PathValue("id") != s.cfg.ModelID {
+		writeError(w, s.unknownModel(r.PathValue("id")))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelInfo())
+}
+
+func (s *Server) unknownModel(name string) *requestError {
+	return &requestError{status: http.StatusNotFound, param: "model", code: "model_not_found",
+		msg: fmt.Sprintf("the model %q does not exist: this server serves %q (GET /v1/models)", name, s.cfg.ModelID)}
+}
+
+// readBody reads a request body bounded by MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, &requestError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
+			msg: fmt.Sprintf("the request body exceeds %d bytes (serve --max-body)", s.cfg.MaxBodyBytes)}
+	}
+	if err != nil {
+		return nil, &requestError{status: http.StatusBadRequest, msg: "reading the request body: " + err.Error()}
+	}
+	return body, nil
+}
+
+// errorJSON is OpenAI's error body.
+type errorJSON struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func newErrorJSON(e *requestError) errorJSON {
+	var b errorJSON
+	b.Error.Message = e.msg
+	switch {
+	case e.status == http.StatusTooManyRequests:
+		b.Error.Type = "rate_limit_error"
+	case e.status >= 500:
+		b.Error.Type = "server_error"
+	case e.status == http.StatusUnauthorized:
+		b.Error.Type = "authentication_error"
+	default:
+		b.Error.Type = "invalid_request_error"
+	}
+	if e.param != "" {
+		b.Error.Param = &e.param
+	}
+	if e.code != "" {
+		b.Error.Code = &e.code
+	}
+	return b
+}
+
+func writeError(w http.ResponseWriter, e *requestError) {
+	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.status, newErrorJSON(e))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// statusRecorder remembers the status written, for metrics, and passes flushes through for streaming.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func newID(prefix string) string {
+	var b [12]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// cancelled reports whether err ended a generation because its request's context ended.
+func cancelled(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, ctx.Err())
+}
