@@ -45,6 +45,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	defer s.inFlight.Add(-1)
+	if s.admitted != nil {
+		s.admitted()
+	}
 	g := &generation{s: s, req: req, text: tr, id: newID("chatcmpl-"), created: time.Now().Unix(), start: time.Now()}
 	if !chat {
 		g.id = newID("cmpl-")
@@ -192,6 +195,9 @@ func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*
 	res, err := g.s.cfg.Engine.GenerateText(ctx, g.text, func(c engine.TextChunk) error {
 		if c.Token != nil && g.first.IsZero() {
 			g.first = time.Now()
+		}
+		if g.s.token != nil {
+			g.s.token()
 		}
 		onChunk(c)
 		return nil

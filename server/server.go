@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -55,6 +56,11 @@ type Server struct {
 	draining atomic.Bool
 	metrics  metrics
 	created  int64
+
+	// Test hooks: admitted runs once a generation request holds its place, before generating; token runs on
+	// the engine's goroutine for every chunk.
+	admitted func()
+	token    func()
 }
 
 // New returns a Server for cfg.
@@ -260,4 +266,36 @@ func newID(prefix string) string {
 // cancelled reports whether err ended a generation because its request's context ended.
 func cancelled(ctx context.Context, err error) bool {
 	return ctx.Err() != nil && errors.Is(err, ctx.Err())
+}
+
+// Serve answers requests on ln until ctx ends, then shuts down gracefully: the listener closes and the server
+// drains (new generations get 503, /health reports it), the requests in flight get grace to finish, then
+// those left are cancelled (a stream ends with an error event, without [DONE]) and Serve returns.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	// Requests' contexts derive from generations: cancelling it ends every generation in flight.
+	generations, cancelGenerations := context.WithCancel(context.Background())
+	defer cancelGenerations()
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return generations }}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	s.cfg.Logger.Info("shutting down: finishing the requests in flight", "timeout", grace)
+	s.Drain()
+	shutdown, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
+		s.cfg.Logger.Warn("shutdown timeout: cancelling the requests still in flight", "requests", s.inFlight.Load())
+		cancelGenerations()
+		end, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(end); err != nil {
+			hs.Close()
+		}
+	}
+	return nil
 }

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -108,36 +106,14 @@ func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
 	if err != nil {
 		return err
 	}
-	// Requests' contexts derive from generations: cancelling it ends every generation in flight.
-	generations, cancelGenerations := context.WithCancel(context.Background())
-	defer cancelGenerations()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return generations }}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
 	addr := "http://" + ln.Addr().String()
 	slog.Info("serving", "model", name, "url", addr+"/v1", "parallel", o.parallel, "max_queue", o.queue, "api_key", o.apiKey != "")
 	fmt.Fprintf(errOut, "layerstream: serving %s at %s/v1 (Ctrl-C to stop)\n", name, addr)
 	if ready != nil {
 		ready <- addr
 	}
-	select {
-	case err := <-served:
+	if err := srv.Serve(ctx, ln, o.grace); err != nil {
 		return err
-	case <-ctx.Done():
-	}
-	slog.Info("shutting down: finishing the requests in flight", "timeout", o.grace)
-	srv.Drain()
-	shutdown, cancel := context.WithTimeout(context.Background(), o.grace)
-	defer cancel()
-	if err := hs.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
-		slog.Warn("shutdown timeout: cancelling the requests still in flight")
-		cancelGenerations()
-		end, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(end); err != nil {
-			hs.Close()
-		}
 	}
 	slog.Info("stopped")
 	return nil

@@ -1,0 +1,537 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+// TestMain points the layerstream cache (where checkpoints are split on first use) at a temporary folder.
+func TestMain(m *testing.M) { os.Exit(testutil.RunWithCache(m)) }
+
+// newTestServer serves stories260K (with a chat template) on a loopback listener.
+func newTestServer(t *testing.T, cfg Config) (*Server, *httptest.Server) {
+	t.Helper()
+	e, err := engine.Open(context.Background(), testutil.ChatModel(t), engine.Options{MaxBatch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	cfg.Engine = e
+	if cfg.ModelID == "" {
+		cfg.ModelID = "stories"
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return s, ts
+}
+
+func post(t *testing.T, url, body string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// completion is the part of a (chat) completion response or chunk the tests read.
+type completion struct {
+	Object  string `json:"object"`
+	Choices []struct {
+		Text    string `json:"text"`
+		Message struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"message"`
+		Delta struct {
+			Role    *string `json:"role"`
+			Content *string `json:"content"`
+		} `json:"delta"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason *string         `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *usageJSON `json:"usage"`
+	Error *struct {
+		Message string  `json:"message"`
+		Param   *string `json:"param"`
+	} `json:"error"`
+}
+
+// readStream reads server-sent events up to "data: [DONE]" (done reports whether it came).
+func readStream(t *testing.T, r io.Reader) (events []completion, done bool) {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("not an SSE data line: %q", line)
+		}
+		if data == "[DONE]" {
+			return events, true
+		}
+		var c completion
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("event %q: %v", data, err)
+		}
+		events = append(events, c)
+	}
+	return events, false
+}
+
+// streamText joins a stream's text and returns its finish reason and usage.
+func streamText(events []completion) (text, finish string, usage *usageJSON) {
+	for _, c := range events {
+		for _, ch := range c.Choices {
+			text += ch.Text
+			if ch.Delta.Content != nil {
+				text += *ch.Delta.Content
+			}
+			if ch.FinishReason != nil {
+				finish = *ch.FinishReason
+			}
+		}
+		if c.Usage != nil {
+			usage = c.Usage
+		}
+	}
+	return text, finish, usage
+}
+
+// TestCompletions: a greedy completion is the engine's text, streamed or not, with its usage and finish reason.
+func TestCompletions(t *testing.T) {
+	s, ts := newTestServer(t, Config{})
+	want, err := s.cfg.Engine.GenerateText(context.Background(), engine.TextRequest{Prompt: "Once upon a time", MaxNewTokens: 30}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := post(t, ts.URL+"/v1/completions", `{"model": "stories", "prompt": "Once upon a time", "max_tokens": 30, "temperature": 0}`)
+	var c completion
+	if err := json.Unmarshal(body, &c); code != 200 || err != nil {
+		t.Fatalf("%d %s (%v)", code, body, err)
+	}
+	if c.Object != "text_completion" || c.Choices[0].Text != want.Text || *c.Choices[0].FinishReason != "length" ||
+		*c.Usage != (usageJSON{PromptTokens: len(want.PromptIDs), CompletionTokens: 30, TotalTokens: len(want.PromptIDs) + 30}) {
+		t.Errorf("completion %s, want text %q", body, want.Text)
+	}
+	resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(
+		`{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	events, done := readStream(t, resp.Body)
+	text, finish, usage := streamText(events)
+	if !done || text != want.Text || finish != "length" || usage == nil || usage.CompletionTokens != 30 || len(events) < 10 {
+		t.Errorf("stream: %d events, done %v, text %q, finish %q, usage %+v; want %q", len(events), done, text, finish, usage, want.Text)
+	}
+	// A stop string ends the text before it, with finish_reason "stop"; logprobs come per token.
+	code, body = post(t, ts.URL+"/v1/completions", `{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stop": ["Lily"], "logprobs": 2}`)
+	var l struct {
+		Choices []struct {
+			Text     string             `json:"text"`
+			Finish   string             `json:"finish_reason"`
+			Logprobs completionLogprobs `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(body, &l); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	ch := l.Choices[0]
+	if ch.Text != ", there was a little girl named " || ch.Finish != "stop" || len(ch.Logprobs.Tokens) == 0 ||
+		len(ch.Logprobs.TopLogprobs[0]) != 2 || len(ch.Logprobs.TextOffset) != len(ch.Logprobs.Tokens) {
+		t.Errorf("stop and logprobs: %s", body)
+	}
+}
+
+// TestChatCompletions: the chat template renders the messages; streaming starts with the assistant role and
+// carries the same text as the plain response; logprobs follow OpenAI's layout.
+func TestChatCompletions(t *testing.T) {
+	s, ts := newTestServer(t, Config{})
+	msgs := []tokenizer.Message{{Role: "system", Content: "Tell a story."}, {Role: "user", Content: "Once upon a time"}}
+	want, err := s.cfg.Engine.GenerateText(context.Background(), engine.TextRequest{Messages: msgs, MaxNewTokens: 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := `{"model": "stories", "messages": [{"role": "system", "content": "Tell a story."}, {"role": "user", "content": [{"type": "text", "text": "Once upon "}, {"type": "text", "text": "a time"}]}], "max_tokens": 20, "temperature": 0, "logprobs": true, "top_logprobs": 3, "user": "u1", "n": 1, "presence_penalty": 0}`
+	code, body := post(t, ts.URL+"/v1/chat/completions", req)
+	var c completion
+	if err := json.Unmarshal(body, &c); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	var lp struct {
+		Content []chatLogprob `json:"content"`
+	}
+	json.Unmarshal(c.Choices[0].Logprobs, &lp)
+	if c.Object != "chat.completion" || c.Choices[0].Message.Role != "assistant" || c.Choices[0].Message.Content != want.Text ||
+		len(lp.Content) != 20 || len(lp.Content[0].TopLogprobs) != 3 || lp.Content[0].Logprob != lp.Content[0].TopLogprobs[0].Logprob {
+		t.Errorf("chat completion %s, want content %q", body, want.Text)
+	}
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.Replace(req, `"max_tokens"`, `"stream": true, "max_tokens"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events, done := readStream(t, resp.Body)
+	text, finish, usage := streamText(events)
+	if !done || text != want.Text || finish != "length" || usage != nil || events[0].Choices[0].Delta.Role == nil || *events[0].Choices[0].Delta.Role != "assistant" {
+		t.Errorf("chat stream: done %v, text %q, finish %q, usage %v, first %+v", done, text, finish, usage, events[0])
+	}
+}
+
+// TestRequestErrors: malformed JSON, unknown fields, values that would change the result, oversized bodies,
+// bounds and unknown models are refused with OpenAI's error body naming the field.
+func TestRequestErrors(t *testing.T) {
+	_, ts := newTestServer(t, Config{MaxBodyBytes: 4096, MaxTokens: 100})
+	chat, comp := ts.URL+"/v1/chat/completions", ts.URL+"/v1/completions"
+	msgs := `"messages": [{"role": "user", "content": "hi"}]`
+	for _, c := range []struct {
+		url, body string
+		code      int
+		param     string
+		want      string
+	}{
+		{comp, `{"prompt": "x",`, 400, "", "not a JSON object"},
+		{comp, `[1, 2]`, 400, "", "not a JSON object"},
+		{comp, `null`, 400, "", "not a JSON object"},
+		{comp, `{"prompt": "x", "foo": 1}`, 400, "foo", `unsupported field "foo"`},
+		{comp, `{"prompt": "x", "suffix": "end"}`, 400, "suffix", `suffix is accepted only as ""`},
+		{comp, `{"prompt": "x", "echo": true}`, 400, "echo", "echo is accepted only as false"},
+		{comp, `{"prompt": ["a", "b"]}`, 400, "prompt", "one prompt per request"},
+		{comp, `{"prompt": ""}`, 400, "prompt", "prompt is empty"},
+		{comp, `{}`, 400, "prompt", "prompt is required"},
+		{comp, `{"prompt": "x", "max_tokens": 101}`, 400, "max_tokens", "max_tokens must be in [1, 100]"},
+		{comp, `{"prompt": "x", "max_tokens": "5"}`, 400, "max_tokens", "want an integer"},
+		{comp, `{"prompt": "x", "temperature": 3}`, 400, "temperature", "temperature must be in [0, 2]"},
+		{comp, `{"prompt": "x", "logprobs": 6}`, 400, "logprobs", "logprobs must be in [0, 5]"},
+		{comp, `{"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "at most 4"},
+		{comp, `{"prompt": "x", "stream_options": {"include_usage": true}}`, 400, "stream_options", "only allowed with stream"},
+		{comp, `{"prompt": "x", "model": "gpt-4"}`, 404, "model", `the model "gpt-4" does not exist`},
+		{comp, `{"prompt": [1, 99999]}`, 400, "", "outside the vocabulary"},
+		{comp, `{"prompt": "` + strings.Repeat("a ", 3000) + `"}`, 413, "", "exceeds 4096 bytes"},
+		{chat, `{` + msgs + `, "n": 2}`, 400, "n", "n is accepted only as 1"},
+		{chat, `{` + msgs + `, "frequency_penalty": 0.5}`, 400, "frequency_penalty", "accepted only as 0"},
+		{chat, `{` + msgs + `, "logit_bias": {"5": 10}}`, 400, "logit_bias", "accepted only as {}"},
+		{chat, `{` + msgs + `, "tools": [{"type": "function"}]}`, 400, "tools", "tools is accepted only as []"},
+		{chat, `{` + msgs + `, "response_format": {"type": "json_object"}}`, 400, "response_format", `accepted only as {"type": "text"}`},
+		{chat, `{` + msgs + `, "top_logprobs": 2}`, 400, "top_logprobs", "needs logprobs: true"},
+		{chat, `{` + msgs + `, "max_tokens": 0}`, 400, "max_tokens", "must be in [1, 100]"},
+		{chat, `{"messages": []}`, 400, "messages", "1 to 4096 messages"},
+		{chat, `{"messages": [{"role": "user", "content": "hi", "name": "bob"}]}`, 400, "messages[0].name", "messages[0].name is not supported"},
+		{chat, `{"messages": [{"role": "tool", "content": "hi"}]}`, 400, "messages[0].role", `role "tool" is not supported`},
+		{chat, `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, 400, "messages[0].content", "want a string or an array"},
+		{chat, `{"messages": [{"role": "user"}]}`, 400, "messages[0].content", "required"},
+		{ts.URL + "/v1/embeddings", `{}`, 404, "", "no route POST /v1/embeddings"},
+	} {
+		code, body := post(t, c.url, c.body)
+		var e completion
+		json.Unmarshal(body, &e)
+		param := ""
+		if e.Error != nil && e.Error.Param != nil {
+			param = *e.Error.Param
+		}
+		if code != c.code || e.Error == nil || !strings.Contains(e.Error.Message, c.want) || param != c.param {
+			t.Errorf("%s: %d %s; want %d, param %q, message with %q", excerpt([]byte(c.body)), code, body, c.code, c.param, c.want)
+		}
+	}
+	// Null counts as absent; harmless fields are accepted.
+	if code, body := post(t, comp, `{"prompt": "x", "max_tokens": 2, "user": "me", "metadata": {"k": "v"}, "store": false, "seed": null, "stop": null, "logit_bias": {}, "best_of": 1}`); code != 200 {
+		t.Errorf("harmless fields: %d %s", code, body)
+	}
+}
+
+// TestAPIKey: with a key, every path but /health needs it.
+func TestAPIKey(t *testing.T) {
+	_, ts := newTestServer(t, Config{APIKey: "s3cret"})
+	get := func(path, key string) int {
+		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, key string
+		code      int
+	}{{"/v1/models", "", 401}, {"/v1/models", "wrong", 401}, {"/v1/models", "s3cret", 200}, {"/metrics", "", 401}, {"/health", "", 200}, {"/v1/models/stories", "s3cret", 200}, {"/v1/models/other", "s3cret", 404}} {
+		if got := get(c.path, c.key); got != c.code {
+			t.Errorf("%s with key %q: %d, want %d", c.path, c.key, got, c.code)
+		}
+	}
+}
+
+// TestQueueFull: past MaxInFlight requests being answered, one more gets 429 with Retry-After.
+func TestQueueFull(t *testing.T) {
+	s, ts := newTestServer(t, Config{MaxInFlight: 2})
+	hold := make(chan struct{})
+	var admitted sync.WaitGroup
+	admitted.Add(2)
+	s.admitted = func() { admitted.Done(); <-hold }
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, body := post(t, ts.URL+"/v1/completions", `{"prompt": "Once", "max_tokens": 3}`); code != 200 {
+				t.Errorf("held request: %d %s", code, body)
+			}
+		}()
+	}
+	admitted.Wait()
+	resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Once", "max_tokens": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !bytes.Contains(body, []byte("queue_full")) {
+		t.Errorf("third request: %d %s", resp.StatusCode, body)
+	}
+	close(hold)
+	wg.Wait()
+	s.admitted = nil
+	if code, _ := post(t, ts.URL+"/v1/completions", `{"prompt": "Once", "max_tokens": 3}`); code != 200 {
+		t.Errorf("after the queue emptied: %d", code)
+	}
+	_, metrics := get(t, ts.URL+"/metrics")
+	if !strings.Contains(metrics, `layerstream_requests_total{endpoint="/v1/completions",code="429"} 1`) {
+		t.Errorf("metrics do not count the 429:\n%s", metrics)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestDisconnectCancels: a client that goes away mid-stream ends its generation at the next step.
+func TestDisconnectCancels(t *testing.T) {
+	s, ts := newTestServer(t, Config{})
+	s.token = func() { time.Sleep(5 * time.Millisecond) } // 400 tokens would take 2 s
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 400, "stream": true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	start := time.Now()
+	cancel()
+	resp.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, m := get(t, ts.URL+"/metrics"); strings.Contains(m, `layerstream_generations_total{reason="cancelled"} 1`) {
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("the generation ended %v after the disconnect", d)
+			}
+			if strings.Contains(m, "layerstream_generation_tokens_total 400") {
+				t.Error("all 400 tokens were generated for a client that left")
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, m := get(t, ts.URL+"/metrics")
+	t.Fatalf("no cancelled generation after the client left:\n%s", m)
+}
+
+// TestConcurrentStreams: many streaming clients at once each get their solo greedy text, sharing the passes;
+// the aggregate rate is logged against the same requests one after the other.
+func TestConcurrentStreams(t *testing.T) {
+	s, ts := newTestServer(t, Config{})
+	clients := 64
+	if testing.Short() {
+		clients = 16
+	}
+	prompts := []string{"Once upon a time", "The cat", "Lily and Ben", "One day, a little", "The sun was", "Tom had a big", "In the park", "She was very"}
+	e := s.cfg.Engine
+	want := map[string]string{}
+	seqStart := time.Now()
+	seqTokens := 0
+	for _, p := range prompts {
+		r, err := e.GenerateText(context.Background(), engine.TextRequest{Prompt: p, MaxNewTokens: 48}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[p] = r.Text
+		seqTokens += len(r.GeneratedIDs)
+	}
+	seqRate := float64(seqTokens) / time.Since(seqStart).Seconds()
+	stepsBefore := e.Load().Steps
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	results := make([]string, clients)
+	tokens := make([]int, clients)
+	start := time.Now()
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"prompt": %q, "max_tokens": 48, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`, prompts[i%len(prompts)])
+			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			events, done := readStream(t, resp.Body)
+			text, _, usage := streamText(events)
+			if !done || usage == nil {
+				t.Errorf("client %d: stream ended early (status %d)", i, resp.StatusCode)
+				return
+			}
+			results[i], tokens[i] = text, usage.CompletionTokens
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := 0
+	for i := range clients {
+		if p := prompts[i%len(prompts)]; results[i] != want[p] {
+			t.Errorf("client %d (%q): %q, solo %q", i, p, results[i], want[p])
+		}
+		total += tokens[i]
+	}
+	steps := e.Load().Steps - stepsBefore
+	t.Logf("%d streaming clients: %d tokens in %.2f s (%.0f tokens/s, %d passes); one at a time: %.0f tokens/s; ratio %.1f",
+		clients, total, elapsed.Seconds(), float64(total)/elapsed.Seconds(), steps, seqRate, float64(total)/elapsed.Seconds()/seqRate)
+	if steps >= int64(total/4) {
+		t.Errorf("%d passes for %d tokens: the clients did not share the passes", steps, total)
+	}
+}
+
+// FuzzParseRequest: no body makes the parser panic; an accepted request respects the bounds.
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stop": ["a"], "stream": true, "stream_options": {"include_usage": true}}`,
+		`{"prompt": [1, 2, 3], "logprobs": 2, "temperature": 0.5, "top_p": 0.9, "top_k": 3, "seed": 7}`,
+		`{"prompt": "x", "n": null, "logit_bias": {}}`,
+		`{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "logprobs": true, "top_logprobs": 20}`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		r, err := parseRequest(body, chat, 100)
+		if err != nil {
+			if _, ok := err.(*requestError); !ok {
+				t.Fatalf("error of type %T", err)
+			}
+			return
+		}
+		if r.maxTokens < 0 || r.maxTokens > 100 || r.topLogprobs < 0 || r.topLogprobs > engine.MaxTopLogprobs || len(r.stop) > maxStops ||
+			(chat && len(r.messages) == 0) || (!chat && r.prompt == "" && len(r.ids) == 0) {
+			t.Fatalf("accepted out of bounds: %+v", r)
+		}
+		if r.temperature != nil && !(*r.temperature >= 0 && *r.temperature <= 2) {
+			t.Fatalf("temperature %v accepted", *r.temperature)
+		}
+	})
+}
+
+// TestGracefulShutdown: when the server stops, a stream in flight finishes within the grace period; past it,
+// the one left is cancelled and its stream ends with an error event instead of [DONE].
+func TestGracefulShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		done  bool
+	}{{"finishes", 30 * time.Second, true}, {"cancelled", 100 * time.Millisecond, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := engine.Open(context.Background(), testutil.ChatModel(t), engine.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			s, err := New(Config{Engine: e, ModelID: "stories"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.token = func() { time.Sleep(2 * time.Millisecond) } // 200 tokens: 0.4 s
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(ctx, ln, tc.grace) }()
+			url := "http://" + ln.Addr().String()
+			resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 200, "stream": true, "stop": ["zzzz"]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			r := bufio.NewReader(resp.Body)
+			if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+				t.Fatalf("first event %q %v", line, err)
+			}
+			stop() // SIGTERM
+			time.Sleep(20 * time.Millisecond)
+			if _, err := http.Get(url + "/health"); err == nil {
+				t.Error("a new connection was accepted after shutdown began")
+			}
+			events, done := readStream(t, r)
+			if done != tc.done {
+				t.Errorf("stream ended with [DONE]: %v, want %v (%d events)", done, tc.done, len(events))
+			}
+			if !tc.done && (len(events) == 0 || events[len(events)-1].Error == nil) {
+				t.Errorf("a cancelled stream should end with an error event, got %+v", events[len(events)-1])
+			}
+			select {
+			case err := <-served:
+				if err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("Serve did not return")
+			}
+		})
+	}
+}
