@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/internal/progress"
+	"github.com/layerstream/layerstream/tokenizer"
+)
+
+func init() {
+	register(command{
+		name:          "chat",
+		summary:       "chat with a model in the terminal (history, system prompt, streaming; Ctrl-C stops an answer)",
+		usage:         "--model DIR|SHARDS|REPO",
+		ownsInterrupt: true,
+		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
+			var o generateOptions
+			fs.StringVar(&o.model, "model", "", "model with a chat template: checkpoint folder, shard folder or Hugging Face repo id (required)")
+			fs.StringVar(&o.system, "system", "", "system message (also /system TEXT)")
+			fs.IntVar(&o.maxNew, "max-new-tokens", 1024, "most tokens of one answer (0: until the context is full)")
+			o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1
+			fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
+			fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens (default: generation_config.json)")
+			fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`) (default: generation_config.json)")
+			fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float` (default: generation_config.json)")
+			fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v)")
+			addEngineFlags(fs, &o.eng)
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				if o.model == "" {
+					return usageErrorf("--model is required")
+				}
+				interrupts := make(chan os.Signal, 1)
+				signal.Notify(interrupts, os.Interrupt)
+				defer signal.Stop(interrupts)
+				e, err := openEngine(ctx, o.model, o.eng, "chat needs the model's tokenizer")
+				if err != nil {
+					return err
+				}
+				defer e.Close()
+				return runChat(ctx, e, o, chatIO{in: os.Stdin, out: os.Stdout, msg: errOut, interrupts: interrupts, prompts: progress.IsTerminal(os.Stdin)})
+			}
+		},
+	})
+}
+
+// chatIO is where a chat reads and writes: the conversation on in and out, messages to the user on msg, and
+// Ctrl-C on interrupts. prompts says whether to print the ">>> " prompt (a terminal).
+type chatIO struct {
+	in         io.Reader
+	out, msg   io.Writer
+	interrupts <-chan os.Signal
+	prompts    bool
+}
+
+const chatHelp = `Type a message and press Enter. Commands:
+  """          start or end a message of several lines (or end a line with \ to continue it)
+  /reset       forget the conversation (the system message stays)
+  /system TEXT set the system message and start again (/system alone removes it)
+  /history     print the conversation
+  /exit        leave (also /bye, /quit, or Ctrl-D)
+Ctrl-C stops an answer; the conversation goes on.`
+
+// runChat is the chat loop: read a message, answer it streaming, remember both. The keys and values of the
+// conversation stay in the engine between turns (engine.Session): a turn computes only its new tokens.
+func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatIO) error {
+	tok, err := e.Tokenizer()
+	if err != nil {
+		return err
+	}
+	if !tok.HasChatTemplate() {
+		return fmt.Errorf("%s has no chat template (tokenizer_config.json chat_template or chat_template.jinja): use 'layerstream generate' for plain text", e.Dir())
+	}
+	sampling := samplingFor(o, e)
+	slog.Debug("sampling", "seed", sampling.Seed, "temperature", sampling.Temperature, "top_k", sampling.TopK, "top_p", sampling.TopP)
+	session := e.NewSession()
+	defer func() { session.Close() }()
+	system := o.system
+	var history []tokenizer.Message
+	reset := func() {
+		history = nil
+		session.Close()
+		session = e.NewSession()
+	}
+	lines := make(chan string)
+	readErr := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(cio.in)
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		readErr <- sc.Err()
+		close(lines)
+	}()
+	fmt.Fprintf(cio.msg, "Chatting with %s. /help for commands, Ctrl-D to leave.\n", e.Dir())
+	var block []string // lines of a message being typed
+	inBlock := false
+	for {
+		if cio.prompts {
+			if inBlock || len(block) > 0 {
+				fmt.Fprint(cio.out, "... ")
+			} else {
+				fmt.Fprint(cio.out, ">>> ")
+			}
+		}
+		var line string
+		var ok bool
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(cio.out)
+			return nil
+		case <-cio.interrupts:
+			block, inBlock = nil, false
+			fmt.Fprintln(cio.msg, "\n(Ctrl-D or /exit to leave)")
+			continue
+		case line, ok = <-lines:
+		}
+		if !ok {
+			fmt.Fprintln(cio.out)
+			return <-readErr
+		}
+		// Multi-line messages: between """ lines, or lines ending with a backslash.
+		switch {
+		case inBlock:
+			if before, found := strings.CutSuffix(line, `"""`); found {
+				block, inBlock = append(block, before), false
+			} else {
+				block = append(block, line)
+				continue
+			}
+		case strings.HasPrefix(line, `"""`) && len(block) == 0:
+			rest := strings.TrimPrefix(line, `"""`)
+			if before, found := strings.CutSuffix(rest, `"""`); found && rest != "" {
+				block = []string{before}
+			} else {
+				block, inBlock = []string{rest}, true
+				continue
+			}
+		case strings.HasSuffix(line, `\`):
+			block = append(block, strings.TrimSuffix(line, `\`))
+			continue
+		default:
+			block = append(block, line)
+		}
+		text := strings.TrimSpace(strings.Join(block, "\n"))
+		block = nil
+		if text == "" {
+			continue
+		}
+		if cmd, arg, isCmd := chatCommand(text); isCmd {
+			switch cmd {
+			case "/exit", "/bye", "/quit":
+				return nil
+			case "/help", "/?":
+				fmt.Fprintln(cio.msg, chatHelp)
+			case "/reset", "/clear":
+				reset()
+				fmt.Fprintln(cio.msg, "(conversation forgotten)")
+			case "/system":
+				system = arg
+				reset()
+				fmt.Fprintln(cio.msg, "(system message set; conversation forgotten)")
+			case "/history":
+				if system != "" {
+					fmt.Fprintf(cio.out, "[system] %s\n", system)
+				}
+				for _, m := range history {
+					fmt.Fprintf(cio.out, "[%s] %s\n", m.Role, m.Content)
+				}
+			default:
+				fmt.Fprintf(cio.msg, "unknown command %s (/help lists them)\n", cmd)
+			}
+			continue
+		}
+		msgs := history
+		if system != "" {
+			msgs = append([]tokenizer.Message{{Role: "system", Content: system}}, history...)
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: text})
+		reply, err := chatTurn(ctx, e, msgs, o.maxNew, sampling, session, cio)
+		var re *engine.RequestError
+		switch {
+		case errors.As(err, &re):
+			fmt.Fprintf(cio.msg, "cannot answer: %v (/reset starts a new conversation)\n", err)
+			continue
+		case err != nil && ctx.Err() != nil:
+			return nil // SIGTERM
+		case err != nil:
+			return err
+		}
+		history = append(history, tokenizer.Message{Role: "user", Content: text}, tokenizer.Message{Role: "assistant", Content: reply})
+		sampling.Seed++ // the next answer draws afresh, and a rerun with --seed repeats the conversation
+	}
+}
+
+// chatCommand recognizes "/word rest".
+func chatCommand(text string) (cmd, arg string, ok bool) {
+	if !strings.HasPrefix(text, "/") || strings.Contains(strings.SplitN(text, " ", 2)[0], "\n") {
+		return "", "", false
+	}
+	cmd, arg, _ = strings.Cut(text, " ")
+	return cmd, strings.TrimSpace(arg), true
+}
+
+// chatTurn streams one answer to cio.out; Ctrl-C (cio.interrupts) stops it and keeps what was said. It returns
+// the answer's text.
+func chatTurn(ctx context.Context, e *engine.Engine, msgs []tokenizer.Message, maxNew int, s engine.Sampling, session *engine.Session, cio chatIO) (string, error) {
+	turn, stop := context.WithCancel(ctx)
+	defer stop()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-cio.interrupts:
+			stop()
+		case <-turn.Done():
+		}
+	}()
+	res, err := e.GenerateText(turn, engine.TextRequest{Messages: msgs, MaxNewTokens: maxNew, Sampling: s, Session: session},
+		func(c engine.TextChunk) error {
+			_, err := fmt.Fprint(cio.out, c.Text)
+			return err
+		})
+	stop()
+	<-stopped
+	if res == nil {
+		return "", err
+	}
+	slog.Debug("turn", "prompt_tokens", len(res.PromptIDs), "reused", res.CachedPromptTokens, "generated", len(res.GeneratedIDs),
+		"stop", res.StopReason, "tokens_per_s", fmt.Sprintf("%.1f", res.Timings.DecodeTokensPerSec))
+	if err != nil && turn.Err() != nil && ctx.Err() == nil { // Ctrl-C: the answer so far stays
+		fmt.Fprintln(cio.out)
+		fmt.Fprintln(cio.msg, "(stopped)")
+		return res.Text, nil
+	}
+	fmt.Fprintln(cio.out)
+	if err == nil && res.StopReason == engine.StopContext {
+		fmt.Fprintln(cio.msg, "(the conversation fills the model's context: /reset to start again)")
+	}
+	return res.Text, err
+}

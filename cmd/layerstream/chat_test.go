@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/internal/testutil"
+)
+
+func openChatModel(t *testing.T) *engine.Engine {
+	t.Helper()
+	e, err := engine.Open(context.Background(), testutil.ChatModel(t), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// syncBuffer is a bytes.Buffer safe for the writes of the engine's goroutine and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestChat: a conversation of several turns, a multi-line message, /history, /system and /reset; the second
+// turn reuses the first one's keys and values.
+func TestChat(t *testing.T) {
+	e := openChatModel(t)
+	var logs syncBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(old)
+	in := strings.Join([]string{
+		"Once upon a time",
+		`"""There was`,
+		`a dog"""`,
+		"/history",
+		"/system Be kind.",
+		"/history",
+		"Tom and \\",
+		"Sue",
+		"/nope",
+		"/exit",
+		"never read",
+	}, "\n") + "\n"
+	var out, msg syncBuffer
+	o := generateOptions{maxNew: 12, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+	if err := runChat(context.Background(), e, o, chatIO{in: strings.NewReader(in), out: &out, msg: &msg, interrupts: make(chan os.Signal)}); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if !strings.Contains(text, "[user] Once upon a time\n[assistant] ") || !strings.Contains(text, "[user] There was\na dog\n") {
+		t.Errorf("history:\n%s", text)
+	}
+	if n := strings.Count(text, "[user]"); n != 2 {
+		t.Errorf("%d user turns in the histories printed, want 2 (the second /history after /system is empty but for the system message):\n%s", n, text)
+	}
+	if !strings.Contains(text, "[system] Be kind.") {
+		t.Errorf("/system: %s", text)
+	}
+	if !strings.Contains(msg.String(), "unknown command /nope") || strings.Contains(text, "never read") {
+		t.Errorf("messages %q", msg.String())
+	}
+	// Turn 2 reused turn 1's cache; turn 3 (after /system) started afresh.
+	var reused []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "msg=turn") {
+			_, r, _ := strings.Cut(l, "reused=")
+			reused = append(reused, strings.Fields(r)[0])
+		}
+	}
+	if len(reused) != 3 || reused[0] != "0" || reused[1] == "0" || reused[2] != "0" {
+		t.Errorf("prompt tokens reused per turn: %v, want 0, >0, 0", reused)
+	}
+}
+
+// TestChatInterrupt: Ctrl-C during an answer stops it and the chat goes on; at the prompt it only reminds how
+// to leave.
+func TestChatInterrupt(t *testing.T) {
+	e := openChatModel(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	interrupts := make(chan os.Signal, 1)
+	var msg syncBuffer
+	o := generateOptions{maxNew: 400, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+	done := make(chan error, 1)
+	go func() {
+		done <- runChat(context.Background(), e, o, chatIO{in: inR, out: outW, msg: &msg, interrupts: interrupts})
+		outW.Close()
+	}()
+	out := bufio.NewReader(outR)
+	go inW.Write([]byte("Once upon a time\n"))
+	// The answer streams into the pipe, which holds each piece until it is read: read one, then press Ctrl-C.
+	if _, err := out.ReadString(' '); err != nil {
+		t.Fatal(err)
+	}
+	interrupts <- os.Interrupt
+	rest, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if words := len(strings.Fields(rest)); words > 20 {
+		t.Errorf("%d more words after Ctrl-C", words)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(msg.String(), "(stopped)") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	// Ctrl-C at the prompt, then another turn, then Ctrl-D.
+	interrupts <- os.Interrupt
+	for !strings.Contains(msg.String(), "Ctrl-D or /exit") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	go func() {
+		inW.Write([]byte("/history\n"))
+		inW.Close()
+	}()
+	tail, _ := io.ReadAll(out)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg.String(), "(stopped)") || !strings.Contains(msg.String(), "Ctrl-D or /exit") || !strings.Contains(string(tail), "[assistant] ") {
+		t.Errorf("messages %q, tail %q", msg.String(), tail)
+	}
+}
