@@ -28,12 +28,7 @@ func init() {
 			fs.StringVar(&o.model, "model", "", "model with a chat template: checkpoint folder, shard folder or Hugging Face repo id (required)")
 			fs.StringVar(&o.system, "system", "", "system message (also /system TEXT)")
 			fs.IntVar(&o.maxNew, "max-new-tokens", 1024, "most tokens of one answer (0: until the context is full)")
-			o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1
-			fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
-			fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens (default: generation_config.json)")
-			fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`) (default: generation_config.json)")
-			fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float` (default: generation_config.json)")
-			fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v)")
+			addSamplingFlags(fs, &o)
 			addEngineFlags(fs, &o.eng)
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {

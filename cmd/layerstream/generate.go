@@ -31,12 +31,7 @@ func init() {
 			fs.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as a user message and print only the reply")
 			fs.StringVar(&o.system, "system", "", "system message of the chat (implies --chat)")
 			fs.IntVar(&o.maxNew, "max-new-tokens", 256, "most tokens to generate (0: until the context is full)")
-			o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1 // unset: generation_config.json decides
-			fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
-			fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens, 0 for all (default: generation_config.json)")
-			fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all (default: generation_config.json)")
-			fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
-			fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v and in --json)")
+			addSamplingFlags(fs, &o)
 			fs.Var(&o.stop, "stop", "stop when the text contains this `string`, which is left out (repeatable)")
 			fs.BoolVar(&o.logprobs, "logprobs", false, "with --json: the log-probability of every generated token")
 			fs.IntVar(&o.topLogprobs, "top-logprobs", 0, "with --json: the `n` most likely tokens of every step with their log-probabilities (at most 20)")
@@ -149,6 +144,17 @@ func readPrompt(path string, stdin io.Reader) (string, error) {
 		return "", fmt.Errorf("--prompt-file %s: the prompt is empty", path)
 	}
 	return s, nil
+}
+
+// addSamplingFlags defines the sampling flags (generate, chat): each left unset takes generation_config.json's
+// value (samplingFor), and the seed a random one.
+func addSamplingFlags(fs *flag.FlagSet, o *generateOptions) {
+	o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1 // unset: generation_config.json decides
+	fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
+	fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens, 0 for all (default: generation_config.json)")
+	fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all (default: generation_config.json)")
+	fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
+	fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v, and in --json)")
 }
 
 // unsetFloat and unsetInt are flag values whose negative value means "not given": --help then prints no
