@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/filelock"
 )
 
 // Retry policy for a blob download; variables so tests can shorten the waits.
@@ -170,6 +171,9 @@ func fileSize(p string) int64 {
 	return fi.Size()
 }
 
+// freeSpace returns the bytes available to this user on dir's file system; a variable so tests can fake a full disk.
+var freeSpace = statfsFree
+
 func checkSpace(dir string, need int64) error {
 	if need <= 0 {
 		return nil
@@ -206,7 +210,7 @@ func (d *downloader) fetchBlob(ctx context.Context, m fileMeta) error {
 		if err := os.MkdirAll(filepath.Dir(l.path), 0o755); err != nil {
 			return err
 		}
-		unlock, err := lockFile(ctx, l.path, l.remove, func() {
+		unlock, err := filelock.Lock(ctx, l.path, l.remove, func() {
 			slog.Info("hub: waiting for another download of the same file", "file", m.name, "lock", l.path)
 		})
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/hub/hubtest"
+	"github.com/layerstream/layerstream/internal/filelock"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -646,7 +647,7 @@ func TestPythonLockIsHonoured(t *testing.T) {
 	sha := hubtest.SHA256(files["model.safetensors"])
 	pyLock := filepath.Join(opts.CacheDir, ".locks", "models--org--tiny", sha+".lock")
 	os.MkdirAll(filepath.Dir(pyLock), 0o755)
-	unlock, err := lockFile(context.Background(), pyLock, false, nil)
+	unlock, err := filelock.Lock(context.Background(), pyLock, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

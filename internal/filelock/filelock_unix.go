@@ -1,10 +1,9 @@
 //go:build unix
 
-package hub
+package filelock
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 )
@@ -16,12 +15,4 @@ func tryLock(f *os.File) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-func statfsFree(dir string) (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", dir, err)
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
 }

@@ -1,8 +1,7 @@
-package hub
+package filelock
 
 import (
 	"errors"
-	"fmt"
 	"os"
 
 	"golang.org/x/sys/windows"
@@ -16,16 +15,4 @@ func tryLock(f *os.File) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-func statfsFree(dir string) (int64, error) {
-	p, err := windows.UTF16PtrFromString(dir)
-	if err != nil {
-		return 0, fmt.Errorf("free space of %s: %w", dir, err)
-	}
-	var free uint64
-	if err := windows.GetDiskFreeSpaceEx(p, &free, nil, nil); err != nil {
-		return 0, fmt.Errorf("free space of %s: %w", dir, err)
-	}
-	return int64(free), nil
 }
