@@ -1,6 +1,8 @@
 package shards
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +14,9 @@ import (
 //
 // A checkpoint in a Hugging Face cache snapshot (…/models--org--name/snapshots/<commit>, or a folder inside one)
 // gets a folder named "org--name@<commit>"; any other checkpoint a folder named after its sanitized absolute
-// path. A split made earlier inside the checkpoint folder, <ckptDir>/layerstream (the default of earlier
-// versions), is used when it can still be written.
+// path and a short hash of it (sanitizing alone would give /x/a_b/model and /x/a/b_model one folder). A split
+// made earlier inside the checkpoint folder, <ckptDir>/layerstream (the default of earlier versions), is used
+// when it can still be written.
 func DefaultDir(ckptDir string) string {
 	abs, err := filepath.Abs(ckptDir)
 	if err != nil {
@@ -41,7 +44,8 @@ func cacheRoot() string {
 }
 
 // snapshotName reports whether abs is a Hugging Face cache snapshot or a folder inside one, and names its
-// folder in the layerstream cache: "org--name@commit", then the path inside the snapshot, if any, sanitized.
+// folder in the layerstream cache: "org--name@commit", then for a folder inside it the path inside the snapshot,
+// sanitized, and a short hash of that path.
 func snapshotName(abs string) (string, bool) {
 	parts := strings.Split(filepath.ToSlash(abs), "/")
 	for i := 0; i+2 < len(parts); i++ {
@@ -49,7 +53,7 @@ func snapshotName(abs string) (string, bool) {
 		if ok && repo != "" && parts[i+1] == "snapshots" && parts[i+2] != "" {
 			name := repo + "@" + parts[i+2]
 			if rest := parts[i+3:]; len(rest) > 0 {
-				name += "_" + strings.Join(rest, "_")
+				return withHash(sanitize(name+"_"+strings.Join(rest, "_")), strings.Join(rest, "/")), true
 			}
 			return sanitize(name), true
 		}
@@ -59,7 +63,20 @@ func snapshotName(abs string) (string, bool) {
 
 // cacheName names a checkpoint folder outside the Hugging Face cache inside the layerstream cache.
 func cacheName(abs string) string {
-	return sanitize(strings.Trim(filepath.ToSlash(abs), "/"))
+	return withHash(sanitize(strings.Trim(filepath.ToSlash(abs), "/")), abs)
+}
+
+// maxReadable bounds the readable part of a cache folder name (file names are limited to 255 bytes).
+const maxReadable = 100
+
+// withHash appends to a sanitized name the first 12 hex digits of the SHA-256 of the path it was made from, so
+// that two paths that sanitize alike get different names; a long name keeps its end, the most telling part.
+func withHash(name, path string) string {
+	if len(name) > maxReadable {
+		name = name[len(name)-maxReadable:]
+	}
+	sum := sha256.Sum256([]byte(path))
+	return name + "-" + hex.EncodeToString(sum[:6])
 }
 
 func sanitize(s string) string {

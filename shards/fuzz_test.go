@@ -1,6 +1,7 @@
 package shards
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -133,6 +134,56 @@ func FuzzShardLoad(f *testing.F) {
 			got := ts[ti.Name]
 			if int64(len(got.Data)) != ti.Length || crc32c(got.Data) != ti.CRC32C {
 				t.Fatalf("tensor %q: %d bytes returned, want %d with a matching checksum", ti.Name, len(got.Data), ti.Length)
+			}
+		}
+	})
+}
+
+// FuzzManifest: any bytes as manifest.parquet parse without panicking (or a damaged file is an error), and an
+// accepted manifest describes units whose tensors lie inside their files.
+func FuzzManifest(f *testing.F) {
+	dir := f.TempDir()
+	shape := synth.Shape{HiddenSize: 16, IntermediateSize: 24, NumLayers: 1, NumHeads: 2, VocabSize: 40}
+	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.BF16, Seed: 1}); err != nil {
+		f.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, enc := range []Encoding{Raw, Zstd} {
+		out := filepath.Join(dir, string(enc))
+		s, err := Split(context.Background(), ck, SplitOptions{Out: out, Encoding: enc})
+		if err != nil {
+			f.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(out, ManifestFile))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		if err := writeManifest(out, s.Units(), nil); err != nil {
+			f.Fatal(err)
+		}
+		if b, err = os.ReadFile(filepath.Join(out, ManifestFile)); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("PAR1PAR1"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		units, _, err := parseManifest(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return
+		}
+		if len(units) == 0 {
+			t.Fatal("accepted a manifest without units")
+		}
+		for _, u := range units {
+			for _, tn := range u.Tensors {
+				if tn.Offset < 0 || tn.EncodedLength < 0 || tn.Offset+tn.EncodedLength > u.FileSize {
+					t.Fatalf("unit %s: tensor %q at [%d, +%d) outside its %d-byte file", u.Name, tn.Name, tn.Offset, tn.EncodedLength, u.FileSize)
+				}
 			}
 		}
 	})

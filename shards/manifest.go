@@ -1,6 +1,9 @@
 package shards
 
 import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -68,41 +71,119 @@ func manifestRows(units []UnitInfo) []manifestRow {
 	return rows
 }
 
-// writeManifest writes manifest.parquet atomically.
-func writeManifest(dir string, units []UnitInfo) error {
+// writeManifest writes manifest.parquet atomically, with src (when not nil) in its key-value metadata.
+func writeManifest(dir string, units []UnitInfo, src *Source) error {
+	var opts []parquet.WriterOption
+	if src != nil {
+		js, err := json.Marshal(src)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, parquet.KeyValueMetadata(sourceKey, string(js)))
+	}
 	return writeFileAtomic(filepath.Join(dir, ManifestFile), func(w io.Writer) error {
-		return parquet.Write(w, manifestRows(units))
+		return parquet.Write(w, manifestRows(units), opts...)
 	})
 }
 
-// readManifest reads manifest.parquet and rebuilds the units, validating every row.
-func readManifest(dir string) ([]UnitInfo, error) {
+// maxManifestRows bounds the tensors a manifest may list, so that a damaged row count cannot ask for an
+// absurd allocation (the largest checkpoints have a few thousand tensors).
+const maxManifestRows = 1 << 22
+
+// readManifest reads manifest.parquet and rebuilds the units, validating every row, and the source record
+// (nil in a manifest written before splits recorded their source).
+func readManifest(dir string) ([]UnitInfo, *Source, error) {
 	path := filepath.Join(dir, ManifestFile)
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rows, err := parquet.Read[manifestRow](f, st.Size())
+	units, src, err := parseManifest(f, st.Size())
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("%s: no tensors", path)
+	return units, src, nil
+}
+
+// parseManifest reads a manifest of size bytes from r.
+func parseManifest(r io.ReaderAt, size int64) (units []UnitInfo, src *Source, err error) {
+	defer func() {
+		if p := recover(); p != nil { // the Parquet reader is not hardened against every damaged file
+			units, src, err = nil, nil, fmt.Errorf("damaged Parquet file: %v", p)
+		}
+	}()
+	if err := checkParquetFrame(r, size); err != nil {
+		return nil, nil, err
 	}
+	file, err := parquet.OpenFile(r, size)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n := file.NumRows(); n <= 0 || n > maxManifestRows {
+		return nil, nil, fmt.Errorf("%d tensors (want 1 to %d)", n, maxManifestRows)
+	}
+	rows := make([]manifestRow, file.NumRows())
+	reader := parquet.NewGenericReader[manifestRow](file)
+	n, err := reader.Read(rows)
+	reader.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, err
+	}
+	if n != len(rows) {
+		return nil, nil, fmt.Errorf("read %d of %d tensors", n, len(rows))
+	}
+	if js, ok := file.Lookup(sourceKey); ok {
+		if src, err = parseSource(js); err != nil {
+			return nil, nil, err
+		}
+	}
+	units, err = unitsOf(rows)
+	return units, src, err
+}
+
+// maxManifestSize bounds a manifest file: a thousand-layer model's manifest is well under a megabyte.
+const maxManifestSize = 64 << 20
+
+// checkParquetFrame checks the magic numbers and the footer length of a Parquet file before the Parquet reader
+// sees it: that reader allocates the footer's declared length before reading it (4 GB for a damaged length).
+func checkParquetFrame(r io.ReaderAt, size int64) error {
+	if size < 12 || size > maxManifestSize {
+		return fmt.Errorf("%d bytes: not a manifest (want 12 bytes to %d MB)", size, maxManifestSize>>20)
+	}
+	var head, tail [4]byte
+	var footer [8]byte
+	if _, err := r.ReadAt(head[:], 0); err != nil {
+		return err
+	}
+	if _, err := r.ReadAt(footer[:], size-8); err != nil {
+		return err
+	}
+	copy(tail[:], footer[4:])
+	if string(head[:]) != "PAR1" || string(tail[:]) != "PAR1" {
+		return errors.New("not a Parquet file (no PAR1 magic)")
+	}
+	if n := int64(binary.LittleEndian.Uint32(footer[:4])); n > size-12 {
+		return fmt.Errorf("Parquet footer length %d does not fit the %d-byte file", n, size)
+	}
+	return nil
+}
+
+// unitsOf rebuilds the units from the manifest's rows, validating each.
+func unitsOf(rows []manifestRow) ([]UnitInfo, error) {
 	var units []UnitInfo
 	index := map[string]int{}
 	for i, r := range rows {
 		layer, ok := unitLayer(r.Unit)
 		if !ok || int32(layer) != r.Layer {
-			return nil, fmt.Errorf("%s: row %d (tensor %q): bad unit %q / layer %d", path, i, r.Tensor, r.Unit, r.Layer)
+			return nil, fmt.Errorf("row %d (tensor %q): bad unit %q / layer %d", i, r.Tensor, r.Unit, r.Layer)
 		}
 		if r.File != filepath.Base(r.File) || r.File == "" || r.File == "." || r.File == ".." {
-			return nil, fmt.Errorf("%s: row %d (tensor %q): shard file %q must be a plain file name", path, i, r.Tensor, r.File)
+			return nil, fmt.Errorf("row %d (tensor %q): shard file %q must be a plain file name", i, r.Tensor, r.File)
 		}
 		ui, seen := index[r.Unit]
 		if !seen {
@@ -110,14 +191,14 @@ func readManifest(dir string) ([]UnitInfo, error) {
 			index[r.Unit] = ui
 			units = append(units, UnitInfo{Name: r.Unit, Layer: layer, File: r.File, FileSize: r.FileSize})
 		} else if ui != len(units)-1 {
-			return nil, fmt.Errorf("%s: row %d: unit %q's tensors are not contiguous", path, i, r.Unit)
+			return nil, fmt.Errorf("row %d: unit %q's tensors are not contiguous", i, r.Unit)
 		}
 		u := &units[ui]
 		if u.File != r.File || u.FileSize != r.FileSize {
-			return nil, fmt.Errorf("%s: row %d (tensor %q): unit %q has two files or sizes", path, i, r.Tensor, r.Unit)
+			return nil, fmt.Errorf("row %d (tensor %q): unit %q has two files or sizes", i, r.Tensor, r.Unit)
 		}
 		if r.Checksum < 0 || r.Checksum > 0xffffffff {
-			return nil, fmt.Errorf("%s: row %d (tensor %q): checksum %d is not a CRC-32C", path, i, r.Tensor, r.Checksum)
+			return nil, fmt.Errorf("row %d (tensor %q): checksum %d is not a CRC-32C", i, r.Tensor, r.Checksum)
 		}
 		t := TensorInfo{Name: r.Tensor, DType: checkpoint.DType(r.DType), Shape: r.Shape, Offset: r.Offset,
 			Length: r.Length, Encoding: Encoding(r.Encoding), EncodedLength: r.EncodedLength, CRC32C: uint32(r.Checksum)}
@@ -125,7 +206,7 @@ func readManifest(dir string) ([]UnitInfo, error) {
 			t.Frames = r.Frames
 		}
 		if err := validateTensor(&t, r.FileSize); err != nil {
-			return nil, fmt.Errorf("%s: row %d (tensor %q): %w", path, i, r.Tensor, err)
+			return nil, fmt.Errorf("row %d (tensor %q): %w", i, r.Tensor, err)
 		}
 		u.Tensors = append(u.Tensors, t)
 	}

@@ -27,6 +27,7 @@ type Set struct {
 
 	units  []UnitInfo
 	byName map[string]int
+	source *Source // nil for a split made before splits recorded their source
 
 	direct   atomic.Bool
 	warnOnce sync.Once
@@ -101,7 +102,7 @@ func IsSet(dir string) bool {
 
 // Open reads a shard folder: manifest.parquet and the copied config.json and generation_config.json.
 func Open(dir string) (*Set, error) {
-	units, err := readManifest(dir)
+	units, src, err := readManifest(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("shards %s: no %s: not a shard folder, or a split that did not finish (run layerstream split again)", dir, ManifestFile)
 	}
@@ -116,7 +117,7 @@ func Open(dir string) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
-	s := &Set{Dir: dir, Config: cfg, Generation: gen, units: units, byName: map[string]int{}}
+	s := &Set{Dir: dir, Config: cfg, Generation: gen, units: units, byName: map[string]int{}, source: src}
 	for i, u := range units {
 		s.byName[u.Name] = i
 	}
@@ -143,6 +144,9 @@ func checkUnits(units []UnitInfo, layers int) error {
 	}
 	return nil
 }
+
+// Source returns what the split was made from, or nil for a split made by a layerstream that did not record it.
+func (s *Set) Source() *Source { return s.source }
 
 // Units lists the units in model order: embed, layer.0 .. layer.N-1, norm, then lm_head when present.
 func (s *Set) Units() []UnitInfo { return s.units }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/filelock"
 )
 
 // SplitOptions configure Split.
@@ -118,18 +119,85 @@ func planUnits(ck *checkpoint.Checkpoint) ([]unitPlan, error) {
 	return plans, nil
 }
 
-// Split writes the checkpoint's shards, copies its config and tokenizer files, then writes the manifest.
+// Split writes the checkpoint's shards, copies its config and tokenizer files, then writes the manifest with a
+// record of the checkpoint's files (Source).
 //
 // Each shard is written to a temporary file, fsynced and renamed, so an interrupted Split leaves only complete
 // shards; running Split again keeps every shard that verifies (its checksums, and the manifest entry if there is
-// one) and rewrites the rest. The manifest is written last: a folder without one is an incomplete split.
-// Split checks the free disk space before writing.
+// one) and whose source tensors are unchanged, and rewrites the rest. Whether a unit's tensors changed is known
+// from the source record while the files holding them keep their identity; otherwise they are hashed again.
+// The manifest is written last: a folder without one is an incomplete split. Split checks the free disk space
+// before writing. A second Split (in this or another process) into the same folder waits for the first.
 func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*Set, error) {
+	out, plans, err := prepare(ck, &opts)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockSplit(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return splitLocked(ctx, ck, out, plans, opts, false)
+}
+
+// Ensure returns the split of ck in opts.Out (DefaultDir(ck.Dir) when empty), up to date with the checkpoint:
+// it splits on first use, and when the checkpoint changed since (a file's identity differs from the split's
+// source record) it splits again the units whose tensors changed and refreshes the copied files, saying so in
+// one log line. While nothing changed it costs a stat of each checkpoint file. Unlike Split it does not re-read
+// the shards of unchanged units (Load verifies them). A split in progress in another process is waited for.
+func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*Set, error) {
+	out, plans, err := prepare(ck, &opts)
+	if err != nil {
+		return nil, err
+	}
+	if set, ok := openUpToDate(out, ck, plans); ok {
+		return set, nil
+	}
+	unlock, err := lockSplit(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// Another process may have brought the split up to date while this one waited.
+	if set, ok := openUpToDate(out, ck, plans); ok {
+		return set, nil
+	}
+	if !IsSet(out) {
+		slog.Info("splitting the checkpoint into per-layer shards (first use)", "checkpoint", ck.Dir, "shards", out)
+	}
+	return splitLocked(ctx, ck, out, plans, opts, true)
+}
+
+// openUpToDate opens the split in out when it exists and matches ck without hashing anything.
+func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan) (*Set, bool) {
+	set, err := Open(out)
+	if err != nil {
+		return nil, false
+	}
+	ok, why := upToDate(set.source, ck, set.units)
+	if ok && len(plans) == len(set.units) {
+		for i, p := range plans {
+			if !holdsPlan(set.units[i], p) {
+				ok, why = false, "unit "+p.name+" no longer matches the checkpoint's tensors"
+				break
+			}
+		}
+	}
+	if !ok {
+		slog.Debug("the split needs updating", "shards", out, "reason", why)
+		return nil, false
+	}
+	return set, true
+}
+
+// prepare validates opts (filling the default encoding and folder), plans the units and creates the folder.
+func prepare(ck *checkpoint.Checkpoint, opts *SplitOptions) (string, []unitPlan, error) {
 	if opts.Encoding == "" {
 		opts.Encoding = Raw
 	}
 	if _, err := ParseEncoding(string(opts.Encoding)); err != nil {
-		return nil, fmt.Errorf("shards: %w", err)
+		return "", nil, fmt.Errorf("shards: %w", err)
 	}
 	out := opts.Out
 	if out == "" {
@@ -137,14 +205,36 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 	}
 	plans, err := planUnits(ck)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", nil, fmt.Errorf("shards: %w", err)
+	}
+	return out, plans, nil
+}
+
+// lockFile, in a shard folder, is locked by the process splitting into it, and removed when it is done. The
+// operating system releases the lock when its holder exits, so a split killed midway never blocks the next one
+// (which removes the file it left).
+const lockFile = ".split.lock"
+
+func lockSplit(ctx context.Context, out string) (func(), error) {
+	unlock, err := filelock.Lock(ctx, filepath.Join(out, lockFile), true, func() {
+		slog.Info("waiting for another layerstream process splitting into the same folder", "shards", out)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
+	return unlock, nil
+}
+
+// splitLocked is Split and Ensure, under the folder's lock. With quick, a unit whose source is known unchanged keeps
+// its shard when the file has the size the manifest records, without being read.
+func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, plans []unitPlan, opts SplitOptions, quick bool) (*Set, error) {
 	removeStaleTemps(out)
 	var old map[string]UnitInfo // the previous manifest's units, if any
-	if units, err := readManifest(out); err == nil {
+	units, prev, err := readManifest(out)
+	if err == nil {
 		old = map[string]UnitInfo{}
 		for _, u := range units {
 			old[u.Name] = u
@@ -152,26 +242,40 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 	} else if !errors.Is(err, os.ErrNotExist) {
 		slog.Warn("ignoring unreadable manifest; every shard is checked against its own header", "err", err)
 	}
+	state, err := readSourceState(ck, prev)
+	if err != nil {
+		return nil, err
+	}
 
 	var total int64
 	for _, p := range plans {
 		total += p.bytes()
 	}
-	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, progress: opts.Progress, total: total, buf: NewBuffer(0)}
+	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, progress: opts.Progress, total: total, buf: NewBuffer(0),
+		hasher: newTensorHasher()}
 	defer w.close()
 
-	// Keep the shards that verify; plan the rest.
-	units := make([]UnitInfo, len(plans))
+	// Keep the shards that verify and hold the checkpoint's current tensors; plan the rest.
+	units = make([]UnitInfo, len(plans))
 	var todo []int
+	var changed []string // units whose source tensors changed since the previous split
 	var need int64
 	for i, p := range plans {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if u, ok := w.existing(p, old); ok {
+		u, hash, keep, srcChanged, err := w.reuse(p, old, prev, state, quick)
+		if err != nil {
+			return nil, err
+		}
+		if keep {
 			units[i] = u
+			state.src.Units[p.name] = hash
 			w.advance(p.bytes())
 			continue
+		}
+		if srcChanged {
+			changed = append(changed, p.name)
 		}
 		todo = append(todo, i)
 		need += estimateSize(p)
@@ -190,11 +294,12 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 		}
 	}
 	for _, i := range todo {
-		u, err := w.writeUnit(plans[i])
+		u, hash, err := w.writeUnit(plans[i])
 		if err != nil {
 			return nil, err
 		}
 		units[i] = u
+		state.src.Units[plans[i].name] = hash
 	}
 	slog.Debug("split shards", "dir", out, "written", len(todo), "kept", len(plans)-len(todo))
 	removeUnplanned(out, plans)
@@ -204,14 +309,28 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 			return nil, fmt.Errorf("shards: copying %s: %w", name, err)
 		}
 	}
-	if err := writeManifest(out, units); err != nil {
+	if err := writeManifest(out, units, state.src); err != nil {
 		return nil, fmt.Errorf("shards: writing manifest: %w", err)
+	}
+	if len(changed) > 0 || len(state.changed) > 0 {
+		slog.Info("the checkpoint changed since it was split: updated the split", "checkpoint", ck.Dir, "shards", out,
+			"changed_files", strings.Join(state.changed, ","), "resplit_units", summarize(changed),
+			"kept_units", len(plans)-len(todo))
 	}
 	return Open(out)
 }
 
+// summarize lists names, or the first few and a count when there are many.
+func summarize(names []string) string {
+	const most = 8
+	if len(names) <= most {
+		return strings.Join(names, ",")
+	}
+	return fmt.Sprintf("%s,… (%d in all)", strings.Join(names[:most], ","), len(names))
+}
+
 // removeStaleTemps deletes temporary files that a killed Split left behind (a failed write removes its own).
-// Two Splits must not write into the same folder at the same time.
+// The caller holds the folder's lock, so no other Split is writing them.
 func removeStaleTemps(dir string) {
 	for _, pat := range []string{".*.shard.tmp*", "." + ManifestFile + ".tmp*", ".*.json.tmp*", ".*.jinja.tmp*"} {
 		names, _ := filepath.Glob(filepath.Join(dir, pat))
@@ -272,6 +391,8 @@ type splitter struct {
 	coder *encoder // created on first encoded tensor
 	dec   *zstd.Decoder
 	files map[string]*os.File
+
+	hasher *tensorHasher // the unit's source tensors, as they are copied or fingerprinted
 }
 
 func (w *splitter) close() {
@@ -300,6 +421,75 @@ func (w *splitter) advance(n int64) {
 	if w.progress != nil {
 		w.progress(w.done, w.total)
 	}
+}
+
+// reuse decides whether unit p's shard, if the folder has one, can stay. It returns the unit and the hash of its
+// source tensors when it can; srcChanged when it cannot because the checkpoint's tensors differ from those the
+// shard was made from (not because the shard is missing or damaged). The source tensors are read (hashed) only
+// when a shard exists and the record cannot vouch for them.
+func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *sourceState, quick bool) (u UnitInfo, hash string, keep, srcChanged bool, err error) {
+	fst, err := os.Stat(filepath.Join(w.out, p.file()))
+	if err != nil {
+		return UnitInfo{}, "", false, false, nil
+	}
+	hash, known := st.unitKnown(p, prev)
+	var crcs []uint32
+	recorded := ""
+	if prev != nil {
+		recorded = prev.Units[p.name]
+	}
+	if !known {
+		if hash, crcs, err = w.fingerprint(p); err != nil {
+			return UnitInfo{}, "", false, false, err
+		}
+		if recorded != "" && recorded != hash {
+			return UnitInfo{}, "", false, true, nil
+		}
+	}
+	if ou, ok := old[p.name]; quick && known && ok && ou.FileSize == fst.Size() && holdsPlan(ou, p) {
+		return ou, hash, true, false, nil
+	}
+	u, ok := w.existing(p, old)
+	if !ok {
+		return UnitInfo{}, "", false, false, nil
+	}
+	if recorded == "" && crcs != nil {
+		// No hash to compare with (a split made before sources were recorded, or one interrupted before its
+		// manifest): the shard's checksums are those of the bytes it was made from.
+		for i, t := range u.Tensors {
+			if t.CRC32C != crcs[i] {
+				return UnitInfo{}, "", false, true, nil
+			}
+		}
+	}
+	return u, hash, true, false, nil
+}
+
+// fingerprint reads unit p's source tensors and returns the hash the split records for them and each tensor's
+// CRC-32C.
+func (w *splitter) fingerprint(p unitPlan) (string, []uint32, error) {
+	w.hasher.reset()
+	w.chunk = grow(w.chunk, chunkSize)
+	crcs := make([]uint32, len(p.tensors))
+	for i, t := range p.tensors {
+		src, err := w.source(t.File)
+		if err != nil {
+			return "", nil, fmt.Errorf("shards: %w", err)
+		}
+		w.hasher.begin(t)
+		for off := int64(0); off < t.Length; off += chunkSize {
+			if err := w.ctx.Err(); err != nil {
+				return "", nil, err
+			}
+			b := w.chunk[:min(chunkSize, t.Length-off)]
+			if err := readAt(src, b, t.Offset+off, t.File); err != nil {
+				return "", nil, fmt.Errorf("shards: %w", err)
+			}
+			crcs[i] = crc32.Update(crcs[i], castagnoli, b)
+			w.hasher.Write(b)
+		}
+	}
+	return w.hasher.sum(), crcs, nil
 }
 
 // existing returns the unit already on disk when its shard matches the plan and verifies.
@@ -334,6 +524,14 @@ func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool
 	slog.Debug("keeping verified shard", "file", path)
 	return UnitInfo{Name: p.name, Layer: p.layer, File: p.file(), FileSize: h.FileSize,
 		DecodeSize: decodeSize(h.Tensors), Tensors: h.Tensors}, true
+}
+
+// holdsPlan reports whether u, as the manifest describes it, is unit p's shard file holding p's tensors (names,
+// dtypes, shapes), whatever their encoding.
+func holdsPlan(u UnitInfo, p unitPlan) bool {
+	return u.Name == p.name && u.File == p.file() && slices.EqualFunc(u.Tensors, p.tensors, func(t TensorInfo, s checkpoint.TensorInfo) bool {
+		return t.Name == s.Name && t.DType == s.DType && slices.Equal(t.Shape, s.Shape) && t.Length == s.Length
+	})
 }
 
 // matchesPlan checks that a parsed shard holds exactly the planned tensors, stored with the asked encoding.
@@ -386,10 +584,11 @@ func (c *countWriter) padTo(align int64) error {
 	return err
 }
 
-// writeUnit writes one shard file atomically and returns its description.
-func (w *splitter) writeUnit(p unitPlan) (UnitInfo, error) {
+// writeUnit writes one shard file atomically and returns its description and the hash of its source tensors.
+func (w *splitter) writeUnit(p unitPlan) (UnitInfo, string, error) {
 	path := filepath.Join(w.out, p.file())
 	h := &shardHeader{Unit: p.name, Encoding: w.enc}
+	w.hasher.reset()
 	err := writeFileAtomic(path, func(dst io.Writer) error {
 		if testHookWriter != nil {
 			dst = testHookWriter(dst)
@@ -416,10 +615,10 @@ func (w *splitter) writeUnit(p unitPlan) (UnitInfo, error) {
 		return err
 	})
 	if err != nil {
-		return UnitInfo{}, fmt.Errorf("shards: writing %s: %w", path, err)
+		return UnitInfo{}, "", fmt.Errorf("shards: writing %s: %w", path, err)
 	}
 	return UnitInfo{Name: p.name, Layer: p.layer, File: p.file(), FileSize: h.FileSize,
-		DecodeSize: decodeSize(h.Tensors), Tensors: h.Tensors}, nil
+		DecodeSize: decodeSize(h.Tensors), Tensors: h.Tensors}, w.hasher.sum(), nil
 }
 
 const chunkSize = 8 << 20
@@ -431,6 +630,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	if err != nil {
 		return ti, err
 	}
+	w.hasher.begin(t)
 	if w.enc == Raw {
 		// Stream in chunks through one reused buffer.
 		w.chunk = grow(w.chunk, chunkSize)
@@ -444,6 +644,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 				return ti, err
 			}
 			crc = crc32.Update(crc, castagnoli, b)
+			w.hasher.Write(b)
 			if _, err := cw.Write(b); err != nil {
 				return ti, err
 			}
@@ -460,6 +661,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		return ti, err
 	}
 	ti.CRC32C = crc32c(w.raw)
+	w.hasher.Write(w.raw)
 	if w.coder == nil {
 		if w.coder, err = newEncoder(w.enc); err != nil {
 			return ti, err

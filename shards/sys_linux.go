@@ -31,3 +31,11 @@ func changeTime(st os.FileInfo) int64 {
 	}
 	return 0
 }
+
+// fileID returns the file's device and inode numbers.
+func fileID(st os.FileInfo) (dev, ino uint64) {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return uint64(s.Dev), s.Ino
+	}
+	return 0, 0
+}

@@ -1,0 +1,298 @@
+package shards
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// Source records what a split was made from, so that a changed checkpoint is noticed: the checkpoint folder,
+// the identity and a content hash of every file of it that the split read or copied, and a content hash of each
+// unit's source tensors. The manifest holds it (Parquet key-value metadata "layerstream.source", as JSON).
+//
+// Checking a split against its checkpoint is cheap while nothing changed: a stat of each file. A file whose
+// identity changed (size, modification or status-change time, device or inode) is hashed again: config and
+// tokenizer files whole, weight files' safetensors headers, and then the tensors of every unit stored in that
+// file, as the split hashed them while it copied them. Only units whose tensors hash differently are split again.
+type Source struct {
+	Checkpoint string       `json:"checkpoint"` // absolute path of the checkpoint folder
+	Files      []SourceFile `json:"files"`
+	// Units maps each unit to the SHA-256 of its source tensors (each tensor's name, dtype, shape and length,
+	// then its bytes, in shard order).
+	Units map[string]string `json:"units"`
+}
+
+// SourceFile is the identity and content hash of one checkpoint file.
+type SourceFile struct {
+	Name string `json:"name"` // relative to the checkpoint folder
+	// Absent records a file the split looked for (a config or tokenizer file) that did not exist.
+	Absent bool `json:"absent,omitempty"`
+	// Weights marks a safetensors file: SHA256 then covers its header only; the tensors are hashed per unit.
+	Weights bool   `json:"weights,omitempty"`
+	Size    int64  `json:"size"`
+	MTime   int64  `json:"mtime_ns"`
+	CTime   int64  `json:"ctime_ns,omitempty"`
+	Dev     uint64 `json:"dev,omitempty"`
+	Inode   uint64 `json:"inode,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
+}
+
+// sourceKey is the manifest's key-value metadata entry holding the Source as JSON.
+const sourceKey = "layerstream.source"
+
+// maxSourceFiles bounds the files a Source may list (a checkpoint has a handful, or a few hundred weight files).
+const maxSourceFiles = 1 << 16
+
+// parseSource decodes and validates a Source read from a manifest.
+func parseSource(js string) (*Source, error) {
+	var s Source
+	d := json.NewDecoder(strings.NewReader(js))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&s); err != nil {
+		return nil, fmt.Errorf("source record: %w", err)
+	}
+	if d.More() {
+		return nil, errors.New("source record: data after the JSON object")
+	}
+	if len(s.Files) > maxSourceFiles {
+		return nil, fmt.Errorf("source record: %d files", len(s.Files))
+	}
+	seen := map[string]bool{}
+	for _, f := range s.Files {
+		if f.Name == "" || f.Name != filepath.Base(f.Name) || f.Name == "." || f.Name == ".." || seen[f.Name] {
+			return nil, fmt.Errorf("source record: file name %q is empty, not a plain name, or repeated", f.Name)
+		}
+		seen[f.Name] = true
+		if f.SHA256 != "" && !isSHA256(f.SHA256) {
+			return nil, fmt.Errorf("source record: file %s: %q is not a SHA-256", f.Name, f.SHA256)
+		}
+	}
+	for u, h := range s.Units {
+		if _, ok := unitLayer(u); !ok || !isSHA256(h) {
+			return nil, fmt.Errorf("source record: unit %q hash %q", u, h)
+		}
+	}
+	return &s, nil
+}
+
+func isSHA256(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == sha256.Size && strings.ToLower(s) == s
+}
+
+// file returns the recorded entry for name.
+func (s *Source) file(name string) (SourceFile, bool) {
+	if s == nil {
+		return SourceFile{}, false
+	}
+	i := slices.IndexFunc(s.Files, func(f SourceFile) bool { return f.Name == name })
+	if i < 0 {
+		return SourceFile{}, false
+	}
+	return s.Files[i], true
+}
+
+// sameIdentity reports whether a and b describe the same, unchanged file (or both an absent one).
+func (a SourceFile) sameIdentity(b SourceFile) bool {
+	if a.Absent || b.Absent {
+		return a.Absent == b.Absent && a.Name == b.Name
+	}
+	return a.Name == b.Name && a.Weights == b.Weights && a.Size == b.Size && a.MTime == b.MTime && a.CTime == b.CTime &&
+		a.Dev == b.Dev && a.Inode == b.Inode
+}
+
+// sourceNames lists the files of ck a split depends on: the copied config and tokenizer files, the index of a
+// sharded checkpoint, and the weight files; weights reports which are weight files.
+func sourceNames(ck *checkpoint.Checkpoint) (names []string, weights map[string]bool) {
+	names = append(slices.Clone(CopiedFiles), checkpoint.IndexFile)
+	weights = map[string]bool{}
+	for _, t := range ck.Tensors {
+		n := filepath.Base(t.File)
+		if !weights[n] {
+			weights[n] = true
+			names = append(names, n)
+		}
+	}
+	return names, weights
+}
+
+// statSourceFile describes name in dir by its identity, without hashing it.
+func statSourceFile(dir, name string, weights bool) (SourceFile, error) {
+	f := SourceFile{Name: name, Weights: weights}
+	st, err := os.Stat(filepath.Join(dir, name))
+	if errors.Is(err, os.ErrNotExist) && !weights {
+		f.Absent = true
+		return f, nil
+	}
+	if err != nil {
+		return f, fmt.Errorf("shards: checkpoint file: %w", err)
+	}
+	f.Size, f.MTime, f.CTime = st.Size(), st.ModTime().UnixNano(), changeTime(st)
+	f.Dev, f.Inode = fileID(st)
+	return f, nil
+}
+
+// hashSourceFile fills f.SHA256: of the whole file, or of a weight file's safetensors header (its 8-byte length
+// and the JSON).
+func hashSourceFile(dir string, f *SourceFile) error {
+	if f.Absent {
+		return nil
+	}
+	path := filepath.Join(dir, f.Name)
+	in, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("shards: hashing %s: %w", path, err)
+	}
+	defer in.Close()
+	h := sha256.New()
+	var r io.Reader = in
+	if f.Weights {
+		var n [8]byte
+		if _, err := io.ReadFull(in, n[:]); err != nil {
+			return fmt.Errorf("shards: hashing %s: %w", path, err)
+		}
+		size := binary.LittleEndian.Uint64(n[:])
+		if size > checkpoint.MaxHeaderSize {
+			return fmt.Errorf("shards: hashing %s: safetensors header length %d", path, size)
+		}
+		h.Write(n[:])
+		r = io.LimitReader(in, int64(size))
+	}
+	if _, err := io.Copy(h, r); err != nil {
+		return fmt.Errorf("shards: hashing %s: %w", path, err)
+	}
+	f.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return nil
+}
+
+// sourceState is a checkpoint's files now, compared with a previous Source.
+type sourceState struct {
+	src *Source
+	// moved are the weight files whose identity differs from the record (all of them without a record): the
+	// tensors stored in them must be hashed again to know whether they changed.
+	moved map[string]bool
+	// changed names the files whose content differs from the record (hash, or present/absent), for the log.
+	changed []string
+}
+
+// readSourceState stats every file ck's split depends on and hashes those whose identity differs from prev
+// (which may be nil). A file's hash is taken after its stat, so a file changing meanwhile is caught next time.
+func readSourceState(ck *checkpoint.Checkpoint, prev *Source) (*sourceState, error) {
+	abs, err := filepath.Abs(ck.Dir)
+	if err != nil {
+		abs = ck.Dir
+	}
+	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}}, moved: map[string]bool{}}
+	names, weights := sourceNames(ck)
+	for _, name := range names {
+		f, err := statSourceFile(ck.Dir, name, weights[name])
+		if err != nil {
+			return nil, err
+		}
+		old, had := prev.file(name)
+		if had && old.sameIdentity(f) {
+			f.SHA256 = old.SHA256
+		} else {
+			if err := hashSourceFile(ck.Dir, &f); err != nil {
+				return nil, err
+			}
+			if f.Weights {
+				st.moved[name] = true
+			}
+			if prev != nil && (!had || old.Absent != f.Absent || old.SHA256 != f.SHA256) {
+				st.changed = append(st.changed, name)
+			}
+		}
+		st.src.Files = append(st.src.Files, f)
+	}
+	if prev != nil {
+		for _, f := range prev.Files {
+			if !slices.Contains(names, f.Name) && !f.Absent {
+				st.changed = append(st.changed, f.Name) // a weight file the checkpoint no longer has
+			}
+		}
+	}
+	return st, nil
+}
+
+// unitKnown reports whether plan p's source tensors are known unchanged since prev was recorded: prev hashed
+// the unit and none of the files holding its tensors changed identity. It returns the recorded hash.
+func (st *sourceState) unitKnown(p unitPlan, prev *Source) (string, bool) {
+	if prev == nil || prev.Units[p.name] == "" {
+		return "", false
+	}
+	for _, t := range p.tensors {
+		if st.moved[filepath.Base(t.File)] {
+			return "", false
+		}
+	}
+	return prev.Units[p.name], true
+}
+
+// upToDate reports whether the split recorded by src still matches ck without hashing anything: every file
+// has the recorded identity and every unit a recorded hash. The reason comes back when it does not.
+func upToDate(src *Source, ck *checkpoint.Checkpoint, units []UnitInfo) (bool, string) {
+	if src == nil {
+		return false, "the split has no source record (made by an older layerstream)"
+	}
+	names, weights := sourceNames(ck)
+	for _, name := range names {
+		f, err := statSourceFile(ck.Dir, name, weights[name])
+		if err != nil {
+			return false, err.Error()
+		}
+		old, ok := src.file(name)
+		if !ok || !old.sameIdentity(f) {
+			return false, name + " changed"
+		}
+	}
+	for _, f := range src.Files {
+		if !f.Absent && !slices.Contains(names, f.Name) {
+			return false, f.Name + " is gone"
+		}
+	}
+	for _, u := range units {
+		if src.Units[u.Name] == "" {
+			return false, "unit " + u.Name + " has no recorded hash"
+		}
+	}
+	return true, ""
+}
+
+// tensorHasher hashes a unit's source tensors: for each tensor its name, dtype, shape and length, then its bytes.
+type tensorHasher struct{ h hash.Hash }
+
+func newTensorHasher() *tensorHasher { return &tensorHasher{h: sha256.New()} }
+
+func (th *tensorHasher) reset() { th.h.Reset() }
+
+// begin starts tensor t; its bytes follow through Write.
+func (th *tensorHasher) begin(t checkpoint.TensorInfo) {
+	var b []byte
+	b = append(b, t.Name...)
+	b = append(b, 0)
+	b = append(b, t.DType...)
+	for _, d := range t.Shape {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, d, 10)
+	}
+	b = append(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, uint64(t.Length))
+	th.h.Write(b)
+}
+
+func (th *tensorHasher) Write(p []byte) (int, error) { return th.h.Write(p) }
+
+func (th *tensorHasher) sum() string { return hex.EncodeToString(th.h.Sum(nil)) }
