@@ -360,7 +360,7 @@ func TestCacheNamesDoNotCollide(t *testing.T) {
 }
 
 func TestParseSourceRejects(t *testing.T) {
-	good := `{"checkpoint":"/x","files":[{"name":"config.json","size":3,"mtime_ns":1,"sha256":"` + strings.Repeat("ab", 32) + `"}],"units":{"embed":"` + strings.Repeat("cd", 32) + `"}}`
+	good := `{"checkpoint":"/x","files":[{"name":"config.json","size":3,"mtime_ns":1,"sha256":"` + strings.Repeat("ab", 32) + `"}],"units":{"embed":"` + strings.Repeat("cd", 16) + `"}}`
 	if _, err := parseSource(good); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestParseSourceRejects(t *testing.T) {
 		`{"files":[{"name":"../config.json"}]}`,
 		`{"files":[{"name":"a"},{"name":"a"}]}`,
 		`{"files":[{"name":"a","sha256":"xyz"}]}`,
-		`{"units":{"layer.x":"` + strings.Repeat("cd", 32) + `"}}`,
+		`{"units":{"layer.x":"` + strings.Repeat("cd", 16) + `"}}`,
 		`{"units":{"embed":"short"}}`,
 		`{"extra":1}`,
 		`{} {}`,
