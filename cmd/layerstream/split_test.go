@@ -42,3 +42,46 @@ func TestSynthSplitVerify(t *testing.T) {
 		t.Fatalf("unknown shape: exit %d", code)
 	}
 }
+
+// Issue #13 case 4: weights of the same shapes saved over the checkpoint. split --verify reports it and advises
+// running split again; doing so must re-split them (it used to keep the old shards, so verify kept failing).
+func TestSplitVerifyAdviceWorks(t *testing.T) {
+	tmp := t.TempDir()
+	ck, other := filepath.Join(tmp, "ck"), filepath.Join(tmp, "other")
+	var out, errb bytes.Buffer
+	for i, dir := range []string{ck, other} {
+		if code := run([]string{"synth", "--shape", "smollm2-135m", "--layers", "1", "--seed", []string{"5", "6"}[i], "--out", dir}, &out, &errb); code != 0 {
+			t.Fatalf("synth: exit %d: %s", code, errb.String())
+		}
+	}
+	dir := filepath.Join(tmp, "shards")
+	if code := run([]string{"split", ck, "--out", dir, "--quiet"}, &out, &errb); code != 0 {
+		t.Fatalf("split: exit %d: %s", code, errb.String())
+	}
+	// A fine-tune saved over its base: same shapes, other weights.
+	files, _ := filepath.Glob(filepath.Join(other, "*.safetensors"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ck, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errb.Reset()
+	if code := run([]string{"split", "--verify", ck, "--out", dir}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "run layerstream split again") {
+		t.Fatalf("split --verify of a stale split: exit %d: %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"split", ck, "--out", dir, "--quiet"}, &out, &errb); code != 0 {
+		t.Fatalf("split again: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "changed since it was split") {
+		t.Errorf("split again did not say the checkpoint changed: %s", errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"split", "--verify", ck, "--out", dir}, &out, &errb); code != 0 {
+		t.Fatalf("split --verify after following the advice: exit %d: %s", code, errb.String())
+	}
+}
