@@ -30,15 +30,24 @@ const (
 )
 
 // openShards resolves model (a shard folder, a Hugging Face checkpoint folder or a Hub repo id) to a shard set.
-// A checkpoint is split on first use, into opts.ShardDir or shards.DefaultDir; later opens reuse the split
-// while it still matches the checkpoint's tensors.
+// A checkpoint is split on first use, into opts.ShardDir or shards.DefaultDir, and the split follows it when it
+// changes (shards.Ensure). A shard folder given directly is used as it is, with a warning when the checkpoint it
+// was made from has changed since.
 func openShards(ctx context.Context, model string, opts Options) (*shards.Set, error) {
 	dir, err := hub.Resolve(ctx, model, opts.Hub)
 	if err != nil {
 		return nil, err
 	}
 	if shards.IsSet(dir) {
-		return shards.Open(dir)
+		set, err := shards.Open(dir)
+		if err == nil {
+			if changed := set.SourceChanged(); changed != "" {
+				slog.Warn("the checkpoint this shard folder was split from has changed since: pass the checkpoint "+
+					"folder to follow it, or run layerstream split on it with --out "+dir, "shards", dir,
+					"checkpoint", set.Source().Checkpoint, "changed", changed)
+			}
+		}
+		return set, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
 		return nil, fmt.Errorf("model %s: neither a shard folder (no %s) nor a checkpoint folder (no config.json)", dir, shards.ManifestFile)
@@ -47,32 +56,5 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 	if err != nil {
 		return nil, err
 	}
-	out := opts.ShardDir
-	if out == "" {
-		out = shards.DefaultDir(dir)
-	}
-	if shards.IsSet(out) {
-		set, err := shards.Open(out)
-		if err == nil && sameTensors(set, ck) {
-			return set, nil
-		}
-		slog.Info("existing split does not match the checkpoint; splitting again", "shards", out, "err", err)
-	}
-	slog.Info("splitting the checkpoint into per-layer shards (first use)", "checkpoint", dir, "shards", out)
-	return shards.Split(ctx, ck, shards.SplitOptions{Out: out, Progress: opts.SplitProgress})
-}
-
-// sameTensors reports whether set holds exactly ck's tensors (names, dtypes, shapes).
-func sameTensors(set *shards.Set, ck *checkpoint.Checkpoint) bool {
-	n := 0
-	for _, u := range set.Units() {
-		for _, t := range u.Tensors {
-			c, ok := ck.Tensor(t.Name)
-			if !ok || c.DType != t.DType || c.Length != t.Length || fmt.Sprint(c.Shape) != fmt.Sprint(t.Shape) {
-				return false
-			}
-			n++
-		}
-	}
-	return n == len(ck.Tensors)
+	return shards.Ensure(ctx, ck, shards.SplitOptions{Out: opts.ShardDir, Progress: opts.SplitProgress})
 }

@@ -275,6 +275,27 @@ func upToDate(src *Source, ck *checkpoint.Checkpoint, units []UnitInfo) (bool, s
 	return true, ""
 }
 
+// SourceChanged compares the split's source record with the checkpoint folder it names and returns which of
+// its files changed identity since the split ("" when none did, or when the record or the folder is missing: a
+// checkpoint deleted after splitting is normal). It hashes nothing: a file merely touched counts as changed.
+func (s *Set) SourceChanged() string {
+	src := s.source
+	if src == nil || src.Checkpoint == "" {
+		return ""
+	}
+	if st, err := os.Stat(src.Checkpoint); err != nil || !st.IsDir() {
+		return ""
+	}
+	var changed []string
+	for _, f := range src.Files {
+		now, err := statSourceFile(src.Checkpoint, f.Name, f.Weights)
+		if err != nil || !now.sameIdentity(f) {
+			changed = append(changed, f.Name)
+		}
+	}
+	return strings.Join(changed, ",")
+}
+
 // tensorHasher computes the hash a split records for a unit's source tensors: XXH3-128 over, for each tensor,
 // its name, dtype, shape and length, then its bytes. XXH3 is not a cryptographic hash, but its 128 bits make an
 // accidental match of changed tensors as unlikely as SHA-256's would, and it runs at memory speed: SHA-256 (at
