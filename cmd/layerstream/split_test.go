@@ -74,7 +74,7 @@ func TestSplitVerifyAdviceWorks(t *testing.T) {
 		t.Fatalf("split --verify of a stale split: exit %d: %s", code, errb.String())
 	}
 	errb.Reset()
-	if code := run([]string{"split", ck, "--out", dir, "--quiet"}, &out, &errb); code != 0 {
+	if code := run([]string{"split", ck, "--out", dir}, &out, &errb); code != 0 {
 		t.Fatalf("split again: exit %d: %s", code, errb.String())
 	}
 	if !strings.Contains(errb.String(), "changed since it was split") {
