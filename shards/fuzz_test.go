@@ -15,8 +15,8 @@ import (
 	"github.com/layerstream/layerstream/synth"
 )
 
-// seedShards splits a very small synthetic model with each encoding and returns some shard files as seeds.
-func seedShards(f *testing.F) [][]byte {
+// seedSplits splits a very small synthetic model with each encoding into folders named after it.
+func seedSplits(f *testing.F, encs ...Encoding) map[Encoding]*Set {
 	dir := f.TempDir()
 	shape := synth.Shape{HiddenSize: 16, IntermediateSize: 24, NumLayers: 1, NumHeads: 2, VocabSize: 40}
 	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.BF16, Seed: 1}); err != nil {
@@ -26,12 +26,20 @@ func seedShards(f *testing.F) [][]byte {
 	if err != nil {
 		f.Fatal(err)
 	}
-	var seeds [][]byte
-	for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd} {
-		out := filepath.Join(dir, string(enc))
-		if _, err := Split(context.Background(), ck, SplitOptions{Out: out, Encoding: enc}); err != nil {
+	sets := map[Encoding]*Set{}
+	for _, enc := range encs {
+		if sets[enc], err = Split(context.Background(), ck, SplitOptions{Out: filepath.Join(dir, string(enc)), Encoding: enc}); err != nil {
 			f.Fatal(err)
 		}
+	}
+	return sets
+}
+
+// seedShards returns some shard files of seedSplits as seeds.
+func seedShards(f *testing.F) [][]byte {
+	var seeds [][]byte
+	for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd} {
+		out := seedSplits(f, enc)[enc].Dir
 		for _, unit := range []string{"layer.0", "norm"} {
 			b, err := os.ReadFile(filepath.Join(out, unit+".shard"))
 			if err != nil {
@@ -142,21 +150,8 @@ func FuzzShardLoad(f *testing.F) {
 // FuzzManifest: any bytes as manifest.parquet parse without panicking (or a damaged file is an error), and an
 // accepted manifest describes units whose tensors lie inside their files.
 func FuzzManifest(f *testing.F) {
-	dir := f.TempDir()
-	shape := synth.Shape{HiddenSize: 16, IntermediateSize: 24, NumLayers: 1, NumHeads: 2, VocabSize: 40}
-	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.BF16, Seed: 1}); err != nil {
-		f.Fatal(err)
-	}
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, enc := range []Encoding{Raw, Zstd} {
-		out := filepath.Join(dir, string(enc))
-		s, err := Split(context.Background(), ck, SplitOptions{Out: out, Encoding: enc})
-		if err != nil {
-			f.Fatal(err)
-		}
+	for _, s := range seedSplits(f, Raw, Zstd) {
+		out := s.Dir
 		b, err := os.ReadFile(filepath.Join(out, ManifestFile))
 		if err != nil {
 			f.Fatal(err)
