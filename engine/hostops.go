@@ -131,14 +131,7 @@ func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []
 func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 	xa := arr(x)
 	wf := weightData(w).([]float32)
-	if offset != 0 { // Gemma's (1 + w), formed in float32
-		off := float32(offset)
-		shifted := make([]float32, len(wf))
-		for i, v := range wf {
-			shifted[i] = off + v
-		}
-		wf = shifted
-	}
+	off := float32(offset) // Gemma's (1 + w), formed in float32
 	h := len(wf)
 	y := o.arena.array(xa.dims...)
 	for r := 0; r < len(xa.data); r += h {
@@ -148,7 +141,7 @@ func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 		}
 		scale := float32(1 / math.Sqrt(ss/float64(h)+eps))
 		for i, v := range xa.data[r : r+h] {
-			y.data[r+i] = v * scale * wf[i]
+			y.data[r+i] = v * scale * (off + wf[i])
 		}
 	}
 	return y
