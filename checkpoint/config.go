@@ -63,6 +63,20 @@ type Config struct {
 	NoRopeLayers        []int `json:"no_rope_layers"`
 	NoRopeLayerInterval int   `json:"no_rope_layer_interval"`
 
+	// Gemma 2 and 3: hidden_activation is the MLP activation (transformers' Gemma classes read it, not
+	// hidden_act); query_pre_attn_scalar^-½ scales the attention scores; the soft-caps are nil when null;
+	// rope_local_base_freq is the local (sliding) layers' rotary base in transformers 4's spelling of Gemma 3;
+	// sliding_window_pattern (Gemma 3 without layer_types): every pattern-th layer is global. Config classes
+	// save _sliding_window_pattern beside layer_types, which then decide.
+	HiddenActivation          string   `json:"hidden_activation"`
+	QueryPreAttnScalar        float64  `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcapping      *float64 `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping     *float64 `json:"final_logit_softcapping"`
+	RopeLocalBaseFreq         *float64 `json:"rope_local_base_freq"`
+	SlidingWindowPattern      *int     `json:"sliding_window_pattern"`
+	SavedSlidingWindowPattern *int     `json:"_sliding_window_pattern"`
+	UseBidirectionalAttention *bool    `json:"use_bidirectional_attention"`
+
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
 }

@@ -200,3 +200,58 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestGemmaPhiConfigs: Gemma 2, Gemma 3 and Phi-3 configs in both spellings, with transformers' defaults for
+// absent keys.
+func TestGemmaPhiConfigs(t *testing.T) {
+	gemma3 := func(edit map[string]any) *Config {
+		t.Helper()
+		e := map[string]any{"architectures": []string{"Gemma3ForCausalLM"}, "model_type": "gemma3_text", "mlp_bias": nil,
+			"pretraining_tp": nil, "hidden_act": nil, "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 8, "tie_word_embeddings": nil,
+			"layer_types": []string{"sliding_attention", "full_attention"}, "_sliding_window_pattern": 6}
+		maps.Copy(e, edit)
+		c, err := ParseConfig(llamaConfig(t, e))
+		if err != nil {
+			t.Fatalf("%v: %v", edit, err)
+		}
+		return c
+	}
+	// transformers 5: rope_parameters by layer type; transformers 4: the global layers' rope_theta and
+	// rope_scaling, and rope_local_base_freq.
+	c5 := gemma3(map[string]any{"rope_parameters": map[string]any{
+		"full_attention":    map[string]any{"rope_type": "linear", "factor": 8.0, "rope_theta": 500000.0},
+		"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": 20000.0}}})
+	if g, l := c5.RopeByLayerType["full_attention"], c5.RopeByLayerType["sliding_attention"]; g.Type != "linear" || g.Factor != 8 || g.Theta != 5e5 || l.Type != "default" || l.Theta != 2e4 || !reflect.DeepEqual(c5.Rope, g) {
+		t.Errorf("transformers 5 Gemma 3 rope: %+v", c5.RopeByLayerType)
+	}
+	c4 := gemma3(map[string]any{"rope_parameters": nil, "rope_theta": 500000.0, "rope_local_base_freq": 20000.0,
+		"rope_scaling": map[string]any{"rope_type": "linear", "factor": 8.0}})
+	if c4.RopeByLayerType != nil || c4.Rope.Type != "linear" || c4.Rope.Theta != 5e5 || *c4.RopeLocalBaseFreq != 2e4 {
+		t.Errorf("transformers 4 Gemma 3 rope: %+v local %v", c4.Rope, c4.RopeLocalBaseFreq)
+	}
+	// Entries named by layer type are nested even when layer_types lacks one (every layer local), and a local
+	// entry without rope_theta takes Gemma 3's local default.
+	c := gemma3(map[string]any{"layer_types": []string{"sliding_attention", "sliding_attention"}, "rope_parameters": map[string]any{
+		"full_attention": map[string]any{"rope_type": "default"}, "sliding_attention": map[string]any{"rope_type": "default"}}})
+	if c.RopeByLayerType["sliding_attention"].Theta != 1e4 || c.RopeByLayerType["full_attention"].Theta != 1e6 {
+		t.Errorf("Gemma 3 default thetas: %+v", c.RopeByLayerType)
+	}
+	if c.QueryPreAttnScalar != 256 || !c.TieWordEmbeddings || c.AttnLogitSoftcapping != nil || c.FinalLogitSoftcapping != nil {
+		t.Errorf("Gemma 3 defaults: %+v", c)
+	}
+	c, err := ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"Gemma2ForCausalLM"}, "model_type": "gemma2",
+		"mlp_bias": nil, "pretraining_tp": nil, "head_dim": nil, "tie_word_embeddings": nil, "final_logit_softcapping": json.RawMessage("null")}))
+	if err != nil || c.HeadDim != 256 || c.QueryPreAttnScalar != 256 || *c.AttnLogitSoftcapping != 50 || c.FinalLogitSoftcapping != nil ||
+		!c.TieWordEmbeddings || c.HiddenActivation != "gelu_pytorch_tanh" || *c.SlidingWindow != 4096 {
+		t.Fatalf("Gemma 2 defaults (a null soft-cap stays null): %+v %v", c, err)
+	}
+	// Phi-3: "su" is longrope; original_max_position_embeddings defaults to Phi3Config's 4096 and wins over the
+	// rope dict's; rms_norm_eps 1e-5.
+	c, err = ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"Phi3ForCausalLM"}, "model_type": "phi3",
+		"mlp_bias": nil, "pretraining_tp": nil, "attention_bias": nil, "rms_norm_eps": nil, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+		"partial_rotary_factor": 0.75, "max_position_embeddings": 131072, "rope_parameters": nil, "rope_theta": 10000.0,
+		"rope_scaling": map[string]any{"type": "su", "short_factor": []float64{1, 2}, "long_factor": []float64{3, 4}}}))
+	if err != nil || c.Rope.Type != "longrope" || c.Rope.OriginalMaxPositionEmbeddings != 4096 || c.Rope.PartialRotaryFactor != 0.75 || c.RMSNormEps != 1e-5 {
+		t.Fatalf("Phi-3 su rope: %+v %v", c.Rope, err)
+	}
+}

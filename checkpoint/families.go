@@ -16,6 +16,9 @@ type Architecture struct {
 	// DefaultRopeTheta is the rotary base when neither spelling gives one (transformers' default_theta); 0 means
 	// 10000.
 	DefaultRopeTheta float64
+	// DefaultLayerTypeRopeTheta overrides DefaultRopeTheta for an entry of rope_parameters nested by layer type
+	// (Gemma 3's local layers: 10000).
+	DefaultLayerTypeRopeTheta map[string]float64
 }
 
 var architectures = map[string]Architecture{}
@@ -56,7 +59,7 @@ var HarmlessKeys = []string{
 	"auto_map",
 	// training only, or an execution choice with the same result
 	"initializer_range", "attention_dropout", "use_cache", "pretraining_tp", "use_bfloat16", "tf_legacy_loss",
-	"torchscript",
+	"torchscript", "resid_pdrop", "embd_pdrop", "cache_implementation",
 	// Python API switches and encoder-decoder fields a decoder-only model leaves unused
 	"output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "is_decoder",
 	"is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "cross_attention_hidden_size",
@@ -86,7 +89,9 @@ func init() {
 	RegisterArchitecture(Architecture{Name: "Qwen3ForCausalLM", ModelType: "qwen3", Keys: append([]string{"attention_bias"}, slidingKeys...),
 		Defaults: map[string]any{"head_dim": 128, "sliding_window": 4096, "max_window_layers": 28}})
 	RegisterArchitecture(Architecture{Name: "Olmo2ForCausalLM", ModelType: "olmo2", Keys: []string{"attention_bias"},
-		Defaults: map[string]any{"rms_norm_eps": 1e-5}})
+		// Phi3Config always has original_max_position_embeddings (4096 by default), and transformers prefers it
+		// to the rope dict's.
+		Defaults: map[string]any{"rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096}})
 	RegisterArchitecture(Architecture{Name: "GraniteForCausalLM", ModelType: "granite",
 		Keys:     []string{"attention_bias", "mlp_bias", "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"},
 		Defaults: map[string]any{"embedding_multiplier": 1.0, "attention_multiplier": 1.0, "residual_multiplier": 1.0, "logits_scaling": 1.0}})
@@ -95,4 +100,22 @@ func init() {
 		Keys:             append([]string{"attention_bias", "mlp_bias", "no_rope_layers", "no_rope_layer_interval"}, slidingKeys...),
 		Defaults:         map[string]any{"tie_word_embeddings": true, "no_rope_layer_interval": 4},
 		DefaultRopeTheta: 2000000.0})
+	// Gemma 2 and 3 (text): transformers' Gemma2Config and Gemma3TextConfig defaults. hidden_act, which old
+	// checkpoints carry beside hidden_activation, is read and unused, as transformers' Gemma classes leave it.
+	gemmaKeys := []string{"attention_bias", "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
+		"final_logit_softcapping", "sliding_window", "layer_types", "use_bidirectional_attention"}
+	RegisterArchitecture(Architecture{Name: "Gemma2ForCausalLM", ModelType: "gemma2", Keys: gemmaKeys,
+		Defaults: map[string]any{"head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+			"attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "sliding_window": 4096, "tie_word_embeddings": true}})
+	gemma3 := Architecture{Name: "Gemma3ForCausalLM", ModelType: "gemma3_text",
+		Keys: append([]string{"rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern"}, gemmaKeys...),
+		Defaults: map[string]any{"head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+			"sliding_window": 4096, "tie_word_embeddings": true},
+		DefaultRopeTheta: 1000000.0, DefaultLayerTypeRopeTheta: map[string]float64{"sliding_attention": 10000.0}}
+	RegisterArchitecture(gemma3)
+	// Phi-3, Phi-3.5, Phi-4-mini: transformers' Phi3Config defaults (rms_norm_eps 1e-5).
+	RegisterArchitecture(Architecture{Name: "Phi3ForCausalLM", ModelType: "phi3", Keys: []string{"sliding_window", "partial_rotary_factor"},
+		// Phi3Config always has original_max_position_embeddings (4096 by default), and transformers prefers it
+		// to the rope dict's.
+		Defaults: map[string]any{"rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096}})
 }

@@ -88,15 +88,18 @@ func parseRope(m map[string]json.RawMessage, c *Config) (Rope, map[string]Rope, 
 			return Rope{}, nil, fmt.Errorf("config: %s: want an object, got %s", src, short(raw))
 		}
 	}
-	one := func(name string, d map[string]json.RawMessage) (Rope, error) {
+	one := func(name, layerType string, d map[string]json.RawMessage) (Rope, error) {
 		r, err := ropeFrom(name, d, c, topOrig)
 		if err != nil {
 			return r, err
 		}
 		if r.Theta == 0 {
-			if theta != nil {
+			switch def, ok := c.Arch.DefaultLayerTypeRopeTheta[layerType]; {
+			case theta != nil:
 				r.Theta = *theta
-			} else {
+			case ok:
+				r.Theta = def
+			default:
 				r.Theta = defTheta
 			}
 		} else if theta != nil && *theta != r.Theta {
@@ -117,7 +120,7 @@ func parseRope(m map[string]json.RawMessage, c *Config) (Rope, map[string]Rope, 
 			if err := json.Unmarshal(dict[lt], &d); err != nil {
 				return Rope{}, nil, fmt.Errorf("config: %s.%s: want an object, got %s", src, lt, short(dict[lt]))
 			}
-			r, err := one(src+"."+lt, d)
+			r, err := one(src+"."+lt, lt, d)
 			if err != nil {
 				return Rope{}, nil, err
 			}
@@ -125,18 +128,22 @@ func parseRope(m map[string]json.RawMessage, c *Config) (Rope, map[string]Rope, 
 		}
 		return byType["full_attention"], byType, nil
 	}
-	r, err := one(src, dict)
+	r, err := one(src, "", dict)
 	return r, nil, err
 }
 
-// nestedRopeKeys returns the keys of a rope dict nested by layer type (every key a layer_types entry), sorted;
-// nil for a flat dict.
+// layerTypeNames are the layer types every family names its rope_parameters entries by, whether config.json
+// lists layer_types or the family derives them (Gemma 3's sliding_window_pattern).
+var layerTypeNames = []string{"full_attention", "sliding_attention"}
+
+// nestedRopeKeys returns the keys of a rope dict nested by layer type (every key a layer_types entry or a
+// layer type name), sorted; nil for a flat dict.
 func nestedRopeKeys(d map[string]json.RawMessage, layerTypes []string) []string {
-	if len(d) == 0 || len(layerTypes) == 0 {
+	if len(d) == 0 {
 		return nil
 	}
 	for k := range d {
-		if !slices.Contains(layerTypes, k) {
+		if !slices.Contains(layerTypes, k) && !slices.Contains(layerTypeNames, k) {
 			return nil
 		}
 	}

@@ -158,6 +158,30 @@ func TestFamiliesMatchReference(t *testing.T) {
 			c["no_rope_layers"], c["use_sliding_window"], c["sliding_window"] = []int{1, 0, 1}, true, 4
 			return c
 		}(), false},
+		{"gemma2", gemma2Config(), false},
+		{"gemma2 bf16 embedding scale", func() map[string]any {
+			c := gemma2Config()
+			c["dtype"] = "bfloat16" // f32 weights, but √24 = 4.898979 rounded to bf16 (4.90625) as transformers does
+			return c
+		}(), false},
+		{"gemma3 rope_parameters by layer type", gemma3Config(), false},
+		{"gemma3 transformers 4 spelling", func() map[string]any {
+			c := gemma3Config()
+			delete(c, "layer_types") // from sliding_window_pattern: layers 0 and 2 local, 1 global
+			c["sliding_window_pattern"] = 2
+			c["rope_parameters"], c["rope_theta"], c["rope_local_base_freq"] = nil, 100000.0, 3000.0
+			c["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": 8.0}
+			return c
+		}(), false},
+		{"phi3 partial rotary, sliding window", func() map[string]any {
+			c := familyBase("Phi3ForCausalLM", "phi3")
+			c["sliding_window"] = 5
+			c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
+			return c
+		}(), false},
+		// The prompt (12 positions) outgrows original_max_position_embeddings (8): one pass rotates with the long
+		// factors; a token-by-token decode uses the short ones until it does (TestLongRopeRecompute).
+		{"phi3 longrope", phi3LongRopeConfig(), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := writeFamily(t, tc.cfg, nil)
@@ -192,6 +216,94 @@ func TestFamiliesMatchReference(t *testing.T) {
 				check("token by token (graphs)", tokenByToken(t, open(t, dir, Options{GraphDecode: true}), familyIDs))
 			}
 		})
+	}
+}
+
+// gemma2Config is a tiny Gemma 2: attention and final soft-caps, query_pre_attn_scalar 12 (not head_dim 8),
+// local layers 0 and 2 with a window of 4.
+func gemma2Config() map[string]any {
+	c := familyBase("Gemma2ForCausalLM", "gemma2")
+	c["hidden_activation"], c["query_pre_attn_scalar"], c["sliding_window"] = "gelu_pytorch_tanh", 12, 4
+	c["attn_logit_softcapping"], c["final_logit_softcapping"], c["tie_word_embeddings"] = 5.0, 6.0, true
+	return c
+}
+
+// gemma3Config is a tiny Gemma 3 in transformers 5's spelling: layers local, local, global (window 5), the
+// global layers' rope linear-scaled, the local layers' with their own base.
+func gemma3Config() map[string]any {
+	c := familyBase("Gemma3ForCausalLM", "gemma3_text")
+	c["hidden_activation"], c["query_pre_attn_scalar"], c["sliding_window"] = "gelu_pytorch_tanh", 10, 5
+	c["layer_types"] = []string{"sliding_attention", "sliding_attention", "full_attention"}
+	c["rope_parameters"] = map[string]any{
+		"full_attention":    map[string]any{"rope_type": "linear", "factor": 8.0, "rope_theta": 100000.0},
+		"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": 3000.0},
+	}
+	return c
+}
+
+// phi3LongRopeConfig is a tiny Phi-3 with longrope over original_max_position_embeddings 8 (of 32) and
+// partial rotary (4 of 8 dimensions: 2 factors each).
+func phi3LongRopeConfig() map[string]any {
+	c := familyBase("Phi3ForCausalLM", "phi3")
+	c["max_position_embeddings"], c["original_max_position_embeddings"] = 32, 8
+	c["rope_parameters"] = map[string]any{"rope_type": "longrope", "rope_theta": 1000.0, "partial_rotary_factor": 0.5,
+		"short_factor": []float64{1, 1.5}, "long_factor": []float64{3, 7}, "original_max_position_embeddings": 8}
+	return c
+}
+
+// TestLongRopeRecompute: a Phi-3 longrope sequence whose cache was written with the short factors is computed
+// again, whole, when a pass takes it past original_max_position_embeddings (Plan.Recompute), as transformers'
+// generate does: a prompt prefilled in chunks that cross the limit, and a short prompt whose decode crosses it,
+// give the tokens (and log-probabilities) of one pass over the same ids, and the logits at the crossing are the
+// float64 reference's over the whole sequence (long factors at every position).
+func TestLongRopeRecompute(t *testing.T) {
+	dir := writeFamily(t, phi3LongRopeConfig(), nil)
+	ctx := context.Background()
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []Options{{}, {GraphDecode: true}} {
+		e := open(t, dir, opts)
+		gen := func(r Request) (*Result, []float64) {
+			t.Helper()
+			r.StopIDs, r.Logprobs = []int{}, true
+			var lps []float64
+			res, err := e.Generate(ctx, r, func(tok Token) error { lps = append(lps, tok.Logprob); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res, lps
+		}
+		// The prompt of 12 crosses 8 in its third chunk of 4: the whole prompt is computed again.
+		whole, wholeLP := gen(Request{PromptIDs: familyIDs, MaxNewTokens: 6})
+		chunked, chunkedLP := gen(Request{PromptIDs: familyIDs, MaxNewTokens: 6, PrefillChunk: 4})
+		if !slices.Equal(whole.GeneratedIDs, chunked.GeneratedIDs) {
+			t.Errorf("graph decode %v: chunked prefill %v, one pass %v", opts.GraphDecode, chunked.GeneratedIDs, whole.GeneratedIDs)
+		}
+		for i := range wholeLP {
+			if d := math.Abs(wholeLP[i] - chunkedLP[i]); d > 1e-5 {
+				t.Errorf("graph decode %v, token %d: log-probability %g chunked, %g in one pass", opts.GraphDecode, i+1, chunkedLP[i], wholeLP[i])
+			}
+		}
+		// A prompt of 5 decodes 3 tokens with the short factors, then its 9th position crosses: the token chosen
+		// there is the argmax of the reference's logits over those 9 ids.
+		short, _ := gen(Request{PromptIDs: familyIDs[:5], MaxNewTokens: 6})
+		seq := append(slices.Clone(familyIDs[:5]), short.GeneratedIDs[:4]...)
+		ref, err := reference.Forward(ck, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := ref.Logits[len(seq)-1]
+		best := 0
+		for i, v := range last {
+			if v > last[best] {
+				best = i
+			}
+		}
+		if short.GeneratedIDs[4] != best {
+			t.Errorf("graph decode %v: token after the crossing %d, the reference's argmax over the long-rotated sequence %d", opts.GraphDecode, short.GeneratedIDs[4], best)
+		}
 	}
 }
 
@@ -230,15 +342,22 @@ func TestSlidingBatchMatchesAlone(t *testing.T) {
 // rotary_emb.inv_freq, which old checkpoints saved, is skipped.
 func TestUnusedTensorsRefused(t *testing.T) {
 	ctx := context.Background()
+	llama := familyBase("LlamaForCausalLM", "llama")
 	for _, tc := range []struct {
+		base  map[string]any
 		extra map[string][]int
 		want  string
 	}{
-		{map[string][]int{"self_attn.o_proj.bias": {24}}, "self_attn.o_proj.bias"},
-		{map[string][]int{"self_attn.q_norm.weight": {8}}, "self_attn.q_norm.weight"},
-		{map[string][]int{"self_attn.rotary_emb.inv_freq": {4}}, ""},
+		{llama, map[string][]int{"self_attn.o_proj.bias": {24}}, "self_attn.o_proj.bias"},
+		{llama, map[string][]int{"self_attn.q_norm.weight": {8}}, "self_attn.q_norm.weight"},
+		{llama, map[string][]int{"self_attn.rotary_emb.inv_freq": {4}}, ""},
+		// Gemma 3's q/k norms in a Gemma 2 checkpoint, unfused projections in a Phi-3 one.
+		{gemma2Config(), map[string][]int{"self_attn.k_norm.weight": {8}}, "self_attn.k_norm.weight"},
+		{phi3LongRopeConfig(), map[string][]int{"self_attn.q_proj.weight": {32, 24}}, "self_attn.q_proj.weight"},
+		{phi3LongRopeConfig(), map[string][]int{"mlp.up_proj.weight": {40, 24}}, "mlp.up_proj.weight"},
 	} {
-		dir := writeFamily(t, familyBase("LlamaForCausalLM", "llama"), tc.extra)
+		dir := writeFamily(t, tc.base, tc.extra)
+		arch := tc.base["architectures"].([]string)[0]
 		e, err := Open(ctx, dir, Options{})
 		if tc.want == "" {
 			if err != nil {
@@ -248,7 +367,7 @@ func TestUnusedTensorsRefused(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "LlamaForCausalLM") {
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), arch) {
 			t.Errorf("%v: got %v, want an error naming the tensor", tc.extra, err)
 		}
 		if e != nil {
@@ -268,24 +387,56 @@ func TestUnusedTensorsRefused(t *testing.T) {
 // naming the key and value.
 func TestNotImplementedRefused(t *testing.T) {
 	ctx := context.Background()
+	llama := familyBase("LlamaForCausalLM", "llama")
+	longrope := func(edit map[string]any) map[string]any {
+		p := maps.Clone(phi3LongRopeConfig()["rope_parameters"].(map[string]any))
+		maps.Copy(p, edit)
+		return map[string]any{"rope_parameters": p}
+	}
 	for _, tc := range []struct {
 		name string
+		base map[string]any
 		edit map[string]any
 		want string
 	}{
-		{"activation", map[string]any{"hidden_act": "relu"}, `hidden_act "relu"`},
-		{"partial rotary", map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}}, "partial_rotary_factor 0.5"},
-		{"longrope", map[string]any{"rope_parameters": map[string]any{"rope_type": "longrope", "rope_theta": 1000.0, "short_factor": []float64{1, 1, 1, 1}, "long_factor": []float64{2, 2, 2, 2}}}, `rope type "longrope"`},
+		{"activation", llama, map[string]any{"hidden_act": "relu"}, `hidden_act "relu"`},
+		{"partial rotary", llama, map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}}, "partial_rotary_factor 0.5"},
+		{"longrope", llama, map[string]any{"rope_parameters": map[string]any{"rope_type": "longrope", "rope_theta": 1000.0, "short_factor": []float64{1, 1, 1, 1}, "long_factor": []float64{2, 2, 2, 2}}}, `rope type "longrope"`},
+		{"gemma2 activation", gemma2Config(), map[string]any{"hidden_activation": "relu"}, `hidden_activation "relu"`},
+		{"gemma2 bidirectional", gemma2Config(), map[string]any{"use_bidirectional_attention": true}, "use_bidirectional_attention"},
+		{"gemma2 nested rope", gemma2Config(), map[string]any{"rope_parameters": gemma3Config()["rope_parameters"]}, "nested by layer type"},
+		{"gemma2 scalar", gemma2Config(), map[string]any{"query_pre_attn_scalar": 0}, "query_pre_attn_scalar must be positive"},
+		{"gemma2 no dtype", gemma2Config(), map[string]any{"dtype": nil}, "no dtype"},
+		{"gemma3 attention soft-cap", gemma3Config(), map[string]any{"attn_logit_softcapping": 50.0}, "attn_logit_softcapping 50"},
+		{"gemma3 layer type", gemma3Config(), map[string]any{"layer_types": []string{"sliding_attention", "chunked_attention", "full_attention"}}, `"chunked_attention"`},
+		{"gemma3 pattern", gemma3Config(), map[string]any{"layer_types": nil, "_sliding_window_pattern": 2}, "_sliding_window_pattern 2"},
+		{"gemma3 local bases", gemma3Config(), map[string]any{"rope_local_base_freq": 10000.0}, "rope_local_base_freq 10000"},
+		{"phi3 rope type", phi3LongRopeConfig(), map[string]any{"rope_parameters": map[string]any{"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0}}, `rope type "linear"`},
+		{"phi3 longrope factors", phi3LongRopeConfig(), longrope(map[string]any{"short_factor": []float64{1, 1, 1}}), "short_factor has 3 entries, want 2"},
+		{"phi3 longrope factor", phi3LongRopeConfig(), longrope(map[string]any{"factor": 2.0}), "longrope factor 2"},
 	} {
-		dir := writeFamily(t, familyBase("LlamaForCausalLM", "llama"), nil)
-		c := familyBase("LlamaForCausalLM", "llama")
-		maps.Copy(c, tc.edit)
+		c := maps.Clone(tc.base)
+		for k, v := range tc.edit {
+			if v == nil {
+				delete(c, k)
+			} else {
+				c[k] = v
+			}
+		}
+		dir := writeFamily(t, tc.base, nil)
 		b, _ := json.Marshal(c)
 		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Open(ctx, dir, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		_, err := Open(ctx, dir, Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+		// The float64 reference refuses it too (it may word it otherwise).
+		if ck, cerr := checkpoint.Open(dir); cerr == nil {
+			if _, rerr := reference.Forward(ck, familyIDs[:3]); rerr == nil {
+				t.Errorf("%s: the reference computed it", tc.name)
+			}
 		}
 	}
 }

@@ -281,6 +281,7 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 
 	// The pass stops early when every request in it has ended (a Ctrl-C on the only generation running).
 	ctx, cancel := context.WithCancel(context.Background())
+	var logits [][]float32
 	left := atomic.Int64{}
 	left.Store(int64(len(active)))
 	unwatch := make([]func() bool, len(active))
@@ -291,7 +292,10 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 			}
 		})
 	}
-	logits, err := e.forward(ctx, st, e.bkv, rows, ids, false)
+	feed, err := e.recomputeFeed(rows, ids, func(i int) []int { return active[i].seq.history })
+	if err == nil {
+		logits, err = e.forward(ctx, st, e.bkv, rows, feed, false)
+	}
 	for _, u := range unwatch {
 		u()
 	}

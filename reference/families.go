@@ -12,32 +12,42 @@ import (
 type model struct {
 	cfg                     *checkpoint.Config
 	qkvBias, oBias, mlpBias bool
-	// qkNorm: "" none, "head" over each head (Qwen3), "whole" over the whole projection (OLMo 2).
+	// qkNorm: "" none, "head" over each head (Qwen3, Gemma 3), "whole" over the whole projection (OLMo 2).
 	qkNorm string
-	// postNorm: OLMo 2 normalises each branch's output instead of its input.
-	postNorm bool
-	// Granite's multipliers (1 elsewhere; attnScale is 1/√head_dim elsewhere).
+	// norms: "pre" normalises each branch's input (Llama), "post" its output (OLMo 2), "both" both (Gemma, with
+	// pre_feedforward_layernorm before the MLP and post_attention_layernorm after attention).
+	norms string
+	// normOffset is added to every norm weight: Gemma's RMSNorm multiplies by (1 + w).
+	normOffset float64
+	// fused: Phi-3's qkv_proj and gate_up_proj instead of q/k/v_proj and gate/up_proj.
+	fused bool
+	// act is the MLP's activation: "silu", "gelu_tanh" or "gelu".
+	act string
+	// Granite's multipliers (1 elsewhere; attnScale is 1/√head_dim elsewhere, Gemma's query_pre_attn_scalar^-½);
+	// the soft-caps (0: none) cap the attention scores and the logits as c·tanh(x/c) (Gemma 2).
 	embedScale, attnScale, residual, logitsScaling float64
-	// window[l]: layer l's sliding window (0: none); rope[l]: whether layer l rotates q and k.
+	attnSoftCap, logitSoftCap                      float64
+	// window[l]: layer l's sliding window (0: none); rope[l]: the index in ropes of layer l's rotation, or -1
+	// for a layer without rotary embeddings.
 	window []int
-	rope   []bool
-	// invFreq are the rotary frequencies (for a pass over n positions), ropeScale multiplies cos and sin.
-	invFreq   []float64
-	ropeScale float64
+	rope   []int
+	ropes  []rotation
+}
+
+// rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
+// dimensions of each head turn; the others pass) and the factor on cos and sin.
+type rotation struct {
+	invFreq []float64
+	scale   float64
 }
 
 // newModel reads cfg for a forward pass over n positions, refusing what the reference does not implement.
 func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	L := cfg.NumHiddenLayers
-	m := &model{cfg: cfg, qkvBias: cfg.AttentionBias, oBias: cfg.AttentionBias, mlpBias: cfg.MLPBias,
+	m := &model{cfg: cfg, qkvBias: cfg.AttentionBias, oBias: cfg.AttentionBias, mlpBias: cfg.MLPBias, norms: "pre",
 		embedScale: 1, attnScale: 1 / math.Sqrt(float64(cfg.HeadDim)), residual: 1, logitsScaling: 1,
-		window: make([]int, L), rope: make([]bool, L)}
-	for l := range m.rope {
-		m.rope[l] = true
-	}
-	if cfg.HiddenAct != "silu" && cfg.HiddenAct != "swish" {
-		return nil, fmt.Errorf("config.json hidden_act %q is not implemented by the reference (silu only)", cfg.HiddenAct)
-	}
+		window: make([]int, L), rope: make([]int, L)}
+	act := cfg.HiddenAct
 	// sliding says which layers the config's layer_types (or the family's rule, when absent) make sliding.
 	sliding := func(rule func(l int) bool) error {
 		for l := range L {
@@ -49,7 +59,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 				}
 			}
 			if s {
-				if cfg.SlidingWindow == nil || (cfg.ModelType != "mistral" && !cfg.UseSlidingWindow) {
+				if cfg.SlidingWindow == nil || (cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" || cfg.ModelType == "smollm3") && !cfg.UseSlidingWindow {
 					return fmt.Errorf("layer %d slides but sliding_window is null or use_sliding_window false", l)
 				}
 				m.window[l] = *cfg.SlidingWindow
@@ -57,6 +67,10 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		}
 		return nil
 	}
+	// One rotary embedding for every layer, unless the family says otherwise.
+	global := cfg.Rope
+	partial, longrope := false, false
+	var local *checkpoint.Rope
 	var err error
 	switch cfg.ModelType {
 	case "llama":
@@ -70,48 +84,161 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		}
 		err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && l >= cfg.MaxWindowLayers })
 	case "olmo2":
-		m.qkNorm, m.postNorm = "whole", true
+		m.qkNorm, m.norms = "whole", "post"
 	case "granite":
 		m.embedScale, m.attnScale, m.residual, m.logitsScaling = cfg.EmbeddingMultiplier, cfg.AttentionMultiplier, cfg.ResidualMultiplier, cfg.LogitsScaling
 	case "smollm3":
 		for l := range L {
-			if cfg.NoRopeLayers != nil {
-				m.rope[l] = cfg.NoRopeLayers[l] == 1
-			} else {
-				m.rope[l] = (l+1)%cfg.NoRopeLayerInterval != 0
+			if (cfg.NoRopeLayers != nil && cfg.NoRopeLayers[l] == 0) || (cfg.NoRopeLayers == nil && (l+1)%cfg.NoRopeLayerInterval == 0) {
+				m.rope[l] = -1
 			}
 		}
-		err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && !m.rope[l] })
+		err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && m.rope[l] < 0 })
+	case "gemma2", "gemma3_text":
+		// Gemma2Model / Gemma3TextModel: embeddings × √hidden_size in the model's dtype, (1 + w) norms around both
+		// branches, hidden_activation, scores × query_pre_attn_scalar^-½, final logits soft-capped.
+		if cfg.UseBidirectionalAttention != nil && *cfg.UseBidirectionalAttention {
+			return nil, fmt.Errorf("use_bidirectional_attention is not implemented by the reference")
+		}
+		m.norms, m.normOffset, act = "both", 1, cfg.HiddenActivation
+		if !(cfg.QueryPreAttnScalar > 0) {
+			return nil, fmt.Errorf("query_pre_attn_scalar %g is not implemented by the reference", cfg.QueryPreAttnScalar)
+		}
+		m.attnScale = 1 / math.Sqrt(cfg.QueryPreAttnScalar)
+		if m.embedScale, err = gemmaNormalizer(cfg.HiddenSize, cfg.TorchDType); err != nil {
+			return nil, err
+		}
+		if cfg.FinalLogitSoftcapping != nil {
+			m.logitSoftCap = *cfg.FinalLogitSoftcapping
+		}
+		if cfg.ModelType == "gemma2" {
+			if cfg.AttnLogitSoftcapping != nil {
+				m.attnSoftCap = *cfg.AttnLogitSoftcapping
+			}
+			err = sliding(func(l int) bool { return (l+1)%2 != 0 })
+			break
+		}
+		if cfg.AttnLogitSoftcapping != nil {
+			return nil, fmt.Errorf("attn_logit_softcapping is not implemented by the reference for Gemma 3 (transformers ignores it)")
+		}
+		m.qkNorm = "head"
+		pattern := 6
+		if cfg.SlidingWindowPattern != nil {
+			pattern = *cfg.SlidingWindowPattern
+		}
+		if p := cfg.SavedSlidingWindowPattern; cfg.LayerTypes == nil && p != nil && *p != pattern {
+			return nil, fmt.Errorf("_sliding_window_pattern %d without layer_types is not implemented by the reference (transformers would use %d)", *p, pattern)
+		}
+		if err = sliding(func(l int) bool { return (l+1)%pattern != 0 }); err != nil {
+			return nil, err
+		}
+		// Local layers rotate with their own base (rope_local_base_freq, or the nested sliding_attention
+		// entry), unscaled; global ones with rope_theta and the rope scaling.
+		l := checkpoint.Rope{Type: "default", Theta: 10000}
+		if cfg.RopeLocalBaseFreq != nil {
+			l.Theta = *cfg.RopeLocalBaseFreq
+		}
+		if cfg.RopeByLayerType != nil {
+			global = checkpoint.Rope{Type: "default", Theta: 1e6}
+			if r, ok := cfg.RopeByLayerType["full_attention"]; ok {
+				global = r
+			}
+			if r, ok := cfg.RopeByLayerType["sliding_attention"]; ok {
+				if cfg.RopeLocalBaseFreq != nil && *cfg.RopeLocalBaseFreq != r.Theta {
+					return nil, fmt.Errorf("rope_local_base_freq and rope_parameters.sliding_attention disagree")
+				}
+				l = r
+			}
+		}
+		local = &l
+	case "phi3":
+		// Phi3Model: fused projections, partial rotary, longrope; every layer within sliding_window when set.
+		m.fused, partial, longrope = true, true, true
+		if t := cfg.Rope.Type; t != "default" && t != "longrope" {
+			return nil, fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
+		}
+		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	default:
 		return nil, fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if m.invFreq, m.ropeScale, err = ropeFrequencies(cfg, n); err != nil {
+	switch act {
+	case "silu", "swish":
+		m.act = "silu"
+	case "gelu_pytorch_tanh", "gelu_new":
+		m.act = "gelu_tanh"
+	case "gelu":
+		m.act = "gelu"
+	default:
+		return nil, fmt.Errorf("config.json activation %q is not implemented by the reference", act)
+	}
+	if cfg.RopeByLayerType != nil && local == nil {
+		return nil, fmt.Errorf("rope_parameters nested by layer type are not implemented by the reference for %s", cfg.ModelType)
+	}
+	if global.Type == "longrope" && !longrope {
+		return nil, fmt.Errorf("rope type longrope is not implemented by the reference for %s", cfg.ModelType)
+	}
+	g, err := ropeFrequencies(global, cfg, n, partial)
+	if err != nil {
 		return nil, err
+	}
+	m.ropes = []rotation{g}
+	if local != nil {
+		r, err := ropeFrequencies(*local, cfg, n, false)
+		if err != nil {
+			return nil, err
+		}
+		m.ropes = append(m.ropes, r)
+		for l := range L {
+			if m.window[l] > 0 {
+				m.rope[l] = 1
+			}
+		}
 	}
 	return m, nil
 }
 
-// ropeFrequencies returns the rotary inverse frequencies of a pass over n positions, and the factor on cos and
-// sin, for the rope types of transformers' modeling_rope_utils (default, linear, dynamic, yarn, llama3).
-func ropeFrequencies(cfg *checkpoint.Config, n int) ([]float64, float64, error) {
-	r := cfg.Rope
-	if cfg.RopeByLayerType != nil {
-		return nil, 0, fmt.Errorf("rope_parameters nested by layer type are not implemented by the reference")
+// gemmaNormalizer is √hidden as transformers' Gemma multiplies the embeddings by it: a float32 value converted to
+// the model's dtype (bf16 turns √3072 = 55.4256 into 55.5).
+func gemmaNormalizer(hidden int, dtype string) (float64, error) {
+	v := float32(math.Sqrt(float64(hidden)))
+	switch dtype {
+	case "float32":
+		return float64(v), nil
+	case "bfloat16": // 8 significant bits, to nearest even
+		return roundBits(float64(v), 8), nil
+	case "float16": // 11 significant bits
+		return roundBits(float64(v), 11), nil
 	}
-	if r.PartialRotaryFactor != 0 && r.PartialRotaryFactor != 1 {
-		return nil, 0, fmt.Errorf("partial_rotary_factor %g is not implemented by the reference", r.PartialRotaryFactor)
-	}
+	return 0, fmt.Errorf("Gemma's embedding scale in dtype %q is not implemented by the reference", dtype)
+}
+
+// roundBits rounds a positive v to the nearest number of bits significant bits (ties to even).
+func roundBits(v float64, bits int) float64 {
+	frac, exp := math.Frexp(v) // v = frac·2^exp, frac in [0.5, 1)
+	return math.Ldexp(math.RoundToEven(math.Ldexp(frac, bits)), exp-bits)
+}
+
+// ropeFrequencies returns the rotation of a pass over n positions for the rope parameters r, for the rope types
+// of transformers' modeling_rope_utils (default, linear, dynamic, yarn, llama3, longrope); partial says whether
+// the family rotates part of each head (partial_rotary_factor).
+func ropeFrequencies(r checkpoint.Rope, cfg *checkpoint.Config, n int, partial bool) (rotation, error) {
 	d := float64(cfg.HeadDim)
+	if f := r.PartialRotaryFactor; f != 0 && f != 1 {
+		if !partial {
+			return rotation{}, fmt.Errorf("partial_rotary_factor %g is not implemented by the reference for %s", f, cfg.ModelType)
+		}
+		d = float64(int(d * f))
+	}
 	theta := r.Theta
 	if r.Type == "dynamic" { // NTK: the base grows with the sequence past max_position_embeddings
 		maxPos := float64(cfg.MaxPositionEmbeddings)
 		seq := math.Max(float64(n), maxPos)
 		theta *= math.Pow(r.Factor*seq/maxPos-(r.Factor-1), d/(d-2))
 	}
-	inv := make([]float64, cfg.HeadDim/2)
+	inv := make([]float64, int(d)/2)
 	for i := range inv {
 		inv[i] = math.Pow(theta, -2*float64(i)/d)
 	}
@@ -170,10 +297,34 @@ func ropeFrequencies(cfg *checkpoint.Config, n int) ([]float64, float64, error) 
 		default:
 			scale = mscale(1)
 		}
+	case "longrope":
+		// LongRoPE: each pair's wavelength stretched by its factor, the long ones for a pass past the
+		// pre-training context; cos and sin scaled by √(1 + ln s / ln orig), s the context's growth.
+		orig := r.OriginalMaxPositionEmbeddings
+		ext := r.ShortFactor
+		if n > orig {
+			ext = r.LongFactor
+		}
+		if len(ext) != len(inv) {
+			return rotation{}, fmt.Errorf("longrope factors: %d for %d rotated pairs", len(ext), len(inv))
+		}
+		for i := range inv {
+			inv[i] /= ext[i]
+		}
+		s := float64(cfg.MaxPositionEmbeddings) / float64(orig)
+		if r.Factor != 0 && r.Factor != s { // transformers 4 uses s, transformers 5 the factor
+			return rotation{}, fmt.Errorf("longrope factor %g other than max_position_embeddings / original_max_position_embeddings is not implemented by the reference", r.Factor)
+		}
+		switch {
+		case r.AttentionFactor != nil:
+			scale = *r.AttentionFactor
+		case s > 1:
+			scale = math.Sqrt(1 + math.Log(s)/math.Log(float64(orig)))
+		}
 	default:
-		return nil, 0, fmt.Errorf("rope type %q is not implemented by the reference", r.Type)
+		return rotation{}, fmt.Errorf("rope type %q is not implemented by the reference", r.Type)
 	}
-	return inv, scale, nil
+	return rotation{invFreq: inv, scale: scale}, nil
 }
 
 // layerTensors lists the tensors of decoder layer l (full names) with their shapes.
@@ -181,15 +332,21 @@ func (m *model) layerTensors(l int) map[string][]int {
 	c := m.cfg
 	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
 	p := fmt.Sprintf("model.layers.%d.", l)
-	t := map[string][]int{
-		p + "self_attn.q_proj.weight": {nq * hd, h}, p + "self_attn.k_proj.weight": {nkv * hd, h},
-		p + "self_attn.v_proj.weight": {nkv * hd, h}, p + "self_attn.o_proj.weight": {h, nq * hd},
-		p + "mlp.gate_proj.weight": {ff, h}, p + "mlp.up_proj.weight": {ff, h}, p + "mlp.down_proj.weight": {h, ff},
-	}
-	if m.postNorm {
-		t[p+"post_attention_layernorm.weight"], t[p+"post_feedforward_layernorm.weight"] = []int{h}, []int{h}
+	t := map[string][]int{p + "self_attn.o_proj.weight": {h, nq * hd}, p + "mlp.down_proj.weight": {h, ff}}
+	if m.fused {
+		t[p+"self_attn.qkv_proj.weight"], t[p+"mlp.gate_up_proj.weight"] = []int{(nq + 2*nkv) * hd, h}, []int{2 * ff, h}
 	} else {
+		t[p+"self_attn.q_proj.weight"], t[p+"self_attn.k_proj.weight"], t[p+"self_attn.v_proj.weight"] = []int{nq * hd, h}, []int{nkv * hd, h}, []int{nkv * hd, h}
+		t[p+"mlp.gate_proj.weight"], t[p+"mlp.up_proj.weight"] = []int{ff, h}, []int{ff, h}
+	}
+	switch m.norms {
+	case "pre":
 		t[p+"input_layernorm.weight"], t[p+"post_attention_layernorm.weight"] = []int{h}, []int{h}
+	case "post":
+		t[p+"post_attention_layernorm.weight"], t[p+"post_feedforward_layernorm.weight"] = []int{h}, []int{h}
+	case "both":
+		t[p+"input_layernorm.weight"], t[p+"post_attention_layernorm.weight"] = []int{h}, []int{h}
+		t[p+"pre_feedforward_layernorm.weight"], t[p+"post_feedforward_layernorm.weight"] = []int{h}, []int{h}
 	}
 	if m.qkvBias {
 		t[p+"self_attn.q_proj.bias"], t[p+"self_attn.k_proj.bias"], t[p+"self_attn.v_proj.bias"] = []int{nq * hd}, []int{nkv * hd}, []int{nkv * hd}
@@ -253,40 +410,65 @@ func (m *model) loadLayer(ck *checkpoint.Checkpoint, l int) (*layerWeights, erro
 	return w, nil
 }
 
-// rope rotates each head of vec (heads × headDim values) by position pos, rotate-half style: dimension i pairs
-// with i+headDim/2 and turns by pos·invFreq[i]; cos and sin are scaled by ropeScale.
-func (m *model) rotate(vec []float64, heads, pos int) {
+// rotate turns each head of vec (heads × headDim values) by position pos with rotation r, rotate-half style:
+// dimension i < k (k = len(r.invFreq)) pairs with i+k and turns by pos·invFreq[i]; cos and sin are scaled by
+// r.scale; dimensions from 2k on pass unchanged (partial rotary).
+func (m *model) rotate(vec []float64, heads, pos int, r rotation) {
 	hd := m.cfg.HeadDim
-	half := hd / 2
-	for i, f := range m.invFreq {
+	k := len(r.invFreq)
+	for i, f := range r.invFreq {
 		sin, cos := math.Sincos(float64(pos) * f)
-		sin, cos = sin*m.ropeScale, cos*m.ropeScale
+		sin, cos = sin*r.scale, cos*r.scale
 		for h := range heads {
-			a, b := &vec[h*hd+i], &vec[h*hd+i+half]
+			a, b := &vec[h*hd+i], &vec[h*hd+i+k]
 			*a, *b = *a*cos-*b*sin, *b*cos+*a*sin
 		}
 	}
 }
 
+// norm is rmsNorm with the family's weight offset.
+func (m *model) norm(x []float64, w []float32) []float64 {
+	return rmsNorm(x, w, m.cfg.RMSNormEps, m.normOffset)
+}
+
+// capped is c·tanh(x/c), or x when c is 0.
+func capped(x, c float64) float64 {
+	if c == 0 {
+		return x
+	}
+	return c * math.Tanh(x/c)
+}
+
+// activate applies the MLP's activation to the gate.
+func (m *model) activate(g float64) float64 {
+	switch m.act {
+	case "gelu_tanh":
+		return 0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g)))
+	case "gelu":
+		return 0.5 * g * (1 + math.Erf(g/math.Sqrt2))
+	}
+	return g / (1 + math.Exp(-g)) // silu
+}
+
 // layer updates the residual stream x (one row per position) in place with decoder layer l:
 //
 //	x += r·o_proj(attention(rope(norm(q)), rope(norm(k)), v))  on rmsnorm(x)    (pre-norm)
-//	x += r·down(silu(gate(h)) ⊙ up(h))                          with h = rmsnorm(x)
+//	x += r·down(act(gate(h)) ⊙ up(h))                           with h = rmsnorm(x)
 //
-// or, post-norm (OLMo 2), x += rmsnorm(branch(x)) for each branch; r is Granite's residual multiplier (else 1).
+// or, post-norm (OLMo 2), x += rmsnorm(branch(x)) for each branch, or both (Gemma), x += rmsnorm(branch(rmsnorm(x)));
+// r is Granite's residual multiplier (else 1). Attention scores are scaled, soft-capped (Gemma 2), then masked.
 func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 	cfg := m.cfg
 	T, hd, nq, nkv := len(x), cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
-	eps := cfg.RMSNormEps
 	in := func(p int, name string) []float64 {
-		if m.postNorm {
+		if m.norms == "post" {
 			return x[p]
 		}
-		return rmsNorm(x[p], w.vec(name), eps)
+		return m.norm(x[p], w.vec(name))
 	}
 	add := func(p int, y []float64, name string) {
-		if m.postNorm {
-			y = rmsNorm(y, w.vec(name), eps)
+		if m.norms != "pre" {
+			y = m.norm(y, w.vec(name))
 		}
 		for i := range y {
 			x[p][i] += m.residual * y[i]
@@ -296,12 +478,20 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 	parallel(T, func(p int) {
 		h := in(p, "input_layernorm.weight")
 		q[p], k[p], v[p] = make([]float64, nq*hd), make([]float64, nkv*hd), make([]float64, nkv*hd)
-		linear(q[p], w.get("self_attn.q_proj.weight"), w.vec("self_attn.q_proj.bias"), h)
-		linear(k[p], w.get("self_attn.k_proj.weight"), w.vec("self_attn.k_proj.bias"), h)
-		linear(v[p], w.get("self_attn.v_proj.weight"), w.vec("self_attn.v_proj.bias"), h)
+		if m.fused { // qkv_proj's rows: q, then k, then v
+			qkv := make([]float64, (nq+2*nkv)*hd)
+			linear(qkv, w.get("self_attn.qkv_proj.weight"), nil, h)
+			copy(q[p], qkv[:nq*hd])
+			copy(k[p], qkv[nq*hd:(nq+nkv)*hd])
+			copy(v[p], qkv[(nq+nkv)*hd:])
+		} else {
+			linear(q[p], w.get("self_attn.q_proj.weight"), w.vec("self_attn.q_proj.bias"), h)
+			linear(k[p], w.get("self_attn.k_proj.weight"), w.vec("self_attn.k_proj.bias"), h)
+			linear(v[p], w.get("self_attn.v_proj.weight"), w.vec("self_attn.v_proj.bias"), h)
+		}
 		switch m.qkNorm {
 		case "whole":
-			q[p], k[p] = rmsNorm(q[p], w.vec("self_attn.q_norm.weight"), eps), rmsNorm(k[p], w.vec("self_attn.k_norm.weight"), eps)
+			q[p], k[p] = m.norm(q[p], w.vec("self_attn.q_norm.weight")), m.norm(k[p], w.vec("self_attn.k_norm.weight"))
 		case "head":
 			for _, t := range []struct {
 				vec   []float64
@@ -309,13 +499,13 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 				name  string
 			}{{q[p], nq, "self_attn.q_norm.weight"}, {k[p], nkv, "self_attn.k_norm.weight"}} {
 				for h := range t.heads {
-					copy(t.vec[h*hd:(h+1)*hd], rmsNorm(t.vec[h*hd:(h+1)*hd], w.vec(t.name), eps))
+					copy(t.vec[h*hd:(h+1)*hd], m.norm(t.vec[h*hd:(h+1)*hd], w.vec(t.name)))
 				}
 			}
 		}
-		if m.rope[l] {
-			m.rotate(q[p], nq, p)
-			m.rotate(k[p], nkv, p)
+		if r := m.rope[l]; r >= 0 {
+			m.rotate(q[p], nq, p, m.ropes[r])
+			m.rotate(k[p], nkv, p, m.ropes[r])
 		}
 	})
 	group := nq / nkv          // query heads per key/value head (grouped-query attention)
@@ -337,7 +527,7 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 				for i, qv := range qh {
 					s += qv * k[t][kvh*hd+i]
 				}
-				scores[t] = s * m.attnScale
+				scores[t] = capped(s*m.attnScale, m.attnSoftCap)
 				maxS = max(maxS, scores[t])
 			}
 			var sum float64
@@ -357,16 +547,28 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		linear(o, w.get("self_attn.o_proj.weight"), w.vec("self_attn.o_proj.bias"), att)
 		add(p, o, "post_attention_layernorm.weight")
 	})
+	preMLP, postMLP := "post_attention_layernorm.weight", "post_feedforward_layernorm.weight"
+	if m.norms == "both" {
+		preMLP = "pre_feedforward_layernorm.weight"
+	}
 	parallel(T, func(p int) {
-		h := in(p, "post_attention_layernorm.weight")
-		g, u := make([]float64, cfg.IntermediateSize), make([]float64, cfg.IntermediateSize)
-		linear(g, w.get("mlp.gate_proj.weight"), w.vec("mlp.gate_proj.bias"), h)
-		linear(u, w.get("mlp.up_proj.weight"), w.vec("mlp.up_proj.bias"), h)
+		h := in(p, preMLP)
+		ff := cfg.IntermediateSize
+		g, u := make([]float64, ff), make([]float64, ff)
+		if m.fused { // gate_up_proj's rows: gate, then up
+			gu := make([]float64, 2*ff)
+			linear(gu, w.get("mlp.gate_up_proj.weight"), nil, h)
+			copy(g, gu[:ff])
+			copy(u, gu[ff:])
+		} else {
+			linear(g, w.get("mlp.gate_proj.weight"), w.vec("mlp.gate_proj.bias"), h)
+			linear(u, w.get("mlp.up_proj.weight"), w.vec("mlp.up_proj.bias"), h)
+		}
 		for i := range g {
-			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i] // silu(gate) ⊙ up
+			g[i] = m.activate(g[i]) * u[i]
 		}
 		d := make([]float64, cfg.HiddenSize)
 		linear(d, w.get("mlp.down_proj.weight"), w.vec("mlp.down_proj.bias"), g)
-		add(p, d, "post_feedforward_layernorm.weight")
+		add(p, d, postMLP)
 	})
 }

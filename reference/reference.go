@@ -1,5 +1,6 @@
 // Package reference is a float64 forward pass of the decoder families layerstream runs (Llama with its rope
-// scalings and biases, Mistral and Qwen2 with sliding windows, Qwen3, OLMo 2, Granite, SmolLM3) in plain Go,
+// scalings and biases, Mistral and Qwen2 with sliding windows, Qwen3, OLMo 2, Granite, SmolLM3, Gemma 2 and 3,
+// Phi-3 with longrope and partial rotary) in plain Go,
 // written from the math and transformers' model code rather than from the engine, so that `layerstream verify`
 // has an independent answer to compare against. It is simple and slow on purpose: one layer's weights in memory
 // at a time, every sum in float64.
@@ -120,9 +121,9 @@ func headLogits(ck *checkpoint.Checkpoint, m *model, emb matrix, x [][]float64) 
 	logits := make([][]float64, len(x))
 	parallel(len(x), func(p int) {
 		logits[p] = make([]float64, cfg.VocabSize)
-		head.apply(logits[p], rmsNorm(x[p], norm.data, cfg.RMSNormEps))
+		head.apply(logits[p], m.norm(x[p], norm.data))
 		for i := range logits[p] {
-			logits[p][i] /= m.logitsScaling
+			logits[p][i] = capped(logits[p][i]/m.logitsScaling, m.logitSoftCap)
 		}
 	})
 	return logits, nil
@@ -180,8 +181,8 @@ func linear(dst []float64, m matrix, b []float32, x []float64) {
 	}
 }
 
-// rmsNorm returns w ⊙ x / sqrt(mean(x²) + eps).
-func rmsNorm(x []float64, w []float32, eps float64) []float64 {
+// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps).
+func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	var ss float64
 	for _, v := range x {
 		ss += v * v
@@ -189,7 +190,7 @@ func rmsNorm(x []float64, w []float32, eps float64) []float64 {
 	scale := 1 / math.Sqrt(ss/float64(len(x))+eps)
 	out := make([]float64, len(x))
 	for i, v := range x {
-		out[i] = float64(w[i]) * v * scale
+		out[i] = (offset + float64(w[i])) * v * scale
 	}
 	return out
 }

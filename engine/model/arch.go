@@ -56,6 +56,12 @@ type Plan struct {
 	Context int
 	// KVHeads and HeadDim size the key/value cache.
 	KVHeads, HeadDim int
+	// Recompute, when positive, is a length at which a sequence's cached keys and values go stale: a pass that
+	// takes a sequence past Recompute positions while its cache holds no more than Recompute computes the whole
+	// sequence again, from its first position, instead of continuing the cache. Phi-3 with longrope: transformers'
+	// generate drops the cache there (Phi3ForCausalLM.prepare_inputs_for_generation), so that every position is
+	// rotated with the long factors from then on. 0: never.
+	Recompute int
 }
 
 // LayerKind is what distinguishes decoder layers from each other: the engine compiles one graph per kind, builds

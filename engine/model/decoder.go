@@ -43,13 +43,26 @@ const (
 )
 
 // newDecoder is the Llama decoder for c: pre-norms input_layernorm and post_attention_layernorm, attention_bias
-// on q/k/v/o_proj, mlp_bias on the MLP, hidden_act, one rotary embedding for every layer, full attention.
-// Families change the fields they differ in, then call finish.
+// on q/k/v/o_proj, mlp_bias on the MLP, hidden_act, one rotary embedding for every layer (whole heads, the
+// common scaling types), full attention. Families change the fields they differ in, then call finish.
 func newDecoder(c *checkpoint.Config) (*decoder, error) {
 	act, err := ActivationFor("hidden_act", c.HiddenAct)
 	if err != nil {
 		return nil, err
 	}
+	if c.RopeByLayerType != nil {
+		return nil, fmt.Errorf("rope_parameters nested by layer type (%v) is not implemented for this family", slices.Sorted(maps.Keys(c.RopeByLayerType)))
+	}
+	rope, err := NewRope(c.Rope, c.HeadDim, c.MaxPositionEmbeddings, RopeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return newDecoderWith(c, act, rope), nil
+}
+
+// newDecoderWith is newDecoder with the MLP activation and the rotary embeddings given: every layer uses
+// ropes[0] until the family says otherwise (LayerKind.Rope). The context is the shortest the ropes serve.
+func newDecoderWith(c *checkpoint.Config, act Activation, ropes ...Rope) *decoder {
 	d := &decoder{
 		hidden: c.HiddenSize, heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: c.HeadDim,
 		inter: c.IntermediateSize, eps: c.RMSNormEps,
@@ -58,16 +71,12 @@ func newDecoder(c *checkpoint.Config) (*decoder, error) {
 		attn:     AttentionOptions{Scale: 1 / math.Sqrt(float64(c.HeadDim))},
 		residual: 1, logitScale: 1,
 	}
-	if c.RopeByLayerType != nil {
-		return nil, fmt.Errorf("rope_parameters nested by layer type (%v) is not implemented for this family", slices.Sorted(maps.Keys(c.RopeByLayerType)))
+	d.plan = Plan{Ropes: ropes, EmbedScale: 1, Context: ropes[0].Context(), KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim}
+	for _, r := range ropes[1:] {
+		d.plan.Context = min(d.plan.Context, r.Context())
 	}
-	rope, err := NewRope(c.Rope, c.HeadDim, c.MaxPositionEmbeddings, false)
-	if err != nil {
-		return nil, err
-	}
-	d.plan = Plan{Ropes: []Rope{rope}, EmbedScale: 1, Context: rope.Context(), KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim}
 	d.plan.Layers = make([]LayerKind, c.NumHiddenLayers)
-	return d, nil
+	return d
 }
 
 // finish lists the layer's weights for the configured structure.

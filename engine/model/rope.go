@@ -8,22 +8,32 @@ import (
 )
 
 // Rope is one rotary embedding of a model: how many dimensions of each head rotate, and at which frequencies
-// (transformers' rope types: default, linear, dynamic, yarn, llama3).
+// (transformers' rope types: default, linear, dynamic, yarn, llama3, longrope).
 type Rope struct {
 	// Dims is the number of rotated dimensions at the start of each head: head_dim, or fewer with a partial
 	// rotary factor. Even.
 	Dims   int
 	Params checkpoint.Rope
-	// MaxPositions is max_position_embeddings, which dynamic NTK scaling measures sequences against.
+	// MaxPositions is max_position_embeddings, which dynamic NTK scaling measures sequences against (and
+	// longrope its default attention factor).
 	MaxPositions int
 }
 
-// NewRope checks p for heads of headDim dimensions. partial says whether the family rotates part of a head
-// (Phi-3's partial_rotary_factor); others refuse a factor other than 1.
-func NewRope(p checkpoint.Rope, headDim, maxPositions int, partial bool) (Rope, error) {
+// RopeOptions are the rotary variants a family implements beyond whole heads and the common scaling types
+// (default, linear, dynamic, yarn, llama3); the others refuse them.
+type RopeOptions struct {
+	// Partial: partial_rotary_factor rotates the first head_dim·factor dimensions of each head (Phi-3).
+	Partial bool
+	// LongRope: longrope (Phi-3's "su") scaling, whose factors depend on the pass's length; a family allowing it
+	// also decides what happens to cached keys when a sequence outgrows the short factors (Plan.Recompute).
+	LongRope bool
+}
+
+// NewRope checks p for heads of headDim dimensions, refusing what opts does not allow.
+func NewRope(p checkpoint.Rope, headDim, maxPositions int, opts RopeOptions) (Rope, error) {
 	r := Rope{Dims: headDim, Params: p, MaxPositions: maxPositions}
 	if f := p.PartialRotaryFactor; f != 0 && f != 1 {
-		if !partial {
+		if !opts.Partial {
 			return r, fmt.Errorf("partial_rotary_factor %g is not implemented for this family (it rotates whole heads)", f)
 		}
 		if !(f > 0 && f < 1) {
@@ -36,6 +46,13 @@ func NewRope(p checkpoint.Rope, headDim, maxPositions int, partial bool) (Rope, 
 	}
 	switch p.Type {
 	case "default", "linear", "dynamic", "yarn", "llama3":
+	case "longrope":
+		if !opts.LongRope {
+			return r, fmt.Errorf("rope type %q is not implemented for this family", p.Type)
+		}
+		if err := checkLongRope(p, r.Dims, maxPositions); err != nil {
+			return r, err
+		}
 	default:
 		return r, fmt.Errorf("rope type %q is not implemented", p.Type)
 	}
@@ -43,6 +60,34 @@ func NewRope(p checkpoint.Rope, headDim, maxPositions int, partial bool) (Rope, 
 		return r, fmt.Errorf("rope type llama3 needs 0 < low_freq_factor < high_freq_factor, got %g and %g", p.LowFreqFactor, p.HighFreqFactor)
 	}
 	return r, nil
+}
+
+// checkLongRope refuses longrope parameters transformers would not compute, or would compute differently in
+// its two versions: a factor per rotated pair in short_factor and long_factor, positive; a "factor" other than
+// max_position_embeddings / original_max_position_embeddings, which transformers 4 overrides with that ratio
+// and transformers 5 keeps.
+func checkLongRope(p checkpoint.Rope, dims, maxPositions int) error {
+	for _, l := range []struct {
+		name string
+		v    []float64
+	}{{"short_factor", p.ShortFactor}, {"long_factor", p.LongFactor}} {
+		if len(l.v) != dims/2 {
+			return fmt.Errorf("longrope %s has %d entries, want %d (one per rotated pair of the %d rotated dimensions)", l.name, len(l.v), dims/2, dims)
+		}
+		for i, f := range l.v {
+			if !(f > 0) || math.IsInf(f, 0) {
+				return fmt.Errorf("longrope %s[%d] must be a positive number, got %g", l.name, i, f)
+			}
+		}
+	}
+	ratio := float64(maxPositions) / float64(p.OriginalMaxPositionEmbeddings)
+	if p.Factor != 0 && p.Factor != ratio {
+		return fmt.Errorf("longrope factor %g differs from max_position_embeddings / original_max_position_embeddings = %d / %d: transformers 4 would use the ratio, transformers 5 the factor", p.Factor, maxPositions, p.OriginalMaxPositionEmbeddings)
+	}
+	if p.AttentionFactor != nil && !(*p.AttentionFactor > 0) {
+		return fmt.Errorf("longrope attention_factor must be positive, got %g", *p.AttentionFactor)
+	}
+	return nil
 }
 
 // Context is the number of positions the rope serves: max_position_embeddings, times the factor for dynamic
@@ -92,8 +137,34 @@ func (r Rope) Frequencies(seqLen int) (inv []float64, scale float64) {
 		}
 	case "yarn":
 		inv, scale = yarn(p, dim, r.MaxPositions)
+	case "longrope":
+		scale = r.longRope(inv, seqLen)
 	}
 	return inv, scale
+}
+
+// longRope divides the frequencies by LongRoPE's per-pair factors, as transformers'
+// _compute_longrope_parameters does: the long ones for a pass reaching past original_max_position_embeddings,
+// else the short ones. It returns the attention factor on cos and sin: attention_factor, else
+// √(1 + ln(f) / ln(original)) with f = max_position_embeddings / original_max_position_embeddings (1 when f ≤ 1).
+func (r Rope) longRope(inv []float64, seqLen int) float64 {
+	p := r.Params
+	orig := p.OriginalMaxPositionEmbeddings
+	factors := p.ShortFactor
+	if seqLen > orig {
+		factors = p.LongFactor
+	}
+	for i := range inv {
+		inv[i] /= factors[i]
+	}
+	if p.AttentionFactor != nil {
+		return *p.AttentionFactor
+	}
+	f := float64(r.MaxPositions) / float64(orig)
+	if f <= 1 {
+		return 1
+	}
+	return math.Sqrt(1 + math.Log(f)/math.Log(float64(orig)))
 }
 
 // yarn computes YaRN's frequencies (interpolated and extrapolated ones blended by a linear ramp over the
