@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -158,10 +159,22 @@ func (c *hfCase) checkLogits() {
 	}
 	v := full.Shape[1]
 	fw := make([][]float32, len(all))
+	top := 0.0
 	for p := range fw {
 		fw[p] = full.F32[p*v : (p+1)*v]
+		for _, l := range fw[p] {
+			top = max(top, math.Abs(float64(l)))
+		}
 	}
+	// This pass goes beyond the 40-token prompt the tolerance is set for; it checks which rope frequencies a
+	// long pass uses (the wrong ones differ by 3 and more: testdata/hf/README.md, feature-off table). Its logits
+	// can be larger than the prompt's, and float32's rounding grows with them: on phi4-mini (tied N(0, 1)
+	// embeddings, logits up to 42) transformers' own float32 logits differ from its float64 ones by 7.9e-05 and
+	// layerstream's by 7.3e-05, 1.01e-04 from each other. So the bound grows with the largest logit past 33.
+	saved := c.tolerance
+	c.tolerance = max(c.tolerance, hfTolerance, 3e-6*top)
 	c.check("Engine.Logits over prompt + greedy ids (full_logits)", got, fw, 0)
+	c.tolerance = saved
 }
 
 // checkGreedy generates as many tokens as the fixture's greedy ids and compares them.
