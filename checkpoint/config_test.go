@@ -90,6 +90,14 @@ func TestBothSpellings(t *testing.T) {
 	if err != nil || c.Rope.OriginalMaxPositionEmbeddings != 8192 {
 		t.Fatalf("top-level original_max_position_embeddings: %+v %v", c.Rope, err)
 	}
+	// Only Phi-3's config class has a top-level original_max_position_embeddings by default: an OLMo 2 config
+	// without one takes the rope dict's.
+	c, err = ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"Olmo2ForCausalLM"}, "model_type": "olmo2",
+		"mlp_bias": nil, "pretraining_tp": nil, "head_dim": nil, "rope_parameters": map[string]any{
+			"rope_theta": 500000.0, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}}))
+	if err != nil || c.Rope.OriginalMaxPositionEmbeddings != 64 {
+		t.Fatalf("OLMo 2 yarn original_max_position_embeddings: %+v %v", c.Rope, err)
+	}
 }
 
 // TestConfigRefusals: every key is implemented, harmless, or refused by name with its value (issue 13); the

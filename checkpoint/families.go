@@ -89,9 +89,7 @@ func init() {
 	RegisterArchitecture(Architecture{Name: "Qwen3ForCausalLM", ModelType: "qwen3", Keys: append([]string{"attention_bias"}, slidingKeys...),
 		Defaults: map[string]any{"head_dim": 128, "sliding_window": 4096, "max_window_layers": 28}})
 	RegisterArchitecture(Architecture{Name: "Olmo2ForCausalLM", ModelType: "olmo2", Keys: []string{"attention_bias"},
-		// Phi3Config always has original_max_position_embeddings (4096 by default), and transformers prefers it
-		// to the rope dict's.
-		Defaults: map[string]any{"rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096}})
+		Defaults: map[string]any{"rms_norm_eps": 1e-5}})
 	RegisterArchitecture(Architecture{Name: "GraniteForCausalLM", ModelType: "granite",
 		Keys:     []string{"attention_bias", "mlp_bias", "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"},
 		Defaults: map[string]any{"embedding_multiplier": 1.0, "attention_multiplier": 1.0, "residual_multiplier": 1.0, "logits_scaling": 1.0}})
