@@ -151,3 +151,24 @@ func TestGELUTanh(t *testing.T) {
 		}
 	})
 }
+
+// TestFold: Fold is the XOR of a buffer's 8-byte words (the last partial one zero-padded), on every path,
+// whatever its length.
+func TestFold(t *testing.T) {
+	kernelPaths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(31, 32))
+		for _, n := range []int{0, 1, 7, 8, 255, 256, 257, 1000, 4096} {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			var want uint64
+			for i, c := range b {
+				want ^= uint64(c) << (8 * (i % 8))
+			}
+			if got := Fold(b); got != want {
+				t.Fatalf("length %d: %#x, want %#x", n, got, want)
+			}
+		}
+	})
+}

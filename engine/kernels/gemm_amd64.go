@@ -28,6 +28,9 @@ func gemmF32BF16AVX512(x *float32, xs, xc, xt, rows int, w *uint16, ws, wc, chun
 func gemmBF16AVX512(x *uint16, xs, xc, xt, rows int, w *uint16, ws, wc, chunks int, tail uint64, y *float32, ldy int)
 
 //go:noescape
+func foldAVX512(p *byte, n int) uint64
+
+//go:noescape
 func cvtBF16AVX512(dst *uint16, step int, src *float32, chunks int)
 
 // gemmF32 is y [rows, out] = x [rows, in] · w [out, in]ᵀ on the AVX-512 tiles (16 elements per chunk).

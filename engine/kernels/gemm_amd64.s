@@ -1367,6 +1367,40 @@ gemmBF16AVX512_done:
 	VZEROUPPER
 	RET
 
+// func foldAVX512(p *byte, n int) uint64
+// The XOR of the n/256 256-byte blocks at p, folded to 64 bits: every byte read once, at the memory's rate.
+TEXT ·foldAVX512(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHRQ $8, CX
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	VPXORQ Z2, Z2, Z2
+	VPXORQ Z3, Z3, Z3
+	TESTQ CX, CX
+	JZ fold_done
+fold_loop:
+	VPXORQ 0(SI), Z0, Z0
+	VPXORQ 64(SI), Z1, Z1
+	VPXORQ 128(SI), Z2, Z2
+	VPXORQ 192(SI), Z3, Z3
+	ADDQ $256, SI
+	DECQ CX
+	JNZ fold_loop
+fold_done:
+	VPXORQ Z1, Z0, Z0
+	VPXORQ Z3, Z2, Z2
+	VPXORQ Z2, Z0, Z0
+	VEXTRACTI64X4 $1, Z0, Y1
+	VPXOR Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPXOR X1, X0, X0
+	VPSHUFD $0x4E, X0, X1
+	VPXOR X1, X0, X0
+	VMOVQ X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
 // func cvtBF16AVX512(dst *uint16, step int, src *float32, chunks int)
 // Rounds chunks·32 float32 at src to bf16 (nearest even), each chunk of 32 written at dst + k·step bytes.
 TEXT ·cvtBF16AVX512(SB), NOSPLIT, $0-32
