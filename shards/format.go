@@ -39,8 +39,6 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func crc32c(b []byte) uint32 { return crc32.Update(0, castagnoli, b) }
-
 // Encoding is how a tensor's bytes are stored in a shard.
 type Encoding string
 

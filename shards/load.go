@@ -18,9 +18,10 @@ import (
 )
 
 // Read sizes of Load's sequential pass, and the piece size of raw tensors' checksums. From the page cache a
-// read is a memory copy by the kernel, and a checksum of bytes still in the core's cache costs a third of one
-// from memory (CRC-32C here: ~17 GB/s from L2, ~5-7 GB/s from memory, the copy ~6 GB/s), so page-cache reads
-// go in small chunks, each checksummed right away unless a worker is free for it. With O_DIRECT the disk is
+// read is a memory copy by the kernel, and a checksum of bytes still in the core's cache costs less than one
+// from memory (CRC-32C with hash/crc32's SSE 4.2 code: ~17 GB/s from L2, ~5-7 GB/s from memory, the copy
+// ~6 GB/s; with AVX-512 carry-less multiplication, crc_amd64.s, ~19 GB/s from memory), so page-cache reads go
+// in small chunks, each checksummed right away unless a worker is free for it. With O_DIRECT the disk is
 // the bottleneck and the reading goroutine waits for it: large reads keep the disk busy, and workers checksum
 // what came in. Measured with bench ShardReadRatio on the 2-core VM; see bench/shardread_test.go.
 const (
