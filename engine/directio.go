@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/memavail"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -88,4 +89,25 @@ func chooseDirectIO(set *shards.Set, opts Options) DirectIOMode {
 	slog.Info("the shards do not fit in the memory available: reading them with O_DIRECT, past the page cache (--direct-io=false to keep it)",
 		"shards_MB", need>>20, "available_MB", avail.Bytes>>20, "bound", avail.Source, "see", guard.Anchor(guard.SectionLargerThanRAM))
 	return DirectIOOn
+}
+
+// residentFits refuses Options.Resident when the units the engine would hold (every shard, as loaded) do not
+// fit in nine tenths of the memory available: loading them anyway drives a machine, or a container under its
+// cgroup limit, into reclaiming and re-reading pages without end (a 2.2 GB model under a 1.2 GB cgroup limit
+// never finished loading, and did not answer SIGTERM meanwhile). Where the available memory is unknown the
+// engine tries.
+func residentFits(set *shards.Set, opts Options) error {
+	if !opts.Resident {
+		return nil
+	}
+	var need int64
+	for _, u := range set.Units() {
+		need += u.BufferSize()
+	}
+	avail, err := availableMemory()
+	if err != nil || need <= avail.Bytes/10*9 {
+		return nil
+	}
+	return fmt.Errorf("--resident: the model takes %s loaded, but only %s of memory is available (%s); drop --resident to stream the layers, which needs a few layers' worth (see %s)",
+		bytesize.Format(need), bytesize.Format(avail.Bytes), avail.Source, guard.Anchor(guard.SectionResidentTooLarge))
 }

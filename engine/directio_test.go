@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"strings"
 	"testing"
 
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/memavail"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -38,7 +41,7 @@ func TestDirectIOAuto(t *testing.T) {
 		{"only in all of it", need, Options{}, DirectIOOn},
 		{"too big", need / 2, Options{}, DirectIOOn},
 		{"unknown", -1, Options{}, DirectIOOff},
-		{"resident", need / 2, Options{Resident: true}, DirectIOOff},
+		{"resident", need * 2, Options{Resident: true}, DirectIOOff},
 		{"forced off", need / 2, Options{DirectIO: DirectIOOff}, DirectIOOff},
 		{"forced on", need * 2, Options{DirectIO: DirectIOOn}, DirectIOOn},
 	} {
@@ -90,6 +93,48 @@ func TestDirectIOFlag(t *testing.T) {
 			if err := again.Set(m.String()); err != nil || again != m {
 				t.Errorf("%v: String %q parses back as %v, %v", c.args, m.String(), again, err)
 			}
+		}
+	}
+}
+
+// TestResidentRefusedWhenTooLarge: Open refuses --resident up front when the model's units do not fit in nine
+// tenths of the available memory, naming both sizes and the troubleshooting section; it opens when they fit,
+// when the memory is unknown, and when streaming.
+func TestResidentRefusedWhenTooLarge(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 17, DType: checkpoint.BF16})
+	ref := open(t, model, Options{})
+	var need int64
+	for _, u := range ref.set.Units() {
+		need += u.BufferSize()
+	}
+	defer func(f func() (memavail.Available, error)) { availableMemory = f }(availableMemory)
+	for _, c := range []struct {
+		name  string
+		avail int64 // < 0: unknown
+		opts  Options
+		ok    bool
+	}{
+		{"fits", need * 2, Options{Resident: true}, true},
+		{"too big", need, Options{Resident: true}, false},
+		{"unknown", -1, Options{Resident: true}, true},
+		{"streamed", need / 4, Options{}, true},
+	} {
+		availableMemory = func() (memavail.Available, error) {
+			if c.avail < 0 {
+				return memavail.Available{}, errors.New("no /proc/meminfo")
+			}
+			return memavail.Available{Bytes: c.avail, Source: "memory.max"}, nil
+		}
+		e, err := Open(context.Background(), model, c.opts)
+		if e != nil {
+			e.Close()
+		}
+		if c.ok != (err == nil) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "--resident") || !strings.Contains(err.Error(), "memory.max") ||
+			!strings.Contains(err.Error(), guard.Anchor(guard.SectionResidentTooLarge))) {
+			t.Errorf("%s: the error does not name the flag, the bound and the section: %v", c.name, err)
 		}
 	}
 }

@@ -221,6 +221,9 @@ func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	if err := residentFits(set, opts); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if opts.DirectIO == DirectIOAuto {
 		opts.DirectIO = chooseDirectIO(set, opts)
 	}

@@ -11,29 +11,30 @@ const TroubleshootingFile = "TROUBLESHOOTING.md"
 // Section headings of TROUBLESHOOTING.md. Warnings and errors name the section that explains them; a test checks
 // that every constant is a heading of the document.
 const (
-	SectionNaN             = "NaN or Inf in logits"
-	SectionZeroLogits      = "All-zero or constant logits"
-	SectionSaturation      = "Logit saturation"
-	SectionRepetition      = "Degenerate repetition"
-	SectionPunctuation     = "Output mostly one punctuation mark (!!!!)"
-	SectionDType           = "Choosing a dtype"
-	SectionPlacement       = "Device placement across several devices"
-	SectionMissingFiles    = "Missing files"
-	SectionUnsupportedArch = "Unsupported architecture"
-	SectionUnknownKey      = "Unknown config key" // written out in checkpoint's error (checkpoint cannot import guard)
-	SectionUnusedTensor    = "Unused tensor"
-	SectionMissingLMHead   = "Missing lm_head"
-	SectionGatedRepo       = "Gated or private repository"
-	SectionOffline         = "No network or offline"
-	SectionDiskFull        = "Disk full during split"
-	SectionOOM             = "Out of memory"
-	SectionLargerThanRAM   = "Model larger than memory"
-	SectionCorrupt         = "Corrupted shard or checkpoint"
-	SectionSIGBUS          = "Crash with SIGBUS while generating"
-	SectionContextTooLong  = "Context too long"
-	SectionCUDASlow        = "CUDA slower than CPU on small models"
-	SectionCUDAPlugin      = "CUDA plugin not found"
-	SectionVerifyMismatch  = "verify reports a mismatch"
+	SectionNaN              = "NaN or Inf in logits"
+	SectionZeroLogits       = "All-zero or constant logits"
+	SectionSaturation       = "Logit saturation"
+	SectionRepetition       = "Degenerate repetition"
+	SectionPunctuation      = "Output mostly one punctuation mark (!!!!)"
+	SectionDType            = "Choosing a dtype"
+	SectionPlacement        = "Device placement across several devices"
+	SectionMissingFiles     = "Missing files"
+	SectionUnsupportedArch  = "Unsupported architecture"
+	SectionUnknownKey       = "Unknown config key" // written out in checkpoint's error (checkpoint cannot import guard)
+	SectionUnusedTensor     = "Unused tensor"
+	SectionMissingLMHead    = "Missing lm_head"
+	SectionGatedRepo        = "Gated or private repository"
+	SectionOffline          = "No network or offline"
+	SectionDiskFull         = "Disk full during split"
+	SectionOOM              = "Out of memory"
+	SectionLargerThanRAM    = "Model larger than memory"
+	SectionResidentTooLarge = "--resident refused: the model does not fit in memory"
+	SectionCorrupt          = "Corrupted shard or checkpoint"
+	SectionSIGBUS           = "Crash with SIGBUS while generating"
+	SectionContextTooLong   = "Context too long"
+	SectionCUDASlow         = "CUDA slower than CPU on small models"
+	SectionCUDAPlugin       = "CUDA plugin not found"
+	SectionVerifyMismatch   = "verify reports a mismatch"
 )
 
 // Sections lists every section constant, in document order.
@@ -42,7 +43,7 @@ func Sections() []string {
 		SectionNaN, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
 		SectionUnusedTensor, SectionMissingLMHead,
-		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
+		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionResidentTooLarge, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
 		SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
 	}
 }
