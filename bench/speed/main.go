@@ -1,6 +1,8 @@
-// Command speed measures layerstream's speed targets (issue 9) in one run, on a synthetic checkpoint at a real
-// model shape: the machine's memory-copy, O_DIRECT read and matmul rates, then five ratios, each with its goal,
-// the measured value, PASS / FAIL / UNAVAILABLE and the numbers behind it, and the profile of the streamed runs.
+// Command speed measures layerstream's speed targets (issues 9 and 15) in one run, on a synthetic checkpoint at a
+// real model shape: the machine's memory-copy, memory-read, O_DIRECT read and matmul rates, then ten ratios, each
+// with its goal, the measured value, PASS / FAIL / UNAVAILABLE / NOT MEASURABLE HERE and the numbers behind it,
+// and the profile of the streamed runs. Three of the ratios compare with llama.cpp running the same model beside
+// layerstream (the peer, optional: --peer-python).
 // It exits 1 when a target is missed (failed, or unmeasurable because the engine lacks the feature), 2 on an
 // error. docs/performance.md explains the protocol and how to read the output.
 //
@@ -22,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -51,6 +54,17 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	runs := fs.Int("runs", 5, "measured decode runs per engine; ratios use the medians")
 	prefill := fs.Int("prefill-tokens", 512, "prompt length of the prefill measurement (target 5)")
 	dtype := fs.String("dtype", "auto", "compute dtype of weight matrices, passed to the engine: auto, f32 or bf16")
+	weights := fs.String("weights", "bf16", "dtype of the synthetic model's weights: bf16 or f32")
+	var pc peerConfig
+	fs.StringVar(&pc.Python, "peer-python", os.Getenv("LAYERSTREAM_PEER_PYTHON"), "a Python with llama-cpp-python: "+
+		"llama.cpp runs the same model (as GGUF) beside layerstream, alternated, for targets 6, 7 and 9 (default "+
+		"$LAYERSTREAM_PEER_PYTHON; empty: no peer, those targets are not measured)")
+	fs.StringVar(&pc.Convert, "peer-convert", os.Getenv("LAYERSTREAM_PEER_CONVERT"), "llama.cpp's convert_hf_to_gguf.py "+
+		"(in llama-cpp-python's sdist, vendor/llama.cpp), to make the GGUF once per model (default $LAYERSTREAM_PEER_CONVERT)")
+	fs.StringVar(&pc.ConvertPython, "peer-convert-python", os.Getenv("LAYERSTREAM_PEER_CONVERT_PYTHON"), "a Python "+
+		"with torch and transformers for --peer-convert (default $LAYERSTREAM_PEER_CONVERT_PYTHON, else --peer-python)")
+	fs.StringVar(&pc.Tokenizer, "peer-tokenizer", os.Getenv("LAYERSTREAM_PEER_TOKENIZER"), "a tokenizer.json with the "+
+		"shape's vocabulary, which the converter needs (default $LAYERSTREAM_PEER_TOKENIZER)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
 	cache := fs.String("cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
 		"models, reused across runs")
@@ -58,7 +72,7 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	prepare := fs.Bool("prepare", false, "only create the synthetic model if missing, then exit")
 	verbose := fs.Bool("verbose", false, "show the engine's info logs")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s [flags]\n\nMeasures issue 9's five speed ratios in one run; exit status 1 "+
+		fmt.Fprintf(stderr, "usage: %s [flags]\n\nMeasures the speed ratios of issues 9 and 15 in one run; exit status 1 "+
 			"when a target is missed, 2 on an error.\n\n", name)
 		fs.PrintDefaults()
 	}
@@ -86,6 +100,12 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		return usage("--runs must be at least 1, got %d", *runs)
 	case *prefill < 1:
 		return usage("--prefill-tokens must be at least 1, got %d", *prefill)
+	case *weights != "bf16" && *weights != "f32":
+		return usage("--weights must be bf16 or f32, got %q", *weights)
+	}
+	stored := checkpoint.BF16
+	if *weights == "f32" {
+		stored = checkpoint.F32
 	}
 	switch {
 	case *layers > 0:
@@ -99,8 +119,8 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 
-	dir := modelDir(*cache, *shapeName, shape.NumLayers, *seed)
-	shardDir, err := prepareModel(ctx, dir, shape, *seed, stderr)
+	dir := modelDir(*cache, *shapeName, shape.NumLayers, stored, *seed)
+	shardDir, err := prepareModel(ctx, dir, shape, stored, *seed, pc, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: synthetic model: %v\n", name, err)
 		return exitError
@@ -109,8 +129,20 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		fmt.Fprintf(stderr, "speed: synthetic model ready in %s\n", shardDir)
 		return exitOK
 	}
-	rep, err := run(ctx, options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
-		prefillTokens: *prefill, dtype: *dtype, seed: *seed, memcpyBytes: memcpyBytes, log: stderr})
+	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
+		prefillTokens: *prefill, batchNewTokens: 64, dtype: *dtype, seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
+		log: stderr}
+	switch {
+	case !pc.enabled():
+		o.noPeer = "no llama.cpp: give --peer-python (a Python with llama-cpp-python) and, to make the GGUF, " +
+			"--peer-convert and --peer-tokenizer (or their LAYERSTREAM_PEER_* variables)"
+	default:
+		o.peer, o.gguf = pc, ggufPath(dir, stored)
+		if _, err := os.Stat(o.gguf); err != nil {
+			o.peer, o.noPeer = peerConfig{}, fmt.Sprintf("no GGUF of the model for llama.cpp at %s (converting it needs %s)", o.gguf, pc.missing())
+		}
+	}
+	rep, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return exitError

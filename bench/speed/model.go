@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
@@ -15,18 +16,25 @@ import (
 	"github.com/layerstream/layerstream/synth"
 )
 
-// modelDir is the cache folder of one synthetic model: the shape, layer count, dtype and seed name it, so a
-// folder is only ever reused for the same model.
-func modelDir(cache, shapeName string, layers int, seed uint64) string {
-	return filepath.Join(cache, fmt.Sprintf("%s-%dL-bf16-seed%d", shapeName, layers, seed))
+// modelDir is the cache folder of one synthetic model: the shape, layer count, weights' dtype and seed name it,
+// so a folder is only ever reused for the same model.
+func modelDir(cache, shapeName string, layers int, weights checkpoint.DType, seed uint64) string {
+	return filepath.Join(cache, fmt.Sprintf("%s-%dL-%s-seed%d", shapeName, layers, strings.ToLower(string(weights)), seed))
 }
 
 // prepareModel returns the shard folder of the synthetic model in dir, creating it when missing: synth.Write
 // into dir/checkpoint, shards.Split into dir/shards, then the checkpoint is removed (the shards are all the
-// harness reads; removing it halves the disk used). A split interrupted halfway resumes on the next run.
-func prepareModel(ctx context.Context, dir string, shape synth.Shape, seed uint64, log io.Writer) (string, error) {
+// harness reads; removing it halves the disk used). A split interrupted halfway resumes on the next run. With
+// a peer able to convert (peerConfig), the checkpoint is also converted to a GGUF kept beside the shards
+// (ggufPath), written again first if it was removed (it is seeded: the same weights).
+func prepareModel(ctx context.Context, dir string, shape synth.Shape, weights checkpoint.DType, seed uint64, pc peerConfig, log io.Writer) (string, error) {
 	out := filepath.Join(dir, "shards")
-	if shards.IsSet(out) {
+	gguf := ggufPath(dir, weights)
+	convert := pc.enabled() && pc.missing() == ""
+	if _, err := os.Stat(gguf); err == nil {
+		convert = false
+	}
+	if shards.IsSet(out) && !convert {
 		return out, nil
 	}
 	ckpt := filepath.Join(dir, "checkpoint")
@@ -34,23 +42,45 @@ func prepareModel(ctx context.Context, dir string, shape synth.Shape, seed uint6
 		if err := os.RemoveAll(ckpt); err != nil {
 			return "", fmt.Errorf("synthetic checkpoint %s: %w", ckpt, err)
 		}
-		fmt.Fprintf(log, "speed: writing the synthetic checkpoint %s (%d layers, bf16)\n", ckpt, shape.NumLayers)
+		fmt.Fprintf(log, "speed: writing the synthetic checkpoint %s (%d layers, %s)\n", ckpt, shape.NumLayers, weights)
 		start := time.Now()
-		if err := synth.Write(ckpt, synth.Options{Shape: shape, DType: checkpoint.BF16, Seed: seed}); err != nil {
+		opts := synth.Options{Shape: shape, DType: weights, Seed: seed}
+		if convert {
+			opts.Tokenizer = pc.Tokenizer
+		}
+		if err := synth.Write(ckpt, opts); err != nil {
 			return "", err
 		}
 		fmt.Fprintf(log, "speed: checkpoint written in %.1f s\n", time.Since(start).Seconds())
 	}
-	ck, err := checkpoint.Open(ckpt)
-	if err != nil {
-		return "", err
+	if tok := filepath.Join(ckpt, "tokenizer.json"); convert {
+		if _, err := os.Stat(tok); err != nil { // a checkpoint written earlier without one
+			b, err := os.ReadFile(pc.Tokenizer)
+			if err != nil {
+				return "", fmt.Errorf("--peer-tokenizer: %w", err)
+			}
+			if err := os.WriteFile(tok, b, 0o644); err != nil {
+				return "", err
+			}
+		}
 	}
-	fmt.Fprintf(log, "speed: splitting into %s\n", out)
-	start := time.Now()
-	if _, err := shards.Split(ctx, ck, shards.SplitOptions{Out: out}); err != nil {
-		return "", err
+	if !shards.IsSet(out) {
+		ck, err := checkpoint.Open(ckpt)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(log, "speed: splitting into %s\n", out)
+		start := time.Now()
+		if _, err := shards.Split(ctx, ck, shards.SplitOptions{Out: out}); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(log, "speed: split in %.1f s\n", time.Since(start).Seconds())
 	}
-	fmt.Fprintf(log, "speed: split in %.1f s\n", time.Since(start).Seconds())
+	if convert {
+		if err := convertGGUF(ctx, pc, ckpt, gguf, weights, log); err != nil {
+			return "", err
+		}
+	}
 	if err := os.RemoveAll(ckpt); err != nil {
 		return "", fmt.Errorf("removing the split checkpoint %s: %w", ckpt, err)
 	}

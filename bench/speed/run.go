@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"github.com/layerstream/layerstream/internal/stats"
 	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
@@ -20,9 +22,13 @@ import (
 // Fixed parts of the protocol.
 const (
 	decodePromptTokens = 8  // prompt of the decode runs: short, so the runs measure decode
-	batchSize          = 16 // target 4
+	batchSize          = 16 // targets 4 and 9
+	prefillRuns        = 3  // target 6: alternated runs of each
+	batchRuns          = 2  // target 9: alternated runs of each
 	memcpyBytes        = 256 << 20
 	memcpyRepeats      = 5
+	readBytes          = 512 << 20 // far larger than the caches
+	readRepeats        = 5
 	matmulRepeats      = 3
 )
 
@@ -41,15 +47,27 @@ type options struct {
 	seed          uint64
 	// matmulSize overrides the matmul benchmark's [m×k]·[n×k]ᵀ (tests use small ones); zero: prefill-like,
 	// [prefillTokens × hidden]·[hidden × hidden]ᵀ.
-	matmulSize  [3]int
-	memcpyBytes int64
-	log         io.Writer // progress lines
+	matmulSize [3]int
+	// batchNewTokens is target 9's tokens per sequence (64, as issue 15 measured llama.cpp; tests use fewer).
+	batchNewTokens int
+	memcpyBytes    int64
+	readBytes      int64
+	// peer runs llama.cpp on gguf beside the engine (targets 6, 7, 9); when it is not enabled, noPeer says why.
+	peer   peerConfig
+	gguf   string
+	noPeer string
+	log    io.Writer // progress lines
 }
 
 // machine holds the bandwidths measured in the run.
 type machine struct {
-	CPUs       int          `json:"cpus"`
-	Memcpy     memcpyResult `json:"memcpy"`
+	CPUs    int          `json:"cpus"`
+	Memcpy  memcpyResult `json:"memcpy"`
+	MemRead memcpyResult `json:"memory_read"`
+	// LoadStart and LoadEnd are /proc/loadavg's 1, 5 and 15-minute load averages when the run started and
+	// ended ("" where there is no /proc): other processes' load moves every rate of the run.
+	LoadStart  string       `json:"load_start,omitempty"`
+	LoadEnd    string       `json:"load_end,omitempty"`
 	DirectRead readResult   `json:"direct_read"`
 	Matmul     matmulResult `json:"matmul"`
 }
@@ -74,7 +92,8 @@ type report struct {
 
 // run measures the machine and the five targets on the model in o.shards.
 func run(ctx context.Context, o options) (*report, error) {
-	r := &report{Started: time.Now(), Targets: newTargets(o.prefillTokens), Machine: machine{CPUs: runtime.GOMAXPROCS(0)}}
+	r := &report{Started: time.Now(), Targets: newTargets(o.prefillTokens, o.batchNewTokens),
+		Machine: machine{CPUs: runtime.GOMAXPROCS(0), LoadStart: loadAverage()}}
 	set, err := shards.Open(o.shards)
 	if err != nil {
 		return nil, err
@@ -97,8 +116,10 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 
 	// The machine's bandwidths.
-	phase(o.log, "memory-copy bandwidth")
+	phase(o.log, "memory-copy and memory-read bandwidths")
 	r.Machine.Memcpy = measureMemcpy(o.memcpyBytes, memcpyRepeats)
+	releaseMemory()
+	r.Machine.MemRead = measureMemRead(o.readBytes, readRepeats)
 	releaseMemory()
 	phase(o.log, "O_DIRECT sequential read of the layer shards")
 	if r.Machine.DirectRead, err = measureDirectRead(set.Dir, layerUnits, readChunks); err != nil {
@@ -113,14 +134,13 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 
-	t1, t2, t3, t4, t5 := r.Targets[0], r.Targets[1], r.Targets[2], r.Targets[3], r.Targets[4]
 	decodeReq := engine.Request{PromptIDs: syntheticPrompt(cfg.VocabSize, eos, decodePromptTokens, o.seed),
 		MaxNewTokens: o.newTokens, StopIDs: []int{}} // empty StopIDs: every run generates MaxNewTokens tokens
-	if err := measurePageCache(ctx, o, r, decodeReq, eos, t1, t3, t5); err != nil {
+	if err := measurePageCache(ctx, o, r, decodeReq, eos); err != nil {
 		return nil, err
 	}
 	releaseMemory()
-	if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos, t2, t4); err != nil {
+	if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos); err != nil {
 		return nil, err
 	}
 	for _, t := range r.Targets {
@@ -129,13 +149,28 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 	}
 	r.Elapsed = time.Since(r.Started).Seconds()
+	r.Machine.LoadEnd = loadAverage()
 	return r, nil
 }
 
-// measurePageCache measures targets 1, 3 and 5 with two engines open side by side, one resident and one
-// streaming from the page cache. Their decode runs alternate, so load from other processes on the machine
-// falls on both alike.
-func measurePageCache(ctx context.Context, o options, r *report, req engine.Request, eos []int, t1, t3, t5 *target) error {
+// loadAverage is the first three fields of /proc/loadavg, or "" where it cannot be read.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// measurePageCache measures targets 1, 3, 5-9 with two engines open side by side, one resident and one
+// streaming from the page cache, and llama.cpp beside them when there is a peer. Their runs alternate, so load
+// from other processes on the machine falls on all alike.
+func measurePageCache(ctx context.Context, o options, r *report, req engine.Request, eos []int) error {
+	t1, t3, t5, t6, t7, t8, t9 := r.target(1), r.target(3), r.target(5), r.target(6), r.target(7), r.target(8), r.target(9)
 	phase(o.log, "opening a resident engine and a streamed one")
 	resident, err := engine.Open(ctx, o.shards, engine.Options{Resident: true, DType: o.dtype})
 	if err != nil {
@@ -151,15 +186,30 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 	}
 	defer streamed.Close()
 
+	var p *peer
+	if o.peer.enabled() {
+		phase(o.log, "starting llama.cpp on "+o.gguf)
+		nCtx := max(o.prefillTokens, batchSize*(decodePromptTokens+o.batchNewTokens), decodePromptTokens+o.newTokens) + 64
+		if p, err = startPeer(ctx, o.peer, o.gguf, runtime.GOMAXPROCS(0), nCtx, batchSize); err != nil {
+			return err
+		}
+		defer p.close()
+	}
+
 	phase(o.log, "warm-up generations (compile graphs, bring the shards into the page cache)")
 	for _, e := range []*engine.Engine{resident, streamed} {
 		if _, err := generate(ctx, e, warmUp(req)); err != nil {
 			return err
 		}
 	}
-	var resTokS, strTokS []float64
+	var resTokS, strTokS, peerTokS []float64
+	var resIDs, peerIDs []int
 	for i := range o.runs {
-		phase(o.log, fmt.Sprintf("decode run %d of %d: resident, then streamed", i+1, o.runs))
+		what := "resident, then streamed"
+		if p != nil {
+			what += ", then llama.cpp"
+		}
+		phase(o.log, fmt.Sprintf("decode run %d of %d: %s", i+1, o.runs, what))
 		res, err := generate(ctx, resident, req)
 		if err != nil {
 			return err
@@ -171,10 +221,20 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 		if err != nil {
 			return err
 		}
+		if i == o.runs-1 {
+			prof.Stop()
+		}
 		resTokS = append(resTokS, res.Timings.DecodeTokensPerSec)
 		strTokS = append(strTokS, str.Timings.DecodeTokensPerSec)
+		resIDs = res.GeneratedIDs
+		if p != nil {
+			tokS, ids, err := p.decode(req.PromptIDs, o.newTokens)
+			if err != nil {
+				return err
+			}
+			peerTokS, peerIDs = append(peerTokS, tokS), ids
+		}
 	}
-	prof.Stop()
 	r.Profiles = append(r.Profiles, profileReport{
 		Title: fmt.Sprintf("streamed decode from the page cache (last run: %d-token prompt, %d new tokens)",
 			len(req.PromptIDs), o.newTokens),
@@ -200,6 +260,28 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 	t3.note("weight bytes are the decoder layers' tensors plus the output projection, as stored (%s); the engine "+
 		"processes them in %s", m.StoredDType, m.ComputeDType)
 
+	read := r.Machine.MemRead.GBps
+	t8.judge(weights / step / 1e9 / read)
+	t8.raw("weights processed", weights/step/1e9, "GB/s")
+	t8.raw("memory read bandwidth", read, "GB/s")
+	t8.note("the weight bytes of target 3 per resident decode step, against the machine's read rate (kernels.Fold " +
+		"on every core, best of the passes above)")
+
+	if p == nil {
+		t7.setNotMeasurable(o.noPeer)
+	} else {
+		peerMed := stats.Median(peerTokS)
+		t7.judge(resMed / peerMed)
+		t7.raw("resident decode (median)", resMed, "tok/s")
+		t7.raw("llama.cpp decode (median)", peerMed, "tok/s")
+		t7.raw("llama.cpp weights processed", weights*peerMed/1e9, "GB/s")
+		t7.note("llama.cpp runs: %s; the same prompt ids and new tokens, decode tok/s counted the same way "+
+			"((generated − 1) ÷ time from the first token to the last)", fmtRuns(peerTokS))
+		t7.note("greedy tokens of the last runs: %d of %d the same as llama.cpp's (llama.cpp rounds activations to "+
+			"its own types; near-ties may go either way)", sameIDs(resIDs, peerIDs), len(resIDs))
+		t7.note("llama.cpp: %s", p.System)
+	}
+
 	phase(o.log, fmt.Sprintf("prefill of a %d-token prompt (streamed engine)", o.prefillTokens))
 	prof.Reset()
 	pre := engine.Request{PromptIDs: syntheticPrompt(streamed.Config().VocabSize, eos, o.prefillTokens, o.seed+1), MaxNewTokens: 1, StopIDs: []int{}}
@@ -209,7 +291,103 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 	}
 	prof.Stop()
 	judgePrefill(t5, r, res, prof.Events(), o.prefillTokens)
+
+	if p == nil {
+		t6.setNotMeasurable(o.noPeer)
+	} else if err := comparePrefill(ctx, o, resident, p, pre.PromptIDs, t6); err != nil {
+		return err
+	}
+	switch {
+	case p == nil:
+		t9.setNotMeasurable(o.noPeer)
+	case generateBatch == nil:
+		t9.setUnavailable(noBatch)
+	default:
+		if err := compareBatch(ctx, o, resident, p, eos, t9); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// comparePrefill measures target 6: the prompt's prefill on the resident engine and on llama.cpp, alternated.
+func comparePrefill(ctx context.Context, o options, e *engine.Engine, p *peer, ids []int, t *target) error {
+	var ours, theirs []float64
+	for i := range prefillRuns {
+		phase(o.log, fmt.Sprintf("prefill of %d tokens, run %d of %d: resident engine, then llama.cpp", len(ids), i+1, prefillRuns))
+		res, err := generate(ctx, e, engine.Request{PromptIDs: ids, MaxNewTokens: 1, StopIDs: []int{}})
+		if err != nil {
+			return err
+		}
+		secs, err := p.prefill(ids)
+		if err != nil {
+			return err
+		}
+		ours = append(ours, float64(len(ids))/res.Timings.Prefill.Seconds())
+		theirs = append(theirs, float64(len(ids))/secs)
+	}
+	a, b := stats.Median(ours), stats.Median(theirs)
+	t.judge(a / b)
+	t.raw("layerstream prefill (median)", a, "tok/s")
+	t.raw("llama.cpp prefill (median)", b, "tok/s")
+	t.note("runs, layerstream: %s; llama.cpp: %s tok/s (one batch of the whole prompt, %d threads)",
+		fmtRuns(ours), fmtRuns(theirs), runtime.GOMAXPROCS(0))
+	return nil
+}
+
+// compareBatch measures target 9: batchSize sequences of batchNewTokens tokens each in one batch, on the
+// resident engine and on llama.cpp (its low-level batch API: one llama_decode per step for all sequences),
+// alternated.
+func compareBatch(ctx context.Context, o options, e *engine.Engine, p *peer, eos []int, t *target) error {
+	reqs := make([]engine.Request, batchSize)
+	prompts := make([][]int, batchSize)
+	for i := range reqs {
+		prompts[i] = syntheticPrompt(e.Config().VocabSize, eos, decodePromptTokens, o.seed+200+uint64(i))
+		reqs[i] = engine.Request{PromptIDs: prompts[i], MaxNewTokens: o.batchNewTokens, StopIDs: []int{}}
+	}
+	warm := make([]engine.Request, batchSize)
+	for i := range warm {
+		warm[i] = warmUp(reqs[i])
+	}
+	if _, err := generateBatch(ctx, e, warm); err != nil {
+		return err
+	}
+	var ours, theirs []float64
+	for i := range batchRuns {
+		phase(o.log, fmt.Sprintf("%d sequences × %d tokens, run %d of %d: resident engine, then llama.cpp", batchSize, o.batchNewTokens, i+1, batchRuns))
+		start := time.Now()
+		results, err := generateBatch(ctx, e, reqs)
+		wall := time.Since(start)
+		if err != nil {
+			return err
+		}
+		tokens := 0
+		for _, res := range results {
+			tokens += len(res.GeneratedIDs)
+		}
+		tokS, err := p.batch(prompts, o.batchNewTokens)
+		if err != nil {
+			return err
+		}
+		ours = append(ours, float64(tokens)/wall.Seconds())
+		theirs = append(theirs, tokS)
+	}
+	a, b := stats.Median(ours), stats.Median(theirs)
+	t.judge(a / b)
+	t.raw(fmt.Sprintf("layerstream, %d sequences (median)", batchSize), a, "tok/s aggregate")
+	t.raw(fmt.Sprintf("llama.cpp, %d sequences (median)", batchSize), b, "tok/s aggregate")
+	t.note("runs, layerstream: %s; llama.cpp: %s tok/s; aggregate = all tokens ÷ wall time, %d-token prompts "+
+		"included, %d new tokens per sequence", fmtRuns(ours), fmtRuns(theirs), decodePromptTokens, o.batchNewTokens)
+	return nil
+}
+
+// sameIDs counts the leading tokens a and b agree on.
+func sameIDs(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // judgePrefill computes target 5 from a prefill-only generation: its matmul FLOP rate against the backend's,
@@ -230,16 +408,21 @@ func judgePrefill(t *target, r *report, res *engine.Result, events []profiler.Ev
 	t.note("prefill FLOPs count the weight matrices only (2 per element per token, lm_head for the last position); "+
 		"attention scores and norms are left out, so the ratio slightly understates the engine. The goal of %.2f "+
 		"is the harness's: the issue asks for the figure", t.Threshold)
+	// The stream reads ahead into the next pass (the engine's batch loop streams without end): a read of a
+	// layer that starts after the layer computed is the next pass's, not the prompt's.
 	forwards := map[int]int{}
+	firstForward := map[int]time.Duration{}
+	for _, e := range events {
+		if e.Step == 0 && e.Layer >= 0 && e.Category == profiler.Forward {
+			if forwards[e.Layer] == 0 || e.Start < firstForward[e.Layer] {
+				firstForward[e.Layer] = e.Start
+			}
+			forwards[e.Layer]++
+		}
+	}
 	reads := map[int]int{}
 	for _, e := range events {
-		if e.Step != 0 || e.Layer < 0 {
-			continue
-		}
-		switch e.Category {
-		case profiler.Forward:
-			forwards[e.Layer]++
-		case profiler.DiskRead:
+		if e.Step == 0 && e.Layer >= 0 && e.Category == profiler.DiskRead && e.Start <= firstForward[e.Layer] {
 			reads[e.Layer]++
 		}
 	}
@@ -250,22 +433,26 @@ func judgePrefill(t *target, r *report, res *engine.Result, events []profiler.Ev
 			return
 		}
 	}
-	t.note("every decoder layer was read once and run once for the whole prompt (profiler events of step 0)")
+	t.note("every decoder layer was read once and run once for the whole prompt (profiler events of step 0; reads " +
+		"started after the layer computed are the stream's read-ahead into a next pass)")
 }
 
-// measureDirectIO measures targets 2 and 4 with an engine reading its shards with O_DIRECT, where the engine
-// offers that (features.go) and the filesystem allows it.
+// measureDirectIO measures targets 2, 4 and 10 with an engine reading its shards with O_DIRECT, where the
+// engine offers that (features.go) and the filesystem allows it.
 func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []shards.UnitInfo, req engine.Request,
-	eos []int, t2, t4 *target) error {
+	eos []int) error {
+	t2, t4, t10 := r.target(2), r.target(4), r.target(10)
 	switch disk := r.Machine.DirectRead; {
 	case !disk.Supported:
 		reason := "the filesystem refuses O_DIRECT: " + disk.Reason
 		t2.setNotMeasurable(reason)
 		t4.setNotMeasurable(reason)
+		t10.setNotMeasurable(reason)
 		return nil
 	case directIO == nil:
 		t2.setUnavailable(noDirectIO)
 		t4.setUnavailable(noDirectIO)
+		t10.setUnavailable(noDirectIO)
 		if generateBatch == nil {
 			t4.Reason += "; and " + noBatch
 		}
@@ -335,6 +522,9 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	t2.note("each run's disk bound is the mean time of the O_DIRECT passes (whole files) just before and just after it; " +
 		"the measured ratio is the median of the runs' ratios. The best pass of the whole run (machine rates above) gives " +
 		"the stricter figure listed too; the profile below shows how much of the reading overlapped compute")
+	t10.judge(1 / stats.Median(ratios))
+	t10.raw("disk bound ÷ s/token, per run (median)", 1/stats.Median(ratios), "")
+	t10.note("target 2's runs, as the fraction of the disk's rate the streamed decode reaches")
 
 	if generateBatch == nil {
 		t4.setUnavailable(noBatch)

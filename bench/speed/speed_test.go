@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
@@ -86,13 +90,19 @@ func TestJudgePrefillNeedsOnePassPerLayer(t *testing.T) {
 		{Step: 0, Layer: 1, Category: profiler.DiskRead}, {Step: 0, Layer: 1, Category: profiler.Forward},
 		{Step: 1, Layer: 1, Category: profiler.Forward}, // a decode step: not the prompt's
 	}
-	tg := newTargets(100)[4]
+	tg := newTargets(100, 64)[4]
 	judgePrefill(tg, r, res, once, 1000) // 2 GFLOP in 1 s against 1 GFLOP/s
 	if tg.Verdict != pass || *tg.Measured != 2 {
 		t.Fatalf("one pass per layer: %s %v (%s); want PASS 2", tg.Verdict, *tg.Measured, tg.Reason)
 	}
+	ahead := append(slices.Clone(once), profiler.Event{Step: 0, Layer: 0, Category: profiler.DiskRead, Start: 5})
+	tg = newTargets(100, 64)[4]
+	judgePrefill(tg, r, res, ahead, 1000) // the next pass's layer 0, read after layer 0 computed
+	if tg.Verdict != pass {
+		t.Errorf("a read-ahead into the next pass: %s (%s); want PASS", tg.Verdict, tg.Reason)
+	}
 	twice := append(once, profiler.Event{Step: 0, Layer: 1, Category: profiler.Forward})
-	tg = newTargets(100)[4]
+	tg = newTargets(100, 64)[4]
 	judgePrefill(tg, r, res, twice, 1000)
 	if tg.Verdict != fail || !strings.Contains(tg.Reason, "layer 1: 2 forward passes") {
 		t.Errorf("two passes over layer 1: %s (%s); want FAIL naming layer 1", tg.Verdict, tg.Reason)
@@ -135,19 +145,31 @@ var tinyShape = synth.Shape{HiddenSize: 32, IntermediateSize: 64, NumLayers: 2, 
 
 func runTiny(t *testing.T) *report {
 	t.Helper()
+	return runTinyWith(t, func(*options) {})
+}
+
+// runTinyWith runs the harness on a tiny model with options changed by set (no peer unless set adds one).
+func runTinyWith(t *testing.T, set func(*options)) *report {
+	t.Helper()
 	ctx := context.Background()
 	var log bytes.Buffer
-	dir, err := prepareModel(ctx, filepath.Join(t.TempDir(), "tiny"), tinyShape, 1, &log)
+	dir, err := prepareModel(ctx, filepath.Join(t.TempDir(), "tiny"), tinyShape, checkpoint.BF16, 1, peerConfig{}, &log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := run(ctx, options{shards: dir, shapeName: "tiny", newTokens: 3, runs: 1, prefillTokens: 16,
-		dtype: "auto", seed: 1, matmulSize: [3]int{16, 32, 32}, memcpyBytes: 1 << 20, log: &log})
+	o := options{shards: dir, shapeName: "tiny", newTokens: 3, runs: 1, prefillTokens: 16, batchNewTokens: 4,
+		dtype: "auto", seed: 1, matmulSize: [3]int{16, 32, 32}, memcpyBytes: 1 << 20, readBytes: 1 << 20,
+		noPeer: "no llama.cpp in this test", log: &log}
+	set(&o)
+	r, err := run(ctx, o)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	return r
 }
+
+// peerTargets are the targets that compare with llama.cpp.
+var peerTargets = map[int]bool{6: true, 7: true, 9: true}
 
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
@@ -156,17 +178,22 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 	directIO, generateBatch = nil, nil
 	t.Cleanup(func() { directIO, generateBatch = savedDirect, savedBatch })
 	r := runTiny(t)
-	want := map[int]bool{1: true, 3: true, 5: true} // measured
+	want := map[int]bool{1: true, 3: true, 5: true, 8: true} // measured
 	for _, tg := range r.Targets {
 		if want[tg.ID] != (tg.Measured != nil) {
 			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, want[tg.ID], tg.Verdict, tg.Reason)
 		}
-		if !want[tg.ID] && r.Machine.DirectRead.Supported && (tg.Verdict != unavailable || !strings.Contains(tg.Reason, "features.go")) {
+		switch {
+		case peerTargets[tg.ID]:
+			if tg.Verdict != notMeasurable || tg.missed() {
+				t.Errorf("target %d without llama.cpp: %s (%s); want NOT MEASURABLE HERE, not missed", tg.ID, tg.Verdict, tg.Reason)
+			}
+		case !want[tg.ID] && r.Machine.DirectRead.Supported && (tg.Verdict != unavailable || !strings.Contains(tg.Reason, "features.go")):
 			t.Errorf("target %d: %s (%s); want UNAVAILABLE pointing at features.go", tg.ID, tg.Verdict, tg.Reason)
 		}
 	}
-	if r.Missed < 2 {
-		t.Errorf("missed %d targets; the two unavailable ones must count", r.Missed)
+	if r.Missed < 3 && r.Machine.DirectRead.Supported {
+		t.Errorf("missed %d targets; the three unavailable ones must count", r.Missed)
 	}
 	if r.Model.Layers != 2 || r.Model.LayerFileBytes == 0 || r.Model.HeadParams != 64*32 {
 		t.Errorf("model info %+v", r.Model)
@@ -178,7 +205,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 	if err := r.writeText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"memory copy", "sequential read", "matmul", "UNAVAILABLE", "sum of categories", "target(s) missed"} {
+	for _, s := range []string{"memory copy", "memory read", "sequential read", "matmul", "UNAVAILABLE", "NOT MEASURABLE HERE", "sum of categories", "target(s) missed"} {
 		if !strings.Contains(text.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, text.String())
 		}
@@ -195,7 +222,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 5 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 10 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -206,7 +233,8 @@ func TestRun(t *testing.T) {
 	if !r.Machine.DirectRead.Supported {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
-	wired := map[int]bool{1: true, 2: directIO != nil, 3: true, 4: directIO != nil && generateBatch != nil, 5: true}
+	wired := map[int]bool{1: true, 2: directIO != nil, 3: true, 4: directIO != nil && generateBatch != nil, 5: true, 8: true,
+		10: directIO != nil}
 	for _, tg := range r.Targets {
 		if wired[tg.ID] != (tg.Measured != nil) {
 			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, wired[tg.ID], tg.Verdict, tg.Reason)
@@ -239,7 +267,7 @@ func TestRunWithEngineFeatures(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	for _, tg := range r.Targets {
-		if tg.Measured == nil {
+		if tg.Measured == nil && !peerTargets[tg.ID] {
 			t.Errorf("target %d not measured: %s (%s)", tg.ID, tg.Verdict, tg.Reason)
 		}
 	}
@@ -256,7 +284,7 @@ func TestRunWithEngineFeatures(t *testing.T) {
 func TestPrepareModelReusesTheSplit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
 	var log bytes.Buffer
-	out, err := prepareModel(context.Background(), dir, tinyShape, 1, &log)
+	out, err := prepareModel(context.Background(), dir, tinyShape, checkpoint.BF16, 1, peerConfig{}, &log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,8 +292,67 @@ func TestPrepareModelReusesTheSplit(t *testing.T) {
 		t.Errorf("the checkpoint is kept after the split (stat: %v)", err)
 	}
 	log.Reset()
-	again, err := prepareModel(context.Background(), dir, tinyShape, 1, &log)
+	again, err := prepareModel(context.Background(), dir, tinyShape, checkpoint.BF16, 1, peerConfig{}, &log)
 	if err != nil || again != out || log.Len() != 0 {
 		t.Errorf("second prepare: %q, %v, log %q; want the same folder, reused silently", again, err, log.String())
+	}
+}
+
+// TestRunWithPeer runs the harness with a stand-in for llama.cpp speaking peer.py's protocol (this test binary,
+// re-executed as TestHelperPeer): targets 6, 7 and 9 are measured against its fixed rates, and what it is sent
+// is what peer.py expects.
+func TestRunWithPeer(t *testing.T) {
+	saved := peerCommand
+	peerCommand = func(ctx context.Context, python, script string, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperPeer$")
+		cmd.Env = append(os.Environ(), "SPEED_HELPER_PEER=1")
+		return cmd
+	}
+	t.Cleanup(func() { peerCommand = saved })
+	r := runTinyWith(t, func(o *options) { o.peer, o.gguf, o.noPeer = peerConfig{Python: "python3"}, "model.gguf", "" })
+	for id := range peerTargets {
+		tg := r.target(id)
+		if tg.Measured == nil || *tg.Measured <= 0 {
+			t.Errorf("target %d with a peer: %s (%s)", id, tg.Verdict, tg.Reason)
+		}
+	}
+	if v := r.target(7).Raw[1]; v.Name != "llama.cpp decode (median)" || v.Value != 1e6 {
+		t.Errorf("target 7's llama.cpp rate: %+v, want the stand-in's 1e6 tok/s", v)
+	}
+	if r.target(6).Verdict != fail || r.target(9).Verdict != fail {
+		t.Error("against a stand-in a million times faster, targets 6 and 9 must fail")
+	}
+}
+
+// TestHelperPeer is the stand-in llama.cpp of TestRunWithPeer (it does nothing in a normal test run): it
+// checks each command and answers at a million tokens per second.
+func TestHelperPeer(t *testing.T) {
+	if os.Getenv("SPEED_HELPER_PEER") != "1" {
+		return
+	}
+	out := json.NewEncoder(os.Stdout)
+	out.Encode(map[string]any{"ready": true, "system": "stand-in"})
+	in := json.NewDecoder(os.Stdin)
+	for {
+		var c struct {
+			Op      string  `json:"op"`
+			IDs     []int   `json:"ids"`
+			N       int     `json:"n"`
+			Prompts [][]int `json:"prompts"`
+		}
+		if err := in.Decode(&c); err != nil {
+			os.Exit(0)
+		}
+		switch {
+		case c.Op == "prefill" && len(c.IDs) > 0:
+			out.Encode(map[string]any{"secs": float64(len(c.IDs)) / 1e6})
+		case c.Op == "decode" && len(c.IDs) > 0 && c.N >= 2:
+			out.Encode(map[string]any{"tok_s": 1e6, "ids": make([]int, c.N)})
+		case c.Op == "batch" && len(c.Prompts) == batchSize && c.N == 4:
+			out.Encode(map[string]any{"tok_s": 1e6, "secs": 1e-3})
+		default:
+			fmt.Fprintf(os.Stderr, "bad command %+v\n", c)
+			os.Exit(1)
+		}
 	}
 }

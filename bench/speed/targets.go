@@ -92,16 +92,33 @@ func (t *target) note(format string, args ...any) {
 // feature.
 func (t *target) missed() bool { return t.Verdict == fail || t.Verdict == unavailable }
 
-// newTargets returns issue 9's five targets, not yet measured. Target 5's bound is the harness's own (the issue
-// asks only for the figure): prefill should run at least at half the backend's matmul rate.
-func newTargets(prefillTokens int) []*target {
+// newTargets returns the targets, not yet measured: issue 9's five (target 5's bound is the harness's own, the
+// issue asks only for the figure: prefill should run at least at half the backend's matmul rate), then issue
+// 15's: prefill, decode and 16 sequences at or beyond llama.cpp on the same model (the peer), decode at the
+// memory's read rate, streaming at the disk's.
+func newTargets(prefillTokens, batchNewTokens int) []*target {
 	return []*target{
 		{ID: 1, Name: "streaming costs little", Ratio: "streamed decode tok/s ÷ resident decode tok/s (page cache warm)", Threshold: 0.85},
 		{ID: 2, Name: "I/O hides compute", Ratio: "s/token with O_DIRECT ÷ disk bound (layer shard bytes per token ÷ O_DIRECT read bandwidth of the passes around each run; median over runs)", AtMost: true, Threshold: 1.15},
 		{ID: 3, Name: "decode compute near the memory limit", Ratio: "resident decode weight bytes/s ÷ memory-copy bandwidth", Threshold: 0.50},
 		{ID: 4, Name: "throughput mode", Ratio: fmt.Sprintf("aggregate tok/s at batch %d ÷ batch 1 (O_DIRECT)", batchSize), Threshold: 8},
 		{ID: 5, Name: "prefill in one pass per layer", Ratio: fmt.Sprintf("prefill FLOP/s (%d-token prompt) ÷ backend matmul FLOP/s", prefillTokens), Threshold: 0.50},
+		{ID: 6, Name: "prefill at llama.cpp's rate or beyond", Ratio: fmt.Sprintf("prefill tok/s of a %d-token prompt (resident) ÷ llama.cpp's on the same model", prefillTokens), Threshold: 1},
+		{ID: 7, Name: "decode at llama.cpp's rate or beyond", Ratio: "resident decode tok/s ÷ llama.cpp's on the same model", Threshold: 1},
+		{ID: 8, Name: "decode at the memory's read rate", Ratio: "resident decode weight bytes/s ÷ memory read bandwidth", Threshold: 0.85},
+		{ID: 9, Name: "16 sequences at llama.cpp's rate or more", Ratio: fmt.Sprintf("aggregate tok/s of %d sequences × %d tokens (resident) ÷ llama.cpp's with %d parallel sequences", batchSize, batchNewTokens, batchSize), Threshold: 1},
+		{ID: 10, Name: "streaming at the disk's rate", Ratio: "disk bound ÷ s/token with O_DIRECT (target 2's runs, median)", Threshold: 0.95},
 	}
+}
+
+// target returns the target with the given ID.
+func (r *report) target(id int) *target {
+	for _, t := range r.Targets {
+		if t.ID == id {
+			return t
+		}
+	}
+	panic(fmt.Sprintf("speed: no target %d", id))
 }
 
 // writeText prints the report for a person.
@@ -114,10 +131,17 @@ func (r *report) writeText(w io.Writer) error {
 		bytesize.Format(m.HeadWeightBytes))
 	p.Printf("command: %s\n\n", r.Command)
 
-	p.Printf("machine, measured in this run:\n")
+	p.Printf("machine, measured in this run (%d CPUs", r.Machine.CPUs)
+	if r.Machine.LoadStart != "" {
+		p.Printf("; load average %s at the start, %s at the end", r.Machine.LoadStart, r.Machine.LoadEnd)
+	}
+	p.Printf("):\n")
 	mc := r.Machine.Memcpy
 	p.Printf("  memory copy      %7.2f GB/s    bytes copied per second, %s buffers, %d goroutines, best of %d\n",
 		mc.GBps, bytesize.Format(mc.BufferBytes), mc.Goroutines, mc.Repeats)
+	mr := r.Machine.MemRead
+	p.Printf("  memory read      %7.2f GB/s    bytes read per second, %s buffer, %d goroutines, best of %d\n",
+		mr.GBps, bytesize.Format(mr.BufferBytes), mr.Goroutines, mr.Repeats)
 	if d := r.Machine.DirectRead; d.Supported {
 		p.Printf("  sequential read  %7.2f GB/s    O_DIRECT, %d layer shards (%s), best of %d passes (%s)\n",
 			d.GBps, d.Files, bytesize.Format(d.Bytes), len(d.Passes), d.describePasses())
