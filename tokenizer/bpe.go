@@ -409,26 +409,55 @@ type bpeScratch struct {
 }
 
 // initSymbols splits a word into its starting symbols: one per byte for byte-level words, otherwise one per
-// character, with byte fallback or unk for characters missing from the vocabulary.
+// character. A character (for byte-level words, a byte's byte-level character) missing from the vocabulary
+// becomes byte fallback tokens, or unk (fused with fuse_unk), or without unk_token is dropped, as in Hugging Face
+// tokenizers' BPE::merge_word.
 func (b *bpe) initSymbols(s *bpeScratch, word string, byteLevel bool) error {
 	s.syms = s.syms[:0]
 	add := func(id int32, size int) {
 		n := int32(len(s.syms))
 		s.syms = append(s.syms, symbol{id: id, prev: n - 1, next: n + 1, size: int32(size)})
 	}
-	if byteLevel {
-		for i := 0; i < len(word); i++ {
-			id := b.byteLevelIDs[word[i]]
-			if id < 0 {
-				return b.unknownByteLevel(word[i])
-			}
-			add(id, 1)
+	unkSize := 0 // bytes of a pending (fused) unk
+	known := func(id int32, size int) {
+		if unkSize > 0 {
+			add(int32(b.unk), unkSize)
+			unkSize = 0
 		}
-		s.syms[len(s.syms)-1].next = -1
+		add(id, size)
+	}
+	// missing handles char (its UTF-8 bytes), size bytes of the word, absent from the vocabulary. (A symbol's
+	// size only needs to be positive: 0 marks one merged into its left neighbour.)
+	missing := func(char string, size int) error {
+		if b.byteFallback && b.hasFallback(char) {
+			for j := 0; j < len(char); j++ {
+				known(b.byteFallbackIDs[char[j]], 1)
+			}
+			return nil
+		}
+		if b.unkToken != "" {
+			if b.unk < 0 {
+				return fmt.Errorf("character %q is not in the vocabulary and unk_token %q is not either", char, b.unkToken)
+			}
+			if unkSize > 0 && !b.fuseUnk {
+				add(int32(b.unk), unkSize)
+				unkSize = 0
+			}
+			unkSize += size
+		}
+		// Without unk_token a character missing from the vocabulary is dropped, as in Hugging Face tokenizers.
 		return nil
 	}
-	unkSize := 0 // bytes of a pending (fused) unk
 	for i := 0; i < len(word); {
+		if byteLevel {
+			if id := b.byteLevelIDs[word[i]]; id >= 0 {
+				known(id, 1)
+			} else if err := missing(string(byteLevelRunes[word[i]]), 1); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
 		r, n := utf8.DecodeRuneInString(word[i:])
 		id := int32(-1)
 		if b.runeIDs != nil && int(r) < len(b.runeIDs) && r != utf8.RuneError {
@@ -446,36 +475,10 @@ func (b *bpe) initSymbols(s *bpeScratch, word string, byteLevel bool) error {
 			}
 		}
 		if id >= 0 {
-			if unkSize > 0 {
-				add(int32(b.unk), unkSize)
-				unkSize = 0
-			}
-			add(id, n)
-			i += n
-			continue
+			known(id, n)
+		} else if err := missing(word[i:i+n], n); err != nil {
+			return err
 		}
-		if b.byteFallback && b.hasFallback(word[i:i+n]) {
-			if unkSize > 0 {
-				add(int32(b.unk), unkSize)
-				unkSize = 0
-			}
-			for j := i; j < i+n; j++ {
-				add(b.byteFallbackIDs[word[j]], 1)
-			}
-			i += n
-			continue
-		}
-		if b.unkToken != "" {
-			if b.unk < 0 {
-				return fmt.Errorf("character %q is not in the vocabulary and unk_token %q is not either", word[i:i+n], b.unkToken)
-			}
-			if unkSize > 0 && !b.fuseUnk {
-				add(int32(b.unk), unkSize)
-				unkSize = 0
-			}
-			unkSize += n
-		}
-		// Without unk_token a character missing from the vocabulary is dropped, as in Hugging Face tokenizers.
 		i += n
 	}
 	if unkSize > 0 {
@@ -494,10 +497,6 @@ func (b *bpe) hasFallback(char string) bool {
 		}
 	}
 	return true
-}
-
-func (b *bpe) unknownByteLevel(c byte) error {
-	return fmt.Errorf("byte-level character %q (byte 0x%02X) is not in the vocabulary", byteLevelRunes[c], c)
 }
 
 // mergeAll applies merges lowest rank first (ties: leftmost first), exactly as Hugging Face's Word::merge_all:

@@ -12,14 +12,17 @@ import (
 )
 
 // captureStdout sends os.Stdout to a file for the rest of the test and returns a function reading it.
-func captureStdout(t *testing.T) func() string {
-	f, err := os.CreateTemp(t.TempDir(), "stdout")
+func captureStdout(t *testing.T) func() string { return capture(t, &os.Stdout) }
+
+// capture sends *std (os.Stdout or os.Stderr) to a file for the rest of the test and returns a function reading it.
+func capture(t *testing.T, std **os.File) func() string {
+	f, err := os.CreateTemp(t.TempDir(), "std")
 	if err != nil {
 		t.Fatal(err)
 	}
-	saved := os.Stdout
-	os.Stdout = f
-	t.Cleanup(func() { os.Stdout = saved })
+	saved := *std
+	*std = f
+	t.Cleanup(func() { *std = saved })
 	return func() string {
 		b, _ := os.ReadFile(f.Name())
 		return string(b)

@@ -17,7 +17,7 @@ import (
 func init() {
 	register(command{
 		name:    "tokenize",
-		summary: "encode text with a model's tokenizer.json: one JSON string per stdin line in, one JSON array of ids out",
+		summary: "encode text with a model's tokenizer.json: one JSON string per stdin line in, one JSON array of ids out (a line that fails prints null, its error goes to stderr, and the exit status is 1)",
 		usage:   "--model DIR < lines",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			model := fs.String("model", "", "folder holding tokenizer.json and tokenizer_config.json (a checkpoint, a shard folder, or a Hub repo id already downloaded) (required)")
@@ -40,37 +40,50 @@ func init() {
 				if err != nil {
 					return err
 				}
-				return tokenizeLines(ctx, tok, os.Stdin, os.Stdout, *decode, !*noSpecial)
+				return tokenizeLines(ctx, tok, os.Stdin, os.Stdout, os.Stderr, *decode, !*noSpecial)
 			}
 		},
 	})
 }
 
 // tokenizeLines reads JSON strings (or, when decode, JSON arrays of ids) line by line from r and writes one JSON
-// array of ids (or JSON string) per line to w. Blank lines are skipped.
-func tokenizeLines(ctx context.Context, tok *tokenizer.Tokenizer, r io.Reader, w io.Writer, decode, special bool) error {
+// array of ids (or JSON string) per line to w. Blank lines are skipped. A line that cannot be tokenized gets
+// null in w and its error in errw, and the lines after it are still read; the error returned then counts them.
+func tokenizeLines(ctx context.Context, tok *tokenizer.Tokenizer, r io.Reader, w, errw io.Writer, decode, special bool) error {
 	in := bufio.NewReader(r)
 	out := bufio.NewWriter(w)
+	var bad, lines, first int
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		line, err := in.ReadBytes('\n')
 		if len(line) > 0 && !isBlank(line) {
+			lines++
 			if lerr := tokenizeLine(tok, line, out, decode, special); lerr != nil {
-				return fmt.Errorf("stdin line %d: %w", n, lerr)
+				if bad++; bad == 1 {
+					first = n
+				}
+				fmt.Fprintf(errw, "layerstream tokenize: stdin line %d: %v\n", n, lerr)
+				if _, werr := io.WriteString(out, "null\n"); werr != nil {
+					return werr
+				}
 			}
 			if ferr := out.Flush(); ferr != nil {
 				return ferr
 			}
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("stdin: %w", err)
 		}
+		if err != nil {
+			break
+		}
 	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d lines could not be tokenized (printed as null), the first at stdin line %d", bad, lines, first)
+	}
+	return nil
 }
 
 func tokenizeLine(tok *tokenizer.Tokenizer, line []byte, out io.Writer, decode, special bool) error {

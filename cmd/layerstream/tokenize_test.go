@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,32 +20,57 @@ func TestTokenizeLines(t *testing.T) {
 	}
 	var out bytes.Buffer
 	in := "\"Once upon a time\"\n\n\"\"\n"
-	if err := tokenizeLines(context.Background(), tok, strings.NewReader(in), &out, false, true); err != nil {
+	if err := tokenizeLines(context.Background(), tok, strings.NewReader(in), &out, io.Discard, false, true); err != nil {
 		t.Fatal(err)
 	}
 	if want := "[1,403,407,261,378]\n[1]\n"; out.String() != want {
 		t.Errorf("encode: got %q want %q", out.String(), want)
 	}
 	out.Reset()
-	if err := tokenizeLines(context.Background(), tok, strings.NewReader("[1,403,407,261,378]"), &out, true, false); err != nil {
+	if err := tokenizeLines(context.Background(), tok, strings.NewReader("[1,403,407,261,378]"), &out, io.Discard, true, false); err != nil {
 		t.Fatal(err)
 	}
 	if want := "\"Once upon a time\"\n"; out.String() != want {
 		t.Errorf("decode: got %q want %q", out.String(), want)
 	}
 	out.Reset()
-	if err := tokenizeLines(context.Background(), tok, strings.NewReader("[1,403]\n"), &out, true, true); err != nil {
+	if err := tokenizeLines(context.Background(), tok, strings.NewReader("[1,403]\n"), &out, io.Discard, true, true); err != nil {
 		t.Fatal(err)
 	}
 	if want := "\"<s> Once\"\n"; out.String() != want {
 		t.Errorf("decode keeping special tokens: got %q want %q", out.String(), want)
 	}
-	err = tokenizeLines(context.Background(), tok, strings.NewReader("\"ok\"\nnot json\n"), &out, false, true)
-	if err == nil || !strings.Contains(err.Error(), "stdin line 2") {
-		t.Errorf("bad line: err %v", err)
+	var errb bytes.Buffer
+	err = tokenizeLines(context.Background(), tok, strings.NewReader("[99999]\n"), &out, &errb, true, true)
+	if err == nil || !strings.Contains(errb.String(), "99999") {
+		t.Errorf("bad id: err %v, stderr %q", err, errb.String())
 	}
-	err = tokenizeLines(context.Background(), tok, strings.NewReader("[99999]\n"), &out, true, true)
-	if err == nil || !strings.Contains(err.Error(), "99999") {
-		t.Errorf("bad id: err %v", err)
+}
+
+// Issue #13 case 8: a line that cannot be tokenized no longer drops the rest of stdin: it prints null (one output
+// line per input line, still), its error goes to stderr, and the command fails at the end.
+func TestTokenizeKeepsGoingAfterABadLine(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	in := filepath.Join(t.TempDir(), "stdin")
+	os.WriteFile(in, []byte("\"Once\"\nnot json\n\n\"upon\"\n[1]\n\"a time\""), 0o644)
+	f, err := os.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stdin
+	os.Stdin = f
+	t.Cleanup(func() { os.Stdin = saved })
+	stdout, stderr := captureStdout(t), capture(t, &os.Stderr)
+	var out, errb bytes.Buffer
+	code := run([]string{"tokenize", "--model", model}, &out, &errb)
+	if want := "[1,403]\nnull\n[1,407]\nnull\n[1,261,378]\n"; stdout() != want {
+		t.Errorf("stdout %q, want %q", stdout(), want)
+	}
+	if code != 1 || !strings.Contains(errb.String(), "2 of 5 lines") {
+		t.Errorf("exit %d, error %q: want 1, saying 2 of 5 lines failed", code, errb.String())
+	}
+	if msgs := stderr() + errb.String(); !strings.Contains(msgs, "stdin line 2:") || !strings.Contains(msgs, "stdin line 5:") {
+		t.Errorf("stderr %q does not name both bad lines", msgs)
 	}
 }

@@ -139,3 +139,47 @@ for name, path in [("stories260K", "stories260K-hf"), ("llama2-32k", "tokenizers
     json.dump({"reference": f"tokenizers {tokenizers.__version__} (Python, Rust core)", "tokenizer": path, "cases": cases},
               open(f"real-{name}.json", "w"), ensure_ascii=False, separators=(",", ":"))
 print("wrote the real-tokenizer cases")
+
+# Bytes missing from a byte-level vocabulary (SmolLM2's lacks 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, ...): the
+# reference drops such a byte (no unk_token), or maps it to unk_token (fused with fuse_unk). The base's vocabulary
+# and merges without the byte-level characters of three control bytes, with their own random texts.
+rng = random.Random(13)
+def without_bytes(base, missing):
+    tj = copy.deepcopy(base)
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b); cs.append(256 + n); n += 1
+    gone = {chr(cs[bs.index(b)]) for b in missing}
+    m = tj["model"]
+    m["merges"] = [p for p in m["merges"] if not any(ch in gone for ch in "".join(p))]
+    kept = [t for t, _ in sorted(m["vocab"].items(), key=lambda kv: kv[1]) if not any(ch in gone for ch in t)]
+    m["vocab"] = {t: i for i, t in enumerate(kept + ["<unk>"])}
+    return m["vocab"], m["merges"]
+mv, mm = without_bytes(BL, [0x04, 0x13, 0x14])
+missing_variants = {
+    "bytelevel-missing": {"pre_tokenizer": bytelevel(), "model.vocab": mv, "model.merges": mm},
+    "bytelevel-missing-unk": {"pre_tokenizer": bytelevel(), "model.vocab": mv, "model.merges": mm, "model.unk_token": "<unk>"},
+    "bytelevel-missing-fused": {"pre_tokenizer": bytelevel(), "model.vocab": mv, "model.merges": mm, "model.unk_token": "<unk>", "model.fuse_unk": True},
+}
+missing_alphabet = list("ab !?\n") + ["\x04", "\x13", "\x14", "\x05", "é", "🙂", "!!", "  "]
+missing_texts = ["\x14", "a\x14b", "!\x14!", "hello \x14 world", "x\x13\x14y", "\x14\n", "!\x04\x13\x14?"] + \
+    ["".join(rng.choice(missing_alphabet) for _ in range(rng.randint(1, 10))) for _ in range(60)]
+for name, over in missing_variants.items():
+    tj = copy.deepcopy(BL)
+    for k, v in over.items():
+        if k.startswith("model."):
+            tj["model"][k[6:]] = v
+        else:
+            tj[k] = v
+    tok = Tokenizer.from_str(json.dumps(tj))
+    cases = []
+    for t in missing_texts:
+        ids = tok.encode(t, add_special_tokens=True).ids
+        cases.append({"text": t, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+                      "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
+    json.dump({"reference": f"tokenizers {tokenizers.__version__} (Python, Rust core)", "base": "bytelevel",
+               "override": over, "cases": cases, "decode": []},
+              open(f"{name}.json", "w"), ensure_ascii=False, separators=(",", ":"))
+print("wrote", len(missing_variants), "missing-byte variants")
