@@ -50,14 +50,14 @@ func (e *Engine) DefaultSampling() Sampling {
 
 func (s Sampling) validate() error {
 	switch {
-	case s.Temperature < 0 || math.IsNaN(s.Temperature):
-		return fmt.Errorf("temperature must be ≥ 0, got %v", s.Temperature)
+	case s.Temperature < 0 || math.IsNaN(s.Temperature) || math.IsInf(s.Temperature, 0):
+		return fmt.Errorf("temperature must be finite and ≥ 0, got %v", s.Temperature)
 	case s.TopK < 0:
 		return fmt.Errorf("top-k must be ≥ 0, got %d", s.TopK)
 	case s.TopP < 0 || s.TopP > 1 || math.IsNaN(s.TopP):
 		return fmt.Errorf("top-p must be in [0, 1], got %v", s.TopP)
-	case s.RepetitionPenalty < 0 || math.IsNaN(s.RepetitionPenalty):
-		return fmt.Errorf("repetition penalty must be ≥ 0, got %v", s.RepetitionPenalty)
+	case s.RepetitionPenalty < 0 || math.IsNaN(s.RepetitionPenalty) || math.IsInf(s.RepetitionPenalty, 0):
+		return fmt.Errorf("repetition penalty must be finite and ≥ 0, got %v", s.RepetitionPenalty)
 	}
 	return nil
 }

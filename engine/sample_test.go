@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"slices"
 	"testing"
 )
@@ -48,7 +49,8 @@ func TestSampling(t *testing.T) {
 	if slices.Equal(a, draw(43)) {
 		t.Error("different seeds gave the same 200 draws")
 	}
-	for _, bad := range []Sampling{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}, {RepetitionPenalty: -2}} {
+	for _, bad := range []Sampling{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}, {RepetitionPenalty: -2},
+		{Temperature: math.Inf(1)}, {Temperature: math.NaN()}, {RepetitionPenalty: math.Inf(1)}} {
 		if _, err := newSampler(bad); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

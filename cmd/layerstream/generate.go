@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"log/slog"
 	"os"
 	"strconv"
@@ -170,8 +171,8 @@ func (f unsetFloat) String() string {
 
 func (f unsetFloat) Set(s string) error {
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 {
-		return fmt.Errorf("want a non-negative number, got %q", s)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return fmt.Errorf("want a finite number ≥ 0, got %q", s)
 	}
 	*f.p = v
 	return nil

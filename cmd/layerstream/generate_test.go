@@ -199,3 +199,16 @@ func runCapturingStdout(t *testing.T, args []string, stderr *bytes.Buffer) (int,
 	}
 	return code, out
 }
+
+// Issue #13 case 8: --temperature Inf (or NaN, or negative) is refused with an error naming the flag, before
+// any work (it was accepted: Inf made every token equally likely).
+func TestTemperatureMustBeFinite(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	for _, v := range []string{"Inf", "+Inf", "NaN", "-1", "-Inf"} {
+		var errb bytes.Buffer
+		code, out := runCapturingStdout(t, []string{"generate", "--model", model, "--prompt", "Once", "--max-new-tokens", "3", "--temperature=" + v}, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "-temperature") || !strings.Contains(errb.String(), "finite") || len(out) != 0 {
+			t.Errorf("--temperature %s: exit %d, stdout %q, stderr %q; want 2 and an error naming the flag", v, code, out, errb.String())
+		}
+	}
+}
