@@ -1,0 +1,79 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+)
+
+// TestHelperLayerstream is not a test: run as a separate process by TestInterruptKeepsTheResult, it runs the
+// command line in $LAYERSTREAM_HELPER_ARGS (separated by newlines) and exits with its status.
+func TestHelperLayerstream(t *testing.T) {
+	args := os.Getenv("LAYERSTREAM_HELPER_ARGS")
+	if args == "" {
+		t.Skip("helper process only")
+	}
+	os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
+}
+
+// Issue #13 case 8: Ctrl-C (SIGINT) during generate --json prints the result so far with stop_reason
+// "cancelled"; in text mode what was printed stays. Both exit with status 130.
+func TestInterruptKeepsTheResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a model for a few seconds")
+	}
+	tok := testutil.SharedPath(t, "models", "tokenizers", "qwen3", "tokenizer.json") // covers SmolLM2's 49152 ids
+	model := filepath.Join(t.TempDir(), "m")
+	var out, errb bytes.Buffer
+	if code := run([]string{"synth", "--shape", "smollm2-135m", "--layers", "2", "--seed", "5", "--tokenizer", tok, "--out", model}, &out, &errb); code != 0 {
+		t.Fatalf("synth: exit %d: %s", code, errb.String())
+	}
+	shardDir := filepath.Join(t.TempDir(), "shards")
+	if code := run([]string{"split", model, "--out", shardDir, "--quiet"}, &out, &errb); code != 0 {
+		t.Fatalf("split: exit %d: %s", code, errb.String())
+	}
+	interrupted := func(args ...string) (code int, stdout, stderr string) {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLayerstream$")
+		cmd.Env = append(os.Environ(), "LAYERSTREAM_HELPER_ARGS="+strings.Join(append([]string{"generate", "--model", shardDir,
+			"--prompt", "Once upon a time", "--max-new-tokens", "1800", "--temperature", "0"}, args...), "\n"))
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // generating by then: ~100 tokens a second, 1800 to go
+		cmd.Process.Signal(syscall.SIGINT)
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		}
+		return code, o.String(), e.String()
+	}
+
+	code, stdout, stderr := interrupted("--json")
+	var g generateJSON
+	if err := json.Unmarshal([]byte(stdout), &g); err != nil {
+		t.Fatalf("--json after SIGINT: exit %d, stdout %q (%v), stderr %s", code, stdout, err, stderr)
+	}
+	if code != 130 || g.StopReason != "cancelled" || len(g.GeneratedIDs) == 0 || len(g.GeneratedIDs) >= 1800 {
+		t.Errorf("--json after SIGINT: exit %d, stop_reason %q, %d tokens; want 130, \"cancelled\" and the tokens so far", code, g.StopReason, len(g.GeneratedIDs))
+	}
+
+	code, stdout, _ = interrupted()
+	if code != 130 || !strings.HasPrefix(stdout, "Once upon a time") || len(stdout) < len("Once upon a time")+5 {
+		t.Errorf("text mode after SIGINT: exit %d, stdout %q; want 130 and the text printed so far", code, stdout)
+	}
+}
