@@ -111,9 +111,11 @@ type Options struct {
 	// multiplies activations rounded to bf16 under bf16, and under auto where the CPU has AVX512_BF16 (twice the
 	// rate), else the products are exact (f32: always).
 	DType string
-	// Monitor, when set, checks the logits of every step (guard.Monitor.CheckLogits); in strict mode a problem
-	// ends generation with its error. Token text is the caller's: pass it to Monitor.ObserveToken from the
-	// onToken callback.
+	// Monitor, when set, checks the residual stream after every decoder layer and the logits of every step
+	// (guard.Monitor.CheckActivations, CheckLogits) of requests that bring no Request.Monitor of their own: it
+	// follows one sequence, so give concurrent requests their own. In strict mode a problem ends the sequence
+	// with its error. Token text is the caller's: pass it to Monitor.ObserveToken from the onToken callback.
+	// Logits that hold NaN or ±Inf end a sequence with an error, monitor or not: no token can be chosen from them.
 	Monitor *guard.Monitor
 	// Profiler records per-category timings; nil records nothing.
 	Profiler *profiler.Profiler
@@ -197,6 +199,13 @@ type Engine struct {
 	kv   *kvcache.Store // Logits' cache, reused while the capacity fits
 	prof *profiler.Profiler
 
+	// computeDType is the dtype the policy chose (guard.ChooseDType), whose range the activations are checked
+	// against. health is what the last forward pass saw of each of its rows' residual stream: health[i][l] is
+	// the largest |x| after decoder layer l over row i's new positions (guard.MaxAbs: NaN or Inf when a value
+	// was), for the sequences' monitors (guard.Monitor.CheckActivations).
+	computeDType checkpoint.DType
+	health       [][]float32
+
 	tokOnce sync.Once // Tokenizer
 	tok     *tokenizer.Tokenizer
 	tokErr  error
@@ -274,6 +283,7 @@ func (e *Engine) init(ctx context.Context) error {
 	default:
 		return fmt.Errorf("dtype %s is not supported by the %s backend (use f32 or bf16)", choice.DType, e.opts.Device)
 	}
+	e.computeDType = choice.DType
 	slog.Debug("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
 	if choice.Warning != "" {
 		slog.Warn(choice.Warning)

@@ -427,8 +427,8 @@ func TestMonitorStopsOnOverflow(t *testing.T) {
 		return nil
 	})
 	var p *guard.Problem
-	if !errors.As(err, &p) || (p.Kind != guard.KindNaN && p.Kind != guard.KindZero) {
-		t.Fatalf("got %v, want a guard problem (NaN or all-zero logits)", err)
+	if !errors.As(err, &p) || (p.Kind != guard.KindNaN && p.Kind != guard.KindZero && p.Kind != guard.KindActivationNaN && p.Kind != guard.KindActivationRange) {
+		t.Fatalf("got %v, want a guard problem (activations out of range, NaN or all-zero logits)", err)
 	}
 }
 

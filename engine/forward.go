@@ -16,6 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
 )
@@ -213,6 +214,7 @@ func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []
 func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, all bool) ([][]float32, error) {
 	c := e.cfg
 	h := c.HiddenSize
+	e.resetHealth(len(rows))
 	tmax := 0
 	for i, r := range rows {
 		if err := kv.CheckRoom(r, len(ids[i])); err != nil {
@@ -268,7 +270,11 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 	for r := range every {
 		every[r] = r
 	}
-	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, e.passTables(kv, every, lens, tb, true), all)
+	health := make([][]float32, b) // by row of the store
+	for i, r := range rows {
+		health[r] = e.health[i]
+	}
+	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, e.passTables(kv, every, lens, tb, true), health, all)
 	if err != nil || all {
 		return logits, err
 	}
@@ -350,7 +356,8 @@ func (e *Engine) layerSet(st *stream, i int) (*weightSet, func(), error) {
 // graphPass runs the layers and the head as compiled graphs over x [batch, tb, hidden]: row r of the store
 // brings lens[r] new positions (0: a padding row, computed but not written). It returns the logits of each
 // row's last new position (nil for padding rows), or with all (a one-sequence store) of every new position.
-func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, lens []int, tb int, xHost []float32, pt passTables, all bool) ([][]float32, error) {
+// health[r][l] receives the largest |x| of row r's new positions after layer l.
+func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, lens []int, tb int, xHost []float32, pt passTables, health [][]float32, all bool) ([][]float32, error) {
 	c := e.cfg
 	b := len(lens)
 	step := int(e.step.Load())
@@ -414,7 +421,14 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 			return nil, err
 		}
 		x = outs[0]
-		err = writeKV(kv.View(i), lens, tb, outs[1], outs[2])
+		err = errors.Join(x.ConstFlatData(func(flat any) {
+			f, h := flat.([]float32), c.HiddenSize
+			for r, t := range lens {
+				if t > 0 && health[r] != nil {
+					health[r][i] = guard.MaxAbs(f[r*tb*h : (r*tb+t)*h])
+				}
+			}
+		}), writeKV(kv.View(i), lens, tb, outs[1], outs[2]))
 		outs[1].FinalizeAll()
 		outs[2].FinalizeAll()
 		if err != nil {
@@ -429,6 +443,21 @@ func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, l
 		}
 	}
 	return e.headLogits(st, x, lens, tb, all)
+}
+
+// resetHealth makes e.health n rows of one value per decoder layer, reusing its arrays.
+func (e *Engine) resetHealth(n int) {
+	if cap(e.health) < n {
+		old := e.health[:cap(e.health)]
+		e.health = make([][]float32, n)
+		copy(e.health, old)
+	}
+	e.health = e.health[:n]
+	for i, h := range e.health {
+		if h == nil {
+			e.health[i] = make([]float32, e.cfg.NumHiddenLayers)
+		}
+	}
 }
 
 // hostGroup is sequences a host pass computes together: each brings the same number t of new positions.
@@ -522,6 +551,9 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 					}
 				}
 				g.x = out.X
+				for j, at := range g.at {
+					e.health[at][i] = guard.MaxAbs(arr(g.x).data[j*g.t*h : (j+1)*g.t*h])
+				}
 			}
 			return nil
 		})

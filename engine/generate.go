@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/profiler"
 )
 
@@ -29,6 +30,10 @@ type Request struct {
 	// MaxTopLogprobs) reports that many most likely tokens of each step too (Token.TopLogprobs).
 	Logprobs    bool
 	TopLogprobs int
+	// Monitor, when set, checks this request's residual stream after every decoder layer and its logits at every
+	// step (guard.Monitor.CheckActivations, CheckLogits), instead of Options.Monitor: give each concurrent request
+	// its own (a Monitor follows one sequence). In strict mode a problem ends the request with its error.
+	Monitor *guard.Monitor
 	// Session, when set, keeps the sequence's keys and values in the engine after it ends, and a later request
 	// of the same Session whose prompt starts with the ids already computed (a chat's next turn) computes only
 	// the rest. One request at a time per Session.
@@ -198,6 +203,7 @@ type sequence struct {
 	chunk       int // prompt tokens per prefill pass
 	fed         int // prompt tokens in the cache so far
 	sm          *sampler
+	monitor     *guard.Monitor // Request.Monitor, else Options.Monitor; may be nil
 	logprobs    bool
 	topLogprobs int
 	history     []int // prompt and generated ids, for the repetition penalty
@@ -233,11 +239,14 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sequence{maxNew: maxNew, untilFull: req.MaxNewTokens == 0, stop: req.StopIDs, chunk: req.PrefillChunk, sm: sm,
+	s := &sequence{maxNew: maxNew, untilFull: req.MaxNewTokens == 0, stop: req.StopIDs, chunk: req.PrefillChunk, sm: sm, monitor: req.Monitor,
 		logprobs: req.Logprobs || req.TopLogprobs > 0, topLogprobs: req.TopLogprobs,
 		history: slices.Clone(req.PromptIDs), res: &Result{PromptIDs: slices.Clone(req.PromptIDs)}}
 	if s.stop == nil {
 		s.stop = checkpoint.EOSTokenIDs(e.cfg, e.gen)
+	}
+	if s.monitor == nil {
+		s.monitor = e.opts.Monitor
 	}
 	if s.chunk <= 0 || s.chunk > n {
 		s.chunk = n
@@ -266,14 +275,31 @@ func (e *Engine) contextName() string {
 	return fmt.Sprintf("the model's context of %d positions (max_position_embeddings)", e.plan.Context)
 }
 
+// checkActivations hands the residual stream's magnitudes after each layer of the sequence's last pass
+// (health, from forward) to its monitor.
+func (e *Engine) checkActivations(s *sequence, health []float32) error {
+	if s.monitor == nil {
+		return nil
+	}
+	step := len(s.res.GeneratedIDs)
+	if err := s.monitor.CheckActivations(step, health, e.computeDType); err != nil {
+		return fmt.Errorf("engine: step %d: %w", step, err)
+	}
+	return nil
+}
+
 // choose samples the sequence's token of this step from its last logits, reports it to onToken and sets the
-// stop reason when the sequence ends with it.
+// stop reason when the sequence ends with it. Logits holding NaN or ±Inf end the sequence with an error
+// instead: whatever a sampler made of them would be garbage.
 func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
 	step := len(s.res.GeneratedIDs) + 1
-	if e.opts.Monitor != nil {
-		if err := e.opts.Monitor.CheckLogits(step-1, s.logits); err != nil {
+	if s.monitor != nil {
+		if err := s.monitor.CheckLogits(step-1, s.logits); err != nil {
 			return fmt.Errorf("engine: step %d: %w", step-1, err)
 		}
+	}
+	if guard.NonFinite(s.logits) {
+		return fmt.Errorf("engine: step %d: the logits hold NaN or ±Inf, so no token can be chosen (see %s)", step-1, guard.Anchor(guard.SectionNaN))
 	}
 	span := e.prof.Begin(profiler.Sample, step-1, -1)
 	tok := Token{ID: s.sm.next(s.logits, s.history), Step: step}

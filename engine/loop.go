@@ -314,6 +314,10 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 	now := time.Now()
 	for i, j := range active {
 		s := j.seq
+		if err := e.checkActivations(s, e.health[i]); err != nil {
+			e.leave(j, err)
+			continue
+		}
 		s.logits = logits[i]
 		if n := len(s.res.PromptIDs); s.fed < n {
 			s.fed += len(ids[i])

@@ -75,6 +75,11 @@ type Monitor struct {
 	ringAt int
 	filled int
 	counts map[rune]int
+
+	// activations (CheckActivations): the largest finite |x| seen and where; where the stream last became NaN.
+	peak                float32
+	peakLayer, peakStep int
+	nanLayer, nanStep   int
 }
 
 // NewMonitor returns a Monitor with opts' zero fields set to their defaults.
@@ -92,11 +97,13 @@ func NewMonitor(opts MonitorOptions) *Monitor {
 		opts.PunctuationRatio = 0.3
 	}
 	return &Monitor{
-		opts:   opts,
-		warned: map[Kind]bool{},
-		lastID: -1,
-		ring:   make([]rune, opts.PunctuationWindow),
-		counts: map[rune]int{},
+		opts:      opts,
+		warned:    map[Kind]bool{},
+		lastID:    -1,
+		ring:      make([]rune, opts.PunctuationWindow),
+		counts:    map[rune]int{},
+		peakLayer: -1,
+		nanLayer:  -1,
 	}
 }
 
@@ -105,7 +112,7 @@ func NewMonitor(opts MonitorOptions) *Monitor {
 func (m *Monitor) Reset() {
 	clear(m.warned)
 	clear(m.counts)
-	*m = Monitor{opts: m.opts, warned: m.warned, lastID: -1, ring: m.ring, counts: m.counts}
+	*m = Monitor{opts: m.opts, warned: m.warned, lastID: -1, ring: m.ring, counts: m.counts, peakLayer: -1, nanLayer: -1}
 }
 
 // Problems returns the first problem of each kind seen so far, in the order they were seen.
@@ -121,7 +128,11 @@ func (m *Monitor) CheckLogits(step int, logits []float32) error {
 	mn, mx, bad := minMax(logits)
 	if bad {
 		m.haveTop = false
-		return m.report(KindNaN, step, SectionNaN, nanMessage(step, logits))
+		msg := nanMessage(step, logits)
+		if m.nanLayer >= 0 && m.nanStep == step {
+			msg += fmt.Sprintf("; the residual stream first held NaN or ±Inf after decoder layer %d", m.nanLayer)
+		}
+		return m.report(KindNaN, step, SectionNaN, msg)
 	}
 	if mx == 0 && mn == 0 {
 		m.haveTop = false

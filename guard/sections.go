@@ -12,6 +12,7 @@ const TroubleshootingFile = "TROUBLESHOOTING.md"
 // that every constant is a heading of the document.
 const (
 	SectionNaN              = "NaN or Inf in logits"
+	SectionActivations      = "Activations out of range"
 	SectionZeroLogits       = "All-zero or constant logits"
 	SectionSaturation       = "Logit saturation"
 	SectionRepetition       = "Degenerate repetition"
@@ -40,7 +41,7 @@ const (
 // Sections lists every section constant, in document order.
 func Sections() []string {
 	return []string{
-		SectionNaN, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
+		SectionNaN, SectionActivations, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
 		SectionUnusedTensor, SectionMissingLMHead,
 		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionResidentTooLarge, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,

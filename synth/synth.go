@@ -73,6 +73,9 @@ type Options struct {
 	// DropLMHead omits lm_head.weight even though the config says the embeddings are not tied: a deliberately
 	// broken checkpoint.
 	DropLMHead bool
+	// TensorScale multiplies the named tensors by a factor (NaN makes them all NaN): a deliberately broken layer,
+	// e.g. {"model.layers.2.mlp.down_proj.weight": 1e30}. Naming a tensor the checkpoint lacks is an error.
+	TensorScale map[string]float64
 	// Tokenizer is a tokenizer.json to copy into the checkpoint; a tokenizer_config.json beside it is copied too.
 	Tokenizer string
 	// MaxFileBytes caps each safetensors file (default 2 GB; a tensor larger than the cap gets a file of its own).
@@ -83,7 +86,8 @@ type Options struct {
 type tensorSpec struct {
 	name  string
 	shape []int64
-	ones  bool // a norm weight: all 1.0
+	ones  bool    // a norm weight: all 1.0
+	scale float64 // Options.TensorScale's factor, else 1
 }
 
 func (t tensorSpec) elems() int64 {
@@ -116,6 +120,12 @@ func (o *Options) tensors() []tensorSpec {
 	out = append(out, tensorSpec{name: "model.norm.weight", shape: []int64{h}, ones: true})
 	if !s.TieEmbeddings && !o.DropLMHead {
 		out = append(out, tensorSpec{name: "lm_head.weight", shape: []int64{int64(s.VocabSize), h}})
+	}
+	for i := range out {
+		out[i].scale = 1
+		if f, ok := o.TensorScale[out[i].name]; ok {
+			out[i].scale = f
+		}
 	}
 	return out
 }
@@ -163,6 +173,11 @@ func (o *Options) fillDefaults() error {
 	}
 	if s.NumHeads%s.NumKVHeads != 0 {
 		return fmt.Errorf("synth: heads (%d) must be a multiple of kv heads (%d)", s.NumHeads, s.NumKVHeads)
+	}
+	for name := range o.TensorScale {
+		if !slices.ContainsFunc(o.tensors(), func(t tensorSpec) bool { return t.name == name }) {
+			return fmt.Errorf("synth: TensorScale names %q, which the checkpoint does not have", name)
+		}
 	}
 	return nil
 }
@@ -332,7 +347,7 @@ func (g *generator) writeTensor(w io.Writer, t tensorSpec) error {
 		for i := range batch {
 			wg.Go(func() {
 				c := first + i
-				g.fill(bufs[i], g.vals[i], tensorSeed, uint64(c), int(min(chunkElems, total-c*chunkElems)), t.ones)
+				g.fill(bufs[i], g.vals[i], tensorSeed, uint64(c), int(min(chunkElems, total-c*chunkElems)), t.ones, t.scale)
 			})
 		}
 		wg.Wait()
@@ -359,16 +374,16 @@ func (g *generator) writeTensor(w io.Writer, t tensorSpec) error {
 	return nil
 }
 
-// fill generates n values of chunk c of a tensor into out, using vals as scratch.
-func (g *generator) fill(out []byte, vals []float32, tensorSeed, c uint64, n int, ones bool) {
+// fill generates n values of chunk c of a tensor into out, using vals as scratch; scale multiplies them.
+func (g *generator) fill(out []byte, vals []float32, tensorSeed, c uint64, n int, ones bool, scale float64) {
 	vals = vals[:n]
 	if ones {
 		for i := range vals {
-			vals[i] = 1
+			vals[i] = float32(scale)
 		}
 	} else {
 		r := rand.New(rand.NewPCG(tensorSeed, c))
-		std := g.opts.Std * g.opts.Scale
+		std := g.opts.Std * g.opts.Scale * scale
 		for i := range vals {
 			vals[i] = float32(r.NormFloat64() * std)
 		}

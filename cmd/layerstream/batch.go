@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -31,13 +33,16 @@ type batchLine struct {
 }
 
 // batchResultJSON is the output for one input line. Seed is the line's own, else --seed, else the random seed
-// of the run.
+// of the run. Error says what ended a sequence whose stop_reason is "error"; Warnings are the problems the
+// line's guards saw (each naming its TROUBLESHOOTING.md section) that did not stop it.
 type batchResultJSON struct {
-	PromptIDs    []int  `json:"prompt_ids"`
-	GeneratedIDs []int  `json:"generated_ids"`
-	Text         string `json:"text"`
-	StopReason   string `json:"stop_reason"`
-	Seed         uint64 `json:"seed"`
+	PromptIDs    []int    `json:"prompt_ids"`
+	GeneratedIDs []int    `json:"generated_ids"`
+	Text         string   `json:"text"`
+	StopReason   string   `json:"stop_reason"`
+	Seed         uint64   `json:"seed"`
+	Error        string   `json:"error,omitempty"`
+	Warnings     []string `json:"warnings,omitempty"`
 }
 
 // readBatchFile parses a JSONL file of prompts. Blank lines are skipped; any other line must be one JSON object
@@ -80,14 +85,14 @@ func readBatchFile(path string) ([]batchLine, error) {
 
 // runBatch is generate --batch-file: every line becomes a request, requests run --batch-size at a time through
 // Engine.GenerateBatch, and one JSON object per line is written to stdout in input order. Aggregate timings go
-// to stderr.
+// to stderr. Each line has its own guard monitor (strict with --strict): a line whose sequence a problem ended
+// (NaN logits always) says so in its "error" and the others go on; the exit status is then 1.
 func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) error {
 	lines, err := readBatchFile(o.batchFile)
 	if err != nil {
 		return err
 	}
-	// The guard monitor follows one token stream; the sequences of a batch interleave, so it is not used here.
-	o.eng.Monitor = nil
+	o.eng.Monitor = nil // one per line instead
 	e, err := openEngine(ctx, o.model, o.eng, "")
 	if err != nil {
 		return err
@@ -120,29 +125,68 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		if err := e.CheckRequest(r); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
+		r.Monitor = guard.NewMonitor(guard.MonitorOptions{Strict: o.strict, Logger: slog.Default().With("batch_line", l.line)})
 		reqs[i] = r
 	}
 
 	enc := json.NewEncoder(stdout)
 	start := time.Now()
 	var generated int
+	var failed []int // lines a problem ended
 	for lo := 0; lo < len(reqs); lo += o.batchSize {
 		hi := min(lo+o.batchSize, len(reqs))
+		group := reqs[lo:hi]
 		groupStart := time.Now()
-		results, err := e.GenerateBatch(ctx, reqs[lo:hi], nil)
-		if err != nil {
+		// The guards see each line's token text as it comes, as in generate without --batch-file.
+		decoders := make([]*tokenizer.StreamDecoder, len(group))
+		if tok != nil {
+			for i, r := range group {
+				decoders[i] = tok.NewStreamDecoder(true)
+				decoders[i].Prime(r.PromptIDs)
+			}
+		}
+		stopped := make([]error, len(group)) // a strict guard's problem with a line's text
+		results, err := e.GenerateBatch(ctx, group, func(i int, t engine.Token) error {
+			text := ""
+			if decoders[i] != nil {
+				text = decoders[i].Next(t.ID)
+			}
+			if err := group[i].Monitor.ObserveToken(t.ID, text); err != nil {
+				stopped[i] = err
+				return engine.ErrStopped // ends this line only
+			}
+			return nil
+		})
+		if results == nil {
 			return fmt.Errorf("--batch-file %s lines %d-%d: %w", o.batchFile, lines[lo].line, lines[hi-1].line, err)
 		}
+		// Every line has its result; a line that an error ended (a guard's problem, or a failed pass) says so.
 		n := 0
 		for i, res := range results {
 			n += len(res.GeneratedIDs)
-			out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason, Seed: reqs[lo+i].Sampling.Seed}
+			if stopped[i] != nil {
+				res.StopReason = engine.StopError
+			}
+			out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason, Seed: group[i].Sampling.Seed}
 			if tok != nil {
 				out.Text = tok.Decode(res.GeneratedIDs, true)
+			}
+			problems := group[i].Monitor.Problems()
+			if res.StopReason == engine.StopError {
+				failed = append(failed, lines[lo+i].line)
+				out.Error = lineError(problems, err)
+			}
+			for _, p := range problems {
+				if out.Error != p.Error() {
+					out.Warnings = append(out.Warnings, p.Error())
+				}
 			}
 			if err := enc.Encode(out); err != nil {
 				return err
 			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		generated += n
 		d := time.Since(groupStart)
@@ -152,7 +196,22 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 	d := time.Since(start)
 	fmt.Fprintf(stderr, "%d sequences, %d tokens generated in %.2f s: %.1f tokens/s aggregate (--batch-size %d)\n",
 		len(reqs), generated, d.Seconds(), float64(generated)/d.Seconds(), o.batchSize)
+	if len(failed) > 0 {
+		return fmt.Errorf("--batch-file %s: %d of %d lines ended with an error (their \"error\" says why), the first at line %d",
+			o.batchFile, len(failed), len(reqs), failed[0])
+	}
 	return nil
+}
+
+// lineError says what ended a line of a batch with an error: its guard's last problem, else the batch's error.
+func lineError(problems []*guard.Problem, err error) string {
+	if len(problems) > 0 {
+		return problems[len(problems)-1].Error()
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return "ended with an error"
 }
 
 // setIf sets *dst to *v when v is given.

@@ -39,7 +39,7 @@ func init() {
 			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, seed, timings) instead of streaming text")
 			fs.StringVar(&o.batchFile, "batch-file", "", "throughput mode: generate every line of this JSONL file ({\"prompt\": TEXT} or {\"ids\": [...]}, optional \"max_new_tokens\", \"temperature\", \"top_k\", \"top_p\", \"repetition_penalty\", \"seed\"), several sequences per layer load; prints one JSON object per line, in input order")
 			fs.IntVar(&o.batchSize, "batch-size", 16, "with --batch-file: sequences generated together")
-			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (NaN, all-zero logits, degenerate repetition)")
+			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (activations out of range, NaN, all-zero logits, degenerate repetition); with --batch-file, per line")
 			addEngineFlags(fs, &o.eng)
 			printPlan := fs.String("print-placement", "", "print the plan placing the model over these `devices` (NAME=SIZE,...; see 'layerstream placement') and exit")
 			prof := addProfileFlags(fs)
@@ -112,8 +112,6 @@ func (o *generateOptions) check() error {
 	switch {
 	case given != 1:
 		return usageErrorf("give exactly one of --prompt, --prompt-file, --ids and --batch-file")
-	case o.batchFile != "" && o.strict:
-		return usageErrorf("--strict is not available with --batch-file (the guards follow one sequence)")
 	case o.batchFile != "" && o.batchSize < 1:
 		return usageErrorf("--batch-size must be at least 1, got %d", o.batchSize)
 	case o.batchFile != "" && (len(o.stop) > 0 || o.logprobs || o.topLogprobs > 0 || o.system != ""):
@@ -247,6 +245,9 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 		if tr != nil {
 			res, out.Text, out.Stop = &tr.Result, tr.Text, tr.Stop
 		}
+	}
+	if v, layer, step := monitor.PeakActivation(); layer >= 0 {
+		slog.Debug("residual stream peak", "max_abs", v, "after_layer", layer, "step", step)
 	}
 	if !o.json {
 		return err

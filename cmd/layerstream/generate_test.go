@@ -62,7 +62,6 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"generate", "--model", "m", "--prompt-file", "/nonexistent/p.txt"}, 1, "--prompt-file: open /nonexistent/p.txt"},
 		{[]string{"generate", "--model", "m", "--prompt", "x", "--device-budget", "lots"}, 2, `invalid value "lots" for flag -device-budget`},
 		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--batch-size", "0"}, 2, "--batch-size must be at least 1"},
-		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--strict"}, 2, "--strict is not available with --batch-file"},
 		{[]string{"generate", "--model", "m", "--batch-file", "/nonexistent/p.jsonl"}, 1, "--batch-file: open /nonexistent/p.jsonl"},
 		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "cuda"}, 1, "built without the xla build tag"},
 	} {
