@@ -98,7 +98,8 @@ texts = ["", " ", "Hello world", " Hello  world ", "Once upon a time, there was 
          "x <L> y<R> z <LR> w", "It's 2024: 1234567 apples.\n\nDone"] + \
         ["".join(random.choice(alphabet) for _ in range(random.randint(1, 12))) for _ in range(150)]
 
-for name, (base, over) in variants.items():
+def write_variant(name, base, over, texts, n_decode):
+    """Encodes and decodes texts (and n_decode random id lists) with base + over, into name.json."""
     tj = copy.deepcopy(base)
     for k, v in over.items():
         if k.startswith("model."):
@@ -113,7 +114,7 @@ for name, (base, over) in variants.items():
                       "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
     n = tok.get_vocab_size(with_added_tokens=True)
     dec = []
-    for _ in range(60):
+    for _ in range(n_decode):
         ids = [random.randrange(n) for _ in range(random.randint(1, 6))]
         dec.append({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
                     "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
@@ -121,6 +122,9 @@ for name, (base, over) in variants.items():
     json.dump({"reference": f"tokenizers {tokenizers.__version__} (Python, Rust core)", "base": base_name,
                "override": over, "cases": cases, "decode": dec},
               open(f"{name}.json", "w"), ensure_ascii=False, separators=(",", ":"))
+
+for name, (base, over) in variants.items():
+    write_variant(name, base, over, texts, 60)
 json.dump(BL, open("base-bytelevel.json", "w"), ensure_ascii=False)
 json.dump(MS, open("base-metaspace.json", "w"), ensure_ascii=False)
 print("wrote", len(variants), "variants")
@@ -167,19 +171,5 @@ missing_alphabet = list("ab !?\n") + ["\x04", "\x13", "\x14", "\x05", "Ã©", "ðŸ™
 missing_texts = ["\x14", "a\x14b", "!\x14!", "hello \x14 world", "x\x13\x14y", "\x14\n", "!\x04\x13\x14?"] + \
     ["".join(rng.choice(missing_alphabet) for _ in range(rng.randint(1, 10))) for _ in range(60)]
 for name, over in missing_variants.items():
-    tj = copy.deepcopy(BL)
-    for k, v in over.items():
-        if k.startswith("model."):
-            tj["model"][k[6:]] = v
-        else:
-            tj[k] = v
-    tok = Tokenizer.from_str(json.dumps(tj))
-    cases = []
-    for t in missing_texts:
-        ids = tok.encode(t, add_special_tokens=True).ids
-        cases.append({"text": t, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
-                      "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
-    json.dump({"reference": f"tokenizers {tokenizers.__version__} (Python, Rust core)", "base": "bytelevel",
-               "override": over, "cases": cases, "decode": []},
-              open(f"{name}.json", "w"), ensure_ascii=False, separators=(",", ":"))
+    write_variant(name, BL, over, missing_texts, 0)
 print("wrote", len(missing_variants), "missing-byte variants")
