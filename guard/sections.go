@@ -33,6 +33,7 @@ const (
 	SectionCorrupt          = "Corrupted shard or checkpoint"
 	SectionSIGBUS           = "Crash with SIGBUS while generating"
 	SectionContextTooLong   = "Context too long"
+	SectionServer           = "Server refuses a request"
 	SectionCUDASlow         = "CUDA slower than CPU on small models"
 	SectionCUDAPlugin       = "CUDA plugin not found"
 	SectionVerifyMismatch   = "verify reports a mismatch"
@@ -45,7 +46,7 @@ func Sections() []string {
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
 		SectionUnusedTensor, SectionMissingLMHead,
 		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionResidentTooLarge, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
-		SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
+		SectionServer, SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
 	}
 }
 

@@ -57,6 +57,7 @@ type options struct {
 	maxTokens  int
 	timeout    time.Duration
 	jsonOut    bool
+	directIO   bool
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	flag.IntVar(&o.maxTokens, "max-tokens", 32, "max_tokens of every request")
 	flag.DurationVar(&o.timeout, "timeout", time.Hour, "bound on the whole run")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
+	flag.BoolVar(&o.directIO, "direct-io", true, "read the shards with O_DIRECT, as for a model larger than memory (what scripts/speed.sh's targets 2 and 4 measure); false: from the page cache")
 	flag.Parse()
 	if o.clients < 1 || o.clients > 256 || o.sequential < 1 || o.sequential > len(prompts) || o.maxTokens < 1 {
 		fmt.Fprintf(os.Stderr, "loadtest: --clients in [1, 256], --sequential in [1, %d], --max-tokens ≥ 1\n", len(prompts))
@@ -136,7 +138,11 @@ func run(ctx context.Context, o options) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
-		e, err = engine.Open(ctx, dir, engine.Options{MaxBatch: o.clients})
+		dio := engine.DirectIOOff
+		if o.directIO {
+			dio = engine.DirectIOOn
+		}
+		e, err = engine.Open(ctx, dir, engine.Options{MaxBatch: o.clients, DirectIO: dio, ShardDir: filepath.Join(dir, "shards")})
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +159,11 @@ func run(ctx context.Context, o options) (*report, error) {
 		defer stop()
 		go srv.Serve(sctx, ln, time.Second)
 		base = "http://" + ln.Addr().String() + "/v1"
-		rep.Model = fmt.Sprintf("%s (%s), streamed, served in process on %s", o.shape, dir, base)
+		how := "from the page cache"
+		if e.DirectIO() {
+			how = "with O_DIRECT"
+		}
+		rep.Model = fmt.Sprintf("%s (%s), streamed %s, served in process on %s", o.shape, dir, how, base)
 	} else {
 		rep.Model = base
 	}

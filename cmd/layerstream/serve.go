@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/server"
 )
@@ -75,7 +76,7 @@ func (o *serveOptions) check() error {
 		return usageErrorf("--port must be in [0, 65535], got %d", o.port)
 	}
 	if ip := net.ParseIP(o.host); (ip == nil || !ip.IsLoopback()) && o.host != "localhost" && o.apiKey == "" {
-		return usageErrorf("--host %s accepts connections from other machines: give --api-key (or $LAYERSTREAM_API_KEY)", o.host)
+		return usageErrorf("--host %s accepts connections from other machines: give --api-key (or $LAYERSTREAM_API_KEY; see %s)", o.host, guard.Anchor(guard.SectionServer))
 	}
 	return nil
 }
