@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -533,5 +534,49 @@ func TestGracefulShutdown(t *testing.T) {
 				t.Fatal("Serve did not return")
 			}
 		})
+	}
+}
+
+// TestMetricsFormat: /metrics is Prometheus text: HELP and TYPE before each family, "name{labels} value" lines,
+// histogram buckets cumulative up to +Inf = count.
+func TestMetricsFormat(t *testing.T) {
+	_, ts := newTestServer(t, Config{})
+	if code, body := post(t, ts.URL+"/v1/completions", `{"prompt": "Once upon a time", "max_tokens": 4}`); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	code, m := get(t, ts.URL+"/metrics")
+	if code != 200 {
+		t.Fatal(code)
+	}
+	line := regexp.MustCompile(`^[a-z_]+(\{([a-z_]+="[^"]*",?)+\})? -?[0-9.e+-]+$`)
+	typed := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(m), "\n") {
+		if name, ok := strings.CutPrefix(l, "# TYPE "); ok {
+			typed[strings.Fields(name)[0]] = true
+			continue
+		}
+		if strings.HasPrefix(l, "# HELP ") {
+			continue
+		}
+		if !line.MatchString(l) {
+			t.Errorf("not a sample line: %q", l)
+			continue
+		}
+		name := strings.FieldsFunc(l, func(r rune) bool { return r == '{' || r == ' ' })[0]
+		family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+		if !typed[family] && !typed[name] {
+			t.Errorf("%s has no # TYPE before it", name)
+		}
+	}
+	for _, want := range []string{
+		`layerstream_requests_total{endpoint="/v1/completions",code="200"} 1`,
+		"layerstream_generation_tokens_total 4",
+		`layerstream_time_to_first_token_seconds_bucket{le="+Inf"} 1`,
+		"layerstream_time_to_first_token_seconds_count 1",
+		`layerstream_generations_total{reason="max_new_tokens"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q:\n%s", want, m)
+		}
 	}
 }
