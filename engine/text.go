@@ -204,8 +204,8 @@ type stopMatcher struct {
 	stop    string // the stop string found
 }
 
-// add appends piece and returns the text that can be given out; hit reports a stop string, the text then
-// ending before it.
+// add appends piece and returns the text that can be given out; hit reports a stop string completed by the
+// piece, the text then ending before it (before the one that starts first, when the piece completes several).
 func (m *stopMatcher) add(piece string) (out string, hit bool) {
 	from := len(m.text)
 	m.text += piece
