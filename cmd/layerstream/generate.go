@@ -232,6 +232,11 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 		return err
 	}
 	defer e.Close()
+	if o.ids == "" {
+		if _, err := e.Tokenizer(); err != nil { // loaded now: the next line is logged as generation starts
+			return err
+		}
+	}
 	sampling := samplingFor(o, e)
 	slog.Debug("sampling", "seed", sampling.Seed, "temperature", sampling.Temperature, "top_k", sampling.TopK,
 		"top_p", sampling.TopP, "repetition_penalty", sampling.RepetitionPenalty)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,13 +48,19 @@ func TestInterruptKeepsTheResult(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLayerstream$")
 		cmd.Env = append(os.Environ(), "LAYERSTREAM_HELPER_ARGS="+strings.Join(append([]string{"generate", "--model", shardDir,
-			"--prompt", "Once upon a time", "--max-new-tokens", "1800", "--temperature", "0"}, args...), "\n"))
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
+			"--prompt", "Once upon a time", "--max-new-tokens", "1800", "--temperature", "0", "-v"}, args...), "\n"))
+		var o bytes.Buffer
+		e := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = &o, e
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1500 * time.Millisecond) // generating by then: ~100 tokens a second, 1800 to go
+		// -v logs the sampling settings just before generating: wait for it (however busy the machine is), then
+		// let some tokens come (50-100 a second here, 1800 to go).
+		for deadline := time.Now().Add(time.Minute); !strings.Contains(e.String(), "msg=sampling") && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
 		cmd.Process.Signal(syscall.SIGINT)
 		err := cmd.Wait()
 		var exit *exec.ExitError
@@ -76,4 +83,22 @@ func TestInterruptKeepsTheResult(t *testing.T) {
 	if code != 130 || !strings.HasPrefix(stdout, "Once upon a time") || len(stdout) < len("Once upon a time")+5 {
 		t.Errorf("text mode after SIGINT: exit %d, stdout %q; want 130 and the text printed so far", code, stdout)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes to while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
