@@ -28,49 +28,111 @@ var ErrNoChatTemplate = errors.New("tokenizer has no chat_template (in tokenizer
 // HasChatTemplate reports whether ApplyChatTemplate can be used.
 func (t *Tokenizer) HasChatTemplate() bool { return t.chatTemplate != "" }
 
-// ApplyChatTemplate renders the tokenizer's Jinja chat template as transformers does (trim_blocks and
-// lstrip_blocks on; bos_token, eos_token, add_generation_prompt and raise_exception defined). The result holds
-// special tokens as text: encode it with addSpecialTokens false when the template writes the BOS itself.
+// ChatTemplate returns the tokenizer's chat template, compiled on first use, with its special tokens (bos_token,
+// eos_token) as variables.
+func (t *Tokenizer) ChatTemplate() (*ChatTemplate, error) {
+	if t.chatTemplate == "" {
+		return nil, ErrNoChatTemplate
+	}
+	t.tplOnce.Do(func() {
+		t.chat, t.tplErr = NewChatTemplate(t.chatTemplate, map[string]string{"bos_token": t.bosText, "eos_token": t.eosText})
+	})
+	return t.chat, t.tplErr
+}
+
+// ApplyChatTemplate renders the tokenizer's Jinja chat template as transformers does (ChatTemplate.Render). The
+// result holds special tokens as text: encode it with addSpecialTokens false when the template writes the BOS
+// itself.
 func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error) {
 	return t.ApplyChatTemplateWith(msgs, addGenerationPrompt, nil)
 }
 
 // ApplyChatTemplateWith is ApplyChatTemplate with more template variables, such as Qwen3's
 // {"enable_thinking": false}. They cannot replace the ones ApplyChatTemplate defines.
-func (t *Tokenizer) ApplyChatTemplateWith(msgs []Message, addGenerationPrompt bool, vars map[string]any) (_ string, err error) {
-	if t.chatTemplate == "" {
-		return "", ErrNoChatTemplate
+func (t *Tokenizer) ApplyChatTemplateWith(msgs []Message, addGenerationPrompt bool, vars map[string]any) (string, error) {
+	c, err := t.ChatTemplate()
+	if err != nil {
+		return "", err
 	}
+	return c.Render(msgs, addGenerationPrompt, vars)
+}
+
+// ChatTemplate is a compiled Jinja chat template, rendered as transformers' apply_chat_template renders it:
+// trim_blocks and lstrip_blocks on; messages, add_generation_prompt, the tokenizer's special tokens,
+// raise_exception, strftime_now and Python's tojson defined. It is safe for concurrent use.
+type ChatTemplate struct {
+	tpl     *exec.Template
+	special map[string]any
+	now     func() time.Time
+}
+
+// NewChatTemplate compiles a chat template. special are the tokenizer's special tokens the template sees by name
+// (bos_token, eos_token, ...); an empty one is left undefined, as transformers leaves a token the tokenizer does
+// not have. Templates cannot include or import other files.
+func NewChatTemplate(src string, special map[string]string) (*ChatTemplate, error) {
+	tpl, err := compileTemplate(src)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	c := &ChatTemplate{tpl: tpl, special: map[string]any{}, now: time.Now}
+	for k, v := range special {
+		if v != "" {
+			c.special[k] = v
+		}
+	}
+	return c, nil
+}
+
+// WithClock returns the template with strftime_now reading now instead of the system clock (reproducible
+// prompts, tests: Llama 3.2's template writes today's date).
+func (c *ChatTemplate) WithClock(now func() time.Time) *ChatTemplate {
+	d := *c
+	d.now = now
+	return &d
+}
+
+// Render renders the template for msgs. vars are more template variables (Qwen3's {"enable_thinking": false});
+// they cannot replace the ones Render defines. A template that raises (raise_exception, as Gemma's does for a
+// system message) gives an error holding the template's message.
+func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool, vars map[string]any) (_ string, err error) {
 	defer func() {
 		// The template comes with the model; a template the Jinja engine trips over is an error, not a crash.
 		if r := recover(); r != nil {
 			err = fmt.Errorf("chat template: the Jinja engine failed: %v", r)
 		}
 	}()
-	t.tplOnce.Do(func() { t.tpl, t.tplErr = compileTemplate(t.chatTemplate) })
-	if t.tplErr != nil {
-		return "", fmt.Errorf("chat template: %w", t.tplErr)
-	}
 	messages := make([]any, len(msgs))
 	for i, m := range msgs {
 		messages[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
+	var raised error
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Update(exec.NewContext(vars))
+	ctx.Update(exec.NewContext(c.special))
 	ctx.Update(exec.NewContext(map[string]any{
 		"messages":              messages,
 		"add_generation_prompt": addGenerationPrompt,
-		"bos_token":             t.bosText,
-		"eos_token":             t.eosText,
-		"raise_exception":       raiseException,
-		"strftime_now":          strftimeNow,
+		"raise_exception": func(msg string) (string, error) {
+			raised = &TemplateError{Message: msg}
+			return "", raised
+		},
+		"strftime_now": func(format string) string { return strftime(c.now(), format) },
 	}))
-	out, err := t.tpl.ExecuteToString(ctx)
+	out, err := c.tpl.ExecuteToString(ctx)
+	if raised != nil {
+		return "", raised
+	}
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
 }
+
+// TemplateError is a chat template's own refusal: its raise_exception(Message), as transformers raises
+// jinja2's TemplateError (Gemma: "System role not supported").
+type TemplateError struct{ Message string }
+
+func (e *TemplateError) Error() string { return "chat template refused the conversation: " + e.Message }
 
 // compileTemplate parses a chat template. Templates cannot include or import other files.
 func compileTemplate(src string) (_ *exec.Template, err error) {
@@ -79,6 +141,9 @@ func compileTemplate(src string) (_ *exec.Template, err error) {
 			err = fmt.Errorf("the Jinja parser failed: %v", r)
 		}
 	}()
+	if src, err = rewriteConditionals(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(src)); err != nil {
+		return nil, err
+	}
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
@@ -94,24 +159,75 @@ func compileTemplate(src string) (_ *exec.Template, err error) {
 		Context:           exec.EmptyContext(),
 		Filters:           filters,
 		Tests:             builtins.Tests,
-		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
+		ControlStructures: controlStructures,
+		Methods:           methods,
 	}
 	return exec.NewTemplate("/chat_template", cfg, loader, env)
 }
 
-func raiseException(msg string) (string, error) {
-	return "", fmt.Errorf("raise_exception: %s", msg)
-}
-
-// strftimeNow formats the current time with the common Python strftime directives.
-func strftimeNow(format string) string {
-	now := time.Now()
-	r := strings.NewReplacer("%d", now.Format("02"), "%m", now.Format("01"), "%Y", now.Format("2006"),
-		"%y", now.Format("06"), "%b", now.Format("Jan"), "%B", now.Format("January"), "%a", now.Format("Mon"),
-		"%A", now.Format("Monday"), "%H", now.Format("15"), "%M", now.Format("04"), "%S", now.Format("05"),
-		"%%", "%")
-	return r.Replace(format)
+// strftime formats t with Python's strftime directives (those chat templates use: day, month, year, weekday,
+// time; %-d and the other glibc "no padding" forms).
+func strftime(t time.Time, format string) string {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) {
+			b.WriteByte(format[i])
+			continue
+		}
+		i++
+		pad := true
+		if format[i] == '-' && i+1 < len(format) {
+			pad = false
+			i++
+		}
+		num := func(v, width int) string {
+			if !pad {
+				return strconv.Itoa(v)
+			}
+			return fmt.Sprintf("%0*d", width, v)
+		}
+		switch format[i] {
+		case 'd':
+			b.WriteString(num(t.Day(), 2))
+		case 'm':
+			b.WriteString(num(int(t.Month()), 2))
+		case 'Y':
+			b.WriteString(strconv.Itoa(t.Year()))
+		case 'y':
+			b.WriteString(num(t.Year()%100, 2))
+		case 'b', 'h':
+			b.WriteString(t.Format("Jan"))
+		case 'B':
+			b.WriteString(t.Format("January"))
+		case 'a':
+			b.WriteString(t.Format("Mon"))
+		case 'A':
+			b.WriteString(t.Format("Monday"))
+		case 'H':
+			b.WriteString(num(t.Hour(), 2))
+		case 'I':
+			b.WriteString(num((t.Hour()+11)%12+1, 2))
+		case 'p':
+			b.WriteString(t.Format("PM"))
+		case 'M':
+			b.WriteString(num(t.Minute(), 2))
+		case 'S':
+			b.WriteString(num(t.Second(), 2))
+		case 'j':
+			b.WriteString(num(t.YearDay(), 3))
+		case 'e':
+			b.WriteString(fmt.Sprintf("%2d", t.Day()))
+		case '%':
+			b.WriteByte('%')
+		default: // as Python (glibc) does with an unknown directive: written as is
+			b.WriteByte('%')
+			if !pad {
+				b.WriteByte('-')
+			}
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
 }
 
 // filterToJSON is transformers' tojson: Python's json.dumps with ensure_ascii=False and its default separators

@@ -26,8 +26,6 @@ import (
 	"slices"
 	"sync"
 	"unicode/utf8"
-
-	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
 // Tokenizer encodes text to ids and decodes ids to text.
@@ -49,7 +47,7 @@ type Tokenizer struct {
 
 	chatTemplate string
 	tplOnce      sync.Once // compiles chatTemplate on first use
-	tpl          *exec.Template
+	chat         *ChatTemplate
 	tplErr       error
 }
 
