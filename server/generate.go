@@ -345,6 +345,7 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request) {
 		g.event(w, map[string]any{"id": g.id, "object": object, "created": g.created, "model": g.s.cfg.ModelID,
 			"system_fingerprint": systemFingerprint, "choices": []any{}, "usage": usageOf(out.res)})
 	}
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(eventTimeout))
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	rc.Flush()
 }
@@ -361,12 +362,17 @@ func (g *generation) completionChunk(text string, logprobs any, finish *string) 
 		"choices":            []any{map[string]any{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}}}
 }
 
+// eventTimeout bounds the writing of one event: a client that stops reading (without closing the connection)
+// does not hold its handler for ever.
+const eventTimeout = time.Minute
+
 // event writes one server-sent event holding v as JSON.
 func (g *generation) event(w http.ResponseWriter, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(eventTimeout)) // not every writer has deadlines
 	_, err = fmt.Fprintf(w, "data: %s\n\n", b)
 	return err
 }

@@ -50,7 +50,6 @@ type Config struct {
 // Server serves the API. Use it as an http.Handler.
 type Server struct {
 	cfg      Config
-	tok      bool // the engine has a tokenizer
 	mux      *http.ServeMux
 	inFlight atomic.Int64
 	draining atomic.Bool
@@ -87,7 +86,6 @@ func New(cfg Config) (*Server, error) {
 	if _, err := cfg.Engine.Tokenizer(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.tok = true
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
 	s.mux.HandleFunc("GET /v1/models", s.models)
@@ -168,8 +166,12 @@ func (s *Server) unknownModel(name string) *requestError {
 		msg: fmt.Sprintf("the model %q does not exist: this server serves %q (GET /v1/models)", name, s.cfg.ModelID)}
 }
 
-// readBody reads a request body bounded by MaxBodyBytes.
+// readBody reads a request body bounded by MaxBodyBytes, within a minute. (Not http.Server.ReadTimeout: its
+// deadline stays on the connection, and its expiry would cancel a long stream's context.)
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(time.Minute))
+	defer rc.SetReadDeadline(time.Time{})
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -275,7 +277,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	// Requests' contexts derive from generations: cancelling it ends every generation in flight.
 	generations, cancelGenerations := context.WithCancel(context.Background())
 	defer cancelGenerations()
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second,
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return generations }}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
