@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Checkpoint is an opened Hugging Face checkpoint folder.
@@ -42,12 +44,18 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, err
 	}
 	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, byName: map[string]int{}}
+	skipped := 0
 	for _, f := range files {
 		infos, err := readHeader(f)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
 		for _, t := range infos {
+			var skip bool
+			if t.Name, skip = cfg.Arch.tensorName(t.Name); skip {
+				skipped++
+				continue
+			}
 			if _, dup := c.byName[t.Name]; dup {
 				return nil, fmt.Errorf("checkpoint %s: tensor %q appears in more than one file", dir, t.Name)
 			}
@@ -55,7 +63,27 @@ func Open(dir string) (*Checkpoint, error) {
 			c.Tensors = append(c.Tensors, t)
 		}
 	}
+	if skipped > 0 {
+		slog.Info("checkpoint: leaving out the tensors the text decoder does not read", "architecture", cfg.Arch.Name,
+			"tensors", skipped, "prefixes", strings.Join(cfg.Arch.SkippedTensorPrefixes, " "))
+	}
 	return c, nil
+}
+
+// tensorName is a checkpoint tensor's name as the decoder knows it (Architecture.TensorPrefixes), and whether
+// the decoder does not read it (Architecture.SkippedTensorPrefixes).
+func (a Architecture) tensorName(name string) (string, bool) {
+	for _, p := range a.SkippedTensorPrefixes {
+		if strings.HasPrefix(name, p) {
+			return name, true
+		}
+	}
+	for from, to := range a.TensorPrefixes {
+		if rest, ok := strings.CutPrefix(name, from); ok {
+			return to + rest, false
+		}
+	}
+	return name, false
 }
 
 // IndexFile is the name of the sharded-checkpoint index.

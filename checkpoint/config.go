@@ -170,7 +170,7 @@ func ParseConfig(b []byte) (*Config, error) {
 	}
 	c := &Config{Arch: arch}
 	for _, k := range required {
-		if raw, ok := m[k]; !ok || isNull(raw) {
+		if _, def := arch.Defaults[k]; !def && isAbsentOrNull(m, k) { // only the family's config class may default it
 			return nil, fmt.Errorf("config: missing field %s", k)
 		}
 	}

@@ -263,3 +263,28 @@ func TestGemmaPhiConfigs(t *testing.T) {
 		t.Fatalf("Phi-3 su rope: %+v %v", c.Rope, err)
 	}
 }
+
+// TestGemma3VisionLanguageConfig: Gemma 3 4B's config.json (Gemma3ForConditionalGeneration, transformers 4.50)
+// gives in text_config only what differs from Gemma3TextConfig's defaults; the wrapper's image keys are read
+// and unused (text in, text out).
+func TestGemma3VisionLanguageConfig(t *testing.T) {
+	b := []byte(`{"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+		"eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+		"model_type": "gemma3", "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+		"num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+		"torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+		"vision_config": {"hidden_size": 1152, "image_size": 896, "model_type": "siglip_vision_model"}}`)
+	c, err := ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HiddenSize != 2560 || c.NumAttentionHeads != 8 || c.NumKeyValueHeads != 4 || c.HeadDim != 256 || c.VocabSize != 262208 ||
+		c.MaxPositionEmbeddings != 131072 || c.Rope.Type != "linear" || c.Rope.Theta != 1e6 || *c.SlidingWindow != 1024 ||
+		c.TorchDType != "bfloat16" || !c.TieWordEmbeddings || c.ModelType != "gemma3_text" {
+		t.Errorf("Gemma 3 4B: %+v", c)
+	}
+	// Families without such defaults still need the shape.
+	if _, err := ParseConfig(llamaConfig(t, map[string]any{"vocab_size": nil})); err == nil || !strings.Contains(err.Error(), "missing field vocab_size") {
+		t.Errorf("Llama without vocab_size: %v", err)
+	}
+}

@@ -1,5 +1,7 @@
 package checkpoint
 
+import "slices"
+
 // Architecture describes how one Hugging Face architecture's config.json is read. The computation lives in
 // engine/model, which refuses the values of these keys it does not implement.
 type Architecture struct {
@@ -19,6 +21,11 @@ type Architecture struct {
 	// DefaultLayerTypeRopeTheta overrides DefaultRopeTheta for an entry of rope_parameters nested by layer type
 	// (Gemma 3's local layers: 10000).
 	DefaultLayerTypeRopeTheta map[string]float64
+	// TensorPrefixes rename the tensors whose names start with a key: the key becomes its value (a
+	// vision-language model's decoder, "language_model.model." → "model."). SkippedTensorPrefixes are the
+	// tensors the text decoder does not read (a vision tower), left out of the checkpoint. Open applies both.
+	TensorPrefixes        map[string]string
+	SkippedTensorPrefixes []string
 }
 
 var architectures = map[string]Architecture{}
@@ -105,11 +112,24 @@ func init() {
 	RegisterArchitecture(Architecture{Name: "Gemma2ForCausalLM", ModelType: "gemma2", Keys: gemmaKeys,
 		Defaults: map[string]any{"head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
 			"attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "sliding_window": 4096, "tie_word_embeddings": true}})
+	// Gemma3TextConfig's defaults include the shape (a Gemma3ForConditionalGeneration text_config gives only what
+	// differs from them: Gemma 3 4B's lacks the heads, head_dim, vocab_size and max_position_embeddings).
 	gemma3 := Architecture{Name: "Gemma3ForCausalLM", ModelType: "gemma3_text",
 		Keys: append([]string{"rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern"}, gemmaKeys...),
-		Defaults: map[string]any{"head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
-			"sliding_window": 4096, "tie_word_embeddings": true},
+		Defaults: map[string]any{"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+			"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
+			"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256, "sliding_window": 4096,
+			"tie_word_embeddings": true},
 		DefaultRopeTheta: 1000000.0, DefaultLayerTypeRopeTheta: map[string]float64{"sliding_attention": 10000.0}}
+	RegisterArchitecture(gemma3)
+	// Gemma 3 4B, 12B, 27B: the text decoder of the vision-language model, read from text_config, its tensors
+	// from language_model.* (vision_tower.* and multi_modal_projector.* are left out: text in, text out).
+	gemma3.Name, gemma3.ModelType, gemma3.TextModelType = "Gemma3ForConditionalGeneration", "gemma3", "gemma3_text"
+	gemma3.Keys = append(slices.Clone(gemma3.Keys), "vision_config", "mm_tokens_per_image", "boi_token_index",
+		"eoi_token_index", "image_token_index")
+	gemma3.TensorPrefixes = map[string]string{"language_model.model.": "model.", "language_model.lm_head.": "lm_head.",
+		"model.language_model.": "model."}
+	gemma3.SkippedTensorPrefixes = []string{"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."}
 	RegisterArchitecture(gemma3)
 	// Phi-3, Phi-3.5, Phi-4-mini: transformers' Phi3Config defaults (rms_norm_eps 1e-5).
 	RegisterArchitecture(Architecture{Name: "Phi3ForCausalLM", ModelType: "phi3", Keys: []string{"sliding_window", "partial_rotary_factor"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/reference"
 )
 
@@ -483,5 +484,101 @@ func TestSlidingSessionDiverges(t *testing.T) {
 	}
 	if !slices.Equal(got.GeneratedIDs, want.GeneratedIDs) || got.CachedPromptTokens != 0 {
 		t.Errorf("session: %v (%d cached), alone: %v", got.GeneratedIDs, got.CachedPromptTokens, want.GeneratedIDs)
+	}
+}
+
+// TestGemma3VisionLanguageCheckpoint: Gemma 3 4B, 12B and 27B are Gemma3ForConditionalGeneration checkpoints,
+// the decoder's config in text_config and its tensors under language_model (as transformers 4 and 5 save them:
+// language_model.model.*; as transformers 4.5x did: model.language_model.*) beside a vision tower. The gemma3
+// fixture wrapped so, in both config spellings, computes transformers' logits and greedy tokens; the vision
+// tensors are left out.
+func TestGemma3VisionLanguageCheckpoint(t *testing.T) {
+	ref := hffixture.MustReference(t, "gemma3")
+	ids := ints(ref.InputIDs)
+	ctx := context.Background()
+	for _, spelling := range hffixture.Spellings {
+		for _, prefix := range []string{"language_model.model.", "model.language_model."} {
+			dir := hffixture.Checkpoint(t, "gemma3", spelling)
+			ck, err := checkpoint.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The wrapper config: text_config is the fixture's config without the keys the wrapper keeps.
+			var text map[string]any
+			b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &text); err != nil {
+				t.Fatal(err)
+			}
+			wrapper := map[string]any{"architectures": []string{"Gemma3ForConditionalGeneration"}, "model_type": "gemma3",
+				"boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144, "mm_tokens_per_image": 256,
+				"vision_config": map[string]any{"hidden_size": 1152, "model_type": "siglip_vision_model"}, "text_config": text}
+			for _, k := range []string{"architectures", "dtype", "torch_dtype", "transformers_version"} {
+				if v, ok := text[k]; ok {
+					if k != "architectures" {
+						wrapper[k] = v
+					}
+					delete(text, k)
+				}
+			}
+			if b, err = json.Marshal(wrapper); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ts, sh := map[string][]float32{}, map[string][]int{}
+			for _, ti := range ck.Tensors {
+				v, err := ck.ReadF32(ti.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := prefix + strings.TrimPrefix(ti.Name, "model.")
+				ts[name], sh[name] = v, make([]int, len(ti.Shape))
+				for i, d := range ti.Shape {
+					sh[name][i] = int(d)
+				}
+			}
+			vision := "vision_tower.vision_model.embeddings.patch_embedding.weight"
+			if prefix == "model.language_model." {
+				vision = "model." + vision
+			}
+			ts[vision], sh[vision] = make([]float32, 6), []int{2, 3}
+			ts["multi_modal_projector.mm_input_projection_weight"], sh["multi_modal_projector.mm_input_projection_weight"] = make([]float32, 4), []int{2, 2}
+			writeSafetensors(t, filepath.Join(dir, "model.safetensors"), ts, sh)
+
+			e := open(t, dir, Options{})
+			got, err := e.Logits(ctx, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([][]float32, len(ids))
+			for p := range want {
+				want[p] = ref.Row(p)
+			}
+			if d := maxDiff(got, want); d > hfTolerance {
+				t.Errorf("%s, %s*: logits differ from transformers' by %g", spelling, prefix, d)
+			}
+			wrapped, err := checkpoint.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := reference.Forward(wrapped, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := maxDiff(toF32(r.Logits), want); d > hfTolerance {
+				t.Errorf("%s, %s*: the float64 reference differs from transformers by %g", spelling, prefix, d)
+			}
+			res, err := e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+				t.Errorf("%s, %s*: greedy %v, transformers %v", spelling, prefix, res.GeneratedIDs, ref.GreedyIDs)
+			}
+		}
 	}
 }

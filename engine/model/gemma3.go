@@ -13,43 +13,49 @@ import (
 // every sliding_window_pattern-th layer global), each kind with its own rotary embedding: the global layers'
 // rope_theta with the rope scaling (linear factor 8 in the released checkpoints), the local layers'
 // rope_local_base_freq unscaled. transformers 5 writes both in rope_parameters nested by layer type.
+//
+// Gemma3ForConditionalGeneration (Gemma 3 4B, 12B, 27B) is the same decoder, its config in text_config and its
+// tensors under language_model (checkpoint.Architecture.TensorPrefixes); the vision tower is not read.
 func init() {
-	Register("Gemma3ForCausalLM", func(c *checkpoint.Config) (Architecture, error) {
-		global, local, err := gemma3Ropes(c)
-		if err != nil {
-			return nil, err
+	Register("Gemma3ForCausalLM", gemma3)
+	Register("Gemma3ForConditionalGeneration", gemma3)
+}
+
+func gemma3(c *checkpoint.Config) (Architecture, error) {
+	global, local, err := gemma3Ropes(c)
+	if err != nil {
+		return nil, err
+	}
+	if c.AttnLogitSoftcapping != nil {
+		return nil, fmt.Errorf("attn_logit_softcapping %g: transformers' Gemma 3 does not soft-cap attention scores (it normalises q and k instead), so what the value should do is unclear", *c.AttnLogitSoftcapping)
+	}
+	d, err := gemmaDecoder(c, global, local)
+	if err != nil {
+		return nil, err
+	}
+	d.qkNorm = qkNormPerHead
+	pattern := 6 // transformers' default
+	if c.SlidingWindowPattern != nil {
+		pattern = *c.SlidingWindowPattern
+	}
+	if c.LayerTypes == nil {
+		if pattern <= 0 {
+			return nil, fmt.Errorf("sliding_window_pattern must be positive, got %d", pattern)
 		}
-		if c.AttnLogitSoftcapping != nil {
-			return nil, fmt.Errorf("attn_logit_softcapping %g: transformers' Gemma 3 does not soft-cap attention scores (it normalises q and k instead), so what the value should do is unclear", *c.AttnLogitSoftcapping)
+		// transformers ignores _sliding_window_pattern when deriving layer types: refuse a value it would ignore.
+		if s := c.SavedSlidingWindowPattern; s != nil && *s != pattern {
+			return nil, fmt.Errorf("_sliding_window_pattern %d differs from the sliding_window_pattern %d transformers derives the layer types from (no layer_types given)", *s, pattern)
 		}
-		d, err := gemmaDecoder(c, global, local)
-		if err != nil {
-			return nil, err
+	}
+	if err := d.slidingLayers(c, c.SlidingWindow, true, func(i int) bool { return (i+1)%pattern != 0 }); err != nil {
+		return nil, err
+	}
+	for i, l := range d.plan.Layers {
+		if l.Window > 0 {
+			d.plan.Layers[i].Rope = 1
 		}
-		d.qkNorm = qkNormPerHead
-		pattern := 6 // transformers' default
-		if c.SlidingWindowPattern != nil {
-			pattern = *c.SlidingWindowPattern
-		}
-		if c.LayerTypes == nil {
-			if pattern <= 0 {
-				return nil, fmt.Errorf("sliding_window_pattern must be positive, got %d", pattern)
-			}
-			// transformers ignores _sliding_window_pattern when deriving layer types: refuse a value it would ignore.
-			if s := c.SavedSlidingWindowPattern; s != nil && *s != pattern {
-				return nil, fmt.Errorf("_sliding_window_pattern %d differs from the sliding_window_pattern %d transformers derives the layer types from (no layer_types given)", *s, pattern)
-			}
-		}
-		if err := d.slidingLayers(c, c.SlidingWindow, true, func(i int) bool { return (i+1)%pattern != 0 }); err != nil {
-			return nil, err
-		}
-		for i, l := range d.plan.Layers {
-			if l.Window > 0 {
-				d.plan.Layers[i].Rope = 1
-			}
-		}
-		return d.finish(), nil
-	})
+	}
+	return d.finish(), nil
 }
 
 // gemma3Ropes returns the global (full attention) and local (sliding) layers' rotary embeddings, from either
