@@ -288,3 +288,30 @@ func TestGemma3VisionLanguageConfig(t *testing.T) {
 		t.Errorf("Llama without vocab_size: %v", err)
 	}
 }
+
+// TestPhi4MiniConfig: Phi-4-mini-instruct's config.json carries switches for its own modeling code; at the values
+// it has they leave transformers' Phi3ForCausalLM, and other values are refused.
+func TestPhi4MiniConfig(t *testing.T) {
+	cfg := func(edit string) []byte {
+		return []byte(`{"architectures": ["Phi3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+			"auto_map": {"AutoConfig": "configuration_phi3.Phi3Config"}, "bos_token_id": 199999, "embd_pdrop": 0.0,
+			"eos_token_id": 199999, "full_attn_mod": 1, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+			"intermediate_size": 8192, "interpolate_factor": 1, "lm_head_bias": false, "max_position_embeddings": 131072,
+			"mlp_bias": false, "model_type": "phi3", "num_attention_heads": 24, "num_hidden_layers": 32,
+			"num_key_value_heads": 8, "original_max_position_embeddings": 4096, "pad_token_id": 199999,
+			"partial_rotary_factor": 0.75, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+			"rope_scaling": {"long_factor": [1, 2], "short_factor": [1, 1], "type": "longrope"}, "rope_theta": 10000.0,
+			"sliding_window": 262144, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.45.0",
+			"use_cache": true, "vocab_size": 200064` + edit + `}`)
+	}
+	c, err := ParseConfig(cfg(""))
+	if err != nil || c.Rope.Type != "longrope" || c.Rope.PartialRotaryFactor != 0.75 || c.HeadDim != 128 {
+		t.Fatalf("Phi-4-mini: %+v %v", c, err)
+	}
+	for _, edit := range []string{`, "lm_head_bias": true`, `, "full_attn_mod": 2`, `, "mlp_bias": true`} {
+		b := cfg(edit)
+		if _, err := ParseConfig(b); err == nil {
+			t.Errorf("%s: accepted", edit)
+		}
+	}
+}

@@ -81,8 +81,12 @@ var HarmlessKeys = []string{
 
 // harmlessValues are keys that do not change the computation at one value, which transformers ignores at any:
 // SmolLM2's rope_interleaved false (the rotate-half layout every family here uses; true would need the weights'
-// interleaved layout, which transformers does not implement either).
-var harmlessValues = map[string]string{"rope_interleaved": "false"}
+// interleaved layout, which transformers does not implement either); the switches Phi-4-mini's config carries for
+// its own modeling code, at the values that leave its layers those of transformers' Phi3ForCausalLM (no
+// biases anywhere, no interpolation, every layer full attention); a family implementing one of these keys lists
+// it in its Keys instead.
+var harmlessValues = map[string]string{"rope_interleaved": "false", "attention_bias": "false", "mlp_bias": "false",
+	"lm_head_bias": "false", "interpolate_factor": "1", "full_attn_mod": "1"}
 
 // slidingKeys are the sliding-window keys of the Qwen2-style configs.
 var slidingKeys = []string{"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"}

@@ -582,3 +582,78 @@ func TestGemma3VisionLanguageCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasedConfigs: the config.json of released Gemma 2, Gemma 3 and Phi-3.5/Phi-4-mini checkpoints (as the
+// Hub has them, factor lists shortened to their length) build an Architecture: every key is known, and the
+// Plan is the model's (local/global layers, rope bases, longrope's recompute length).
+func TestReleasedConfigs(t *testing.T) {
+	factors := func(n int, v float64) string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = fmt.Sprint(v)
+		}
+		return "[" + strings.Join(s, ", ") + "]"
+	}
+	for _, tc := range []struct {
+		name, config string
+		check        func(p *model.Plan) bool
+	}{
+		{"gemma-2-2b-it", `{"architectures": ["Gemma2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+			"attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": [1, 107],
+			"final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+			"hidden_size": 2304, "initializer_range": 0.02, "intermediate_size": 9216, "max_position_embeddings": 8192,
+			"model_type": "gemma2", "num_attention_heads": 8, "num_hidden_layers": 26, "num_key_value_heads": 4, "pad_token_id": 0,
+			"query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096,
+			"torch_dtype": "float32", "transformers_version": "4.42.4", "use_cache": true, "vocab_size": 256000}`,
+			func(p *model.Plan) bool {
+				return len(p.Layers) == 26 && p.Layers[0].Window == 4096 && p.Layers[1].Window == 0 && p.EmbedScale == float64(float32(48))
+			}},
+		{"gemma-3-1b-it", `{"architectures": ["Gemma3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+			"attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": [1, 106],
+			"final_logit_softcapping": null, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+			"initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+			"num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "pad_token_id": 0,
+			"query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null,
+			"rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+			"transformers_version": "4.50.0.dev0", "use_cache": true, "vocab_size": 262144}`,
+			func(p *model.Plan) bool {
+				// √1152 = 33.941 in bf16: 34.
+				return p.Layers[4].Window == 512 && p.Layers[4].Rope == 1 && p.Layers[5].Window == 0 && p.Layers[5].Rope == 0 &&
+					p.Ropes[0].Params.Theta == 1e6 && p.Ropes[1].Params.Theta == 1e4 && p.EmbedScale == 34
+			}},
+		{"Phi-3.5-mini-instruct", `{"architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+			"embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+			"intermediate_size": 8192, "max_position_embeddings": 131072, "model_type": "phi3", "num_attention_heads": 32,
+			"num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096, "pad_token_id": 32000,
+			"resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": {"long_factor": ` + factors(48, 1.5) + `, "short_factor": ` + factors(48, 1) + `,
+			"type": "longrope"}, "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": false,
+			"torch_dtype": "bfloat16", "transformers_version": "4.43.3", "use_cache": true, "vocab_size": 32064}`,
+			func(p *model.Plan) bool {
+				_, scale := p.Ropes[0].Frequencies(10)
+				return p.Recompute == 4096 && p.Ropes[0].Dims == 96 && math.Abs(scale-math.Sqrt(1+math.Log(32)/math.Log(4096))) < 1e-12
+			}},
+		{"Phi-4-mini-instruct", `{"architectures": ["Phi3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+			"bos_token_id": 199999, "embd_pdrop": 0.0, "eos_token_id": 199999, "full_attn_mod": 1, "hidden_act": "silu",
+			"hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192, "interpolate_factor": 1, "lm_head_bias": false,
+			"max_position_embeddings": 131072, "mlp_bias": false, "model_type": "phi3", "num_attention_heads": 24,
+			"num_hidden_layers": 32, "num_key_value_heads": 8, "original_max_position_embeddings": 4096, "pad_token_id": 199999,
+			"partial_rotary_factor": 0.75, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": {"long_factor": ` + factors(48, 2) + `,
+			"short_factor": ` + factors(48, 1) + `, "type": "longrope"}, "rope_theta": 10000.0, "sliding_window": 262144,
+			"tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.45.0", "use_cache": true, "vocab_size": 200064}`,
+			func(p *model.Plan) bool { return p.Recompute == 4096 && p.Ropes[0].Dims == 96 && p.HeadDim == 128 && p.KVHeads == 8 }},
+	} {
+		c, err := checkpoint.ParseConfig([]byte(tc.config))
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		a, err := model.For(c)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !tc.check(a.Plan()) {
+			t.Errorf("%s: plan %+v", tc.name, a.Plan())
+		}
+	}
+}
