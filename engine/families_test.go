@@ -640,7 +640,9 @@ func TestReleasedConfigs(t *testing.T) {
 			"partial_rotary_factor": 0.75, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": {"long_factor": ` + factors(48, 2) + `,
 			"short_factor": ` + factors(48, 1) + `, "type": "longrope"}, "rope_theta": 10000.0, "sliding_window": 262144,
 			"tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.45.0", "use_cache": true, "vocab_size": 200064}`,
-			func(p *model.Plan) bool { return p.Recompute == 4096 && p.Ropes[0].Dims == 96 && p.HeadDim == 128 && p.KVHeads == 8 }},
+			func(p *model.Plan) bool {
+				return p.Recompute == 4096 && p.Ropes[0].Dims == 96 && p.HeadDim == 128 && p.KVHeads == 8
+			}},
 	} {
 		c, err := checkpoint.ParseConfig([]byte(tc.config))
 		if err != nil {
