@@ -114,6 +114,10 @@ func (s *stream) prefetch(total int) {
 		if err != nil {
 			p.host <- buf
 			if s.ctx.Err() == nil {
+				var f *shards.MappingFault
+				if errors.As(err, &f) { // the shard was truncated while mapped: say so as compute's faults do
+					err = &mappedFault{unit: unit, addr: f.Addr}
+				}
 				s.fail(fmt.Errorf("prefetch %s: %w", unit, err))
 			}
 			return

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -339,6 +340,23 @@ func (c *check) run(k int) {
 	}
 }
 
+// runGuarded is run for a worker goroutine: a memory fault reading the piece (a mapped shard file truncated
+// under it) becomes the piece's error instead of a crash, and stops the pieces not yet started.
+func (c *check) runGuarded(k int) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			f := asFault(c.name, r)
+			if f == nil {
+				panic(r)
+			}
+			c.errs[k] = f
+			c.stop.Store(true)
+		}
+	}()
+	c.run(k)
+}
+
 // runWhileReading fills file front to back with read, chunk bytes at a time, on the calling goroutine, while
 // GOMAXPROCS-1 workers (at least one; the reading goroutine keeps a core of its own) run the pieces whose
 // bytes are in. With inline, the reading goroutine checksums a raw piece itself, while it is still in its
@@ -351,7 +369,7 @@ func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inl
 	work := func() {
 		for k := range jobs {
 			if ctx.Err() == nil {
-				c.run(k)
+				c.runGuarded(k)
 			}
 		}
 	}

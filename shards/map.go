@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"time"
 	"unsafe"
 )
@@ -26,9 +28,10 @@ var testHookMapFile = mapFile
 // buf holds the mapping until the next Load or Map into it, or buf.Release. Its tensors must not be used after
 // that: the memory is unmapped and reading it faults. Under SetKeepMapped the set holds the mapping instead,
 // until Close, and later Maps of the unchanged file reuse it. A shard file must not be truncated while it is
-// mapped: reading a page past the new end raises SIGBUS, which stops a Go program unless the reading goroutine
-// asked for a panic instead (debug.SetPanicOnFault; MappedAt then tells a fault in a kept mapping from other
-// ones, as the engine does). Split never truncates: it replaces files by renaming new ones over them, which
+// mapped: reading a page past the new end raises SIGBUS. Map's own reads (the table, the checksums) return such
+// a fault as a *MappingFault error; later readers of the tensors must ask for a panic instead of the crash Go
+// makes of it (debug.SetPanicOnFault; MappedAt then tells a fault in a kept mapping from other ones, as the
+// engine does). Split never truncates: it replaces files by renaming new ones over them, which
 // leaves existing mappings intact.
 //
 // Where mapping is not available (a platform without mmap, a filesystem that refuses it) Map logs one warning
@@ -57,7 +60,10 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 	var m []byte
 	if keep {
 		if m = s.keptMapping(u.Name, st); m != nil {
-			faultIn(m) // pages evicted since its last use are read back here, not in compute's page faults
+			// pages evicted since its last use are read back here, not in compute's page faults
+			if err := guardFault(path, func() error { faultIn(m); return nil }); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if m == nil {
@@ -79,7 +85,11 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 	}
 	buf.ensure(u.DecodeSize)
 	read := func([]byte, int64) error { return nil } // mapped: the bytes are there
-	l, err := s.check(ctx, u, path, st, start, m, buf.b[:u.DecodeSize], verify, len(m), false, read)
+	var l *Loaded
+	err = guardFault(path, func() (err error) {
+		l, err = s.check(ctx, u, path, st, start, m, buf.b[:u.DecodeSize], verify, len(m), false, read)
+		return err
+	})
 	if err != nil {
 		buf.release()
 		return nil, err
@@ -171,4 +181,43 @@ func (s *Set) Close() error {
 	}
 	s.kept, s.retired = nil, nil
 	return errors.Join(errs...)
+}
+
+// MappingFault is the error of a fault reading a mapped shard file: the file was truncated, or its storage went
+// away, while it was mapped.
+type MappingFault struct {
+	Path string
+	Addr uintptr
+}
+
+func (f *MappingFault) Error() string {
+	return fmt.Sprintf("shard %s: reading its mapping faulted at %#x: the file was truncated or its storage went away while mapped; run layerstream split again", f.Path, f.Addr)
+}
+
+// guardFault runs fn, which reads a mapping of the shard file at path, with memory faults turned into panics
+// (debug.SetPanicOnFault), and returns a fault as a *MappingFault. Other panics go on up. Goroutines fn starts
+// need their own guard (check.runGuarded).
+func guardFault(path string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if f := asFault(path, r); f != nil {
+				err = f
+				return
+			}
+			panic(r)
+		}
+	}()
+	return fn()
+}
+
+// asFault returns the recovered value r as a *MappingFault when it is a memory fault (a runtime error carrying
+// the faulting address, which debug.SetPanicOnFault makes of SIGBUS and SIGSEGV), else nil.
+func asFault(path string, r any) *MappingFault {
+	if re, ok := r.(runtime.Error); ok {
+		if a, ok := re.(interface{ Addr() uintptr }); ok {
+			return &MappingFault{Path: path, Addr: a.Addr()}
+		}
+	}
+	return nil
 }

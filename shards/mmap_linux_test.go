@@ -2,6 +2,9 @@ package shards
 
 import (
 	"context"
+	"errors"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -62,5 +65,38 @@ func TestKeptMappingFaultsInEvictedPages(t *testing.T) {
 	}
 	if n := residentPages(t, m); n != total {
 		t.Errorf("%d of %d pages resident after Map reused the kept mapping", n, total)
+	}
+}
+
+// TestMapTruncatedWhileMappedIsAnError: a shard file truncated while Map reads its mapping (its table, the
+// checksums on the workers) gives a *MappingFault error naming the file, not a crash of the program.
+func TestMapTruncatedWhileMappedIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 1024, NumLayers: 1, NumHeads: 4, NumKVHeads: 2, VocabSize: 64,
+		BOSTokenID: 1, EOSTokenID: 2}
+	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.F32, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := split(t, ck, t.TempDir(), Raw)
+	defer s.Close()
+	u := s.mustUnit(t, "layer.0")
+	defer func(h func(*os.File, int64) ([]byte, error)) { testHookMapFile = h }(testHookMapFile)
+	testHookMapFile = func(f *os.File, size int64) ([]byte, error) {
+		m, err := mapFile(f, size)
+		if err == nil {
+			err = os.Truncate(f.Name(), 4096) // under the mapping, before Map reads it
+		}
+		return m, err
+	}
+	buf := NewBuffer(0)
+	defer buf.Release()
+	_, err = s.Map(context.Background(), u.Name, buf)
+	var f *MappingFault
+	if !errors.As(err, &f) || !strings.Contains(err.Error(), u.File) {
+		t.Fatalf("Map of a file truncated under its mapping: %v, want a *MappingFault naming %s", err, u.File)
 	}
 }
