@@ -162,8 +162,12 @@ func linearRows[W Weight](y, x []float32, w []W, rows, in, out, lo, hi, block in
 }
 
 // tileKernel is a matrix-product tile kernel of gemm_amd64.s (see there for the arguments): input elements X,
-// weight elements W (float32, or bf16 bits).
-type tileKernel[X, W uint16 | float32] func(x *X, xs, xc, xt, rows int, w *W, ws, wc, chunks int, tail uint64, y *float32, ldy int)
+// weight elements W (float32, or bf16 bits). rowsKernel is its twin for one tile of input rows against any
+// number of weight rows read one after another (the same sums).
+type (
+	tileKernel[X, W uint16 | float32] func(x *X, xs, xc, xt, rows int, w *W, ws, wc, chunks int, tail uint64, y *float32, ldy int)
+	rowsKernel[X, W uint16 | float32] func(x *X, xs, xc, rows int, w *W, ws, wc, n, chunks int, tail uint64, y *float32, ldy int)
+)
 
 // gemmTileRows is the number of input rows of a tile; gemmBlockBytes bounds the packed input rows that pass a
 // group of weight rows together (a block stays in L2 while the weight rows are read once per block).
@@ -173,15 +177,15 @@ const gemmTileRows = 3
 
 var gemmBlockBytes = 512 << 10
 
-// gemmTiles computes y [rows, out] = x [rows, in] · w [out, in]ᵀ with a tile kernel, e elements per chunk. The
-// input rows are first packed by put (which converts them to X), tile by tile, chunk by chunk, so that a tile
-// reads one stream; the weight rows are read in place (packing
+// gemmTiles computes y [rows, out] = x [rows, in] · w [out, in]ᵀ with a tile kernel, e elements per chunk (with
+// the rows kernel when one tile holds every input row: decode steps). The input rows are first packed by put
+// (which converts them to X), tile by tile, chunk by chunk, so that a tile reads one stream; the weight rows are read in place (packing
 // them measured slower: the copy costs more than the L1 conflicts of rows 4 KiB apart). The groups of
 // gemmGroup outputs are split over the workers. The last group, when out is not a multiple of gemmGroup, runs
 // on a zero-padded copy of its weight rows into a scratch output: padding adds zeros to no sum, so every
 // output is the same however it was reached.
 func gemmTiles[X, W uint16 | float32](y, x []float32, w []W, rows, in, out, workers, e int, kernel tileKernel[X, W],
-	put func(dst []X, step int, src []float32, chunks int)) {
+	rowsKernel rowsKernel[X, W], put func(dst []X, step int, src []float32, chunks int)) {
 	size, wsize := int(unsafe.Sizeof(X(0))), int(unsafe.Sizeof(W(0)))
 	chunkBytes := e * size // of the packed input
 	full := in / e
@@ -202,6 +206,13 @@ func gemmTiles[X, W uint16 | float32](y, x []float32, w []W, rows, in, out, work
 
 	groups := (out + gemmGroup - 1) / gemmGroup
 	xs, xc, xt := chunkBytes, gemmTileRows*chunkBytes, tileLen*size
+	if tiles == 1 {
+		parallelFor(groups, workers, func(lo, hi int) {
+			o0, o1 := lo*gemmGroup, min(hi*gemmGroup, out)
+			rowsKernel(&xp[0], xs, xc, rows, &w[o0*in], in*wsize, e*wsize, o1-o0, full, tail, &y[o0], out*4)
+		})
+		return
+	}
 	blockTiles := max(1, gemmBlockBytes/(tileLen*size))
 	parallelFor(groups, workers, func(lo, hi int) {
 		var ptail []W // the partial last group's weight rows, zero-padded, and its outputs

@@ -7,6 +7,7 @@ package asmgen
 import (
 	"bytes"
 	"fmt"
+	"strings"
 )
 
 // Tile shape: mr input rows against nr weight rows, one 16-lane accumulator per output (Z8.. Z31).
@@ -209,6 +210,83 @@ func (g *gen) gemm(k kernel) {
 	g.p("")
 }
 
+// rowsKernel writes <name>Rows: the products of up to mr input rows (packed as for the tiles) with n weight
+// rows, one weight row at a time, all its chunks before the next: the weights are read front to back, one
+// stream, which the hardware prefetcher follows at full rate however short the rows are (eight rows read side
+// by side, as a tile does, ran at half the memory's rate on SmolLM2's 1152-byte rows). Each output is summed
+// exactly as in a tile: one 16-lane accumulator over the chunks in order, then the same lane order.
+func (g *gen) rowsKernel(k kernel) {
+	name := strings.TrimSuffix(k.name, "AVX512") + "RowsAVX512"
+	g.p("// func %s(x *%s, xs, xc, rows int, w *%s, ws, wc, n, chunks int, tail uint64, y *float32, ldy int)", name, k.xType, k.wType)
+	g.p("// y[i·ldy/4 + j] = x_i · w_j for i < rows (≤ %d) and j < n; arguments as for the tiles.", mr)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-96", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ xs+8(FP), R8")
+	g.p("\tMOVQ w+32(FP), DI")
+	g.p("\tMOVQ ws+40(FP), R9")
+	g.p("\tMOVQ n+56(FP), R13")
+	g.p("\tMOVQ tail+72(FP), AX")
+	g.p("\tKMOVQ AX, K1")
+	g.p("\tMOVQ y+80(FP), DX")
+	g.p("\tMOVQ ldy+88(FP), R12")
+	g.p("\tTESTQ R13, R13")
+	g.p("\tJZ %s_done", name)
+	g.p("\tMOVQ rows+24(FP), AX")
+	for r := mr; r > 1; r-- {
+		g.p("\tCMPQ AX, $%d", r)
+		g.p("\tJEQ %s_r%d", name, r)
+	}
+	for r := 1; r <= mr; r++ {
+		l := fmt.Sprintf("%s_r%d", name, r)
+		g.p("%s:", l)
+		for i := range r {
+			g.p("\tVXORPS Z%d, Z%d, Z%d", 8+i, 8+i, 8+i)
+		}
+		g.p("\tMOVQ SI, AX")
+		g.p("\tMOVQ DI, BX")
+		g.p("\tMOVQ chunks+64(FP), CX")
+		g.p("\tTESTQ CX, CX")
+		g.p("\tJZ %s_tail", l)
+		g.p("%s_loop:", l)
+		chunk := func(masked bool) {
+			for _, ln := range k.wLoad("(BX)", 3, masked) {
+				g.p("\t%s", ln)
+			}
+			for i := range r {
+				if masked {
+					g.p("\t%s %s, K1, Z%d", k.xMasked, xAddr(i), i)
+				} else {
+					g.p("\tVMOVUPS %s, Z%d", xAddr(i), i)
+				}
+				g.p("\t%s", k.madd(8+i, i, 3))
+			}
+		}
+		chunk(false)
+		g.p("\tADDQ xc+16(FP), AX")
+		g.p("\tADDQ wc+48(FP), BX")
+		g.p("\tDECQ CX")
+		g.p("\tJNZ %s_loop", l)
+		g.p("%s_tail:", l)
+		g.p("\tKORTESTQ K1, K1")
+		g.p("\tJZ %s_reduce", l)
+		chunk(true)
+		g.p("%s_reduce:", l)
+		for i := range r {
+			g.hreduce("VADDPS", 8+i, 4)
+			g.p("\tVMOVSS X%d, %s", 8+i, yAddr(i))
+		}
+		g.p("\tADDQ $4, DX")
+		g.p("\tADDQ R9, DI")
+		g.p("\tDECQ R13")
+		g.p("\tJNZ %s", l)
+		g.p("\tJMP %s_done", name)
+	}
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
 // Generate returns the text of gemm_amd64.s.
 func Generate() []byte {
 	var g gen
@@ -226,12 +304,14 @@ func Generate() []byte {
 	}
 	g.p("")
 	fma := func(a, x, w int) string { return fmt.Sprintf("VFMADD231PS Z%d, Z%d, Z%d", w, x, a) }
-	g.gemm(kernel{name: "gemmF32AVX512", xType: "float32", wType: "float32", xMasked: "VMOVDQU32.Z",
-		wLoad: loadW64("VMOVDQU32.Z"), madd: fma})
-	g.gemm(kernel{name: "gemmF32BF16AVX512", xType: "float32", wType: "uint16", xMasked: "VMOVDQU32.Z",
-		wLoad: widenBF16, madd: fma})
-	g.gemm(kernel{name: "gemmBF16AVX512", xType: "uint16", wType: "uint16", xMasked: "VMOVDQU16.Z",
-		wLoad: loadW64("VMOVDQU16.Z"), madd: vdpbf16ps})
+	for _, k := range []kernel{
+		{name: "gemmF32AVX512", xType: "float32", wType: "float32", xMasked: "VMOVDQU32.Z", wLoad: loadW64("VMOVDQU32.Z"), madd: fma},
+		{name: "gemmF32BF16AVX512", xType: "float32", wType: "uint16", xMasked: "VMOVDQU32.Z", wLoad: widenBF16, madd: fma},
+		{name: "gemmBF16AVX512", xType: "uint16", wType: "uint16", xMasked: "VMOVDQU16.Z", wLoad: loadW64("VMOVDQU16.Z"), madd: vdpbf16ps},
+	} {
+		g.gemm(k)
+		g.rowsKernel(k)
+	}
 	g.p("// func foldAVX512(p *byte, n int) uint64")
 	g.p("// The XOR of the n/256 256-byte blocks at p, folded to 64 bits: every byte read once, at the memory's rate.")
 	g.p("TEXT ·foldAVX512(SB), NOSPLIT, $0-24")
