@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -130,20 +129,8 @@ func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []
 
 func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 	xa := arr(x)
-	wf := weightData(w).([]float32)
-	off := float32(offset) // Gemma's (1 + w), formed in float32
-	h := len(wf)
 	y := o.arena.array(xa.dims...)
-	for r := 0; r < len(xa.data); r += h {
-		ss := 0.0
-		for _, v := range xa.data[r : r+h] {
-			ss += float64(v) * float64(v)
-		}
-		scale := float32(1 / math.Sqrt(ss/float64(h)+eps))
-		for i, v := range xa.data[r : r+h] {
-			y.data[r+i] = v * scale * (off + wf[i])
-		}
-	}
+	kernels.RMSNorm(y.data, xa.data, weightData(w).([]float32), eps, float32(offset)) // Gemma's (1 + w), formed in float32
 	return y
 }
 
@@ -258,8 +245,10 @@ func (o hostOps) Scale(x model.Value, s float64) model.Value {
 }
 
 func (o hostOps) SoftCap(x model.Value, c float64) model.Value {
-	cf := float32(c)
-	return o.each(x, func(v float32) float32 { return float32(math.Tanh(float64(v/cf))) * cf })
+	xa := arr(x)
+	y := o.arena.array(xa.dims...)
+	kernels.SoftCap(y.data, xa.data, float32(c))
+	return y
 }
 
 // each applies f to every element of x.
@@ -275,17 +264,13 @@ func (o hostOps) each(x model.Value, f func(float32) float32) model.Value {
 func (o hostOps) Add(a, b model.Value) model.Value {
 	aa, ba := arr(a), arr(b)
 	y := o.arena.array(aa.dims...)
-	for i := range y.data {
-		y.data[i] = aa.data[i] + ba.data[i]
-	}
+	kernels.Add(y.data, aa.data, ba.data)
 	return y
 }
 
 func (o hostOps) Mul(a, b model.Value) model.Value {
 	aa, ba := arr(a), arr(b)
 	y := o.arena.array(aa.dims...)
-	for i := range y.data {
-		y.data[i] = aa.data[i] * ba.data[i]
-	}
+	kernels.Mul(y.data, aa.data, ba.data)
 	return y
 }

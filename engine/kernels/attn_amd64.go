@@ -12,6 +12,21 @@ func siluAVX512(y, x *float32, n int)
 func geluTanhAVX512(y, x *float32, n int)
 
 //go:noescape
+func softCapAVX512(y, x *float32, n int, c float32)
+
+//go:noescape
+func addAVX512(y, x, b *float32, n int)
+
+//go:noescape
+func mulAVX512(y, x, b *float32, n int)
+
+//go:noescape
+func scaleRowAVX512(y, x, b *float32, n int, scale, offset float32)
+
+//go:noescape
+func sumSquaresAVX512(x *float32, n int) float64
+
+//go:noescape
 func softmaxRowAVX512(s *float32, n int, scale, softcap, mOld float32) (mNew, sum float32)
 
 //go:noescape

@@ -1,6 +1,9 @@
 package asmgen
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // ExpConsts are the constants of the vectorized exp (Cephes' expf: e^x = 2^n · e^r, n = round(x·log2 e),
 // r = x − n·ln 2 split in two parts, e^r ≈ 1 + r + r²·P(r) with P of degree 5) and of tanh, in the order of the
@@ -255,25 +258,46 @@ func (g *gen) pv(rows, cols int) {
 	g.p("")
 }
 
-// elementwise writes name(y, x *float32, n int): y[i] = f(x[i]) for i < n, where body computes f of the 16
-// lanes of Z0 into Z0 (Z1-Z6 scratch, Z6 zero).
-func (g *gen) elementwise(name, doc string, body func()) {
-	g.p("// func %s(y, x *float32, n int)", name)
+// elementwise writes name(y, x *float32, [b *float32,] n int, [scalars float32...]): y[i] = f(x[i][, b[i]])
+// for i < n, where body computes f of the 16 lanes of Z0 (and Z1, the second input's) into Z0, with Z1-Z6
+// scratch (Z6 zero) and the scalars broadcast into Z31, Z30, … .
+func (g *gen) elementwise(name, doc string, binary bool, scalars []string, body func()) {
+	sig, n := "y, x *float32, n int", "n+16(FP)"
+	frame := 24
+	if binary {
+		sig, n, frame = "y, x, b *float32, n int", "n+24(FP)", 32
+	}
+	if len(scalars) > 0 {
+		sig += ", " + strings.Join(scalars, ", ") + " float32"
+	}
+	g.p("// func %s(%s)", name, sig)
 	g.p("// %s", doc)
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-24", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-%d", name, frame+4*len(scalars))
 	g.p("\tMOVQ y+0(FP), DI")
 	g.p("\tMOVQ x+8(FP), SI")
-	g.p("\tMOVQ n+16(FP), R8")
-	g.loadConsts(nConsts)
+	if binary {
+		g.p("\tMOVQ b+16(FP), DX")
+	}
+	g.p("\tMOVQ %s, R8", n)
+	for i, sc := range scalars {
+		g.p("\tVBROADCASTSS %s+%d(FP), Z%d", sc, frame+4*i, 31-i)
+	}
+	g.loadConsts(min(nConsts, 16-len(scalars))) // Z16 … below the scalars
 	g.tailMask()
 	g.p("\tVXORPS Z6, Z6, Z6")
 	g.p("%s_loop:", name)
 	g.p("\tTESTQ R8, R8")
 	g.p("\tJZ %s_tail", name)
 	g.p("\tVMOVUPS (SI), Z0")
+	if binary {
+		g.p("\tVMOVUPS (DX), Z1")
+	}
 	body()
 	g.p("\tVMOVUPS Z0, (DI)")
 	g.p("\tADDQ $64, SI")
+	if binary {
+		g.p("\tADDQ $64, DX")
+	}
 	g.p("\tADDQ $64, DI")
 	g.p("\tDECQ R8")
 	g.p("\tJMP %s_loop", name)
@@ -281,9 +305,56 @@ func (g *gen) elementwise(name, doc string, body func()) {
 	g.p("\tKORTESTW K1, K1")
 	g.p("\tJZ %s_done", name)
 	g.p("\tVMOVUPS.Z (SI), K1, Z0")
+	if binary {
+		g.p("\tVMOVUPS.Z (DX), K1, Z1")
+	}
 	body()
 	g.p("\tVMOVUPS Z0, K1, (DI)")
 	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+// sumSquares writes sumSquaresAVX512(x *float32, n int) float64: Σ x[i]² for i < n, in float64 (each square
+// exact), over 16 lanes then summed l and l+8, l+4, l+2, l+1.
+func (g *gen) sumSquares() {
+	g.p("// func sumSquaresAVX512(x *float32, n int) float64")
+	g.p("TEXT ·sumSquaresAVX512(SB), NOSPLIT, $0-24")
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), R8")
+	g.tailMask()
+	g.p("\tVXORPD Z3, Z3, Z3")
+	g.p("\tVXORPD Z4, Z4, Z4")
+	step := func() {
+		g.p("\tVCVTPS2PD Y0, Z1")
+		g.p("\tVEXTRACTF64X4 $1, Z0, Y2")
+		g.p("\tVCVTPS2PD Y2, Z2")
+		g.p("\tVFMADD231PD Z1, Z1, Z3")
+		g.p("\tVFMADD231PD Z2, Z2, Z4")
+	}
+	g.p("ss_loop:")
+	g.p("\tTESTQ R8, R8")
+	g.p("\tJZ ss_tail")
+	g.p("\tVMOVUPS (SI), Z0")
+	step()
+	g.p("\tADDQ $64, SI")
+	g.p("\tDECQ R8")
+	g.p("\tJMP ss_loop")
+	g.p("ss_tail:")
+	g.p("\tKORTESTW K1, K1")
+	g.p("\tJZ ss_sum")
+	g.p("\tVMOVUPS.Z (SI), K1, Z0")
+	step()
+	g.p("ss_sum:")
+	g.p("\tVADDPD Z4, Z3, Z3")
+	g.p("\tVEXTRACTF64X4 $1, Z3, Y4")
+	g.p("\tVADDPD Y4, Y3, Y3")
+	g.p("\tVEXTRACTF128 $1, Y3, X4")
+	g.p("\tVADDPD X4, X3, X3")
+	g.p("\tVPERMILPD $1, X3, X4")
+	g.p("\tVADDSD X4, X3, X3")
+	g.p("\tVMOVSD X3, ret+16(FP)")
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 	g.p("")
@@ -303,16 +374,25 @@ func GenerateAttention() []byte {
 	var g gen
 	g.header()
 	g.softmaxRow()
-	g.elementwise("siluAVX512", "y[i] = x[i]·sigmoid(x[i]) = x[i]/(1 + e^−x[i])", func() {
+	g.elementwise("siluAVX512", "y[i] = x[i]·sigmoid(x[i]) = x[i]/(1 + e^−x[i])", false, nil, func() {
 		g.p("\tVMOVAPS Z0, Z1")
 		g.sigmoidTimesX()
 	})
-	g.elementwise("geluTanhAVX512", "y[i] = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) = x·sigmoid(x·(a + b·x²)), x = x[i]", func() {
+	g.elementwise("geluTanhAVX512", "y[i] = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) = x·sigmoid(x·(a + b·x²)), x = x[i]", false, nil, func() {
 		g.p("\tVMULPS Z0, Z0, Z1")
 		g.p("\tVFMADD213PS Z%d, Z%d, Z1", cz(cGeluA), cz(cGeluB))
 		g.p("\tVMULPS Z0, Z1, Z1")
 		g.sigmoidTimesX()
 	})
+	g.elementwise("softCapAVX512", "y[i] = c·tanh(x[i]/c)", false, []string{"c"}, func() { g.tanhCap(0, 1, 2, 3, 4) })
+	g.elementwise("addAVX512", "y[i] = x[i] + b[i]", true, nil, func() { g.p("\tVADDPS Z1, Z0, Z0") })
+	g.elementwise("mulAVX512", "y[i] = x[i]·b[i]", true, nil, func() { g.p("\tVMULPS Z1, Z0, Z0") })
+	g.elementwise("scaleRowAVX512", "y[i] = (x[i]·scale)·(offset + b[i]): RMSNorm's last step", true, []string{"scale", "offset"}, func() {
+		g.p("\tVMULPS Z31, Z0, Z0")
+		g.p("\tVADDPS Z30, Z1, Z1")
+		g.p("\tVMULPS Z1, Z0, Z0")
+	})
+	g.sumSquares()
 	for r := 1; r <= PVRows; r++ {
 		for c := 1; c <= PVCols; c++ {
 			g.pv(r, c)
