@@ -30,10 +30,10 @@ func dotRowsGo[W Weight](x []float32, b []W, y []float32, stride, rows int, dot 
 	}
 }
 
-// ParallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently (in the calling
-// goroutine alone when n is small). A panic in a worker, a fault reading a mapped shard included (workers turn
-// faults into panics, debug.SetPanicOnFault), is raised again in the calling goroutine once every worker is
-// done, where the engine can recover it.
+// ParallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently, the first on the
+// calling goroutine (all of them there when n is small). A panic in any range, a fault reading a mapped shard
+// included (workers turn faults into panics, debug.SetPanicOnFault, as the engine's caller does), is raised
+// again in the calling goroutine once every range is done, where the engine can recover it.
 func ParallelFor(n int, fn func(lo, hi int)) {
 	parallelFor(n, min(runtime.GOMAXPROCS(0), max(n/64, 1)), fn)
 }
@@ -51,24 +51,28 @@ func parallelFor(n, workers int, fn func(lo, hi int)) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first any
+	run := func(lo, hi int) {
+		defer func() {
+			if r := recover(); r != nil {
+				mu.Lock()
+				if first == nil {
+					first = r
+				}
+				mu.Unlock()
+			}
+		}()
+		fn(lo, hi)
+	}
 	step := (n + workers - 1) / workers
-	for lo := 0; lo < n; lo += step {
+	for lo := step; lo < n; lo += step {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
 			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-			defer func() {
-				if r := recover(); r != nil {
-					mu.Lock()
-					if first == nil {
-						first = r
-					}
-					mu.Unlock()
-				}
-			}()
-			fn(lo, hi)
+			run(lo, hi)
 		}(lo, min(lo+step, n))
 	}
+	run(0, min(step, n)) // the first range on the calling goroutine: one goroutine fewer to start and wake
 	wg.Wait()
 	if first != nil {
 		panic(first)
