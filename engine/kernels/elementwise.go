@@ -10,10 +10,14 @@ import "math"
 const elemChunk = 4096
 
 // Add sets y[i] = a[i] + b[i] for i < len(y).
-func Add(y, a, b []float32) { elementwise2(y, a, b, addAVX512, func(u, v float32) float32 { return u + v }) }
+func Add(y, a, b []float32) {
+	elementwise2(y, a, b, addAVX512, func(u, v float32) float32 { return u + v })
+}
 
 // Mul sets y[i] = a[i]·b[i] for i < len(y).
-func Mul(y, a, b []float32) { elementwise2(y, a, b, mulAVX512, func(u, v float32) float32 { return u * v }) }
+func Mul(y, a, b []float32) {
+	elementwise2(y, a, b, mulAVX512, func(u, v float32) float32 { return u * v })
+}
 
 func elementwise2(y, a, b []float32, asm func(y, x, b *float32, n int), f func(u, v float32) float32) {
 	n := len(y)
