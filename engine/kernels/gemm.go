@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -206,15 +207,22 @@ func gemmTiles[X, W uint16 | float32](y, x []float32, w []W, rows, in, out, work
 
 	groups := (out + gemmGroup - 1) / gemmGroup
 	xs, xc, xt := chunkBytes, gemmTileRows*chunkBytes, tileLen*size
+	// The groups go to the workers in chunks (parallelChunks): a sixteenth of a worker's share for a decode
+	// step, a quarter for the tiles, which read the input rows again for each chunk.
+	nw := workers
+	if nw <= 0 {
+		nw = runtime.GOMAXPROCS(0)
+	}
+	chunk := max(1, groups/(16*nw))
 	if tiles == 1 {
-		parallelFor(groups, workers, func(lo, hi int) {
+		parallelChunks(groups, chunk, workers, func(lo, hi int) {
 			o0, o1 := lo*gemmGroup, min(hi*gemmGroup, out)
 			rowsKernel(&xp[0], xs, xc, rows, &w[o0*in], in*wsize, e*wsize, o1-o0, full, tail, &y[o0], out*4)
 		})
 		return
 	}
 	blockTiles := max(1, gemmBlockBytes/(tileLen*size))
-	parallelFor(groups, workers, func(lo, hi int) {
+	parallelChunks(groups, max(1, groups/(4*nw)), workers, func(lo, hi int) {
 		var ptail []W // the partial last group's weight rows, zero-padded, and its outputs
 		var ytail []float32
 		if hi*gemmGroup > out {

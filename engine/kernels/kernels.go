@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 )
@@ -77,6 +78,23 @@ func parallelFor(n, workers int, fn func(lo, hi int)) {
 	if first != nil {
 		panic(first)
 	}
+}
+
+// parallelChunks runs fn over [0, n) in ranges of chunk, which the workers (≤ 0: one per CPU) take one after
+// another as they finish theirs: a core slowed by other work (a busy machine, the Go runtime) ends up taking
+// fewer, where contiguous halves would leave the other core waiting. Panics are handled as ParallelFor's.
+func parallelChunks(n, chunk, workers int, fn func(lo, hi int)) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	chunks := (n + chunk - 1) / chunk
+	workers = min(workers, chunks)
+	var next atomic.Int64
+	parallelFor(workers, workers, func(int, int) {
+		for k := int(next.Add(1) - 1); k < chunks; k = int(next.Add(1) - 1) {
+			fn(k*chunk, min((k+1)*chunk, n))
+		}
+	})
 }
 
 // axpyF32Go adds a·x to y (len(x) ≥ len(y)): the portable kernel (AxpyF32 picks an assembly one where the CPU
