@@ -37,6 +37,7 @@ const (
 	SectionCUDASlow         = "CUDA slower than CPU on small models"
 	SectionCUDAPlugin       = "CUDA plugin not found"
 	SectionVerifyMismatch   = "verify reports a mismatch"
+	SectionKVCache          = "KV cache not filled, every step re-runs the whole forward"
 )
 
 // Sections lists every section constant, in document order.
@@ -46,7 +47,7 @@ func Sections() []string {
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
 		SectionUnusedTensor, SectionMissingLMHead,
 		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionResidentTooLarge, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
-		SectionServer, SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch,
+		SectionServer, SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch, SectionKVCache,
 	}
 }
 

@@ -9,8 +9,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,8 +27,8 @@ import (
 func init() {
 	register(command{
 		name:    "verify",
-		summary: "check the engine against a float64 reference: one forward pass streamed, resident and in plain Go",
-		usage:   "--model DIR (--prompt TEXT | --ids 1,2,3)",
+		summary: "check the engine against references: transformers' own outputs where the checkpoint has them, a float64 forward pass in plain Go, and its decode steps against one full forward pass",
+		usage:   "--model DIR [--prompt TEXT | --ids 1,2,3]",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o verifyOptions
 			fs.StringVar(&o.model, "model", "", "Hugging Face checkpoint folder (required; the reference reads its safetensors)")
@@ -38,6 +40,8 @@ func init() {
 				"the engine once per depth on a truncated copy of the config: slow for deep models)")
 			fs.Float64Var(&o.atol, "atol", 0, "override the absolute logit tolerance (default 1e-4 for f32, unchecked for bf16)")
 			fs.Float64Var(&o.minCos, "min-cos", 0, "override the cosine tolerance (default 0.99999 for f32, 0.99 for bf16)")
+			fs.StringVar(&o.transformers, "reference", "", "outputs transformers computed for this checkpoint (input_ids, logits, greedy_ids in a safetensors file; default: "+reference.TransformersFile+" in the checkpoint folder, when there)")
+			fs.IntVar(&o.decodeSteps, "decode-steps", 8, "greedy decode steps checked against one full forward pass over the same ids (a broken key/value cache shows there); 0 skips")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
 					return usageErrorf("unexpected arguments %q", args)
@@ -46,9 +50,16 @@ func init() {
 					return usageErrorf("--model is required")
 				}
 				var err error
+				if o.transformers == "" {
+					if p := filepath.Join(o.model, reference.TransformersFile); fileExists(p) {
+						o.transformers = p
+					}
+				}
 				switch {
 				case *prompt != "" && *ids != "":
 					return usageErrorf("give --prompt or --ids, not both")
+				case *prompt == "" && *ids == "" && o.transformers != "":
+					// The reference outputs bring their own prompt.
 				case *prompt != "":
 					tok, err := tokenizer.Load(o.model)
 					if err != nil {
@@ -76,6 +87,15 @@ type verifyOptions struct {
 	shardDir     string
 	perLayer     bool
 	atol, minCos float64
+	transformers string // reference outputs made by transformers, if any
+	decodeSteps  int
+	// broken, when set (tests), replaces the engine of the decode check by what it returns.
+	broken func(*engine.Engine) decoder
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // parseIDs reads "1,2, 3" into token ids.
@@ -94,8 +114,11 @@ func parseIDs(s string) ([]int, error) {
 	return ids, nil
 }
 
-// runVerify computes the reference, runs the engine streamed and resident, prints the comparison table to w and
-// returns an error when any comparison is beyond its tolerance.
+// runVerify computes the references, runs the engine streamed and resident, prints the comparison table to w
+// and returns an error when any comparison is beyond its tolerance. The references: transformers' own outputs
+// when the checkpoint has them (o.transformers: its logits and greedy ids, independent of this program's config
+// parsing), the float64 forward pass of package reference, and the engine's own full forward pass for its decode
+// steps (the key/value cache).
 func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	ck, err := checkpoint.Open(o.model)
 	if err != nil {
@@ -117,13 +140,32 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	if o.minCos > 0 {
 		logitTol.MinCosine = o.minCos
 	}
+	var hf *reference.Transformers
+	if o.transformers != "" {
+		if hf, err = reference.LoadTransformers(o.transformers); err != nil {
+			return err
+		}
+		if o.ids == nil {
+			for _, id := range hf.InputIDs {
+				o.ids = append(o.ids, int(id))
+			}
+		}
+	}
+	if len(o.ids) == 0 {
+		return usageErrorf("--prompt or --ids is required (the checkpoint has no %s to take a prompt from)", reference.TransformersFile)
+	}
 
 	ref, err := reference.ForwardContext(ctx, ck, o.ids)
 	if err != nil {
 		return err
 	}
 	eopts := engine.Options{DType: engDType, ShardDir: o.shardDir}
-	streamed, err := engineLogits(ctx, o.model, eopts, o.ids)
+	e, err := engine.Open(ctx, o.model, eopts)
+	if err != nil {
+		return fmt.Errorf("engine (streamed): %w", err)
+	}
+	defer e.Close()
+	streamed, err := e.Logits(ctx, o.ids)
 	if err != nil {
 		return fmt.Errorf("engine (streamed): %w", err)
 	}
@@ -134,6 +176,14 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	}
 
 	var diffs []reference.Diff
+	failed := map[string]bool{}
+	if hf != nil {
+		ds, err := compareTransformers(ctx, e, hf, logitTol)
+		if err != nil {
+			return err
+		}
+		diffs = append(diffs, ds...)
+	}
 	if o.perLayer {
 		// The engine offers only logits, so layer k is compared through the logits of the model cut after layer k.
 		for k := 1; k < ck.Config.NumHiddenLayers; k++ {
@@ -170,6 +220,27 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		return err
 	}
 	diffs = append(diffs, d)
+	for _, d := range diffs {
+		if !d.OK() {
+			failed[guard.SectionVerifyMismatch] = true
+		}
+	}
+	if o.decodeSteps > 0 {
+		var dec decoder = e
+		if o.broken != nil {
+			dec = o.broken(e)
+		}
+		d, err := compareDecode(ctx, dec, o.ids, o.decodeSteps, decodeTolerance(logitTol))
+		if err != nil {
+			return err
+		}
+		if d != nil {
+			diffs = append(diffs, *d)
+			if !d.OK() {
+				failed[guard.SectionKVCache] = true
+			}
+		}
+	}
 
 	// The health checks see the engine's logits too, so a NaN names its likely causes.
 	mon := guard.NewMonitor(guard.MonitorOptions{})
@@ -178,18 +249,139 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	}
 
 	fmt.Fprintf(w, "verify %s: %d tokens, dtype %s (%s)\n", o.model, len(o.ids), choice.DType, choice.Reason)
+	if hf != nil {
+		fmt.Fprintf(w, "transformers: the outputs in %s (%d prompt ids, %d greedy ids; on the greedy row, cosine is the share of greedy ids equal to transformers', max|diff| the number that differ, at the first that differs)\n", o.transformers, len(hf.InputIDs), len(hf.GreedyIDs))
+	} else {
+		fmt.Fprintf(w, "transformers: no %s beside the checkpoint (--reference FILE); the float64 reference reads config.json as the engine does, so it cannot catch a misread config\n", reference.TransformersFile)
+	}
 	fmt.Fprintf(w, "tolerance: logits %s; streamed vs resident %s\n", logitTol, same)
 	if !o.perLayer {
 		fmt.Fprintln(w, "per-layer: the engine returns logits only; --per-layer compares the logits after each layer")
 	}
-	ok, err := reference.WriteTable(w, diffs)
-	if err != nil {
+	if _, err := reference.WriteTable(w, diffs); err != nil {
 		return err
 	}
-	if !ok {
+	switch {
+	case failed[guard.SectionKVCache]:
+		return fmt.Errorf("the engine's decode steps disagree with its own full forward pass: the key/value cache is not what it should be (see %s)", guard.Anchor(guard.SectionKVCache))
+	case failed[guard.SectionVerifyMismatch]:
 		return fmt.Errorf("the engine disagrees with the reference beyond tolerance (see %s)", guard.Anchor(guard.SectionVerifyMismatch))
 	}
 	return nil
+}
+
+// compareTransformers runs the engine on the prompt of transformers' outputs: its logits at every position
+// against transformers', and its greedy continuation against transformers' greedy ids (a row whose cosine is the
+// share of ids equal, whose max|diff| counts those that differ, located at the first).
+func compareTransformers(ctx context.Context, e *engine.Engine, hf *reference.Transformers, tol reference.Tolerance) ([]reference.Diff, error) {
+	ids := make([]int, len(hf.InputIDs))
+	for i, id := range hf.InputIDs {
+		ids[i] = int(id)
+	}
+	got, err := e.Logits(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("engine on transformers' prompt: %w", err)
+	}
+	want := make([][]float32, len(ids))
+	for i := range want {
+		want[i] = hf.Row(i)
+	}
+	d, err := reference.Compare("logits", "streamed vs transformers", got, want, tol)
+	if err != nil || len(hf.GreedyIDs) == 0 {
+		return []reference.Diff{d}, err
+	}
+	res, err := e.Generate(ctx, engine.Request{PromptIDs: ids, MaxNewTokens: len(hf.GreedyIDs), StopIDs: []int{}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("engine's greedy continuation of transformers' prompt: %w", err)
+	}
+	g := reference.Diff{Name: "greedy", Against: "greedy ids vs transformers", Row: -1, Col: -1, Tol: reference.Tolerance{MinCosine: 1}}
+	for i, want := range hf.GreedyIDs {
+		if i < len(res.GeneratedIDs) && int64(res.GeneratedIDs[i]) == want {
+			continue
+		}
+		g.MaxAbs++
+		if g.Row < 0 {
+			g.Row, g.Col = len(ids)+i, -1
+			if i < len(res.GeneratedIDs) {
+				g.Col = res.GeneratedIDs[i]
+			}
+		}
+	}
+	g.Cosine = 1 - g.MaxAbs/float64(len(hf.GreedyIDs))
+	return []reference.Diff{d, g}, nil
+}
+
+// decodeTolerance is how far a decode step's log-probabilities may be from the full forward pass's: twice the
+// logit tolerance in f32 (a log-probability moves by at most twice its logit's error), 0.25 nats otherwise.
+func decodeTolerance(logits reference.Tolerance) reference.Tolerance {
+	if logits.MaxAbs > 0 {
+		return reference.Tolerance{MaxAbs: 2 * logits.MaxAbs}
+	}
+	return reference.Tolerance{MaxAbs: 0.25}
+}
+
+// compareDecode checks the engine's decode steps (its key/value cache) against one full forward pass: steps
+// greedy tokens continue ids, reporting each step's top log-probabilities; then ids and the tokens fed back are
+// run in one pass, whose log-softmax at each step's position must give the same log-probabilities. A cache that
+// was not filled, or filled at the wrong positions, shows as a large difference from the first decode step on.
+// It returns nil when the context leaves no room for a decode step.
+func compareDecode(ctx context.Context, e decoder, ids []int, steps int, tol reference.Tolerance) (*reference.Diff, error) {
+	steps = min(steps, e.ContextLength()-len(ids))
+	if steps < 2 {
+		return nil, nil
+	}
+	var tops [][]engine.TokenLogprob
+	res, err := e.Generate(ctx, engine.Request{PromptIDs: ids, MaxNewTokens: steps, StopIDs: []int{}, TopLogprobs: engine.MaxTopLogprobs}, func(t engine.Token) error {
+		tops = append(tops, t.TopLogprobs)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine decode steps: %w", err)
+	}
+	full := append(slices.Clone(ids), res.GeneratedIDs[:len(res.GeneratedIDs)-1]...)
+	logits, err := e.Logits(ctx, full)
+	if err != nil {
+		return nil, fmt.Errorf("engine full forward pass: %w", err)
+	}
+	vocab := len(logits[0])
+	got, want := make([][]float32, len(tops)), make([][]float32, len(tops))
+	for k, top := range tops {
+		row := logits[len(ids)-1+k]
+		lse := logSumExp(row)
+		got[k], want[k] = make([]float32, vocab), make([]float32, vocab)
+		for _, t := range top {
+			got[k][t.ID] = float32(t.Logprob)
+			want[k][t.ID] = float32(float64(row[t.ID]) - lse)
+		}
+	}
+	d, err := reference.Compare("decode", "decode steps vs one pass", got, want, tol)
+	if err != nil {
+		return nil, err
+	}
+	if d.Row >= 0 {
+		d.Row += len(ids) - 1 // the step's position
+	}
+	return &d, nil
+}
+
+// decoder is what compareDecode needs of an engine (*engine.Engine; tests give it a broken one).
+type decoder interface {
+	Generate(ctx context.Context, req engine.Request, onToken func(engine.Token) error) (*engine.Result, error)
+	Logits(ctx context.Context, ids []int) ([][]float32, error)
+	ContextLength() int
+}
+
+// logSumExp is ln Σ exp(x), computed in float64.
+func logSumExp(x []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = max(m, float64(v))
+	}
+	sum := 0.0
+	for _, v := range x {
+		sum += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(sum)
 }
 
 // engineLogits opens the model with opts, runs one forward pass and closes it.
