@@ -32,7 +32,9 @@ type Request struct {
 	TopLogprobs int
 	// Monitor, when set, checks this request's residual stream after every decoder layer and its logits at every
 	// step (guard.Monitor.CheckActivations, CheckLogits), instead of Options.Monitor: give each concurrent request
-	// its own (a Monitor follows one sequence). In strict mode a problem ends the request with its error.
+	// its own (a Monitor follows one sequence). In strict mode a problem ends the request with its error. Every
+	// health problem that ends a request (NaN logits always, monitor or not) is an error wrapping a
+	// *guard.Problem, which names the problem's TROUBLESHOOTING.md section.
 	Monitor *guard.Monitor
 	// Session, when set, keeps the sequence's keys and values in the engine after it ends, and a later request
 	// of the same Session whose prompt starts with the ids already computed (a chat's next turn) computes only
@@ -289,8 +291,8 @@ func (e *Engine) checkActivations(s *sequence, health []float32) error {
 }
 
 // choose samples the sequence's token of this step from its last logits, reports it to onToken and sets the
-// stop reason when the sequence ends with it. Logits holding NaN or ±Inf end the sequence with an error
-// instead: whatever a sampler made of them would be garbage.
+// stop reason when the sequence ends with it. Logits holding NaN or ±Inf end the sequence with an error (a
+// *guard.Problem) instead: whatever a sampler made of them would be garbage.
 func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
 	step := len(s.res.GeneratedIDs) + 1
 	if s.monitor != nil {
@@ -299,7 +301,8 @@ func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
 		}
 	}
 	if guard.NonFinite(s.logits) {
-		return fmt.Errorf("engine: step %d: the logits hold NaN or ±Inf, so no token can be chosen (see %s)", step-1, guard.Anchor(guard.SectionNaN))
+		return fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: guard.SectionNaN,
+			Message: "the logits hold NaN or ±Inf, so no token can be chosen"})
 	}
 	span := e.prof.Begin(profiler.Sample, step-1, -1)
 	tok := Token{ID: s.sm.next(s.logits, s.history), Step: step}

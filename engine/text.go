@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -30,6 +31,10 @@ type TextRequest struct {
 	Logprobs    bool
 	TopLogprobs int
 	Session     *Session
+	// Monitor checks the request's residual stream and logits as Request.Monitor does, and the text of every
+	// generated token too (guard.Monitor.ObserveToken: degenerate repetition, punctuation); in strict mode a
+	// problem ends the request with its *guard.Problem.
+	Monitor *guard.Monitor
 }
 
 // TextChunk is text that became available during GenerateText.
@@ -137,14 +142,15 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 		}
 	}
 	r := Request{PromptIDs: ids, MaxNewTokens: req.MaxNewTokens, Sampling: req.Sampling, StopIDs: req.StopIDs,
-		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Session: req.Session}
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Session: req.Session, Monitor: req.Monitor}
 	dec := tok.NewStreamDecoder(true)
 	dec.Prime(ids) // the first generated word keeps its leading space
 	m := stopMatcher{stops: req.Stop}
 	stop := ""
 	prev := ids[len(ids)-1]
 	res, err := e.Generate(ctx, r, func(t Token) error {
-		text, hit := m.add(dec.Next(t.ID))
+		piece := dec.Next(t.ID)
+		text, hit := m.add(piece)
 		if onText != nil {
 			tt := &TextToken{ID: t.ID, Text: tokenText(tok, prev, t.ID), Logprob: t.Logprob}
 			for _, c := range t.TopLogprobs {
@@ -158,6 +164,9 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 		if hit {
 			stop = m.stop
 			return ErrStopped
+		}
+		if req.Monitor != nil {
+			return req.Monitor.ObserveToken(t.ID, piece)
 		}
 		return nil
 	})

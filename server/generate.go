@@ -53,6 +53,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !chat {
 		g.id = newID("cmpl-")
 	}
+	// The request's own health checks (residual stream, logits, output text), warning once per kind with its id.
+	g.text.Monitor = guard.NewMonitor(guard.MonitorOptions{Strict: s.cfg.Strict, Logger: s.cfg.Logger.With("request_id", g.id)})
 	if req.stream {
 		g.stream(w, r)
 	} else {
@@ -203,7 +205,8 @@ func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*
 		onChunk(c)
 		return nil
 	})
-	g.s.metrics.generation(res, g.start, g.first)
+	g.s.metrics.generation(res, g.start, g.first, g.text.Monitor.Problems())
+	var problem *guard.Problem
 	switch {
 	case err == nil:
 		return res, nil
@@ -211,6 +214,10 @@ func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*
 		return res, &requestError{status: http.StatusServiceUnavailable, msg: "the request was cancelled (client gone or server shutting down)", code: "cancelled"}
 	case errors.Is(err, engine.ErrClosed):
 		return res, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"}
+	case errors.As(err, &problem):
+		g.s.cfg.Logger.Error("generation stopped by a health check", "request_id", g.id, "kind", string(problem.Kind), "err", err)
+		return res, &requestError{status: http.StatusInternalServerError, code: "health_check_failed",
+			msg: "generation stopped by a health check: " + err.Error()}
 	}
 	return res, engineError(err)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
 )
 
 // metrics are the server's counters, written in the Prometheus text format by /metrics.
@@ -21,6 +23,7 @@ type metrics struct {
 	cachedTokens     int64
 	ttft, duration   histogram
 	requestsByFinish map[string]int64
+	problems         map[guard.Kind]int64
 }
 
 // histogram is a Prometheus histogram of seconds.
@@ -67,13 +70,20 @@ func (m *metrics) request(endpoint string, status int, d time.Duration) {
 	}
 }
 
-// generation counts a finished (or ended) generation's tokens and its time to first token.
-func (m *metrics) generation(res *engine.TextResult, start, first time.Time) {
+// generation counts a finished (or ended) generation's tokens, its time to first token and the problems its
+// health checks saw.
+func (m *metrics) generation(res *engine.TextResult, start, first time.Time, problems []*guard.Problem) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range problems {
+		if m.problems == nil {
+			m.problems = map[guard.Kind]int64{}
+		}
+		m.problems[p.Kind]++
+	}
 	if res == nil {
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.promptTokens += int64(len(res.PromptIDs))
 	m.cachedTokens += int64(res.CachedPromptTokens)
 	m.generatedTokens += int64(len(res.GeneratedIDs))
@@ -112,6 +122,10 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	slices.Sort(reasons)
 	for _, k := range reasons {
 		fmt.Fprintf(w, "layerstream_generations_total{reason=%q} %d\n", k, m.requestsByFinish[k])
+	}
+	fmt.Fprintf(w, "# HELP layerstream_health_problems_total Problems the generations' health checks saw (warnings, and errors with serve --strict), by kind; each names its TROUBLESHOOTING.md section in the log.\n# TYPE layerstream_health_problems_total counter\n")
+	for _, k := range slices.Sorted(maps.Keys(m.problems)) {
+		fmt.Fprintf(w, "layerstream_health_problems_total{kind=%q} %d\n", k, m.problems[k])
 	}
 	p("layerstream_requests_in_flight", "gauge", "Generation requests being answered or waiting.", s.inFlight.Load())
 	p("layerstream_batch_sequences", "gauge", "Sequences in the engine's running batch.", load.Active)

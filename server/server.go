@@ -43,6 +43,10 @@ type Config struct {
 	MaxTokens int
 	// APIKey, when set, is required as "Authorization: Bearer KEY" on every path but /health.
 	APIKey string
+	// Strict ends a request whose health checks see a problem (activations out of range, degenerate output...)
+	// with a 500 naming it, as generate --strict does; by default such problems are logged with the request's
+	// id, once per kind. Logits holding NaN or ±Inf end a request either way.
+	Strict bool
 	// Logger receives one line per request (default slog.Default()).
 	Logger *slog.Logger
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/progress"
 	"github.com/layerstream/layerstream/tokenizer"
 )
@@ -28,6 +29,7 @@ func init() {
 			fs.StringVar(&o.model, "model", "", "model with a chat template: checkpoint folder, shard folder or Hugging Face repo id (required)")
 			fs.StringVar(&o.system, "system", "", "system message (also /system TEXT)")
 			fs.IntVar(&o.maxNew, "max-new-tokens", 1024, "most tokens of one answer (0: until the context is full)")
+			fs.BoolVar(&o.strict, "strict", false, "stop an answer with an error when a guard detects broken output (activations out of range, all-zero logits, degenerate repetition); without it they are warnings")
 			addSamplingFlags(fs, &o)
 			addEngineFlags(fs, &o.eng)
 			return func(ctx context.Context, args []string) error {
@@ -84,6 +86,7 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 	defer func() { session.Close() }()
 	system := o.system
 	var history []tokenizer.Message
+	turns := 0
 	reset := func() {
 		history = nil
 		session.Close()
@@ -185,11 +188,19 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 			msgs = append([]tokenizer.Message{{Role: "system", Content: system}}, history...)
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: text})
-		reply, err := chatTurn(ctx, e, msgs, o.maxNew, sampling, session, cio)
+		turns++
+		// Each answer has its own health checks, whose warnings name the turn.
+		monitor := guard.NewMonitor(guard.MonitorOptions{Strict: o.strict, Logger: slog.Default().With("turn", turns)})
+		reply, err := chatTurn(ctx, e, engine.TextRequest{Messages: msgs, MaxNewTokens: o.maxNew, Sampling: sampling, Session: session, Monitor: monitor}, cio)
 		var re *engine.RequestError
+		var problem *guard.Problem
 		switch {
 		case errors.As(err, &re):
 			fmt.Fprintf(cio.msg, "cannot answer: %v (/reset starts a new conversation)\n", err)
+			continue
+		case errors.As(err, &problem) && ctx.Err() == nil:
+			// The model's output is broken: say why (and where to read about it), forget the answer, go on.
+			fmt.Fprintf(cio.msg, "the answer was stopped: %v\n", err)
 			continue
 		case err != nil && ctx.Err() != nil:
 			return nil // SIGTERM
@@ -210,21 +221,23 @@ func chatCommand(text string) (cmd, arg string, ok bool) {
 	return cmd, strings.TrimSpace(arg), true
 }
 
-// chatTurn streams one answer to cio.out; Ctrl-C (cio.interrupts) stops it and keeps what was said. It returns
-// the answer's text.
-func chatTurn(ctx context.Context, e *engine.Engine, msgs []tokenizer.Message, maxNew int, s engine.Sampling, session *engine.Session, cio chatIO) (string, error) {
+// chatTurn streams the answer to req to cio.out; Ctrl-C (cio.interrupts) stops it and keeps what was said. It
+// returns the answer's text.
+func chatTurn(ctx context.Context, e *engine.Engine, req engine.TextRequest, cio chatIO) (string, error) {
 	turn, stop := context.WithCancel(ctx)
 	defer stop()
 	stopped := make(chan struct{})
+	interrupted := false // read after stopped is closed
 	go func() {
 		defer close(stopped)
 		select {
 		case <-cio.interrupts:
+			interrupted = true
 			stop()
 		case <-turn.Done():
 		}
 	}()
-	res, err := e.GenerateText(turn, engine.TextRequest{Messages: msgs, MaxNewTokens: maxNew, Sampling: s, Session: session},
+	res, err := e.GenerateText(turn, req,
 		func(c engine.TextChunk) error {
 			_, err := fmt.Fprint(cio.out, c.Text)
 			return err
@@ -236,7 +249,7 @@ func chatTurn(ctx context.Context, e *engine.Engine, msgs []tokenizer.Message, m
 	}
 	slog.Debug("turn", "prompt_tokens", len(res.PromptIDs), "reused", res.CachedPromptTokens, "generated", len(res.GeneratedIDs),
 		"stop", res.StopReason, "tokens_per_s", fmt.Sprintf("%.1f", res.Timings.DecodeTokensPerSec))
-	if err != nil && turn.Err() != nil && ctx.Err() == nil { // Ctrl-C: the answer so far stays
+	if err != nil && interrupted && ctx.Err() == nil { // Ctrl-C: the answer so far stays
 		fmt.Fprintln(cio.out)
 		fmt.Fprintln(cio.msg, "(stopped)")
 		return res.Text, nil

@@ -7,12 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/brokenmodel"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -138,5 +141,45 @@ func TestChatInterrupt(t *testing.T) {
 	}
 	if !strings.Contains(msg.String(), "(stopped)") || !strings.Contains(msg.String(), "Ctrl-D or /exit") || !strings.Contains(string(tail), "[assistant] ") {
 		t.Errorf("messages %q, tail %q", msg.String(), tail)
+	}
+}
+
+// Each chat turn has its own health checks: without --strict a degenerate answer is a warning naming its turn;
+// with --strict the answer stops with the problem and its section, is forgotten, and the chat goes on.
+func TestChatHealthChecks(t *testing.T) {
+	e, err := engine.Open(context.Background(), brokenmodel.Echo(t), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var logs syncBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(old)
+	in := "Hi\nHello\n/history\n/exit\n"
+	for _, strict := range []bool{false, true} {
+		var out, msg syncBuffer
+		o := generateOptions{maxNew: 24, strict: strict, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+		if err := runChat(context.Background(), e, o, chatIO{in: strings.NewReader(in), out: &out, msg: &msg, interrupts: make(chan os.Signal)}); err != nil {
+			t.Fatalf("strict %v: %v", strict, err)
+		}
+		anchor := guard.Anchor(guard.SectionSaturation)
+		if !strict {
+			for turn := 1; turn <= 2; turn++ {
+				if n := strings.Count(logs.String(), "turn="+strconv.Itoa(turn)+" kind=saturation step=7 see="+anchor); n != 1 {
+					t.Errorf("turn %d: %d saturation warnings naming it, want 1:\n%s", turn, n, logs.String())
+				}
+			}
+			if strings.Count(out.String(), "[assistant]") != 2 {
+				t.Errorf("without --strict both answers stay:\n%s", out.String())
+			}
+			continue
+		}
+		if n := strings.Count(msg.String(), "the answer was stopped: "); n != 2 || !strings.Contains(msg.String(), anchor) {
+			t.Errorf("--strict: messages %q; want both answers stopped, naming %s", msg.String(), anchor)
+		}
+		if strings.Contains(out.String(), "[assistant]") || strings.Count(out.String(), "[user]") != 0 {
+			t.Errorf("--strict: the stopped answers stay in the history:\n%s", out.String())
+		}
 	}
 }

@@ -222,7 +222,6 @@ type timingsJSON struct {
 
 func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error {
 	monitor := guard.NewMonitor(guard.MonitorOptions{Strict: o.strict})
-	o.eng.Monitor = monitor
 	hint := ""
 	if o.ids == "" || !o.json {
 		hint = "give --ids and --json to run without one"
@@ -280,7 +279,7 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 // mode (the prompt first, except for a chat, whose reply is printed alone), collected into out with --json.
 func generateText(ctx context.Context, e *engine.Engine, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer, out *generateJSON) (*engine.TextResult, error) {
 	req := engine.TextRequest{Prompt: o.prompt, MaxNewTokens: o.maxNew, Sampling: s, Stop: o.stop,
-		Logprobs: o.logprobs, TopLogprobs: o.topLogprobs}
+		Logprobs: o.logprobs, TopLogprobs: o.topLogprobs, Monitor: monitor}
 	if o.chat {
 		req.Prompt = ""
 		if o.system != "" {
@@ -309,7 +308,7 @@ func generateText(ctx context.Context, e *engine.Engine, o generateOptions, s en
 			}
 			out.Logprobs = append(out.Logprobs, lp)
 		}
-		return monitor.ObserveToken(c.Token.ID, c.Text)
+		return nil
 	})
 	if !o.json && res != nil {
 		io.WriteString(stdout, "\n") // end the text (a partial one too, so that an error starts on a line of its own)
@@ -328,7 +327,7 @@ func generateIDs(ctx context.Context, e *engine.Engine, o generateOptions, s eng
 		dec = tok.NewStreamDecoder(true)
 		dec.Prime(promptIDs) // the first generated word keeps its leading space
 	}
-	req := engine.Request{PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: s}
+	req := engine.Request{PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: s, Monitor: monitor}
 	res, err := e.Generate(ctx, req, func(t engine.Token) error {
 		text := ""
 		if dec != nil {

@@ -34,6 +34,7 @@ func init() {
 			fs.IntVar(&o.maxTokens, "max-tokens", 2048, "most tokens a request may generate (max_tokens), and the default of chat requests")
 			fs.Var(byteSize{&o.maxBody}, "max-body", "largest request body, a `size` (default 4MiB)")
 			fs.DurationVar(&o.grace, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C: how long requests in flight may take to finish before they are cancelled")
+			fs.BoolVar(&o.strict, "strict", false, "end a request with an error (500, health_check_failed) when its guards detect broken output (activations out of range, all-zero logits, degenerate repetition); without it they are logged with the request id (NaN logits end a request either way)")
 			addEngineFlags(fs, &o.eng)
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
@@ -61,6 +62,7 @@ type serveOptions struct {
 	maxTokens                 int
 	maxBody                   int64
 	grace                     time.Duration
+	strict                    bool
 	eng                       engine.Options
 }
 
@@ -99,7 +101,7 @@ func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
 		}
 	}
 	srv, err := server.New(server.Config{Engine: e, ModelID: name, MaxInFlight: o.parallel + o.queue,
-		MaxBodyBytes: o.maxBody, MaxTokens: o.maxTokens, APIKey: o.apiKey})
+		MaxBodyBytes: o.maxBody, MaxTokens: o.maxTokens, APIKey: o.apiKey, Strict: o.strict})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -10,24 +11,47 @@ import (
 	"testing"
 	"time"
 
+	"github.com/layerstream/layerstream/internal/brokenmodel"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
+
+// startServe runs serve with o until the test ends, and returns its address and a function that stops it (as
+// SIGTERM does) and returns serve's error.
+func startServe(t *testing.T, o serveOptions) (url string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- runServe(ctx, o, ready) }()
+	select {
+	case url = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatal(err)
+	}
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			return errors.New("serve did not stop")
+		}
+	}
+	t.Cleanup(func() { stop() })
+	return url, stop
+}
 
 // TestServe: serve answers on loopback, names the model after its folder, and stops cleanly when its context
 // ends (SIGTERM).
 func TestServe(t *testing.T) {
 	model := testutil.ChatModel(t)
-	ctx, stop := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	o := serveOptions{model: model, host: "127.0.0.1", parallel: 4, queue: 4, maxTokens: 64, grace: 5 * time.Second}
-	go func() { done <- runServe(ctx, o, ready) }()
-	var url string
-	select {
-	case url = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	url, stop := startServe(t, serveOptions{model: model, host: "127.0.0.1", parallel: 4, queue: 4, maxTokens: 64, grace: 5 * time.Second})
 	resp, err := http.Get(url + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
@@ -45,14 +69,30 @@ func TestServe(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Errorf("max_tokens above --max-tokens: %d", resp.StatusCode)
 	}
-	stop()
-	select {
-	case err := <-done:
+	if err := stop(); err != nil {
+		t.Errorf("serve: %v", err)
+	}
+}
+
+// TestServeStrict: --strict reaches the server: a degenerate answer ends with a 500 naming the problem (without
+// it, the same request succeeds with warnings).
+func TestServeStrict(t *testing.T) {
+	model := brokenmodel.Echo(t)
+	for _, strict := range []bool{false, true} {
+		url, _ := startServe(t, serveOptions{model: model, host: "127.0.0.1", parallel: 4, queue: 4, maxTokens: 64, grace: 5 * time.Second, strict: strict})
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}`))
 		if err != nil {
-			t.Errorf("serve: %v", err)
+			t.Fatal(err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not stop")
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := http.StatusOK
+		if strict {
+			want = http.StatusInternalServerError
+		}
+		if resp.StatusCode != want || strict != strings.Contains(string(b), `"code":"health_check_failed"`) {
+			t.Errorf("--strict %v: status %d, body %s; want %d", strict, resp.StatusCode, b, want)
+		}
 	}
 }
 

@@ -68,9 +68,15 @@ func ChatModel(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
+	WriteChatTemplate(t, dir)
+	return dir
+}
+
+// WriteChatTemplate writes ChatModel's chat template into the checkpoint folder dir.
+func WriteChatTemplate(t testing.TB, dir string) {
+	t.Helper()
 	tpl := "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(tpl), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return dir
 }
