@@ -8,36 +8,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/brokenmodel"
+	"github.com/layerstream/layerstream/internal/testutil"
 )
 
-// logBuffer collects a server's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-func newHealthServer(t *testing.T, model string, strict bool) (*httptest.Server, *logBuffer) {
+func newHealthServer(t *testing.T, model string, strict bool) (*httptest.Server, *testutil.SyncBuffer) {
 	t.Helper()
 	e, err := engine.Open(context.Background(), model, engine.Options{MaxBatch: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	s, err := New(Config{Engine: e, ModelID: "broken", Strict: strict, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -47,16 +33,7 @@ func newHealthServer(t *testing.T, model string, strict bool) (*httptest.Server,
 	return ts, logs
 }
 
-// errorBody is OpenAI's error body, as the tests read it.
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-func checkHealthError(t *testing.T, what string, e errorBody, section string) {
+func checkHealthError(t *testing.T, what string, e errorJSON, section string) {
 	t.Helper()
 	if e.Error.Type != "server_error" || e.Error.Code == nil || *e.Error.Code != "health_check_failed" ||
 		!strings.Contains(e.Error.Message, guard.Anchor(section)) {
@@ -70,7 +47,7 @@ func TestHealthNaNIs500(t *testing.T) {
 	ts, _ := newHealthServer(t, brokenmodel.NaN(t), false)
 	for _, stream := range []bool{false, true} {
 		code, b := post(t, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt": "Once upon a time", "max_tokens": 4, "stream": %v}`, stream))
-		var e errorBody
+		var e errorJSON
 		if err := json.Unmarshal(b, &e); err != nil || code != http.StatusInternalServerError {
 			t.Fatalf("stream %v: status %d, body %s; want 500 with an error body", stream, code, b)
 		}
@@ -139,7 +116,7 @@ func TestHealthStrict(t *testing.T) {
 	}
 
 	code, b := post(t, ts.URL+"/v1/completions", `{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}`)
-	var e errorBody
+	var e errorJSON
 	if code != http.StatusInternalServerError || json.Unmarshal(b, &e) != nil {
 		t.Fatalf("not streamed: status %d, body %s; want 500", code, b)
 	}

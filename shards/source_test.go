@@ -1,7 +1,6 @@
 package shards
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -15,34 +14,18 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/synth"
 )
 
 // captureLogs sends slog's default logger to a buffer for the rest of the test.
-func captureLogs(t *testing.T) *syncBuffer {
+func captureLogs(t *testing.T) *testutil.SyncBuffer {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf := &testutil.SyncBuffer{}
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	return buf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // overwriteWith writes a checkpoint of ck's shape with other weights (another seed) over ck's files, in place,

@@ -2,14 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,24 +27,11 @@ func openChatModel(t *testing.T) *engine.Engine {
 	return e
 }
 
-// syncBuffer is a bytes.Buffer safe for the writes of the engine's goroutine and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestChat: a conversation of several turns, a multi-line message, /history, /system and /reset; the second
 // turn reuses the first one's keys and values.
 func TestChat(t *testing.T) {
 	e := openChatModel(t)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer slog.SetDefault(old)
@@ -63,7 +48,7 @@ func TestChat(t *testing.T) {
 		"/exit",
 		"never read",
 	}, "\n") + "\n"
-	var out, msg syncBuffer
+	var out, msg testutil.SyncBuffer
 	o := generateOptions{maxNew: 12, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
 	if err := runChat(context.Background(), e, o, chatIO{in: strings.NewReader(in), out: &out, msg: &msg, interrupts: make(chan os.Signal)}); err != nil {
 		t.Fatal(err)
@@ -101,7 +86,7 @@ func TestChatInterrupt(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	interrupts := make(chan os.Signal, 1)
-	var msg syncBuffer
+	var msg testutil.SyncBuffer
 	o := generateOptions{maxNew: 400, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
 	done := make(chan error, 1)
 	go func() {
@@ -152,13 +137,13 @@ func TestChatHealthChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	defer slog.SetDefault(old)
 	in := "Hi\nHello\n/history\n/exit\n"
 	for _, strict := range []bool{false, true} {
-		var out, msg syncBuffer
+		var out, msg testutil.SyncBuffer
 		o := generateOptions{maxNew: 24, strict: strict, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
 		if err := runChat(context.Background(), e, o, chatIO{in: strings.NewReader(in), out: &out, msg: &msg, interrupts: make(chan os.Signal)}); err != nil {
 			t.Fatalf("strict %v: %v", strict, err)

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +49,7 @@ func TestInterruptKeepsTheResult(t *testing.T) {
 		cmd.Env = append(os.Environ(), "LAYERSTREAM_HELPER_ARGS="+strings.Join(append([]string{"generate", "--model", shardDir,
 			"--prompt", "Once upon a time", "--max-new-tokens", "1800", "--temperature", "0", "-v"}, args...), "\n"))
 		var o bytes.Buffer
-		e := &lockedBuffer{}
+		e := &testutil.SyncBuffer{}
 		cmd.Stdout, cmd.Stderr = &o, e
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -83,22 +82,4 @@ func TestInterruptKeepsTheResult(t *testing.T) {
 	if code != 130 || !strings.HasPrefix(stdout, "Once upon a time") || len(stdout) < len("Once upon a time")+5 {
 		t.Errorf("text mode after SIGINT: exit %d, stdout %q; want 130 and the text printed so far", code, stdout)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a process writes to while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -2,10 +2,12 @@
 package testutil
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -79,4 +81,24 @@ func WriteChatTemplate(t testing.TB, dir string) {
 	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(tpl), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// SyncBuffer is a bytes.Buffer that goroutines (a logger, the engine's loop, a server) write while the test
+// reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
