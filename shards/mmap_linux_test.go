@@ -26,15 +26,14 @@ func residentPages(t *testing.T, m []byte) int {
 	return n
 }
 
-// TestKeptMappingFaultsInEvictedPages: pages of a kept mapping that the kernel evicted are read back by the
-// next Map (the prefetch stage), not left to compute's page faults.
-func TestKeptMappingFaultsInEvictedPages(t *testing.T) {
-	// A layer of 33 MB: the kernel's readahead around the table at the file's end (read_ahead_kb, 8 MB on the
-	// CI VM) must not cover its start.
+// oneLayerSplit splits a synthetic one-layer checkpoint of the given hidden size (intermediate 4×, vocab 256)
+// into a temporary folder, raw; the set is closed at the end of the test.
+func oneLayerSplit(t *testing.T, hidden int, dt checkpoint.DType) *Set {
+	t.Helper()
 	dir := t.TempDir()
-	shape := synth.Shape{HiddenSize: 1024, IntermediateSize: 4096, NumLayers: 1, NumHeads: 8, NumKVHeads: 4, VocabSize: 256,
-		BOSTokenID: 1, EOSTokenID: 2}
-	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.BF16, Seed: 3}); err != nil {
+	shape := synth.Shape{HiddenSize: hidden, IntermediateSize: 4 * hidden, NumLayers: 1, NumHeads: 8, NumKVHeads: 4,
+		VocabSize: 256, BOSTokenID: 1, EOSTokenID: 2}
+	if err := synth.Write(dir, synth.Options{Shape: shape, DType: dt, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	ck, err := checkpoint.Open(dir)
@@ -42,7 +41,16 @@ func TestKeptMappingFaultsInEvictedPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := split(t, ck, t.TempDir(), Raw)
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestKeptMappingFaultsInEvictedPages: pages of a kept mapping that the kernel evicted are read back by the
+// next Map (the prefetch stage), not left to compute's page faults.
+func TestKeptMappingFaultsInEvictedPages(t *testing.T) {
+	// A layer of 33 MB: the kernel's readahead around the table at the file's end (read_ahead_kb, 8 MB on the
+	// CI VM) must not cover its start.
+	s := oneLayerSplit(t, 1024, checkpoint.BF16)
 	s.SetKeepMapped(true)
 	s.SetVerify(VerifyOnce)
 	u := s.mustUnit(t, "layer.0")
@@ -71,18 +79,7 @@ func TestKeptMappingFaultsInEvictedPages(t *testing.T) {
 // TestMapTruncatedWhileMappedIsAnError: a shard file truncated while Map reads its mapping (its table, the
 // checksums on the workers) gives a *MappingFault error naming the file, not a crash of the program.
 func TestMapTruncatedWhileMappedIsAnError(t *testing.T) {
-	dir := t.TempDir()
-	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 1024, NumLayers: 1, NumHeads: 4, NumKVHeads: 2, VocabSize: 64,
-		BOSTokenID: 1, EOSTokenID: 2}
-	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.F32, Seed: 4}); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := split(t, ck, t.TempDir(), Raw)
-	defer s.Close()
+	s := oneLayerSplit(t, 256, checkpoint.F32)
 	u := s.mustUnit(t, "layer.0")
 	defer func(h func(*os.File, int64) ([]byte, error)) { testHookMapFile = h }(testHookMapFile)
 	testHookMapFile = func(f *os.File, size int64) ([]byte, error) {
@@ -94,7 +91,7 @@ func TestMapTruncatedWhileMappedIsAnError(t *testing.T) {
 	}
 	buf := NewBuffer(0)
 	defer buf.Release()
-	_, err = s.Map(context.Background(), u.Name, buf)
+	_, err := s.Map(context.Background(), u.Name, buf)
 	var f *MappingFault
 	if !errors.As(err, &f) || !strings.Contains(err.Error(), u.File) {
 		t.Fatalf("Map of a file truncated under its mapping: %v, want a *MappingFault naming %s", err, u.File)
