@@ -14,7 +14,7 @@ import (
 // The fixtures the team's engine tests rely on: a missing one is a failure, not a skip.
 var required = []string{
 	"llama2", "llama-untied", "llama3-rope-llama3", "llama-rope-linear", "llama-rope-dynamic", "llama-rope-yarn",
-	"llama-bias", "mistral-sliding", "qwen2", "qwen2-sliding", "qwen3",
+	"llama-bias", "mistral-sliding", "qwen2", "qwen2-sliding", "qwen3", "gemma3-vl", "mistral3-vl",
 }
 
 func TestNamesHasRequired(t *testing.T) {
@@ -49,6 +49,16 @@ func readConfig(t *testing.T, path string) (config, map[string]any) {
 	}
 	if err := json.Unmarshal(b, &all); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+	// A vision-language wrapper keeps its decoder's keys in text_config, its dtype at the top level.
+	if text, ok := all["text_config"].(map[string]any); ok {
+		tb, _ := json.Marshal(text)
+		if err := json.Unmarshal(tb, &c); err != nil {
+			t.Fatalf("%s: text_config: %v", path, err)
+		}
+		for k, v := range text {
+			all[k] = v
+		}
 	}
 	return c, all
 }
@@ -103,7 +113,7 @@ func TestFixturesComplete(t *testing.T) {
 				if ti.DType != checkpoint.F32 {
 					t.Errorf("weight %s is %s, want F32", ti.Name, ti.DType)
 				}
-				if ti.Name == "lm_head.weight" {
+				if ti.Name == "lm_head.weight" || ti.Name == "language_model.lm_head.weight" {
 					hasHead = true
 				}
 			}
