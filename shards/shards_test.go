@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -541,6 +542,18 @@ func TestMap(t *testing.T) {
 	name := u.Tensors[0].Name
 	if &first.Tensors[name].Data[0] != &again.Tensors[name].Data[0] || mappings() != 1 || buf.mapped != nil {
 		t.Fatalf("kept mapping not reused: %d mappings", mappings())
+	}
+	// The unchanged, verified file's checked tensors are handed out again (no table read); a touched file (same
+	// inode, new times) is checked again.
+	if reflect.ValueOf(first.Tensors).UnsafePointer() != reflect.ValueOf(again.Tensors).UnsafePointer() || again.Verified {
+		t.Fatal("the kept tensors of an unchanged file were not reused")
+	}
+	later := time.Now().Add(time.Second)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if touched, err := s.Map(context.Background(), u.Name, NewBuffer(0)); err != nil || !touched.Verified {
+		t.Fatalf("a touched file was not verified again: %v", err)
 	}
 	orig, _ := os.ReadFile(path)
 	bad := slices.Clone(orig)
