@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
 // Checkpoint is an opened Hugging Face checkpoint folder.
@@ -44,46 +47,57 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, err
 	}
 	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, byName: map[string]int{}}
-	skipped := 0
+	var skipped, skippedBytes int64
 	for _, f := range files {
 		infos, err := readHeader(f)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
 		for _, t := range infos {
-			var skip bool
-			if t.Name, skip = cfg.Arch.tensorName(t.Name); skip {
-				skipped++
+			name, skip, ok := cfg.Arch.tensorName(t.Name)
+			if !ok {
+				return nil, fmt.Errorf("checkpoint %s: tensor %q in %s is neither the decoder's (%s) nor known to be image-only (%s): refusing a %s checkpoint laid out in a way layerstream does not know",
+					dir, t.Name, filepath.Base(t.File), strings.Join(slices.Sorted(maps.Keys(cfg.Arch.TensorPrefixes)), ", "),
+					strings.Join(cfg.Arch.SkippedTensorPrefixes, ", "), cfg.Arch.Name)
+			}
+			if skip {
+				skipped, skippedBytes = skipped+1, skippedBytes+t.Length
 				continue
 			}
-			if _, dup := c.byName[t.Name]; dup {
+			if _, dup := c.byName[name]; dup {
+				if name != t.Name {
+					return nil, fmt.Errorf("checkpoint %s: tensor %q (in %s) is %q for the decoder, which another tensor already is (both layouts of %s in one checkpoint?)", dir, t.Name, filepath.Base(t.File), name, cfg.Arch.Name)
+				}
 				return nil, fmt.Errorf("checkpoint %s: tensor %q appears in more than one file", dir, t.Name)
 			}
+			t.Name = name
 			c.byName[t.Name] = len(c.Tensors)
 			c.Tensors = append(c.Tensors, t)
 		}
 	}
 	if skipped > 0 {
-		slog.Info("checkpoint: leaving out the tensors the text decoder does not read", "architecture", cfg.Arch.Name,
-			"tensors", skipped, "prefixes", strings.Join(cfg.Arch.SkippedTensorPrefixes, " "))
+		slog.Info("checkpoint: leaving out the vision tower and projector (text in, text out: images are not supported); they are never read nor split",
+			"architecture", cfg.Arch.Name, "tensors", skipped, "bytes", bytesize.Format(skippedBytes),
+			"prefixes", strings.Join(cfg.Arch.SkippedTensorPrefixes, " "))
 	}
 	return c, nil
 }
 
 // tensorName is a checkpoint tensor's name as the decoder knows it (Architecture.TensorPrefixes), and whether
-// the decoder does not read it (Architecture.SkippedTensorPrefixes).
-func (a Architecture) tensorName(name string) (string, bool) {
+// the decoder does not read it (Architecture.SkippedTensorPrefixes). ok is false for a tensor under neither,
+// where the Architecture gives TensorPrefixes (a wrapper's decoder is only ever under them).
+func (a Architecture) tensorName(name string) (decoderName string, skip, ok bool) {
 	for _, p := range a.SkippedTensorPrefixes {
 		if strings.HasPrefix(name, p) {
-			return name, true
+			return name, true, true
 		}
 	}
 	for from, to := range a.TensorPrefixes {
-		if rest, ok := strings.CutPrefix(name, from); ok {
-			return to + rest, false
+		if rest, found := strings.CutPrefix(name, from); found {
+			return to + rest, false, true
 		}
 	}
-	return name, false
+	return name, false, len(a.TensorPrefixes) == 0
 }
 
 // IndexFile is the name of the sharded-checkpoint index.

@@ -161,9 +161,12 @@ func ParseConfig(b []byte) (*Config, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q (supported: %s)", ErrUnsupportedArchitecture, names[0], strings.Join(SupportedArchitectures(), ", "))
 	}
-	m, err := decoderKeys(top)
+	m, text, err := decoderKeys(top, arch.TextModelType != "")
 	if err != nil {
 		return nil, err
+	}
+	if arch.TextModelType != "" && text == nil {
+		return nil, fmt.Errorf("config: %s keeps its decoder's settings in text_config, which config.json lacks", arch.Name)
 	}
 	if err := checkKeys(m, arch); err != nil {
 		return nil, err
@@ -191,7 +194,11 @@ func ParseConfig(b []byte) (*Config, error) {
 	if err := json.Unmarshal(b, c); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if c.ModelType != "" && c.ModelType != arch.ModelType && c.ModelType != arch.TextModelType {
+	if arch.TextModelType != "" {
+		if err := c.wrapperTypes(arch, top, text); err != nil {
+			return nil, err
+		}
+	} else if c.ModelType != "" && c.ModelType != arch.ModelType {
 		return nil, fmt.Errorf("config: model_type %q does not match architectures[0] %q (model_type %q): transformers would build a different model", c.ModelType, arch.Name, arch.ModelType)
 	}
 	if c.ModelType == "" {
@@ -216,19 +223,20 @@ func ParseConfig(b []byte) (*Config, error) {
 }
 
 // decoderKeys returns the keys that describe the decoder: the top level's, or a nested text_config's with the
-// top level's other keys added where the text_config lacks them.
-func decoderKeys(top map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+// top level's other keys added where the text_config lacks them; and the text_config (nil when absent). A
+// wrapper's top-level tie_word_embeddings is its own, not the decoder's (see wrapperTypes).
+func decoderKeys(top map[string]json.RawMessage, wrapper bool) (map[string]json.RawMessage, map[string]json.RawMessage, error) {
 	raw, ok := top["text_config"]
 	if !ok || isNull(raw) {
-		return top, nil
+		return top, nil, nil
 	}
 	var text map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &text); err != nil || text == nil {
-		return nil, fmt.Errorf("config: text_config: want an object, got %s", short(raw))
+		return nil, nil, fmt.Errorf("config: text_config: want an object, got %s", short(raw))
 	}
 	m := make(map[string]json.RawMessage, len(top)+len(text))
 	for k, v := range top {
-		if k != "text_config" {
+		if k != "text_config" && !(wrapper && k == "tie_word_embeddings") {
 			m[k] = v
 		}
 	}
@@ -238,7 +246,41 @@ func decoderKeys(top map[string]json.RawMessage) (map[string]json.RawMessage, er
 		}
 		m[k] = v
 	}
-	return m, nil
+	return m, text, nil
+}
+
+// wrapperTypes checks a vision-language wrapper's config against its Architecture: the top level's model_type is
+// the wrapper's, text_config's (absent: the wrapper config class's default) the decoder's, which becomes
+// c.ModelType. And the two tie_word_embeddings: transformers 4 ties lm_head to the embedding by text_config's,
+// transformers 5 by the top level's (and then only when the checkpoint lacks lm_head or holds the embedding's
+// values in it). A top level saying false where text_config's says true (or defaults to it) is read differently
+// by the two, and refused; true where text_config says false leaves a checkpoint with its own lm_head untied in
+// both (Mistral Small 3.1: no top-level key, Mistral3Config's default true).
+func (c *Config) wrapperTypes(arch Architecture, top, text map[string]json.RawMessage) error {
+	var wrapper, decoder string
+	if raw, ok := top["model_type"]; ok && json.Unmarshal(raw, &wrapper) == nil && wrapper != arch.ModelType {
+		return fmt.Errorf("config: model_type %q does not match architectures[0] %q (model_type %q): transformers would build a different model", wrapper, arch.Name, arch.ModelType)
+	}
+	decoder = arch.TextModelType
+	if raw, ok := text["model_type"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &decoder); err != nil {
+			return fmt.Errorf("config: text_config.model_type: want a string, got %s", short(raw))
+		}
+	}
+	if decoder != arch.TextModelType {
+		return fmt.Errorf("config: text_config.model_type %q: layerstream runs %s with a %q decoder in text_config only (another decoder computes differently: Ministral 3's \"ministral3\", for one, scales attention by position); refusing rather than running it as %q", decoder, arch.Name, arch.TextModelType, arch.TextModelType)
+	}
+	c.ModelType = decoder
+	if raw, ok := top["tie_word_embeddings"]; ok && !isNull(raw) {
+		var tie bool
+		if err := json.Unmarshal(raw, &tie); err != nil {
+			return fmt.Errorf("config: tie_word_embeddings: want true or false, got %s", short(raw))
+		}
+		if !tie && c.TieWordEmbeddings {
+			return fmt.Errorf("config: tie_word_embeddings is false at the top level but true in text_config (or its default): transformers 4 ties lm_head to the embedding (text_config's), transformers 5 does not (the top level's); refusing a checkpoint the two read differently")
+		}
+	}
+	return nil
 }
 
 // checkKeys refuses every key that neither the family, nor every decoder, implements and that is not known to be
@@ -253,7 +295,8 @@ func checkKeys(m map[string]json.RawMessage, arch Architecture) error {
 	var unknown []string
 	for _, k := range sortedKeys(m) {
 		switch {
-		case slices.Contains(commonKeys, k), slices.Contains(arch.Keys, k), slices.Contains(HarmlessKeys, k):
+		case slices.Contains(commonKeys, k), slices.Contains(arch.Keys, k), slices.Contains(HarmlessKeys, k),
+			slices.Contains(arch.ImageKeys, k):
 		case harmlessValues[k] != "" && strings.TrimSpace(string(m[k])) == harmlessValues[k]:
 		case ignore[k]:
 			slog.Warn("config.json: skipping a key layerstream does not implement, as "+IgnoreKeysEnv+" asks", "key", k, "value", short(m[k]))

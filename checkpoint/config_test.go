@@ -201,6 +201,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"max_position_embeddings":8,"rope_parameters":{"rope_type":"yarn","factor":2,"rope_theta":1e4}}`))
 	f.Add([]byte(`{"architectures":["Qwen2ForCausalLM"],"text_config":{"hidden_size":8,"layer_types":["sliding_attention"],"rope_parameters":{"sliding_attention":{"rope_type":"default"}}}}`))
 	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"rope_scaling":{"type":"su","short_factor":[1],"long_factor":[2]},"rope_theta":-1}`))
+	f.Add([]byte(`{"architectures":["Mistral3ForConditionalGeneration"],"model_type":"mistral3","tie_word_embeddings":false,"spatial_merge_size":2,"text_config":{"model_type":"mistral","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"max_position_embeddings":8,"tie_word_embeddings":true}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfig(b)
 		if err == nil && (c.HiddenSize <= 0 || c.HeadDim <= 0 || !(c.RMSNormEps > 0) || (c.RopeByLayerType == nil && !(c.Rope.Theta > 0))) {

@@ -23,9 +23,14 @@ type Architecture struct {
 	DefaultLayerTypeRopeTheta map[string]float64
 	// TensorPrefixes rename the tensors whose names start with a key: the key becomes its value (a
 	// vision-language model's decoder, "language_model.model." → "model."). SkippedTensorPrefixes are the
-	// tensors the text decoder does not read (a vision tower), left out of the checkpoint. Open applies both.
+	// tensors the text decoder does not read (a vision tower), left out of the checkpoint. Open applies both;
+	// where TensorPrefixes are given, a tensor under neither is refused.
 	TensorPrefixes        map[string]string
 	SkippedTensorPrefixes []string
+	// ImageKeys are a vision-language wrapper's config keys that only concern image inputs (the vision tower, the
+	// projector, the image token ids), which layerstream does not take: accepted by name as not changing what a
+	// text-only forward computes.
+	ImageKeys []string
 }
 
 var architectures = map[string]Architecture{}
@@ -93,8 +98,15 @@ var slidingKeys = []string{"use_sliding_window", "sliding_window", "max_window_l
 
 func init() {
 	RegisterArchitecture(Architecture{Name: "LlamaForCausalLM", ModelType: "llama", Keys: []string{"attention_bias", "mlp_bias"}})
-	RegisterArchitecture(Architecture{Name: "MistralForCausalLM", ModelType: "mistral", Keys: []string{"sliding_window"},
-		Defaults: map[string]any{"sliding_window": 4096}})
+	mistral := Architecture{Name: "MistralForCausalLM", ModelType: "mistral", Keys: []string{"sliding_window"},
+		Defaults: map[string]any{"sliding_window": 4096}}
+	RegisterArchitecture(mistral)
+	// Mistral Small 3.1/3.2 (and Magistral Small): a Mistral decoder in text_config (model_type "mistral"; other
+	// decoders Mistral3ForConditionalGeneration can hold, such as Ministral 3's "ministral3", are refused by
+	// name), a Pixtral tower and its projector beside it.
+	RegisterArchitecture(visionLanguage(mistral, "Mistral3ForConditionalGeneration", "mistral3",
+		"vision_config", "image_token_index", "projector_hidden_act", "vision_feature_layer",
+		"multimodal_projector_bias", "spatial_merge_size"))
 	RegisterArchitecture(Architecture{Name: "Qwen2ForCausalLM", ModelType: "qwen2", Keys: slidingKeys,
 		Defaults: map[string]any{"sliding_window": 4096, "max_window_layers": 28}})
 	RegisterArchitecture(Architecture{Name: "Qwen3ForCausalLM", ModelType: "qwen3", Keys: append([]string{"attention_bias"}, slidingKeys...),
@@ -126,18 +138,28 @@ func init() {
 			"tie_word_embeddings": true},
 		DefaultRopeTheta: 1000000.0, DefaultLayerTypeRopeTheta: map[string]float64{"sliding_attention": 10000.0}}
 	RegisterArchitecture(gemma3)
-	// Gemma 3 4B, 12B, 27B: the text decoder of the vision-language model, read from text_config, its tensors
-	// from language_model.* (vision_tower.* and multi_modal_projector.* are left out: text in, text out).
-	gemma3.Name, gemma3.ModelType, gemma3.TextModelType = "Gemma3ForConditionalGeneration", "gemma3", "gemma3_text"
-	gemma3.Keys = append(slices.Clone(gemma3.Keys), "vision_config", "mm_tokens_per_image", "boi_token_index",
-		"eoi_token_index", "image_token_index")
-	gemma3.TensorPrefixes = map[string]string{"language_model.model.": "model.", "language_model.lm_head.": "lm_head.",
-		"model.language_model.": "model."}
-	gemma3.SkippedTensorPrefixes = []string{"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."}
-	RegisterArchitecture(gemma3)
+	// Gemma 3 4B, 12B, 27B: the text decoder of the vision-language model (a SigLIP tower beside it).
+	RegisterArchitecture(visionLanguage(gemma3, "Gemma3ForConditionalGeneration", "gemma3",
+		"vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"))
 	// Phi-3, Phi-3.5, Phi-4-mini: transformers' Phi3Config defaults (rms_norm_eps 1e-5).
 	RegisterArchitecture(Architecture{Name: "Phi3ForCausalLM", ModelType: "phi3", Keys: []string{"sliding_window", "partial_rotary_factor"},
 		// Phi3Config always has original_max_position_embeddings (4096 by default), and transformers prefers it
 		// to the rope dict's.
 		Defaults: map[string]any{"rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096}})
+}
+
+// visionLanguage is the Architecture of a vision-language wrapper (transformers' *ForConditionalGeneration) run as
+// a text model: text's decoder, configured from the wrapper's text_config (whose model_type must be text's) and
+// read from its tensors under language_model (language_model.model.* and language_model.lm_head.* as
+// transformers saves them, or model.language_model.* and lm_head.* as its modules name them), the vision tower
+// and projector left out, the wrapper's own keys that concern images accepted by name. Text in, text out.
+func visionLanguage(text Architecture, name, modelType string, imageKeys ...string) Architecture {
+	a := text
+	a.Name, a.ModelType, a.TextModelType = name, modelType, text.ModelType
+	a.Keys = slices.Clone(text.Keys)
+	a.ImageKeys = imageKeys
+	a.TensorPrefixes = map[string]string{"language_model.model.": "model.", "language_model.lm_head.": "lm_head.",
+		"model.language_model.": "model.", "lm_head.": "lm_head."}
+	a.SkippedTensorPrefixes = []string{"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."}
+	return a
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
-	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/reference"
 )
 
@@ -487,105 +486,10 @@ func TestSlidingSessionDiverges(t *testing.T) {
 	}
 }
 
-// TestGemma3VisionLanguageCheckpoint: Gemma 3 4B, 12B and 27B are Gemma3ForConditionalGeneration checkpoints,
-// the decoder's config in text_config and its tensors under language_model (as transformers 4 and 5 save them:
-// language_model.model.*; as transformers 4.5x did: model.language_model.*) beside a vision tower. The gemma3
-// fixture wrapped so, in both config spellings, computes transformers' logits and greedy tokens; the vision
-// tensors are left out.
-func TestGemma3VisionLanguageCheckpoint(t *testing.T) {
-	ref := hffixture.MustReference(t, "gemma3")
-	ids := ints(ref.InputIDs)
-	ctx := context.Background()
-	for _, spelling := range hffixture.Spellings {
-		for _, prefix := range []string{"language_model.model.", "model.language_model."} {
-			dir := hffixture.Checkpoint(t, "gemma3", spelling)
-			ck, err := checkpoint.Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The wrapper config: text_config is the fixture's config without the keys the wrapper keeps.
-			var text map[string]any
-			b, err := os.ReadFile(filepath.Join(dir, "config.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(b, &text); err != nil {
-				t.Fatal(err)
-			}
-			wrapper := map[string]any{"architectures": []string{"Gemma3ForConditionalGeneration"}, "model_type": "gemma3",
-				"boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144, "mm_tokens_per_image": 256,
-				"vision_config": map[string]any{"hidden_size": 1152, "model_type": "siglip_vision_model"}, "text_config": text}
-			for _, k := range []string{"architectures", "dtype", "torch_dtype", "transformers_version"} {
-				if v, ok := text[k]; ok {
-					if k != "architectures" {
-						wrapper[k] = v
-					}
-					delete(text, k)
-				}
-			}
-			if b, err = json.Marshal(wrapper); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ts, sh := map[string][]float32{}, map[string][]int{}
-			for _, ti := range ck.Tensors {
-				v, err := ck.ReadF32(ti.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				name := prefix + strings.TrimPrefix(ti.Name, "model.")
-				ts[name], sh[name] = v, make([]int, len(ti.Shape))
-				for i, d := range ti.Shape {
-					sh[name][i] = int(d)
-				}
-			}
-			vision := "vision_tower.vision_model.embeddings.patch_embedding.weight"
-			if prefix == "model.language_model." {
-				vision = "model." + vision
-			}
-			ts[vision], sh[vision] = make([]float32, 6), []int{2, 3}
-			ts["multi_modal_projector.mm_input_projection_weight"], sh["multi_modal_projector.mm_input_projection_weight"] = make([]float32, 4), []int{2, 2}
-			writeSafetensors(t, filepath.Join(dir, "model.safetensors"), ts, sh)
-
-			e := open(t, dir, Options{})
-			got, err := e.Logits(ctx, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([][]float32, len(ids))
-			for p := range want {
-				want[p] = ref.Row(p)
-			}
-			if d := maxDiff(got, want); d > hfTolerance {
-				t.Errorf("%s, %s*: logits differ from transformers' by %g", spelling, prefix, d)
-			}
-			wrapped, err := checkpoint.Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := reference.Forward(wrapped, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := maxDiff(toF32(r.Logits), want); d > hfTolerance {
-				t.Errorf("%s, %s*: the float64 reference differs from transformers by %g", spelling, prefix, d)
-			}
-			res, err := e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
-				t.Errorf("%s, %s*: greedy %v, transformers %v", spelling, prefix, res.GeneratedIDs, ref.GreedyIDs)
-			}
-		}
-	}
-}
-
-// TestReleasedConfigs: the config.json of released Gemma 2, Gemma 3 and Phi-3.5/Phi-4-mini checkpoints (as the
-// Hub has them, factor lists shortened to their length) build an Architecture: every key is known, and the
-// Plan is the model's (local/global layers, rope bases, longrope's recompute length).
+// TestReleasedConfigs: the config.json of released Gemma 2, Gemma 3 (1B, and 4B's vision-language wrapper),
+// Phi-3.5/Phi-4-mini and Mistral Small 3.1/3.2 checkpoints (as the Hub has them, factor lists shortened to their
+// length) build an Architecture: every key is known, and the Plan is the model's (local/global layers, rope bases,
+// longrope's recompute length).
 func TestReleasedConfigs(t *testing.T) {
 	factors := func(n int, v float64) string {
 		s := make([]string, n)
@@ -642,6 +546,46 @@ func TestReleasedConfigs(t *testing.T) {
 			"tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.45.0", "use_cache": true, "vocab_size": 200064}`,
 			func(p *model.Plan) bool {
 				return p.Recompute == 4096 && p.Ropes[0].Dims == 96 && p.HeadDim == 128 && p.KVHeads == 8
+			}},
+		{"gemma-3-4b-it", `{"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+			"eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+			"model_type": "gemma3", "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+			"num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+			"torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+			"vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+			"num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false}}`,
+			func(p *model.Plan) bool {
+				// √2560 = 50.596 in bf16: 50.5.
+				return len(p.Layers) == 34 && p.Layers[4].Window == 1024 && p.Layers[5].Window == 0 && p.Ropes[0].Params.Type == "linear" &&
+					p.Ropes[1].Params.Theta == 1e4 && p.EmbedScale == 50.5 && p.HeadDim == 256 && p.KVHeads == 4
+			}},
+		{"Mistral-Small-3.1-24B-Instruct-2503", `{"architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10,
+			"model_type": "mistral3", "multimodal_projector_bias": false, "projector_hidden_act": "gelu", "spatial_merge_size": 2,
+			"text_config": {"attention_dropout": 0.0, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+			"initializer_range": 0.02, "intermediate_size": 32768, "max_position_embeddings": 131072, "model_type": "mistral",
+			"num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+			"rope_theta": 1000000000.0, "sliding_window": null, "use_cache": true, "vocab_size": 131072},
+			"torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+			"vision_config": {"attention_dropout": 0.0, "head_dim": 64, "hidden_act": "silu", "hidden_size": 1024, "image_size": 1540,
+			"initializer_range": 0.02, "intermediate_size": 4096, "model_type": "pixtral", "num_attention_heads": 16,
+			"num_channels": 3, "num_hidden_layers": 24, "patch_size": 14, "rope_theta": 10000.0}, "vision_feature_layer": -1}`,
+			func(p *model.Plan) bool {
+				return len(p.Layers) == 40 && p.Layers[0].Window == 0 && p.Ropes[0].Params.Theta == 1e9 && p.HeadDim == 128 &&
+					p.KVHeads == 8 && p.Context == 131072
+			}},
+		// Mistral Small 3.2 as transformers 4.57.1 saved it (dtype at every level).
+		{"Mistral-Small-3.2-24B-Instruct-2506", `{"architectures": ["Mistral3ForConditionalGeneration"], "dtype": "bfloat16",
+			"image_token_index": 10, "model_type": "mistral3", "multimodal_projector_bias": false, "projector_hidden_act": "gelu",
+			"spatial_merge_size": 2, "text_config": {"attention_dropout": 0.0, "dtype": "bfloat16", "head_dim": 128, "hidden_act": "silu",
+			"hidden_size": 5120, "initializer_range": 0.02, "intermediate_size": 32768, "max_position_embeddings": 131072,
+			"model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+			"rope_theta": 1000000000.0, "sliding_window": null, "use_cache": true, "vocab_size": 131072},
+			"transformers_version": "4.57.1", "vision_config": {"attention_dropout": 0.0, "dtype": "bfloat16", "head_dim": 64,
+			"hidden_act": "silu", "hidden_size": 1024, "image_size": 1540, "initializer_range": 0.02, "intermediate_size": 4096,
+			"model_type": "pixtral", "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 24, "patch_size": 14,
+			"rope_theta": 10000.0}, "vision_feature_layer": -1}`,
+			func(p *model.Plan) bool {
+				return len(p.Layers) == 40 && p.Ropes[0].Params.Theta == 1e9 && p.HeadDim == 128
 			}},
 	} {
 		c, err := checkpoint.ParseConfig([]byte(tc.config))

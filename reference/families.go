@@ -109,6 +109,9 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			return nil, err
 		}
 		if cfg.FinalLogitSoftcapping != nil {
+			if cfg.Arch.Name == "Gemma3ForConditionalGeneration" {
+				return nil, fmt.Errorf("final_logit_softcapping is not implemented by the reference for Gemma3ForConditionalGeneration (transformers' never applies it)")
+			}
 			m.logitSoftCap = *cfg.FinalLogitSoftcapping
 		}
 		if cfg.ModelType == "gemma2" {

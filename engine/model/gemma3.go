@@ -15,10 +15,16 @@ import (
 // rope_local_base_freq unscaled. transformers 5 writes both in rope_parameters nested by layer type.
 //
 // Gemma3ForConditionalGeneration (Gemma 3 4B, 12B, 27B) is the same decoder, its config in text_config and its
-// tensors under language_model (checkpoint.Architecture.TensorPrefixes); the vision tower is not read.
+// tensors under language_model (checkpoint.Architecture.TensorPrefixes); the vision tower is not read. Its
+// text-only forward is Gemma3ForCausalLM's but for the final soft-cap, which it never applies.
 func init() {
 	Register("Gemma3ForCausalLM", gemma3)
-	Register("Gemma3ForConditionalGeneration", gemma3)
+	Register("Gemma3ForConditionalGeneration", func(c *checkpoint.Config) (Architecture, error) {
+		if c.FinalLogitSoftcapping != nil {
+			return nil, fmt.Errorf("final_logit_softcapping %g in text_config: transformers' Gemma3ForConditionalGeneration never applies it (Gemma3ForCausalLM does), so what the value should do is unclear", *c.FinalLogitSoftcapping)
+		}
+		return gemma3(c)
+	})
 }
 
 func gemma3(c *checkpoint.Config) (Architecture, error) {
