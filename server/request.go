@@ -334,7 +334,8 @@ func (p *parser) messages() []tokenizer.Message {
 }
 
 // messageContent reads a message's content: a string, or an array of {"type": "text", "text": ...} parts
-// (joined).
+// (joined). Image, audio and file parts are refused by type: layerstream generates text from text, and runs
+// vision-language checkpoints (Gemma 3 4B and up, Mistral Small 3.1/3.2) as text models.
 func messageContent(raw json.RawMessage) (string, error) {
 	if raw == nil || isNull(raw) {
 		return "", errors.New("required")
@@ -343,17 +344,29 @@ func messageContent(raw json.RawMessage) (string, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := strictDecode(raw, &parts); err != nil {
-		return "", fmt.Errorf("want a string or an array of {\"type\": \"text\", \"text\": ...} parts (images, audio and files are not supported), got %s", excerpt(raw))
+	var parts []json.RawMessage
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("want a string or an array of {\"type\": \"text\", \"text\": ...} parts, got %s", excerpt(raw))
 	}
 	var b strings.Builder
-	for j, part := range parts {
-		if part.Type != "text" {
-			return "", fmt.Errorf("part %d has type %q: only text parts are supported", j, part.Type)
+	for j, raw := range parts {
+		var typed struct {
+			Type string `json:"type"`
+		}
+		json.Unmarshal(raw, &typed)
+		switch typed.Type {
+		case "text":
+		case "image_url", "image", "input_image", "input_audio", "audio", "file", "input_file", "video_url":
+			return "", fmt.Errorf("part %d has type %q: images, audio and files are not supported (text in, text out; a vision-language model's vision tower is not loaded)", j, typed.Type)
+		default:
+			return "", fmt.Errorf("part %d has type %q: only text parts are supported", j, typed.Type)
+		}
+		var part struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := strictDecode(raw, &part); err != nil {
+			return "", fmt.Errorf("part %d: want {\"type\": \"text\", \"text\": ...}, got %s", j, excerpt(raw))
 		}
 		b.WriteString(part.Text)
 	}

@@ -251,7 +251,10 @@ func TestRequestErrors(t *testing.T) {
 		{chat, `{"messages": []}`, 400, "messages", "1 to 4096 messages"},
 		{chat, `{"messages": [{"role": "user", "content": "hi", "name": "bob"}]}`, 400, "messages[0].name", "messages[0].name is not supported"},
 		{chat, `{"messages": [{"role": "tool", "content": "hi"}]}`, 400, "messages[0].role", `role "tool" is not supported`},
-		{chat, `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, 400, "messages[0].content", "want a string or an array"},
+		{chat, `{"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]}]}`, 400, "messages[0].content", `part 1 has type "image_url": images, audio and files are not supported`},
+		{chat, `{"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "x"}}]}]}`, 400, "messages[0].content", "images, audio and files are not supported"},
+		{chat, `{"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}]}]}`, 400, "messages[0].content", "part 0: want"},
+		{chat, `{"messages": [{"role": "user", "content": 5}]}`, 400, "messages[0].content", "want a string or an array"},
 		{chat, `{"messages": [{"role": "user"}]}`, 400, "messages[0].content", "required"},
 		{ts.URL + "/v1/embeddings", `{}`, 404, "", "no route POST /v1/embeddings"},
 	} {
