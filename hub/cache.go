@@ -20,8 +20,9 @@ const (
 )
 
 // optionalFiles are fetched when the repository has them. Recent transformers versions save the chat template
-// as chat_template.jinja instead of inside tokenizer_config.json; package tokenizer reads either.
-var optionalFiles = []string{"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
+// as chat_template.jinja instead of inside tokenizer_config.json, and vision-language processors in
+// chat_template.json; package tokenizer reads each.
+var optionalFiles = []string{"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json"}
 
 // cacheRepo is one repository's folder in the hub cache.
 type cacheRepo struct {

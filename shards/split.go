@@ -31,9 +31,10 @@ type SplitOptions struct {
 }
 
 // CopiedFiles are the checkpoint files Split copies into the shard folder, so the folder is self-contained
-// (recent transformers keep the chat template in chat_template.jinja instead of tokenizer_config.json). A file
+// (recent transformers keep the chat template in chat_template.jinja instead of tokenizer_config.json, and
+// vision-language processors in chat_template.json). A file
 // the checkpoint lacks is removed from the shard folder, so a re-split never keeps a stale copy.
-var CopiedFiles = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
+var CopiedFiles = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json"}
 
 // testHookWriter, when set by tests, wraps the writer of every shard file (to inject failures).
 var testHookWriter func(io.Writer) io.Writer

@@ -62,7 +62,10 @@ func tokenString(raw json.RawMessage) (string, error) {
 }
 
 // Load reads tokenizer.json and, when present, tokenizer_config.json (special-token flags and the chat template)
-// and chat_template.jinja from a model folder.
+// from a model folder. The chat template is found as transformers finds it: chat_template.jinja, which takes
+// priority over tokenizer_config.json's chat_template (transformers: "clobbers any template in the config"),
+// then tokenizer_config.json's, then a processor's chat_template.json (vision-language checkpoints may keep
+// theirs only there; layerstream renders it for text).
 func Load(dir string) (*Tokenizer, error) {
 	cfg := filepath.Join(dir, "tokenizer_config.json")
 	if _, err := os.Stat(cfg); err != nil {
@@ -72,9 +75,22 @@ func Load(dir string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	jinja := filepath.Join(dir, "chat_template.jinja")
-	if b, err := os.ReadFile(jinja); err == nil && t.chatTemplate == "" {
+	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
 		t.chatTemplate = string(b)
+	}
+	if t.chatTemplate == "" {
+		path := filepath.Join(dir, "chat_template.json")
+		if b, err := os.ReadFile(path); err == nil {
+			var proc struct {
+				ChatTemplate json.RawMessage `json:"chat_template"`
+			}
+			if err := json.Unmarshal(b, &proc); err != nil {
+				return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+			}
+			if t.chatTemplate, err = parseChatTemplate(proc.ChatTemplate); err != nil {
+				return nil, fmt.Errorf("tokenizer: %s chat_template: %w", path, err)
+			}
+		}
 	}
 	return t, nil
 }

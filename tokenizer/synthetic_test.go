@@ -3,6 +3,9 @@ package tokenizer
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -243,5 +246,54 @@ func TestModelFieldOrder(t *testing.T) {
 		if got := encode(t, tok, "ab", false); !slices.Equal(got, []int{2}) {
 			t.Errorf("%s: got %v", model, got)
 		}
+	}
+}
+
+// TestChatTemplateSources: Load finds the chat template where transformers does — chat_template.jinja over
+// tokenizer_config.json's, then tokenizer_config.json's, then a processor's chat_template.json — and names a
+// broken chat_template.json.
+func TestChatTemplateSources(t *testing.T) {
+	render := func(t *testing.T, dir string) string {
+		t.Helper()
+		tok, err := Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tok.HasChatTemplate() {
+			return ""
+		}
+		s, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "x"}}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	write := func(t *testing.T, files map[string]string) string {
+		t.Helper()
+		dir := t.TempDir()
+		files["tokenizer.json"] = string(tiny(t, []string{"a"}, []string{}, nil, nil))
+		for name, data := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	const cfg, jinja, proc = `{"chat_template": "config"}`, "jinja", `{"chat_template": "processor"}`
+	for _, c := range []struct {
+		files map[string]string
+		want  string
+	}{
+		{map[string]string{"tokenizer_config.json": cfg, "chat_template.jinja": jinja, "chat_template.json": proc}, "jinja"},
+		{map[string]string{"tokenizer_config.json": cfg, "chat_template.json": proc}, "config"},
+		{map[string]string{"chat_template.json": proc}, "processor"},
+		{map[string]string{}, ""},
+	} {
+		if got := render(t, write(t, c.files)); got != c.want {
+			t.Errorf("files %v: template %q, want %q", slices.Sorted(maps.Keys(c.files)), got, c.want)
+		}
+	}
+	if _, err := Load(write(t, map[string]string{"chat_template.json": `{"chat_template": 3}`})); err == nil || !strings.Contains(err.Error(), "chat_template.json") {
+		t.Errorf("a broken chat_template.json: %v, want an error naming it", err)
 	}
 }
