@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/synth"
@@ -183,5 +184,64 @@ func TestGenerateBatchErrors(t *testing.T) {
 		if err := e.CheckRequest(c.bad); err == nil || !strings.Contains(c.want, err.Error()[:10]) {
 			t.Errorf("CheckRequest: got %v, want the error of %q", err, c.want)
 		}
+	}
+}
+
+// TestGenerateEach: with MaxBatch 2, a request joins as soon as another ends (the short ones run beside the long
+// one: as many passes as the long one needs, not one batch after another), every greedy result equals its solo
+// run, and the results come in request order, each as soon as it and those before it are done: the first,
+// short, before the long second one ends.
+func TestGenerateEach(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 24})
+	e := open(t, model, Options{MaxBatch: 2})
+	ctx := context.Background()
+	lens := []int{4, 30, 4, 4, 4, 4, 4}
+	var reqs []Request
+	var alone []*Result
+	for i, n := range lens {
+		reqs = append(reqs, Request{PromptIDs: []int{1, 3 + i, 7}, MaxNewTokens: n, StopIDs: []int{}})
+		res, err := e.Generate(ctx, reqs[i], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone = append(alone, res)
+	}
+	steps := e.Load().Steps
+	delivered := make(chan struct{}) // result 0 was handed over
+	var order []int
+	err := e.GenerateEach(ctx, reqs, func(seq int, tok Token) error {
+		if seq == 1 && tok.Step == 10 { // the long request waits (holding the loop) for result 0
+			select {
+			case <-delivered:
+			case <-time.After(10 * time.Second):
+				t.Error("result 0 was not handed over while the long request ran")
+			}
+		}
+		return nil
+	}, func(i int, res *Result, err error) error {
+		if err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+		if i == 0 {
+			close(delivered)
+		}
+		order = append(order, i)
+		if !slices.Equal(res.GeneratedIDs, alone[i].GeneratedIDs) || res.StopReason != alone[i].StopReason {
+			t.Errorf("request %d: %v (%s), alone %v (%s)", i, res.GeneratedIDs, res.StopReason, alone[i].GeneratedIDs, alone[i].StopReason)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(order, []int{0, 1, 2, 3, 4, 5, 6}) {
+		t.Errorf("results in order %v", order)
+	}
+	// Fixed pairs would take 30 + 4 + 4 + 4 passes; joining as others end, the long request's 30 (and the
+	// passes of the joining prompts, each a pass of its own at most).
+	passes := e.Load().Steps - steps
+	t.Logf("%d passes", passes)
+	if passes > int64(30+len(lens)) {
+		t.Errorf("%d passes, want at most %d: requests did not join as others ended", passes, 30+len(lens))
 	}
 }

@@ -132,24 +132,49 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 
 // GenerateBatch generates every request together (throughput mode): each load of a unit's weights serves all
 // the sequences, each with its own cache row, positions, sampler and stop conditions. The requests join the
-// batch loop together (Generate); a sequence that stops drops out of the following steps. onToken (which may be
-// nil) receives each generated token with its request's index, from one goroutine; returning ErrStopped ends
-// that sequence only, another error ends the whole batch with it. Results are in request order.
+// batch loop together (Generate; beyond Options.MaxBatch they wait and join as others end); a sequence that stops
+// drops out of the following steps. onToken (which may be nil) receives each generated token with its request's
+// index, from one goroutine; returning ErrStopped ends that sequence only, another error ends the whole batch
+// with it. Results are in request order, with the first error of any request.
 //
 // Greedy results are the same as generating each request alone: every step computes each sequence's rows
 // exactly as a batch of one would.
 func (e *Engine) GenerateBatch(ctx context.Context, reqs []Request, onToken func(seq int, t Token) error) ([]*Result, error) {
+	results := make([]*Result, len(reqs))
+	var first error
+	if err := e.GenerateEach(ctx, reqs, onToken, func(i int, res *Result, err error) error {
+		results[i] = res
+		if err != nil && first == nil {
+			first = err
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return results, first
+}
+
+// GenerateEach is GenerateBatch for any number of requests, each result handed over as soon as it is known: the
+// requests are submitted together, in order, and join the batch loop as room allows (Options.MaxBatch: a request
+// joins as soon as another ends), and onResult receives each request's result and error in request order, as
+// soon as that request and every one before it have ended (on the calling goroutine; a request that ended early
+// waits for those before it). onToken is as in GenerateBatch.
+//
+// It returns nil once every request went to onResult (whatever their errors); else the error that refused a
+// request before any work (a *RequestError naming its index), or the first error onResult returned, which ends
+// the requests still running and stops the delivery.
+func (e *Engine) GenerateEach(ctx context.Context, reqs []Request, onToken func(seq int, t Token) error, onResult func(seq int, res *Result, err error) error) error {
 	if len(reqs) == 0 {
-		return nil, errors.New("engine: empty batch")
+		return errors.New("engine: empty batch")
 	}
 	seqs := make([]*sequence, len(reqs))
 	for i, req := range reqs {
 		s, err := e.newSequence(req)
 		if err != nil {
 			if len(reqs) > 1 {
-				return nil, &RequestError{fmt.Errorf("engine: request %d: %w", i, err)}
+				return &RequestError{fmt.Errorf("engine: request %d: %w", i, err)}
 			}
-			return nil, &RequestError{fmt.Errorf("engine: %w", err)}
+			return &RequestError{fmt.Errorf("engine: %w", err)}
 		}
 		seqs[i] = s
 	}
@@ -170,24 +195,23 @@ func (e *Engine) GenerateBatch(ctx context.Context, reqs []Request, onToken func
 		jobs[i] = newJob(gctx, s, reqs[i].Session, cb)
 	}
 	if err := e.submit(jobs...); err != nil {
-		return nil, err
+		return err
 	}
-	results := make([]*Result, len(jobs))
-	var first error
+	var stop error
 	for i, j := range jobs {
 		<-j.done
-		results[i] = j.seq.res
-		if j.err != nil && first == nil {
-			first = j.err
+		if stop != nil || onResult == nil {
+			continue
+		}
+		err := j.err
+		if cause := context.Cause(gctx); err != nil && cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) {
+			err = cause // a callback's error, not the cancellation it caused
+		}
+		if stop = onResult(i, j.seq.res, err); stop != nil {
+			cancel(stop)
 		}
 	}
-	if first != nil {
-		if cause := context.Cause(gctx); cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) {
-			first = cause // a callback's error, not the cancellation it caused
-		}
-		return results, first
-	}
-	return results, nil
+	return stop
 }
 
 // CheckRequest returns the error Generate would refuse req with before any work (empty prompt, token ids

@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
@@ -83,16 +85,18 @@ func readBatchFile(path string) ([]batchLine, error) {
 	return lines, nil
 }
 
-// runBatch is generate --batch-file: every line becomes a request, requests run --batch-size at a time through
-// Engine.GenerateBatch, and one JSON object per line is written to stdout in input order. Aggregate timings go
-// to stderr. Each line has its own guard monitor (strict with --strict): a line whose sequence a problem ended
-// (NaN logits always) says so in its "error" and the others go on; the exit status is then 1.
+// runBatch is generate --batch-file: every line becomes a request, and the requests go through the engine's
+// batch loop, --batch-size at a time: a line joins as soon as another ends (continuous batching), and one JSON
+// object per line is written to stdout in input order, each as soon as it and the lines before it are done.
+// Aggregate timings go to stderr. Each line has its own guard monitor (strict with --strict): a line whose
+// sequence a problem ended (NaN logits always) says so in its "error" and the others go on; the exit status is
+// then 1. After Ctrl-C, the lines printed are those up to the first that had generated nothing.
 func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) error {
 	lines, err := readBatchFile(o.batchFile)
 	if err != nil {
 		return err
 	}
-	o.eng.Monitor = nil // one per line instead
+	o.eng.MaxBatch = o.batchSize
 	e, err := openEngine(ctx, o.model, o.eng, "")
 	if err != nil {
 		return err
@@ -129,73 +133,69 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		reqs[i] = r
 	}
 
+	// The guards see each line's token text as it comes, as in generate without --batch-file (on the engine's
+	// goroutine; onResult reads stopped[i] after line i has ended).
+	decoders := make([]*tokenizer.StreamDecoder, len(reqs))
+	stopped := make([]error, len(reqs)) // a strict guard's problem with a line's text
+	onToken := func(i int, t engine.Token) error {
+		text := ""
+		if tok != nil {
+			if decoders[i] == nil {
+				decoders[i] = tok.NewStreamDecoder(true)
+				decoders[i].Prime(reqs[i].PromptIDs)
+			}
+			text = decoders[i].Next(t.ID)
+		}
+		if err := reqs[i].Monitor.ObserveToken(t.ID, text); err != nil {
+			stopped[i] = err
+			return engine.ErrStopped // ends this line only
+		}
+		return nil
+	}
 	enc := json.NewEncoder(stdout)
 	start := time.Now()
 	var generated int
 	var failed []int // lines a problem ended
-	for lo := 0; lo < len(reqs); lo += o.batchSize {
-		hi := min(lo+o.batchSize, len(reqs))
-		group := reqs[lo:hi]
-		groupStart := time.Now()
-		// The guards see each line's token text as it comes, as in generate without --batch-file.
-		decoders := make([]*tokenizer.StreamDecoder, len(group))
+	var ttfts []float64
+	err = e.GenerateEach(ctx, reqs, onToken, func(i int, res *engine.Result, err error) error {
+		decoders[i] = nil
+		if ctx.Err() != nil && len(res.GeneratedIDs) == 0 {
+			return ctx.Err() // interrupted: the lines printed stay a prefix of the file
+		}
+		generated += len(res.GeneratedIDs)
+		if res.Timings.TTFT > 0 {
+			ttfts = append(ttfts, res.Timings.TTFT.Seconds())
+		}
+		if stopped[i] != nil {
+			res.StopReason, err = engine.StopError, stopped[i]
+		}
+		out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason, Seed: reqs[i].Sampling.Seed}
 		if tok != nil {
-			for i, r := range group {
-				decoders[i] = tok.NewStreamDecoder(true)
-				decoders[i].Prime(r.PromptIDs)
+			out.Text = tok.Decode(res.GeneratedIDs, true)
+		}
+		if res.StopReason == engine.StopError {
+			failed = append(failed, lines[i].line)
+			out.Error = "ended with an error"
+			if err != nil {
+				out.Error = err.Error()
 			}
 		}
-		stopped := make([]error, len(group)) // a strict guard's problem with a line's text
-		results, err := e.GenerateBatch(ctx, group, func(i int, t engine.Token) error {
-			text := ""
-			if decoders[i] != nil {
-				text = decoders[i].Next(t.ID)
-			}
-			if err := group[i].Monitor.ObserveToken(t.ID, text); err != nil {
-				stopped[i] = err
-				return engine.ErrStopped // ends this line only
-			}
-			return nil
-		})
-		if results == nil {
-			return fmt.Errorf("--batch-file %s lines %d-%d: %w", o.batchFile, lines[lo].line, lines[hi-1].line, err)
-		}
-		// Every line has its result; a line that an error ended (a guard's problem, or a failed pass) says so.
-		n := 0
-		for i, res := range results {
-			n += len(res.GeneratedIDs)
-			if stopped[i] != nil {
-				res.StopReason = engine.StopError
-			}
-			out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason, Seed: group[i].Sampling.Seed}
-			if tok != nil {
-				out.Text = tok.Decode(res.GeneratedIDs, true)
-			}
-			problems := group[i].Monitor.Problems()
-			if res.StopReason == engine.StopError {
-				failed = append(failed, lines[lo+i].line)
-				out.Error = lineError(problems, err)
-			}
-			for _, p := range problems {
-				if out.Error != p.Error() {
-					out.Warnings = append(out.Warnings, p.Error())
-				}
-			}
-			if err := enc.Encode(out); err != nil {
-				return err
+		for _, p := range reqs[i].Monitor.Problems() {
+			if !strings.Contains(out.Error, p.Error()) {
+				out.Warnings = append(out.Warnings, p.Error())
 			}
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		generated += n
-		d := time.Since(groupStart)
-		fmt.Fprintf(stderr, "batch of %d (lines %d-%d): %d tokens in %.2f s, %.1f tokens/s; first token after %.2f s\n",
-			hi-lo, lines[lo].line, lines[hi-1].line, n, d.Seconds(), float64(n)/d.Seconds(), results[0].Timings.TTFT.Seconds())
+		return enc.Encode(out)
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("--batch-file %s: %w", o.batchFile, err)
 	}
 	d := time.Since(start)
-	fmt.Fprintf(stderr, "%d sequences, %d tokens generated in %.2f s: %.1f tokens/s aggregate (--batch-size %d)\n",
-		len(reqs), generated, d.Seconds(), float64(generated)/d.Seconds(), o.batchSize)
+	fmt.Fprintf(stderr, "%d sequences, %d tokens generated in %.2f s: %.1f tokens/s aggregate (--batch-size %d); first token after %s s (median, max)\n",
+		len(reqs), generated, d.Seconds(), float64(generated)/d.Seconds(), o.batchSize, medianMax(ttfts))
 	if len(failed) > 0 {
 		return fmt.Errorf("--batch-file %s: %d of %d lines ended with an error (their \"error\" says why), the first at line %d",
 			o.batchFile, len(failed), len(reqs), failed[0])
@@ -203,15 +203,13 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 	return nil
 }
 
-// lineError says what ended a line of a batch with an error: its guard's last problem, else the batch's error.
-func lineError(problems []*guard.Problem, err error) string {
-	if len(problems) > 0 {
-		return problems[len(problems)-1].Error()
+// medianMax formats the median and the largest of xs ("-" when empty).
+func medianMax(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
 	}
-	if err != nil {
-		return err.Error()
-	}
-	return "ended with an error"
+	slices.Sort(xs)
+	return fmt.Sprintf("%.2f, %.2f", xs[len(xs)/2], xs[len(xs)-1])
 }
 
 // setIf sets *dst to *v when v is given.

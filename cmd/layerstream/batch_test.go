@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -103,5 +106,44 @@ func TestBatchFileBadLines(t *testing.T) {
 	o := generateOptions{model: model, batchFile: writeBatchFile(t, "", " "), batchSize: 4}
 	if err := runBatch(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "no prompts") {
 		t.Errorf("empty file: got %v", err)
+	}
+}
+
+// TestBatchFileJoinsAsLinesEnd: lines of uneven lengths through --batch-size 2 (each joining as another ends)
+// give each line's greedy result alone, in input order.
+func TestBatchFileJoinsAsLinesEnd(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	lens := []int{60, 3, 9, 2, 40, 5, 1}
+	var lines []string
+	for i, n := range lens {
+		lines = append(lines, fmt.Sprintf(`{"ids": [1, %d, 403], "max_new_tokens": %d}`, 300+i, n))
+	}
+	o := generateOptions{model: model, batchFile: writeBatchFile(t, lines...), batchSize: 2, maxNew: 8, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+	var out bytes.Buffer
+	if err := runBatch(context.Background(), o, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.Open(context.Background(), model, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	d := json.NewDecoder(&out)
+	for i, n := range lens {
+		var got batchResultJSON
+		if err := d.Decode(&got); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		alone, err := e.Generate(context.Background(), engine.Request{PromptIDs: []int{1, 300 + i, 403}, MaxNewTokens: n}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.GeneratedIDs, alone.GeneratedIDs) || got.StopReason != alone.StopReason || !slices.Equal(got.PromptIDs, alone.PromptIDs) {
+			t.Errorf("line %d: %v (%s), alone %v (%s)", i+1, got.GeneratedIDs, got.StopReason, alone.GeneratedIDs, alone.StopReason)
+		}
+	}
+	if d.More() {
+		t.Errorf("more output lines than input lines")
 	}
 }

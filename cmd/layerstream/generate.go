@@ -38,7 +38,7 @@ func init() {
 			fs.IntVar(&o.topLogprobs, "top-logprobs", 0, "with --json: the `n` most likely tokens of every step with their log-probabilities (at most 20)")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, seed, timings) instead of streaming text")
 			fs.StringVar(&o.batchFile, "batch-file", "", "throughput mode: generate every line of this JSONL file ({\"prompt\": TEXT} or {\"ids\": [...]}, optional \"max_new_tokens\", \"temperature\", \"top_k\", \"top_p\", \"repetition_penalty\", \"seed\"), several sequences per layer load; prints one JSON object per line, in input order")
-			fs.IntVar(&o.batchSize, "batch-size", 16, "with --batch-file: sequences generated together")
+			fs.IntVar(&o.batchSize, "batch-size", 16, "with --batch-file: most sequences generated together (a line joins as soon as another ends)")
 			fs.BoolVar(&o.strict, "strict", false, "stop with an error when a guard detects broken output (activations out of range, NaN, all-zero logits, degenerate repetition); with --batch-file, per line")
 			addEngineFlags(fs, &o.eng)
 			printPlan := fs.String("print-placement", "", "print the plan placing the model over these `devices` (NAME=SIZE,...; see 'layerstream placement') and exit")
