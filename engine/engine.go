@@ -123,6 +123,13 @@ type Options struct {
 	// MaxBatch bounds the sequences the batch loop computes together (Generate, GenerateBatch); requests beyond
 	// it wait in the queue and join as sequences end. 0: no bound.
 	MaxBatch int
+	// PrefillBudget bounds the prompt tokens one step of the batch loop computes while other sequences are
+	// decoding (default DefaultPrefillBudget; negative: no bound): prompts joining a running batch are computed
+	// in chunks, in the order they joined, and every step still decodes the running sequences, so a burst of
+	// requests or a long prompt stalls them for a chunk's time rather than the whole prefill's. A prompt that
+	// joins an idle batch is computed in one pass. Results do not depend on it (the host kernels compute a
+	// chunked prompt's rows exactly as one pass would).
+	PrefillBudget int
 
 	// Hub configures resolving a Hugging Face repo id (revision, token, offline...).
 	Hub hub.Options
@@ -167,8 +174,17 @@ func (o *Options) fillDefaults() error {
 	if o.DType == "" {
 		o.DType = "auto"
 	}
+	switch {
+	case o.PrefillBudget == 0:
+		o.PrefillBudget = DefaultPrefillBudget
+	case o.PrefillBudget > 0 && o.PrefillBudget < prefillAlign:
+		return fmt.Errorf("prefill budget must be at least %d tokens (or negative: no bound), got %d", prefillAlign, o.PrefillBudget)
+	}
 	return nil
 }
+
+// DefaultPrefillBudget is Options.PrefillBudget's default: prompt tokens per step beside decoding sequences.
+const DefaultPrefillBudget = 64
 
 // Engine runs one model. Its methods are safe for concurrent use: concurrent generations share the batch loop
 // (Generate); Logits runs between its steps.

@@ -54,8 +54,8 @@ type scheduler struct {
 // Session keeps one conversation's keys and values in the engine between its requests (Request.Session): a
 // request whose prompt starts with the ids the session holds (the prompt and the reply of the previous turn,
 // the last generated token excepted) computes only the new ones. The result is that of computing the whole
-// prompt, up to the rounding of a prefix computed in other passes (bit-identical on the host kernels, which
-// sum every row alike whatever the pass). Close releases the cache row.
+// prompt, up to the rounding of a prefix computed in another pass (bit-identical where the prefix ends at a
+// multiple of prefillAlign positions). Close releases the cache row.
 type Session struct {
 	e      *Engine
 	busy   bool  // a request of the session is queued or running (scheduler.mu)
@@ -259,24 +259,56 @@ func (e *Engine) loop() {
 	}
 }
 
+// prefillAlign is where a prompt chunk that Options.PrefillBudget cuts short may end: a multiple of it, in
+// positions. The host kernels' attention (kernels.Attention) sums keys in blocks of 64 positions from the start
+// of each run of keys, the cached ones and the new ones, and the graphs' reductions in lanes of fewer: a chunk
+// ending at a multiple of 64 leaves every key in the block (lane) where one pass over the whole prompt puts it,
+// so the chunked prompt's logits are bit-identical to the one-pass prefill's (TestPrefillBudget). Chunks ending
+// elsewhere (Request.PrefillChunk, a Session's cached prefix) differ from it by rounding.
+const prefillAlign = 64
+
 // runStep runs one forward pass over the active sequences and chooses the next token of every sequence whose
 // prompt is complete. Sequences that end leave the batch (their row becomes -1). It returns the pass's error,
 // already given to the sequences that took part.
+//
+// While some sequences decode, the prompts of the others (in the order they joined) bring at most
+// Options.PrefillBudget tokens to the pass between them: a long prompt, or a burst of joining ones, is computed
+// in chunks over several steps, each of which also decodes the running sequences, instead of holding them for
+// one long pass. A chunk the budget cuts short ends at a multiple of prefillAlign positions (a prompt left
+// without room sits the step out), so the result is the one-pass prefill's to the last bit. With no sequence
+// decoding, every prompt brings all it may (its Request.PrefillChunk).
 func (e *Engine) runStep(st *stream, active []*job) error {
-	rows := make([]int, len(active))
-	ids := make([][]int, len(active))
+	budget := -1 // prompt tokens this pass may still take; -1: no limit
+	if e.opts.PrefillBudget > 0 && slices.ContainsFunc(active, func(j *job) bool { return j.seq.fed >= len(j.seq.res.PromptIDs) }) {
+		budget = e.opts.PrefillBudget
+	}
+	var rows []int
+	var ids [][]int
 	label := 0 // the profiler's step: 0 for prompts, else the decode step of the furthest sequence
-	for i, j := range active {
+	pass := active[:0:0]
+	for _, j := range active {
 		s := j.seq
-		rows[i] = j.row
 		if n := len(s.res.PromptIDs); s.fed < n {
-			ids[i] = s.res.PromptIDs[s.fed:min(s.fed+s.chunk, n)]
+			k := min(s.chunk, n-s.fed)
+			if budget >= 0 && k > budget {
+				k = (s.fed+budget)/prefillAlign*prefillAlign - s.fed
+			}
+			if k <= 0 {
+				continue
+			}
+			if budget >= 0 {
+				budget -= k
+			}
+			ids = append(ids, s.res.PromptIDs[s.fed:s.fed+k])
 		} else {
 			gen := s.res.GeneratedIDs
-			ids[i] = gen[len(gen)-1:]
+			ids = append(ids, gen[len(gen)-1:])
 			label = max(label, len(gen))
 		}
+		rows = append(rows, j.row)
+		pass = append(pass, j)
 	}
+	active = pass
 	e.step.Store(int64(label))
 
 	// The pass stops early when every request in it has ended (a Ctrl-C on the only generation running).

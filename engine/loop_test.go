@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -317,5 +319,93 @@ func TestCloseEndsQueuedRequests(t *testing.T) {
 	<-closed
 	if _, err := e.Generate(ctx, Request{PromptIDs: []int{1}}, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestPrefillBudget: long prompts joining a running sequence are computed in chunks of at most PrefillBudget
+// tokens between them, one pass per step, while the running sequence decodes a token at every step; every result
+// (ids and log-probabilities, to the last bit) is that of the request alone, on the host kernels and on the
+// graphs. The second prompt gets what the first leaves of the budget, which is not a multiple of 64: it waits.
+func TestPrefillBudget(t *testing.T) {
+	shape := tinyShape(true)
+	shape.MaxPositionEmbeddings = 512
+	model := writeTiny(t, synth.Options{Shape: shape, Seed: 33})
+	ctx := context.Background()
+	prompt := func(n, seed int) Request {
+		r := Request{MaxNewTokens: 6, StopIDs: []int{}, Logprobs: true}
+		for i := range n {
+			r.PromptIDs = append(r.PromptIDs, 1+(i*7+seed)%60)
+		}
+		return r
+	}
+	reqs := []Request{{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 40, StopIDs: []int{}, Logprobs: true}, prompt(150, 0), prompt(90, 3)}
+	for _, c := range []struct {
+		name string
+		opts Options
+		// tokens the running sequence decodes while the prompts join: one per pass, the passes bringing the
+		// chunks 64, 64, 22 (the second prompt waits: the 42 tokens left would not end at a multiple of 64), 64
+		// and 26; without a budget, one pass
+		during int
+	}{
+		{"host", Options{PrefillBudget: 64}, 5},
+		{"graphs", Options{PrefillBudget: 64, GraphDecode: true}, 5},
+		{"no budget", Options{PrefillBudget: -1}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := open(t, model, c.opts)
+			var alone [3][]Token
+			for i, r := range reqs {
+				if _, err := e.Generate(ctx, r, func(tok Token) error { alone[i] = append(alone[i], tok); return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got [3][]Token
+			var wg sync.WaitGroup
+			during := -1 // the running sequence's tokens from the prompts' joining to the last one's first token
+			_, err := e.Generate(ctx, reqs[0], func(tok Token) error {
+				got[0] = append(got[0], tok)
+				if tok.Step != 1 {
+					return nil
+				}
+				for i := 1; i <= 2; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for deadline := time.Now().Add(10 * time.Second); e.Load().Queued != i-1 && time.Now().Before(deadline); {
+							time.Sleep(time.Millisecond) // in order
+						}
+						_, err := e.Generate(ctx, reqs[i], func(tok Token) error {
+							if tok.Step == 1 && i == 2 {
+								during = len(got[0]) - 1
+							}
+							got[i] = append(got[i], tok)
+							return nil
+						})
+						if err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				for deadline := time.Now().Add(10 * time.Second); e.Load().Queued != 2 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond) // both prompts join at the next step
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			for i := range reqs {
+				if !reflect.DeepEqual(got[i], alone[i]) {
+					t.Errorf("request %d: %v\nalone: %v", i, got[i], alone[i])
+				}
+			}
+			if during != c.during {
+				t.Errorf("the running sequence decoded %d tokens while the prompts joined, want %d", during, c.during)
+			}
+		})
+	}
+	if _, err := Open(ctx, model, Options{PrefillBudget: 16}); err == nil || !strings.Contains(err.Error(), "prefill budget must be at least 64") {
+		t.Errorf("a budget of 16: got %v", err)
 	}
 }

@@ -153,7 +153,7 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		return nil
 	}
 	enc := json.NewEncoder(stdout)
-	start := time.Now()
+	start, passes := time.Now(), e.Load().Steps
 	var generated int
 	var failed []int // lines a problem ended
 	var ttfts []float64
@@ -194,8 +194,8 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		return fmt.Errorf("--batch-file %s: %w", o.batchFile, err)
 	}
 	d := time.Since(start)
-	fmt.Fprintf(stderr, "%d sequences, %d tokens generated in %.2f s: %.1f tokens/s aggregate (--batch-size %d); first token after %s s (median, max)\n",
-		len(reqs), generated, d.Seconds(), float64(generated)/d.Seconds(), o.batchSize, medianMax(ttfts))
+	fmt.Fprintf(stderr, "%d sequences, %d tokens generated in %.2f s: %.1f tokens/s aggregate (--batch-size %d, %d forward passes); first token after %s s (median, max)\n",
+		len(reqs), generated, d.Seconds(), float64(generated)/d.Seconds(), o.batchSize, e.Load().Steps-passes, medianMax(ttfts))
 	if len(failed) > 0 {
 		return fmt.Errorf("--batch-file %s: %d of %d lines ended with an error (their \"error\" says why), the first at line %d",
 			o.batchFile, len(failed), len(reqs), failed[0])

@@ -31,6 +31,7 @@ func init() {
 			fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on every request but /health (default $LAYERSTREAM_API_KEY)")
 			fs.IntVar(&o.parallel, "parallel", 16, "most sequences generated together (the batch); more requests wait in the queue")
 			fs.IntVar(&o.queue, "max-queue", 64, "most requests waiting beyond the batch; one more is answered 429")
+			fs.IntVar(&o.eng.PrefillBudget, "prefill-budget", engine.DefaultPrefillBudget, "most prompt tokens a step computes beside the sequences decoding (at least 64; 0: no bound): joining prompts are computed in chunks, so running answers keep streaming")
 			fs.IntVar(&o.maxTokens, "max-tokens", 2048, "most tokens a request may generate (max_tokens), and the default of chat requests")
 			fs.Var(byteSize{&o.maxBody}, "max-body", "largest request body, a `size` (default 4MiB)")
 			fs.DurationVar(&o.grace, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C: how long requests in flight may take to finish before they are cancelled")
@@ -76,6 +77,11 @@ func (o *serveOptions) check() error {
 		return usageErrorf("--max-tokens must be at least 1, got %d", o.maxTokens)
 	case o.port < 0 || o.port > 65535:
 		return usageErrorf("--port must be in [0, 65535], got %d", o.port)
+	case o.eng.PrefillBudget < 0 || (o.eng.PrefillBudget > 0 && o.eng.PrefillBudget < 64):
+		return usageErrorf("--prefill-budget must be 0 (no bound) or at least 64 tokens, got %d", o.eng.PrefillBudget)
+	}
+	if o.eng.PrefillBudget == 0 {
+		o.eng.PrefillBudget = -1 // engine.Options: negative is no bound
 	}
 	if ip := net.ParseIP(o.host); (ip == nil || !ip.IsLoopback()) && o.host != "localhost" && o.apiKey == "" {
 		return usageErrorf("--host %s accepts connections from other machines: give --api-key (or $LAYERSTREAM_API_KEY; see %s)", o.host, guard.Anchor(guard.SectionServer))

@@ -105,6 +105,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model", "m", "--host", "0.0.0.0"}, "give --api-key"},
 		{[]string{"serve", "--model", "m", "--parallel", "0"}, "--parallel must be at least 1"},
 		{[]string{"serve", "--model", "m", "--max-body", "huge"}, `invalid value "huge" for flag -max-body`},
+		{[]string{"serve", "--model", "m", "--prefill-budget", "16"}, "--prefill-budget must be 0 (no bound) or at least 64 tokens, got 16"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
