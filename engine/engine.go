@@ -226,11 +226,12 @@ type Engine struct {
 	tok     *tokenizer.Tokenizer
 	tokErr  error
 
-	sched      scheduler      // the batch loop's queue (loop.go)
-	bkv        *kvcache.Store // the batch loop's cache: one row per sequence
-	rowBusy    []bool         // bkv rows in use by a sequence
-	rowSession []*Session     // bkv rows kept by a session
-	step       atomic.Int64   // the profiler's step label: 0 prefill, 1.. decode
+	sched         scheduler      // the batch loop's queue (loop.go)
+	logitsWaiting atomic.Int32   // Logits calls waiting for the lock: the loop stops its stream between steps
+	bkv           *kvcache.Store // the batch loop's cache: one row per sequence
+	rowBusy       []bool         // bkv rows in use by a sequence
+	rowSession    []*Session     // bkv rows kept by a session
+	step          atomic.Int64   // the profiler's step label: 0 prefill, 1.. decode
 
 	mu     sync.Mutex
 	closed bool
@@ -567,6 +568,7 @@ func (e *Engine) Stats() Stats {
 // with ErrClosed). The Engine is unusable afterwards.
 func (e *Engine) Close() error {
 	e.closeQueue()
+	e.sched.loops.Wait() // the sequences in the batch end
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {

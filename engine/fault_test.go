@@ -52,6 +52,16 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 			t.Fatalf("%s: %v, want a mapped-shard fault naming %s", c.tensor, err, c.unit)
 		}
 	}
+	// The embedding, read in place from its kept mapping: generation ends with the error instead of a crash.
+	embed, _ := e.set.Unit(unitEmbed)
+	if err := os.Truncate(filepath.Join(e.set.Dir, embed.File), 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 5}, MaxNewTokens: 2}, nil)
+	var f *mappedFault
+	if !errors.As(err, &f) || f.unit != unitEmbed {
+		t.Fatalf("embedding truncated: %v, want a mapped-shard fault naming %s", err, unitEmbed)
+	}
 	// A panic that is not a fault in a mapping goes on up, from a worker too.
 	defer func() {
 		if r := recover(); r == nil || !strings.Contains(r.(error).Error(), "index out of range") {

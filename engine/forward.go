@@ -243,7 +243,11 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		return nil
 	}
 	if !e.opts.GraphDecode && !all {
-		groups, err := e.hostGroups(kv, rows, ids, embed)
+		var groups []*hostGroup
+		err := e.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
+			groups, err = e.hostGroups(kv, rows, ids, embed)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -256,13 +260,19 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 	tb := bucket(tmax)
 	lens := make([]int, b)
 	x := make([]float32, b*tb*h)
-	for i, r := range rows {
-		lens[r] = len(ids[i])
-		for j, id := range ids[i] {
-			if err := embed(x[(r*tb+j)*h:(r*tb+j+1)*h], id, kv.Len(r)+j); err != nil {
-				return nil, err
+	err = e.guardMapped(func() error { // the embedding may be read from a mapped shard
+		for i, r := range rows {
+			lens[r] = len(ids[i])
+			for j, id := range ids[i] {
+				if err := embed(x[(r*tb+j)*h:(r*tb+j+1)*h], id, kv.Len(r)+j); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	release()
 	release = func() {}
@@ -767,9 +777,12 @@ func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
 }
 
 // Logits runs one forward pass over ids (a whole sequence from position 0) and returns the logits of every
-// position: [len(ids)][vocab_size].
+// position: [len(ids)][vocab_size]. While generations run, it runs between two steps of their batch loop, which
+// waits for it (the loop's read-ahead is dropped and starts again after it).
 func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
+	e.logitsWaiting.Add(1)
 	e.mu.Lock()
+	e.logitsWaiting.Add(-1)
 	defer e.mu.Unlock()
 	if e.closed {
 		return nil, fmt.Errorf("engine: closed")

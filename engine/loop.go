@@ -49,6 +49,7 @@ type scheduler struct {
 
 	active, queued atomic.Int64
 	steps, tokens  atomic.Int64
+	loops          sync.WaitGroup // the loop goroutine, while it runs (Close waits for it)
 }
 
 // Session keeps one conversation's keys and values in the engine between its requests (Request.Session): a
@@ -117,6 +118,7 @@ func (e *Engine) submit(jobs ...*job) error {
 	s.queued.Add(int64(len(jobs)))
 	if !s.running {
 		s.running = true
+		s.loops.Add(1)
 		go e.loop()
 	}
 	return nil
@@ -195,18 +197,13 @@ func (e *Engine) admit(active []*job) ([]*job, []*job, bool) {
 	return active, joining, true
 }
 
-// loop runs steps while there are sequences to compute (see the top of this file). It holds the engine's
-// lock, which Logits and Close take too.
+// loop runs steps while there are sequences to compute (see the top of this file). It holds the engine's lock
+// during each step, and lets Logits run between two steps: then it stops its stream, whose prefetched units
+// would hold the buffers Logits' pass needs, and starts another for the next step.
 func (e *Engine) loop() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.sched.loops.Done()
 	var active, joining []*job
 	var st *stream
-	defer func() {
-		if st != nil {
-			st.stop()
-		}
-	}()
 	stopStream := func() {
 		if st != nil {
 			st.stop()
@@ -214,14 +211,17 @@ func (e *Engine) loop() {
 		}
 	}
 	for {
+		e.mu.Lock()
 		var more bool
 		if active, joining, more = e.admit(active); !more {
+			stopStream()
 			e.sched.active.Store(0)
 			if e.opts.GraphDecode && !slices.ContainsFunc(e.rowSession, func(s *Session) bool { return s != nil }) {
 				// The graphs compute every row of the cache: the next generation allocates one of its size.
 				freeKVStore(e.bkv)
 				e.bkv, e.rowBusy, e.rowSession = nil, nil, nil
 			}
+			e.mu.Unlock()
 			return
 		}
 		e.reclaimSessionRows()
@@ -241,30 +241,30 @@ func (e *Engine) loop() {
 			return false
 		})
 		e.sched.active.Store(int64(len(active)))
-		if len(active) == 0 {
-			continue
-		}
-		if st == nil {
-			st = e.newStream(context.Background(), -1, e.opts.GraphDecode)
-		}
-		if err := e.runStep(st, active); err != nil {
-			stopStream() // mid-schedule: the next pass starts a fresh stream
-		}
-		active = slices.DeleteFunc(active, func(j *job) bool {
-			if j.row < 0 { // left during the step
-				return true
+		if len(active) > 0 {
+			if st == nil {
+				st = e.newStream(context.Background(), -1, e.opts.GraphDecode)
 			}
-			return false
-		})
+			if err := e.runStep(st, active); err != nil {
+				stopStream() // mid-schedule: the next pass starts a fresh stream
+			}
+			active = slices.DeleteFunc(active, func(j *job) bool {
+				return j.row < 0 // left during the step
+			})
+		}
+		if e.logitsWaiting.Load() > 0 {
+			stopStream()
+		}
+		e.mu.Unlock()
 	}
 }
 
 // prefillAlign is where a prompt chunk that Options.PrefillBudget cuts short may end: a multiple of it, in
 // positions. The host kernels' attention (kernels.Attention) sums keys in blocks of 64 positions from the start
-// of each run of keys, the cached ones and the new ones, and the graphs' reductions in lanes of fewer: a chunk
-// ending at a multiple of 64 leaves every key in the block (lane) where one pass over the whole prompt puts it,
-// so the chunked prompt's logits are bit-identical to the one-pass prefill's (TestPrefillBudget). Chunks ending
-// elsewhere (Request.PrefillChunk, a Session's cached prefix) differ from it by rounding.
+// of each run of keys, the cached ones and the new ones: a chunk ending at a multiple of 64 leaves every key in
+// the block where one pass over the whole prompt puts it, so the chunked prompt's logits are bit-identical to the
+// one-pass prefill's; simplego's graphs too, as measured (TestPrefillBudget checks both, and fails for unaligned
+// cuts). Chunks ending elsewhere (Request.PrefillChunk, a Session's cached prefix) differ from it by rounding.
 const prefillAlign = 64
 
 // runStep runs one forward pass over the active sequences and chooses the next token of every sequence whose

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -407,5 +408,62 @@ func TestPrefillBudget(t *testing.T) {
 	}
 	if _, err := Open(ctx, model, Options{PrefillBudget: 16}); err == nil || !strings.Contains(err.Error(), "prefill budget must be at least 64") {
 		t.Errorf("a budget of 16: got %v", err)
+	}
+}
+
+// TestLogitsBetweenSteps: Logits called while a generation runs returns between two of its steps (it used to
+// wait for the batch loop to go idle), with the logits of an idle engine, and the generation goes on to its
+// solo result (the loop's stream is stopped for Logits' pass and started again).
+func TestLogitsBetweenSteps(t *testing.T) {
+	e := open(t, writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 34}), Options{})
+	ctx := context.Background()
+	ids := []int{1, 4, 9, 16, 25}
+	want, err := e.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{PromptIDs: []int{1, 2, 3}, MaxNewTokens: 40, StopIDs: []int{}}
+	alone, err := e.Generate(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens atomic.Int64
+	called := make(chan struct{})
+	type out struct {
+		logits [][]float32
+		err    error
+		tokens int64 // the generation's, when Logits returned
+	}
+	done := make(chan out, 1)
+	res, err := e.Generate(ctx, req, func(tok Token) error {
+		tokens.Add(1)
+		if tok.Step == 3 {
+			go func() {
+				close(called)
+				l, err := e.Logits(ctx, ids)
+				done <- out{l, err, tokens.Load()}
+			}()
+			<-called
+			for deadline := time.Now().Add(10 * time.Second); e.logitsWaiting.Load() == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond) // Logits waits for the step to end
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.tokens >= int64(req.MaxNewTokens) {
+		t.Errorf("Logits returned after the generation's %d tokens: it waited for the batch loop to go idle", o.tokens)
+	}
+	if d := maxDiff(o.logits, want); d != 0 {
+		t.Errorf("logits between steps differ from an idle engine's by %g", d)
+	}
+	if !slices.Equal(res.GeneratedIDs, alone.GeneratedIDs) {
+		t.Errorf("generation around Logits: %v, alone %v", res.GeneratedIDs, alone.GeneratedIDs)
 	}
 }

@@ -4,6 +4,7 @@
 //
 //	go run ./bench/loadtest                        # 64 clients, TinyLlama-1.1B shape, 22 layers: ~10-20 minutes
 //	go run ./bench/loadtest --layers 4 --clients 16 --max-tokens 16   # a few minutes
+//	go run ./bench/loadtest --burst 8                # running streams under a burst of long prompts (burst.go)
 //
 // Each of the K prompts (--sequential, default 8) is answered alone, one after the other (greedy; half before
 // the concurrent phase, half after): the sequential rate, and each prompt's reference text. C clients (--clients, default 64) send those prompts
@@ -58,6 +59,12 @@ type options struct {
 	timeout    time.Duration
 	jsonOut    bool
 	directIO   bool
+	budget     int // engine.Options.PrefillBudget of the in-process server (0: the engine's default)
+
+	// --burst (burst.go)
+	burst, running             int
+	budgets                    string
+	burstRepeat, runningTokens int
 }
 
 func main() {
@@ -73,7 +80,22 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", time.Hour, "bound on the whole run")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	flag.BoolVar(&o.directIO, "direct-io", true, "read the shards with O_DIRECT, as for a model larger than memory (what scripts/speed.sh's targets 2 and 4 measure); false: from the page cache")
+	flag.IntVar(&o.budget, "prefill-budget", 0, "the in-process server's prefill budget (engine.Options.PrefillBudget; 0: the engine's default, negative: no bound)")
+	flag.IntVar(&o.burst, "burst", 0, "instead: N clients with long prompts join at once while --running streams decode (time to first token of the burst, inter-token gaps of the running streams), for each of --prefill-budgets")
+	flag.IntVar(&o.running, "running", 4, "with --burst: streams decoding when the burst comes")
+	flag.StringVar(&o.budgets, "prefill-budgets", "-1,64", "with --burst: the prefill budgets to compare, in this order, in one run (-1: no bound, every joining prompt in one pass)")
+	flag.IntVar(&o.burstRepeat, "burst-repeat", 1, "with --burst: each burst prompt is every prompt of the list (~110 tokens) this many times")
+	flag.IntVar(&o.runningTokens, "running-tokens", 48, "with --burst: max_tokens of the running streams (they must outlast the burst)")
 	flag.Parse()
+	if o.burst > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		if err := runBurst(ctx, o); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	if o.clients < 1 || o.clients > 256 || o.sequential < 1 || o.sequential > len(prompts) || o.maxTokens < 1 {
 		fmt.Fprintf(os.Stderr, "loadtest: --clients in [1, 256], --sequential in [1, %d], --max-tokens ≥ 1\n", len(prompts))
 		os.Exit(2)
@@ -138,32 +160,13 @@ func run(ctx context.Context, o options) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
-		dio := engine.DirectIOOff
-		if o.directIO {
-			dio = engine.DirectIOOn
-		}
-		e, err = engine.Open(ctx, dir, engine.Options{MaxBatch: o.clients, DirectIO: dio, ShardDir: filepath.Join(dir, "shards")})
+		var stop func()
+		e, base, stop, err = serveInProcess(ctx, o, dir, o.budget, o.clients, o.maxTokens)
 		if err != nil {
 			return nil, err
 		}
-		defer e.Close()
-		srv, err := server.New(server.Config{Engine: e, ModelID: "loadtest", MaxInFlight: o.clients + 8, MaxTokens: o.maxTokens})
-		if err != nil {
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		sctx, stop := context.WithCancel(ctx)
 		defer stop()
-		go srv.Serve(sctx, ln, time.Second)
-		base = "http://" + ln.Addr().String() + "/v1"
-		how := "from the page cache"
-		if e.DirectIO() {
-			how = "with O_DIRECT"
-		}
-		rep.Model = fmt.Sprintf("%s (%s), streamed %s, served in process on %s", o.shape, dir, how, base)
+		rep.Model = describe(o, dir, e, base)
 	} else {
 		rep.Model = base
 	}
@@ -179,7 +182,7 @@ func run(ctx context.Context, o options) (*report, error) {
 	var seqTime time.Duration
 	sequential := func(from, to int) error {
 		for i := from; i < to; i++ {
-			a := ask(ctx, client, base, model, prompts[i], o.maxTokens)
+			a := ask(ctx, client, base, model, prompts[i], o.maxTokens, nil)
 			if a.err != nil {
 				return fmt.Errorf("sequential request %d: %w", i, a.err)
 			}
@@ -208,7 +211,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		go func() {
 			defer wg.Done()
 			<-gate
-			answers[i] = ask(ctx, client, base, model, prompts[i%o.sequential], o.maxTokens)
+			answers[i] = ask(ctx, client, base, model, prompts[i%o.sequential], o.maxTokens, nil)
 		}()
 	}
 	fmt.Fprintf(os.Stderr, "loadtest: %d concurrent clients\n", o.clients)
@@ -248,6 +251,45 @@ func run(ctx context.Context, o options) (*report, error) {
 		rep.TTFTMedian, rep.TTFTMax = ttfts[len(ttfts)/2], ttfts[len(ttfts)-1]
 	}
 	return rep, nil
+}
+
+// serveInProcess opens the synthetic checkpoint in dir with a batch of up to batch sequences and the given
+// prefill budget, and serves it on a loopback port. stop ends the server and closes the engine.
+func serveInProcess(ctx context.Context, o options, dir string, budget, batch, maxTokens int) (e *engine.Engine, base string, stop func(), err error) {
+	dio := engine.DirectIOOff
+	if o.directIO {
+		dio = engine.DirectIOOn
+	}
+	e, err = engine.Open(ctx, dir, engine.Options{MaxBatch: batch, DirectIO: dio, ShardDir: filepath.Join(dir, "shards"), PrefillBudget: budget})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	srv, err := server.New(server.Config{Engine: e, ModelID: "loadtest", MaxInFlight: batch + 8, MaxTokens: maxTokens})
+	if err != nil {
+		e.Close()
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.Close()
+		return nil, "", nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() {
+		srv.Serve(sctx, ln, time.Second)
+		close(served)
+	}()
+	return e, "http://" + ln.Addr().String() + "/v1", func() { cancel(); <-served; e.Close() }, nil
+}
+
+// describe names the model served in process.
+func describe(o options, dir string, e *engine.Engine, base string) string {
+	how := "from the page cache"
+	if e.DirectIO() {
+		how = "with O_DIRECT"
+	}
+	return fmt.Sprintf("%s (%s), streamed %s, served in process on %s", o.shape, dir, how, base)
 }
 
 // prepare writes the synthetic checkpoint (bf16, with a tokenizer) unless it is cached; the engine splits it
@@ -306,8 +348,9 @@ type answer struct {
 	err         error
 }
 
-// ask sends one greedy streaming completion and reads it to the end.
-func ask(ctx context.Context, client *http.Client, base, model, prompt string, maxTokens int) answer {
+// ask sends one greedy streaming completion and reads it to the end; onText (which may be nil) is called when
+// each piece of text arrives.
+func ask(ctx context.Context, client *http.Client, base, model, prompt string, maxTokens int, onText func(time.Time)) answer {
 	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": maxTokens, "temperature": 0,
 		"stream": true, "stream_options": map[string]bool{"include_usage": true}})
 	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/completions", strings.NewReader(string(body)))
@@ -355,8 +398,14 @@ func ask(ctx context.Context, client *http.Client, base, model, prompt string, m
 			return answer{err: errors.New(ev.Error.Message)}
 		}
 		for _, c := range ev.Choices {
-			if a.ttft == 0 && c.Text != "" {
+			if c.Text == "" {
+				continue
+			}
+			if a.ttft == 0 {
 				a.ttft = time.Since(start)
+			}
+			if onText != nil {
+				onText(time.Now())
 			}
 			a.text += c.Text
 		}
