@@ -154,7 +154,7 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 	}
 	enc := json.NewEncoder(stdout)
 	start, passes := time.Now(), e.Load().Steps
-	var generated int
+	var generated, printed int
 	var failed []int // lines a problem ended
 	var ttfts []float64
 	err = e.GenerateEach(ctx, reqs, onToken, func(i int, res *engine.Result, err error) error {
@@ -185,10 +185,11 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 				out.Warnings = append(out.Warnings, p.Error())
 			}
 		}
+		printed++
 		return enc.Encode(out)
 	})
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return fmt.Errorf("--batch-file %s: interrupted; the first %d of %d lines are printed: %w", o.batchFile, printed, len(reqs), ctx.Err())
 	}
 	if err != nil {
 		return fmt.Errorf("--batch-file %s: %w", o.batchFile, err)

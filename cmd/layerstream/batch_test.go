@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -145,5 +146,52 @@ func TestBatchFileJoinsAsLinesEnd(t *testing.T) {
 	}
 	if d.More() {
 		t.Errorf("more output lines than input lines")
+	}
+}
+
+// cancelAfter is a writer that cancels a context once it has been written n times.
+type cancelAfter struct {
+	bytes.Buffer
+	n      int
+	cancel context.CancelFunc
+}
+
+func (w *cancelAfter) Write(p []byte) (int, error) {
+	if w.n--; w.n == 0 {
+		w.cancel()
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestBatchFileInterrupted: after Ctrl-C the lines printed are complete JSON objects, the first lines of the
+// file in order (a line cut short says "cancelled"), and the error says how many.
+func TestBatchFileInterrupted(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	var lines []string
+	for i := range 12 {
+		lines = append(lines, fmt.Sprintf(`{"ids": [1, %d], "max_new_tokens": %d}`, 300+i, 3+(i%3)*100))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelAfter{n: 1, cancel: cancel}
+	o := generateOptions{model: model, batchFile: writeBatchFile(t, lines...), batchSize: 3, maxNew: 8, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+	err := runBatch(ctx, o, out, io.Discard)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "interrupted; the first") {
+		t.Fatalf("got %v, want the interruption", err)
+	}
+	d := json.NewDecoder(&out.Buffer)
+	n := 0
+	for ; d.More(); n++ {
+		var r batchResultJSON
+		if err := d.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if r.PromptIDs[1] != 300+n || (r.StopReason != "max_new_tokens" && r.StopReason != "cancelled") {
+			t.Errorf("line %d printed: %+v", n+1, r)
+		}
+	}
+	if n == 0 || !strings.Contains(err.Error(), fmt.Sprintf("the first %d of 12 lines", n)) {
+		t.Errorf("%d lines printed, error %v", n, err)
 	}
 }
