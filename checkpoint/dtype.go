@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/layerstream/layerstream/quant"
 )
 
-// DType is a tensor element type as spelled in safetensors headers.
+// DType is a tensor element type as spelled in safetensors headers, or a quantized block type as ggml names it.
 type DType string
 
 // The element types layerstream reads.
@@ -16,7 +18,22 @@ const (
 	F16  DType = "F16"
 )
 
-// Size is the number of bytes of one element.
+// The quantized block types (ggml's formats, see package quant): a tensor of one of these is stored row by row,
+// each row (the last dimension) a whole number of blocks. Shards and GGUF files hold them; safetensors do not.
+const (
+	Q8_0 DType = "Q8_0"
+	Q4_0 DType = "Q4_0"
+	Q4_1 DType = "Q4_1"
+	Q5_0 DType = "Q5_0"
+	Q5_1 DType = "Q5_1"
+	Q2_K DType = "Q2_K"
+	Q3_K DType = "Q3_K"
+	Q4_K DType = "Q4_K"
+	Q5_K DType = "Q5_K"
+	Q6_K DType = "Q6_K"
+)
+
+// Size is the number of bytes of one element; 0 for a quantized block type (see TensorBytes).
 func (d DType) Size() int {
 	switch d {
 	case F32:
@@ -27,13 +44,55 @@ func (d DType) Size() int {
 	return 0
 }
 
-// ParseDType validates a safetensors dtype string.
-func ParseDType(s string) (DType, error) {
-	switch d := DType(s); d {
-	case F32, BF16, F16:
-		return d, nil
+// Quant returns the quant package's type of d (every DType has one).
+func (d DType) Quant() (quant.Type, bool) {
+	t, err := quant.Parse(string(d))
+	return t, err == nil
+}
+
+// Quantized reports whether d is a block type.
+func (d DType) Quantized() bool {
+	t, ok := d.Quant()
+	return ok && t.Quantized()
+}
+
+// DTypeOf is the DType of a quant type.
+func DTypeOf(t quant.Type) DType { return DType(t.String()) }
+
+// TensorBytes is the byte length of a tensor of dtype d and the given shape, with the checks a header from an
+// untrusted file needs: non-negative dimensions, no overflow, and for block types a last dimension that is a
+// whole number of blocks.
+func (d DType) TensorBytes(shape []int64) (int64, error) {
+	t, ok := d.Quant()
+	if !ok {
+		return 0, fmt.Errorf("unsupported dtype %q", d)
 	}
-	return "", fmt.Errorf("unsupported dtype %q (supported: F32, BF16, F16)", s)
+	f, _ := t.Format()
+	elems := int64(1)
+	for _, n := range shape {
+		if n < 0 {
+			return 0, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+		if n != 0 && elems > math.MaxInt64/8/n {
+			return 0, fmt.Errorf("shape %v is too large", shape)
+		}
+		elems *= n
+	}
+	if f.BlockElems == 1 {
+		return elems * int64(f.BlockBytes), nil
+	}
+	if len(shape) == 0 || shape[len(shape)-1]%int64(f.BlockElems) != 0 {
+		return 0, fmt.Errorf("shape %v of %s: the last dimension must be a whole number of %d-element blocks", shape, d, f.BlockElems)
+	}
+	return elems / int64(f.BlockElems) * int64(f.BlockBytes), nil
+}
+
+// ParseDType validates a dtype string: F32, BF16, F16 or a quantized block type.
+func ParseDType(s string) (DType, error) {
+	if _, err := quant.Parse(s); err != nil {
+		return "", fmt.Errorf("unsupported dtype %q (supported: %s)", s, quant.SupportedNames())
+	}
+	return DType(s), nil
 }
 
 // BF16ToF32 converts little-endian bfloat16 bytes to float32. len(dst) must be len(src)/2.
@@ -71,29 +130,14 @@ func F16ToF32(dst []float32, src []byte) {
 }
 
 // HalfToFloat32 decodes one IEEE 754 binary16 value.
-func HalfToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // Inf or NaN
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	case exp == 0:
-		if mant == 0 {
-			return math.Float32frombits(sign)
-		}
-		// Subnormal: value = mant * 2^-24.
-		f := float32(mant) * (1.0 / (1 << 24))
-		if sign != 0 {
-			f = -f
-		}
-		return f
-	}
-	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
-}
+func HalfToFloat32(h uint16) float32 { return quant.HalfToFloat32(h) }
 
-// ToF32 converts raw little-endian tensor bytes of dtype d into float32 values.
+// ToF32 converts raw little-endian tensor bytes of dtype d into float32 values (a block type is dequantized).
 func ToF32(dst []float32, src []byte, d DType) error {
+	if d.Quantized() {
+		t, _ := d.Quant()
+		return quant.Dequantize(t, dst, src)
+	}
 	if len(src) != len(dst)*d.Size() {
 		return fmt.Errorf("convert %s: %d bytes for %d elements", d, len(src), len(dst))
 	}

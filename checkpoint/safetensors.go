@@ -85,6 +85,9 @@ func parseHeader(hdr []byte, dataStart, size int64, name string) ([]TensorInfo, 
 			return nil, fmt.Errorf("safetensors %s: tensor %q: malformed entry: %w", name, key, err)
 		}
 		dt, err := ParseDType(rt.DType)
+		if err == nil && dt.Size() == 0 {
+			err = fmt.Errorf("unsupported dtype %q (supported: F32, BF16, F16)", rt.DType)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", name, key, err)
 		}

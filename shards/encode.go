@@ -8,7 +8,13 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/layerstream/layerstream/checkpoint"
 )
+
+// shuffleWidth is the element size shuffle-zstd groups bytes by: the dtype's element size, or 1 (no
+// shuffling) for quantized block types, whose bytes mix scales and packed values.
+func shuffleWidth(d checkpoint.DType) int { return max(1, d.Size()) }
 
 // shuffle writes src to dst with the bytes of each shuffleBlock-sized block grouped by position within the
 // element: byte 0 of every element, then byte 1, and so on. A final partial block is shuffled the same way over

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"math"
 	"slices"
 
 	"github.com/layerstream/layerstream/checkpoint"
@@ -199,17 +198,11 @@ func validateTensor(t *TensorInfo, dataEnd int64) error {
 	if _, err := ParseEncoding(string(t.Encoding)); err != nil {
 		return err
 	}
-	elems := int64(1)
-	for _, d := range t.Shape {
-		if d < 0 {
-			return fmt.Errorf("negative dimension in shape %v", t.Shape)
-		}
-		if d != 0 && elems > math.MaxInt64/8/d {
-			return fmt.Errorf("shape %v is too large", t.Shape)
-		}
-		elems *= d
+	want, err := t.DType.TensorBytes(t.Shape)
+	if err != nil {
+		return err
 	}
-	if want := elems * int64(t.DType.Size()); t.Length != want {
+	if t.Length != want {
 		return fmt.Errorf("shape %v of %s needs %d bytes, header says %d", t.Shape, t.DType, want, t.Length)
 	}
 	switch {

@@ -498,7 +498,7 @@ func decodeFrame(stored, dst []byte, t TensorInfo, dec func() (*zstd.Decoder, er
 	}
 	if t.Encoding == ShuffleZstd {
 		tmp := blockPool.Get().(*[]byte)
-		unshuffleInPlace(dst, *tmp, t.DType.Size())
+		unshuffleInPlace(dst, *tmp, shuffleWidth(t.DType))
 		blockPool.Put(tmp)
 	}
 	return nil

@@ -668,7 +668,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 			return ti, err
 		}
 	}
-	stored, frames, enc, err := w.coder.encode(w.raw, w.enc, t.DType.Size())
+	stored, frames, enc, err := w.coder.encode(w.raw, w.enc, shuffleWidth(t.DType))
 	if err != nil {
 		return ti, err
 	}
