@@ -24,7 +24,23 @@ type Checkpoint struct {
 	Generation *GenerationConfig
 	// Tensors in file order (files in index order, tensors by offset).
 	Tensors []TensorInfo
-	byName  map[string]int
+	// Files, when not nil, holds the config, generation config, tokenizer and chat template files made from
+	// the metadata of a single-file model (GGUF): a split writes these instead of copying files from Dir.
+	Files  map[string][]byte
+	byName map[string]int
+}
+
+// New makes a checkpoint from tensors found elsewhere than in safetensors files (a GGUF file), with the
+// generated files a split writes in place of Dir's. It checks that tensor names are unique.
+func New(dir string, cfg *Config, gen *GenerationConfig, tensors []TensorInfo, files map[string][]byte) (*Checkpoint, error) {
+	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, Tensors: tensors, Files: files, byName: map[string]int{}}
+	for i, t := range tensors {
+		if _, dup := c.byName[t.Name]; dup {
+			return nil, fmt.Errorf("checkpoint %s: tensor %q appears twice", dir, t.Name)
+		}
+		c.byName[t.Name] = i
+	}
+	return c, nil
 }
 
 // Open reads the config files and every safetensors header in dir, validating all of them.
@@ -189,6 +205,37 @@ func ReadTensorAt(t TensorInfo, dst []byte) error {
 			err = io.ErrUnexpectedEOF
 		}
 		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
+	}
+	if t.InterleavedRotaryHeads > 0 {
+		if err := UninterleaveRotaryRows(dst, t.Shape, t.InterleavedRotaryHeads); err != nil {
+			return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
+		}
+	}
+	return nil
+}
+
+// UninterleaveRotaryRows reorders the rows of b (a tensor of the given shape, rows along the first dimension)
+// from llama.cpp's interleaved rotary layout (within each head the rotary pairs are adjacent rows 2i, 2i+1) to
+// Hugging Face's rotate-half layout (pair i is rows i and i + headDim/2): the inverse of the permutation in
+// llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute).
+func UninterleaveRotaryRows(b []byte, shape []int64, heads int) error {
+	if len(shape) == 0 || shape[0] <= 0 || heads <= 0 || shape[0]%int64(heads) != 0 || (shape[0]/int64(heads))%2 != 0 {
+		return fmt.Errorf("cannot undo the interleaved rotary row order: shape %v over %d heads (rows must split into heads of an even size)", shape, heads)
+	}
+	rows := int(shape[0])
+	if len(b)%rows != 0 {
+		return fmt.Errorf("cannot undo the interleaved rotary row order: %d bytes are not %d whole rows", len(b), rows)
+	}
+	rb, hd := len(b)/rows, rows/heads
+	src := slices.Clone(b)
+	for h := range heads {
+		for i := range hd / 2 {
+			for t := range 2 {
+				from := (h*hd + 2*i + t) * rb
+				to := (h*hd + t*hd/2 + i) * rb
+				copy(b[to:to+rb], src[from:from+rb])
+			}
+		}
 	}
 	return nil
 }

@@ -22,6 +22,11 @@ type TensorInfo struct {
 	File string
 	// Offset is the absolute byte offset of the data in File; Length its byte count.
 	Offset, Length int64
+	// InterleavedRotaryHeads, when positive, says the rows (the first dimension) are stored in llama.cpp's
+	// interleaved rotary order over that many heads, as its converter writes the q/k projections of Llama
+	// models into GGUF files: ReadTensorAt puts them back in Hugging Face's rotate-half order. Whole rows move,
+	// so a quantized row keeps its blocks.
+	InterleavedRotaryHeads int
 }
 
 // NumElements is the product of the shape (1 for a scalar).

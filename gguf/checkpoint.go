@@ -1,0 +1,193 @@
+package gguf
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// IsGGUF reports whether path names a GGUF file: a regular file that starts with the GGUF magic.
+func IsGGUF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	var m [4]byte
+	_, err = io.ReadFull(f, m[:])
+	return err == nil && string(m[:]) == Magic
+}
+
+// OpenCheckpoint opens a GGUF model file as a checkpoint: Hugging Face tensor names and shapes pointing at the
+// file's bytes (quantized blocks kept as they are, q/k rows marked for reordering), a config derived from the
+// metadata, and the generated config.json, generation_config.json, tokenizer.json and tokenizer_config.json
+// (with the chat template) in Files. Every tensor is mapped or refused by name, and so is every metadata key
+// that changes the math.
+func OpenCheckpoint(path string) (*checkpoint.Checkpoint, error) {
+	g, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := g.Checkpoint()
+	if err != nil {
+		return nil, fmt.Errorf("gguf %s: %w", path, err)
+	}
+	return ck, nil
+}
+
+// Checkpoint maps the parsed file to a checkpoint (see OpenCheckpoint).
+func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
+	emb, ok := g.Tensor("token_embd.weight")
+	if !ok {
+		return nil, fmt.Errorf("no token_embd.weight tensor")
+	}
+	if len(emb.Dims) != 2 {
+		return nil, fmt.Errorf("tensor token_embd.weight has %d dimensions, want 2", len(emb.Dims))
+	}
+	_, hasOutput := g.Tensor("output.weight")
+	cfgJSON, cfg, err := g.metaConfig(!hasOutput, int(emb.Dims[1]))
+	if err != nil {
+		return nil, err
+	}
+	arch, _, _ := g.String("general.architecture")
+	info := archs[arch]
+	var tensors []checkpoint.TensorInfo
+	for _, t := range g.Tensors {
+		hf, err := HFName(t.Name)
+		if err != nil {
+			return nil, err
+		}
+		ct := checkpoint.TensorInfo{Name: hf, DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: g.Path,
+			Offset: t.Offset, Length: t.Size}
+		if err := checkShape(hf, ct.Shape, cfg); err != nil {
+			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+		}
+		if info.interleavedRotary {
+			ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
+		}
+		tensors = append(tensors, ct)
+	}
+	slices.SortStableFunc(tensors, func(a, b checkpoint.TensorInfo) int {
+		switch {
+		case a.Offset < b.Offset:
+			return -1
+		case a.Offset > b.Offset:
+			return 1
+		}
+		return 0
+	})
+	gen, genJSON, err := g.generationConfig()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{"config.json": cfgJSON, "generation_config.json": genJSON}
+	tok, tokCfg, tmpl, err := g.TokenizerFiles()
+	if err != nil {
+		return nil, err
+	}
+	files["tokenizer.json"], files["tokenizer_config.json"] = tok, tokCfg
+	if tmpl != "" {
+		files["chat_template.jinja"] = []byte(tmpl)
+	}
+	return checkpoint.New(g.Path, cfg, gen, tensors, files)
+}
+
+// checkShape checks a tensor's Hugging Face shape against the config, so a file whose tensors disagree with
+// its metadata is refused before any work.
+func checkShape(hf string, shape []int64, c *checkpoint.Config) error {
+	h, q, kv, ff := int64(c.HiddenSize), int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim), int64(c.IntermediateSize)
+	var want []int64
+	switch {
+	case hf == "model.embed_tokens.weight", hf == "lm_head.weight":
+		want = []int64{int64(c.VocabSize), h}
+	case strings.HasSuffix(hf, "norm.weight"):
+		want = []int64{h}
+	case strings.HasSuffix(hf, "q_proj.weight"):
+		want = []int64{q, h}
+	case strings.HasSuffix(hf, "k_proj.weight"), strings.HasSuffix(hf, "v_proj.weight"):
+		want = []int64{kv, h}
+	case strings.HasSuffix(hf, "o_proj.weight"):
+		want = []int64{h, q}
+	case strings.HasSuffix(hf, "q_proj.bias"):
+		want = []int64{q}
+	case strings.HasSuffix(hf, "k_proj.bias"), strings.HasSuffix(hf, "v_proj.bias"):
+		want = []int64{kv}
+	case strings.HasSuffix(hf, "o_proj.bias"):
+		want = []int64{h}
+	case strings.HasSuffix(hf, "gate_proj.weight"), strings.HasSuffix(hf, "up_proj.weight"):
+		want = []int64{ff, h}
+	case strings.HasSuffix(hf, "down_proj.weight"):
+		want = []int64{h, ff}
+	}
+	if !slices.Equal(shape, want) {
+		return fmt.Errorf("shape %v, the metadata implies %v", shape, want)
+	}
+	return nil
+}
+
+// eogTexts are the token texts llama.cpp treats as end of generation (llama-vocab.cpp), besides the ids the
+// metadata names.
+var eogTexts = []string{"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+	"<|end_of_text|>", "<EOT>"}
+
+// generationConfig makes generation_config.json: BOS, and as stop tokens llama.cpp's end-of-generation set
+// (tokenizer.ggml.eos/eot/eom_token_id and the control tokens whose text llama.cpp recognizes).
+func (g *File) generationConfig() (*checkpoint.GenerationConfig, []byte, error) {
+	gen := map[string]any{}
+	var eog []int
+	add := func(id int) {
+		if !slices.Contains(eog, id) {
+			eog = append(eog, id)
+		}
+	}
+	for _, k := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		if v, ok, err := g.Int(k); err != nil {
+			return nil, nil, err
+		} else if ok {
+			add(v)
+		}
+	}
+	tokens, _, err := g.Strings("tokenizer.ggml.tokens")
+	if err != nil {
+		return nil, nil, err
+	}
+	types, _, err := g.Ints("tokenizer.ggml.token_type")
+	if err != nil {
+		return nil, nil, err
+	}
+	for id, t := range tokens {
+		if id < len(types) && types[id] == tokenControl && slices.Contains(eogTexts, t) {
+			add(id)
+		}
+	}
+	if v, ok, err := g.Int("tokenizer.ggml.bos_token_id"); err != nil {
+		return nil, nil, err
+	} else if ok {
+		gen["bos_token_id"] = v
+	}
+	if len(eog) > 0 {
+		gen["eos_token_id"] = eog
+	}
+	if v, ok, err := g.Int("tokenizer.ggml.padding_token_id"); err != nil {
+		return nil, nil, err
+	} else if ok {
+		gen["pad_token_id"] = v
+	}
+	b, err := json.MarshalIndent(gen, "", "  ")
+	if err != nil {
+		return nil, nil, err
+	}
+	var gc checkpoint.GenerationConfig
+	if err := json.Unmarshal(b, &gc); err != nil {
+		return nil, nil, err
+	}
+	return &gc, append(b, '\n'), nil
+}

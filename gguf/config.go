@@ -1,0 +1,237 @@
+package gguf
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// archInfo is what layerstream knows of a GGUF architecture.
+type archInfo struct {
+	hf string // the Hugging Face architectures entry
+	// interleavedRotary: llama.cpp's converter reorders the rows of q/k so rotary pairs are adjacent (the
+	// "normal" rope layout); layerstream undoes it to get Hugging Face's rotate-half layout back.
+	interleavedRotary bool
+}
+
+var archs = map[string]archInfo{
+	"llama": {hf: "LlamaForCausalLM", interleavedRotary: true},
+	"qwen2": {hf: "Qwen2ForCausalLM"},
+}
+
+// knownArchKeys are the "<arch>." metadata keys layerstream implements or that do not change the math; any other
+// key under the architecture's prefix is refused by name.
+var knownArchKeys = map[string]bool{
+	"vocab_size": true, "context_length": true, "embedding_length": true, "block_count": true,
+	"feed_forward_length": true, "attention.head_count": true, "attention.head_count_kv": true,
+	"attention.layer_norm_rms_epsilon": true, "attention.key_length": true, "attention.value_length": true,
+	"rope.dimension_count": true, "rope.freq_base": true, "rope.scaling.type": true, "rope.scaling.factor": true,
+	"rope.scaling.original_context_length": true, "rope.scaling.finetuned": true, "rope.scale_linear": true,
+	"expert_count": true, "expert_used_count": true, "attention.causal": true, "attention.sliding_window": true,
+	"pooling_type": true,
+}
+
+// knownPrefixes are metadata namespaces that do not change the forward pass.
+var knownPrefixes = []string{"general.", "tokenizer.", "quantize.", "split."}
+
+// metaConfig builds config.json (Hugging Face spelling) from the metadata, refusing by name every key that
+// changes the math and is not implemented. It returns the JSON and the parsed, validated config.
+func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.Config, error) {
+	arch, _, err := g.String("general.architecture")
+	if err != nil {
+		return nil, nil, err
+	}
+	if arch == "" {
+		return nil, nil, fmt.Errorf("no general.architecture")
+	}
+	info, ok := archs[arch]
+	if !ok {
+		names := make([]string, 0, len(archs))
+		for n := range archs {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return nil, nil, fmt.Errorf("general.architecture %q is not supported (supported: %s)", arch, strings.Join(names, ", "))
+	}
+	if t, ok, err := g.String("general.type"); err != nil {
+		return nil, nil, err
+	} else if ok && t != "model" {
+		return nil, nil, fmt.Errorf("general.type is %q: only model files are supported (not adapters or projectors)", t)
+	}
+	if n, ok, err := g.Uint("split.count"); err != nil {
+		return nil, nil, err
+	} else if ok && n > 1 {
+		return nil, nil, fmt.Errorf("split.count is %d: the model is split over several GGUF files, which is not supported (merge them with llama-gguf-split --merge)", n)
+	}
+	for _, kv := range g.KVs {
+		if rest, ok := strings.CutPrefix(kv.Key, arch+"."); ok {
+			if !knownArchKeys[rest] {
+				return nil, nil, fmt.Errorf("metadata %s is not supported (it changes the model's math in llama.cpp; layerstream does not implement it)", kv.Key)
+			}
+			continue
+		}
+		if !slices.ContainsFunc(knownPrefixes, func(p string) bool { return strings.HasPrefix(kv.Key, p) }) {
+			return nil, nil, fmt.Errorf("metadata %s is not supported (unknown key outside the %s. namespace)", kv.Key, arch)
+		}
+	}
+	key := func(k string) string { return arch + "." + k }
+	must := func(k string) (int, error) {
+		v, ok, err := g.Int(key(k))
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, fmt.Errorf("metadata %s is missing", key(k))
+		}
+		return v, nil
+	}
+	cfg := map[string]any{"architectures": []string{info.hf}, "model_type": arch, "hidden_act": "silu",
+		"tie_word_embeddings": tied}
+	for hf, k := range map[string]string{"hidden_size": "embedding_length", "intermediate_size": "feed_forward_length",
+		"num_hidden_layers": "block_count", "num_attention_heads": "attention.head_count"} {
+		v, err := must(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg[hf] = v
+	}
+	heads, hidden := cfg["num_attention_heads"].(int), cfg["hidden_size"].(int)
+	kvHeads := heads
+	if v, ok, err := g.Int(key("attention.head_count_kv")); err != nil {
+		return nil, nil, err
+	} else if ok {
+		kvHeads = v
+	}
+	cfg["num_key_value_heads"] = kvHeads
+	if heads == 0 {
+		return nil, nil, fmt.Errorf("metadata %s is 0", key("attention.head_count"))
+	}
+	headDim := hidden / heads
+	if v, ok, err := g.Int(key("attention.key_length")); err != nil {
+		return nil, nil, err
+	} else if ok {
+		headDim = v
+	}
+	if v, ok, err := g.Int(key("attention.value_length")); err != nil {
+		return nil, nil, err
+	} else if ok && v != headDim {
+		return nil, nil, fmt.Errorf("metadata %s (%d) differs from the key length (%d): not supported", key("attention.value_length"), v, headDim)
+	}
+	cfg["head_dim"] = headDim
+	if v, ok, err := g.Int(key("rope.dimension_count")); err != nil {
+		return nil, nil, err
+	} else if ok && v != headDim {
+		return nil, nil, fmt.Errorf("metadata %s is %d, the head dimension %d: partial rotary embeddings are not supported", key("rope.dimension_count"), v, headDim)
+	}
+	ctx := 2048
+	if v, ok, err := g.Int(key("context_length")); err != nil {
+		return nil, nil, err
+	} else if ok {
+		ctx = v
+	}
+	cfg["max_position_embeddings"] = ctx
+	vocab := vocabFromTensors
+	if v, ok, err := g.Int(key("vocab_size")); err != nil {
+		return nil, nil, err
+	} else if ok && v != vocab {
+		return nil, nil, fmt.Errorf("metadata %s is %d, token_embd.weight has %d rows", key("vocab_size"), v, vocab)
+	}
+	cfg["vocab_size"] = vocab
+	eps, ok, err := g.Float(key("attention.layer_norm_rms_epsilon"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		return nil, nil, fmt.Errorf("metadata %s is missing (llama.cpp requires it)", key("attention.layer_norm_rms_epsilon"))
+	}
+	cfg["rms_norm_eps"] = json.Number(strconv.FormatFloat(eps, 'g', -1, 32))
+	theta := 10000.0
+	if v, ok, err := g.Float(key("rope.freq_base")); err != nil {
+		return nil, nil, err
+	} else if ok {
+		theta = v
+	}
+	cfg["rope_theta"] = json.Number(strconv.FormatFloat(theta, 'g', -1, 32))
+	if err := g.ropeScaling(arch, cfg); err != nil {
+		return nil, nil, err
+	}
+	for _, k := range []string{"expert_count", "expert_used_count"} {
+		if v, ok, err := g.Uint(key(k)); err != nil {
+			return nil, nil, err
+		} else if ok && v != 0 {
+			return nil, nil, fmt.Errorf("metadata %s is %d: mixture-of-experts models are not supported", key(k), v)
+		}
+	}
+	if v, ok, err := g.Bool(key("attention.causal")); err != nil {
+		return nil, nil, err
+	} else if ok && !v {
+		return nil, nil, fmt.Errorf("metadata %s is false: non-causal (embedding) models are not supported", key("attention.causal"))
+	}
+	if v, ok, err := g.Int(key("attention.sliding_window")); err != nil {
+		return nil, nil, err
+	} else if ok && v > 0 {
+		cfg["sliding_window"] = v
+	}
+	if v, ok, err := g.Int("tokenizer.ggml.bos_token_id"); err != nil {
+		return nil, nil, err
+	} else if ok {
+		cfg["bos_token_id"] = v
+	}
+	if v, ok, err := g.Int("tokenizer.ggml.eos_token_id"); err != nil {
+		return nil, nil, err
+	} else if ok {
+		cfg["eos_token_id"] = v
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := checkpoint.ParseConfig(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("derived config.json: %w", err)
+	}
+	return append(b, '\n'), c, nil
+}
+
+// ropeScaling reads the rope.scaling.* keys (and the older rope.scale_linear) into config.json's rope_scaling,
+// in Hugging Face's spelling, so the engine implements or refuses it like any checkpoint's.
+func (g *File) ropeScaling(arch string, cfg map[string]any) error {
+	key := func(k string) string { return arch + "." + k }
+	typ, _, err := g.String(key("rope.scaling.type"))
+	if err != nil {
+		return err
+	}
+	factor, hasFactor, err := g.Float(key("rope.scaling.factor"))
+	if err != nil {
+		return err
+	}
+	if lin, ok, err := g.Float(key("rope.scale_linear")); err != nil {
+		return err
+	} else if ok && lin != 1 {
+		if typ != "" && typ != "linear" {
+			return fmt.Errorf("metadata %s and %s=%q disagree", key("rope.scale_linear"), key("rope.scaling.type"), typ)
+		}
+		typ, factor, hasFactor = "linear", lin, true
+	}
+	switch typ {
+	case "", "none":
+		return nil
+	case "linear", "yarn":
+		if !hasFactor {
+			return fmt.Errorf("metadata %s is %q but %s is missing", key("rope.scaling.type"), typ, key("rope.scaling.factor"))
+		}
+		rs := map[string]any{"rope_type": typ, "factor": factor}
+		if v, ok, err := g.Int(key("rope.scaling.original_context_length")); err != nil {
+			return err
+		} else if ok {
+			rs["original_max_position_embeddings"] = v
+		}
+		cfg["rope_scaling"] = rs
+		return nil
+	}
+	return fmt.Errorf("metadata %s %q is not supported (supported: none, linear, yarn)", key("rope.scaling.type"), typ)
+}

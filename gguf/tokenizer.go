@@ -1,0 +1,297 @@
+package gguf
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// llama.cpp's token types (tokenizer.ggml.token_type).
+const (
+	tokenNormal      = 1
+	tokenUnknown     = 2
+	tokenControl     = 3
+	tokenUserDefined = 4
+	tokenUnused      = 5
+	tokenByte        = 6
+)
+
+// Pre-tokenizers of byte-level BPE vocabularies, by tokenizer.ggml.pre, in tokenizer.json's terms (each the
+// Hugging Face equivalent of the regexes llama.cpp's llama-vocab.cpp applies for that name).
+var (
+	byteLevelRegex = map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+	byteLevelPlain = map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+	splitThen      = func(pattern string) map[string]any {
+		return map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": pattern}, "behavior": "Isolated", "invert": false},
+			byteLevelPlain}}
+	}
+	llama3Split = splitThen(`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`)
+	qwen2Split  = splitThen(`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`)
+	digitsThen  = map[string]any{"type": "Sequence", "pretokenizers": []any{
+		map[string]any{"type": "Digits", "individual_digits": true}, byteLevelRegex}}
+
+	preTokenizers = map[string]struct {
+		json         any
+		ignoreMerges bool // llama.cpp sets ignore_merges for these (whole-word vocabulary hits skip BPE)
+	}{
+		"gpt-2": {json: byteLevelRegex}, "phi-2": {json: byteLevelRegex},
+		"llama3": {json: llama3Split, ignoreMerges: true}, "llama-v3": {json: llama3Split, ignoreMerges: true},
+		"llama-bpe": {json: llama3Split, ignoreMerges: true},
+		"qwen2":     {json: qwen2Split}, "deepseek-r1-qwen": {json: qwen2Split}, "stablelm2": {json: qwen2Split},
+		"smollm": {json: digitsThen}, "starcoder": {json: digitsThen}, "refact": {json: digitsThen},
+		"codeshell": {json: digitsThen}, "command-r": {json: digitsThen},
+	}
+)
+
+// TokenizerFiles makes tokenizer.json and tokenizer_config.json from the tokenizer.ggml.* metadata, and
+// returns tokenizer.chat_template. Byte-level BPE vocabularies (model "gpt2") keep their merges and get the
+// pre-tokenizer tokenizer.ggml.pre names; SentencePiece vocabularies (model "llama") become a BPE with byte
+// fallback whose merges follow the scores, as llama.cpp's tokenizer merges the highest-scoring pair first.
+// Control tokens become special added tokens, user-defined tokens plain added tokens.
+func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate string, err error) {
+	model, ok, err := g.String("tokenizer.ggml.model")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if !ok {
+		return nil, nil, "", fmt.Errorf("no tokenizer.ggml.model: the file carries no tokenizer")
+	}
+	tokens, ok, err := g.Strings("tokenizer.ggml.tokens")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if !ok || len(tokens) == 0 {
+		return nil, nil, "", fmt.Errorf("no tokenizer.ggml.tokens")
+	}
+	types, ok, err := g.Ints("tokenizer.ggml.token_type")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if !ok {
+		types = make([]int, len(tokens))
+		for i := range types {
+			types[i] = tokenNormal
+		}
+	}
+	if len(types) != len(tokens) {
+		return nil, nil, "", fmt.Errorf("tokenizer.ggml.token_type has %d entries, tokenizer.ggml.tokens %d", len(types), len(tokens))
+	}
+	for _, k := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+		"tokenizer.ggml.padding_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		if v, ok, err := g.Int(k); err != nil {
+			return nil, nil, "", err
+		} else if ok && v >= len(tokens) {
+			return nil, nil, "", fmt.Errorf("metadata %s is %d, past the %d tokens", k, v, len(tokens))
+		}
+	}
+	var tok map[string]any
+	switch model {
+	case "gpt2":
+		tok, err = g.byteLevelBPE(tokens, types)
+	case "llama":
+		tok, err = g.sentencePieceBPE(tokens, types)
+	default:
+		err = fmt.Errorf("tokenizer.ggml.model %q is not supported (supported: gpt2, llama)", model)
+	}
+	if err != nil {
+		return nil, nil, "", err
+	}
+	tok["version"] = "1.0"
+	tok["added_tokens"] = addedTokens(tokens, types)
+	tok["post_processor"] = nil // tokenizer_config.json's add_bos_token / add_eos_token decide
+	if tokenizerJSON, err = json.Marshal(tok); err != nil {
+		return nil, nil, "", err
+	}
+
+	cfg := map[string]any{}
+	name := func(key string) (string, error) {
+		v, ok, err := g.Int(key)
+		if err != nil || !ok {
+			return "", err
+		}
+		return tokens[v], nil
+	}
+	for k, key := range map[string]string{"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
+		"unk_token": "tokenizer.ggml.unknown_token_id", "pad_token": "tokenizer.ggml.padding_token_id"} {
+		s, err := name(key)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if s != "" {
+			cfg[k] = s
+		}
+	}
+	// llama.cpp adds BOS by default for SentencePiece vocabularies and not for BPE ones, unless the file says.
+	addBOS := model == "llama"
+	if v, ok, err := g.Bool("tokenizer.ggml.add_bos_token"); err != nil {
+		return nil, nil, "", err
+	} else if ok {
+		addBOS = v
+	}
+	addEOS, _, err := g.Bool("tokenizer.ggml.add_eos_token")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if (addBOS && cfg["bos_token"] == nil) || (addEOS && cfg["eos_token"] == nil) {
+		return nil, nil, "", fmt.Errorf("tokenizer.ggml.add_bos_token/add_eos_token is set but the token id is missing")
+	}
+	cfg["add_bos_token"], cfg["add_eos_token"] = addBOS, addEOS
+	if chatTemplate, _, err = g.String("tokenizer.chat_template"); err != nil {
+		return nil, nil, "", err
+	}
+	if configJSON, err = json.MarshalIndent(cfg, "", "  "); err != nil {
+		return nil, nil, "", err
+	}
+	return tokenizerJSON, append(configJSON, '\n'), chatTemplate, nil
+}
+
+// addedTokens lists control tokens (special) and user-defined tokens (not special) as tokenizer.json's
+// added_tokens: llama.cpp matches both in the raw text before splitting it.
+func addedTokens(tokens []string, types []int) []map[string]any {
+	var out []map[string]any
+	for id, t := range tokens {
+		if (types[id] != tokenControl && types[id] != tokenUserDefined) || t == "" {
+			continue
+		}
+		out = append(out, map[string]any{"id": id, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
+			"normalized": false, "special": types[id] == tokenControl})
+	}
+	return out
+}
+
+func vocabMap(tokens []string) map[string]int {
+	v := make(map[string]int, len(tokens))
+	for id, t := range tokens {
+		if _, dup := v[t]; !dup {
+			v[t] = id
+		}
+	}
+	return v
+}
+
+func (g *File) byteLevelBPE(tokens []string, types []int) (map[string]any, error) {
+	merges, ok, err := g.Strings("tokenizer.ggml.merges")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("tokenizer.ggml.model is gpt2 but tokenizer.ggml.merges is missing")
+	}
+	for i, m := range merges {
+		if a, b, ok := strings.Cut(m, " "); !ok || a == "" || b == "" {
+			return nil, fmt.Errorf("tokenizer.ggml.merges[%d] %q is not two tokens separated by a space", i, m)
+		}
+	}
+	pre, _, err := g.String("tokenizer.ggml.pre")
+	if err != nil {
+		return nil, err
+	}
+	p, ok := preTokenizers[pre]
+	if !ok {
+		names := make([]string, 0, len(preTokenizers))
+		for n := range preTokenizers {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return nil, fmt.Errorf("tokenizer.ggml.pre %q is not supported (supported: %s)", pre, strings.Join(names, ", "))
+	}
+	return map[string]any{
+		"normalizer":    nil,
+		"pre_tokenizer": p.json,
+		"decoder":       map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": p.ignoreMerges,
+			"vocab": vocabMap(tokens), "merges": merges},
+	}, nil
+}
+
+// sentencePieceBPE turns a SentencePiece vocabulary with scores into a BPE: merge (a, b) exists when a, b and
+// a+b are all tokens, ranked by the score of a+b (highest first), which is the order llama.cpp's SentencePiece
+// tokenizer merges in.
+func (g *File) sentencePieceBPE(tokens []string, types []int) (map[string]any, error) {
+	scores, ok, err := g.Float32s("tokenizer.ggml.scores")
+	if err != nil {
+		return nil, err
+	}
+	if !ok || len(scores) != len(tokens) {
+		return nil, fmt.Errorf("tokenizer.ggml.model is llama but tokenizer.ggml.scores has %d entries for %d tokens", len(scores), len(tokens))
+	}
+	vocab := vocabMap(tokens)
+	type merge struct {
+		a, b  string
+		score float32
+		id    int
+	}
+	var merges []merge
+	for id, t := range tokens {
+		if types[id] != tokenNormal && types[id] != tokenUserDefined {
+			continue
+		}
+		for k := range t { // byte offsets of the runes
+			if k == 0 {
+				continue
+			}
+			a, b := t[:k], t[k:]
+			if _, ok := vocab[a]; !ok {
+				continue
+			}
+			if _, ok := vocab[b]; !ok {
+				continue
+			}
+			merges = append(merges, merge{a, b, scores[id], id})
+		}
+	}
+	slices.SortStableFunc(merges, func(x, y merge) int {
+		switch {
+		case x.score > y.score:
+			return -1
+		case x.score < y.score:
+			return 1
+		case x.id != y.id:
+			return x.id - y.id
+		}
+		return vocab[x.a] - vocab[y.a]
+	})
+	out := make([][2]string, len(merges))
+	for i, m := range merges {
+		out[i] = [2]string{m.a, m.b}
+	}
+	unk := "<unk>"
+	if v, ok, err := g.Int("tokenizer.ggml.unknown_token_id"); err != nil {
+		return nil, err
+	} else if ok {
+		unk = tokens[v]
+	}
+	byteFallback := slices.Contains(types, tokenByte)
+	prefix := true
+	if v, ok, err := g.Bool("tokenizer.ggml.add_space_prefix"); err != nil {
+		return nil, err
+	} else if ok {
+		prefix = v
+	}
+	replace := map[string]any{"type": "Replace", "pattern": map[string]string{"String": " "}, "content": "▁"}
+	normalizer := any(replace)
+	decoders := []any{map[string]any{"type": "Replace", "pattern": map[string]string{"String": "▁"}, "content": " "}}
+	if byteFallback {
+		decoders = append(decoders, map[string]any{"type": "ByteFallback"})
+	}
+	decoders = append(decoders, map[string]any{"type": "Fuse"})
+	if prefix {
+		normalizer = map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "Prepend", "prepend": "▁"}, replace}}
+		decoders = append(decoders, map[string]any{"type": "Strip", "content": " ", "start": 1, "stop": 0})
+	}
+	if !utf8.ValidString(unk) {
+		return nil, fmt.Errorf("tokenizer.ggml.unknown_token_id names a token that is not valid UTF-8")
+	}
+	return map[string]any{
+		"normalizer":    normalizer,
+		"pre_tokenizer": nil,
+		"decoder":       map[string]any{"type": "Sequence", "decoders": decoders},
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": unk, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": true, "byte_fallback": byteFallback, "ignore_merges": false,
+			"vocab": vocab, "merges": out},
+	}, nil
+}
