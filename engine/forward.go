@@ -15,6 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/kvcache"
@@ -696,6 +697,8 @@ func embedRow(dst []float32, flat any, id, h int) {
 		for i, b := range f[id*h : (id+1)*h] {
 			dst[i] = b.Float32()
 		}
+	case kernels.QuantMatrix:
+		f.DequantizeRow(dst[:h], id)
 	}
 }
 

@@ -98,7 +98,8 @@ func (a *hostArena) recycle(keep ...*hostArray) {
 	}
 }
 
-// weightData returns a weight's elements: []float32 or []bfloat16.BFloat16.
+// weightData returns a weight's elements: []float32, []bfloat16.BFloat16 or a block-quantized
+// kernels.QuantMatrix.
 func weightData(v model.Value) any { return v.(*deviceTensor).flat }
 
 func (o hostOps) Linear(x, w, b model.Value) model.Value {
@@ -114,6 +115,11 @@ func (o hostOps) Linear(x, w, b model.Value) model.Value {
 			return linearHost(o.arena, arr(x), f, bias, kernels.LinearBF16)
 		}
 		return linearHost(o.arena, arr(x), f, bias, kernels.Linear)
+	case kernels.QuantMatrix:
+		xa := arr(x)
+		y := o.arena.array(append(slices.Clone(xa.dims[:len(xa.dims)-1]), f.Rows)...)
+		kernels.LinearQuant(y.data, xa.data, f, bias)
+		return y
 	}
 	panic(fmt.Sprintf("engine: Linear of a %T weight", weightData(w)))
 }

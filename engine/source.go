@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/gguf"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -29,7 +30,8 @@ const (
 	lmHeadWeight = "lm_head.weight"
 )
 
-// openShards resolves model (a shard folder, a Hugging Face checkpoint folder or a Hub repo id) to a shard set.
+// openShards resolves model (a shard folder, a Hugging Face checkpoint folder, a GGUF file, a Hub repo id or a
+// GGUF file in one) to a shard set.
 // A checkpoint is split on first use, into opts.ShardDir or shards.DefaultDir, and the split follows it when it
 // changes (shards.Ensure). A shard folder given directly is used as it is, with a warning when the checkpoint it
 // was made from has changed since.
@@ -49,12 +51,21 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 		}
 		return set, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		return nil, fmt.Errorf("model %s: neither a shard folder (no %s) nor a checkpoint folder (no config.json)", dir, shards.ManifestFile)
-	}
-	ck, err := checkpoint.Open(dir)
+	ck, err := OpenCheckpoint(dir)
 	if err != nil {
 		return nil, err
 	}
 	return shards.Ensure(ctx, ck, shards.SplitOptions{Out: opts.ShardDir, Progress: opts.SplitProgress})
+}
+
+// OpenCheckpoint opens a source model: a GGUF file (its tensors as they are, its metadata mapped by package
+// gguf) or a Hugging Face checkpoint folder.
+func OpenCheckpoint(path string) (*checkpoint.Checkpoint, error) {
+	if gguf.IsGGUF(path) {
+		return gguf.OpenCheckpoint(path)
+	}
+	if _, err := os.Stat(filepath.Join(path, "config.json")); err != nil {
+		return nil, fmt.Errorf("model %s: neither a shard folder (no %s), a GGUF file nor a checkpoint folder (no config.json)", path, shards.ManifestFile)
+	}
+	return checkpoint.Open(path)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -258,6 +259,15 @@ func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
 		if err != nil {
 			return err
 		}
+		if raw.DType.Quantized() && len(s.shape) == 2 {
+			// A block-quantized matrix is read in place: the kernels decode its blocks in registers.
+			q, err := quantView(raw, s.shape)
+			if err != nil {
+				return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
+			}
+			w.view[i] = &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, s.shape...)}
+			continue
+		}
 		widen := raw.DType == checkpoint.BF16 && s.dtype == dtypes.Float32 && len(s.shape) == 2
 		if sameDType(raw.DType, s.dtype) || widen {
 			dt := dtypes.Float32
@@ -345,6 +355,12 @@ func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, conv
 	return converted, convTime, copied, nil
 }
 
+// quantView is a block-quantized shard tensor of the given [out, in] shape as the kernels read it, in place.
+func quantView(raw shards.Tensor, shape []int) (kernels.QuantMatrix, error) {
+	t, _ := raw.DType.Quant()
+	return kernels.NewQuantMatrix(t, raw.Data, shape[0], shape[1])
+}
+
 // rawView is a shard tensor's bytes as the flat slice of its dtype (f32 or bf16), without copying: shard data is
 // little-endian and 64-byte aligned.
 func rawView(raw shards.Tensor) any {
@@ -376,10 +392,25 @@ func bf16ToF32(dst []float32, src []uint16) {
 	}
 }
 
-// convertInto writes raw's elements into dst ([]float32 or []bfloat16.BFloat16), converting the dtype.
+// convertInto writes raw's elements into dst ([]float32 or []bfloat16.BFloat16), converting the dtype (a
+// block-quantized tensor is dequantized: the graphs, unlike the host kernels, compute on float buffers).
 // Same-dtype data is copied as bytes (little-endian host).
 func convertInto(dst any, raw shards.Tensor) error {
-	n := len(raw.Data) / max(raw.DType.Size(), 1)
+	n := 1
+	for _, d := range raw.Shape {
+		n *= int(d)
+	}
+	if b, ok := dst.([]bfloat16.BFloat16); ok && raw.DType.Quantized() {
+		if len(b) != n {
+			return fmt.Errorf("%d elements for a buffer of %d", n, len(b))
+		}
+		f := make([]float32, n)
+		if err := checkpoint.ToF32(f, raw.Data, raw.DType); err != nil {
+			return err
+		}
+		checkpoint.F32ToBF16(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), 2*n), f)
+		return nil
+	}
 	switch d := dst.(type) {
 	case []float32:
 		if len(d) != n {

@@ -187,17 +187,22 @@ func validRepoID(s string) bool {
 // Resolve returns the local folder for ref: an existing local path is returned as it is; a repo id is resolved
 // to its snapshot folder in the cache, downloading what is missing (config.json, generation_config.json,
 // tokenizer.json, tokenizer_config.json, chat_template.jinja and the safetensors weights, sharded or not) unless
-// offline.
+// offline. A GGUF file in a repository, "org/name/path/file.gguf", resolves to that one file in the snapshot,
+// downloaded alone.
 func Resolve(ctx context.Context, ref string, opts Options) (string, error) {
 	if _, err := os.Stat(ref); err == nil {
 		return ref, nil
 	}
-	if !validRepoID(ref) {
-		return "", fmt.Errorf("model %q: no such file or folder, and not a Hugging Face repo id (org/name)", ref)
+	id, file, isFile := splitFileRef(ref)
+	if !isFile && !validRepoID(ref) {
+		return "", fmt.Errorf("model %q: no such file or folder, and not a Hugging Face repo id (org/name) or a GGUF file in one (org/name/file.gguf)", ref)
 	}
 	o := opts.withDefaults()
 	if !validRevision(o.Revision) {
 		return "", fmt.Errorf("model %s: invalid revision %q", ref, o.Revision)
+	}
+	if isFile {
+		return resolveFile(ctx, id, file, o)
 	}
 	repo := newCacheRepo(o.CacheDir, ref)
 	if o.Offline {
@@ -205,6 +210,64 @@ func Resolve(ctx context.Context, ref string, opts Options) (string, error) {
 	}
 	d := &downloader{opts: o, repo: repo, id: ref}
 	return d.run(ctx)
+}
+
+// splitFileRef splits "org/name/path/file.gguf" into the repo id and the file's path in the repository.
+func splitFileRef(ref string) (id, file string, ok bool) {
+	parts := strings.SplitN(ref, "/", 3)
+	if len(parts) != 3 || !strings.HasSuffix(parts[2], ".gguf") || !safeRepoPath(parts[2]) {
+		return "", "", false
+	}
+	id = parts[0] + "/" + parts[1]
+	return id, parts[2], validRepoID(id)
+}
+
+// resolveFile returns the path of one file of repository id in the cache, downloading it (alone) unless it is
+// there or the options say offline.
+func resolveFile(ctx context.Context, id, file string, o Options) (string, error) {
+	repo := newCacheRepo(o.CacheDir, id)
+	if o.Offline {
+		commit := o.Revision
+		if !isCommit(commit) {
+			b, err := os.ReadFile(repo.refPath(o.Revision))
+			if err != nil {
+				return "", fmt.Errorf("%w: %s (revision %s) has never been downloaded into %s; run `layerstream download %s/%s` "+
+					"with network access first, or unset HF_HUB_OFFLINE", ErrOffline, id, o.Revision, o.CacheDir, id, file)
+			}
+			commit = strings.TrimSpace(string(b))
+		}
+		p := filepath.Join(repo.snapshotDir(commit), filepath.FromSlash(file))
+		if !fileExists(p) {
+			return "", fmt.Errorf("%w: %s (revision %s) is in the cache without %s", ErrOffline, id, o.Revision, file)
+		}
+		return p, nil
+	}
+	d := &downloader{opts: o, repo: repo, id: id}
+	info, err := d.repoInfo(ctx)
+	if err != nil {
+		return "", err
+	}
+	var gguf []string
+	found := false
+	for _, s := range info.Siblings {
+		found = found || s.RFilename == file
+		if strings.HasSuffix(s.RFilename, ".gguf") {
+			gguf = append(gguf, s.RFilename)
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("%w: %s (revision %s, commit %s) has no file %s (its GGUF files: %s)", ErrNotFound, id,
+			o.Revision, info.SHA, file, strings.Join(gguf, ", "))
+	}
+	d.buf = make([]byte, 1<<20)
+	d.prog = newProgress(o.Progress)
+	if err := d.fetch(ctx, info.SHA, []string{file}); err != nil {
+		return "", err
+	}
+	if err := repo.writeRef(o.Revision, info.SHA); err != nil {
+		return "", fmt.Errorf("%s: recording revision %s: %w", id, o.Revision, err)
+	}
+	return filepath.Join(repo.snapshotDir(info.SHA), filepath.FromSlash(file)), nil
 }
 
 // validRevision rejects revisions that could escape refs/ when used as a path.

@@ -817,3 +817,52 @@ func BenchmarkDownload(b *testing.B) {
 		}
 	}
 }
+
+// TestResolveGGUFFile fetches one GGUF file of a repository ("org/name/file.gguf"), alone, and finds it again
+// offline.
+func TestResolveGGUFFile(t *testing.T) {
+	isolateEnv(t)
+	h := hubtest.NewServer(t)
+	files := map[string][]byte{
+		"README.md":              []byte("# quantized"),
+		"model-Q4_K_M.gguf":      randomBytes(2, 200_000),
+		"model-Q8_0.gguf":        randomBytes(3, 300_000),
+		"sub/model-F16.gguf":     randomBytes(4, 1000),
+		"config.json":            []byte(`{}`),
+		"generation_config.json": []byte(`{}`),
+	}
+	h.AddRepo("org/quants", commit1, files)
+	opts := testOptions(t, h)
+	for _, name := range []string{"model-Q4_K_M.gguf", "sub/model-F16.gguf"} {
+		p, err := Resolve(context.Background(), "org/quants/"+name, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join(opts.CacheDir, "models--org--quants", "snapshots", commit1, name); p != want {
+			t.Fatalf("path %s, want %s", p, want)
+		}
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, files[name]) {
+			t.Fatalf("%s: content differs (%v)", name, err)
+		}
+	}
+	for _, other := range []string{"model-Q8_0.gguf", "config.json", "README.md"} {
+		if n := h.Count("GET", other); n > 0 {
+			t.Errorf("%s was downloaded; only the asked GGUF file should be", other)
+		}
+	}
+	_, err := Resolve(context.Background(), "org/quants/model-Q2_K.gguf", opts)
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "model-Q4_K_M.gguf") {
+		t.Fatalf("missing file: %v, want ErrNotFound listing the repository's GGUF files", err)
+	}
+	offline := opts
+	offline.Offline = true
+	if p, err := Resolve(context.Background(), "org/quants/model-Q4_K_M.gguf", offline); err != nil || !strings.HasSuffix(p, "model-Q4_K_M.gguf") {
+		t.Fatalf("offline, cached: %s, %v", p, err)
+	}
+	if _, err := Resolve(context.Background(), "org/quants/model-Q8_0.gguf", offline); !errors.Is(err, ErrOffline) {
+		t.Fatalf("offline, not cached: %v, want ErrOffline", err)
+	}
+	if _, err := Resolve(context.Background(), "org/quants/../x.gguf", opts); err == nil {
+		t.Fatal("a path escaping the repository resolved")
+	}
+}

@@ -17,7 +17,19 @@ import (
 // path and a short hash of it (sanitizing alone would give /x/a_b/model and /x/a/b_model one folder). A split
 // made earlier inside the checkpoint folder, <ckptDir>/layerstream (the default of earlier versions), is used
 // when it can still be written.
-func DefaultDir(ckptDir string) string {
+func DefaultDir(ckptDir string) string { return DefaultDirFor(ckptDir, None) }
+
+// DefaultDirFor is DefaultDir for a split quantized by q: the same folder with "-q8" or "-q4" appended, so
+// that differently quantized splits of one checkpoint keep folders of their own.
+func DefaultDirFor(ckptDir string, q Quantization) string {
+	d := defaultDir(ckptDir)
+	if q != None {
+		d += "-" + string(q)
+	}
+	return d
+}
+
+func defaultDir(ckptDir string) string {
 	abs, err := filepath.Abs(ckptDir)
 	if err != nil {
 		abs = filepath.Clean(ckptDir)

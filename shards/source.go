@@ -118,9 +118,12 @@ func (a SourceFile) sameIdentity(b SourceFile) bool {
 }
 
 // sourceNames lists the files of ck a split depends on: the copied config and tokenizer files, the index of a
-// sharded checkpoint, and the weight files; weights reports which are weight files.
+// sharded checkpoint, and the weight files; weights reports which are weight files. A single-file model (GGUF:
+// its config and tokenizer files are made from its metadata) depends on its one file.
 func sourceNames(ck *checkpoint.Checkpoint) (names []string, weights map[string]bool) {
-	names = append(slices.Clone(CopiedFiles), checkpoint.IndexFile)
+	if ck.Files == nil {
+		names = append(slices.Clone(CopiedFiles), checkpoint.IndexFile)
+	}
 	weights = map[string]bool{}
 	for _, t := range ck.Tensors {
 		n := filepath.Base(t.File)
@@ -148,9 +151,31 @@ func statSourceFile(dir, name string, weights bool) (SourceFile, error) {
 	return f, nil
 }
 
-// hashSourceFile fills f.SHA256: of the whole file, or of a weight file's safetensors header (its 8-byte length
-// and the JSON).
-func hashSourceFile(dir string, f *SourceFile) error {
+// sourceDir is the folder holding ck's files: Dir, or for a single-file model the file's folder.
+func sourceDir(ck *checkpoint.Checkpoint) string {
+	if ck.Files != nil {
+		return filepath.Dir(ck.Dir)
+	}
+	return ck.Dir
+}
+
+// headerEnd returns where the tensor data of a single-file model's file begins (its first tensor's offset): its
+// header, hashed as a safetensors file's is, holds the metadata the generated files come from. 0 for a
+// safetensors checkpoint.
+func headerEnd(ck *checkpoint.Checkpoint) int64 {
+	if ck.Files == nil || len(ck.Tensors) == 0 {
+		return 0
+	}
+	end := ck.Tensors[0].Offset
+	for _, t := range ck.Tensors {
+		end = min(end, t.Offset)
+	}
+	return end
+}
+
+// hashSourceFile fills f.SHA256: of the whole file, or of a weight file's header: a safetensors file's 8-byte
+// length and JSON, or with headerEnd > 0 (a GGUF file) its first headerEnd bytes.
+func hashSourceFile(dir string, f *SourceFile, headerEnd int64) error {
 	if f.Absent {
 		return nil
 	}
@@ -162,7 +187,10 @@ func hashSourceFile(dir string, f *SourceFile) error {
 	defer in.Close()
 	h := sha256.New()
 	var r io.Reader = in
-	if f.Weights {
+	switch {
+	case f.Weights && headerEnd > 0:
+		r = io.LimitReader(in, headerEnd)
+	case f.Weights:
 		var n [8]byte
 		if _, err := io.ReadFull(in, n[:]); err != nil {
 			return fmt.Errorf("shards: hashing %s: %w", path, err)
@@ -194,14 +222,15 @@ type sourceState struct {
 // readSourceState stats every file ck's split depends on and hashes those whose identity differs from prev
 // (which may be nil). A file's hash is taken after its stat, so a file changing meanwhile is caught next time.
 func readSourceState(ck *checkpoint.Checkpoint, prev *Source) (*sourceState, error) {
-	abs, err := filepath.Abs(ck.Dir)
+	abs, err := filepath.Abs(sourceDir(ck))
 	if err != nil {
 		abs = ck.Dir
 	}
 	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}}, moved: map[string]bool{}}
 	names, weights := sourceNames(ck)
+	dir := sourceDir(ck)
 	for _, name := range names {
-		f, err := statSourceFile(ck.Dir, name, weights[name])
+		f, err := statSourceFile(dir, name, weights[name])
 		if err != nil {
 			return nil, err
 		}
@@ -209,7 +238,7 @@ func readSourceState(ck *checkpoint.Checkpoint, prev *Source) (*sourceState, err
 		if had && old.sameIdentity(f) {
 			f.SHA256 = old.SHA256
 		} else {
-			if err := hashSourceFile(ck.Dir, &f); err != nil {
+			if err := hashSourceFile(dir, &f, headerEnd(ck)); err != nil {
 				return nil, err
 			}
 			if f.Weights {
@@ -253,7 +282,7 @@ func upToDate(src *Source, ck *checkpoint.Checkpoint, units []UnitInfo) (bool, s
 	}
 	names, weights := sourceNames(ck)
 	for _, name := range names {
-		f, err := statSourceFile(ck.Dir, name, weights[name])
+		f, err := statSourceFile(sourceDir(ck), name, weights[name])
 		if err != nil {
 			return false, err.Error()
 		}

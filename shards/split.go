@@ -26,6 +26,8 @@ type SplitOptions struct {
 	Out string
 	// Encoding stores tensors raw (default) or compressed; a tensor that does not shrink is stored raw.
 	Encoding Encoding
+	// Quantize stores weight matrices block-quantized (see Quantization); None keeps every dtype.
+	Quantize Quantization
 	// Progress, when set, is called as bytes of tensor data are processed (units already split count as done).
 	Progress func(done, total int64)
 }
@@ -152,7 +154,7 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 	if err != nil {
 		return nil, err
 	}
-	if set, ok := openUpToDate(out, ck, plans); ok {
+	if set, ok := openUpToDate(out, ck, plans, opts.Quantize); ok {
 		return set, nil
 	}
 	unlock, err := lockSplit(ctx, out)
@@ -161,7 +163,7 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 	}
 	defer unlock()
 	// Another process may have brought the split up to date while this one waited.
-	if set, ok := openUpToDate(out, ck, plans); ok {
+	if set, ok := openUpToDate(out, ck, plans, opts.Quantize); ok {
 		return set, nil
 	}
 	if !IsSet(out) {
@@ -171,7 +173,7 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 }
 
 // openUpToDate opens the split in out when it exists and matches ck without hashing anything.
-func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan) (*Set, bool) {
+func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan, q Quantization) (*Set, bool) {
 	set, err := Open(out)
 	if err != nil {
 		return nil, false
@@ -179,7 +181,7 @@ func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan) (*Set
 	ok, why := upToDate(set.source, ck, set.units)
 	if ok && len(plans) == len(set.units) {
 		for i, p := range plans {
-			if !holdsPlan(set.units[i], p) {
+			if !holdsPlan(set.units[i], p, q) {
 				ok, why = false, "unit "+p.name+" no longer matches the checkpoint's tensors"
 				break
 			}
@@ -202,7 +204,7 @@ func prepare(ck *checkpoint.Checkpoint, opts *SplitOptions) (string, []unitPlan,
 	}
 	out := opts.Out
 	if out == "" {
-		out = DefaultDir(ck.Dir)
+		out = DefaultDirFor(ck.Dir, opts.Quantize)
 	}
 	plans, err := planUnits(ck)
 	if err != nil {
@@ -252,8 +254,8 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, pla
 	for _, p := range plans {
 		total += p.bytes()
 	}
-	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, progress: opts.Progress, total: total, buf: NewBuffer(0),
-		hasher: newTensorHasher()}
+	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, quant: opts.Quantize, progress: opts.Progress, total: total,
+		buf: NewBuffer(0), hasher: newTensorHasher()}
 	defer w.close()
 
 	// Keep the shards that verify and hold the checkpoint's current tensors; plan the rest.
@@ -306,7 +308,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, pla
 	removeUnplanned(out, plans)
 
 	for _, name := range CopiedFiles {
-		if err := copyIfPresent(filepath.Join(ck.Dir, name), filepath.Join(out, name)); err != nil {
+		if err := copyFile(ck, name, filepath.Join(out, name)); err != nil {
 			return nil, fmt.Errorf("shards: copying %s: %w", name, err)
 		}
 	}
@@ -382,6 +384,7 @@ type splitter struct {
 	ctx      context.Context
 	out      string
 	enc      Encoding
+	quant    Quantization
 	progress func(done, total int64)
 	done     int64
 	total    int64
@@ -389,6 +392,8 @@ type splitter struct {
 	buf   *Buffer  // reused for checking existing shards
 	chunk []byte   // reused for streaming raw tensors
 	raw   []byte   // reused for whole tensors to encode
+	f32   []float32
+	qbuf  []byte   // reused for quantized tensors
 	coder *encoder // created on first encoded tensor
 	dec   *zstd.Decoder
 	files map[string]*os.File
@@ -447,7 +452,7 @@ func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *
 			return UnitInfo{}, "", false, true, nil
 		}
 	}
-	if ou, ok := old[p.name]; quick && known && ok && ou.FileSize == fst.Size() && holdsPlan(ou, p) {
+	if ou, ok := old[p.name]; quick && known && ok && ou.FileSize == fst.Size() && holdsPlan(ou, p, w.quant) {
 		return ou, hash, true, false, nil
 	}
 	u, ok := w.existing(p, old)
@@ -458,7 +463,7 @@ func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *
 		// No hash to compare with (a split made before sources were recorded, or one interrupted before its
 		// manifest): the shard's checksums are those of the bytes it was made from.
 		for i, t := range u.Tensors {
-			if t.CRC32C != crcs[i] {
+			if s := p.tensors[i]; t.CRC32C != crcs[i] && t.DType == s.DType && s.InterleavedRotaryHeads == 0 {
 				return UnitInfo{}, "", false, true, nil
 			}
 		}
@@ -506,7 +511,7 @@ func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool
 	}
 	h, err := parseShard(file, path)
 	if err == nil {
-		err = matchesPlan(h, p, w.enc)
+		err = matchesPlan(h, p, w.enc, w.quant)
 	}
 	if err == nil && old != nil {
 		if u, ok := old[p.name]; !ok || u.File != p.file() || u.FileSize != h.FileSize || !sameTensors(u.Tensors, h.Tensors) {
@@ -528,23 +533,33 @@ func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool
 }
 
 // holdsPlan reports whether u, as the manifest describes it, is unit p's shard file holding p's tensors (names,
-// dtypes, shapes), whatever their encoding.
-func holdsPlan(u UnitInfo, p unitPlan) bool {
+// shapes, and the dtypes quantization q stores them as), whatever their encoding.
+func holdsPlan(u UnitInfo, p unitPlan, q Quantization) bool {
 	return u.Name == p.name && u.File == p.file() && slices.EqualFunc(u.Tensors, p.tensors, func(t TensorInfo, s checkpoint.TensorInfo) bool {
-		return t.Name == s.Name && t.DType == s.DType && slices.Equal(t.Shape, s.Shape) && t.Length == s.Length
+		return plannedAs(t, s, q) == nil
 	})
 }
 
-// matchesPlan checks that a parsed shard holds exactly the planned tensors, stored with the asked encoding.
-func matchesPlan(h *shardHeader, p unitPlan, enc Encoding) error {
+// plannedAs checks that shard tensor t is source tensor s stored as quantization q stores it.
+func plannedAs(t TensorInfo, s checkpoint.TensorInfo, q Quantization) error {
+	want := q.target(s)
+	size, err := want.TensorBytes(s.Shape)
+	if err != nil || t.Name != s.Name || t.DType != want || !slices.Equal(t.Shape, s.Shape) || t.Length != size {
+		return fmt.Errorf("tensor %q is %s %v, the plan is %q %s %v", t.Name, t.DType, t.Shape, s.Name, want, s.Shape)
+	}
+	return nil
+}
+
+// matchesPlan checks that a parsed shard holds exactly the planned tensors, stored with the asked encoding and
+// quantization.
+func matchesPlan(h *shardHeader, p unitPlan, enc Encoding, q Quantization) error {
 	if h.Unit != p.name || h.Encoding != enc || len(h.Tensors) != len(p.tensors) {
 		return fmt.Errorf("shard holds unit %s (%d tensors, encoding %s), want %s (%d tensors, encoding %s)",
 			h.Unit, len(h.Tensors), h.Encoding, p.name, len(p.tensors), enc)
 	}
 	for i, t := range h.Tensors {
-		s := p.tensors[i]
-		if t.Name != s.Name || t.DType != s.DType || !slices.Equal(t.Shape, s.Shape) || t.Length != s.Length {
-			return fmt.Errorf("tensor %d is %q %s %v, the checkpoint has %q %s %v", i, t.Name, t.DType, t.Shape, s.Name, s.DType, s.Shape)
+		if err := plannedAs(t, p.tensors[i], q); err != nil {
+			return fmt.Errorf("tensor %d: %w", i, err)
 		}
 	}
 	return nil
@@ -632,7 +647,8 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		return ti, err
 	}
 	w.hasher.begin(t)
-	if w.enc == Raw {
+	target := w.quant.target(t)
+	if w.enc == Raw && target == t.DType && t.InterleavedRotaryHeads == 0 {
 		// Stream in chunks through one reused buffer.
 		w.chunk = grow(w.chunk, chunkSize)
 		var crc uint32
@@ -661,14 +677,33 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	if err := readAt(src, w.raw, t.Offset, t.File); err != nil {
 		return ti, err
 	}
-	ti.CRC32C = crc32c(w.raw)
-	w.hasher.Write(w.raw)
+	w.hasher.Write(w.raw) // the source bytes, as fingerprint hashes them
+	if t.InterleavedRotaryHeads > 0 {
+		if err := checkpoint.UninterleaveRotaryRows(w.raw, t.Shape, t.InterleavedRotaryHeads); err != nil {
+			return ti, err
+		}
+	}
+	data := w.raw
+	if target != t.DType {
+		if data, err = quantizeTensor(w.raw, t.DType, target, t.Shape, &w.f32, &w.qbuf); err != nil {
+			return ti, fmt.Errorf("quantizing to %s: %w", target, err)
+		}
+		ti.DType, ti.Length, ti.EncodedLength = target, int64(len(data)), int64(len(data))
+	}
+	ti.CRC32C = crc32c(data)
+	if w.enc == Raw {
+		if _, err := cw.Write(data); err != nil {
+			return ti, err
+		}
+		w.advance(t.Length)
+		return ti, nil
+	}
 	if w.coder == nil {
 		if w.coder, err = newEncoder(w.enc); err != nil {
 			return ti, err
 		}
 	}
-	stored, frames, enc, err := w.coder.encode(w.raw, w.enc, shuffleWidth(t.DType))
+	stored, frames, enc, err := w.coder.encode(data, w.enc, shuffleWidth(ti.DType))
 	if err != nil {
 		return ti, err
 	}
@@ -688,6 +723,25 @@ func readAt(f *os.File, b []byte, off int64, name string) error {
 		return fmt.Errorf("reading %s at %d: %w", name, off, err)
 	}
 	return nil
+}
+
+// copyFile writes the checkpoint's file name to dst: the generated one when the checkpoint has generated
+// files (GGUF input), else a copy of Dir's.
+func copyFile(ck *checkpoint.Checkpoint, name, dst string) error {
+	if ck.Files == nil {
+		return copyIfPresent(filepath.Join(ck.Dir, name), dst)
+	}
+	b, ok := ck.Files[name]
+	if !ok {
+		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return writeFileAtomic(dst, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
 }
 
 // copyIfPresent copies src to dst atomically; when src does not exist it removes dst.

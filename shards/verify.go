@@ -25,7 +25,8 @@ func (r *VerifyReport) OK() bool { return len(r.Problems) == 0 }
 func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyReport, error) {
 	r := &VerifyReport{}
 	buf := NewBuffer(int(s.MaxBufferSize()))
-	var src []byte
+	var src, qbuf []byte
+	var f32 []float32
 	seen := map[string]bool{}
 	for _, u := range s.units {
 		l, err := s.load(ctx, u.Name, buf, true) // every checksum, whatever the policy
@@ -49,11 +50,14 @@ func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyRep
 				continue
 			}
 			st, ok := ck.Tensor(t.Name)
+			// A tensor quantized by the split is compared with the checkpoint's quantized again (the
+			// encoders are deterministic).
+			quantized := t.DType != st.DType && t.DType.Quantized() && !st.DType.Quantized()
 			switch {
 			case !ok:
 				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s) is not in the checkpoint %s", t.Name, u.Name, ck.Dir))
 				continue
-			case st.DType != t.DType || !slices.Equal(st.Shape, t.Shape):
+			case (st.DType != t.DType && !quantized) || !slices.Equal(st.Shape, t.Shape):
 				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s) is %s %v, the checkpoint has %s %v", t.Name, u.Name, t.DType, t.Shape, st.DType, st.Shape))
 				continue
 			}
@@ -62,7 +66,15 @@ func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyRep
 				r.Problems = append(r.Problems, err.Error())
 				continue
 			}
-			if !bytes.Equal(src, t.Data) {
+			want := src
+			if quantized {
+				var err error
+				if want, err = quantizeTensor(src, st.DType, t.DType, st.Shape, &f32, &qbuf); err != nil {
+					r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s): quantizing the checkpoint's to %s: %v", t.Name, u.Name, t.DType, err))
+					continue
+				}
+			}
+			if !bytes.Equal(want, t.Data) {
 				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s, file %s) differs from the checkpoint's bytes in %s", t.Name, u.Name, u.File, st.File))
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/shards"
@@ -71,7 +72,7 @@ func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
 	if err != nil {
 		return nil, usageErrorf("--dtype: %v", err)
 	}
-	ck, err := checkpoint.Open(model)
+	ck, err := engine.OpenCheckpoint(model)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/internal/progress"
 	"github.com/layerstream/layerstream/shards"
@@ -23,6 +24,7 @@ func init() {
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			out := fs.String("out", "", "output folder (default <checkpoint>/layerstream if writable, else the layerstream cache; always the cache for a Hugging Face cache snapshot)")
 			encoding := fs.String("encoding", "raw", "tensor storage: raw, zstd or shuffle-zstd (lossless)")
+			quantize := fs.String("quantize", "none", "store weight matrices block-quantized: none, q8 (Q8_0) or q4 (Q4_K)")
 			verify := fs.Bool("verify", false, "write nothing: re-read every shard, check every checksum and compare every tensor with the checkpoint")
 			fs.BoolVar(&quiet, "quiet", false, "no progress bar (as -q)")
 			return func(ctx context.Context, args []string) error {
@@ -33,25 +35,29 @@ func init() {
 				if err != nil {
 					return usageErrorf("--encoding: %v", err)
 				}
+				q, err := shards.ParseQuantization(*quantize)
+				if err != nil {
+					return usageErrorf("--quantize: %v", err)
+				}
 				hubOpts := hub.OptionsFromEnv()
 				hubOpts.Progress = progressOut()
 				src, err := hub.Resolve(ctx, args[0], hubOpts) // a local folder comes back as it is
 				if err != nil {
 					return err
 				}
-				ck, err := checkpoint.Open(src)
+				ck, err := engine.OpenCheckpoint(src)
 				if err != nil {
 					return err
 				}
 				dir := *out
 				if dir == "" {
-					dir = shards.DefaultDir(ck.Dir)
+					dir = shards.DefaultDirFor(ck.Dir, q)
 				}
 				if *verify {
 					return verifySplit(ctx, ck, dir, os.Stdout)
 				}
 				bar := progress.New(progressOut(), "split", 0)
-				opts := shards.SplitOptions{Out: dir, Encoding: enc, Progress: bar.Update}
+				opts := shards.SplitOptions{Out: dir, Encoding: enc, Quantize: q, Progress: bar.Update}
 				start := time.Now()
 				set, err := shards.Split(ctx, ck, opts)
 				bar.Finish()

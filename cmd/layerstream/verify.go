@@ -120,7 +120,7 @@ func parseIDs(s string) ([]int, error) {
 // parsing), the float64 forward pass of package reference, and the engine's own full forward pass for its decode
 // steps (the key/value cache).
 func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
-	ck, err := checkpoint.Open(o.model)
+	ck, err := engine.OpenCheckpoint(o.model)
 	if err != nil {
 		if shards.IsSet(o.model) {
 			return fmt.Errorf("verify needs the Hugging Face checkpoint folder, whose safetensors the reference reads; %s is a shard folder (pass the checkpoint it was split from, and --shards %s)", o.model, o.model)

@@ -1,0 +1,33 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/layerstream/layerstream/quant"
+)
+
+// BenchmarkLinearQuant times LinearQuant on a TinyLlama-sized [2048×2048] weight per block format, against
+// bf16 Linear on the same shape (BenchmarkLinear): the decode kernels' weight bytes/s and FLOP rates.
+func BenchmarkLinearQuant(b *testing.B) {
+	const in, out = 2048, 2048
+	rng := rand.New(rand.NewPCG(1, 2))
+	t := &testing.T{}
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q4_K, quant.Q6_K} {
+		w := randomQuantMatrix(t, rng, typ, out, in)
+		for _, rows := range []int{1, 16, 128} {
+			b.Run(fmt.Sprintf("%s/rows=%d", typ, rows), func(b *testing.B) {
+				x, y := make([]float32, rows*in), make([]float32, rows*out)
+				for i := range x {
+					x[i] = rng.Float32() - 0.5
+				}
+				b.SetBytes(int64(len(w.Data)))
+				for b.Loop() {
+					LinearQuant(y, x, w, nil)
+				}
+				b.ReportMetric(float64(2*in*out*rows)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package shards
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/quant"
+)
+
+// Quantization is how Split stores weight matrices: as they are (None), or block-quantized (Q8, Q4).
+type Quantization string
+
+// The quantizations. Q8 stores decoder-layer matrices and an untied lm_head as Q8_0 (8.5 bits a weight: 32
+// int8 and one float16 scale per block). Q4 stores decoder-layer matrices as Q4_K (4.5 bits a weight: 256-element
+// super-blocks of 32-element sub-blocks, each with a 6-bit scale and minimum) where their rows are a whole
+// number of 256 elements, else as q4Fallback, and an untied lm_head as Q8_0 (it is not streamed, and the
+// logits are sensitive to it). Embeddings and norms keep their dtype, and so does anything already quantized.
+const (
+	None Quantization = ""
+	Q8   Quantization = "q8"
+	Q4   Quantization = "q4"
+)
+
+// q4Fallback is Q4's format for matrices whose rows are not a whole number of Q4_K super-blocks (SmolLM2's
+// 576-wide rows): Q4_1 (32-element blocks with a float16 scale and minimum, 5 bits a weight), chosen over
+// Q4_0 (4.5 bits, no minimum) for accuracy (see docs/performance.md, quantization).
+const q4Fallback = quant.Q4_1
+
+// ParseQuantization validates a --quantize value.
+func ParseQuantization(s string) (Quantization, error) {
+	switch q := Quantization(strings.ToLower(s)); q {
+	case None, "none":
+		return None, nil
+	case Q8, Q4:
+		return q, nil
+	}
+	return None, fmt.Errorf("unknown quantization %q (known: none, q8, q4)", s)
+}
+
+// target is the dtype a tensor is stored as under q: its own, or a block type. Only 2-D weights of decoder
+// layers and lm_head whose source is a float type are quantized.
+func (q Quantization) target(t checkpoint.TensorInfo) checkpoint.DType {
+	if q == None || t.DType.Quantized() || len(t.Shape) != 2 || !strings.HasSuffix(t.Name, ".weight") {
+		return t.DType
+	}
+	unit, _, _ := unitOf(t.Name)
+	var want quant.Type
+	switch {
+	case unit == "lm_head":
+		want = quant.Q8_0
+	case !strings.HasPrefix(unit, "layer."):
+		return t.DType
+	case q == Q8:
+		want = quant.Q8_0
+	case t.Shape[1]%quant.QKK == 0:
+		want = quant.Q4_K
+	default:
+		want = q4Fallback
+	}
+	f, _ := want.Format()
+	if t.Shape[1]%int64(f.BlockElems) != 0 {
+		return t.DType // rows too short for whole blocks: kept as they are
+	}
+	return checkpoint.DTypeOf(want)
+}
+
+// quantizeTensor encodes raw (a float tensor of dtype src) as the block type dst into out (grown as needed)
+// and returns the encoded bytes; f32 is reused scratch for the float values.
+func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, f32 *[]float32, out *[]byte) ([]byte, error) {
+	n := int(shape[0] * shape[1])
+	if cap(*f32) < n {
+		*f32 = make([]float32, n)
+	}
+	x := (*f32)[:n]
+	if err := checkpoint.ToF32(x, raw, src); err != nil {
+		return nil, err
+	}
+	size, err := dst.TensorBytes(shape)
+	if err != nil {
+		return nil, err
+	}
+	*out = grow(*out, int(size))
+	t, _ := dst.Quant()
+	if err := quant.Quantize(t, *out, x); err != nil {
+		return nil, err
+	}
+	return *out, nil
+}
