@@ -389,9 +389,9 @@ type splitter struct {
 	done     int64
 	total    int64
 
-	buf   *Buffer  // reused for checking existing shards
-	chunk []byte   // reused for streaming raw tensors
-	raw   []byte   // reused for whole tensors to encode
+	buf   *Buffer // reused for checking existing shards
+	chunk []byte  // reused for streaming raw tensors
+	raw   []byte  // reused for whole tensors to encode
 	f32   []float32
 	qbuf  []byte   // reused for quantized tensors
 	coder *encoder // created on first encoded tensor
