@@ -1,10 +1,29 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
+	"maps"
+	"math"
+	"sync"
 
 	"github.com/layerstream/layerstream/quant"
 )
+
+// Block-quantized matrices are multiplied as llama.cpp multiplies them: each input row is quantized once per
+// product to 8-bit integers per block (Q8_0: 32 values and a float16 scale; Q8_1: the same plus the scaled sum;
+// Q8_K: 256 values, a float32 scale and sums of 16), the weight row's blocks are multiplied with those in
+// integers (exact), and only each block's integer sums are scaled in float32. This is llama.cpp's arithmetic
+// (its activation formats per weight type, its x86 rounding), so a GGUF file gives llama.cpp's tokens; it also
+// makes the products integer work, which is where llama.cpp's CPU speed comes from. The activations' 8-bit
+// rounding adds a relative error of about 2⁻⁹ per element to each product (measured against float32 on the
+// same weights: docs/performance.md, quantization).
+//
+// The float32 part is fixed, so that the assembly (quant_amd64.s) and portable kernels give the same bits: for
+// each block, eight lanes of integer sums (lane l: elements 4l..4l+3 of every 32, times their sub-block scales
+// for K formats) are scaled and added to eight float32 accumulators (a multiply, then an add: never fused),
+// which are summed at the end as hsum8 does; the offset terms of formats with a minimum go into one scalar
+// accumulator.
 
 // QuantMatrix is a [Rows, Cols] weight matrix (the Hugging Face [out, in] layout) stored in a ggml block format,
 // row by row, each row Cols/BlockElems whole blocks: read in place from the shard it was loaded from.
@@ -19,7 +38,8 @@ type QuantMatrix struct {
 // NewQuantMatrix checks that data holds a [rows, cols] matrix of type t and returns it.
 func NewQuantMatrix(t quant.Type, data []byte, rows, cols int) (QuantMatrix, error) {
 	f, ok := t.Format()
-	if !ok || !t.Quantized() {
+	k := quantKernels[t]
+	if !ok || k == nil {
 		return QuantMatrix{}, fmt.Errorf("quantized matrix: %s is not a supported block type", t)
 	}
 	rb, err := f.RowBytes(int64(cols))
@@ -29,7 +49,7 @@ func NewQuantMatrix(t quant.Type, data []byte, rows, cols int) (QuantMatrix, err
 	if rows <= 0 || cols <= 0 || int64(len(data)) != int64(rows)*rb {
 		return QuantMatrix{}, fmt.Errorf("quantized matrix %s [%d, %d]: %d bytes, want %d", t, rows, cols, len(data), int64(rows)*rb)
 	}
-	return QuantMatrix{Type: t, Data: data, Rows: rows, Cols: cols, rowBytes: int(rb), k: quantKernelFor(t)}, nil
+	return QuantMatrix{Type: t, Data: data, Rows: rows, Cols: cols, rowBytes: int(rb), k: k}, nil
 }
 
 // Row returns the bytes of row o.
@@ -42,79 +62,416 @@ func (w QuantMatrix) DequantizeRow(dst []float32, o int) {
 	}
 }
 
-// quantKernel holds the dot products of one block format: dot1(x, row) is x · the row's dequantized values
-// (len(x) = the row's length); dot3 sets y[r·stride] = dot1(x[r·n:(r+1)·n], row) for the first 3·triples rows
-// of x, each summed exactly as dot1 sums it, the row's blocks decoded once per three input rows.
-type quantKernel struct {
-	dot1 func(x []float32, row []byte) float32
-	dot3 func(x []float32, n, triples int, row []byte, y []float32, stride int)
+// actFormat is how input rows are quantized for a weight type (llama.cpp's vec_dot_type).
+type actFormat int
+
+const (
+	actQ8_0 actFormat = iota // 32 int8 and a float16 scale per block
+	actQ8_1                  // Q8_0 plus the block's scaled sum, as float16
+	actQ8_K                  // 256 int8, a float32 scale and 16 sums of 16 per super-block
+)
+
+// qAct is input rows quantized for one product: row r's n values are qs[r·n:(r+1)·n], its block scales
+// d[r·n/B:], and for Q8_1 the scaled sums s, for Q8_K the sums of 16 bsums (nil for the other formats). The
+// buffers are reused from product to product (actPool).
+type qAct struct {
+	format   actFormat
+	n        int
+	qs       []int8
+	d, s     []float32
+	bsums    []int16
+	sBuf     []float32
+	bsumsBuf []int16
 }
 
-// quantKernelFor returns t's kernels: assembly where the CPU and the format have them (quant_amd64.go), else
-// the portable ones.
-func quantKernelFor(t quant.Type) *quantKernel {
-	if k := quantKernelAsm(t); k != nil {
-		return k
+// row returns row r's parts.
+func (a *qAct) row(r int) qActRow {
+	b := quant.QK
+	if a.format == actQ8_K {
+		b = quant.QKK
 	}
-	return portableQuantKernel(t)
+	x := qActRow{qs: a.qs[r*a.n : (r+1)*a.n], d: a.d[r*a.n/b : (r+1)*a.n/b]}
+	if a.s != nil {
+		x.s = a.s[r*a.n/b : (r+1)*a.n/b]
+	}
+	if a.bsums != nil {
+		x.bsums = a.bsums[r*a.n/16 : (r+1)*a.n/16]
+	}
+	return x
 }
 
-// portableQuantKernel decodes each block with quant's decoder (bit-exact values) and sums with four
-// accumulators, as dotF32Go does.
-func portableQuantKernel(t quant.Type) *quantKernel {
-	f, _ := t.Format()
-	dec := quant.BlockDecoder(t)
-	dot1 := func(x []float32, row []byte) float32 {
-		var buf [quant.QKK]float32
-		var s0, s1, s2, s3 float32
-		w := buf[:f.BlockElems]
-		for b := 0; b*f.BlockElems < len(x); b++ {
-			dec(w, row[b*f.BlockBytes:(b+1)*f.BlockBytes])
-			xb := x[b*f.BlockElems : (b+1)*f.BlockElems]
-			for i := 0; i < len(w); i += 4 {
-				s0 += xb[i] * w[i]
-				s1 += xb[i+1] * w[i+1]
-				s2 += xb[i+2] * w[i+2]
-				s3 += xb[i+3] * w[i+3]
+// qActRow is one quantized input row (see qAct).
+type qActRow struct {
+	qs    []int8
+	d, s  []float32
+	bsums []int16
+}
+
+var actPool = sync.Pool{New: func() any { return new(qAct) }}
+
+// quantize quantizes the rows of x (n values each) into a, in format f.
+func (a *qAct) quantize(f actFormat, x []float32, n int) {
+	rows := len(x) / n
+	a.format, a.n = f, n
+	a.qs = growSlice(a.qs, rows*n)
+	a.s, a.bsums = nil, nil
+	switch f {
+	case actQ8_0, actQ8_1:
+		nb := rows * n / quant.QK
+		a.d = growSlice(a.d, nb)
+		if f == actQ8_1 {
+			a.sBuf = growSlice(a.sBuf, nb)
+			a.s = a.sBuf
+		}
+		for b := range nb {
+			var s *float32
+			if f == actQ8_1 {
+				s = &a.s[b]
+			}
+			a.d[b] = quantizeQ8_0Block(a.qs[b*quant.QK:(b+1)*quant.QK], x[b*quant.QK:(b+1)*quant.QK], s)
+		}
+	case actQ8_K:
+		nb := rows * n / quant.QKK
+		a.d = growSlice(a.d, nb)
+		a.bsumsBuf = growSlice(a.bsumsBuf, rows*n/16)
+		a.bsums = a.bsumsBuf
+		for b := range nb {
+			a.d[b] = quantizeQ8_KBlock(a.qs[b*quant.QKK:(b+1)*quant.QKK], a.bsums[b*16:(b+1)*16], x[b*quant.QKK:(b+1)*quant.QKK])
+		}
+	}
+}
+
+func growSlice[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// quantizeQ8_0Block quantizes 32 values as llama.cpp's x86 quantize_row_q8_0/q8_1 do (scale max|x|/127, values
+// x·(127/max|x|) rounded half to even) and returns the scale rounded to float16 (as a float32); with s, it also
+// sets *s to the float16 rounding of scale·Σq (Q8_1).
+func quantizeQ8_0Block(q []int8, x []float32, s *float32) float32 {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 127
+	var id float32
+	if amax != 0 {
+		id = 127 / amax
+	}
+	sum := int32(0)
+	for i, v := range x {
+		r := int32(math.RoundToEven(float64(v * id)))
+		r = max(-128, min(127, r))
+		q[i] = int8(r)
+		sum += r
+	}
+	if s != nil {
+		*s = quant.HalfToFloat32(quant.Float32ToHalf(d * float32(sum)))
+	}
+	return quant.HalfToFloat32(quant.Float32ToHalf(d))
+}
+
+// quantizeQ8_KBlock quantizes 256 values as llama.cpp's quantize_row_q8_K_ref does (scale -127/x_max where
+// x_max is the value of largest magnitude, rounding half to even, at most 127), fills the sums of 16 and
+// returns the float32 scale.
+func quantizeQ8_KBlock(q []int8, bsums []int16, x []float32) float32 {
+	var amax, vmax float32
+	for _, v := range x {
+		if a := float32(math.Abs(float64(v))); a > amax {
+			amax, vmax = a, v
+		}
+	}
+	if amax == 0 {
+		clear(q[:quant.QKK])
+		clear(bsums[:16])
+		return 0
+	}
+	iscale := -127 / vmax
+	for i, v := range x {
+		q[i] = int8(min(127, nearestInt(iscale*v)))
+	}
+	for j := range 16 {
+		var s int16
+		for _, v := range q[16*j : 16*j+16] {
+			s += int16(v)
+		}
+		bsums[j] = s
+	}
+	return 1 / iscale
+}
+
+// nearestInt rounds half to even, as ggml's nearest_int does (|f| ≤ 2^22).
+func nearestInt(f float32) int32 {
+	v := f + 12582912
+	return int32(math.Float32bits(v)&0x007fffff) - 0x00400000
+}
+
+// hsum8 sums eight lanes as the assembly does: (a0+a4 + a2+a6) + (a1+a5 + a3+a7).
+func hsum8(a *[8]float32) float32 {
+	t0, t1, t2, t3 := a[0]+a[4], a[1]+a[5], a[2]+a[6], a[3]+a[7]
+	return (t0 + t2) + (t1 + t3)
+}
+
+// quantKernel is one block format's product: its activation format and dot(row, x), the dot product of a weight
+// row with a quantized input row.
+type quantKernel struct {
+	act actFormat
+	dot func(w []byte, x qActRow) float32
+}
+
+// quantKernels are the kernels LinearQuant uses: the portable ones, replaced by assembly where the CPU and the
+// format have it (asmKernels, quant_amd64.go).
+var quantKernels = func() map[quant.Type]*quantKernel {
+	m := maps.Clone(portableKernels)
+	maps.Copy(m, asmKernels())
+	return m
+}()
+
+// portableKernels are the Go kernels, which the assembly ones match bit for bit.
+var portableKernels = map[quant.Type]*quantKernel{
+	quant.Q8_0: {actQ8_0, dotQ8_0Go},
+	quant.Q4_0: {actQ8_0, dotQ4_0Go},
+	quant.Q5_0: {actQ8_0, dotQ5_0Go},
+	quant.Q4_1: {actQ8_1, dotQ4_1Go},
+	quant.Q5_1: {actQ8_1, dotQ5_1Go},
+	quant.Q2_K: {actQ8_K, dotKGo(decodeQ2_KInts)},
+	quant.Q3_K: {actQ8_K, dotKGo(decodeQ3_KInts)},
+	quant.Q4_K: {actQ8_K, dotKGo(decodeQ4_KInts)},
+	quant.Q5_K: {actQ8_K, dotKGo(decodeQ5_KInts)},
+	quant.Q6_K: {actQ8_K, dotKGo(decodeQ6_KInts)},
+}
+
+// lanes32 adds the products of 32 weights w and activations a into eight integer lanes (lane l: elements
+// 4l..4l+3), each times scale(l) when scale is not nil.
+func lanes32(acc *[8]int32, w, a []int8, scaleLo, scaleHi int32) {
+	for l := range 8 {
+		var s int32
+		for k := range 4 {
+			s += int32(w[4*l+k]) * int32(a[4*l+k])
+		}
+		if l < 4 {
+			acc[l] += scaleLo * s
+		} else {
+			acc[l] += scaleHi * s
+		}
+	}
+}
+
+// addLanes adds d·lanes to acc, a multiply then an add per lane.
+func addLanes(acc *[8]float32, d float32, lanes *[8]int32) {
+	for l := range 8 {
+		acc[l] += float32(d * float32(lanes[l]))
+	}
+}
+
+// dot32 is the product of a row of 32-element blocks (blockBytes each, decoded to signed or unsigned ints by
+// ints, which also returns the block's scale and minimum) with a Q8_0/Q8_1 row.
+func dot32(w []byte, x qActRow, blockBytes int, ints func(q *[32]int8, b []byte) (d, m float32)) float32 {
+	var acc [8]float32
+	var summs float32
+	var q [32]int8
+	for b := range len(x.d) {
+		d, m := ints(&q, w[b*blockBytes:(b+1)*blockBytes])
+		var lanes [8]int32
+		lanes32(&lanes, q[:], x.qs[32*b:32*b+32], 1, 1)
+		addLanes(&acc, d*x.d[b], &lanes)
+		if x.s != nil {
+			summs += float32(m * x.s[b])
+		}
+	}
+	return hsum8(&acc) + summs
+}
+
+func halfAt(b []byte, off int) float32 {
+	return quant.HalfToFloat32(binary.LittleEndian.Uint16(b[off:]))
+}
+
+func dotQ8_0Go(w []byte, x qActRow) float32 {
+	return dot32(w, x, 34, func(q *[32]int8, b []byte) (float32, float32) {
+		for i := range 32 {
+			q[i] = int8(b[2+i])
+		}
+		return halfAt(b, 0), 0
+	})
+}
+
+func dotQ4_0Go(w []byte, x qActRow) float32 {
+	return dot32(w, x, 18, func(q *[32]int8, b []byte) (float32, float32) {
+		for i := range 16 {
+			q[i], q[i+16] = int8(b[2+i]&0xf)-8, int8(b[2+i]>>4)-8
+		}
+		return halfAt(b, 0), 0
+	})
+}
+
+func dotQ5_0Go(w []byte, x qActRow) float32 {
+	return dot32(w, x, 22, func(q *[32]int8, b []byte) (float32, float32) {
+		qh := binary.LittleEndian.Uint32(b[2:])
+		for i := range 16 {
+			q[i] = int8(b[6+i]&0xf|byte(qh>>i&1)<<4) - 16
+			q[i+16] = int8(b[6+i]>>4|byte(qh>>(i+16)&1)<<4) - 16
+		}
+		return halfAt(b, 0), 0
+	})
+}
+
+func dotQ4_1Go(w []byte, x qActRow) float32 {
+	return dot32(w, x, 20, func(q *[32]int8, b []byte) (float32, float32) {
+		for i := range 16 {
+			q[i], q[i+16] = int8(b[4+i]&0xf), int8(b[4+i]>>4)
+		}
+		return halfAt(b, 0), halfAt(b, 2)
+	})
+}
+
+func dotQ5_1Go(w []byte, x qActRow) float32 {
+	return dot32(w, x, 24, func(q *[32]int8, b []byte) (float32, float32) {
+		qh := binary.LittleEndian.Uint32(b[4:])
+		for i := range 16 {
+			q[i] = int8(b[8+i]&0xf | byte(qh>>i&1)<<4)
+			q[i+16] = int8(b[8+i]>>4 | byte(qh>>(i+16)&1)<<4)
+		}
+		return halfAt(b, 0), halfAt(b, 2)
+	})
+}
+
+// kInts is a K-quant super-block as integers: 256 values, a scale and a minimum per 16 elements (minimums
+// multiply the activations' sums of 16), and the float16 d and dmin.
+type kInts struct {
+	q       [quant.QKK]int8
+	sc, mn  [16]int32
+	d, dmin float32
+	hasMin  bool
+}
+
+// dotKGo returns the portable product of a K-quant format whose super-blocks decode is given.
+func dotKGo(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
+	return func(w []byte, x qActRow) float32 {
+		var acc [8]float32
+		var summs float32
+		var k kInts
+		bb := len(w) / len(x.d)
+		for b := range len(x.d) {
+			decode(&k, w[b*bb:(b+1)*bb])
+			var lanes [8]int32
+			for g := range 8 {
+				lanes32(&lanes, k.q[32*g:32*g+32], x.qs[quant.QKK*b+32*g:quant.QKK*b+32*g+32], k.sc[2*g], k.sc[2*g+1])
+			}
+			addLanes(&acc, k.d*x.d[b], &lanes)
+			if k.hasMin {
+				var mi int32
+				for j := range 16 {
+					mi += k.mn[j] * int32(x.bsums[16*b+j])
+				}
+				summs += float32(k.dmin * x.d[b] * float32(mi))
 			}
 		}
-		return (s0 + s1) + (s2 + s3)
+		return hsum8(&acc) - summs
 	}
-	return &quantKernel{
-		dot1: dot1,
-		dot3: func(x []float32, n, triples int, row []byte, y []float32, stride int) {
-			for r := range 3 * triples {
-				y[r*stride] = dot1(x[r*n:(r+1)*n], row)
+}
+
+func decodeQ4_KInts(k *kInts, b []byte) {
+	k.d, k.dmin, k.hasMin = halfAt(b, 0), halfAt(b, 2), true
+	for j := range 8 {
+		sc, m := quant.ScaleMinK4(j, b[4:16])
+		k.sc[2*j], k.sc[2*j+1], k.mn[2*j], k.mn[2*j+1] = int32(sc), int32(sc), int32(m), int32(m)
+	}
+	qs := b[16:144]
+	for g := range 4 {
+		for l := range 32 {
+			k.q[64*g+l], k.q[64*g+32+l] = int8(qs[32*g+l]&0xf), int8(qs[32*g+l]>>4)
+		}
+	}
+}
+
+func decodeQ5_KInts(k *kInts, b []byte) {
+	k.d, k.dmin, k.hasMin = halfAt(b, 0), halfAt(b, 2), true
+	for j := range 8 {
+		sc, m := quant.ScaleMinK4(j, b[4:16])
+		k.sc[2*j], k.sc[2*j+1], k.mn[2*j], k.mn[2*j+1] = int32(sc), int32(sc), int32(m), int32(m)
+	}
+	qh, qs := b[16:48], b[48:176]
+	for g := range 4 {
+		for l := range 32 {
+			k.q[64*g+l] = int8(qs[32*g+l]&0xf | (qh[l]>>(2*g)&1)<<4)
+			k.q[64*g+32+l] = int8(qs[32*g+l]>>4 | (qh[l]>>(2*g+1)&1)<<4)
+		}
+	}
+}
+
+func decodeQ6_KInts(k *kInts, b []byte) {
+	ql, qh, sc := b[:128], b[128:192], b[192:208]
+	k.d, k.hasMin = halfAt(b, 208), false
+	for j := range 16 {
+		k.sc[j] = int32(int8(sc[j]))
+	}
+	for n := range 2 {
+		l4, h4 := ql[64*n:], qh[32*n:]
+		for l := range 32 {
+			k.q[128*n+l] = int8(l4[l]&0xf|(h4[l]&3)<<4) - 32
+			k.q[128*n+32+l] = int8(l4[l+32]&0xf|(h4[l]>>2&3)<<4) - 32
+			k.q[128*n+64+l] = int8(l4[l]>>4|(h4[l]>>4&3)<<4) - 32
+			k.q[128*n+96+l] = int8(l4[l+32]>>4|(h4[l]>>6&3)<<4) - 32
+		}
+	}
+}
+
+func decodeQ2_KInts(k *kInts, b []byte) {
+	scales, qs := b[:16], b[16:80]
+	k.d, k.dmin, k.hasMin = halfAt(b, 80), halfAt(b, 82), true
+	for j := range 16 {
+		k.sc[j], k.mn[j] = int32(scales[j]&0xf), int32(scales[j]>>4)
+	}
+	for i := range 16 {
+		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
+		for l := range 16 {
+			k.q[16*i+l] = int8(qs[32*grp+half+l] >> shift & 3)
+		}
+	}
+}
+
+func decodeQ3_KInts(k *kInts, b []byte) {
+	hmask, qs, sc := b[:32], b[32:96], b[96:108]
+	k.d, k.hasMin = halfAt(b, 108), false
+	for i := range 16 {
+		lo := sc[i%8] >> (4 * (i / 8)) & 0xf
+		hi := sc[8+i%4] >> (2 * (i / 4)) & 3
+		k.sc[i] = int32(lo|hi<<4) - 32
+		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
+		for l := range 16 {
+			q := int8(qs[32*grp+half+l] >> shift & 3)
+			if hmask[half+l]>>(i/2)&1 == 0 {
+				q -= 4
 			}
-		},
+			k.q[16*i+l] = q
+		}
 	}
 }
 
 // LinearQuant sets y[r·out+o] = x[r·in:(r+1)·in] · w's row o (+ bias[o] when bias is not nil) for every input row
-// r of x and every output o, where in = w.Cols and out = w.Rows: Linear for a block-quantized matrix. Each
-// block is decoded in registers (or, in the portable kernels, into a block-sized buffer on the stack) and
-// multiplied with the activations at once: the matrix is never expanded. As in Linear, each weight row serves a
-// block of input rows three at a time, and each output is summed exactly as the one-row kernel sums it.
+// r of x and every output o, where in = w.Cols and out = w.Rows: Linear for a block-quantized matrix, computed as
+// llama.cpp computes it (see the top of this file). The input rows are quantized once; then each weight row,
+// read once, serves the block of input rows (the matrix is never expanded), and each output is computed by the
+// same dot product whatever the number of rows, so a sequence gives the same bits alone and in a batch.
 func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
-	block := linearRowBlock(in)
-	k := w.k
+	a := actPool.Get().(*qAct)
+	defer actPool.Put(a)
+	a.quantize(w.k.act, x[:rows*in], in)
+	xr := make([]qActRow, rows)
+	for r := range xr {
+		xr[r] = a.row(r)
+	}
+	dot := w.k.dot
 	ParallelFor(out, func(lo, hi int) {
-		for rb := 0; rb < rows; rb += block {
-			re := min(rb+block, rows)
-			triples := (re - rb) / 3
-			for o := lo; o < hi; o++ {
-				wr := w.Row(o)
-				if triples > 0 {
-					if !rowsFit(len(x[rb*in:re*in]), in, len(y[rb*out+o:]), out, triples) {
-						return
-					}
-					k.dot3(x[rb*in:re*in], in, triples, wr, y[rb*out+o:], out)
-				}
-				for r := rb + 3*triples; r < re; r++ {
-					y[r*out+o] = k.dot1(x[r*in:(r+1)*in], wr)
-				}
+		for o := lo; o < hi; o++ {
+			wr := w.Row(o)
+			for r := range rows {
+				y[r*out+o] = dot(wr, xr[r])
 			}
 		}
 		if bias != nil {

@@ -2,45 +2,34 @@ package kernels
 
 import "github.com/layerstream/layerstream/quant"
 
-// The AVX2 quantized dot products (quant_amd64.s) also need F16C (VCVTPH2PS), which every CPU with AVX2 and FMA
-// has.
+// The assembly kernels (quant_amd64.s) need AVX2 and F16C (every CPU with AVX2 and FMA has F16C).
 
 //go:noescape
-func dotQ8_0AVX2(x []float32, b []byte) float32
+func dotQ8_0AVX2(b []byte, qs []int8, d []float32) float32
 
 //go:noescape
-func dotQ8_0x3AVX2(x []float32, n, triples int, b []byte, y []float32, stride int)
+func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
 
 //go:noescape
-func dotQ4_0AVX2(x []float32, b []byte) float32
+func dotQ4_1AVX2(b []byte, qs []int8, d, s []float32) float32
 
 //go:noescape
-func dotQ4_0x3AVX2(x []float32, n, triples int, b []byte, y []float32, stride int)
+func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
-func dotQ4_1AVX2(x []float32, b []byte) float32
+func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 
-//go:noescape
-func dotQ4_1x3AVX2(x []float32, n, triples int, b []byte, y []float32, stride int)
-
-//go:noescape
-func dotQ4_KAVX2(x []float32, b []byte) float32
-
-//go:noescape
-func dotQ4_Kx3AVX2(x []float32, n, triples int, b []byte, y []float32, stride int)
-
-// asmQuantKernels are the formats with assembly kernels.
-var asmQuantKernels = map[quant.Type]*quantKernel{
-	quant.Q8_0: {dot1: dotQ8_0AVX2, dot3: dotQ8_0x3AVX2},
-	quant.Q4_0: {dot1: dotQ4_0AVX2, dot3: dotQ4_0x3AVX2},
-	quant.Q4_1: {dot1: dotQ4_1AVX2, dot3: dotQ4_1x3AVX2},
-	quant.Q4_K: {dot1: dotQ4_KAVX2, dot3: dotQ4_Kx3AVX2},
-}
-
-// quantKernelAsm returns t's assembly kernels, or nil where the CPU or the format has none.
-func quantKernelAsm(t quant.Type) *quantKernel {
+// asmKernels returns the assembly kernels the CPU can run. Each reads len(x.d) blocks; the callers guarantee
+// that the row holds that many (NewQuantMatrix checked the sizes).
+func asmKernels() map[quant.Type]*quantKernel {
 	if !useAVX2 {
 		return nil
 	}
-	return asmQuantKernels[t]
+	return map[quant.Type]*quantKernel{
+		quant.Q8_0: {actQ8_0, func(w []byte, x qActRow) float32 { return dotQ8_0AVX2(w, x.qs, x.d) }},
+		quant.Q4_0: {actQ8_0, func(w []byte, x qActRow) float32 { return dotQ4_0AVX2(w, x.qs, x.d) }},
+		quant.Q4_1: {actQ8_1, func(w []byte, x qActRow) float32 { return dotQ4_1AVX2(w, x.qs, x.d, x.s) }},
+		quant.Q4_K: {actQ8_K, func(w []byte, x qActRow) float32 { return dotQ4_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.Q6_K: {actQ8_K, func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
+	}
 }

@@ -8,14 +8,13 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// BenchmarkLinearQuant times LinearQuant on a TinyLlama-sized [2048×2048] weight per block format, against
-// bf16 Linear on the same shape (BenchmarkLinear): the decode kernels' weight bytes/s and FLOP rates.
+// BenchmarkLinearQuant times LinearQuant on a TinyLlama-sized [2048×2048] weight per block format (compare
+// BenchmarkLinear's bf16): the weight bytes/s of decode (1 row) and the FLOP rate of batches.
 func BenchmarkLinearQuant(b *testing.B) {
 	const in, out = 2048, 2048
 	rng := rand.New(rand.NewPCG(1, 2))
-	t := &testing.T{}
 	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q4_K, quant.Q6_K} {
-		w := randomQuantMatrix(t, rng, typ, out, in)
+		w := randomQuantMatrix(b, rng, typ, out, in)
 		for _, rows := range []int{1, 16, 128} {
 			b.Run(fmt.Sprintf("%s/rows=%d", typ, rows), func(b *testing.B) {
 				x, y := make([]float32, rows*in), make([]float32, rows*out)

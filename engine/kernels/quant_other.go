@@ -4,5 +4,5 @@ package kernels
 
 import "github.com/layerstream/layerstream/quant"
 
-// quantKernelAsm returns nil: this architecture has only the portable kernels.
-func quantKernelAsm(quant.Type) *quantKernel { return nil }
+// asmKernels returns no kernels: this architecture has only the portable ones.
+func asmKernels() map[quant.Type]*quantKernel { return nil }

@@ -1,21 +1,24 @@
 package kernels
 
 import (
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/layerstream/layerstream/quant"
 )
 
-// quantTypes are the block formats the kernels serve.
-var quantTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q2_K, quant.Q3_K,
+// quantTypes are the block formats the kernels multiply.
+var quantTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q2_K, quant.Q3_K,
 	quant.Q4_K, quant.Q5_K, quant.Q6_K}
 
 // randomQuantMatrix makes a [rows, cols] matrix of type t: encoded from N(0, 0.02) weights where quant can
 // encode t, else random blocks whose float16 scales are set to sane values (as gguf-py's test vectors do).
-func randomQuantMatrix(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int) QuantMatrix {
+func randomQuantMatrix(t testing.TB, rng *rand.Rand, typ quant.Type, rows, cols int) QuantMatrix {
 	t.Helper()
 	f, _ := typ.Format()
 	data := make([]byte, rows*cols/f.BlockElems*f.BlockBytes)
@@ -31,22 +34,9 @@ func randomQuantMatrix(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols 
 			binary.LittleEndian.PutUint16(data[off:], quant.Float32ToHalf(float32(1e-4+rng.Float64()*1e-2)))
 		}
 		for b := 0; b < len(data); b += f.BlockBytes {
-			switch typ {
-			case quant.Q5_0:
-				half(b)
-			case quant.Q5_1:
-				half(b)
-				half(b + 2)
-			case quant.Q2_K:
-				half(b + 80)
-				half(b + 82)
-			case quant.Q3_K:
-				half(b + 108)
-			case quant.Q5_K:
-				half(b)
-				half(b + 2)
-			case quant.Q6_K:
-				half(b + 208)
+			for _, off := range map[quant.Type][]int{quant.Q5_0: {0}, quant.Q5_1: {0, 2}, quant.Q2_K: {80, 82},
+				quant.Q3_K: {108}, quant.Q5_K: {0, 2}, quant.Q6_K: {208}}[typ] {
+				half(b + off)
 			}
 		}
 	}
@@ -57,45 +47,151 @@ func randomQuantMatrix(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols 
 	return m
 }
 
-// refDot is x · the dequantized row in float64, and Σ|x·w| (the scale of its rounding error).
-func refDot(x []float32, w QuantMatrix, o int) (dot, mag float64) {
-	row := make([]float32, w.Cols)
-	w.DequantizeRow(row, o)
-	for i, v := range row {
-		p := float64(x[i]) * float64(v)
-		dot += p
-		mag += math.Abs(p)
+// llamaCppDots are llama.cpp's own activation blocks and dot products (scripts/fixtures/llamacpp_dots.py).
+type llamaCppDots struct {
+	Meta struct {
+		N, Rows int
+		X       string
 	}
-	return dot, mag
+	Cases []struct {
+		Type    string
+		Act     string
+		Weights string
+		Acts    []string
+		Dots    [][]float64
+	}
 }
 
-// TestQuantKernels checks every format's kernels (assembly where the CPU has them, and the portable ones)
-// against a float64 dot product with the dequantized rows, and that the three-row kernels give each row's
-// one-row result bit for bit.
-func TestQuantKernels(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, typ := range quantTypes {
-		for _, cols := range []int{256, 768} {
-			const rows = 7
-			w := randomQuantMatrix(t, rng, typ, 5, cols)
-			x := make([]float32, rows*cols)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
+func unb64(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// llamaCppAct turns llama.cpp's activation blocks (block_q8_0: f16 d, 32 int8; block_q8_1: f16 d, f16 s, 32
+// int8; block_q8_K: f32 d, 256 int8, 16 int16 sums) into a qActRow.
+func llamaCppAct(b []byte, format string, n int) qActRow {
+	var x qActRow
+	switch format {
+	case "q8_0", "q8_1":
+		size, off := 34, 2
+		if format == "q8_1" {
+			size, off = 36, 4
+		}
+		for i := 0; i < len(b); i += size {
+			x.d = append(x.d, quant.HalfToFloat32(binary.LittleEndian.Uint16(b[i:])))
+			if format == "q8_1" {
+				x.s = append(x.s, quant.HalfToFloat32(binary.LittleEndian.Uint16(b[i+2:])))
 			}
-			for name, k := range map[string]*quantKernel{"selected": quantKernelFor(typ), "portable": portableQuantKernel(typ)} {
-				for o := range w.Rows {
-					row := w.Row(o)
-					y := make([]float32, 2*rows)
-					k.dot3(x, cols, 2, row, y, 2) // rows 0..5 at stride 2
-					for r := range rows {
-						got := k.dot1(x[r*cols:(r+1)*cols], row)
-						want, mag := refDot(x[r*cols:(r+1)*cols], w, o)
-						if d := math.Abs(float64(got) - want); d > 1e-6*mag+1e-12 {
-							t.Fatalf("%s %s cols %d row %d input %d: %g, float64 %g (|x·w| %g)", name, typ, cols, o, r, got, want, mag)
-						}
-						if r < 6 && math.Float32bits(y[2*r]) != math.Float32bits(got) {
-							t.Fatalf("%s %s cols %d: three-row kernel gives input %d %g, one-row %g", name, typ, cols, r, y[2*r], got)
-						}
+			for _, v := range b[i+off : i+off+32] {
+				x.qs = append(x.qs, int8(v))
+			}
+		}
+	case "q8_K":
+		for i := 0; i < len(b); i += 292 {
+			x.d = append(x.d, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
+			for _, v := range b[i+4 : i+260] {
+				x.qs = append(x.qs, int8(v))
+			}
+			for j := range 16 {
+				x.bsums = append(x.bsums, int16(binary.LittleEndian.Uint16(b[i+260+2*j:])))
+			}
+		}
+	}
+	return x
+}
+
+func sameRow(a, b qActRow) bool {
+	eq := func(x, y []float32) bool {
+		if len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	if len(a.qs) != len(b.qs) || len(a.bsums) != len(b.bsums) || !eq(a.d, b.d) || !eq(a.s, b.s) {
+		return false
+	}
+	for i := range a.qs {
+		if a.qs[i] != b.qs[i] {
+			return false
+		}
+	}
+	for i := range a.bsums {
+		if a.bsums[i] != b.bsums[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// magnitude is Σ|w·a| over the dequantized weight row and quantized activations: the scale of a dot product's
+// float32 rounding.
+func magnitude(w QuantMatrix, o int, x qActRow) float64 {
+	row := make([]float32, w.Cols)
+	w.DequantizeRow(row, o)
+	b := quant.QK
+	if len(x.bsums) > 0 {
+		b = quant.QKK
+	}
+	m := 0.0
+	for i, v := range row {
+		m += math.Abs(float64(v) * float64(x.qs[i]) * float64(x.d[i/b]))
+	}
+	return m
+}
+
+// TestQuantDotsMatchLlamaCpp checks, for every weight type, that the activations quantize to llama.cpp's blocks
+// bit for bit and that the dot products equal llama.cpp's within float32 rounding (llama.cpp's x86 kernels sum
+// their float parts in another order), with the selected (assembly where present) and the portable kernels.
+func TestQuantDotsMatchLlamaCpp(t *testing.T) {
+	b, err := os.ReadFile("testdata/llamacpp_dots.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref llamaCppDots
+	if err := json.Unmarshal(b, &ref); err != nil {
+		t.Fatal(err)
+	}
+	n := ref.Meta.N
+	xb := unb64(t, ref.Meta.X)
+	x := make([]float32, len(xb)/4)
+	for i := range x {
+		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(xb[4*i:]))
+	}
+	if len(ref.Cases) != len(quantTypes) {
+		t.Fatalf("%d cases, want %d", len(ref.Cases), len(quantTypes))
+	}
+	for _, c := range ref.Cases {
+		typ, err := quant.Parse(c.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), ref.Meta.Rows, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a qAct
+		a.quantize(w.k.act, x, n)
+		for r := range len(x) / n {
+			want := llamaCppAct(unb64(t, c.Acts[r]), c.Act, n)
+			got := a.row(r)
+			if !sameRow(got, want) {
+				t.Fatalf("%s: activation row %d quantized to %s differs from llama.cpp's", c.Type, r, c.Act)
+			}
+			for o := range w.Rows {
+				tol := 2e-6*magnitude(w, o, got) + 1e-9
+				for name, k := range map[string]*quantKernel{"selected": w.k, "portable": portableKernels[typ]} {
+					d := k.dot(w.Row(o), got)
+					if math.Abs(float64(d)-c.Dots[r][o]) > tol {
+						t.Errorf("%s %s: row %d · x%d = %.9g, llama.cpp %.9g (tolerance %.2g)", name, c.Type, o, r, d, c.Dots[r][o], tol)
 					}
 				}
 			}
@@ -103,12 +199,39 @@ func TestQuantKernels(t *testing.T) {
 	}
 }
 
-// TestLinearQuant checks LinearQuant against per-row dot products (with bias), and that a row's outputs are the
-// same alone and in a batch.
+// TestQuantKernelsAgree checks the assembly kernels against the portable ones, bit for bit, on random data.
+func TestQuantKernelsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, typ := range quantTypes {
+		k := quantKernels[typ]
+		p := portableKernels[typ]
+		for _, cols := range []int{256, 1536} {
+			w := randomQuantMatrix(t, rng, typ, 4, cols)
+			x := make([]float32, 3*cols)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			var a qAct
+			a.quantize(k.act, x, cols)
+			for r := range 3 {
+				for o := range w.Rows {
+					got, want := k.dot(w.Row(o), a.row(r)), p.dot(w.Row(o), a.row(r))
+					if math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("%s cols %d: kernel %g, portable %g", typ, cols, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestLinearQuant checks LinearQuant against float32 products of the dequantized weights with the unquantized
+// inputs, within the activations' 8-bit rounding (a relative error of a few 2⁻⁹ of Σ|w·x|), with bias; and that
+// a row's outputs are the same alone and in a batch.
 func TestLinearQuant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K, quant.Q6_K} {
-		const in, out, rows = 512, 130, 8
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_1, quant.Q4_K, quant.Q6_K} {
+		const in, out, rows = 512, 130, 5
 		w := randomQuantMatrix(t, rng, typ, out, in)
 		x := make([]float32, rows*in)
 		for i := range x {
@@ -120,6 +243,7 @@ func TestLinearQuant(t *testing.T) {
 		}
 		y := make([]float32, rows*out)
 		LinearQuant(y, x, w, bias)
+		row := make([]float32, in)
 		for r := range rows {
 			alone := make([]float32, out)
 			LinearQuant(alone, x[r*in:(r+1)*in], w, bias)
@@ -127,20 +251,18 @@ func TestLinearQuant(t *testing.T) {
 				if math.Float32bits(alone[o]) != math.Float32bits(y[r*out+o]) {
 					t.Fatalf("%s: row %d output %d is %g alone, %g in a batch", typ, r, o, alone[o], y[r*out+o])
 				}
-				want, mag := refDot(x[r*in:(r+1)*in], w, o)
-				if d := math.Abs(float64(y[r*out+o]) - float64(bias[o]) - want); d > 1e-6*mag+1e-5 {
-					t.Fatalf("%s: y[%d, %d] = %g, want %g + %g", typ, r, o, y[r*out+o], want, bias[o])
+				w.DequantizeRow(row, o)
+				want, mag := 0.0, 0.0
+				for i, v := range row {
+					want += float64(v) * float64(x[r*in+i])
+					mag += math.Abs(float64(v) * float64(x[r*in+i]))
+				}
+				if d := math.Abs(float64(y[r*out+o]) - float64(bias[o]) - want); d > 0.01*mag {
+					t.Fatalf("%s: y[%d, %d] = %g, float %g + bias %g (|w·x| %g)", typ, r, o, y[r*out+o], want, bias[o], mag)
 				}
 			}
 		}
 	}
-}
-
-// TestQuantKernelsPortable runs the tests with the portable kernels, which CPUs without AVX2 use.
-func TestQuantKernelsPortable(t *testing.T) {
-	defer func(v bool) { useAVX2 = v }(useAVX2)
-	useAVX2 = false
-	TestLinearQuant(t)
 }
 
 func TestNewQuantMatrixErrors(t *testing.T) {

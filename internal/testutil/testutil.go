@@ -102,3 +102,28 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// ModelsDir is the folder of the large, gitignored test models that scripts fetch or make
+// (scripts/fetch-smollm2.sh, scripts/fixtures/*.py): $LAYERSTREAM_TESTDATA_MODELS, else testdata/models.
+func ModelsDir() string {
+	if d := os.Getenv("LAYERSTREAM_TESTDATA_MODELS"); d != "" {
+		return d
+	}
+	return filepath.Join(RepoRoot(), "testdata", "models")
+}
+
+// ModelPath returns the path of a test model under ModelsDir, or skips the test saying which script makes it.
+func ModelPath(t testing.TB, name, script string) string {
+	t.Helper()
+	p := filepath.Join(ModelsDir(), name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("skipping: %s not found; run %s (or set LAYERSTREAM_TESTDATA_MODELS)", p, script)
+	}
+	return p
+}
+
+// SmolLM2GGUF is SmolLM2-135M-Instruct as a Q4_1 GGUF (94 MB), or skips the test.
+func SmolLM2GGUF(t testing.TB) string {
+	t.Helper()
+	return ModelPath(t, "smollm2-135m-instruct-q4_1.gguf", "scripts/fetch-smollm2.sh")
+}
