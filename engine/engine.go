@@ -200,6 +200,10 @@ type Engine struct {
 	// bf16Products: the host kernels multiply bf16 weight matrices by activations rounded to bf16
 	// (kernels.LinearBF16) instead of exactly (kernels.Linear).
 	bf16Products bool
+	// quantized: some weight matrix is block-quantized. The host kernels multiply those as llama.cpp does
+	// (kernels.LinearQuant, activations rounded to 8 bits); the graphs would dequantize them and compute other
+	// numbers, so Logits runs on the host kernels too.
+	quantized bool
 
 	layerSpecs []tensorSpec
 	headUnit   string                          // lm_head, or embed when the output projection is tied to the embeddings
@@ -312,6 +316,12 @@ func (e *Engine) init(ctx context.Context) error {
 	e.bf16Products = choice.DType == checkpoint.BF16 || ((req == "" || req == "auto") && kernels.NativeBF16())
 	if e.bf16Products && strings.Contains(strings.ToLower(c.TorchDType), "bfloat16") && (e.opts.Device == "" || e.opts.Device == DeviceCPU) {
 		slog.Debug("host matrix products: bf16 weights times activations rounded to bf16, summed in f32 (--dtype f32: exact)", "avx512_bf16", kernels.NativeBF16())
+	}
+
+	for _, u := range e.set.Units() {
+		for _, t := range u.Tensors {
+			e.quantized = e.quantized || t.DType.Quantized()
+		}
 	}
 
 	// Every unit the model needs must exist before any work starts.

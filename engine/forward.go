@@ -243,7 +243,7 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		}
 		return nil
 	}
-	if !e.opts.GraphDecode && !all {
+	if e.onHost(all) {
 		var groups []*hostGroup
 		err := e.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
 			groups, err = e.hostGroups(kv, rows, ids, embed)
@@ -254,7 +254,7 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 		}
 		release()
 		release = func() {}
-		return e.hostPass(ctx, st, kv, groups, len(rows))
+		return e.hostPass(ctx, st, kv, groups, len(rows), all)
 	}
 
 	b := kv.Config().Batch
@@ -518,10 +518,15 @@ func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, embed fu
 	return groups, nil
 }
 
+// onHost reports whether a forward pass runs on the host kernels rather than as graphs: always on cpu unless
+// Options.GraphDecode, except a pass that wants every position's logits (Logits), which runs as graphs unless
+// the model has block-quantized matrices (whose products only the host kernels compute as generation does).
+func (e *Engine) onHost(all bool) bool { return !e.opts.GraphDecode && (!all || e.quantized) }
+
 // hostPass runs the groups' new positions through the layers and the head with hostOps, every weight matrix
 // loaded once for all of them (each group reads it in turn). It returns the logits of the last new position of
-// each of forward's n rows.
-func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, groups []*hostGroup, n int) ([][]float32, error) {
+// each of forward's n rows, or with all (one sequence) of every new position.
+func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, groups []*hostGroup, n int, all bool) ([][]float32, error) {
 	c := e.cfg
 	h := c.HiddenSize
 	step := int(e.step.Load())
@@ -574,7 +579,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 			return nil, fmt.Errorf("layer %d: %w", i, ferr)
 		}
 	}
-	// The head needs only each row's last new position, in forward's order.
+	// The head needs only each row's last new position, in forward's order (with all: every position).
 	last := newHostArray(n, 1, h)
 	for _, g := range groups {
 		x := arr(g.x).data
@@ -584,6 +589,10 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 			}
 			at := g.at[j]
 			copy(last.data[at*h:(at+1)*h], x[(j*g.t+g.t-1)*h:(j*g.t+g.t)*h])
+		}
+		if all {
+			last = &hostArray{data: slices.Clone(x[:g.t*h]), dims: []int{g.t, 1, h}}
+			n = g.t
 		}
 	}
 	nw, hw, release, err := e.headWeights(st)
@@ -802,7 +811,7 @@ func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
 		return nil, err
 	}
 	e.step.Store(0)
-	st := e.newStream(ctx, 1, true)
+	st := e.newStream(ctx, 1, !e.onHost(true))
 	if st != nil {
 		defer st.stop()
 	}

@@ -9,21 +9,27 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/layerstream/layerstream/gguf"
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
-// llamaCppStep is one position's reference from llama.cpp: its top logits and the log-sum-exp of all of them.
+// llamaCppStep is one position's reference from llama.cpp (scripts/fixtures/llama_cpp_refs.py): its top logits
+// and the log-sum-exp of all of them.
 type llamaCppStep struct {
 	IDs    []int     `json:"ids"`
 	Logits []float64 `json:"logits"`
 	LSE    float64   `json:"lse"`
 }
 
-// margin is the reference's top-1 minus top-2 logit.
+// margin is the top-1 minus top-2 logit.
 func (s llamaCppStep) margin() float64 { return s.Logits[0] - s.Logits[1] }
 
-// llamaCppCase is a prompt and llama.cpp's greedy continuation.
+// logprob is the log-probability of the j-th top token.
+func (s llamaCppStep) logprob(j int) float64 { return s.Logits[j] - s.LSE }
+
+// llamaCppCase is a prompt and llama.cpp's greedy continuation (end-of-generation tokens do not stop it).
 type llamaCppCase struct {
 	Prompt       string         `json:"prompt"`
 	PromptIDs    []int          `json:"prompt_ids"`
@@ -50,121 +56,191 @@ func readJSON(t *testing.T, path string, v any) {
 	}
 }
 
-// Tolerances against llama.cpp (scripts/fixtures/llama_cpp_refs.py). llama.cpp multiplies quantized weights
-// with activations it quantizes too (to 8 bits per block of 32: Q8_1 for Q4_x weights, Q8_0 for Q8_0 weights),
-// and layerstream with float32 activations: the logits differ by that rounding, not by float32 summation
-// order. nearTie is the reference margin under which a different argmax is not a disagreement.
-const (
-	nearTie = 1e-3
-	// smolLogprobTol bounds |logprob(layerstream) - logprob(llama.cpp)| of llama.cpp's top-8 tokens at every
-	// step before the sequences part; measured max on the 8 prompts: see TestGGUFSmolLM2MatchesLlamaCpp's log.
-	smolLogprobTol = 0.25
-	// smolF32LogprobTol is the same against llama.cpp on a copy of the file dequantized to F32 (the same weight
-	// values, multiplied in float32 by both): only float32 summation order differs.
-	smolF32LogprobTol = 1e-3
-)
-
-// compareGreedy runs c's prompt greedily for len(c.IDs) tokens and compares with llama.cpp: the tokens must be
-// equal until the first difference, which must be where llama.cpp's own top two were within nearTie; at every
-// step before it, the log-probabilities of llama.cpp's top tokens must be within tol. It returns the largest
-// log-probability difference and the number of equal tokens.
-func compareGreedy(t *testing.T, e *Engine, c llamaCppCase, tol float64) (float64, int) {
-	t.Helper()
-	var got []Token
-	req := Request{PromptIDs: c.PromptIDs, MaxNewTokens: len(c.IDs), StopIDs: []int{-1}, Logprobs: true, TopLogprobs: MaxTopLogprobs}
-	if _, err := e.Generate(context.Background(), req, func(tk Token) error { got = append(got, tk); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	worst := 0.0
-	for i, tk := range got {
-		ref := c.Steps[i]
-		lp := map[int]float64{}
-		for _, x := range tk.TopLogprobs {
-			lp[x.ID] = x.Logprob
-		}
-		for j, id := range ref.IDs {
-			want := ref.Logits[j] - ref.LSE
-			g, ok := lp[id]
-			if !ok {
-				if want > -8 { // a likely reference token missing from our top 20
-					t.Errorf("%q step %d: llama.cpp's token %d (logprob %.3f) is not among layerstream's top %d", c.Prompt, i+1, id, want, MaxTopLogprobs)
-				}
-				continue
-			}
-			worst = max(worst, math.Abs(g-want))
-			if math.Abs(g-want) > tol {
-				t.Errorf("%q step %d token %d: logprob %.4f, llama.cpp %.4f (tolerance %g)", c.Prompt, i+1, id, g, want, tol)
-			}
-		}
-		if tk.ID != c.IDs[i] {
-			if m := ref.margin(); m >= nearTie {
-				t.Errorf("%q: token %d is %d, llama.cpp's %d with a margin of %.4g (not a near-tie, < %g)", c.Prompt, i+1, tk.ID, c.IDs[i], m, nearTie)
-			} else {
-				t.Logf("%q: first difference at token %d (%d vs llama.cpp's %d), a near-tie: llama.cpp's margin %.2g", c.Prompt, i+1, tk.ID, c.IDs[i], m)
-			}
-			return worst, i
-		}
-	}
-	return worst, len(got)
+// agreement is how closely one greedy run follows another: the tokens equal before the first difference, the
+// reference's top-1/top-2 margin where they part, and the largest log-probability difference of the reference's
+// top tokens before that.
+type agreement struct {
+	equal        int
+	partMargin   float64 // NaN when the runs never part
+	maxLogprobDx float64
 }
 
-// TestGGUFSmolLM2MatchesLlamaCpp runs the SmolLM2-135M-Instruct Q4_1 GGUF and compares with llama.cpp on the same
-// file: the tokenizer made from the GGUF metadata (ids equal to llama.cpp's), and greedy decoding of 8 prompts
-// × 64 tokens (equal tokens, or a first difference at a near-tie; log-probabilities within smolLogprobTol).
+// compare measures got (per step: the chosen id and log-probabilities by id) against the reference run ref.
+func compare(ref llamaCppCase, ids []int, logprob func(step, id int) (float64, bool)) agreement {
+	a := agreement{partMargin: math.NaN()}
+	for i, id := range ids {
+		s := ref.Steps[i]
+		for j, rid := range s.IDs {
+			if lp, ok := logprob(i, rid); ok {
+				a.maxLogprobDx = max(a.maxLogprobDx, math.Abs(lp-s.logprob(j)))
+			}
+		}
+		if id != ref.IDs[i] {
+			a.partMargin = s.margin()
+			return a
+		}
+		a.equal++
+	}
+	return a
+}
+
+// stepsAsRun turns a reference run into the compare callback's form.
+func stepsAsRun(c llamaCppCase) func(step, id int) (float64, bool) {
+	return func(step, id int) (float64, bool) {
+		s := c.Steps[step]
+		if j := slices.Index(s.IDs, id); j >= 0 {
+			return s.logprob(j), true
+		}
+		return 0, false
+	}
+}
+
+// generateGreedy runs c's prompt greedily for len(c.IDs) tokens with the top log-probabilities of each step.
+func generateGreedy(t *testing.T, e *Engine, c llamaCppCase) ([]int, func(step, id int) (float64, bool)) {
+	t.Helper()
+	var ids []int
+	var lps []map[int]float64
+	req := Request{PromptIDs: c.PromptIDs, MaxNewTokens: len(c.IDs), StopIDs: []int{-1}, Logprobs: true, TopLogprobs: MaxTopLogprobs}
+	_, err := e.Generate(context.Background(), req, func(tk Token) error {
+		ids = append(ids, tk.ID)
+		m := map[int]float64{}
+		for _, x := range tk.TopLogprobs {
+			m[x.ID] = x.Logprob
+		}
+		lps = append(lps, m)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, func(step, id int) (float64, bool) { lp, ok := lps[step][id]; return lp, ok }
+}
+
+// TestGGUFSmolLM2MatchesLlamaCpp runs the SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch-smollm2.sh) and checks
+// it against llama.cpp on the same file:
+//
+//   - the tokenizer made from the GGUF metadata gives llama.cpp's ids for 26 texts;
+//   - layerstream's float64 reference forward pass over the GGUF's weights (dequantized) gives, over two prompts
+//     and 64 teacher-forced tokens each, the log-probabilities llama.cpp computes on a copy of the file with
+//     every tensor dequantized to F32 (the same values, which llama.cpp then multiplies in float): the mapping
+//     of names, q/k row order, hyper-parameters and tied head is llama.cpp's, to 1e-3;
+//   - greedy decoding of 8 prompts × 64 tokens follows llama.cpp's at least as closely as llama.cpp follows
+//     itself when only float rounding changes. llama.cpp rounds every matrix product's input to 8 bits, and a
+//     float difference of one ulp flips such roundings: its own runs with and without flash attention (another
+//     summation order in attention, nothing else) part after 177 of 512 tokens at margins up to 0.29, with
+//     log-probabilities 0.34 apart. layerstream computes the same products (kernels checked against llama.cpp's
+//     to 2e-6) from float32 values one ulp away, so it can match llama.cpp only within that noise: the bounds
+//     below are derived from llama.cpp's own flash-attention run, stored in the fixture.
 func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
 	path := testutil.SmolLM2GGUF(t)
 	var ref struct {
 		Cases    []llamaCppCase `json:"cases"`
+		CasesFA  []llamaCppCase `json:"cases_fa"`
 		CasesF32 []llamaCppCase `json:"cases_f32"`
 		Tokenize []tokenizeCase `json:"tokenize"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/smollm2-q4_1.json", &ref)
-	if len(ref.Cases) != 8 {
-		t.Fatalf("%d reference cases, want 8", len(ref.Cases))
+	if len(ref.Cases) != 8 || len(ref.CasesFA) != 8 || len(ref.CasesF32) != 8 {
+		t.Fatalf("reference cases: %d, %d, %d; want 8 each", len(ref.Cases), len(ref.CasesFA), len(ref.CasesF32))
 	}
-	dir := t.TempDir()
-	e, err := Open(context.Background(), path, Options{ShardDir: filepath.Join(dir, "shards")})
+	e, err := Open(context.Background(), path, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
+
 	tok, err := tokenizer.Load(e.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range append(ref.Tokenize, func() []tokenizeCase {
-		var p []tokenizeCase
-		for _, c := range ref.Cases {
-			p = append(p, tokenizeCase{c.Prompt, c.PromptIDs})
-		}
-		return p
-	}()...) {
+	for _, c := range ref.Tokenize {
 		ids, err := tok.Encode(c.Text, false)
 		if err != nil || !slices.Equal(ids, c.IDs) {
 			t.Errorf("Encode(%q) = %v (%v), llama.cpp %v", c.Text, ids, err, c.IDs)
 		}
 	}
-	for _, set := range []struct {
-		name  string
-		cases []llamaCppCase
-		tol   float64
-	}{{"llama.cpp on the F32 copy", ref.CasesF32, smolF32LogprobTol}, {"llama.cpp on the Q4_1 file", ref.Cases, smolLogprobTol}} {
-		if len(set.cases) != 8 {
-			t.Fatalf("%s: %d reference cases, want 8", set.name, len(set.cases))
+	for _, c := range ref.Cases {
+		if ids, err := tok.Encode(c.Prompt, false); err != nil || !slices.Equal(ids, c.PromptIDs) {
+			t.Errorf("Encode(%q) = %v (%v), llama.cpp %v", c.Prompt, ids, err, c.PromptIDs)
 		}
-		worst, equal, total := 0.0, 0, 0
-		for _, c := range set.cases {
-			w, n := compareGreedy(t, e, c, set.tol)
-			worst, equal, total = max(worst, w), equal+n, total+len(c.IDs)
+	}
+
+	// The float64 reference against llama.cpp in float, teacher-forced on llama.cpp's tokens.
+	if !testing.Short() {
+		ck, err := gguf.OpenCheckpoint(path)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("SmolLM2 Q4_1 vs %s: %d of %d greedy tokens equal before any near-tie; largest logprob difference %.5f (tolerance %g)", set.name, equal, total, worst, set.tol)
+		worst := 0.0
+		for _, c := range ref.CasesF32[:2] {
+			out, err := reference.Forward(ck, append(slices.Clone(c.PromptIDs), c.IDs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range c.Steps {
+				row := out.Logits[len(c.PromptIDs)-1+i]
+				m := slices.Max(row)
+				sum := 0.0
+				for _, v := range row {
+					sum += math.Exp(v - m)
+				}
+				lse := m + math.Log(sum)
+				for j, id := range s.IDs {
+					d := math.Abs((row[id] - lse) - s.logprob(j))
+					worst = max(worst, d)
+					if d > 1e-3 {
+						t.Errorf("%q step %d token %d: reference logprob %.5f, llama.cpp (F32) %.5f", c.Prompt, i+1, id, row[id]-lse, s.logprob(j))
+					}
+				}
+			}
+		}
+		t.Logf("float64 reference vs llama.cpp on the F32 copy: largest logprob difference %.2g over 2 × 64 teacher-forced steps (tolerance 1e-3)", worst)
+	}
+
+	// Greedy decoding against llama.cpp, within llama.cpp's own flash-attention noise.
+	var base, ours []agreement
+	for i, c := range ref.Cases {
+		base = append(base, compare(c, ref.CasesFA[i].IDs, stepsAsRun(ref.CasesFA[i])))
+		ids, lp := generateGreedy(t, e, c)
+		ours = append(ours, compare(c, ids, lp))
+	}
+	stats := func(as []agreement) (equal int, margin, dx float64) {
+		for _, a := range as {
+			equal += a.equal
+			if !math.IsNaN(a.partMargin) {
+				margin = max(margin, a.partMargin)
+			}
+			dx = max(dx, a.maxLogprobDx)
+		}
+		return
+	}
+	be, bm, bd := stats(base)
+	oe, om, od := stats(ours)
+	t.Logf("llama.cpp with vs without flash attention: %d of 512 tokens equal before they part; parting margins up to %.3f; logprobs up to %.3f apart", be, bm, bd)
+	t.Logf("layerstream vs llama.cpp:                   %d of 512 tokens equal before they part; parting margins up to %.3f; logprobs up to %.3f apart", oe, om, od)
+	for i, a := range ours {
+		t.Logf("  %q: %d equal, parting margin %.3g, logprob difference %.3f", ref.Cases[i].Prompt, a.equal, a.partMargin, a.maxLogprobDx)
+	}
+	// Bounds: the baseline's, with room for a second noise source (layerstream's own float rounding on top of
+	// llama.cpp's): twice its largest margin and log-probability difference, half its equal tokens.
+	if om > 2*bm || od > 2*bd || oe < be/2 {
+		t.Errorf("layerstream follows llama.cpp less closely than twice llama.cpp's own flash-attention noise")
 	}
 }
 
-// TestGGUFTinyTypesMatchLlamaCpp runs a tiny random Llama converted and quantized by llama.cpp to each type and
-// compares every position's logits (prompt and 16 greedy tokens) with llama.cpp's. The quantized files are
-// committed (../gguf/testdata/tiny); F32, F16 and BF16 are made by scripts/fixtures/llama_cpp_refs.py into
-// testdata/models.
+// TestGGUFTinyTypesMatchLlamaCpp runs a tiny random Llama (one layer, hidden 256, untied) converted by llama.cpp
+// and quantized by it to each type, and compares the log-probabilities of llama.cpp's top tokens at every prompt
+// position and 16 greedy steps. The quantized files are committed (../gguf/testdata/tiny); F32, F16 and BF16 are
+// made by scripts/fixtures/llama_cpp_refs.py into testdata/models. It also checks the tokenizer made from the
+// file's SentencePiece vocabulary against llama.cpp's.
+//
+// Each product matches llama.cpp's given the same input (checked with llama.cpp's own intermediate tensors:
+// V, the MLP output and the logits of this model's Q4_0 file to 1.4e-6 of values up to 15), but an input one
+// float32 ulp away can flip one of the 8-bit roundings of the next product's input (see
+// TestGGUFSmolLM2MatchesLlamaCpp): measured here, that moves the quantized types' log-probabilities by up to
+// 0.075 (Q5_K), the others by 1e-6. BF16 products round activations to bf16 in both (kernels.LinearBF16 where
+// the CPU has AVX-512 BF16, else exact: up to 0.25); layerstream keeps F16 weights' products in float32 where
+// llama.cpp rounds the activations to f16.
 func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 	var ref struct {
 		Types    map[string]llamaCppCase `json:"types"`
@@ -198,18 +274,44 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 					}
 				}
 			}
-			w, n := compareGreedy(t, e, c, tinyLogprobTol[name])
-			t.Logf("%s: %d of %d greedy tokens equal; largest logprob difference %.5f (tolerance %g)", name, n, len(c.IDs), w, tinyLogprobTol[name])
-			if n < len(c.IDs)/2 {
-				t.Errorf("%s: only %d of %d tokens before the first (near-tie) difference", name, n, len(c.IDs))
+			tol := tinyLogprobTol[name]
+			if name == "BF16" && !e.bf16Products {
+				tol = 0.3 // exact products: llama.cpp's bf16 rounding of the activations is all the difference
+			}
+			logits, err := e.Logits(context.Background(), c.PromptIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for i, s := range c.PromptLogits {
+				row := logits[i]
+				m := float64(slices.Max(row))
+				sum := 0.0
+				for _, v := range row {
+					sum += math.Exp(float64(v) - m)
+				}
+				for j, id := range s.IDs {
+					d := math.Abs(float64(row[id]) - m - math.Log(sum) - s.logprob(j))
+					worst = max(worst, d)
+				}
+			}
+			ids, lp := generateGreedy(t, e, c)
+			a := compare(c, ids, lp)
+			worst = max(worst, a.maxLogprobDx)
+			t.Logf("%s: prompt and %d of %d greedy tokens equal; largest logprob difference %.2g (tolerance %g)", name, a.equal, len(c.IDs), worst, tol)
+			if worst > tol {
+				t.Errorf("%s: logprobs differ from llama.cpp's by %.3g (tolerance %g)", name, worst, tol)
+			}
+			if a.equal < len(c.IDs) && a.partMargin >= 5*tol {
+				t.Errorf("%s: token %d differs from llama.cpp's, whose margin was %.3g", name, a.equal+1, a.partMargin)
 			}
 		})
 	}
 }
 
-// tinyLogprobTol is per type: llama.cpp computes F32/F16/BF16 matrices in float (tight), and quantized ones
-// against 8-bit-quantized activations (looser).
+// tinyLogprobTol is per type (see TestGGUFTinyTypesMatchLlamaCpp); a wrong block decoding or tensor mapping
+// moves log-probabilities by whole units.
 var tinyLogprobTol = map[string]float64{
-	"F32": 1e-3, "F16": 1e-3, "BF16": 1e-3,
-	"Q8_0": 0.05, "Q4_0": 0.05, "Q4_1": 0.05, "Q4_K": 0.05, "Q5_K": 0.05, "Q6_K": 0.05,
+	"F32": 1e-4, "F16": 0.05, "BF16": 0.1,
+	"Q8_0": 0.1, "Q4_0": 0.1, "Q4_1": 0.1, "Q4_K": 0.1, "Q5_K": 0.1, "Q6_K": 0.1,
 }

@@ -151,7 +151,7 @@ func TestCheckpointTinyLlama(t *testing.T) {
 		c := ck.Config
 		if c.Arch.Name != "LlamaForCausalLM" || c.HiddenSize != tinyHidden || c.NumAttentionHeads != tinyHeads ||
 			c.NumKeyValueHeads != tinyKV || c.HeadDim != tinyHidden/tinyHeads || c.IntermediateSize != tinyFF ||
-			c.NumHiddenLayers != 1 || c.VocabSize != len(tinyTokens) || c.RopeTheta != 500000 || float32(c.RMSNormEps) != 1e-6 ||
+			c.NumHiddenLayers != 1 || c.VocabSize != len(tinyTokens) || c.Rope.Theta != 500000 || float32(c.RMSNormEps) != 1e-6 ||
 			!c.TieWordEmbeddings || c.MaxPositionEmbeddings != 128 {
 			t.Fatalf("config %+v", c)
 		}
@@ -275,7 +275,7 @@ func TestSmolLM2Metadata(t *testing.T) {
 	}
 	c := ck.Config
 	if c.NumHiddenLayers != 30 || c.HiddenSize != 576 || c.NumAttentionHeads != 9 || c.NumKeyValueHeads != 3 ||
-		c.VocabSize != 49152 || c.RopeTheta != 100000 || !c.TieWordEmbeddings {
+		c.VocabSize != 49152 || c.Rope.Theta != 100000 || !c.TieWordEmbeddings {
 		t.Fatalf("config %+v", c)
 	}
 	counts := map[checkpoint.DType]int{}

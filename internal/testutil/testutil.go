@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/layerstream/layerstream/internal/hffixture"
 )
 
 // RepoRoot is the folder holding go.mod.
@@ -103,19 +105,15 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// ModelsDir is the folder of the large, gitignored test models that scripts fetch or make
-// (scripts/fetch-smollm2.sh, scripts/fixtures/*.py): $LAYERSTREAM_TESTDATA_MODELS, else testdata/models.
-func ModelsDir() string {
-	if d := os.Getenv("LAYERSTREAM_TESTDATA_MODELS"); d != "" {
-		return d
-	}
-	return filepath.Join(RepoRoot(), "testdata", "models")
-}
-
-// ModelPath returns the path of a test model under ModelsDir, or skips the test saying which script makes it.
+// ModelPath returns the path of a test model under hffixture.ModelsDir (the gitignored testdata/models, or
+// $LAYERSTREAM_TESTDATA_MODELS), or skips the test saying which script makes it.
 func ModelPath(t testing.TB, name, script string) string {
 	t.Helper()
-	p := filepath.Join(ModelsDir(), name)
+	dir, err := hffixture.ModelsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("skipping: %s not found; run %s (or set LAYERSTREAM_TESTDATA_MODELS)", p, script)
 	}
