@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/gguf"
-	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/tokenizer"
 )
@@ -132,7 +132,7 @@ func generateGreedy(t *testing.T, e *Engine, c llamaCppCase) ([]int, func(step, 
 //     to 2e-6) from float32 values one ulp away, so it can match llama.cpp only within that noise: the bounds
 //     below are derived from llama.cpp's own flash-attention run, stored in the fixture.
 func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
-	path := testutil.SmolLM2GGUF(t)
+	path := hffixture.SmolLM2GGUF(t)
 	var ref struct {
 		Cases    []llamaCppCase `json:"cases"`
 		CasesFA  []llamaCppCase `json:"cases_fa"`
@@ -255,7 +255,7 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 			}
 			path := filepath.Join("..", c.File)
 			if !c.Committed {
-				path = testutil.ModelPath(t, c.File, "scripts/fixtures/llama_cpp_refs.py --only tiny")
+				path = hffixture.ModelPath(t, c.File, "scripts/fixtures/llama_cpp_refs.py --only tiny")
 			}
 			e, err := Open(context.Background(), path, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
 			if err != nil {

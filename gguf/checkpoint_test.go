@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
-	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/quant"
 	"github.com/layerstream/layerstream/tokenizer"
 )
@@ -268,7 +268,7 @@ func TestSentencePieceTokenizer(t *testing.T) {
 
 // TestSmolLM2Metadata reads the real SmolLM2 Q4_1 file when present.
 func TestSmolLM2Metadata(t *testing.T) {
-	path := testutil.SmolLM2GGUF(t)
+	path := hffixture.SmolLM2GGUF(t)
 	ck, err := OpenCheckpoint(path)
 	if err != nil {
 		t.Fatal(err)
