@@ -26,8 +26,11 @@ type Checkpoint struct {
 	Tensors []TensorInfo
 	// Files, when not nil, holds the config, generation config, tokenizer and chat template files made from
 	// the metadata of a single-file model (GGUF): a split writes these instead of copying files from Dir.
-	Files  map[string][]byte
-	byName map[string]int
+	Files map[string][]byte
+	// OpenFile, when not nil, serves the tensors' files instead of the filesystem: a synthetic model whose bytes
+	// are generated as they are read (synth.WriteShards). A split tracks no source files for it.
+	OpenFile func(name string) (io.ReaderAt, error)
+	byName   map[string]int
 }
 
 // New makes a checkpoint from tensors found elsewhere than in safetensors files (a GGUF file), with the

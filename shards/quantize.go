@@ -38,9 +38,9 @@ func ParseQuantization(s string) (Quantization, error) {
 	return None, fmt.Errorf("unknown quantization %q (known: none, q8, q4)", s)
 }
 
-// target is the dtype a tensor is stored as under q: its own, or a block type. Only 2-D weights of decoder
+// Target is the dtype a tensor is stored as under q: its own, or a block type. Only 2-D weights of decoder
 // layers and lm_head whose source is a float type are quantized.
-func (q Quantization) target(t checkpoint.TensorInfo) checkpoint.DType {
+func (q Quantization) Target(t checkpoint.TensorInfo) checkpoint.DType {
 	if q == None || t.DType.Quantized() || len(t.Shape) != 2 || !strings.HasSuffix(t.Name, ".weight") {
 		return t.DType
 	}

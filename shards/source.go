@@ -125,6 +125,9 @@ func sourceNames(ck *checkpoint.Checkpoint) (names []string, weights map[string]
 		names = append(slices.Clone(CopiedFiles), checkpoint.IndexFile)
 	}
 	weights = map[string]bool{}
+	if ck.OpenFile != nil {
+		return names, weights // generated tensors: no files
+	}
 	for _, t := range ck.Tensors {
 		n := filepath.Base(t.File)
 		if !weights[n] {

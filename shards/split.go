@@ -255,7 +255,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, pla
 		total += p.bytes()
 	}
 	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, quant: opts.Quantize, progress: opts.Progress, total: total,
-		buf: NewBuffer(0), hasher: newTensorHasher()}
+		buf: NewBuffer(0), hasher: newTensorHasher(), open: ck.OpenFile}
 	defer w.close()
 
 	// Keep the shards that verify and hold the checkpoint's current tensors; plan the rest.
@@ -396,14 +396,17 @@ type splitter struct {
 	qbuf  []byte   // reused for quantized tensors
 	coder *encoder // created on first encoded tensor
 	dec   *zstd.Decoder
-	files map[string]*os.File
+	files map[string]io.ReaderAt
+	open  func(name string) (io.ReaderAt, error) // the checkpoint's OpenFile, or nil for the filesystem
 
 	hasher *tensorHasher // the unit's source tensors, as they are copied or fingerprinted
 }
 
 func (w *splitter) close() {
 	for _, f := range w.files {
-		f.Close()
+		if c, ok := f.(io.Closer); ok {
+			c.Close()
+		}
 	}
 	if w.dec != nil {
 		w.dec.Close()
@@ -542,7 +545,7 @@ func holdsPlan(u UnitInfo, p unitPlan, q Quantization) bool {
 
 // plannedAs checks that shard tensor t is source tensor s stored as quantization q stores it.
 func plannedAs(t TensorInfo, s checkpoint.TensorInfo, q Quantization) error {
-	want := q.target(s)
+	want := q.Target(s)
 	size, err := want.TensorBytes(s.Shape)
 	if err != nil || t.Name != s.Name || t.DType != want || !slices.Equal(t.Shape, s.Shape) || t.Length != size {
 		return fmt.Errorf("tensor %q is %s %v, the plan is %q %s %v", t.Name, t.DType, t.Shape, s.Name, want, s.Shape)
@@ -565,16 +568,22 @@ func matchesPlan(h *shardHeader, p unitPlan, enc Encoding, q Quantization) error
 	return nil
 }
 
-func (w *splitter) source(path string) (*os.File, error) {
+func (w *splitter) source(path string) (io.ReaderAt, error) {
 	if f, ok := w.files[path]; ok {
 		return f, nil
 	}
-	f, err := os.Open(path)
+	var f io.ReaderAt
+	var err error
+	if w.open != nil {
+		f, err = w.open(path)
+	} else {
+		f, err = os.Open(path)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if w.files == nil {
-		w.files = map[string]*os.File{}
+		w.files = map[string]io.ReaderAt{}
 	}
 	w.files[path] = f
 	return f, nil
@@ -647,7 +656,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		return ti, err
 	}
 	w.hasher.begin(t)
-	target := w.quant.target(t)
+	target := w.quant.Target(t)
 	if w.enc == Raw && target == t.DType && t.InterleavedRotaryHeads == 0 {
 		// Stream in chunks through one reused buffer.
 		w.chunk = grow(w.chunk, chunkSize)
@@ -715,7 +724,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	return ti, nil
 }
 
-func readAt(f *os.File, b []byte, off int64, name string) error {
+func readAt(f io.ReaderAt, b []byte, off int64, name string) error {
 	if _, err := f.ReadAt(b, off); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF

@@ -47,6 +47,9 @@ var Shapes = map[string]Shape{
 		BOSTokenID: 0, EOSTokenID: 0},
 	"tinyllama-1.1b": {HiddenSize: 2048, IntermediateSize: 5632, NumLayers: 22, NumHeads: 32, NumKVHeads: 4,
 		VocabSize: 32000, MaxPositionEmbeddings: 2048, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
+	"llama3-70b": {HiddenSize: 8192, IntermediateSize: 28672, NumLayers: 80, NumHeads: 64, NumKVHeads: 8,
+		VocabSize: 128256, MaxPositionEmbeddings: 8192, RopeTheta: 500000, RMSNormEps: 1e-5, BOSTokenID: 128000,
+		EOSTokenID: 128001},
 	"llama2-7b": {HiddenSize: 4096, IntermediateSize: 11008, NumLayers: 32, NumHeads: 32, NumKVHeads: 32,
 		VocabSize: 32000, MaxPositionEmbeddings: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
 }

@@ -2,6 +2,7 @@ package synth
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/shards"
 )
 
 func tiny() Shape {
@@ -165,5 +167,47 @@ func TestNamedShapes(t *testing.T) {
 	n, _ = TotalBytes(Options{Shape: Shapes["smollm2-135m"]})
 	if n != 2*134515008 {
 		t.Fatalf("smollm2 bytes %d", n)
+	}
+}
+
+// TestWriteShards writes q8 and q4 shard folders directly and checks their dtypes, that they verify, and that
+// the quantized weights spread like the float ones (standard deviation within 20% of Std).
+func TestWriteShards(t *testing.T) {
+	shape := Shape{HiddenSize: 512, IntermediateSize: 1024, NumLayers: 2, NumHeads: 8, NumKVHeads: 2, VocabSize: 300}
+	for q, want := range map[shards.Quantization]checkpoint.DType{shards.Q8: checkpoint.Q8_0, shards.Q4: checkpoint.Q4_K} {
+		dir := t.TempDir()
+		set, err := WriteShards(context.Background(), dir, Options{Shape: shape, Seed: 3}, q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := set.Verify(context.Background(), nil)
+		if err != nil || !r.OK() {
+			t.Fatalf("%s: verify: %v %v", q, err, r.Problems)
+		}
+		l, err := set.Load(context.Background(), "layer.1", shards.NewBuffer(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := l.Tensors["model.layers.1.mlp.down_proj.weight"]
+		if w.DType != want {
+			t.Fatalf("%s: down_proj is %s, want %s", q, w.DType, want)
+		}
+		x := make([]float32, w.Shape[0]*w.Shape[1])
+		if err := checkpoint.ToF32(x, w.Data, w.DType); err != nil {
+			t.Fatal(err)
+		}
+		var sum, sq float64
+		for _, v := range x {
+			sum += float64(v)
+			sq += float64(v) * float64(v)
+		}
+		mean := sum / float64(len(x))
+		std := math.Sqrt(sq/float64(len(x)) - mean*mean)
+		if std < 0.016 || std > 0.024 || math.Abs(mean) > 0.004 {
+			t.Fatalf("%s: weights have mean %.4f, std %.4f; want about 0 and 0.02", q, mean, std)
+		}
+		if u, _ := set.Unit("embed"); u.Tensors[0].DType != checkpoint.BF16 {
+			t.Fatalf("%s: the embedding is %s, want BF16", q, u.Tensors[0].DType)
+		}
 	}
 }

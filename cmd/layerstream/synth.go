@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/progress"
+	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -24,6 +26,7 @@ func init() {
 			seed := fs.Uint64("seed", 0, "PRNG seed")
 			tok := fs.String("tokenizer", "", "tokenizer.json to copy into the checkpoint (with its tokenizer_config.json)")
 			out := fs.String("out", "", "output folder (required)")
+			quantize := fs.String("quantize", "none", "q8 or q4: write a shard folder directly, decoder-layer matrices as random Q8_0 or Q4_K blocks (no checkpoint: for shapes too large to write in bf16 first)")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
 					return usageErrorf("unexpected arguments %q", args)
@@ -46,6 +49,26 @@ func init() {
 					return usageErrorf("--dtype %q is not supported (bf16 or f32)", *dtype)
 				}
 				opts := synth.Options{Shape: s, DType: dt, Seed: *seed, Tokenizer: *tok}
+				q, err := shards.ParseQuantization(*quantize)
+				if err != nil {
+					return usageErrorf("--quantize: %v", err)
+				}
+				if q != shards.None {
+					start := time.Now()
+					bar := progress.New(progressOut(), "synth", 0)
+					set, err := synth.WriteShards(ctx, *out, opts, q, bar.Update)
+					bar.Finish()
+					if err != nil {
+						return err
+					}
+					var n int64
+					for _, u := range set.Units() {
+						n += u.FileSize
+					}
+					slog.Info("wrote synthetic shards", "dir", *out, "shape", *shape, "layers", s.NumLayers, "quantize", q,
+						"bytes", n, "seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()))
+					return nil
+				}
 				total, err := synth.TotalBytes(opts)
 				if err != nil {
 					return err
