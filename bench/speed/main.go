@@ -65,6 +65,8 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		"with torch and transformers for --peer-convert (default $LAYERSTREAM_PEER_CONVERT_PYTHON, else --peer-python)")
 	fs.StringVar(&pc.Tokenizer, "peer-tokenizer", os.Getenv("LAYERSTREAM_PEER_TOKENIZER"), "a tokenizer.json with the "+
 		"shape's vocabulary, which the converter needs (default $LAYERSTREAM_PEER_TOKENIZER)")
+	ggufModel := fs.String("gguf-model", filepath.Join("testdata", "models", "smollm2-135m-instruct-q4_1.gguf"),
+		"the GGUF file of target 13 (scripts/fetch-smollm2.sh fetches it), run resident beside llama.cpp (--peer-python)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
 	cache := fs.String("cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
 		"models, reused across runs")
@@ -131,7 +133,7 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	}
 	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
 		prefillTokens: *prefill, batchNewTokens: 64, dtype: *dtype, seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
-		log: stderr}
+		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache}
 	switch {
 	case !pc.enabled():
 		o.noPeer = "no llama.cpp: give --peer-python (a Python with llama-cpp-python) and, to make the GGUF, " +

@@ -34,7 +34,7 @@ func prepareModel(ctx context.Context, dir string, shape synth.Shape, weights ch
 	if _, err := os.Stat(gguf); err == nil {
 		convert = false
 	}
-	if shards.IsSet(out) && !convert {
+	if shards.IsSet(out) && !convert && !quantSplitsMissing(dir) {
 		return out, nil
 	}
 	ckpt := filepath.Join(dir, "checkpoint")
@@ -80,6 +80,9 @@ func prepareModel(ctx context.Context, dir string, shape synth.Shape, weights ch
 		if err := convertGGUF(ctx, pc, ckpt, gguf, weights, log); err != nil {
 			return "", err
 		}
+	}
+	if err := splitQuantized(ctx, ckpt, dir, log); err != nil {
+		return "", err
 	}
 	if err := os.RemoveAll(ckpt); err != nil {
 		return "", fmt.Errorf("removing the split checkpoint %s: %w", ckpt, err)

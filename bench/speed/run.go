@@ -56,7 +56,10 @@ type options struct {
 	peer   peerConfig
 	gguf   string
 	noPeer string
-	log    io.Writer // progress lines
+	// ggufModel is the GGUF file of target 13 and ggufPython the Python running llama.cpp on it ("": not
+	// measured); cacheDir holds its split.
+	ggufModel, ggufPython, cacheDir string
+	log                             io.Writer // progress lines
 }
 
 // machine holds the bandwidths measured in the run.
@@ -141,6 +144,14 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 	releaseMemory()
 	if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos); err != nil {
+		return nil, err
+	}
+	releaseMemory()
+	if err := measureQuantized(ctx, o, r, decodeReq); err != nil {
+		return nil, err
+	}
+	releaseMemory()
+	if err := measureGGUF(ctx, o, r); err != nil {
 		return nil, err
 	}
 	for _, t := range r.Targets {

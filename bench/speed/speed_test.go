@@ -169,7 +169,7 @@ func runTinyWith(t *testing.T, set func(*options)) *report {
 }
 
 // peerTargets are the targets that compare with llama.cpp.
-var peerTargets = map[int]bool{6: true, 7: true, 9: true}
+var peerTargets = map[int]bool{6: true, 7: true, 9: true, 13: true}
 
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
@@ -222,7 +222,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 10 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 13 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -234,7 +234,7 @@ func TestRun(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	wired := map[int]bool{1: true, 2: directIO != nil, 3: true, 4: directIO != nil && generateBatch != nil, 5: true, 8: true,
-		10: directIO != nil}
+		10: directIO != nil, 11: directIO != nil, 12: directIO != nil}
 	for _, tg := range r.Targets {
 		if wired[tg.ID] != (tg.Measured != nil) {
 			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, wired[tg.ID], tg.Verdict, tg.Reason)
@@ -299,7 +299,7 @@ func TestPrepareModelReusesTheSplit(t *testing.T) {
 }
 
 // TestRunWithPeer runs the harness with a stand-in for llama.cpp speaking peer.py's protocol (this test binary,
-// re-executed as TestHelperPeer): targets 6, 7 and 9 are measured against its fixed rates, and what it is sent
+// re-executed as TestHelperPeer): targets 6, 7, 9 and 13 are measured against its fixed rates, and what it is sent
 // is what peer.py expects.
 func TestRunWithPeer(t *testing.T) {
 	saved := peerCommand
@@ -309,7 +309,12 @@ func TestRunWithPeer(t *testing.T) {
 		return cmd
 	}
 	t.Cleanup(func() { peerCommand = saved })
-	r := runTinyWith(t, func(o *options) { o.peer, o.gguf, o.noPeer = peerConfig{Python: "python3"}, "model.gguf", "" })
+	cache := t.TempDir()
+	r := runTinyWith(t, func(o *options) {
+		o.peer, o.gguf, o.noPeer = peerConfig{Python: "python3"}, "model.gguf", ""
+		// Target 13 on a committed tiny GGUF (llama.cpp's Q4_1 of a random one-layer model).
+		o.ggufModel, o.ggufPython, o.cacheDir = filepath.Join("..", "..", "gguf", "testdata", "tiny", "tiny-llama-Q4_1.gguf"), "python3", cache
+	})
 	for id := range peerTargets {
 		tg := r.target(id)
 		if tg.Measured == nil || *tg.Measured <= 0 {

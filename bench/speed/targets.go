@@ -97,7 +97,7 @@ func (t *target) missed() bool { return t.Verdict == fail || t.Verdict == unavai
 // 15's: prefill, decode and 16 sequences at or beyond llama.cpp on the same model (the peer), decode at the
 // memory's read rate, streaming at the disk's.
 func newTargets(prefillTokens, batchNewTokens int) []*target {
-	return []*target{
+	return append([]*target{
 		{ID: 1, Name: "streaming costs little", Ratio: "streamed decode tok/s ÷ resident decode tok/s (page cache warm)", Threshold: 0.85},
 		{ID: 2, Name: "I/O hides compute", Ratio: "s/token with O_DIRECT ÷ disk bound (layer shard bytes per token ÷ O_DIRECT read bandwidth of the passes around each run; median over runs)", AtMost: true, Threshold: 1.15},
 		{ID: 3, Name: "decode compute near the memory limit", Ratio: "resident decode weight bytes/s ÷ memory-copy bandwidth", Threshold: 0.50},
@@ -108,7 +108,7 @@ func newTargets(prefillTokens, batchNewTokens int) []*target {
 		{ID: 8, Name: "decode at the memory's read rate", Ratio: "resident decode weight bytes/s ÷ memory read bandwidth", Threshold: 0.85},
 		{ID: 9, Name: "16 sequences at llama.cpp's rate or more", Ratio: fmt.Sprintf("aggregate tok/s of %d sequences × %d tokens (resident) ÷ llama.cpp's with %d parallel sequences", batchSize, batchNewTokens, batchSize), Threshold: 1},
 		{ID: 10, Name: "streaming at the disk's rate", Ratio: "disk bound ÷ s/token with O_DIRECT (target 2's runs, median)", Threshold: 0.95},
-	}
+	}, quantTargets()...)
 }
 
 // target returns the target with the given ID.
