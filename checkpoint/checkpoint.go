@@ -28,7 +28,7 @@ type Checkpoint struct {
 	// the metadata of a single-file model (GGUF): a split writes these instead of copying files from Dir.
 	Files map[string][]byte
 	// OpenFile, when not nil, serves the tensors' files instead of the filesystem: a synthetic model whose bytes
-	// are generated as they are read (synth.WriteShards). A split tracks no source files for it.
+	// are generated as they are read (synth.Quantized). A split tracks no source files for it.
 	OpenFile func(name string) (io.ReaderAt, error)
 	byName   map[string]int
 }

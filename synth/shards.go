@@ -1,7 +1,6 @@
 package synth
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -12,16 +11,16 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/quant"
-	"github.com/layerstream/layerstream/shards"
 )
 
-// WriteShards writes the synthetic model straight into a shard folder, without a checkpoint: the tensors the
-// quantization q stores block-quantized (decoder-layer matrices; see shards.Quantization) are written as random
-// blocks of their type, scaled so that the weights spread like N(0, Std), and the others (embeddings, norms,
-// lm_head under q8/q4) as in Write but generated as they are read. Nothing is quantized, so this runs at the
-// disk's write rate: a Llama-3-70B shape, 140 GB as a bf16 checkpoint, is written as 40 GB of q4 shards directly.
-// The bytes depend only on the options. It returns the opened set.
-func WriteShards(ctx context.Context, dir string, opts Options, q shards.Quantization, progress func(done, total int64)) (*shards.Set, error) {
+// Quantized returns the synthetic model as a checkpoint in dir whose tensors are generated as they are read,
+// to be split straight into a shard folder (shards.Split with Out dir) without a checkpoint on disk: the tensors
+// target stores block-quantized (under shards.Quantization.Target, the decoder-layer matrices) are generated as
+// random blocks of their type, scaled so that the weights spread like N(0, Std), and the others (embeddings,
+// norms, lm_head under q8/q4) as in Write. Nothing is quantized, so a split of it runs at the disk's write rate:
+// a Llama-3-70B shape, 140 GB as a bf16 checkpoint, is written as 40 GB of q4 shards directly. The bytes depend
+// only on the options.
+func Quantized(dir string, opts Options, target func(checkpoint.TensorInfo) checkpoint.DType) (*checkpoint.Checkpoint, error) {
 	if err := opts.fillDefaults(); err != nil {
 		return nil, err
 	}
@@ -56,7 +55,7 @@ func WriteShards(ctx context.Context, dir string, opts Options, q shards.Quantiz
 	for _, t := range specs {
 		ti := checkpoint.TensorInfo{Name: t.name, DType: opts.DType, Shape: t.shape, File: t.name,
 			Length: t.elems() * int64(opts.DType.Size())}
-		if dt := q.Target(ti); dt != ti.DType {
+		if dt := target(ti); dt != ti.DType {
 			ti.DType = dt
 			if ti.Length, err = dt.TensorBytes(t.shape); err != nil {
 				return nil, fmt.Errorf("synth: %s: %w", t.name, err)
@@ -78,7 +77,7 @@ func WriteShards(ctx context.Context, dir string, opts Options, q shards.Quantiz
 		}
 		return r, nil
 	}
-	return shards.Split(ctx, ck, shards.SplitOptions{Out: dir, Progress: progress})
+	return ck, nil
 }
 
 // tensorReader generates one tensor's bytes at any offset: unit i (an element of a float type, a block of a

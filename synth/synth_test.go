@@ -170,13 +170,17 @@ func TestNamedShapes(t *testing.T) {
 	}
 }
 
-// TestWriteShards writes q8 and q4 shard folders directly and checks their dtypes, that they verify, and that
+// TestQuantized splits the generated q8 and q4 checkpoints into shard folders and checks their dtypes, that they verify, and that
 // the quantized weights spread like the float ones (standard deviation within 20% of Std).
-func TestWriteShards(t *testing.T) {
+func TestQuantized(t *testing.T) {
 	shape := Shape{HiddenSize: 512, IntermediateSize: 1024, NumLayers: 2, NumHeads: 8, NumKVHeads: 2, VocabSize: 300}
 	for q, want := range map[shards.Quantization]checkpoint.DType{shards.Q8: checkpoint.Q8_0, shards.Q4: checkpoint.Q4_K} {
 		dir := t.TempDir()
-		set, err := WriteShards(context.Background(), dir, Options{Shape: shape, Seed: 3}, q, nil)
+		ck, err := Quantized(dir, Options{Shape: shape, Seed: 3}, q.Target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

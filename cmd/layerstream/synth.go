@@ -56,7 +56,11 @@ func init() {
 				if q != shards.None {
 					start := time.Now()
 					bar := progress.New(progressOut(), "synth", 0)
-					set, err := synth.WriteShards(ctx, *out, opts, q, bar.Update)
+					ck, err := synth.Quantized(*out, opts, q.Target)
+					if err != nil {
+						return err
+					}
+					set, err := shards.Split(ctx, ck, shards.SplitOptions{Out: *out, Progress: bar.Update})
 					bar.Finish()
 					if err != nil {
 						return err
