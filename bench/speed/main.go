@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -55,6 +56,9 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	prefill := fs.Int("prefill-tokens", 512, "prompt length of the prefill measurement (target 5)")
 	dtype := fs.String("dtype", "auto", "compute dtype of weight matrices, passed to the engine: auto, f32 or bf16")
 	weights := fs.String("weights", "bf16", "dtype of the synthetic model's weights: bf16 or f32")
+	quantize := fs.String("quantize", "", "q8 or q4: write the model directly as quantized shards (no float checkpoint: "+
+		"the llama3-70b shape is 40 GB of q4 shards, 140 GB as bf16) and measure only streaming from disk, targets 2 "+
+		"and 10, with the streamed engine's peak memory")
 	var pc peerConfig
 	fs.StringVar(&pc.Python, "peer-python", os.Getenv("LAYERSTREAM_PEER_PYTHON"), "a Python with llama-cpp-python: "+
 		"llama.cpp runs the same model (as GGUF) beside layerstream, alternated, for targets 6, 7 and 9 (default "+
@@ -105,6 +109,10 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	case *weights != "bf16" && *weights != "f32":
 		return usage("--weights must be bf16 or f32, got %q", *weights)
 	}
+	q, err := shards.ParseQuantization(*quantize)
+	if err != nil {
+		return usage("--quantize: %v", err)
+	}
 	stored := checkpoint.BF16
 	if *weights == "f32" {
 		stored = checkpoint.F32
@@ -122,7 +130,13 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 
 	dir := modelDir(*cache, *shapeName, shape.NumLayers, stored, *seed)
-	shardDir, err := prepareModel(ctx, dir, shape, stored, *seed, pc, stderr)
+	var shardDir string
+	if q != shards.None {
+		dir = filepath.Join(*cache, fmt.Sprintf("%s-%dL-%s-seed%d", *shapeName, shape.NumLayers, q, *seed))
+		shardDir, err = prepareQuantized(ctx, dir, shape, stored, *seed, q, stderr)
+	} else {
+		shardDir, err = prepareModel(ctx, dir, shape, stored, *seed, pc, stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: synthetic model: %v\n", name, err)
 		return exitError
@@ -133,7 +147,7 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	}
 	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
 		prefillTokens: *prefill, batchNewTokens: 64, dtype: *dtype, seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
-		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache}
+		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache, streamOnly: q != shards.None}
 	switch {
 	case !pc.enabled():
 		o.noPeer = "no llama.cpp: give --peer-python (a Python with llama-cpp-python) and, to make the GGUF, " +

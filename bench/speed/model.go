@@ -90,6 +90,27 @@ func prepareModel(ctx context.Context, dir string, shape synth.Shape, weights ch
 	return out, nil
 }
 
+// prepareQuantized returns the q8 or q4 shard folder of the synthetic model in dir, writing it when missing
+// straight from synth.Quantized (the quantized blocks generated as the split reads them, no float checkpoint
+// on disk); an interrupted split resumes on the next run.
+func prepareQuantized(ctx context.Context, dir string, shape synth.Shape, weights checkpoint.DType, seed uint64, q shards.Quantization, log io.Writer) (string, error) {
+	out := filepath.Join(dir, "shards")
+	if shards.IsSet(out) {
+		return out, nil
+	}
+	ck, err := synth.Quantized(out, synth.Options{Shape: shape, DType: weights, Seed: seed}, q.Target)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(log, "speed: writing %s shards of the synthetic model into %s (%d layers)\n", q, out, shape.NumLayers)
+	start := time.Now()
+	if _, err := shards.Split(ctx, ck, shards.SplitOptions{Out: out}); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(log, "speed: written in %.1f s\n", time.Since(start).Seconds())
+	return out, nil
+}
+
 // modelInfo describes the model the ratios were measured on, with the byte and FLOP counts they use.
 type modelInfo struct {
 	Shape  string `json:"shape"`
@@ -136,6 +157,15 @@ func describeModel(set *shards.Set) (modelInfo, []shards.UnitInfo, error) {
 	}
 	if len(layers) == 0 {
 		return m, nil, fmt.Errorf("shards %s: no decoder-layer units", set.Dir)
+	}
+	var quantized []string // the block types of the layers' matrices (quantized shards)
+	for _, t := range layers[0].Tensors {
+		if name := string(t.DType); t.DType.Quantized() && !slices.Contains(quantized, name) {
+			quantized = append(quantized, name)
+		}
+	}
+	if len(quantized) > 0 {
+		m.StoredDType += ", layer matrices in " + strings.Join(quantized, "/") + " blocks"
 	}
 	return m, layers, nil
 }

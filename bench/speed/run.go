@@ -60,6 +60,9 @@ type options struct {
 	// measured); cacheDir holds its split.
 	ggufModel, ggufPython, cacheDir string
 	log                             io.Writer // progress lines
+	// streamOnly measures streaming from disk only (targets 2 and 10): a model written as quantized shards
+	// (--quantize), which may be too large to hold resident or prefill in any time.
+	streamOnly bool
 }
 
 // machine holds the bandwidths measured in the run.
@@ -73,6 +76,9 @@ type machine struct {
 	LoadEnd    string       `json:"load_end,omitempty"`
 	DirectRead readResult   `json:"direct_read"`
 	Matmul     matmulResult `json:"matmul"`
+	// StreamedPeakRSS is the process's peak resident memory while the engine streamed with O_DIRECT (target 2's
+	// runs), from the peak reset before it opened; 0 where Linux's /proc/self/clear_refs is not available.
+	StreamedPeakRSS int64 `json:"streamed_peak_rss_bytes,omitempty"`
 }
 
 // profileReport is the profiler summary of one run, printed as a table.
@@ -128,31 +134,41 @@ func run(ctx context.Context, o options) (*report, error) {
 	if r.Machine.DirectRead, err = measureDirectRead(set.Dir, layerUnits, readChunks); err != nil {
 		return nil, err
 	}
-	phase(o.log, "backend matmul rate")
-	mm := o.matmulSize
-	if mm == [3]int{} {
-		mm = [3]int{o.prefillTokens, cfg.HiddenSize, cfg.HiddenSize}
-	}
-	if r.Machine.Matmul, err = measureMatmul(mm[0], mm[1], mm[2], matmulRepeats); err != nil {
-		return nil, err
-	}
-
 	decodeReq := engine.Request{PromptIDs: syntheticPrompt(cfg.VocabSize, eos, decodePromptTokens, o.seed),
 		MaxNewTokens: o.newTokens, StopIDs: []int{}} // empty StopIDs: every run generates MaxNewTokens tokens
-	if err := measurePageCache(ctx, o, r, decodeReq, eos); err != nil {
-		return nil, err
-	}
-	releaseMemory()
-	if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos); err != nil {
-		return nil, err
-	}
-	releaseMemory()
-	if err := measureQuantized(ctx, o, r, decodeReq); err != nil {
-		return nil, err
-	}
-	releaseMemory()
-	if err := measureGGUF(ctx, o, r); err != nil {
-		return nil, err
+	if o.streamOnly {
+		for _, t := range r.Targets {
+			if t.ID != 2 && t.ID != 10 {
+				t.setNotMeasurable("--quantize measures streaming from disk only (targets 2 and 10)")
+			}
+		}
+		if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos); err != nil {
+			return nil, err
+		}
+	} else {
+		phase(o.log, "backend matmul rate")
+		mm := o.matmulSize
+		if mm == [3]int{} {
+			mm = [3]int{o.prefillTokens, cfg.HiddenSize, cfg.HiddenSize}
+		}
+		if r.Machine.Matmul, err = measureMatmul(mm[0], mm[1], mm[2], matmulRepeats); err != nil {
+			return nil, err
+		}
+		if err := measurePageCache(ctx, o, r, decodeReq, eos); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureQuantized(ctx, o, r, decodeReq); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureGGUF(ctx, o, r); err != nil {
+			return nil, err
+		}
 	}
 	for _, t := range r.Targets {
 		if t.missed() {
@@ -470,6 +486,8 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 		return nil
 	}
 	phase(o.log, "opening a streamed engine reading with O_DIRECT")
+	releaseMemory()
+	peak := resetPeakRSS()
 	prof := profiler.New()
 	opts := engine.Options{DType: o.dtype, Profiler: prof}
 	directIO(&opts)
@@ -518,6 +536,9 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 		before = after
 	}
 	prof.Stop()
+	if peak {
+		r.Machine.StreamedPeakRSS = peakRSS()
+	}
 	r.Profiles = append(r.Profiles, profileReport{
 		Title:   fmt.Sprintf("streamed decode with O_DIRECT (last run: %d new tokens)", o.newTokens),
 		Summary: prof.Summary()})
@@ -537,6 +558,9 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	t10.raw("disk bound ÷ s/token, per run (median)", 1/stats.Median(ratios), "")
 	t10.note("target 2's runs, as the fraction of the disk's rate the streamed decode reaches")
 
+	if o.streamOnly {
+		return nil
+	}
 	if generateBatch == nil {
 		t4.setUnavailable(noBatch)
 		return nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -359,5 +360,51 @@ func TestHelperPeer(t *testing.T) {
 			fmt.Fprintf(os.Stderr, "bad command %+v\n", c)
 			os.Exit(1)
 		}
+	}
+}
+
+// TestRunStreamOnly runs the harness as --quantize q4 does: the model written directly as q4 shards, only
+// targets 2 and 10 measured (the others not measurable, not missed), the streamed engine's peak memory reported.
+func TestRunStreamOnly(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer
+	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 512, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+		VocabSize: 64, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2}
+	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "q4"), shape, checkpoint.BF16, 1, shards.Q4, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := shards.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := set.Load(ctx, "layer.0", shards.NewBuffer(0)); err != nil || l.Tensors["model.layers.0.mlp.up_proj.weight"].DType != checkpoint.Q4_K {
+		t.Fatalf("layer.0 of the q4 split: %v", err)
+	}
+	o := options{shards: dir, shapeName: "q4", newTokens: 3, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
+		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
+	r, err := run(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !r.Machine.DirectRead.Supported {
+		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
+	}
+	for _, tg := range r.Targets {
+		measured := tg.ID == 2 || tg.ID == 10
+		if measured != (tg.Measured != nil) || (!measured && (tg.Verdict != notMeasurable || tg.missed())) {
+			t.Errorf("target %d: %s %v (%s)", tg.ID, tg.Verdict, tg.Measured, tg.Reason)
+		}
+	}
+	if runtime.GOOS == "linux" && r.Machine.StreamedPeakRSS <= 0 {
+		t.Errorf("no peak memory reported")
+	}
+	var text bytes.Buffer
+	if err := r.writeText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(text.String(), "GFLOP/s") || !strings.Contains(text.String(), "layer matrices in Q4_K blocks") ||
+		(runtime.GOOS == "linux" && !strings.Contains(text.String(), "peak memory")) {
+		t.Errorf("text report:\n%s", text.String())
 	}
 }

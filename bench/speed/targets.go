@@ -148,8 +148,14 @@ func (r *report) writeText(w io.Writer) error {
 	} else {
 		p.Printf("  sequential read      n/a         %s\n", d.Reason)
 	}
-	mm := r.Machine.Matmul
-	p.Printf("  matmul           %7.2f GFLOP/s %s, best of %d\n\n", mm.GFlops, mm.Op, mm.Repeats)
+	if mm := r.Machine.Matmul; mm.Repeats > 0 {
+		p.Printf("  matmul           %7.2f GFLOP/s %s, best of %d\n", mm.GFlops, mm.Op, mm.Repeats)
+	}
+	if rss := r.Machine.StreamedPeakRSS; rss > 0 {
+		p.Printf("  peak memory      %s resident while streaming with O_DIRECT (the process's VmHWM over target 2's runs)\n",
+			bytesize.Format(rss))
+	}
+	p.Printf("\n")
 
 	p.Printf("%-2s %-38s %-7s %9s  %s\n", "#", "target", "goal", "measured", "verdict")
 	for _, t := range r.Targets {
