@@ -37,7 +37,6 @@ type llamaCppCase struct {
 	Steps        []llamaCppStep `json:"steps"`
 	PromptLogits []llamaCppStep `json:"prompt_logits"`
 	File         string         `json:"file"`
-	Committed    bool           `json:"committed"`
 }
 
 type tokenizeCase struct {
@@ -230,9 +229,8 @@ func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
 
 // TestGGUFTinyTypesMatchLlamaCpp runs a tiny random Llama (one layer, hidden 256, untied) converted by llama.cpp
 // and quantized by it to each type, and compares the log-probabilities of llama.cpp's top tokens at every prompt
-// position and 16 greedy steps. The quantized files are committed (../gguf/testdata/tiny); F32, F16 and BF16 are
-// made by scripts/fixtures/llama_cpp_refs.py into testdata/models. It also checks the tokenizer made from the
-// file's SentencePiece vocabulary against llama.cpp's.
+// position and 16 greedy steps. The files are committed (../gguf/testdata/tiny). It also checks the tokenizer
+// made from the file's SentencePiece vocabulary against llama.cpp's.
 //
 // Each product matches llama.cpp's given the same input (checked with llama.cpp's own intermediate tensors:
 // V, the MLP output and the logits of this model's Q4_0 file to 1.4e-6 of values up to 15), but an input one
@@ -253,11 +251,7 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 			if !ok {
 				t.Fatalf("no reference for %s", name)
 			}
-			path := filepath.Join("..", c.File)
-			if !c.Committed {
-				path = hffixture.ModelPath(t, c.File, "scripts/fixtures/llama_cpp_refs.py --only tiny")
-			}
-			e, err := Open(context.Background(), path, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+			e, err := Open(context.Background(), filepath.Join("..", c.File), Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
 			if err != nil {
 				t.Fatal(err)
 			}
