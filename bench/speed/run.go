@@ -14,6 +14,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
@@ -117,6 +118,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	r.Model.ComputeDType, r.Model.ComputeReason = string(choice.DType), choice.Reason
+	if d := strings.ToLower(o.dtype); (d == "" || d == "auto") && kernels.NativeBF16() && strings.Contains(strings.ToLower(set.Config.TorchDType), "bfloat16") {
+		// Engine.Open's choice for the host kernels (decode steps, streamed prefill), beside the graphs' dtype.
+		r.Model.ComputeReason += "; the host kernels multiply bf16 weights by activations rounded to bf16 (AVX512_BF16)"
+	}
 	cfg := set.Config
 	eos := checkpoint.EOSTokenIDs(cfg, set.Generation)
 	if o.prefillTokens >= cfg.MaxPositionEmbeddings {
