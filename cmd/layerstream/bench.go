@@ -30,7 +30,7 @@ func init() {
 		usage:   "--model DIR",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o benchOptions
-			fs.StringVar(&o.model, "model", "", "model: checkpoint folder, shard folder or Hub repo id (required)")
+			fs.StringVar(&o.model, "model", "", modelFlagHelp)
 			fs.IntVar(&o.promptTokens, "prompt-tokens", 128, "prompt length in tokens (synthetic ids)")
 			fs.IntVar(&o.newTokens, "new-tokens", 32, "tokens to generate per run (end-of-sequence ids do not "+
 				"stop a run, so every run generates exactly this many)")

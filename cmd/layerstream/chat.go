@@ -22,11 +22,11 @@ func init() {
 	register(command{
 		name:          "chat",
 		summary:       "chat with a model in the terminal (history, system prompt, streaming; Ctrl-C stops an answer)",
-		usage:         "--model DIR|SHARDS|REPO",
+		usage:         "--model MODEL",
 		ownsInterrupt: true,
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o generateOptions
-			fs.StringVar(&o.model, "model", "", "model with a chat template: checkpoint folder, shard folder or Hugging Face repo id (required)")
+			fs.StringVar(&o.model, "model", "", modelFlagHelp)
 			fs.StringVar(&o.system, "system", "", "system message (also /system TEXT)")
 			fs.IntVar(&o.maxNew, "max-new-tokens", 1024, "most tokens of one answer (0: until the context is full)")
 			fs.BoolVar(&o.strict, "strict", false, "stop an answer with an error when a guard detects broken output (activations out of range, all-zero logits, degenerate repetition); without it they are warnings")

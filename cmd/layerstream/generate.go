@@ -22,10 +22,10 @@ func init() {
 	register(command{
 		name:    "generate",
 		summary: "generate text, streaming the model through memory one layer at a time",
-		usage:   "--model DIR|SHARDS|REPO --prompt TEXT | --prompt-file FILE | --batch-file PROMPTS.jsonl",
+		usage:   "--model MODEL --prompt TEXT | --prompt-file FILE | --batch-file PROMPTS.jsonl",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o generateOptions
-			fs.StringVar(&o.model, "model", "", "model: checkpoint folder (split into shards on first use), shard folder or Hugging Face repo id (required)")
+			fs.StringVar(&o.model, "model", "", modelFlagHelp)
 			fs.StringVar(&o.prompt, "prompt", "", "prompt text")
 			fs.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from this `file` (- for standard input; one final newline is dropped)")
 			fs.StringVar(&o.ids, "ids", "", "prompt as comma-separated token ids instead of --prompt")

@@ -11,9 +11,15 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/gguf"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/internal/progress"
+	"github.com/layerstream/layerstream/tokenizer"
 )
+
+// modelFlagHelp is the --model flag's help for the commands that open an engine.
+const modelFlagHelp = "model: a checkpoint folder or a GGUF file (split into shards on first use), a shard folder, or a " +
+	"Hugging Face repo id (org/name, or org/name/file.gguf for one GGUF file of a repo) (required)"
 
 // openEngine opens model for a command: a Hub repo id is downloaded first, and a checkpoint split on first use,
 // each with a progress bar on standard error (unless -q). When tokenizerHint is not empty the model must have a
@@ -30,8 +36,8 @@ func openEngine(ctx context.Context, model string, opts engine.Options, tokenize
 		return nil, err
 	}
 	if tokenizerHint != "" {
-		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-			return nil, fmt.Errorf("%s has no tokenizer.json: %s", dir, tokenizerHint)
+		if err := hasTokenizer(dir); err != nil {
+			return nil, fmt.Errorf("%w: %s", err, tokenizerHint)
 		}
 	}
 	var bar *progress.Bar
@@ -48,6 +54,44 @@ func openEngine(ctx context.Context, model string, opts engine.Options, tokenize
 		bar.Finish()
 	}
 	return e, err
+}
+
+// hasTokenizer reports whether the model at dir (a folder, or a GGUF file) has a tokenizer, and if not, says why.
+func hasTokenizer(dir string) error {
+	if gguf.IsGGUF(dir) {
+		ck, err := gguf.OpenCheckpoint(dir)
+		if err != nil {
+			return err
+		}
+		if ck.Files["tokenizer.json"] == nil {
+			return fmt.Errorf("%s has no tokenizer (no tokenizer.ggml.* metadata)", dir)
+		}
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		return fmt.Errorf("%s has no tokenizer.json", dir)
+	}
+	return nil
+}
+
+// loadTokenizer loads the tokenizer of the model at dir: tokenizer.json and tokenizer_config.json in a folder,
+// or those a GGUF file's tokenizer.ggml.* metadata makes.
+func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
+	if !gguf.IsGGUF(dir) {
+		return tokenizer.Load(dir)
+	}
+	if err := hasTokenizer(dir); err != nil {
+		return nil, err
+	}
+	ck, err := gguf.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Parse(ck.Files["tokenizer.json"], ck.Files["tokenizer_config.json"])
+	if err != nil {
+		return nil, fmt.Errorf("%s: the tokenizer made from its metadata: %w", dir, err)
+	}
+	return tok, nil
 }
 
 // randomSeed is the seed of a run that names none: random, below 2³² so that it is easy to type again.

@@ -21,10 +21,10 @@ func init() {
 	register(command{
 		name:    "serve",
 		summary: "serve the model over an OpenAI-compatible HTTP API; concurrent requests share each layer pass",
-		usage:   "--model DIR|SHARDS|REPO",
+		usage:   "--model MODEL",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o serveOptions
-			fs.StringVar(&o.model, "model", "", "model: checkpoint folder (split into shards on first use), shard folder or Hugging Face repo id (required)")
+			fs.StringVar(&o.model, "model", "", modelFlagHelp)
 			fs.StringVar(&o.name, "model-name", "", "the model's id in the API (default: the --model argument, or its folder's name)")
 			fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on; any other than a loopback address needs --api-key")
 			fs.IntVar(&o.port, "port", 8080, "TCP port (0: any free port, printed at start)")

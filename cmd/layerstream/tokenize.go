@@ -20,7 +20,7 @@ func init() {
 		summary: "encode text with a model's tokenizer.json: one JSON string per stdin line in, one JSON array of ids out (a line that fails prints null, its error goes to stderr, and the exit status is 1)",
 		usage:   "--model DIR < lines",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
-			model := fs.String("model", "", "folder holding tokenizer.json and tokenizer_config.json (a checkpoint, a shard folder, or a Hub repo id already downloaded) (required)")
+			model := fs.String("model", "", "folder holding tokenizer.json and tokenizer_config.json (a checkpoint, a shard folder, or a Hub repo id already downloaded), or a GGUF file (required)")
 			decode := fs.Bool("decode", false, "decode instead: one JSON array of ids per line in, one JSON string out")
 			noSpecial := fs.Bool("no-special", false, "encoding: do not add the special tokens the tokenizer adds (BOS…); decoding: leave special tokens out of the text")
 			return func(ctx context.Context, args []string) error {
@@ -36,7 +36,7 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("--model: %w (download a Hub model first with 'layerstream download')", err)
 				}
-				tok, err := tokenizer.Load(dir)
+				tok, err := loadTokenizer(dir)
 				if err != nil {
 					return err
 				}

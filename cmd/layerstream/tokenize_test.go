@@ -74,3 +74,27 @@ func TestTokenizeKeepsGoingAfterABadLine(t *testing.T) {
 		t.Errorf("stderr %q does not name both bad lines", msgs)
 	}
 }
+
+// TestGGUFFromTheCommandLine: a GGUF file is a model for generate (its prompt tokenized by the tokenizer its
+// metadata makes) and for tokenize, as a folder is; llama.cpp tokenizes "Once upon a time" in this file's
+// SentencePiece vocabulary as [1, 403, 407, 261, 378] (gguf/testdata/llamacpp/tiny.json).
+func TestGGUFFromTheCommandLine(t *testing.T) {
+	model := filepath.Join("..", "..", "gguf", "testdata", "tiny", "tiny-llama-Q8_0.gguf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	var out bytes.Buffer
+	o := generateOptions{model: model, prompt: "Once upon a time", maxNew: 3, json: true, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+	if err := runGenerate(context.Background(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"prompt_ids":[1,403,407,261,378]`) {
+		t.Errorf("generate --json: %s", out.String())
+	}
+	tok, err := loadTokenizer(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := tokenizeLines(context.Background(), tok, strings.NewReader("\"Once upon a time\"\n"), &out, io.Discard, false, true); err != nil || out.String() != "[1,403,407,261,378]\n" {
+		t.Errorf("tokenize: %q, %v", out.String(), err)
+	}
+}
