@@ -3,6 +3,7 @@ package gguf
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,11 +51,7 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	}
 	info, ok := archs[arch]
 	if !ok {
-		names := make([]string, 0, len(archs))
-		for n := range archs {
-			names = append(names, n)
-		}
-		slices.Sort(names)
+		names := slices.Sorted(maps.Keys(archs))
 		return nil, nil, fmt.Errorf("general.architecture %q is not supported (supported: %s)", arch, strings.Join(names, ", "))
 	}
 	if t, ok, err := g.String("general.type"); err != nil {

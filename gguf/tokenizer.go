@@ -3,6 +3,7 @@ package gguf
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -191,11 +192,7 @@ func (g *File) byteLevelBPE(tokens []string, types []int) (map[string]any, error
 	}
 	p, ok := preTokenizers[pre]
 	if !ok {
-		names := make([]string, 0, len(preTokenizers))
-		for n := range preTokenizers {
-			names = append(names, n)
-		}
-		slices.Sort(names)
+		names := slices.Sorted(maps.Keys(preTokenizers))
 		return nil, fmt.Errorf("tokenizer.ggml.pre %q is not supported (supported: %s)", pre, strings.Join(names, ", "))
 	}
 	return map[string]any{

@@ -11,6 +11,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -110,11 +111,7 @@ var activations = map[string]Activation{"silu": SiLU, "swish": SiLU, "gelu_pytor
 func ActivationFor(key, name string) (Activation, error) {
 	a, ok := activations[name]
 	if !ok {
-		names := make([]string, 0, len(activations))
-		for n := range activations {
-			names = append(names, n)
-		}
-		slices.Sort(names)
+		names := slices.Sorted(maps.Keys(activations))
 		return 0, fmt.Errorf("config: %s %q is not supported (supported: %s)", key, name, strings.Join(names, ", "))
 	}
 	return a, nil
