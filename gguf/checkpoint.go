@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
 )
 
 // IsGGUF reports whether path names a GGUF file: a regular file that starts with the GGUF magic.
@@ -34,11 +35,11 @@ func IsGGUF(path string) bool {
 func OpenCheckpoint(path string) (*checkpoint.Checkpoint, error) {
 	g, err := Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (see %s)", err, guard.Anchor(guard.SectionGGUF))
 	}
 	ck, err := g.Checkpoint()
 	if err != nil {
-		return nil, fmt.Errorf("gguf %s: %w", path, err)
+		return nil, fmt.Errorf("gguf %s: %w (see %s)", path, err, guard.Anchor(guard.SectionGGUF))
 	}
 	return ck, nil
 }

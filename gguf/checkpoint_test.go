@@ -286,3 +286,20 @@ func TestSmolLM2Metadata(t *testing.T) {
 		t.Fatalf("dtypes %v", counts)
 	}
 }
+
+// TestOpenCheckpointNamesTheSection: a file OpenCheckpoint refuses (here one cut short, as an interrupted download
+// is) gets an error naming the tensor and the TROUBLESHOOTING.md section.
+func TestOpenCheckpointNamesTheSection(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "tiny", "tiny-llama-Q4_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "cut.gguf")
+	if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenCheckpoint(path)
+	if err == nil || !strings.Contains(err.Error(), "lie outside") || !strings.Contains(err.Error(), "TROUBLESHOOTING.md#gguf-file-refused") {
+		t.Errorf("got %v", err)
+	}
+}

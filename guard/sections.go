@@ -24,6 +24,7 @@ const (
 	SectionUnknownKey       = "Unknown config key" // written out in checkpoint's error (checkpoint cannot import guard)
 	SectionUnusedTensor     = "Unused tensor"
 	SectionMissingLMHead    = "Missing lm_head"
+	SectionGGUF             = "GGUF file refused"
 	SectionGatedRepo        = "Gated or private repository"
 	SectionOffline          = "No network or offline"
 	SectionDiskFull         = "Disk full during split"
@@ -45,7 +46,7 @@ func Sections() []string {
 	return []string{
 		SectionNaN, SectionActivations, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
-		SectionUnusedTensor, SectionMissingLMHead,
+		SectionUnusedTensor, SectionMissingLMHead, SectionGGUF,
 		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionResidentTooLarge, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
 		SectionServer, SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch, SectionKVCache,
 	}

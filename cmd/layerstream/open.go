@@ -36,8 +36,10 @@ func openEngine(ctx context.Context, model string, opts engine.Options, tokenize
 		return nil, err
 	}
 	if tokenizerHint != "" {
-		if err := hasTokenizer(dir); err != nil {
-			return nil, fmt.Errorf("%w: %s", err, tokenizerHint)
+		if ok, err := hasTokenizer(dir); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, fmt.Errorf("%s has no tokenizer (no tokenizer.json, or in a GGUF file no tokenizer.ggml.* metadata): %s", dir, tokenizerHint)
 		}
 	}
 	var bar *progress.Bar
@@ -56,22 +58,18 @@ func openEngine(ctx context.Context, model string, opts engine.Options, tokenize
 	return e, err
 }
 
-// hasTokenizer reports whether the model at dir (a folder, or a GGUF file) has a tokenizer, and if not, says why.
-func hasTokenizer(dir string) error {
+// hasTokenizer reports whether the model at dir (a folder, or a GGUF file, which must be readable) has a
+// tokenizer.
+func hasTokenizer(dir string) (bool, error) {
 	if gguf.IsGGUF(dir) {
 		ck, err := gguf.OpenCheckpoint(dir)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if ck.Files["tokenizer.json"] == nil {
-			return fmt.Errorf("%s has no tokenizer (no tokenizer.ggml.* metadata)", dir)
-		}
-		return nil
+		return ck.Files["tokenizer.json"] != nil, nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		return fmt.Errorf("%s has no tokenizer.json", dir)
-	}
-	return nil
+	_, err := os.Stat(filepath.Join(dir, "tokenizer.json"))
+	return err == nil, nil
 }
 
 // loadTokenizer loads the tokenizer of the model at dir: tokenizer.json and tokenizer_config.json in a folder,
@@ -80,12 +78,12 @@ func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
 	if !gguf.IsGGUF(dir) {
 		return tokenizer.Load(dir)
 	}
-	if err := hasTokenizer(dir); err != nil {
-		return nil, err
-	}
 	ck, err := gguf.OpenCheckpoint(dir)
 	if err != nil {
 		return nil, err
+	}
+	if ck.Files["tokenizer.json"] == nil {
+		return nil, fmt.Errorf("%s has no tokenizer (no tokenizer.ggml.* metadata)", dir)
 	}
 	tok, err := tokenizer.Parse(ck.Files["tokenizer.json"], ck.Files["tokenizer_config.json"])
 	if err != nil {
