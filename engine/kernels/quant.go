@@ -216,10 +216,12 @@ func hsum8(a *[8]float32) float32 {
 }
 
 // quantKernel is one block format's product: its activation format and dot(row, x), the dot product of a weight
-// row with a quantized input row.
+// row with a quantized input row; dot4, where an assembly kernel has it, sets y[0..3] to dot of the four rows at
+// w (stride bytes apart) with x, bit for bit as dot would.
 type quantKernel struct {
-	act actFormat
-	dot func(w []byte, x qActRow) float32
+	act  actFormat
+	dot  func(w []byte, x qActRow) float32
+	dot4 func(w []byte, stride int, x qActRow, y []float32)
 }
 
 // quantKernels are the kernels LinearQuant uses: the portable ones, replaced by assembly where the CPU and the
@@ -232,16 +234,16 @@ var quantKernels = func() map[quant.Type]*quantKernel {
 
 // portableKernels are the Go kernels, which the assembly ones match bit for bit.
 var portableKernels = map[quant.Type]*quantKernel{
-	quant.Q8_0: {actQ8_0, dotQ8_0Go},
-	quant.Q4_0: {actQ8_0, dotQ4_0Go},
-	quant.Q5_0: {actQ8_0, dotQ5_0Go},
-	quant.Q4_1: {actQ8_1, dotQ4_1Go},
-	quant.Q5_1: {actQ8_1, dotQ5_1Go},
-	quant.Q2_K: {actQ8_K, dotKGo(decodeQ2_KInts)},
-	quant.Q3_K: {actQ8_K, dotKGo(decodeQ3_KInts)},
-	quant.Q4_K: {actQ8_K, dotKGo(decodeQ4_KInts)},
-	quant.Q5_K: {actQ8_K, dotKGo(decodeQ5_KInts)},
-	quant.Q6_K: {actQ8_K, dotKGo(decodeQ6_KInts)},
+	quant.Q8_0: {act: actQ8_0, dot: dotQ8_0Go},
+	quant.Q4_0: {act: actQ8_0, dot: dotQ4_0Go},
+	quant.Q5_0: {act: actQ8_0, dot: dotQ5_0Go},
+	quant.Q4_1: {act: actQ8_1, dot: dotQ4_1Go},
+	quant.Q5_1: {act: actQ8_1, dot: dotQ5_1Go},
+	quant.Q2_K: {act: actQ8_K, dot: dotKGo(decodeQ2_KInts)},
+	quant.Q3_K: {act: actQ8_K, dot: dotKGo(decodeQ3_KInts)},
+	quant.Q4_K: {act: actQ8_K, dot: dotKGo(decodeQ4_KInts)},
+	quant.Q5_K: {act: actQ8_K, dot: dotKGo(decodeQ5_KInts)},
+	quant.Q6_K: {act: actQ8_K, dot: dotKGo(decodeQ6_KInts)},
 }
 
 // lanes32 adds the products of 32 weights w and activations a into eight integer lanes (lane l: elements
@@ -466,9 +468,18 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	for r := range xr {
 		xr[r] = a.row(r)
 	}
-	dot := w.k.dot
+	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
 	ParallelFor(out, func(lo, hi int) {
-		for o := lo; o < hi; o++ {
+		o := lo
+		if dot4 != nil {
+			for ; o+4 <= hi; o += 4 {
+				wr := w.Data[o*rb : (o+4)*rb]
+				for r := range rows {
+					dot4(wr, rb, xr[r], y[r*out+o:])
+				}
+			}
+		}
+		for ; o < hi; o++ {
 			wr := w.Row(o)
 			for r := range rows {
 				y[r*out+o] = dot(wr, xr[r])

@@ -1,6 +1,12 @@
 package kernels
 
-import "github.com/layerstream/layerstream/quant"
+import (
+	"github.com/layerstream/layerstream/quant"
+	"golang.org/x/sys/cpu"
+)
+
+// useVNNI selects the four-row kernels (VPDPBUSD on 256-bit registers: AVX-512 VNNI and VL).
+var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
 
 // The assembly kernels (quant_amd64.s) need AVX2 and F16C (every CPU with AVX2 and FMA has F16C).
 
@@ -14,22 +20,39 @@ func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
 func dotQ4_1AVX2(b []byte, qs []int8, d, s []float32) float32
 
 //go:noescape
+func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
+
+//go:noescape
+func dotQ8_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
+
+//go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
 func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 
 // asmKernels returns the assembly kernels the CPU can run. Each reads len(x.d) blocks; the callers guarantee
-// that the row holds that many (NewQuantMatrix checked the sizes).
+// that the row holds that many (NewQuantMatrix checked the sizes), and dot4's four rows of stride bytes.
 func asmKernels() map[quant.Type]*quantKernel {
 	if !useAVX2 {
 		return nil
 	}
-	return map[quant.Type]*quantKernel{
-		quant.Q8_0: {actQ8_0, func(w []byte, x qActRow) float32 { return dotQ8_0AVX2(w, x.qs, x.d) }},
-		quant.Q4_0: {actQ8_0, func(w []byte, x qActRow) float32 { return dotQ4_0AVX2(w, x.qs, x.d) }},
-		quant.Q4_1: {actQ8_1, func(w []byte, x qActRow) float32 { return dotQ4_1AVX2(w, x.qs, x.d, x.s) }},
-		quant.Q4_K: {actQ8_K, func(w []byte, x qActRow) float32 { return dotQ4_KAVX2(w, x.qs, x.d, x.bsums) }},
-		quant.Q6_K: {actQ8_K, func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
+	m := map[quant.Type]*quantKernel{
+		quant.Q8_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ8_0AVX2(w, x.qs, x.d) }},
+		quant.Q4_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ4_0AVX2(w, x.qs, x.d) }},
+		quant.Q4_1: {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ4_1AVX2(w, x.qs, x.d, x.s) }},
+		quant.Q4_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ4_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
 	}
+	if useVNNI {
+		m[quant.Q8_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+			_ = y[3]
+			dotQ8_0x4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
+		}
+		m[quant.Q4_1].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+			_ = y[3]
+			dotQ4_1x4VNNI(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
+		}
+	}
+	return m
 }

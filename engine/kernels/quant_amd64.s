@@ -347,3 +347,125 @@ q6kloop:
 	VZEROUPPER
 	MOVSS X0, ret+72(FP)
 	RET
+
+// Four-row kernels (AVX-512 VNNI and VL, on 256-bit registers): four consecutive weight rows (stride bytes apart)
+// times one quantized input row, the outputs written to y[0..3]. Each row's sums are the one-row kernels' (and
+// the portable ones'), bit for bit: VPDPBUSD adds the same four byte products per int32 lane as VPMADDUBSW and
+// VPMADDWD (no pair saturates: |w| ≤ 128, |a| ≤ 127), and each row keeps its own lanes, in block order. The four
+// rows share the activation loads and the loop, and their four dependency chains overlap.
+
+
+
+#define PFSHIFT 3
+
+DATA nibshift<>+0(SB)/8, $0
+DATA nibshift<>+8(SB)/8, $0
+DATA nibshift<>+16(SB)/8, $0x0004000400040004
+DATA nibshift<>+24(SB)/8, $0x0004000400040004
+GLOBL nibshift<>(SB), RODATA|NOPTR, $32
+
+// ROWS4 loads the four row pointers from b and stride: DI, R10, R11, R12; and R13, the rows PFSHIFT groups of
+// four ahead, which PREFETCH4 reads ahead of use.
+#define ROWS4 \
+	MOVQ b_base+0(FP), DI; MOVQ stride+24(FP), AX; LEAQ (DI)(AX*1), R10; LEAQ (R10)(AX*1), R11; \
+	LEAQ (R11)(AX*1), R12; MOVQ AX, R13; SHLQ $PFSHIFT, R13; ADDQ DI, R13
+
+// PREFETCH4 asks for the block of the rows ahead that this block's place (BX) stands for: the four rows ahead
+// are as many bytes as the four rows here, so R13 + 4·BX walks through them, 4 blocks' bytes per block, while
+// the hardware prefetchers, which follow sequential runs longer than a row, would fetch them late.
+#define PREFETCH4 \
+	PREFETCHT0 (R13)(BX*4); PREFETCHT0 64(R13)(BX*4)
+
+// HSUMR(acc, X) sums the eight lanes of Y`acc` into X`acc` as HSUM8 does, with X4 as scratch.
+#define HSUMR(ya, xa) \
+	VEXTRACTF128 $1, ya, X4; VADDPS X4, xa, xa; VMOVHLPS xa, xa, X4; VADDPS X4, xa, xa; \
+	VMOVSHDUP xa, X4; VADDSS X4, xa, xa
+
+// Q41ROW(p, ya, xs): one Q4_1 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes, X`s` lane 1 += m·s.
+// Y12 holds the activations, X13 [d_a, s, 0, 0].
+#define Q41ROW(p, ya, xs) \
+	VBROADCASTI128 4(p)(BX*1), Y4; VPSRLVW Y15, Y4, Y4; VPAND Y14, Y4, Y4; VPXOR Y5, Y5, Y5; \
+	VPDPBUSD Y12, Y4, Y5; VCVTDQ2PS Y5, Y5; \
+	VPBROADCASTD 0(p)(BX*1), X6; VCVTPH2PS X6, X6; VMULPS X13, X6, X6; VADDPS X6, xs, xs; \
+	VBROADCASTSS X6, Y6; VMULPS Y5, Y6, Y5; VADDPS Y5, ya, ya
+
+// Q41OUT(ya, xa, xs, off): y[off/4] = hsum8(acc) + summs.
+#define Q41OUT(ya, xa, xs, off) \
+	HSUMR(ya, xa); VMOVSHDUP xs, X4; VADDSS X4, xa, xa; MOVSS xa, off(DX)
+
+// func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
+TEXT ·dotQ4_1x4VNNI(SB), NOSPLIT, $0-112
+	ROWS4
+	MOVQ qs_base+32(FP), SI
+	MOVQ d_base+56(FP), R8
+	MOVQ d_len+64(FP), CX
+	MOVQ s_base+80(FP), R9
+	MOVQ y+104(FP), DX
+	XORQ BX, BX
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
+	VXORPS X8, X8, X8; VXORPS X9, X9, X9; VXORPS X10, X10, X10; VXORPS X11, X11, X11
+	VPBROADCASTD nibmask<>(SB), Y14
+	VMOVDQU nibshift<>(SB), Y15
+
+q41x4loop:
+	VMOVDQU (SI), Y12
+	VMOVSS (R8), X13
+	VINSERTPS $0x10, (R9), X13, X13
+	PREFETCH4
+	Q41ROW(DI, Y0, X8)
+	Q41ROW(R10, Y1, X9)
+	Q41ROW(R11, Y2, X10)
+	Q41ROW(R12, Y3, X11)
+	ADDQ $20, BX
+	ADDQ $32, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  q41x4loop
+	Q41OUT(Y0, X0, X8, 0)
+	Q41OUT(Y1, X1, X9, 4)
+	Q41OUT(Y2, X2, X10, 8)
+	Q41OUT(Y3, X3, X11, 12)
+	VZEROUPPER
+	RET
+
+// Q80ROW(p, ya): one Q8_0 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes; |w| times a·sign(w) as in
+// SIGNEDDOT. Y12 holds the activations, X13 d_a.
+#define Q80ROW(p, ya) \
+	VMOVDQU 2(p)(BX*1), Y4; VPSIGNB Y4, Y12, Y5; VPABSB Y4, Y4; VPXOR Y6, Y6, Y6; VPDPBUSD Y5, Y4, Y6; \
+	VCVTDQ2PS Y6, Y6; VPBROADCASTW 0(p)(BX*1), X7; VCVTPH2PS X7, X7; VMULSS X13, X7, X7; \
+	VBROADCASTSS X7, Y7; VMULPS Y6, Y7, Y6; VADDPS Y6, ya, ya
+
+// Q80OUT(ya, xa, off): y[off/4] = hsum8(acc).
+#define Q80OUT(ya, xa, off) \
+	HSUMR(ya, xa); MOVSS xa, off(DX)
+
+// func dotQ8_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
+TEXT ·dotQ8_0x4VNNI(SB), NOSPLIT, $0-88
+	ROWS4
+	MOVQ qs_base+32(FP), SI
+	MOVQ d_base+56(FP), R8
+	MOVQ d_len+64(FP), CX
+	MOVQ y+80(FP), DX
+	XORQ BX, BX
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
+
+q80x4loop:
+	VMOVDQU (SI), Y12
+	VMOVSS (R8), X13
+	PREFETCH4
+	Q80ROW(DI, Y0)
+	Q80ROW(R10, Y1)
+	Q80ROW(R11, Y2)
+	Q80ROW(R12, Y3)
+	ADDQ $34, BX
+	ADDQ $32, SI
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  q80x4loop
+	Q80OUT(Y0, X0, 0)
+	Q80OUT(Y1, X1, 4)
+	Q80OUT(Y2, X2, 8)
+	Q80OUT(Y3, X3, 12)
+	VZEROUPPER
+	RET

@@ -199,14 +199,15 @@ func TestQuantDotsMatchLlamaCpp(t *testing.T) {
 	}
 }
 
-// TestQuantKernelsAgree checks the assembly kernels against the portable ones, bit for bit, on random data.
+// TestQuantKernelsAgree checks the assembly kernels (one row and four rows) against the portable ones, bit for
+// bit, on random data.
 func TestQuantKernelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, typ := range quantTypes {
 		k := quantKernels[typ]
 		p := portableKernels[typ]
 		for _, cols := range []int{256, 1536} {
-			w := randomQuantMatrix(t, rng, typ, 4, cols)
+			w := randomQuantMatrix(t, rng, typ, 8, cols)
 			x := make([]float32, 3*cols)
 			for i := range x {
 				x[i] = float32(rng.NormFloat64())
@@ -218,6 +219,18 @@ func TestQuantKernelsAgree(t *testing.T) {
 					got, want := k.dot(w.Row(o), a.row(r)), p.dot(w.Row(o), a.row(r))
 					if math.Float32bits(got) != math.Float32bits(want) {
 						t.Fatalf("%s cols %d: kernel %g, portable %g", typ, cols, got, want)
+					}
+				}
+				if k.dot4 == nil {
+					continue
+				}
+				for o := 0; o < w.Rows; o += 4 {
+					var y [4]float32
+					k.dot4(w.Data[o*w.rowBytes:(o+4)*w.rowBytes], w.rowBytes, a.row(r), y[:])
+					for i, got := range y {
+						if want := p.dot(w.Row(o+i), a.row(r)); math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("%s cols %d: four-row kernel row %d %g, portable %g", typ, cols, o+i, got, want)
+						}
 					}
 				}
 			}
