@@ -82,6 +82,7 @@ type qAct struct {
 	bsums    []int16
 	sBuf     []float32
 	bsumsBuf []int16
+	sums     []int32 // quantizeQ8Blocks' block sums
 }
 
 // row returns row r's parts.
@@ -122,6 +123,16 @@ func (a *qAct) quantize(f actFormat, x []float32, n int) {
 		if f == actQ8_1 {
 			a.sBuf = growSlice(a.sBuf, nb)
 			a.s = a.sBuf
+		}
+		a.sums = growSlice(a.sums, nb)
+		if quantizeQ8Blocks(a.qs, x, a.d, a.sums) {
+			for b, d := range a.d {
+				if f == actQ8_1 {
+					a.s[b] = roundHalf(d * float32(a.sums[b]))
+				}
+				a.d[b] = roundHalf(d)
+			}
+			return
 		}
 		for b := range nb {
 			var s *float32
@@ -169,10 +180,13 @@ func quantizeQ8_0Block(q []int8, x []float32, s *float32) float32 {
 		sum += r
 	}
 	if s != nil {
-		*s = quant.HalfToFloat32(quant.Float32ToHalf(d * float32(sum)))
+		*s = roundHalf(d * float32(sum))
 	}
-	return quant.HalfToFloat32(quant.Float32ToHalf(d))
+	return roundHalf(d)
 }
+
+// roundHalf rounds v to float16 and back.
+func roundHalf(v float32) float32 { return quant.HalfToFloat32(quant.Float32ToHalf(v)) }
 
 // quantizeQ8_KBlock quantizes 256 values as llama.cpp's quantize_row_q8_K_ref does (scale -127/x_max where
 // x_max is the value of largest magnitude, rounding half to even, at most 127), fills the sums of 16 and

@@ -20,6 +20,21 @@ func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
 func dotQ4_1AVX2(b []byte, qs []int8, d, s []float32) float32
 
 //go:noescape
+func quantizeQ8BlocksAVX512(q []int8, x []float32, d []float32, sums []int32)
+
+// quantizeQ8Blocks sets, for the len(d) blocks of 32 values of x, q to the block's values quantized as
+// quantizeQ8_0Block does, d[b] to the block's unrounded scale max|x|/127 and sums[b] to Σq; it reports false,
+// doing nothing, where the CPU has no assembly for it.
+func quantizeQ8Blocks(q []int8, x []float32, d []float32, sums []int32) bool {
+	if !useAVX512 {
+		return false
+	}
+	n := len(d) * quant.QK
+	quantizeQ8BlocksAVX512(q[:n], x[:n], d, sums[:len(d)])
+	return true
+}
+
+//go:noescape
 func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
 
 //go:noescape

@@ -469,3 +469,80 @@ q80x4loop:
 	Q80OUT(Y3, X3, 12)
 	VZEROUPPER
 	RET
+
+DATA q8consts<>+0(SB)/4, $0x7fffffff // |x| mask
+DATA q8consts<>+4(SB)/4, $127.0
+DATA q8consts<>+8(SB)/4, $127
+DATA q8consts<>+12(SB)/4, $-128
+GLOBL q8consts<>(SB), RODATA|NOPTR, $16
+
+// func quantizeQ8BlocksAVX512(q []int8, x []float32, d []float32, sums []int32)
+// For each block b of 32 values (len(d) blocks): d[b] = max|x|/127 (unrounded), q = x·(127/max|x|) rounded half
+// to even (VCVTPS2DQ under the default rounding) and held to [-128, 127], sums[b] = Σq: quantizeQ8_0Block's
+// arithmetic, whose float16 roundings the caller applies.
+TEXT ·quantizeQ8BlocksAVX512(SB), NOSPLIT, $0-96
+	MOVQ q_base+0(FP), DI
+	MOVQ x_base+24(FP), SI
+	MOVQ d_base+48(FP), R8
+	MOVQ d_len+56(FP), CX
+	MOVQ sums_base+72(FP), R9
+	TESTQ CX, CX
+	JZ   q8done
+	VPBROADCASTD q8consts<>+0(SB), Z31
+	VMOVSS q8consts<>+4(SB), X30
+	VPBROADCASTD q8consts<>+8(SB), Z29
+	VPBROADCASTD q8consts<>+12(SB), Z28
+
+q8loop:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VPANDD Z31, Z0, Z2
+	VPANDD Z31, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF64X4 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VMOVHLPS X2, X2, X3
+	VMAXPS X3, X2, X2
+	VMOVSHDUP X2, X3
+	VMAXSS X3, X2, X2
+	VDIVSS X30, X2, X3
+	VMOVSS X3, (R8)
+	VXORPS X4, X4, X4
+	VUCOMISS X4, X2
+	JEQ  q8zero
+	VDIVSS X2, X30, X4
+
+q8zero:
+	VBROADCASTSS X4, Z4
+	VMULPS Z4, Z0, Z0
+	VMULPS Z4, Z1, Z1
+	VCVTPS2DQ Z0, Z0
+	VCVTPS2DQ Z1, Z1
+	VPMINSD Z29, Z0, Z0
+	VPMINSD Z29, Z1, Z1
+	VPMAXSD Z28, Z0, Z0
+	VPMAXSD Z28, Z1, Z1
+	VPMOVDB Z0, (DI)
+	VPMOVDB Z1, 16(DI)
+	VPADDD Z1, Z0, Z0
+	VEXTRACTI64X4 $1, Z0, Y1
+	VPADDD Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPADDD X1, X0, X0
+	VMOVD X0, (R9)
+	ADDQ $32, DI
+	ADDQ $128, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  q8loop
+
+q8done:
+	VZEROUPPER
+	RET

@@ -6,3 +6,6 @@ import "github.com/layerstream/layerstream/quant"
 
 // asmKernels returns no kernels: this architecture has only the portable ones.
 func asmKernels() map[quant.Type]*quantKernel { return nil }
+
+// quantizeQ8Blocks reports false: this architecture quantizes with quantizeQ8_0Block.
+func quantizeQ8Blocks(q []int8, x []float32, d []float32, sums []int32) bool { return false }

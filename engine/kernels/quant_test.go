@@ -295,3 +295,45 @@ func TestNewQuantMatrixErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeQ8BlocksAgree checks the assembly quantization of Q8_0/Q8_1 activations against quantizeQ8_0Block,
+// bit for bit: random blocks, a zero block, halves that round to even (max 127, so x·127/max is x), and tiny
+// and huge magnitudes.
+func TestQuantizeQ8BlocksAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var x []float32
+	for range 40 {
+		for range 32 {
+			x = append(x, float32(rng.NormFloat64()*math.Pow(10, float64(rng.IntN(9)-4))))
+		}
+	}
+	x = append(x, make([]float32, 32)...)
+	for i := range 32 {
+		x = append(x, float32(i-16)+0.5)
+	}
+	x[len(x)-1] = 127
+	for i := range 32 {
+		x = append(x, float32(i+1)*1e-38, float32(i+1)*3e37)
+	}
+	nb := len(x) / 32
+	q, d, sums := make([]int8, len(x)), make([]float32, nb), make([]int32, nb)
+	if !quantizeQ8Blocks(q, x, d, sums) {
+		t.Skip("no assembly quantization on this CPU")
+	}
+	wq := make([]int8, 32)
+	for b := range nb {
+		var s float32
+		wd := quantizeQ8_0Block(wq, x[32*b:32*b+32], &s)
+		if got := roundHalf(d[b]); math.Float32bits(got) != math.Float32bits(wd) {
+			t.Fatalf("block %d: scale %g, want %g", b, got, wd)
+		}
+		if got := roundHalf(d[b] * float32(sums[b])); math.Float32bits(got) != math.Float32bits(s) {
+			t.Fatalf("block %d: scaled sum %g, want %g", b, got, s)
+		}
+		for i, v := range wq {
+			if q[32*b+i] != v {
+				t.Fatalf("block %d value %d (%g): %d, want %d", b, i, x[32*b+i], q[32*b+i], v)
+			}
+		}
+	}
+}
