@@ -66,7 +66,7 @@ func shardFixture(b *testing.B, enc shards.Encoding) *shards.Set {
 	if err != nil {
 		b.Fatal(err)
 	}
-	set, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: out, Encoding: enc})
+	set, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: out, Encoding: enc, DiskRate: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

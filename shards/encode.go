@@ -2,14 +2,16 @@ package shards
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
 // shuffleWidth is the element size shuffle-zstd groups bytes by: the dtype's element size, or 1 (no
@@ -35,61 +37,39 @@ func shuffle(dst, src []byte, elemSize int) {
 }
 
 // unshuffleInPlace undoes shuffle on b, one block at a time, using tmp (at least shuffleBlock bytes) as scratch.
-// It runs on every load of a shuffle-zstd tensor, so 2- and 4-byte elements have loops writing whole elements.
 func unshuffleInPlace(b, tmp []byte, elemSize int) {
+	planes := make([][]byte, elemSize)
 	for start := 0; start < len(b); start += shuffleBlock {
 		blk := b[start:min(start+shuffleBlock, len(b))]
 		in := tmp[:len(blk)]
 		copy(in, blk)
 		n := len(blk) / elemSize
-		switch elemSize {
-		case 2:
-			p0, p1, out := in[:n], in[n:2*n], blk[:2*n]
-			i := 0
-			for ; i+8 <= n; i += 8 { // 8 elements at a time: interleave two words of plane bytes
-				lo, hi := binary.LittleEndian.Uint64(p0[i:]), binary.LittleEndian.Uint64(p1[i:])
-				binary.LittleEndian.PutUint64(out[2*i:], spreadBytes(uint32(lo))|spreadBytes(uint32(hi))<<8)
-				binary.LittleEndian.PutUint64(out[2*i+8:], spreadBytes(uint32(lo>>32))|spreadBytes(uint32(hi>>32))<<8)
-			}
-			for ; i < n; i++ {
-				binary.LittleEndian.PutUint16(out[2*i:], uint16(p0[i])|uint16(p1[i])<<8)
-			}
-		case 4:
-			p0, p1, p2, p3, out := in[:n], in[n:2*n], in[2*n:3*n], in[3*n:4*n], blk[:4*n]
-			p1, p2, p3 = p1[:len(p0)], p2[:len(p0)], p3[:len(p0)]
-			for i, v := range p0 {
-				binary.LittleEndian.PutUint32(out[4*i:], uint32(v)|uint32(p1[i])<<8|uint32(p2[i])<<16|uint32(p3[i])<<24)
-			}
-		default:
-			for k := range elemSize {
-				for i, v := range in[k*n : (k+1)*n] {
-					blk[i*elemSize+k] = v
-				}
-			}
+		for k := range planes {
+			planes[k] = in[k*n : (k+1)*n]
 		}
+		interleave(blk[:n*elemSize], planes)
 	}
-}
-
-// spreadBytes moves byte k of x to byte 2k of the result (zeros between).
-func spreadBytes(x uint32) uint64 {
-	v := uint64(x)
-	v = (v | v<<16) & 0x0000ffff0000ffff
-	return (v | v<<8) & 0x00ff00ff00ff00ff
 }
 
 // blockPool holds shuffleBlock-sized scratch slices for unshuffling; they are reused across loads.
 var blockPool = sync.Pool{New: func() any { b := make([]byte, shuffleBlock); return &b }}
 
-// encoder compresses tensors at split time, reusing its buffers across tensors. A tensor becomes one zstd frame
-// per frameSize bytes, each compressed by the streaming encoder on all cores.
+// encoder compresses tensors at split time, reusing its buffers across tensors. A tensor becomes one frame per
+// frameSize bytes: zstd frames, each compressed by the streaming encoder on all cores, or planes-huff frames.
 type encoder struct {
-	zs       *zstd.Encoder
+	zs       *zstd.Encoder // zstd and shuffle-zstd only
 	shuffled []byte
 	out      bytes.Buffer
+	planes   planeScratch
+	buf      []byte // planes-huff frames
 	frames   []int64
+	check    []byte // decodeRate's output
 }
 
 func newEncoder(e Encoding) (*encoder, error) {
+	if e == PlanesHuff {
+		return &encoder{}, nil
+	}
 	// Measured on bf16 N(0, 0.02) weights (TinyLlama shape, 2-core VM): without entropy-coding every literal,
 	// zstd stores such weights raw (1.0x). With it, plain zstd reaches 1.28x at the fastest level, decoding at
 	// ~430 MB/s (higher levels gain nothing); after the byte shuffle the fastest level gives the same 1.28x but
@@ -114,30 +94,66 @@ func (c *encoder) encode(raw []byte, e Encoding, elemSize int) ([]byte, []int64,
 	if e == Raw || len(raw) == 0 {
 		return raw, nil, Raw, nil
 	}
-	src := raw
-	if e == ShuffleZstd {
-		c.shuffled = grow(c.shuffled, len(raw))
-		shuffle(c.shuffled, raw, elemSize)
-		src = c.shuffled
-	}
-	c.out.Reset()
 	c.frames = c.frames[:0]
-	for off := 0; off < len(src); off += frameSize {
-		piece := src[off:min(off+frameSize, len(src))]
-		before := c.out.Len()
-		c.zs.ResetContentSize(&c.out, int64(len(piece))) // the frame records its decoded size
-		if _, err := c.zs.Write(piece); err != nil {
-			return nil, nil, "", fmt.Errorf("zstd: %w", err)
+	var stored []byte
+	if e == PlanesHuff {
+		c.buf = c.buf[:0]
+		for off := 0; off < len(raw); off += frameSize {
+			before := len(c.buf)
+			c.buf = encodePlanes(c.buf, raw[off:min(off+frameSize, len(raw))], elemSize, &c.planes)
+			c.frames = append(c.frames, int64(len(c.buf)-before))
 		}
-		if err := c.zs.Close(); err != nil {
-			return nil, nil, "", fmt.Errorf("zstd: %w", err)
+		stored = c.buf
+	} else {
+		src := raw
+		if e == ShuffleZstd {
+			c.shuffled = grow(c.shuffled, len(raw))
+			shuffle(c.shuffled, raw, elemSize)
+			src = c.shuffled
 		}
-		c.frames = append(c.frames, int64(c.out.Len()-before))
+		c.out.Reset()
+		for off := 0; off < len(src); off += frameSize {
+			piece := src[off:min(off+frameSize, len(src))]
+			before := c.out.Len()
+			c.zs.ResetContentSize(&c.out, int64(len(piece))) // the frame records its decoded size
+			if _, err := c.zs.Write(piece); err != nil {
+				return nil, nil, "", fmt.Errorf("zstd: %w", err)
+			}
+			if err := c.zs.Close(); err != nil {
+				return nil, nil, "", fmt.Errorf("zstd: %w", err)
+			}
+			c.frames = append(c.frames, int64(c.out.Len()-before))
+		}
+		stored = c.out.Bytes()
 	}
-	if c.out.Len() >= len(raw) {
+	if len(stored) >= len(raw) {
 		return raw, nil, Raw, nil
 	}
-	return c.out.Bytes(), c.frames, e, nil
+	return stored, c.frames, e, nil
+}
+
+// decodeRate decodes the encoded tensor t (stored in frames) on the calling goroutine, checks that it gives
+// back raw, and returns the decoded bytes per second: a tensor's decoding cost, measured where it is split.
+func (c *encoder) decodeRate(t TensorInfo, stored []byte, raw []byte, dec func() (*zstd.Decoder, error)) (float64, error) {
+	c.check = grow(c.check, len(raw))
+	elapsed := time.Duration(1<<63 - 1)
+	for range 2 { // the faster of two: the first may pay for page faults in c.check
+		start := time.Now()
+		off := int64(0)
+		for f, n := range t.Frames {
+			lo := int64(f) * frameSize
+			hi := min(lo+frameSize, t.Length)
+			if err := decodeFrame(stored[off:off+n], c.check[lo:hi], t, dec); err != nil {
+				return 0, fmt.Errorf("decoding what was encoded: frame %d: %w", f, err)
+			}
+			off += n
+		}
+		elapsed = min(elapsed, time.Since(start))
+	}
+	if !bytes.Equal(c.check, raw) {
+		return 0, fmt.Errorf("%s: decoding what was encoded does not give the tensor back (a bug: use --encoding raw and report it)", t.Encoding)
+	}
+	return float64(len(raw)) / max(elapsed.Seconds(), 1e-9), nil
 }
 
 func grow(b []byte, n int) []byte {
@@ -145,4 +161,33 @@ func grow(b []byte, n int) []byte {
 		return make([]byte, n)
 	}
 	return b[:n]
+}
+
+// encodeStats counts what a split's encoding did to the tensors it wrote, for one log line at the end.
+type encodeStats struct {
+	encoded, incompressible, slow byteCount // kept encoded; stored raw as they did not shrink; or as decoding was slower than reading
+	decodeSeconds                 float64   // the kept tensors' measured decoding time on one core
+}
+
+type byteCount struct{ tensors, raw, stored int64 }
+
+func (b *byteCount) add(raw, stored int64) { b.tensors++; b.raw += raw; b.stored += stored }
+
+// log says what the encoding saved and what it costs, and which tensors it stored raw and why.
+func (s *encodeStats) log(e Encoding, diskRate float64) {
+	if e == Raw || s.encoded.tensors+s.incompressible.tensors+s.slow.tensors == 0 {
+		return
+	}
+	args := []any{"encoding", e, "encoded_tensors", s.encoded.tensors}
+	if s.encoded.tensors > 0 {
+		args = append(args, "encoded_bytes", fmt.Sprintf("%s of %s (%.1f%%)", bytesize.Format(s.encoded.stored),
+			bytesize.Format(s.encoded.raw), 100*float64(s.encoded.stored)/float64(s.encoded.raw)),
+			"decode_rate", bytesize.Format(int64(float64(s.encoded.raw)/max(s.decodeSeconds, 1e-9)))+"/s per core")
+	}
+	args = append(args, "raw_did_not_shrink", s.incompressible.tensors)
+	if s.slow.tensors > 0 {
+		args = append(args, "raw_decoding_slower_than_disk", s.slow.tensors, "disk_read_rate", bytesize.Format(int64(diskRate))+"/s",
+			"cores", runtime.GOMAXPROCS(0))
+	}
+	slog.Info("split encoding", args...)
 }

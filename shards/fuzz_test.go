@@ -28,7 +28,7 @@ func seedSplits(f *testing.F, encs ...Encoding) map[Encoding]*Set {
 	}
 	sets := map[Encoding]*Set{}
 	for _, enc := range encs {
-		if sets[enc], err = Split(context.Background(), ck, SplitOptions{Out: filepath.Join(dir, string(enc)), Encoding: enc}); err != nil {
+		if sets[enc], err = Split(context.Background(), ck, SplitOptions{Out: filepath.Join(dir, string(enc)), Encoding: enc, DiskRate: -1}); err != nil {
 			f.Fatal(err)
 		}
 	}
@@ -38,7 +38,7 @@ func seedSplits(f *testing.F, encs ...Encoding) map[Encoding]*Set {
 // seedShards returns some shard files of seedSplits as seeds.
 func seedShards(f *testing.F) [][]byte {
 	var seeds [][]byte
-	for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd} {
+	for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd, PlanesHuff} {
 		out := seedSplits(f, enc)[enc].Dir
 		for _, unit := range []string{"layer.0", "norm"} {
 			b, err := os.ReadFile(filepath.Join(out, unit+".shard"))

@@ -35,7 +35,7 @@ const (
 //
 // The file is read front to back, in chunks, into its place in buf: one sequential pass, no copies. As the
 // chunks come in, the pieces of tensors already read are checksummed, by the reading goroutine while they are
-// in its cache or by other goroutines, and encoded tensors' zstd frames are decompressed into buf's decode
+// in its cache or by other goroutines, and encoded tensors' frames are decoded into buf's decode
 // area: the manifest says where each tensor lies, so none of this waits for the file's own table, which comes
 // last. Once the file is read its table must match the manifest, and the reading goroutine joins the checks
 // still running. Load returns tensors only when every checksum matched (under VerifyOnce, see SetVerify, a
@@ -263,7 +263,7 @@ var (
 	frameShift   = sync.OnceValue(func() [32]uint32 { return shiftMatrix(frameSize) })
 )
 
-// A piece is one job of a check: a crcSegment-sized piece of a raw tensor to checksum, or one zstd frame of an
+// A piece is one job of a check: a crcSegment-sized piece of a raw tensor to checksum, or one frame of an
 // encoded tensor to decompress and then checksum. Pieces are in file order.
 type piece struct {
 	tensor, frame int
@@ -330,7 +330,7 @@ func (c *check) run(k int) {
 	b := p.stored
 	if p.decoded != nil {
 		if err := decodeFrame(p.stored, p.decoded, c.tensors[p.tensor], c.dec); err != nil {
-			c.errs[k] = fmt.Errorf("zstd frame %d: %w", p.frame, err)
+			c.errs[k] = fmt.Errorf("frame %d: %w", p.frame, err)
 			return
 		}
 		b = p.decoded
@@ -358,8 +358,9 @@ func (c *check) runGuarded(k int) {
 }
 
 // runWhileReading fills file front to back with read, chunk bytes at a time, on the calling goroutine, while
-// GOMAXPROCS-1 workers (at least one; the reading goroutine keeps a core of its own) run the pieces whose
-// bytes are in. With inline, the reading goroutine checksums a raw piece itself, while it is still in its
+// workers run the pieces whose bytes are in: GOMAXPROCS-1 of them (at least one) with inline, where the reading
+// goroutine copies from the page cache and keeps a core of its own, else GOMAXPROCS, as the reading goroutine
+// waits for the disk (O_DIRECT) and a core would sit idle while encoded frames wait. With inline, the reading goroutine checksums a raw piece itself, while it is still in its
 // core's cache, whenever the workers have not yet taken the pieces handed to them: so on a busy machine the
 // checks cost little more CPU than the read, and with a core to spare they run beside it. Once the file is
 // read, afterRead runs (a failure stops the remaining pieces), then the calling goroutine joins the workers
@@ -377,7 +378,11 @@ func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inl
 	if len(c.pieces) == 0 {
 		chunk = len(file) // nothing to overlap: one read
 	}
-	for range min(max(1, runtime.GOMAXPROCS(0)-1), len(c.pieces)) {
+	workers := runtime.GOMAXPROCS(0)
+	if inline {
+		workers-- // page-cache reads keep the reading goroutine busy copying
+	}
+	for range min(max(1, workers), len(c.pieces)) {
 		wg.Go(work)
 	}
 	next := 0
@@ -483,8 +488,14 @@ func parallel(ctx context.Context, n int, f func(i int)) {
 	wg.Wait()
 }
 
-// decodeFrame decompresses one zstd frame of encoded tensor t into dst (exactly the frame's decoded size).
+// decodeFrame decodes one frame of encoded tensor t into dst (exactly the frame's decoded size).
 func decodeFrame(stored, dst []byte, t TensorInfo, dec func() (*zstd.Decoder, error)) error {
+	if t.Encoding == PlanesHuff {
+		if err := decodePlanes(stored, dst, planesWidth(t.DType)); err != nil {
+			return fmt.Errorf("%s: %w (corrupted file?)", t.Encoding, err)
+		}
+		return nil
+	}
 	d, err := dec()
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ type manifestRow struct {
 	Checksum      int64  `parquet:"checksum"` // CRC-32C of the decoded bytes
 	Encoding      string `parquet:"encoding"`
 	EncodedLength int64  `parquet:"encoded_length"`
-	// Frames are the stored lengths of an encoded tensor's zstd frames (empty when raw).
+	// Frames are the stored lengths of an encoded tensor's frames (empty when raw).
 	Frames   []int64 `parquet:"frames,list"`
 	FileSize int64   `parquet:"file_size"` // size of File in bytes
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,11 @@ type SplitOptions struct {
 	Quantize Quantization
 	// Progress, when set, is called as bytes of tensor data are processed (units already split count as done).
 	Progress func(done, total int64)
+	// DiskRate is the rate, in bytes per second, at which the shards will be read: an encoded tensor whose
+	// decoding on all cores (measured at split time) is slower than that is stored raw, since reading it raw
+	// would take less time than decoding it. Zero measures the output folder's O_DIRECT read rate (see
+	// MeasureReadRate); negative keeps every tensor that shrinks.
+	DiskRate float64
 }
 
 // CopiedFiles are the checkpoint files Split copies into the shard folder, so the folder is self-contained
@@ -287,6 +293,15 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, pla
 		if err := checkFreeSpace(out, need); err != nil {
 			return nil, err
 		}
+		if w.diskRate = opts.DiskRate; w.diskRate == 0 && w.enc != Raw {
+			if w.diskRate, err = MeasureReadRate(out); err != nil {
+				slog.Warn("could not measure the disk's read rate: every encoded tensor that shrinks is kept encoded", "shards", out, "err", err)
+				w.diskRate = -1
+			} else {
+				slog.Info("measured the disk's O_DIRECT read rate: encoded tensors that decode slower are stored raw", "shards", out,
+					"read_rate", bytesize.Format(int64(w.diskRate))+"/s", "cores", runtime.GOMAXPROCS(0))
+			}
+		}
 		// The folder is incomplete while shards change: take the manifest away first.
 		if err := os.Remove(filepath.Join(out, ManifestFile)); err == nil {
 			if err := syncDir(out); err != nil {
@@ -305,6 +320,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, pla
 		state.src.Units[plans[i].name] = hash
 	}
 	slog.Debug("split shards", "dir", out, "written", len(todo), "kept", len(plans)-len(todo))
+	w.stats.log(w.enc, w.diskRate)
 	removeUnplanned(out, plans)
 
 	for _, name := range CopiedFiles {
@@ -400,6 +416,9 @@ type splitter struct {
 	open  func(name string) (io.ReaderAt, error) // the checkpoint's OpenFile, or nil for the filesystem
 
 	hasher *tensorHasher // the unit's source tensors, as they are copied or fingerprinted
+
+	diskRate float64     // see SplitOptions.DiskRate (measured when it was 0); negative: no limit
+	stats    encodeStats // what the encoding did to the tensors written
 }
 
 func (w *splitter) close() {
@@ -717,6 +736,24 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		return ti, err
 	}
 	ti.Encoding, ti.EncodedLength, ti.Frames = enc, int64(len(stored)), slices.Clone(frames)
+	if enc != Raw {
+		rate, err := w.coder.decodeRate(ti, stored, data, w.decoder)
+		if err != nil {
+			return ti, err
+		}
+		if cores := float64(runtime.GOMAXPROCS(0)); w.diskRate > 0 && rate*cores < w.diskRate {
+			slog.Debug("stored raw: decoding it is slower than reading it raw", "tensor", t.Name, "encoding", enc,
+				"decode_rate", bytesize.Format(int64(rate))+"/s per core", "read_rate", bytesize.Format(int64(w.diskRate))+"/s")
+			w.stats.slow.add(ti.Length, ti.EncodedLength)
+			stored, enc = data, Raw
+			ti.Encoding, ti.EncodedLength, ti.Frames = Raw, ti.Length, nil
+		} else {
+			w.stats.encoded.add(ti.Length, ti.EncodedLength)
+			w.stats.decodeSeconds += float64(ti.Length) / rate
+		}
+	} else {
+		w.stats.incompressible.add(ti.Length, ti.Length)
+	}
 	if _, err := cw.Write(stored); err != nil {
 		return ti, err
 	}

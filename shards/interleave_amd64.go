@@ -1,0 +1,21 @@
+package shards
+
+import "golang.org/x/sys/cpu"
+
+// useInterleaveAVX2 selects interleave2AVX2 (interleave_amd64.s).
+var useInterleaveAVX2 = cpu.X86.HasAVX2
+
+//go:noescape
+func interleave2AVX2(dst, p0, p1 *byte, n int)
+
+// interleave2 writes out[2i] = p0[i], out[2i+1] = p1[i] for the len(p0) elements (p1 and out at least as long).
+func interleave2(out, p0, p1 []byte) {
+	n := len(p0) &^ 31
+	if !useInterleaveAVX2 || n == 0 {
+		interleave2Go(out, p0, p1)
+		return
+	}
+	_, _ = p1[n-1], out[2*n-1]
+	interleave2AVX2(&out[0], &p0[0], &p1[0], n)
+	interleave2Go(out[2*n:], p0[n:], p1[n:])
+}
