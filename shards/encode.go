@@ -55,19 +55,19 @@ func unshuffleInPlace(b, tmp []byte, elemSize int) {
 var blockPool = sync.Pool{New: func() any { b := make([]byte, shuffleBlock); return &b }}
 
 // encoder compresses tensors at split time, reusing its buffers across tensors. A tensor becomes one frame per
-// frameSize bytes: zstd frames, each compressed by the streaming encoder on all cores, or planes-huff frames.
+// frameSize bytes: zstd frames, each compressed by the streaming encoder on all cores, or planes frames.
 type encoder struct {
 	zs       *zstd.Encoder // zstd and shuffle-zstd only
 	shuffled []byte
 	out      bytes.Buffer
 	planes   planeScratch
-	buf      []byte // planes-huff frames
+	buf      []byte // planes frames
 	frames   []int64
 	check    []byte // decodeRate's output
 }
 
 func newEncoder(e Encoding) (*encoder, error) {
-	if e == PlanesHuff {
+	if e == Planes {
 		return &encoder{}, nil
 	}
 	// Measured on bf16 N(0, 0.02) weights (TinyLlama shape, 2-core VM): without entropy-coding every literal,
@@ -90,17 +90,19 @@ func newEncoder(e Encoding) (*encoder, error) {
 // encode returns the encoded bytes of raw and their frame lengths (both aliasing the encoder's buffers, valid
 // until the next call) and the encoding used: Raw (returning raw itself) when encoding does not make the tensor
 // smaller.
-func (c *encoder) encode(raw []byte, e Encoding, elemSize int) ([]byte, []int64, Encoding, error) {
+//
+// With fast, planes codes no plane with Huffman codes (see encodePlanes); the zstd encodings ignore it.
+func (c *encoder) encode(raw []byte, e Encoding, elemSize int, fast bool) ([]byte, []int64, Encoding, error) {
 	if e == Raw || len(raw) == 0 {
 		return raw, nil, Raw, nil
 	}
 	c.frames = c.frames[:0]
 	var stored []byte
-	if e == PlanesHuff {
+	if e == Planes {
 		c.buf = c.buf[:0]
 		for off := 0; off < len(raw); off += frameSize {
 			before := len(c.buf)
-			c.buf = encodePlanes(c.buf, raw[off:min(off+frameSize, len(raw))], elemSize, &c.planes)
+			c.buf = encodePlanes(c.buf, raw[off:min(off+frameSize, len(raw))], elemSize, &c.planes, fast)
 			c.frames = append(c.frames, int64(len(c.buf)-before))
 		}
 		stored = c.buf

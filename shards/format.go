@@ -33,7 +33,7 @@ const (
 	shuffleBlock = 64 << 10 // shuffle-zstd shuffles bytes within blocks of this size
 	frameSize    = 4 << 20  // decoded bytes per frame (a multiple of shuffleBlock and of planeBlock's bytes)
 	// maxFrameRatio bounds a frame's expansion: at best a zstd 4-byte RLE block stands for 128 KiB, a
-	// planes-huff 5-byte RLE plane for 64 KiB.
+	// planes 5-byte RLE plane for 64 KiB.
 	maxFrameRatio = 32 << 10
 )
 
@@ -44,23 +44,23 @@ type Encoding string
 
 // The encodings. Zstd compresses the bytes as they are; ShuffleZstd first groups byte k of every element
 // together (2 planes for 16-bit types, 4 for float32) within each 64 KiB block, then compresses: the exponent
-// bytes of weights are far more regular than the mantissa bytes, so this compresses better. PlanesHuff splits
+// bytes of weights are far more regular than the mantissa bytes, so this compresses better. Planes splits
 // the bytes into the same planes and Huffman-codes each plane that shrinks (planes.go): smaller than either
 // on bf16 weights and decoded several times faster, fast enough to keep up with the disk.
 const (
 	Raw         Encoding = "raw"
 	Zstd        Encoding = "zstd"
 	ShuffleZstd Encoding = "shuffle-zstd"
-	PlanesHuff  Encoding = "planes-huff"
+	Planes      Encoding = "planes"
 )
 
 // ParseEncoding validates an encoding name.
 func ParseEncoding(s string) (Encoding, error) {
 	switch e := Encoding(s); e {
-	case Raw, Zstd, ShuffleZstd, PlanesHuff:
+	case Raw, Zstd, ShuffleZstd, Planes:
 		return e, nil
 	}
-	return "", fmt.Errorf("unknown encoding %q (known: raw, zstd, shuffle-zstd, planes-huff)", s)
+	return "", fmt.Errorf("unknown encoding %q (known: raw, zstd, shuffle-zstd, planes)", s)
 }
 
 // shardHeader is the JSON header of a shard file.
@@ -83,7 +83,7 @@ type TensorInfo struct {
 	Length        int64    `json:"length"`
 	Encoding      Encoding `json:"encoding"`
 	EncodedLength int64    `json:"encoded_length"`
-	// Frames are the stored lengths of an encoded tensor's frames (zstd frames, or planes-huff's), one per
+	// Frames are the stored lengths of an encoded tensor's frames (zstd frames, or planes's), one per
 	// frameSize bytes of decoded data (the last may be shorter), so frames decode in parallel. Empty for raw
 	// tensors.
 	Frames []int64 `json:"frames,omitempty"`

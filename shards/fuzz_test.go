@@ -38,7 +38,7 @@ func seedSplits(f *testing.F, encs ...Encoding) map[Encoding]*Set {
 // seedShards returns some shard files of seedSplits as seeds.
 func seedShards(f *testing.F) [][]byte {
 	var seeds [][]byte
-	for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd, PlanesHuff} {
+	for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd, Planes} {
 		out := seedSplits(f, enc)[enc].Dir
 		for _, unit := range []string{"layer.0", "norm"} {
 			b, err := os.ReadFile(filepath.Join(out, unit+".shard"))

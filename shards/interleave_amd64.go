@@ -19,3 +19,17 @@ func interleave2(out, p0, p1 []byte) {
 	interleave2AVX2(&out[0], &p0[0], &p1[0], n)
 	interleave2Go(out[2*n:], p0[n:], p1[n:])
 }
+
+//go:noescape
+func expandNibblesAVX2(dst, codes *byte, table *[nibbleTable]byte, groups int)
+
+// expandNibbles writes dst[g+j] = table[low nibble of codes[g/2+j]], dst[g+j+16] = table[its high nibble], for
+// each group of 32 bytes g of dst (a multiple of 32 bytes; codes holds half as many).
+func expandNibbles(dst, codes []byte, table *[nibbleTable]byte) {
+	if !useInterleaveAVX2 || len(dst) < 32 {
+		expandNibblesGo(dst, codes, table)
+		return
+	}
+	_ = codes[len(dst)/2-1]
+	expandNibblesAVX2(&dst[0], &codes[0], table, len(dst)/32)
+}

@@ -25,3 +25,31 @@ loop:
 	JNZ loop
 	VZEROUPPER
 	RET
+
+// func expandNibblesAVX2(dst, codes *byte, table *[16]byte, groups int)
+// For each group of 32 output bytes: 16 code bytes, low nibbles then high nibbles, looked up in table with
+// VPSHUFB (the table in both 128-bit lanes). groups is positive.
+TEXT ·expandNibblesAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ codes+8(FP), SI
+	MOVQ table+16(FP), DX
+	MOVQ groups+24(FP), CX
+	VBROADCASTI128 (DX), Y14
+	MOVL $0x0f0f0f0f, AX
+	MOVL AX, X15
+	VPBROADCASTD X15, Y15
+
+nloop:
+	VMOVDQU (SI), X0
+	VPSRLW $4, X0, X1
+	VPAND X15, X0, X0
+	VPAND X15, X1, X1
+	VINSERTI128 $1, X1, Y0, Y0
+	VPSHUFB Y0, Y14, Y2
+	VMOVDQU Y2, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ nloop
+	VZEROUPPER
+	RET

@@ -490,7 +490,7 @@ func parallel(ctx context.Context, n int, f func(i int)) {
 
 // decodeFrame decodes one frame of encoded tensor t into dst (exactly the frame's decoded size).
 func decodeFrame(stored, dst []byte, t TensorInfo, dec func() (*zstd.Decoder, error)) error {
-	if t.Encoding == PlanesHuff {
+	if t.Encoding == Planes {
 		if err := decodePlanes(stored, dst, planesWidth(t.DType)); err != nil {
 			return fmt.Errorf("%s: %w (corrupted file?)", t.Encoding, err)
 		}

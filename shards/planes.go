@@ -2,14 +2,14 @@ package shards
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/huff0"
 )
 
-// The planes-huff encoding. A tensor is cut into frames of frameSize decoded bytes (as zstd's, so that frames
+// The planes encoding. A tensor is cut into frames of frameSize decoded bytes (as zstd's, so that frames
 // decode in parallel), and each frame into blocks of planeBlock elements. Within a block the bytes are split
 // into planes by their position in the element (as shuffle-zstd shuffles them): for a bf16 weight, plane 1
 // holds the sign and the top 7 exponent bits, plane 0 the last exponent bit and the mantissa. Each plane is
@@ -23,13 +23,23 @@ import (
 // that many bytes. After the last block come the frame's trailing bytes that do not fill an element, as they
 // are. Every length is checked against the block and the frame before anything is decoded.
 const (
-	planeBlock = 64 << 10 // elements per block (huff0 codes at most 256 KiB)
-	planeRaw   = 0
-	planeHuff  = 1
-	planeRLE   = 2
+	planeBlock  = 64 << 10 // elements per block (huff0 codes at most 256 KiB; nibble exceptions index by uint16)
+	planeRaw    = 0
+	planeHuff   = 1
+	planeRLE    = 2
+	planeNibble = 3
+	// A nibble plane: nibbleTable bytes (the byte each 4-bit code stands for; code nibbleEscape marks an
+	// exception), a uint32 exception count E, the codes packed 32 to 16 bytes (byte j of a group holds code j in
+	// its low half and code j+16 in its high half; the last group padded), E uint16 indices into the block, E
+	// bytes: the exceptions' values.
+	nibbleTable  = 16
+	nibbleEscape = 15
 )
 
-// planesWidth is the element size planes-huff splits by: the dtype's size, 1 for block-quantized types.
+// nibbleSize is the stored size of a nibble plane of m bytes with e exceptions.
+func nibbleSize(m, e int) int { return nibbleTable + 4 + (m+31)/32*16 + 3*e }
+
+// planesWidth is the element size planes splits by: the dtype's size, 1 for block-quantized types.
 var planesWidth = shuffleWidth
 
 // planeScratch is one goroutine's state for coding planes: huff0's scratch and one block of each plane.
@@ -48,8 +58,9 @@ func (s *planeScratch) plane(k int) []byte {
 	return s.planes[k]
 }
 
-// encodePlanes appends the planes-huff frame of src (elements of w bytes) to dst.
-func encodePlanes(dst, src []byte, w int, s *planeScratch) []byte {
+// encodePlanes appends the frame of src (elements of w bytes) to dst: each plane in its smallest mode, or with
+// fast, in its smallest mode that decodes at memory speed (no Huffman code).
+func encodePlanes(dst, src []byte, w int, s *planeScratch, fast bool) []byte {
 	n := len(src) / w
 	for start := 0; start < n; start += planeBlock {
 		m := min(planeBlock, n-start)
@@ -59,27 +70,85 @@ func encodePlanes(dst, src []byte, w int, s *planeScratch) []byte {
 			for i := range p {
 				p[i] = blk[i*w+k]
 			}
-			dst = appendPlane(dst, p, s)
+			dst = appendPlane(dst, p, s, fast)
 		}
 	}
 	return append(dst, src[n*w:]...)
 }
 
-// appendPlane appends one plane in its smallest mode.
-func appendPlane(dst, p []byte, s *planeScratch) []byte {
-	s.huff.Reuse = huff0.ReusePolicyNone
-	out, _, err := huff0.Compress4X(p, &s.huff)
-	switch {
-	case errors.Is(err, huff0.ErrUseRLE):
+// appendPlane appends one plane in its smallest mode (without Huffman codes when fast).
+func appendPlane(dst, p []byte, s *planeScratch, fast bool) []byte {
+	var hist [256]int
+	for _, v := range p {
+		hist[v]++
+	}
+	if hist[p[0]] == len(p) {
 		return append(binary.LittleEndian.AppendUint32(dst, 1<<2|planeRLE), p[0])
-	case err == nil && len(out) < len(p):
-		return append(binary.LittleEndian.AppendUint32(dst, uint32(len(out))<<2|planeHuff), out...)
+	}
+	// The 15 most frequent values get codes; the rest are exceptions.
+	var order [256]byte
+	for i := range order {
+		order[i] = byte(i)
+	}
+	slices.SortStableFunc(order[:], func(a, b byte) int { return hist[b] - hist[a] })
+	var code [256]byte
+	for i := range code {
+		code[i] = nibbleEscape
+	}
+	var table [nibbleTable]byte
+	covered := 0
+	for c, v := range order[:nibbleEscape] {
+		table[c], code[v] = v, byte(c)
+		covered += hist[v]
+	}
+	best, mode := len(p), planeRaw
+	if n := nibbleSize(len(p), len(p)-covered); n < best {
+		best, mode = n, planeNibble
+	}
+	var huff []byte
+	if !fast {
+		s.huff.Reuse = huff0.ReusePolicyNone // every block carries its own table: blocks decode independently
+		if out, _, err := huff0.Compress4X(p, &s.huff); err == nil && len(out) < best {
+			best, mode, huff = len(out), planeHuff, out
+		}
+	}
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(best)<<2|uint32(mode))
+	switch mode {
+	case planeHuff:
+		return append(dst, huff...)
+	case planeNibble:
+		dst = append(dst, table[:]...)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(p)-covered))
+		for g := 0; g < len(p); g += 32 {
+			for j := range 16 {
+				dst = append(dst, nibbleCode(p, g+j, &code)|nibbleCode(p, g+j+16, &code)<<4)
+			}
+		}
+		for i, v := range p {
+			if code[v] == nibbleEscape {
+				dst = binary.LittleEndian.AppendUint16(dst, uint16(i))
+			}
+		}
+		for _, v := range p {
+			if code[v] == nibbleEscape {
+				dst = append(dst, v)
+			}
+		}
+		return dst
 	}
 	// Incompressible, too small for huff0, or not smaller: as it is.
-	return append(binary.LittleEndian.AppendUint32(dst, uint32(len(p))<<2|planeRaw), p...)
+	return append(dst, p...)
 }
 
-// decodePlanes decodes one planes-huff frame, stored, into dst (exactly the frame's decoded size), for
+// nibbleCode is the code of p[i], 0 past the end.
+func nibbleCode(p []byte, i int, code *[256]byte) byte {
+	if i >= len(p) {
+		return 0
+	}
+	return code[p[i]]
+}
+
+// decodePlanes decodes one planes frame, stored, into dst (exactly the frame's decoded size), for
 // elements of w bytes. Corrupted input is an error, never a panic, and nothing is written outside dst.
 func decodePlanes(stored, dst []byte, w int) error {
 	s := planePool.Get().(*planeScratch)
@@ -110,6 +179,12 @@ func decodePlanes(stored, dst []byte, w int) error {
 					p[i] = body[0]
 				}
 				planes[k] = p
+			case mode == planeNibble && size >= nibbleSize(m, 0):
+				p := s.plane(k)[:m]
+				if err := decodeNibbles(p, body); err != nil {
+					return fmt.Errorf("block at element %d, plane %d: %w", start, k, err)
+				}
+				planes[k] = p
 			case mode == planeHuff && size < m:
 				sc, rest, err := huff0.ReadTable(body, &s.huff)
 				if err != nil {
@@ -134,6 +209,45 @@ func decodePlanes(stored, dst []byte, w int) error {
 	}
 	copy(dst[n*w:], stored)
 	return nil
+}
+
+// decodeNibbles decodes a nibble plane body into p (its m bytes).
+func decodeNibbles(p, body []byte) error {
+	m := len(p)
+	table := (*[nibbleTable]byte)(body)
+	e := int(binary.LittleEndian.Uint32(body[nibbleTable:]))
+	if e > m || len(body) != nibbleSize(m, e) {
+		return fmt.Errorf("nibble plane of %d bytes: %d stored bytes do not hold %d exceptions", m, len(body), e)
+	}
+	codes := body[nibbleTable+4 : nibbleTable+4+(m+31)/32*16]
+	idx := body[len(body)-3*e : len(body)-e]
+	vals := body[len(body)-e:]
+	full := m / 32
+	expandNibbles(p[:full*32], codes[:full*16], table)
+	if full*32 < m { // the last, partial group
+		var tmp [32]byte
+		expandNibbles(tmp[:], codes[full*16:], table)
+		copy(p[full*32:], tmp[:])
+	}
+	for j, v := range vals {
+		i := int(binary.LittleEndian.Uint16(idx[2*j:]))
+		if i >= m {
+			return fmt.Errorf("nibble plane exception %d at index %d of %d", j, i, m)
+		}
+		p[i] = v
+	}
+	return nil
+}
+
+// expandNibblesGo is expandNibbles in portable Go.
+func expandNibblesGo(dst, codes []byte, table *[nibbleTable]byte) {
+	for g := 0; g+32 <= len(dst); g += 32 {
+		c := codes[g/2 : g/2+16]
+		out := dst[g : g+32]
+		for j, v := range c {
+			out[j], out[j+16] = table[v&15], table[v>>4]
+		}
+	}
 }
 
 // interleave writes planes (w planes of n bytes each) to dst (n×w bytes): element i is byte i of each plane

@@ -142,7 +142,7 @@ func TestSplitStoriesBitIdentical(t *testing.T) {
 func TestEncodingsRoundTrip(t *testing.T) {
 	for _, dt := range []checkpoint.DType{checkpoint.BF16, checkpoint.F32} {
 		ck := tinyCheckpoint(t, dt)
-		for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd, PlanesHuff} {
+		for _, enc := range []Encoding{Raw, Zstd, ShuffleZstd, Planes} {
 			t.Run(string(dt)+"/"+string(enc), func(t *testing.T) {
 				s := split(t, ck, t.TempDir(), enc)
 				checkIdentical(t, s, ck)
@@ -164,7 +164,7 @@ func TestEncodingsRoundTrip(t *testing.T) {
 					t.Fatalf("raw split stored %d encoded tensors", encoded)
 				}
 				// Shuffled N(0, 0.02) weights always compress; plain zstd may store them raw.
-				if (enc == ShuffleZstd || enc == PlanesHuff) && (encoded == 0 || stored >= raw) {
+				if (enc == ShuffleZstd || enc == Planes) && (encoded == 0 || stored >= raw) {
 					t.Fatalf("shuffle-zstd: %d encoded tensors, %d stored bytes for %d raw", encoded, stored, raw)
 				}
 				t.Logf("%s %s: %d of %d bytes stored (%.2fx)", dt, enc, stored, raw, float64(raw)/float64(stored))
@@ -807,7 +807,7 @@ func TestMultiFrameTensors(t *testing.T) {
 		}
 		os.WriteFile(path, orig, 0o644)
 	}
-	for _, enc := range []Encoding{Zstd, ShuffleZstd, PlanesHuff} {
+	for _, enc := range []Encoding{Zstd, ShuffleZstd, Planes} {
 		out := t.TempDir()
 		s := split(t, ck, out, enc)
 		checkIdentical(t, s, ck)

@@ -731,34 +731,55 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 			return ti, err
 		}
 	}
-	stored, frames, enc, err := w.coder.encode(data, w.enc, shuffleWidth(ti.DType))
+	stored, ti, err := w.encodeTensor(ti, data)
 	if err != nil {
 		return ti, err
-	}
-	ti.Encoding, ti.EncodedLength, ti.Frames = enc, int64(len(stored)), slices.Clone(frames)
-	if enc != Raw {
-		rate, err := w.coder.decodeRate(ti, stored, data, w.decoder)
-		if err != nil {
-			return ti, err
-		}
-		if cores := float64(runtime.GOMAXPROCS(0)); w.diskRate > 0 && rate*cores < w.diskRate {
-			slog.Debug("stored raw: decoding it is slower than reading it raw", "tensor", t.Name, "encoding", enc,
-				"decode_rate", bytesize.Format(int64(rate))+"/s per core", "read_rate", bytesize.Format(int64(w.diskRate))+"/s")
-			w.stats.slow.add(ti.Length, ti.EncodedLength)
-			stored, enc = data, Raw
-			ti.Encoding, ti.EncodedLength, ti.Frames = Raw, ti.Length, nil
-		} else {
-			w.stats.encoded.add(ti.Length, ti.EncodedLength)
-			w.stats.decodeSeconds += float64(ti.Length) / rate
-		}
-	} else {
-		w.stats.incompressible.add(ti.Length, ti.Length)
 	}
 	if _, err := cw.Write(stored); err != nil {
 		return ti, err
 	}
 	w.advance(t.Length)
 	return ti, nil
+}
+
+// decodeShare is the share of the cores' time that decoding may take while the disk reads a layer: the rest is
+// left to compute and to other work. A tensor whose decoding would take more is stored raw.
+const decodeShare = 0.5
+
+// encodeTensor encodes the tensor ti, whose bytes are data, and returns the bytes to store and ti filled in.
+// Each encoded tensor is decoded once, timed (which also checks that it decodes back to data): when decoding
+// on all cores takes more than decodeShare of the time the disk takes to read the tensor raw, planes tries
+// again without Huffman codes, and a tensor still too slow is stored raw, since reading it raw is faster.
+func (w *splitter) encodeTensor(ti TensorInfo, data []byte) ([]byte, TensorInfo, error) {
+	cores := float64(runtime.GOMAXPROCS(0))
+	for _, fast := range []bool{false, true} {
+		stored, frames, enc, err := w.coder.encode(data, w.enc, shuffleWidth(ti.DType), fast)
+		if err != nil {
+			return nil, ti, err
+		}
+		if enc == Raw {
+			w.stats.incompressible.add(ti.Length, ti.Length)
+			return data, ti, nil
+		}
+		ti.Encoding, ti.EncodedLength, ti.Frames = enc, int64(len(stored)), slices.Clone(frames)
+		rate, err := w.coder.decodeRate(ti, stored, data, w.decoder)
+		if err != nil {
+			return nil, ti, err
+		}
+		if w.diskRate <= 0 || rate*cores*decodeShare >= w.diskRate {
+			w.stats.encoded.add(ti.Length, ti.EncodedLength)
+			w.stats.decodeSeconds += float64(ti.Length) / rate
+			return stored, ti, nil
+		}
+		slog.Debug("decoding is slower than reading raw", "tensor", ti.Name, "encoding", enc, "fast", fast,
+			"decode_rate", bytesize.Format(int64(rate))+"/s per core", "read_rate", bytesize.Format(int64(w.diskRate))+"/s")
+		if w.enc != Planes {
+			break
+		}
+	}
+	w.stats.slow.add(ti.Length, ti.Length)
+	ti.Encoding, ti.EncodedLength, ti.Frames = Raw, ti.Length, nil
+	return data, ti, nil
 }
 
 func readAt(f io.ReaderAt, b []byte, off int64, name string) error {

@@ -20,7 +20,7 @@ import (
 
 // encodingHelp is --encoding's help: what each encoding and quantization costs and saves, as measured on the
 // synthetic TinyLlama-1.1B shape (README "Shard encodings and quantization" has the table and the commands).
-const encodingHelp = `tensor storage (lossless): raw, zstd, shuffle-zstd or planes-huff. TBD`
+const encodingHelp = `tensor storage (lossless): raw, zstd, shuffle-zstd or planes. TBD`
 
 func init() {
 	register(command{
