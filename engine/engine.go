@@ -236,6 +236,7 @@ type Engine struct {
 	rowBusy       []bool         // bkv rows in use by a sequence
 	rowSession    []*Session     // bkv rows kept by a session
 	step          atomic.Int64   // the profiler's step label: 0 prefill, 1.. decode
+	decodeBound   decodeWatch    // warns once when decoding encoded shards, not the disk, bounds the stream
 
 	mu     sync.Mutex
 	closed bool

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -125,6 +129,7 @@ func (s *stream) prefetch(total int) {
 		step, layer := int(s.e.step.Load()), layerIndex(unit)
 		s.e.prof.Record(profiler.DiskRead, step, layer, start, l.ReadTime, l.ReadBytes)
 		s.e.prof.Record(profiler.Decode, step, layer, start.Add(l.ReadTime), l.DecodeTime, l.Unit.Bytes())
+		s.e.decodeBound.add(l)
 		select {
 		case s.loaded <- loadResult{unit: unit, loaded: l, buf: buf}:
 		case <-s.ctx.Done():
@@ -261,4 +266,49 @@ func unitPrefix(unit string) string {
 		return fmt.Sprintf("model.layers.%d.", i)
 	}
 	return ""
+}
+
+// decodeWatch sums, over the loads of units with encoded tensors, the time reading them and the time decoding
+// them after the read ended (prefetch's next read waits for it: the disk is idle meanwhile), and warns once when
+// the decoding reaches decodeBoundShare of the reading after decodeWatchLoads such loads: then decoding, not the
+// disk, bounds the stream, and the shards would stream faster stored raw or as planes.
+type decodeWatch struct {
+	mu           sync.Mutex
+	loads        int
+	read, decode time.Duration
+	warned       bool
+}
+
+const (
+	decodeWatchLoads = 8
+	decodeBoundShare = 0.25
+)
+
+func (w *decodeWatch) add(l *shards.Loaded) {
+	if l.Unit.DecodeSize == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.loads++
+	w.read += l.ReadTime
+	w.decode += l.DecodeTime
+	if w.warned || w.loads < decodeWatchLoads || w.decode.Seconds() < decodeBoundShare*w.read.Seconds() {
+		return
+	}
+	w.warned = true
+	slog.Warn(fmt.Sprintf("decoding the shards' encoded tensors bounds the stream, not the disk: over %d loads, %s decoding after the reads ended against %s reading; split again with --encoding planes or raw (see %s)",
+		w.loads, w.decode.Round(time.Millisecond), w.read.Round(time.Millisecond), guard.Anchor(guard.SectionSlowEncoding)),
+		"encodings", encodingsOf(l.Unit))
+}
+
+// encodingsOf lists the encodings of a unit's tensors.
+func encodingsOf(u shards.UnitInfo) string {
+	var encs []string
+	for _, t := range u.Tensors {
+		if !slices.Contains(encs, string(t.Encoding)) {
+			encs = append(encs, string(t.Encoding))
+		}
+	}
+	return strings.Join(encs, ",")
 }

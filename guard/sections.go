@@ -39,6 +39,7 @@ const (
 	SectionCUDAPlugin       = "CUDA plugin not found"
 	SectionVerifyMismatch   = "verify reports a mismatch"
 	SectionKVCache          = "KV cache not filled, every step re-runs the whole forward"
+	SectionSlowEncoding     = "Slow with --encoding zstd or shuffle-zstd"
 )
 
 // Sections lists every section constant, in document order.
@@ -48,7 +49,7 @@ func Sections() []string {
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
 		SectionUnusedTensor, SectionMissingLMHead, SectionGGUF,
 		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionResidentTooLarge, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
-		SectionServer, SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch, SectionKVCache,
+		SectionServer, SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch, SectionKVCache, SectionSlowEncoding,
 	}
 }
 
