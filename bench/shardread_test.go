@@ -117,7 +117,7 @@ func totalFileBytes(set *shards.Set) int64 {
 // BenchmarkShardRead loads every unit (one read, header check, decompression, CRC-32C of every tensor) into a
 // reused buffer, for each encoding. Throughput counts decoded model bytes, so the encodings compare directly.
 func BenchmarkShardRead(b *testing.B) {
-	for _, enc := range []shards.Encoding{shards.Raw, shards.Zstd, shards.ShuffleZstd} {
+	for _, enc := range []shards.Encoding{shards.Raw, shards.Zstd, shards.ShuffleZstd, shards.Planes} {
 		b.Run(string(enc), func(b *testing.B) {
 			set := shardFixture(b, enc)
 			buf := shards.NewBuffer(int(set.MaxBufferSize()))
