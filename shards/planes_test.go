@@ -164,6 +164,40 @@ func TestSplitStoresSlowTensorsRaw(t *testing.T) {
 	}
 }
 
+// TestSplitFallsBackToFastPlanes: a tensor whose Huffman planes decode too slowly for the disk is stored with
+// 4-bit codes when those keep up (bigger than Huffman's, smaller than raw), and raw when neither does.
+func TestSplitFallsBackToFastPlanes(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	defer func() { testHookDecodeRate = nil }()
+	stored := map[string]float64{}
+	for _, tc := range []struct {
+		name       string
+		huff, fast float64 // decode rates, bytes per second per core
+	}{{"huffman", 1e12, 1e12}, {"4-bit", 1e3, 1e12}, {"raw", 1e3, 1e3}} {
+		testHookDecodeRate = func(fast bool) float64 { return map[bool]float64{false: tc.huff, true: tc.fast}[fast] }
+		s, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "s"), Encoding: Planes, DiskRate: 1e9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkIdentical(t, s, ck)
+		var raw, enc int64
+		for _, u := range s.Units() {
+			for _, ti := range u.Tensors {
+				if ti.Name == "model.layers.0.mlp.up_proj.weight" {
+					raw, enc = ti.Length, ti.EncodedLength
+					if (ti.Encoding == Raw) != (tc.name == "raw") {
+						t.Fatalf("%s: %s stored %s", tc.name, ti.Name, ti.Encoding)
+					}
+				}
+			}
+		}
+		stored[tc.name] = float64(enc) / float64(raw)
+	}
+	if !(stored["huffman"] < stored["4-bit"] && stored["4-bit"] < 0.8 && stored["raw"] == 1) {
+		t.Fatalf("stored fractions %v: want Huffman < 4-bit < 0.8, raw 1", stored)
+	}
+}
+
 // FuzzDecodePlanes: any bytes as a planes frame of any width and size decode or fail, never panic, never
 // write outside dst; what encodePlanes made decodes back.
 func FuzzDecodePlanes(f *testing.F) {

@@ -44,6 +44,9 @@ type SplitOptions struct {
 // the checkpoint lacks is removed from the shard folder, so a re-split never keeps a stale copy.
 var CopiedFiles = []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json"}
 
+// testHookDecodeRate, when set by tests, replaces the decode rate a split measures (fast: without Huffman codes).
+var testHookDecodeRate func(fast bool) float64
+
 // testHookWriter, when set by tests, wraps the writer of every shard file (to inject failures).
 var testHookWriter func(io.Writer) io.Writer
 
@@ -765,6 +768,9 @@ func (w *splitter) encodeTensor(ti TensorInfo, data []byte) ([]byte, TensorInfo,
 		rate, err := w.coder.decodeRate(ti, stored, data, w.decoder)
 		if err != nil {
 			return nil, ti, err
+		}
+		if testHookDecodeRate != nil {
+			rate = testHookDecodeRate(fast)
 		}
 		if w.diskRate <= 0 || rate*cores*decodeShare >= w.diskRate {
 			w.stats.encoded.add(ti.Length, ti.EncodedLength)
