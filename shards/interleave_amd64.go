@@ -21,6 +21,21 @@ func interleave2(out, p0, p1 []byte) {
 }
 
 //go:noescape
+func interleave4AVX2(dst, p0, p1, p2, p3 *byte, n int)
+
+// interleave4 writes out[4i+k] = pk[i] for the len(p0) elements (the others and out at least as long).
+func interleave4(out, p0, p1, p2, p3 []byte) {
+	n := len(p0) &^ 31
+	if !useInterleaveAVX2 || n == 0 {
+		interleave4Go(out, p0, p1, p2, p3)
+		return
+	}
+	_, _, _, _ = p1[n-1], p2[n-1], p3[n-1], out[4*n-1]
+	interleave4AVX2(&out[0], &p0[0], &p1[0], &p2[0], &p3[0], n)
+	interleave4Go(out[4*n:], p0[n:], p1[n:], p2[n:], p3[n:])
+}
+
+//go:noescape
 func expandNibblesAVX2(dst, codes *byte, table *[nibbleTable]byte, groups int)
 
 // expandNibbles writes dst[g+j] = table[low nibble of codes[g/2+j]], dst[g+j+16] = table[its high nibble], for

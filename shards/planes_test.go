@@ -92,6 +92,32 @@ func TestInterleave2(t *testing.T) {
 	}
 }
 
+// TestInterleave4 checks the AVX2 four-plane interleave against the portable one around its 32-element step.
+func TestInterleave4(t *testing.T) {
+	for n := range 200 {
+		var p [4][]byte
+		for k := range p {
+			p[k] = make([]byte, n)
+			for i := range n {
+				p[k][i] = byte(i*7 + k*61)
+			}
+		}
+		want, got := make([]byte, 4*n+4), make([]byte, 4*n+4)
+		interleave4Go(want, p[0], p[1], p[2], p[3])
+		interleave4(got, p[0], p[1], p[2], p[3])
+		if !bytes.Equal(got, want) {
+			t.Fatalf("n=%d: %x, want %x", n, got, want)
+		}
+		for i := range n {
+			for k := range 4 {
+				if want[4*i+k] != p[k][i] {
+					t.Fatalf("n=%d: element %d byte %d is %x", n, i, k, want[4*i+k])
+				}
+			}
+		}
+	}
+}
+
 // TestPlanesCorrupt: every truncation and many single-byte changes of a frame are errors or decode to some
 // bytes, never a panic or a write outside dst; a changed plane header is always an error.
 func TestPlanesCorrupt(t *testing.T) {
