@@ -34,7 +34,7 @@ func prepareModel(ctx context.Context, dir string, shape synth.Shape, weights ch
 	if _, err := os.Stat(gguf); err == nil {
 		convert = false
 	}
-	if shards.IsSet(out) && !convert && !quantSplitsMissing(dir) {
+	if shards.IsSet(out) && !convert && !splitsMissing(dir) {
 		return out, nil
 	}
 	ckpt := filepath.Join(dir, "checkpoint")
@@ -81,7 +81,7 @@ func prepareModel(ctx context.Context, dir string, shape synth.Shape, weights ch
 			return "", err
 		}
 	}
-	if err := splitQuantized(ctx, ckpt, dir, log); err != nil {
+	if err := splitOthers(ctx, ckpt, dir, log); err != nil {
 		return "", err
 	}
 	if err := os.RemoveAll(ckpt); err != nil {

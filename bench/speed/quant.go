@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
@@ -16,10 +17,12 @@ import (
 )
 
 // Issue 18's targets: quantized shards streamed from disk against bf16 ones (the fewer bytes, the fewer
-// seconds), and a GGUF file's resident decode against llama.cpp on the same file.
+// seconds), a GGUF file's resident decode against llama.cpp on the same file, and the lossless planes encoding
+// streamed no slower than raw bf16 shards.
 const (
 	quantQ8Goal = 0.6
 	quantQ4Goal = 0.35
+	planesGoal  = 1
 )
 
 func quantTargets() []*target {
@@ -27,38 +30,56 @@ func quantTargets() []*target {
 		{ID: 11, Name: "q8 shards stream faster", Ratio: "s/token of q8 shards ÷ the model's bf16 shards, streamed with O_DIRECT (alternated runs, medians)", AtMost: true, Threshold: quantQ8Goal},
 		{ID: 12, Name: "q4 shards stream faster still", Ratio: "s/token of q4 shards ÷ the model's bf16 shards, streamed with O_DIRECT (alternated runs, medians)", AtMost: true, Threshold: quantQ4Goal},
 		{ID: 13, Name: "GGUF decode at llama.cpp's rate or beyond", Ratio: "resident decode tok/s of SmolLM2-135M-Instruct Q4_1 (GGUF) ÷ llama.cpp's on the same file, same threads", Threshold: 1},
+		{ID: 14, Name: "lossless encoding no slower than raw", Ratio: "s/token of the model's --encoding planes shards ÷ its raw bf16 shards, streamed with O_DIRECT (alternated runs, medians)", AtMost: true, Threshold: planesGoal},
 	}
 }
 
-// quantDirs are the q8 and q4 splits of the synthetic model in dir.
-func quantDirs(dir string) map[shards.Quantization]string {
-	return map[shards.Quantization]string{shards.Q8: filepath.Join(dir, "shards-q8"), shards.Q4: filepath.Join(dir, "shards-q4")}
+// A split is one way the synthetic model is stored besides its raw bf16 shards: quantized, or encoded.
+type split struct {
+	name string // in the report, and the folder's suffix
+	opts shards.SplitOptions
 }
 
-// quantSplitsMissing reports whether a quantized split of the model in dir is missing.
-func quantSplitsMissing(dir string) bool {
-	for _, d := range quantDirs(dir) {
-		if !shards.IsSet(d) {
+// splits are the other splits measured against the raw bf16 shards, in the order their runs alternate, and
+// each one's target. The planes split measures the disk's read rate itself, as a user's split does.
+var splits = []struct {
+	split
+	target int
+}{
+	{split{"q8", shards.SplitOptions{Quantize: shards.Q8}}, 11},
+	{split{"q4", shards.SplitOptions{Quantize: shards.Q4}}, 12},
+	{split{"planes", shards.SplitOptions{Encoding: shards.Planes}}, 14},
+}
+
+// splitDir is the folder of the split named name of the synthetic model in dir.
+func splitDir(dir, name string) string { return filepath.Join(dir, "shards-"+name) }
+
+// splitsMissing reports whether one of the other splits of the model in dir is missing.
+func splitsMissing(dir string) bool {
+	for _, sp := range splits {
+		if !shards.IsSet(splitDir(dir, sp.name)) {
 			return true
 		}
 	}
 	return false
 }
 
-// splitQuantized splits the checkpoint ckpt into the q8 and q4 folders of dir, those that are missing.
-func splitQuantized(ctx context.Context, ckpt, dir string, log io.Writer) error {
+// splitOthers splits the checkpoint ckpt into the other splits' folders of dir, those that are missing.
+func splitOthers(ctx context.Context, ckpt, dir string, log io.Writer) error {
 	ck, err := checkpoint.Open(ckpt)
 	if err != nil {
 		return err
 	}
-	for _, q := range []shards.Quantization{shards.Q8, shards.Q4} {
-		out := quantDirs(dir)[q]
+	for _, sp := range splits {
+		out := splitDir(dir, sp.name)
 		if shards.IsSet(out) {
 			continue
 		}
-		fmt.Fprintf(log, "speed: splitting into %s (%s)\n", out, q)
+		fmt.Fprintf(log, "speed: splitting into %s (%s)\n", out, sp.name)
 		start := time.Now()
-		if _, err := shards.Split(ctx, ck, shards.SplitOptions{Out: out, Quantize: q}); err != nil {
+		opts := sp.opts
+		opts.Out = out
+		if _, err := shards.Split(ctx, ck, opts); err != nil {
 			return err
 		}
 		fmt.Fprintf(log, "speed: split in %.1f s\n", time.Since(start).Seconds())
@@ -66,35 +87,45 @@ func splitQuantized(ctx context.Context, ckpt, dir string, log io.Writer) error 
 	return nil
 }
 
-// measureQuantized measures targets 11 and 12: the bf16, q8 and q4 shards of the model, each in an engine
-// reading with O_DIRECT, decode runs alternated (bf16, q8, q4, bf16, …); the ratios are of the median s/token.
+// measureQuantized measures targets 11, 12 and 14: the raw bf16, q8, q4 and planes shards of the model, each in
+// an engine reading with O_DIRECT, decode runs alternated (bf16, q8, q4, planes, bf16, …); the ratios are of
+// the median s/token.
 func measureQuantized(ctx context.Context, o options, r *report, req engine.Request) error {
-	t11, t12 := r.target(11), r.target(12)
+	var ts []*target
+	for _, sp := range splits {
+		ts = append(ts, r.target(sp.target))
+	}
 	switch disk := r.Machine.DirectRead; {
 	case !disk.Supported:
-		t11.setNotMeasurable("the filesystem refuses O_DIRECT: " + disk.Reason)
-		t12.setNotMeasurable("the filesystem refuses O_DIRECT: " + disk.Reason)
+		for _, t := range ts {
+			t.setNotMeasurable("the filesystem refuses O_DIRECT: " + disk.Reason)
+		}
 		return nil
 	case directIO == nil:
-		t11.setUnavailable(noDirectIO)
-		t12.setUnavailable(noDirectIO)
+		for _, t := range ts {
+			t.setUnavailable(noDirectIO)
+		}
 		return nil
 	}
-	dirs := map[shards.Quantization]string{shards.None: o.shards}
-	for q, d := range quantDirs(filepath.Dir(o.shards)) {
+	const base = "bf16"
+	dirs := map[string]string{base: o.shards}
+	order := []string{base}
+	for _, sp := range splits {
+		d := splitDir(filepath.Dir(o.shards), sp.name)
 		if !shards.IsSet(d) {
-			reason := "no " + string(q) + " split at " + d + " (the harness makes it with the model: run it again without --prepare skipped)"
-			t11.setUnavailable(reason)
-			t12.setUnavailable(reason)
+			reason := "no " + sp.name + " split at " + d + " (the harness makes it with the model: run it again without --prepare skipped)"
+			for _, t := range ts {
+				t.setUnavailable(reason)
+			}
 			return nil
 		}
-		dirs[q] = d
+		dirs[sp.name] = d
+		order = append(order, sp.name)
 	}
-	order := []shards.Quantization{shards.None, shards.Q8, shards.Q4}
-	engines := map[shards.Quantization]*engine.Engine{}
-	bytes := map[shards.Quantization]int64{}
+	engines := map[string]*engine.Engine{}
+	bytes := map[string]int64{}
 	for _, q := range order {
-		phase(o.log, fmt.Sprintf("opening a streamed engine on the %s shards, reading with O_DIRECT", name(q)))
+		phase(o.log, fmt.Sprintf("opening a streamed engine on the %s shards, reading with O_DIRECT", q))
 		opts := engine.Options{DType: o.dtype}
 		directIO(&opts)
 		e, err := engine.Open(ctx, dirs[q], opts)
@@ -116,9 +147,9 @@ func measureQuantized(ctx context.Context, o options, r *report, req engine.Requ
 			}
 		}
 	}
-	secs := map[shards.Quantization][]float64{}
+	secs := map[string][]float64{}
 	for i := range o.runs {
-		phase(o.log, fmt.Sprintf("O_DIRECT decode run %d of %d: bf16, q8, q4 shards", i+1, o.runs))
+		phase(o.log, fmt.Sprintf("O_DIRECT decode run %d of %d: %s shards", i+1, o.runs, strings.Join(order, ", ")))
 		for _, q := range order {
 			res, err := generate(ctx, engines[q], req)
 			if err != nil {
@@ -127,28 +158,21 @@ func measureQuantized(ctx context.Context, o options, r *report, req engine.Requ
 			secs[q] = append(secs[q], 1/res.Timings.DecodeTokensPerSec)
 		}
 	}
-	base := stats.Median(secs[shards.None])
+	baseSecs := stats.Median(secs[base])
 	disk := r.Machine.DirectRead.GBps * 1e9
-	for q, t := range map[shards.Quantization]*target{shards.Q8: t11, shards.Q4: t12} {
+	for i, sp := range splits {
+		q, t := sp.name, ts[i]
 		m := stats.Median(secs[q])
-		t.judge(m / base)
-		t.raw(name(q)+" s/token with O_DIRECT (median)", m, "s")
-		t.raw("bf16 s/token with O_DIRECT (median)", base, "s")
-		t.raw(name(q)+" layer shard bytes", float64(bytes[q]), "B")
-		t.raw("bf16 layer shard bytes", float64(bytes[shards.None]), "B")
-		t.note("byte ratio %.3f; disk bounds (bytes ÷ the best O_DIRECT pass): %s %.3f s, bf16 %.3f s", float64(bytes[q])/float64(bytes[shards.None]),
-			name(q), float64(bytes[q])/disk, float64(bytes[shards.None])/disk)
-		t.note("%s runs: %s; bf16 runs: %s", name(q), fmtRuns(secs[q]), fmtRuns(secs[shards.None]))
+		t.judge(m / baseSecs)
+		t.raw(q+" s/token with O_DIRECT (median)", m, "s")
+		t.raw("bf16 s/token with O_DIRECT (median)", baseSecs, "s")
+		t.raw(q+" layer shard bytes", float64(bytes[q]), "B")
+		t.raw("bf16 layer shard bytes", float64(bytes[base]), "B")
+		t.note("byte ratio %.3f; disk bounds (bytes ÷ the best O_DIRECT pass): %s %.3f s, bf16 %.3f s", float64(bytes[q])/float64(bytes[base]),
+			q, float64(bytes[q])/disk, float64(bytes[base])/disk)
+		t.note("%s runs: %s; bf16 runs: %s", q, fmtRuns(secs[q]), fmtRuns(secs[base]))
 	}
 	return nil
-}
-
-// name is a quantization's name in the report.
-func name(q shards.Quantization) string {
-	if q == shards.None {
-		return "bf16"
-	}
-	return string(q)
 }
 
 // measureGGUF measures target 13: the SmolLM2 Q4_1 GGUF resident in layerstream and in llama.cpp, decode runs

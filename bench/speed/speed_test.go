@@ -223,7 +223,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 13 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 14 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -235,7 +235,7 @@ func TestRun(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	wired := map[int]bool{1: true, 2: directIO != nil, 3: true, 4: directIO != nil && generateBatch != nil, 5: true, 8: true,
-		10: directIO != nil, 11: directIO != nil, 12: directIO != nil}
+		10: directIO != nil, 11: directIO != nil, 12: directIO != nil, 14: directIO != nil}
 	for _, tg := range r.Targets {
 		if wired[tg.ID] != (tg.Measured != nil) {
 			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, wired[tg.ID], tg.Verdict, tg.Reason)
