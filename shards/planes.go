@@ -46,6 +46,7 @@ var planesWidth = shuffleWidth
 type planeScratch struct {
 	huff   huff0.Scratch
 	planes [][]byte
+	views  [][]byte // decodePlanes: each plane of the block being decoded, in planes or in the stored frame
 }
 
 var planePool = sync.Pool{New: func() any { return new(planeScratch) }}
@@ -155,7 +156,11 @@ func decodePlanes(stored, dst []byte, w int) error {
 	defer planePool.Put(s)
 	s.huff.MaxDecodedSize = planeBlock
 	n := len(dst) / w
-	planes := make([][]byte, w)
+	if cap(s.views) < w {
+		s.views = make([][]byte, w)
+	}
+	planes := s.views[:w]
+	defer clear(planes) // the pooled scratch keeps no reference to the shard's buffer
 	for start := 0; start < n; start += planeBlock {
 		m := min(planeBlock, n-start)
 		for k := range w {

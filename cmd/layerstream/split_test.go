@@ -38,6 +38,19 @@ func TestSynthSplitVerify(t *testing.T) {
 	if code := run([]string{"split", ck, "--encoding", "lz4"}, &out, &errb); code != 2 {
 		t.Fatalf("bad encoding: exit %d", code)
 	}
+	// planes at a given disk rate: split, logged, verified.
+	planes := filepath.Join(t.TempDir(), "planes")
+	errb.Reset()
+	if code := run([]string{"split", ck, "--out", planes, "--encoding", "planes", "--disk-rate", "1MB/s"}, &out, &errb); code != 0 ||
+		!strings.Contains(errb.String(), "split encoding") || !strings.Contains(errb.String(), "encoding=planes") {
+		t.Fatalf("split --encoding planes: exit %d: %s", code, errb.String())
+	}
+	if code := run([]string{"split", "--verify", ck, "--out", planes}, &out, &errb); code != 0 {
+		t.Fatalf("split --verify of planes shards: exit %d: %s", code, errb.String())
+	}
+	if code := run([]string{"split", ck, "--encoding", "planes", "--disk-rate", "fast"}, &out, &errb); code != 2 {
+		t.Fatalf("bad --disk-rate: exit %d", code)
+	}
 	if code := run([]string{"synth", "--shape", "gpt5", "--out", ck}, &out, &errb); code != 2 {
 		t.Fatalf("unknown shape: exit %d", code)
 	}
