@@ -221,9 +221,10 @@ func decodePlanes(stored, dst []byte, w int) error {
 func decodeNibbles(p, body []byte) error {
 	m := len(p)
 	table := (*[nibbleTable]byte)(body)
-	e := int(binary.LittleEndian.Uint32(body[nibbleTable:]))
+	e32 := binary.LittleEndian.Uint32(body[nibbleTable:])
+	e := int(min(e32, uint32(m+1))) // compared as uint32: int may be 32 bits
 	if e > m || len(body) != nibbleSize(m, e) {
-		return fmt.Errorf("nibble plane of %d bytes: %d stored bytes do not hold %d exceptions", m, len(body), e)
+		return fmt.Errorf("nibble plane of %d bytes: %d stored bytes do not hold %d exceptions", m, len(body), e32)
 	}
 	codes := body[nibbleTable+4 : nibbleTable+4+(m+31)/32*16]
 	idx := body[len(body)-3*e : len(body)-e]

@@ -224,6 +224,29 @@ func TestSplitFallsBackToFastPlanes(t *testing.T) {
 	}
 }
 
+// TestSplitSlowPlanesOfQuantizedBlocks: Q8_0 blocks whose Huffman planes decode too slowly for the disk, and
+// whose 4-bit codes do not shrink them, are stored raw with a raw table entry (the entry kept the Huffman
+// lengths once: Split succeeded and every layer then failed to load).
+func TestSplitSlowPlanesOfQuantizedBlocks(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	defer func() { testHookDecodeRate = nil }()
+	testHookDecodeRate = func(fast bool) float64 { return map[bool]float64{false: 1e3, true: 1e12}[fast] }
+	s, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "s"), Quantize: Q8, Encoding: Planes, DiskRate: 1e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := NewBuffer(0)
+	for _, u := range s.Units() {
+		l, err := s.Load(context.Background(), u.Name, buf)
+		if err != nil {
+			t.Fatalf("%s: %v", u.Name, err)
+		}
+		if w, ok := l.Tensors["model.layers.0.mlp.up_proj.weight"]; ok && w.DType != checkpoint.Q8_0 {
+			t.Errorf("up_proj stored as %s, want Q8_0", w.DType)
+		}
+	}
+}
+
 // FuzzDecodePlanes: any bytes as a planes frame of any width and size decode or fail, never panic, never
 // write outside dst; what encodePlanes made decodes back.
 func FuzzDecodePlanes(f *testing.F) {

@@ -738,6 +738,9 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	if err != nil {
 		return ti, err
 	}
+	if int64(len(stored)) != ti.EncodedLength {
+		return ti, fmt.Errorf("internal error: %d bytes to store for %s, its table entry says %d (%s)", len(stored), ti.Name, ti.EncodedLength, ti.Encoding)
+	}
 	if _, err := cw.Write(stored); err != nil {
 		return ti, err
 	}
@@ -761,7 +764,11 @@ func (w *splitter) encodeTensor(ti TensorInfo, data []byte) ([]byte, TensorInfo,
 			return nil, ti, err
 		}
 		if enc == Raw {
+			if fast {
+				break // the Huffman planes were too slow and 4-bit codes do not shrink it: raw, as too slow
+			}
 			w.stats.incompressible.add(ti.Length, ti.Length)
+			ti.Encoding, ti.EncodedLength, ti.Frames = Raw, ti.Length, nil
 			return data, ti, nil
 		}
 		ti.Encoding, ti.EncodedLength, ti.Frames = enc, int64(len(stored)), slices.Clone(frames)

@@ -479,7 +479,8 @@ GLOBL q8consts<>(SB), RODATA|NOPTR, $16
 // func quantizeQ8BlocksAVX512(q []int8, x []float32, d []float32, sums []int32)
 // For each block b of 32 values (len(d) blocks): d[b] = max|x|/127 (unrounded), q = x·(127/max|x|) rounded half
 // to even (VCVTPS2DQ under the default rounding) and held to [-128, 127], sums[b] = Σq: quantizeQ8_0Block's
-// arithmetic, whose float16 roundings the caller applies.
+// arithmetic, whose float16 roundings the caller applies. A block holding a NaN gets a NaN scale (its q and sum
+// are then 0), so that the NaN reaches the products.
 TEXT ·quantizeQ8BlocksAVX512(SB), NOSPLIT, $0-96
 	MOVQ q_base+0(FP), DI
 	MOVQ x_base+24(FP), SI
@@ -507,6 +508,14 @@ q8loop:
 	VMAXPS X3, X2, X2
 	VMOVSHDUP X2, X3
 	VMAXSS X3, X2, X2
+	VCMPPS $3, Z0, Z0, K1 // unordered: the block's NaN lanes, which VMAXPS may drop
+	VCMPPS $3, Z1, Z1, K2
+	KORTESTW K2, K1
+	JZ   q8finite
+	VXORPS X2, X2, X2
+	VDIVSS X2, X2, X2 // 0/0: a block holding a NaN gets a NaN scale, as quantizeQ8_0Block gives it
+
+q8finite:
 	VDIVSS X30, X2, X3
 	VMOVSS X3, (R8)
 	VXORPS X4, X4, X4

@@ -336,4 +336,18 @@ func TestQuantizeQ8BlocksAgree(t *testing.T) {
 			}
 		}
 	}
+	// A NaN anywhere in a block makes its scale NaN, as in the portable code (VMAXPS alone drops a NaN unless
+	// it is in the lane the reduction keeps), so that it reaches the products and the engine's NaN checks.
+	for _, at := range []int{0, 5, 16, 31} {
+		y := make([]float32, 32)
+		for i := range y {
+			y[i] = float32(i) - 10
+		}
+		y[at] = float32(math.NaN())
+		var s float32
+		quantizeQ8Blocks(q[:32], y, d[:1], sums[:1])
+		if wd := quantizeQ8_0Block(wq, y, &s); !math.IsNaN(float64(d[0])) || !math.IsNaN(float64(wd)) {
+			t.Errorf("NaN at %d: scale %g (portable %g), want NaN", at, d[0], wd)
+		}
+	}
 }
