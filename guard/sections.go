@@ -39,7 +39,7 @@ const (
 	SectionCUDAPlugin       = "CUDA plugin not found"
 	SectionVerifyMismatch   = "verify reports a mismatch"
 	SectionKVCache          = "KV cache not filled, every step re-runs the whole forward"
-	SectionSlowEncoding     = "Slow with --encoding zstd or shuffle-zstd"
+	SectionSlowEncoding     = "Slow with --encoding"
 )
 
 // Sections lists every section constant, in document order.

@@ -24,7 +24,8 @@ const encodingHelp = `lossless tensor storage: raw, planes, zstd or shuffle-zstd
 with O_DIRECT (~1.9 GB/s) on 2 cores, bytes and s/token against raw: planes 75% (4-bit codes for each byte plane,
 decoded at ~8 GB/s per core; Huffman codes, 67% at ~1.5 GB/s, only where decoding keeps up with --disk-rate),
 0.64-0.92x raw's s/token; zstd 78%, decoded at ~0.6 GB/s, 2.5-3.6x slower; shuffle-zstd 74.5%, ~1 GB/s, 1.8-3.7x
-slower (for archiving). Q8_0/Q4_K blocks shrink 2-6%: stored raw unless they decode fast enough`
+slower (for archiving). Encodings pay only when the disk is read: shards that fit in memory stream fastest raw,
+from the page cache (planes 2-5x slower there). Q8_0/Q4_K blocks shrink 2-6%: stored raw unless they decode fast enough`
 
 func init() {
 	register(command{
