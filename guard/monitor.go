@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"unicode"
 )
 
@@ -19,7 +20,7 @@ const (
 	KindZero        Kind = "zero"        // every logit is 0
 	KindConstant    Kind = "constant"    // every logit has the same non-zero value
 	KindSaturation  Kind = "saturation"  // the top logit is pinned at one value across steps
-	KindRepetition  Kind = "repetition"  // one token repeated many times in a row
+	KindRepetition  Kind = "repetition"  // one token, or one short phrase, repeated many times in a row
 	KindPunctuation Kind = "punctuation" // one punctuation mark dominates the recent output
 )
 
@@ -52,7 +53,13 @@ type MonitorOptions struct {
 	PunctuationWindow int
 	// PunctuationRatio is the share of the window above which one punctuation mark is degenerate (default 0.3).
 	PunctuationRatio float64
+	// LoopLimit is how many tokens in a row may repeat a phrase of 2 to maxLoopPeriod tokens (each token equal to
+	// the one a phrase length before it) before the output counts as looping (default 128).
+	LoopLimit int
 }
+
+// maxLoopPeriod is the longest phrase, in tokens, whose repetition ObserveToken detects.
+const maxLoopPeriod = 32
 
 // Monitor checks each step of one generation: each kind warns once per run. Create one per run, or Reset it.
 // A Monitor is not safe for concurrent use.
@@ -70,6 +77,11 @@ type Monitor struct {
 	tokens int
 	lastID int
 	idRun  int
+	// loops: the last maxLoopPeriod ids and texts (a ring indexed by token), and for each phrase length p how
+	// many tokens in a row equalled the one p before.
+	recent     [maxLoopPeriod]int
+	recentText [maxLoopPeriod]string
+	loopRun    [maxLoopPeriod + 1]int
 	// punctuation: a ring of the last PunctuationWindow non-space runes and the counts of punctuation among them.
 	ring   []rune
 	ringAt int
@@ -95,6 +107,9 @@ func NewMonitor(opts MonitorOptions) *Monitor {
 	}
 	if opts.PunctuationRatio <= 0 {
 		opts.PunctuationRatio = 0.3
+	}
+	if opts.LoopLimit <= 0 {
+		opts.LoopLimit = 128
 	}
 	return &Monitor{
 		opts:      opts,
@@ -214,8 +229,9 @@ func nanMessage(step int, logits []float32) string {
 }
 
 // ObserveToken records the next generated token (its id and decoded text) and checks the output so far for
-// degenerate repetition (the same id RepeatLimit times in a row) and for one punctuation mark making up more than
-// PunctuationRatio of the last PunctuationWindow non-space characters. It returns nil, or a *Problem in Strict mode.
+// degenerate repetition (the same id RepeatLimit times in a row, or a phrase of 2 to 32 tokens repeated for
+// LoopLimit tokens) and for one punctuation mark making up more than PunctuationRatio of the last
+// PunctuationWindow non-space characters. It returns nil, or a *Problem in Strict mode.
 func (m *Monitor) ObserveToken(id int, text string) error {
 	idx := m.tokens
 	m.tokens++
@@ -229,6 +245,9 @@ func (m *Monitor) ObserveToken(id int, text string) error {
 			"token %d (%q) was generated %d times in a row (token %d): degenerate repetition, likely broken "+
 				"numerics (wrong dtype, a missing or corrupted layer) or a sampler without temperature/repetition "+
 				"penalty on a tiny model", id, text, m.idRun, idx))
+	}
+	if err := m.observeLoop(idx, id, text); err != nil {
+		return err
 	}
 	var err error
 	w := len(m.ring)
@@ -256,6 +275,31 @@ func (m *Monitor) ObserveToken(id int, text string) error {
 					"token by the sampler", r, m.counts[r], w, idx))
 		}
 	}
+	return err
+}
+
+// observeLoop checks whether the output has been repeating one phrase (2 to maxLoopPeriod tokens) for
+// LoopLimit tokens, the shortest such phrase first.
+func (m *Monitor) observeLoop(idx, id int, text string) error {
+	var err error
+	for p := 2; p <= maxLoopPeriod; p++ {
+		if idx < p || m.recent[(idx-p)%maxLoopPeriod] != id {
+			m.loopRun[p] = 0
+			continue
+		}
+		m.loopRun[p]++
+		if err == nil && m.loopRun[p] >= m.opts.LoopLimit && m.recent[(idx-1)%maxLoopPeriod] != id {
+			var phrase strings.Builder
+			for k := idx - p + 1; k < idx; k++ {
+				phrase.WriteString(m.recentText[k%maxLoopPeriod])
+			}
+			phrase.WriteString(text)
+			err = m.report(KindRepetition, idx, SectionRepetition, fmt.Sprintf(
+				"the output has repeated a %d-token phrase (%q) for %d tokens (token %d): degenerate repetition, "+
+					"greedy decoding of a small or quantized model looping, or broken numerics", p, phrase.String(), m.loopRun[p]+p, idx))
+		}
+	}
+	m.recent[idx%maxLoopPeriod], m.recentText[idx%maxLoopPeriod] = id, text
 	return err
 }
 

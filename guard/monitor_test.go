@@ -108,6 +108,43 @@ func TestRepetition(t *testing.T) {
 	}
 }
 
+// TestPhraseLoop: a phrase repeated for LoopLimit tokens is degenerate repetition (the Q4_1 SmolLM2 answering
+// "la femme au martyre, la femme au martyre, …" greedily), a phrase repeated for fewer is not, and neither is a
+// text that repeats phrases with variations.
+func TestPhraseLoop(t *testing.T) {
+	m := NewMonitor(MonitorOptions{Strict: true})
+	words := []string{" la", " femme", " au", " martyre", ","}
+	for range 20 { // 100 tokens of the same phrase: under the default 128
+		for i, w := range words {
+			if err := m.ObserveToken(10+i, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m.Reset()
+	for k := range 100 { // a phrase with one word changing
+		for i, w := range words {
+			id := 10 + i
+			if i == 3 {
+				id = 100 + k%7
+			}
+			if err := m.ObserveToken(id, w); err != nil {
+				t.Fatalf("varying phrase: %v", err)
+			}
+		}
+	}
+	m.Reset()
+	var err error
+	n := 0
+	for ; err == nil && n < 400; n++ {
+		err = m.ObserveToken(10+n%5, words[n%5])
+	}
+	p := strictProblem(t, err, KindRepetition)
+	if n != 128+5 || !strings.Contains(p.Message, "5-token phrase") || !strings.Contains(p.Message, "femme") {
+		t.Fatalf("after %d tokens: %s", n, p.Message)
+	}
+}
+
 func TestPunctuation(t *testing.T) {
 	m := NewMonitor(MonitorOptions{Strict: true})
 	// Legitimate exclamations and dialogue do not trip it.
