@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/profiler"
 )
@@ -359,15 +359,7 @@ func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
 // logprobs returns ln p(id) under softmax(logits) and the top most likely tokens (most likely first, ties by
 // lower id), computed in float64.
 func logprobs(logits []float32, id, top int) (float64, []TokenLogprob) {
-	m := math.Inf(-1)
-	for _, l := range logits {
-		m = max(m, float64(l))
-	}
-	sum := 0.0
-	for _, l := range logits {
-		sum += math.Exp(float64(l) - m)
-	}
-	lse := m + math.Log(sum)
+	lse := kernels.LogSumExp(logits)
 	var best []TokenLogprob
 	for i, l := range logits {
 		if top == 0 {

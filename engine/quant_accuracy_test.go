@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/shards"
@@ -49,13 +50,8 @@ func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, n
 			}
 		}
 		margins = append(margins, float64(row[best]-second))
-		m := float64(row[best])
-		sum := 0.0
-		for _, v := range row {
-			sum += math.Exp(float64(v) - m)
-		}
 		argmax = append(argmax, best)
-		nll = append(nll, m+math.Log(sum)-float64(row[ids[i+1]]))
+		nll = append(nll, kernels.LogSumExp(row)-float64(row[ids[i+1]]))
 	}
 	return argmax, margins, nll
 }

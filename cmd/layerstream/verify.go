@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
@@ -347,7 +347,7 @@ func compareDecode(ctx context.Context, e decoder, ids []int, steps int, tol ref
 	got, want := make([][]float32, len(tops)), make([][]float32, len(tops))
 	for k, top := range tops {
 		row := logits[len(ids)-1+k]
-		lse := logSumExp(row)
+		lse := kernels.LogSumExp(row)
 		got[k], want[k] = make([]float32, vocab), make([]float32, vocab)
 		for _, t := range top {
 			got[k][t.ID] = float32(t.Logprob)
@@ -369,19 +369,6 @@ type decoder interface {
 	Generate(ctx context.Context, req engine.Request, onToken func(engine.Token) error) (*engine.Result, error)
 	Logits(ctx context.Context, ids []int) ([][]float32, error)
 	ContextLength() int
-}
-
-// logSumExp is ln Σ exp(x), computed in float64.
-func logSumExp(x []float32) float64 {
-	m := math.Inf(-1)
-	for _, v := range x {
-		m = max(m, float64(v))
-	}
-	sum := 0.0
-	for _, v := range x {
-		sum += math.Exp(float64(v) - m)
-	}
-	return m + math.Log(sum)
 }
 
 // engineLogits opens the model with opts, runs one forward pass and closes it.

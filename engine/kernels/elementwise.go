@@ -84,3 +84,17 @@ func RMSNorm(y, x, w []float32, eps float64, offset float32) {
 		}
 	})
 }
+
+// LogSumExp returns ln Σ exp(x[i]), computed in float64 after subtracting the largest value (so no term
+// overflows): the normalizer of softmax(x), for log-probabilities ln p(i) = x[i] - LogSumExp(x).
+func LogSumExp(x []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = max(m, float64(v))
+	}
+	sum := 0.0
+	for _, v := range x {
+		sum += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(sum)
+}

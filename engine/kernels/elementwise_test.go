@@ -62,3 +62,13 @@ func TestElementwise(t *testing.T) {
 		}
 	})
 }
+
+func TestLogSumExp(t *testing.T) {
+	if got := LogSumExp([]float32{0, float32(math.Log(3))}); math.Abs(got-math.Log(4)) > 1e-6 {
+		t.Errorf("LogSumExp = %v, want ln 4", got)
+	}
+	// Values whose exponentials overflow float64 alone: the largest is subtracted first.
+	if got := LogSumExp([]float32{1000, 1000}); math.Abs(got-(1000+math.Ln2)) > 1e-9 {
+		t.Errorf("LogSumExp(1000, 1000) = %v, want 1000 + ln 2", got)
+	}
+}
