@@ -129,10 +129,10 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 
-	dir := modelDir(*cache, *shapeName, shape.NumLayers, stored, *seed)
+	dir := modelDir(*cache, *shapeName, shape.NumLayers, string(stored), *seed)
 	var shardDir string
 	if q != shards.None {
-		dir = filepath.Join(*cache, fmt.Sprintf("%s-%dL-%s-seed%d", *shapeName, shape.NumLayers, q, *seed))
+		dir = modelDir(*cache, *shapeName, shape.NumLayers, string(q), *seed)
 		shardDir, err = prepareQuantized(ctx, dir, shape, stored, *seed, q, stderr)
 	} else {
 		shardDir, err = prepareModel(ctx, dir, shape, stored, *seed, pc, stderr)

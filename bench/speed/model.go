@@ -16,10 +16,11 @@ import (
 	"github.com/layerstream/layerstream/synth"
 )
 
-// modelDir is the cache folder of one synthetic model: the shape, layer count, weights' dtype and seed name it,
-// so a folder is only ever reused for the same model.
-func modelDir(cache, shapeName string, layers int, weights checkpoint.DType, seed uint64) string {
-	return filepath.Join(cache, fmt.Sprintf("%s-%dL-%s-seed%d", shapeName, layers, strings.ToLower(string(weights)), seed))
+// modelDir is the cache folder of one synthetic model: the shape, layer count, weights (their dtype, or the
+// quantization of a model written as quantized shards) and seed name it, so a folder is only ever reused for
+// the same model.
+func modelDir(cache, shapeName string, layers int, weights string, seed uint64) string {
+	return filepath.Join(cache, fmt.Sprintf("%s-%dL-%s-seed%d", shapeName, layers, strings.ToLower(weights), seed))
 }
 
 // prepareModel returns the shard folder of the synthetic model in dir, creating it when missing: synth.Write
