@@ -74,10 +74,7 @@ func chooseDirectIO(set *shards.Set, opts Options) DirectIOMode {
 	if opts.Resident {
 		return DirectIOOff
 	}
-	var need int64
-	for _, u := range set.Units() {
-		need += u.FileSize
-	}
+	need := set.FileBytes()
 	avail, err := availableMemory()
 	if err != nil {
 		slog.Debug("engine: available memory unknown; shards read through the page cache", "err", err)

@@ -169,6 +169,15 @@ func (s *Set) MaxBufferSize() int64 {
 	return n
 }
 
+// FileBytes is the size of every unit's shard file together: the split's bytes on disk.
+func (s *Set) FileBytes() int64 {
+	var n int64
+	for _, u := range s.units {
+		n += u.FileSize
+	}
+	return n
+}
+
 // SetDirectIO makes Load read with O_DIRECT, bypassing the page cache (shard files are padded to whole pages and
 // Buffers are page-aligned, as O_DIRECT requires). Where the filesystem refuses O_DIRECT (tmpfs, some network
 // filesystems) Load logs one warning and reads normally.

@@ -80,11 +80,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				var stored int64
-				for _, u := range set.Units() {
-					stored += u.FileSize
-				}
-				slog.Info("split done", "units", len(set.Units()), "bytes_on_disk", stored, "encoding", enc,
+				slog.Info("split done", "units", len(set.Units()), "bytes_on_disk", set.FileBytes(), "encoding", enc,
 					"seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()))
 				fmt.Println(set.Dir)
 				return nil

@@ -65,12 +65,8 @@ func init() {
 					if err != nil {
 						return err
 					}
-					var n int64
-					for _, u := range set.Units() {
-						n += u.FileSize
-					}
 					slog.Info("wrote synthetic shards", "dir", *out, "shape", *shape, "layers", s.NumLayers, "quantize", q,
-						"bytes", n, "seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()))
+						"bytes", set.FileBytes(), "seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()))
 					return nil
 				}
 				total, err := synth.TotalBytes(opts)
