@@ -208,7 +208,7 @@ func gemmTiles[X, W uint16 | float32](y, x []float32, w []W, rows, in, out, work
 	groups := (out + gemmGroup - 1) / gemmGroup
 	xs, xc, xt := chunkBytes, gemmTileRows*chunkBytes, tileLen*size
 	// The groups go to the workers in chunks (parallelChunks): a sixteenth of a worker's share for a decode
-	// step, a quarter for the tiles, which read the input rows again for each chunk.
+	// step or a small batch, a quarter for larger tiles, which read the input rows again for each chunk.
 	nw := workers
 	if nw <= 0 {
 		nw = runtime.GOMAXPROCS(0)
@@ -222,7 +222,11 @@ func gemmTiles[X, W uint16 | float32](y, x []float32, w []W, rows, in, out, work
 		return
 	}
 	blockTiles := max(1, gemmBlockBytes/(tileLen*size))
-	parallelChunks(groups, max(1, groups/(4*nw)), workers, func(lo, hi int) {
+	perWorker := 4
+	if rows <= 32 {
+		perWorker = 16 // a batch's decode step: its few input rows are cheap to read again, the finer split evens the cores
+	}
+	parallelChunks(groups, max(1, groups/(perWorker*nw)), workers, func(lo, hi int) {
 		var ptail []W // the partial last group's weight rows, zero-padded, and its outputs
 		var ytail []float32
 		if hi*gemmGroup > out {

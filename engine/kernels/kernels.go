@@ -32,7 +32,8 @@ func dotRowsGo[W Weight](x []float32, b []W, y []float32, stride, rows int, dot 
 }
 
 // ParallelFor splits [0, n) into one contiguous range per CPU and runs fn on each concurrently, the first on the
-// calling goroutine (all of them there when n is small). A panic in any range, a fault reading a mapped shard
+// calling goroutine (all of them there when n is small), the others on the pool's long-lived helpers (pool.go),
+// or on goroutines started for the call while another call holds the pool. A panic in any range, a fault reading a mapped shard
 // included (workers turn faults into panics, debug.SetPanicOnFault, as the engine's caller does), is raised
 // again in the calling goroutine once every range is done, where the engine can recover it.
 func ParallelFor(n int, fn func(lo, hi int)) {
@@ -47,6 +48,10 @@ func parallelFor(n, workers int, fn func(lo, hi int)) {
 	workers = min(workers, n)
 	if workers <= 1 {
 		fn(0, n)
+		return
+	}
+	step := (n + workers - 1) / workers
+	if pool.run(n, step, fn) {
 		return
 	}
 	var wg sync.WaitGroup
@@ -64,7 +69,6 @@ func parallelFor(n, workers int, fn func(lo, hi int)) {
 		}()
 		fn(lo, hi)
 	}
-	step := (n + workers - 1) / workers
 	for lo := step; lo < n; lo += step {
 		wg.Add(1)
 		go func(lo, hi int) {
