@@ -70,8 +70,8 @@ type accuracyRun struct {
 // prompts with greedy continuations, and the positions predicting the continuations count, up to maxPositions.
 // That is the regime generation runs in: where the argmax is what greedy decoding picks. Perplexity is measured
 // on accuracyText (natural text, where a small model has many near-ties; the argmax agreement there is logged).
-// goals are the least agreements for q8 and q4.
-func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositions int, goals map[shards.Quantization]float64) {
+// goals are the least agreements for q8 and q4. It returns the unquantized model's argmax at the scored positions.
+func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositions int, goals map[shards.Quantization]float64) []int {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +149,7 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 			t.Errorf("%s: argmax agreement %.4f with the unquantized model, goal ≥ %.2f", q, a, goal)
 		}
 	}
+	return base.argmax
 }
 
 // TestQuantizedAccuracySmolLM2 measures q8 and q4 shards of the bf16 SmolLM2-135M-Instruct checkpoint
@@ -172,9 +173,33 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	// The issue's goals are 0.99 and 0.95. q8 measures 0.98 (294/300; 0.982 on the natural text): every position
 	// where it differs is one where the unquantized model's top two logits are within 0.18, and Q8_0's weight
 	// rounding alone (products with float32 activations instead of 8-bit ones) differs at 7 of these 300 positions
-	// too (0.977): on a 135M model, Q8_0's noise reaches such margins. The bound here is what is met, so that a
-	// regression shows; docs/performance.md records the figures.
-	checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.975, shards.Q4: 0.95})
+	// too (0.977): on a 135M model, Q8_0's noise reaches such margins. llama.cpp's own Q8_0 is the yardstick
+	// (scripts/fixtures/llamacpp_q8_agreement.py: the same checkpoint converted by llama.cpp to BF16 and Q8_0,
+	// the same positions): 297/300 against its own BF16 and 295/300 against layerstream's bf16, logged below; and
+	// layerstream on llama.cpp's Q8_0 file scores 293/300. The bound here is what is met, so that a regression
+	// shows; docs/performance.md records the figures.
+	base := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.975, shards.Q4: 0.95})
+	var yard struct {
+		Agree      int   `json:"agree"`
+		Positions  int   `json:"positions"`
+		BF16Argmax []int `json:"bf16_argmax"`
+		Q8Argmax   []int `json:"q8_0_argmax"`
+	}
+	readJSON(t, "../gguf/testdata/llamacpp/smollm2-q8-agreement.json", &yard)
+	if len(yard.Q8Argmax) != len(base) || len(yard.BF16Argmax) != len(base) {
+		t.Fatalf("smollm2-q8-agreement.json scores %d and %d positions, this test %d", len(yard.BF16Argmax), len(yard.Q8Argmax), len(base))
+	}
+	ours, bf16 := 0, 0
+	for i, id := range base {
+		if yard.Q8Argmax[i] == id {
+			ours++
+		}
+		if yard.BF16Argmax[i] == id {
+			bf16++
+		}
+	}
+	t.Logf("llama.cpp's Q8_0 (the yardstick): %d/%d against llama.cpp's BF16, %d/%d against this bf16; llama.cpp's BF16 against this bf16 %d/%d",
+		yard.Agree, yard.Positions, ours, len(base), bf16, len(base))
 }
 
 // TestQuantizedAccuracyStories measures q8 and q4 on stories260K (trained in float32; ../shared/models), over
