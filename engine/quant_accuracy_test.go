@@ -65,6 +65,17 @@ type accuracyRun struct {
 	bytes      int64
 }
 
+// agree counts the positions where a and b (equally long) hold the same id, and their share.
+func agree(a, b []int) (int, float64) {
+	n := 0
+	for i := range a {
+		if a[i] == b[i] {
+			n++
+		}
+	}
+	return n, float64(n) / float64(len(a))
+}
+
 // checkQuantizedAccuracy splits the checkpoint at dir as it is and quantized (q8, q4) and compares the
 // quantized models' argmax with the unquantized one's over positions of text the model generates: seqs are
 // prompts with greedy continuations, and the positions predicting the continuations count, up to maxPositions.
@@ -121,15 +132,6 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 		runs[q] = r
 	}
 	base := runs[shards.None]
-	agree := func(a, b []int) (int, float64) {
-		n := 0
-		for i := range a {
-			if a[i] == b[i] {
-				n++
-			}
-		}
-		return n, float64(n) / float64(len(a))
-	}
 	t.Logf("%s: unquantized perplexity %.3f on a %d-token text; layers %d bytes", dir, base.perplexity, len(text), base.bytes)
 	for _, q := range []shards.Quantization{shards.Q8, shards.Q4} {
 		r := runs[q]
@@ -189,15 +191,8 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	if len(yard.Q8Argmax) != len(base) || len(yard.BF16Argmax) != len(base) {
 		t.Fatalf("smollm2-q8-agreement.json scores %d and %d positions, this test %d", len(yard.BF16Argmax), len(yard.Q8Argmax), len(base))
 	}
-	ours, bf16 := 0, 0
-	for i, id := range base {
-		if yard.Q8Argmax[i] == id {
-			ours++
-		}
-		if yard.BF16Argmax[i] == id {
-			bf16++
-		}
-	}
+	ours, _ := agree(yard.Q8Argmax, base)
+	bf16, _ := agree(yard.BF16Argmax, base)
 	t.Logf("llama.cpp's Q8_0 (the yardstick): %d/%d against llama.cpp's BF16, %d/%d against this bf16; llama.cpp's BF16 against this bf16 %d/%d",
 		yard.Agree, yard.Positions, ours, len(base), bf16, len(base))
 }

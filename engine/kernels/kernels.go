@@ -55,32 +55,45 @@ func parallelFor(n, workers int, fn func(lo, hi int)) {
 		return
 	}
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first any
-	run := func(lo, hi int) {
-		defer func() {
-			if r := recover(); r != nil {
-				mu.Lock()
-				if first == nil {
-					first = r
-				}
-				mu.Unlock()
-			}
-		}()
-		fn(lo, hi)
-	}
+	var panics firstPanic
 	for lo := step; lo < n; lo += step {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
 			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-			run(lo, hi)
+			panics.run(fn, lo, hi)
 		}(lo, min(lo+step, n))
 	}
-	run(0, min(step, n)) // the first range on the calling goroutine: one goroutine fewer to start and wake
+	panics.run(fn, 0, min(step, n)) // the first range on the calling goroutine: one goroutine fewer to start and wake
 	wg.Wait()
-	if first != nil {
-		panic(first)
+	panics.raise()
+}
+
+// firstPanic keeps the first panic of the ranges of a parallelFor, to raise again once every range is done.
+type firstPanic struct {
+	mu    sync.Mutex
+	first any
+}
+
+// run runs fn(lo, hi), keeping its panic if it is the first.
+func (p *firstPanic) run(fn func(lo, hi int), lo, hi int) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.mu.Lock()
+			if p.first == nil {
+				p.first = r
+			}
+			p.mu.Unlock()
+		}
+	}()
+	fn(lo, hi)
+}
+
+// raise panics again with the kept panic, if any, and forgets it.
+func (p *firstPanic) raise() {
+	if r := p.first; r != nil {
+		p.first = nil
+		panic(r)
 	}
 }
 

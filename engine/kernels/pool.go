@@ -31,8 +31,7 @@ type helperPool struct {
 	n, step int
 	job     atomic.Uint64 // the job's number << 8 | its number of ranges
 	pending atomic.Int64  // ranges given to helpers and not yet done
-	panicMu sync.Mutex
-	first   any
+	panics  firstPanic
 }
 
 type helper struct {
@@ -58,7 +57,7 @@ func (p *helperPool) run(n, step int, fn func(lo, hi int)) bool {
 	if ranges-1 > len(p.helpers) || ranges > 255 {
 		return false
 	}
-	p.fn, p.n, p.step, p.first = fn, n, step, nil
+	p.fn, p.n, p.step = fn, n, step
 	p.pending.Store(int64(ranges - 1))
 	p.job.Store((p.job.Load()>>8+1)<<8 | uint64(ranges))
 	for _, h := range p.helpers[:ranges-1] {
@@ -66,7 +65,7 @@ func (p *helperPool) run(n, step int, fn func(lo, hi int)) bool {
 			h.wake <- struct{}{}
 		}
 	}
-	p.do(fn, 0, min(step, n))
+	p.panics.run(fn, 0, min(step, n))
 	for spins := 0; p.pending.Load() > 0; spins++ {
 		if spins < 1<<12 {
 			runtime.Gosched()
@@ -75,24 +74,8 @@ func (p *helperPool) run(n, step int, fn func(lo, hi int)) bool {
 		}
 	}
 	p.fn = nil
-	if p.first != nil {
-		panic(p.first)
-	}
+	p.panics.raise()
 	return true
-}
-
-// do runs fn(lo, hi), keeping the first panic.
-func (p *helperPool) do(fn func(lo, hi int), lo, hi int) {
-	defer func() {
-		if r := recover(); r != nil {
-			p.panicMu.Lock()
-			if p.first == nil {
-				p.first = r
-			}
-			p.panicMu.Unlock()
-		}
-	}()
-	fn(lo, hi)
 }
 
 // loop is helper i's life: wait for the next job (spinning for helperSpin, then parked), run its range if it
@@ -120,7 +103,7 @@ func (p *helperPool) loop(i int, h *helper) {
 		seen = g
 		if i+1 < int(g&0xff) { // this helper has a range in the job
 			lo := (i + 1) * p.step
-			p.do(p.fn, lo, min(lo+p.step, p.n))
+			p.panics.run(p.fn, lo, min(lo+p.step, p.n))
 			p.pending.Add(-1)
 		}
 	}
