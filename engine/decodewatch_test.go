@@ -12,7 +12,7 @@ import (
 )
 
 // TestDecodeWatch: the warning comes once, after enough loads of encoded units whose decoding after the read
-// reaches a quarter of the reading, and never for raw units or fast decoding.
+// reaches half the reading, and never for raw units or fast decoding.
 func TestDecodeWatch(t *testing.T) {
 	var logs bytes.Buffer
 	prev := slog.Default()
@@ -29,9 +29,9 @@ func TestDecodeWatch(t *testing.T) {
 		warn  bool
 	}{
 		{"raw units", repeat(load(raw, 10*time.Millisecond, 10*time.Millisecond), 20), false},
-		{"fast decoding", repeat(load(encoded, 10*time.Millisecond, 2*time.Millisecond), 20), false},
+		{"fast decoding", repeat(load(encoded, 10*time.Millisecond, 4*time.Millisecond), 20), false},
 		{"too few loads", repeat(load(encoded, 10*time.Millisecond, 30*time.Millisecond), decodeWatchLoads-1), false},
-		{"decoding bounds", repeat(load(encoded, 10*time.Millisecond, 3*time.Millisecond), 20), true},
+		{"decoding bounds", repeat(load(encoded, 10*time.Millisecond, 6*time.Millisecond), 20), true},
 	} {
 		logs.Reset()
 		var w decodeWatch

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/memavail"
+	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -135,6 +137,60 @@ func TestResidentRefusedWhenTooLarge(t *testing.T) {
 		if err != nil && (!strings.Contains(err.Error(), "--resident") || !strings.Contains(err.Error(), "memory.max") ||
 			!strings.Contains(err.Error(), guard.Anchor(guard.SectionResidentTooLarge))) {
 			t.Errorf("%s: the error does not name the flag, the bound and the section: %v", c.name, err)
+		}
+	}
+}
+
+// TestStreamEncodedOverlapped streams shards with encoded tensors read into buffers, where prefetch starts a
+// unit's read while the previous unit still decodes (shards.LoadTrace): with every prefetch depth, and
+// cancelled mid-pass, the logits are those of the raw split, bit for bit, and no buffer is lost.
+func TestStreamEncodedOverlapped(t *testing.T) {
+	ctx := context.Background()
+	shape := tinyShape(false)
+	shape.HiddenSize, shape.IntermediateSize = 128, 256
+	model := writeTiny(t, synth.Options{Shape: shape, Seed: 21, DType: checkpoint.BF16})
+	ck, err := checkpoint.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planes := filepath.Join(t.TempDir(), "planes")
+	set, err := shards.Split(ctx, ck, shards.SplitOptions{Out: planes, Encoding: shards.Planes, DiskRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	encoded := 0
+	for _, u := range set.Units() {
+		if u.Layer >= 0 && u.DecodeSize > 0 {
+			encoded++
+		}
+	}
+	if encoded != shape.NumLayers {
+		t.Fatalf("%d of %d layers have encoded tensors", encoded, shape.NumLayers)
+	}
+	ids := []int{1, 3, 5, 7, 9}
+	want := tokenByToken(t, open(t, model, Options{DType: "f32"}), ids)
+	for _, prefetch := range []int{1, 2, 3, 5} {
+		for _, direct := range []DirectIOMode{DirectIOOn, DirectIOOff} {
+			e := open(t, planes, Options{DType: "f32", Prefetch: prefetch, DirectIO: direct, NoMap: true})
+			if d := maxDiff(want, tokenByToken(t, e, ids)); d != 0 {
+				t.Errorf("prefetch %d, direct I/O %v: logits differ from the raw split's by %g", prefetch, direct, d)
+			}
+			// A cancelled pass stops the stream with its loads in flight; the next pass gets every buffer back.
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			if _, err := e.Logits(cctx, ids); err == nil {
+				t.Errorf("prefetch %d: a cancelled pass returned no error", prefetch)
+			}
+			got, err := e.Logits(ctx, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(e.pools.host); n != cap(e.pools.host) {
+				t.Errorf("prefetch %d: %d of %d host buffers back after the passes", prefetch, n, cap(e.pools.host))
+			}
+			if d := maxDiff(want[len(ids)-1:], got[len(ids)-1:]); d > 1e-4 {
+				t.Errorf("prefetch %d: the pass after a cancelled one differs by %g", prefetch, d)
+			}
 		}
 	}
 }

@@ -33,8 +33,8 @@ before him. Today, the same questions are asked about computers and the internet
 information is made, copied and shared. In a small kitchen at the end of the street, a cat watched the rain.`
 
 // teacherForced runs ids through the engine in one pass and returns each position's logits' argmax, the margin
-// of its top logit over the second, and the negative log-likelihood of each next token.
-func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, nll []float64) {
+// of its top logit over the second, the negative log-likelihood of each next token and the log-probabilities.
+func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, nll []float64, logprobs [][]float64) {
 	t.Helper()
 	logits, err := e.Logits(context.Background(), ids)
 	if err != nil {
@@ -51,9 +51,28 @@ func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, n
 		}
 		margins = append(margins, float64(row[best]-second))
 		argmax = append(argmax, best)
-		nll = append(nll, kernels.LogSumExp(row)-float64(row[ids[i+1]]))
+		lse := kernels.LogSumExp(row)
+		nll = append(nll, lse-float64(row[ids[i+1]]))
+		lp := make([]float64, len(row))
+		for j, v := range row {
+			lp[j] = float64(v) - lse
+		}
+		logprobs = append(logprobs, lp)
 	}
-	return argmax, margins, nll
+	return argmax, margins, nll, logprobs
+}
+
+// meanKL is the mean over positions of KL(p‖q), p and q given as log-probability rows: how far a quantized
+// model's next-token distributions are from the unquantized one's. Unlike the argmax agreement, which counts
+// the few near-ties a perturbation happens to flip, it weighs every position.
+func meanKL(p, q [][]float64) float64 {
+	sum := 0.0
+	for i := range p {
+		for j, lp := range p[i] {
+			sum += math.Exp(lp) * (lp - q[i][j])
+		}
+	}
+	return sum / float64(len(p))
 }
 
 // accuracyRun is one split's results: argmax at the scored positions of the generated sequences, perplexity
@@ -61,6 +80,7 @@ func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, n
 type accuracyRun struct {
 	argmax     []int
 	margins    []float64
+	logprobs   [][]float64
 	perplexity float64
 	bytes      int64
 }
@@ -81,8 +101,9 @@ func agree(a, b []int) (int, float64) {
 // prompts with greedy continuations, and the positions predicting the continuations count, up to maxPositions.
 // That is the regime generation runs in: where the argmax is what greedy decoding picks. Perplexity is measured
 // on accuracyText (natural text, where a small model has many near-ties; the argmax agreement there is logged).
-// goals are the least agreements for q8 and q4. It returns the unquantized model's argmax at the scored positions.
-func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositions int, goals map[shards.Quantization]float64) []int {
+// goals are the least agreements for q8 and q4. It returns the unquantized model's argmax at the scored positions
+// and each quantization's mean KL divergence from the unquantized model there (meanKL).
+func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositions int, goals map[shards.Quantization]float64) ([]int, map[shards.Quantization]float64) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -116,12 +137,14 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 			t.Fatal(err)
 		}
 		for _, s := range seqs {
-			am, mg, _ := teacherForced(t, e, append(slices.Clone(s[0]), s[1]...))
+			am, mg, _, lp := teacherForced(t, e, append(slices.Clone(s[0]), s[1]...))
 			r.argmax = append(r.argmax, am[len(s[0])-1:]...)
 			r.margins = append(r.margins, mg[len(s[0])-1:]...)
+			r.logprobs = append(r.logprobs, lp[len(s[0])-1:]...)
 		}
 		r.argmax = r.argmax[:min(maxPositions, len(r.argmax))]
-		am, _, nll := teacherForced(t, e, text)
+		r.logprobs = r.logprobs[:len(r.argmax)]
+		am, _, nll, _ := teacherForced(t, e, text)
 		textArgmax[q] = am
 		sum := 0.0
 		for _, v := range nll {
@@ -132,14 +155,16 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 		runs[q] = r
 	}
 	base := runs[shards.None]
+	kl := map[shards.Quantization]float64{}
 	t.Logf("%s: unquantized perplexity %.3f on a %d-token text; layers %d bytes", dir, base.perplexity, len(text), base.bytes)
 	for _, q := range []shards.Quantization{shards.Q8, shards.Q4} {
 		r := runs[q]
 		n, a := agree(r.argmax, base.argmax)
 		tn, ta := agree(textArgmax[q], textArgmax[shards.None])
 		goal := goals[q]
-		t.Logf("%s: argmax agreement %.4f (%d/%d generated positions; on the text %.4f, %d/%d), perplexity %.3f (%+.2f%%), layers %d bytes (%.3f of unquantized)",
-			q, a, n, len(r.argmax), ta, tn, len(textArgmax[q]), r.perplexity, 100*(r.perplexity/base.perplexity-1), r.bytes, float64(r.bytes)/float64(base.bytes))
+		kl[q] = meanKL(base.logprobs, r.logprobs)
+		t.Logf("%s: argmax agreement %.4f (%d/%d generated positions; on the text %.4f, %d/%d), mean KL divergence %.3g, perplexity %.3f (%+.2f%%), layers %d bytes (%.3f of unquantized)",
+			q, a, n, len(r.argmax), ta, tn, len(textArgmax[q]), kl[q], r.perplexity, 100*(r.perplexity/base.perplexity-1), r.bytes, float64(r.bytes)/float64(base.bytes))
 		var near []string
 		for i, id := range r.argmax {
 			if id != base.argmax[i] {
@@ -151,7 +176,7 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 			t.Errorf("%s: argmax agreement %.4f with the unquantized model, goal ≥ %.2f", q, a, goal)
 		}
 	}
-	return base.argmax
+	return base.argmax, kl
 }
 
 // TestQuantizedAccuracySmolLM2 measures q8 and q4 shards of the bf16 SmolLM2-135M-Instruct checkpoint
@@ -172,29 +197,35 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	for _, c := range ref.Cases {
 		seqs = append(seqs, [2][]int{c.PromptIDs, c.IDs})
 	}
-	// The issue's goals are 0.99 and 0.95. q8 measures 0.98 (294/300; 0.982 on the natural text): every position
-	// where it differs is one where the unquantized model's top two logits are within 0.18, and Q8_0's weight
-	// rounding alone (products with float32 activations instead of 8-bit ones) differs at 7 of these 300 positions
-	// too (0.977): on a 135M model, Q8_0's noise reaches such margins. llama.cpp's own Q8_0 is the yardstick
-	// (scripts/fixtures/llamacpp_q8_agreement.py: the same checkpoint converted by llama.cpp to BF16 and Q8_0,
-	// the same positions): 297/300 against its own BF16 and 295/300 against layerstream's bf16, logged below; and
-	// layerstream on llama.cpp's Q8_0 file scores 293/300. The bound here is what is met, so that a regression
-	// shows; docs/performance.md records the figures.
-	base := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.975, shards.Q4: 0.95})
+	// The issue's goals are 0.99 and 0.95. q8 measures 0.98 (294/300; 0.982 on the natural text), at margins the
+	// argmax agreement cannot resolve: 15 of these 300 positions have the unquantized model's top two logits
+	// within 0.09 of each other (5 within 0.025), and a perturbation of Q8_0's size flips a few of them whichever
+	// way it is computed. llama.cpp's own Q8_0 is the yardstick (scripts/fixtures/llamacpp_q8_agreement.py: the
+	// same checkpoint converted by llama.cpp to BF16 and Q8_0, the same positions): 297/300 against its own BF16
+	// and 295/300 against layerstream's bf16, while layerstream on llama.cpp's Q8_0 file scores 293/300, and Q8_0
+	// weights with float32 activations (no 8-bit rounding of the inputs, a third of the KL divergence) 293/300.
+	// The measure that weighs every position is the mean KL divergence from the unquantized model: q8's is
+	// llama.cpp's Q8_0's or less (3.5e-3 against 3.7e-3). The agreement bound is what is met, so that a
+	// regression shows; the KL bound is llama.cpp's with a fifth of room; docs/performance.md has the figures.
+	base, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.975, shards.Q4: 0.95})
 	var yard struct {
-		Agree      int   `json:"agree"`
-		Positions  int   `json:"positions"`
-		BF16Argmax []int `json:"bf16_argmax"`
-		Q8Argmax   []int `json:"q8_0_argmax"`
+		Agree      int     `json:"agree"`
+		Positions  int     `json:"positions"`
+		KL         float64 `json:"q8_0_mean_kl"`
+		BF16Argmax []int   `json:"bf16_argmax"`
+		Q8Argmax   []int   `json:"q8_0_argmax"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/smollm2-q8-agreement.json", &yard)
-	if len(yard.Q8Argmax) != len(base) || len(yard.BF16Argmax) != len(base) {
-		t.Fatalf("smollm2-q8-agreement.json scores %d and %d positions, this test %d", len(yard.BF16Argmax), len(yard.Q8Argmax), len(base))
+	if len(yard.Q8Argmax) != len(base) || len(yard.BF16Argmax) != len(base) || yard.KL <= 0 {
+		t.Fatalf("smollm2-q8-agreement.json scores %d and %d positions (KL %g), this test %d", len(yard.BF16Argmax), len(yard.Q8Argmax), yard.KL, len(base))
 	}
 	ours, _ := agree(yard.Q8Argmax, base)
 	bf16, _ := agree(yard.BF16Argmax, base)
-	t.Logf("llama.cpp's Q8_0 (the yardstick): %d/%d against llama.cpp's BF16, %d/%d against this bf16; llama.cpp's BF16 against this bf16 %d/%d",
-		yard.Agree, yard.Positions, ours, len(base), bf16, len(base))
+	t.Logf("llama.cpp's Q8_0 (the yardstick): %d/%d against llama.cpp's BF16 (mean KL divergence %.3g), %d/%d against this bf16; llama.cpp's BF16 against this bf16 %d/%d",
+		yard.Agree, yard.Positions, yard.KL, ours, len(base), bf16, len(base))
+	if kl[shards.Q8] > 1.2*yard.KL {
+		t.Errorf("q8: mean KL divergence %.3g from the unquantized model, more than 1.2 × llama.cpp's Q8_0's %.3g", kl[shards.Q8], yard.KL)
+	}
 }
 
 // TestQuantizedAccuracyStories measures q8 and q4 on stories260K (trained in float32; ../shared/models), over
@@ -217,5 +248,10 @@ func TestQuantizedAccuracyStories(t *testing.T) {
 		seqs = append(seqs, [2][]int{prompt, gen})
 	}
 	e.Close()
-	checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.99, shards.Q4: 0.90})
+	_, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.99, shards.Q4: 0.90})
+	// Bounds at twice what is measured (q8 3.4e-4, q4 4.2e-2): a broken block format moves the distributions by
+	// orders of magnitude more.
+	if kl[shards.Q8] > 7e-4 || kl[shards.Q4] > 0.085 {
+		t.Errorf("mean KL divergence from the unquantized model: q8 %.3g (bound 7e-4), q4 %.3g (bound 0.085)", kl[shards.Q8], kl[shards.Q4])
+	}
 }

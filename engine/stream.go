@@ -52,6 +52,7 @@ type loadResult struct {
 	unit   string
 	loaded *shards.Loaded
 	buf    *shards.Buffer
+	err    error
 }
 
 // stream runs prefetch and transfer for a schedule of units, repeated for up to passes forward passes (without
@@ -96,11 +97,39 @@ func (s *stream) fail(err error) {
 	s.cancel()
 }
 
-// prefetch loads total units of the schedule in order (without end when total is negative).
+// prefetch loads total units of the schedule in order (without end when total is negative). Each load runs on
+// its own goroutine, which starts once a host buffer is free and the previous load has read its file: one
+// read at a time, front to back, and the next read starts while the previous unit's encoded tensors still
+// decode (shards.LoadTrace), so that the disk does not wait for decoding. The loads are handed to transfer in
+// schedule order.
 func (s *stream) prefetch(total int) {
 	defer s.wg.Done()
 	defer close(s.loaded)
 	p := s.e.pools
+	pending := make(chan chan loadResult, cap(p.host)) // the loads in flight, in schedule order
+	handed := make(chan struct{})
+	go func() {
+		defer close(handed)
+		for res := range pending {
+			r := <-res
+			if r.err != nil {
+				p.host <- r.buf
+				if s.ctx.Err() == nil {
+					s.fail(r.err)
+				}
+				continue
+			}
+			select {
+			case s.loaded <- r:
+			case <-s.ctx.Done():
+				p.host <- r.buf
+			}
+		}
+	}()
+	defer func() { <-handed }()
+	defer close(pending)
+	readTurn := make(chan struct{}, 1)
+	readTurn <- struct{}{}
 	for i := 0; total < 0 || i < total; i++ {
 		unit := s.schedule[i%len(s.schedule)]
 		var buf *shards.Buffer
@@ -109,34 +138,40 @@ func (s *stream) prefetch(total int) {
 		case <-s.ctx.Done():
 			return
 		}
-		start := time.Now()
-		load := s.e.set.Load
-		if s.e.mapShards() {
-			load = s.e.set.Map
-		}
-		l, err := load(s.ctx, unit, buf)
-		if err != nil {
-			p.host <- buf
-			if s.ctx.Err() == nil {
-				var f *shards.MappingFault
-				if errors.As(err, &f) { // the shard was truncated while mapped: say so as compute's faults do
-					err = &mappedFault{unit: unit, addr: f.Addr}
-				}
-				s.fail(fmt.Errorf("prefetch %s: %w", unit, err))
-			}
-			return
-		}
-		step, layer := int(s.e.step.Load()), layerIndex(unit)
-		s.e.prof.Record(profiler.DiskRead, step, layer, start, l.ReadTime, l.ReadBytes)
-		s.e.prof.Record(profiler.Decode, step, layer, start.Add(l.ReadTime), l.DecodeTime, l.Unit.Bytes())
-		s.e.decodeBound.add(l)
 		select {
-		case s.loaded <- loadResult{unit: unit, loaded: l, buf: buf}:
+		case <-readTurn:
 		case <-s.ctx.Done():
 			p.host <- buf
 			return
 		}
+		res := make(chan loadResult, 1)
+		pending <- res // never blocks: a load holds a host buffer
+		go func() { res <- s.load(unit, buf, func() { readTurn <- struct{}{} }) }()
 	}
+}
+
+// load loads unit into buf and calls readDone, once, as soon as its file is read.
+func (s *stream) load(unit string, buf *shards.Buffer, readDone func()) loadResult {
+	readDone = sync.OnceFunc(readDone)
+	defer readDone()
+	start := time.Now()
+	load := s.e.set.Load
+	if s.e.mapShards() {
+		load = s.e.set.Map
+	}
+	l, err := load(shards.WithLoadTrace(s.ctx, &shards.LoadTrace{ReadDone: readDone}), unit, buf)
+	if err != nil {
+		var f *shards.MappingFault
+		if errors.As(err, &f) { // the shard was truncated while mapped: say so as compute's faults do
+			err = &mappedFault{unit: unit, addr: f.Addr}
+		}
+		return loadResult{unit: unit, buf: buf, err: fmt.Errorf("prefetch %s: %w", unit, err)}
+	}
+	step, layer := int(s.e.step.Load()), layerIndex(unit)
+	s.e.prof.Record(profiler.DiskRead, step, layer, start, l.ReadTime, l.ReadBytes)
+	s.e.prof.Record(profiler.Decode, step, layer, start.Add(l.ReadTime), l.DecodeTime, l.Unit.Bytes())
+	s.e.decodeBound.add(l)
+	return loadResult{unit: unit, loaded: l, buf: buf}
 }
 
 func (s *stream) transfer(total int) {
@@ -269,9 +304,11 @@ func unitPrefix(unit string) string {
 }
 
 // decodeWatch sums, over the loads of units with encoded tensors, the time reading them and the time decoding
-// them after the read ended (prefetch's next read waits for it: the disk is idle meanwhile), and warns once when
-// the decoding reaches decodeBoundShare of the reading after decodeWatchLoads such loads: then decoding, not the
-// disk, bounds the stream, and the shards would stream faster stored raw or as planes.
+// them after the read ended, and warns once when the decoding reaches decodeBoundShare of the reading after
+// decodeWatchLoads such loads. The next unit's read runs during that decoding (prefetch), but the decoding takes
+// the cores the forward pass needs: at half the reading time, decoding and computing together come close to
+// what the disk takes, and decoding, not the disk, bounds the stream (a mapped shard read from the page cache
+// reads in no time, so any decoding bounds it).
 type decodeWatch struct {
 	mu           sync.Mutex
 	loads        int
@@ -281,7 +318,7 @@ type decodeWatch struct {
 
 const (
 	decodeWatchLoads = 8
-	decodeBoundShare = 0.25
+	decodeBoundShare = 0.5
 )
 
 func (w *decodeWatch) add(l *shards.Loaded) {
