@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/guard"
@@ -192,5 +194,32 @@ func TestStreamEncodedOverlapped(t *testing.T) {
 				t.Errorf("prefetch %d: the pass after a cancelled one differs by %g", prefetch, d)
 			}
 		}
+	}
+
+	// A shard corrupted under a running engine: the load that reads it fails the generation, naming it, while
+	// the loads around it were in flight; every buffer comes back (the batch loop stops its stream once it has
+	// handed the error to the sequences, so they come back just after Generate returns).
+	e := open(t, planes, Options{DType: "f32", Prefetch: 3, DirectIO: DirectIOOn, NoMap: true})
+	if _, err := e.Logits(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(planes, "layer.5.shard")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: 3}, nil)
+	if err == nil || !strings.Contains(err.Error(), "layer.5") {
+		t.Fatalf("got %v, want an error naming layer.5's shard", err)
+	}
+	for i := 0; len(e.pools.host) != cap(e.pools.host); i++ {
+		if i == 200 {
+			t.Fatalf("after the failed generation: %d of %d host buffers back", len(e.pools.host), cap(e.pools.host))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
