@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -146,7 +147,15 @@ func (s *stream) prefetch(total int) {
 		}
 		res := make(chan loadResult, 1)
 		pending <- res // never blocks: a load holds a host buffer
-		go func() { res <- s.load(unit, buf, func() { readTurn <- struct{}{} }) }()
+		go func() {
+			res <- s.load(unit, buf, func() {
+				readTurn <- struct{}{}
+				// Let the next load start its read now: this goroutine goes on to decode beside the workers,
+				// and the cores would not be free for it before the decoding ends (measured: the disk idle
+				// 0.5-0.9 ms between SmolLM2-135M layers without this).
+				runtime.Gosched()
+			})
+		}()
 	}
 }
 

@@ -67,19 +67,24 @@ func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*
 
 	buf.release()
 	buf.ensure(u.BufferSize())
-	return s.check(ctx, u, path, st, start, buf.b[:u.FileSize], buf.b[u.FileSize:u.BufferSize()], verify, r.chunk(), !r.direct, r.readAt)
+	var readDone func()
+	if t := loadTraceFrom(ctx); t != nil {
+		readDone = t.ReadDone
+	}
+	return s.check(ctx, u, path, st, start, buf.b[:u.FileSize], buf.b[u.FileSize:u.BufferSize()], verify, r.chunk(), !r.direct, r.readAt, readDone)
 }
 
 // check fills file (the unit's whole shard file, as stat describes it) with read, chunk bytes at a time, while
 // checking its tensors (when verify) and decoding the encoded ones into area; then checks the file's table
-// against the manifest and returns the tensors, aliasing file and area. A successful check with verify marks
-// the file verified (VerifyOnce), a failed one forgets it.
-func (s *Set) check(ctx context.Context, u UnitInfo, path string, stat os.FileInfo, start time.Time, file, area []byte, verify bool, chunk int, inline bool, read func(b []byte, off int64) error) (*Loaded, error) {
+// against the manifest and returns the tensors, aliasing file and area; readDone, when not nil, is called when
+// the reading ends (LoadTrace). A successful check with verify marks the file verified (VerifyOnce), a failed one
+// forgets it.
+func (s *Set) check(ctx context.Context, u UnitInfo, path string, stat os.FileInfo, start time.Time, file, area []byte, verify bool, chunk int, inline bool, read func(b []byte, off int64) error, readDone func()) (*Loaded, error) {
 	c, err := newCheck(path, file, u.Tensors, area, verify, s.decoder)
 	if err != nil {
 		return nil, err
 	}
-	readEnd, err := c.runWhileReading(ctx, file, chunk, inline, read, func() error {
+	readEnd, err := c.runWhileReading(ctx, file, chunk, inline, read, readDone, func() error {
 		// The checks were planned from the manifest: the file's own table must say the same.
 		h, err := parseShard(file, path)
 		if err != nil {
@@ -365,7 +370,7 @@ func (c *check) runGuarded(k int) {
 // checks cost little more CPU than the read, and with a core to spare they run beside it. Once the file is
 // read, afterRead runs (a failure stops the remaining pieces), then the calling goroutine joins the workers
 // until every piece ran. It returns when the read ended.
-func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inline bool, read func(b []byte, off int64) error, afterRead func() error) (time.Time, error) {
+func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inline bool, read func(b []byte, off int64) error, readDone func(), afterRead func() error) (time.Time, error) {
 	jobs := make(chan int, len(c.pieces)) // never blocks the reader
 	work := func() {
 		for k := range jobs {
@@ -405,12 +410,8 @@ func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inl
 		}
 	}
 	readEnd := time.Now()
-	if t := loadTraceFrom(ctx); t != nil && t.ReadDone != nil {
-		t.ReadDone()
-		// Let the goroutine ReadDone woke (the next unit's read, waiting for this one) run now: this
-		// goroutine goes on to decode beside the workers, and the cores would not be free for it before the
-		// decoding ends (measured: the disk idle 0.5-0.9 ms between SmolLM2-135M layers without this).
-		runtime.Gosched()
+	if readDone != nil {
+		readDone()
 	}
 	if err == nil {
 		err = afterRead()

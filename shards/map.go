@@ -92,9 +92,8 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 	buf.ensure(u.DecodeSize)
 	read := func([]byte, int64) error { return nil } // mapped: the bytes are there
 	var l *Loaded
-	ctx = context.WithValue(ctx, loadTraceKey{}, (*LoadTrace)(nil)) // nothing is read up front: no ReadDone
 	err = guardFault(path, func() (err error) {
-		l, err = s.check(ctx, u, path, st, start, m, buf.b[:u.DecodeSize], verify, len(m), false, read)
+		l, err = s.check(ctx, u, path, st, start, m, buf.b[:u.DecodeSize], verify, len(m), false, read, nil) // nothing is read up front: no ReadDone
 		return err
 	})
 	if err != nil {
