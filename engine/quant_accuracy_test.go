@@ -33,8 +33,8 @@ before him. Today, the same questions are asked about computers and the internet
 information is made, copied and shared. In a small kitchen at the end of the street, a cat watched the rain.`
 
 // teacherForced runs ids through the engine in one pass and returns each position's logits' argmax, the margin
-// of its top logit over the second, the negative log-likelihood of each next token and the log-probabilities.
-func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, nll []float64, logprobs [][]float64) {
+// of its top logit over the second, the negative log-likelihood of each next token, and the logits themselves.
+func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, nll []float64, rows [][]float32) {
 	t.Helper()
 	logits, err := e.Logits(context.Background(), ids)
 	if err != nil {
@@ -51,25 +51,21 @@ func teacherForced(t *testing.T, e *Engine, ids []int) (argmax []int, margins, n
 		}
 		margins = append(margins, float64(row[best]-second))
 		argmax = append(argmax, best)
-		lse := kernels.LogSumExp(row)
-		nll = append(nll, lse-float64(row[ids[i+1]]))
-		lp := make([]float64, len(row))
-		for j, v := range row {
-			lp[j] = float64(v) - lse
-		}
-		logprobs = append(logprobs, lp)
+		nll = append(nll, kernels.LogSumExp(row)-float64(row[ids[i+1]]))
 	}
-	return argmax, margins, nll, logprobs
+	return argmax, margins, nll, logits[:len(ids)-1]
 }
 
-// meanKL is the mean over positions of KL(p‖q), p and q given as log-probability rows: how far a quantized
-// model's next-token distributions are from the unquantized one's. Unlike the argmax agreement, which counts
-// the few near-ties a perturbation happens to flip, it weighs every position.
-func meanKL(p, q [][]float64) float64 {
+// meanKL is the mean over positions of KL(p‖q), p and q given as logits rows: how far a quantized model's
+// next-token distributions are from the unquantized one's. Unlike the argmax agreement, which counts the few
+// near-ties a perturbation happens to flip, it weighs every position.
+func meanKL(p, q [][]float32) float64 {
 	sum := 0.0
 	for i := range p {
-		for j, lp := range p[i] {
-			sum += math.Exp(lp) * (lp - q[i][j])
+		lp, lq := kernels.LogSumExp(p[i]), kernels.LogSumExp(q[i])
+		for j, v := range p[i] {
+			a := float64(v) - lp
+			sum += math.Exp(a) * (a - (float64(q[i][j]) - lq))
 		}
 	}
 	return sum / float64(len(p))
@@ -80,7 +76,7 @@ func meanKL(p, q [][]float64) float64 {
 type accuracyRun struct {
 	argmax     []int
 	margins    []float64
-	logprobs   [][]float64
+	logits     [][]float32 // at the scored positions
 	perplexity float64
 	bytes      int64
 }
@@ -137,13 +133,13 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 			t.Fatal(err)
 		}
 		for _, s := range seqs {
-			am, mg, _, lp := teacherForced(t, e, append(slices.Clone(s[0]), s[1]...))
+			am, mg, _, rows := teacherForced(t, e, append(slices.Clone(s[0]), s[1]...))
 			r.argmax = append(r.argmax, am[len(s[0])-1:]...)
 			r.margins = append(r.margins, mg[len(s[0])-1:]...)
-			r.logprobs = append(r.logprobs, lp[len(s[0])-1:]...)
+			r.logits = append(r.logits, rows[len(s[0])-1:]...)
 		}
 		r.argmax = r.argmax[:min(maxPositions, len(r.argmax))]
-		r.logprobs = r.logprobs[:len(r.argmax)]
+		r.logits = r.logits[:len(r.argmax)]
 		am, _, nll, _ := teacherForced(t, e, text)
 		textArgmax[q] = am
 		sum := 0.0
@@ -162,7 +158,7 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 		n, a := agree(r.argmax, base.argmax)
 		tn, ta := agree(textArgmax[q], textArgmax[shards.None])
 		goal := goals[q]
-		kl[q] = meanKL(base.logprobs, r.logprobs)
+		kl[q] = meanKL(base.logits, r.logits)
 		t.Logf("%s: argmax agreement %.4f (%d/%d generated positions; on the text %.4f, %d/%d), mean KL divergence %.3g, perplexity %.3f (%+.2f%%), layers %d bytes (%.3f of unquantized)",
 			q, a, n, len(r.argmax), ta, tn, len(textArgmax[q]), kl[q], r.perplexity, 100*(r.perplexity/base.perplexity-1), r.bytes, float64(r.bytes)/float64(base.bytes))
 		var near []string
