@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"strconv"
 
 	"github.com/layerstream/layerstream/engine"
@@ -19,8 +21,9 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.Float64Var(&o.ComputeCapability, "compute-capability", 0, "CUDA compute capability of the GPU (e.g. 8.0 A100, 9.0 H100) for the dtype policy: bf16 is chosen automatically only at 8.0 or newer")
 	fs.BoolVar(&o.NoSharedBuffers, "no-shared-buffers", false, "xla-cpu: copy weights into device buffers as CUDA does instead of sharing host memory (to measure the transfer path)")
 	fs.StringVar(&o.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
-	fs.IntVar(&o.Prefetch, "prefetch", 2, "units read from disk ahead of the one computing")
-	fs.IntVar(&o.MaxLayerBuffers, "max-layer-buffers", 2, "decoder layers whose weights are on the device at once")
+	o.Prefetch, o.MaxLayerBuffers = 2, 2
+	fs.Var(positiveInt{&o.Prefetch}, "prefetch", "`n` units read from disk ahead of the one computing (at least 1)")
+	fs.Var(positiveInt{&o.MaxLayerBuffers}, "max-layer-buffers", "`n` decoder layers whose weights are on the device at once (at least 1)")
 	fs.Var(byteSize{&o.DeviceBudget}, "device-budget", "device memory for streamed layer weights, a `size` such as 8GiB, 512MB or a number of bytes (overrides --max-layer-buffers)")
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
@@ -31,6 +34,29 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")
 	fs.StringVar(&o.Hub.Token, "token", "", "Hugging Face token for gated repos (default $HF_TOKEN, then $HF_HOME/token)")
 	fs.BoolVar(&o.Hub.Offline, "offline", false, "use only the local Hugging Face cache (also $HF_HUB_OFFLINE=1)")
+}
+
+// positiveInt is an int flag that refuses values below 1 by name. The engine takes a zero in its Options as
+// "the default", so a plain IntVar would run an explicit --prefetch 0 with two units read ahead.
+type positiveInt struct{ p *int }
+
+func (v positiveInt) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v positiveInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not a whole number")
+	}
+	if n < 1 {
+		return fmt.Errorf("must be at least 1, got %d", n)
+	}
+	*v.p = n
+	return nil
 }
 
 // byteSize is a flag holding a byte count written with an optional unit (bytesize.Parse).

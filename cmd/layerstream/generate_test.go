@@ -61,6 +61,8 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"generate", "--model", "m", "--prompt", "x", "--json", "--top-logprobs", "21"}, 2, "--top-logprobs must be in [0, 20]"},
 		{[]string{"generate", "--model", "m", "--prompt-file", "/nonexistent/p.txt"}, 1, "--prompt-file: open /nonexistent/p.txt"},
 		{[]string{"generate", "--model", "m", "--prompt", "x", "--device-budget", "lots"}, 2, `invalid value "lots" for flag -device-budget`},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--prefetch", "0"}, 2, `invalid value "0" for flag -prefetch: must be at least 1, got 0`},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--max-layer-buffers", "two"}, 2, `invalid value "two" for flag -max-layer-buffers: not a whole number`},
 		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--batch-size", "0"}, 2, "--batch-size must be at least 1"},
 		{[]string{"generate", "--model", "m", "--batch-file", "/nonexistent/p.jsonl"}, 1, "--batch-file: open /nonexistent/p.jsonl"},
 		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "cuda"}, 1, "built without the xla build tag"},
