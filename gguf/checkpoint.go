@@ -62,7 +62,7 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	info := archs[arch]
 	var tensors []checkpoint.TensorInfo
 	for _, t := range g.Tensors {
-		hf, err := HFName(t.Name)
+		hf, err := info.hfName(t.Name)
 		if err != nil {
 			return nil, err
 		}

@@ -11,21 +11,45 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 )
 
-// archInfo is what layerstream knows of a GGUF architecture.
+// archInfo is what layerstream knows of a GGUF architecture. Each architecture registers itself from its own
+// file (arch_<name>.go) with register.
 type archInfo struct {
-	hf string // the Hugging Face architectures entry
+	hf string // the Hugging Face architectures entry (and the family layerstream computes it with)
 	// interleavedRotary: llama.cpp's converter reorders the rows of q/k so rotary pairs are adjacent (the
 	// "normal" rope layout); layerstream undoes it to get Hugging Face's rotate-half layout back.
 	interleavedRotary bool
+	// names maps this architecture's own per-layer tensors (blk.N.<name>) to Hugging Face's (model.layers.N.
+	// <name>), besides the Llama ones every architecture shares (layerNames).
+	names map[string]string
+	// keys are this architecture's own "<arch>." metadata keys (besides knownArchKeys), each read by config
+	// or not changing the math.
+	keys []string
+	// config, when set, reads the architecture's own metadata into config.json (Hugging Face's spelling), after
+	// the shared keys are in cfg. It refuses, by name, what layerstream does not implement.
+	config func(m archMeta, cfg map[string]any) error
 }
 
-var archs = map[string]archInfo{
-	"llama": {hf: "LlamaForCausalLM", interleavedRotary: true},
-	"qwen2": {hf: "Qwen2ForCausalLM"},
+// archMeta reads one architecture's metadata: key("x") is "<arch>.x".
+type archMeta struct {
+	*File
+	arch string
 }
 
-// knownArchKeys are the "<arch>." metadata keys layerstream implements or that do not change the math; any other
-// key under the architecture's prefix is refused by name.
+func (m archMeta) key(k string) string { return m.arch + "." + k }
+
+var archs = map[string]archInfo{}
+
+// register adds a GGUF architecture; the arch_*.go files call it from init.
+func register(name string, a archInfo) {
+	if _, dup := archs[name]; dup {
+		panic("gguf: architecture " + name + " registered twice")
+	}
+	archs[name] = a
+}
+
+// knownArchKeys are the "<arch>." metadata keys every architecture shares, which layerstream implements or that
+// do not change the math; any other key under the architecture's prefix, unless the architecture lists it in
+// its keys, is refused by name.
 var knownArchKeys = map[string]bool{
 	"vocab_size": true, "context_length": true, "embedding_length": true, "block_count": true,
 	"feed_forward_length": true, "attention.head_count": true, "attention.head_count_kv": true,
@@ -66,7 +90,7 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	}
 	for _, kv := range g.KVs {
 		if rest, ok := strings.CutPrefix(kv.Key, arch+"."); ok {
-			if !knownArchKeys[rest] {
+			if !knownArchKeys[rest] && !slices.Contains(info.keys, rest) {
 				return nil, nil, fmt.Errorf("metadata %s is not supported (it changes the model's math in llama.cpp; layerstream does not implement it)", kv.Key)
 			}
 			continue
@@ -155,6 +179,11 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	cfg["rope_theta"] = json.Number(strconv.FormatFloat(theta, 'g', -1, 32))
 	if err := g.ropeScaling(arch, cfg); err != nil {
 		return nil, nil, err
+	}
+	if info.config != nil {
+		if err := info.config(archMeta{g, arch}, cfg); err != nil {
+			return nil, nil, err
+		}
 	}
 	for _, k := range []string{"expert_count", "expert_used_count"} {
 		if v, ok, err := g.Uint(key(k)); err != nil {

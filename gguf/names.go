@@ -34,8 +34,9 @@ var (
 	}
 )
 
-// HFName maps a GGUF tensor name to its Hugging Face name, or explains why the tensor is not supported.
-func HFName(name string) (string, error) {
+// hfName maps a GGUF tensor name of the architecture to its Hugging Face name, or explains why the tensor is not
+// supported.
+func (a archInfo) hfName(name string) (string, error) {
 	if hf, ok := globalNames[name]; ok {
 		return hf, nil
 	}
@@ -46,12 +47,16 @@ func HFName(name string) (string, error) {
 		num, part, found := strings.Cut(rest, ".")
 		n, err := strconv.Atoi(num)
 		if found && err == nil && n >= 0 && strconv.Itoa(n) == num {
-			if hf, ok := layerNames[part]; ok {
+			hf, ok := layerNames[part]
+			if !ok {
+				hf, ok = a.names[part]
+			}
+			if ok {
 				return "model.layers." + num + "." + hf, nil
 			}
 		}
 	}
-	return "", fmt.Errorf("tensor %q is not supported (not one of a Llama-family model's tensors)", name)
+	return "", fmt.Errorf("tensor %q is not supported (not one of a %s model's tensors)", name, a.hf)
 }
 
 // isRotaryRows reports whether the Hugging Face tensor's rows are reordered by llama.cpp's Llama converter, and
