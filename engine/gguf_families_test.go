@@ -24,9 +24,6 @@ var ggufFamilyRefused = map[string]string{
 	"phi4-mini":          `general.architecture "phi3" is not supported`,
 	"qwen3":              `general.architecture "qwen3" is not supported`,
 	"smollm3":            `general.architecture "smollm3" is not supported`,
-	"llama-bias":         `tensor "blk.0.ffn_down.bias" is not supported`,
-	"llama-rope-yarn":    `metadata llama.rope.scaling.yarn_beta_fast is not supported`,
-	"llama3-rope-llama3": `tensor "rope_freqs.weight": per-dimension rotary frequency factors`,
 	"llama-rope-dynamic": `40 tokens exceed the model's context of 32 positions`,
 }
 

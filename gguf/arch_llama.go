@@ -1,7 +1,57 @@
 package gguf
 
-// Llama (and what llama.cpp's converter writes as llama: Mistral, SmolLM2, TinyLlama...): the shared tensors and
-// keys, with q/k rows in llama.cpp's interleaved rotary order.
+import (
+	"fmt"
+	"strings"
+)
+
+// Llama (and what llama.cpp's converter writes as llama: Mistral, SmolLM2, TinyLlama, Llama 3.x...): the shared
+// tensors and keys, with q/k rows in llama.cpp's interleaved rotary order.
+//
+// llama.cpp adds a bias wherever the file has one; Hugging Face's Llama has attention_bias (q, k, v and o) and
+// mlp_bias (gate, up and down) switches, set here from the tensors present (a file with only some of a group's
+// biases is then refused for the missing ones).
+//
+// Llama 3.1-style rope scaling arrives as rope_freqs.weight, one divisor per rotated pair that llama.cpp's
+// converter computed from the checkpoint's llama3 parameters; llama.cpp divides each pair's frequency by it. In
+// Hugging Face's terms that is longrope with those divisors as both factor lists and an attention factor of 1.
 func init() {
-	register("llama", archInfo{hf: "LlamaForCausalLM", interleavedRotary: true})
+	register("llama", archInfo{hf: "LlamaForCausalLM", interleavedRotary: true, configTensors: []string{"rope_freqs.weight"},
+		config: func(m archMeta, cfg map[string]any) error {
+			for _, t := range m.Tensors {
+				_, part, _ := strings.Cut(strings.TrimPrefix(t.Name, "blk."), ".")
+				switch part {
+				case "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias":
+					cfg["attention_bias"] = true
+				case "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias":
+					cfg["mlp_bias"] = true
+				}
+			}
+			return ropeFreqs(m, cfg)
+		}})
+}
+
+// ropeFreqs maps rope_freqs.weight, when the file has it, onto config.json's rope_scaling.
+func ropeFreqs(m archMeta, cfg map[string]any) error {
+	if _, ok := m.Tensor("rope_freqs.weight"); !ok {
+		return nil
+	}
+	if rs, ok := cfg["rope_scaling"].(map[string]any); ok {
+		return fmt.Errorf("tensor \"rope_freqs.weight\" and metadata %s %q both scale the rotary frequencies: not supported", m.key("rope.scaling.type"), rs["rope_type"])
+	}
+	pairs := cfg["head_dim"].(int) / 2
+	f, err := m.TensorFloat32s("rope_freqs.weight", int64(pairs))
+	if err != nil {
+		return err
+	}
+	if len(f) != pairs {
+		return fmt.Errorf("tensor \"rope_freqs.weight\" has %d factors, want one per rotated pair (%d)", len(f), pairs)
+	}
+	factors := make([]float64, len(f))
+	for i, v := range f {
+		factors[i] = float64(v)
+	}
+	cfg["rope_scaling"] = map[string]any{"rope_type": "longrope", "short_factor": factors, "long_factor": factors,
+		"original_max_position_embeddings": cfg["max_position_embeddings"], "attention_factor": 1.0}
+	return nil
 }

@@ -62,6 +62,9 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	info := archs[arch]
 	var tensors []checkpoint.TensorInfo
 	for _, t := range g.Tensors {
+		if slices.Contains(info.configTensors, t.Name) {
+			continue
+		}
 		hf, err := info.hfName(t.Name)
 		if err != nil {
 			return nil, err
@@ -121,8 +124,10 @@ func checkShape(hf string, shape []int64, c *checkpoint.Config) error {
 		want = []int64{q}
 	case strings.HasSuffix(hf, "k_proj.bias"), strings.HasSuffix(hf, "v_proj.bias"):
 		want = []int64{kv}
-	case strings.HasSuffix(hf, "o_proj.bias"):
+	case strings.HasSuffix(hf, "o_proj.bias"), strings.HasSuffix(hf, "down_proj.bias"):
 		want = []int64{h}
+	case strings.HasSuffix(hf, "gate_proj.bias"), strings.HasSuffix(hf, "up_proj.bias"):
+		want = []int64{ff}
 	case strings.HasSuffix(hf, "gate_proj.weight"), strings.HasSuffix(hf, "up_proj.weight"):
 		want = []int64{ff, h}
 	case strings.HasSuffix(hf, "down_proj.weight"):

@@ -24,6 +24,9 @@ type archInfo struct {
 	// keys are this architecture's own "<arch>." metadata keys (besides knownArchKeys), each read by config
 	// or not changing the math.
 	keys []string
+	// configTensors are global tensors that carry configuration, not weights (llama's rope_freqs.weight): config
+	// reads them, and they are not streamed.
+	configTensors []string
 	// config, when set, reads the architecture's own metadata into config.json (Hugging Face's spelling), after
 	// the shared keys are in cfg. It refuses, by name, what layerstream does not implement.
 	config func(m archMeta, cfg map[string]any) error
@@ -57,7 +60,8 @@ var knownArchKeys = map[string]bool{
 	"rope.dimension_count": true, "rope.freq_base": true, "rope.scaling.type": true, "rope.scaling.factor": true,
 	"rope.scaling.original_context_length": true, "rope.scaling.finetuned": true, "rope.scale_linear": true,
 	"expert_count": true, "expert_used_count": true, "attention.causal": true, "attention.sliding_window": true,
-	"pooling_type": true,
+	"pooling_type": true, "rope.scaling.yarn_beta_fast": true, "rope.scaling.yarn_beta_slow": true,
+	"rope.scaling.attn_factor": true,
 }
 
 // knownPrefixes are metadata namespaces that do not change the forward pass.
@@ -242,6 +246,15 @@ func (g *File) ropeScaling(arch string, cfg map[string]any) error {
 			return fmt.Errorf("metadata %s and %s=%q disagree", key("rope.scale_linear"), key("rope.scaling.type"), typ)
 		}
 		typ, factor, hasFactor = "linear", lin, true
+	}
+	// llama.cpp uses these for every architecture layerstream reads, whatever the file says (only its Grok and
+	// DeepSeek loaders read the yarn keys), so a file saying otherwise is refused rather than guessed.
+	for k, def := range map[string]float64{"rope.scaling.yarn_beta_fast": 32, "rope.scaling.yarn_beta_slow": 1, "rope.scaling.attn_factor": 1} {
+		if v, ok, err := g.Float(key(k)); err != nil {
+			return err
+		} else if ok && v != def {
+			return fmt.Errorf("metadata %s is %g: only %g is supported (llama.cpp uses %g for this architecture whatever the file says)", key(k), v, def, def)
+		}
 	}
 	switch typ {
 	case "", "none":

@@ -27,10 +27,13 @@ var (
 		"ffn_gate.weight":    "mlp.gate_proj.weight",
 		"ffn_up.weight":      "mlp.up_proj.weight",
 		"ffn_down.weight":    "mlp.down_proj.weight",
+		"ffn_gate.bias":      "mlp.gate_proj.bias",
+		"ffn_up.bias":        "mlp.up_proj.bias",
+		"ffn_down.bias":      "mlp.down_proj.bias",
 	}
 	// refusedNames are tensors whose meaning layerstream does not implement, with the reason.
 	refusedNames = map[string]string{
-		"rope_freqs.weight": "per-dimension rotary frequency factors (Llama 3.1-style rope scaling) are not supported",
+		"rope_freqs.weight": "per-dimension rotary frequency factors are read for llama files only (llama.cpp's other graphs this reader knows do not apply them)",
 	}
 )
 

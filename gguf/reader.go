@@ -610,3 +610,33 @@ func (g *File) Get(key string) (Value, bool) {
 	}
 	return g.KVs[i].Value, true
 }
+
+// TensorFloat32s reads a small F32 tensor's values (rotary factors and the like, which change the configuration
+// rather than being weights), at most max of them.
+func (g *File) TensorFloat32s(name string, max int64) ([]float32, error) {
+	t, ok := g.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("no tensor %q", name)
+	}
+	if t.Type != quant.F32 {
+		return nil, fmt.Errorf("tensor %q is %s, want F32", name, t.Type)
+	}
+	n := t.Elements()
+	if n > max || t.Size != 4*n {
+		return nil, fmt.Errorf("tensor %q has %d elements (%d bytes), want at most %d F32 values", name, n, t.Size, max)
+	}
+	f, err := os.Open(g.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, t.Size)
+	if _, err := f.ReadAt(b, t.Offset); err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v, nil
+}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/layerstream/layerstream/checkpoint"
 )
@@ -26,6 +27,8 @@ type RopeOptions struct {
 	Partial bool
 	// LongRope: longrope (Phi-3's "su") scaling, whose factors depend on the pass's length; a family allowing it
 	// also decides what happens to cached keys when a sequence outgrows the short factors (Plan.Recompute).
+	// Longrope with equal short and long factors does not depend on the length (fixed per-pair divisors: how
+	// a GGUF file's rope_freqs.weight reads), and every family takes it.
 	LongRope bool
 }
 
@@ -47,8 +50,8 @@ func NewRope(p checkpoint.Rope, headDim, maxPositions int, opts RopeOptions) (Ro
 	switch p.Type {
 	case "default", "linear", "dynamic", "yarn", "llama3":
 	case "longrope":
-		if !opts.LongRope {
-			return r, fmt.Errorf("rope type %q is not implemented for this family", p.Type)
+		if !opts.LongRope && !slices.Equal(p.ShortFactor, p.LongFactor) {
+			return r, fmt.Errorf("rope type %q with different short and long factors is not implemented for this family", p.Type)
 		}
 		if err := checkLongRope(p, r.Dims, maxPositions); err != nil {
 			return r, err
