@@ -23,7 +23,6 @@ var ggufFamilyRefused = map[string]string{
 	"olmo2":              `general.architecture "olmo2" is not supported`,
 	"phi4-mini":          `general.architecture "phi3" is not supported`,
 	"qwen3":              `general.architecture "qwen3" is not supported`,
-	"smollm3":            `general.architecture "smollm3" is not supported`,
 	"llama-rope-dynamic": `40 tokens exceed the model's context of 32 positions`,
 }
 
