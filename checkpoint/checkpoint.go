@@ -209,10 +209,8 @@ func ReadTensorAt(t TensorInfo, dst []byte) error {
 		}
 		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
 	}
-	if t.InterleavedRotaryHeads > 0 {
-		if err := UninterleaveRotaryRows(dst, t.Shape, t.InterleavedRotaryHeads); err != nil {
-			return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
-		}
+	if err := t.Transform(dst); err != nil {
+		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
 	}
 	return nil
 }

@@ -155,3 +155,26 @@ func ToF32(dst []float32, src []byte, d DType) error {
 	}
 	return nil
 }
+
+// ShiftValues adds s to every value of b, little-endian values of dtype d (float32, bfloat16 or float16; the
+// narrow ones through float32, rounded to nearest even).
+func ShiftValues(b []byte, d DType, s float32) error {
+	switch d {
+	case F32:
+		for i := 0; i+4 <= len(b); i += 4 {
+			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))+s))
+		}
+	case BF16:
+		for i := 0; i+2 <= len(b); i += 2 {
+			v := math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[i:]))<<16) + s
+			binary.LittleEndian.PutUint16(b[i:], Float32ToBF16Bits(v))
+		}
+	case F16:
+		for i := 0; i+2 <= len(b); i += 2 {
+			binary.LittleEndian.PutUint16(b[i:], quant.Float32ToHalf(HalfToFloat32(binary.LittleEndian.Uint16(b[i:]))+s))
+		}
+	default:
+		return fmt.Errorf("cannot add %g to values of dtype %s (float32, bfloat16 and float16 only)", s, d)
+	}
+	return nil
+}

@@ -27,6 +27,27 @@ type TensorInfo struct {
 	// models into GGUF files: ReadTensorAt puts them back in Hugging Face's rotate-half order. Whole rows move,
 	// so a quantized row keeps its blocks.
 	InterleavedRotaryHeads int
+	// Shift, when not zero, is added to every value (a float32, bfloat16 or float16 tensor): llama.cpp's
+	// converter stores Gemma's RMSNorm weights w, which Hugging Face applies as x·(1 + w), as 1 + w, and
+	// ReadTensorAt gives back w with Shift -1 (exact for stored values in [0.5, 2]).
+	Shift float32
+}
+
+// Transformed reports whether reading t changes its stored bytes (Transform).
+func (t TensorInfo) Transformed() bool { return t.InterleavedRotaryHeads > 0 || t.Shift != 0 }
+
+// Transform turns b, t's stored bytes, into the tensor's values: the rows put back in Hugging Face's rotary
+// order (InterleavedRotaryHeads), Shift added.
+func (t TensorInfo) Transform(b []byte) error {
+	if t.InterleavedRotaryHeads > 0 {
+		if err := UninterleaveRotaryRows(b, t.Shape, t.InterleavedRotaryHeads); err != nil {
+			return err
+		}
+	}
+	if t.Shift != 0 {
+		return ShiftValues(b, t.DType, t.Shift)
+	}
+	return nil
 }
 
 // NumElements is the product of the shape (1 for a scalar).

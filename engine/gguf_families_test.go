@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,10 +16,16 @@ import (
 // float32 arithmetic on both sides; llama.cpp and transformers differ by up to 3e-5 on them).
 const ggufFamilyTolerance = 1e-4
 
+// ggufFamilyLlamaCPPTolerance loosens the bound on the difference from llama.cpp's logits where llama.cpp's CPU
+// code rounds: its GELU (Gemma's MLP) is a float16 table lookup (ggml-cpu/vec.h, GGML_GELU_FP16), which moves its
+// logits by 1.2e-3 on gemma2 and 1.7e-3 on gemma3 from transformers' with the file's meaning (emulating the
+// table in transformers leaves 3e-4 and 4e-4). These fixtures have an exact reference of what the file means,
+// <name>.transformers.safetensors, held to ggufFamilyTolerance.
+var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3e-3}
+
 // ggufFamilyRefused are the family GGUF files layerstream refuses, each with the words its error must contain.
 // Everything else must open and match llama.cpp.
 var ggufFamilyRefused = map[string]string{
-	"gemma2":             `general.architecture "gemma2" is not supported`,
 	"granite":            `general.architecture "granite" is not supported`,
 	"olmo2":              `general.architecture "olmo2" is not supported`,
 	"phi4-mini":          `general.architecture "phi3" is not supported`,
@@ -32,6 +39,8 @@ var ggufFamilyRefused = map[string]string{
 // 1e-3: the converter kept everything that changes the math), with transformers' logits of the original
 // checkpoint. Where they disagree, the file lost a setting (the converter drops dynamic rope scaling and Mistral's
 // and Qwen2's sliding windows, and llama.cpp computes without them): layerstream follows the file, as llama.cpp.
+// Where <name>.transformers.safetensors exists, it holds transformers' logits of the checkpoint with the settings
+// llama.cpp reads from the file (scripts/fixtures/gguf_families.py, FILE_MEANING), and layerstream must match them.
 func TestGGUFFamilies(t *testing.T) {
 	files, err := filepath.Glob("../gguf/testdata/families/*.gguf")
 	if err != nil || len(files) == 0 {
@@ -83,8 +92,26 @@ func TestGGUFFamilies(t *testing.T) {
 			}
 			dl := worst(llama["logits"])
 			t.Logf("largest logit difference from llama.cpp %.2g; llama.cpp from transformers %.2g", dl, llamaVsHF)
-			if dl > ggufFamilyTolerance {
-				t.Errorf("logits differ from llama.cpp's on the same file by %.3g (tolerance %g)", dl, ggufFamilyTolerance)
+			tol := ggufFamilyTolerance
+			if v, ok := ggufFamilyLlamaCPPTolerance[name]; ok {
+				tol = v
+			}
+			if dl > tol {
+				t.Errorf("logits differ from llama.cpp's on the same file by %.3g (tolerance %g)", dl, tol)
+			}
+			meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
+			if _, err := os.Stat(meaning); err == nil {
+				m, err := reference.ReadTensors(meaning)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := worst(m["logits"])
+				t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
+				if d > ggufFamilyTolerance {
+					t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
+				}
+			} else if _, known := ggufFamilyLlamaCPPTolerance[name]; known {
+				t.Fatalf("%s is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", meaning, name)
 			}
 			if llamaVsHF <= 10*ggufFamilyTolerance {
 				var want reference.Tensor

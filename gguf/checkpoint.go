@@ -77,6 +77,12 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 		if info.interleavedRotary {
 			ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
 		}
+		if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") {
+			if ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
+				return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
+			}
+			ct.Shift = -1
+		}
 		tensors = append(tensors, ct)
 	}
 	slices.SortStableFunc(tensors, func(a, b checkpoint.TensorInfo) int {
@@ -112,6 +118,8 @@ func checkShape(hf string, shape []int64, c *checkpoint.Config) error {
 	switch {
 	case hf == "model.embed_tokens.weight", hf == "lm_head.weight":
 		want = []int64{int64(c.VocabSize), h}
+	case strings.HasSuffix(hf, ".self_attn.q_norm.weight"), strings.HasSuffix(hf, ".self_attn.k_norm.weight"):
+		want = []int64{int64(c.HeadDim)} // one norm over each head (Gemma 3)
 	case strings.HasSuffix(hf, "norm.weight"):
 		want = []int64{h}
 	case strings.HasSuffix(hf, "q_proj.weight"):

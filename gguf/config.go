@@ -18,8 +18,11 @@ type archInfo struct {
 	// interleavedRotary: llama.cpp's converter reorders the rows of q/k so rotary pairs are adjacent (the
 	// "normal" rope layout); layerstream undoes it to get Hugging Face's rotate-half layout back.
 	interleavedRotary bool
+	// normsPlusOne: llama.cpp's converter stores the weights w of norms Hugging Face applies as x·(1 + w) (Gemma's)
+	// as 1 + w; layerstream subtracts 1 back on reading (checkpoint.TensorInfo.Shift).
+	normsPlusOne bool
 	// names maps this architecture's own per-layer tensors (blk.N.<name>) to Hugging Face's (model.layers.N.
-	// <name>), besides the Llama ones every architecture shares (layerNames).
+	// <name>), besides (and before) the Llama ones every architecture shares (layerNames).
 	names map[string]string
 	// keys are this architecture's own "<arch>." metadata keys (besides knownArchKeys), each read by config
 	// or not changing the math.

@@ -50,9 +50,9 @@ func (a archInfo) hfName(name string) (string, error) {
 		num, part, found := strings.Cut(rest, ".")
 		n, err := strconv.Atoi(num)
 		if found && err == nil && n >= 0 && strconv.Itoa(n) == num {
-			hf, ok := layerNames[part]
+			hf, ok := a.names[part]
 			if !ok {
-				hf, ok = a.names[part]
+				hf, ok = layerNames[part]
 			}
 			if ok {
 				return "model.layers." + num + "." + hf, nil

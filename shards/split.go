@@ -488,7 +488,7 @@ func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *
 		// No hash to compare with (a split made before sources were recorded, or one interrupted before its
 		// manifest): the shard's checksums are those of the bytes it was made from.
 		for i, t := range u.Tensors {
-			if s := p.tensors[i]; t.CRC32C != crcs[i] && t.DType == s.DType && s.InterleavedRotaryHeads == 0 {
+			if s := p.tensors[i]; t.CRC32C != crcs[i] && t.DType == s.DType && !s.Transformed() {
 				return UnitInfo{}, "", false, true, nil
 			}
 		}
@@ -679,7 +679,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	}
 	w.hasher.begin(t)
 	target := w.quant.Target(t)
-	if w.enc == Raw && target == t.DType && t.InterleavedRotaryHeads == 0 {
+	if w.enc == Raw && target == t.DType && !t.Transformed() {
 		// Stream in chunks through one reused buffer.
 		w.chunk = grow(w.chunk, chunkSize)
 		var crc uint32
@@ -709,10 +709,8 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		return ti, err
 	}
 	w.hasher.Write(w.raw) // the source bytes, as fingerprint hashes them
-	if t.InterleavedRotaryHeads > 0 {
-		if err := checkpoint.UninterleaveRotaryRows(w.raw, t.Shape, t.InterleavedRotaryHeads); err != nil {
-			return ti, err
-		}
+	if err := t.Transform(w.raw); err != nil {
+		return ti, err
 	}
 	data := w.raw
 	if target != t.DType {
