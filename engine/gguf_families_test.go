@@ -21,7 +21,7 @@ const ggufFamilyTolerance = 1e-4
 // logits by 1.2e-3 on gemma2 and 1.7e-3 on gemma3 from transformers' with the file's meaning (emulating the
 // table in transformers leaves 3e-4 and 4e-4). These fixtures have an exact reference of what the file means,
 // <name>.transformers.safetensors, held to ggufFamilyTolerance.
-var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3e-3}
+var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3e-3, "gemma3-vl": 3e-3}
 
 // ggufFamilyRefused are the family GGUF files layerstream refuses, each with the words its error must contain.
 // Everything else must open and match llama.cpp.
