@@ -99,7 +99,7 @@ func gemma3Config(m archMeta, cfg map[string]any) error {
 		for i := range types {
 			types[i] = "full_attention"
 		}
-		cfg["layer_types"] = types
+		cfg["layer_types"], cfg["sliding_window"] = types, nil
 		return nil
 	}
 	local := 10000.0 // llama.cpp's default rope_freq_base_train_swa
@@ -124,6 +124,9 @@ func gemma3Config(m archMeta, cfg map[string]any) error {
 // checkpoints agree with that; a file made from one that does not (the tiny test fixtures) means what llama.cpp
 // computes.
 func gemmaConfig(m archMeta, cfg map[string]any, bigLayers int) error {
+	if n := cfg["num_hidden_layers"].(int); n > maxLayers {
+		return fmt.Errorf("metadata %s is %d: llama.cpp loads at most %d layers", m.key("block_count"), n, maxLayers)
+	}
 	delete(cfg, "hidden_act")
 	cfg["hidden_activation"] = "gelu_pytorch_tanh" // ggml_gelu is the tanh approximation
 	cfg["dtype"] = "float32"
@@ -134,6 +137,9 @@ func gemmaConfig(m archMeta, cfg map[string]any, bigLayers int) error {
 	cfg["query_pre_attn_scalar"] = scalar
 	return nil
 }
+
+// maxLayers is llama.cpp's LLAMA_MAX_LAYERS (src/llama-hparams.h).
+const maxLayers = 512
 
 // slidingLayerTypes writes layer_types as llama.cpp's load_swa_pattern decides them: from
 // attention.sliding_window_pattern, an array of one bool per layer (true: local) or a period n (layer i is local
