@@ -31,6 +31,7 @@ var (
 	}
 	llama3Split = splitThen(`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`)
 	qwen2Split  = splitThen(`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`)
+	gpt4oSplit  = splitThen(`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`)
 	digitsThen  = map[string]any{"type": "Sequence", "pretokenizers": []any{
 		map[string]any{"type": "Digits", "individual_digits": true}, byteLevelRegex}}
 
@@ -38,7 +39,9 @@ var (
 		json         any
 		ignoreMerges bool // llama.cpp sets ignore_merges for these (whole-word vocabulary hits skip BPE)
 	}{
-		"gpt-2": {json: byteLevelRegex}, "phi-2": {json: byteLevelRegex},
+		"gpt-2": {json: byteLevelRegex}, "phi-2": {json: byteLevelRegex}, "mpt": {json: byteLevelRegex}, "olmo": {json: byteLevelRegex},
+		"dbrx": {json: llama3Split}, "smaug-bpe": {json: llama3Split}, // llama3's regex without its ignore_merges
+		"gpt-4o": {json: gpt4oSplit}, "llama4": {json: gpt4oSplit},
 		"llama3": {json: llama3Split, ignoreMerges: true}, "llama-v3": {json: llama3Split, ignoreMerges: true},
 		"llama-bpe": {json: llama3Split, ignoreMerges: true},
 		"qwen2":     {json: qwen2Split}, "deepseek-r1-qwen": {json: qwen2Split}, "stablelm2": {json: qwen2Split},
