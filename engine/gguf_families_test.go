@@ -26,10 +26,7 @@ var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3
 // ggufFamilyRefused are the family GGUF files layerstream refuses, each with the words its error must contain.
 // Everything else must open and match llama.cpp.
 var ggufFamilyRefused = map[string]string{
-	"granite":            `general.architecture "granite" is not supported`,
-	"olmo2":              `general.architecture "olmo2" is not supported`,
 	"phi4-mini":          `general.architecture "phi3" is not supported`,
-	"qwen3":              `general.architecture "qwen3" is not supported`,
 	"llama-rope-dynamic": `40 tokens exceed the model's context of 32 positions`,
 }
 

@@ -71,7 +71,7 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 		}
 		ct := checkpoint.TensorInfo{Name: hf, DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: g.Path,
 			Offset: t.Offset, Length: t.Size}
-		if err := checkShape(hf, ct.Shape, cfg); err != nil {
+		if err := info.checkShape(hf, ct.Shape, cfg); err != nil {
 			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
 		}
 		if info.interleavedRotary {
@@ -112,14 +112,20 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 
 // checkShape checks a tensor's Hugging Face shape against the config, so a file whose tensors disagree with
 // its metadata is refused before any work.
-func checkShape(hf string, shape []int64, c *checkpoint.Config) error {
+func (a archInfo) checkShape(hf string, shape []int64, c *checkpoint.Config) error {
 	h, q, kv, ff := int64(c.HiddenSize), int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim), int64(c.IntermediateSize)
 	var want []int64
 	switch {
 	case hf == "model.embed_tokens.weight", hf == "lm_head.weight":
 		want = []int64{int64(c.VocabSize), h}
 	case strings.HasSuffix(hf, ".self_attn.q_norm.weight"), strings.HasSuffix(hf, ".self_attn.k_norm.weight"):
-		want = []int64{int64(c.HeadDim)} // one norm over each head (Gemma 3)
+		want = []int64{int64(c.HeadDim)} // one norm over each head (Qwen3, Gemma 3)
+		if a.qkNormWhole {
+			want = []int64{kv}
+			if strings.HasSuffix(hf, "q_norm.weight") {
+				want = []int64{q}
+			}
+		}
 	case strings.HasSuffix(hf, "norm.weight"):
 		want = []int64{h}
 	case strings.HasSuffix(hf, "q_proj.weight"):

@@ -22,8 +22,12 @@ type archInfo struct {
 	// as 1 + w; layerstream subtracts 1 back on reading (checkpoint.TensorInfo.Shift).
 	normsPlusOne bool
 	// names maps this architecture's own per-layer tensors (blk.N.<name>) to Hugging Face's (model.layers.N.
-	// <name>), besides (and before) the Llama ones every architecture shares (layerNames).
+	// <name>), besides the Llama ones every architecture shares (layerNames); an entry here overrides a shared
+	// one, and "" refuses it (a shared name the architecture does not have, e.g. OLMo 2's pre-norms).
 	names map[string]string
+	// qkNormWhole: the q/k norms (attn_q_norm, attn_k_norm) span the whole projection ([heads·head_dim], OLMo 2)
+	// rather than one head ([head_dim], Qwen3).
+	qkNormWhole bool
 	// keys are this architecture's own "<arch>." metadata keys (besides knownArchKeys), each read by config
 	// or not changing the math.
 	keys []string

@@ -54,7 +54,7 @@ func (a archInfo) hfName(name string) (string, error) {
 			if !ok {
 				hf, ok = layerNames[part]
 			}
-			if ok {
+			if ok && hf != "" {
 				return "model.layers." + num + "." + hf, nil
 			}
 		}
