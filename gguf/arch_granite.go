@@ -10,9 +10,10 @@ import (
 // Granite (3.x): the Llama tensors, q/k rows permuted as Llama's (the converter's GraniteModel is a LlamaModel;
 // llama.cpp ropes them NORM-style), with the four multipliers the converter renames: attention_multiplier →
 // attention.scale, embedding_multiplier → embedding_scale, residual_multiplier → residual_scale, logits_scaling →
-// logit_scale (the logits are divided by it).
+// logit_scale (the logits are divided by it). Like llama's, llama.cpp's granite adds every bias the file has
+// and applies rope_freqs.weight (Llama 3.1-style rope scaling), so both are read as for llama.
 func init() {
-	register("granite", archInfo{hf: "GraniteForCausalLM", interleavedRotary: true,
+	register("granite", archInfo{hf: "GraniteForCausalLM", interleavedRotary: true, configTensors: []string{"rope_freqs.weight"},
 		keys: []string{"attention.scale", "embedding_scale", "residual_scale", "logit_scale"}, config: graniteConfig})
 }
 
@@ -57,5 +58,6 @@ func graniteConfig(m archMeta, cfg map[string]any) error {
 	} else if ok && !v {
 		return fmt.Errorf("metadata %s is false: llama.cpp's granite then runs without rotary embeddings, which is not supported", m.key("rope.scaling.finetuned"))
 	}
-	return nil
+	biasesFromTensors(m, cfg)
+	return ropeFreqs(m, cfg)
 }

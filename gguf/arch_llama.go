@@ -18,17 +18,23 @@ import (
 func init() {
 	register("llama", archInfo{hf: "LlamaForCausalLM", interleavedRotary: true, configTensors: []string{"rope_freqs.weight"},
 		config: func(m archMeta, cfg map[string]any) error {
-			for _, t := range m.Tensors {
-				_, part, _ := strings.Cut(strings.TrimPrefix(t.Name, "blk."), ".")
-				switch part {
-				case "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias":
-					cfg["attention_bias"] = true
-				case "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias":
-					cfg["mlp_bias"] = true
-				}
-			}
+			biasesFromTensors(m, cfg)
 			return ropeFreqs(m, cfg)
 		}})
+}
+
+// biasesFromTensors sets attention_bias and mlp_bias from the bias tensors present, for the architectures whose
+// llama.cpp graph adds every bias the file has (llama, granite).
+func biasesFromTensors(m archMeta, cfg map[string]any) {
+	for _, t := range m.Tensors {
+		_, part, _ := strings.Cut(strings.TrimPrefix(t.Name, "blk."), ".")
+		switch part {
+		case "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias":
+			cfg["attention_bias"] = true
+		case "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias":
+			cfg["mlp_bias"] = true
+		}
+	}
 }
 
 // ropeFreqs maps rope_freqs.weight, when the file has it, onto config.json's rope_scaling.

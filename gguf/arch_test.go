@@ -133,6 +133,18 @@ func TestGraniteMultipliers(t *testing.T) {
 	if _, err := config(func(g *File) { setKV(g, "granite.rope.scaling.finetuned", &Value{Type: TypeBool, V: true}) }); err != nil {
 		t.Errorf("rope.scaling.finetuned true: %v", err)
 	}
+	// llama.cpp's granite adds any bias the file has, as its llama does.
+	c, err = config(func(g *File) {
+		for _, n := range []string{"blk.0.attn_output.bias", "blk.0.ffn_down.bias"} {
+			norm, _ := g.Tensor("output_norm.weight")
+			norm.Name = n
+			g.byName[n] = len(g.Tensors)
+			g.Tensors = append(g.Tensors, norm)
+		}
+	})
+	if err != nil || !c.AttentionBias || !c.MLPBias {
+		t.Errorf("bias tensors: attention_bias %v, mlp_bias %v (%v)", c != nil && c.AttentionBias, c != nil && c.MLPBias, err)
+	}
 }
 
 // TestOLMo2Mapping: OLMo 2's post-norms map to Hugging Face's, the shared pre-norm names are refused (ffn_norm
