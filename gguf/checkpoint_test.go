@@ -205,6 +205,7 @@ func TestCheckpointRefuses(t *testing.T) {
 		{kv("llama.expert_count", Value{Type: TypeUint32, V: uint32(8)}), "mixture-of-experts"},
 		{kv("llama.rope.scaling.type", Value{Type: TypeString, V: "longrope"}), `"longrope" is not supported`},
 		{kv("llama.attention.causal", Value{Type: TypeBool, V: false}), "non-causal"},
+		{kv("llama.pooling_type", Value{Type: TypeUint32, V: uint32(3)}), "llama.pooling_type is 3: an embedding or reranking model"},
 		{kv("split.count", Value{Type: TypeUint16, V: uint16(3)}), "split over several GGUF files"},
 		{kv("general.type", Value{Type: TypeString, V: "adapter"}), "only model files"},
 		{kv("mystery.key", Value{Type: TypeUint32, V: uint32(1)}), "mystery.key is not supported"},
@@ -233,6 +234,17 @@ func TestCheckpointRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want an error containing %q", err, c.want)
 		}
+	}
+}
+
+// TestPoolingNoneAccepted: pooling_type 0 (none) is a language model.
+func TestPoolingNoneAccepted(t *testing.T) {
+	g, err := Open(writeTemp(t, tinyLlama(t4{extraKV: []KV{{"llama.pooling_type", Value{Type: TypeUint32, V: uint32(0)}}}}).bytes()))
+	if err == nil {
+		_, err = g.Checkpoint()
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -203,6 +203,14 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 			return nil, nil, fmt.Errorf("metadata %s is %d: mixture-of-experts models are not supported", key(k), v)
 		}
 	}
+	// llama.cpp's pooling types: 0 none (a language model), 1 mean, 2 cls, 3 last, 4 rank. A pooled file is an
+	// embedding or reranking model (Qwen3-Embedding: causal, but without a language-model head), whose "text"
+	// would be the tied embeddings' guess.
+	if v, ok, err := g.Int(key("pooling_type")); err != nil {
+		return nil, nil, err
+	} else if ok && v != 0 {
+		return nil, nil, fmt.Errorf("metadata %s is %d: an embedding or reranking model (pooled outputs), not a language model layerstream can generate text with", key("pooling_type"), v)
+	}
 	if v, ok, err := g.Bool(key("attention.causal")); err != nil {
 		return nil, nil, err
 	} else if ok && !v {
