@@ -130,6 +130,8 @@ func (a archInfo) checkShape(hf string, shape []int64, c *checkpoint.Config) err
 		want = []int64{h}
 	case strings.HasSuffix(hf, "q_proj.weight"):
 		want = []int64{q, h}
+	case strings.HasSuffix(hf, ".qkv_proj.weight"):
+		want = []int64{q + 2*kv, h}
 	case strings.HasSuffix(hf, "k_proj.weight"), strings.HasSuffix(hf, "v_proj.weight"):
 		want = []int64{kv, h}
 	case strings.HasSuffix(hf, "o_proj.weight"):
@@ -142,6 +144,8 @@ func (a archInfo) checkShape(hf string, shape []int64, c *checkpoint.Config) err
 		want = []int64{h}
 	case strings.HasSuffix(hf, "gate_proj.bias"), strings.HasSuffix(hf, "up_proj.bias"):
 		want = []int64{ff}
+	case strings.HasSuffix(hf, ".gate_up_proj.weight"):
+		want = []int64{2 * ff, h}
 	case strings.HasSuffix(hf, "gate_proj.weight"), strings.HasSuffix(hf, "up_proj.weight"):
 		want = []int64{ff, h}
 	case strings.HasSuffix(hf, "down_proj.weight"):

@@ -21,6 +21,9 @@ type archInfo struct {
 	// normsPlusOne: llama.cpp's converter stores the weights w of norms Hugging Face applies as x·(1 + w) (Gemma's)
 	// as 1 + w; layerstream subtracts 1 back on reading (checkpoint.TensorInfo.Shift).
 	normsPlusOne bool
+	// partialRotary: rope.dimension_count below the head dimension rotates the first dimensions of each head
+	// (in Hugging Face's rotate-half order), written as partial_rotary_factor; elsewhere it is refused.
+	partialRotary bool
 	// names maps this architecture's own per-layer tensors (blk.N.<name>) to Hugging Face's (model.layers.N.
 	// <name>), besides the Llama ones every architecture shares (layerNames); an entry here overrides a shared
 	// one, and "" refuses it (a shared name the architecture does not have, e.g. OLMo 2's pre-norms).
@@ -31,8 +34,8 @@ type archInfo struct {
 	// keys are this architecture's own "<arch>." metadata keys (besides knownArchKeys), each read by config
 	// or not changing the math.
 	keys []string
-	// configTensors are global tensors that carry configuration, not weights (llama's rope_freqs.weight): config
-	// reads them, and they are not streamed.
+	// configTensors are global tensors that carry configuration, not weights (llama's rope_freqs.weight, phi3's
+	// longrope factors): config reads them, and they are not streamed.
 	configTensors []string
 	// config, when set, reads the architecture's own metadata into config.json (Hugging Face's spelling), after
 	// the shared keys are in cfg. It refuses, by name, what layerstream does not implement.
@@ -157,7 +160,12 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	if v, ok, err := g.Int(key("rope.dimension_count")); err != nil {
 		return nil, nil, err
 	} else if ok && v != headDim {
-		return nil, nil, fmt.Errorf("metadata %s is %d, the head dimension %d: partial rotary embeddings are not supported", key("rope.dimension_count"), v, headDim)
+		// The factor must give v back as Hugging Face computes the rotated dimensions: int(head_dim * factor).
+		f := float64(v) / float64(headDim)
+		if !info.partialRotary || v <= 0 || v > headDim || v%2 != 0 || int(float64(headDim)*f) != v {
+			return nil, nil, fmt.Errorf("metadata %s is %d, the head dimension %d: partial rotary embeddings are not supported", key("rope.dimension_count"), v, headDim)
+		}
+		cfg["partial_rotary_factor"] = f
 	}
 	ctx := 2048
 	if v, ok, err := g.Int(key("context_length")); err != nil {
@@ -190,11 +198,6 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	cfg["rope_theta"] = json.Number(strconv.FormatFloat(theta, 'g', -1, 32))
 	if err := g.ropeScaling(arch, cfg); err != nil {
 		return nil, nil, err
-	}
-	if info.config != nil {
-		if err := info.config(archMeta{g, arch}, cfg); err != nil {
-			return nil, nil, err
-		}
 	}
 	for _, k := range []string{"expert_count", "expert_used_count"} {
 		if v, ok, err := g.Uint(key(k)); err != nil {
@@ -231,6 +234,11 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	} else if ok {
 		cfg["eos_token_id"] = v
 	}
+	if info.config != nil {
+		if err := info.config(archMeta{g, arch}, cfg); err != nil {
+			return nil, nil, err
+		}
+	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return nil, nil, err
@@ -263,8 +271,12 @@ func (g *File) ropeScaling(arch string, cfg map[string]any) error {
 		typ, factor, hasFactor = "linear", lin, true
 	}
 	// llama.cpp uses these for every architecture layerstream reads, whatever the file says (only its Grok and
-	// DeepSeek loaders read the yarn keys), so a file saying otherwise is refused rather than guessed.
+	// DeepSeek loaders read the yarn keys), so a file saying otherwise is refused rather than guessed; an
+	// architecture listing one in its keys reads it itself.
 	for k, def := range map[string]float64{"rope.scaling.yarn_beta_fast": 32, "rope.scaling.yarn_beta_slow": 1, "rope.scaling.attn_factor": 1} {
+		if slices.Contains(archs[arch].keys, k) {
+			continue
+		}
 		if v, ok, err := g.Float(key(k)); err != nil {
 			return err
 		} else if ok && v != def {
