@@ -18,7 +18,7 @@ func init() {
 			// fused one, which is what Hugging Face's Phi3 has. The shared gate and biases are no phi3 tensors.
 			"attn_q.weight": "", "attn_k.weight": "", "attn_v.weight": "",
 			"attn_q.bias": "", "attn_k.bias": "", "attn_v.bias": "", "attn_output.bias": "",
-			"ffn_gate.weight": "",
+			"ffn_gate.weight": "", "ffn_gate.bias": "", "ffn_up.bias": "", "ffn_down.bias": "",
 		},
 		configTensors: []string{phi3LongFactors, phi3ShortFactors},
 		keys:          []string{"rope.scaling.attn_factor"},
