@@ -130,7 +130,9 @@ func compareGGUFLogits(t *testing.T, what string, got [][]float32, llama, hf []f
 		t.Errorf("%slogits differ from llama.cpp's on the same file by %.3g (tolerance %g)", what, dl, tol)
 	}
 	if llamaVsHF <= 10*ggufFamilyTolerance {
-		if d, tol := maxLogitDiff(got, hf), max(ggufFamilyTolerance, 3e-6*top); d > tol {
+		d, tol := maxLogitDiff(got, hf), max(ggufFamilyTolerance, 3e-6*top)
+		t.Logf("%slargest logit difference from transformers %.2g (tolerance %.2g)", what, d, tol)
+		if d > tol {
 			t.Errorf("%slogits differ from transformers' on the original checkpoint by %.3g (tolerance %.3g)", what, d, tol)
 		}
 	}
