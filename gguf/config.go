@@ -270,17 +270,25 @@ func (g *File) ropeScaling(arch string, cfg map[string]any) error {
 		}
 		typ, factor, hasFactor = "linear", lin, true
 	}
-	// llama.cpp uses these for every architecture layerstream reads, whatever the file says (only its Grok and
-	// DeepSeek loaders read the yarn keys), so a file saying otherwise is refused rather than guessed; an
-	// architecture listing one in its keys reads it itself.
-	for k, def := range map[string]float64{"rope.scaling.yarn_beta_fast": 32, "rope.scaling.yarn_beta_slow": 1, "rope.scaling.attn_factor": 1} {
-		if slices.Contains(archs[arch].keys, k) {
+	// The yarn ramp bounds: llama.cpp uses 32 and 1 for every architecture layerstream reads, whatever the file
+	// says (only its Grok and DeepSeek loaders read these keys), so a file saying otherwise is refused rather than
+	// guessed. attn_factor: llama.cpp reads it for every architecture and multiplies cos and sin by it, which only
+	// phi3's mapping implements (an architecture listing a key in its keys reads it itself).
+	for _, c := range []struct {
+		key, why string
+		def      float64
+	}{
+		{"rope.scaling.yarn_beta_fast", "llama.cpp uses 32 for this architecture whatever the file says", 32},
+		{"rope.scaling.yarn_beta_slow", "llama.cpp uses 1 for this architecture whatever the file says", 1},
+		{"rope.scaling.attn_factor", "llama.cpp multiplies cos and sin by it, which layerstream implements for phi3 files only", 1},
+	} {
+		if slices.Contains(archs[arch].keys, c.key) {
 			continue
 		}
-		if v, ok, err := g.Float(key(k)); err != nil {
+		if v, ok, err := g.Float(key(c.key)); err != nil {
 			return err
-		} else if ok && v != def {
-			return fmt.Errorf("metadata %s is %g: only %g is supported (llama.cpp uses %g for this architecture whatever the file says)", key(k), v, def, def)
+		} else if ok && v != c.def {
+			return fmt.Errorf("metadata %s is %g: only %g is supported (%s)", key(c.key), v, c.def, c.why)
 		}
 	}
 	switch typ {
