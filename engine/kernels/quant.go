@@ -236,21 +236,32 @@ type quantKernel struct {
 	act  actFormat
 	dot  func(w []byte, x qActRow) float32
 	dot4 func(w []byte, stride int, x qActRow, y []float32)
+	// widen, when set, rewrites a row of this format (src) as a row of Q8_0 blocks (dst) holding the same
+	// integers and the same float16 scales: Q8_0's kernels then give the same products, bit for bit (the same
+	// integer lanes, the same float operations per block), with no decoding left in the loop over input rows.
+	widen func(dst, src []byte)
 }
 
+// widenRows is the number of input rows from which LinearQuant widens weight rows once (widen) rather than
+// decode them again for each input row: a prompt's.
+const widenRows = 4
+
 // quantKernels are the kernels LinearQuant uses: the portable ones, replaced by assembly where the CPU and the
-// format have it (asmKernels, quant_amd64.go).
+// format have it (asmKernels, quant_amd64.go), with the portable widening.
 var quantKernels = func() map[quant.Type]*quantKernel {
 	m := maps.Clone(portableKernels)
-	maps.Copy(m, asmKernels())
+	for t, k := range asmKernels() {
+		k.widen = portableKernels[t].widen // widening is Go, whatever multiplies
+		m[t] = k
+	}
 	return m
 }()
 
 // portableKernels are the Go kernels, which the assembly ones match bit for bit.
 var portableKernels = map[quant.Type]*quantKernel{
 	quant.Q8_0: {act: actQ8_0, dot: dotQ8_0Go},
-	quant.Q4_0: {act: actQ8_0, dot: dotQ4_0Go},
-	quant.Q5_0: {act: actQ8_0, dot: dotQ5_0Go},
+	quant.Q4_0: {act: actQ8_0, dot: dotQ4_0Go, widen: widenQ4_0},
+	quant.Q5_0: {act: actQ8_0, dot: dotQ5_0Go, widen: widenQ5_0},
 	quant.Q4_1: {act: actQ8_1, dot: dotQ4_1Go},
 	quant.Q5_1: {act: actQ8_1, dot: dotQ5_1Go},
 	quant.Q2_K: {act: actQ8_K, dot: dotKGo(decodeQ2_KInts)},
@@ -332,6 +343,50 @@ func dotQ5_0Go(w []byte, x qActRow) float32 {
 		}
 		return halfAt(b, 0), 0
 	})
+}
+
+// clearBitsF0[b] has 0xf0 in byte i where bit i of b is clear: Q5_0's high bits as the sign-extension of
+// nibble - 16 (ggml's x86 trick).
+var clearBitsF0 = func() (t [256]uint64) {
+	for b := range t {
+		for i := range 8 {
+			if b>>i&1 == 0 {
+				t[b] |= 0xf0 << (8 * i)
+			}
+		}
+	}
+	return t
+}()
+
+// widenQ5_0 rewrites Q5_0 blocks (22 bytes) as Q8_0 blocks (34 bytes) of the same values: int8 (nibble |
+// high<<4) - 16, eight at a time.
+func widenQ5_0(dst, src []byte) {
+	const lo = 0x0f0f0f0f0f0f0f0f
+	for b := range len(src) / 22 {
+		s, d := src[22*b:22*b+22], dst[34*b:34*b+34]
+		d[0], d[1] = s[0], s[1]
+		qh := s[2:6]
+		n0, n1 := binary.LittleEndian.Uint64(s[6:]), binary.LittleEndian.Uint64(s[14:])
+		binary.LittleEndian.PutUint64(d[2:], n0&lo|clearBitsF0[qh[0]])
+		binary.LittleEndian.PutUint64(d[10:], n1&lo|clearBitsF0[qh[1]])
+		binary.LittleEndian.PutUint64(d[18:], n0>>4&lo|clearBitsF0[qh[2]])
+		binary.LittleEndian.PutUint64(d[26:], n1>>4&lo|clearBitsF0[qh[3]])
+	}
+}
+
+// widenQ4_0 rewrites Q4_0 blocks (18 bytes) as Q8_0 blocks of the same values: int8 nibble - 8, as (nibble +
+// 0x78) ^ 0x80 per byte, which never carries.
+func widenQ4_0(dst, src []byte) {
+	const lo, b78, b80 = 0x0f0f0f0f0f0f0f0f, 0x7878787878787878, 0x8080808080808080
+	for b := range len(src) / 18 {
+		s, d := src[18*b:18*b+18], dst[34*b:34*b+34]
+		d[0], d[1] = s[0], s[1]
+		n0, n1 := binary.LittleEndian.Uint64(s[2:]), binary.LittleEndian.Uint64(s[10:])
+		binary.LittleEndian.PutUint64(d[2:], (n0&lo+b78)^b80)
+		binary.LittleEndian.PutUint64(d[10:], (n1&lo+b78)^b80)
+		binary.LittleEndian.PutUint64(d[18:], (n0>>4&lo+b78)^b80)
+		binary.LittleEndian.PutUint64(d[26:], (n1>>4&lo+b78)^b80)
+	}
 }
 
 func dotQ4_1Go(w []byte, x qActRow) float32 {
@@ -483,18 +538,38 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 		xr[r] = a.row(r)
 	}
 	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
+	widen := w.k.widen
+	if widen != nil && rows >= widenRows {
+		k := quantKernels[quant.Q8_0]
+		dot, dot4, rb = k.dot, k.dot4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
+	} else {
+		widen = nil
+	}
 	ParallelFor(out, func(lo, hi int) {
+		var wide []byte // the rows of this group widened to Q8_0
+		if widen != nil {
+			wide = make([]byte, 4*rb)
+		}
+		row := func(o, n int) []byte { // n rows from o, widened where they are
+			if widen == nil {
+				return w.Data[o*rb : (o+n)*rb]
+			}
+			for i := range n {
+				widen(wide[i*rb:(i+1)*rb], w.Row(o+i))
+			}
+			return wide[:n*rb]
+		}
 		o := lo
 		if dot4 != nil {
 			for ; o+4 <= hi; o += 4 {
-				wr := w.Data[o*rb : (o+4)*rb]
+				wr := row(o, 4)
 				for r := range rows {
 					dot4(wr, rb, xr[r], y[r*out+o:])
 				}
 			}
 		}
 		for ; o < hi; o++ {
-			wr := w.Row(o)
+			wr := row(o, 1)
 			for r := range rows {
 				y[r*out+o] = dot(wr, xr[r])
 			}

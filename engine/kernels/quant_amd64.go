@@ -20,6 +20,12 @@ func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
 func dotQ4_1AVX2(b []byte, qs []int8, d, s []float32) float32
 
 //go:noescape
+func dotQ5_0AVX2(b []byte, qs []int8, d []float32) float32
+
+//go:noescape
+func dotQ5_1AVX2(b []byte, qs []int8, d, s []float32) float32
+
+//go:noescape
 func quantizeQ8BlocksAVX512(q []int8, x []float32, d []float32, sums []int32)
 
 // quantizeQ8Blocks sets, for the len(d) blocks of 32 values of x, q to the block's values quantized as
@@ -36,6 +42,12 @@ func quantizeQ8Blocks(q []int8, x []float32, d []float32, sums []int32) bool {
 
 //go:noescape
 func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
+
+//go:noescape
+func dotQ5_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
+
+//go:noescape
+func dotQ5_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
 
 //go:noescape
 func dotQ8_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
@@ -56,6 +68,8 @@ func asmKernels() map[quant.Type]*quantKernel {
 		quant.Q8_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ8_0AVX2(w, x.qs, x.d) }},
 		quant.Q4_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ4_0AVX2(w, x.qs, x.d) }},
 		quant.Q4_1: {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ4_1AVX2(w, x.qs, x.d, x.s) }},
+		quant.Q5_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ5_0AVX2(w, x.qs, x.d) }},
+		quant.Q5_1: {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ5_1AVX2(w, x.qs, x.d, x.s) }},
 		quant.Q4_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ4_KAVX2(w, x.qs, x.d, x.bsums) }},
 		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
 	}
@@ -63,6 +77,14 @@ func asmKernels() map[quant.Type]*quantKernel {
 		m[quant.Q8_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
 			dotQ8_0x4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
+		}
+		m[quant.Q5_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+			_ = y[3]
+			dotQ5_0x4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
+		}
+		m[quant.Q5_1].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+			_ = y[3]
+			dotQ5_1x4VNNI(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
 		}
 		m[quant.Q4_1].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]

@@ -11,6 +11,19 @@ DATA thirtytwos<>+0(SB)/4, $0x20202020
 GLOBL thirtytwos<>(SB), RODATA|NOPTR, $4
 DATA onesw<>+0(SB)/4, $0x00010001
 GLOBL onesw<>(SB), RODATA|NOPTR, $4
+DATA f0s<>+0(SB)/4, $0xf0f0f0f0
+GLOBL f0s<>(SB), RODATA|NOPTR, $4
+DATA sixteens<>+0(SB)/4, $0x10101010
+GLOBL sixteens<>(SB), RODATA|NOPTR, $4
+// bitshuf spreads the four bytes of a 32-bit word over eight bytes each; bitsel has, in byte i of each eight, every
+// bit set but bit i (ggml's bytes_from_bits_32).
+DATA bitshuf<>+0(SB)/8, $0x0000000000000000
+DATA bitshuf<>+8(SB)/8, $0x0101010101010101
+DATA bitshuf<>+16(SB)/8, $0x0202020202020202
+DATA bitshuf<>+24(SB)/8, $0x0303030303030303
+GLOBL bitshuf<>(SB), RODATA|NOPTR, $32
+DATA bitsel<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
+GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 
 // HSUM8 sums Y0's lanes into X0 as hsum8 does: (a0+a4 + a2+a6) + (a1+a5 + a3+a7). X1 is scratch.
 #define HSUM8 \
@@ -31,6 +44,15 @@ GLOBL onesw<>(SB), RODATA|NOPTR, $4
 // 16..31).
 #define NIBBLES32(off) \
 	VMOVDQU off(DI), X1; VPSRLW $4, X1, X2; VINSERTI128 $1, X2, Y1, Y1; VPAND Y14, Y1, Y1
+
+// BITS32(off): Y6 = the 32 bits of the 32-bit word at off(DI) as bytes, 0xff where the bit is set (byte i: bit
+// i). Needs Y12 = bitshuf, Y11 = bitsel (broadcast), Y10 = all ones.
+#define BITS32(off) \
+	VPBROADCASTD off(DI), Y6; VPSHUFB Y12, Y6, Y6; VPOR Y11, Y6, Y6; VPCMPEQB Y10, Y6, Y6
+
+// BITSARGS loads BITS32's constants.
+#define BITSARGS \
+	VMOVDQU bitshuf<>(SB), Y12; VPBROADCASTQ bitsel<>(SB), Y11; VPCMPEQB Y10, Y10, Y10
 
 // ARGS loads the common arguments: the weight row b in DI, x's values in SI and scales in R8, the block count
 // (len(d)) in CX; zeroes the accumulator and loads the constants (Y15: int16 ones, Y14: nibble mask).
@@ -110,6 +132,66 @@ q40loop:
 	HSUM8
 	VZEROUPPER
 	MOVSS X0, ret+72(FP)
+	RET
+
+// func dotQ5_0AVX2(b []byte, qs []int8, d []float32) float32
+// b: len(d) Q5_0 blocks (22 bytes: float16 d, 32 high bits, 16 bytes of nibbles; weights (nibble | high<<4) - 16,
+// made as ggml does: the nibble or'ed with 0xf0 where the high bit is clear).
+TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-76
+	ARGS
+	BITSARGS
+	VPBROADCASTD f0s<>(SB), Y9
+
+q50loop:
+	NIBBLES32(6)
+	BITS32(2)
+	VPANDN Y9, Y6, Y6
+	VPOR Y6, Y1, Y1
+	VMOVDQU (SI), Y2
+	SIGNEDDOT
+	BLOCKF(0)
+	ADDQ $22, DI
+	ADDQ $32, SI
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  q50loop
+	HSUM8
+	VZEROUPPER
+	MOVSS X0, ret+72(FP)
+	RET
+
+// func dotQ5_1AVX2(b []byte, qs []int8, d, s []float32) float32
+// b: len(d) Q5_1 blocks (24 bytes: float16 d, float16 m, 32 high bits, 16 bytes of nibbles; weights nibble |
+// high<<4); qs, d, s: the Q8_1 activations. The blocks' m·s go into X7, added after the lanes are summed.
+TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-100
+	ARGS
+	BITSARGS
+	VPBROADCASTD sixteens<>(SB), Y9
+	MOVQ s_base+72(FP), R9
+	VXORPS X7, X7, X7
+
+q51loop:
+	NIBBLES32(8)
+	BITS32(4)
+	VPAND Y9, Y6, Y6
+	VPOR Y6, Y1, Y1
+	VPMADDUBSW (SI), Y1, Y3
+	VPMADDWD Y15, Y3, Y3
+	BLOCKF(0)
+	VPBROADCASTW 2(DI), X6
+	VCVTPH2PS X6, X6
+	VMULSS (R9), X6, X6
+	VADDSS X6, X7, X7
+	ADDQ $24, DI
+	ADDQ $32, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  q51loop
+	HSUM8
+	VADDSS X7, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+96(FP)
 	RET
 
 // func dotQ4_1AVX2(b []byte, qs []int8, d, s []float32) float32
@@ -467,6 +549,119 @@ q80x4loop:
 	Q80OUT(Y1, X1, 4)
 	Q80OUT(Y2, X2, 8)
 	Q80OUT(Y3, X3, 12)
+	VZEROUPPER
+	RET
+
+// 32-byte forms of the Q5 constants, for the four-row kernels (which have no register to spare for them).
+DATA bitsel32<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitsel32<>+8(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitsel32<>+16(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitsel32<>+24(SB)/8, $0x7fbfdfeff7fbfdfe
+GLOBL bitsel32<>(SB), RODATA|NOPTR, $32
+DATA ones32<>+0(SB)/8, $-1
+DATA ones32<>+8(SB)/8, $-1
+DATA ones32<>+16(SB)/8, $-1
+DATA ones32<>+24(SB)/8, $-1
+GLOBL ones32<>(SB), RODATA|NOPTR, $32
+DATA f0s32<>+0(SB)/8, $0xf0f0f0f0f0f0f0f0
+DATA f0s32<>+8(SB)/8, $0xf0f0f0f0f0f0f0f0
+DATA f0s32<>+16(SB)/8, $0xf0f0f0f0f0f0f0f0
+DATA f0s32<>+24(SB)/8, $0xf0f0f0f0f0f0f0f0
+GLOBL f0s32<>(SB), RODATA|NOPTR, $32
+DATA sixteens32<>+0(SB)/8, $0x1010101010101010
+DATA sixteens32<>+8(SB)/8, $0x1010101010101010
+DATA sixteens32<>+16(SB)/8, $0x1010101010101010
+DATA sixteens32<>+24(SB)/8, $0x1010101010101010
+GLOBL sixteens32<>(SB), RODATA|NOPTR, $32
+
+// Q5BITS(p, off, op, mask): Y4 (the block's nibbles, element order) |= its 32 high bits at off(p), each as a
+// byte of mask: op is VPANDN for Q5_0 (0xf0 where the bit is clear: signed weights) and VPAND for Q5_1 (0x10
+// where it is set). Clobbers Y6.
+#define Q5BITS(p, off, op, mask) \
+	VPBROADCASTD off(p)(BX*1), Y6; VPSHUFB bitshuf<>(SB), Y6, Y6; VPOR bitsel32<>(SB), Y6, Y6; \
+	VPCMPEQB ones32<>(SB), Y6, Y6; op mask<>(SB), Y6, Y6; VPOR Y6, Y4, Y4
+
+// Q50ROW(p, ya): one Q5_0 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes; |w| times a·sign(w) as in
+// SIGNEDDOT. Y12 holds the activations, X13 d_a.
+#define Q50ROW(p, ya) \
+	VBROADCASTI128 6(p)(BX*1), Y4; VPSRLVW Y15, Y4, Y4; VPAND Y14, Y4, Y4; Q5BITS(p, 2, VPANDN, f0s32); \
+	VPSIGNB Y4, Y12, Y5; VPABSB Y4, Y4; VPXOR Y6, Y6, Y6; VPDPBUSD Y5, Y4, Y6; \
+	VCVTDQ2PS Y6, Y6; VPBROADCASTW 0(p)(BX*1), X7; VCVTPH2PS X7, X7; VMULSS X13, X7, X7; \
+	VBROADCASTSS X7, Y7; VMULPS Y6, Y7, Y6; VADDPS Y6, ya, ya
+
+// func dotQ5_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
+TEXT ·dotQ5_0x4VNNI(SB), NOSPLIT, $0-88
+	ROWS4
+	MOVQ qs_base+32(FP), SI
+	MOVQ d_base+56(FP), R8
+	MOVQ d_len+64(FP), CX
+	MOVQ y+80(FP), DX
+	XORQ BX, BX
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
+	VPBROADCASTD nibmask<>(SB), Y14
+	VMOVDQU nibshift<>(SB), Y15
+
+q50x4loop:
+	VMOVDQU (SI), Y12
+	VMOVSS (R8), X13
+	PREFETCH4
+	Q50ROW(DI, Y0)
+	Q50ROW(R10, Y1)
+	Q50ROW(R11, Y2)
+	Q50ROW(R12, Y3)
+	ADDQ $22, BX
+	ADDQ $32, SI
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  q50x4loop
+	Q80OUT(Y0, X0, 0)
+	Q80OUT(Y1, X1, 4)
+	Q80OUT(Y2, X2, 8)
+	Q80OUT(Y3, X3, 12)
+	VZEROUPPER
+	RET
+
+// Q51ROW(p, ya, xs): one Q5_1 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes, X`s` lane 1 += m·s.
+// Y12 holds the activations, X13 [d_a, s, 0, 0].
+#define Q51ROW(p, ya, xs) \
+	VBROADCASTI128 8(p)(BX*1), Y4; VPSRLVW Y15, Y4, Y4; VPAND Y14, Y4, Y4; Q5BITS(p, 4, VPAND, sixteens32); \
+	VPXOR Y5, Y5, Y5; VPDPBUSD Y12, Y4, Y5; VCVTDQ2PS Y5, Y5; \
+	VPBROADCASTD 0(p)(BX*1), X6; VCVTPH2PS X6, X6; VMULPS X13, X6, X6; VADDPS X6, xs, xs; \
+	VBROADCASTSS X6, Y6; VMULPS Y5, Y6, Y5; VADDPS Y5, ya, ya
+
+// func dotQ5_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
+TEXT ·dotQ5_1x4VNNI(SB), NOSPLIT, $0-112
+	ROWS4
+	MOVQ qs_base+32(FP), SI
+	MOVQ d_base+56(FP), R8
+	MOVQ d_len+64(FP), CX
+	MOVQ s_base+80(FP), R9
+	MOVQ y+104(FP), DX
+	XORQ BX, BX
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
+	VXORPS X8, X8, X8; VXORPS X9, X9, X9; VXORPS X10, X10, X10; VXORPS X11, X11, X11
+	VPBROADCASTD nibmask<>(SB), Y14
+	VMOVDQU nibshift<>(SB), Y15
+
+q51x4loop:
+	VMOVDQU (SI), Y12
+	VMOVSS (R8), X13
+	VINSERTPS $0x10, (R9), X13, X13
+	PREFETCH4
+	Q51ROW(DI, Y0, X8)
+	Q51ROW(R10, Y1, X9)
+	Q51ROW(R11, Y2, X10)
+	Q51ROW(R12, Y3, X11)
+	ADDQ $24, BX
+	ADDQ $32, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  q51x4loop
+	Q41OUT(Y0, X0, X8, 0)
+	Q41OUT(Y1, X1, X9, 4)
+	Q41OUT(Y2, X2, X10, 8)
+	Q41OUT(Y3, X3, X11, 12)
 	VZEROUPPER
 	RET
 

@@ -238,13 +238,45 @@ func TestQuantKernelsAgree(t *testing.T) {
 	}
 }
 
+// TestWiden checks that widened rows hold the same values: dequantized, bit for bit.
+func TestWiden(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, typ := range quantTypes {
+		k := portableKernels[typ]
+		if k.widen == nil {
+			continue
+		}
+		const cols = 1024
+		w := randomQuantMatrix(t, rng, typ, 3, cols)
+		wide := make([]byte, 3*cols/quant.QK*34)
+		for o := range 3 {
+			k.widen(wide[o*len(wide)/3:(o+1)*len(wide)/3], w.Row(o))
+		}
+		ww, err := NewQuantMatrix(quant.Q8_0, wide, 3, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := make([]float32, cols), make([]float32, cols)
+		for o := range 3 {
+			w.DequantizeRow(a, o)
+			ww.DequantizeRow(b, o)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("%s row %d [%d]: %g, widened %g", typ, o, i, a[i], b[i])
+				}
+			}
+		}
+	}
+}
+
 // TestLinearQuant checks LinearQuant against float32 products of the dequantized weights with the unquantized
 // inputs, within the activations' 8-bit rounding (a relative error of a few 2⁻⁹ of Σ|w·x|), with bias; and that
-// a row's outputs are the same alone and in a batch.
+// a row's outputs are the same alone and in a batch (where Q4_0 and Q5_0 rows are widened to Q8_0: rows ≥
+// widenRows).
 func TestLinearQuant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_1, quant.Q4_K, quant.Q6_K} {
-		const in, out, rows = 512, 130, 5
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q4_K, quant.Q6_K} {
+		const in, out, rows = 512, 130, 5 // rows ≥ widenRows
 		w := randomQuantMatrix(t, rng, typ, out, in)
 		x := make([]float32, rows*in)
 		for i := range x {
