@@ -76,16 +76,18 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VMULPS Y3, Y4, Y3; VADDPS Y3, Y0, Y0
 
 // Q4KSCALES unpacks a Q4_K super-block's 6-bit scales and minimums (ggml's get_scale_min_k4, four bytes at a
-// time as ggml's x86 code does) into 8 int16 scales at 0(SP) and 8 int16 minimums at 16(SP), using 32(SP)..47(SP)
-// for the bytes. Clobbers AX, BX, DX, X1.
+// time as ggml's x86 code does) into 8 int16 scales at 0(SP) and 8 int16 minimums at 16(SP). The bytes are put
+// together in registers, so that every later load reads within one earlier store (a load spanning two smaller
+// stores would wait for them to reach the cache). Clobbers AX, BX, DX, X1.
 #define Q4KSCALES \
-	MOVL 8(DI), BX; ANDL $0x3f3f3f3f, BX; MOVL BX, 40(SP); \
+	MOVL 4(DI), AX; ANDL $0x3f3f3f3f, AX; \
+	MOVL 4(DI), BX; SHRL $6, BX; ANDL $0x03030303, BX; SHLL $4, BX; \
+	MOVL 12(DI), DX; ANDL $0x0f0f0f0f, DX; ORL DX, BX; \
+	SHLQ $32, BX; ORQ BX, AX; MOVQ AX, X1; VPMOVZXBW X1, X1; VMOVDQU X1, 0(SP); \
+	MOVL 8(DI), AX; ANDL $0x3f3f3f3f, AX; \
 	MOVL 8(DI), BX; SHRL $6, BX; ANDL $0x03030303, BX; SHLL $4, BX; \
-	MOVL 12(DI), DX; SHRL $4, DX; ANDL $0x0f0f0f0f, DX; ORL DX, BX; MOVL BX, 44(SP); \
-	MOVL 4(DI), AX; SHRL $6, AX; ANDL $0x03030303, AX; SHLL $4, AX; \
-	MOVL 12(DI), DX; ANDL $0x0f0f0f0f, DX; ORL DX, AX; MOVL AX, 36(SP); \
-	MOVL 4(DI), AX; ANDL $0x3f3f3f3f, AX; MOVL AX, 32(SP); \
-	VPMOVZXBW 32(SP), X1; VMOVDQU X1, 0(SP); VPMOVZXBW 40(SP), X1; VMOVDQU X1, 16(SP)
+	MOVL 12(DI), DX; SHRL $4, DX; ANDL $0x0f0f0f0f, DX; ORL DX, BX; \
+	SHLQ $32, BX; ORQ BX, AX; MOVQ AX, X1; VPMOVZXBW X1, X1; VMOVDQU X1, 16(SP)
 
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
 // F16C. Integers are multiplied by VPMADDUBSW (unsigned weights × signed activations; signed weights go through
