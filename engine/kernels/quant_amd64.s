@@ -91,6 +91,48 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	MOVL 12(DI), DX; SHRL $4, DX; ANDL $0x0f0f0f0f, DX; ORL DX, BX; \
 	SHLQ $32, BX; ORQ BX, AX; MOVQ AX, X1; VPMOVZXBW X1, X1; VMOVDQU X1, 16(SP)
 
+// NIBS(off): Y2 = the low nibbles of the 32 bytes at off(DI), Y1 the high ones (Y14: nibble mask).
+#define NIBS(off) \
+	VMOVDQU off(DI), Y1; VPAND Y14, Y1, Y2; VPSRLW $4, Y1, Y1; VPAND Y14, Y1, Y1
+
+// HIGHBIT(shift, q): Y`q` |= bit `shift` of each byte of Y12 (the high bits), as 0x10. Y13: 0x01 bytes.
+#define HIGHBIT(shift, q) \
+	VPSRLW $shift, Y12, Y10; VPAND Y13, Y10, Y10; VPSLLW $4, Y10, Y10; VPOR Y10, q, q
+
+// KPAIR(q, aoff, soff): the K-quant lanes Y11 += scale·(unsigned weights Y`q` × activations at aoff(SI)), the
+// int16 scale at soff(SP). Clobbers Y`q`, Y4.
+#define KPAIR(q, aoff, soff) \
+	VPMADDUBSW aoff(SI), q, q; VPBROADCASTW soff(SP), Y4; VPMADDWD Y4, q, q; VPADDD q, Y11, Y11
+
+// Q4KCHUNK(off, a0, a1, s0, s1): the 64 weights of the 32 bytes of nibbles at off(DI), low then high nibbles,
+// against the activations at a0(SI) and a1(SI) with the scales at s0(SP) and s1(SP).
+#define Q4KCHUNK(off, a0, a1, s0, s1) \
+	NIBS(off); KPAIR(Y2, a0, s0); KPAIR(Y1, a1, s1)
+
+// Q5KCHUNK(off, h0, h1, a0, a1, s0, s1): Q4KCHUNK with the high bits h0 and h1 of Y12 or'ed in.
+#define Q5KCHUNK(off, h0, h1, a0, a1, s0, s1) \
+	NIBS(off); HIGHBIT(h0, Y2); HIGHBIT(h1, Y1); KPAIR(Y2, a0, s0); KPAIR(Y1, a1, s1)
+
+// KNEXT(size, loop): a Q4_K/Q5_K super-block's float parts, then on to the next (size bytes) or out of the loop
+// with the result.
+#define KNEXT(size, loop) \
+	KFLOAT(0); KMINS(2); ADDQ $size, DI; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ loop; \
+	HSUM8; VSUBSS X7, X0, X0; VZEROUPPER; MOVSS X0, ret+96(FP); RET
+
+// ONESIGNED(size, loop): the rest of a one-row kernel's block of signed weights (in Y1) against Q8_0
+// activations, then on to the next block (size bytes) or out with the result.
+#define ONESIGNED(size, loop) \
+	VMOVDQU (SI), Y2; SIGNEDDOT; BLOCKF(0); ADDQ $size, DI; ADDQ $32, SI; ADDQ $4, R8; DECQ CX; JNZ loop; \
+	HSUM8; VZEROUPPER; MOVSS X0, ret+72(FP); RET
+
+// ONEMIN(size, loop): the rest of a one-row kernel's block of unsigned weights (in Y1) with a minimum (the
+// float16 at 2(DI)) against Q8_1 activations, the m·s into X7; then on to the next block or out with the result.
+#define ONEMIN(size, loop) \
+	VPMADDUBSW (SI), Y1, Y3; VPMADDWD Y15, Y3, Y3; BLOCKF(0); \
+	VPBROADCASTW 2(DI), X6; VCVTPH2PS X6, X6; VMULSS (R9), X6, X6; VADDSS X6, X7, X7; \
+	ADDQ $size, DI; ADDQ $32, SI; ADDQ $4, R8; ADDQ $4, R9; DECQ CX; JNZ loop; \
+	HSUM8; VADDSS X7, X0, X0; VZEROUPPER; MOVSS X0, ret+96(FP); RET
+
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
 // F16C. Integers are multiplied by VPMADDUBSW (unsigned weights × signed activations; signed weights go through
 // VPSIGNB, as llama.cpp does) and VPMADDWD, exact; the float32 part is the portable kernels' (a VMULPS then a
@@ -103,18 +145,7 @@ TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-76
 
 q80loop:
 	VMOVDQU 2(DI), Y1
-	VMOVDQU (SI), Y2
-	SIGNEDDOT
-	BLOCKF(0)
-	ADDQ $34, DI
-	ADDQ $32, SI
-	ADDQ $4, R8
-	DECQ CX
-	JNZ  q80loop
-	HSUM8
-	VZEROUPPER
-	MOVSS X0, ret+72(FP)
-	RET
+	ONESIGNED(34, q80loop)
 
 // func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q4_0 blocks (18 bytes: float16 d, 16 bytes of nibbles; weights nibble-8).
@@ -125,18 +156,7 @@ TEXT ·dotQ4_0AVX2(SB), NOSPLIT, $0-76
 q40loop:
 	NIBBLES32(2)
 	VPSUBB Y13, Y1, Y1
-	VMOVDQU (SI), Y2
-	SIGNEDDOT
-	BLOCKF(0)
-	ADDQ $18, DI
-	ADDQ $32, SI
-	ADDQ $4, R8
-	DECQ CX
-	JNZ  q40loop
-	HSUM8
-	VZEROUPPER
-	MOVSS X0, ret+72(FP)
-	RET
+	ONESIGNED(18, q40loop)
 
 // func dotQ5_0AVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q5_0 blocks (22 bytes: float16 d, 32 high bits, 16 bytes of nibbles; weights (nibble | high<<4) - 16,
@@ -151,18 +171,7 @@ q50loop:
 	BITS32(2)
 	VPANDN Y9, Y6, Y6
 	VPOR Y6, Y1, Y1
-	VMOVDQU (SI), Y2
-	SIGNEDDOT
-	BLOCKF(0)
-	ADDQ $22, DI
-	ADDQ $32, SI
-	ADDQ $4, R8
-	DECQ CX
-	JNZ  q50loop
-	HSUM8
-	VZEROUPPER
-	MOVSS X0, ret+72(FP)
-	RET
+	ONESIGNED(22, q50loop)
 
 // func dotQ5_1AVX2(b []byte, qs []int8, d, s []float32) float32
 // b: len(d) Q5_1 blocks (24 bytes: float16 d, float16 m, 32 high bits, 16 bytes of nibbles; weights nibble |
@@ -179,24 +188,7 @@ q51loop:
 	BITS32(4)
 	VPAND Y9, Y6, Y6
 	VPOR Y6, Y1, Y1
-	VPMADDUBSW (SI), Y1, Y3
-	VPMADDWD Y15, Y3, Y3
-	BLOCKF(0)
-	VPBROADCASTW 2(DI), X6
-	VCVTPH2PS X6, X6
-	VMULSS (R9), X6, X6
-	VADDSS X6, X7, X7
-	ADDQ $24, DI
-	ADDQ $32, SI
-	ADDQ $4, R8
-	ADDQ $4, R9
-	DECQ CX
-	JNZ  q51loop
-	HSUM8
-	VADDSS X7, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+96(FP)
-	RET
+	ONEMIN(24, q51loop)
 
 // func dotQ4_1AVX2(b []byte, qs []int8, d, s []float32) float32
 // b: len(d) Q4_1 blocks (20 bytes: float16 d, float16 m, 16 bytes of nibbles); qs, d, s: the Q8_1 activations.
@@ -208,24 +200,7 @@ TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-100
 
 q41loop:
 	NIBBLES32(4)
-	VPMADDUBSW (SI), Y1, Y3
-	VPMADDWD Y15, Y3, Y3
-	BLOCKF(0)
-	VPBROADCASTW 2(DI), X6
-	VCVTPH2PS X6, X6
-	VMULSS (R9), X6, X6
-	VADDSS X6, X7, X7
-	ADDQ $20, DI
-	ADDQ $32, SI
-	ADDQ $4, R8
-	ADDQ $4, R9
-	DECQ CX
-	JNZ  q41loop
-	HSUM8
-	VADDSS X7, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+96(FP)
-	RET
+	ONEMIN(20, q41loop)
 
 // func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 // b: len(d) Q4_K super-blocks (144 bytes); qs, d, bsums: the Q8_K activations.
@@ -237,67 +212,11 @@ TEXT ·dotQ4_KAVX2(SB), NOSPLIT, $48-100
 q4kloop:
 	Q4KSCALES
 	VPXOR Y11, Y11, Y11
-	VMOVDQU 16(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPMADDUBSW 0(SI), Y2, Y2
-	VPBROADCASTW 0(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 32(SI), Y1, Y1
-	VPBROADCASTW 2(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	VMOVDQU 48(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPMADDUBSW 64(SI), Y2, Y2
-	VPBROADCASTW 4(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 96(SI), Y1, Y1
-	VPBROADCASTW 6(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	VMOVDQU 80(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPMADDUBSW 128(SI), Y2, Y2
-	VPBROADCASTW 8(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 160(SI), Y1, Y1
-	VPBROADCASTW 10(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	VMOVDQU 112(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPMADDUBSW 192(SI), Y2, Y2
-	VPBROADCASTW 12(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 224(SI), Y1, Y1
-	VPBROADCASTW 14(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	KFLOAT(0)
-	KMINS(2)
-	ADDQ $144, DI
-	ADDQ $256, SI
-	ADDQ $4, R8
-	ADDQ $32, R9
-	DECQ CX
-	JNZ  q4kloop
-	HSUM8
-	VSUBSS X7, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+96(FP)
-	RET
+	Q4KCHUNK(16, 0, 32, 0, 2)
+	Q4KCHUNK(48, 64, 96, 4, 6)
+	Q4KCHUNK(80, 128, 160, 8, 10)
+	Q4KCHUNK(112, 192, 224, 12, 14)
+	KNEXT(144, q4kloop)
 
 // func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 // b: len(d) Q5_K super-blocks (176 bytes: float16 d and dmin, 12 bytes of 6-bit scales and minimums as Q4_K's,
@@ -313,99 +232,11 @@ q5kloop:
 	Q4KSCALES
 	VPXOR Y11, Y11, Y11
 	VMOVDQU 16(DI), Y12
-	VMOVDQU 48(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPSRLW $0, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y2, Y2
-	VPSRLW $1, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y1, Y1
-	VPMADDUBSW 0(SI), Y2, Y2
-	VPBROADCASTW 0(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 32(SI), Y1, Y1
-	VPBROADCASTW 2(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	VMOVDQU 80(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPSRLW $2, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y2, Y2
-	VPSRLW $3, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y1, Y1
-	VPMADDUBSW 64(SI), Y2, Y2
-	VPBROADCASTW 4(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 96(SI), Y1, Y1
-	VPBROADCASTW 6(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	VMOVDQU 112(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPSRLW $4, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y2, Y2
-	VPSRLW $5, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y1, Y1
-	VPMADDUBSW 128(SI), Y2, Y2
-	VPBROADCASTW 8(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 160(SI), Y1, Y1
-	VPBROADCASTW 10(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	VMOVDQU 144(DI), Y1
-	VPAND Y14, Y1, Y2
-	VPSRLW $4, Y1, Y1
-	VPAND Y14, Y1, Y1
-	VPSRLW $6, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y2, Y2
-	VPSRLW $7, Y12, Y10
-	VPAND Y13, Y10, Y10
-	VPSLLW $4, Y10, Y10
-	VPOR Y10, Y1, Y1
-	VPMADDUBSW 192(SI), Y2, Y2
-	VPBROADCASTW 12(SP), Y4
-	VPMADDWD Y4, Y2, Y2
-	VPADDD Y2, Y11, Y11
-	VPMADDUBSW 224(SI), Y1, Y1
-	VPBROADCASTW 14(SP), Y4
-	VPMADDWD Y4, Y1, Y1
-	VPADDD Y1, Y11, Y11
-	KFLOAT(0)
-	KMINS(2)
-	ADDQ $176, DI
-	ADDQ $256, SI
-	ADDQ $4, R8
-	ADDQ $32, R9
-	DECQ CX
-	JNZ  q5kloop
-	HSUM8
-	VSUBSS X7, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+96(FP)
-	RET
+	Q5KCHUNK(48, 0, 1, 0, 32, 0, 2)
+	Q5KCHUNK(80, 2, 3, 64, 96, 4, 6)
+	Q5KCHUNK(112, 4, 5, 128, 160, 8, 10)
+	Q5KCHUNK(144, 6, 7, 192, 224, 12, 14)
+	KNEXT(176, q5kloop)
 
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,
@@ -575,6 +406,32 @@ GLOBL nibshift<>(SB), RODATA|NOPTR, $32
 	VEXTRACTF128 $1, ya, X4; VADDPS X4, xa, xa; VMOVHLPS xa, xa, X4; VADDPS X4, xa, xa; \
 	VMOVSHDUP xa, X4; VADDSS X4, xa, xa
 
+// X4SIGNED(ROW, size, loop): the body of a four-row kernel of a format with signed weights and Q8_0 activations
+// (b, stride, qs, d, y): ROW(p, ya) adds one block of the row at p (size bytes) into Y`a`.
+#define X4SIGNED(ROW, size, loop) \
+	ROWS4; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ y+80(FP), DX; \
+	XORQ BX, BX; VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
+	VPBROADCASTD nibmask<>(SB), Y14; VMOVDQU nibshift<>(SB), Y15; \
+loop: \
+	VMOVDQU (SI), Y12; VMOVSS (R8), X13; PREFETCH4; \
+	ROW(DI, Y0); ROW(R10, Y1); ROW(R11, Y2); ROW(R12, Y3); \
+	ADDQ $size, BX; ADDQ $32, SI; ADDQ $4, R8; DECQ CX; JNZ loop; \
+	Q80OUT(Y0, X0, 0); Q80OUT(Y1, X1, 4); Q80OUT(Y2, X2, 8); Q80OUT(Y3, X3, 12); VZEROUPPER; RET
+
+// X4MIN(ROW, size, loop): the body of a four-row kernel of a format with a minimum and Q8_1 activations (b,
+// stride, qs, d, s, y): ROW(p, ya, xs) adds one block of the row at p (size bytes) into Y`a`, its m·s into X`s`.
+#define X4MIN(ROW, size, loop) \
+	ROWS4; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ s_base+80(FP), R9; \
+	MOVQ y+104(FP), DX; XORQ BX, BX; \
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
+	VXORPS X8, X8, X8; VXORPS X9, X9, X9; VXORPS X10, X10, X10; VXORPS X11, X11, X11; \
+	VPBROADCASTD nibmask<>(SB), Y14; VMOVDQU nibshift<>(SB), Y15; \
+loop: \
+	VMOVDQU (SI), Y12; VMOVSS (R8), X13; VINSERTPS $0x10, (R9), X13, X13; PREFETCH4; \
+	ROW(DI, Y0, X8); ROW(R10, Y1, X9); ROW(R11, Y2, X10); ROW(R12, Y3, X11); \
+	ADDQ $size, BX; ADDQ $32, SI; ADDQ $4, R8; ADDQ $4, R9; DECQ CX; JNZ loop; \
+	Q41OUT(Y0, X0, X8, 0); Q41OUT(Y1, X1, X9, 4); Q41OUT(Y2, X2, X10, 8); Q41OUT(Y3, X3, X11, 12); VZEROUPPER; RET
+
 // Q41ROW(p, ya, xs): one Q4_1 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes, X`s` lane 1 += m·s.
 // Y12 holds the activations, X13 [d_a, s, 0, 0].
 #define Q41ROW(p, ya, xs) \
@@ -589,39 +446,7 @@ GLOBL nibshift<>(SB), RODATA|NOPTR, $32
 
 // func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
 TEXT ·dotQ4_1x4VNNI(SB), NOSPLIT, $0-112
-	ROWS4
-	MOVQ qs_base+32(FP), SI
-	MOVQ d_base+56(FP), R8
-	MOVQ d_len+64(FP), CX
-	MOVQ s_base+80(FP), R9
-	MOVQ y+104(FP), DX
-	XORQ BX, BX
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
-	VXORPS X8, X8, X8; VXORPS X9, X9, X9; VXORPS X10, X10, X10; VXORPS X11, X11, X11
-	VPBROADCASTD nibmask<>(SB), Y14
-	VMOVDQU nibshift<>(SB), Y15
-
-q41x4loop:
-	VMOVDQU (SI), Y12
-	VMOVSS (R8), X13
-	VINSERTPS $0x10, (R9), X13, X13
-	PREFETCH4
-	Q41ROW(DI, Y0, X8)
-	Q41ROW(R10, Y1, X9)
-	Q41ROW(R11, Y2, X10)
-	Q41ROW(R12, Y3, X11)
-	ADDQ $20, BX
-	ADDQ $32, SI
-	ADDQ $4, R8
-	ADDQ $4, R9
-	DECQ CX
-	JNZ  q41x4loop
-	Q41OUT(Y0, X0, X8, 0)
-	Q41OUT(Y1, X1, X9, 4)
-	Q41OUT(Y2, X2, X10, 8)
-	Q41OUT(Y3, X3, X11, 12)
-	VZEROUPPER
-	RET
+	X4MIN(Q41ROW, 20, q41x4loop)
 
 // Q80ROW(p, ya): one Q8_0 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes; |w| times a·sign(w) as in
 // SIGNEDDOT. Y12 holds the activations, X13 d_a.
@@ -636,33 +461,7 @@ q41x4loop:
 
 // func dotQ8_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
 TEXT ·dotQ8_0x4VNNI(SB), NOSPLIT, $0-88
-	ROWS4
-	MOVQ qs_base+32(FP), SI
-	MOVQ d_base+56(FP), R8
-	MOVQ d_len+64(FP), CX
-	MOVQ y+80(FP), DX
-	XORQ BX, BX
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
-
-q80x4loop:
-	VMOVDQU (SI), Y12
-	VMOVSS (R8), X13
-	PREFETCH4
-	Q80ROW(DI, Y0)
-	Q80ROW(R10, Y1)
-	Q80ROW(R11, Y2)
-	Q80ROW(R12, Y3)
-	ADDQ $34, BX
-	ADDQ $32, SI
-	ADDQ $4, R8
-	DECQ CX
-	JNZ  q80x4loop
-	Q80OUT(Y0, X0, 0)
-	Q80OUT(Y1, X1, 4)
-	Q80OUT(Y2, X2, 8)
-	Q80OUT(Y3, X3, 12)
-	VZEROUPPER
-	RET
+	X4SIGNED(Q80ROW, 34, q80x4loop)
 
 // 32-byte forms of the Q5 constants, for the four-row kernels (which have no register to spare for them).
 DATA bitsel32<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
@@ -703,35 +502,7 @@ GLOBL sixteens32<>(SB), RODATA|NOPTR, $32
 
 // func dotQ5_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
 TEXT ·dotQ5_0x4VNNI(SB), NOSPLIT, $0-88
-	ROWS4
-	MOVQ qs_base+32(FP), SI
-	MOVQ d_base+56(FP), R8
-	MOVQ d_len+64(FP), CX
-	MOVQ y+80(FP), DX
-	XORQ BX, BX
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
-	VPBROADCASTD nibmask<>(SB), Y14
-	VMOVDQU nibshift<>(SB), Y15
-
-q50x4loop:
-	VMOVDQU (SI), Y12
-	VMOVSS (R8), X13
-	PREFETCH4
-	Q50ROW(DI, Y0)
-	Q50ROW(R10, Y1)
-	Q50ROW(R11, Y2)
-	Q50ROW(R12, Y3)
-	ADDQ $22, BX
-	ADDQ $32, SI
-	ADDQ $4, R8
-	DECQ CX
-	JNZ  q50x4loop
-	Q80OUT(Y0, X0, 0)
-	Q80OUT(Y1, X1, 4)
-	Q80OUT(Y2, X2, 8)
-	Q80OUT(Y3, X3, 12)
-	VZEROUPPER
-	RET
+	X4SIGNED(Q50ROW, 22, q50x4loop)
 
 // Q51ROW(p, ya, xs): one Q5_1 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes, X`s` lane 1 += m·s.
 // Y12 holds the activations, X13 [d_a, s, 0, 0].
@@ -743,39 +514,7 @@ q50x4loop:
 
 // func dotQ5_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
 TEXT ·dotQ5_1x4VNNI(SB), NOSPLIT, $0-112
-	ROWS4
-	MOVQ qs_base+32(FP), SI
-	MOVQ d_base+56(FP), R8
-	MOVQ d_len+64(FP), CX
-	MOVQ s_base+80(FP), R9
-	MOVQ y+104(FP), DX
-	XORQ BX, BX
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
-	VXORPS X8, X8, X8; VXORPS X9, X9, X9; VXORPS X10, X10, X10; VXORPS X11, X11, X11
-	VPBROADCASTD nibmask<>(SB), Y14
-	VMOVDQU nibshift<>(SB), Y15
-
-q51x4loop:
-	VMOVDQU (SI), Y12
-	VMOVSS (R8), X13
-	VINSERTPS $0x10, (R9), X13, X13
-	PREFETCH4
-	Q51ROW(DI, Y0, X8)
-	Q51ROW(R10, Y1, X9)
-	Q51ROW(R11, Y2, X10)
-	Q51ROW(R12, Y3, X11)
-	ADDQ $24, BX
-	ADDQ $32, SI
-	ADDQ $4, R8
-	ADDQ $4, R9
-	DECQ CX
-	JNZ  q51x4loop
-	Q41OUT(Y0, X0, X8, 0)
-	Q41OUT(Y1, X1, X9, 4)
-	Q41OUT(Y2, X2, X10, 8)
-	Q41OUT(Y3, X3, X11, 12)
-	VZEROUPPER
-	RET
+	X4MIN(Q51ROW, 24, q51x4loop)
 
 DATA q8consts<>+0(SB)/4, $0x7fffffff // |x| mask
 DATA q8consts<>+4(SB)/4, $127.0
