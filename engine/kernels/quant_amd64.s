@@ -67,6 +67,10 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 // Y9, AX.
 #define KMINS(off) \
 	VMOVDQU 16(SP), X8; VPUNPCKHWD X8, X8, X9; VPUNPCKLWD X8, X8, X8; VINSERTI128 $1, X9, Y8, Y8; \
+	KMINSUM(off)
+
+// KMINSUM(off): KMINS with the 16 minimums (one per 16 activations) as int16 in Y8.
+#define KMINSUM(off) \
 	VMOVDQU (R9), Y6; VPMADDWD Y8, Y6, Y6; \
 	VEXTRACTI128 $1, Y6, X8; VPADDD X8, X6, X6; VPSHUFD $0x4e, X6, X8; VPADDD X8, X6, X6; \
 	VPSHUFD $0xb1, X6, X8; VPADDD X8, X6, X6; VCVTDQ2PS X6, X6; \
@@ -237,6 +241,57 @@ q5kloop:
 	Q5KCHUNK(112, 4, 5, 128, 160, 8, 10)
 	Q5KCHUNK(144, 6, 7, 192, 224, 12, 14)
 	KNEXT(176, q5kloop)
+
+// Q2KGROUP(src, shift, aoff, s0, s1): the 32 two-bit weights at bit `shift` of each byte of Y`src` against the
+// activations at aoff(SI): Y11 += lanes, the first four scaled by the int16 at s0(SP), the last four by s1(SP).
+// Y13: 0x03 bytes.
+#define Q2KGROUP(src, shift, aoff, s0, s1) \
+	VPSRLW $shift, src, Y1; VPAND Y13, Y1, Y1; VPMADDUBSW aoff(SI), Y1, Y1; \
+	VPBROADCASTW s0(SP), X3; VPBROADCASTW s1(SP), X4; VINSERTI128 $1, X4, Y3, Y3; \
+	VPMADDWD Y3, Y1, Y1; VPADDD Y1, Y11, Y11
+
+// func dotQ2_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
+// b: len(d) Q2_K super-blocks (84 bytes: 16 bytes of 4-bit scales and minimums, 64 bytes of 2-bit weights (32
+// weights per byte column: bits 2j of bytes 32h..32h+31 are weights 128h+32j..), float16 d and dmin); qs, d,
+// bsums: the Q8_K activations.
+TEXT ·dotQ2_KAVX2(SB), NOSPLIT, $64-100
+	ARGS
+	MOVQ bsums_base+72(FP), R9
+	VXORPS X7, X7, X7
+	VPBROADCASTD threemask<>(SB), Y13
+
+q2kloop:
+	VMOVDQU 0(DI), X1
+	VPAND X14, X1, X2
+	VPMOVZXBW X2, Y2
+	VMOVDQU Y2, 0(SP)
+	VPSRLW $4, X1, X1
+	VPAND X14, X1, X1
+	VPMOVZXBW X1, Y8
+	VPXOR Y11, Y11, Y11
+	VMOVDQU 16(DI), Y5
+	VMOVDQU 48(DI), Y6
+	Q2KGROUP(Y5, 0, 0, 0, 2)
+	Q2KGROUP(Y5, 2, 32, 4, 6)
+	Q2KGROUP(Y5, 4, 64, 8, 10)
+	Q2KGROUP(Y5, 6, 96, 12, 14)
+	Q2KGROUP(Y6, 0, 128, 16, 18)
+	Q2KGROUP(Y6, 2, 160, 20, 22)
+	Q2KGROUP(Y6, 4, 192, 24, 26)
+	Q2KGROUP(Y6, 6, 224, 28, 30)
+	KFLOAT(80)
+	KMINSUM(82)
+	ADDQ $84, DI
+	ADDQ $256, SI
+	ADDQ $4, R8
+	ADDQ $32, R9
+	DECQ CX
+	JNZ  q2kloop
+	HSUM8
+	VSUBSS X7, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+96(FP)
+	RET
 
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,

@@ -275,7 +275,7 @@ func TestWiden(t *testing.T) {
 // widenRows).
 func TestLinearQuant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		const in, out, rows = 512, 130, 5 // rows ≥ widenRows
 		w := randomQuantMatrix(t, rng, typ, out, in)
 		x := make([]float32, rows*in)
