@@ -59,6 +59,9 @@ func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 func dotQ2_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
+func dotQ3_KAVX2(b []byte, qs []int8, d []float32) float32
+
+//go:noescape
 func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -78,6 +81,7 @@ func asmKernels() map[quant.Type]*quantKernel {
 		quant.Q5_1: {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ5_1AVX2(w, x.qs, x.d, x.s) }},
 		quant.Q4_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ4_KAVX2(w, x.qs, x.d, x.bsums) }},
 		quant.Q2_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ2_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.Q3_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ3_KAVX2(w, x.qs, x.d) }},
 		quant.Q5_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ5_KAVX2(w, x.qs, x.d, x.bsums) }},
 		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
 	}

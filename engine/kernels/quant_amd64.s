@@ -9,6 +9,8 @@ DATA eights<>+0(SB)/4, $0x08080808
 GLOBL eights<>(SB), RODATA|NOPTR, $4
 DATA thirtytwos<>+0(SB)/4, $0x20202020
 GLOBL thirtytwos<>(SB), RODATA|NOPTR, $4
+DATA fours<>+0(SB)/4, $0x04040404
+GLOBL fours<>(SB), RODATA|NOPTR, $4
 DATA ones8<>+0(SB)/4, $0x01010101
 GLOBL ones8<>(SB), RODATA|NOPTR, $4
 DATA onesw<>+0(SB)/4, $0x00010001
@@ -291,6 +293,63 @@ q2kloop:
 	VSUBSS X7, X0, X0
 	VZEROUPPER
 	MOVSS X0, ret+96(FP)
+	RET
+
+// Q3KGROUP(src, shift, hbit, aoff, s0, s1): the 32 three-bit weights (bit `shift` of each byte of Y`src`, high bit
+// `hbit` of each byte of Y12; weight (q | h<<2) - 4) against the activations at aoff(SI): Y11 += lanes, the first
+// four scaled by the int16 at s0(SP), the last four by s1(SP). Y13: 0x03 bytes, Y10: 0x01, Y9: 0x04.
+#define Q3KGROUP(src, shift, hbit, aoff, s0, s1) \
+	VPSRLW $shift, src, Y1; VPAND Y13, Y1, Y1; VPSRLW $hbit, Y12, Y2; VPAND Y10, Y2, Y2; VPSLLW $2, Y2, Y2; \
+	VPOR Y2, Y1, Y1; VPSUBB Y9, Y1, Y1; VMOVDQU aoff(SI), Y2; VPSIGNB Y1, Y1, Y3; VPSIGNB Y1, Y2, Y2; \
+	VPMADDUBSW Y2, Y3, Y3; VPBROADCASTW s0(SP), X2; VPBROADCASTW s1(SP), X4; VINSERTI128 $1, X4, Y2, Y2; \
+	VPMADDWD Y2, Y3, Y3; VPADDD Y3, Y11, Y11
+
+// Q3KSCALES unpacks a Q3_K super-block's sixteen 6-bit scales (12 bytes at 96(DI); ggml's x86 unpacking, minus
+// 32) into 16 int16 at 0(SP). Clobbers AX, BX, DX, R10, R11, X1, X2, Y1.
+#define Q3KSCALES \
+	MOVL 96(DI), AX; MOVL 100(DI), BX; MOVL 104(DI), DX; \
+	MOVL AX, R10; ANDL $0x0f0f0f0f, R10; MOVL DX, R11; ANDL $0x03030303, R11; SHLL $4, R11; ORL R11, R10; \
+	MOVL BX, R11; ANDL $0x0f0f0f0f, R11; MOVL DX, R12; SHRL $2, R12; ANDL $0x03030303, R12; SHLL $4, R12; \
+	ORL R12, R11; SHLQ $32, R11; ORQ R11, R10; MOVQ R10, X1; \
+	MOVL AX, R10; SHRL $4, R10; ANDL $0x0f0f0f0f, R10; MOVL DX, R11; SHRL $4, R11; ANDL $0x03030303, R11; \
+	SHLL $4, R11; ORL R11, R10; \
+	MOVL BX, R11; SHRL $4, R11; ANDL $0x0f0f0f0f, R11; MOVL DX, R12; SHRL $6, R12; ANDL $0x03030303, R12; \
+	SHLL $4, R12; ORL R12, R11; SHLQ $32, R11; ORQ R11, R10; MOVQ R10, X2; \
+	VPUNPCKLQDQ X2, X1, X1; VPBROADCASTD thirtytwos<>(SB), X2; VPSUBB X2, X1, X1; VPMOVSXBW X1, Y1; \
+	VMOVDQU Y1, 0(SP)
+
+// func dotQ3_KAVX2(b []byte, qs []int8, d []float32) float32
+// b: len(d) Q3_K super-blocks (110 bytes: 32 bytes of high bits (bit g of byte l: weight 32g+l), 64 bytes of
+// 2-bit weights as Q2_K's, 12 bytes of 6-bit scales, float16 d); qs, d: the Q8_K activations. No minimums.
+TEXT ·dotQ3_KAVX2(SB), NOSPLIT, $32-76
+	ARGS
+	VPBROADCASTD threemask<>(SB), Y13
+	VPBROADCASTD ones8<>(SB), Y10
+	VPBROADCASTD fours<>(SB), Y9
+
+q3kloop:
+	Q3KSCALES
+	VMOVDQU 0(DI), Y12
+	VPXOR Y11, Y11, Y11
+	VMOVDQU 32(DI), Y5
+	VMOVDQU 64(DI), Y6
+	Q3KGROUP(Y5, 0, 0, 0, 0, 2)
+	Q3KGROUP(Y5, 2, 1, 32, 4, 6)
+	Q3KGROUP(Y5, 4, 2, 64, 8, 10)
+	Q3KGROUP(Y5, 6, 3, 96, 12, 14)
+	Q3KGROUP(Y6, 0, 4, 128, 16, 18)
+	Q3KGROUP(Y6, 2, 5, 160, 20, 22)
+	Q3KGROUP(Y6, 4, 6, 192, 24, 26)
+	Q3KGROUP(Y6, 6, 7, 224, 28, 30)
+	KFLOAT(108)
+	ADDQ $110, DI
+	ADDQ $256, SI
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  q3kloop
+	HSUM8
+	VZEROUPPER
+	MOVSS X0, ret+72(FP)
 	RET
 
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
