@@ -86,17 +86,20 @@ type qAct struct {
 }
 
 // row returns row r's parts.
-func (a *qAct) row(r int) qActRow {
+func (a *qAct) row(r int) qActRow { return a.rows(r, 1) }
+
+// rows returns the parts of the n consecutive rows from r, one after the other.
+func (a *qAct) rows(r, n int) qActRow {
 	b := quant.QK
 	if a.format == actQ8_K {
 		b = quant.QKK
 	}
-	x := qActRow{qs: a.qs[r*a.n : (r+1)*a.n], d: a.d[r*a.n/b : (r+1)*a.n/b]}
+	x := qActRow{qs: a.qs[r*a.n : (r+n)*a.n], d: a.d[r*a.n/b : (r+n)*a.n/b]}
 	if a.s != nil {
-		x.s = a.s[r*a.n/b : (r+1)*a.n/b]
+		x.s = a.s[r*a.n/b : (r+n)*a.n/b]
 	}
 	if a.bsums != nil {
-		x.bsums = a.bsums[r*a.n/16 : (r+1)*a.n/16]
+		x.bsums = a.bsums[r*a.n/16 : (r+n)*a.n/16]
 	}
 	return x
 }
@@ -236,6 +239,10 @@ type quantKernel struct {
 	act  actFormat
 	dot  func(w []byte, x qActRow) float32
 	dot4 func(w []byte, stride int, x qActRow, y []float32)
+	// in4, where an assembly kernel has it, sets y[0], y[ystride], y[2·ystride] and y[3·ystride] to dot of the row w
+	// with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows share each
+	// unpacked block.
+	in4 func(w []byte, x qActRow, y []float32, ystride int)
 	// widen, when set, rewrites a row of this format (src) as a row of Q8_0 blocks (dst) holding the same
 	// integers and the same float16 scales: Q8_0's kernels then give the same products, bit for bit (the same
 	// integer lanes, the same float operations per block), with no decoding left in the loop over input rows.
@@ -538,7 +545,7 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 		xr[r] = a.row(r)
 	}
 	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
-	widen := w.k.widen
+	in4, widen := w.k.in4, w.k.widen
 	if widen != nil && rows >= widenRows {
 		k := quantKernels[quant.Q8_0]
 		dot, dot4, rb = k.dot, k.dot4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
@@ -570,7 +577,13 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 		}
 		for ; o < hi; o++ {
 			wr := row(o, 1)
-			for r := range rows {
+			r := 0
+			if in4 != nil {
+				for ; r+4 <= rows; r += 4 {
+					in4(wr, a.rows(r, 4), y[r*out+o:], out)
+				}
+			}
+			for ; r < rows; r++ {
 				y[r*out+o] = dot(wr, xr[r])
 			}
 		}

@@ -62,6 +62,9 @@ func dotQ2_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 func dotQ3_KAVX2(b []byte, qs []int8, d []float32) float32
 
 //go:noescape
+func dotQ4_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+
+//go:noescape
 func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -84,6 +87,10 @@ func asmKernels() map[quant.Type]*quantKernel {
 		quant.Q3_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ3_KAVX2(w, x.qs, x.d) }},
 		quant.Q5_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ5_KAVX2(w, x.qs, x.d, x.bsums) }},
 		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
+	}
+	m[quant.Q4_K].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
+		_ = y[3*ystride]
+		dotQ4_KIn4AVX2(w, x.qs, x.d, x.bsums, &y[0], ystride)
 	}
 	if useVNNI {
 		m[quant.Q8_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {

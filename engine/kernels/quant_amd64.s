@@ -34,6 +34,11 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VEXTRACTF128 $1, Y0, X1; VADDPS X1, X0, X0; VMOVHLPS X0, X0, X1; VADDPS X1, X0, X0; \
 	VMOVSHDUP X0, X1; VADDSS X1, X0, X0
 
+// HSUMR(acc, X) sums the eight lanes of Y`acc` into X`acc` as HSUM8 does, with X4 as scratch.
+#define HSUMR(ya, xa) \
+	VEXTRACTF128 $1, ya, X4; VADDPS X4, xa, xa; VMOVHLPS xa, xa, X4; VADDPS X4, xa, xa; \
+	VMOVSHDUP xa, X4; VADDSS X4, xa, xa
+
 // SIGNEDDOT: Y3 = eight int32 lanes of the products of the signed weights in Y1 with the activations in Y2
 // (Y2 is clobbered): |w| times a·sign(w), as unsigned × signed byte pairs, then pairs of pairs.
 #define SIGNEDDOT \
@@ -352,6 +357,127 @@ q3kloop:
 	MOVSS X0, ret+72(FP)
 	RET
 
+// Q4_K against four input rows: one weight row, its scales and nibbles unpacked once per super-block for the four
+// (a prompt's rows), each row's sums those of dotQ4_KAVX2 (and the portable kernel), bit for bit: the same
+// integer lanes, the same float operations in the same order.
+
+// IN4PAIR(p, yi, a0, a1): Y`i` += the lanes of the low nibbles (Y2) against the activations at a0(p) scaled by
+// Y8, and of the high nibbles (Y1) against a1(p) scaled by Y9. Clobbers Y10.
+#define IN4PAIR(p, yi, a0, a1) \
+	VPMADDUBSW a0(p), Y2, Y10; VPMADDWD Y8, Y10, Y10; VPADDD Y10, yi, yi; \
+	VPMADDUBSW a1(p), Y1, Y10; VPMADDWD Y9, Y10, Y10; VPADDD Y10, yi, yi
+
+// IN4FLOAT(yi, ya, da): Y`a` += (d·d_a)·float(Y`i`), d in Y8 (all lanes), d_a the float32 at da. Clobbers Y9.
+#define IN4FLOAT(yi, ya, da) \
+	VBROADCASTSS da, Y9; VMULPS Y9, Y8, Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
+
+// IN4MINS(bs, da, so): the float32 at so(SP) += (dmin·d_a)·Σ m·bsums, the 16 minimums (int16) at 32(SP), the
+// sums of 16 at bs, dmin the float16 at 2(DI), d_a at da. Clobbers Y6, X9, X10.
+#define IN4MINS(bs, da, so) \
+	VMOVDQU bs, Y6; VPMADDWD 32(SP), Y6, Y6; \
+	VEXTRACTI128 $1, Y6, X9; VPADDD X9, X6, X6; VPSHUFD $0x4e, X6, X9; VPADDD X9, X6, X6; \
+	VPSHUFD $0xb1, X6, X9; VPADDD X9, X6, X6; VCVTDQ2PS X6, X6; \
+	VPBROADCASTW 2(DI), X10; VCVTPH2PS X10, X10; VMULSS da, X10, X10; VMULSS X6, X10, X10; VADDSS so(SP), X10, X10; VMOVSS X10, so(SP)
+
+// func dotQ4_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+// b: one row of len(d)/4 Q4_K super-blocks; qs, d, bsums: four consecutive Q8_K input rows; y[0], y[ystride],
+// y[2·ystride], y[3·ystride]: the row's products with them.
+TEXT ·dotQ4_KIn4AVX2(SB), NOSPLIT, $80-112
+	MOVQ b_base+0(FP), DI
+	MOVQ qs_base+24(FP), SI
+	MOVQ d_base+48(FP), R8
+	MOVQ d_len+56(FP), R13
+	MOVQ bsums_base+72(FP), R9
+	MOVQ R13, CX
+	SHRQ $2, CX
+	MOVQ R13, AX
+	SHLQ $6, AX
+	LEAQ (SI)(AX*1), R10
+	LEAQ (R10)(AX*1), R11
+	LEAQ (R11)(AX*1), R12
+	LEAQ (R13)(R13*2), R15
+	MOVQ R13, R14
+	SHLQ $4, R14
+	VXORPS Y0, Y0, Y0; VXORPS Y3, Y3, Y3; VXORPS Y11, Y11, Y11; VXORPS Y12, Y12, Y12
+	VMOVUPS X0, 64(SP) // the four rows' minimum terms, as float32 at 64(SP)..76(SP)
+	VPBROADCASTD nibmask<>(SB), Y14
+
+q4kin4loop:
+	Q4KSCALES
+	VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7
+	NIBS(16)
+	VPBROADCASTW 0(SP), Y8
+	VPBROADCASTW 2(SP), Y9
+	IN4PAIR(SI, Y4, 0, 32)
+	IN4PAIR(R10, Y5, 0, 32)
+	IN4PAIR(R11, Y6, 0, 32)
+	IN4PAIR(R12, Y7, 0, 32)
+	NIBS(48)
+	VPBROADCASTW 4(SP), Y8
+	VPBROADCASTW 6(SP), Y9
+	IN4PAIR(SI, Y4, 64, 96)
+	IN4PAIR(R10, Y5, 64, 96)
+	IN4PAIR(R11, Y6, 64, 96)
+	IN4PAIR(R12, Y7, 64, 96)
+	NIBS(80)
+	VPBROADCASTW 8(SP), Y8
+	VPBROADCASTW 10(SP), Y9
+	IN4PAIR(SI, Y4, 128, 160)
+	IN4PAIR(R10, Y5, 128, 160)
+	IN4PAIR(R11, Y6, 128, 160)
+	IN4PAIR(R12, Y7, 128, 160)
+	NIBS(112)
+	VPBROADCASTW 12(SP), Y8
+	VPBROADCASTW 14(SP), Y9
+	IN4PAIR(SI, Y4, 192, 224)
+	IN4PAIR(R10, Y5, 192, 224)
+	IN4PAIR(R11, Y6, 192, 224)
+	IN4PAIR(R12, Y7, 192, 224)
+	VPBROADCASTW 0(DI), X8
+	VCVTPH2PS X8, Y8
+	IN4FLOAT(Y4, Y0, (R8))
+	IN4FLOAT(Y5, Y3, (R8)(R13*1))
+	IN4FLOAT(Y6, Y11, (R8)(R13*2))
+	IN4FLOAT(Y7, Y12, (R8)(R15*1))
+	VMOVDQU 16(SP), X8
+	VPUNPCKHWD X8, X8, X9
+	VPUNPCKLWD X8, X8, X8
+	VINSERTI128 $1, X9, Y8, Y8
+	VMOVDQU Y8, 32(SP)
+	IN4MINS((R9), (R8), 64)
+	IN4MINS((R9)(R13*8), (R8)(R13*1), 68)
+	IN4MINS((R9)(R14*1), (R8)(R13*2), 72)
+	IN4MINS((R9)(R15*8), (R8)(R15*1), 76)
+	ADDQ $144, DI
+	ADDQ $256, SI
+	ADDQ $256, R10
+	ADDQ $256, R11
+	ADDQ $256, R12
+	ADDQ $4, R8
+	ADDQ $32, R9
+	DECQ CX
+	JNZ  q4kin4loop
+	MOVQ y+96(FP), DX
+	MOVQ ystride+104(FP), AX
+	SHLQ $2, AX
+	HSUMR(Y0, X0)
+	VSUBSS 64(SP), X0, X0
+	MOVSS X0, (DX)
+	ADDQ AX, DX
+	HSUMR(Y3, X3)
+	VSUBSS 68(SP), X3, X3
+	MOVSS X3, (DX)
+	ADDQ AX, DX
+	HSUMR(Y11, X11)
+	VSUBSS 72(SP), X11, X11
+	MOVSS X11, (DX)
+	ADDQ AX, DX
+	HSUMR(Y12, X12)
+	VSUBSS 76(SP), X12, X12
+	MOVSS X12, (DX)
+	VZEROUPPER
+	RET
+
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,
 // float16 d); qs, d: the Q8_K activations. Weights are q-32 with q in 0..63: the products q·a less 32·a.
@@ -514,11 +640,6 @@ GLOBL nibshift<>(SB), RODATA|NOPTR, $32
 // the hardware prefetchers, which follow sequential runs longer than a row, would fetch them late.
 #define PREFETCH4 \
 	PREFETCHT0 (R13)(BX*4); PREFETCHT0 64(R13)(BX*4)
-
-// HSUMR(acc, X) sums the eight lanes of Y`acc` into X`acc` as HSUM8 does, with X4 as scratch.
-#define HSUMR(ya, xa) \
-	VEXTRACTF128 $1, ya, X4; VADDPS X4, xa, xa; VMOVHLPS xa, xa, X4; VADDPS X4, xa, xa; \
-	VMOVSHDUP xa, X4; VADDSS X4, xa, xa
 
 // X4SIGNED(ROW, size, loop): the body of a four-row kernel of a format with signed weights and Q8_0 activations
 // (b, stride, qs, d, y): ROW(p, ya) adds one block of the row at p (size bytes) into Y`a`.
