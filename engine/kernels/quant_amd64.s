@@ -144,6 +144,65 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	ADDQ $size, DI; ADDQ $32, SI; ADDQ $4, R8; ADDQ $4, R9; DECQ CX; JNZ loop; \
 	HSUM8; VADDSS X7, X0, X0; VZEROUPPER; MOVSS X0, ret+96(FP); RET
 
+// Q4_K against four input rows: one weight row, its scales and nibbles unpacked once per super-block for the four
+// (a prompt's rows), each row's sums those of dotQ4_KAVX2 (and the portable kernel), bit for bit: the same
+// integer lanes, the same float operations in the same order.
+
+// IN4PAIR(p, yi, a0, a1): Y`i` += the lanes of the low nibbles (Y2) against the activations at a0(p) scaled by
+// Y8, and of the high nibbles (Y1) against a1(p) scaled by Y9. Clobbers Y10.
+#define IN4PAIR(p, yi, a0, a1) \
+	VPMADDUBSW a0(p), Y2, Y10; VPMADDWD Y8, Y10, Y10; VPADDD Y10, yi, yi; \
+	VPMADDUBSW a1(p), Y1, Y10; VPMADDWD Y9, Y10, Y10; VPADDD Y10, yi, yi
+
+// IN4FLOAT(yi, ya, da): Y`a` += (d·d_a)·float(Y`i`), d in Y8 (all lanes), d_a the float32 at da. Clobbers Y9.
+#define IN4FLOAT(yi, ya, da) \
+	VBROADCASTSS da, Y9; VMULPS Y9, Y8, Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
+
+// IN4MINS(bs, da, so): the float32 at so(SP) += (dmin·d_a)·Σ m·bsums, the 16 minimums (int16) at 32(SP), the
+// sums of 16 at bs, dmin the float16 at 2(DI), d_a at da. Clobbers Y6, X9, X10.
+#define IN4MINS(bs, da, so) \
+	VMOVDQU bs, Y6; VPMADDWD 32(SP), Y6, Y6; \
+	VEXTRACTI128 $1, Y6, X9; VPADDD X9, X6, X6; VPSHUFD $0x4e, X6, X9; VPADDD X9, X6, X6; \
+	VPSHUFD $0xb1, X6, X9; VPADDD X9, X6, X6; VCVTDQ2PS X6, X6; \
+	VPBROADCASTW 2(DI), X10; VCVTPH2PS X10, X10; VMULSS da, X10, X10; VMULSS X6, X10, X10; VADDSS so(SP), X10, X10; VMOVSS X10, so(SP)
+
+// IN4ARGS loads an In4 kernel's arguments: the weight row in DI, the four input rows' values at SI, R10, R11, R12,
+// their scales at (R8) + 0, 1, 2, 3 times R13 (R15 = 3·R13), their sums of 16 at (R9) + 0, 8·R13, R14, 8·R15; the
+// super-block count in CX; zeroes the accumulators Y0, Y3, Y11, Y12 and the minimum terms at 64(SP)..76(SP).
+#define IN4ARGS \
+	MOVQ b_base+0(FP), DI; MOVQ qs_base+24(FP), SI; MOVQ d_base+48(FP), R8; MOVQ d_len+56(FP), R13; \
+	MOVQ bsums_base+72(FP), R9; MOVQ R13, CX; SHRQ $2, CX; MOVQ R13, AX; SHLQ $6, AX; LEAQ (SI)(AX*1), R10; \
+	LEAQ (R10)(AX*1), R11; LEAQ (R11)(AX*1), R12; LEAQ (R13)(R13*2), R15; MOVQ R13, R14; SHLQ $4, R14; \
+	VXORPS Y0, Y0, Y0; VXORPS Y3, Y3, Y3; VXORPS Y11, Y11, Y11; VXORPS Y12, Y12, Y12; VMOVUPS X0, 64(SP); \
+	VPBROADCASTD nibmask<>(SB), Y14
+
+// IN4CHUNK(a0, a1, s0, s1): the low (Y2) and high (Y1) weights of a chunk against the four rows' activations at
+// a0 and a1, scaled by the int16 at s0(SP) and s1(SP), into the lanes Y4..Y7.
+#define IN4CHUNK(a0, a1, s0, s1) \
+	VPBROADCASTW s0(SP), Y8; VPBROADCASTW s1(SP), Y9; \
+	IN4PAIR(SI, Y4, a0, a1); IN4PAIR(R10, Y5, a0, a1); IN4PAIR(R11, Y6, a0, a1); IN4PAIR(R12, Y7, a0, a1)
+
+// IN4NEXT(size, loop): a super-block's float parts for the four rows, then on to the next (size bytes).
+#define IN4NEXT(size, loop) \
+	VPBROADCASTW 0(DI), X8; VCVTPH2PS X8, Y8; \
+	IN4FLOAT(Y4, Y0, (R8)); IN4FLOAT(Y5, Y3, (R8)(R13*1)); IN4FLOAT(Y6, Y11, (R8)(R13*2)); IN4FLOAT(Y7, Y12, (R8)(R15*1)); \
+	VMOVDQU 16(SP), X8; VPUNPCKHWD X8, X8, X9; VPUNPCKLWD X8, X8, X8; VINSERTI128 $1, X9, Y8, Y8; VMOVDQU Y8, 32(SP); \
+	IN4MINS((R9), (R8), 64); IN4MINS((R9)(R13*8), (R8)(R13*1), 68); IN4MINS((R9)(R14*1), (R8)(R13*2), 72); IN4MINS((R9)(R15*8), (R8)(R15*1), 76); \
+	ADDQ $size, DI; ADDQ $256, SI; ADDQ $256, R10; ADDQ $256, R11; ADDQ $256, R12; ADDQ $4, R8; ADDQ $32, R9; \
+	DECQ CX; JNZ loop
+
+// IN4OUT writes the four rows' results, hsum8(acc) - minimum terms, to y[0], y[ystride], y[2·ystride], y[3·ystride].
+#define IN4OUT \
+	MOVQ y+96(FP), DX; MOVQ ystride+104(FP), AX; SHLQ $2, AX; \
+	HSUMR(Y0, X0); VSUBSS 64(SP), X0, X0; MOVSS X0, (DX); ADDQ AX, DX; \
+	HSUMR(Y3, X3); VSUBSS 68(SP), X3, X3; MOVSS X3, (DX); ADDQ AX, DX; \
+	HSUMR(Y11, X11); VSUBSS 72(SP), X11, X11; MOVSS X11, (DX); ADDQ AX, DX; \
+	HSUMR(Y12, X12); VSUBSS 76(SP), X12, X12; MOVSS X12, (DX); VZEROUPPER; RET
+
+// HIGHBIT15(shift, q): HIGHBIT with the high bits in Y15.
+#define HIGHBIT15(shift, q) \
+	VPSRLW $shift, Y15, Y10; VPAND Y13, Y10, Y10; VPSLLW $4, Y10, Y10; VPOR Y10, q, q
+
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
 // F16C. Integers are multiplied by VPMADDUBSW (unsigned weights × signed activations; signed weights go through
 // VPSIGNB, as llama.cpp does) and VPMADDWD, exact; the float32 part is the portable kernels' (a VMULPS then a
@@ -357,126 +416,54 @@ q3kloop:
 	MOVSS X0, ret+72(FP)
 	RET
 
-// Q4_K against four input rows: one weight row, its scales and nibbles unpacked once per super-block for the four
-// (a prompt's rows), each row's sums those of dotQ4_KAVX2 (and the portable kernel), bit for bit: the same
-// integer lanes, the same float operations in the same order.
-
-// IN4PAIR(p, yi, a0, a1): Y`i` += the lanes of the low nibbles (Y2) against the activations at a0(p) scaled by
-// Y8, and of the high nibbles (Y1) against a1(p) scaled by Y9. Clobbers Y10.
-#define IN4PAIR(p, yi, a0, a1) \
-	VPMADDUBSW a0(p), Y2, Y10; VPMADDWD Y8, Y10, Y10; VPADDD Y10, yi, yi; \
-	VPMADDUBSW a1(p), Y1, Y10; VPMADDWD Y9, Y10, Y10; VPADDD Y10, yi, yi
-
-// IN4FLOAT(yi, ya, da): Y`a` += (d·d_a)·float(Y`i`), d in Y8 (all lanes), d_a the float32 at da. Clobbers Y9.
-#define IN4FLOAT(yi, ya, da) \
-	VBROADCASTSS da, Y9; VMULPS Y9, Y8, Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
-
-// IN4MINS(bs, da, so): the float32 at so(SP) += (dmin·d_a)·Σ m·bsums, the 16 minimums (int16) at 32(SP), the
-// sums of 16 at bs, dmin the float16 at 2(DI), d_a at da. Clobbers Y6, X9, X10.
-#define IN4MINS(bs, da, so) \
-	VMOVDQU bs, Y6; VPMADDWD 32(SP), Y6, Y6; \
-	VEXTRACTI128 $1, Y6, X9; VPADDD X9, X6, X6; VPSHUFD $0x4e, X6, X9; VPADDD X9, X6, X6; \
-	VPSHUFD $0xb1, X6, X9; VPADDD X9, X6, X6; VCVTDQ2PS X6, X6; \
-	VPBROADCASTW 2(DI), X10; VCVTPH2PS X10, X10; VMULSS da, X10, X10; VMULSS X6, X10, X10; VADDSS so(SP), X10, X10; VMOVSS X10, so(SP)
-
 // func dotQ4_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 // b: one row of len(d)/4 Q4_K super-blocks; qs, d, bsums: four consecutive Q8_K input rows; y[0], y[ystride],
 // y[2·ystride], y[3·ystride]: the row's products with them.
 TEXT ·dotQ4_KIn4AVX2(SB), NOSPLIT, $80-112
-	MOVQ b_base+0(FP), DI
-	MOVQ qs_base+24(FP), SI
-	MOVQ d_base+48(FP), R8
-	MOVQ d_len+56(FP), R13
-	MOVQ bsums_base+72(FP), R9
-	MOVQ R13, CX
-	SHRQ $2, CX
-	MOVQ R13, AX
-	SHLQ $6, AX
-	LEAQ (SI)(AX*1), R10
-	LEAQ (R10)(AX*1), R11
-	LEAQ (R11)(AX*1), R12
-	LEAQ (R13)(R13*2), R15
-	MOVQ R13, R14
-	SHLQ $4, R14
-	VXORPS Y0, Y0, Y0; VXORPS Y3, Y3, Y3; VXORPS Y11, Y11, Y11; VXORPS Y12, Y12, Y12
-	VMOVUPS X0, 64(SP) // the four rows' minimum terms, as float32 at 64(SP)..76(SP)
-	VPBROADCASTD nibmask<>(SB), Y14
+	IN4ARGS
 
 q4kin4loop:
 	Q4KSCALES
 	VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7
 	NIBS(16)
-	VPBROADCASTW 0(SP), Y8
-	VPBROADCASTW 2(SP), Y9
-	IN4PAIR(SI, Y4, 0, 32)
-	IN4PAIR(R10, Y5, 0, 32)
-	IN4PAIR(R11, Y6, 0, 32)
-	IN4PAIR(R12, Y7, 0, 32)
+	IN4CHUNK(0, 32, 0, 2)
 	NIBS(48)
-	VPBROADCASTW 4(SP), Y8
-	VPBROADCASTW 6(SP), Y9
-	IN4PAIR(SI, Y4, 64, 96)
-	IN4PAIR(R10, Y5, 64, 96)
-	IN4PAIR(R11, Y6, 64, 96)
-	IN4PAIR(R12, Y7, 64, 96)
+	IN4CHUNK(64, 96, 4, 6)
 	NIBS(80)
-	VPBROADCASTW 8(SP), Y8
-	VPBROADCASTW 10(SP), Y9
-	IN4PAIR(SI, Y4, 128, 160)
-	IN4PAIR(R10, Y5, 128, 160)
-	IN4PAIR(R11, Y6, 128, 160)
-	IN4PAIR(R12, Y7, 128, 160)
+	IN4CHUNK(128, 160, 8, 10)
 	NIBS(112)
-	VPBROADCASTW 12(SP), Y8
-	VPBROADCASTW 14(SP), Y9
-	IN4PAIR(SI, Y4, 192, 224)
-	IN4PAIR(R10, Y5, 192, 224)
-	IN4PAIR(R11, Y6, 192, 224)
-	IN4PAIR(R12, Y7, 192, 224)
-	VPBROADCASTW 0(DI), X8
-	VCVTPH2PS X8, Y8
-	IN4FLOAT(Y4, Y0, (R8))
-	IN4FLOAT(Y5, Y3, (R8)(R13*1))
-	IN4FLOAT(Y6, Y11, (R8)(R13*2))
-	IN4FLOAT(Y7, Y12, (R8)(R15*1))
-	VMOVDQU 16(SP), X8
-	VPUNPCKHWD X8, X8, X9
-	VPUNPCKLWD X8, X8, X8
-	VINSERTI128 $1, X9, Y8, Y8
-	VMOVDQU Y8, 32(SP)
-	IN4MINS((R9), (R8), 64)
-	IN4MINS((R9)(R13*8), (R8)(R13*1), 68)
-	IN4MINS((R9)(R14*1), (R8)(R13*2), 72)
-	IN4MINS((R9)(R15*8), (R8)(R15*1), 76)
-	ADDQ $144, DI
-	ADDQ $256, SI
-	ADDQ $256, R10
-	ADDQ $256, R11
-	ADDQ $256, R12
-	ADDQ $4, R8
-	ADDQ $32, R9
-	DECQ CX
-	JNZ  q4kin4loop
-	MOVQ y+96(FP), DX
-	MOVQ ystride+104(FP), AX
-	SHLQ $2, AX
-	HSUMR(Y0, X0)
-	VSUBSS 64(SP), X0, X0
-	MOVSS X0, (DX)
-	ADDQ AX, DX
-	HSUMR(Y3, X3)
-	VSUBSS 68(SP), X3, X3
-	MOVSS X3, (DX)
-	ADDQ AX, DX
-	HSUMR(Y11, X11)
-	VSUBSS 72(SP), X11, X11
-	MOVSS X11, (DX)
-	ADDQ AX, DX
-	HSUMR(Y12, X12)
-	VSUBSS 76(SP), X12, X12
-	MOVSS X12, (DX)
-	VZEROUPPER
-	RET
+	IN4CHUNK(192, 224, 12, 14)
+	IN4NEXT(144, q4kin4loop)
+	IN4OUT
+
+// func dotQ5_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+// dotQ4_KIn4AVX2 for Q5_K super-blocks, the high bits or'ed in as dotQ5_KAVX2 does.
+TEXT ·dotQ5_KIn4AVX2(SB), NOSPLIT, $80-112
+	IN4ARGS
+	VPBROADCASTD ones8<>(SB), Y13
+
+q5kin4loop:
+	Q4KSCALES
+	VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7
+	VMOVDQU 16(DI), Y15
+	NIBS(48)
+	HIGHBIT15(0, Y2)
+	HIGHBIT15(1, Y1)
+	IN4CHUNK(0, 32, 0, 2)
+	NIBS(80)
+	HIGHBIT15(2, Y2)
+	HIGHBIT15(3, Y1)
+	IN4CHUNK(64, 96, 4, 6)
+	NIBS(112)
+	HIGHBIT15(4, Y2)
+	HIGHBIT15(5, Y1)
+	IN4CHUNK(128, 160, 8, 10)
+	NIBS(144)
+	HIGHBIT15(6, Y2)
+	HIGHBIT15(7, Y1)
+	IN4CHUNK(192, 224, 12, 14)
+	IN4NEXT(176, q5kin4loop)
+	IN4OUT
 
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,
