@@ -68,6 +68,9 @@ func dotQ4_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32,
 func dotQ5_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 
 //go:noescape
+func dotQ6_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+
+//go:noescape
 func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -98,6 +101,10 @@ func asmKernels() map[quant.Type]*quantKernel {
 	m[quant.Q5_K].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
 		_ = y[3*ystride]
 		dotQ5_KIn4AVX2(w, x.qs, x.d, x.bsums, &y[0], ystride)
+	}
+	m[quant.Q6_K].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
+		_ = y[3*ystride]
+		dotQ6_KIn4AVX2(w, x.qs, x.d, x.bsums, &y[0], ystride)
 	}
 	if useVNNI {
 		m[quant.Q8_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {

@@ -203,6 +203,26 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 #define HIGHBIT15(shift, q) \
 	VPSRLW $shift, Y15, Y10; VPAND Y13, Y10, Y10; VPSLLW $4, Y10, Y10; VPOR Y10, q, q
 
+// Q6IN4GROUP(ql, hi, qh, qs, a, s0, s1): Q6_K's group of 32 weights, q = (the nibbles at ql(DI), the high ones when
+// hi is 4, else the low: VPSRLW by hi) | (bits qs..qs+1 of the bytes at qh(DI)) << 4, against the four rows'
+// activations at a: lanes += scale·(q·a - 32·a), the first four lanes scaled by the int16 at s0(SP), the last
+// four by s1(SP). Y15: 0x20 bytes, Y13: 0x03, Y14: 0x0f. Clobbers Y1, Y2, Y8, Y9, Y10.
+#define Q6IN4GROUP(ql, hi, qh, qs, a, s0, s1) \
+	VMOVDQU ql(DI), Y1; VPSRLW $hi, Y1, Y1; VPAND Y14, Y1, Y1; \
+	VMOVDQU qh(DI), Y2; VPSRLW $qs, Y2, Y2; VPAND Y13, Y2, Y2; VPSLLW $4, Y2, Y2; VPOR Y2, Y1, Y1; \
+	VPBROADCASTW s0(SP), X8; VPBROADCASTW s1(SP), X9; VINSERTI128 $1, X9, Y8, Y8; \
+	Q6IN4ROW(SI, Y4, a); Q6IN4ROW(R10, Y5, a); Q6IN4ROW(R11, Y6, a); Q6IN4ROW(R12, Y7, a)
+
+// Q6IN4ROW(p, yi, a): Y`i` += Y8·(maddubs(Y1, a(p)) - maddubs(32, a(p))), as dotQ6_KAVX2 does per group.
+#define Q6IN4ROW(p, yi, a) \
+	VPMADDUBSW a(p), Y1, Y2; VPMADDUBSW a(p), Y15, Y10; VPSUBW Y10, Y2, Y2; VPMADDWD Y8, Y2, Y2; VPADDD Y2, yi, yi
+
+// IN4OUTNOMIN writes the four rows' hsum8(acc) (no minimum terms) to y[0], y[ystride], y[2·ystride], y[3·ystride].
+#define IN4OUTNOMIN \
+	MOVQ y+96(FP), DX; MOVQ ystride+104(FP), AX; SHLQ $2, AX; \
+	HSUMR(Y0, X0); MOVSS X0, (DX); ADDQ AX, DX; HSUMR(Y3, X3); MOVSS X3, (DX); ADDQ AX, DX; \
+	HSUMR(Y11, X11); MOVSS X11, (DX); ADDQ AX, DX; HSUMR(Y12, X12); MOVSS X12, (DX); VZEROUPPER; RET
+
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
 // F16C. Integers are multiplied by VPMADDUBSW (unsigned weights × signed activations; signed weights go through
 // VPSIGNB, as llama.cpp does) and VPMADDWD, exact; the float32 part is the portable kernels' (a VMULPS then a
@@ -464,6 +484,41 @@ q5kin4loop:
 	IN4CHUNK(192, 224, 12, 14)
 	IN4NEXT(176, q5kin4loop)
 	IN4OUT
+
+// func dotQ6_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+// dotQ4_KIn4AVX2 for Q6_K super-blocks (bsums unused: Q6_K has no minimums), each row's sums dotQ6_KAVX2's.
+TEXT ·dotQ6_KIn4AVX2(SB), NOSPLIT, $80-112
+	IN4ARGS
+	VPBROADCASTD threemask<>(SB), Y13
+	VPBROADCASTD thirtytwos<>(SB), Y15
+
+q6kin4loop:
+	VPMOVSXBW 192(DI), Y1
+	VMOVDQU Y1, 0(SP)
+	VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7
+	Q6IN4GROUP(0, 0, 128, 0, 0, 0, 2)
+	Q6IN4GROUP(32, 0, 128, 2, 32, 4, 6)
+	Q6IN4GROUP(0, 4, 128, 4, 64, 8, 10)
+	Q6IN4GROUP(32, 4, 128, 6, 96, 12, 14)
+	Q6IN4GROUP(64, 0, 160, 0, 128, 16, 18)
+	Q6IN4GROUP(96, 0, 160, 2, 160, 20, 22)
+	Q6IN4GROUP(64, 4, 160, 4, 192, 24, 26)
+	Q6IN4GROUP(96, 4, 160, 6, 224, 28, 30)
+	VPBROADCASTW 208(DI), X8
+	VCVTPH2PS X8, Y8
+	IN4FLOAT(Y4, Y0, (R8))
+	IN4FLOAT(Y5, Y3, (R8)(R13*1))
+	IN4FLOAT(Y6, Y11, (R8)(R13*2))
+	IN4FLOAT(Y7, Y12, (R8)(R15*1))
+	ADDQ $210, DI
+	ADDQ $256, SI
+	ADDQ $256, R10
+	ADDQ $256, R11
+	ADDQ $256, R12
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  q6kin4loop
+	IN4OUTNOMIN
 
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,
