@@ -39,25 +39,35 @@ func biasesFromTensors(m archMeta, cfg map[string]any) {
 
 // ropeFreqs maps rope_freqs.weight, when the file has it, onto config.json's rope_scaling.
 func ropeFreqs(m archMeta, cfg map[string]any) error {
-	if _, ok := m.Tensor("rope_freqs.weight"); !ok {
+	t, ok := m.Tensor("rope_freqs.weight")
+	if !ok {
 		return nil
 	}
 	if rs, ok := cfg["rope_scaling"].(map[string]any); ok {
 		return fmt.Errorf("tensor \"rope_freqs.weight\" and metadata %s %q both scale the rotary frequencies: not supported", m.key("rope.scaling.type"), rs["rope_type"])
 	}
-	pairs := cfg["head_dim"].(int) / 2
-	f, err := m.TensorFloat32s("rope_freqs.weight", int64(pairs))
+	factors, err := m.ropeFactors(t, cfg["head_dim"].(int)/2)
 	if err != nil {
 		return err
-	}
-	if len(f) != pairs {
-		return fmt.Errorf("tensor \"rope_freqs.weight\" has %d factors, want one per rotated pair (%d)", len(f), pairs)
-	}
-	factors := make([]float64, len(f))
-	for i, v := range f {
-		factors[i] = float64(v)
 	}
 	cfg["rope_scaling"] = map[string]any{"rope_type": "longrope", "short_factor": factors, "long_factor": factors,
 		"original_max_position_embeddings": cfg["max_position_embeddings"], "attention_factor": 1.0}
 	return nil
+}
+
+// ropeFactors reads a tensor of n rotary factors (one per rotated pair), as llama.cpp requires it: shape [n]
+// (llama's rope_freqs.weight, phi3's longrope factors).
+func (m archMeta) ropeFactors(t TensorInfo, n int) ([]float64, error) {
+	if len(t.Dims) != 1 || t.Dims[0] != int64(n) {
+		return nil, fmt.Errorf("tensor %q has shape %v, want [%d] (one factor per rotated pair)", t.Name, t.Shape(), n)
+	}
+	f, err := m.TensorFloat32s(t.Name, int64(n))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, n)
+	for i, v := range f {
+		out[i] = float64(v)
+	}
+	return out, nil
 }

@@ -97,19 +97,3 @@ func phi3Config(m archMeta, cfg map[string]any) error {
 	cfg["original_max_position_embeddings"] = orig
 	return nil
 }
-
-// ropeFactors reads a tensor of n rotary factors (one per rotated pair), as llama.cpp requires it: shape [n].
-func (m archMeta) ropeFactors(t TensorInfo, n int) ([]float64, error) {
-	if len(t.Dims) != 1 || t.Dims[0] != int64(n) {
-		return nil, fmt.Errorf("tensor %q has shape %v, want [%d] (one factor per rotated pair)", t.Name, t.Shape(), n)
-	}
-	f, err := m.TensorFloat32s(t.Name, int64(n))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float64, n)
-	for i, v := range f {
-		out[i] = float64(v)
-	}
-	return out, nil
-}

@@ -213,7 +213,7 @@ func TestCheckpointRefuses(t *testing.T) {
 		{kv("llama.rope.dimension_count", Value{Type: TypeUint32, V: uint32(8)}), "partial rotary"},
 		{kv("llama.vocab_size", Value{Type: TypeUint32, V: uint32(99)}), "llama.vocab_size is 99"},
 		{kv("tokenizer.ggml.eos_token_id", Value{Type: TypeUint32, V: uint32(500)}), "tokenizer.ggml.eos_token_id is 500"},
-		{t4{extraTensor: "rope_freqs.weight"}, `tensor "rope_freqs.weight" has 2 factors, want one per rotated pair`},
+		{t4{extraTensor: "rope_freqs.weight"}, `tensor "rope_freqs.weight" has shape [2], want [8] (one factor per rotated pair)`},
 		{t4{extraTensor: "rope_freqs.weight", extraKV: []KV{{"llama.rope.scaling.type", Value{Type: TypeString, V: "linear"}},
 			{"llama.rope.scaling.factor", Value{Type: TypeFloat32, V: float32(2)}}}}, "both scale the rotary frequencies"},
 		{kv("llama.rope.scaling.yarn_beta_fast", Value{Type: TypeFloat32, V: float32(16)}), "yarn_beta_fast is 16: only 32 is supported"},
