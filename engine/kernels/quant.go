@@ -547,8 +547,8 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
 	in4, widen := w.k.in4, w.k.widen
 	if widen != nil && rows >= widenRows {
-		k := quantKernels[quant.Q8_0]
-		dot, dot4, rb = k.dot, k.dot4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
+		k := quantKernels[quant.Q8_0]                                 // widened rows are Q8_0 rows: Q8_0's kernels, all of them
+		dot, dot4, in4, rb = k.dot, k.dot4, k.in4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
 	} else {
 		widen = nil
 	}

@@ -94,17 +94,13 @@ func asmKernels() map[quant.Type]*quantKernel {
 		quant.Q5_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ5_KAVX2(w, x.qs, x.d, x.bsums) }},
 		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
 	}
-	m[quant.Q4_K].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
-		_ = y[3*ystride]
-		dotQ4_KIn4AVX2(w, x.qs, x.d, x.bsums, &y[0], ystride)
-	}
-	m[quant.Q5_K].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
-		_ = y[3*ystride]
-		dotQ5_KIn4AVX2(w, x.qs, x.d, x.bsums, &y[0], ystride)
-	}
-	m[quant.Q6_K].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
-		_ = y[3*ystride]
-		dotQ6_KIn4AVX2(w, x.qs, x.d, x.bsums, &y[0], ystride)
+	for t, f := range map[quant.Type]func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
+		quant.Q4_K: dotQ4_KIn4AVX2, quant.Q5_K: dotQ5_KIn4AVX2, quant.Q6_K: dotQ6_KIn4AVX2,
+	} {
+		m[t].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
+			_ = y[3*ystride]
+			f(w, x.qs, x.d, x.bsums, &y[0], ystride)
+		}
 	}
 	if useVNNI {
 		m[quant.Q8_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
