@@ -149,6 +149,9 @@ func (a *qAct) quantize(f actFormat, x []float32, n int) {
 		a.d = growSlice(a.d, nb)
 		a.bsumsBuf = growSlice(a.bsumsBuf, rows*n/16)
 		a.bsums = a.bsumsBuf
+		if quantizeQ8KBlocks(a.qs, a.bsums, x, a.d) {
+			return
+		}
 		for b := range nb {
 			a.d[b] = quantizeQ8_KBlock(a.qs[b*quant.QKK:(b+1)*quant.QKK], a.bsums[b*16:(b+1)*16], x[b*quant.QKK:(b+1)*quant.QKK])
 		}
@@ -193,17 +196,23 @@ func roundHalf(v float32) float32 { return quant.HalfToFloat32(quant.Float32ToHa
 
 // quantizeQ8_KBlock quantizes 256 values as llama.cpp's quantize_row_q8_K_ref does (scale -127/x_max where
 // x_max is the value of largest magnitude, rounding half to even, at most 127), fills the sums of 16 and
-// returns the float32 scale.
+// returns the float32 scale. A block holding a NaN gets a NaN scale (and zeros), so that the NaN reaches the
+// products, where llama.cpp ignores it.
 func quantizeQ8_KBlock(q []int8, bsums []int16, x []float32) float32 {
 	var amax, vmax float32
+	nan := false
 	for _, v := range x {
 		if a := float32(math.Abs(float64(v))); a > amax {
 			amax, vmax = a, v
 		}
+		nan = nan || v != v
 	}
-	if amax == 0 {
+	if amax == 0 || nan {
 		clear(q[:quant.QKK])
 		clear(bsums[:16])
+		if nan {
+			return float32(math.NaN()) // reaches the products and the engine's NaN checks, where llama.cpp drops it
+		}
 		return 0
 	}
 	iscale := -127 / vmax
@@ -567,7 +576,7 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 			return wide[:n*rb]
 		}
 		o := lo
-		if dot4 != nil {
+		if dot4 != nil && (in4 == nil || rows < 4) { // a prompt's rows share weight rows through in4 instead
 			for ; o+4 <= hi; o += 4 {
 				wr := row(o, 4)
 				for r := range rows {

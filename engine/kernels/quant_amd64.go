@@ -41,6 +41,20 @@ func quantizeQ8Blocks(q []int8, x []float32, d []float32, sums []int32) bool {
 }
 
 //go:noescape
+func quantizeQ8KBlocksAVX512(q []int8, bsums []int16, x []float32, d []float32)
+
+// quantizeQ8KBlocks quantizes the len(d) blocks of 256 values of x into q, bsums and d as quantizeQ8_KBlock
+// does, bit for bit; it reports false, doing nothing, where the CPU has no assembly for it.
+func quantizeQ8KBlocks(q []int8, bsums []int16, x []float32, d []float32) bool {
+	if !useAVX512 {
+		return false
+	}
+	n := len(d) * quant.QKK
+	quantizeQ8KBlocksAVX512(q[:n], bsums[:n/16], x[:n], d)
+	return true
+}
+
+//go:noescape
 func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
 
 //go:noescape
@@ -51,6 +65,9 @@ func dotQ5_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
 
 //go:noescape
 func dotQ8_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
+
+//go:noescape
+func dotQ4_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
 
 //go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
@@ -69,6 +86,15 @@ func dotQ5_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32,
 
 //go:noescape
 func dotQ6_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+
+//go:noescape
+func dotQ4_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+
+//go:noescape
+func dotQ5_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+
+//go:noescape
+func dotQ6_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 
 //go:noescape
 func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
@@ -94,9 +120,13 @@ func asmKernels() map[quant.Type]*quantKernel {
 		quant.Q5_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ5_KAVX2(w, x.qs, x.d, x.bsums) }},
 		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
 	}
-	for t, f := range map[quant.Type]func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
+	in4 := map[quant.Type]func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
 		quant.Q4_K: dotQ4_KIn4AVX2, quant.Q5_K: dotQ5_KIn4AVX2, quant.Q6_K: dotQ6_KIn4AVX2,
-	} {
+	}
+	if useVNNI {
+		in4[quant.Q4_K], in4[quant.Q5_K], in4[quant.Q6_K] = dotQ4_KIn4VNNI, dotQ5_KIn4VNNI, dotQ6_KIn4VNNI
+	}
+	for t, f := range in4 {
 		m[t].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
 			_ = y[3*ystride]
 			f(w, x.qs, x.d, x.bsums, &y[0], ystride)
@@ -118,6 +148,10 @@ func asmKernels() map[quant.Type]*quantKernel {
 		m[quant.Q4_1].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
 			dotQ4_1x4VNNI(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
+		}
+		m[quant.Q4_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+			_ = y[3]
+			dotQ4_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
 		}
 	}
 	return m

@@ -154,6 +154,10 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VPMADDUBSW a0(p), Y2, Y10; VPMADDWD Y8, Y10, Y10; VPADDD Y10, yi, yi; \
 	VPMADDUBSW a1(p), Y1, Y10; VPMADDWD Y9, Y10, Y10; VPADDD Y10, yi, yi
 
+// IN4PAIRV: IN4PAIR with VPDPWSSD (AVX-512 VNNI), which adds the same scale·pair products as VPMADDWD then VPADDD.
+#define IN4PAIRV(p, yi, a0, a1) \
+	VPMADDUBSW a0(p), Y2, Y10; VPDPWSSD Y8, Y10, yi; VPMADDUBSW a1(p), Y1, Y10; VPDPWSSD Y9, Y10, yi
+
 // IN4FLOAT(yi, ya, da): Y`a` += (d·d_a)·float(Y`i`), d in Y8 (all lanes), d_a the float32 at da. Clobbers Y9.
 #define IN4FLOAT(yi, ya, da) \
 	VBROADCASTSS da, Y9; VMULPS Y9, Y8, Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
@@ -176,11 +180,12 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VXORPS Y0, Y0, Y0; VXORPS Y3, Y3, Y3; VXORPS Y11, Y11, Y11; VXORPS Y12, Y12, Y12; VMOVUPS X0, 64(SP); \
 	VPBROADCASTD nibmask<>(SB), Y14
 
-// IN4CHUNK(a0, a1, s0, s1): the low (Y2) and high (Y1) weights of a chunk against the four rows' activations at
-// a0 and a1, scaled by the int16 at s0(SP) and s1(SP), into the lanes Y4..Y7.
-#define IN4CHUNK(a0, a1, s0, s1) \
+// IN4CHUNK(pair, a0, a1, s0, s1): the low (Y2) and high (Y1) weights of a chunk against the four rows'
+// activations at a0 and a1, scaled by the int16 at s0(SP) and s1(SP), into the lanes Y4..Y7 (pair: IN4PAIR or
+// IN4PAIRV).
+#define IN4CHUNK(pair, a0, a1, s0, s1) \
 	VPBROADCASTW s0(SP), Y8; VPBROADCASTW s1(SP), Y9; \
-	IN4PAIR(SI, Y4, a0, a1); IN4PAIR(R10, Y5, a0, a1); IN4PAIR(R11, Y6, a0, a1); IN4PAIR(R12, Y7, a0, a1)
+	pair(SI, Y4, a0, a1); pair(R10, Y5, a0, a1); pair(R11, Y6, a0, a1); pair(R12, Y7, a0, a1)
 
 // IN4NEXT(size, loop): a super-block's float parts for the four rows, then on to the next (size bytes).
 #define IN4NEXT(size, loop) \
@@ -207,15 +212,19 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 // hi is 4, else the low: VPSRLW by hi) | (bits qs..qs+1 of the bytes at qh(DI)) << 4, against the four rows'
 // activations at a: lanes += scale·(q·a - 32·a), the first four lanes scaled by the int16 at s0(SP), the last
 // four by s1(SP). Y15: 0x20 bytes, Y13: 0x03, Y14: 0x0f. Clobbers Y1, Y2, Y8, Y9, Y10.
-#define Q6IN4GROUP(ql, hi, qh, qs, a, s0, s1) \
+#define Q6IN4GROUP(row, ql, hi, qh, qs, a, s0, s1) \
 	VMOVDQU ql(DI), Y1; VPSRLW $hi, Y1, Y1; VPAND Y14, Y1, Y1; \
 	VMOVDQU qh(DI), Y2; VPSRLW $qs, Y2, Y2; VPAND Y13, Y2, Y2; VPSLLW $4, Y2, Y2; VPOR Y2, Y1, Y1; \
 	VPBROADCASTW s0(SP), X8; VPBROADCASTW s1(SP), X9; VINSERTI128 $1, X9, Y8, Y8; \
-	Q6IN4ROW(SI, Y4, a); Q6IN4ROW(R10, Y5, a); Q6IN4ROW(R11, Y6, a); Q6IN4ROW(R12, Y7, a)
+	row(SI, Y4, a); row(R10, Y5, a); row(R11, Y6, a); row(R12, Y7, a)
 
 // Q6IN4ROW(p, yi, a): Y`i` += Y8·(maddubs(Y1, a(p)) - maddubs(32, a(p))), as dotQ6_KAVX2 does per group.
 #define Q6IN4ROW(p, yi, a) \
 	VPMADDUBSW a(p), Y1, Y2; VPMADDUBSW a(p), Y15, Y10; VPSUBW Y10, Y2, Y2; VPMADDWD Y8, Y2, Y2; VPADDD Y2, yi, yi
+
+// Q6IN4ROWV: Q6IN4ROW with VPDPWSSD (see IN4PAIRV).
+#define Q6IN4ROWV(p, yi, a) \
+	VPMADDUBSW a(p), Y1, Y2; VPMADDUBSW a(p), Y15, Y10; VPSUBW Y10, Y2, Y2; VPDPWSSD Y8, Y2, yi
 
 // IN4OUTNOMIN writes the four rows' hsum8(acc) (no minimum terms) to y[0], y[ystride], y[2·ystride], y[3·ystride].
 #define IN4OUTNOMIN \
@@ -436,89 +445,66 @@ q3kloop:
 	MOVSS X0, ret+72(FP)
 	RET
 
+// The In4 kernels' bodies, by the macro that multiplies a pair of chunks (IN4PAIR, or IN4PAIRV with VNNI) or a Q6_K
+// group (Q6IN4ROW or Q6IN4ROWV); loop names the loop's label.
+#define Q4KIN4(pair, loop) \
+	IN4ARGS; \
+loop: \
+	Q4KSCALES; VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7; \
+	NIBS(16); IN4CHUNK(pair, 0, 32, 0, 2); NIBS(48); IN4CHUNK(pair, 64, 96, 4, 6); \
+	NIBS(80); IN4CHUNK(pair, 128, 160, 8, 10); NIBS(112); IN4CHUNK(pair, 192, 224, 12, 14); \
+	IN4NEXT(144, loop); IN4OUT
+
+#define Q5KIN4(pair, loop) \
+	IN4ARGS; VPBROADCASTD ones8<>(SB), Y13; \
+loop: \
+	Q4KSCALES; VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7; VMOVDQU 16(DI), Y15; \
+	NIBS(48); HIGHBIT15(0, Y2); HIGHBIT15(1, Y1); IN4CHUNK(pair, 0, 32, 0, 2); \
+	NIBS(80); HIGHBIT15(2, Y2); HIGHBIT15(3, Y1); IN4CHUNK(pair, 64, 96, 4, 6); \
+	NIBS(112); HIGHBIT15(4, Y2); HIGHBIT15(5, Y1); IN4CHUNK(pair, 128, 160, 8, 10); \
+	NIBS(144); HIGHBIT15(6, Y2); HIGHBIT15(7, Y1); IN4CHUNK(pair, 192, 224, 12, 14); \
+	IN4NEXT(176, loop); IN4OUT
+
+#define Q6KIN4(row, loop) \
+	IN4ARGS; VPBROADCASTD threemask<>(SB), Y13; VPBROADCASTD thirtytwos<>(SB), Y15; \
+loop: \
+	VPMOVSXBW 192(DI), Y1; VMOVDQU Y1, 0(SP); VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7; \
+	Q6IN4GROUP(row, 0, 0, 128, 0, 0, 0, 2); Q6IN4GROUP(row, 32, 0, 128, 2, 32, 4, 6); \
+	Q6IN4GROUP(row, 0, 4, 128, 4, 64, 8, 10); Q6IN4GROUP(row, 32, 4, 128, 6, 96, 12, 14); \
+	Q6IN4GROUP(row, 64, 0, 160, 0, 128, 16, 18); Q6IN4GROUP(row, 96, 0, 160, 2, 160, 20, 22); \
+	Q6IN4GROUP(row, 64, 4, 160, 4, 192, 24, 26); Q6IN4GROUP(row, 96, 4, 160, 6, 224, 28, 30); \
+	VPBROADCASTW 208(DI), X8; VCVTPH2PS X8, Y8; \
+	IN4FLOAT(Y4, Y0, (R8)); IN4FLOAT(Y5, Y3, (R8)(R13*1)); IN4FLOAT(Y6, Y11, (R8)(R13*2)); IN4FLOAT(Y7, Y12, (R8)(R15*1)); \
+	ADDQ $210, DI; ADDQ $256, SI; ADDQ $256, R10; ADDQ $256, R11; ADDQ $256, R12; ADDQ $4, R8; DECQ CX; JNZ loop; \
+	IN4OUTNOMIN
+
 // func dotQ4_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 // b: one row of len(d)/4 Q4_K super-blocks; qs, d, bsums: four consecutive Q8_K input rows; y[0], y[ystride],
 // y[2·ystride], y[3·ystride]: the row's products with them.
 TEXT ·dotQ4_KIn4AVX2(SB), NOSPLIT, $80-112
-	IN4ARGS
+	Q4KIN4(IN4PAIR, q4kin4loop)
 
-q4kin4loop:
-	Q4KSCALES
-	VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7
-	NIBS(16)
-	IN4CHUNK(0, 32, 0, 2)
-	NIBS(48)
-	IN4CHUNK(64, 96, 4, 6)
-	NIBS(80)
-	IN4CHUNK(128, 160, 8, 10)
-	NIBS(112)
-	IN4CHUNK(192, 224, 12, 14)
-	IN4NEXT(144, q4kin4loop)
-	IN4OUT
+// func dotQ4_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+TEXT ·dotQ4_KIn4VNNI(SB), NOSPLIT, $80-112
+	Q4KIN4(IN4PAIRV, q4kin4vloop)
 
 // func dotQ5_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 // dotQ4_KIn4AVX2 for Q5_K super-blocks, the high bits or'ed in as dotQ5_KAVX2 does.
 TEXT ·dotQ5_KIn4AVX2(SB), NOSPLIT, $80-112
-	IN4ARGS
-	VPBROADCASTD ones8<>(SB), Y13
+	Q5KIN4(IN4PAIR, q5kin4loop)
 
-q5kin4loop:
-	Q4KSCALES
-	VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7
-	VMOVDQU 16(DI), Y15
-	NIBS(48)
-	HIGHBIT15(0, Y2)
-	HIGHBIT15(1, Y1)
-	IN4CHUNK(0, 32, 0, 2)
-	NIBS(80)
-	HIGHBIT15(2, Y2)
-	HIGHBIT15(3, Y1)
-	IN4CHUNK(64, 96, 4, 6)
-	NIBS(112)
-	HIGHBIT15(4, Y2)
-	HIGHBIT15(5, Y1)
-	IN4CHUNK(128, 160, 8, 10)
-	NIBS(144)
-	HIGHBIT15(6, Y2)
-	HIGHBIT15(7, Y1)
-	IN4CHUNK(192, 224, 12, 14)
-	IN4NEXT(176, q5kin4loop)
-	IN4OUT
+// func dotQ5_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+TEXT ·dotQ5_KIn4VNNI(SB), NOSPLIT, $80-112
+	Q5KIN4(IN4PAIRV, q5kin4vloop)
 
 // func dotQ6_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 // dotQ4_KIn4AVX2 for Q6_K super-blocks (bsums unused: Q6_K has no minimums), each row's sums dotQ6_KAVX2's.
 TEXT ·dotQ6_KIn4AVX2(SB), NOSPLIT, $80-112
-	IN4ARGS
-	VPBROADCASTD threemask<>(SB), Y13
-	VPBROADCASTD thirtytwos<>(SB), Y15
+	Q6KIN4(Q6IN4ROW, q6kin4loop)
 
-q6kin4loop:
-	VPMOVSXBW 192(DI), Y1
-	VMOVDQU Y1, 0(SP)
-	VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7
-	Q6IN4GROUP(0, 0, 128, 0, 0, 0, 2)
-	Q6IN4GROUP(32, 0, 128, 2, 32, 4, 6)
-	Q6IN4GROUP(0, 4, 128, 4, 64, 8, 10)
-	Q6IN4GROUP(32, 4, 128, 6, 96, 12, 14)
-	Q6IN4GROUP(64, 0, 160, 0, 128, 16, 18)
-	Q6IN4GROUP(96, 0, 160, 2, 160, 20, 22)
-	Q6IN4GROUP(64, 4, 160, 4, 192, 24, 26)
-	Q6IN4GROUP(96, 4, 160, 6, 224, 28, 30)
-	VPBROADCASTW 208(DI), X8
-	VCVTPH2PS X8, Y8
-	IN4FLOAT(Y4, Y0, (R8))
-	IN4FLOAT(Y5, Y3, (R8)(R13*1))
-	IN4FLOAT(Y6, Y11, (R8)(R13*2))
-	IN4FLOAT(Y7, Y12, (R8)(R15*1))
-	ADDQ $210, DI
-	ADDQ $256, SI
-	ADDQ $256, R10
-	ADDQ $256, R11
-	ADDQ $256, R12
-	ADDQ $4, R8
-	DECQ CX
-	JNZ  q6kin4loop
-	IN4OUTNOMIN
+// func dotQ6_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+TEXT ·dotQ6_KIn4VNNI(SB), NOSPLIT, $80-112
+	Q6KIN4(Q6IN4ROWV, q6kin4vloop)
 
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,
@@ -876,5 +862,316 @@ q8zero:
 	JNZ  q8loop
 
 q8done:
+	VZEROUPPER
+	RET
+
+// Q4_K against four weight rows (decode): the rows' scales, minimums and float factors unpacked together, each
+// row's sums those of dotQ4_KAVX2 (and the portable kernel), bit for bit: its integer lanes (VPDPWSSD adds the
+// same scale·pair products as VPMADDWD then VPADDD), its minimum sums, and the same float operations in the same
+// order. Constants of the vector scale unpacking (ggml's get_scale_min_k4, four rows in the four 128-bit lanes):
+// VPERMB indices that spread each row's scales into int16 pairs (s, s) and its minimums into int16, the
+// per-dword shifts and masks, and the VPERMPS index that puts row r's dmin·d_a across lane r.
+DATA q4kx4sc01<>+0(SB)/8, $0x0001000100000000
+DATA q4kx4sc01<>+8(SB)/8, $0x0003000300020002
+DATA q4kx4sc01<>+16(SB)/8, $0x0005000500040004
+DATA q4kx4sc01<>+24(SB)/8, $0x0007000700060006
+DATA q4kx4sc01<>+32(SB)/8, $0x0011001100100010
+DATA q4kx4sc01<>+40(SB)/8, $0x0013001300120012
+DATA q4kx4sc01<>+48(SB)/8, $0x0015001500140014
+DATA q4kx4sc01<>+56(SB)/8, $0x0017001700160016
+GLOBL q4kx4sc01<>(SB), RODATA|NOPTR, $64
+DATA q4kx4sc23<>+0(SB)/8, $0x0021002100200020
+DATA q4kx4sc23<>+8(SB)/8, $0x0023002300220022
+DATA q4kx4sc23<>+16(SB)/8, $0x0025002500240024
+DATA q4kx4sc23<>+24(SB)/8, $0x0027002700260026
+DATA q4kx4sc23<>+32(SB)/8, $0x0031003100300030
+DATA q4kx4sc23<>+40(SB)/8, $0x0033003300320032
+DATA q4kx4sc23<>+48(SB)/8, $0x0035003500340034
+DATA q4kx4sc23<>+56(SB)/8, $0x0037003700360036
+GLOBL q4kx4sc23<>(SB), RODATA|NOPTR, $64
+DATA q4kx4mn<>+0(SB)/8, $0x000b000a00090008
+DATA q4kx4mn<>+8(SB)/8, $0x000f000e000d000c
+DATA q4kx4mn<>+16(SB)/8, $0x001b001a00190018
+DATA q4kx4mn<>+24(SB)/8, $0x001f001e001d001c
+DATA q4kx4mn<>+32(SB)/8, $0x002b002a00290028
+DATA q4kx4mn<>+40(SB)/8, $0x002f002e002d002c
+DATA q4kx4mn<>+48(SB)/8, $0x003b003a00390038
+DATA q4kx4mn<>+56(SB)/8, $0x003f003e003d003c
+GLOBL q4kx4mn<>(SB), RODATA|NOPTR, $64
+DATA q4kx4shr<>+0(SB)/8, $0x0000000600000000
+DATA q4kx4shr<>+8(SB)/8, $0x0000000600000000
+DATA q4kx4shr<>+16(SB)/8, $0x0000000600000000
+DATA q4kx4shr<>+24(SB)/8, $0x0000000600000000
+DATA q4kx4shr<>+32(SB)/8, $0x0000000600000000
+DATA q4kx4shr<>+40(SB)/8, $0x0000000600000000
+DATA q4kx4shr<>+48(SB)/8, $0x0000000600000000
+DATA q4kx4shr<>+56(SB)/8, $0x0000000600000000
+GLOBL q4kx4shr<>(SB), RODATA|NOPTR, $64
+DATA q4kx4lo<>+0(SB)/8, $0x030303033f3f3f3f
+DATA q4kx4lo<>+8(SB)/8, $0x030303033f3f3f3f
+DATA q4kx4lo<>+16(SB)/8, $0x030303033f3f3f3f
+DATA q4kx4lo<>+24(SB)/8, $0x030303033f3f3f3f
+DATA q4kx4lo<>+32(SB)/8, $0x030303033f3f3f3f
+DATA q4kx4lo<>+40(SB)/8, $0x030303033f3f3f3f
+DATA q4kx4lo<>+48(SB)/8, $0x030303033f3f3f3f
+DATA q4kx4lo<>+56(SB)/8, $0x030303033f3f3f3f
+GLOBL q4kx4lo<>(SB), RODATA|NOPTR, $64
+DATA q4kx4shl<>+0(SB)/8, $0x0000000400000000
+DATA q4kx4shl<>+8(SB)/8, $0x0000000400000000
+DATA q4kx4shl<>+16(SB)/8, $0x0000000400000000
+DATA q4kx4shl<>+24(SB)/8, $0x0000000400000000
+DATA q4kx4shl<>+32(SB)/8, $0x0000000400000000
+DATA q4kx4shl<>+40(SB)/8, $0x0000000400000000
+DATA q4kx4shl<>+48(SB)/8, $0x0000000400000000
+DATA q4kx4shl<>+56(SB)/8, $0x0000000400000000
+GLOBL q4kx4shl<>(SB), RODATA|NOPTR, $64
+DATA q4kx4shr2<>+0(SB)/8, $0x0000000000000000
+DATA q4kx4shr2<>+8(SB)/8, $0x0000000400000000
+DATA q4kx4shr2<>+16(SB)/8, $0x0000000000000000
+DATA q4kx4shr2<>+24(SB)/8, $0x0000000400000000
+DATA q4kx4shr2<>+32(SB)/8, $0x0000000000000000
+DATA q4kx4shr2<>+40(SB)/8, $0x0000000400000000
+DATA q4kx4shr2<>+48(SB)/8, $0x0000000000000000
+DATA q4kx4shr2<>+56(SB)/8, $0x0000000400000000
+GLOBL q4kx4shr2<>(SB), RODATA|NOPTR, $64
+DATA q4kx4hi<>+0(SB)/8, $0x0f0f0f0f00000000
+DATA q4kx4hi<>+8(SB)/8, $0x0f0f0f0f00000000
+DATA q4kx4hi<>+16(SB)/8, $0x0f0f0f0f00000000
+DATA q4kx4hi<>+24(SB)/8, $0x0f0f0f0f00000000
+DATA q4kx4hi<>+32(SB)/8, $0x0f0f0f0f00000000
+DATA q4kx4hi<>+40(SB)/8, $0x0f0f0f0f00000000
+DATA q4kx4hi<>+48(SB)/8, $0x0f0f0f0f00000000
+DATA q4kx4hi<>+56(SB)/8, $0x0f0f0f0f00000000
+GLOBL q4kx4hi<>(SB), RODATA|NOPTR, $64
+DATA q4kx4dmin<>+0(SB)/8, $0x0000000100000001
+DATA q4kx4dmin<>+8(SB)/8, $0x0000000100000001
+DATA q4kx4dmin<>+16(SB)/8, $0x0000000300000003
+DATA q4kx4dmin<>+24(SB)/8, $0x0000000300000003
+DATA q4kx4dmin<>+32(SB)/8, $0x0000000500000005
+DATA q4kx4dmin<>+40(SB)/8, $0x0000000500000005
+DATA q4kx4dmin<>+48(SB)/8, $0x0000000700000007
+DATA q4kx4dmin<>+56(SB)/8, $0x0000000700000007
+GLOBL q4kx4dmin<>(SB), RODATA|NOPTR, $64
+
+// Q4KX4CHUNK(p, ya, off, aoff, soff): the 64 weights of the 32 bytes of nibbles at off(p)(BX*1) against the
+// activations at aoff(SI) and aoff+32(SI): Y`a` += the lanes, scaled by the (s, s) pairs at soff(SP) and
+// soff+4(SP). Clobbers Y9, Y10.
+#define Q4KX4CHUNK(p, ya, off, aoff, soff) \
+	VMOVDQU off(p)(BX*1), Y9; VPAND Y14, Y9, Y10; VPSRLW $4, Y9, Y9; VPAND Y14, Y9, Y9; \
+	VPMADDUBSW aoff(SI), Y10, Y10; VPDPWSSD.BCST soff(SP), Y10, ya; \
+	VPMADDUBSW aoff+32(SI), Y9, Y9; VPDPWSSD.BCST soff+4(SP), Y9, ya
+
+// Q4KX4ROW(p, yi, ya, soff, doff): one super-block of the row at p: its integer lanes into Y`i` (scales at
+// soff(SP)), then Y`a` += (d·d_a)·float(lanes), d·d_a the float32 at doff(SP).
+#define Q4KX4ROW(p, yi, ya, soff, doff) \
+	VPXOR yi, yi, yi; \
+	Q4KX4CHUNK(p, yi, 16, 0, soff); Q4KX4CHUNK(p, yi, 48, 64, soff+8); \
+	Q4KX4CHUNK(p, yi, 80, 128, soff+16); Q4KX4CHUNK(p, yi, 112, 192, soff+24); \
+	VBROADCASTSS doff(SP), Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
+
+// func dotQ4_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
+// b: four rows of stride bytes, len(d) Q4_K super-blocks each; qs, d, bsums: the Q8_K activations. Frame: the
+// rows' (s, s) scale pairs (32 bytes a row) at 0(SP), their d·d_a and dmin·d_a at 128(SP).
+TEXT ·dotQ4_Kx4VNNI(SB), NOSPLIT, $160-112
+	ROWS4
+	MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ bsums_base+80(FP), R9
+	MOVQ y+104(FP), DX
+	XORQ BX, BX
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; VPXORD Z31, Z31, Z31
+	VPBROADCASTD nibmask<>(SB), Y14; VPBROADCASTD onesw<>(SB), Y15
+	VMOVDQU64 q4kx4shr<>(SB), Z16; VMOVDQU64 q4kx4lo<>(SB), Z17; VMOVDQU64 q4kx4shl<>(SB), Z18
+	VMOVDQU64 q4kx4shr2<>(SB), Z19; VMOVDQU64 q4kx4hi<>(SB), Z20; VMOVDQU64 q4kx4sc01<>(SB), Z21
+	VMOVDQU64 q4kx4sc23<>(SB), Z22; VMOVDQU64 q4kx4mn<>(SB), Z23; VMOVDQU64 q4kx4dmin<>(SB), Z24
+	MOVQ $0x5555555555555555, AX; KMOVQ AX, K1
+
+q4kx4loop:
+	// The four rows PFSHIFT groups ahead, as many bytes as this super-block of the four here (see PREFETCH4).
+	PREFETCHT0 (R13)(BX*4); PREFETCHT0 64(R13)(BX*4); PREFETCHT0 128(R13)(BX*4); PREFETCHT0 192(R13)(BX*4)
+	PREFETCHT0 256(R13)(BX*4); PREFETCHT0 320(R13)(BX*4); PREFETCHT0 384(R13)(BX*4); PREFETCHT0 448(R13)(BX*4)
+	PREFETCHT0 512(R13)(BX*4)
+	// The four rows' 12 scale bytes, one row a lane: dwords u0, u1, u2 (and four bytes of nibbles).
+	VMOVDQU 4(DI)(BX*1), X11
+	VINSERTI32X4 $1, 4(R10)(BX*1), Z11, Z11
+	VINSERTI32X4 $2, 4(R11)(BX*1), Z11, Z11
+	VINSERTI32X4 $3, 4(R12)(BX*1), Z11, Z11
+	// Lane bytes [scales 0-7, minimums 0-7]: dwords u0&0x3f.., (u2&0x0f..) | ((u0>>6)&0x03..)<<4, u1&0x3f..,
+	// ((u2>>4)&0x0f..) | ((u1>>6)&0x03..)<<4.
+	VPSHUFD $0x50, Z11, Z12; VPSHUFD $0xaa, Z11, Z13
+	VPSRLVD Z16, Z12, Z12; VPANDD Z17, Z12, Z12; VPSLLVD Z18, Z12, Z12
+	VPSRLVD Z19, Z13, Z13; VPANDD Z20, Z13, Z13; VPORD Z13, Z12, Z11
+	VPERMB.Z Z11, Z21, K1, Z12; VMOVDQU64 Z12, 0(SP)
+	VPERMB.Z Z11, Z22, K1, Z12; VMOVDQU64 Z12, 64(SP)
+	// Minimum sums: lane r = Σ_j m_j·(bsums[2j] + bsums[2j+1]) for row r, as float.
+	VPERMB.Z Z11, Z23, K1, Z12
+	VMOVDQU (R9), Y13; VPMADDWD Y15, Y13, Y13; VPMOVDW Y13, X13; VSHUFI32X4 $0, Z13, Z13, Z13
+	VPMADDWD Z13, Z12, Z12
+	VPSHUFD $0x4e, Z12, Z13; VPADDD Z13, Z12, Z12; VPSHUFD $0xb1, Z12, Z13; VPADDD Z13, Z12, Z12
+	VCVTDQ2PS Z12, Z12
+	// [d·d_a, dmin·d_a] of the four rows at 128(SP); lane r of Z31 += (dmin_r·d_a)·minimum sum.
+	VMOVD 0(DI)(BX*1), X13
+	VPINSRD $1, 0(R10)(BX*1), X13, X13; VPINSRD $2, 0(R11)(BX*1), X13, X13; VPINSRD $3, 0(R12)(BX*1), X13, X13
+	VCVTPH2PS X13, Y13; VBROADCASTSS (R8), Y9; VMULPS Y9, Y13, Y13; VMOVUPS Y13, 128(SP)
+	VPERMPS Z13, Z24, Z13; VMULPS Z12, Z13, Z12; VADDPS Z12, Z31, Z31
+	Q4KX4ROW(DI, Y5, Y0, 0, 128)
+	Q4KX4ROW(R10, Y6, Y1, 32, 136)
+	Q4KX4ROW(R11, Y7, Y2, 64, 144)
+	Q4KX4ROW(R12, Y8, Y3, 96, 152)
+	ADDQ $144, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ q4kx4loop
+	HSUMR(Y0, X0); VSUBSS X31, X0, X0; MOVSS X0, 0(DX)
+	VEXTRACTF32X4 $1, Z31, X9; HSUMR(Y1, X1); VSUBSS X9, X1, X1; MOVSS X1, 4(DX)
+	VEXTRACTF32X4 $2, Z31, X9; HSUMR(Y2, X2); VSUBSS X9, X2, X2; MOVSS X2, 8(DX)
+	VEXTRACTF32X4 $3, Z31, X9; HSUMR(Y3, X3); VSUBSS X9, X3, X3; MOVSS X3, 12(DX)
+	VZEROUPPER
+	RET
+
+DATA q8kconsts<>+0(SB)/4, $-127.0
+DATA q8kconsts<>+4(SB)/4, $1.0
+DATA q8kconsts<>+8(SB)/4, $0x80808080
+DATA q8kconsts<>+12(SB)/4, $0x08000800 // 2048 twice: the 16 bytes' offsets of 128, as int16
+GLOBL q8kconsts<>(SB), RODATA|NOPTR, $16
+
+// func quantizeQ8KBlocksAVX512(q []int8, bsums []int16, x []float32, d []float32)
+// For each block b of 256 values (len(d) blocks), as quantizeQ8_KBlock: v the first value of largest magnitude,
+// iscale = -127/v, q = min(127, iscale·x rounded half to even) (VCVTPS2DQ under the default rounding), the
+// sums of 16 into bsums, d[b] = 1/iscale. A block of zeros gets zeros; a block holding a NaN gets a NaN scale
+// and zeros.
+TEXT ·quantizeQ8KBlocksAVX512(SB), NOSPLIT, $0-96
+	MOVQ q_base+0(FP), DI
+	MOVQ bsums_base+24(FP), R9
+	MOVQ x_base+48(FP), SI
+	MOVQ d_base+72(FP), R8
+	MOVQ d_len+80(FP), CX
+	TESTQ CX, CX
+	JZ   q8kdone
+	VPBROADCASTD q8consts<>+0(SB), Z31
+	VPBROADCASTD q8consts<>+8(SB), Z29
+	VPBROADCASTD q8kconsts<>+8(SB), Z28
+	VPBROADCASTD q8kconsts<>+12(SB), Y27
+	VPXORD Z26, Z26, Z26
+
+q8kloop:
+	// amax: the largest |x| of the block, in every lane of Z0; K1: the lanes where a pair of vectors has a NaN.
+	VMOVUPS (SI), Z0
+	VCMPPS $3, 64(SI), Z0, K1
+	VPANDD Z31, Z0, Z0
+	VPANDD 64(SI), Z31, Z1
+	VMAXPS Z1, Z0, Z0
+	MOVQ $128, AX
+
+q8kmax:
+	VMOVUPS (SI)(AX*1), Z2
+	VCMPPS $3, 64(SI)(AX*1), Z2, K2
+	KORW K2, K1, K1
+	VPANDD Z31, Z2, Z2
+	VPANDD 64(SI)(AX*1), Z31, Z1
+	VMAXPS Z1, Z2, Z2
+	VMAXPS Z2, Z0, Z0
+	ADDQ $128, AX
+	CMPQ AX, $1024
+	JLT  q8kmax
+	KORTESTW K1, K1
+	JNZ  q8knan
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VMAXPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VMAXSS X1, X0, X0
+	VXORPS X1, X1, X1
+	VUCOMISS X1, X0
+	JEQ  q8kzero
+	VBROADCASTSS X0, Z0
+
+	// The first value of that magnitude: lane BX of the AX-th 64 bytes.
+	XORQ AX, AX
+
+q8kfind:
+	VPANDD (SI)(AX*1), Z31, Z1
+	VCMPPS $0, Z0, Z1, K2
+	KMOVW K2, BX
+	TESTL BX, BX
+	JNZ  q8kfound
+	ADDQ $64, AX
+	JMP  q8kfind
+
+q8kfound:
+	TZCNTL BX, BX
+	LEAQ (AX)(BX*4), AX
+	VMOVSS q8kconsts<>+0(SB), X1
+	VDIVSS (SI)(AX*1), X1, X1 // iscale = -127/v
+	VMOVSS q8kconsts<>+4(SB), X2
+	VDIVSS X1, X2, X2
+	VMOVSS X2, (R8)
+	VBROADCASTSS X1, Z1
+	XORQ AX, AX
+	XORQ BX, BX
+
+q8kquant:
+	VMULPS (SI)(AX*4), Z1, Z2
+	VMULPS 64(SI)(AX*4), Z1, Z3
+	VCVTPS2DQ Z2, Z2
+	VCVTPS2DQ Z3, Z3
+	VPMINSD Z29, Z2, Z2
+	VPMINSD Z29, Z3, Z3
+	VPMOVDB Z2, (DI)(AX*1)
+	VPMOVDB Z3, 16(DI)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, $256
+	JLT  q8kquant
+
+	// The sums of 16: VPSADBW sums the bytes of each 8 (q+128 as unsigned) into a quadword; pairs of those
+	// added, then less 16·128.
+	VPXORD (DI), Z28, Z2
+	VPXORD 64(DI), Z28, Z3
+	VPXORD 128(DI), Z28, Z4
+	VPXORD 192(DI), Z28, Z5
+	VPSADBW Z26, Z2, Z2
+	VPSADBW Z26, Z3, Z3
+	VPSADBW Z26, Z4, Z4
+	VPSADBW Z26, Z5, Z5
+	VPMOVQD Z2, Y2
+	VPMOVQD Z3, Y3
+	VPMOVQD Z4, Y4
+	VPMOVQD Z5, Y5
+	VINSERTI64X4 $1, Y3, Z2, Z2
+	VINSERTI64X4 $1, Y5, Z4, Z4
+	VPSHUFD $0xb1, Z2, Z3
+	VPSHUFD $0xb1, Z4, Z5
+	VPADDD Z3, Z2, Z2
+	VPADDD Z5, Z4, Z4
+	VPMOVQW Z2, X2
+	VPMOVQW Z4, X4
+	VINSERTI128 $1, X4, Y2, Y2
+	VPSUBW Y27, Y2, Y2
+	VMOVDQU Y2, (R9)
+	JMP  q8knext
+
+q8knan:
+	VXORPS X0, X0, X0
+	VDIVSS X0, X0, X0 // 0/0
+	VMOVSS X0, (R8)
+	JMP  q8kclear
+
+q8kzero:
+	VMOVSS X0, (R8)
+
+q8kclear:
+	VMOVDQU64 Z26, (DI)
+	VMOVDQU64 Z26, 64(DI)
+	VMOVDQU64 Z26, 128(DI)
+	VMOVDQU64 Z26, 192(DI)
+	VMOVDQU64 Y26, (R9)
+
+q8knext:
+	ADDQ $256, DI
+	ADDQ $1024, SI
+	ADDQ $4, R8
+	ADDQ $32, R9
+	DECQ CX
+	JNZ  q8kloop
+
+q8kdone:
 	VZEROUPPER
 	RET

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/layerstream/layerstream/quant"
@@ -381,5 +382,60 @@ func TestQuantizeQ8BlocksAgree(t *testing.T) {
 		if wd := quantizeQ8_0Block(wq, y, &s); !math.IsNaN(float64(d[0])) || !math.IsNaN(float64(wd)) {
 			t.Errorf("NaN at %d: scale %g (portable %g), want NaN", at, d[0], wd)
 		}
+	}
+}
+
+func TestQuantizeQ8KBlocksAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var x []float32
+	for range 24 {
+		scale := math.Pow(10, float64(rng.IntN(9)-4))
+		for range quant.QKK {
+			x = append(x, float32(rng.NormFloat64()*scale))
+		}
+	}
+	x = append(x, make([]float32, quant.QKK)...) // zeros
+	for i := range quant.QKK {                   // ties: halves, and the largest magnitude twice with both signs
+		x = append(x, float32(i%64-32)+0.5)
+	}
+	x[len(x)-200], x[len(x)-100] = -300, 300
+	for i := range quant.QKK { // the largest magnitude last, then first
+		x = append(x, float32(i))
+	}
+	for i := range quant.QKK {
+		x = append(x, -float32(quant.QKK-i)*1e-30)
+	}
+	for _, at := range []int{-1, 0, 7, 100, 255} { // one NaN (or none) in a block of an infinity
+		b := make([]float32, quant.QKK)
+		for i := range b {
+			b[i] = float32(i) - 100
+		}
+		if at >= 0 {
+			b[at] = float32(math.NaN())
+		} else {
+			b[3] = float32(math.Inf(-1))
+		}
+		x = append(x, b...)
+	}
+	nb := len(x) / quant.QKK
+	q, bsums, d := make([]int8, len(x)), make([]int16, len(x)/16), make([]float32, nb)
+	if !quantizeQ8KBlocks(q, bsums, x, d) {
+		t.Skip("no assembly quantization on this CPU")
+	}
+	wq, wbs := make([]int8, quant.QKK), make([]int16, 16)
+	for b := range nb {
+		wd := quantizeQ8_KBlock(wq, wbs, x[quant.QKK*b:quant.QKK*(b+1)])
+		if math.Float32bits(d[b]) != math.Float32bits(wd) && !(math.IsNaN(float64(d[b])) && math.IsNaN(float64(wd))) {
+			t.Fatalf("block %d: scale %g, want %g", b, d[b], wd)
+		}
+		if !slices.Equal(q[quant.QKK*b:quant.QKK*(b+1)], wq) {
+			t.Fatalf("block %d: values differ", b)
+		}
+		if !slices.Equal(bsums[16*b:16*(b+1)], wbs) {
+			t.Fatalf("block %d: sums of 16 %v, want %v", b, bsums[16*b:16*(b+1)], wbs)
+		}
+	}
+	if !math.IsNaN(float64(d[nb-1])) {
+		t.Errorf("a block holding a NaN has scale %g, want NaN", d[nb-1])
 	}
 }
