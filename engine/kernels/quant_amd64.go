@@ -73,6 +73,12 @@ func dotQ4_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, 
 func dotQ5_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
 
 //go:noescape
+func dotQ4_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+
+//go:noescape
+func dotQ5_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+
+//go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -159,6 +165,14 @@ func asmKernels() map[quant.Type]*quantKernel {
 		m[quant.Q5_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
 			dotQ5_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
+		}
+		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
+			quant.Q4_K: dotQ4_Kx4In4VNNI, quant.Q5_K: dotQ5_Kx4In4VNNI,
+		} {
+			m[t].tile = func(w []byte, stride int, x qActRow, y []float32, ystride int) {
+				_ = y[3*ystride+3]
+				f(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0], ystride)
+			}
 		}
 	}
 	return m

@@ -405,6 +405,118 @@ loop: \
 	VZEROUPPER; \
 	RET
 
+// Q4_K and Q5_K against four weight rows and four input rows (a prompt): the four weight rows' scales, minimums
+// and d, dmin unpacked once per super-block for the four input rows, each weight row's nibbles once for them; each
+// of the 16 products bit for bit the one-row kernels' (the same integer lanes, minimum sums and float operations
+// in the same order). Frame: the weight rows' (s, s) scale pairs at 0(SP) (as in X4K); at 128+32r(SP), input r's
+// [d·d_a, dmin·d_a] of the four weight rows. Registers: Y16+4o+r the float lanes of weight row o and input r,
+// Z15's dword 4o+r its minimum terms; Y0..Y3 the integer lanes of the weight row at hand.
+DATA onesw32<>+0(SB)/8, $0x0001000100010001
+DATA onesw32<>+8(SB)/8, $0x0001000100010001
+DATA onesw32<>+16(SB)/8, $0x0001000100010001
+DATA onesw32<>+24(SB)/8, $0x0001000100010001
+GLOBL onesw32<>(SB), RODATA|NOPTR, $32
+
+// X44MINS(poff, da, bs, k): input r's part of a super-block's shared work: [d, dmin]·d_a of the four weight rows
+// (Y10 times the input's scale at da) to 128+poff(SP); lanes k (dword r of each weight row's lane) of Z15 +=
+// (dmin·d_a)·Σ_j m_j·(bs[2j] + bs[2j+1]), the minimums as words in Z9. Clobbers Y8, Y12, Y13.
+#define X44MINS(poff, da, bs, k) \
+	VBROADCASTSS da, Y12; VMULPS Y12, Y10, Y12; VMOVUPS Y12, 128+poff(SP); \
+	VMOVDQU bs, Y13; VPMADDWD onesw32<>(SB), Y13, Y13; VPMOVDW Y13, X13; VSHUFI32X4 $0, Z13, Z13, Z13; \
+	VPMADDWD Z13, Z9, Z13; VPSHUFD $0x4e, Z13, Z8; VPADDD Z8, Z13, Z13; VPSHUFD $0xb1, Z13, Z8; VPADDD Z8, Z13, Z13; \
+	VCVTDQ2PS Z13, Z13; VMOVDQU64 q4kx4dmin<>(SB), Z8; VPERMPS Z12, Z8, Z8; VMULPS Z13, Z8, Z13; VADDPS Z13, Z15, k, Z15
+
+// X44SHARED: a super-block's work shared by the 16 products: the weight rows' scales unpacked as X4K does (the
+// pairs to 0(SP), the minimums as words to Z9), their d, dmin to Y10, then each input's X44MINS.
+#define X44SHARED \
+	VMOVDQU 4(DI)(BX*1), X11; VINSERTI32X4 $1, 4(R10)(BX*1), Z11, Z11; \
+	VINSERTI32X4 $2, 4(R11)(BX*1), Z11, Z11; VINSERTI32X4 $3, 4(R12)(BX*1), Z11, Z11; \
+	VPSHUFD $0x50, Z11, Z12; VPSHUFD $0xaa, Z11, Z13; \
+	VPSRLVD q4kx4shr<>(SB), Z12, Z12; VPANDD q4kx4lo<>(SB), Z12, Z12; VPSLLVD q4kx4shl<>(SB), Z12, Z12; \
+	VPSRLVD q4kx4shr2<>(SB), Z13, Z13; VPANDD q4kx4hi<>(SB), Z13, Z13; VPORD Z13, Z12, Z11; \
+	VMOVDQU64 q4kx4sc01<>(SB), Z8; VPERMB.Z Z11, Z8, K1, Z12; VMOVDQU64 Z12, 0(SP); \
+	VMOVDQU64 q4kx4sc23<>(SB), Z8; VPERMB.Z Z11, Z8, K1, Z12; VMOVDQU64 Z12, 64(SP); \
+	VMOVDQU64 q4kx4mn<>(SB), Z8; VPERMB.Z Z11, Z8, K1, Z9; \
+	VMOVD 0(DI)(BX*1), X10; VPINSRD $1, 0(R10)(BX*1), X10, X10; VPINSRD $2, 0(R11)(BX*1), X10, X10; \
+	VPINSRD $3, 0(R12)(BX*1), X10, X10; VCVTPH2PS X10, Y10; \
+	X44MINS(0, (R8), (R9), K2); X44MINS(32, (R8)(R14*1), (R9)(R14*8), K3); \
+	X44MINS(64, (R8)(R14*2), (R9)(AX*1), K4); X44MINS(96, (R8)(R15*1), (R9)(R15*8), K5)
+
+// NIBS45(p, off): Y4 = the low nibbles of the 32 bytes at off(p)(BX*1), Y5 the high ones.
+#define NIBS45(p, off) \
+	VMOVDQU off(p)(BX*1), Y5; VPAND Y14, Y5, Y4; VPSRLW $4, Y5, Y5; VPAND Y14, Y5, Y5
+
+// X44CHUNK(aoff, soff): the low (Y4) and high (Y5) weights of a chunk against the four inputs' activations at
+// aoff and aoff+32 (inputs at SI, SI+R13, SI+2·R13, SI+DX), scaled by the (s, s) pairs at soff(SP) and
+// soff+4(SP), into Y0..Y3. Clobbers Y6.
+#define X44CHUNK(aoff, soff) \
+	VPMADDUBSW aoff(SI), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y0; \
+	VPMADDUBSW aoff+32(SI), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y0; \
+	VPMADDUBSW aoff(SI)(R13*1), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y1; \
+	VPMADDUBSW aoff+32(SI)(R13*1), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y1; \
+	VPMADDUBSW aoff(SI)(R13*2), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y2; \
+	VPMADDUBSW aoff+32(SI)(R13*2), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y2; \
+	VPMADDUBSW aoff(SI)(DX*1), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y3; \
+	VPMADDUBSW aoff+32(SI)(DX*1), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y3
+
+// X44FLOAT(dof, a0, a1, a2, a3): Y`a`r += (d·d_a)·float(Y`r`) for the four inputs r, d·d_a at 128+32r+dof(SP).
+// Clobbers Y7.
+#define X44FLOAT(dof, a0, a1, a2, a3) \
+	VBROADCASTSS 128+dof(SP), Y7; VCVTDQ2PS Y0, Y0; VMULPS Y0, Y7, Y0; VADDPS Y0, a0, a0; \
+	VBROADCASTSS 160+dof(SP), Y7; VCVTDQ2PS Y1, Y1; VMULPS Y1, Y7, Y1; VADDPS Y1, a1, a1; \
+	VBROADCASTSS 192+dof(SP), Y7; VCVTDQ2PS Y2, Y2; VMULPS Y2, Y7, Y2; VADDPS Y2, a2, a2; \
+	VBROADCASTSS 224+dof(SP), Y7; VCVTDQ2PS Y3, Y3; VMULPS Y3, Y7, Y3; VADDPS Y3, a3, a3
+
+// Q4KX44ROW(p, soff, dof, a0, a1, a2, a3): one Q4_K super-block of the weight row at p against the four inputs.
+#define Q4KX44ROW(p, soff, dof, a0, a1, a2, a3) \
+	VPXOR Y0, Y0, Y0; VPXOR Y1, Y1, Y1; VPXOR Y2, Y2, Y2; VPXOR Y3, Y3, Y3; \
+	NIBS45(p, 16); X44CHUNK(0, soff); NIBS45(p, 48); X44CHUNK(64, soff+8); \
+	NIBS45(p, 80); X44CHUNK(128, soff+16); NIBS45(p, 112); X44CHUNK(192, soff+24); \
+	X44FLOAT(dof, a0, a1, a2, a3)
+
+// Q5X44HI(shift, cnt, q): Y`q` |= bit h of each byte of the high bits in Y12, as 0x10 (as Q5KX4HI). Clobbers Y11.
+#define Q5X44HI(shift, cnt, q) \
+	shift $cnt, Y12, Y11; VPTERNLOGD.BCST $0xf8, sixteens<>(SB), Y11, q
+
+// Q5KX44ROW: Q4KX44ROW for a Q5_K super-block.
+#define Q5KX44ROW(p, soff, dof, a0, a1, a2, a3) \
+	VPXOR Y0, Y0, Y0; VPXOR Y1, Y1, Y1; VPXOR Y2, Y2, Y2; VPXOR Y3, Y3, Y3; VMOVDQU 16(p)(BX*1), Y12; \
+	NIBS45(p, 48); Q5X44HI(VPSLLW, 4, Y4); Q5X44HI(VPSLLW, 3, Y5); X44CHUNK(0, soff); \
+	NIBS45(p, 80); Q5X44HI(VPSLLW, 2, Y4); Q5X44HI(VPSLLW, 1, Y5); X44CHUNK(64, soff+8); \
+	NIBS45(p, 112); Q5X44HI(VPSRLW, 0, Y4); Q5X44HI(VPSRLW, 1, Y5); X44CHUNK(128, soff+16); \
+	NIBS45(p, 144); Q5X44HI(VPSRLW, 2, Y4); Q5X44HI(VPSRLW, 3, Y5); X44CHUNK(192, soff+24); \
+	X44FLOAT(dof, a0, a1, a2, a3)
+
+// X44OUT(ya, moff, out): out = hsum8(Y`a`) - the minimum terms at moff(SP).
+#define X44OUT(ya, moff, out) \
+	VMOVAPS ya, Y0; HSUMR(Y0, X0); VSUBSS moff(SP), X0, X0; MOVSS X0, out
+
+// X44K(ROW, size, loop): the body of a four-by-four K-quant kernel (b, stride, qs, d, bsums, y, ystride): ROW
+// multiplies one super-block (size bytes) of a weight row by the four inputs.
+#define X44K(ROW, size, loop) \
+	MOVQ b_base+0(FP), DI; MOVQ stride+24(FP), AX; LEAQ (DI)(AX*1), R10; LEAQ (R10)(AX*1), R11; \
+	LEAQ (R11)(AX*1), R12; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; \
+	MOVQ bsums_base+80(FP), R9; SHRQ $2, CX; MOVQ CX, R14; SHLQ $2, R14; LEAQ (R14)(R14*2), R15; \
+	MOVQ CX, R13; SHLQ $8, R13; LEAQ (R13)(R13*2), DX; \
+	MOVQ $0x5555555555555555, AX; KMOVQ AX, K1; MOVQ $0x1111, AX; KMOVW AX, K2; MOVQ $0x2222, AX; KMOVW AX, K3; \
+	MOVQ $0x4444, AX; KMOVW AX, K4; MOVQ $0x8888, AX; KMOVW AX, K5; MOVQ R14, AX; SHLQ $4, AX; XORQ BX, BX; \
+	VPXORD Z15, Z15, Z15; VPXORD Z16, Z16, Z16; VPXORD Z17, Z17, Z17; VPXORD Z18, Z18, Z18; VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; VPXORD Z21, Z21, Z21; VPXORD Z22, Z22, Z22; VPXORD Z23, Z23, Z23; VPXORD Z24, Z24, Z24; \
+	VPXORD Z25, Z25, Z25; VPXORD Z26, Z26, Z26; VPXORD Z27, Z27, Z27; VPXORD Z28, Z28, Z28; VPXORD Z29, Z29, Z29; \
+	VPXORD Z30, Z30, Z30; VPXORD Z31, Z31, Z31; VPBROADCASTD nibmask<>(SB), Y14; \
+loop: \
+	X44SHARED; \
+	ROW(DI, 0, 0, Y16, Y17, Y18, Y19); ROW(R10, 32, 8, Y20, Y21, Y22, Y23); \
+	ROW(R11, 64, 16, Y24, Y25, Y26, Y27); ROW(R12, 96, 24, Y28, Y29, Y30, Y31); \
+	ADDQ $size, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ loop; \
+	VMOVUPS Z15, 0(SP); MOVQ y+104(FP), DX; MOVQ ystride+112(FP), AX; SHLQ $2, AX; LEAQ (DX)(AX*1), R10; \
+	LEAQ (R10)(AX*1), R11; LEAQ (R11)(AX*1), R12; \
+	X44OUT(Y16, 0, 0(DX)); X44OUT(Y17, 4, 0(R10)); X44OUT(Y18, 8, 0(R11)); X44OUT(Y19, 12, 0(R12)); \
+	X44OUT(Y20, 16, 4(DX)); X44OUT(Y21, 20, 4(R10)); X44OUT(Y22, 24, 4(R11)); X44OUT(Y23, 28, 4(R12)); \
+	X44OUT(Y24, 32, 8(DX)); X44OUT(Y25, 36, 8(R10)); X44OUT(Y26, 40, 8(R11)); X44OUT(Y27, 44, 8(R12)); \
+	X44OUT(Y28, 48, 12(DX)); X44OUT(Y29, 52, 12(R10)); X44OUT(Y30, 56, 12(R11)); X44OUT(Y31, 60, 12(R12)); \
+	VZEROUPPER; RET
+
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
 // F16C. Integers are multiplied by VPMADDUBSW (unsigned weights × signed activations; signed weights go through
 // VPSIGNB, as llama.cpp does) and VPMADDWD, exact; the float32 part is the portable kernels' (a VMULPS then a
@@ -1206,3 +1318,13 @@ q8knext:
 q8kdone:
 	VZEROUPPER
 	RET
+
+// func dotQ4_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+// b: four weight rows of stride bytes, len(d)/4 Q4_K super-blocks each; qs, d, bsums: four consecutive Q8_K
+// input rows; y[r·ystride + o]: weight row o times input r.
+TEXT ·dotQ4_Kx4In4VNNI(SB), NOSPLIT, $256-120
+	X44K(Q4KX44ROW, 144, q4kx44loop)
+
+// func dotQ5_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
+TEXT ·dotQ5_Kx4In4VNNI(SB), NOSPLIT, $256-120
+	X44K(Q5KX44ROW, 176, q5kx44loop)

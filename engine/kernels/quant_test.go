@@ -209,12 +209,26 @@ func TestQuantKernelsAgree(t *testing.T) {
 		p := portableKernels[typ]
 		for _, cols := range []int{256, 1536} {
 			w := randomQuantMatrix(t, rng, typ, 8, cols)
-			x := make([]float32, 3*cols)
+			x := make([]float32, 4*cols)
 			for i := range x {
 				x[i] = float32(rng.NormFloat64())
 			}
 			var a qAct
 			a.quantize(k.act, x, cols)
+			if k.tile != nil {
+				const ystride = 6
+				for o := 0; o < w.Rows; o += 4 {
+					y := make([]float32, 4*ystride)
+					k.tile(w.Data[o*w.rowBytes:(o+4)*w.rowBytes], w.rowBytes, a.rows(0, 4), y, ystride)
+					for r := range 4 {
+						for i := range 4 {
+							if got, want := y[r*ystride+i], p.dot(w.Row(o+i), a.row(r)); math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("%s cols %d: four-by-four kernel row %d input %d %g, portable %g", typ, cols, o+i, r, got, want)
+							}
+						}
+					}
+				}
+			}
 			for r := range 3 {
 				for o := range w.Rows {
 					got, want := k.dot(w.Row(o), a.row(r)), p.dot(w.Row(o), a.row(r))
