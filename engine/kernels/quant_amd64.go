@@ -79,6 +79,9 @@ func dotQ4_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int1
 func dotQ5_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 
 //go:noescape
+func dotQ8_0x4In4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32, ystride int)
+
+//go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -165,6 +168,10 @@ func asmKernels() map[quant.Type]*quantKernel {
 		m[quant.Q5_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
 			dotQ5_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
+		}
+		m[quant.Q8_0].tile = func(w []byte, stride int, x qActRow, y []float32, ystride int) {
+			_ = y[3*ystride+3]
+			dotQ8_0x4In4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0], ystride)
 		}
 		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
 			quant.Q4_K: dotQ4_Kx4In4VNNI, quant.Q5_K: dotQ5_Kx4In4VNNI,

@@ -517,6 +517,25 @@ loop: \
 	X44OUT(Y28, 48, 12(DX)); X44OUT(Y29, 52, 12(R10)); X44OUT(Y30, 56, 12(R11)); X44OUT(Y31, 60, 12(R12)); \
 	VZEROUPPER; RET
 
+// Q8_0 against four weight rows and four input rows (a prompt), each product bit for bit dotQ8_0AVX2's: the
+// same integer lanes per block (VPDPBUSD of |w| with a·sign(w)) and the same float operations in the same order.
+// The weight rows' |w| and the sixteen d·d_a (at 16r+4o(SP)) once per block for the 16 products.
+
+// Q80X44(yi, ya, soff, acc): input r's product with the weight block in Y5 (|w| in Y4): acc += (d·d_a)·lanes,
+// the input's activations in Y`a`, d·d_a at soff(SP). Clobbers Y6, Y`i`.
+#define Q80X44(yi, ya, soff, acc) \
+	VPSIGNB Y5, ya, Y6; VPXOR yi, yi, yi; VPDPBUSD Y6, Y4, yi; VCVTDQ2PS yi, yi; VMULPS.BCST soff(SP), yi, yi; \
+	VADDPS yi, acc, acc
+
+// Q80X44ROW(p, o4, a0, a1, a2, a3): the block of the weight row at p against the four inputs (o4: 4·o).
+#define Q80X44ROW(p, o4, a0, a1, a2, a3) \
+	VMOVDQU 2(p)(BX*1), Y5; VPABSB Y5, Y4; \
+	Q80X44(Y7, Y0, o4, a0); Q80X44(Y8, Y1, 16+o4, a1); Q80X44(Y9, Y2, 32+o4, a2); Q80X44(Y10, Y3, 48+o4, a3)
+
+// X44HSUM(ya, out): out = hsum8(Y`a`).
+#define X44HSUM(ya, out) \
+	VMOVAPS ya, Y0; HSUMR(Y0, X0); MOVSS X0, out
+
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
 // F16C. Integers are multiplied by VPMADDUBSW (unsigned weights × signed activations; signed weights go through
 // VPSIGNB, as llama.cpp does) and VPMADDWD, exact; the float32 part is the portable kernels' (a VMULPS then a
@@ -1328,3 +1347,38 @@ TEXT ·dotQ4_Kx4In4VNNI(SB), NOSPLIT, $256-120
 // func dotQ5_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 TEXT ·dotQ5_Kx4In4VNNI(SB), NOSPLIT, $256-120
 	X44K(Q5KX44ROW, 176, q5kx44loop)
+
+// func dotQ8_0x4In4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32, ystride int)
+// b: four weight rows of stride bytes, len(d)/4 Q8_0 blocks each; qs, d: four consecutive Q8_0 input rows;
+// y[r·ystride + o]: weight row o times input r.
+TEXT ·dotQ8_0x4In4VNNI(SB), NOSPLIT, $64-96
+	MOVQ b_base+0(FP), DI; MOVQ stride+24(FP), AX; LEAQ (DI)(AX*1), R10; LEAQ (R10)(AX*1), R11
+	LEAQ (R11)(AX*1), R12; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX
+	SHRQ $2, CX; MOVQ CX, R14; SHLQ $2, R14; LEAQ (R14)(R14*2), R15; MOVQ CX, R13; SHLQ $5, R13
+	LEAQ (R13)(R13*2), DX; XORQ BX, BX
+	VPXORD Z16, Z16, Z16; VPXORD Z17, Z17, Z17; VPXORD Z18, Z18, Z18; VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20; VPXORD Z21, Z21, Z21; VPXORD Z22, Z22, Z22; VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24; VPXORD Z25, Z25, Z25; VPXORD Z26, Z26, Z26; VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28; VPXORD Z29, Z29, Z29; VPXORD Z30, Z30, Z30; VPXORD Z31, Z31, Z31
+
+q80x44loop:
+	MOVWLZX 0(DI)(BX*1), AX; VMOVD AX, X11; VPINSRW $1, 0(R10)(BX*1), X11, X11
+	VPINSRW $2, 0(R11)(BX*1), X11, X11; VPINSRW $3, 0(R12)(BX*1), X11, X11; VCVTPH2PS X11, X11
+	VBROADCASTSS (R8), X12; VMULPS X12, X11, X12; VMOVUPS X12, 0(SP)
+	VBROADCASTSS (R8)(R14*1), X12; VMULPS X12, X11, X12; VMOVUPS X12, 16(SP)
+	VBROADCASTSS (R8)(R14*2), X12; VMULPS X12, X11, X12; VMOVUPS X12, 32(SP)
+	VBROADCASTSS (R8)(R15*1), X12; VMULPS X12, X11, X12; VMOVUPS X12, 48(SP)
+	VMOVDQU (SI), Y0; VMOVDQU (SI)(R13*1), Y1; VMOVDQU (SI)(R13*2), Y2; VMOVDQU (SI)(DX*1), Y3
+	Q80X44ROW(DI, 0, Y16, Y17, Y18, Y19)
+	Q80X44ROW(R10, 4, Y20, Y21, Y22, Y23)
+	Q80X44ROW(R11, 8, Y24, Y25, Y26, Y27)
+	Q80X44ROW(R12, 12, Y28, Y29, Y30, Y31)
+	ADDQ $34, BX; ADDQ $32, SI; ADDQ $4, R8; DECQ CX; JNZ q80x44loop
+	MOVQ y+80(FP), DX; MOVQ ystride+88(FP), AX; SHLQ $2, AX; LEAQ (DX)(AX*1), R10; LEAQ (R10)(AX*1), R11
+	LEAQ (R11)(AX*1), R12
+	X44HSUM(Y16, 0(DX)); X44HSUM(Y17, 0(R10)); X44HSUM(Y18, 0(R11)); X44HSUM(Y19, 0(R12))
+	X44HSUM(Y20, 4(DX)); X44HSUM(Y21, 4(R10)); X44HSUM(Y22, 4(R11)); X44HSUM(Y23, 4(R12))
+	X44HSUM(Y24, 8(DX)); X44HSUM(Y25, 8(R10)); X44HSUM(Y26, 8(R11)); X44HSUM(Y27, 8(R12))
+	X44HSUM(Y28, 12(DX)); X44HSUM(Y29, 12(R10)); X44HSUM(Y30, 12(R11)); X44HSUM(Y31, 12(R12))
+	VZEROUPPER
+	RET
