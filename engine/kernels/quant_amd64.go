@@ -85,6 +85,9 @@ func dotQ8_0x4In4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32, 
 func dotQ3_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
 
 //go:noescape
+func dotQ2_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
+
+//go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -167,6 +170,10 @@ func asmKernels() map[quant.Type]*quantKernel {
 		m[quant.Q4_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
 			dotQ4_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
+		}
+		m[quant.Q2_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+			_ = y[3]
+			dotQ2_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
 		}
 		m[quant.Q3_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
