@@ -32,6 +32,19 @@ func (t Tolerance) String() string {
 	return strings.Join(parts, " ")
 }
 
+// QuantizedLogitTolerance is the agreement verify demands of the logits of a checkpoint holding block-quantized
+// matrices (a GGUF file): the reference multiplies the dequantized weights in float64, while the engine, as
+// llama.cpp does, rounds each product's activations to 8 bits, which moves logits by up to a few units
+// (SmolLM2-135M, five prompts: Q8_0 cosine 0.99943-0.99992, max |d| 0.93-1.49; Q4_K_M 0.99814-0.99952, 1.39-4.03),
+// so only the direction is checked, tighter than bf16's.
+var QuantizedLogitTolerance = Tolerance{MinCosine: 0.995}
+
+// QuantizedDecodeTolerance is how far verify lets a decode step's log-probabilities be from one full forward pass
+// over a block-quantized checkpoint: the attention sums in another order, and where a sum moves by one ulp an
+// activation's 8-bit rounding can flip, so the same engine parts from itself by up to about half a nat (SmolLM2-135M
+// Q4_K_M and Q8_0, six prompts: 0 to 0.46), where a key/value cache that is not filled moves them by several.
+var QuantizedDecodeTolerance = Tolerance{MaxAbs: 1}
+
 // LogitTolerance is the agreement verify demands of the logits computed in dtype: float32 matches the float64
 // reference to 1e-4 absolute (and cosine 0.99999); bf16 and f16 round every weight and activation to 8 or 11
 // mantissa bits, so only the direction is checked: cosine ≥ 0.99.

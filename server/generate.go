@@ -149,10 +149,17 @@ func usageOf(res *engine.TextResult) *usageJSON {
 
 // chatLogprob is an entry of a chat choice's logprobs.content.
 type chatLogprob struct {
-	Token       string        `json:"token"`
-	Logprob     float64       `json:"logprob"`
-	Bytes       []int         `json:"bytes"`
-	TopLogprobs []chatLogprob `json:"top_logprobs"`
+	Token       string           `json:"token"`
+	Logprob     float64          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+// chatTopLogprob is one of a chatLogprob's most likely tokens (OpenAI's layout: no top_logprobs of its own).
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
 }
 
 func tokenBytes(s string) []int {
@@ -164,9 +171,9 @@ func tokenBytes(s string) []int {
 }
 
 func chatLogprobOf(t *engine.TextToken) chatLogprob {
-	lp := chatLogprob{Token: t.Text, Logprob: t.Logprob, Bytes: tokenBytes(t.Text), TopLogprobs: []chatLogprob{}}
+	lp := chatLogprob{Token: t.Text, Logprob: t.Logprob, Bytes: tokenBytes(t.Text), TopLogprobs: []chatTopLogprob{}}
 	for _, c := range t.TopLogprobs {
-		lp.TopLogprobs = append(lp.TopLogprobs, chatLogprob{Token: c.Text, Logprob: c.Logprob, Bytes: tokenBytes(c.Text)})
+		lp.TopLogprobs = append(lp.TopLogprobs, chatTopLogprob{Token: c.Text, Logprob: c.Logprob, Bytes: tokenBytes(c.Text)})
 	}
 	return lp
 }

@@ -97,6 +97,11 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if m := routeMethod(r.URL.Path); m != "" {
+			w.Header().Set("Allow", m)
+			writeError(w, &requestError{status: http.StatusMethodNotAllowed, msg: fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, m), code: "method_not_allowed"})
+			return
+		}
 		writeError(w, &requestError{status: http.StatusNotFound, msg: fmt.Sprintf("no route %s %s (see /v1/models, /v1/chat/completions, /v1/completions, /health, /metrics)", r.Method, r.URL.Path), code: "not_found"})
 	})
 	return s, nil
@@ -304,4 +309,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		}
 	}
 	return nil
+}
+
+// routeMethod is the method a route of the API takes ("" for a path that is none of them): the catch-all
+// handler answers a known path asked with another method 405, not 404.
+func routeMethod(path string) string {
+	switch {
+	case path == "/v1/chat/completions" || path == "/v1/completions":
+		return http.MethodPost
+	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/") || path == "/health" || path == "/metrics":
+		return http.MethodGet
+	}
+	return ""
 }

@@ -199,6 +199,9 @@ func TestChatCompletions(t *testing.T) {
 		len(lp.Content) != 20 || len(lp.Content[0].TopLogprobs) != 3 || lp.Content[0].Logprob != lp.Content[0].TopLogprobs[0].Logprob {
 		t.Errorf("chat completion %s, want content %q", body, want.Text)
 	}
+	if bytes.Contains(body, []byte(`"top_logprobs":null`)) {
+		t.Errorf("a most likely token carries top_logprobs of its own (not in OpenAI's layout): %s", body)
+	}
 	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.Replace(req, `"max_tokens"`, `"stream": true, "max_tokens"`, 1)))
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +271,15 @@ func TestRequestErrors(t *testing.T) {
 		if code != c.code || e.Error == nil || !strings.Contains(e.Error.Message, c.want) || param != c.param {
 			t.Errorf("%s: %d %s; want %d, param %q, message with %q", excerpt([]byte(c.body)), code, body, c.code, c.param, c.want)
 		}
+	}
+	// A route asked with another method: 405 with Allow.
+	resp, err := http.Get(chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("GET /v1/chat/completions: %d, Allow %q; want 405, POST", resp.StatusCode, resp.Header.Get("Allow"))
 	}
 	// Null counts as absent; harmless fields are accepted.
 	if code, body := post(t, comp, `{"prompt": "x", "max_tokens": 2, "user": "me", "metadata": {"k": "v"}, "store": false, "seed": null, "stop": null, "logit_bias": {}, "best_of": 1}`); code != 200 {

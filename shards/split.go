@@ -335,8 +335,12 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, pla
 		return nil, fmt.Errorf("shards: writing manifest: %w", err)
 	}
 	if len(changed) > 0 || len(state.changed) > 0 {
+		files := strings.Join(state.changed, ",")
+		if files == "" {
+			files = "none by size and time (found by the units' contents)"
+		}
 		slog.Info("the checkpoint changed since it was split: updated the split", "checkpoint", ck.Dir, "shards", out,
-			"changed_files", strings.Join(state.changed, ","), "resplit_units", summarize(changed),
+			"changed_files", files, "resplit_units", summarize(changed),
 			"kept_units", len(plans)-len(todo))
 	}
 	return Open(out)

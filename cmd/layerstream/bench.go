@@ -247,8 +247,12 @@ func (r *benchReport) writeJSON(w io.Writer) error {
 
 func (r *benchReport) writeTable(w io.Writer) error {
 	ew := &textout.Writer{W: w}
-	ew.Printf("bench %s on %s (shard reads: %s): prompt %d tokens, %d new tokens, %d runs (+%d warm-up)\n",
-		r.Model, r.Device, r.Reads, r.PromptTokens, r.NewTokens, len(r.Runs), r.Warmup)
+	runs := "runs"
+	if len(r.Runs) == 1 {
+		runs = "run"
+	}
+	ew.Printf("bench %s on %s (shard reads: %s): prompt %d tokens, %d new tokens, %d %s (+%d warm-up)\n",
+		r.Model, r.Device, r.Reads, r.PromptTokens, r.NewTokens, len(r.Runs), runs, r.Warmup)
 	ew.Printf("%-8s %14s %13s %10s %10s %10s\n", "run", "prefill tok/s", "decode tok/s", "s/token", "TTFT s",
 		"total s")
 	for i, run := range r.Runs {

@@ -241,11 +241,17 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 		"top_p", sampling.TopP, "repetition_penalty", sampling.RepetitionPenalty)
 	out := generateJSON{Seed: sampling.Seed}
 	var res *engine.Result
+	var promptIDs []int
 	if o.ids != "" {
-		res, err = generateIDs(ctx, e, o, sampling, monitor, stdout)
+		if promptIDs, err = parseIDs(o.ids); err != nil {
+			return usageErrorf("--ids: %v", err)
+		}
+	}
+	if _, terr := e.Tokenizer(); o.ids != "" && terr != nil { // no tokenizer: ids only
+		res, err = generateIDs(ctx, e, promptIDs, o, sampling, monitor, stdout, &out)
 	} else {
 		var tr *engine.TextResult
-		tr, err = generateText(ctx, e, o, sampling, monitor, stdout, &out)
+		tr, err = generateText(ctx, e, promptIDs, o, sampling, monitor, stdout, &out)
 		if tr != nil {
 			res, out.Text, out.Stop = &tr.Result, tr.Text, tr.Stop
 		}
@@ -275,10 +281,11 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 	return errors.Join(err, enc.Encode(out))
 }
 
-// generateText runs a text prompt (a chat with --chat) through Engine.GenerateText: streamed to stdout in text
-// mode (the prompt first, except for a chat, whose reply is printed alone), collected into out with --json.
-func generateText(ctx context.Context, e *engine.Engine, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer, out *generateJSON) (*engine.TextResult, error) {
-	req := engine.TextRequest{Prompt: o.prompt, MaxNewTokens: o.maxNew, Sampling: s, Stop: o.stop,
+// generateText runs a text prompt (a chat with --chat), or promptIDs when not nil (--ids), through
+// Engine.GenerateText: streamed to stdout in text mode (a text prompt first, except for a chat, whose reply is
+// printed alone), collected into out with --json.
+func generateText(ctx context.Context, e *engine.Engine, promptIDs []int, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer, out *generateJSON) (*engine.TextResult, error) {
+	req := engine.TextRequest{Prompt: o.prompt, PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: s, Stop: o.stop,
 		Logprobs: o.logprobs, TopLogprobs: o.topLogprobs, Monitor: monitor}
 	if o.chat {
 		req.Prompt = ""
@@ -316,38 +323,21 @@ func generateText(ctx context.Context, e *engine.Engine, o generateOptions, s en
 	return res, err
 }
 
-// generateIDs runs a prompt given as token ids (--ids), printing the decoded text as it comes in text mode.
-func generateIDs(ctx context.Context, e *engine.Engine, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer) (*engine.Result, error) {
-	promptIDs, err := parseIDs(o.ids)
-	if err != nil {
-		return nil, usageErrorf("--ids: %v", err)
-	}
-	var dec *tokenizer.StreamDecoder
-	if tok, err := e.Tokenizer(); err == nil {
-		dec = tok.NewStreamDecoder(true)
-		dec.Prime(promptIDs) // the first generated word keeps its leading space
-	}
-	req := engine.Request{PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: s, Monitor: monitor}
-	res, err := e.Generate(ctx, req, func(t engine.Token) error {
-		text := ""
-		if dec != nil {
-			text = dec.Next(t.ID)
-		}
-		if !o.json {
-			if _, err := io.WriteString(stdout, text); err != nil {
-				return err
+// generateIDs runs a prompt given as token ids (--ids) on a model without a tokenizer: ids only (with --json,
+// their log-probabilities too).
+func generateIDs(ctx context.Context, e *engine.Engine, promptIDs []int, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer, out *generateJSON) (*engine.Result, error) {
+	req := engine.Request{PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: s, Monitor: monitor,
+		Logprobs: o.logprobs, TopLogprobs: o.topLogprobs}
+	return e.Generate(ctx, req, func(t engine.Token) error {
+		if o.logprobs || o.topLogprobs > 0 {
+			lp := logprobJSON{ID: t.ID, Logprob: t.Logprob}
+			for _, c := range t.TopLogprobs {
+				lp.TopLogprobs = append(lp.TopLogprobs, logprobJSON{ID: c.ID, Logprob: c.Logprob})
 			}
+			out.Logprobs = append(out.Logprobs, lp)
 		}
-		return monitor.ObserveToken(t.ID, text)
+		return monitor.ObserveToken(t.ID, "")
 	})
-	if !o.json && res != nil {
-		tail := ""
-		if dec != nil && err == nil {
-			tail = dec.Flush()
-		}
-		io.WriteString(stdout, tail+"\n")
-	}
-	return res, err
 }
 
 // samplingFor combines the flags with the model's defaults (Engine.DefaultSampling, from generation_config.json):

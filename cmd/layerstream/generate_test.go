@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -151,9 +152,36 @@ func TestTokenizerCheckedBeforeSplit(t *testing.T) {
 	if entries, _ := os.ReadDir(cache); len(entries) != 0 {
 		t.Errorf("the cache holds %v: a split started before the tokenizer was checked", entries)
 	}
-	// With ids and --json no tokenizer is needed.
-	if code := run([]string{"generate", "--model", dir, "--ids", "1,2", "--json", "--max-new-tokens", "2", "-q"}, &out, &errb); code != 0 {
+	// With ids and --json no tokenizer is needed; log-probabilities come without token text.
+	code, stdout := runCapturingStdout(t, []string{"generate", "--model", dir, "--ids", "1,2", "--json", "--max-new-tokens", "2", "--top-logprobs", "2", "-q"}, &errb)
+	if code != 0 {
 		t.Fatalf("--ids --json: exit %d: %s", code, errb.String())
+	}
+	var got generateJSON
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil || len(got.Logprobs) != 2 || len(got.Logprobs[0].TopLogprobs) != 2 {
+		t.Errorf("--ids --json --top-logprobs 2 without a tokenizer: %s (%v)", stdout, err)
+	}
+}
+
+// TestGenerateIDsWithTokenizer: --ids on a model with a tokenizer gives the text and the log-probabilities as
+// --prompt does.
+func TestGenerateIDsWithTokenizer(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	c := testutil.StoriesGolden(t)[0]
+	var out bytes.Buffer
+	ids := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.PromptIDs)), ","), "[]")
+	o := generateOptions{model: model, ids: ids, maxNew: 8, json: true, logprobs: true, temperature: -1, topK: -1, topP: -1, repetitionPenalty: -1}
+	if err := runGenerate(context.Background(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	var got generateJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("--json output %q: %v", out.String(), err)
+	}
+	if !slices.Equal(got.GeneratedIDs, c.GeneratedIDs[:8]) || !strings.HasPrefix(", there was a little girl named Lily.", got.Text) || got.Text == "" ||
+		len(got.Logprobs) != 8 || got.Logprobs[0].Token == "" {
+		t.Errorf("--ids %s: %s", ids, out.String())
 	}
 }
 

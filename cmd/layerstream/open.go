@@ -14,6 +14,7 @@ import (
 	"github.com/layerstream/layerstream/gguf"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/internal/progress"
+	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -34,6 +35,12 @@ func openEngine(ctx context.Context, model string, opts engine.Options, tokenize
 	dir, err := hub.Resolve(ctx, model, opts.Hub)
 	if err != nil {
 		return nil, err
+	}
+	if tokenizerHint != "" && !shards.IsSet(dir) && !gguf.IsGGUF(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil { // say what is missing first
+			_, err = engine.OpenCheckpoint(dir)
+			return nil, err
+		}
 	}
 	if tokenizerHint != "" {
 		if ok, err := hasTokenizer(dir); err != nil {

@@ -21,7 +21,6 @@ import (
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
-	"github.com/layerstream/layerstream/tokenizer"
 )
 
 func init() {
@@ -61,7 +60,7 @@ func init() {
 				case *prompt == "" && *ids == "" && o.transformers != "":
 					// The reference outputs bring their own prompt.
 				case *prompt != "":
-					tok, err := tokenizer.Load(o.model)
+					tok, err := loadTokenizer(o.model)
 					if err != nil {
 						return err
 					}
@@ -133,12 +132,23 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		return err
 	}
 	engDType := map[checkpoint.DType]string{checkpoint.F32: "f32", checkpoint.BF16: "bf16", checkpoint.F16: "f16"}[choice.DType]
-	logitTol := reference.LogitTolerance(choice.DType)
-	if o.atol > 0 {
-		logitTol.MaxAbs = o.atol
+	withFlags := func(t reference.Tolerance) reference.Tolerance {
+		if o.atol > 0 {
+			t.MaxAbs = o.atol
+		}
+		if o.minCos > 0 {
+			t.MinCosine = o.minCos
+		}
+		return t
 	}
-	if o.minCos > 0 {
-		logitTol.MinCosine = o.minCos
+	// Decode steps against one pass compare the engine with itself: the dtype's tolerance, or a quantized one's.
+	dtypeTol := withFlags(reference.LogitTolerance(choice.DType))
+	logitTol := dtypeTol
+	quantized := slices.ContainsFunc(ck.Tensors, func(t checkpoint.TensorInfo) bool { return t.DType.Quantized() })
+	decodeTol := decodeTolerance(dtypeTol)
+	if quantized {
+		logitTol = withFlags(reference.QuantizedLogitTolerance)
+		decodeTol = reference.QuantizedDecodeTolerance
 	}
 	var hf *reference.Transformers
 	if o.transformers != "" {
@@ -230,7 +240,7 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		if o.broken != nil {
 			dec = o.broken(e)
 		}
-		d, err := compareDecode(ctx, dec, o.ids, o.decodeSteps, decodeTolerance(logitTol))
+		d, err := compareDecode(ctx, dec, o.ids, o.decodeSteps, decodeTol)
 		if err != nil {
 			return err
 		}
@@ -255,6 +265,9 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		fmt.Fprintf(w, "transformers: no %s beside the checkpoint (--reference FILE); the float64 reference reads config.json as the engine does, so it cannot catch a misread config\n", reference.TransformersFile)
 	}
 	fmt.Fprintf(w, "tolerance: logits %s; streamed vs resident %s\n", logitTol, same)
+	if quantized {
+		fmt.Fprintln(w, "quantized: the checkpoint holds block-quantized matrices; the reference multiplies them dequantized in float64, the engine (as llama.cpp) with activations rounded to 8 bits, so the logits are held to their direction, and decode steps to their one pass within a nat (an activation's rounding can flip where the attention sums in another order)")
+	}
 	if !o.perLayer {
 		fmt.Fprintln(w, "per-layer: the engine returns logits only; --per-layer compares the logits after each layer")
 	}

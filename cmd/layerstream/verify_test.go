@@ -211,3 +211,30 @@ func TestVerifyOverflow(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyQuantizedGGUF: on a GGUF of block-quantized matrices verify holds the logits to
+// reference.QuantizedLogitTolerance and says why, encodes --prompt with the file's own tokenizer, and passes; on
+// a folder that is not a model, generate names what is missing rather than a tokenizer.
+func TestVerifyQuantizedGGUF(t *testing.T) {
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	for _, typ := range []string{"Q4_K", "Q8_0"} {
+		model := filepath.Join("..", "..", "gguf", "testdata", "tiny", "tiny-llama-"+typ+".gguf")
+		var out, errb bytes.Buffer
+		if code := run([]string{"verify", "--model", model, "--prompt", "Once upon a time"}, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d: %s", typ, code, errb.String())
+		}
+		out.Reset()
+		if err := runVerify(context.Background(), verifyOptions{model: model, ids: []int{1, 403, 407, 261, 378, 300}, dtype: "auto"}, &out); err != nil {
+			t.Fatalf("%s: %v\n%s", typ, err, out.String())
+		}
+		for _, want := range []string{"quantized: the checkpoint holds block-quantized matrices", "cos>=0.995", "all comparisons within tolerance"} {
+			if !strings.Contains(out.String(), want) {
+				t.Fatalf("%s: report lacks %q:\n%s", typ, want, out.String())
+			}
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"generate", "--model", t.TempDir(), "--prompt", "hi"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "neither a shard folder") {
+		t.Fatalf("generate on an empty folder: exit %d, %q (want the missing config.json named)", code, errb.String())
+	}
+}
