@@ -553,9 +553,12 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	a := actPool.Get().(*qAct)
 	defer actPool.Put(a)
 	a.quantize(w.k.act, x[:rows*in], in)
-	xr := make([]qActRow, rows)
+	xr, x4 := make([]qActRow, rows), make([]qActRow, rows/4) // each input row, and each four from 4i
 	for r := range xr {
 		xr[r] = a.row(r)
+	}
+	for i := range x4 {
+		x4[i] = a.rows(4*i, 4)
 	}
 	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
 	in4, tile, widen := w.k.in4, w.k.tile, w.k.widen
@@ -586,7 +589,7 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 				r := 0
 				if tile != nil {
 					for ; r+4 <= rows; r += 4 {
-						tile(wr, rb, a.rows(r, 4), y[r*out+o:], out)
+						tile(wr, rb, x4[r/4], y[r*out+o:], out)
 					}
 				}
 				for ; r < rows; r++ {
@@ -605,7 +608,7 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 			r := 0
 			if in4 != nil {
 				for ; r+4 <= rows; r += 4 {
-					in4(wr, a.rows(r, 4), y[r*out+o:], out)
+					in4(wr, x4[r/4], y[r*out+o:], out)
 				}
 			}
 			for ; r < rows; r++ {
