@@ -1,12 +1,15 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/layerstream/layerstream/engine/kernels"
@@ -305,4 +308,58 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 var tinyLogprobTol = map[string]float64{
 	"F32": 1e-4, "F16": 0.05, "BF16": 0.1,
 	"Q8_0": 0.1, "Q4_0": 0.1, "Q4_1": 0.1, "Q4_K": 0.1, "Q5_K": 0.1, "Q6_K": 0.1,
+}
+
+// TestGGUFRefusedBeforeSplit: a GGUF file whose metadata or vocabulary is refused (here tiny-llama-Q4_0.gguf with
+// NaN for llama.rope.freq_base, or one token overwritten with the byte 0xff) is refused by Open naming the file,
+// the key and the index, and no shard is written: the tokenizer used to be built only after the split, and its
+// error named the shard folder.
+func TestGGUFRefusedBeforeSplit(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-Q4_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		corrupt func(b []byte) bool
+		want    string
+	}{
+		{"nan", func(b []byte) bool {
+			// The key, then its type (uint32 6, float32), then the value.
+			i := bytes.Index(b, []byte("llama.rope.freq_base"))
+			if i < 0 {
+				return false
+			}
+			binary.LittleEndian.PutUint32(b[i+len("llama.rope.freq_base")+4:], math.Float32bits(float32(math.NaN())))
+			return true
+		}, ": metadata llama.rope.freq_base: NaN (want a finite positive number)"},
+		{"token", func(b []byte) bool {
+			i := bytes.Index(b, []byte("<0x41>"))
+			if i < 0 {
+				return false
+			}
+			b[i] = 0xff
+			return true
+		}, `: metadata tokenizer.ggml.tokens[68]: "\xff0x41>" is not valid UTF-8`},
+	} {
+		b := slices.Clone(src)
+		if !c.corrupt(b) {
+			t.Fatalf("%s: nothing to corrupt in the test file", c.name)
+		}
+		dir := t.TempDir()
+		path, shardDir := filepath.Join(dir, c.name+".gguf"), filepath.Join(dir, "shards")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e, err := Open(context.Background(), path, Options{ShardDir: shardDir})
+		if err == nil {
+			e.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), "gguf "+path+c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, "gguf "+path+c.want)
+		}
+		if _, err := os.Stat(shardDir); !os.IsNotExist(err) {
+			t.Errorf("%s: the shard folder exists (%v): the file was split before it was refused", c.name, err)
+		}
+	}
 }

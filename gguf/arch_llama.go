@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -67,6 +68,10 @@ func (m archMeta) ropeFactors(t TensorInfo, n int) ([]float64, error) {
 	}
 	out := make([]float64, n)
 	for i, v := range f {
+		// llama.cpp divides each pair's frequency by its factor.
+		if !(v > 0) || math.IsInf(float64(v), 1) {
+			return nil, fmt.Errorf("tensor %q: factor [%d] is %g (want a finite positive number)", t.Name, i, v)
+		}
 		out[i] = float64(v)
 	}
 	return out, nil

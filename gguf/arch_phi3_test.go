@@ -36,7 +36,7 @@ func tinyPhi3(o phi3Opts) *testFile {
 	f.kv("phi3.attention.sliding_window", uint32(2047))
 	f.kv("tokenizer.ggml.model", "gpt2")
 	f.kv("tokenizer.ggml.pre", "gpt-2")
-	f.kv("tokenizer.ggml.tokens", []string{"a", "b", "c", "d", "e", "f", "g", "h"})
+	f.kv("tokenizer.ggml.tokens", []string{"a", "b", "ab", "d", "e", "f", "g", "h"})
 	f.kv("tokenizer.ggml.merges", []string{"a b"})
 	for _, e := range o.kvs { // replaces a key of the same name, else comes last
 		if i := slices.IndexFunc(f.kvs, func(kv KV) bool { return kv.Key == e.Key }); i >= 0 {

@@ -181,7 +181,7 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 		return nil, nil, fmt.Errorf("metadata %s is %d, token_embd.weight has %d rows", key("vocab_size"), v, vocab)
 	}
 	cfg["vocab_size"] = vocab
-	eps, ok, err := g.Float(key("attention.layer_norm_rms_epsilon"))
+	eps, ok, err := g.PositiveFloat(key("attention.layer_norm_rms_epsilon"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -190,7 +190,7 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	}
 	cfg["rms_norm_eps"] = json.Number(strconv.FormatFloat(eps, 'g', -1, 32))
 	theta := 10000.0
-	if v, ok, err := g.Float(key("rope.freq_base")); err != nil {
+	if v, ok, err := g.PositiveFloat(key("rope.freq_base")); err != nil {
 		return nil, nil, err
 	} else if ok {
 		theta = v
@@ -241,7 +241,7 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("derived config.json: %w", err)
 	}
 	c, err := checkpoint.ParseConfig(b)
 	if err != nil {

@@ -55,19 +55,39 @@ func (g *File) Int(key string) (int, bool, error) {
 	return int(v), ok, err
 }
 
-// Float returns a float32 or float64 value as float64.
+// Float returns a float32 or float64 value as float64, refusing NaN and infinities: no metadata float
+// layerstream reads may be one, and config.json (JSON) cannot spell them.
 func (g *File) Float(key string) (float64, bool, error) {
+	return g.float(key, false)
+}
+
+// PositiveFloat is Float for a value that must be finite and above 0 (a norm's epsilon, a rotary base, a
+// scaling factor).
+func (g *File) PositiveFloat(key string) (float64, bool, error) {
+	return g.float(key, true)
+}
+
+func (g *File) float(key string, positive bool) (float64, bool, error) {
 	val, ok := g.Get(key)
 	if !ok {
 		return 0, false, nil
 	}
+	var v float64
 	switch x := val.V.(type) {
 	case float32:
-		return float64(x), true, nil
+		v = float64(x)
 	case float64:
-		return x, true, nil
+		v = x
+	default:
+		return 0, true, fmt.Errorf("metadata %s: want a float, got %s", key, describe(val.V))
 	}
-	return 0, true, fmt.Errorf("metadata %s: want a float, got %s", key, describe(val.V))
+	switch {
+	case positive && !(v > 0 && !math.IsInf(v, 1)):
+		return 0, true, fmt.Errorf("metadata %s: %g (want a finite positive number)", key, v)
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return 0, true, fmt.Errorf("metadata %s: %g (want a finite number)", key, v)
+	}
+	return v, true, nil
 }
 
 // Bool returns a bool value.

@@ -153,6 +153,7 @@ func TestParseLyingCounts(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add((&testFile{}).kv("a", "x").kv("n", []int32{1, 2}).tensor("t", quant.F32, f32Bytes(1, 2), 2).bytes())
 	f.Add(tinyLlama(t4{}).bytes())
+	f.Add(tinyLlama(t4{extraKV: []KV{{"tokenizer.ggml.token_type", Value{Type: TypeArray, Elem: TypeInt32, V: []int32{2, 3, 3, 6, 6, 1, 1, 99, 1, 1, 1, 1}}}}}).bytes())
 	f.Add((&testFile{}).kv("nested", []Value{{Type: TypeArray, Elem: TypeString, V: []string{"x"}}}).bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := Parse(strings.NewReader(string(b)), int64(len(b)), "fuzz.gguf")

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/layerstream/layerstream/tokenizer"
 )
 
 // llama.cpp's token types (tokenizer.ggml.token_type).
@@ -83,6 +85,9 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 	if len(types) != len(tokens) {
 		return nil, nil, "", fmt.Errorf("tokenizer.ggml.token_type has %d entries, tokenizer.ggml.tokens %d", len(types), len(tokens))
 	}
+	if err := checkVocab(model, tokens, types); err != nil {
+		return nil, nil, "", err
+	}
 	for _, k := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
 		"tokenizer.ggml.padding_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
 		if v, ok, err := g.Int(k); err != nil {
@@ -149,7 +154,65 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 	if configJSON, err = json.MarshalIndent(cfg, "", "  "); err != nil {
 		return nil, nil, "", err
 	}
-	return tokenizerJSON, append(configJSON, '\n'), chatTemplate, nil
+	configJSON = append(configJSON, '\n')
+	// Build the tokenizer the engine will load from these files now, so a vocabulary it refuses is refused here,
+	// naming the GGUF file, rather than after the split, naming the shard folder.
+	if _, err := tokenizer.Parse(tokenizerJSON, configJSON); err != nil {
+		return nil, nil, "", fmt.Errorf("the tokenizer made from the tokenizer.ggml.* metadata: %w", err)
+	}
+	return tokenizerJSON, configJSON, chatTemplate, nil
+}
+
+// checkVocab refuses, by key and index, the vocabulary entries layerstream cannot turn into tokenizer.json
+// faithfully. It refuses nothing llama.cpp reads as written (llama-vocab.cpp, llama_vocab::impl::load):
+//   - token types outside 1-6: llama.cpp maps 0 (LLAMA_TOKEN_TYPE_UNDEFINED) and any other value to
+//     LLAMA_TOKEN_ATTR_UNDEFINED without a word; such a token is never matched as a special token in the text and
+//     token_to_piece prints nothing for it ("we accept all unsupported token types, suppressing them like CONTROL
+//     tokens"), which tokenizer.json cannot spell. No converter writes these values (gguf-py's TokenType is 1-6).
+//   - tokens that are not valid UTF-8: tokenizer.json (JSON) cannot hold them. A byte-level BPE vocabulary
+//     ("gpt2") stores its tokens in GPT-2's byte-to-unicode form, always valid UTF-8 (llama.cpp decodes anything
+//     else as "[UNK_BYTE_…]"); a SentencePiece one ("llama") holds UTF-8 pieces and its bytes as "<0xNN>" tokens.
+//   - the same token twice (empty ones aside, which llama.cpp renames "[EMPTY_<id>]"): llama.cpp aborts on it
+//     (GGML_ASSERT(id_to_token.size() == token_to_id.size())).
+//   - a SentencePiece byte token (type 6) not spelled "<0xNN>" with uppercase hex digits: llama.cpp reads the
+//     byte from characters 3-4 of its text and looks bytes up as "<0x%02X>", as tokenizer.json's byte fallback does.
+func checkVocab(model string, tokens []string, types []int) error {
+	for i, t := range types {
+		if t < tokenNormal || t > tokenByte {
+			return fmt.Errorf("metadata tokenizer.ggml.token_type[%d]: %d (want 1-6: normal, unknown, control, user-defined, unused or byte; llama.cpp would silently treat the token as undefined)", i, t)
+		}
+	}
+	seen := make(map[string]int, len(tokens))
+	for i, t := range tokens {
+		if !utf8.ValidString(t) {
+			why := "a SentencePiece vocabulary (tokenizer.ggml.model \"llama\") holds UTF-8 pieces, its byte tokens as \"<0xNN>\""
+			if model == "gpt2" {
+				why = "a byte-level BPE vocabulary (tokenizer.ggml.model \"gpt2\") holds its tokens in GPT-2's byte-to-unicode form, always valid UTF-8"
+			}
+			return fmt.Errorf("metadata tokenizer.ggml.tokens[%d]: %q is not valid UTF-8 (%s)", i, t, why)
+		}
+		if j, dup := seen[t]; dup && t != "" {
+			return fmt.Errorf("metadata tokenizer.ggml.tokens[%d]: %q repeats tokenizer.ggml.tokens[%d] (llama.cpp refuses a repeated token too)", i, t, j)
+		}
+		seen[t] = i
+		if model == "llama" && types[i] == tokenByte && !isByteToken(t) {
+			return fmt.Errorf("metadata tokenizer.ggml.tokens[%d]: %q has type 6 (byte) in tokenizer.ggml.token_type: want \"<0xNN>\" (two uppercase hex digits)", i, t)
+		}
+	}
+	return nil
+}
+
+// isByteToken reports whether t is a SentencePiece byte token, "<0xNN>" with uppercase hex digits.
+func isByteToken(t string) bool {
+	if len(t) != 6 || t[:3] != "<0x" || t[5] != '>' {
+		return false
+	}
+	for _, c := range t[3:5] {
+		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // addedTokens lists control tokens (special) and user-defined tokens (not special) as tokenizer.json's
@@ -184,9 +247,18 @@ func (g *File) byteLevelBPE(tokens []string, types []int) (map[string]any, error
 	if !ok {
 		return nil, fmt.Errorf("tokenizer.ggml.model is gpt2 but tokenizer.ggml.merges is missing")
 	}
+	// Hugging Face's BPE (and layerstream's tokenizer) needs both parts of a merge and their join in the
+	// vocabulary; llama.cpp skips a merge it cannot use, but no vocabulary converted from Hugging Face has one.
+	vocab := vocabMap(tokens)
 	for i, m := range merges {
-		if a, b, ok := strings.Cut(m, " "); !ok || a == "" || b == "" {
-			return nil, fmt.Errorf("tokenizer.ggml.merges[%d] %q is not two tokens separated by a space", i, m)
+		a, b, ok := strings.Cut(m, " ")
+		if !ok || a == "" || b == "" || strings.Contains(b, " ") {
+			return nil, fmt.Errorf("metadata tokenizer.ggml.merges[%d]: %q is not two tokens separated by a space", i, m)
+		}
+		for _, part := range []string{a, b, a + b} {
+			if _, ok := vocab[part]; !ok {
+				return nil, fmt.Errorf("metadata tokenizer.ggml.merges[%d]: %q: %q is not in tokenizer.ggml.tokens", i, m, part)
+			}
 		}
 	}
 	pre, _, err := g.String("tokenizer.ggml.pre")
@@ -204,7 +276,7 @@ func (g *File) byteLevelBPE(tokens []string, types []int) (map[string]any, error
 		"decoder":       map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
 		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
 			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": p.ignoreMerges,
-			"vocab": vocabMap(tokens), "merges": merges},
+			"vocab": vocab, "merges": merges},
 	}, nil
 }
 
@@ -218,6 +290,11 @@ func (g *File) sentencePieceBPE(tokens []string, types []int) (map[string]any, e
 	}
 	if !ok || len(scores) != len(tokens) {
 		return nil, fmt.Errorf("tokenizer.ggml.model is llama but tokenizer.ggml.scores has %d entries for %d tokens", len(scores), len(tokens))
+	}
+	for i, s := range scores {
+		if s != s {
+			return nil, fmt.Errorf("metadata tokenizer.ggml.scores[%d]: NaN (want a number: the scores order the merges)", i)
+		}
 	}
 	vocab := vocabMap(tokens)
 	type merge struct {
