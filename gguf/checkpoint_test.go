@@ -237,6 +237,45 @@ func TestCheckpointRefuses(t *testing.T) {
 	}
 }
 
+// TestRopeScalingWithoutType: a rope.scaling.factor without rope.scaling.type is linear scaling, as llama.cpp reads
+// it (it defaults the type to "linear"), and a factor of 0 is none; the file's config.json says so.
+func TestRopeScalingWithoutType(t *testing.T) {
+	for _, c := range []struct {
+		kvs  []KV
+		want string
+	}{
+		{[]KV{{"llama.rope.scaling.factor", Value{Type: TypeFloat32, V: float32(4)}}}, `{"factor":4,"rope_type":"linear"}`},
+		{[]KV{{"llama.rope.scaling.factor", Value{Type: TypeFloat32, V: float32(0)}}}, ""},
+		{[]KV{{"llama.rope.scaling.type", Value{Type: TypeString, V: "linear"}}, {"llama.rope.scaling.factor", Value{Type: TypeFloat32, V: float32(0)}}}, ""},
+		{[]KV{{"llama.rope.scaling.type", Value{Type: TypeString, V: "none"}}, {"llama.rope.scaling.factor", Value{Type: TypeFloat32, V: float32(4)}}}, ""},
+	} {
+		g, err := Open(writeTemp(t, tinyLlama(t4{extraKV: c.kvs}).bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, err := g.Checkpoint()
+		if err != nil {
+			t.Fatalf("%v: %v", c.kvs, err)
+		}
+		var cfg struct {
+			RopeScaling json.RawMessage `json:"rope_scaling"`
+		}
+		if err := json.Unmarshal(ck.Files["config.json"], &cfg); err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if cfg.RopeScaling != nil {
+			var v any
+			json.Unmarshal(cfg.RopeScaling, &v)
+			b, _ := json.Marshal(v)
+			got = string(b)
+		}
+		if got != c.want {
+			t.Errorf("%v: rope_scaling %s, want %s", c.kvs, got, c.want)
+		}
+	}
+}
+
 // TestPoolingNoneAccepted: pooling_type 0 (none) is a language model.
 func TestPoolingNoneAccepted(t *testing.T) {
 	g, err := Open(writeTemp(t, tinyLlama(t4{extraKV: []KV{{"llama.pooling_type", Value{Type: TypeUint32, V: uint32(0)}}}}).bytes()))

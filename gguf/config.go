@@ -291,6 +291,13 @@ func (g *File) ropeScaling(arch string, cfg map[string]any) error {
 			return fmt.Errorf("metadata %s is %g: only %g is supported (%s)", key(c.key), v, c.def, c.why)
 		}
 	}
+	// llama.cpp reads a missing type as linear, and a factor of 0 (or none) as no scaling.
+	if typ == "" && hasFactor && factor != 0 {
+		typ = "linear"
+	}
+	if typ == "linear" && hasFactor && factor == 0 {
+		typ = "none"
+	}
 	switch typ {
 	case "", "none":
 		return nil
