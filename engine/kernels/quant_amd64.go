@@ -151,38 +151,32 @@ func asmKernels() map[quant.Type]*quantKernel {
 		}
 	}
 	if useVNNI {
-		m[quant.Q8_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ8_0x4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
+		// The four-row kernels, by the activation parts they take.
+		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d []float32, y *float32){
+			quant.Q8_0: dotQ8_0x4VNNI, quant.Q5_0: dotQ5_0x4VNNI, quant.Q3_K: dotQ3_Kx4VNNI,
+		} {
+			m[t].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+				_ = y[3]
+				f(w[:4*stride], stride, x.qs, x.d, &y[0])
+			}
 		}
-		m[quant.Q5_0].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ5_0x4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
+		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d, s []float32, y *float32){
+			quant.Q4_1: dotQ4_1x4VNNI, quant.Q5_1: dotQ5_1x4VNNI,
+		} {
+			m[t].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+				_ = y[3]
+				f(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
+			}
 		}
-		m[quant.Q5_1].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ5_1x4VNNI(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
+		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32){
+			quant.Q2_K: dotQ2_Kx4VNNI, quant.Q4_K: dotQ4_Kx4VNNI, quant.Q5_K: dotQ5_Kx4VNNI,
+		} {
+			m[t].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
+				_ = y[3]
+				f(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
+			}
 		}
-		m[quant.Q4_1].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ4_1x4VNNI(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
-		}
-		m[quant.Q4_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ4_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
-		}
-		m[quant.Q2_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ2_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
-		}
-		m[quant.Q3_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ3_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
-		}
-		m[quant.Q5_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ5_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
-		}
+		// The four-by-four kernels.
 		m[quant.Q8_0].tile = func(w []byte, stride int, x qActRow, y []float32, ystride int) {
 			_ = y[3*ystride+3]
 			dotQ8_0x4In4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0], ystride)
