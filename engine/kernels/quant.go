@@ -436,6 +436,9 @@ type kInts struct {
 	sc, mn  [16]int32
 	d, dmin float32
 	hasMin  bool
+	// offset, when not 0, is subtracted from every weight q, in the integers: lane l less offset·(sc[2l]·bsums[2l]
+	// + sc[2l+1]·bsums[2l+1]) (Q6_K's -32, as ggml's x86 kernel takes it).
+	offset int32
 }
 
 // dotKGo returns the portable product of a K-quant format whose super-blocks decode is given.
@@ -450,6 +453,11 @@ func dotKGo(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
 			var lanes [8]int32
 			for g := range 8 {
 				lanes32(&lanes, k.q[32*g:32*g+32], x.qs[quant.QKK*b+32*g:quant.QKK*b+32*g+32], k.sc[2*g], k.sc[2*g+1])
+			}
+			if k.offset != 0 {
+				for l := range 8 {
+					lanes[l] -= k.offset * (k.sc[2*l]*int32(x.bsums[16*b+2*l]) + k.sc[2*l+1]*int32(x.bsums[16*b+2*l+1]))
+				}
 			}
 			addLanes(&acc, k.d*x.d[b], &lanes)
 			if k.hasMin {
@@ -495,17 +503,17 @@ func decodeQ5_KInts(k *kInts, b []byte) {
 
 func decodeQ6_KInts(k *kInts, b []byte) {
 	ql, qh, sc := b[:128], b[128:192], b[192:208]
-	k.d, k.hasMin = halfAt(b, 208), false
+	k.d, k.hasMin, k.offset = halfAt(b, 208), false, 32
 	for j := range 16 {
 		k.sc[j] = int32(int8(sc[j]))
 	}
-	for n := range 2 {
+	for n := range 2 { // q in 0..63, the -32 by offset
 		l4, h4 := ql[64*n:], qh[32*n:]
 		for l := range 32 {
-			k.q[128*n+l] = int8(l4[l]&0xf|(h4[l]&3)<<4) - 32
-			k.q[128*n+32+l] = int8(l4[l+32]&0xf|(h4[l]>>2&3)<<4) - 32
-			k.q[128*n+64+l] = int8(l4[l]>>4|(h4[l]>>4&3)<<4) - 32
-			k.q[128*n+96+l] = int8(l4[l+32]>>4|(h4[l]>>6&3)<<4) - 32
+			k.q[128*n+l] = int8(l4[l]&0xf | (h4[l]&3)<<4)
+			k.q[128*n+32+l] = int8(l4[l+32]&0xf | (h4[l]>>2&3)<<4)
+			k.q[128*n+64+l] = int8(l4[l]>>4 | (h4[l]>>4&3)<<4)
+			k.q[128*n+96+l] = int8(l4[l+32]>>4 | (h4[l]>>6&3)<<4)
 		}
 	}
 }

@@ -118,7 +118,7 @@ func dotQ6_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32,
 func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
-func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
+func dotQ6_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 // asmKernels returns the assembly kernels the CPU can run. Each reads len(x.d) blocks; the callers guarantee
 // that the row holds that many (NewQuantMatrix checked the sizes), and dot4's four rows of stride bytes.
@@ -136,7 +136,7 @@ func asmKernels() map[quant.Type]*quantKernel {
 		quant.Q2_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ2_KAVX2(w, x.qs, x.d, x.bsums) }},
 		quant.Q3_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ3_KAVX2(w, x.qs, x.d) }},
 		quant.Q5_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ5_KAVX2(w, x.qs, x.d, x.bsums) }},
-		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d) }},
+		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d, x.bsums) }},
 	}
 	in4 := map[quant.Type]func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
 		quant.Q4_K: dotQ4_KIn4AVX2, quant.Q5_K: dotQ5_KIn4AVX2, quant.Q6_K: dotQ6_KIn4AVX2,

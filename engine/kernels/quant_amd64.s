@@ -218,13 +218,18 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VPBROADCASTW s0(SP), X8; VPBROADCASTW s1(SP), X9; VINSERTI128 $1, X9, Y8, Y8; \
 	row(SI, Y4, a); row(R10, Y5, a); row(R11, Y6, a); row(R12, Y7, a)
 
-// Q6IN4ROW(p, yi, a): Y`i` += Y8·(maddubs(Y1, a(p)) - maddubs(32, a(p))), as dotQ6_KAVX2 does per group.
+// Q6IN4ROW(p, yi, a): Y`i` += Y8·maddubs(Y1, a(p)), as dotQ6_KAVX2 does per group.
 #define Q6IN4ROW(p, yi, a) \
-	VPMADDUBSW a(p), Y1, Y2; VPMADDUBSW a(p), Y15, Y10; VPSUBW Y10, Y2, Y2; VPMADDWD Y8, Y2, Y2; VPADDD Y2, yi, yi
+	VPMADDUBSW a(p), Y1, Y2; VPMADDWD Y8, Y2, Y2; VPADDD Y2, yi, yi
 
 // Q6IN4ROWV: Q6IN4ROW with VPDPWSSD (see IN4PAIRV).
 #define Q6IN4ROWV(p, yi, a) \
-	VPMADDUBSW a(p), Y1, Y2; VPMADDUBSW a(p), Y15, Y10; VPSUBW Y10, Y2, Y2; VPDPWSSD Y8, Y2, yi
+	VPMADDUBSW a(p), Y1, Y2; VPDPWSSD Y8, Y2, yi
+
+// Q6KOFFSET(bs, yi): Y`i` -= 32·(s_2l·bs[2l] + s_2l+1·bs[2l+1]) in lane l, the super-block's 16 scales as int16 at
+// 0(SP) and its 16 sums of 16 activations at bs: the weights' -32, once per super-block. Clobbers Y2.
+#define Q6KOFFSET(bs, yi) \
+	VMOVDQU bs, Y2; VPMADDWD 0(SP), Y2, Y2; VPSLLD $5, Y2, Y2; VPSUBD Y2, yi, yi
 
 // IN4OUTNOMIN writes the four rows' hsum8(acc) (no minimum terms) to y[0], y[ystride], y[2·ystride], y[3·ystride].
 #define IN4OUTNOMIN \
@@ -867,16 +872,17 @@ loop: \
 	IN4NEXT(176, loop); IN4OUT
 
 #define Q6KIN4(row, loop) \
-	IN4ARGS; VPBROADCASTD threemask<>(SB), Y13; VPBROADCASTD thirtytwos<>(SB), Y15; \
+	IN4ARGS; VPBROADCASTD threemask<>(SB), Y13; \
 loop: \
 	VPMOVSXBW 192(DI), Y1; VMOVDQU Y1, 0(SP); VPXOR Y4, Y4, Y4; VPXOR Y5, Y5, Y5; VPXOR Y6, Y6, Y6; VPXOR Y7, Y7, Y7; \
 	Q6IN4GROUP(row, 0, 0, 128, 0, 0, 0, 2); Q6IN4GROUP(row, 32, 0, 128, 2, 32, 4, 6); \
 	Q6IN4GROUP(row, 0, 4, 128, 4, 64, 8, 10); Q6IN4GROUP(row, 32, 4, 128, 6, 96, 12, 14); \
 	Q6IN4GROUP(row, 64, 0, 160, 0, 128, 16, 18); Q6IN4GROUP(row, 96, 0, 160, 2, 160, 20, 22); \
 	Q6IN4GROUP(row, 64, 4, 160, 4, 192, 24, 26); Q6IN4GROUP(row, 96, 4, 160, 6, 224, 28, 30); \
+	Q6KOFFSET((R9), Y4); Q6KOFFSET((R9)(R13*8), Y5); Q6KOFFSET((R9)(R14*1), Y6); Q6KOFFSET((R9)(R15*8), Y7); \
 	VPBROADCASTW 208(DI), X8; VCVTPH2PS X8, Y8; \
 	IN4FLOAT(Y4, Y0, (R8)); IN4FLOAT(Y5, Y3, (R8)(R13*1)); IN4FLOAT(Y6, Y11, (R8)(R13*2)); IN4FLOAT(Y7, Y12, (R8)(R15*1)); \
-	ADDQ $210, DI; ADDQ $256, SI; ADDQ $256, R10; ADDQ $256, R11; ADDQ $256, R12; ADDQ $4, R8; DECQ CX; JNZ loop; \
+	ADDQ $210, DI; ADDQ $256, SI; ADDQ $256, R10; ADDQ $256, R11; ADDQ $256, R12; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ loop; \
 	IN4OUTNOMIN
 
 // func dotQ4_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
@@ -907,13 +913,15 @@ TEXT ·dotQ6_KIn4AVX2(SB), NOSPLIT, $80-112
 TEXT ·dotQ6_KIn4VNNI(SB), NOSPLIT, $80-112
 	Q6KIN4(Q6IN4ROWV, q6kin4vloop)
 
-// func dotQ6_KAVX2(b []byte, qs []int8, d []float32) float32
+// func dotQ6_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,
-// float16 d); qs, d: the Q8_K activations. Weights are q-32 with q in 0..63: the products q·a less 32·a.
-TEXT ·dotQ6_KAVX2(SB), NOSPLIT, $32-76
+// float16 d); qs, d, bsums: the Q8_K activations. Weights are q-32 with q in 0..63: the lanes of the products
+// s·q·a, less 32·(s_2l·bsums[2l] + s_2l+1·bsums[2l+1]) in lane l (ggml's x86 kernel: the 32·a terms once per
+// super-block, from the sums of 16).
+TEXT ·dotQ6_KAVX2(SB), NOSPLIT, $32-100
 	ARGS
+	MOVQ bsums_base+72(FP), R9
 	VPBROADCASTD threemask<>(SB), Y13
-	VPBROADCASTD thirtytwos<>(SB), Y12
 
 q6kloop:
 	VPMOVSXBW 192(DI), Y1
@@ -927,8 +935,6 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 0(SI), Y1, Y1
-	VPMADDUBSW 0(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 0(SP), X3
 	VPBROADCASTW 2(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
@@ -940,8 +946,6 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 32(SI), Y1, Y1
-	VPMADDUBSW 32(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 4(SP), X3
 	VPBROADCASTW 6(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
@@ -954,8 +958,6 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 64(SI), Y1, Y1
-	VPMADDUBSW 64(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 8(SP), X3
 	VPBROADCASTW 10(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
@@ -968,8 +970,6 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 96(SI), Y1, Y1
-	VPMADDUBSW 96(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 12(SP), X3
 	VPBROADCASTW 14(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
@@ -983,8 +983,6 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 128(SI), Y1, Y1
-	VPMADDUBSW 128(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 16(SP), X3
 	VPBROADCASTW 18(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
@@ -996,8 +994,6 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 160(SI), Y1, Y1
-	VPMADDUBSW 160(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 20(SP), X3
 	VPBROADCASTW 22(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
@@ -1010,8 +1006,6 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 192(SI), Y1, Y1
-	VPMADDUBSW 192(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 24(SP), X3
 	VPBROADCASTW 26(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
@@ -1024,22 +1018,22 @@ q6kloop:
 	VPSLLW $4, Y2, Y2
 	VPOR Y2, Y1, Y1
 	VPMADDUBSW 224(SI), Y1, Y1
-	VPMADDUBSW 224(SI), Y12, Y2
-	VPSUBW Y2, Y1, Y1
 	VPBROADCASTW 28(SP), X3
 	VPBROADCASTW 30(SP), X4
 	VINSERTI128 $1, X4, Y3, Y3
 	VPMADDWD Y3, Y1, Y1
 	VPADDD Y1, Y11, Y11
+	Q6KOFFSET((R9), Y11)
 	KFLOAT(208)
 	ADDQ $210, DI
 	ADDQ $256, SI
 	ADDQ $4, R8
+	ADDQ $32, R9
 	DECQ CX
 	JNZ  q6kloop
 	HSUM8
 	VZEROUPPER
-	MOVSS X0, ret+72(FP)
+	MOVSS X0, ret+96(FP)
 	RET
 
 // Four-row kernels (AVX-512 VNNI and VL, on 256-bit registers): four consecutive weight rows (stride bytes apart)
