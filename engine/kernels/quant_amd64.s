@@ -347,20 +347,28 @@ GLOBL q4kx4dmin<>(SB), RODATA|NOPTR, $64
 #define X4KFLOAT(yi, ya, doff) \
 	VBROADCASTSS doff(SP), Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
 
-// Q5KX4HI(shift, cnt, q): Y`q` |= bit h of each byte of the high bits in Y12, as 0x10 (`shift $cnt` brings bit h
-// to bit 4; VPTERNLOGD: q | (Y11 & 0x10), Y25 holding 0x10 bytes). Clobbers Y11.
-#define Q5KX4HI(shift, cnt, q) \
-	shift $cnt, Y12, Y11; VPTERNLOGD $0xf8, Y25, Y11, q
+// Q5HI(shift, cnt, q): Y`q` |= bit h of each byte of the high bits in Y12, as 0x10 (`shift $cnt` brings bit h to
+// bit 4; VPTERNLOGD: q | (Y11 & 0x10)). Clobbers Y11.
+#define Q5HI(shift, cnt, q) \
+	shift $cnt, Y12, Y11; VPTERNLOGD.BCST $0xf8, sixteens<>(SB), Y11, q
 
 // Q5KX4ROW(p, yi, ya, soff, doff): Q4KX4ROW for a Q5_K super-block (the high bits at 16(p), the nibbles at 48(p)),
 // as dotQ5_KAVX2 takes them. Clobbers Y9..Y12.
 #define Q5KX4ROW(p, yi, ya, soff, doff) \
 	VPXOR yi, yi, yi; VMOVDQU 16(p)(BX*1), Y12; \
-	NIBS910(p, 48); Q5KX4HI(VPSLLW, 4, Y10); Q5KX4HI(VPSLLW, 3, Y9); Q4KX4MUL(yi, 0, soff); \
-	NIBS910(p, 80); Q5KX4HI(VPSLLW, 2, Y10); Q5KX4HI(VPSLLW, 1, Y9); Q4KX4MUL(yi, 64, soff+8); \
-	NIBS910(p, 112); Q5KX4HI(VPSRLW, 0, Y10); Q5KX4HI(VPSRLW, 1, Y9); Q4KX4MUL(yi, 128, soff+16); \
-	NIBS910(p, 144); Q5KX4HI(VPSRLW, 2, Y10); Q5KX4HI(VPSRLW, 3, Y9); Q4KX4MUL(yi, 192, soff+24); \
+	NIBS910(p, 48); Q5HI(VPSLLW, 4, Y10); Q5HI(VPSLLW, 3, Y9); Q4KX4MUL(yi, 0, soff); \
+	NIBS910(p, 80); Q5HI(VPSLLW, 2, Y10); Q5HI(VPSLLW, 1, Y9); Q4KX4MUL(yi, 64, soff+8); \
+	NIBS910(p, 112); Q5HI(VPSRLW, 0, Y10); Q5HI(VPSRLW, 1, Y9); Q4KX4MUL(yi, 128, soff+16); \
+	NIBS910(p, 144); Q5HI(VPSRLW, 2, Y10); Q5HI(VPSRLW, 3, Y9); Q4KX4MUL(yi, 192, soff+24); \
 	X4KFLOAT(yi, ya, doff)
+
+// X4OUTMIN writes a four-row kernel's results, hsum8 of Y0..Y3 less the minimum terms in lane r of Z31, to y[0..3]
+// at DX, and returns.
+#define X4OUTMIN \
+	HSUMR(Y0, X0); VSUBSS X31, X0, X0; MOVSS X0, 0(DX); \
+	VEXTRACTF32X4 $1, Z31, X9; HSUMR(Y1, X1); VSUBSS X9, X1, X1; MOVSS X1, 4(DX); \
+	VEXTRACTF32X4 $2, Z31, X9; HSUMR(Y2, X2); VSUBSS X9, X2, X2; MOVSS X2, 8(DX); \
+	VEXTRACTF32X4 $3, Z31, X9; HSUMR(Y3, X3); VSUBSS X9, X3, X3; MOVSS X3, 12(DX); VZEROUPPER; RET
 
 // X4K(ROW, size, loop): the body of a four-row K-quant kernel with Q4_K's scales, minimums and d, dmin (Q4_K,
 // Q5_K): ROW(p, yi, ya, soff, doff) multiplies one super-block (size bytes) of the row at p.
@@ -403,12 +411,7 @@ loop: \
 	ROW(R11, Y7, Y2, 64, 144); \
 	ROW(R12, Y8, Y3, 96, 152); \
 	ADDQ $size, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ loop; \
-	HSUMR(Y0, X0); VSUBSS X31, X0, X0; MOVSS X0, 0(DX); \
-	VEXTRACTF32X4 $1, Z31, X9; HSUMR(Y1, X1); VSUBSS X9, X1, X1; MOVSS X1, 4(DX); \
-	VEXTRACTF32X4 $2, Z31, X9; HSUMR(Y2, X2); VSUBSS X9, X2, X2; MOVSS X2, 8(DX); \
-	VEXTRACTF32X4 $3, Z31, X9; HSUMR(Y3, X3); VSUBSS X9, X3, X3; MOVSS X3, 12(DX); \
-	VZEROUPPER; \
-	RET
+	X4OUTMIN
 
 // Q4_K and Q5_K against four weight rows and four input rows (a prompt): the four weight rows' scales, minimums
 // and d, dmin unpacked once per super-block for the four input rows, each weight row's nibbles once for them; each
@@ -465,12 +468,9 @@ GLOBL onesw32<>(SB), RODATA|NOPTR, $32
 	VPMADDUBSW aoff+32(SI)(DX*1), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y3
 
 // X44FLOAT(dof, a0, a1, a2, a3): Y`a`r += (d·d_a)·float(Y`r`) for the four inputs r, d·d_a at 128+32r+dof(SP).
-// Clobbers Y7.
+// Clobbers Y9 (the minimums' words in Z9 are used up by then).
 #define X44FLOAT(dof, a0, a1, a2, a3) \
-	VBROADCASTSS 128+dof(SP), Y7; VCVTDQ2PS Y0, Y0; VMULPS Y0, Y7, Y0; VADDPS Y0, a0, a0; \
-	VBROADCASTSS 160+dof(SP), Y7; VCVTDQ2PS Y1, Y1; VMULPS Y1, Y7, Y1; VADDPS Y1, a1, a1; \
-	VBROADCASTSS 192+dof(SP), Y7; VCVTDQ2PS Y2, Y2; VMULPS Y2, Y7, Y2; VADDPS Y2, a2, a2; \
-	VBROADCASTSS 224+dof(SP), Y7; VCVTDQ2PS Y3, Y3; VMULPS Y3, Y7, Y3; VADDPS Y3, a3, a3
+	X4KFLOAT(Y0, a0, 128+dof); X4KFLOAT(Y1, a1, 160+dof); X4KFLOAT(Y2, a2, 192+dof); X4KFLOAT(Y3, a3, 224+dof)
 
 // Q4KX44ROW(p, soff, dof, a0, a1, a2, a3): one Q4_K super-block of the weight row at p against the four inputs.
 #define Q4KX44ROW(p, soff, dof, a0, a1, a2, a3) \
@@ -479,17 +479,13 @@ GLOBL onesw32<>(SB), RODATA|NOPTR, $32
 	NIBS45(p, 80); X44CHUNK(128, soff+16); NIBS45(p, 112); X44CHUNK(192, soff+24); \
 	X44FLOAT(dof, a0, a1, a2, a3)
 
-// Q5X44HI(shift, cnt, q): Y`q` |= bit h of each byte of the high bits in Y12, as 0x10 (as Q5KX4HI). Clobbers Y11.
-#define Q5X44HI(shift, cnt, q) \
-	shift $cnt, Y12, Y11; VPTERNLOGD.BCST $0xf8, sixteens<>(SB), Y11, q
-
 // Q5KX44ROW: Q4KX44ROW for a Q5_K super-block.
 #define Q5KX44ROW(p, soff, dof, a0, a1, a2, a3) \
 	VPXOR Y0, Y0, Y0; VPXOR Y1, Y1, Y1; VPXOR Y2, Y2, Y2; VPXOR Y3, Y3, Y3; VMOVDQU 16(p)(BX*1), Y12; \
-	NIBS45(p, 48); Q5X44HI(VPSLLW, 4, Y4); Q5X44HI(VPSLLW, 3, Y5); X44CHUNK(0, soff); \
-	NIBS45(p, 80); Q5X44HI(VPSLLW, 2, Y4); Q5X44HI(VPSLLW, 1, Y5); X44CHUNK(64, soff+8); \
-	NIBS45(p, 112); Q5X44HI(VPSRLW, 0, Y4); Q5X44HI(VPSRLW, 1, Y5); X44CHUNK(128, soff+16); \
-	NIBS45(p, 144); Q5X44HI(VPSRLW, 2, Y4); Q5X44HI(VPSRLW, 3, Y5); X44CHUNK(192, soff+24); \
+	NIBS45(p, 48); Q5HI(VPSLLW, 4, Y4); Q5HI(VPSLLW, 3, Y5); X44CHUNK(0, soff); \
+	NIBS45(p, 80); Q5HI(VPSLLW, 2, Y4); Q5HI(VPSLLW, 1, Y5); X44CHUNK(64, soff+8); \
+	NIBS45(p, 112); Q5HI(VPSRLW, 0, Y4); Q5HI(VPSRLW, 1, Y5); X44CHUNK(128, soff+16); \
+	NIBS45(p, 144); Q5HI(VPSRLW, 2, Y4); Q5HI(VPSRLW, 3, Y5); X44CHUNK(192, soff+24); \
 	X44FLOAT(dof, a0, a1, a2, a3)
 
 // X44OUT(ya, moff, out): out = hsum8(Y`a`) - the minimum terms at moff(SP).
@@ -1274,7 +1270,6 @@ TEXT ·dotQ4_Kx4VNNI(SB), NOSPLIT, $160-112
 // func dotQ5_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
 // dotQ4_Kx4VNNI for Q5_K super-blocks (176 bytes).
 TEXT ·dotQ5_Kx4VNNI(SB), NOSPLIT, $160-112
-	VPBROADCASTD sixteens<>(SB), Y25
 	X4K(Q5KX4ROW, 176, q5kx4loop)
 
 DATA q8kconsts<>+0(SB)/4, $-127.0
@@ -1545,9 +1540,4 @@ q2kx4loop:
 	Q2KX4ROW(R11, Y6, Y2, 64, 144)
 	Q2KX4ROW(R12, Y7, Y3, 96, 152)
 	ADDQ $84, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ q2kx4loop
-	HSUMR(Y0, X0); VSUBSS X31, X0, X0; MOVSS X0, 0(DX)
-	VEXTRACTF32X4 $1, Z31, X9; HSUMR(Y1, X1); VSUBSS X9, X1, X1; MOVSS X1, 4(DX)
-	VEXTRACTF32X4 $2, Z31, X9; HSUMR(Y2, X2); VSUBSS X9, X2, X2; MOVSS X2, 8(DX)
-	VEXTRACTF32X4 $3, Z31, X9; HSUMR(Y3, X3); VSUBSS X9, X3, X3; MOVSS X3, 12(DX)
-	VZEROUPPER
-	RET
+	X4OUTMIN
