@@ -36,12 +36,6 @@ func openEngine(ctx context.Context, model string, opts engine.Options, tokenize
 	if err != nil {
 		return nil, err
 	}
-	if tokenizerHint != "" && !shards.IsSet(dir) && !gguf.IsGGUF(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil { // say what is missing first
-			_, err = engine.OpenCheckpoint(dir)
-			return nil, err
-		}
-	}
 	if tokenizerHint != "" {
 		if ok, err := hasTokenizer(dir); err != nil {
 			return nil, err
@@ -65,15 +59,19 @@ func openEngine(ctx context.Context, model string, opts engine.Options, tokenize
 	return e, err
 }
 
-// hasTokenizer reports whether the model at dir (a folder, or a GGUF file, which must be readable) has a
-// tokenizer.
+// hasTokenizer reports whether the model at dir has a tokenizer, before anything is split: a GGUF file always has
+// one (engine.Open refuses one without tokenizer.ggml.* metadata before it splits, and converting the file here
+// too would do that work twice); a folder that is neither a shard folder nor a checkpoint gets the error that
+// names what it lacks.
 func hasTokenizer(dir string) (bool, error) {
 	if gguf.IsGGUF(dir) {
-		ck, err := gguf.OpenCheckpoint(dir)
-		if err != nil {
+		return true, nil
+	}
+	if !shards.IsSet(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+			_, err = engine.OpenCheckpoint(dir)
 			return false, err
 		}
-		return ck.Files["tokenizer.json"] != nil, nil
 	}
 	_, err := os.Stat(filepath.Join(dir, "tokenizer.json"))
 	return err == nil, nil
