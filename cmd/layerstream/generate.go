@@ -231,10 +231,9 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 		return err
 	}
 	defer e.Close()
-	if o.ids == "" {
-		if _, err := e.Tokenizer(); err != nil { // loaded now: the next line is logged as generation starts
-			return err
-		}
+	_, tokErr := e.Tokenizer() // loaded now: the next line is logged as generation starts
+	if o.ids == "" && tokErr != nil {
+		return tokErr
 	}
 	sampling := samplingFor(o, e)
 	slog.Debug("sampling", "seed", sampling.Seed, "temperature", sampling.Temperature, "top_k", sampling.TopK,
@@ -247,7 +246,7 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 			return usageErrorf("--ids: %v", err)
 		}
 	}
-	if _, terr := e.Tokenizer(); o.ids != "" && terr != nil { // no tokenizer: ids only
+	if tokErr != nil { // no tokenizer (so --ids): ids only
 		res, err = generateIDs(ctx, e, promptIDs, o, sampling, monitor, stdout, &out)
 	} else {
 		var tr *engine.TextResult
