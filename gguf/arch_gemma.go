@@ -3,7 +3,6 @@ package gguf
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 )
 
 // Gemma 2 and Gemma 3 (text): RMSNorms before and after both branches, GELU (tanh) MLPs, local (sliding window)
@@ -191,9 +190,4 @@ func positiveFloat(m archMeta, k string, def float64) (json.Number, error) {
 		return "", fmt.Errorf("metadata %s is %g: want a positive soft-cap", m.key(k), v)
 	}
 	return float32JSON(v), nil
-}
-
-// float32JSON spells a metadata float (a float32) as the shortest decimal that reads back as it.
-func float32JSON(v float64) json.Number {
-	return json.Number(strconv.FormatFloat(v, 'g', -1, 32))
 }

@@ -1,10 +1,8 @@
 package gguf
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"strconv"
 )
 
 // Granite (3.x): the Llama tensors, q/k rows permuted as Llama's (the converter's GraniteModel is a LlamaModel;
@@ -23,7 +21,6 @@ func init() {
 // (not transformers' default attention_multiplier 1.0). rope.scaling.finetuned, which llama.cpp's granite
 // reads as the switch for rotary embeddings (default on), must not turn them off.
 func graniteConfig(m archMeta, cfg map[string]any) error {
-	num := func(v float64) json.Number { return json.Number(strconv.FormatFloat(v, 'g', -1, 32)) }
 	ls, ok, err := m.Float(m.key("logit_scale"))
 	if err != nil {
 		return err
@@ -31,10 +28,10 @@ func graniteConfig(m archMeta, cfg map[string]any) error {
 	if !ok {
 		return fmt.Errorf("metadata %s is missing (llama.cpp requires it)", m.key("logit_scale"))
 	}
-	if ls == 0 || math.IsNaN(ls) || math.IsInf(ls, 0) {
+	if ls == 0 { // Float refuses NaN and infinities
 		return fmt.Errorf("metadata %s is %g: the logits are divided by it", m.key("logit_scale"), ls)
 	}
-	cfg["logits_scaling"] = num(ls)
+	cfg["logits_scaling"] = float32JSON(ls)
 	for k, hf := range map[string]string{"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier"} {
 		v, ok, err := m.Float(m.key(k))
 		if err != nil {
@@ -43,7 +40,7 @@ func graniteConfig(m archMeta, cfg map[string]any) error {
 		if !ok || v == 0 {
 			v = 1
 		}
-		cfg[hf] = num(v)
+		cfg[hf] = float32JSON(v)
 	}
 	as, ok, err := m.Float(m.key("attention.scale"))
 	if err != nil {
@@ -52,7 +49,7 @@ func graniteConfig(m archMeta, cfg map[string]any) error {
 	if !ok || as == 0 {
 		as = 1 / math.Sqrt(float64(cfg["head_dim"].(int)))
 	}
-	cfg["attention_multiplier"] = num(as)
+	cfg["attention_multiplier"] = float32JSON(as)
 	if v, ok, err := m.Bool(m.key("rope.scaling.finetuned")); err != nil {
 		return err
 	} else if ok && !v {

@@ -188,14 +188,14 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	if !ok {
 		return nil, nil, fmt.Errorf("metadata %s is missing (llama.cpp requires it)", key("attention.layer_norm_rms_epsilon"))
 	}
-	cfg["rms_norm_eps"] = json.Number(strconv.FormatFloat(eps, 'g', -1, 32))
+	cfg["rms_norm_eps"] = float32JSON(eps)
 	theta := 10000.0
 	if v, ok, err := g.PositiveFloat(key("rope.freq_base")); err != nil {
 		return nil, nil, err
 	} else if ok {
 		theta = v
 	}
-	cfg["rope_theta"] = json.Number(strconv.FormatFloat(theta, 'g', -1, 32))
+	cfg["rope_theta"] = float32JSON(theta)
 	if err := g.ropeScaling(arch, cfg); err != nil {
 		return nil, nil, err
 	}
@@ -315,4 +315,9 @@ func (g *File) ropeScaling(arch string, cfg map[string]any) error {
 		return nil
 	}
 	return fmt.Errorf("metadata %s %q is not supported (supported: none, linear, yarn)", key("rope.scaling.type"), typ)
+}
+
+// float32JSON spells a metadata float (a float32) as the shortest decimal that reads back as it.
+func float32JSON(v float64) json.Number {
+	return json.Number(strconv.FormatFloat(v, 'g', -1, 32))
 }
