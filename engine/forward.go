@@ -199,20 +199,21 @@ func (e *Engine) unitSet(st *stream, unit string, resident *weightSet) (w *weigh
 
 // pass runs ids for sequence 0 of a one-sequence store (forward with a single sequence).
 func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []int, all bool) ([][]float32, error) {
-	return e.forward(ctx, st, kv, []int{0}, [][]int{ids}, all)
+	return e.forward(ctx, st, kv, []int{0}, [][]int{ids}, nil, all)
 }
 
 // forward runs new tokens of some sequences of kv through the model, one load of each unit serving them all:
 // ids[i] continues the sequence in cache row rows[i] at its positions kv.Len(rows[i]).. and is committed to
 // the cache. It returns, for each i, the logits of its last new position; with all (one sequence only), the
-// logits of every new position.
+// logits of every new position. Row i's quantized products are tiled (kernels.LinearQuantPrompt) when it brings
+// kernels.PromptTileRows positions or more, or when tiled[i] (a chunk of a prompt that long; tiled may be nil).
 //
 // Passes run on the host kernels (hostOps) over just the given rows, unless Options.GraphDecode or all: the rows
 // bringing the same number of new tokens are computed together, with no padding (hostGroups), so a prompt
 // joining the batch is prefilled in the same pass as the other sequences' decode tokens at the cost of its own
 // tokens only. Otherwise the compiled graphs run over every row of the store, padded to the longest input's
 // bucket: a row without new tokens is computed but neither written nor returned.
-func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, all bool) ([][]float32, error) {
+func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, all bool) ([][]float32, error) {
 	c := e.cfg
 	h := c.HiddenSize
 	e.resetHealth(len(rows))
@@ -246,7 +247,7 @@ func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, row
 	if e.onHost(all) {
 		var groups []*hostGroup
 		err := e.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
-			groups, err = e.hostGroups(kv, rows, ids, embed)
+			groups, err = e.hostGroups(kv, rows, ids, tiled, embed)
 			return err
 		})
 		if err != nil {
@@ -477,24 +478,30 @@ type hostGroup struct {
 	past   []int // their lengths in the cache: the positions of their first new tokens
 	at     []int // their indices in forward's rows: where their logits go
 	t      int
+	tiled  bool        // the quantized products are tiled (forward)
 	x      model.Value // [len(rows), t, hidden]
 	tables passTables  // rotary tables and masks of the group's rows
 }
 
-// hostGroups embeds ids[i] (continuing cache row rows[i]) and groups the rows by their number of new positions,
-// in order of first appearance: decode steps (one position each) share one group, a prompt forms its own unless
-// another of the same length comes with it. Every row of a group is computed exactly as alone (the host kernels
-// sum each row in the same order whatever the rows beside it), so grouping changes no result.
-func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
+// hostGroups embeds ids[i] (continuing cache row rows[i]) and groups the rows by their number of new positions
+// and whether their products are tiled (forward), in order of first appearance: decode steps (one position each)
+// share one group, a prompt forms its own unless another of the same length comes with it. Every row of a group
+// is computed exactly as alone (the host kernels sum each row in the same order whatever the rows beside it), so
+// grouping changes no result.
+func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
 	h := e.cfg.HiddenSize
+	type key struct {
+		t     int
+		tiled bool
+	}
 	var groups []*hostGroup
-	byLen := map[int]*hostGroup{}
+	byKey := map[key]*hostGroup{}
 	for i, r := range rows {
-		t := len(ids[i])
-		g := byLen[t]
+		k := key{len(ids[i]), len(ids[i]) >= kernels.PromptTileRows || tiled != nil && tiled[i]}
+		g := byKey[k]
 		if g == nil {
-			g = &hostGroup{t: t}
-			byLen[t] = g
+			g = &hostGroup{t: k.t, tiled: k.tiled}
+			byKey[k] = g
 			groups = append(groups, g)
 		}
 		g.rows, g.at = append(g.rows, r), append(g.at, i)
@@ -554,7 +561,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		ferr := e.guardMapped(func() error {
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena, bf16Products: e.bf16Products}
+				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena, bf16Products: e.bf16Products, prompt: g.tiled}
 				if kind.Rope != model.NoRope {
 					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 				}

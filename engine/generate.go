@@ -223,11 +223,14 @@ func (e *Engine) CheckRequest(req Request) error {
 
 // sequence is one request's state in the batch loop.
 type sequence struct {
-	maxNew      int // resolved: 0 became the room left in the context
-	untilFull   bool
-	stop        []int
-	chunk       int // prompt tokens per prefill pass
-	fed         int // prompt tokens in the cache so far
+	maxNew    int // resolved: 0 became the room left in the context
+	untilFull bool
+	stop      []int
+	chunk     int // prompt tokens per prefill pass
+	fed       int // prompt tokens in the cache so far
+	// tiledPrompt: the prompt brings kernels.PromptTileRows new tokens or more, so every pass of it (each
+	// chunk, however short) takes the tiled quantized products, as one pass over it would (hostGroups).
+	tiledPrompt bool
 	sm          *sampler
 	monitor     *guard.Monitor // Request.Monitor, else Options.Monitor; may be nil
 	logprobs    bool

@@ -363,3 +363,46 @@ func TestGGUFRefusedBeforeSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestGGUFTiledPrompt: a prompt of kernels.PromptTileRows positions or more runs its K-quant products through
+// the tiled kernels (kernels.LinearQuantPrompt), which round in their own order; its last logits stay within
+// the 8-bit activation noise (tinyLogprobTol) of the same tokens fed one by one, which take the one-row
+// kernels. A product mapped to the wrong rows or inputs would move them by whole units.
+func TestGGUFTiledPrompt(t *testing.T) {
+	var ids []int
+	for len(ids) < kernels.PromptTileRows+9 {
+		ids = append(ids, testIDs...)
+	}
+	for _, name := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+		t.Run(name, func(t *testing.T) {
+			e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-"+name+".gguf"), Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			kv, err := e.kvStore(bucket(len(ids)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := e.newStream(context.Background(), len(ids), false)
+			prompt, err := e.pass(context.Background(), st, kv, ids, false)
+			if st != nil {
+				st.stop() // before tokenByToken's stream
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps := tokenByToken(t, e, ids)
+			a, b := prompt[0], steps[len(steps)-1]
+			la, lb := kernels.LogSumExp(a), kernels.LogSumExp(b)
+			worst := 0.0
+			for i := range a {
+				worst = max(worst, math.Abs(float64(a[i])-la-(float64(b[i])-lb)))
+			}
+			t.Logf("%s: %d-token prompt in one pass vs token by token: largest logprob difference %.2g", name, len(ids), worst)
+			if worst > tinyLogprobTol[name] {
+				t.Errorf("%s: the one-pass prompt's logprobs differ from token by token by %.3g (tolerance %g)", name, worst, tinyLogprobTol[name])
+			}
+		})
+	}
+}

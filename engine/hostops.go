@@ -31,6 +31,11 @@ type hostOps struct {
 	arena *hostArena
 	// bf16Products: bf16 weight matrices multiply activations rounded to bf16 (Engine.bf16Products).
 	bf16Products bool
+	// prompt: every row brings kernels.PromptTileRows new positions or more (a prompt, or a chunk of one), so
+	// block-quantized products take kernels.LinearQuantPrompt, whose tiled products round in their own order;
+	// shorter passes, decode steps and the head take LinearQuant. Chosen by each sequence's pass, never by the
+	// batch, so a sequence gets the same bits alone and batched.
+	prompt bool
 }
 
 // hostArray is a float32 array on the host.
@@ -118,7 +123,11 @@ func (o hostOps) Linear(x, w, b model.Value) model.Value {
 	case kernels.QuantMatrix:
 		xa := arr(x)
 		y := o.arena.array(append(slices.Clone(xa.dims[:len(xa.dims)-1]), f.Rows)...)
-		kernels.LinearQuant(y.data, xa.data, f, bias)
+		if o.prompt {
+			kernels.LinearQuantPrompt(y.data, xa.data, f, bias)
+		} else {
+			kernels.LinearQuant(y.data, xa.data, f, bias)
+		}
 		return y
 	}
 	panic(fmt.Sprintf("engine: Linear of a %T weight", weightData(w)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -284,7 +285,8 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 	}
 	var rows []int
 	var ids [][]int
-	label := 0 // the profiler's step: 0 for prompts, else the decode step of the furthest sequence
+	var tiled []bool // per row: a prompt pass taking the tiled products (sequence.tiledPrompt)
+	label := 0       // the profiler's step: 0 for prompts, else the decode step of the furthest sequence
 	pass := active[:0:0]
 	for _, j := range active {
 		s := j.seq
@@ -300,9 +302,11 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 				budget -= k
 			}
 			ids = append(ids, s.res.PromptIDs[s.fed:s.fed+k])
+			tiled = append(tiled, s.tiledPrompt)
 		} else {
 			gen := s.res.GeneratedIDs
 			ids = append(ids, gen[len(gen)-1:])
+			tiled = append(tiled, false)
 			label = max(label, len(gen))
 		}
 		rows = append(rows, j.row)
@@ -326,7 +330,7 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 	}
 	feed, err := e.recomputeFeed(rows, ids, func(i int) []int { return active[i].seq.history })
 	if err == nil {
-		logits, err = e.forward(ctx, st, e.bkv, rows, feed, false)
+		logits, err = e.forward(ctx, st, e.bkv, rows, feed, tiled, false)
 	}
 	for _, u := range unwatch {
 		u()
@@ -420,6 +424,7 @@ func (e *Engine) join(j *job) error {
 	}
 	j.row = row
 	s.fed = cached
+	s.tiledPrompt = len(s.res.PromptIDs)-cached >= kernels.PromptTileRows
 	s.res.CachedPromptTokens = cached
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -347,13 +348,22 @@ func TestPrefillBudget(t *testing.T) {
 		// chunks 64, 64, 22 (the second prompt waits: the 42 tokens left would not end at a multiple of 64), 64
 		// and 26; without a budget, one pass
 		during int
+		gguf   string // a file of ../gguf/testdata/tiny to run instead of the synthetic model
 	}{
-		{"host", Options{PrefillBudget: 64}, 5},
-		{"graphs", Options{PrefillBudget: 64, GraphDecode: true}, 5},
-		{"no budget", Options{PrefillBudget: -1}, 1},
+		{"host", Options{PrefillBudget: 64}, 5, ""},
+		{"graphs", Options{PrefillBudget: 64, GraphDecode: true}, 5, ""},
+		{"no budget", Options{PrefillBudget: -1}, 1, ""},
+		// Q4_K products: the chunks of 22 and 26 take the tiled kernels as the 64s do (sequence.tiledPrompt), so
+		// the chunked prompts give one pass's bits.
+		{"host Q4_K", Options{PrefillBudget: 64}, 5, "tiny-llama-Q4_K.gguf"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := open(t, model, c.opts)
+			m := model
+			if c.gguf != "" {
+				m = filepath.Join("..", "gguf", "testdata", "tiny", c.gguf)
+				c.opts.ShardDir = filepath.Join(t.TempDir(), "shards")
+			}
+			e := open(t, m, c.opts)
 			var alone [3][]Token
 			for i, r := range reqs {
 				if _, err := e.Generate(ctx, r, func(tok Token) error { alone[i] = append(alone[i], tok); return nil }); err != nil {

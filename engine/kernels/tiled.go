@@ -1,0 +1,369 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/layerstream/layerstream/quant"
+)
+
+// Prompt products of K-quant matrices, tiled.
+//
+// LinearQuant computes every output as the one-row kernels do, in eight lanes of k-positions per super-block
+// (llama.cpp's vec_dot order), so a product gives the same bits whatever the number of rows. That order costs a
+// scale multiply per 32 products and each output its own register, which caps a prompt's products well below
+// the machine's integer rate. LinearQuantPrompt, for the rows of prompts, follows llama.cpp's own batched
+// path instead: 16 weight rows are unpacked once into byte codes (one 512-bit register holds four codes of each
+// row) and multiplied with 12 input rows at a time, each output a lane of its own:
+//
+//	isum(sub) = Σ code·x over the sub-block (VPDPBUSD)
+//	isb       = Σ_sub sc(sub)·isum(sub)       (integers: exact, any order)
+//	imin      = Σ_sub mi(sub)·bsum(sub)       (the minimum, or the code offset, times the input's sums)
+//	y        += ((float(isb)·d) − (float(imin)·dm))·dx   once per super-block, no fused operations
+//
+// where a row's codes are unsigned (Q3_K's −4 and Q6_K's −32 move into mi, as Q4_K's minimum is) and dx is the
+// input's Q8_K scale. Every output's float operations depend on its own weight row and input row only, so a
+// prompt gives the same bits alone and batched with others' prompts, and tiledGo gives them too. The order
+// differs from LinearQuant's, so a prompt row and a decode row differ in their last bits (as llama.cpp's batched
+// and one-row paths do): the engine uses LinearQuantPrompt for passes of PromptTileRows positions or more per
+// sequence, whatever the batch, and LinearQuant for shorter ones and decode steps.
+
+// PromptTileRows is the prompt length (positions of one sequence in a pass) from which the engine uses
+// LinearQuantPrompt: below it, unpacking the weights costs more than the tiles save (BenchmarkLinearQuantPrompt:
+// even at about 32 rows for every type, 1.5-3.5× faster at 512). A property of the sequence's pass, not of the
+// batch: a sequence's bits never depend on what it is batched with.
+const PromptTileRows = 32
+
+const (
+	tileRows = 16 // weight rows per panel: the 16 int32 lanes of a 512-bit register
+	tileIn   = 12 // input rows per tile (24 of the 32 registers hold their sums)
+)
+
+// tiledFormat is how one K-quant type unpacks for the tiled products.
+type tiledFormat struct {
+	sub    int                                    // elements per sub-block: 32 (Q4_K, Q5_K) or 16
+	unpack func(c codeDst, m metaDst, blk []byte) // one row's super-block (blk: its bytes)
+}
+
+func (f *tiledFormat) nsub() int  { return quant.QKK / f.sub }
+func (f *tiledFormat) npair() int { return f.nsub() / 2 }
+
+// metaBytes is the size of a panel's per-super-block scales: sc [nsub][16]int32, mi [npair][16][2]int16,
+// d [16]float32, dm [16]float32.
+func (f *tiledFormat) metaBytes() int { return (f.nsub() + f.npair() + 2) * 64 }
+
+// actMetaBytes is the size of a tile's per-super-block input parts: bsum pairs [npair][12][2]int16, dx [12]float32.
+func (f *tiledFormat) actMetaBytes() int { return (f.npair() + 1) * 4 * tileIn }
+
+// tiledFormats are the types with a tiled prompt path.
+var tiledFormats = map[quant.Type]*tiledFormat{
+	quant.Q4_K: {sub: 32, unpack: unpackQ4_KTiled},
+	quant.Q5_K: {sub: 32, unpack: unpackQ5_KTiled},
+	quant.Q6_K: {sub: 16, unpack: unpackQ6_KTiled},
+	quant.Q3_K: {sub: 16, unpack: unpackQ3_KTiled},
+	quant.Q2_K: {sub: 16, unpack: unpackQ2_KTiled},
+}
+
+// tiledPanel is 16 weight rows unpacked, super-block after super-block: codes [nsb][64 quads][16 rows][4] (the
+// four codes of a quad of k-positions of each row side by side), meta [nsb][metaBytes].
+type tiledPanel struct {
+	f           *tiledFormat
+	codes, meta []byte
+}
+
+// put32 writes the little-endian value v at byte off of b.
+func put32(b []byte, off int, v uint32) { binary.LittleEndian.PutUint32(b[off:], v) }
+
+// codeDst is where one row's codes of one super-block go: quad q at q·64 bytes (the other rows' quads between).
+// Its stores are unchecked: fill makes it only for a row and super-block inside the panel, and the unpackers
+// write quads 0..63 only.
+type codeDst struct{ p unsafe.Pointer }
+
+func (c codeDst) set(q int, v uint32) { *(*uint32)(unsafe.Add(c.p, q*tileRows*4)) = v }
+
+// metaDst is where one row's scales of one super-block go (a panel's meta at the super-block, the row and the
+// format's sub-block count): unchecked as codeDst.
+type metaDst struct {
+	p    unsafe.Pointer
+	nsub int
+}
+
+func (m metaDst) at(off int) *uint32 { return (*uint32)(unsafe.Add(m.p, off)) }
+
+// scales writes the row's sub-block scales sc, minimum factors mi (one per sub-block; int16) and d, dm.
+func (m metaDst) scales(sc, mi *[16]int32, d, dm float32) {
+	ns := m.nsub
+	for s := range ns {
+		*m.at(s * 64) = uint32(sc[s])
+	}
+	for i := range ns / 2 {
+		*m.at((ns + i) * 64) = uint32(uint16(int16(mi[2*i]))) | uint32(uint16(int16(mi[2*i+1])))<<16
+	}
+	*m.at((ns + ns/2) * 64) = math.Float32bits(d)
+	*m.at((ns + ns/2 + 1) * 64) = math.Float32bits(dm)
+}
+
+// fill unpacks rows o..o+n of w (n ≤ 16); the panel's other rows get zero codes and scales.
+func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
+	nsb := w.Cols / quant.QKK
+	p.codes = growSlice(p.codes, nsb*4096)
+	p.meta = growSlice(p.meta, nsb*p.f.metaBytes())
+	if n < tileRows {
+		clear(p.codes)
+		clear(p.meta)
+	}
+	bb, mb := w.rowBytes/nsb, p.f.metaBytes()
+	for r := range n {
+		row := w.Row(o + r)
+		for sb := range nsb {
+			c := codeDst{unsafe.Pointer(&p.codes[sb*4096+4*r])}
+			m := metaDst{unsafe.Pointer(&p.meta[sb*mb+4*r]), p.f.nsub()}
+			p.f.unpack(c, m, row[sb*bb:(sb+1)*bb])
+		}
+	}
+}
+
+const lo4, lo2, lo1 = 0x0f0f0f0f, 0x03030303, 0x01010101
+
+func u32(b []byte, off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
+
+// unpackK4Scales writes the scales of a Q4_K or Q5_K super-block (d, dmin at 0 and 2, 6-bit scales and minimums
+// at 4..16).
+func unpackK4Scales(m metaDst, blk []byte) {
+	var sc, mi [16]int32
+	s := (*[12]byte)(blk[4:16])
+	for j := range 4 {
+		sc[j], mi[j] = int32(s[j]&63), int32(s[j+4]&63)
+		sc[j+4], mi[j+4] = int32(s[j+8]&0xf|(s[j]>>6)<<4), int32(s[j+8]>>4|(s[j+4]>>6)<<4)
+	}
+	m.scales(&sc, &mi, halfAt(blk, 0), halfAt(blk, 2))
+}
+
+// unpackQ4_KTiled: each 32-byte group g holds sub-block 2g in its low nibbles and 2g+1 in its high ones.
+func unpackQ4_KTiled(c codeDst, m metaDst, blk []byte) {
+	unpackK4Scales(m, blk)
+	qs := blk[16:144]
+	for g := range 4 {
+		for i := range 8 {
+			v := u32(qs, 32*g+4*i)
+			c.set(16*g+i, v&lo4)
+			c.set(16*g+8+i, v>>4&lo4)
+		}
+	}
+}
+
+// unpackQ5_KTiled: Q4_K's nibbles, with bit 2g (2g+1) of qh[l] as bit 4 of element l of sub-block 2g (2g+1).
+func unpackQ5_KTiled(c codeDst, m metaDst, blk []byte) {
+	unpackK4Scales(m, blk)
+	qh, qs := blk[16:48], blk[48:176]
+	for g := range 4 {
+		for i := range 8 {
+			v, h := u32(qs, 32*g+4*i), u32(qh, 4*i)
+			c.set(16*g+i, v&lo4|(h>>(2*g&31)&lo1)<<4)
+			c.set(16*g+8+i, v>>4&lo4|(h>>((2*g+1)&31)&lo1)<<4)
+		}
+	}
+}
+
+// unpackQ6_KTiled: codes 0..63 (the −32 goes into mi as 32·sc), 16 signed 8-bit scales.
+func unpackQ6_KTiled(c codeDst, m metaDst, blk []byte) {
+	ql, qh, scb := blk[:128], blk[128:192], blk[192:208]
+	for n := range 2 {
+		for i := range 8 {
+			a, a2, h := u32(ql, 64*n+4*i), u32(ql, 64*n+32+4*i), u32(qh, 32*n+4*i)
+			c.set(32*n+i, a&lo4|(h&lo2)<<4)
+			c.set(32*n+8+i, a2&lo4|(h>>2&lo2)<<4)
+			c.set(32*n+16+i, a>>4&lo4|(h>>4&lo2)<<4)
+			c.set(32*n+24+i, a2>>4&lo4|(h>>6&lo2)<<4)
+		}
+	}
+	var sc, mi [16]int32
+	for j := range 16 {
+		sc[j] = int32(int8(scb[j]))
+		mi[j] = 32 * sc[j]
+	}
+	d := halfAt(blk, 208)
+	m.scales(&sc, &mi, d, d)
+}
+
+// unpackQ3_KTiled: codes 0..7 (the low two bits, and 4 where the hmask bit is set; the −4 goes into mi as 4·sc),
+// 16 signed 6-bit scales.
+func unpackQ3_KTiled(c codeDst, m metaDst, blk []byte) {
+	hmask, qs, scb := blk[:32], blk[32:96], blk[96:108]
+	var sc, mi [16]int32
+	for i := range 16 {
+		lo := scb[i%8] >> (4 * (i / 8)) & 0xf
+		hi := scb[8+i%4] >> (2 * (i / 4)) & 3
+		sc[i] = int32(lo|hi<<4) - 32
+		mi[i] = 4 * sc[i]
+		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
+		for j := range 4 {
+			v, h := u32(qs, 32*grp+half+4*j), u32(hmask, half+4*j)
+			c.set(4*i+j, v>>(shift&31)&lo2|(h>>(i/2&31)&lo1)<<2)
+		}
+	}
+	d := halfAt(blk, 108)
+	m.scales(&sc, &mi, d, d)
+}
+
+// unpackQ2_KTiled: codes 0..3, 4-bit scales and minimums.
+func unpackQ2_KTiled(c codeDst, m metaDst, blk []byte) {
+	scb, qs := blk[:16], blk[16:80]
+	var sc, mi [16]int32
+	for i := range 16 {
+		sc[i], mi[i] = int32(scb[i]&0xf), int32(scb[i]>>4)
+		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
+		for j := range 4 {
+			c.set(4*i+j, u32(qs, 32*grp+half+4*j)>>(shift&31)&lo2)
+		}
+	}
+	m.scales(&sc, &mi, halfAt(blk, 80), halfAt(blk, 82))
+}
+
+// tiledActs is input rows packed for the tiled kernel, 12 rows per group (the last padded with zero rows):
+// qs [groups][nsb][64 quads][12][4] (the four values of a quad of each row side by side) and meta
+// [groups][nsb][actMetaBytes].
+type tiledActs struct {
+	qs, meta []byte
+}
+
+// pack packs a's rows for format f.
+func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows int) {
+	nsb := a.n / quant.QKK
+	groups := (rows + tileIn - 1) / tileIn
+	gq, gm := nsb*quant.QKK*tileIn, nsb*f.actMetaBytes()
+	t.qs = growSlice(t.qs, groups*gq)
+	t.meta = growSlice(t.meta, groups*gm)
+	np := f.npair()
+	parallelFor(groups, 0, func(lo, hi int) {
+		for g := lo; g < hi; g++ {
+			qs, meta := t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm]
+			n := min(tileIn, rows-g*tileIn)
+			if n < tileIn {
+				clear(qs)
+				clear(meta)
+			}
+			for c := range n {
+				r := g*tileIn + c
+				x := a.row(r)
+				for sb := range nsb {
+					src := int8Bytes(x.qs[sb*quant.QKK : (sb+1)*quant.QKK])
+					dst := qs[sb*quant.QKK*tileIn+4*c:]
+					for q := range quant.QKK / 4 {
+						put32(dst, q*4*tileIn, u32(src, 4*q))
+					}
+					m := meta[sb*f.actMetaBytes():]
+					bs := x.bsums[16*sb : 16*sb+16]
+					for i := range np {
+						var b0, b1 int16
+						if f.sub == 32 {
+							b0, b1 = bs[4*i]+bs[4*i+1], bs[4*i+2]+bs[4*i+3]
+						} else {
+							b0, b1 = bs[2*i], bs[2*i+1]
+						}
+						put32(m, (i*tileIn+c)*4, uint32(uint16(b0))|uint32(uint16(b1))<<16)
+					}
+					put32(m, np*4*tileIn+4*c, math.Float32bits(x.d[sb]))
+				}
+			}
+		}
+	})
+}
+
+// int8Bytes returns q's memory as bytes.
+func int8Bytes(q []int8) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(q))), len(q))
+}
+
+var (
+	panelPool = sync.Pool{New: func() any { return new(tiledPanel) }}
+	tiledPool = sync.Pool{New: func() any { return new(tiledActs) }}
+)
+
+// LinearQuantPrompt is LinearQuant for the rows of prompts (see the top of this file): for the K-quant types
+// on CPUs with AVX-512 VNNI, the tiled products, whose float order is their own; otherwise LinearQuant itself.
+func LinearQuantPrompt(y, x []float32, w QuantMatrix, bias []float32) {
+	f := tiledFormats[w.Type]
+	if f == nil || tileK == nil {
+		LinearQuant(y, x, w, bias)
+		return
+	}
+	linearTiled(y, x, w, bias, f, tileK)
+}
+
+// linearTiled is LinearQuantPrompt's tiled path with the given kernel (tileK, or tileGo in tests).
+func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, kernel func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32)) {
+	in, out := w.Cols, w.Rows
+	rows := len(x) / in
+	nsb := in / quant.QKK
+	a := actPool.Get().(*qAct)
+	defer actPool.Put(a)
+	a.quantize(actQ8_K, x[:rows*in], in)
+	t := tiledPool.Get().(*tiledActs)
+	defer tiledPool.Put(t)
+	t.pack(f, a, rows)
+	groups := (rows + tileIn - 1) / tileIn
+	gq, gm := nsb*quant.QKK*tileIn, nsb*f.actMetaBytes()
+	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
+		p := panelPool.Get().(*tiledPanel)
+		defer panelPool.Put(p)
+		p.f = f
+		var acc [tileIn * tileRows]float32
+		for pi := lo; pi < hi; pi++ {
+			o := pi * tileRows
+			n := min(tileRows, out-o)
+			p.fill(w, o, n)
+			for g := range groups {
+				clear(acc[:])
+				kernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nsb, f.nsub(), &acc)
+				for c := range min(tileIn, rows-g*tileIn) {
+					yr := y[(g*tileIn+c)*out+o : (g*tileIn+c)*out+o+n]
+					copy(yr, acc[c*tileRows:c*tileRows+n])
+					if bias != nil {
+						for i := range yr {
+							yr[i] += bias[o+i]
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// tileGo is the tiled kernel in Go, which the assembly matches bit for bit: it adds to acc[c·16 + r] the
+// products of panel row r with tile input c over nsb super-blocks of nsub sub-blocks.
+func tileGo(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32) {
+	qps, np := 64/nsub, nsub/2
+	mb, amb := (nsub+np+2)*64, (np+1)*4*tileIn
+	for sb := range nsb {
+		cd, m := codes[sb*4096:], meta[sb*mb:]
+		xq, am := qs[sb*quant.QKK*tileIn:], ameta[sb*amb:]
+		for c := range tileIn {
+			dx := math.Float32frombits(u32(am, np*4*tileIn+4*c))
+			for r := range tileRows {
+				var isb, imin int32
+				for s := range nsub {
+					var isum int32
+					for q := s * qps; q < (s+1)*qps; q++ {
+						for j := range 4 {
+							isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
+						}
+					}
+					isb += int32(u32(m, (s*tileRows+r)*4)) * isum
+				}
+				for i := range np {
+					mi, bs := u32(m, nsub*64+(i*tileRows+r)*4), u32(am, (i*tileIn+c)*4)
+					imin += int32(int16(mi))*int32(int16(bs)) + int32(int16(mi>>16))*int32(int16(bs>>16))
+				}
+				d := math.Float32frombits(u32(m, (nsub+np)*64+4*r))
+				dm := math.Float32frombits(u32(m, (nsub+np+1)*64+4*r))
+				t := float32(float32(isb) * d)
+				u := float32(float32(imin) * dm)
+				v := float32(t - u)
+				acc[c*tileRows+r] += float32(v * dx)
+			}
+		}
+	}
+}

@@ -1,0 +1,20 @@
+package kernels
+
+//go:noescape
+func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
+
+// tileK is the tiled kernel (tiled.go) where the CPU has AVX-512 VNNI, else nil: it adds to acc[c·16 + r] the
+// products of panel row r with tile input c over nsb super-blocks of nsub sub-blocks, bit for bit as tileGo.
+var tileK = func() func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32) {
+	if !useVNNI {
+		return nil
+	}
+	return func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32) {
+		np := nsub / 2
+		_ = codes[nsb*4096-1]
+		_ = meta[nsb*(nsub+np+2)*64-1]
+		_ = qs[nsb*256*tileIn-1]
+		_ = ameta[nsb*(np+1)*4*tileIn-1]
+		tileKVNNI(&codes[0], &meta[0], &qs[0], &ameta[0], nsb, nsub, 64/nsub, &acc[0])
+	}
+}()

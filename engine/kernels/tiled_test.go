@@ -1,0 +1,157 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/layerstream/layerstream/quant"
+)
+
+// randomKBlocks makes a [rows, cols] matrix of K-quant type typ from random bytes, its float16 scales set to
+// sane values: every bit of the codes and scale fields is exercised.
+func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int) QuantMatrix {
+	t.Helper()
+	f, _ := typ.Format()
+	data := make([]byte, rows*cols/f.BlockElems*f.BlockBytes)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2}, quant.Q6_K: {208}}[typ]
+	for b := 0; b < len(data); b += f.BlockBytes {
+		for _, off := range halves {
+			binary.LittleEndian.PutUint16(data[b+off:], quant.Float32ToHalf(float32(1e-4+rng.Float64()*1e-2)))
+		}
+	}
+	m, err := NewQuantMatrix(typ, data, rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// tiledRef is one output of the tiled products, from the portable decoders (not the tiled unpackers): the
+// integer sums of tiled.go's formula, then its float operations in its order.
+func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
+	decode := map[quant.Type]func(*kInts, []byte){quant.Q2_K: decodeQ2_KInts, quant.Q3_K: decodeQ3_KInts,
+		quant.Q4_K: decodeQ4_KInts, quant.Q5_K: decodeQ5_KInts, quant.Q6_K: decodeQ6_KInts}[typ]
+	var k kInts
+	var acc float32
+	bb := len(w) / len(x.d)
+	for b := range len(x.d) {
+		decode(&k, w[b*bb:(b+1)*bb])
+		var isb, imin int32
+		for j := range 16 { // sixteenths: a 32-element sub-block's scale is its two sixteenths' (equal) scale
+			var isum int32
+			for e := 16 * j; e < 16*j+16; e++ {
+				code := int32(k.q[e])
+				if typ == quant.Q3_K {
+					code += 4 // the tiled codes are unsigned; the −4 is in the minimum term
+				}
+				isum += code * int32(x.qs[quant.QKK*b+e])
+			}
+			isb += k.sc[j] * isum
+			mi := k.mn[j]
+			switch typ {
+			case quant.Q6_K:
+				mi = 32 * k.sc[j]
+			case quant.Q3_K:
+				mi = 4 * k.sc[j]
+			}
+			imin += mi * int32(x.bsums[16*b+j])
+		}
+		dm := k.d
+		if k.hasMin {
+			dm = k.dmin
+		}
+		t := float32(float32(isb) * k.d)
+		u := float32(float32(imin) * dm)
+		v := float32(t - u)
+		acc += float32(v * x.d[b])
+	}
+	return acc
+}
+
+// TestLinearQuantPrompt checks the tiled prompt products of every K-quant type, through the Go kernel and the
+// assembly one: bit for bit against tiledRef for every row count (a row's bits do not depend on the rows beside
+// it or on the padding of the last tile), and within float rounding of LinearQuant's order.
+func TestLinearQuantPrompt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	kernels := map[string]func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32){"go": tileGo}
+	if tileK != nil {
+		kernels["asm"] = tileK
+	} else {
+		t.Log("no tiled assembly kernel on this CPU: the Go kernel only")
+	}
+	for typ, f := range tiledFormats {
+		for _, shape := range [][2]int{{16, 256}, {37, 512}, {50, 1024}} {
+			out, in := shape[0], shape[1]
+			w := randomKBlocks(t, rng, typ, out, in)
+			bias := make([]float32, out)
+			for i := range bias {
+				bias[i] = float32(rng.NormFloat64())
+			}
+			for _, rows := range []int{1, 5, 12, 13, 29} {
+				x := make([]float32, rows*in)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+				var a qAct
+				a.quantize(actQ8_K, x, in)
+				lane := make([]float32, rows*out)
+				LinearQuant(lane, x, w, nil)
+				for name, kernel := range kernels {
+					y := make([]float32, rows*out)
+					linearTiled(y, x, w, nil, f, kernel)
+					yb := make([]float32, rows*out)
+					linearTiled(yb, x, w, bias, f, kernel)
+					bad := 0
+					for r := range rows {
+						for o := range out {
+							i := r*out + o
+							want := tiledRef(typ, w.Row(o), a.row(r))
+							if math.Float32bits(y[i]) != math.Float32bits(want) || yb[i] != want+bias[o] {
+								if bad++; bad <= 3 {
+									t.Errorf("%s %v [%d×%d] rows %d: y[%d][%d] = %v (with bias %v), want %v (+%v)", name, typ, out, in, rows, r, o, y[i], yb[i], want, bias[o])
+								}
+							}
+							if d := math.Abs(float64(y[i] - lane[i])); d > 1e-5*magnitude(w, o, a.row(r)) {
+								t.Errorf("%s %v: y[%d][%d] = %v, LinearQuant %v: differ by %g", name, typ, r, o, y[i], lane[i], d)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkLinearQuantPrompt times the prompt products against LinearQuant's, [2048×2048] weights.
+func BenchmarkLinearQuantPrompt(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const out, in = 2048, 2048
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q3_K, quant.Q2_K} {
+		w := randomQuantMatrix(b, rng, typ, out, in)
+		for _, rows := range []int{4, 8, 16, 32, 128, 512} {
+			x := make([]float32, rows*in)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			y := make([]float32, rows*out)
+			for _, name := range []string{"lanes", "tiled"} {
+				fn := LinearQuant
+				if name == "tiled" {
+					fn = LinearQuantPrompt
+				}
+				b.Run(fmt.Sprintf("%v/rows=%d/%s", typ, rows, name), func(b *testing.B) {
+					for b.Loop() {
+						fn(y, x, w, nil)
+					}
+					b.ReportMetric(2*float64(rows*out*in)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
