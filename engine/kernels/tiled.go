@@ -9,7 +9,7 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// Prompt products of K-quant matrices, tiled.
+// Prompt products of block-quantized matrices (the K-quants, Q8_0, Q4_0, Q5_0), tiled.
 //
 // LinearQuant computes every output as the one-row kernels do, in eight lanes of k-positions per super-block
 // (llama.cpp's vec_dot order), so a product gives the same bits whatever the number of rows. That order costs a
@@ -24,15 +24,17 @@ import (
 //	y        += ((float(isb)·d) − (float(imin)·dm))·dx   once per super-block, no fused operations
 //
 // where a row's codes are unsigned (Q3_K's −4 and Q6_K's −32 move into mi, as Q4_K's minimum is) and dx is the
-// input's Q8_K scale. Every output's float operations depend on its own weight row and input row only, so a
-// prompt gives the same bits alone and batched with others' prompts, and tiledGo gives them too. The order
+// input's Q8_K scale. 32-element blocks (Q8_0, Q4_0, Q5_0) store w + 128 and take one float update per block,
+// y += (float(isum − 128·Σx)·d)·dx, against Q8_0 inputs. Every output's float operations depend on its own weight
+// row and input row only, so a prompt gives the same bits alone and batched with others' prompts, and the Go
+// kernels (tileGo, tileQ8Go) give them too. The order
 // differs from LinearQuant's, so a prompt row and a decode row differ in their last bits (as llama.cpp's batched
 // and one-row paths do): the engine uses LinearQuantPrompt for passes of PromptTileRows positions or more per
 // sequence, whatever the batch, and LinearQuant for shorter ones and decode steps.
 
 // PromptTileRows is the prompt length (positions of one sequence in a pass) from which the engine uses
 // LinearQuantPrompt: below it, unpacking the weights costs more than the tiles save (BenchmarkLinearQuantPrompt:
-// even at about 32 rows for every type, 1.5-3.5× faster at 512). A property of the sequence's pass, not of the
+// even at 32-40 rows for every type, 1.5-3.7× faster at 512). A property of the sequence's pass, not of the
 // batch: a sequence's bits never depend on what it is batched with.
 const PromptTileRows = 32
 
@@ -41,33 +43,77 @@ const (
 	tileIn   = 12 // input rows per tile (24 of the 32 registers hold their sums)
 )
 
-// tiledFormat is how one K-quant type unpacks for the tiled products.
+// tiledFormat is how one block type unpacks for the tiled products, block after block: a K-quant super-block
+// (256 elements) or a 32-element block.
 type tiledFormat struct {
-	sub    int                                    // elements per sub-block: 32 (Q4_K, Q5_K) or 16
-	unpack func(c codeDst, m metaDst, blk []byte) // one row's super-block (blk: its bytes)
+	block  int                                    // elements per block: 256 or 32
+	act    actFormat                              // the input rows' quantization: Q8_K or Q8_0
+	sub    int                                    // K-quants: elements per sub-block, 32 (Q4_K, Q5_K) or 16; else 0
+	unpack func(c codeDst, m metaDst, blk []byte) // one row's block (blk: its bytes)
+	// packMeta writes input c's parts of block b into the block's input meta m.
+	packMeta func(m []byte, c int, x qActRow, b int)
+	// goKernel is the kernel in Go; asmKernel the assembly one, nil where the CPU has none.
+	goKernel, asmKernel quantTile
 }
+
+// quantTile adds to acc[c·16 + r] the products of a panel's row r with a tile's input c over nb blocks.
+type quantTile func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32)
 
 func (f *tiledFormat) nsub() int  { return quant.QKK / f.sub }
 func (f *tiledFormat) npair() int { return f.nsub() / 2 }
 
-// metaBytes is the size of a panel's per-super-block scales: sc [nsub][16]int32, mi [npair][16][2]int16,
-// d [16]float32, dm [16]float32.
-func (f *tiledFormat) metaBytes() int { return (f.nsub() + f.npair() + 2) * 64 }
-
-// actMetaBytes is the size of a tile's per-super-block input parts: bsum pairs [npair][12][2]int16, dx [12]float32.
-func (f *tiledFormat) actMetaBytes() int { return (f.npair() + 1) * 4 * tileIn }
-
-// tiledFormats are the types with a tiled prompt path.
-var tiledFormats = map[quant.Type]*tiledFormat{
-	quant.Q4_K: {sub: 32, unpack: unpackQ4_KTiled},
-	quant.Q5_K: {sub: 32, unpack: unpackQ5_KTiled},
-	quant.Q6_K: {sub: 16, unpack: unpackQ6_KTiled},
-	quant.Q3_K: {sub: 16, unpack: unpackQ3_KTiled},
-	quant.Q2_K: {sub: 16, unpack: unpackQ2_KTiled},
+// metaBytes is the size of a panel's meta per block: K-quants, sc [nsub][16]int32, mi [npair][16][2]int16,
+// d [16]float32, dm [16]float32; 32-element blocks, d [16]float32.
+func (f *tiledFormat) metaBytes() int {
+	if f.sub == 0 {
+		return 64
+	}
+	return (f.nsub() + f.npair() + 2) * 64
 }
 
-// tiledPanel is 16 weight rows unpacked, super-block after super-block: codes [nsb][64 quads][16 rows][4] (the
-// four codes of a quad of k-positions of each row side by side), meta [nsb][metaBytes].
+// actMetaBytes is the size of a tile's input parts per block: K-quants, bsum pairs [npair][12][2]int16 and dx
+// [12]float32; 32-element blocks, 128·Σx [12]int32 and dx [12]float32.
+func (f *tiledFormat) actMetaBytes() int {
+	if f.sub == 0 {
+		return 2 * 4 * tileIn
+	}
+	return (f.npair() + 1) * 4 * tileIn
+}
+
+// tiledFormats are the types with a tiled prompt path.
+var tiledFormats = func() map[quant.Type]*tiledFormat {
+	m := map[quant.Type]*tiledFormat{
+		quant.Q4_K: {sub: 32, unpack: unpackQ4_KTiled},
+		quant.Q5_K: {sub: 32, unpack: unpackQ5_KTiled},
+		quant.Q6_K: {sub: 16, unpack: unpackQ6_KTiled},
+		quant.Q3_K: {sub: 16, unpack: unpackQ3_KTiled},
+		quant.Q2_K: {sub: 16, unpack: unpackQ2_KTiled},
+		quant.Q8_0: {unpack: unpackQ8_0Tiled},
+		quant.Q4_0: {unpack: unpackQ4_0Tiled},
+		quant.Q5_0: {unpack: unpackQ5_0Tiled},
+	}
+	for _, f := range m {
+		if f.sub == 0 {
+			f.block, f.act, f.packMeta = quant.QK, actQ8_0, packQ8Meta
+			f.goKernel, f.asmKernel = tileQ8Go, tileQ8
+			continue
+		}
+		nsub := f.nsub()
+		f.block, f.act, f.packMeta = quant.QKK, actQ8_K, f.packKMeta
+		f.goKernel = func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
+			tileGo(codes, meta, qs, ameta, nb, nsub, acc)
+		}
+		if tileK != nil {
+			f.asmKernel = func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
+				tileK(codes, meta, qs, ameta, nb, nsub, acc)
+			}
+		}
+	}
+	return m
+}()
+
+// tiledPanel is 16 weight rows unpacked, block after block: codes [nb][block/4 quads][16 rows][4] (the four
+// codes of a quad of k-positions of each row side by side), meta [nb][metaBytes].
 type tiledPanel struct {
 	f           *tiledFormat
 	codes, meta []byte
@@ -107,20 +153,23 @@ func (m metaDst) scales(sc, mi *[16]int32, d, dm float32) {
 
 // fill unpacks rows o..o+n of w (n ≤ 16); the panel's other rows get zero codes and scales.
 func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
-	nsb := w.Cols / quant.QKK
-	p.codes = growSlice(p.codes, nsb*4096)
-	p.meta = growSlice(p.meta, nsb*p.f.metaBytes())
+	nb, cb := w.Cols/p.f.block, p.f.block*tileRows
+	p.codes = growSlice(p.codes, nb*cb)
+	p.meta = growSlice(p.meta, nb*p.f.metaBytes())
 	if n < tileRows {
 		clear(p.codes)
 		clear(p.meta)
 	}
-	bb, mb := w.rowBytes/nsb, p.f.metaBytes()
+	bb, mb, nsub := w.rowBytes/nb, p.f.metaBytes(), 0
+	if p.f.sub != 0 {
+		nsub = p.f.nsub()
+	}
 	for r := range n {
 		row := w.Row(o + r)
-		for sb := range nsb {
-			c := codeDst{unsafe.Pointer(&p.codes[sb*4096+4*r])}
-			m := metaDst{unsafe.Pointer(&p.meta[sb*mb+4*r]), p.f.nsub()}
-			p.f.unpack(c, m, row[sb*bb:(sb+1)*bb])
+		for b := range nb {
+			c := codeDst{unsafe.Pointer(&p.codes[b*cb+4*r])}
+			m := metaDst{unsafe.Pointer(&p.meta[b*mb+4*r]), nsub}
+			p.f.unpack(c, m, row[b*bb:(b+1)*bb])
 		}
 	}
 }
@@ -222,21 +271,56 @@ func unpackQ2_KTiled(c codeDst, m metaDst, blk []byte) {
 	m.scales(&sc, &mi, halfAt(blk, 80), halfAt(blk, 82))
 }
 
+// unpackQ8_0Tiled: codes w + 128 (the 128·Σx comes off with the inputs' sums), d.
+func unpackQ8_0Tiled(c codeDst, m metaDst, blk []byte) {
+	for q := range 8 {
+		c.set(q, u32(blk, 2+4*q)^0x80808080)
+	}
+	*m.at(0) = math.Float32bits(halfAt(blk, 0))
+}
+
+// unpackQ4_0Tiled: codes (nibble − 8) + 128; elements 0..15 are the low nibbles, 16..31 the high ones.
+func unpackQ4_0Tiled(c codeDst, m metaDst, blk []byte) {
+	for q := range 4 {
+		v := u32(blk, 2+4*q)
+		c.set(q, v&lo4+0x78787878)
+		c.set(q+4, v>>4&lo4+0x78787878)
+	}
+	*m.at(0) = math.Float32bits(halfAt(blk, 0))
+}
+
+// unpackQ5_0Tiled: codes (nibble | high bit << 4) − 16 + 128, the high bits from the 32-bit qh.
+func unpackQ5_0Tiled(c codeDst, m metaDst, blk []byte) {
+	qh := u32(blk, 2)
+	for q := range 4 {
+		v := u32(blk, 6+4*q)
+		lo := v&lo4 | spreadBits4(qh>>(4*q)&0xf)<<4
+		hi := v>>4&lo4 | spreadBits4(qh>>(16+4*q)&0xf)<<4
+		c.set(q, lo+0x70707070)
+		c.set(q+4, hi+0x70707070)
+	}
+	*m.at(0) = math.Float32bits(halfAt(blk, 0))
+}
+
+// spreadBits4 puts bit i of b (b < 16) in bit 0 of byte i.
+func spreadBits4(b uint32) uint32 {
+	return b&1 | b>>1&1<<8 | b>>2&1<<16 | b>>3&1<<24
+}
+
 // tiledActs is input rows packed for the tiled kernel, 12 rows per group (the last padded with zero rows):
-// qs [groups][nsb][64 quads][12][4] (the four values of a quad of each row side by side) and meta
-// [groups][nsb][actMetaBytes].
+// qs [groups][n/4 quads][12][4] (the four values of a quad of each row side by side) and meta
+// [groups][nb][actMetaBytes].
 type tiledActs struct {
 	qs, meta []byte
 }
 
 // pack packs a's rows for format f.
 func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows int) {
-	nsb := a.n / quant.QKK
+	nb := a.n / f.block
 	groups := (rows + tileIn - 1) / tileIn
-	gq, gm := nsb*quant.QKK*tileIn, nsb*f.actMetaBytes()
+	gq, gm, amb := a.n*tileIn, nb*f.actMetaBytes(), f.actMetaBytes()
 	t.qs = growSlice(t.qs, groups*gq)
 	t.meta = growSlice(t.meta, groups*gm)
-	np := f.npair()
 	parallelFor(groups, 0, func(lo, hi int) {
 		for g := lo; g < hi; g++ {
 			qs, meta := t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm]
@@ -248,28 +332,42 @@ func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows int) {
 			for c := range n {
 				r := g*tileIn + c
 				x := a.row(r)
-				for sb := range nsb {
-					src := int8Bytes(x.qs[sb*quant.QKK : (sb+1)*quant.QKK])
-					dst := qs[sb*quant.QKK*tileIn+4*c:]
-					for q := range quant.QKK / 4 {
-						put32(dst, q*4*tileIn, u32(src, 4*q))
-					}
-					m := meta[sb*f.actMetaBytes():]
-					bs := x.bsums[16*sb : 16*sb+16]
-					for i := range np {
-						var b0, b1 int16
-						if f.sub == 32 {
-							b0, b1 = bs[4*i]+bs[4*i+1], bs[4*i+2]+bs[4*i+3]
-						} else {
-							b0, b1 = bs[2*i], bs[2*i+1]
-						}
-						put32(m, (i*tileIn+c)*4, uint32(uint16(b0))|uint32(uint16(b1))<<16)
-					}
-					put32(m, np*4*tileIn+4*c, math.Float32bits(x.d[sb]))
+				src, dst := int8Bytes(x.qs), qs[4*c:]
+				for q := range a.n / 4 {
+					put32(dst, q*4*tileIn, u32(src, 4*q))
+				}
+				for b := range nb {
+					f.packMeta(meta[b*amb:], c, x, b)
 				}
 			}
 		}
 	})
+}
+
+// packKMeta writes input c's parts of super-block b: its pairs of sums of 16 (or 32) and its scale.
+func (f *tiledFormat) packKMeta(m []byte, c int, x qActRow, b int) {
+	np := f.npair()
+	bs := x.bsums[16*b : 16*b+16]
+	for i := range np {
+		var b0, b1 int16
+		if f.sub == 32 {
+			b0, b1 = bs[4*i]+bs[4*i+1], bs[4*i+2]+bs[4*i+3]
+		} else {
+			b0, b1 = bs[2*i], bs[2*i+1]
+		}
+		put32(m, (i*tileIn+c)*4, uint32(uint16(b0))|uint32(uint16(b1))<<16)
+	}
+	put32(m, np*4*tileIn+4*c, math.Float32bits(x.d[b]))
+}
+
+// packQ8Meta writes input c's parts of 32-element block b: 128·Σx (the weights' codes are w + 128) and its scale.
+func packQ8Meta(m []byte, c int, x qActRow, b int) {
+	var sum int32
+	for _, v := range x.qs[32*b : 32*b+32] {
+		sum += int32(v)
+	}
+	put32(m, 4*c, uint32(128*sum))
+	put32(m, 4*tileIn+4*c, math.Float32bits(x.d[b]))
 }
 
 // int8Bytes returns q's memory as bytes.
@@ -282,30 +380,31 @@ var (
 	tiledPool = sync.Pool{New: func() any { return new(tiledActs) }}
 )
 
-// LinearQuantPrompt is LinearQuant for the rows of prompts (see the top of this file): for the K-quant types
-// on CPUs with AVX-512 VNNI, the tiled products, whose float order is their own; otherwise LinearQuant itself.
+// LinearQuantPrompt is LinearQuant for the rows of prompts (see the top of this file): for the K-quant types,
+// Q8_0, Q4_0 and Q5_0 on CPUs with AVX-512 VNNI, the tiled products, whose float order is their own; otherwise
+// LinearQuant itself.
 func LinearQuantPrompt(y, x []float32, w QuantMatrix, bias []float32) {
 	f := tiledFormats[w.Type]
-	if f == nil || tileK == nil {
+	if f == nil || f.asmKernel == nil {
 		LinearQuant(y, x, w, bias)
 		return
 	}
-	linearTiled(y, x, w, bias, f, tileK)
+	linearTiled(y, x, w, bias, f, f.asmKernel)
 }
 
-// linearTiled is LinearQuantPrompt's tiled path with the given kernel (tileK, or tileGo in tests).
-func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, kernel func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32)) {
+// linearTiled is LinearQuantPrompt's tiled path with the given kernel (f's assembly one, or its Go one in tests).
+func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, kernel quantTile) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
-	nsb := in / quant.QKK
+	nb := in / f.block
 	a := actPool.Get().(*qAct)
 	defer actPool.Put(a)
-	a.quantize(actQ8_K, x[:rows*in], in)
+	a.quantize(f.act, x[:rows*in], in)
 	t := tiledPool.Get().(*tiledActs)
 	defer tiledPool.Put(t)
 	t.pack(f, a, rows)
 	groups := (rows + tileIn - 1) / tileIn
-	gq, gm := nsb*quant.QKK*tileIn, nsb*f.actMetaBytes()
+	gq, gm := in*tileIn, nb*f.actMetaBytes()
 	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
@@ -317,7 +416,7 @@ func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, 
 			p.fill(w, o, n)
 			for g := range groups {
 				clear(acc[:])
-				kernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nsb, f.nsub(), &acc)
+				kernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nb, &acc)
 				for c := range min(tileIn, rows-g*tileIn) {
 					yr := y[(g*tileIn+c)*out+o : (g*tileIn+c)*out+o+n]
 					copy(yr, acc[c*tileRows:c*tileRows+n])
@@ -363,6 +462,29 @@ func tileGo(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRow
 				u := float32(float32(imin) * dm)
 				v := float32(t - u)
 				acc[c*tileRows+r] += float32(v * dx)
+			}
+		}
+	}
+}
+
+// tileQ8Go is the tiled kernel of 32-element blocks in Go, which the assembly (tileQ8) matches bit for bit: per
+// block, acc[c·16 + r] += ((float(Σ code·x − 128·Σx))·d)·dx, no fused operations.
+func tileQ8Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
+	for b := range nb {
+		cd, m := codes[b*512:], meta[b*64:]
+		xq, am := qs[b*32*tileIn:], ameta[b*8*tileIn:]
+		for c := range tileIn {
+			corr := int32(u32(am, 4*c))
+			dx := math.Float32frombits(u32(am, 4*tileIn+4*c))
+			for r := range tileRows {
+				var isum int32
+				for q := range 8 {
+					for j := range 4 {
+						isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
+					}
+				}
+				t := float32(float32(isum-corr) * math.Float32frombits(u32(m, 4*r)))
+				acc[c*tileRows+r] += float32(t * dx)
 			}
 		}
 	}

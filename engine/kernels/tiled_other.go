@@ -2,5 +2,8 @@
 
 package kernels
 
-// tileK is nil: this architecture has no tiled kernel, and LinearQuantPrompt is LinearQuant.
-var tileK func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32)
+// tileK and tileQ8 are nil: this architecture has no tiled kernels, and LinearQuantPrompt is LinearQuant.
+var (
+	tileK  func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32)
+	tileQ8 quantTile
+)

@@ -10,8 +10,8 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// randomKBlocks makes a [rows, cols] matrix of K-quant type typ from random bytes, its float16 scales set to
-// sane values: every bit of the codes and scale fields is exercised.
+// randomKBlocks makes a [rows, cols] matrix of block type typ from random bytes, its float16 scales set to sane
+// values: every bit of the codes and scale fields is exercised.
 func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int) QuantMatrix {
 	t.Helper()
 	f, _ := typ.Format()
@@ -19,7 +19,8 @@ func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int)
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2}, quant.Q6_K: {208}}[typ]
+	halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2}, quant.Q6_K: {208},
+		quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}}[typ]
 	for b := 0; b < len(data); b += f.BlockBytes {
 		for _, off := range halves {
 			binary.LittleEndian.PutUint16(data[b+off:], quant.Float32ToHalf(float32(1e-4+rng.Float64()*1e-2)))
@@ -35,6 +36,22 @@ func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int)
 // tiledRef is one output of the tiled products, from the portable decoders (not the tiled unpackers): the
 // integer sums of tiled.go's formula, then its float operations in its order.
 func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
+	if widen := map[quant.Type]func(dst, src []byte){quant.Q8_0: func(dst, src []byte) { copy(dst, src) },
+		quant.Q4_0: widenQ4_0, quant.Q5_0: widenQ5_0}[typ]; widen != nil {
+		// 32-element blocks, as Q8_0 (TestWiden checks the widening against the portable products).
+		b8 := make([]byte, len(x.d)*34)
+		widen(b8, w)
+		var acc float32
+		for b := range len(x.d) {
+			var isum int32
+			for i := range 32 {
+				isum += int32(int8(b8[34*b+2+i])) * int32(x.qs[32*b+i])
+			}
+			t := float32(float32(isum) * halfAt(b8, 34*b))
+			acc += float32(t * x.d[b])
+		}
+		return acc
+	}
 	decode := map[quant.Type]func(*kInts, []byte){quant.Q2_K: decodeQ2_KInts, quant.Q3_K: decodeQ3_KInts,
 		quant.Q4_K: decodeQ4_KInts, quant.Q5_K: decodeQ5_KInts, quant.Q6_K: decodeQ6_KInts}[typ]
 	var k kInts
@@ -74,18 +91,19 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 	return acc
 }
 
-// TestLinearQuantPrompt checks the tiled prompt products of every K-quant type, through the Go kernel and the
+// TestLinearQuantPrompt checks the tiled prompt products of every tiled type, through the Go kernel and the
 // assembly one: bit for bit against tiledRef for every row count (a row's bits do not depend on the rows beside
 // it or on the padding of the last tile), and within float rounding of LinearQuant's order.
 func TestLinearQuantPrompt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	kernels := map[string]func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32){"go": tileGo}
-	if tileK != nil {
-		kernels["asm"] = tileK
-	} else {
-		t.Log("no tiled assembly kernel on this CPU: the Go kernel only")
+	if tileK == nil || tileQ8 == nil {
+		t.Log("no tiled assembly kernels on this CPU: the Go ones only")
 	}
 	for typ, f := range tiledFormats {
+		kernels := map[string]quantTile{"go": f.goKernel}
+		if f.asmKernel != nil {
+			kernels["asm"] = f.asmKernel
+		}
 		for _, shape := range [][2]int{{16, 256}, {37, 512}, {50, 1024}} {
 			out, in := shape[0], shape[1]
 			w := randomKBlocks(t, rng, typ, out, in)
@@ -99,7 +117,7 @@ func TestLinearQuantPrompt(t *testing.T) {
 					x[i] = float32(rng.NormFloat64())
 				}
 				var a qAct
-				a.quantize(actQ8_K, x, in)
+				a.quantize(f.act, x, in)
 				lane := make([]float32, rows*out)
 				LinearQuant(lane, x, w, nil)
 				for name, kernel := range kernels {
@@ -132,7 +150,7 @@ func TestLinearQuantPrompt(t *testing.T) {
 func BenchmarkLinearQuantPrompt(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const out, in = 2048, 2048
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q3_K, quant.Q2_K} {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q3_K, quant.Q2_K, quant.Q8_0, quant.Q4_0, quant.Q5_0} {
 		w := randomQuantMatrix(b, rng, typ, out, in)
 		for _, rows := range []int{4, 8, 16, 32, 128, 512} {
 			x := make([]float32, rows*in)
