@@ -364,7 +364,7 @@ func TestGGUFRefusedBeforeSplit(t *testing.T) {
 	}
 }
 
-// TestGGUFTiledPrompt: a prompt of kernels.PromptTileRows positions or more runs its K-quant products through
+// TestGGUFTiledPrompt: a prompt of kernels.PromptTileRows positions or more runs its quantized products through
 // the tiled kernels (kernels.LinearQuantPrompt), which round in their own order; its last logits stay within
 // the 8-bit activation noise (tinyLogprobTol) of the same tokens fed one by one, which take the one-row
 // kernels. A product mapped to the wrong rows or inputs would move them by whole units.
@@ -373,7 +373,7 @@ func TestGGUFTiledPrompt(t *testing.T) {
 	for len(ids) < kernels.PromptTileRows+9 {
 		ids = append(ids, testIDs...)
 	}
-	for _, name := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+	for _, name := range []string{"Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"} {
 		t.Run(name, func(t *testing.T) {
 			e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-"+name+".gguf"), Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
 			if err != nil {
