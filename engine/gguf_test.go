@@ -373,7 +373,7 @@ func TestGGUFTiledPrompt(t *testing.T) {
 	for len(ids) < kernels.PromptTileRows+9 {
 		ids = append(ids, testIDs...)
 	}
-	for _, name := range []string{"Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"} {
+	for _, name := range []string{"Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1"} {
 		t.Run(name, func(t *testing.T) {
 			e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-"+name+".gguf"), Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
 			if err != nil {

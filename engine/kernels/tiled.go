@@ -9,7 +9,7 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// Prompt products of block-quantized matrices (the K-quants, Q8_0, Q4_0, Q5_0), tiled.
+// Prompt products of block-quantized matrices (the K-quants, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1), tiled.
 //
 // LinearQuant computes every output as the one-row kernels do, in eight lanes of k-positions per super-block
 // (llama.cpp's vec_dot order), so a product gives the same bits whatever the number of rows. That order costs a
@@ -25,9 +25,10 @@ import (
 //
 // where a row's codes are unsigned (Q3_K's −4 and Q6_K's −32 move into mi, as Q4_K's minimum is) and dx is the
 // input's Q8_K scale. 32-element blocks (Q8_0, Q4_0, Q5_0) store w + 128 and take one float update per block,
-// y += (float(isum − 128·Σx)·d)·dx, against Q8_0 inputs. Every output's float operations depend on its own weight
+// y += (float(isum − 128·Σx)·d)·dx, against Q8_0 inputs; Q4_1 and Q5_1 store their codes as they are and add their
+// minimum, y += ((float(isum)·d)·dx) + m·s, against Q8_1 inputs. Every output's float operations depend on its own weight
 // row and input row only, so a prompt gives the same bits alone and batched with others' prompts, and the Go
-// kernels (tileGo, tileQ8Go) give them too. The order
+// kernels (tileGo, tileQ8Go, tileQ81Go) give them too. The order
 // differs from LinearQuant's, so a prompt row and a decode row differ in their last bits (as llama.cpp's batched
 // and one-row paths do): the engine uses LinearQuantPrompt for passes of PromptTileRows positions or more per
 // sequence, whatever the batch, and LinearQuant for shorter ones and decode steps.
@@ -49,6 +50,7 @@ type tiledFormat struct {
 	block  int                                    // elements per block: 256 or 32
 	act    actFormat                              // the input rows' quantization: Q8_K or Q8_0
 	sub    int                                    // K-quants: elements per sub-block, 32 (Q4_K, Q5_K) or 16; else 0
+	min    bool                                   // 32-element blocks with a minimum (Q4_1, Q5_1: Q8_1 inputs)
 	unpack func(c codeDst, m metaDst, blk []byte) // one row's block (blk: its bytes)
 	// packMeta writes input c's parts of block b into the block's input meta m.
 	packMeta func(m []byte, c int, x qActRow, b int)
@@ -63,8 +65,11 @@ func (f *tiledFormat) nsub() int  { return quant.QKK / f.sub }
 func (f *tiledFormat) npair() int { return f.nsub() / 2 }
 
 // metaBytes is the size of a panel's meta per block: K-quants, sc [nsub][16]int32, mi [npair][16][2]int16,
-// d [16]float32, dm [16]float32; 32-element blocks, d [16]float32.
+// d [16]float32, dm [16]float32; 32-element blocks, d [16]float32 (and m [16]float32 with a minimum).
 func (f *tiledFormat) metaBytes() int {
+	if f.min {
+		return 128
+	}
 	if f.sub == 0 {
 		return 64
 	}
@@ -72,7 +77,7 @@ func (f *tiledFormat) metaBytes() int {
 }
 
 // actMetaBytes is the size of a tile's input parts per block: K-quants, bsum pairs [npair][12][2]int16 and dx
-// [12]float32; 32-element blocks, 128·Σx [12]int32 and dx [12]float32.
+// [12]float32; 32-element blocks, 128·Σx [12]int32 (with a minimum, Q8_1's s [12]float32) and dx [12]float32.
 func (f *tiledFormat) actMetaBytes() int {
 	if f.sub == 0 {
 		return 2 * 4 * tileIn
@@ -91,9 +96,16 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 		quant.Q8_0: {unpack: unpackQ8_0Tiled},
 		quant.Q4_0: {unpack: unpackQ4_0Tiled},
 		quant.Q5_0: {unpack: unpackQ5_0Tiled},
+		quant.Q4_1: {unpack: unpackQ4_1Tiled, min: true},
+		quant.Q5_1: {unpack: unpackQ5_1Tiled, min: true},
 	}
 	for _, f := range m {
-		if f.sub == 0 {
+		switch {
+		case f.min:
+			f.block, f.act, f.packMeta = quant.QK, actQ8_1, packQ81Meta
+			f.goKernel, f.asmKernel = tileQ81Go, tileQ81
+			continue
+		case f.sub == 0:
 			f.block, f.act, f.packMeta = quant.QK, actQ8_0, packQ8Meta
 			f.goKernel, f.asmKernel = tileQ8Go, tileQ8
 			continue
@@ -302,6 +314,29 @@ func unpackQ5_0Tiled(c codeDst, m metaDst, blk []byte) {
 	*m.at(0) = math.Float32bits(halfAt(blk, 0))
 }
 
+// unpackQ4_1Tiled: codes the nibbles (elements 0..15 low, 16..31 high), d and the minimum m.
+func unpackQ4_1Tiled(c codeDst, m metaDst, blk []byte) {
+	for q := range 4 {
+		v := u32(blk, 4+4*q)
+		c.set(q, v&lo4)
+		c.set(q+4, v>>4&lo4)
+	}
+	*m.at(0) = math.Float32bits(halfAt(blk, 0))
+	*m.at(64) = math.Float32bits(halfAt(blk, 2))
+}
+
+// unpackQ5_1Tiled: codes nibble | high bit << 4, d and the minimum m.
+func unpackQ5_1Tiled(c codeDst, m metaDst, blk []byte) {
+	qh := u32(blk, 4)
+	for q := range 4 {
+		v := u32(blk, 8+4*q)
+		c.set(q, v&lo4|spreadBits4(qh>>(4*q)&0xf)<<4)
+		c.set(q+4, v>>4&lo4|spreadBits4(qh>>(16+4*q)&0xf)<<4)
+	}
+	*m.at(0) = math.Float32bits(halfAt(blk, 0))
+	*m.at(64) = math.Float32bits(halfAt(blk, 2))
+}
+
 // spreadBits4 puts bit i of b (b < 16) in bit 0 of byte i.
 func spreadBits4(b uint32) uint32 {
 	return b&1 | b>>1&1<<8 | b>>2&1<<16 | b>>3&1<<24
@@ -370,6 +405,12 @@ func packQ8Meta(m []byte, c int, x qActRow, b int) {
 	put32(m, 4*tileIn+4*c, math.Float32bits(x.d[b]))
 }
 
+// packQ81Meta writes input c's parts of 32-element block b as Q8_1 has them: its scale and its scaled sum s.
+func packQ81Meta(m []byte, c int, x qActRow, b int) {
+	put32(m, 4*c, math.Float32bits(x.s[b]))
+	put32(m, 4*tileIn+4*c, math.Float32bits(x.d[b]))
+}
+
 // int8Bytes returns q's memory as bytes.
 func int8Bytes(q []int8) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(q))), len(q))
@@ -380,9 +421,9 @@ var (
 	tiledPool = sync.Pool{New: func() any { return new(tiledActs) }}
 )
 
-// LinearQuantPrompt is LinearQuant for the rows of prompts (see the top of this file): for the K-quant types,
-// Q8_0, Q4_0 and Q5_0 on CPUs with AVX-512 VNNI, the tiled products, whose float order is their own; otherwise
-// LinearQuant itself.
+// LinearQuantPrompt is LinearQuant for the rows of prompts (see the top of this file): on CPUs with AVX-512 VNNI,
+// the tiled products of tiledFormats (every block type LinearQuant multiplies), whose float order is their own;
+// otherwise LinearQuant itself.
 func LinearQuantPrompt(y, x []float32, w QuantMatrix, bias []float32) {
 	f := tiledFormats[w.Type]
 	if f == nil || f.asmKernel == nil {
@@ -485,6 +526,31 @@ func tileQ8Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]flo
 				}
 				t := float32(float32(isum-corr) * math.Float32frombits(u32(m, 4*r)))
 				acc[c*tileRows+r] += float32(t * dx)
+			}
+		}
+	}
+}
+
+// tileQ81Go is the tiled kernel of 32-element blocks with a minimum (Q4_1, Q5_1) in Go, which the assembly
+// (tileQ81) matches bit for bit: per block, acc[c·16 + r] += ((float(Σ code·x)·d)·dx) + m·s, no fused operations.
+func tileQ81Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
+	for b := range nb {
+		cd, m := codes[b*512:], meta[b*128:]
+		xq, am := qs[b*32*tileIn:], ameta[b*8*tileIn:]
+		for c := range tileIn {
+			sx := math.Float32frombits(u32(am, 4*c))
+			dx := math.Float32frombits(u32(am, 4*tileIn+4*c))
+			for r := range tileRows {
+				var isum int32
+				for q := range 8 {
+					for j := range 4 {
+						isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
+					}
+				}
+				t := float32(float32(isum) * math.Float32frombits(u32(m, 4*r)))
+				t = float32(t * dx)
+				u := float32(math.Float32frombits(u32(m, 64+4*r)) * sx)
+				acc[c*tileRows+r] += float32(t + u)
 			}
 		}
 	}

@@ -21,6 +21,24 @@ var tileQ8 = func() quantTile {
 	}
 }()
 
+//go:noescape
+func tileQ81VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
+
+// tileQ81 is the tiled kernel of 32-element blocks with a minimum (tiled.go) where the CPU has AVX-512 VNNI, else
+// nil: bit for bit as tileQ81Go.
+var tileQ81 = func() quantTile {
+	if !useVNNI {
+		return nil
+	}
+	return func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
+		_ = codes[nb*512-1]
+		_ = meta[nb*128-1]
+		_ = qs[nb*32*tileIn-1]
+		_ = ameta[nb*8*tileIn-1]
+		tileQ81VNNI(&codes[0], &meta[0], &qs[0], &ameta[0], nb, &acc[0])
+	}
+}()
+
 // tileK is the tiled kernel (tiled.go) where the CPU has AVX-512 VNNI, else nil: it adds to acc[c·16 + r] the
 // products of panel row r with tile input c over nsb super-blocks of nsub sub-blocks, bit for bit as tileGo.
 var tileK = func() func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32) {

@@ -27,6 +27,12 @@
 	VPSUBD.BCST corr(R12), zi, zi; VCVTDQ2PS zi, zi; VMULPS Z25, zi, zi; VMULPS.BCST dx(R12), zi, zi; \
 	VADDPS zi, zs, zs; VPXORD zi, zi, zi
 
+// EPIQ81(zi, zs, s, dx): zs += (((float(zi)·d)·dx) + m·s) for one 32-element block with a minimum (Z26: the rows'
+// m), no fused operation; zi = 0.
+#define EPIQ81(zi, zs, s, dx) \
+	VCVTDQ2PS zi, zi; VMULPS Z25, zi, zi; VMULPS.BCST dx(R12), zi, zi; VMULPS.BCST s(R12), Z26, Z27; \
+	VADDPS Z27, zi, zi; VADDPS zi, zs, zs; VPXORD zi, zi, zi
+
 // func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
 TEXT ·tileKVNNI(SB), NOSPLIT, $0-64
 	MOVQ codes+0(FP), SI
@@ -184,6 +190,83 @@ q8quad:
 	ADDQ $96, R12
 	DECQ CX
 	JNZ  q8block
+	VMOVUPS Z12, 0(AX)
+	VMOVUPS Z13, 64(AX)
+	VMOVUPS Z14, 128(AX)
+	VMOVUPS Z15, 192(AX)
+	VMOVUPS Z16, 256(AX)
+	VMOVUPS Z17, 320(AX)
+	VMOVUPS Z18, 384(AX)
+	VMOVUPS Z19, 448(AX)
+	VMOVUPS Z20, 512(AX)
+	VMOVUPS Z21, 576(AX)
+	VMOVUPS Z22, 640(AX)
+	VMOVUPS Z23, 704(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ81VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
+// tileQ8VNNI for blocks with a minimum (tileQ81Go): Z25 the rows' d, Z26 their m, Z27 m·s.
+TEXT ·tileQ81VNNI(SB), NOSPLIT, $0-48
+	MOVQ codes+0(FP), SI
+	MOVQ meta+8(FP), BX
+	MOVQ qs+16(FP), DI
+	MOVQ ameta+24(FP), R12
+	MOVQ nb+32(FP), CX
+	MOVQ acc+40(FP), AX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VMOVUPS 0(AX), Z12
+	VMOVUPS 64(AX), Z13
+	VMOVUPS 128(AX), Z14
+	VMOVUPS 192(AX), Z15
+	VMOVUPS 256(AX), Z16
+	VMOVUPS 320(AX), Z17
+	VMOVUPS 384(AX), Z18
+	VMOVUPS 448(AX), Z19
+	VMOVUPS 512(AX), Z20
+	VMOVUPS 576(AX), Z21
+	VMOVUPS 640(AX), Z22
+	VMOVUPS 704(AX), Z23
+
+q81block:
+	MOVQ $8, DX
+
+q81quad:
+	VMOVDQU32 (SI), Z24
+	DOT12
+	ADDQ $64, SI
+	ADDQ $48, DI
+	DECQ DX
+	JNZ  q81quad
+	VMOVUPS (BX), Z25
+	VMOVUPS 64(BX), Z26
+	EPIQ81(Z0, Z12, 0, 48)
+	EPIQ81(Z1, Z13, 4, 52)
+	EPIQ81(Z2, Z14, 8, 56)
+	EPIQ81(Z3, Z15, 12, 60)
+	EPIQ81(Z4, Z16, 16, 64)
+	EPIQ81(Z5, Z17, 20, 68)
+	EPIQ81(Z6, Z18, 24, 72)
+	EPIQ81(Z7, Z19, 28, 76)
+	EPIQ81(Z8, Z20, 32, 80)
+	EPIQ81(Z9, Z21, 36, 84)
+	EPIQ81(Z10, Z22, 40, 88)
+	EPIQ81(Z11, Z23, 44, 92)
+	ADDQ $128, BX
+	ADDQ $96, R12
+	DECQ CX
+	JNZ  q81block
 	VMOVUPS Z12, 0(AX)
 	VMOVUPS Z13, 64(AX)
 	VMOVUPS Z14, 128(AX)

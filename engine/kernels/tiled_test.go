@@ -20,7 +20,7 @@ func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int)
 		data[i] = byte(rng.Uint32())
 	}
 	halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2}, quant.Q6_K: {208},
-		quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}}[typ]
+		quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2}}[typ]
 	for b := 0; b < len(data); b += f.BlockBytes {
 		for _, off := range halves {
 			binary.LittleEndian.PutUint16(data[b+off:], quant.Float32ToHalf(float32(1e-4+rng.Float64()*1e-2)))
@@ -49,6 +49,28 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 			}
 			t := float32(float32(isum) * halfAt(b8, 34*b))
 			acc += float32(t * x.d[b])
+		}
+		return acc
+	}
+	if typ == quant.Q4_1 || typ == quant.Q5_1 {
+		bb := len(w) / len(x.d)
+		var acc float32
+		for b := range len(x.d) {
+			blk := w[b*bb : (b+1)*bb]
+			var isum int32
+			for i := range 32 {
+				var q int32
+				if typ == quant.Q4_1 {
+					q = int32(blk[4+i%16] >> (4 * (i / 16)) & 0xf)
+				} else {
+					q = int32(blk[8+i%16]>>(4*(i/16))&0xf) | int32(binary.LittleEndian.Uint32(blk[4:])>>i&1)<<4
+				}
+				isum += q * int32(x.qs[32*b+i])
+			}
+			t := float32(float32(isum) * halfAt(blk, 0))
+			t = float32(t * x.d[b])
+			u := float32(halfAt(blk, 2) * x.s[b])
+			acc += float32(t + u)
 		}
 		return acc
 	}
@@ -96,7 +118,12 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 // it or on the padding of the last tile), and within float rounding of LinearQuant's order.
 func TestLinearQuantPrompt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	if tileK == nil || tileQ8 == nil {
+	for typ := range quantKernels {
+		if tiledFormats[typ] == nil {
+			t.Errorf("%v has no tiled format: its prompts would take another float order than the other types'", typ)
+		}
+	}
+	if tileK == nil || tileQ8 == nil || tileQ81 == nil {
 		t.Log("no tiled assembly kernels on this CPU: the Go ones only")
 	}
 	for typ, f := range tiledFormats {
@@ -150,7 +177,7 @@ func TestLinearQuantPrompt(t *testing.T) {
 func BenchmarkLinearQuantPrompt(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const out, in = 2048, 2048
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q3_K, quant.Q2_K, quant.Q8_0, quant.Q4_0, quant.Q5_0} {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q3_K, quant.Q2_K, quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1} {
 		w := randomQuantMatrix(b, rng, typ, out, in)
 		for _, rows := range []int{4, 8, 16, 32, 128, 512} {
 			x := make([]float32, rows*in)
