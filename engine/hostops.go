@@ -31,10 +31,11 @@ type hostOps struct {
 	arena *hostArena
 	// bf16Products: bf16 weight matrices multiply activations rounded to bf16 (Engine.bf16Products).
 	bf16Products bool
-	// prompt: every row brings kernels.PromptTileRows new positions or more (a prompt, or a chunk of one), so
-	// block-quantized products take kernels.LinearQuantPrompt, whose tiled products round in their own order;
-	// shorter passes, decode steps and the head take LinearQuant. Chosen by each sequence's pass, never by the
-	// batch, so a sequence gets the same bits alone and batched.
+	// prompt: the rows are passes of prompts of kernels.PromptTileRows new tokens or more (each chunk of one,
+	// however short) or feeds of that many positions (forward), so block-quantized products take
+	// kernels.LinearQuantPrompt, whose tiled products round in their own order; shorter prompts, decode steps and
+	// the head take LinearQuant. Chosen per sequence, never by the batch, so a sequence gets the same bits alone
+	// and batched.
 	prompt bool
 }
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/layerstream/layerstream/engine/kernels"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/kvcache"
 )
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -360,6 +361,9 @@ func TestPrefillBudget(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m := model
 			if c.gguf != "" {
+				if !kernels.PromptTiled() {
+					t.Log("this CPU has no AVX-512 VNNI: the prompts take LinearQuant, so this checks no tiling")
+				}
 				m = filepath.Join("..", "gguf", "testdata", "tiny", c.gguf)
 				c.opts.ShardDir = filepath.Join(t.TempDir(), "shards")
 			}

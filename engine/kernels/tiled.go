@@ -26,18 +26,22 @@ import (
 // where a row's codes are unsigned (Q3_K's −4 and Q6_K's −32 move into mi, as Q4_K's minimum is) and dx is the
 // input's Q8_K scale. 32-element blocks (Q8_0, Q4_0, Q5_0) store w + 128 and take one float update per block,
 // y += (float(isum − 128·Σx)·d)·dx, against Q8_0 inputs; Q4_1 and Q5_1 store their codes as they are and add their
-// minimum, y += ((float(isum)·d)·dx) + m·s, against Q8_1 inputs. Every output's float operations depend on its own weight
-// row and input row only, so a prompt gives the same bits alone and batched with others' prompts, and the Go
-// kernels (tileGo, tileQ8Go, tileQ81Go) give them too. The order
-// differs from LinearQuant's, so a prompt row and a decode row differ in their last bits (as llama.cpp's batched
-// and one-row paths do): the engine uses LinearQuantPrompt for passes of PromptTileRows positions or more per
-// sequence, whatever the batch, and LinearQuant for shorter ones and decode steps.
+// minimum, y += ((float(isum)·d)·dx) + m·s, against Q8_1 inputs. Every output's float operations depend on its
+// own weight row and input row only, so a prompt gives the same bits alone and batched with others' prompts, and
+// the Go kernels (tileGo, tileQ8Go, tileQ81Go) give them too. The order differs from LinearQuant's, so a prompt
+// row and a decode row differ in their last bits (as llama.cpp's batched and one-row paths do). The engine
+// decides per sequence, never per batch: a prompt of PromptTileRows new tokens or more takes LinearQuantPrompt in
+// every pass of it (each chunk, however short), as does any pass feeding that many positions (a Recompute feed);
+// shorter prompts, decode steps and the head take LinearQuant.
 
-// PromptTileRows is the prompt length (positions of one sequence in a pass) from which the engine uses
-// LinearQuantPrompt: below it, unpacking the weights costs more than the tiles save (BenchmarkLinearQuantPrompt:
-// even at 32-40 rows for every type, 1.5-3.7× faster at 512). A property of the sequence's pass, not of the
-// batch: a sequence's bits never depend on what it is batched with.
+// PromptTileRows is the prompt length (new tokens of one sequence) from which the engine uses LinearQuantPrompt:
+// below it, unpacking the weights costs more than the tiles save (BenchmarkLinearQuantPrompt: even at 32-40 rows
+// for every type, 1.5-4× faster at 512).
 const PromptTileRows = 32
+
+// PromptTiled reports whether LinearQuantPrompt tiles here (the CPU has AVX-512 VNNI); when false it is
+// LinearQuant.
+func PromptTiled() bool { return tileK != nil && tileQ8 != nil && tileQ81 != nil }
 
 const (
 	tileRows = 16 // weight rows per panel: the 16 int32 lanes of a 512-bit register
@@ -291,27 +295,17 @@ func unpackQ8_0Tiled(c codeDst, m metaDst, blk []byte) {
 	*m.at(0) = math.Float32bits(halfAt(blk, 0))
 }
 
-// unpackQ4_0Tiled: codes (nibble − 8) + 128; elements 0..15 are the low nibbles, 16..31 the high ones.
+// unpackQ4_0Tiled and unpackQ5_0Tiled widen the block to Q8_0 (the same integers and scale) and unpack that.
 func unpackQ4_0Tiled(c codeDst, m metaDst, blk []byte) {
-	for q := range 4 {
-		v := u32(blk, 2+4*q)
-		c.set(q, v&lo4+0x78787878)
-		c.set(q+4, v>>4&lo4+0x78787878)
-	}
-	*m.at(0) = math.Float32bits(halfAt(blk, 0))
+	var b [34]byte
+	widenQ4_0(b[:], blk)
+	unpackQ8_0Tiled(c, m, b[:])
 }
 
-// unpackQ5_0Tiled: codes (nibble | high bit << 4) − 16 + 128, the high bits from the 32-bit qh.
 func unpackQ5_0Tiled(c codeDst, m metaDst, blk []byte) {
-	qh := u32(blk, 2)
-	for q := range 4 {
-		v := u32(blk, 6+4*q)
-		lo := v&lo4 | spreadBits4(qh>>(4*q)&0xf)<<4
-		hi := v>>4&lo4 | spreadBits4(qh>>(16+4*q)&0xf)<<4
-		c.set(q, lo+0x70707070)
-		c.set(q+4, hi+0x70707070)
-	}
-	*m.at(0) = math.Float32bits(halfAt(blk, 0))
+	var b [34]byte
+	widenQ5_0(b[:], blk)
+	unpackQ8_0Tiled(c, m, b[:])
 }
 
 // unpackQ4_1Tiled: codes the nibbles (elements 0..15 low, 16..31 high), d and the minimum m.

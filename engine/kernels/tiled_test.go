@@ -163,8 +163,61 @@ func TestLinearQuantPrompt(t *testing.T) {
 								}
 							}
 							if d := math.Abs(float64(y[i] - lane[i])); d > 1e-5*magnitude(w, o, a.row(r)) {
-								t.Errorf("%s %v: y[%d][%d] = %v, LinearQuant %v: differ by %g", name, typ, r, o, y[i], lane[i], d)
+								if bad++; bad <= 3 {
+									t.Errorf("%s %v: y[%d][%d] = %v, LinearQuant %v: differ by %g", name, typ, r, o, y[i], lane[i], d)
+								}
 							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestLinearQuantPromptExtremes: blocks of all-equal bytes (the largest codes and scales, the most negative ones)
+// against inputs of ±1 (quantized to ±127): the tiled integer sums stay within int32 and int16 where LinearQuant's
+// do (tiledRef sums as the kernels do, so only LinearQuant can tell an overflow).
+func TestLinearQuantPromptExtremes(t *testing.T) {
+	const out, in, rows = 16, 512, 12
+	for typ, f := range tiledFormats {
+		kernels := map[string]quantTile{"go": f.goKernel}
+		if f.asmKernel != nil {
+			kernels["asm"] = f.asmKernel
+		}
+		bf, _ := typ.Format()
+		halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2},
+			quant.Q6_K: {208}, quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2}}[typ]
+		for _, fill := range []byte{0xff, 0x80, 0x7f, 0x00} {
+			data := make([]byte, out*in/bf.BlockElems*bf.BlockBytes)
+			for i := range data {
+				data[i] = fill
+			}
+			for b := 0; b < len(data); b += bf.BlockBytes {
+				for _, off := range halves {
+					binary.LittleEndian.PutUint16(data[b+off:], quant.Float32ToHalf(0.01))
+				}
+			}
+			w, err := NewQuantMatrix(typ, data, out, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sign := range []float32{1, -1} {
+				x := make([]float32, rows*in)
+				for i := range x {
+					x[i] = sign
+				}
+				var a qAct
+				a.quantize(f.act, x, in)
+				lane := make([]float32, rows*out)
+				LinearQuant(lane, x, w, nil)
+				for name, kernel := range kernels {
+					y := make([]float32, rows*out)
+					linearTiled(y, x, w, nil, f, kernel)
+					for i := range y {
+						if d := math.Abs(float64(y[i] - lane[i])); d > 1e-5*magnitude(w, i%out, a.row(i/out)) {
+							t.Errorf("%s %v, bytes %#x, inputs %v: y[%d] = %v, LinearQuant %v", name, typ, fill, sign, i, y[i], lane[i])
+							break
 						}
 					}
 				}
