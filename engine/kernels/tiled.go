@@ -60,6 +60,11 @@ type tiledFormat struct {
 	packMeta func(m []byte, c int, x qActRow, b int)
 	// goKernel is the kernel in Go; asmKernel the assembly one, nil where the CPU has none.
 	goKernel, asmKernel quantTile
+	// codes16, where the CPU has it, writes the codes of one block of 16 rows (src: the first row's block,
+	// stride bytes from one row's block to the next's) into the panel at dst, as unpack would; scales then
+	// writes the rest of each row's block.
+	codes16 func(src *byte, stride int, dst *byte)
+	scales  func(m metaDst, blk []byte)
 }
 
 // quantTile adds to acc[c·16 + r] the products of a panel's row r with a tile's input c over nb blocks.
@@ -102,6 +107,12 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 		quant.Q5_0: {unpack: unpackQ5_0Tiled},
 		quant.Q4_1: {unpack: unpackQ4_1Tiled, min: true},
 		quant.Q5_1: {unpack: unpackQ5_1Tiled, min: true},
+	}
+	if c := codes16Q4_K; c != nil {
+		m[quant.Q4_K].codes16, m[quant.Q4_K].scales = c, unpackK4Scales
+	}
+	if c := codes16Q6_K; c != nil {
+		m[quant.Q6_K].codes16, m[quant.Q6_K].scales = c, unpackQ6_KScales
 	}
 	for _, f := range m {
 		switch {
@@ -180,6 +191,18 @@ func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
 	if p.f.sub != 0 {
 		nsub = p.f.nsub()
 	}
+	if p.f.codes16 != nil && n == tileRows {
+		for b := range nb {
+			p.f.codes16(&w.Row(o)[b*bb], w.rowBytes, &p.codes[b*cb])
+		}
+		for r := range n {
+			row := w.Row(o + r)
+			for b := range nb {
+				p.f.scales(metaDst{unsafe.Pointer(&p.meta[b*mb+4*r]), nsub}, row[b*bb:(b+1)*bb])
+			}
+		}
+		return
+	}
 	for r := range n {
 		row := w.Row(o + r)
 		for b := range nb {
@@ -234,7 +257,7 @@ func unpackQ5_KTiled(c codeDst, m metaDst, blk []byte) {
 
 // unpackQ6_KTiled: codes 0..63 (the −32 goes into mi as 32·sc), 16 signed 8-bit scales.
 func unpackQ6_KTiled(c codeDst, m metaDst, blk []byte) {
-	ql, qh, scb := blk[:128], blk[128:192], blk[192:208]
+	ql, qh := blk[:128], blk[128:192]
 	for n := range 2 {
 		for i := range 8 {
 			a, a2, h := u32(ql, 64*n+4*i), u32(ql, 64*n+32+4*i), u32(qh, 32*n+4*i)
@@ -244,9 +267,14 @@ func unpackQ6_KTiled(c codeDst, m metaDst, blk []byte) {
 			c.set(32*n+24+i, a2>>4&lo4|(h>>6&lo2)<<4)
 		}
 	}
+	unpackQ6_KScales(m, blk)
+}
+
+// unpackQ6_KScales writes a Q6_K block's scales: 16 signed 8-bit ones, and 32 times them as minimum factors.
+func unpackQ6_KScales(m metaDst, blk []byte) {
 	var sc, mi [16]int32
-	for j := range 16 {
-		sc[j] = int32(int8(scb[j]))
+	for j, v := range blk[192:208] {
+		sc[j] = int32(int8(v))
 		mi[j] = 32 * sc[j]
 	}
 	d := halfAt(blk, 208)

@@ -22,6 +22,21 @@ var tileQ8 = func() quantTile {
 }()
 
 //go:noescape
+func codes16Q4_KAVX512(src *byte, stride int, dst *byte)
+
+//go:noescape
+func codes16Q6_KAVX512(src *byte, stride int, dst *byte)
+
+// codes16Q4_K and codes16Q6_K unpack the codes of one super-block of 16 rows where the CPU has AVX-512 (BW: the
+// word shifts), else nil (tiledFormat.codes16).
+var codes16Q4_K, codes16Q6_K = func() (q4, q6 func(src *byte, stride int, dst *byte)) {
+	if !useAVX512 {
+		return nil, nil
+	}
+	return codes16Q4_KAVX512, codes16Q6_KAVX512
+}()
+
+//go:noescape
 func tileQ81VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
 
 // tileQ81 is the tiled kernel of 32-element blocks with a minimum (tiled.go) where the CPU has AVX-512 VNNI, else

@@ -33,6 +33,186 @@
 	VCVTDQ2PS zi, zi; VMULPS Z25, zi, zi; VMULPS.BCST dx(R12), zi, zi; VMULPS.BCST s(R12), Z26, Z27; \
 	VADDPS Z27, zi, zi; VADDPS zi, zs, zs; VPXORD zi, zi, zi
 
+
+// q6shifts: the word shifts of Q6_K's high bits for the even chunks (0 in the low 32 bytes, 2 in the high ones)
+// and the odd ones (4, 6).
+DATA q6shifts<>+0(SB)/2, $0
+DATA q6shifts<>+2(SB)/2, $0
+DATA q6shifts<>+4(SB)/2, $0
+DATA q6shifts<>+6(SB)/2, $0
+DATA q6shifts<>+8(SB)/2, $0
+DATA q6shifts<>+10(SB)/2, $0
+DATA q6shifts<>+12(SB)/2, $0
+DATA q6shifts<>+14(SB)/2, $0
+DATA q6shifts<>+16(SB)/2, $0
+DATA q6shifts<>+18(SB)/2, $0
+DATA q6shifts<>+20(SB)/2, $0
+DATA q6shifts<>+22(SB)/2, $0
+DATA q6shifts<>+24(SB)/2, $0
+DATA q6shifts<>+26(SB)/2, $0
+DATA q6shifts<>+28(SB)/2, $0
+DATA q6shifts<>+30(SB)/2, $0
+DATA q6shifts<>+32(SB)/2, $2
+DATA q6shifts<>+34(SB)/2, $2
+DATA q6shifts<>+36(SB)/2, $2
+DATA q6shifts<>+38(SB)/2, $2
+DATA q6shifts<>+40(SB)/2, $2
+DATA q6shifts<>+42(SB)/2, $2
+DATA q6shifts<>+44(SB)/2, $2
+DATA q6shifts<>+46(SB)/2, $2
+DATA q6shifts<>+48(SB)/2, $2
+DATA q6shifts<>+50(SB)/2, $2
+DATA q6shifts<>+52(SB)/2, $2
+DATA q6shifts<>+54(SB)/2, $2
+DATA q6shifts<>+56(SB)/2, $2
+DATA q6shifts<>+58(SB)/2, $2
+DATA q6shifts<>+60(SB)/2, $2
+DATA q6shifts<>+62(SB)/2, $2
+DATA q6shifts<>+64(SB)/2, $4
+DATA q6shifts<>+66(SB)/2, $4
+DATA q6shifts<>+68(SB)/2, $4
+DATA q6shifts<>+70(SB)/2, $4
+DATA q6shifts<>+72(SB)/2, $4
+DATA q6shifts<>+74(SB)/2, $4
+DATA q6shifts<>+76(SB)/2, $4
+DATA q6shifts<>+78(SB)/2, $4
+DATA q6shifts<>+80(SB)/2, $4
+DATA q6shifts<>+82(SB)/2, $4
+DATA q6shifts<>+84(SB)/2, $4
+DATA q6shifts<>+86(SB)/2, $4
+DATA q6shifts<>+88(SB)/2, $4
+DATA q6shifts<>+90(SB)/2, $4
+DATA q6shifts<>+92(SB)/2, $4
+DATA q6shifts<>+94(SB)/2, $4
+DATA q6shifts<>+96(SB)/2, $6
+DATA q6shifts<>+98(SB)/2, $6
+DATA q6shifts<>+100(SB)/2, $6
+DATA q6shifts<>+102(SB)/2, $6
+DATA q6shifts<>+104(SB)/2, $6
+DATA q6shifts<>+106(SB)/2, $6
+DATA q6shifts<>+108(SB)/2, $6
+DATA q6shifts<>+110(SB)/2, $6
+DATA q6shifts<>+112(SB)/2, $6
+DATA q6shifts<>+114(SB)/2, $6
+DATA q6shifts<>+116(SB)/2, $6
+DATA q6shifts<>+118(SB)/2, $6
+DATA q6shifts<>+120(SB)/2, $6
+DATA q6shifts<>+122(SB)/2, $6
+DATA q6shifts<>+124(SB)/2, $6
+DATA q6shifts<>+126(SB)/2, $6
+GLOBL q6shifts<>(SB), RODATA|NOPTR, $128
+DATA tilednib<>+0(SB)/4, $0x0f0f0f0f
+GLOBL tilednib<>(SB), RODATA|NOPTR, $4
+DATA tiledthree<>+0(SB)/4, $0x03030303
+GLOBL tiledthree<>(SB), RODATA|NOPTR, $4
+
+// The unpackers of 16 rows' codes (tiled.go, codes16): each chunk of 64 codes of the 16 rows is made in Z0-Z15 (row
+// r in Zr, its quads 0..15 in the dword lanes), then TRANSPOSE16 turns them into the panel's layout (quad q of the
+// 16 rows in Zq) and they are stored as the chunk's 1 KiB.
+
+// TRANSPOSE16 transposes the 16×16 dwords of Z0-Z15 (Z16-Z31 scratch): 32-bit and 64-bit unpacks within 128-bit
+// lanes, then two rounds of 128-bit lane shuffles.
+#define TRANSPOSE16 \
+	VPUNPCKLDQ Z1, Z0, Z16 \
+	VPUNPCKHDQ Z1, Z0, Z17 \
+	VPUNPCKLDQ Z3, Z2, Z18 \
+	VPUNPCKHDQ Z3, Z2, Z19 \
+	VPUNPCKLDQ Z5, Z4, Z20 \
+	VPUNPCKHDQ Z5, Z4, Z21 \
+	VPUNPCKLDQ Z7, Z6, Z22 \
+	VPUNPCKHDQ Z7, Z6, Z23 \
+	VPUNPCKLDQ Z9, Z8, Z24 \
+	VPUNPCKHDQ Z9, Z8, Z25 \
+	VPUNPCKLDQ Z11, Z10, Z26 \
+	VPUNPCKHDQ Z11, Z10, Z27 \
+	VPUNPCKLDQ Z13, Z12, Z28 \
+	VPUNPCKHDQ Z13, Z12, Z29 \
+	VPUNPCKLDQ Z15, Z14, Z30 \
+	VPUNPCKHDQ Z15, Z14, Z31 \
+	VPUNPCKLQDQ Z18, Z16, Z0 \
+	VPUNPCKHQDQ Z18, Z16, Z1 \
+	VPUNPCKLQDQ Z19, Z17, Z2 \
+	VPUNPCKHQDQ Z19, Z17, Z3 \
+	VPUNPCKLQDQ Z22, Z20, Z4 \
+	VPUNPCKHQDQ Z22, Z20, Z5 \
+	VPUNPCKLQDQ Z23, Z21, Z6 \
+	VPUNPCKHQDQ Z23, Z21, Z7 \
+	VPUNPCKLQDQ Z26, Z24, Z8 \
+	VPUNPCKHQDQ Z26, Z24, Z9 \
+	VPUNPCKLQDQ Z27, Z25, Z10 \
+	VPUNPCKHQDQ Z27, Z25, Z11 \
+	VPUNPCKLQDQ Z30, Z28, Z12 \
+	VPUNPCKHQDQ Z30, Z28, Z13 \
+	VPUNPCKLQDQ Z31, Z29, Z14 \
+	VPUNPCKHQDQ Z31, Z29, Z15 \
+	VSHUFI32X4 $0x44, Z4, Z0, Z16 \
+	VSHUFI32X4 $0xEE, Z4, Z0, Z17 \
+	VSHUFI32X4 $0x44, Z12, Z8, Z18 \
+	VSHUFI32X4 $0xEE, Z12, Z8, Z19 \
+	VSHUFI32X4 $0x44, Z5, Z1, Z20 \
+	VSHUFI32X4 $0xEE, Z5, Z1, Z21 \
+	VSHUFI32X4 $0x44, Z13, Z9, Z22 \
+	VSHUFI32X4 $0xEE, Z13, Z9, Z23 \
+	VSHUFI32X4 $0x44, Z6, Z2, Z24 \
+	VSHUFI32X4 $0xEE, Z6, Z2, Z25 \
+	VSHUFI32X4 $0x44, Z14, Z10, Z26 \
+	VSHUFI32X4 $0xEE, Z14, Z10, Z27 \
+	VSHUFI32X4 $0x44, Z7, Z3, Z28 \
+	VSHUFI32X4 $0xEE, Z7, Z3, Z29 \
+	VSHUFI32X4 $0x44, Z15, Z11, Z30 \
+	VSHUFI32X4 $0xEE, Z15, Z11, Z31 \
+	VSHUFI32X4 $0x88, Z18, Z16, Z0 \
+	VSHUFI32X4 $0xDD, Z18, Z16, Z4 \
+	VSHUFI32X4 $0x88, Z19, Z17, Z8 \
+	VSHUFI32X4 $0xDD, Z19, Z17, Z12 \
+	VSHUFI32X4 $0x88, Z22, Z20, Z1 \
+	VSHUFI32X4 $0xDD, Z22, Z20, Z5 \
+	VSHUFI32X4 $0x88, Z23, Z21, Z9 \
+	VSHUFI32X4 $0xDD, Z23, Z21, Z13 \
+	VSHUFI32X4 $0x88, Z26, Z24, Z2 \
+	VSHUFI32X4 $0xDD, Z26, Z24, Z6 \
+	VSHUFI32X4 $0x88, Z27, Z25, Z10 \
+	VSHUFI32X4 $0xDD, Z27, Z25, Z14 \
+	VSHUFI32X4 $0x88, Z30, Z28, Z3 \
+	VSHUFI32X4 $0xDD, Z30, Z28, Z7 \
+	VSHUFI32X4 $0x88, Z31, Z29, Z11 \
+	VSHUFI32X4 $0xDD, Z31, Z29, Z15
+
+// STORE16(off): Z0-Z15 to off(DI), 64 bytes each.
+#define STORE16(off) \
+	VMOVDQU64 Z0, off+0(DI) \
+	VMOVDQU64 Z1, off+64(DI) \
+	VMOVDQU64 Z2, off+128(DI) \
+	VMOVDQU64 Z3, off+192(DI) \
+	VMOVDQU64 Z4, off+256(DI) \
+	VMOVDQU64 Z5, off+320(DI) \
+	VMOVDQU64 Z6, off+384(DI) \
+	VMOVDQU64 Z7, off+448(DI) \
+	VMOVDQU64 Z8, off+512(DI) \
+	VMOVDQU64 Z9, off+576(DI) \
+	VMOVDQU64 Z10, off+640(DI) \
+	VMOVDQU64 Z11, off+704(DI) \
+	VMOVDQU64 Z12, off+768(DI) \
+	VMOVDQU64 Z13, off+832(DI) \
+	VMOVDQU64 Z14, off+896(DI) \
+	VMOVDQU64 Z15, off+960(DI)
+
+// Q4ROWLO(zr, h), Q4ROWHI(zr, h): row (R8)'s 64 codes of chunk 2·(h/64) (LO) or 2·(h/64)+1 (HI) into zr: the
+// nibbles of its qs bytes h..h+63 (Q4_K's qs at 16), the low then the high nibbles of their low (LO) or high
+// (HI) 32 bytes. Z30: 0x0f bytes.
+#define Q4NIBBLES(h) VMOVDQU64 16+h(R8), Z28; VPSRLW $4, Z28, Z29; VPANDD Z30, Z28, Z28; VPANDD Z30, Z29, Z29
+#define Q4ROWLO(zr, h) Q4NIBBLES(h); VINSERTI64X4 $1, Y29, Z28, zr; ADDQ R9, R8
+#define Q4ROWHI(zr, h) Q4NIBBLES(h); VSHUFI64X2 $0xEE, Z29, Z28, zr; ADDQ R9, R8
+
+// Q6ROWLO(zr, l, q), Q6ROWHI(zr, l, q): row (R8)'s 64 codes of an even (LO) or odd (HI) Q6_K chunk: (ql bytes
+// l..l+63, shifted right 4 for HI) & 0x0f | ((qh bytes q..q+31, in both halves, >> the word shifts of Z31) & 3)
+// << 4. Z30: 0x0f bytes, Z27: 0x03 bytes.
+#define Q6HIGH(zr, q) \
+	VPANDD Z30, Z28, Z28; VBROADCASTI64X4 128+q(R8), Z29; VPSRLVW Z31, Z29, Z29; VPANDD Z27, Z29, Z29; \
+	VPSLLW $4, Z29, Z29; VPORD Z29, Z28, zr; ADDQ R9, R8
+#define Q6ROWLO(zr, l, q) VMOVDQU64 l(R8), Z28; Q6HIGH(zr, q)
+#define Q6ROWHI(zr, l, q) VMOVDQU64 l(R8), Z28; VPSRLW $4, Z28, Z28; Q6HIGH(zr, q)
+
 // func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
 TEXT ·tileKVNNI(SB), NOSPLIT, $0-64
 	MOVQ codes+0(FP), SI
@@ -279,5 +459,192 @@ q81quad:
 	VMOVUPS Z21, 576(AX)
 	VMOVUPS Z22, 640(AX)
 	VMOVUPS Z23, 704(AX)
+	VZEROUPPER
+	RET
+
+// func codes16Q4_KAVX512(src *byte, stride int, dst *byte)
+// One super-block of 16 Q4_K rows (src: row 0's block, stride: bytes from a row's block to the next's) as the
+// panel's 4096 bytes of codes at dst.
+TEXT ·codes16Q4_KAVX512(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ stride+8(FP), R9
+	MOVQ dst+16(FP), DI
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	Q4ROWLO(Z0, 0)
+	Q4ROWLO(Z1, 0)
+	Q4ROWLO(Z2, 0)
+	Q4ROWLO(Z3, 0)
+	Q4ROWLO(Z4, 0)
+	Q4ROWLO(Z5, 0)
+	Q4ROWLO(Z6, 0)
+	Q4ROWLO(Z7, 0)
+	Q4ROWLO(Z8, 0)
+	Q4ROWLO(Z9, 0)
+	Q4ROWLO(Z10, 0)
+	Q4ROWLO(Z11, 0)
+	Q4ROWLO(Z12, 0)
+	Q4ROWLO(Z13, 0)
+	Q4ROWLO(Z14, 0)
+	Q4ROWLO(Z15, 0)
+	TRANSPOSE16
+	STORE16(0)
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	Q4ROWHI(Z0, 0)
+	Q4ROWHI(Z1, 0)
+	Q4ROWHI(Z2, 0)
+	Q4ROWHI(Z3, 0)
+	Q4ROWHI(Z4, 0)
+	Q4ROWHI(Z5, 0)
+	Q4ROWHI(Z6, 0)
+	Q4ROWHI(Z7, 0)
+	Q4ROWHI(Z8, 0)
+	Q4ROWHI(Z9, 0)
+	Q4ROWHI(Z10, 0)
+	Q4ROWHI(Z11, 0)
+	Q4ROWHI(Z12, 0)
+	Q4ROWHI(Z13, 0)
+	Q4ROWHI(Z14, 0)
+	Q4ROWHI(Z15, 0)
+	TRANSPOSE16
+	STORE16(1024)
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	Q4ROWLO(Z0, 64)
+	Q4ROWLO(Z1, 64)
+	Q4ROWLO(Z2, 64)
+	Q4ROWLO(Z3, 64)
+	Q4ROWLO(Z4, 64)
+	Q4ROWLO(Z5, 64)
+	Q4ROWLO(Z6, 64)
+	Q4ROWLO(Z7, 64)
+	Q4ROWLO(Z8, 64)
+	Q4ROWLO(Z9, 64)
+	Q4ROWLO(Z10, 64)
+	Q4ROWLO(Z11, 64)
+	Q4ROWLO(Z12, 64)
+	Q4ROWLO(Z13, 64)
+	Q4ROWLO(Z14, 64)
+	Q4ROWLO(Z15, 64)
+	TRANSPOSE16
+	STORE16(2048)
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	Q4ROWHI(Z0, 64)
+	Q4ROWHI(Z1, 64)
+	Q4ROWHI(Z2, 64)
+	Q4ROWHI(Z3, 64)
+	Q4ROWHI(Z4, 64)
+	Q4ROWHI(Z5, 64)
+	Q4ROWHI(Z6, 64)
+	Q4ROWHI(Z7, 64)
+	Q4ROWHI(Z8, 64)
+	Q4ROWHI(Z9, 64)
+	Q4ROWHI(Z10, 64)
+	Q4ROWHI(Z11, 64)
+	Q4ROWHI(Z12, 64)
+	Q4ROWHI(Z13, 64)
+	Q4ROWHI(Z14, 64)
+	Q4ROWHI(Z15, 64)
+	TRANSPOSE16
+	STORE16(3072)
+	VZEROUPPER
+	RET
+
+// func codes16Q6_KAVX512(src *byte, stride int, dst *byte)
+// One super-block of 16 Q6_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
+TEXT ·codes16Q6_KAVX512(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ stride+8(FP), R9
+	MOVQ dst+16(FP), DI
+	VMOVDQU64 q6shifts<>+0(SB), Z31
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	VPBROADCASTD tiledthree<>(SB), Z27
+	Q6ROWLO(Z0, 0, 0)
+	Q6ROWLO(Z1, 0, 0)
+	Q6ROWLO(Z2, 0, 0)
+	Q6ROWLO(Z3, 0, 0)
+	Q6ROWLO(Z4, 0, 0)
+	Q6ROWLO(Z5, 0, 0)
+	Q6ROWLO(Z6, 0, 0)
+	Q6ROWLO(Z7, 0, 0)
+	Q6ROWLO(Z8, 0, 0)
+	Q6ROWLO(Z9, 0, 0)
+	Q6ROWLO(Z10, 0, 0)
+	Q6ROWLO(Z11, 0, 0)
+	Q6ROWLO(Z12, 0, 0)
+	Q6ROWLO(Z13, 0, 0)
+	Q6ROWLO(Z14, 0, 0)
+	Q6ROWLO(Z15, 0, 0)
+	TRANSPOSE16
+	STORE16(0)
+	VMOVDQU64 q6shifts<>+64(SB), Z31
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	VPBROADCASTD tiledthree<>(SB), Z27
+	Q6ROWHI(Z0, 0, 0)
+	Q6ROWHI(Z1, 0, 0)
+	Q6ROWHI(Z2, 0, 0)
+	Q6ROWHI(Z3, 0, 0)
+	Q6ROWHI(Z4, 0, 0)
+	Q6ROWHI(Z5, 0, 0)
+	Q6ROWHI(Z6, 0, 0)
+	Q6ROWHI(Z7, 0, 0)
+	Q6ROWHI(Z8, 0, 0)
+	Q6ROWHI(Z9, 0, 0)
+	Q6ROWHI(Z10, 0, 0)
+	Q6ROWHI(Z11, 0, 0)
+	Q6ROWHI(Z12, 0, 0)
+	Q6ROWHI(Z13, 0, 0)
+	Q6ROWHI(Z14, 0, 0)
+	Q6ROWHI(Z15, 0, 0)
+	TRANSPOSE16
+	STORE16(1024)
+	VMOVDQU64 q6shifts<>+0(SB), Z31
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	VPBROADCASTD tiledthree<>(SB), Z27
+	Q6ROWLO(Z0, 64, 32)
+	Q6ROWLO(Z1, 64, 32)
+	Q6ROWLO(Z2, 64, 32)
+	Q6ROWLO(Z3, 64, 32)
+	Q6ROWLO(Z4, 64, 32)
+	Q6ROWLO(Z5, 64, 32)
+	Q6ROWLO(Z6, 64, 32)
+	Q6ROWLO(Z7, 64, 32)
+	Q6ROWLO(Z8, 64, 32)
+	Q6ROWLO(Z9, 64, 32)
+	Q6ROWLO(Z10, 64, 32)
+	Q6ROWLO(Z11, 64, 32)
+	Q6ROWLO(Z12, 64, 32)
+	Q6ROWLO(Z13, 64, 32)
+	Q6ROWLO(Z14, 64, 32)
+	Q6ROWLO(Z15, 64, 32)
+	TRANSPOSE16
+	STORE16(2048)
+	VMOVDQU64 q6shifts<>+64(SB), Z31
+	MOVQ SI, R8
+	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
+	VPBROADCASTD tiledthree<>(SB), Z27
+	Q6ROWHI(Z0, 64, 32)
+	Q6ROWHI(Z1, 64, 32)
+	Q6ROWHI(Z2, 64, 32)
+	Q6ROWHI(Z3, 64, 32)
+	Q6ROWHI(Z4, 64, 32)
+	Q6ROWHI(Z5, 64, 32)
+	Q6ROWHI(Z6, 64, 32)
+	Q6ROWHI(Z7, 64, 32)
+	Q6ROWHI(Z8, 64, 32)
+	Q6ROWHI(Z9, 64, 32)
+	Q6ROWHI(Z10, 64, 32)
+	Q6ROWHI(Z11, 64, 32)
+	Q6ROWHI(Z12, 64, 32)
+	Q6ROWHI(Z13, 64, 32)
+	Q6ROWHI(Z14, 64, 32)
+	Q6ROWHI(Z15, 64, 32)
+	TRANSPOSE16
+	STORE16(3072)
 	VZEROUPPER
 	RET

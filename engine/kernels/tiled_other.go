@@ -2,8 +2,10 @@
 
 package kernels
 
-// tileK, tileQ8 and tileQ81 are nil: this architecture has no tiled kernels, and LinearQuantPrompt is LinearQuant.
+// The tiled kernels and unpackers are nil: this architecture has no tiled kernels, and LinearQuantPrompt is LinearQuant.
 var (
+	codes16Q4_K, codes16Q6_K func(src *byte, stride int, dst *byte)
+
 	tileK           func(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRows]float32)
 	tileQ8, tileQ81 quantTile
 )

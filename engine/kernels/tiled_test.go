@@ -253,3 +253,28 @@ func BenchmarkLinearQuantPrompt(b *testing.B) {
 		}
 	}
 }
+
+// TestCodes16: the assembly unpackers of 16 rows write the codes the Go ones do, byte for byte.
+func TestCodes16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for typ, f := range tiledFormats {
+		if f.codes16 == nil {
+			continue
+		}
+		w := randomKBlocks(t, rng, typ, 2*tileRows, 3*quant.QKK)
+		asm := &tiledPanel{f: f}
+		asm.fill(w, tileRows, tileRows)
+		g := *f
+		g.codes16 = nil
+		ref := &tiledPanel{f: &g}
+		ref.fill(w, tileRows, tileRows)
+		for i := range ref.codes {
+			if asm.codes[i] != ref.codes[i] {
+				t.Fatalf("%v: byte %d (super-block %d, quad %d, row %d): %d, want %d", typ, i, i/4096, i%4096/64, i%64/4, asm.codes[i], ref.codes[i])
+			}
+		}
+		if string(asm.meta) != string(ref.meta) {
+			t.Errorf("%v: the scales differ", typ)
+		}
+	}
+}
