@@ -60,10 +60,10 @@ type tiledFormat struct {
 	packMeta func(m []byte, c int, x qActRow, b int)
 	// goKernel is the kernel in Go; asmKernel the assembly one, nil where the CPU has none.
 	goKernel, asmKernel quantTile
-	// codes16, where the CPU has it, writes the codes of one block of 16 rows (src: the first row's block,
-	// stride bytes from one row's block to the next's) into the panel at dst, as unpack would; scales then
-	// writes the rest of each row's block.
-	codes16 func(src *byte, stride int, dst *byte)
+	// codes16, where the CPU has it, writes the codes of the nb blocks of 16 rows (src: the first row, stride
+	// bytes from one row to the next) into the panel's codes at dst, as unpack would; scales then writes the rest
+	// of each row's blocks.
+	codes16 func(src *byte, stride int, dst *byte, nb int)
 	scales  func(m metaDst, blk []byte)
 }
 
@@ -113,6 +113,9 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 	}
 	if c := codes16Q6_K; c != nil {
 		m[quant.Q6_K].codes16, m[quant.Q6_K].scales = c, unpackQ6_KScales
+	}
+	if c := codes16Q8_0; c != nil {
+		m[quant.Q8_0].codes16, m[quant.Q8_0].scales = c, scaleQ8_0
 	}
 	for _, f := range m {
 		switch {
@@ -192,9 +195,7 @@ func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
 		nsub = p.f.nsub()
 	}
 	if p.f.codes16 != nil && n == tileRows {
-		for b := range nb {
-			p.f.codes16(&w.Row(o)[b*bb], w.rowBytes, &p.codes[b*cb])
-		}
+		p.f.codes16(&w.Row(o)[0], w.rowBytes, &p.codes[0], nb)
 		for r := range n {
 			row := w.Row(o + r)
 			for b := range nb {
@@ -317,11 +318,17 @@ func unpackQ2_KTiled(c codeDst, m metaDst, blk []byte) {
 
 // unpackQ8_0Tiled: codes w + 128 (the 128·Σx comes off with the inputs' sums), d.
 func unpackQ8_0Tiled(c codeDst, m metaDst, blk []byte) {
+	codesQ8_0(c, blk)
+	scaleQ8_0(m, blk)
+}
+
+func codesQ8_0(c codeDst, blk []byte) {
 	for q := range 8 {
 		c.set(q, u32(blk, 2+4*q)^0x80808080)
 	}
-	*m.at(0) = math.Float32bits(halfAt(blk, 0))
 }
+
+func scaleQ8_0(m metaDst, blk []byte) { *m.at(0) = math.Float32bits(halfAt(blk, 0)) }
 
 // unpackQ4_0Tiled and unpackQ5_0Tiled widen the block to Q8_0 (the same integers and scale) and unpack that.
 func unpackQ4_0Tiled(c codeDst, m metaDst, blk []byte) {

@@ -1,5 +1,7 @@
 package kernels
 
+import "unsafe"
+
 //go:noescape
 func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
 
@@ -27,13 +29,35 @@ func codes16Q4_KAVX512(src *byte, stride int, dst *byte)
 //go:noescape
 func codes16Q6_KAVX512(src *byte, stride int, dst *byte)
 
-// codes16Q4_K and codes16Q6_K unpack the codes of one super-block of 16 rows where the CPU has AVX-512 (BW: the
-// word shifts), else nil (tiledFormat.codes16).
-var codes16Q4_K, codes16Q6_K = func() (q4, q6 func(src *byte, stride int, dst *byte)) {
+//go:noescape
+func codes16Q8_0AVX512(src *byte, stride int, dst *byte, pairs int)
+
+// codes16Q4_K, codes16Q6_K and codes16Q8_0 unpack the codes of the nb blocks of 16 rows (tiledFormat.codes16)
+// where the CPU has AVX-512 (BW: the word shifts), else nil; Q8_0 in pairs of blocks (one 1 KiB chunk of the
+// panel each), an odd last block in Go.
+var codes16Q4_K, codes16Q6_K, codes16Q8_0 = func() (q4, q6, q8 func(src *byte, stride int, dst *byte, nb int)) {
 	if !useAVX512 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return codes16Q4_KAVX512, codes16Q6_KAVX512
+	perBlock := func(asm func(src *byte, stride int, dst *byte), blockBytes int) func(src *byte, stride int, dst *byte, nb int) {
+		return func(src *byte, stride int, dst *byte, nb int) {
+			for b := range nb {
+				asm((*byte)(unsafe.Add(unsafe.Pointer(src), b*blockBytes)), stride, (*byte)(unsafe.Add(unsafe.Pointer(dst), b*4096)))
+			}
+		}
+	}
+	q8 = func(src *byte, stride int, dst *byte, nb int) {
+		if nb >= 2 {
+			codes16Q8_0AVX512(src, stride, dst, nb/2)
+		}
+		if b := nb - 1; nb%2 == 1 {
+			for r := range tileRows {
+				blk := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(src), r*stride+b*34)), 34)
+				codesQ8_0(codeDst{unsafe.Add(unsafe.Pointer(dst), b*512+4*r)}, blk)
+			}
+		}
+	}
+	return perBlock(codes16Q4_KAVX512, 144), perBlock(codes16Q6_KAVX512, 210), q8
 }()
 
 //go:noescape

@@ -105,6 +105,8 @@ DATA tilednib<>+0(SB)/4, $0x0f0f0f0f
 GLOBL tilednib<>(SB), RODATA|NOPTR, $4
 DATA tiledthree<>+0(SB)/4, $0x03030303
 GLOBL tiledthree<>(SB), RODATA|NOPTR, $4
+DATA tiled80<>+0(SB)/4, $0x80808080
+GLOBL tiled80<>(SB), RODATA|NOPTR, $4
 
 // The unpackers of 16 rows' codes (tiled.go, codes16): each chunk of 64 codes of the 16 rows is made in Z0-Z15 (row
 // r in Zr, its quads 0..15 in the dword lanes), then TRANSPOSE16 turns them into the panel's layout (quad q of the
@@ -212,6 +214,11 @@ GLOBL tiledthree<>(SB), RODATA|NOPTR, $4
 	VPSLLW $4, Z29, Z29; VPORD Z29, Z28, zr; ADDQ R9, R8
 #define Q6ROWLO(zr, l, q) VMOVDQU64 l(R8), Z28; Q6HIGH(zr, q)
 #define Q6ROWHI(zr, l, q) VMOVDQU64 l(R8), Z28; VPSRLW $4, Z28, Z28; Q6HIGH(zr, q)
+
+// Q8ROW(zr): row (R8)'s codes of two Q8_0 blocks (34 bytes each: a float16 d, then 32 int8) as w + 128 into zr.
+// Z30: 0x80 bytes.
+#define Q8ROW(zr) \
+	VMOVDQU64 2(R8), Y28; VINSERTI64X4 $1, 36(R8), Z28, Z28; VPXORD Z30, Z28, zr; ADDQ R9, R8
 
 // func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
 TEXT ·tileKVNNI(SB), NOSPLIT, $0-64
@@ -646,5 +653,42 @@ TEXT ·codes16Q6_KAVX512(SB), NOSPLIT, $0-24
 	Q6ROWHI(Z15, 64, 32)
 	TRANSPOSE16
 	STORE16(3072)
+	VZEROUPPER
+	RET
+
+// func codes16Q8_0AVX512(src *byte, stride int, dst *byte, pairs int)
+// pairs pairs of Q8_0 blocks of 16 rows (src: row 0's first block, stride: bytes from a row to the next) as the
+// panel's 1 KiB of codes per pair at dst.
+TEXT ·codes16Q8_0AVX512(SB), NOSPLIT, $0-32
+	MOVQ src+0(FP), SI
+	MOVQ stride+8(FP), R9
+	MOVQ dst+16(FP), DI
+	MOVQ pairs+24(FP), CX
+
+q8pair:
+	MOVQ SI, R8
+	VPBROADCASTD tiled80<>(SB), Z30
+	Q8ROW(Z0)
+	Q8ROW(Z1)
+	Q8ROW(Z2)
+	Q8ROW(Z3)
+	Q8ROW(Z4)
+	Q8ROW(Z5)
+	Q8ROW(Z6)
+	Q8ROW(Z7)
+	Q8ROW(Z8)
+	Q8ROW(Z9)
+	Q8ROW(Z10)
+	Q8ROW(Z11)
+	Q8ROW(Z12)
+	Q8ROW(Z13)
+	Q8ROW(Z14)
+	Q8ROW(Z15)
+	TRANSPOSE16
+	STORE16(0)
+	ADDQ $68, SI
+	ADDQ $1024, DI
+	DECQ CX
+	JNZ  q8pair
 	VZEROUPPER
 	RET
