@@ -547,12 +547,7 @@ func tileQ8Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]flo
 			corr := int32(u32(am, 4*c))
 			dx := math.Float32frombits(u32(am, 4*tileIn+4*c))
 			for r := range tileRows {
-				var isum int32
-				for q := range 8 {
-					for j := range 4 {
-						isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
-					}
-				}
+				isum := blockSum(cd, xq, r, c)
 				t := float32(float32(isum-corr) * math.Float32frombits(u32(m, 4*r)))
 				acc[c*tileRows+r] += float32(t * dx)
 			}
@@ -570,12 +565,7 @@ func tileQ81Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]fl
 			sx := math.Float32frombits(u32(am, 4*c))
 			dx := math.Float32frombits(u32(am, 4*tileIn+4*c))
 			for r := range tileRows {
-				var isum int32
-				for q := range 8 {
-					for j := range 4 {
-						isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
-					}
-				}
+				isum := blockSum(cd, xq, r, c)
 				t := float32(float32(isum) * math.Float32frombits(u32(m, 4*r)))
 				t = float32(t * dx)
 				u := float32(math.Float32frombits(u32(m, 64+4*r)) * sx)
@@ -583,4 +573,15 @@ func tileQ81Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]fl
 			}
 		}
 	}
+}
+
+// blockSum is Σ code·x of a 32-element block: panel row r's codes cd against tile input c's values xq.
+func blockSum(cd, xq []byte, r, c int) int32 {
+	var isum int32
+	for q := range 8 {
+		for j := range 4 {
+			isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
+		}
+	}
+	return isum
 }

@@ -8,20 +8,23 @@ func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
 //go:noescape
 func tileQ8VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
 
-// tileQ8 is the tiled kernel of 32-element blocks (tiled.go) where the CPU has AVX-512 VNNI, else nil: bit for
-// bit as tileQ8Go.
-var tileQ8 = func() quantTile {
+// tileQ8 and tileQ81 are the tiled kernels of 32-element blocks without and with a minimum (tiled.go) where the
+// CPU has AVX-512 VNNI, else nil: bit for bit as tileQ8Go and tileQ81Go.
+var tileQ8, tileQ81 = tile32(tileQ8VNNI, 64), tile32(tileQ81VNNI, 128)
+
+// tile32 wraps a kernel of 32-element blocks whose panels hold metaBytes per block, checking the lengths it reads.
+func tile32(asm func(codes, meta, qs, ameta *byte, nb int, acc *float32), metaBytes int) quantTile {
 	if !useVNNI {
 		return nil
 	}
 	return func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
 		_ = codes[nb*512-1]
-		_ = meta[nb*64-1]
+		_ = meta[nb*metaBytes-1]
 		_ = qs[nb*32*tileIn-1]
 		_ = ameta[nb*8*tileIn-1]
-		tileQ8VNNI(&codes[0], &meta[0], &qs[0], &ameta[0], nb, &acc[0])
+		asm(&codes[0], &meta[0], &qs[0], &ameta[0], nb, &acc[0])
 	}
-}()
+}
 
 //go:noescape
 func codes16Q4_KAVX512(src *byte, stride int, dst *byte)
@@ -62,21 +65,6 @@ var codes16Q4_K, codes16Q6_K, codes16Q8_0 = func() (q4, q6, q8 func(src *byte, s
 
 //go:noescape
 func tileQ81VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
-
-// tileQ81 is the tiled kernel of 32-element blocks with a minimum (tiled.go) where the CPU has AVX-512 VNNI, else
-// nil: bit for bit as tileQ81Go.
-var tileQ81 = func() quantTile {
-	if !useVNNI {
-		return nil
-	}
-	return func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
-		_ = codes[nb*512-1]
-		_ = meta[nb*128-1]
-		_ = qs[nb*32*tileIn-1]
-		_ = ameta[nb*8*tileIn-1]
-		tileQ81VNNI(&codes[0], &meta[0], &qs[0], &ameta[0], nb, &acc[0])
-	}
-}()
 
 // tileK is the tiled kernel (tiled.go) where the CPU has AVX-512 VNNI, else nil: it adds to acc[c·16 + r] the
 // products of panel row r with tile input c over nsb super-blocks of nsub sub-blocks, bit for bit as tileGo.
