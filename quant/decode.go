@@ -119,9 +119,7 @@ func decodeQ3_K(y []float32, b []byte) {
 	hmask, qs, sc := b[:QKK/8], b[QKK/8:QKK/8+QKK/4], b[QKK/8+QKK/4:QKK/8+QKK/4+12]
 	d := halfAt(b, QKK/8+QKK/4+12)
 	for i := range QKK / 16 {
-		lo := sc[i%8] >> (4 * (i / 8)) & 0xf
-		hi := sc[8+i%4] >> (2 * (i / 4)) & 3
-		dl := d * float32(int(lo|hi<<4)-32)
+		dl := d * float32(ScaleQ3K(i, sc))
 		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
 		for l := range 16 {
 			q := int(qs[32*grp+half+l] >> shift & 3)
@@ -131,6 +129,14 @@ func decodeQ3_K(y []float32, b []byte) {
 			y[16*i+l] = dl * float32(q)
 		}
 	}
+}
+
+// ScaleQ3K unpacks the signed 6-bit scale of sub-block i (0..15) from the 12 scale bytes of a Q3_K block: its low
+// four bits in sc[i%8] (low or high nibble), its high two in sc[8+i%4], stored as scale + 32.
+func ScaleQ3K(i int, sc []byte) int8 {
+	lo := sc[i%8] >> (4 * (i / 8)) & 0xf
+	hi := sc[8+i%4] >> (2 * (i / 4)) & 3
+	return int8(lo|hi<<4) - 32
 }
 
 // ScaleMinK4 unpacks the 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes of a Q4_K or Q5_K

@@ -536,9 +536,7 @@ func decodeQ3_KInts(k *kInts, b []byte) {
 	hmask, qs, sc := b[:32], b[32:96], b[96:108]
 	k.d, k.hasMin = halfAt(b, 108), false
 	for i := range 16 {
-		lo := sc[i%8] >> (4 * (i / 8)) & 0xf
-		hi := sc[8+i%4] >> (2 * (i / 4)) & 3
-		k.sc[i] = int32(lo|hi<<4) - 32
+		k.sc[i] = int32(quant.ScaleQ3K(i, sc))
 		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
 		for l := range 16 {
 			q := int8(qs[32*grp+half+l] >> shift & 3)

@@ -52,7 +52,6 @@ const (
 // (256 elements) or a 32-element block.
 type tiledFormat struct {
 	block  int                                    // elements per block: 256 or 32
-	act    actFormat                              // the input rows' quantization: Q8_K or Q8_0
 	sub    int                                    // K-quants: elements per sub-block, 32 (Q4_K, Q5_K) or 16; else 0
 	min    bool                                   // 32-element blocks with a minimum (Q4_1, Q5_1: Q8_1 inputs)
 	unpack func(c codeDst, m metaDst, blk []byte) // one row's block (blk: its bytes)
@@ -120,22 +119,21 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 	for _, f := range m {
 		switch {
 		case f.min:
-			f.block, f.act, f.packMeta = quant.QK, actQ8_1, packQ81Meta
+			f.block, f.packMeta = quant.QK, packQ81Meta
 			f.goKernel, f.asmKernel = tileQ81Go, tileQ81
-			continue
 		case f.sub == 0:
-			f.block, f.act, f.packMeta = quant.QK, actQ8_0, packQ8Meta
+			f.block, f.packMeta = quant.QK, packQ8Meta
 			f.goKernel, f.asmKernel = tileQ8Go, tileQ8
-			continue
-		}
-		nsub := f.nsub()
-		f.block, f.act, f.packMeta = quant.QKK, actQ8_K, f.packKMeta
-		f.goKernel = func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
-			tileGo(codes, meta, qs, ameta, nb, nsub, acc)
-		}
-		if tileK != nil {
-			f.asmKernel = func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
-				tileK(codes, meta, qs, ameta, nb, nsub, acc)
+		default:
+			nsub := f.nsub()
+			f.block, f.packMeta = quant.QKK, f.packKMeta
+			f.goKernel = func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
+				tileGo(codes, meta, qs, ameta, nb, nsub, acc)
+			}
+			if tileK != nil {
+				f.asmKernel = func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32) {
+					tileK(codes, meta, qs, ameta, nb, nsub, acc)
+				}
 			}
 		}
 	}
@@ -222,10 +220,9 @@ func u32(b []byte, off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) 
 // at 4..16).
 func unpackK4Scales(m metaDst, blk []byte) {
 	var sc, mi [16]int32
-	s := (*[12]byte)(blk[4:16])
-	for j := range 4 {
-		sc[j], mi[j] = int32(s[j]&63), int32(s[j+4]&63)
-		sc[j+4], mi[j+4] = int32(s[j+8]&0xf|(s[j]>>6)<<4), int32(s[j+8]>>4|(s[j+4]>>6)<<4)
+	for j := range 8 {
+		s, m := quant.ScaleMinK4(j, blk[4:16])
+		sc[j], mi[j] = int32(s), int32(m)
 	}
 	m.scales(&sc, &mi, halfAt(blk, 0), halfAt(blk, 2))
 }
@@ -288,9 +285,7 @@ func unpackQ3_KTiled(c codeDst, m metaDst, blk []byte) {
 	hmask, qs, scb := blk[:32], blk[32:96], blk[96:108]
 	var sc, mi [16]int32
 	for i := range 16 {
-		lo := scb[i%8] >> (4 * (i / 8)) & 0xf
-		hi := scb[8+i%4] >> (2 * (i / 4)) & 3
-		sc[i] = int32(lo|hi<<4) - 32
+		sc[i] = int32(quant.ScaleQ3K(i, scb))
 		mi[i] = 4 * sc[i]
 		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
 		for j := range 4 {
@@ -469,7 +464,7 @@ func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, 
 	nb := in / f.block
 	a := actPool.Get().(*qAct)
 	defer actPool.Put(a)
-	a.quantize(f.act, x[:rows*in], in)
+	a.quantize(w.k.act, x[:rows*in], in) // the activation format of the type's products: Q8_K, Q8_0 or Q8_1
 	t := tiledPool.Get().(*tiledActs)
 	defer tiledPool.Put(t)
 	t.pack(f, a, rows)
@@ -514,13 +509,7 @@ func tileGo(codes, meta, qs, ameta []byte, nsb, nsub int, acc *[tileIn * tileRow
 			for r := range tileRows {
 				var isb, imin int32
 				for s := range nsub {
-					var isum int32
-					for q := s * qps; q < (s+1)*qps; q++ {
-						for j := range 4 {
-							isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
-						}
-					}
-					isb += int32(u32(m, (s*tileRows+r)*4)) * isum
+					isb += int32(u32(m, (s*tileRows+r)*4)) * quadSum(cd, xq, r, c, s*qps, (s+1)*qps)
 				}
 				for i := range np {
 					mi, bs := u32(m, nsub*64+(i*tileRows+r)*4), u32(am, (i*tileIn+c)*4)
@@ -547,7 +536,7 @@ func tileQ8Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]flo
 			corr := int32(u32(am, 4*c))
 			dx := math.Float32frombits(u32(am, 4*tileIn+4*c))
 			for r := range tileRows {
-				isum := blockSum(cd, xq, r, c)
+				isum := quadSum(cd, xq, r, c, 0, 8)
 				t := float32(float32(isum-corr) * math.Float32frombits(u32(m, 4*r)))
 				acc[c*tileRows+r] += float32(t * dx)
 			}
@@ -565,7 +554,7 @@ func tileQ81Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]fl
 			sx := math.Float32frombits(u32(am, 4*c))
 			dx := math.Float32frombits(u32(am, 4*tileIn+4*c))
 			for r := range tileRows {
-				isum := blockSum(cd, xq, r, c)
+				isum := quadSum(cd, xq, r, c, 0, 8)
 				t := float32(float32(isum) * math.Float32frombits(u32(m, 4*r)))
 				t = float32(t * dx)
 				u := float32(math.Float32frombits(u32(m, 64+4*r)) * sx)
@@ -575,10 +564,10 @@ func tileQ81Go(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]fl
 	}
 }
 
-// blockSum is Σ code·x of a 32-element block: panel row r's codes cd against tile input c's values xq.
-func blockSum(cd, xq []byte, r, c int) int32 {
+// quadSum is Σ code·x over quads q0..q1-1 of a block: panel row r's codes cd against tile input c's values xq.
+func quadSum(cd, xq []byte, r, c, q0, q1 int) int32 {
 	var isum int32
-	for q := range 8 {
+	for q := q0; q < q1; q++ {
 		for j := range 4 {
 			isum += int32(cd[(q*tileRows+r)*4+j]) * int32(int8(xq[(q*tileIn+c)*4+j]))
 		}

@@ -8,6 +8,9 @@ func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
 //go:noescape
 func tileQ8VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
 
+//go:noescape
+func tileQ81VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
+
 // tileQ8 and tileQ81 are the tiled kernels of 32-element blocks without and with a minimum (tiled.go) where the
 // CPU has AVX-512 VNNI, else nil: bit for bit as tileQ8Go and tileQ81Go.
 var tileQ8, tileQ81 = tile32(tileQ8VNNI, 64), tile32(tileQ81VNNI, 128)
@@ -62,9 +65,6 @@ var codes16Q4_K, codes16Q6_K, codes16Q8_0 = func() (q4, q6, q8 func(src *byte, s
 	}
 	return perBlock(codes16Q4_KAVX512, 144), perBlock(codes16Q6_KAVX512, 210), q8
 }()
-
-//go:noescape
-func tileQ81VNNI(codes, meta, qs, ameta *byte, nb int, acc *float32)
 
 // tileK is the tiled kernel (tiled.go) where the CPU has AVX-512 VNNI, else nil: it adds to acc[c·16 + r] the
 // products of panel row r with tile input c over nsb super-blocks of nsub sub-blocks, bit for bit as tileGo.

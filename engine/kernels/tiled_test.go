@@ -144,7 +144,7 @@ func TestLinearQuantPrompt(t *testing.T) {
 					x[i] = float32(rng.NormFloat64())
 				}
 				var a qAct
-				a.quantize(f.act, x, in)
+				a.quantize(w.k.act, x, in)
 				lane := make([]float32, rows*out)
 				LinearQuant(lane, x, w, nil)
 				for name, kernel := range kernels {
@@ -208,7 +208,7 @@ func TestLinearQuantPromptExtremes(t *testing.T) {
 					x[i] = sign
 				}
 				var a qAct
-				a.quantize(f.act, x, in)
+				a.quantize(w.k.act, x, in)
 				lane := make([]float32, rows*out)
 				LinearQuant(lane, x, w, nil)
 				for name, kernel := range kernels {
