@@ -31,12 +31,12 @@ type hostOps struct {
 	arena *hostArena
 	// bf16Products: bf16 weight matrices multiply activations rounded to bf16 (Engine.bf16Products).
 	bf16Products bool
-	// prompt: the rows are passes of prompts of kernels.PromptTileRows new tokens or more (each chunk of one,
+	// tiled: the rows are passes of prompts of kernels.PromptTileRows new tokens or more (each chunk of one,
 	// however short) or feeds of that many positions (forward), so block-quantized products take
 	// kernels.LinearQuantPrompt, whose tiled products round in their own order; shorter prompts, decode steps and
 	// the head take LinearQuant. Chosen per sequence, never by the batch, so a sequence gets the same bits alone
 	// and batched.
-	prompt bool
+	tiled bool
 }
 
 // hostArray is a float32 array on the host.
@@ -124,7 +124,7 @@ func (o hostOps) Linear(x, w, b model.Value) model.Value {
 	case kernels.QuantMatrix:
 		xa := arr(x)
 		y := o.arena.array(append(slices.Clone(xa.dims[:len(xa.dims)-1]), f.Rows)...)
-		if o.prompt {
+		if o.tiled {
 			kernels.LinearQuantPrompt(y.data, xa.data, f, bias)
 		} else {
 			kernels.LinearQuant(y.data, xa.data, f, bias)
