@@ -34,8 +34,8 @@ type batchLine struct {
 	line int // 1-based line number in the file
 }
 
-// batchResultJSON is the output for one input line. Seed is the line's own, else --seed, else the random seed
-// of the run. Error says what ended a sequence whose stop_reason is "error"; Warnings are the problems the
+// batchResultJSON is the output for one input line. Seed is the one the line sampled with: its own, else the
+// run's (--seed, else a random one) plus the line's number less one (lineSeed). Error says what ended a sequence whose stop_reason is "error"; Warnings are the problems the
 // line's guards saw (each naming its TROUBLESHOOTING.md section) that did not stop it.
 type batchResultJSON struct {
 	PromptIDs    []int    `json:"prompt_ids"`
@@ -85,6 +85,16 @@ func readBatchFile(path string) ([]batchLine, error) {
 	return lines, nil
 }
 
+// lineSeed is the seed line l samples with: its own, else the run's seed plus the line's number less one, so that
+// lines of the same prompt give different samples (as many requests to a server would), line 1 samples as
+// generate --seed does, and every line is reproduced by the seed its output names.
+func lineSeed(run uint64, l batchLine) uint64 {
+	if l.Seed != nil {
+		return *l.Seed
+	}
+	return run + uint64(l.line-1)
+}
+
 // runBatch is generate --batch-file: every line becomes a request, and the requests go through the engine's
 // batch loop, --batch-size at a time: a line joins as soon as another ends (continuous batching), and one JSON
 // object per line is written to stdout in input order, each as soon as it and the lines before it are done.
@@ -125,7 +135,7 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		setIf(&s.TopK, l.TopK)
 		setIf(&s.TopP, l.TopP)
 		setIf(&s.RepetitionPenalty, l.RepetitionPenalty)
-		setIf(&s.Seed, l.Seed)
+		s.Seed = lineSeed(base.Seed, l)
 		if err := e.CheckRequest(r); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}

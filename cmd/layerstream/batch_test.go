@@ -195,3 +195,49 @@ func TestBatchFileInterrupted(t *testing.T) {
 		t.Errorf("%d lines printed, error %v", n, err)
 	}
 }
+
+// TestBatchFileLinesSampleApart: lines without a seed of their own sample with the run's seed plus their line
+// number less one, so that several lines of the same prompt give several samples, each reproduced by the seed
+// its output names; a line's own seed is kept.
+func TestBatchFileLinesSampleApart(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	path := writeBatchFile(t,
+		`{"prompt": "Once upon a time"}`,
+		`{"prompt": "Once upon a time"}`,
+		``,
+		`{"prompt": "Once upon a time", "seed": 5}`,
+		`{"prompt": "Once upon a time"}`,
+	)
+	for _, seed := range []*uint64{nil, new(uint64(40))} {
+		o := generateOptions{model: model, batchFile: path, batchSize: 4, maxNew: 24, temperature: 1, topK: -1, topP: -1, repetitionPenalty: -1}
+		if seed != nil {
+			o.seed = seedFlag{v: *seed, set: true}
+		}
+		var out bytes.Buffer
+		if err := runBatch(context.Background(), o, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		var got []batchResultJSON
+		for d := json.NewDecoder(&out); d.More(); {
+			var r batchResultJSON
+			if err := d.Decode(&r); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r)
+		}
+		if len(got) != 4 {
+			t.Fatalf("%d output lines for 4 prompts", len(got))
+		}
+		base := got[0].Seed
+		if seed != nil && base != *seed {
+			t.Errorf("--seed %d: line 1 sampled with seed %d", *seed, base)
+		}
+		if want := []uint64{base, base + 1, 5, base + 4}; got[1].Seed != want[1] || got[2].Seed != want[2] || got[3].Seed != want[3] {
+			t.Errorf("seeds %d %d %d %d, want %v", got[0].Seed, got[1].Seed, got[2].Seed, got[3].Seed, want)
+		}
+		if slices.Equal(got[0].GeneratedIDs, got[1].GeneratedIDs) && slices.Equal(got[1].GeneratedIDs, got[3].GeneratedIDs) {
+			t.Errorf("three lines of the same prompt at temperature 1 sampled the same tokens: %v", got[0].GeneratedIDs)
+		}
+	}
+}
