@@ -294,6 +294,18 @@ func generateText(ctx context.Context, e *engine.Engine, promptIDs []int, o gene
 		req.Messages = append(req.Messages, tokenizer.Message{Role: "user", Content: o.prompt})
 	}
 	if !o.json && !o.chat {
+		// The prompt is echoed before the first token comes: a request the engine refuses fails first, printing
+		// nothing.
+		if req.PromptIDs == nil {
+			ids, err := e.EncodePrompt(req.Prompt, nil)
+			if err != nil {
+				return nil, err
+			}
+			req.PromptIDs = ids
+		}
+		if err := e.CheckRequest(engine.Request{PromptIDs: req.PromptIDs, MaxNewTokens: req.MaxNewTokens, Sampling: req.Sampling}); err != nil {
+			return nil, err
+		}
 		if _, err := io.WriteString(stdout, o.prompt); err != nil {
 			return nil, err
 		}

@@ -241,3 +241,23 @@ func TestTemperatureMustBeFinite(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedRequestPrintsNothing: a request the engine refuses (a value out of range, more tokens than the
+// context holds) fails before the prompt is echoed: nothing on stdout, only the error.
+func TestRefusedRequestPrintsNothing(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--top-p", "2"}, "top-p must be in [0, 1]"},
+		{[]string{"--max-new-tokens", "100000"}, "exceeds the model's context"},
+	} {
+		var errb bytes.Buffer
+		code, out := runCapturingStdout(t, append([]string{"generate", "--model", model, "--prompt", "Once", "-q"}, c.args...), &errb)
+		if code != 1 || !strings.Contains(errb.String(), c.want) || len(out) != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, no output and %q", c.args, code, out, errb.String(), c.want)
+		}
+	}
+}
