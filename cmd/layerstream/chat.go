@@ -78,7 +78,7 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 		return err
 	}
 	if !tok.HasChatTemplate() {
-		return fmt.Errorf("%s has no chat template (tokenizer_config.json chat_template or chat_template.jinja): use 'layerstream generate' for plain text", e.Dir())
+		return fmt.Errorf("%s has no chat template (tokenizer_config.json chat_template or chat_template.jinja): use 'layerstream generate' for plain text", o.model)
 	}
 	sampling := samplingFor(o, e)
 	slog.Debug("sampling", "seed", sampling.Seed, "temperature", sampling.Temperature, "top_k", sampling.TopK, "top_p", sampling.TopP)
@@ -103,7 +103,8 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 		readErr <- sc.Err()
 		close(lines)
 	}()
-	fmt.Fprintf(cio.msg, "Chatting with %s. /help for commands, Ctrl-D to leave.\n", e.Dir())
+	// The model as given (not its shard folder).
+	fmt.Fprintf(cio.msg, "Chatting with %s. /help for commands, Ctrl-D to leave.\n", o.model)
 	var block []string // lines of a message being typed
 	inBlock := false
 	for {

@@ -49,9 +49,12 @@ func TestChat(t *testing.T) {
 		"never read",
 	}, "\n") + "\n"
 	var out, msg testutil.SyncBuffer
-	o := generateOptions{maxNew: 12, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+	o := generateOptions{model: "the-model", maxNew: 12, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
 	if err := runChat(context.Background(), e, o, chatIO{in: strings.NewReader(in), out: &out, msg: &msg, interrupts: make(chan os.Signal)}); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasPrefix(msg.String(), "Chatting with the-model.") {
+		t.Errorf("the greeting names another model than --model's: %q", msg.String())
 	}
 	text := out.String()
 	if !strings.Contains(text, "[user] Once upon a time\n[assistant] ") || !strings.Contains(text, "[user] There was\na dog\n") {

@@ -153,7 +153,7 @@ func addSamplingFlags(fs *flag.FlagSet, o *generateOptions) {
 	fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens, 0 for all (default: generation_config.json)")
 	fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all (default: generation_config.json)")
 	fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
-	fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v, and in --json)")
+	fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v, and by generate --json)")
 }
 
 // unsetFloat and unsetInt are flag values whose negative value means "not given": --help then prints no
