@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -381,25 +382,30 @@ func (e *Engine) init(ctx context.Context) error {
 // checkTensors makes sure every tensor of every unit is one the model reads, or one known to be unused
 // (model.SkippedLayerTensors): a checkpoint holding weights the configuration does not account for (an o_proj.bias
 // without attention_bias, q_norm weights for a family without q/k norms) is refused by name rather than run
-// without them.
+// without them. A tensor the model reads must have the shape the configuration implies (from the manifest, so
+// that a config.json disagreeing with the weights is refused now rather than when generation reaches the layer).
 func (e *Engine) checkTensors() error {
-	layer := map[string]bool{}
+	layer := map[string][]int{}
 	for _, s := range e.plan.Weights {
-		layer[s.Name] = true
+		layer[s.Name] = s.Shape
 	}
 	for _, name := range model.SkippedLayerTensors {
-		layer[name] = true
+		layer[name] = nil
 	}
 	for _, u := range e.set.Units() {
 		for _, t := range u.Tensors {
+			var shape []int
 			var used bool
 			if u.Layer >= 0 {
-				used = layer[strings.TrimPrefix(t.Name, unitPrefix(u.Name))]
-			} else {
-				used = t.Name == embedWeight || t.Name == normWeight || t.Name == lmHeadWeight
+				shape, used = layer[strings.TrimPrefix(t.Name, unitPrefix(u.Name))]
+			} else if used = t.Name == embedWeight || t.Name == normWeight || t.Name == lmHeadWeight; used {
+				shape = e.headSpecs(u.Name)[0].shape
 			}
 			if !used {
 				return fmt.Errorf("tensor %q (unit %s) is not used by %s with this config.json: refusing to run without it (a config key that enables it may be missing, e.g. attention_bias or mlp_bias; see TROUBLESHOOTING.md %q)", t.Name, u.Name, e.cfg.Arch.Name, guard.SectionUnusedTensor)
+			}
+			if shape != nil && !slices.Equal(int64s(shape), t.Shape) {
+				return fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v (config.json disagrees with the weights)", u.Name, t.Name, t.Shape, shape)
 			}
 		}
 	}

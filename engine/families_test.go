@@ -383,6 +383,45 @@ func TestUnusedTensorsRefused(t *testing.T) {
 	}
 }
 
+// TestDamagedSplitRefusedAtOpen: a config.json whose sizes disagree with the tensors' shapes, and a shard folder
+// missing a layer's file, are refused when the engine opens, naming the tensor or the file, not when generation
+// reaches the layer (after text was printed).
+func TestDamagedSplitRefusedAtOpen(t *testing.T) {
+	ctx := context.Background()
+	dir := writeFamily(t, familyBase("LlamaForCausalLM", "llama"), nil)
+	shardDir := filepath.Join(t.TempDir(), "shards")
+	e, err := Open(ctx, dir, Options{ShardDir: shardDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+
+	path := filepath.Join(shardDir, "layer.1.shard")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := Open(ctx, shardDir, Options{}); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("shard folder without %s: got %v", path, err)
+		if e != nil {
+			e.Close()
+		}
+	}
+
+	cfg := familyBase("LlamaForCausalLM", "llama")
+	cfg["intermediate_size"] = 20 // the tensors are 40 wide
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err = Open(ctx, dir, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+	if err == nil || !strings.Contains(err.Error(), "model.layers.0.mlp.") || !strings.Contains(err.Error(), "the config implies") {
+		t.Errorf("intermediate_size 20 over tensors of 40: got %v, want the tensor named", err)
+	}
+	if e != nil {
+		e.Close()
+	}
+}
+
 // TestNotImplementedRefused: a configuration the family does not implement is refused when the engine opens,
 // naming the key and value.
 func TestNotImplementedRefused(t *testing.T) {

@@ -43,6 +43,9 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 	if shards.IsSet(dir) {
 		set, err := shards.Open(dir)
 		if err == nil {
+			if err := set.CheckFiles(); err != nil {
+				return nil, err
+			}
 			if changed := set.SourceChanged(); changed != "" {
 				slog.Warn("the checkpoint this shard folder was split from has changed since: pass the checkpoint "+
 					"folder to follow it, or run layerstream split on it with --out "+dir, "shards", dir,

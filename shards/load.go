@@ -131,9 +131,34 @@ func statShard(f *os.File, path string, u UnitInfo) (os.FileInfo, error) {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
 	if st.Size() != u.FileSize {
-		return nil, fmt.Errorf("shard %s: file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", path, st.Size(), ManifestFile, u.FileSize)
+		return nil, fmt.Errorf("shard %s: %w", path, sizeError(st.Size(), u.FileSize))
 	}
 	return st, nil
+}
+
+// sizeError says that a shard file is got bytes long where the manifest says want.
+func sizeError(got, want int64) error {
+	return fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", got, ManifestFile, want)
+}
+
+// CheckFiles checks that every unit's shard file is there at the size the manifest gives, so that a damaged
+// folder is refused when it is opened rather than when generation reaches the unit. Loads check each file
+// again as they open it.
+func (s *Set) CheckFiles() error {
+	for _, u := range s.units {
+		path := filepath.Join(s.Dir, u.File)
+		st, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("shard %s of unit %s is missing (a split that did not finish, or files moved); run layerstream split again", path, u.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("shard %s: %w", path, err)
+		}
+		if st.Size() != u.FileSize {
+			return fmt.Errorf("shard %s: %w", path, sizeError(st.Size(), u.FileSize))
+		}
+	}
+	return nil
 }
 
 // testHookOpenDirect opens files for O_DIRECT reads; tests replace it to simulate a filesystem that refuses.
@@ -223,7 +248,7 @@ func readWhole(path string, buf *Buffer, want int64, open func(string) (*os.File
 		return nil, err
 	}
 	if want >= 0 && st.Size() != want {
-		return nil, fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", st.Size(), ManifestFile, want)
+		return nil, sizeError(st.Size(), want)
 	}
 	buf.ensure(st.Size())
 	dst := buf.b[:st.Size()]

@@ -429,6 +429,28 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// TestCheckFiles: a shard folder missing a unit's file, or holding one of another size than the manifest's, is
+// refused by CheckFiles naming the file, before anything is read.
+func TestCheckFiles(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	out := t.TempDir()
+	s := split(t, ck, out, Raw)
+	if err := s.CheckFiles(); err != nil {
+		t.Fatalf("a whole split: %v", err)
+	}
+	path := filepath.Join(out, "layer.1.shard")
+	orig, _ := os.ReadFile(path)
+	os.WriteFile(path, orig[:len(orig)-4096], 0o644)
+	if err := s.CheckFiles(); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "truncated or replaced") {
+		t.Errorf("a truncated shard: %v", err)
+	}
+	os.Remove(path)
+	if err := s.CheckFiles(); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "missing") ||
+		!strings.Contains(err.Error(), "run layerstream split again") {
+		t.Errorf("a missing shard: %v", err)
+	}
+}
+
 func TestSplitRejectsBadCheckpoints(t *testing.T) {
 	ck := tinyCheckpoint(t, checkpoint.BF16)
 	bad := *ck
