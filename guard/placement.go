@@ -67,7 +67,8 @@ func (p *Placement) Used(device string) int64 {
 
 // UnitSizes returns the units of ck (embed, layer.0.., norm, lm_head when present) with the device bytes their
 // tensors take when matrices are held in dtype and vectors (norm weights, biases) in float32, as the engine keeps
-// them: the input Plan needs. A tensor outside every unit is an error.
+// them, and block-quantized matrices (a GGUF file's) as their blocks: the input Plan needs. A tensor outside every
+// unit is an error.
 func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, error) {
 	if dtype.Size() == 0 {
 		return nil, fmt.Errorf("placement: unknown dtype %q", dtype)
@@ -91,11 +92,14 @@ func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, e
 		default:
 			return nil, fmt.Errorf("placement: tensor %q belongs to no unit (embed, layer.N, norm, lm_head)", t.Name)
 		}
-		size := int64(4)
-		if len(t.Shape) == 2 {
-			size = int64(dtype.Size())
+		switch {
+		case t.DType.Quantized(): // kept as its blocks (a GGUF file's), multiplied in place
+			bytes[unit] += t.Length
+		case len(t.Shape) == 2:
+			bytes[unit] += t.NumElements() * int64(dtype.Size())
+		default:
+			bytes[unit] += t.NumElements() * 4
 		}
-		bytes[unit] += t.NumElements() * size
 	}
 	units := []UnitSize{{"embed", bytes["embed"]}}
 	for i := range ck.Config.NumHiddenLayers {

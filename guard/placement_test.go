@@ -7,6 +7,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/quant"
 )
 
 const mib = 1 << 20
@@ -133,4 +134,24 @@ func TestUnitSizesStories(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAnchors(t, p, 5)
+}
+
+// TestUnitSizesQuantized: a block-quantized matrix (a GGUF file's) is held as its blocks, not at the dtype asked
+// for the float matrices.
+func TestUnitSizesQuantized(t *testing.T) {
+	q8 := checkpoint.DTypeOf(quant.Q8_0)
+	ck := &checkpoint.Checkpoint{Config: &checkpoint.Config{NumHiddenLayers: 1}, Tensors: []checkpoint.TensorInfo{
+		{Name: "model.embed_tokens.weight", DType: checkpoint.F16, Shape: []int64{100, 64}, Length: 2 * 100 * 64},
+		{Name: "model.layers.0.mlp.down_proj.weight", DType: q8, Shape: []int64{64, 64}, Length: 64 * 2 * 34},
+		{Name: "model.layers.0.input_layernorm.weight", DType: checkpoint.F32, Shape: []int64{64}, Length: 4 * 64},
+		{Name: "model.norm.weight", DType: checkpoint.F32, Shape: []int64{64}, Length: 4 * 64},
+	}}
+	units, err := UnitSizes(ck, checkpoint.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []UnitSize{{"embed", 4 * 100 * 64}, {"layer.0", 64*2*34 + 4*64}, {"norm", 4 * 64}}
+	if fmt.Sprint(units) != fmt.Sprint(want) {
+		t.Errorf("got %v\nwant %v", units, want)
+	}
 }

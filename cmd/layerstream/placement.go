@@ -21,7 +21,7 @@ func init() {
 		summary: "print how a model's units would be placed across several devices (first and last layers together)",
 		usage:   "--model DIR --devices NAME=SIZE,NAME=SIZE...",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
-			model := fs.String("model", "", "checkpoint folder or shard folder (required)")
+			model := fs.String("model", "", "checkpoint folder, GGUF file or shard folder (required)")
 			devices := fs.String("devices", "", "devices and the memory the plan may use on each, e.g. cuda:0=24GiB,cuda:1=24GiB,cpu=64GiB (required)")
 			dtype := fs.String("dtype", "f32", "dtype weight matrices are held in on the devices (checkpoint folders): f32, bf16 or f16")
 			return func(ctx context.Context, args []string) error {
