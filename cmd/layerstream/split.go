@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +74,7 @@ func init() {
 				if *verify {
 					return verifySplit(ctx, ck, dir, os.Stdout)
 				}
+				warnKeptQuantized(ck, q)
 				bar := progress.New(progressOut(), "split", 0)
 				opts := shards.SplitOptions{Out: dir, Encoding: enc, Quantize: q, Progress: bar.Update, DiskRate: rate}
 				start := time.Now()
@@ -87,6 +90,26 @@ func init() {
 			}
 		},
 	})
+}
+
+// warnKeptQuantized says when --quantize meets matrices already block-quantized (a GGUF file's): they are kept
+// as they are (quantizing them again would only lose more), so the split is not of the type asked for.
+func warnKeptQuantized(ck *checkpoint.Checkpoint, q shards.Quantization) {
+	if q == shards.None {
+		return
+	}
+	n, types := 0, map[checkpoint.DType]bool{}
+	for _, t := range ck.Tensors {
+		if t.DType.Quantized() {
+			n++
+			types[t.DType] = true
+		}
+	}
+	if n > 0 {
+		names := slices.Sorted(maps.Keys(types))
+		slog.Warn(fmt.Sprintf("--quantize %s: %d matrices are already block-quantized and are kept as they are", q, n),
+			"types", fmt.Sprint(names), "checkpoint", ck.Dir)
+	}
 }
 
 // parseDiskRate reads --disk-rate as shards.SplitOptions.DiskRate: auto is 0 (measure), off is -1.

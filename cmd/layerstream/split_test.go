@@ -98,3 +98,21 @@ func TestSplitVerifyAdviceWorks(t *testing.T) {
 		t.Fatalf("split --verify after following the advice: exit %d: %s", code, errb.String())
 	}
 }
+
+// TestSplitQuantizeKeepsQuantizedBlocks: --quantize over a checkpoint whose matrices are already block-quantized
+// (a GGUF file's) keeps those blocks as they are, and says so rather than leave a "-q4" folder of Q8_0 blocks
+// unexplained.
+func TestSplitQuantizeKeepsQuantizedBlocks(t *testing.T) {
+	model := filepath.Join("..", "..", "gguf", "testdata", "tiny", "tiny-llama-Q8_0.gguf")
+	var out, errb bytes.Buffer
+	if code := run([]string{"split", model, "--quantize", "q4", "--out", filepath.Join(t.TempDir(), "q4"), "-q"}, &out, &errb); code != 0 {
+		t.Fatalf("split: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "already block-quantized") || !strings.Contains(errb.String(), "Q8_0") {
+		t.Errorf("no warning that the Q8_0 matrices were kept: %q", errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"split", model, "--out", filepath.Join(t.TempDir(), "as-is"), "-q"}, &out, &errb); code != 0 || errb.Len() != 0 {
+		t.Errorf("split without --quantize: exit %d, stderr %q", code, errb.String())
+	}
+}
