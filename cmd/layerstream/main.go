@@ -121,8 +121,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "layerstream %s: %s\n%s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), hint)
 			return 2
 		}
+		interrupted := errors.Is(err, context.Canceled)
+		if cause := context.Cause(ctx); interrupted && cause != nil {
+			// Say which signal ended the run ("context canceled" alone reads like a failure).
+			err = fmt.Errorf("interrupted (%v): %w", cause, err)
+		}
 		fmt.Fprintf(stderr, "layerstream %s: %v\n", c.name, err)
-		if errors.Is(err, context.Canceled) {
+		if interrupted {
 			return 130
 		}
 		return 1

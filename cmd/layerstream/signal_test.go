@@ -78,8 +78,11 @@ func TestInterruptKeepsTheResult(t *testing.T) {
 		t.Errorf("--json after SIGINT: exit %d, stop_reason %q, %d tokens; want 130, \"cancelled\" and the tokens so far", code, g.StopReason, len(g.GeneratedIDs))
 	}
 
-	code, stdout, _ = interrupted()
+	code, stdout, stderr = interrupted()
 	if code != 130 || !strings.HasPrefix(stdout, "Once upon a time") || len(stdout) < len("Once upon a time")+5 {
 		t.Errorf("text mode after SIGINT: exit %d, stdout %q; want 130 and the text printed so far", code, stdout)
+	}
+	if !strings.Contains(stderr, "layerstream generate: interrupted (interrupt signal received)") {
+		t.Errorf("text mode after SIGINT: stderr does not say it was interrupted: %s", stderr)
 	}
 }
