@@ -35,7 +35,7 @@ func init() {
 		summary: "split a checkpoint into per-layer shard files plus a manifest (resumable), or --verify a split",
 		usage:   "<checkpoint folder or Hub repo id>",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
-			out := fs.String("out", "", "output folder (default <checkpoint>/layerstream if writable, else the layerstream cache; always the cache for a Hugging Face cache snapshot)")
+			out := fs.String("out", "", "output folder (default: the checkpoint's folder in the layerstream cache, $LAYERSTREAM_CACHE or ~/.cache/layerstream; <checkpoint>/layerstream instead where an earlier version split it there)")
 			encoding := fs.String("encoding", "raw", encodingHelp)
 			diskRate := fs.String("disk-rate", "auto", "with --encoding: the rate the shards will be read at, e.g. 2GB (bytes per second): a tensor whose decoding, timed at split, would take more than half the cores' time the disk takes to read it raw gets faster codes (planes) or is stored raw. auto: measured with O_DIRECT on the output folder; off: keep the smallest encoding of every tensor that shrinks")
 			quantize := fs.String("quantize", "none", "store weight matrices block-quantized (lossy): none, q8 (Q8_0: 53% of bf16's layer bytes, 0.49-0.52x its s/token streamed with O_DIRECT on the TinyLlama-1.1B shape) or q4 (Q4_K: 28%, 0.26-0.36x); the embedding stays bf16")

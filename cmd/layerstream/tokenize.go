@@ -81,7 +81,11 @@ func tokenizeLines(ctx context.Context, tok *tokenizer.Tokenizer, r io.Reader, w
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d of %d lines could not be tokenized (printed as null), the first at stdin line %d", bad, lines, first)
+		what := "tokenized"
+		if decode {
+			what = "decoded"
+		}
+		return fmt.Errorf("%d of %d lines could not be %s (printed as null), the first at stdin line %d", bad, lines, what, first)
 	}
 	return nil
 }
