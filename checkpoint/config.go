@@ -395,7 +395,29 @@ func LoadGenerationConfig(path string) (*GenerationConfig, error) {
 	if err := json.Unmarshal(b, &g); err != nil {
 		return nil, fmt.Errorf("%s: malformed JSON: %w", path, err)
 	}
+	if err := g.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return &g, nil
+}
+
+// check refuses sampling values no sampler accepts (JSON holds no NaN nor Inf), whether or not do_sample uses
+// them: they would otherwise surface as errors in requests that set none.
+func (g *GenerationConfig) check() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%s %v is out of range (want %s)", field, v, want)
+	}
+	switch {
+	case g.Temperature != nil && *g.Temperature < 0:
+		return bad("temperature", *g.Temperature, "≥ 0")
+	case g.TopK != nil && *g.TopK < 0:
+		return bad("top_k", *g.TopK, "≥ 0")
+	case g.TopP != nil && (*g.TopP < 0 || *g.TopP > 1):
+		return bad("top_p", *g.TopP, "in [0, 1]")
+	case g.RepetitionPenalty != nil && *g.RepetitionPenalty < 0:
+		return bad("repetition_penalty", *g.RepetitionPenalty, "≥ 0, 1 for off")
+	}
+	return nil
 }
 
 // EOSTokenIDs returns the stop tokens: generation_config's list when present, else config.json's.

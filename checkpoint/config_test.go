@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"encoding/json"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -313,6 +315,34 @@ func TestPhi4MiniConfig(t *testing.T) {
 		b := cfg(edit)
 		if _, err := ParseConfig(b); err == nil {
 			t.Errorf("%s: accepted", edit)
+		}
+	}
+}
+
+// TestGenerationConfigValues: a sampling value no sampler accepts is refused when generation_config.json is
+// read, naming the file and the field (it surfaced as an error in the user's request, which set none).
+func TestGenerationConfigValues(t *testing.T) {
+	for _, c := range []struct{ json, want string }{
+		{`{"do_sample": true, "temperature": 0.6, "top_k": 50, "top_p": 0.9, "repetition_penalty": 1.1}`, ""},
+		{`{"temperature": 0, "top_p": 1, "top_k": 0}`, ""},
+		{`{"do_sample": true, "temperature": -3}`, "temperature -3"},
+		{`{"top_p": 5}`, "top_p 5"},
+		{`{"top_k": -1}`, "top_k -1"},
+		{`{"repetition_penalty": -0.5}`, "repetition_penalty -0.5"},
+	} {
+		path := filepath.Join(t.TempDir(), "generation_config.json")
+		if err := os.WriteFile(path, []byte(c.json), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadGenerationConfig(path)
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", c.json, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error naming %s and %q", c.json, err, path, c.want)
 		}
 	}
 }
