@@ -56,6 +56,7 @@ import (
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
@@ -71,7 +72,8 @@ type Options struct {
 	// computing, one being transferred).
 	MaxLayerBuffers int
 	// DeviceBudget, when positive, sets MaxLayerBuffers to the number of decoder layers that fit in this many
-	// bytes (an error when not even one fits).
+	// bytes, each counted as the engine holds it (guard.HeldBytes: block-quantized matrices as their blocks on the
+	// host kernels' path); an error when not even one fits.
 	DeviceBudget int64
 	// StreamAll streams the embedding, final norm and output projection too, instead of keeping them resident.
 	StreamAll bool
@@ -357,18 +359,11 @@ func (e *Engine) init(ctx context.Context) error {
 		}
 		e.layerSpecs = append(e.layerSpecs, tensorSpec{suffix: s.Name, shape: s.Shape, dtype: dt})
 	}
-	layerBytes := int64(0)
-	for _, s := range e.layerSpecs {
-		n := int64(s.dtype.Size())
-		for _, d := range s.shape {
-			n *= int64(d)
-		}
-		layerBytes += n
-	}
 	if e.opts.DeviceBudget > 0 {
-		n := e.opts.DeviceBudget / layerBytes
+		layerBytes := e.layerBytes()
+		n := e.opts.DeviceBudget / max(layerBytes, 1)
 		if n < 1 {
-			return fmt.Errorf("device budget of %d bytes is smaller than one decoder layer (%d bytes)", e.opts.DeviceBudget, layerBytes)
+			return fmt.Errorf("device budget of %s is smaller than one decoder layer (%s)", bytesize.Format(e.opts.DeviceBudget), bytesize.Format(layerBytes))
 		}
 		e.opts.MaxLayerBuffers = int(min(n, int64(c.NumHiddenLayers)))
 	}
@@ -377,6 +372,24 @@ func (e *Engine) init(ctx context.Context) error {
 		return err
 	}
 	return e.allocate(ctx)
+}
+
+// layerBytes is the memory the largest decoder layer takes while the engine holds it (guard.HeldBytes): its
+// block-quantized matrices as their blocks on the host kernels' path, which multiplies them in place, and
+// dequantized to the compute dtype for the graphs.
+func (e *Engine) layerBytes() int64 {
+	var most int64
+	for _, u := range e.set.Units() {
+		if u.Layer < 0 {
+			continue
+		}
+		var n int64
+		for _, t := range u.Tensors {
+			n += guard.HeldBytes(t.DType, t.Shape, t.Length, e.computeDType, !e.opts.GraphDecode)
+		}
+		most = max(most, n)
+	}
+	return most
 }
 
 // checkTensors makes sure every tensor of every unit is one the model reads, or one known to be unused

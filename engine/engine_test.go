@@ -16,6 +16,7 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
@@ -227,6 +228,43 @@ func TestLayerBufferBudget(t *testing.T) {
 	_, err = Open(ctx, model, Options{DeviceBudget: layerBytes / 2})
 	if err == nil || !strings.Contains(err.Error(), "smaller than one decoder layer") {
 		t.Errorf("a budget of half a layer: got %v, want an error", err)
+	}
+}
+
+// TestDeviceBudgetQuantized: a block-quantized layer counts against the device budget as the blocks the host
+// kernels read in place, not at its float size; with the graphs (GraphDecode), which compute on the dequantized
+// matrices, at the float size. The error gives the sizes in bytesize's units.
+func TestDeviceBudgetQuantized(t *testing.T) {
+	ctx := context.Background()
+	ck, err := checkpoint.Open(writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8 := filepath.Join(t.TempDir(), "q8")
+	set, err := shards.Split(ctx, ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := set.Unit("layer.0")
+	held, float := u.Bytes(), int64(0) // the Q8_0 blocks and the f32 norm weights as stored; all of it in f32
+	for _, t := range u.Tensors {
+		n := int64(4)
+		for _, d := range t.Shape {
+			n *= d
+		}
+		float += n
+	}
+	if held*9/4 >= float {
+		t.Fatalf("layer of %d bytes as Q8_0, %d as f32: 2.25 quantized layers should not fit the f32 one", held, float)
+	}
+	e := open(t, q8, Options{DeviceBudget: held * 9 / 4, Prefetch: 3})
+	if n := e.Stats().LayerBuffers; n != 2 {
+		t.Errorf("a budget of 2.25 Q8_0 layers: %d layer buffers, want 2", n)
+	}
+	_, err = Open(ctx, q8, Options{DeviceBudget: held * 9 / 4, GraphDecode: true})
+	want := "smaller than one decoder layer (" + bytesize.Format(float) + ")"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("graphs, a budget of 2.25 Q8_0 layers: got %v, want an error containing %q", err, want)
 	}
 }
 

@@ -92,14 +92,7 @@ func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, e
 		default:
 			return nil, fmt.Errorf("placement: tensor %q belongs to no unit (embed, layer.N, norm, lm_head)", t.Name)
 		}
-		switch {
-		case t.DType.Quantized(): // kept as its blocks (a GGUF file's), multiplied in place
-			bytes[unit] += t.Length
-		case len(t.Shape) == 2:
-			bytes[unit] += t.NumElements() * int64(dtype.Size())
-		default:
-			bytes[unit] += t.NumElements() * 4
-		}
+		bytes[unit] += HeldBytes(t.DType, t.Shape, t.Length, dtype, true)
 	}
 	units := []UnitSize{{"embed", bytes["embed"]}}
 	for i := range ck.Config.NumHiddenLayers {
@@ -111,6 +104,24 @@ func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, e
 		units = append(units, UnitSize{"lm_head", n})
 	}
 	return units, nil
+}
+
+// HeldBytes is the memory the engine holds one tensor of a unit in, given its stored dtype, shape and stored byte
+// count (length): a block-quantized matrix (a GGUF file's, or a quantized split's) as its blocks when the host
+// kernels multiply it in place (inPlace), else dequantized like any other matrix to dtype; a vector (norm weights,
+// biases) in float32.
+func HeldBytes(stored checkpoint.DType, shape []int64, length int64, dtype checkpoint.DType, inPlace bool) int64 {
+	elems := int64(1)
+	for _, d := range shape {
+		elems *= d
+	}
+	switch {
+	case len(shape) != 2:
+		return elems * 4
+	case stored.Quantized() && inPlace:
+		return length
+	}
+	return elems * int64(dtype.Size())
 }
 
 // Plan places units on devices. embed, the first layer, the last layer, norm and lm_head share one device (the
