@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,7 +29,7 @@ func init() {
 			dtype := fs.String("dtype", "bf16", "weight dtype: bf16 or f32")
 			seed := fs.Uint64("seed", 0, "PRNG seed")
 			tok := fs.String("tokenizer", "", "tokenizer.json to copy into the checkpoint (with its tokenizer_config.json)")
-			out := fs.String("out", "", "output folder (required)")
+			out := fs.String("out", "", "output folder (required): new, empty, or an earlier synth output of the same kind (with or without --quantize), which is written over")
 			quantize := fs.String("quantize", "none", "q8 or q4: write a shard folder directly, decoder-layer matrices as random Q8_0 or Q4_K blocks (no checkpoint: for shapes too large to write in bf16 first)")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
@@ -52,6 +56,13 @@ func init() {
 				q, err := shards.ParseQuantization(*quantize)
 				if err != nil {
 					return usageErrorf("--quantize: %v", err)
+				}
+				kind := synthCheckpoint
+				if q != shards.None {
+					kind = synthShards
+				}
+				if err := claimSynthOut(*out, kind); err != nil {
+					return fmt.Errorf("--out: %w", err)
 				}
 				if q != shards.None {
 					start := time.Now()
@@ -85,4 +96,54 @@ func init() {
 			}
 		},
 	})
+}
+
+// synthCheckpoint and synthShards are the marker files synth creates in --out before writing anything else: a
+// checkpoint (safetensors and config.json) or, with --quantize, a shard folder. A later run recognizes by them an
+// earlier output (complete or interrupted) that it may write over.
+const (
+	synthCheckpoint = ".layerstream-synth-checkpoint"
+	synthShards     = ".layerstream-synth-shards"
+)
+
+// claimSynthOut makes dir ready for synth's output of the given kind (synthCheckpoint or synthShards) and marks
+// it. dir must be absent, empty, or an earlier output of the same kind: synth writes config.json, the weights and
+// the tokenizer files over whatever has their names, and a quantized run's split deletes the .shard files it does
+// not write, so a folder of anything else (a real checkpoint, another model's shards, an earlier output of the
+// other kind, which would leave a folder mixing both) is refused, naming what it holds.
+func claimSynthOut(dir, kind string) error {
+	other := map[string]string{synthCheckpoint: synthShards, synthShards: synthCheckpoint}[kind]
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		if fi, serr := os.Stat(dir); serr == nil && !fi.IsDir() {
+			return fmt.Errorf("%s is not a folder", dir)
+		}
+		return err
+	case len(ents) > 0:
+		var names []string
+		for _, e := range ents {
+			switch e.Name() {
+			case kind:
+				return nil // an earlier output of this kind
+			case other:
+				how := map[string]string{synthCheckpoint: "without --quantize (a checkpoint)", synthShards: "with --quantize (a shard folder)"}[other]
+				return fmt.Errorf("%s holds an earlier synth output written %s: writing the other kind over it would leave a folder of both; choose a new or empty folder", dir, how)
+			}
+			names = append(names, e.Name())
+		}
+		if len(names) > 3 {
+			names = append(names[:3], fmt.Sprintf("… (%d in all)", len(ents)))
+		}
+		return fmt.Errorf("%s is not empty (%s) and is not an earlier synth output: synth would overwrite its config.json and weights; choose a new or empty folder", dir, strings.Join(names, ", "))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, kind))
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
