@@ -220,6 +220,10 @@ type sourceState struct {
 	moved map[string]bool
 	// changed names the files whose content differs from the record (hash, or present/absent), for the log.
 	changed []string
+	// generated: the tensors are generated as they are read (checkpoint.OpenFile), with no files whose identity
+	// would say they are unchanged: they are hashed again (synth --quantize over an earlier run of another seed
+	// kept that run's shards).
+	generated bool
 }
 
 // readSourceState stats every file ck's split depends on and hashes those whose identity differs from prev
@@ -229,7 +233,7 @@ func readSourceState(ck *checkpoint.Checkpoint, prev *Source) (*sourceState, err
 	if err != nil {
 		abs = ck.Dir
 	}
-	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}}, moved: map[string]bool{}}
+	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}}, moved: map[string]bool{}, generated: ck.OpenFile != nil}
 	names, weights := sourceNames(ck)
 	dir := sourceDir(ck)
 	for _, name := range names {
@@ -264,9 +268,9 @@ func readSourceState(ck *checkpoint.Checkpoint, prev *Source) (*sourceState, err
 }
 
 // unitKnown reports whether plan p's source tensors are known unchanged since prev was recorded: prev hashed
-// the unit and none of the files holding its tensors changed identity. It returns the recorded hash.
+// the unit and none of the files holding its tensors changed identity (never for generated tensors). It returns the recorded hash.
 func (st *sourceState) unitKnown(p unitPlan, prev *Source) (string, bool) {
-	if prev == nil || prev.Units[p.name] == "" {
+	if prev == nil || prev.Units[p.name] == "" || st.generated {
 		return "", false
 	}
 	for _, t := range p.tensors {
