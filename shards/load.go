@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/layerstream/layerstream/guard"
 )
 
 // Read sizes of Load's sequential pass, and the piece size of raw tensors' checksums. From the page cache a
@@ -56,7 +59,7 @@ func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*
 	start := time.Now()
 	r, err := s.openShard(path)
 	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
+		return nil, openError(path, u, err)
 	}
 	defer r.close()
 	st, err := statShard(r.f, path, u)
@@ -88,10 +91,10 @@ func (s *Set) check(ctx context.Context, u UnitInfo, path string, stat os.FileIn
 		// The checks were planned from the manifest: the file's own table must say the same.
 		h, err := parseShard(file, path)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w; %s", err, splitAgain)
 		}
 		if h.Unit != u.Name || !sameTensors(h.Tensors, u.Tensors) {
-			return fmt.Errorf("shard %s: header does not match %s (file replaced after the split?); run layerstream split again", path, ManifestFile)
+			return fmt.Errorf("shard %s: header does not match %s (file replaced after the split?); %s", path, ManifestFile, splitAgain)
 		}
 		return nil
 	})
@@ -136,9 +139,21 @@ func statShard(f *os.File, path string, u UnitInfo) (os.FileInfo, error) {
 	return st, nil
 }
 
+// splitAgain ends the error of a shard file that is not the one its split wrote (missing, truncated, replaced or
+// corrupted): what fixes it, and the TROUBLESHOOTING.md section that explains it.
+var splitAgain = fmt.Sprintf("run layerstream split again (see TROUBLESHOOTING.md %q)", guard.SectionCorrupt)
+
 // sizeError says that a shard file is got bytes long where the manifest says want.
 func sizeError(got, want int64) error {
-	return fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); run layerstream split again", got, ManifestFile, want)
+	return fmt.Errorf("file is %d bytes, %s says %d (truncated or replaced?); %s", got, ManifestFile, want, splitAgain)
+}
+
+// openError is the error of opening unit u's shard file at path: a missing file says so.
+func openError(path string, u UnitInfo, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("shard %s of unit %s is missing (a split that did not finish, or files moved); %s", path, u.Name, splitAgain)
+	}
+	return fmt.Errorf("shard %s: %w", path, err)
 }
 
 // CheckFiles checks that every unit's shard file is there at the size the manifest gives, so that a damaged
@@ -148,11 +163,8 @@ func (s *Set) CheckFiles() error {
 	for _, u := range s.units {
 		path := filepath.Join(s.Dir, u.File)
 		st, err := os.Stat(path)
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("shard %s of unit %s is missing (a split that did not finish, or files moved); run layerstream split again", path, u.Name)
-		}
 		if err != nil {
-			return fmt.Errorf("shard %s: %w", path, err)
+			return openError(path, u, err)
 		}
 		if st.Size() != u.FileSize {
 			return fmt.Errorf("shard %s: %w", path, sizeError(st.Size(), u.FileSize))
@@ -483,10 +495,10 @@ func (c *check) result() (map[string]Tensor, error) {
 	for i, t := range c.tensors {
 		err := errs[i]
 		if err == nil && c.verify && sums[i] != t.CRC32C {
-			err = fmt.Errorf("checksum mismatch (CRC-32C %08x, header says %08x): the file is corrupted; run layerstream split again", sums[i], t.CRC32C)
+			err = fmt.Errorf("checksum mismatch (CRC-32C %08x, header says %08x): the file is corrupted", sums[i], t.CRC32C)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("shard %s: tensor %q: %w", c.name, t.Name, err)
+			return nil, fmt.Errorf("shard %s: tensor %q: %w; %s", c.name, t.Name, err, splitAgain)
 		}
 		m[t.Name] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: c.data[i]}
 	}

@@ -54,7 +54,7 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
+		return nil, openError(path, u, err)
 	}
 	defer f.Close() // the mapping outlives the descriptor
 	st, err := statShard(f, path, u)

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -373,7 +374,7 @@ func testCorruptShard(t *testing.T, s *Set, ck *checkpoint.Checkpoint, enc Encod
 		{"header byte", func() { flipByte(t, path, u.FileSize-trailerSize-10) }, []string{path, "header checksum mismatch"}},
 		{"truncated", func() { os.WriteFile(path, orig[:len(orig)-100], 0o644) }, []string{path, "truncated"}},
 		{"magic", func() { flipByte(t, path, 0) }, []string{path, "not a layerstream shard"}},
-		{"missing", func() { os.Remove(path) }, []string{path, "no such file"}},
+		{"missing", func() { os.Remove(path) }, []string{path, "is missing"}},
 	}
 	for _, c := range cases {
 		c.corrupt()
@@ -381,7 +382,7 @@ func testCorruptShard(t *testing.T, s *Set, ck *checkpoint.Checkpoint, enc Encod
 		if err == nil {
 			t.Fatalf("%s %s %s: succeeded", enc, how, c.name)
 		}
-		for _, w := range c.want {
+		for _, w := range append(c.want, "run layerstream split again", guard.SectionCorrupt) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s %s %s: error %q does not mention %q", enc, how, c.name, err, w)
 			}
@@ -441,13 +442,16 @@ func TestCheckFiles(t *testing.T) {
 	path := filepath.Join(out, "layer.1.shard")
 	orig, _ := os.ReadFile(path)
 	os.WriteFile(path, orig[:len(orig)-4096], 0o644)
-	if err := s.CheckFiles(); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "truncated or replaced") {
-		t.Errorf("a truncated shard: %v", err)
-	}
-	os.Remove(path)
-	if err := s.CheckFiles(); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "missing") ||
-		!strings.Contains(err.Error(), "run layerstream split again") {
-		t.Errorf("a missing shard: %v", err)
+	for _, damage := range []string{"truncated or replaced", "is missing"} {
+		if damage == "is missing" {
+			os.Remove(path)
+		}
+		err := s.CheckFiles()
+		for _, want := range []string{path, damage, "run layerstream split again", guard.SectionCorrupt} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("shard %s: error %v does not say %q", damage, err, want)
+			}
+		}
 	}
 }
 

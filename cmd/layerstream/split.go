@@ -14,6 +14,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/progress"
@@ -141,7 +142,7 @@ func verifySplit(ctx context.Context, ck *checkpoint.Checkpoint, dir string, w i
 		for _, p := range r.Problems {
 			fmt.Fprintln(w, "  problem:", p)
 		}
-		return fmt.Errorf("%d problems in %s; run layerstream split again to rewrite the bad shards", len(r.Problems), dir)
+		return fmt.Errorf("%d problems in %s; run layerstream split again to rewrite the bad shards (see TROUBLESHOOTING.md %q)", len(r.Problems), dir, guard.SectionCorrupt)
 	}
 	fmt.Fprintln(w, "OK")
 	return nil
