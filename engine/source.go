@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/gguf"
@@ -62,9 +63,10 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 }
 
 // OpenCheckpoint opens a source model: a GGUF file (its tensors as they are, its metadata mapped by package
-// gguf) or a Hugging Face checkpoint folder.
+// gguf) or a Hugging Face checkpoint folder. A file named .gguf is read as one whatever it holds, so that an empty
+// or cut one is refused for what it is.
 func OpenCheckpoint(path string) (*checkpoint.Checkpoint, error) {
-	if gguf.IsGGUF(path) {
+	if st, err := os.Stat(path); gguf.IsGGUF(path) || err == nil && !st.IsDir() && strings.EqualFold(filepath.Ext(path), ".gguf") {
 		return gguf.OpenCheckpoint(path)
 	}
 	if _, err := os.Stat(filepath.Join(path, "config.json")); err != nil {

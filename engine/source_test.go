@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/layerstream/layerstream/synth"
@@ -57,5 +58,21 @@ func TestOpenFollowsChangedCheckpoint(t *testing.T) {
 	os.WriteFile(path, b, 0o644)
 	if eps := open(t, model, Options{}).Config().RMSNormEps; eps != 0.25 {
 		t.Fatalf("engine runs rms_norm_eps %g after config.json was edited to 0.25", eps)
+	}
+}
+
+// TestOpenCheckpointShortGGUF: a .gguf file too short to be one (empty, cut inside its header) is refused saying
+// so and naming the file, not as "neither a shard folder, a GGUF file nor a checkpoint folder".
+func TestOpenCheckpointShortGGUF(t *testing.T) {
+	dir := t.TempDir()
+	for content, want := range map[string]string{"": "the file is empty (0 bytes)", "GGUF\x03\x00\x00\x00": "the file is 8 bytes, too short for a GGUF header"} {
+		path := filepath.Join(dir, "model.gguf")
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := OpenCheckpoint(path)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error naming the file and saying %q", content, err, want)
+		}
 	}
 }

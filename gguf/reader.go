@@ -233,13 +233,24 @@ func (p *parser) str(what string) (string, error) {
 	return string(b), nil
 }
 
+// headerSize is the fixed start of a GGUF file: magic, version, tensor count and metadata count.
+const headerSize = 4 + 4 + 8 + 8
+
 func (p *parser) file() (*File, error) {
-	var m [4]byte
-	if err := p.read(m[:], "magic"); err != nil {
-		return nil, err
+	if p.size == 0 {
+		return nil, errors.New("the file is empty (0 bytes): not a GGUF file")
 	}
-	if string(m[:]) != Magic {
-		return nil, fmt.Errorf("bad magic %q: not a GGUF file", m[:])
+	if p.size >= int64(len(Magic)) {
+		var m [4]byte
+		if err := p.read(m[:], "magic"); err != nil {
+			return nil, err
+		}
+		if string(m[:]) != Magic {
+			return nil, fmt.Errorf("bad magic %q: not a GGUF file", m[:])
+		}
+	}
+	if p.size < headerSize {
+		return nil, fmt.Errorf("the file is %d bytes, too short for a GGUF header (%d bytes: magic, version, tensor and metadata counts; truncated?)", p.size, headerSize)
 	}
 	v, err := p.u32("version")
 	if err != nil {

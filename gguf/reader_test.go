@@ -69,6 +69,10 @@ func TestParseRejects(t *testing.T) {
 		b    []byte
 		want string
 	}{
+		{"empty", nil, "the file is empty (0 bytes): not a GGUF file"},
+		{"3 bytes", []byte("GGU"), "the file is 3 bytes, too short for a GGUF header (24 bytes"},
+		{"header cut", base().bytes()[:20], "the file is 20 bytes, too short for a GGUF header (24 bytes"},
+		{"short, not GGUF", []byte("hello\n"), "bad magic"},
 		{"magic", append([]byte("GGUX"), base().bytes()[4:]...), "bad magic"},
 		{"v1", func() []byte { f := base(); f.version = 1; return f.bytes() }(), "version 1"},
 		{"v4", func() []byte { f := base(); f.version = 4; return f.bytes() }(), "version 4"},
