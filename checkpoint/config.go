@@ -314,8 +314,11 @@ func checkKeys(m map[string]json.RawMessage, arch Architecture) error {
 }
 
 // dtypeOf reads the stored dtype: "dtype" (transformers 5) or "torch_dtype" (transformers 4); both must agree.
+// It is the dtype transformers loads the model in by default, which sets the compute dtype --dtype auto picks
+// (and Gemma's embedding scale): a value other than the three float dtypes (an integer dtype, a typo) is refused
+// by name. The value comes back as torch names it: "float32", "bfloat16" or "float16".
 func dtypeOf(m map[string]json.RawMessage) (string, error) {
-	var vals []string
+	var vals, names []string
 	for _, k := range []string{"dtype", "torch_dtype"} {
 		raw, ok := m[k]
 		if !ok || isNull(raw) {
@@ -325,15 +328,19 @@ func dtypeOf(m map[string]json.RawMessage) (string, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", fmt.Errorf("config: %s: want a string, got %s", k, short(raw))
 		}
-		vals = append(vals, s)
+		d, ok := ParseTorchDType(s)
+		if !ok {
+			return "", fmt.Errorf("config: %s %q: want float32, bfloat16 or float16 (the dtype the model computes in, as transformers loads it; the tensors' own dtypes say how they are stored)", k, s)
+		}
+		vals, names = append(vals, s), append(names, torchNames[d])
 	}
-	if len(vals) == 2 && vals[0] != vals[1] {
+	if len(vals) == 2 && names[0] != names[1] {
 		return "", fmt.Errorf("config: dtype %q and torch_dtype %q disagree", vals[0], vals[1])
 	}
 	if len(vals) == 0 {
 		return "", nil
 	}
-	return vals[0], nil
+	return names[0], nil
 }
 
 // Validate checks that the dimensions are positive and consistent.

@@ -120,6 +120,8 @@ func TestConfigRefusals(t *testing.T) {
 		{"both spellings", map[string]any{"rope_scaling": map[string]any{"rope_type": "linear", "factor": 2.0}}, []string{"rope_parameters", "rope_scaling"}},
 		{"thetas disagree", map[string]any{"rope_theta": 10000.0}, []string{"rope_theta 10000", "100000"}},
 		{"dtypes disagree", map[string]any{"torch_dtype": "bfloat16"}, []string{`dtype "float32"`, `torch_dtype "bfloat16"`}},
+		{"integer dtype", map[string]any{"dtype": "int8"}, []string{`dtype "int8"`, "float32, bfloat16 or float16"}},
+		{"unknown torch_dtype", map[string]any{"dtype": nil, "torch_dtype": "float8"}, []string{`torch_dtype "float8"`, "float32, bfloat16 or float16"}},
 		{"model_type", map[string]any{"model_type": "gemma2"}, []string{`model_type "gemma2"`, "LlamaForCausalLM"}},
 		// issue 13 point 8
 		{"eps zero", map[string]any{"rms_norm_eps": 0.0}, []string{"rms_norm_eps must be a positive number, got 0"}},
@@ -137,6 +139,13 @@ func TestConfigRefusals(t *testing.T) {
 				t.Errorf("%s: got %v, want an error containing %q", tc.name, err, w)
 				break
 			}
+		}
+	}
+	// torch's other spellings of the three float dtypes name them.
+	for spelling, want := range map[string]string{"torch.bfloat16": "bfloat16", "half": "float16", "float": "float32", "Float32": "float32"} {
+		c, err := ParseConfig(llamaConfig(t, map[string]any{"dtype": spelling}))
+		if err != nil || c.TorchDType != want {
+			t.Errorf("dtype %q: got %q, %v; want %q", spelling, c.TorchDType, err, want)
 		}
 	}
 	// Keys known not to change the computation (SmolLM2's, as transformers 5 saved it from the GGUF).

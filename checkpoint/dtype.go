@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/layerstream/layerstream/quant"
 )
@@ -54,6 +55,23 @@ func (d DType) Quant() (quant.Type, bool) {
 func (d DType) Quantized() bool {
 	t, ok := d.Quant()
 	return ok && t.Quantized()
+}
+
+// torchNames are torch's names of the float dtypes, as config.json's dtype (torch_dtype) spells them.
+var torchNames = map[DType]string{F32: "float32", BF16: "bfloat16", F16: "float16"}
+
+// ParseTorchDType reads a torch dtype name as config.json's dtype (torch_dtype) holds it: float32 (float),
+// bfloat16 or float16 (half), in any case, with or without "torch."; ok is false for any other.
+func ParseTorchDType(s string) (DType, bool) {
+	switch strings.TrimPrefix(strings.ToLower(strings.TrimSpace(s)), "torch.") {
+	case "float32", "float":
+		return F32, true
+	case "bfloat16":
+		return BF16, true
+	case "float16", "half":
+		return F16, true
+	}
+	return "", false
 }
 
 // DTypeOf is the DType of a quant type.

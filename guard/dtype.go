@@ -51,7 +51,7 @@ func ChooseDType(req, torchDType string, dev DeviceCaps) (Choice, error) {
 // weights, at twice the memory traffic). float16 is never chosen automatically for a bf16 checkpoint: bf16 values
 // routinely exceed float16's range (65504) and overflow to Inf/NaN.
 func (p DTypePolicy) Choose(req, torchDType string, dev DeviceCaps) (Choice, error) {
-	trained := parseTorchDType(torchDType)
+	trained, _ := checkpoint.ParseTorchDType(torchDType)
 	want, err := parseRequest(req)
 	if err != nil {
 		return Choice{}, err
@@ -125,17 +125,4 @@ func parseRequest(req string) (checkpoint.DType, error) {
 		return checkpoint.F16, nil
 	}
 	return "", fmt.Errorf("dtype %q: want auto, f32, bf16 or f16", req)
-}
-
-// parseTorchDType maps config.json's torch_dtype to a DType; "" when absent or not one of the three.
-func parseTorchDType(s string) checkpoint.DType {
-	switch strings.TrimPrefix(strings.ToLower(strings.TrimSpace(s)), "torch.") {
-	case "float32", "float":
-		return checkpoint.F32
-	case "bfloat16":
-		return checkpoint.BF16
-	case "float16", "half":
-		return checkpoint.F16
-	}
-	return ""
 }
