@@ -35,9 +35,9 @@ import (
 // shorter prompts, decode steps and the head take LinearQuant.
 
 // PromptTileRows is the prompt length (new tokens of one sequence) from which the engine uses LinearQuantPrompt:
-// below it, unpacking the weights costs more than the tiles save (BenchmarkLinearQuantPrompt: even at 32-40 rows
-// for every type, 1.5-4× faster at 512).
-const PromptTileRows = 32
+// below it, unpacking the weights costs more than the tiles save (BenchmarkLinearQuantPrompt with the AVX-512
+// unpackers: at 16 rows 1.2-3.5× LinearQuant's rate for every type, at 8 rows Q6_K still slower).
+const PromptTileRows = 16
 
 // PromptTiled reports whether LinearQuantPrompt tiles here (the CPU has AVX-512 VNNI); when false it is
 // LinearQuant.
@@ -59,11 +59,10 @@ type tiledFormat struct {
 	packMeta func(m []byte, c int, x qActRow, b int)
 	// goKernel is the kernel in Go; asmKernel the assembly one, nil where the CPU has none.
 	goKernel, asmKernel quantTile
-	// codes16, where the CPU has it, writes the codes of the nb blocks of 16 rows (src: the first row, stride
-	// bytes from one row to the next) into the panel's codes at dst, as unpack would; scales then writes the rest
-	// of each row's blocks.
-	codes16 func(src *byte, stride int, dst *byte, nb int)
-	scales  func(m metaDst, blk []byte)
+	// codes16 and scales16, where the CPU has them, write the codes and the meta of the nb blocks of 16 rows
+	// (src: the first row, stride bytes from one row to the next) into the panel's codes or meta at dst, as unpack
+	// would.
+	codes16, scales16 func(src *byte, stride int, dst *byte, nb int)
 }
 
 // quantTile adds to acc[c·16 + r] the products of a panel's row r with a tile's input c over nb blocks.
@@ -107,14 +106,8 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 		quant.Q4_1: {unpack: unpackQ4_1Tiled, min: true},
 		quant.Q5_1: {unpack: unpackQ5_1Tiled, min: true},
 	}
-	if c := codes16Q4_K; c != nil {
-		m[quant.Q4_K].codes16, m[quant.Q4_K].scales = c, unpackK4Scales
-	}
-	if c := codes16Q6_K; c != nil {
-		m[quant.Q6_K].codes16, m[quant.Q6_K].scales = c, unpackQ6_KScales
-	}
-	if c := codes16Q8_0; c != nil {
-		m[quant.Q8_0].codes16, m[quant.Q8_0].scales = c, scaleQ8_0
+	for typ, c := range codes16 {
+		m[typ].codes16, m[typ].scales16 = c, scales16[typ]
 	}
 	for _, f := range m {
 		switch {
@@ -192,14 +185,10 @@ func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
 	if p.f.sub != 0 {
 		nsub = p.f.nsub()
 	}
-	if p.f.codes16 != nil && n == tileRows {
+	// The scale unpackers gather with 32-bit offsets r·stride.
+	if p.f.codes16 != nil && n == tileRows && (tileRows-1)*w.rowBytes <= math.MaxInt32 {
 		p.f.codes16(&w.Row(o)[0], w.rowBytes, &p.codes[0], nb)
-		for r := range n {
-			row := w.Row(o + r)
-			for b := range nb {
-				p.f.scales(metaDst{unsafe.Pointer(&p.meta[b*mb+4*r]), nsub}, row[b*bb:(b+1)*bb])
-			}
-		}
+		p.f.scales16(&w.Row(o)[0], w.rowBytes, &p.meta[0], nb)
 		return
 	}
 	for r := range n {

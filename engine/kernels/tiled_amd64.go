@@ -1,6 +1,10 @@
 package kernels
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/layerstream/layerstream/quant"
+)
 
 //go:noescape
 func tileKVNNI(codes, meta, qs, ameta *byte, nsb, nsub, qps int, acc *float32)
@@ -33,37 +37,108 @@ func tile32(asm func(codes, meta, qs, ameta *byte, nb int, acc *float32), metaBy
 func codes16Q4_KAVX512(src *byte, stride int, dst *byte)
 
 //go:noescape
+func codes16Q5_KAVX512(src *byte, stride int, dst *byte)
+
+//go:noescape
 func codes16Q6_KAVX512(src *byte, stride int, dst *byte)
+
+//go:noescape
+func codes16Q3_KAVX512(src *byte, stride int, dst *byte)
+
+//go:noescape
+func codes16Q2_KAVX512(src *byte, stride int, dst *byte)
 
 //go:noescape
 func codes16Q8_0AVX512(src *byte, stride int, dst *byte, pairs int)
 
-// codes16Q4_K, codes16Q6_K and codes16Q8_0 unpack the codes of the nb blocks of 16 rows (tiledFormat.codes16)
-// where the CPU has AVX-512 (BW: the word shifts), else nil; Q8_0 in pairs of blocks (one 1 KiB chunk of the
-// panel each), an odd last block in Go.
-var codes16Q4_K, codes16Q6_K, codes16Q8_0 = func() (q4, q6, q8 func(src *byte, stride int, dst *byte, nb int)) {
+//go:noescape
+func codes16Q4_0AVX512(src *byte, stride int, dst *byte, pairs int)
+
+//go:noescape
+func codes16Q5_0AVX512(src *byte, stride int, dst *byte, pairs int)
+
+//go:noescape
+func codes16Q4_1AVX512(src *byte, stride int, dst *byte, pairs int)
+
+//go:noescape
+func codes16Q5_1AVX512(src *byte, stride int, dst *byte, pairs int)
+
+//go:noescape
+func scales16K4AVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+
+//go:noescape
+func scales16Q6_KAVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+
+//go:noescape
+func scales16Q3_KAVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+
+//go:noescape
+func scales16Q2_KAVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+
+//go:noescape
+func scales16HalfAVX512(src *byte, stride int, dst *byte, nb, blockBytes int, withMin bool)
+
+// codes16 and scales16 are the AVX-512 unpackers of 16 rows (tiledFormat.codes16 and scales16) by block type,
+// empty where the CPU has no AVX-512 (BW: the word shifts). The codes of 32-element blocks go in pairs of blocks
+// (one 1 KiB chunk of the panel each), an odd last block through the type's Go unpacker.
+var codes16, scales16 = func() (codes, scales map[quant.Type]func(src *byte, stride int, dst *byte, nb int)) {
 	if !useAVX512 {
-		return nil, nil, nil
+		return nil, nil
 	}
-	perBlock := func(asm func(src *byte, stride int, dst *byte), blockBytes int) func(src *byte, stride int, dst *byte, nb int) {
+	superBlocks := func(asm func(src *byte, stride int, dst *byte), blockBytes int) func(src *byte, stride int, dst *byte, nb int) {
 		return func(src *byte, stride int, dst *byte, nb int) {
 			for b := range nb {
 				asm((*byte)(unsafe.Add(unsafe.Pointer(src), b*blockBytes)), stride, (*byte)(unsafe.Add(unsafe.Pointer(dst), b*4096)))
 			}
 		}
 	}
-	q8 = func(src *byte, stride int, dst *byte, nb int) {
-		if nb >= 2 {
-			codes16Q8_0AVX512(src, stride, dst, nb/2)
-		}
-		if b := nb - 1; nb%2 == 1 {
-			for r := range tileRows {
-				blk := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(src), r*stride+b*34)), 34)
-				codesQ8_0(codeDst{unsafe.Add(unsafe.Pointer(dst), b*512+4*r)}, blk)
+	pairs := func(asm func(src *byte, stride int, dst *byte, pairs int), blockBytes int, unpack func(codeDst, metaDst, []byte)) func(src *byte, stride int, dst *byte, nb int) {
+		return func(src *byte, stride int, dst *byte, nb int) {
+			if nb >= 2 {
+				asm(src, stride, dst, nb/2)
+			}
+			if b := nb - 1; nb%2 == 1 {
+				var meta [128]byte // the scales go there too; scales16 writes the panel's
+				for r := range tileRows {
+					blk := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(src), r*stride+b*blockBytes)), blockBytes)
+					unpack(codeDst{unsafe.Add(unsafe.Pointer(dst), b*512+4*r)}, metaDst{p: unsafe.Pointer(&meta[0])}, blk)
+				}
 			}
 		}
 	}
-	return perBlock(codes16Q4_KAVX512, 144), perBlock(codes16Q6_KAVX512, 210), q8
+	blocks := func(asm func(src *byte, stride int, dst *byte, nb, blockBytes int), blockBytes int) func(src *byte, stride int, dst *byte, nb int) {
+		return func(src *byte, stride int, dst *byte, nb int) { asm(src, stride, dst, nb, blockBytes) }
+	}
+	halves := func(blockBytes int, withMin bool) func(src *byte, stride int, dst *byte, nb int) {
+		return func(src *byte, stride int, dst *byte, nb int) {
+			scales16HalfAVX512(src, stride, dst, nb, blockBytes, withMin)
+		}
+	}
+	codes = map[quant.Type]func(src *byte, stride int, dst *byte, nb int){
+		quant.Q4_K: superBlocks(codes16Q4_KAVX512, 144),
+		quant.Q5_K: superBlocks(codes16Q5_KAVX512, 176),
+		quant.Q6_K: superBlocks(codes16Q6_KAVX512, 210),
+		quant.Q3_K: superBlocks(codes16Q3_KAVX512, 110),
+		quant.Q2_K: superBlocks(codes16Q2_KAVX512, 84),
+		quant.Q8_0: pairs(codes16Q8_0AVX512, 34, unpackQ8_0Tiled),
+		quant.Q4_0: pairs(codes16Q4_0AVX512, 18, unpackQ4_0Tiled),
+		quant.Q5_0: pairs(codes16Q5_0AVX512, 22, unpackQ5_0Tiled),
+		quant.Q4_1: pairs(codes16Q4_1AVX512, 20, unpackQ4_1Tiled),
+		quant.Q5_1: pairs(codes16Q5_1AVX512, 24, unpackQ5_1Tiled),
+	}
+	scales = map[quant.Type]func(src *byte, stride int, dst *byte, nb int){
+		quant.Q4_K: blocks(scales16K4AVX512, 144),
+		quant.Q5_K: blocks(scales16K4AVX512, 176),
+		quant.Q6_K: blocks(scales16Q6_KAVX512, 210),
+		quant.Q3_K: blocks(scales16Q3_KAVX512, 110),
+		quant.Q2_K: blocks(scales16Q2_KAVX512, 84),
+		quant.Q8_0: halves(34, false),
+		quant.Q4_0: halves(18, false),
+		quant.Q5_0: halves(22, false),
+		quant.Q4_1: halves(20, true),
+		quant.Q5_1: halves(24, true),
+	}
+	return codes, scales
 }()
 
 // tileK is the tiled kernel (tiled.go) where the CPU has AVX-512 VNNI, else nil: it adds to acc[c·16 + r] the

@@ -107,6 +107,59 @@ DATA tiledthree<>+0(SB)/4, $0x03030303
 GLOBL tiledthree<>(SB), RODATA|NOPTR, $4
 DATA tiled80<>+0(SB)/4, $0x80808080
 GLOBL tiled80<>(SB), RODATA|NOPTR, $4
+DATA tiled10<>+0(SB)/4, $0x10101010
+GLOBL tiled10<>(SB), RODATA|NOPTR, $4
+
+// q5rot: the dword rotations that bring Q5_K's high bit of chunk c (bit 2c of each qh byte in the low 32 bytes,
+// bit 2c+1 in the high ones) to bit 4: chunk c's two counts at 8·c.
+DATA q5rot<>+0(SB)/4, $4
+DATA q5rot<>+4(SB)/4, $3
+DATA q5rot<>+8(SB)/4, $2
+DATA q5rot<>+12(SB)/4, $1
+DATA q5rot<>+16(SB)/4, $0
+DATA q5rot<>+20(SB)/4, $31
+DATA q5rot<>+24(SB)/4, $30
+DATA q5rot<>+28(SB)/4, $29
+GLOBL q5rot<>(SB), RODATA|NOPTR, $32
+
+// q3rot: the dword rotations that bring Q3_K's hmask bit of chunk c (bit 2c of each byte in the low 32 bytes,
+// 2c+1 in the high ones) to bit 2: chunk c's two counts at 8·c.
+DATA q3rot<>+0(SB)/4, $2
+DATA q3rot<>+4(SB)/4, $1
+DATA q3rot<>+8(SB)/4, $0
+DATA q3rot<>+12(SB)/4, $31
+DATA q3rot<>+16(SB)/4, $30
+DATA q3rot<>+20(SB)/4, $29
+DATA q3rot<>+24(SB)/4, $28
+DATA q3rot<>+28(SB)/4, $27
+GLOBL q3rot<>(SB), RODATA|NOPTR, $32
+DATA tiled04<>+0(SB)/4, $0x04040404
+GLOBL tiled04<>(SB), RODATA|NOPTR, $4
+DATA tiled20<>+0(SB)/4, $0x00000020
+GLOBL tiled20<>(SB), RODATA|NOPTR, $4
+
+// tiledsh4: the word shift 4 (the lanes of the high nibbles of 32-element blocks).
+DATA tiledsh4<>+0(SB)/4, $0x00040004
+GLOBL tiledsh4<>(SB), RODATA|NOPTR, $4
+
+// tiledrows: the dword lane numbers 0..15 (row r's gather offset is r·stride).
+DATA tiledrows<>+0(SB)/8, $0x0000000100000000
+DATA tiledrows<>+8(SB)/8, $0x0000000300000002
+DATA tiledrows<>+16(SB)/8, $0x0000000500000004
+DATA tiledrows<>+24(SB)/8, $0x0000000700000006
+DATA tiledrows<>+32(SB)/8, $0x0000000900000008
+DATA tiledrows<>+40(SB)/8, $0x0000000b0000000a
+DATA tiledrows<>+48(SB)/8, $0x0000000d0000000c
+DATA tiledrows<>+56(SB)/8, $0x0000000f0000000e
+GLOBL tiledrows<>(SB), RODATA|NOPTR, $64
+DATA tiled3f<>+0(SB)/4, $0x0000003f
+GLOBL tiled3f<>(SB), RODATA|NOPTR, $4
+DATA tiled0f<>+0(SB)/4, $0x0000000f
+GLOBL tiled0f<>(SB), RODATA|NOPTR, $4
+DATA tiled30<>+0(SB)/4, $0x00000030
+GLOBL tiled30<>(SB), RODATA|NOPTR, $4
+DATA tiledffff<>+0(SB)/4, $0x0000ffff
+GLOBL tiledffff<>(SB), RODATA|NOPTR, $4
 
 // The unpackers of 16 rows' codes (tiled.go, codes16): each chunk of 64 codes of the 16 rows is made in Z0-Z15 (row
 // r in Zr, its quads 0..15 in the dword lanes), then TRANSPOSE16 turns them into the panel's layout (quad q of the
@@ -180,6 +233,60 @@ GLOBL tiled80<>(SB), RODATA|NOPTR, $4
 	VSHUFI32X4 $0x88, Z31, Z29, Z11 \
 	VSHUFI32X4 $0xDD, Z31, Z29, Z15
 
+// ROWS16(M), ROWS16X(M, x), ROWS16XY(M, x, y): the row macro M for rows 0..15 into Z0..Z15, each with the same
+// arguments after its register.
+#define ROWS16(M) \
+	M(Z0) \
+	M(Z1) \
+	M(Z2) \
+	M(Z3) \
+	M(Z4) \
+	M(Z5) \
+	M(Z6) \
+	M(Z7) \
+	M(Z8) \
+	M(Z9) \
+	M(Z10) \
+	M(Z11) \
+	M(Z12) \
+	M(Z13) \
+	M(Z14) \
+	M(Z15)
+#define ROWS16X(M, x) \
+	M(Z0, x) \
+	M(Z1, x) \
+	M(Z2, x) \
+	M(Z3, x) \
+	M(Z4, x) \
+	M(Z5, x) \
+	M(Z6, x) \
+	M(Z7, x) \
+	M(Z8, x) \
+	M(Z9, x) \
+	M(Z10, x) \
+	M(Z11, x) \
+	M(Z12, x) \
+	M(Z13, x) \
+	M(Z14, x) \
+	M(Z15, x)
+#define ROWS16XY(M, x, y) \
+	M(Z0, x, y) \
+	M(Z1, x, y) \
+	M(Z2, x, y) \
+	M(Z3, x, y) \
+	M(Z4, x, y) \
+	M(Z5, x, y) \
+	M(Z6, x, y) \
+	M(Z7, x, y) \
+	M(Z8, x, y) \
+	M(Z9, x, y) \
+	M(Z10, x, y) \
+	M(Z11, x, y) \
+	M(Z12, x, y) \
+	M(Z13, x, y) \
+	M(Z14, x, y) \
+	M(Z15, x, y)
+
 // STORE16(off): Z0-Z15 to off(DI), 64 bytes each.
 #define STORE16(off) \
 	VMOVDQU64 Z0, off+0(DI) \
@@ -219,6 +326,137 @@ GLOBL tiled80<>(SB), RODATA|NOPTR, $4
 // Z30: 0x80 bytes.
 #define Q8ROW(zr) \
 	VMOVDQU64 2(R8), Y28; VINSERTI64X4 $1, 36(R8), Z28, Z28; VPXORD Z30, Z28, zr; ADDQ R9, R8
+
+// Q5ROWLO(zr, h), Q5ROWHI(zr, h): Q4ROWLO and Q4ROWHI of Q5_K's qs (at 48), each code's bit 4 from qh (at 16, its
+// 32 bytes in both halves) rotated into place by Z31's dword counts (q5rot) and kept by Z26 (0x10 bytes).
+#define Q5NIBBLES(h) VMOVDQU64 48+h(R8), Z28; VPSRLW $4, Z28, Z29; VPANDD Z30, Z28, Z28; VPANDD Z30, Z29, Z29
+#define Q5HIGH(zr) VBROADCASTI64X4 16(R8), Z27; VPROLVD Z31, Z27, Z27; VPTERNLOGD $0xF8, Z26, Z27, zr; ADDQ R9, R8
+#define Q5ROWLO(zr, h) Q5NIBBLES(h); VINSERTI64X4 $1, Y29, Z28, zr; Q5HIGH(zr)
+#define Q5ROWHI(zr, h) Q5NIBBLES(h); VSHUFI64X2 $0xEE, Z29, Z28, zr; Q5HIGH(zr)
+
+// Q5CHUNK(h, ROW, rot, off): the 16 rows' codes of one Q5_K chunk (qs bytes h..h+63, ROW: Q5ROWLO or Q5ROWHI;
+// rot: its counts in q5rot) stored at off(DI). K1: the high eight dwords.
+#define Q5CHUNK(h, ROW, rot, off) \
+	MOVQ SI, R8 \
+	VPBROADCASTD tilednib<>(SB), Z30 \
+	VPBROADCASTD tiled10<>(SB), Z26 \
+	VPBROADCASTD q5rot<>+rot(SB), Z31 \
+	VPBROADCASTD q5rot<>+4+rot(SB), K1, Z31 \
+	ROWS16X(ROW, h) \
+	TRANSPOSE16 \
+	STORE16(off)
+
+// NIBPAIR(zr, q0, q1): the codes of two 32-element blocks of row (R8) whose 16 qs bytes are at q0 and q1 (block 0's
+// low nibbles in lane 0, its high ones in lane 1, block 1's in lanes 2 and 3). Z30: 0x0f bytes, Z31: the word
+// shifts 0, 4, 0, 4 of the lanes.
+#define NIBPAIR(zr, q0, q1) \
+	VBROADCASTI32X4 q0(R8), Y28; VBROADCASTI32X4 q1(R8), Y29; VINSERTI64X4 $1, Y29, Z28, Z28 \
+	VPSRLVW Z31, Z28, Z28; VPANDD Z30, Z28, zr
+// HIGHPAIR(zr, h0, h1): adds 16 to the codes whose bit is set in the two blocks' 32-bit qh (at h0 and h1).
+#define HIGHPAIR(zr, h0, h1) \
+	KMOVD h0(R8), K2; KMOVD h1(R8), K3; KUNPCKDQ K2, K3, K2; VPADDB Z26, zr, K2, zr
+// Q4_0ROW, Q5_0ROW, Q4_1ROW, Q5_1ROW (zr): row (R8)'s codes of a pair of blocks (18, 22, 20 and 24 bytes), w + 128
+// for Q4_0 and Q5_0 (Z27: 0x78 or 0x70 bytes), as they are for Q4_1 and Q5_1; then R8 moves to the next row.
+#define Q4_0ROW(zr) NIBPAIR(zr, 2, 20); VPADDB Z27, zr, zr; ADDQ R9, R8
+#define Q5_0ROW(zr) NIBPAIR(zr, 6, 28); HIGHPAIR(zr, 2, 24); VPADDB Z27, zr, zr; ADDQ R9, R8
+#define Q4_1ROW(zr) NIBPAIR(zr, 4, 24); ADDQ R9, R8
+#define Q5_1ROW(zr) NIBPAIR(zr, 8, 32); HIGHPAIR(zr, 4, 28); ADDQ R9, R8
+
+// CODES32(ROW, pairBytes): the body of codes16Q4_0AVX512 and its kin: CX pairs of blocks (pairBytes bytes per row),
+// each as the panel's 1 KiB. Z27: BX's four bytes (the offset Q4_0ROW and Q5_0ROW add).
+#define CODES32(ROW, pairBytes) \
+	MOVQ src+0(FP), SI; MOVQ stride+8(FP), R9; MOVQ dst+16(FP), DI; MOVQ pairs+24(FP), CX \
+	MOVL $0xf0f0, AX; KMOVW AX, K1 \
+c32pair: \
+	MOVQ SI, R8 \
+	VPBROADCASTD tilednib<>(SB), Z30 \
+	VPXORD Z31, Z31, Z31 \
+	VPBROADCASTD tiledsh4<>(SB), K1, Z31 \
+	VPBROADCASTD tiled10<>(SB), Z26 \
+	VPBROADCASTD BX, Z27 \
+	ROWS16(ROW) \
+	TRANSPOSE16 \
+	STORE16(0) \
+	ADDQ $pairBytes, SI \
+	ADDQ $1024, DI \
+	DECQ CX \
+	JNZ  c32pair \
+	VZEROUPPER \
+	RET
+
+// The scale unpackers of 16 rows (tiled.go, scales16): a block's field of the 16 rows is gathered into the dword
+// lanes (row r's block at SI + r·stride), which is the panel's meta layout, so each meta field is one store.
+
+// GATHER(off, z): the dwords at off of the 16 rows' blocks into z (Z20: the rows' offsets).
+#define GATHER(off, z) KXNORW K1, K1, K1; VPGATHERDD off(SI)(Z20*1), K1, z
+// HALVES(z, zd, zm): the float16 pairs of z as float32, the low halves into zd, the high ones into zm.
+#define HALVES(z, zd, zm) VPMOVDW z, Y28; VCVTPH2PS Y28, zd; VPSRLD $16, z, Z29; VPMOVDW Z29, Y29; VCVTPH2PS Y29, zm
+// SCALESENTRY: the arguments of a scale unpacker into SI, DI, CX (blocks) and DX (bytes per block), Z20 = r·stride
+// in lane r.
+#define SCALESENTRY \
+	MOVQ src+0(FP), SI; MOVQ stride+8(FP), AX; MOVQ dst+16(FP), DI; MOVQ nb+24(FP), CX; MOVQ blockBytes+32(FP), DX \
+	VPBROADCASTD AX, Z20; VPMULLD tiledrows<>(SB), Z20, Z20
+
+// K4SCALES(sh, off, zm, zm4): scale k and k+4 of Q4_K's eight (sh = 8k) to off(DI) and off+256(DI), minimums k
+// and k+4 into zm and zm4 (Z1, Z2, Z3: the rows' q[0..3], q[4..7], q[8..11]; Z21 0x3f, Z22 0x0f, Z23 0x30).
+#define K4SCALES(sh, off, zm, zm4) \
+	VPSRLD $sh, Z1, Z16; VPSRLD $sh, Z2, Z17; VPSRLD $sh, Z3, Z18 \
+	VPANDD Z21, Z16, Z19; VMOVDQU32 Z19, off(DI) \
+	VPANDD Z21, Z17, zm \
+	VPSRLD $2, Z16, Z16; VPANDD Z22, Z18, Z19; VPTERNLOGD $0xF8, Z23, Z16, Z19; VMOVDQU32 Z19, 256+off(DI) \
+	VPSRLD $2, Z17, Z17; VPSRLD $4, Z18, Z18; VPANDD Z22, Z18, zm4; VPTERNLOGD $0xF8, Z23, Z17, zm4
+// MINPAIR(za, zb, off): the int16 pairs za | zb << 16 (both 0..63) to off(DI).
+#define MINPAIR(za, zb, off) VPSLLD $16, zb, zb; VPORD za, zb, zb; VMOVDQU32 zb, off(DI)
+
+// Q6SCALES(z, off): the four signed bytes of z (scales 4j..4j+3) sign-extended to off(DI)..off+192(DI), and 32
+// times them into Z8..Z11.
+#define Q6SCALES(z, off) \
+	VPSLLD $24, z, Z8; VPSRAD $24, Z8, Z8; VMOVDQU32 Z8, off(DI); VPSLLD $5, Z8, Z8 \
+	VPSLLD $16, z, Z9; VPSRAD $24, Z9, Z9; VMOVDQU32 Z9, 64+off(DI); VPSLLD $5, Z9, Z9 \
+	VPSLLD $8, z, Z10; VPSRAD $24, Z10, Z10; VMOVDQU32 Z10, 128+off(DI); VPSLLD $5, Z10, Z10 \
+	VPSRAD $24, z, Z11; VMOVDQU32 Z11, 192+off(DI); VPSLLD $5, Z11, Z11
+// Q6PAIRS(off): the minimum factors Z8..Z11 as two int16 pairs to off(DI) and off+64(DI).
+#define Q6PAIRS(off) \
+	VPANDD Z24, Z8, Z8; VPSLLD $16, Z9, Z9; VPORD Z9, Z8, Z8; VMOVDQU32 Z8, off(DI) \
+	VPANDD Z24, Z10, Z10; VPSLLD $16, Z11, Z11; VPORD Z11, Z10, Z10; VMOVDQU32 Z10, 64+off(DI)
+
+// Q3ROW(zr, q), Q2ROW(zr, q): row (R8)'s 64 codes of a Q3_K or Q2_K chunk: its qs bytes q..q+31 (in both halves)
+// >> Z31's word shifts (q6shifts) & 3, and for Q3_K the hmask bit (bytes 0..31, rotated to bit 2 by Z25's dword
+// counts, q3rot) kept by Z26 (0x04 bytes). Z27: 0x03 bytes.
+#define Q2ROW(zr, q) VBROADCASTI64X4 q(R8), Z28; VPSRLVW Z31, Z28, Z28; VPANDD Z27, Z28, zr; ADDQ R9, R8
+#define Q3ROW(zr, q) \
+	VBROADCASTI64X4 q(R8), Z28; VPSRLVW Z31, Z28, Z28; VPANDD Z27, Z28, zr \
+	VBROADCASTI64X4 0(R8), Z29; VPROLVD Z25, Z29, Z29; VPTERNLOGD $0xF8, Z26, Z29, zr; ADDQ R9, R8
+
+// Q23CHUNK(ROW, q, shifts, rot, off): the 16 rows' codes of one Q3_K or Q2_K chunk (qs bytes q..q+31, the word
+// shifts at q6shifts+shifts, the hmask rotations at q3rot+rot) stored at off(DI). K1: the high eight dwords.
+#define Q23CHUNK(ROW, q, shifts, rot, off) \
+	MOVQ SI, R8 \
+	VMOVDQU64 q6shifts<>+shifts(SB), Z31 \
+	VPBROADCASTD tiledthree<>(SB), Z27 \
+	VPBROADCASTD tiled04<>(SB), Z26 \
+	VPBROADCASTD q3rot<>+rot(SB), Z25 \
+	VPBROADCASTD q3rot<>+4+rot(SB), K1, Z25 \
+	ROWS16X(ROW, q) \
+	TRANSPOSE16 \
+	STORE16(off)
+
+// Q3SCALES(z, off): the four bytes of z (6-bit scales 4j..4j+3, unsigned) minus 32 to off(DI)..off+192(DI), and 4
+// times them into Z8..Z11 (Z23: 32).
+#define Q3SCALES(z, off) \
+	VPSLLD $24, z, Z8; VPSRLD $24, Z8, Z8; VPSUBD Z23, Z8, Z8; VMOVDQU32 Z8, off(DI); VPSLLD $2, Z8, Z8 \
+	VPSLLD $16, z, Z9; VPSRLD $24, Z9, Z9; VPSUBD Z23, Z9, Z9; VMOVDQU32 Z9, 64+off(DI); VPSLLD $2, Z9, Z9 \
+	VPSLLD $8, z, Z10; VPSRLD $24, Z10, Z10; VPSUBD Z23, Z10, Z10; VMOVDQU32 Z10, 128+off(DI); VPSLLD $2, Z10, Z10 \
+	VPSRLD $24, z, Z11; VPSUBD Z23, Z11, Z11; VMOVDQU32 Z11, 192+off(DI); VPSLLD $2, Z11, Z11
+// Q3PACK(lo, sh, z): z = (lo & 0x0f bytes) | ((Z2 >> sh) & 0x03 bytes) << 4: four of Q3_K's 6-bit scales (Z21: 0x0f
+// bytes, Z22: 0x03 bytes, Z2: the scale bytes 8..11).
+#define Q3PACK(lo, sh, z) VPANDD Z21, lo, z; VPSRLD $sh, Z2, Z19; VPANDD Z22, Z19, Z19; VPSLLD $4, Z19, Z19; VPORD Z19, z, z
+
+// Q2SCALES(z, off): the four bytes of z (scale | minimum << 4 of sub-blocks 4j..4j+3): the scales to
+// off(DI)..off+192(DI), the minimums into Z8..Z11 (Z21: 0x0f).
+#define Q2SCALE(z, sh, off, zm) VPSRLD $sh, z, Z19; VPANDD Z21, Z19, Z18; VMOVDQU32 Z18, off(DI); VPSRLD $4, Z19, Z19; VPANDD Z21, Z19, zm
+#define Q2SCALES(z, off) \
+	Q2SCALE(z, 0, off, Z8); Q2SCALE(z, 8, 64+off, Z9); Q2SCALE(z, 16, 128+off, Z10); Q2SCALE(z, 24, 192+off, Z11)
 
 // TILE32ENTRY: the arguments of a kernel of 32-element blocks (tileQ8VNNI, tileQ81VNNI) into their registers,
 // Z0-Z11 zeroed, Z12-Z23 from acc; STOREACC12: Z12-Z23 back to acc.
@@ -414,82 +652,22 @@ TEXT ·codes16Q4_KAVX512(SB), NOSPLIT, $0-24
 	MOVQ dst+16(FP), DI
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	Q4ROWLO(Z0, 0)
-	Q4ROWLO(Z1, 0)
-	Q4ROWLO(Z2, 0)
-	Q4ROWLO(Z3, 0)
-	Q4ROWLO(Z4, 0)
-	Q4ROWLO(Z5, 0)
-	Q4ROWLO(Z6, 0)
-	Q4ROWLO(Z7, 0)
-	Q4ROWLO(Z8, 0)
-	Q4ROWLO(Z9, 0)
-	Q4ROWLO(Z10, 0)
-	Q4ROWLO(Z11, 0)
-	Q4ROWLO(Z12, 0)
-	Q4ROWLO(Z13, 0)
-	Q4ROWLO(Z14, 0)
-	Q4ROWLO(Z15, 0)
+	ROWS16X(Q4ROWLO, 0)
 	TRANSPOSE16
 	STORE16(0)
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	Q4ROWHI(Z0, 0)
-	Q4ROWHI(Z1, 0)
-	Q4ROWHI(Z2, 0)
-	Q4ROWHI(Z3, 0)
-	Q4ROWHI(Z4, 0)
-	Q4ROWHI(Z5, 0)
-	Q4ROWHI(Z6, 0)
-	Q4ROWHI(Z7, 0)
-	Q4ROWHI(Z8, 0)
-	Q4ROWHI(Z9, 0)
-	Q4ROWHI(Z10, 0)
-	Q4ROWHI(Z11, 0)
-	Q4ROWHI(Z12, 0)
-	Q4ROWHI(Z13, 0)
-	Q4ROWHI(Z14, 0)
-	Q4ROWHI(Z15, 0)
+	ROWS16X(Q4ROWHI, 0)
 	TRANSPOSE16
 	STORE16(1024)
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	Q4ROWLO(Z0, 64)
-	Q4ROWLO(Z1, 64)
-	Q4ROWLO(Z2, 64)
-	Q4ROWLO(Z3, 64)
-	Q4ROWLO(Z4, 64)
-	Q4ROWLO(Z5, 64)
-	Q4ROWLO(Z6, 64)
-	Q4ROWLO(Z7, 64)
-	Q4ROWLO(Z8, 64)
-	Q4ROWLO(Z9, 64)
-	Q4ROWLO(Z10, 64)
-	Q4ROWLO(Z11, 64)
-	Q4ROWLO(Z12, 64)
-	Q4ROWLO(Z13, 64)
-	Q4ROWLO(Z14, 64)
-	Q4ROWLO(Z15, 64)
+	ROWS16X(Q4ROWLO, 64)
 	TRANSPOSE16
 	STORE16(2048)
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	Q4ROWHI(Z0, 64)
-	Q4ROWHI(Z1, 64)
-	Q4ROWHI(Z2, 64)
-	Q4ROWHI(Z3, 64)
-	Q4ROWHI(Z4, 64)
-	Q4ROWHI(Z5, 64)
-	Q4ROWHI(Z6, 64)
-	Q4ROWHI(Z7, 64)
-	Q4ROWHI(Z8, 64)
-	Q4ROWHI(Z9, 64)
-	Q4ROWHI(Z10, 64)
-	Q4ROWHI(Z11, 64)
-	Q4ROWHI(Z12, 64)
-	Q4ROWHI(Z13, 64)
-	Q4ROWHI(Z14, 64)
-	Q4ROWHI(Z15, 64)
+	ROWS16X(Q4ROWHI, 64)
 	TRANSPOSE16
 	STORE16(3072)
 	VZEROUPPER
@@ -505,88 +683,28 @@ TEXT ·codes16Q6_KAVX512(SB), NOSPLIT, $0-24
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
 	VPBROADCASTD tiledthree<>(SB), Z27
-	Q6ROWLO(Z0, 0, 0)
-	Q6ROWLO(Z1, 0, 0)
-	Q6ROWLO(Z2, 0, 0)
-	Q6ROWLO(Z3, 0, 0)
-	Q6ROWLO(Z4, 0, 0)
-	Q6ROWLO(Z5, 0, 0)
-	Q6ROWLO(Z6, 0, 0)
-	Q6ROWLO(Z7, 0, 0)
-	Q6ROWLO(Z8, 0, 0)
-	Q6ROWLO(Z9, 0, 0)
-	Q6ROWLO(Z10, 0, 0)
-	Q6ROWLO(Z11, 0, 0)
-	Q6ROWLO(Z12, 0, 0)
-	Q6ROWLO(Z13, 0, 0)
-	Q6ROWLO(Z14, 0, 0)
-	Q6ROWLO(Z15, 0, 0)
+	ROWS16XY(Q6ROWLO, 0, 0)
 	TRANSPOSE16
 	STORE16(0)
 	VMOVDQU64 q6shifts<>+64(SB), Z31
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
 	VPBROADCASTD tiledthree<>(SB), Z27
-	Q6ROWHI(Z0, 0, 0)
-	Q6ROWHI(Z1, 0, 0)
-	Q6ROWHI(Z2, 0, 0)
-	Q6ROWHI(Z3, 0, 0)
-	Q6ROWHI(Z4, 0, 0)
-	Q6ROWHI(Z5, 0, 0)
-	Q6ROWHI(Z6, 0, 0)
-	Q6ROWHI(Z7, 0, 0)
-	Q6ROWHI(Z8, 0, 0)
-	Q6ROWHI(Z9, 0, 0)
-	Q6ROWHI(Z10, 0, 0)
-	Q6ROWHI(Z11, 0, 0)
-	Q6ROWHI(Z12, 0, 0)
-	Q6ROWHI(Z13, 0, 0)
-	Q6ROWHI(Z14, 0, 0)
-	Q6ROWHI(Z15, 0, 0)
+	ROWS16XY(Q6ROWHI, 0, 0)
 	TRANSPOSE16
 	STORE16(1024)
 	VMOVDQU64 q6shifts<>+0(SB), Z31
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
 	VPBROADCASTD tiledthree<>(SB), Z27
-	Q6ROWLO(Z0, 64, 32)
-	Q6ROWLO(Z1, 64, 32)
-	Q6ROWLO(Z2, 64, 32)
-	Q6ROWLO(Z3, 64, 32)
-	Q6ROWLO(Z4, 64, 32)
-	Q6ROWLO(Z5, 64, 32)
-	Q6ROWLO(Z6, 64, 32)
-	Q6ROWLO(Z7, 64, 32)
-	Q6ROWLO(Z8, 64, 32)
-	Q6ROWLO(Z9, 64, 32)
-	Q6ROWLO(Z10, 64, 32)
-	Q6ROWLO(Z11, 64, 32)
-	Q6ROWLO(Z12, 64, 32)
-	Q6ROWLO(Z13, 64, 32)
-	Q6ROWLO(Z14, 64, 32)
-	Q6ROWLO(Z15, 64, 32)
+	ROWS16XY(Q6ROWLO, 64, 32)
 	TRANSPOSE16
 	STORE16(2048)
 	VMOVDQU64 q6shifts<>+64(SB), Z31
 	MOVQ SI, R8
 	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
 	VPBROADCASTD tiledthree<>(SB), Z27
-	Q6ROWHI(Z0, 64, 32)
-	Q6ROWHI(Z1, 64, 32)
-	Q6ROWHI(Z2, 64, 32)
-	Q6ROWHI(Z3, 64, 32)
-	Q6ROWHI(Z4, 64, 32)
-	Q6ROWHI(Z5, 64, 32)
-	Q6ROWHI(Z6, 64, 32)
-	Q6ROWHI(Z7, 64, 32)
-	Q6ROWHI(Z8, 64, 32)
-	Q6ROWHI(Z9, 64, 32)
-	Q6ROWHI(Z10, 64, 32)
-	Q6ROWHI(Z11, 64, 32)
-	Q6ROWHI(Z12, 64, 32)
-	Q6ROWHI(Z13, 64, 32)
-	Q6ROWHI(Z14, 64, 32)
-	Q6ROWHI(Z15, 64, 32)
+	ROWS16XY(Q6ROWHI, 64, 32)
 	TRANSPOSE16
 	STORE16(3072)
 	VZEROUPPER
@@ -604,27 +722,242 @@ TEXT ·codes16Q8_0AVX512(SB), NOSPLIT, $0-32
 q8pair:
 	MOVQ SI, R8
 	VPBROADCASTD tiled80<>(SB), Z30
-	Q8ROW(Z0)
-	Q8ROW(Z1)
-	Q8ROW(Z2)
-	Q8ROW(Z3)
-	Q8ROW(Z4)
-	Q8ROW(Z5)
-	Q8ROW(Z6)
-	Q8ROW(Z7)
-	Q8ROW(Z8)
-	Q8ROW(Z9)
-	Q8ROW(Z10)
-	Q8ROW(Z11)
-	Q8ROW(Z12)
-	Q8ROW(Z13)
-	Q8ROW(Z14)
-	Q8ROW(Z15)
+	ROWS16(Q8ROW)
 	TRANSPOSE16
 	STORE16(0)
 	ADDQ $68, SI
 	ADDQ $1024, DI
 	DECQ CX
 	JNZ  q8pair
+	VZEROUPPER
+	RET
+
+// func codes16Q5_KAVX512(src *byte, stride int, dst *byte)
+// One super-block of 16 Q5_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
+TEXT ·codes16Q5_KAVX512(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ stride+8(FP), R9
+	MOVQ dst+16(FP), DI
+	MOVL $0xff00, AX
+	KMOVW AX, K1
+	Q5CHUNK(0, Q5ROWLO, 0, 0)
+	Q5CHUNK(0, Q5ROWHI, 8, 1024)
+	Q5CHUNK(64, Q5ROWLO, 16, 2048)
+	Q5CHUNK(64, Q5ROWHI, 24, 3072)
+	VZEROUPPER
+	RET
+
+// func codes16Q4_0AVX512(src *byte, stride int, dst *byte, pairs int)
+// pairs pairs of Q4_0 blocks of 16 rows as the panel's 1 KiB of codes per pair at dst (codes16Q8_0AVX512's
+// arguments); codes16Q5_0AVX512, codes16Q4_1AVX512 and codes16Q5_1AVX512 the same for their types.
+TEXT ·codes16Q4_0AVX512(SB), NOSPLIT, $0-32
+	MOVL $0x78787878, BX // nibble − 8 + 128
+	CODES32(Q4_0ROW, 36)
+
+TEXT ·codes16Q5_0AVX512(SB), NOSPLIT, $0-32
+	MOVL $0x70707070, BX // value − 16 + 128
+	CODES32(Q5_0ROW, 44)
+
+TEXT ·codes16Q4_1AVX512(SB), NOSPLIT, $0-32
+	XORL BX, BX
+	CODES32(Q4_1ROW, 40)
+
+TEXT ·codes16Q5_1AVX512(SB), NOSPLIT, $0-32
+	XORL BX, BX
+	CODES32(Q5_1ROW, 48)
+
+// func scales16K4AVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+// The meta of nb super-blocks of 16 Q4_K or Q5_K rows, as unpackK4Scales writes it: 8 scales, 4 pairs of
+// minimums, d, dm (896 bytes each).
+TEXT ·scales16K4AVX512(SB), NOSPLIT, $0-40
+	SCALESENTRY
+	VPBROADCASTD tiled3f<>(SB), Z21
+	VPBROADCASTD tiled0f<>(SB), Z22
+	VPBROADCASTD tiled30<>(SB), Z23
+
+k4block:
+	GATHER(0, Z0)  // d, dmin
+	GATHER(4, Z1)  // q[0..3]: scales 0-3, the high bits of scales 4-7
+	GATHER(8, Z2)  // q[4..7]: minimums 0-3, the high bits of minimums 4-7
+	GATHER(12, Z3) // q[8..11]: the low bits of scales and minimums 4-7
+	K4SCALES(0, 0, Z8, Z12)
+	K4SCALES(8, 64, Z9, Z13)
+	K4SCALES(16, 128, Z10, Z14)
+	K4SCALES(24, 192, Z11, Z15)
+	MINPAIR(Z8, Z9, 512)
+	MINPAIR(Z10, Z11, 576)
+	MINPAIR(Z12, Z13, 640)
+	MINPAIR(Z14, Z15, 704)
+	HALVES(Z0, Z4, Z5)
+	VMOVUPS Z4, 768(DI)
+	VMOVUPS Z5, 832(DI)
+	ADDQ DX, SI
+	ADDQ $896, DI
+	DECQ CX
+	JNZ  k4block
+	VZEROUPPER
+	RET
+
+// func scales16Q6_KAVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+// The meta of nb super-blocks of 16 Q6_K rows, as unpackQ6_KScales writes it: 16 scales, 8 pairs of minimum
+// factors (32 times the scales), d twice (1664 bytes each).
+TEXT ·scales16Q6_KAVX512(SB), NOSPLIT, $0-40
+	SCALESENTRY
+	VPBROADCASTD tiledffff<>(SB), Z24
+
+q6block:
+	GATHER(192, Z0)
+	GATHER(196, Z1)
+	GATHER(200, Z2)
+	GATHER(204, Z3)
+	GATHER(206, Z4) // d in the high halves
+	Q6SCALES(Z0, 0)
+	Q6PAIRS(1024)
+	Q6SCALES(Z1, 256)
+	Q6PAIRS(1152)
+	Q6SCALES(Z2, 512)
+	Q6PAIRS(1280)
+	Q6SCALES(Z3, 768)
+	Q6PAIRS(1408)
+	HALVES(Z4, Z5, Z6)
+	VMOVUPS Z6, 1536(DI)
+	VMOVUPS Z6, 1600(DI)
+	ADDQ DX, SI
+	ADDQ $1664, DI
+	DECQ CX
+	JNZ  q6block
+	VZEROUPPER
+	RET
+
+// func scales16HalfAVX512(src *byte, stride int, dst *byte, nb, blockBytes int, withMin bool)
+// The meta of nb 32-element blocks of 16 rows: d, the float16 at the block's start (64 bytes each); withMin, the
+// minimum m after it too (Q4_1, Q5_1: 128 bytes each).
+TEXT ·scales16HalfAVX512(SB), NOSPLIT, $0-41
+	SCALESENTRY
+	MOVBQZX withMin+40(FP), BX
+	TESTQ BX, BX
+	JNZ  halfmin
+
+half:
+	GATHER(0, Z0)
+	HALVES(Z0, Z1, Z2)
+	VMOVUPS Z1, 0(DI)
+	ADDQ DX, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  half
+	VZEROUPPER
+	RET
+
+halfmin:
+	GATHER(0, Z0)
+	HALVES(Z0, Z1, Z2)
+	VMOVUPS Z1, 0(DI)
+	VMOVUPS Z2, 64(DI)
+	ADDQ DX, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  halfmin
+	VZEROUPPER
+	RET
+
+// func codes16Q3_KAVX512(src *byte, stride int, dst *byte)
+// One super-block of 16 Q3_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
+TEXT ·codes16Q3_KAVX512(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ stride+8(FP), R9
+	MOVQ dst+16(FP), DI
+	MOVL $0xff00, AX
+	KMOVW AX, K1
+	Q23CHUNK(Q3ROW, 32, 0, 0, 0)
+	Q23CHUNK(Q3ROW, 32, 64, 8, 1024)
+	Q23CHUNK(Q3ROW, 64, 0, 16, 2048)
+	Q23CHUNK(Q3ROW, 64, 64, 24, 3072)
+	VZEROUPPER
+	RET
+
+// func codes16Q2_KAVX512(src *byte, stride int, dst *byte)
+// One super-block of 16 Q2_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
+TEXT ·codes16Q2_KAVX512(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ stride+8(FP), R9
+	MOVQ dst+16(FP), DI
+	MOVL $0xff00, AX
+	KMOVW AX, K1
+	Q23CHUNK(Q2ROW, 16, 0, 0, 0)
+	Q23CHUNK(Q2ROW, 16, 64, 8, 1024)
+	Q23CHUNK(Q2ROW, 48, 0, 16, 2048)
+	Q23CHUNK(Q2ROW, 48, 64, 24, 3072)
+	VZEROUPPER
+	RET
+
+// func scales16Q3_KAVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+// The meta of nb super-blocks of 16 Q3_K rows, as unpackQ3_KTiled writes it: 16 scales, 8 pairs of minimum
+// factors (4 times the scales), d twice (1664 bytes each).
+TEXT ·scales16Q3_KAVX512(SB), NOSPLIT, $0-40
+	SCALESENTRY
+	VPBROADCASTD tilednib<>(SB), Z21
+	VPBROADCASTD tiledthree<>(SB), Z22
+	VPBROADCASTD tiled20<>(SB), Z23
+	VPBROADCASTD tiledffff<>(SB), Z24
+
+q3block:
+	GATHER(96, Z0)  // scale bytes 0..3: the low four bits of scales 0-3 and (high nibbles) 8-11
+	GATHER(100, Z1) // bytes 4..7: of scales 4-7 and 12-15
+	GATHER(104, Z2) // bytes 8..11: the high two bits of all
+	GATHER(106, Z3) // d in the high halves
+	Q3PACK(Z0, 0, Z4)
+	Q3PACK(Z1, 2, Z5)
+	VPSRLD $4, Z0, Z0
+	Q3PACK(Z0, 4, Z6)
+	VPSRLD $4, Z1, Z1
+	Q3PACK(Z1, 6, Z7)
+	Q3SCALES(Z4, 0)
+	Q6PAIRS(1024)
+	Q3SCALES(Z5, 256)
+	Q6PAIRS(1152)
+	Q3SCALES(Z6, 512)
+	Q6PAIRS(1280)
+	Q3SCALES(Z7, 768)
+	Q6PAIRS(1408)
+	HALVES(Z3, Z5, Z6)
+	VMOVUPS Z6, 1536(DI)
+	VMOVUPS Z6, 1600(DI)
+	ADDQ DX, SI
+	ADDQ $1664, DI
+	DECQ CX
+	JNZ  q3block
+	VZEROUPPER
+	RET
+
+// func scales16Q2_KAVX512(src *byte, stride int, dst *byte, nb, blockBytes int)
+// The meta of nb super-blocks of 16 Q2_K rows, as unpackQ2_KTiled writes it: 16 4-bit scales, 8 pairs of 4-bit
+// minimums, d, dm (1664 bytes each).
+TEXT ·scales16Q2_KAVX512(SB), NOSPLIT, $0-40
+	SCALESENTRY
+	VPBROADCASTD tiled0f<>(SB), Z21
+	VPBROADCASTD tiledffff<>(SB), Z24
+
+q2block:
+	GATHER(0, Z0)
+	GATHER(4, Z1)
+	GATHER(8, Z2)
+	GATHER(12, Z3)
+	GATHER(80, Z4) // d, dmin
+	Q2SCALES(Z0, 0)
+	Q6PAIRS(1024)
+	Q2SCALES(Z1, 256)
+	Q6PAIRS(1152)
+	Q2SCALES(Z2, 512)
+	Q6PAIRS(1280)
+	Q2SCALES(Z3, 768)
+	Q6PAIRS(1408)
+	HALVES(Z4, Z5, Z6)
+	VMOVUPS Z5, 1536(DI)
+	VMOVUPS Z6, 1600(DI)
+	ADDQ DX, SI
+	ADDQ $1664, DI
+	DECQ CX
+	JNZ  q2block
 	VZEROUPPER
 	RET
