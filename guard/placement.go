@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -9,16 +10,39 @@ import (
 	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
-// UnitSize is one unit of a split checkpoint (embed, layer.N, norm, lm_head) and the bytes it occupies on a device.
+// UnitSize is one unit of a split checkpoint (embed, layer.N, norm, lm_head) and the bytes it occupies on a device,
+// which depend on how that device computes (HeldBytes): Bytes where the engine dequantizes block-quantized matrices
+// (the compiled graphs of cuda and xla-cpu, and of cpu with --graph-decode), InPlaceBytes where its host kernels
+// read them in place (cpu). The two are equal for a unit without block-quantized matrices.
 type UnitSize struct {
-	Name  string
-	Bytes int64
+	Name         string
+	Bytes        int64
+	InPlaceBytes int64
 }
 
-// Device is one device a model may be spread across, with the memory the plan may use on it.
+// On returns the bytes u occupies on device d.
+func (u UnitSize) On(d Device) int64 {
+	if d.InPlace {
+		return u.InPlaceBytes
+	}
+	return u.Bytes
+}
+
+// Device is one device a model may be spread across, with the memory the plan may use on it. InPlace says the
+// engine computes there with its host kernels, which read block-quantized matrices in place (HeldBytes' inPlace):
+// true for cpu without --graph-decode (InPlaceDevice), false for cuda and xla-cpu.
 type Device struct {
 	Name        string
 	MemoryBytes int64
+	InPlace     bool
+}
+
+// InPlaceDevice reports whether the engine's host kernels compute on the device named name (cpu, or cpu:N, and
+// not graphDecode), reading block-quantized matrices in place; every other device (cuda, cuda:N, xla-cpu, ...)
+// computes with the compiled graphs on dequantized matrices, as the engine forces GraphDecode off cpu.
+func InPlaceDevice(name string, graphDecode bool) bool {
+	kind, _, _ := strings.Cut(strings.ToLower(name), ":")
+	return kind == "cpu" && !graphDecode
 }
 
 // Assignment places one unit on one device.
@@ -66,14 +90,14 @@ func (p *Placement) Used(device string) int64 {
 }
 
 // UnitSizes returns the units of ck (embed, layer.0.., norm, lm_head when present) with the device bytes their
-// tensors take when matrices are held in dtype and vectors (norm weights, biases) in float32, as the engine keeps
-// them, and block-quantized matrices (a GGUF file's) as their blocks: the input Plan needs. A tensor outside every
-// unit is an error.
+// tensors take as the engine keeps them (HeldBytes): matrices in dtype and vectors (norm weights, biases) in
+// float32, block-quantized matrices (a GGUF file's) dequantized to dtype in Bytes and as their blocks in
+// InPlaceBytes: the input Plan needs. A tensor outside every unit is an error.
 func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, error) {
 	if dtype.Size() == 0 {
 		return nil, fmt.Errorf("placement: unknown dtype %q", dtype)
 	}
-	bytes := map[string]int64{}
+	sizes := map[string]*UnitSize{}
 	for _, t := range ck.Tensors {
 		var unit string
 		switch {
@@ -92,18 +116,34 @@ func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, e
 		default:
 			return nil, fmt.Errorf("placement: tensor %q belongs to no unit (embed, layer.N, norm, lm_head)", t.Name)
 		}
-		bytes[unit] += HeldBytes(t.DType, t.Shape, t.Length, dtype, true)
+		if sizes[unit] == nil {
+			sizes[unit] = &UnitSize{Name: unit}
+		}
+		sizes[unit].Add(t.DType, t.Shape, t.Length, dtype)
 	}
-	units := []UnitSize{{"embed", bytes["embed"]}}
+	size := func(name string) UnitSize {
+		if u := sizes[name]; u != nil {
+			return *u
+		}
+		return UnitSize{Name: name}
+	}
+	units := []UnitSize{size("embed")}
 	for i := range ck.Config.NumHiddenLayers {
-		name := "layer." + strconv.Itoa(i)
-		units = append(units, UnitSize{name, bytes[name]})
+		units = append(units, size("layer."+strconv.Itoa(i)))
 	}
-	units = append(units, UnitSize{"norm", bytes["norm"]})
-	if n, ok := bytes["lm_head"]; ok {
-		units = append(units, UnitSize{"lm_head", n})
+	units = append(units, size("norm"))
+	if _, ok := sizes["lm_head"]; ok {
+		units = append(units, size("lm_head"))
 	}
 	return units, nil
+}
+
+// Add counts one tensor of the unit (its stored dtype, shape and stored byte count) as the engine holds it
+// (HeldBytes) with matrices computed in dtype: dequantized in Bytes, block-quantized matrices in place in
+// InPlaceBytes.
+func (u *UnitSize) Add(stored checkpoint.DType, shape []int64, length int64, dtype checkpoint.DType) {
+	u.Bytes += HeldBytes(stored, shape, length, dtype, false)
+	u.InPlaceBytes += HeldBytes(stored, shape, length, dtype, true)
 }
 
 // HeldBytes is the memory the engine holds one tensor of a unit in, given its stored dtype, shape and stored byte
@@ -154,15 +194,20 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 	if len(layers) > 1 {
 		anchored = append(anchored, layers[len(layers)-1])
 	}
-	var anchorBytes int64
 	names := make([]string, len(anchored))
 	for i, u := range anchored {
-		anchorBytes += u.Bytes
 		names[i] = u.Name
+	}
+	sum := func(units []UnitSize, d Device) int64 {
+		var n int64
+		for _, u := range units {
+			n += u.On(d)
+		}
+		return n
 	}
 	primary := -1
 	for i, d := range devices {
-		if d.MemoryBytes >= anchorBytes {
+		if d.MemoryBytes >= sum(anchored, d) {
 			primary = i
 			break
 		}
@@ -175,8 +220,9 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 			}
 		}
 		return nil, fmt.Errorf("placement: %s must share one device and need %s together, but the largest device (%s) has %s (see %s)",
-			strings.Join(names, ", "), bytesize.FormatBinary(anchorBytes), largest.Name, bytesize.FormatBinary(largest.MemoryBytes), Anchor(SectionPlacement))
+			strings.Join(names, ", "), bytesize.FormatBinary(sum(anchored, largest)), largest.Name, bytesize.FormatBinary(largest.MemoryBytes), Anchor(SectionPlacement))
 	}
+	anchorBytes := sum(anchored, devices[primary])
 
 	// Order the devices primary first, then the others as given; the middle layers start on the primary.
 	order := []int{primary}
@@ -195,19 +241,34 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 	if len(layers) > 2 {
 		middle = layers[1 : len(layers)-1]
 	}
-	var midBytes, totalFree int64
-	for _, u := range middle {
-		midBytes += u.Bytes
+	// share[i] is the fraction of the middle layers device i holds, each sized as it is held there (On); with
+	// equal sizes everywhere it is the device's share of the free memory.
+	share := make([]float64, len(devices))
+	var capacity float64
+	for i, d := range devices {
+		if n := sum(middle, d); n > 0 {
+			share[i] = float64(free[i]) / float64(n)
+		} else {
+			share[i] = float64(len(devices)) // nothing to place: any device holds it all
+		}
+		capacity += share[i]
 	}
+	// Sizes and shortfalls are reported as the primary device holds the layers.
+	midBytes := sum(middle, devices[primary])
+	var totalFree int64
 	for _, f := range free {
 		totalFree += f
 	}
-	if midBytes > totalFree {
+	if capacity < 1 {
+		short := int64(math.Ceil(float64(midBytes) * (1 - capacity)))
 		return nil, fmt.Errorf("placement: the model needs %s but the devices hold %s in all (%s short); add a device or memory (see %s)",
-			bytesize.FormatBinary(midBytes+anchorBytes), bytesize.FormatBinary(totalFree+anchorBytes), bytesize.FormatBinary(midBytes-totalFree), Anchor(SectionPlacement))
+			bytesize.FormatBinary(midBytes+anchorBytes), bytesize.FormatBinary(midBytes+anchorBytes-short), bytesize.FormatBinary(short), Anchor(SectionPlacement))
+	}
+	for i := range share {
+		share[i] /= capacity
 	}
 
-	assign, ok := spread(middle, free, order, midBytes, totalFree)
+	assign, ok := spread(middle, devices, free, order, share)
 	if !ok {
 		return nil, fmt.Errorf("placement: the %d middle layers (%s) fit the devices' free memory in total (%s) but not as whole layers; add memory (see %s)",
 			len(middle), bytesize.FormatBinary(midBytes), bytesize.FormatBinary(totalFree), Anchor(SectionPlacement))
@@ -215,7 +276,7 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 
 	p := &Placement{Devices: devices, Primary: devices[primary].Name}
 	add := func(u UnitSize, dev int) {
-		a := Assignment{Unit: u.Name, Device: devices[dev].Name, Bytes: u.Bytes}
+		a := Assignment{Unit: u.Name, Device: devices[dev].Name, Bytes: u.On(devices[dev])}
 		if n := len(p.Assignments); n > 0 && p.Assignments[n-1].Device != a.Device {
 			prev := p.Assignments[n-1]
 			p.Boundaries = append(p.Boundaries, Boundary{After: prev.Unit, Before: a.Unit, From: prev.Device, To: a.Device})
@@ -237,24 +298,29 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 }
 
 // spread assigns the middle layers, in contiguous runs, to devices taken in order: device k takes layers while the
-// running total stays within the cumulative quota (each device's share of the free memory), and never more than its
-// free memory; ok is false when the layers do not fit.
-func spread(middle []UnitSize, free []int64, order []int, midBytes, totalFree int64) (assign []int, ok bool) {
+// running share of the layers (each counted by its Bytes) stays within the cumulative share of the devices so far,
+// and never more than its free memory (each layer counted as held there, On); ok is false when the layers do not
+// fit.
+func spread(middle []UnitSize, devices []Device, free []int64, order []int, share []float64) (assign []int, ok bool) {
 	assign = make([]int, len(middle))
-	quota := func(k int) float64 { return float64(midBytes) * float64(free[order[k]]) / float64(totalFree) }
+	var midBytes float64
+	for _, u := range middle {
+		midBytes += float64(u.Bytes)
+	}
+	quota := func(k int) float64 { return midBytes * share[order[k]] }
 	k, used, cum := 0, int64(0), int64(0)
 	quotaEnd := quota(0)
 	for i, u := range middle {
-		for k < len(order)-1 && (used+u.Bytes > free[order[k]] || float64(cum)+float64(u.Bytes)/2 > quotaEnd) {
+		for k < len(order)-1 && (used+u.On(devices[order[k]]) > free[order[k]] || float64(cum)+float64(u.Bytes)/2 > quotaEnd) {
 			k++
 			used = 0
 			quotaEnd += quota(k)
 		}
-		if used+u.Bytes > free[order[k]] {
+		if used+u.On(devices[order[k]]) > free[order[k]] {
 			return nil, false
 		}
 		assign[i] = order[k]
-		used += u.Bytes
+		used += u.On(devices[order[k]])
 		cum += u.Bytes
 	}
 	return assign, true

@@ -55,7 +55,7 @@ func init() {
 					if dtype == "auto" {
 						dtype = "f32"
 					}
-					return printPlacement(os.Stdout, o.model, *printPlan, dtype)
+					return printPlacement(os.Stdout, o.model, *printPlan, dtype, o.eng.GraphDecode)
 				}
 				if err := o.check(); err != nil {
 					return err

@@ -23,7 +23,8 @@ func init() {
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			model := fs.String("model", "", "checkpoint folder, GGUF file or shard folder (required)")
 			devices := fs.String("devices", "", "devices and the memory the plan may use on each, e.g. cuda:0=24GiB,cuda:1=24GiB,cpu=64GiB (required)")
-			dtype := fs.String("dtype", "f32", "dtype weight matrices are held in on the devices (checkpoint folders): f32, bf16 or f16")
+			dtype := fs.String("dtype", "f32", "dtype weight matrices are held in on the devices: f32, bf16 or f16; block-quantized matrices (a GGUF file's) are dequantized to it on every device but cpu, whose host kernels read their blocks in place")
+			graphDecode := fs.Bool("graph-decode", false, "size cpu devices as generate --graph-decode holds the weights there (block-quantized matrices dequantized, as on cuda and xla-cpu)")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
 					return usageErrorf("unexpected arguments %q", args)
@@ -31,15 +32,16 @@ func init() {
 				if *model == "" || *devices == "" {
 					return usageErrorf("--model and --devices are required")
 				}
-				return printPlacement(os.Stdout, *model, *devices, *dtype)
+				return printPlacement(os.Stdout, *model, *devices, *dtype, *graphDecode)
 			}
 		},
 	})
 }
 
-// printPlacement plans model's units over the devices of spec (guard.Plan) and prints the plan.
-func printPlacement(w io.Writer, model, spec, dtype string) error {
-	devs, err := parseDevices(spec)
+// printPlacement plans model's units over the devices of spec (guard.Plan) and prints the plan; graphDecode says
+// cpu devices compute with the graphs (guard.InPlaceDevice).
+func printPlacement(w io.Writer, model, spec, dtype string, graphDecode bool) error {
+	devs, err := parseDevices(spec, graphDecode)
 	if err != nil {
 		return usageErrorf("--devices: %v", err)
 	}
@@ -55,8 +57,13 @@ func printPlacement(w io.Writer, model, spec, dtype string) error {
 	return err
 }
 
-// unitSizes reads the units of a checkpoint folder (matrices at dtype) or of a shard folder (as stored).
+// unitSizes reads the units of a checkpoint folder, GGUF file or shard folder, each tensor sized as the engine holds
+// it (guard.UnitSize.Add) with matrices at dtype.
 func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
+	dt, err := checkpoint.ParseDType(strings.ToUpper(strings.Replace(dtype, "f", "F", 1)))
+	if err != nil {
+		return nil, usageErrorf("--dtype: %v", err)
+	}
 	if shards.IsSet(model) {
 		set, err := shards.Open(model)
 		if err != nil {
@@ -64,13 +71,13 @@ func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
 		}
 		var out []guard.UnitSize
 		for _, u := range set.Units() {
-			out = append(out, guard.UnitSize{Name: u.Name, Bytes: u.Bytes()})
+			size := guard.UnitSize{Name: u.Name}
+			for _, t := range u.Tensors {
+				size.Add(t.DType, t.Shape, t.Length, dt)
+			}
+			out = append(out, size)
 		}
 		return out, nil
-	}
-	dt, err := checkpoint.ParseDType(strings.ToUpper(strings.Replace(dtype, "f", "F", 1)))
-	if err != nil {
-		return nil, usageErrorf("--dtype: %v", err)
 	}
 	ck, err := engine.OpenCheckpoint(model)
 	if err != nil {
@@ -79,8 +86,9 @@ func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
 	return guard.UnitSizes(ck, dt)
 }
 
-// parseDevices reads "name=size,name=size": sizes as bytesize.Parse reads them (24GiB, 512MB).
-func parseDevices(spec string) ([]guard.Device, error) {
+// parseDevices reads "name=size,name=size": sizes as bytesize.Parse reads them (24GiB, 512MB); a cpu device holds
+// block-quantized matrices in place unless graphDecode (guard.InPlaceDevice).
+func parseDevices(spec string, graphDecode bool) ([]guard.Device, error) {
 	var out []guard.Device
 	for _, part := range strings.Split(spec, ",") {
 		name, size, ok := strings.Cut(strings.TrimSpace(part), "=")
@@ -91,7 +99,7 @@ func parseDevices(spec string) ([]guard.Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", name, err)
 		}
-		out = append(out, guard.Device{Name: name, MemoryBytes: n})
+		out = append(out, guard.Device{Name: name, MemoryBytes: n, InPlace: guard.InPlaceDevice(name, graphDecode)})
 	}
 	return out, nil
 }
