@@ -59,11 +59,14 @@ type tiledFormat struct {
 	packMeta func(m []byte, c int, x qActRow, b int)
 	// goKernel is the kernel in Go; asmKernel the assembly one, nil where the CPU has none.
 	goKernel, asmKernel quantTile
-	// codes16 and scales16, where the CPU has them, write the codes and the meta of the nb blocks of 16 rows
-	// (src: the first row, stride bytes from one row to the next) into the panel's codes or meta at dst, as unpack
+	// codes16 and scales16, where the CPU has them, write the codes and the meta of 16 rows' blocks, as unpack
 	// would.
-	codes16, scales16 func(src *byte, stride int, dst *byte, nb int)
+	codes16, scales16 unpack16
 }
+
+// unpack16 writes the codes or the meta of nb blocks (blockBytes each) of 16 rows (src: the first row, stride bytes
+// from one row to the next) into a panel's codes or meta at dst.
+type unpack16 func(src *byte, stride int, dst *byte, nb, blockBytes int)
 
 // quantTile adds to acc[c·16 + r] the products of a panel's row r with a tile's input c over nb blocks.
 type quantTile func(codes, meta, qs, ameta []byte, nb int, acc *[tileIn * tileRows]float32)
@@ -181,15 +184,16 @@ func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
 		clear(p.codes)
 		clear(p.meta)
 	}
-	bb, mb, nsub := w.rowBytes/nb, p.f.metaBytes(), 0
-	if p.f.sub != 0 {
-		nsub = p.f.nsub()
-	}
+	bb := w.rowBytes / nb
 	// The scale unpackers gather with 32-bit offsets r·stride.
 	if p.f.codes16 != nil && n == tileRows && (tileRows-1)*w.rowBytes <= math.MaxInt32 {
-		p.f.codes16(&w.Row(o)[0], w.rowBytes, &p.codes[0], nb)
-		p.f.scales16(&w.Row(o)[0], w.rowBytes, &p.meta[0], nb)
+		p.f.codes16(&w.Row(o)[0], w.rowBytes, &p.codes[0], nb, bb)
+		p.f.scales16(&w.Row(o)[0], w.rowBytes, &p.meta[0], nb, bb)
 		return
+	}
+	mb, nsub := p.f.metaBytes(), 0
+	if p.f.sub != 0 {
+		nsub = p.f.nsub()
 	}
 	for r := range n {
 		row := w.Row(o + r)

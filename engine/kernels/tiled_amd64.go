@@ -81,19 +81,19 @@ func scales16HalfAVX512(src *byte, stride int, dst *byte, nb, blockBytes int, wi
 // codes16 and scales16 are the AVX-512 unpackers of 16 rows (tiledFormat.codes16 and scales16) by block type,
 // empty where the CPU has no AVX-512 (BW: the word shifts). The codes of 32-element blocks go in pairs of blocks
 // (one 1 KiB chunk of the panel each), an odd last block through the type's Go unpacker.
-var codes16, scales16 = func() (codes, scales map[quant.Type]func(src *byte, stride int, dst *byte, nb int)) {
+var codes16, scales16 = func() (codes, scales map[quant.Type]unpack16) {
 	if !useAVX512 {
 		return nil, nil
 	}
-	superBlocks := func(asm func(src *byte, stride int, dst *byte), blockBytes int) func(src *byte, stride int, dst *byte, nb int) {
-		return func(src *byte, stride int, dst *byte, nb int) {
+	superBlocks := func(asm func(src *byte, stride int, dst *byte)) unpack16 {
+		return func(src *byte, stride int, dst *byte, nb, blockBytes int) {
 			for b := range nb {
 				asm((*byte)(unsafe.Add(unsafe.Pointer(src), b*blockBytes)), stride, (*byte)(unsafe.Add(unsafe.Pointer(dst), b*4096)))
 			}
 		}
 	}
-	pairs := func(asm func(src *byte, stride int, dst *byte, pairs int), blockBytes int, unpack func(codeDst, metaDst, []byte)) func(src *byte, stride int, dst *byte, nb int) {
-		return func(src *byte, stride int, dst *byte, nb int) {
+	pairs := func(asm func(src *byte, stride int, dst *byte, pairs int), unpack func(codeDst, metaDst, []byte)) unpack16 {
+		return func(src *byte, stride int, dst *byte, nb, blockBytes int) {
 			if nb >= 2 {
 				asm(src, stride, dst, nb/2)
 			}
@@ -106,37 +106,34 @@ var codes16, scales16 = func() (codes, scales map[quant.Type]func(src *byte, str
 			}
 		}
 	}
-	blocks := func(asm func(src *byte, stride int, dst *byte, nb, blockBytes int), blockBytes int) func(src *byte, stride int, dst *byte, nb int) {
-		return func(src *byte, stride int, dst *byte, nb int) { asm(src, stride, dst, nb, blockBytes) }
-	}
-	halves := func(blockBytes int, withMin bool) func(src *byte, stride int, dst *byte, nb int) {
-		return func(src *byte, stride int, dst *byte, nb int) {
+	halves := func(withMin bool) unpack16 {
+		return func(src *byte, stride int, dst *byte, nb, blockBytes int) {
 			scales16HalfAVX512(src, stride, dst, nb, blockBytes, withMin)
 		}
 	}
-	codes = map[quant.Type]func(src *byte, stride int, dst *byte, nb int){
-		quant.Q4_K: superBlocks(codes16Q4_KAVX512, 144),
-		quant.Q5_K: superBlocks(codes16Q5_KAVX512, 176),
-		quant.Q6_K: superBlocks(codes16Q6_KAVX512, 210),
-		quant.Q3_K: superBlocks(codes16Q3_KAVX512, 110),
-		quant.Q2_K: superBlocks(codes16Q2_KAVX512, 84),
-		quant.Q8_0: pairs(codes16Q8_0AVX512, 34, unpackQ8_0Tiled),
-		quant.Q4_0: pairs(codes16Q4_0AVX512, 18, unpackQ4_0Tiled),
-		quant.Q5_0: pairs(codes16Q5_0AVX512, 22, unpackQ5_0Tiled),
-		quant.Q4_1: pairs(codes16Q4_1AVX512, 20, unpackQ4_1Tiled),
-		quant.Q5_1: pairs(codes16Q5_1AVX512, 24, unpackQ5_1Tiled),
+	codes = map[quant.Type]unpack16{
+		quant.Q4_K: superBlocks(codes16Q4_KAVX512),
+		quant.Q5_K: superBlocks(codes16Q5_KAVX512),
+		quant.Q6_K: superBlocks(codes16Q6_KAVX512),
+		quant.Q3_K: superBlocks(codes16Q3_KAVX512),
+		quant.Q2_K: superBlocks(codes16Q2_KAVX512),
+		quant.Q8_0: pairs(codes16Q8_0AVX512, unpackQ8_0Tiled),
+		quant.Q4_0: pairs(codes16Q4_0AVX512, unpackQ4_0Tiled),
+		quant.Q5_0: pairs(codes16Q5_0AVX512, unpackQ5_0Tiled),
+		quant.Q4_1: pairs(codes16Q4_1AVX512, unpackQ4_1Tiled),
+		quant.Q5_1: pairs(codes16Q5_1AVX512, unpackQ5_1Tiled),
 	}
-	scales = map[quant.Type]func(src *byte, stride int, dst *byte, nb int){
-		quant.Q4_K: blocks(scales16K4AVX512, 144),
-		quant.Q5_K: blocks(scales16K4AVX512, 176),
-		quant.Q6_K: blocks(scales16Q6_KAVX512, 210),
-		quant.Q3_K: blocks(scales16Q3_KAVX512, 110),
-		quant.Q2_K: blocks(scales16Q2_KAVX512, 84),
-		quant.Q8_0: halves(34, false),
-		quant.Q4_0: halves(18, false),
-		quant.Q5_0: halves(22, false),
-		quant.Q4_1: halves(20, true),
-		quant.Q5_1: halves(24, true),
+	scales = map[quant.Type]unpack16{
+		quant.Q4_K: scales16K4AVX512,
+		quant.Q5_K: scales16K4AVX512,
+		quant.Q6_K: scales16Q6_KAVX512,
+		quant.Q3_K: scales16Q3_KAVX512,
+		quant.Q2_K: scales16Q2_KAVX512,
+		quant.Q8_0: halves(false),
+		quant.Q4_0: halves(false),
+		quant.Q5_0: halves(false),
+		quant.Q4_1: halves(true),
+		quant.Q5_1: halves(true),
 	}
 	return codes, scales
 }()

@@ -313,6 +313,19 @@ GLOBL tiledffff<>(SB), RODATA|NOPTR, $4
 #define Q4ROWLO(zr, h) Q4NIBBLES(h); VINSERTI64X4 $1, Y29, Z28, zr; ADDQ R9, R8
 #define Q4ROWHI(zr, h) Q4NIBBLES(h); VSHUFI64X2 $0xEE, Z29, Z28, zr; ADDQ R9, R8
 
+// CODES16ENTRY: the arguments of a super-block's unpacker (codes16Q4_KAVX512 and its kin) into SI (row 0's
+// block), R9 (the stride) and DI (the panel's codes).
+#define CODES16ENTRY MOVQ src+0(FP), SI; MOVQ stride+8(FP), R9; MOVQ dst+16(FP), DI
+
+// Q4CHUNK(ROW, h, off): the 16 rows' codes of one Q4_K chunk (qs bytes h..h+63, ROW: Q4ROWLO or Q4ROWHI) stored
+// at off(DI); the constant is loaded again for each chunk, as TRANSPOSE16 takes Z16-Z31.
+#define Q4CHUNK(ROW, h, off) \
+	MOVQ SI, R8 \
+	VPBROADCASTD tilednib<>(SB), Z30 \
+	ROWS16X(ROW, h) \
+	TRANSPOSE16 \
+	STORE16(off)
+
 // Q6ROWLO(zr, l, q), Q6ROWHI(zr, l, q): row (R8)'s 64 codes of an even (LO) or odd (HI) Q6_K chunk: (ql bytes
 // l..l+63, shifted right 4 for HI) & 0x0f | ((qh bytes q..q+31, in both halves, >> the word shifts of Z31) & 3)
 // << 4. Z30: 0x0f bytes, Z27: 0x03 bytes.
@@ -321,6 +334,17 @@ GLOBL tiledffff<>(SB), RODATA|NOPTR, $4
 	VPSLLW $4, Z29, Z29; VPORD Z29, Z28, zr; ADDQ R9, R8
 #define Q6ROWLO(zr, l, q) VMOVDQU64 l(R8), Z28; Q6HIGH(zr, q)
 #define Q6ROWHI(zr, l, q) VMOVDQU64 l(R8), Z28; VPSRLW $4, Z28, Z28; Q6HIGH(zr, q)
+
+// Q6CHUNK(ROW, l, q, shifts, off): the 16 rows' codes of one Q6_K chunk (ql bytes l..l+63, qh bytes q..q+31,
+// ROW: Q6ROWLO or Q6ROWHI, the word shifts at q6shifts+shifts) stored at off(DI).
+#define Q6CHUNK(ROW, l, q, shifts, off) \
+	MOVQ SI, R8 \
+	VMOVDQU64 q6shifts<>+shifts(SB), Z31 \
+	VPBROADCASTD tilednib<>(SB), Z30 \
+	VPBROADCASTD tiledthree<>(SB), Z27 \
+	ROWS16XY(ROW, l, q) \
+	TRANSPOSE16 \
+	STORE16(off)
 
 // Q8ROW(zr): row (R8)'s codes of two Q8_0 blocks (34 bytes each: a float16 d, then 32 int8) as w + 128 into zr.
 // Z30: 0x80 bytes.
@@ -647,66 +671,22 @@ q81quad:
 // One super-block of 16 Q4_K rows (src: row 0's block, stride: bytes from a row's block to the next's) as the
 // panel's 4096 bytes of codes at dst.
 TEXT ·codes16Q4_KAVX512(SB), NOSPLIT, $0-24
-	MOVQ src+0(FP), SI
-	MOVQ stride+8(FP), R9
-	MOVQ dst+16(FP), DI
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	ROWS16X(Q4ROWLO, 0)
-	TRANSPOSE16
-	STORE16(0)
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	ROWS16X(Q4ROWHI, 0)
-	TRANSPOSE16
-	STORE16(1024)
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	ROWS16X(Q4ROWLO, 64)
-	TRANSPOSE16
-	STORE16(2048)
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	ROWS16X(Q4ROWHI, 64)
-	TRANSPOSE16
-	STORE16(3072)
+	CODES16ENTRY
+	Q4CHUNK(Q4ROWLO, 0, 0)
+	Q4CHUNK(Q4ROWHI, 0, 1024)
+	Q4CHUNK(Q4ROWLO, 64, 2048)
+	Q4CHUNK(Q4ROWHI, 64, 3072)
 	VZEROUPPER
 	RET
 
 // func codes16Q6_KAVX512(src *byte, stride int, dst *byte)
 // One super-block of 16 Q6_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
 TEXT ·codes16Q6_KAVX512(SB), NOSPLIT, $0-24
-	MOVQ src+0(FP), SI
-	MOVQ stride+8(FP), R9
-	MOVQ dst+16(FP), DI
-	VMOVDQU64 q6shifts<>+0(SB), Z31
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	VPBROADCASTD tiledthree<>(SB), Z27
-	ROWS16XY(Q6ROWLO, 0, 0)
-	TRANSPOSE16
-	STORE16(0)
-	VMOVDQU64 q6shifts<>+64(SB), Z31
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	VPBROADCASTD tiledthree<>(SB), Z27
-	ROWS16XY(Q6ROWHI, 0, 0)
-	TRANSPOSE16
-	STORE16(1024)
-	VMOVDQU64 q6shifts<>+0(SB), Z31
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	VPBROADCASTD tiledthree<>(SB), Z27
-	ROWS16XY(Q6ROWLO, 64, 32)
-	TRANSPOSE16
-	STORE16(2048)
-	VMOVDQU64 q6shifts<>+64(SB), Z31
-	MOVQ SI, R8
-	VPBROADCASTD tilednib<>(SB), Z30 // TRANSPOSE16 took Z16-Z31
-	VPBROADCASTD tiledthree<>(SB), Z27
-	ROWS16XY(Q6ROWHI, 64, 32)
-	TRANSPOSE16
-	STORE16(3072)
+	CODES16ENTRY
+	Q6CHUNK(Q6ROWLO, 0, 0, 0, 0)
+	Q6CHUNK(Q6ROWHI, 0, 0, 64, 1024)
+	Q6CHUNK(Q6ROWLO, 64, 32, 0, 2048)
+	Q6CHUNK(Q6ROWHI, 64, 32, 64, 3072)
 	VZEROUPPER
 	RET
 
@@ -735,9 +715,7 @@ q8pair:
 // func codes16Q5_KAVX512(src *byte, stride int, dst *byte)
 // One super-block of 16 Q5_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
 TEXT ·codes16Q5_KAVX512(SB), NOSPLIT, $0-24
-	MOVQ src+0(FP), SI
-	MOVQ stride+8(FP), R9
-	MOVQ dst+16(FP), DI
+	CODES16ENTRY
 	MOVL $0xff00, AX
 	KMOVW AX, K1
 	Q5CHUNK(0, Q5ROWLO, 0, 0)
@@ -864,9 +842,7 @@ halfmin:
 // func codes16Q3_KAVX512(src *byte, stride int, dst *byte)
 // One super-block of 16 Q3_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
 TEXT ·codes16Q3_KAVX512(SB), NOSPLIT, $0-24
-	MOVQ src+0(FP), SI
-	MOVQ stride+8(FP), R9
-	MOVQ dst+16(FP), DI
+	CODES16ENTRY
 	MOVL $0xff00, AX
 	KMOVW AX, K1
 	Q23CHUNK(Q3ROW, 32, 0, 0, 0)
@@ -879,9 +855,7 @@ TEXT ·codes16Q3_KAVX512(SB), NOSPLIT, $0-24
 // func codes16Q2_KAVX512(src *byte, stride int, dst *byte)
 // One super-block of 16 Q2_K rows as the panel's 4096 bytes of codes at dst (codes16Q4_KAVX512's arguments).
 TEXT ·codes16Q2_KAVX512(SB), NOSPLIT, $0-24
-	MOVQ src+0(FP), SI
-	MOVQ stride+8(FP), R9
-	MOVQ dst+16(FP), DI
+	CODES16ENTRY
 	MOVL $0xff00, AX
 	KMOVW AX, K1
 	Q23CHUNK(Q2ROW, 16, 0, 0, 0)
