@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/layerstream/layerstream/internal/bytesize"
 )
@@ -24,9 +25,11 @@ type Checkpoint struct {
 	Generation *GenerationConfig
 	// Tensors in file order (files in index order, tensors by offset).
 	Tensors []TensorInfo
-	// Files, when not nil, holds the config, generation config, tokenizer and chat template files made from
-	// the metadata of a single-file model (GGUF): a split writes these instead of copying files from Dir.
-	Files map[string][]byte
+	// Files, when not nil, makes the config, generation config, tokenizer and chat template files of a
+	// single-file model (GGUF) from its metadata: a split writes these instead of copying files from Dir. They
+	// are made on the first call, which only a split that writes them makes (building a tokenizer is most of the
+	// work of opening a GGUF file whose split is current), and kept for later calls.
+	Files func() (map[string][]byte, error)
 	// OpenFile, when not nil, serves the tensors' files instead of the filesystem: a synthetic model whose bytes
 	// are generated as they are read (synth.Quantized). A split tracks no source files for it.
 	OpenFile func(name string) (io.ReaderAt, error)
@@ -34,9 +37,10 @@ type Checkpoint struct {
 }
 
 // New makes a checkpoint from tensors found elsewhere than in safetensors files (a GGUF file), with the
-// generated files a split writes in place of Dir's. It checks that tensor names are unique.
-func New(dir string, cfg *Config, gen *GenerationConfig, tensors []TensorInfo, files map[string][]byte) (*Checkpoint, error) {
-	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, Tensors: tensors, Files: files, byName: map[string]int{}}
+// function making the files a split writes in place of Dir's (called at most once; see Checkpoint.Files). It
+// checks that tensor names are unique.
+func New(dir string, cfg *Config, gen *GenerationConfig, tensors []TensorInfo, files func() (map[string][]byte, error)) (*Checkpoint, error) {
+	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, Tensors: tensors, Files: sync.OnceValues(files), byName: map[string]int{}}
 	for i, t := range tensors {
 		if _, dup := c.byName[t.Name]; dup {
 			return nil, fmt.Errorf("checkpoint %s: tensor %q appears twice", dir, t.Name)

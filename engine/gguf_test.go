@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/gguf"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/reference"
+	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -361,6 +363,50 @@ func TestGGUFRefusedBeforeSplit(t *testing.T) {
 		if _, err := os.Stat(shardDir); !os.IsNotExist(err) {
 			t.Errorf("%s: the shard folder exists (%v): the file was split before it was refused", c.name, err)
 		}
+	}
+}
+
+// TestGGUFCurrentSplitMakesNoFiles: opening a GGUF file whose split is current makes none of the files a split
+// writes from its metadata (building the tokenizer was half the CPU time of a one-token generate on SmolLM2);
+// the first split makes them once, and a changed file makes them again.
+func TestGGUFCurrentSplitMakesNoFiles(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-Q4_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path, shardDir := filepath.Join(dir, "model.gguf"), filepath.Join(dir, "shards")
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ensure := func() int {
+		t.Helper()
+		ck, err := OpenCheckpoint(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made, files := 0, ck.Files
+		ck.Files = func() (map[string][]byte, error) { made++; return files() }
+		if _, err := shards.Ensure(context.Background(), ck, shards.SplitOptions{Out: shardDir}); err != nil {
+			t.Fatal(err)
+		}
+		return made
+	}
+	if n := ensure(); n != 1 {
+		t.Fatalf("first split made the files %d times, want 1", n)
+	}
+	if n := ensure(); n != 0 {
+		t.Fatalf("a current split made the files %d times, want 0", n)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if n := ensure(); n != 1 {
+		t.Fatalf("the split of a touched file made the files %d times, want 1", n)
+	}
+	if _, err := os.Stat(filepath.Join(shardDir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
 	}
 }
 

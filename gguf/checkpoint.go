@@ -30,8 +30,9 @@ func IsGGUF(path string) bool {
 // OpenCheckpoint opens a GGUF model file as a checkpoint: Hugging Face tensor names and shapes pointing at the
 // file's bytes (quantized blocks kept as they are, q/k rows marked for reordering), a config derived from the
 // metadata, and the generated config.json, generation_config.json, tokenizer.json and tokenizer_config.json
-// (with the chat template) in Files. Every tensor is mapped or refused by name, and so is every metadata key
-// that changes the math.
+// (with the chat template) in Files, made when a split asks for them. Every tensor is mapped or refused by
+// name, and so is every metadata key that changes the math; the tokenizer metadata is checked when Files makes
+// tokenizer.json, which a split does before it writes anything.
 func OpenCheckpoint(path string) (*checkpoint.Checkpoint, error) {
 	g, err := Open(path)
 	if err != nil {
@@ -98,14 +99,17 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{"config.json": cfgJSON, "generation_config.json": genJSON}
-	tok, tokCfg, tmpl, err := g.TokenizerFiles()
-	if err != nil {
-		return nil, err
-	}
-	files["tokenizer.json"], files["tokenizer_config.json"] = tok, tokCfg
-	if tmpl != "" {
-		files["chat_template.jinja"] = []byte(tmpl)
+	files := func() (map[string][]byte, error) {
+		tok, tokCfg, tmpl, err := g.TokenizerFiles()
+		if err != nil {
+			return nil, fmt.Errorf("gguf %s: %w (see %s)", g.Path, err, guard.Anchor(guard.SectionGGUF))
+		}
+		files := map[string][]byte{"config.json": cfgJSON, "generation_config.json": genJSON,
+			"tokenizer.json": tok, "tokenizer_config.json": tokCfg}
+		if tmpl != "" {
+			files["chat_template.jinja"] = []byte(tmpl)
+		}
+		return files, nil
 	}
 	return checkpoint.New(g.Path, cfg, gen, tensors, files)
 }

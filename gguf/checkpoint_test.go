@@ -181,14 +181,18 @@ func TestCheckpointTinyLlama(t *testing.T) {
 				}
 			}
 		}
+		files, err := ck.Files()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var gen struct {
 			EOSTokenID []int `json:"eos_token_id"`
 		}
-		if err := json.Unmarshal(ck.Files["generation_config.json"], &gen); err != nil || !slices.Equal(gen.EOSTokenID, []int{2}) {
-			t.Fatalf("generation_config.json %s (%v)", ck.Files["generation_config.json"], err)
+		if err := json.Unmarshal(files["generation_config.json"], &gen); err != nil || !slices.Equal(gen.EOSTokenID, []int{2}) {
+			t.Fatalf("generation_config.json %s (%v)", files["generation_config.json"], err)
 		}
-		if string(ck.Files["chat_template.jinja"]) != "{{ messages[0]['content'] }}" {
-			t.Fatalf("chat template %q", ck.Files["chat_template.jinja"])
+		if string(files["chat_template.jinja"]) != "{{ messages[0]['content'] }}" {
+			t.Fatalf("chat template %q", files["chat_template.jinja"])
 		}
 	}
 }
@@ -229,7 +233,7 @@ func TestCheckpointRefuses(t *testing.T) {
 	for _, c := range cases {
 		g, err := Open(writeTemp(t, tinyLlama(c.o).bytes())) // on disk: rope_freqs.weight's values are read
 		if err == nil {
-			_, err = g.Checkpoint()
+			_, err = checkpointAndFiles(g)
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want an error containing %q", err, c.want)
@@ -260,7 +264,11 @@ func TestRopeScalingWithoutType(t *testing.T) {
 		var cfg struct {
 			RopeScaling json.RawMessage `json:"rope_scaling"`
 		}
-		if err := json.Unmarshal(ck.Files["config.json"], &cfg); err != nil {
+		files, err := ck.Files()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(files["config.json"], &cfg); err != nil {
 			t.Fatal(err)
 		}
 		got := ""
@@ -358,4 +366,29 @@ func TestOpenCheckpointNamesTheSection(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "lie outside") || !strings.Contains(err.Error(), "TROUBLESHOOTING.md#gguf-file-refused") {
 		t.Errorf("got %v", err)
 	}
+}
+
+// checkpointAndFiles is g.Checkpoint and then the making of its files (tokenizer.json among them), which a split
+// does before it writes anything: every refusal of a file's metadata happens in one of the two.
+func checkpointAndFiles(g *File) (*checkpoint.Checkpoint, error) {
+	ck, err := g.Checkpoint()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ck.Files(); err != nil {
+		return nil, err
+	}
+	return ck, nil
+}
+
+// openCheckpointAndFiles is checkpointAndFiles for OpenCheckpoint, with its errors' wording.
+func openCheckpointAndFiles(path string) (*checkpoint.Checkpoint, error) {
+	ck, err := OpenCheckpoint(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ck.Files(); err != nil {
+		return nil, err
+	}
+	return ck, nil
 }

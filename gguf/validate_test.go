@@ -32,7 +32,7 @@ func TestNonFiniteFloatsRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		path := writeTemp(t, tinyLlama(t4{extraKV: c.kvs}).bytes())
-		if _, err := OpenCheckpoint(path); err == nil || !strings.Contains(err.Error(), "gguf "+path+": "+c.want) {
+		if _, err := openCheckpointAndFiles(path); err == nil || !strings.Contains(err.Error(), "gguf "+path+": "+c.want) {
 			t.Errorf("got %v, want an error containing %q", err, "gguf "+path+": "+c.want)
 		}
 	}
@@ -72,7 +72,7 @@ func TestSentencePieceVocabularyRefused(t *testing.T) {
 			{"tokenizer.ggml.token_type", Value{Type: TypeArray, Elem: TypeInt32, V: ty}},
 			{"tokenizer.ggml.scores", Value{Type: TypeArray, Elem: TypeFloat32, V: sc}},
 		}}).bytes())
-		if _, err := OpenCheckpoint(path); err == nil || !strings.Contains(err.Error(), "gguf "+path+": "+c.want) {
+		if _, err := openCheckpointAndFiles(path); err == nil || !strings.Contains(err.Error(), "gguf "+path+": "+c.want) {
 			t.Errorf("got %v, want an error containing %q", err, "gguf "+path+": "+c.want)
 		}
 	}
@@ -121,7 +121,7 @@ func TestByteLevelVocabularyRefused(t *testing.T) {
 	for _, c := range cases {
 		g := openFamily(t, "llama2")
 		setKV(g, c.key, &c.v)
-		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := checkpointAndFiles(g); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want an error containing %q", err, c.want)
 		}
 	}

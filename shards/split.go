@@ -145,12 +145,12 @@ func Split(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := lockSplit(ctx, out)
+	made, unlock, err := begin(ctx, ck, out)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return splitLocked(ctx, ck, out, plans, opts, false)
+	return splitLocked(ctx, ck, made, out, plans, opts, false)
 }
 
 // Ensure returns the split of ck in opts.Out (DefaultDir(ck.Dir) when empty), up to date with the checkpoint:
@@ -166,7 +166,7 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 	if set, ok := openUpToDate(out, ck, plans, opts.Quantize); ok {
 		return set, nil
 	}
-	unlock, err := lockSplit(ctx, out)
+	made, unlock, err := begin(ctx, ck, out)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 	if !IsSet(out) {
 		slog.Info("splitting the checkpoint into per-layer shards (first use)", "checkpoint", ck.Dir, "shards", out)
 	}
-	return splitLocked(ctx, ck, out, plans, opts, true)
+	return splitLocked(ctx, ck, made, out, plans, opts, true)
 }
 
 // openUpToDate opens the split in out when it exists and matches ck without hashing anything.
@@ -203,7 +203,7 @@ func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan, q Qua
 	return set, true
 }
 
-// prepare validates opts (filling the default encoding and folder), plans the units and creates the folder.
+// prepare validates opts (filling the default encoding and folder) and plans the units.
 func prepare(ck *checkpoint.Checkpoint, opts *SplitOptions) (string, []unitPlan, error) {
 	if opts.Encoding == "" {
 		opts.Encoding = Raw
@@ -219,10 +219,23 @@ func prepare(ck *checkpoint.Checkpoint, opts *SplitOptions) (string, []unitPlan,
 	if err != nil {
 		return "", nil, err
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return "", nil, fmt.Errorf("shards: %w", err)
-	}
 	return out, plans, nil
+}
+
+// begin starts writing a split into out: it makes a single-file model's files from its metadata (returned as
+// made), so that metadata a split cannot turn into them is refused before any folder exists, then creates the
+// folder and takes its lock.
+func begin(ctx context.Context, ck *checkpoint.Checkpoint, out string) (made map[string][]byte, unlock func(), err error) {
+	if ck.Files != nil {
+		if made, err = ck.Files(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("shards: %w", err)
+	}
+	unlock, err = lockSplit(ctx, out)
+	return made, unlock, err
 }
 
 // lockFile, in a shard folder, is locked by the process splitting into it, and removed when it is done. The
@@ -240,9 +253,9 @@ func lockSplit(ctx context.Context, out string) (func(), error) {
 	return unlock, nil
 }
 
-// splitLocked is Split and Ensure, under the folder's lock. With quick, a unit whose source is known unchanged keeps
+// splitLocked is Split and Ensure, under the folder's lock; made holds the files begin made. With quick, a unit whose source is known unchanged keeps
 // its shard when the file has the size the manifest records, without being read.
-func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, plans []unitPlan, opts SplitOptions, quick bool) (*Set, error) {
+func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string][]byte, out string, plans []unitPlan, opts SplitOptions, quick bool) (*Set, error) {
 	removeStaleTemps(out)
 	var old map[string]UnitInfo // the previous manifest's units, if any
 	units, prev, err := readManifest(out)
@@ -327,7 +340,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, out string, pla
 	removeUnplanned(out, plans)
 
 	for _, name := range CopiedFiles {
-		if err := copyFile(ck, name, filepath.Join(out, name)); err != nil {
+		if err := copyFile(ck, made, name, filepath.Join(out, name)); err != nil {
 			return nil, fmt.Errorf("shards: copying %s: %w", name, err)
 		}
 	}
@@ -807,13 +820,13 @@ func readAt(f io.ReaderAt, b []byte, off int64, name string) error {
 	return nil
 }
 
-// copyFile writes the checkpoint's file name to dst: the generated one when the checkpoint has generated
-// files (GGUF input), else a copy of Dir's.
-func copyFile(ck *checkpoint.Checkpoint, name, dst string) error {
+// copyFile writes the checkpoint's file name to dst: the one made from a single-file model's metadata (GGUF
+// input: made holds them all), else a copy of Dir's.
+func copyFile(ck *checkpoint.Checkpoint, made map[string][]byte, name, dst string) error {
 	if ck.Files == nil {
 		return copyIfPresent(filepath.Join(ck.Dir, name), dst)
 	}
-	b, ok := ck.Files[name]
+	b, ok := made[name]
 	if !ok {
 		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err

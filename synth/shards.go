@@ -66,7 +66,7 @@ func Quantized(dir string, opts Options, target func(checkpoint.TensorInfo) chec
 		readers[t.name] = &tensorReader{spec: t, format: f, seed: nameSeed(opts.Seed, t.name), std: opts.Std * t.scale, size: ti.Length}
 		infos = append(infos, ti)
 	}
-	ck, err := checkpoint.New(dir, cfg, &checkpoint.GenerationConfig{}, infos, files)
+	ck, err := checkpoint.New(dir, cfg, &checkpoint.GenerationConfig{}, infos, func() (map[string][]byte, error) { return files, nil })
 	if err != nil {
 		return nil, err
 	}

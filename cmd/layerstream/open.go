@@ -87,10 +87,11 @@ func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ck.Files["tokenizer.json"] == nil {
-		return nil, fmt.Errorf("%s has no tokenizer (no tokenizer.ggml.* metadata)", dir)
+	files, err := ck.Files()
+	if err != nil {
+		return nil, err
 	}
-	tok, err := tokenizer.Parse(ck.Files["tokenizer.json"], ck.Files["tokenizer_config.json"])
+	tok, err := tokenizer.Parse(files["tokenizer.json"], files["tokenizer_config.json"])
 	if err != nil {
 		return nil, fmt.Errorf("%s: the tokenizer made from its metadata: %w", dir, err)
 	}
