@@ -217,8 +217,11 @@ func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*
 	switch {
 	case err == nil:
 		return res, nil
+	case cancelled(ctx, err) && errors.Is(context.Cause(ctx), errShuttingDown):
+		return res, &requestError{status: http.StatusServiceUnavailable, msg: "the request was cancelled: the server is shutting down", code: "shutting_down"}
 	case cancelled(ctx, err):
-		return res, &requestError{status: http.StatusServiceUnavailable, msg: "the request was cancelled (client gone or server shutting down)", code: "cancelled"}
+		// The client left: no one reads this answer, and it is no failure of the server's (counted as 499).
+		return res, &requestError{status: StatusClientClosedRequest, msg: "the request was cancelled: the client closed the connection", code: "client_closed_request"}
 	case errors.Is(err, engine.ErrClosed):
 		return res, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"}
 	case errors.As(err, &problem):

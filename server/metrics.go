@@ -105,7 +105,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	p := func(name, typ, help string, v any) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", name, help, name, typ, name, v)
 	}
-	fmt.Fprintf(w, "# HELP layerstream_requests_total HTTP requests answered, by endpoint and status code.\n# TYPE layerstream_requests_total counter\n")
+	fmt.Fprintf(w, "# HELP layerstream_requests_total HTTP requests answered, by endpoint and status code (499: the client closed the connection before its answer).\n# TYPE layerstream_requests_total counter\n")
 	keys := make([][2]string, 0, len(m.requests))
 	for k := range m.requests {
 		keys = append(keys, k)

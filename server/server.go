@@ -5,7 +5,7 @@
 // Concurrent requests share the engine's batch loop (engine.Engine.Generate): each joins the running batch at
 // the next step and leaves when done, so N clients cost about one pass over the layers per step. Requests past
 // the batch wait in the engine's queue; past Config.MaxQueue more they are answered 429. A client that
-// disconnects cancels its sequence at the next step. Bodies, max_tokens and the request fields are bounded and
+// disconnects cancels its sequence at the next step (counted as StatusClientClosedRequest, not as an error). Bodies, max_tokens and the request fields are bounded and
 // checked (request.go lists the field policy).
 package server
 
@@ -274,6 +274,14 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
+// StatusClientClosedRequest is the status a request is counted with (in /metrics and the request log) when
+// its client disconnected before the answer: nginx's 499, not a server error. The client never sees it.
+const StatusClientClosedRequest = 499
+
+// errShuttingDown is the cause of the generations' cancellation when Serve's grace period ends; any other
+// cancellation of a request's context is its client leaving.
+var errShuttingDown = errors.New("the server is shutting down")
+
 // cancelled reports whether err ended a generation because its request's context ended.
 func cancelled(ctx context.Context, err error) bool {
 	return ctx.Err() != nil && errors.Is(err, ctx.Err())
@@ -284,8 +292,8 @@ func cancelled(ctx context.Context, err error) bool {
 // those left are cancelled (a stream ends with an error event, without [DONE]) and Serve returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	// Requests' contexts derive from generations: cancelling it ends every generation in flight.
-	generations, cancelGenerations := context.WithCancel(context.Background())
-	defer cancelGenerations()
+	generations, cancelGenerations := context.WithCancelCause(context.Background())
+	defer cancelGenerations(errShuttingDown)
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return generations }}
 	served := make(chan error, 1)
@@ -301,7 +309,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	defer cancel()
 	if err := hs.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
 		s.cfg.Logger.Warn("shutdown timeout: cancelling the requests still in flight", "requests", s.inFlight.Load())
-		cancelGenerations()
+		cancelGenerations(errShuttingDown)
 		end, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := hs.Shutdown(end); err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -394,6 +395,49 @@ func TestDisconnectCancels(t *testing.T) {
 	}
 	_, m := get(t, ts.URL+"/metrics")
 	t.Fatalf("no cancelled generation after the client left:\n%s", m)
+}
+
+// TestDisconnectIsNotAServerError: a non-streaming client that leaves before its answer is counted as 499
+// (nginx's "client closed request"), never as a 5xx, and nothing is logged above INFO for it.
+func TestDisconnectIsNotAServerError(t *testing.T) {
+	var logs testutil.SyncBuffer
+	s, ts := newTestServer(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	first := make(chan struct{})
+	var once sync.Once
+	s.token = func() { once.Do(func() { close(first) }); time.Sleep(5 * time.Millisecond) } // 400 tokens: 2 s
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 400}`))
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	<-first
+	cancel()
+	if err := <-answered; err == nil {
+		t.Fatal("the request was answered before the client left")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var m string
+	for time.Now().Before(deadline) {
+		if _, m = get(t, ts.URL+"/metrics"); strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions"`) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions",code="499"} 1`) {
+		t.Errorf("the disconnect is not counted as 499:\n%s", m)
+	}
+	if strings.Contains(m, `code="5`) {
+		t.Errorf("a client's disconnect counted as a server error:\n%s", m)
+	}
+	if l := logs.String(); strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+		t.Errorf("a client's disconnect logged as a problem:\n%s", l)
+	}
 }
 
 // TestConcurrentStreams: many streaming clients at once each get their solo greedy text, sharing the passes;
