@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/layerstream/layerstream/guard"
@@ -83,7 +84,16 @@ func (e *RequestError) Unwrap() error { return e.Err }
 // Tokenizer returns the model's tokenizer (tokenizer.json in the model folder), loaded on first use.
 func (e *Engine) Tokenizer() (*tokenizer.Tokenizer, error) {
 	e.tokOnce.Do(func() {
-		e.tok, e.tokErr = tokenizer.Load(e.Dir())
+		// The shard folder's tokenizer files are copies (or, from a GGUF file, made from its metadata): errors
+		// name where they came from, where a broken one is to be fixed, and the copy read.
+		name := e.Dir()
+		switch path, generated := e.set.Source().Origin("tokenizer.json"); {
+		case generated:
+			name = fmt.Sprintf("%s (made from its metadata, written to %s)", path, e.Dir())
+		case path != "":
+			name = fmt.Sprintf("%s (copied to %s)", filepath.Dir(path), e.Dir())
+		}
+		e.tok, e.tokErr = tokenizer.LoadNamed(e.Dir(), name)
 		if e.tokErr != nil {
 			e.tokErr = fmt.Errorf("engine: %w", e.tokErr)
 		}

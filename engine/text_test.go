@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -157,5 +160,23 @@ func TestGenerateTextChat(t *testing.T) {
 	}
 	if !slices.Equal(res.PromptIDs, want) {
 		t.Errorf("prompt ids %v, want %v", res.PromptIDs, want)
+	}
+}
+
+// TestTokenizerErrorNamesSource: a broken tokenizer.json is reported at the checkpoint folder the user gave,
+// where it can be fixed, and at its copy in the shard folder that was read.
+func TestTokenizerErrorNamesSource(t *testing.T) {
+	dir := testutil.ChatModel(t)
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(`{"model": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := open(t, dir, Options{})
+	_, err := e.Tokenizer()
+	if err == nil {
+		t.Fatal("a broken tokenizer.json was accepted")
+	}
+	abs, _ := filepath.Abs(dir)
+	if want := fmt.Sprintf("tokenizer in %s (copied to %s): tokenizer.json", abs, e.Dir()); !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q\nlacks %q", err, want)
 	}
 }

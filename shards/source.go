@@ -108,6 +108,27 @@ func (s *Source) file(name string) (SourceFile, bool) {
 	return s.Files[i], true
 }
 
+// Origin says where the split's copy of name (one of CopiedFiles) came from, for messages that should point at
+// the file the user can fix: the path of the file in the checkpoint folder it was copied from, or (generated
+// true) the single-file model (GGUF) whose metadata made it. path is "" when the record does not say (no record,
+// or the checkpoint had no such file).
+func (s *Source) Origin(name string) (path string, generated bool) {
+	if s == nil || s.Checkpoint == "" {
+		return "", false
+	}
+	if f, ok := s.file(name); ok {
+		if f.Absent {
+			return "", false
+		}
+		return filepath.Join(s.Checkpoint, name), false
+	}
+	// A single-file model's split records that file alone (sourceNames).
+	if len(s.Files) == 1 && s.Files[0].Weights && !slices.Contains(CopiedFiles, s.Files[0].Name) {
+		return filepath.Join(s.Checkpoint, s.Files[0].Name), true
+	}
+	return "", false
+}
+
 // sameIdentity reports whether a and b describe the same, unchanged file (or both an absent one).
 func (a SourceFile) sameIdentity(b SourceFile) bool {
 	if a.Absent || b.Absent {

@@ -361,3 +361,25 @@ func TestParseSourceRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceOrigin: a copied file comes from the checkpoint folder, a single-file model's generated files from
+// that file, and a file the checkpoint lacked (or a split without a record) from nowhere known.
+func TestSourceOrigin(t *testing.T) {
+	hf := &Source{Checkpoint: "/ck", Files: []SourceFile{{Name: "config.json"}, {Name: "tokenizer.json"}, {Name: "chat_template.jinja", Absent: true}, {Name: "model.safetensors", Weights: true}}}
+	gg := &Source{Checkpoint: "/models", Files: []SourceFile{{Name: "m.gguf", Weights: true}}}
+	for _, c := range []struct {
+		src       *Source
+		name      string
+		path      string
+		generated bool
+	}{
+		{hf, "tokenizer.json", "/ck/tokenizer.json", false},
+		{hf, "chat_template.jinja", "", false},
+		{gg, "tokenizer.json", "/models/m.gguf", true},
+		{nil, "tokenizer.json", "", false},
+	} {
+		if path, generated := c.src.Origin(c.name); path != c.path || generated != c.generated {
+			t.Errorf("%+v Origin(%s) = %q, %v; want %q, %v", c.src, c.name, path, generated, c.path, c.generated)
+		}
+	}
+}

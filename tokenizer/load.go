@@ -66,12 +66,16 @@ func tokenString(raw json.RawMessage) (string, error) {
 // priority over tokenizer_config.json's chat_template (transformers: "clobbers any template in the config"),
 // then tokenizer_config.json's, then a processor's chat_template.json (vision-language checkpoints may keep
 // theirs only there; layerstream renders it for text).
-func Load(dir string) (*Tokenizer, error) {
+func Load(dir string) (*Tokenizer, error) { return LoadNamed(dir, dir) }
+
+// LoadNamed is Load, naming the tokenizer in its errors as name instead of dir: a shard folder holds copies
+// of its checkpoint's tokenizer files, and a broken one is to be fixed where it came from.
+func LoadNamed(dir, name string) (*Tokenizer, error) {
 	cfg := filepath.Join(dir, "tokenizer_config.json")
 	if _, err := os.Stat(cfg); err != nil {
 		cfg = ""
 	}
-	t, err := LoadFiles(filepath.Join(dir, "tokenizer.json"), cfg)
+	t, err := loadFiles(filepath.Join(dir, "tokenizer.json"), cfg, name)
 	if err != nil {
 		return nil, err
 	}
@@ -85,10 +89,10 @@ func Load(dir string) (*Tokenizer, error) {
 				ChatTemplate json.RawMessage `json:"chat_template"`
 			}
 			if err := json.Unmarshal(b, &proc); err != nil {
-				return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+				return nil, fmt.Errorf("tokenizer in %s: chat_template.json: %w", name, err)
 			}
 			if t.chatTemplate, err = parseChatTemplate(proc.ChatTemplate); err != nil {
-				return nil, fmt.Errorf("tokenizer: %s chat_template: %w", path, err)
+				return nil, fmt.Errorf("tokenizer in %s: chat_template.json chat_template: %w", name, err)
 			}
 		}
 	}
@@ -97,6 +101,11 @@ func Load(dir string) (*Tokenizer, error) {
 
 // LoadFiles reads a tokenizer.json and an optional tokenizer_config.json (configJSON may be "").
 func LoadFiles(tokenizerJSON, configJSON string) (*Tokenizer, error) {
+	return loadFiles(tokenizerJSON, configJSON, filepath.Dir(tokenizerJSON))
+}
+
+// loadFiles is LoadFiles, naming the tokenizer in its parse errors as name.
+func loadFiles(tokenizerJSON, configJSON, name string) (*Tokenizer, error) {
 	data, err := os.ReadFile(tokenizerJSON)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -109,7 +118,7 @@ func LoadFiles(tokenizerJSON, configJSON string) (*Tokenizer, error) {
 	}
 	t, err := Parse(data, cfgData)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer in %s: %w", filepath.Dir(tokenizerJSON), err)
+		return nil, fmt.Errorf("tokenizer in %s: %w", name, err)
 	}
 	return t, nil
 }

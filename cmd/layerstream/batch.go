@@ -112,7 +112,7 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		return err
 	}
 	defer e.Close()
-	tok, tokErr := tokenizer.Load(e.Dir()) // nil without tokenizer files: then only "ids" lines work
+	tok, tokErr := e.Tokenizer() // nil without tokenizer files: then only "ids" lines work
 
 	reqs := make([]engine.Request, len(lines))
 	base := samplingFor(o, e)
