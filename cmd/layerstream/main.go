@@ -143,11 +143,18 @@ func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
 	fs.SetOutput(io.Discard)
 }
 
+// longSpellings are the long names of the one-letter flags every command takes: refused (one spelling for
+// every command), with the short one suggested.
+var longSpellings = map[string]string{"quiet": "q", "verbose": "v"}
+
 // flagSuggestion returns " (did you mean --x?)" for an undefined flag close to a defined one.
 func flagSuggestion(fs *flag.FlagSet, err error) string {
 	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
 	if !ok {
 		return ""
+	}
+	if short, ok := longSpellings[strings.TrimLeft(name, "-")]; ok {
+		return fmt.Sprintf(" (did you mean -%s?)", short)
 	}
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })

@@ -33,3 +33,21 @@ func TestReorderFlags(t *testing.T) {
 		t.Fatalf("got %q want %q", got, want)
 	}
 }
+
+// TestQuietSpelling: -q is every command's one quiet flag (split had --quiet beside it); the long spelling is
+// refused with the short one suggested.
+func TestQuietSpelling(t *testing.T) {
+	for name := range commands {
+		var out, errb bytes.Buffer
+		if code := run([]string{name, "--help"}, &out, &errb); code != 0 {
+			t.Fatalf("%s --help: exit %d", name, code)
+		}
+		if strings.Contains(out.String(), "-quiet") || !strings.Contains(out.String(), "  -q\t") {
+			t.Errorf("%s --help: want -q alone as the quiet flag:\n%s", name, out.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"split", t.TempDir(), "--quiet"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "did you mean -q?") {
+		t.Errorf("split --quiet: exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -40,7 +40,7 @@ func TestInterruptKeepsTheResult(t *testing.T) {
 		t.Fatalf("synth: exit %d: %s", code, errb.String())
 	}
 	shardDir := filepath.Join(t.TempDir(), "shards")
-	if code := run([]string{"split", model, "--out", shardDir, "--quiet"}, &out, &errb); code != 0 {
+	if code := run([]string{"split", model, "--out", shardDir, "-q"}, &out, &errb); code != 0 {
 		t.Fatalf("split: exit %d: %s", code, errb.String())
 	}
 	interrupted := func(args ...string) (code int, stdout, stderr string) {

@@ -15,7 +15,7 @@ func TestSynthSplitVerify(t *testing.T) {
 		t.Fatalf("synth: exit %d: %s", code, errb.String())
 	}
 	dir := filepath.Join(t.TempDir(), "shards")
-	if code := run([]string{"split", ck, "--out", dir, "--quiet"}, &out, &errb); code != 0 {
+	if code := run([]string{"split", ck, "--out", dir, "-q"}, &out, &errb); code != 0 {
 		t.Fatalf("split: exit %d: %s", code, errb.String())
 	}
 	for _, f := range []string{"manifest.parquet", "embed.shard", "layer.0.shard", "norm.shard", "config.json"} {
@@ -68,7 +68,7 @@ func TestSplitVerifyAdviceWorks(t *testing.T) {
 		}
 	}
 	dir := filepath.Join(tmp, "shards")
-	if code := run([]string{"split", ck, "--out", dir, "--quiet"}, &out, &errb); code != 0 {
+	if code := run([]string{"split", ck, "--out", dir, "-q"}, &out, &errb); code != 0 {
 		t.Fatalf("split: exit %d: %s", code, errb.String())
 	}
 	// A fine-tune saved over its base: same shapes, other weights.
