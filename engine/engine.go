@@ -72,8 +72,8 @@ type Options struct {
 	// computing, one being transferred).
 	MaxLayerBuffers int
 	// DeviceBudget, when positive, sets MaxLayerBuffers to the number of decoder layers that fit in this many
-	// bytes, each counted as the engine holds it (guard.HeldBytes: block-quantized matrices as their blocks on the
-	// host kernels' path); an error when not even one fits.
+	// bytes, each counted as the engine holds it (guard.HeldBytes: block-quantized matrices as their blocks and
+	// bf16 matrices as bf16 on the host kernels' path, which reads them in place); an error when not even one fits.
 	DeviceBudget int64
 	// StreamAll streams the embedding, final norm and output projection too, instead of keeping them resident.
 	StreamAll bool
@@ -375,8 +375,8 @@ func (e *Engine) init(ctx context.Context) error {
 }
 
 // layerBytes is the memory the largest decoder layer takes while the engine holds it (guard.HeldBytes): its
-// block-quantized matrices as their blocks on the host kernels' path, which multiplies them in place, and
-// dequantized to the compute dtype for the graphs.
+// block-quantized matrices as their blocks and bf16 matrices as bf16 on the host kernels' path, which multiplies
+// them in place (alias), and converted to the compute dtype for the graphs.
 func (e *Engine) layerBytes() int64 {
 	var most int64
 	for _, u := range e.set.Units() {

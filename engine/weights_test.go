@@ -15,6 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -126,5 +127,49 @@ func testHostKernelsInPlace(t *testing.T, model string, noMap bool) {
 	graph := tokenByToken(t, open(t, model, Options{GraphDecode: true, NoMap: noMap}), ids)
 	if d := maxDiff(host, graph); d > 1e-4 {
 		t.Errorf("host kernels on the bf16 shard bytes differ from f32 graphs by %g (> 1e-4)", d)
+	}
+}
+
+// TestLayerBytesAsHeld: the size --device-budget divides by (layerBytes, guard.HeldBytes) and placement's (on
+// cpu without --graph-decode, guard.UnitSizes' InPlaceBytes) is what a streamed layer of a bf16 checkpoint
+// actually holds: its weight matrices read in place as bf16 on the host kernels' path, widened to f32 for the
+// graphs (--graph-decode).
+func TestLayerBytesAsHeld(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 21, DType: checkpoint.BF16})
+	ck, err := OpenCheckpoint(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, graph := range []bool{false, true} {
+		e := open(t, model, Options{GraphDecode: graph})
+		st := e.newStream(context.Background(), 1, graph)
+		w, err := st.next(layerUnit(0))
+		if err != nil {
+			st.stop()
+			t.Fatal(err)
+		}
+		var held int64
+		for _, d := range w.hostTensors() {
+			switch f := d.flat.(type) {
+			case []bfloat16.BFloat16:
+				held += 2 * int64(len(f))
+			case []float32:
+				held += 4 * int64(len(f))
+			default:
+				t.Fatalf("graph %v: a %T tensor", graph, f)
+			}
+		}
+		e.releaseSet(w)
+		st.stop()
+		if got := e.layerBytes(); got != held {
+			t.Errorf("graph %v: layerBytes %d, the layer holds %d", graph, got, held)
+		}
+		sizes, err := guard.UnitSizes(ck, e.computeDType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sizes[1].On(guard.Device{Name: "cpu", InPlace: guard.InPlaceDevice("cpu", graph)}); sizes[1].Name != "layer.0" || got != held {
+			t.Errorf("graph %v: placement sizes %s at %d on cpu, the layer holds %d", graph, sizes[1].Name, got, held)
+		}
 	}
 }

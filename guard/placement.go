@@ -13,7 +13,8 @@ import (
 // UnitSize is one unit of a split checkpoint (embed, layer.N, norm, lm_head) and the bytes it occupies on a device,
 // which depend on how that device computes (HeldBytes): Bytes where the engine dequantizes block-quantized matrices
 // (the compiled graphs of cuda and xla-cpu, and of cpu with --graph-decode), InPlaceBytes where its host kernels
-// read them in place (cpu). The two are equal for a unit without block-quantized matrices.
+// read them in place (cpu), as their blocks and bf16 matrices as bf16. The two are equal for a unit without
+// block-quantized or bf16 matrices.
 type UnitSize struct {
 	Name         string
 	Bytes        int64
@@ -29,7 +30,7 @@ func (u UnitSize) On(d Device) int64 {
 }
 
 // Device is one device a model may be spread across, with the memory the plan may use on it. InPlace says the
-// engine computes there with its host kernels, which read block-quantized matrices in place (HeldBytes' inPlace):
+// engine computes there with its host kernels, which read block-quantized and bf16 matrices in place (HeldBytes' inPlace):
 // true for cpu without --graph-decode (InPlaceDevice), false for cuda and xla-cpu.
 type Device struct {
 	Name        string
@@ -38,7 +39,7 @@ type Device struct {
 }
 
 // InPlaceDevice reports whether the engine's host kernels compute on the device named name (cpu, or cpu:N, and
-// not graphDecode), reading block-quantized matrices in place; every other device (cuda, cuda:N, xla-cpu, ...)
+// not graphDecode), reading block-quantized and bf16 matrices in place; every other device (cuda, cuda:N, xla-cpu, ...)
 // computes with the compiled graphs on dequantized matrices, as the engine forces GraphDecode off cpu.
 func InPlaceDevice(name string, graphDecode bool) bool {
 	kind, _, _ := strings.Cut(strings.ToLower(name), ":")
@@ -92,7 +93,7 @@ func (p *Placement) Used(device string) int64 {
 // UnitSizes returns the units of ck (embed, layer.0.., norm, lm_head when present) with the device bytes their
 // tensors take as the engine keeps them (HeldBytes): matrices in dtype and vectors (norm weights, biases) in
 // float32, block-quantized matrices (a GGUF file's) dequantized to dtype in Bytes and as their blocks in
-// InPlaceBytes: the input Plan needs. A tensor outside every unit is an error.
+// InPlaceBytes, bf16 matrices in dtype in Bytes and as bf16 in InPlaceBytes: the input Plan needs. A tensor outside every unit is an error.
 func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, error) {
 	if dtype.Size() == 0 {
 		return nil, fmt.Errorf("placement: unknown dtype %q", dtype)
@@ -139,7 +140,7 @@ func UnitSizes(ck *checkpoint.Checkpoint, dtype checkpoint.DType) ([]UnitSize, e
 }
 
 // Add counts one tensor of the unit (its stored dtype, shape and stored byte count) as the engine holds it
-// (HeldBytes) with matrices computed in dtype: dequantized in Bytes, block-quantized matrices in place in
+// (HeldBytes) with matrices computed in dtype: converted in Bytes, block-quantized and bf16 matrices in place in
 // InPlaceBytes.
 func (u *UnitSize) Add(stored checkpoint.DType, shape []int64, length int64, dtype checkpoint.DType) {
 	u.Bytes += HeldBytes(stored, shape, length, dtype, false)
@@ -147,9 +148,10 @@ func (u *UnitSize) Add(stored checkpoint.DType, shape []int64, length int64, dty
 }
 
 // HeldBytes is the memory the engine holds one tensor of a unit in, given its stored dtype, shape and stored byte
-// count (length): a block-quantized matrix (a GGUF file's, or a quantized split's) as its blocks when the host
-// kernels multiply it in place (inPlace), else dequantized like any other matrix to dtype; a vector (norm weights,
-// biases) in float32.
+// count (length): where the host kernels multiply matrices in place (inPlace: cpu without --graph-decode), a
+// block-quantized matrix (a GGUF file's, or a quantized split's) as its blocks and a bf16 matrix as its bf16
+// bytes (the kernels widen it in registers, whatever dtype computes), else a matrix converted to dtype, as the
+// graphs read it; a vector (norm weights, biases) in float32.
 func HeldBytes(stored checkpoint.DType, shape []int64, length int64, dtype checkpoint.DType, inPlace bool) int64 {
 	elems := int64(1)
 	for _, d := range shape {
@@ -160,6 +162,8 @@ func HeldBytes(stored checkpoint.DType, shape []int64, length int64, dtype check
 		return elems * 4
 	case stored.Quantized() && inPlace:
 		return length
+	case stored == checkpoint.BF16 && inPlace:
+		return elems * 2
 	}
 	return elems * int64(dtype.Size())
 }
