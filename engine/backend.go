@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
 
+	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/guard"
 )
 
@@ -38,6 +39,42 @@ func checkDevice(device string) (string, error) {
 		return device, nil
 	}
 	return "", fmt.Errorf("unknown device %q (supported: %s, %s, %s)", device, DeviceCPU, DeviceCUDA, DeviceXLACPU)
+}
+
+// ChooseDType is the compute dtype Open chooses for o's DType request (auto, f32, bf16 or f16; "" is auto) and a
+// checkpoint whose config.json torch_dtype is torchDType, on o's Device as known before its backend opens: cuda
+// at o.ComputeCapability (Open also reads the capability from the device's description when the plugin gives
+// it). Tools that size a model without opening it (placement) call it to choose as generate does.
+func ChooseDType(o Options, torchDType string) (guard.Choice, error) {
+	if o.Device == "" {
+		o.Device = DeviceCPU
+	}
+	caps := guard.CPU
+	switch o.Device {
+	case DeviceCPU:
+	case DeviceCUDA, DeviceXLACPU:
+		caps = guard.DeviceCaps{Name: o.Device}
+		if o.Device == DeviceCUDA {
+			caps.ComputeCapability = o.ComputeCapability
+		}
+	default:
+		_, err := checkDevice(o.Device)
+		return guard.Choice{}, err
+	}
+	return chooseDType(o, torchDType, caps)
+}
+
+// chooseDType applies the dtype policy (guard.ChooseDType) on the device caps describes, and refuses what no
+// backend computes (f16).
+func chooseDType(o Options, torchDType string, caps guard.DeviceCaps) (guard.Choice, error) {
+	choice, err := guard.ChooseDType(o.DType, torchDType, caps)
+	if err != nil {
+		return guard.Choice{}, err
+	}
+	if choice.DType != checkpoint.F32 && choice.DType != checkpoint.BF16 {
+		return guard.Choice{}, fmt.Errorf("dtype %s is not supported by the %s backend (use f32 or bf16)", choice.DType, o.Device)
+	}
+	return choice, nil
 }
 
 // newBackend opens the compute backend of o.Device and describes the device for the dtype policy.

@@ -296,17 +296,13 @@ func (e *Engine) init(ctx context.Context) error {
 	if e.backend, caps, err = newBackend(e.opts); err != nil {
 		return fmt.Errorf("backend: %w", err)
 	}
-	choice, err := guard.ChooseDType(e.opts.DType, c.TorchDType, caps)
+	choice, err := chooseDType(e.opts, c.TorchDType, caps)
 	if err != nil {
 		return err
 	}
-	switch choice.DType {
-	case checkpoint.F32:
-		e.dtype = dtypes.Float32
-	case checkpoint.BF16:
+	e.dtype = dtypes.Float32
+	if choice.DType == checkpoint.BF16 {
 		e.dtype = dtypes.BFloat16
-	default:
-		return fmt.Errorf("dtype %s is not supported by the %s backend (use f32 or bf16)", choice.DType, e.opts.Device)
 	}
 	e.computeDType = choice.DType
 	slog.Debug("compute dtype", "dtype", choice.DType, "reason", choice.Reason)

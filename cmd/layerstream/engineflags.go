@@ -18,9 +18,8 @@ import (
 // token's default stays empty here so that --help never prints a secret.
 func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.StringVar(&o.Device, "device", "cpu", "compute device: cpu (pure Go), cuda or xla-cpu (XLA through a PJRT plugin: a binary built with -tags xla; see README 'CUDA and XLA')")
-	fs.Float64Var(&o.ComputeCapability, "compute-capability", 0, "CUDA compute capability of the GPU (e.g. 8.0 A100, 9.0 H100) for the dtype policy: bf16 is chosen automatically only at 8.0 or newer")
+	addDTypeFlags(fs, o)
 	fs.BoolVar(&o.NoSharedBuffers, "no-shared-buffers", false, "xla-cpu: copy weights into device buffers as CUDA does instead of sharing host memory (to measure the transfer path)")
-	fs.StringVar(&o.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
 	o.Prefetch, o.MaxLayerBuffers = 2, 2
 	fs.Var(positiveInt{&o.Prefetch}, "prefetch", "`n` units read from disk ahead of the one computing (at least 1)")
 	fs.Var(positiveInt{&o.MaxLayerBuffers}, "max-layer-buffers", "`n` decoder layers whose weights are on the device at once (at least 1)")
@@ -34,6 +33,13 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")
 	fs.StringVar(&o.Hub.Token, "token", "", "Hugging Face token for gated repos (default $HF_TOKEN, then $HF_HOME/token)")
 	fs.BoolVar(&o.Hub.Offline, "offline", false, "use only the local Hugging Face cache (also $HF_HUB_OFFLINE=1)")
+}
+
+// addDTypeFlags defines --dtype and --compute-capability, from which the engine chooses the compute dtype on its
+// device (engine.ChooseDType): the engine's commands and placement share them.
+func addDTypeFlags(fs *flag.FlagSet, o *engine.Options) {
+	fs.Float64Var(&o.ComputeCapability, "compute-capability", 0, "CUDA compute capability of the GPU (e.g. 8.0 A100, 9.0 H100) for the dtype policy: bf16 is chosen automatically only at 8.0 or newer")
+	fs.StringVar(&o.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
 }
 
 // positiveInt is an int flag that refuses values below 1 by name. The engine takes a zero in its Options as

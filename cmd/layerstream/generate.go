@@ -51,11 +51,7 @@ func init() {
 					return usageErrorf("--model is required")
 				}
 				if *printPlan != "" {
-					dtype := o.eng.DType
-					if dtype == "auto" {
-						dtype = "f32"
-					}
-					return printPlacement(os.Stdout, o.model, *printPlan, dtype, o.eng.GraphDecode)
+					return printPlacement(os.Stdout, o.model, *printPlan, o.eng)
 				}
 				if err := o.check(); err != nil {
 					return err

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -23,8 +24,10 @@ func init() {
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			model := fs.String("model", "", "checkpoint folder, GGUF file or shard folder (required)")
 			devices := fs.String("devices", "", "devices and the memory the plan may use on each, e.g. cuda:0=24GiB,cuda:1=24GiB,cpu=64GiB (required)")
-			dtype := fs.String("dtype", "f32", "dtype weight matrices are held in on the devices: f32, bf16 or f16; block-quantized matrices (a GGUF file's) are dequantized to it on every device but cpu, whose host kernels read their blocks in place")
-			graphDecode := fs.Bool("graph-decode", false, "size cpu devices as generate --graph-decode holds the weights there (block-quantized matrices dequantized, as on cuda and xla-cpu)")
+			var o engine.Options
+			addDTypeFlags(fs, &o)
+			fs.StringVar(&o.Device, "device", "", "the device generate would compute on (cpu, cuda or xla-cpu), for which --dtype auto chooses as generate does (bf16 for a bf16 checkpoint on cuda with --compute-capability 8.0 or newer, else f32); default: cuda or xla-cpu when the first of --devices is one, else cpu. Matrices are held in that dtype on every device but cpu, whose host kernels read block-quantized and bf16 matrices in place")
+			fs.BoolVar(&o.GraphDecode, "graph-decode", false, "size cpu devices as generate --graph-decode holds the weights there (block-quantized and bf16 matrices converted to the dtype, as on cuda and xla-cpu)")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
 					return usageErrorf("unexpected arguments %q", args)
@@ -32,20 +35,28 @@ func init() {
 				if *model == "" || *devices == "" {
 					return usageErrorf("--model and --devices are required")
 				}
-				return printPlacement(os.Stdout, *model, *devices, *dtype, *graphDecode)
+				if o.Device == "" {
+					o.Device = engine.DeviceCPU
+					first, _, _ := strings.Cut(*devices, "=")
+					if kind, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(first)), ":"); kind == engine.DeviceCUDA || kind == engine.DeviceXLACPU {
+						o.Device = kind
+					}
+				}
+				return printPlacement(os.Stdout, *model, *devices, o)
 			}
 		},
 	})
 }
 
-// printPlacement plans model's units over the devices of spec (guard.Plan) and prints the plan; graphDecode says
-// cpu devices compute with the graphs (guard.InPlaceDevice).
-func printPlacement(w io.Writer, model, spec, dtype string, graphDecode bool) error {
-	devs, err := parseDevices(spec, graphDecode)
+// printPlacement plans model's units over the devices of spec (guard.Plan) and prints the plan. o says how
+// generate would run: the compute dtype (o.DType on o.Device, engine.ChooseDType) and whether cpu devices compute
+// with the graphs (o.GraphDecode, guard.InPlaceDevice).
+func printPlacement(w io.Writer, model, spec string, o engine.Options) error {
+	devs, err := parseDevices(spec, o.GraphDecode)
 	if err != nil {
 		return usageErrorf("--devices: %v", err)
 	}
-	units, err := unitSizes(model, dtype)
+	units, err := unitSizes(model, o)
 	if err != nil {
 		return err
 	}
@@ -58,14 +69,14 @@ func printPlacement(w io.Writer, model, spec, dtype string, graphDecode bool) er
 }
 
 // unitSizes reads the units of a checkpoint folder, GGUF file or shard folder, each tensor sized as the engine holds
-// it (guard.UnitSize.Add) with matrices at dtype.
-func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
-	dt, err := checkpoint.ParseDType(strings.ToUpper(strings.Replace(dtype, "f", "F", 1)))
-	if err != nil {
-		return nil, usageErrorf("--dtype: %v", err)
-	}
+// it (guard.UnitSize.Add) with matrices in the dtype generate would compute in (engine.ChooseDType of o).
+func unitSizes(model string, o engine.Options) ([]guard.UnitSize, error) {
 	if shards.IsSet(model) {
 		set, err := shards.Open(model)
+		if err != nil {
+			return nil, err
+		}
+		dt, err := computeDType(o, set.Config)
 		if err != nil {
 			return nil, err
 		}
@@ -83,7 +94,22 @@ func unitSizes(model, dtype string) ([]guard.UnitSize, error) {
 	if err != nil {
 		return nil, err
 	}
+	dt, err := computeDType(o, ck.Config)
+	if err != nil {
+		return nil, err
+	}
 	return guard.UnitSizes(ck, dt)
+}
+
+// computeDType is the dtype generate would compute cfg's model in, given o (engine.ChooseDType), logged as the
+// engine logs it.
+func computeDType(o engine.Options, cfg *checkpoint.Config) (checkpoint.DType, error) {
+	choice, err := engine.ChooseDType(o, cfg.TorchDType)
+	if err != nil {
+		return "", err
+	}
+	slog.Debug("compute dtype", "dtype", choice.DType, "reason", choice.Reason)
+	return choice.DType, nil
 }
 
 // parseDevices reads "name=size,name=size": sizes as bytesize.Parse reads them (24GiB, 512MB); a cpu device holds

@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/synth"
 )
 
 func TestParseDevices(t *testing.T) {
@@ -34,7 +37,7 @@ func TestParseDevices(t *testing.T) {
 func TestPlacementStories(t *testing.T) {
 	model := testutil.SharedPath(t, "models", "stories260K-hf")
 	var out bytes.Buffer
-	if err := printPlacement(&out, model, "gpu0=700KB,gpu1=500KB", "f32", false); err != nil {
+	if err := printPlacement(&out, model, "gpu0=700KB,gpu1=500KB", engine.Options{DType: "f32"}); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -43,7 +46,7 @@ func TestPlacementStories(t *testing.T) {
 			t.Errorf("plan lacks %q:\n%s", want, got)
 		}
 	}
-	err := printPlacement(&out, model, "gpu0=100KB,gpu1=100KB", "f32", false)
+	err := printPlacement(&out, model, "gpu0=100KB,gpu1=100KB", engine.Options{DType: "f32"})
 	if err == nil || errors.Is(err, errUsage) || !strings.Contains(err.Error(), "must share one device") {
 		t.Fatalf("too-small devices: %v", err)
 	}
@@ -78,7 +81,7 @@ func TestPlacementQuantizedPerDevice(t *testing.T) {
 	if blocks*4 > float {
 		t.Fatalf("layer.0: %d bytes as blocks, %d in f32: want a quantized layer", blocks, float)
 	}
-	units, err := unitSizes(model, "f32")
+	units, err := unitSizes(model, engine.Options{DType: "f32"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +109,63 @@ func TestPlacementQuantizedPerDevice(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if err := printPlacement(&out, model, "cuda:0=1MB,cpu=1GB", "f32", false); err != nil {
+	if err := printPlacement(&out, model, "cuda:0=1MB,cpu=1GB", engine.Options{DType: "f32"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.String(); !strings.Contains(got, "primary cpu") {
 		t.Errorf("anchors of %d bytes (f32) planned onto cuda:0=1MB:\n%s", float, got)
+	}
+}
+
+// TestPlacementDTypeAsGenerate: placement chooses the compute dtype as generate does (--dtype auto by default,
+// engine.ChooseDType, on the device of the first of --devices unless --device says): a bf16 checkpoint's layers
+// are sized in f32 on a cuda device of unknown compute capability and in bf16 at 9.0, where generate computes in
+// bf16; --dtype f16 is refused with the engine's own message.
+func TestPlacementDTypeAsGenerate(t *testing.T) {
+	dir := t.TempDir()
+	shape := synth.Shape{HiddenSize: 32, IntermediateSize: 48, NumLayers: 2, NumHeads: 4, NumKVHeads: 2, VocabSize: 64, MaxPositionEmbeddings: 64, EOSTokenID: 2}
+	if err := synth.Write(dir, synth.Options{Shape: shape, DType: checkpoint.BF16}); err != nil {
+		t.Fatal(err)
+	}
+	const matrices = 32*32*2 + 32*16*2 + 32*48*3 // q, o; k, v (2 of 4 heads); gate, up, down
+	for _, c := range []struct {
+		args []string
+		want checkpoint.DType
+	}{
+		{nil, checkpoint.F32},
+		{[]string{"--compute-capability", "9.0"}, checkpoint.BF16},
+		{[]string{"--compute-capability", "9.0", "--device", "cpu"}, checkpoint.F32},
+		{[]string{"--compute-capability", "9.0", "--dtype", "f32"}, checkpoint.F32},
+		{[]string{"--dtype", "bf16"}, checkpoint.BF16},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"placement", "-v", "--model", dir, "--devices", "cuda:0=1GB"}, c.args...), &out, &errb); code != 0 ||
+			!strings.Contains(errb.String(), `msg="compute dtype" dtype=`+string(c.want)+" ") {
+			t.Errorf("placement %q: exit %d, want compute dtype %s:\n%s", c.args, code, c.want, errb.String())
+		}
+	}
+	for _, c := range []struct {
+		o    engine.Options
+		want int64
+	}{
+		{engine.Options{Device: "cuda"}, 4 * matrices},
+		{engine.Options{Device: "cuda", ComputeCapability: 9}, 2 * matrices},
+	} {
+		units, err := unitSizes(dir, c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := units[1].Bytes - 2*32*4; units[1].Name != "layer.0" || got != c.want { // less the two norm weights
+			t.Errorf("%+v: %s's matrices take %d bytes on cuda, want %d", c.o, units[1].Name, got, c.want)
+		}
+	}
+
+	_, err := engine.Open(context.Background(), dir, engine.Options{DType: "f16"})
+	if err == nil {
+		t.Fatal("the engine computes f16 on cpu")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"placement", "--model", dir, "--devices", "cpu=1GB", "--dtype", "f16"}, &out, &errb); code != 1 || !strings.Contains(err.Error(), strings.TrimSpace(strings.TrimPrefix(errb.String(), "layerstream placement: "))) {
+		t.Errorf("placement --dtype f16: exit %d, %q; the engine refuses it with %q", code, errb.String(), err)
 	}
 }
