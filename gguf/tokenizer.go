@@ -13,6 +13,7 @@ import (
 
 // llama.cpp's token types (tokenizer.ggml.token_type).
 const (
+	tokenUndefined   = 0
 	tokenNormal      = 1
 	tokenUnknown     = 2
 	tokenControl     = 3
@@ -87,6 +88,17 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 	}
 	if err := checkVocab(model, tokens, types); err != nil {
 		return nil, nil, "", err
+	}
+	// llama.cpp (llama-vocab.cpp, llama_vocab::impl::load) gives a token of type 0 (LLAMA_TOKEN_TYPE_UNDEFINED)
+	// the attribute LLAMA_TOKEN_ATTR_UNDEFINED, which its SentencePiece and byte-level BPE tokenizers treat as
+	// they treat LLAMA_TOKEN_ATTR_UNUSED: the token stays in the vocabulary, is never matched as a special token
+	// in the text, and token_to_piece prints neither ("we accept all unsupported token types, suppressing them
+	// like CONTROL tokens"). It is read as an unused token, whose text layerstream's decoder prints.
+	types = slices.Clone(types)
+	for i, t := range types {
+		if t == tokenUndefined {
+			types[i] = tokenUnused
+		}
 	}
 	for _, k := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
 		"tokenizer.ggml.padding_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
@@ -165,10 +177,9 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 
 // checkVocab refuses, by key and index, the vocabulary entries layerstream cannot turn into tokenizer.json
 // faithfully. It refuses nothing llama.cpp reads as written (llama-vocab.cpp, llama_vocab::impl::load):
-//   - token types outside 1-6: llama.cpp maps 0 (LLAMA_TOKEN_TYPE_UNDEFINED) and any other value to
-//     LLAMA_TOKEN_ATTR_UNDEFINED without a word; such a token is never matched as a special token in the text and
-//     token_to_piece prints nothing for it ("we accept all unsupported token types, suppressing them like CONTROL
-//     tokens"), which tokenizer.json cannot spell. No converter writes these values (gguf-py's TokenType is 1-6).
+//   - token types outside 0-6: llama.cpp maps any value but 1-6 to LLAMA_TOKEN_ATTR_UNDEFINED without a word,
+//     as it maps 0 (LLAMA_TOKEN_TYPE_UNDEFINED, read here as unused: TokenizerFiles); no converter writes other
+//     values (gguf-py's TokenType is 1-6), so one is taken for a damaged file rather than read as undefined.
 //   - tokens that are not valid UTF-8: tokenizer.json (JSON) cannot hold them. A byte-level BPE vocabulary
 //     ("gpt2") stores its tokens in GPT-2's byte-to-unicode form, always valid UTF-8 (llama.cpp decodes anything
 //     else as "[UNK_BYTE_…]"); a SentencePiece one ("llama") holds UTF-8 pieces and its bytes as "<0xNN>" tokens.
@@ -178,8 +189,8 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 //     byte from characters 3-4 of its text and looks bytes up as "<0x%02X>", as tokenizer.json's byte fallback does.
 func checkVocab(model string, tokens []string, types []int) error {
 	for i, t := range types {
-		if t < tokenNormal || t > tokenByte {
-			return fmt.Errorf("metadata tokenizer.ggml.token_type[%d]: %d (want 1-6: normal, unknown, control, user-defined, unused or byte; llama.cpp would silently treat the token as undefined)", i, t)
+		if t < tokenUndefined || t > tokenByte {
+			return fmt.Errorf("metadata tokenizer.ggml.token_type[%d]: %d (want 0-6: undefined, normal, unknown, control, user-defined, unused or byte; llama.cpp would silently treat the token as undefined)", i, t)
 		}
 	}
 	seen := make(map[string]int, len(tokens))

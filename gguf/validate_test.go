@@ -55,9 +55,8 @@ func TestSentencePieceVocabularyRefused(t *testing.T) {
 		edit func(tokens []string, types []int32, scores []float32)
 		want string
 	}{
-		{func(_ []string, ty []int32, _ []float32) { ty[7] = 99 }, "metadata tokenizer.ggml.token_type[7]: 99 (want 1-6"},
-		{func(_ []string, ty []int32, _ []float32) { ty[7] = 0 }, "metadata tokenizer.ggml.token_type[7]: 0 (want 1-6"},
-		{func(_ []string, ty []int32, _ []float32) { ty[5] = -1 }, "metadata tokenizer.ggml.token_type[5]: -1 (want 1-6"},
+		{func(_ []string, ty []int32, _ []float32) { ty[7] = 99 }, "metadata tokenizer.ggml.token_type[7]: 99 (want 0-6"},
+		{func(_ []string, ty []int32, _ []float32) { ty[5] = -1 }, "metadata tokenizer.ggml.token_type[5]: -1 (want 0-6"},
 		{func(to []string, _ []int32, _ []float32) { to[6] = "\xff" }, `metadata tokenizer.ggml.tokens[6]: "\xff" is not valid UTF-8 (a SentencePiece vocabulary`},
 		{func(to []string, _ []int32, _ []float32) { to[8] = "a" }, `metadata tokenizer.ggml.tokens[8]: "a" repeats tokenizer.ggml.tokens[6]`},
 		{func(to []string, _ []int32, _ []float32) { to[4] = "<0x6g>" }, `metadata tokenizer.ggml.tokens[4]: "<0x6g>" has type 6 (byte) in tokenizer.ggml.token_type: want "<0xNN>"`},
@@ -82,6 +81,29 @@ func TestSentencePieceVocabularyRefused(t *testing.T) {
 	path := writeTemp(t, tinyLlama(t4{extraKV: []KV{{"tokenizer.ggml.tokens", Value{Type: TypeArray, Elem: TypeString, V: to}}}}).bytes())
 	if _, err := OpenCheckpoint(path); err != nil {
 		t.Errorf("two empty tokens: %v", err)
+	}
+}
+
+// TestUndefinedTokenType: a token of type 0 (LLAMA_TOKEN_TYPE_UNDEFINED) is accepted as llama.cpp accepts it
+// (llama-vocab.cpp gives it LLAMA_TOKEN_ATTR_UNDEFINED, which its SentencePiece and byte-level BPE tokenizers
+// treat as they treat an unused token's: in the vocabulary, never matched as a special token), so the tokenizer
+// made is the one of the same file with type 5 (unused) there.
+func TestUndefinedTokenType(t *testing.T) {
+	files := func(typ int32) []byte {
+		t.Helper()
+		ty := []int32{2, 3, 3, 6, 6, 1, 1, typ, 1, 1, 1, 1}
+		f, err := Open(writeTemp(t, tinyLlama(t4{extraKV: []KV{{"tokenizer.ggml.token_type", Value{Type: TypeArray, Elem: TypeInt32, V: ty}}}}).bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _, _, err := f.TokenizerFiles()
+		if err != nil {
+			t.Fatalf("token type %d: %v", typ, err)
+		}
+		return tok
+	}
+	if undefined, unused := files(0), files(tokenUnused); string(undefined) != string(unused) {
+		t.Errorf("type 0 made another tokenizer than type 5 (unused):\n%s\n%s", undefined, unused)
 	}
 }
 
