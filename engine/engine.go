@@ -114,6 +114,12 @@ type Options struct {
 	// multiplies activations rounded to bf16 under bf16, and under auto where the CPU has AVX512_BF16 (twice the
 	// rate), else the products are exact (f32: always).
 	DType string
+	// KVCache is how the key/value cache holds keys and values: "f32" (the default) or "f16", which halves the
+	// cache's memory (llama.cpp's default cache type) and rounds each key and value to float16 (a relative change
+	// of at most 2⁻¹¹; one beyond ±65504 is clamped to it, with a warning). f16 is for the host kernels (cpu
+	// without GraphDecode); the compiled graphs keep their cache in float32, and so does Logits over a whole
+	// sequence of a model whose matrices are not block-quantized, which runs them.
+	KVCache string
 	// Monitor, when set, checks the residual stream after every decoder layer and the logits of every step
 	// (guard.Monitor.CheckActivations, CheckLogits) of requests that bring no Request.Monitor of their own: it
 	// follows one sequence, so give concurrent requests their own. In strict mode a problem ends the sequence
@@ -177,6 +183,17 @@ func (o *Options) fillDefaults() error {
 	if o.DType == "" {
 		o.DType = "auto"
 	}
+	switch o.KVCache {
+	case "":
+		o.KVCache = KVCacheF32
+	case KVCacheF32:
+	case KVCacheF16:
+		if o.GraphDecode {
+			return fmt.Errorf("kv cache (--kv-cache) %q needs the host kernels (device cpu without graph decode): the compiled graphs keep their cache in float32", o.KVCache)
+		}
+	default:
+		return fmt.Errorf("kv cache (--kv-cache) %q: want %s or %s", o.KVCache, KVCacheF32, KVCacheF16)
+	}
 	switch {
 	case o.PrefillBudget == 0:
 		o.PrefillBudget = DefaultPrefillBudget
@@ -185,6 +202,12 @@ func (o *Options) fillDefaults() error {
 	}
 	return nil
 }
+
+// The values of Options.KVCache.
+const (
+	KVCacheF32 = "f32"
+	KVCacheF16 = "f16"
+)
 
 // DefaultPrefillBudget is Options.PrefillBudget's default: prompt tokens per step beside decoding sequences.
 const DefaultPrefillBudget = 64
@@ -229,9 +252,10 @@ type Engine struct {
 	computeDType checkpoint.DType
 	health       [][]float32
 
-	tokOnce sync.Once // Tokenizer
-	tok     *tokenizer.Tokenizer
-	tokErr  error
+	tokOnce     sync.Once   // Tokenizer
+	clampWarned atomic.Bool // warnClamped has warned
+	tok         *tokenizer.Tokenizer
+	tokErr      error
 
 	sched         scheduler      // the batch loop's queue (loop.go)
 	logitsWaiting atomic.Int32   // Logits calls waiting for the lock: the loop stops its stream between steps

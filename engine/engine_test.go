@@ -65,7 +65,7 @@ func maxDiff(a, b [][]float32) float64 {
 func tokenByToken(t *testing.T, e *Engine, ids []int) [][]float32 {
 	t.Helper()
 	ctx := context.Background()
-	kv, err := e.kvStore(bucket(len(ids)))
+	kv, err := e.kvStore(bucket(len(ids)), e.onHost(false))
 	if err != nil {
 		t.Fatal(err)
 	}

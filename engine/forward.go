@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"math/bits"
@@ -92,12 +93,15 @@ func bucket(n int) int {
 }
 
 // kvStore returns a one-sequence Store with room for capacity positions (kvStoreBatch).
-func (e *Engine) kvStore(capacity int) (*kvcache.Store, error) { return e.kvStoreBatch(1, capacity) }
+// host says whether the host kernels will use it (Engine.onHost), for which it follows Options.KVCache.
+func (e *Engine) kvStore(capacity int, host bool) (*kvcache.Store, error) {
+	return e.kvStoreBatch(1, capacity, host)
+}
 
 // kvStoreBatch returns a Store for batch sequences of up to capacity positions each, reusing the last one when
 // its sizes match.
-func (e *Engine) kvStoreBatch(batch, capacity int) (*kvcache.Store, error) {
-	cfg := e.kvConfig(batch, capacity)
+func (e *Engine) kvStoreBatch(batch, capacity int, host bool) (*kvcache.Store, error) {
+	cfg := e.kvConfig(batch, capacity, host)
 	if e.kv != nil && e.kv.Config().Equal(cfg) {
 		e.kv.Reset()
 		return e.kv, nil
@@ -113,10 +117,11 @@ func (e *Engine) kvStoreBatch(batch, capacity int) (*kvcache.Store, error) {
 }
 
 // kvConfig sizes a Store for batch sequences of up to capacity positions: a sliding layer keeps a ring of its
-// window's positions.
-func (e *Engine) kvConfig(batch, capacity int) kvcache.Config {
+// window's positions. A store the host kernels use (host) holds float16 under Options.KVCache f16.
+func (e *Engine) kvConfig(batch, capacity int, host bool) kvcache.Config {
 	p := e.plan
-	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim}
+	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim,
+		Half: host && e.opts.KVCache == KVCacheF16}
 	for i, l := range p.Layers {
 		if l.Window > 0 {
 			if cfg.Ring == nil {
@@ -548,7 +553,6 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 			return nil, err
 		}
 		view := kv.View(i)
-		slot, _ := view.Layer(0)
 		for j, g := range groups {
 			keep[j] = arr(g.x)
 		}
@@ -561,7 +565,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		ferr := e.guardMapped(func() error {
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, pastK: slot.K, pastV: slot.V, slots: view.Slots(), rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled}
+				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, slots: view.Slots(), rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled}
 				if kind.Rope != model.NoRope {
 					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 				}
@@ -602,6 +606,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 			n = g.t
 		}
 	}
+	e.warnClamped(kv)
 	nw, hw, release, err := e.headWeights(st)
 	if err != nil {
 		return nil, err
@@ -813,7 +818,7 @@ func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
 	if len(ids) > e.plan.Context {
 		return nil, fmt.Errorf("engine: %d tokens exceed %s", len(ids), e.contextName())
 	}
-	kv, err := e.kvStore(bucket(len(ids)))
+	kv, err := e.kvStore(bucket(len(ids)), e.onHost(true))
 	if err != nil {
 		return nil, err
 	}
@@ -823,4 +828,12 @@ func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
 		defer st.stop()
 	}
 	return e.pass(ctx, st, kv, ids, true)
+}
+
+// warnClamped warns, once per engine, when a float16 cache clamped keys or values to float16's range.
+func (e *Engine) warnClamped(kv *kvcache.Store) {
+	if n := kv.TakeClamped(); n > 0 && e.clampWarned.CompareAndSwap(false, true) {
+		slog.Warn(fmt.Sprintf("the float16 key/value cache clamped %d keys or values beyond ±65504 to that bound: the text may degrade; run with --kv-cache f32 (see %s)",
+			n, guard.Anchor(guard.SectionDType)))
+	}
 }

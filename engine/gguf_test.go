@@ -429,7 +429,7 @@ func TestGGUFTiledPrompt(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			kv, err := e.kvStore(bucket(len(ids)))
+			kv, err := e.kvStore(bucket(len(ids)), e.onHost(false))
 			if err != nil {
 				t.Fatal(err)
 			}

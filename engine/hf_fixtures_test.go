@@ -238,7 +238,7 @@ func refusal(err string) string {
 func prefillDecode(t *testing.T, e *Engine, ids []int, k int) [][]float32 {
 	t.Helper()
 	ctx := context.Background()
-	kv, err := e.kvStore(bucket(len(ids)))
+	kv, err := e.kvStore(bucket(len(ids)), e.onHost(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/kvcache"
 )
 
 // hostOps implements Ops directly on host arrays with hand-written kernels. Decode steps (one new position)
@@ -19,12 +20,12 @@ import (
 // positions: row i's queries are at past[i], past[i]+1, …, its cache slots hold the runs of positions cache[i],
 // and kernels.Attention applies causality and the window from those.
 type hostOps struct {
-	cos, sin     []float32    // [B, T, rotary dims]
-	past         []int        // [B]: positions each row has in the cache (its first query's position)
-	cache        [][]cacheRun // [B]: what the cache slots of each row hold
-	window       int          // the layer's sliding window (0: none)
-	pastK, pastV []float32    // [B, kvHeads, S, headDim]
-	slots        int          // S: the layer's cache slots
+	cos, sin []float32     // [B, T, rotary dims]
+	past     []int         // [B]: positions each row has in the cache (its first query's position)
+	cache    [][]cacheRun  // [B]: what the cache slots of each row hold
+	window   int           // the layer's sliding window (0: none)
+	kv       *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S, headDim])
+	slots    int           // S: the layer's cache slots
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
@@ -191,6 +192,11 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 
 func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
+	// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a prompt
+	// sees its own positions alike computed in one pass or a token at a time.
+	o.kv.Round(ka.data)
+	o.kv.Round(va.data)
+	slot, _ := o.kv.Layer(0)
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
 	kvHeads := ka.dims[1]
 	group := heads / kvHeads
@@ -208,7 +214,11 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 			runs := make([]kernels.KeyRun, 0, len(o.cache[bi])+1)
 			for _, c := range o.cache[bi] {
 				lo, hi := past+c.slot*d, past+(c.slot+c.n)*d
-				runs = append(runs, kernels.KeyRun{K: o.pastK[lo:hi], V: o.pastV[lo:hi], Pos: c.pos, N: c.n})
+				if slot.K16 != nil {
+					runs = append(runs, kernels.KeyRun{K16: slot.K16[lo:hi], V16: slot.V16[lo:hi], Pos: c.pos, N: c.n})
+				} else {
+					runs = append(runs, kernels.KeyRun{K: slot.K[lo:hi], V: slot.V[lo:hi], Pos: c.pos, N: c.n})
+				}
 			}
 			runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
 			jobs = append(jobs, kernels.AttentionJob{

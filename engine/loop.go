@@ -479,7 +479,7 @@ func commonPrefix(a, b []int) int {
 // and positions rounded up to powers of two, positions at most the model's context) and copying what the rows
 // hold when it is too small.
 func (e *Engine) growKV(rows, capacity int) error {
-	want := e.kvConfig(bucket(rows), max(capacity, min(bucket(capacity), e.plan.Context)))
+	want := e.kvConfig(bucket(rows), max(capacity, min(bucket(capacity), e.plan.Context)), e.onHost(false))
 	if e.bkv != nil {
 		have := e.bkv.Config()
 		if have.Batch >= rows && have.Capacity >= capacity {

@@ -3,7 +3,8 @@
 // The engine streams the model one layer at a time, so the layer computation is layer-agnostic: when layer i
 // runs it receives a one-layer View of the store, addressed as layer index 0, and the store maps i to its slot.
 //
-// Each layer's keys and values are flat float32 slices laid out [batch, kvHeads, slots, headDim]. A layer with
+// Each layer's keys and values are flat slices laid out [batch, kvHeads, slots, headDim]: float32, or with
+// Config.Half IEEE half precision (float16, as llama.cpp's default cache), which halves the cache's memory. A layer with
 // full attention has Capacity slots and keeps position p in slot p. A sliding-window layer (Config.Ring) keeps
 // only its last Ring positions, in a ring: position p in slot p mod Ring, so its memory stays bounded however
 // long the sequence grows (Mistral's sliding_window, Qwen2's sliding layers, Gemma's local layers). The slices
@@ -17,6 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
+
+	"github.com/layerstream/layerstream/quant"
 )
 
 // Config sizes a Store.
@@ -30,6 +34,9 @@ type Config struct {
 	// of that many slots (a sliding window: the layer only needs the last Ring positions); 0 or an entry of at
 	// least Capacity gives the layer Capacity slots.
 	Ring []int
+	// Half stores keys and values as float16 (Slot.K16, V16) instead of float32 (Slot.K, V): Write rounds each to
+	// the nearest float16 and clamps one beyond float16's range (±65504) to it, counting it (TakeClamped).
+	Half bool
 }
 
 // Slots is the number of positions layer keeps per sequence.
@@ -44,31 +51,46 @@ func (c Config) ring(layer int) bool {
 	return c.Ring != nil && c.Ring[layer] > 0 && c.Ring[layer] < c.Capacity
 }
 
-// Size is the number of float32 elements of one K (or V) slice of layer.
+// Size is the number of elements of one K (or V) slice of layer.
 func (c Config) Size(layer int) int { return c.Batch * c.KVHeads * c.Slots(layer) * c.HeadDim }
+
+// Bytes is the memory the keys and values of every layer take.
+func (c Config) Bytes() int64 {
+	elem := int64(4)
+	if c.Half {
+		elem = 2
+	}
+	var n int64
+	for l := range c.Layers {
+		n += 2 * int64(c.Size(l)) * elem
+	}
+	return n
+}
 
 // Equal reports whether two configs size stores the same way.
 func (c Config) Equal(o Config) bool {
 	return c.Layers == o.Layers && c.Batch == o.Batch && c.KVHeads == o.KVHeads && c.Capacity == o.Capacity &&
-		c.HeadDim == o.HeadDim && slices.Equal(c.Ring, o.Ring)
+		c.HeadDim == o.HeadDim && slices.Equal(c.Ring, o.Ring) && c.Half == o.Half
 }
 
 // Allocator returns zeroed float32 elements for an array of dims ([batch, kvHeads, slots, headDim]) and an
 // opaque handle the caller associates with them (for example the device buffer that shares the memory). A nil
-// Allocator uses make.
+// Allocator uses make. A Half store is always made with make.
 type Allocator func(dims []int) (data []float32, handle any, err error)
 
-// Slot is one layer's storage.
+// Slot is one layer's storage: K and V, or in a Half store K16 and V16 (float16 bits).
 type Slot struct {
 	K, V             []float32 // [batch, kvHeads, slots, headDim]
+	K16, V16         []uint16  // [batch, kvHeads, slots, headDim], Config.Half
 	KHandle, VHandle any       // from the Allocator
 }
 
 // Store holds the K/V slots of every layer and the committed length of every sequence.
 type Store struct {
-	cfg   Config
-	slots []Slot
-	lens  []int
+	cfg     Config
+	slots   []Slot
+	lens    []int
+	clamped atomic.Int64 // values Write clamped to float16's range (Half)
 }
 
 // New allocates a Store. Memory is allocated once; Reset makes a Store reusable for a new generation.
@@ -88,6 +110,10 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 	for i := range s.slots {
 		var err error
 		sl := &s.slots[i]
+		if cfg.Half {
+			sl.K16, sl.V16 = make([]uint16, cfg.Size(i)), make([]uint16, cfg.Size(i))
+			continue
+		}
 		dims := []int{cfg.Batch, cfg.KVHeads, cfg.Slots(i), cfg.HeadDim}
 		if sl.K, sl.KHandle, err = alloc(dims); err != nil {
 			return nil, fmt.Errorf("kvcache: layer %d keys: %w", i, err)
@@ -173,10 +199,25 @@ func SlotPosition(length, slots int, ring bool, j int) int {
 	return j + slots*((length-1-j)/slots)
 }
 
+// Round rounds new keys or values in place to what Write stores (float16 in a Half store, clamped and counted
+// as Write does it; nothing otherwise): for a pass that attends to its new positions before they are read back
+// from the cache, so that they count the same whether a prompt is computed in one pass or a token at a time.
+func (v *View) Round(x []float32) {
+	if v.store.cfg.Half {
+		if n := quant.RoundHalfClamped(x); n > 0 {
+			v.store.clamped.Add(int64(n))
+		}
+	}
+}
+
+// TakeClamped returns the number of keys and values Write has clamped to float16's range since the last call
+// (always 0 unless Config.Half), and starts counting again.
+func (s *Store) TakeClamped() int64 { return s.clamped.Swap(0) }
+
 // Write stores the keys and values of n new positions of sequence b of layer 0 of the view at positions
 // Len(b)..Len(b)+n-1 (a ring layer keeps the last of them that fit). k and v are laid out
 // [kvHeads, stride, headDim]: position t of head h is at (h*stride+t)*headDim, so a graph output padded to a
-// bucket of stride ≥ n positions is written as is.
+// bucket of stride ≥ n positions is written as is. A Half store rounds them to float16 (quant.HalvesClamped).
 func (v *View) Write(b, n, stride int, k, val []float32) error {
 	c := v.store.cfg
 	if err := v.store.CheckRoom(b, n); err != nil {
@@ -190,19 +231,26 @@ func (v *View) Write(b, n, stride int, k, val []float32) error {
 	}
 	pos := v.store.lens[b]
 	d := c.HeadDim
+	put := func(dst, src, m int) { // m elements of k and val from src to the slot's dst
+		if !c.Half {
+			copy(v.slot.K[dst:dst+m], k[src:src+m])
+			copy(v.slot.V[dst:dst+m], val[src:src+m])
+			return
+		}
+		clamped := quant.HalvesClamped(v.slot.K16[dst:dst+m], k[src:src+m]) + quant.HalvesClamped(v.slot.V16[dst:dst+m], val[src:src+m])
+		if clamped > 0 {
+			v.store.clamped.Add(int64(clamped))
+		}
+	}
 	for h := range c.KVHeads {
 		base := (b*c.KVHeads + h) * v.slots
 		src := h * stride * d
 		if !v.ring {
-			dst := (base + pos) * d
-			copy(v.slot.K[dst:dst+n*d], k[src:src+n*d])
-			copy(v.slot.V[dst:dst+n*d], val[src:src+n*d])
+			put((base+pos)*d, src, n*d)
 			continue
 		}
 		for i := max(0, n-v.slots); i < n; i++ { // earlier ones would be overwritten within this write
-			dst := (base + v.slotOf(pos+i)) * d
-			copy(v.slot.K[dst:dst+d], k[src+i*d:src+(i+1)*d])
-			copy(v.slot.V[dst:dst+d], val[src+i*d:src+(i+1)*d])
+			put((base+v.slotOf(pos+i))*d, src+i*d, d)
 		}
 	}
 	return nil
@@ -235,7 +283,7 @@ func (s *Store) Truncate(b, n int) error {
 // (a ring holds its last Ring). It fails when a sequence of src holds more positions than s has room for.
 func (s *Store) CopyFrom(src *Store) error {
 	c, o := s.cfg, src.cfg
-	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim {
+	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim || c.Half != o.Half {
 		return fmt.Errorf("kvcache: copy from a store of other dimensions (%+v into %+v)", o, c)
 	}
 	rows := min(c.Batch, o.Batch)
@@ -254,6 +302,11 @@ func (s *Store) CopyFrom(src *Store) error {
 				for h := range c.KVHeads {
 					i := ((b*c.KVHeads+h)*to.slots + dst) * d
 					j := ((b*o.KVHeads+h)*from.slots + at) * d
+					if c.Half {
+						copy(to.slot.K16[i:i+d], from.slot.K16[j:j+d])
+						copy(to.slot.V16[i:i+d], from.slot.V16[j:j+d])
+						continue
+					}
 					copy(to.slot.K[i:i+d], from.slot.K[j:j+d])
 					copy(to.slot.V[i:i+d], from.slot.V[j:j+d])
 				}

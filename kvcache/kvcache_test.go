@@ -2,8 +2,11 @@ package kvcache
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/layerstream/layerstream/quant"
 )
 
 func TestViewIsLayerZero(t *testing.T) {
@@ -212,5 +215,114 @@ func TestRing(t *testing.T) {
 	cfg := s.Config()
 	if !cfg.Equal(Config{Layers: 2, Batch: 2, KVHeads: 1, Capacity: 10, HeadDim: 1, Ring: []int{3, 0}}) || cfg.Equal(Config{Layers: 2, Batch: 2, KVHeads: 1, Capacity: 10, HeadDim: 1}) {
 		t.Error("Equal")
+	}
+}
+
+// TestHalf: a float16 store holds, element for element, what a float32 store given the same writes holds, rounded
+// as quant.RoundHalfClamped rounds (a ring layer and a full one, a prefill then steps); values beyond float16's
+// range are clamped and counted once each; Round gives new positions the same rounding; a bigger float16 store
+// takes the positions, and a float32 one refuses them.
+func TestHalf(t *testing.T) {
+	cfg := Config{Layers: 2, Batch: 2, KVHeads: 2, Capacity: 12, HeadDim: 3, Ring: []int{4, 0}}
+	full, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := cfg
+	hc.Half = true
+	half, err := New(hc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Equal(hc) || hc.Bytes()*2 != cfg.Bytes() || hc.Bytes() != 2*2*2*(4+12)*3*2 {
+		t.Fatalf("Equal %v, Bytes %d (float32 %d)", cfg.Equal(hc), hc.Bytes(), cfg.Bytes())
+	}
+	val := func(i int) float32 { return float32(i)*1.2345e-3 + float32(i%7)*0.1 } // mostly not float16 values
+	write := func(n, stride, from int, big bool) {
+		k := make([]float32, cfg.KVHeads*stride*cfg.HeadDim)
+		for i := range k {
+			k[i] = val(from + i)
+		}
+		if big {
+			k[1], k[4] = 70000, -1e9
+		}
+		v := make([]float32, len(k))
+		for i := range v {
+			v[i] = -k[i]
+		}
+		for l := range cfg.Layers {
+			for _, s := range []*Store{full, half} {
+				if err := s.View(l).Write(1, n, stride, slices.Clone(k), slices.Clone(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		full.Advance(1, n)
+		half.Advance(1, n)
+	}
+	write(5, 8, 0, true)
+	for p := range 3 {
+		write(1, 1, 100+10*p, false)
+	}
+	// k[1] (position 0) and k[4] (position 1) in keys and values (their negatives) of the full layer; the ring of
+	// 4 keeps the prefill's last 4 positions, so only k[4].
+	if n := half.TakeClamped(); n != 6 {
+		t.Errorf("clamped %d, want 6", n)
+	}
+	if n := half.TakeClamped(); n != 0 || full.TakeClamped() != 0 {
+		t.Errorf("counted again: %d", n)
+	}
+	for l := range cfg.Layers {
+		if hs := half.slots[l]; hs.K != nil || len(hs.K16) != cfg.Size(l) || len(hs.V16) != cfg.Size(l) {
+			t.Fatalf("layer %d: float32 slices %d, float16 %d", l, len(hs.K), len(hs.K16))
+		}
+	}
+	for l := range cfg.Layers {
+		fs, hs := full.slots[l], half.slots[l]
+		k, v := slices.Clone(fs.K), slices.Clone(fs.V)
+		quant.RoundHalfClamped(k)
+		quant.RoundHalfClamped(v)
+		for i := range k {
+			if got := quant.HalfToFloat32(hs.K16[i]); got != k[i] || quant.HalfToFloat32(hs.V16[i]) != v[i] {
+				t.Fatalf("layer %d element %d: float16 store %g, float32 store rounded %g", l, i, got, k[i])
+			}
+		}
+	}
+	x := []float32{1.0001, 1e6}
+	full.View(0).Round(x)
+	if x[0] != 1.0001 || full.TakeClamped() != 0 {
+		t.Errorf("a float32 store's Round changed %v", x)
+	}
+	half.View(0).Round(x)
+	if x[0] != 1 || x[1] != quant.HalfMax || half.TakeClamped() != 1 {
+		t.Errorf("Round in a float16 store gave %v", x)
+	}
+	bc := hc
+	bc.Batch, bc.Capacity = 3, 20
+	big, err := New(bc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.CopyFrom(half); err != nil {
+		t.Fatal(err)
+	}
+	for l := range cfg.Layers {
+		from, to := half.View(l), big.View(l)
+		for h := range cfg.KVHeads {
+			for j := range from.Slots() {
+				p := from.Position(1, j)
+				if p < 0 {
+					continue
+				}
+				a := ((1*cfg.KVHeads+h)*from.Slots() + j) * cfg.HeadDim
+				b := ((1*cfg.KVHeads+h)*to.Slots() + to.slotOf(p)) * cfg.HeadDim
+				if !slices.Equal(half.slots[l].K16[a:a+cfg.HeadDim], big.slots[l].K16[b:b+cfg.HeadDim]) {
+					t.Errorf("layer %d head %d position %d not copied", l, h, p)
+				}
+			}
+		}
+	}
+	if err := full.CopyFrom(half); err == nil {
+		t.Error("a float32 store took a float16 store's positions")
 	}
 }

@@ -63,3 +63,36 @@ func Float32ToHalf(f float32) uint16 {
 	}
 	return sign // underflow to ±0
 }
+
+// HalfMax is the largest finite float16, 65504: HalvesClamped clamps what lies beyond it to it.
+const HalfMax = 65504
+
+// HalvesClamped rounds each of src to the nearest float16 (ties to even) into dst (len(src) elements). A value
+// that would round to an infinity (|v| ≥ 65520, an infinity included) becomes ±HalfMax and is counted in
+// clamped; NaN stays NaN.
+func HalvesClamped(dst []uint16, src []float32) (clamped int) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		h := Float32ToHalf(v)
+		if h&0x7fff == 0x7c00 { // ±Inf
+			h, clamped = h&0x8000|0x7bff, clamped+1
+		}
+		dst[i] = h
+	}
+	return clamped
+}
+
+// RoundHalfClamped rounds x in place to float16 precision as HalvesClamped stores it (clamped at ±HalfMax), returning
+// the number clamped: the values a float16 cache will give back, for the positions a pass computes and attends
+// to before they are read from the cache.
+func RoundHalfClamped(x []float32) (clamped int) {
+	for i, v := range x {
+		h := Float32ToHalf(v)
+		if h&0x7fff == 0x7c00 {
+			x[i], clamped = float32(math.Copysign(HalfMax, float64(v))), clamped+1
+			continue
+		}
+		x[i] = HalfToFloat32(h)
+	}
+	return clamped
+}

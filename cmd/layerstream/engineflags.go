@@ -20,6 +20,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.StringVar(&o.Device, "device", "cpu", "compute device: cpu (pure Go), cuda or xla-cpu (XLA through a PJRT plugin: a binary built with -tags xla; see README 'CUDA and XLA')")
 	addDTypeFlags(fs, o)
 	fs.BoolVar(&o.NoSharedBuffers, "no-shared-buffers", false, "xla-cpu: copy weights into device buffers as CUDA does instead of sharing host memory (to measure the transfer path)")
+	fs.StringVar(&o.KVCache, "kv-cache", engine.KVCacheF32, "how the key/value cache holds keys and values: f32, or f16 (half the memory, llama.cpp's default; each key and value rounded to float16; cpu without --graph-decode)")
 	o.Prefetch, o.MaxLayerBuffers = 2, 2
 	fs.Var(positiveInt{&o.Prefetch}, "prefetch", "`n` units read from disk ahead of the one computing (at least 1)")
 	fs.Var(positiveInt{&o.MaxLayerBuffers}, "max-layer-buffers", "`n` decoder layers whose weights are on the device at once (at least 1)")

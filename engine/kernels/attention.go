@@ -15,10 +15,12 @@ type AttentionParams struct {
 }
 
 // KeyRun is keys and values of one key/value head at consecutive positions: rows of headDim elements, row i
-// of K and V at position Pos+i, N rows.
+// of K and V at position Pos+i, N rows. They are float32 (K, V) or float16 bits (K16, V16: a float16 cache),
+// widened a block of keys at a time as the tile reads them.
 type KeyRun struct {
-	K, V   []float32
-	Pos, N int
+	K, V     []float32
+	K16, V16 []uint16
+	Pos, N   int
 }
 
 // AttentionJob is the queries of one sequence that share a key/value head, and every key they may see.
@@ -83,9 +85,11 @@ const (
 )
 
 // attnScratch is one worker's memory for a tile: its packed queries, a block of scores (then weights), its
-// running maxima and sums, its outputs, and a zero-padded copy of a block's last keys.
+// running maxima and sums, its outputs, a zero-padded copy of a block's last keys, and a block's keys and
+// values widened from float16.
 type attnScratch struct {
 	qp, sc, o, kpad []float32
+	kw, vw          []float32
 	m, l            []float32
 	qpos            []int
 }
@@ -135,7 +139,15 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 			if klo > qhi || (p.Window > 0 && khi <= qlo-p.Window) {
 				continue // no query of the tile sees a key of the block
 			}
-			keys, vals := run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
+			var keys, vals []float32
+			if run.K16 != nil {
+				s.kw, s.vw = grow(s.kw, attnBlock*d), grow(s.vw, attnBlock*d)
+				keys, vals = s.kw[:n*d], s.vw[:n*d]
+				F32FromHalf(keys, run.K16[j0*d:(j0+n)*d])
+				F32FromHalf(vals, run.V16[j0*d:(j0+n)*d])
+			} else {
+				keys, vals = run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
+			}
 			if asm {
 				s.scoresAVX512(rows, d, keys, n)
 			} else {

@@ -1,0 +1,58 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/layerstream/layerstream/quant"
+)
+
+// TestF32FromHalf widens every float16 bit pattern, on the AVX-512 path where the CPU has it, as the Go table
+// does (NaNs as NaNs), at lengths that leave a tail.
+func TestF32FromHalf(t *testing.T) {
+	src := make([]uint16, 1<<16+5)
+	for i := range src {
+		src[i] = uint16(i)
+	}
+	for _, n := range []int{0, 1, 15, 16, 17, 63, 64, 65, len(src)} {
+		dst := make([]float32, n)
+		F32FromHalf(dst, src[:n])
+		for i, v := range dst {
+			want := quant.HalfToFloat32(src[i])
+			if math.Float32bits(v) != math.Float32bits(want) && !(v != v && want != want) {
+				t.Fatalf("n=%d: %#04x widened to %g, want %g", n, src[i], v, want)
+			}
+		}
+	}
+}
+
+// TestAttentionHalf: runs of float16 keys and values give, bit for bit, what runs of the same values in float32
+// give, on both kernel paths, for head sizes that take the AVX-512 tiles and one that does not.
+func TestAttentionHalf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, d := range []int{64, 24} {
+		for _, tq := range []int{1, 5, 70} {
+			c := newAttnCase(rng, 3, tq, 150, d)
+			half := func(x []float32) []uint16 {
+				h := make([]uint16, len(x))
+				quant.HalvesClamped(h, x)
+				quant.RoundHalfClamped(x)
+				return h
+			}
+			pk, pv, k, v := half(c.pastK), half(c.pastV), half(c.k), half(c.v)
+			p := AttentionParams{Scale: 1 / float32(math.Sqrt(float64(d)))}
+			want := make([]float32, c.t*c.heads*d)
+			Attention(p, d, []AttentionJob{c.job(want)})
+			got := make([]float32, len(want))
+			job := c.job(got)
+			job.Runs = []KeyRun{{K16: pk, V16: pv, Pos: 0, N: c.past}, {K16: k, V16: v, Pos: c.pos0, N: c.t}}
+			Attention(p, d, []AttentionJob{job})
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("d=%d t=%d: output %d is %g from float16 runs, %g from the same values in float32", d, tq, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
