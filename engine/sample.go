@@ -16,7 +16,8 @@ type Sampling struct {
 	Temperature float64
 	// TopK keeps the k most likely tokens; 0 keeps all.
 	TopK int
-	// TopP keeps the smallest set of most likely tokens whose probability reaches p; 0 or 1 keeps all.
+	// TopP keeps the smallest set of most likely tokens whose probability reaches p; 0 or 1 keeps all (the zero
+	// value). A top-p given by a user, where 0 means the most likely token alone, goes through ExplicitTopP.
 	TopP float64
 	// RepetitionPenalty divides positive (multiplies negative) logits of tokens already in the sequence;
 	// 0 or 1 is off.
@@ -39,13 +40,24 @@ func (e *Engine) DefaultSampling() Sampling {
 			s.TopK = *g.TopK
 		}
 		if g.TopP != nil {
-			s.TopP = *g.TopP
+			s.TopP = ExplicitTopP(*g.TopP)
 		}
 	}
 	if g.RepetitionPenalty != nil {
 		s.RepetitionPenalty = *g.RepetitionPenalty
 	}
 	return s
+}
+
+// ExplicitTopP is the Sampling.TopP for a top-p p that a user gave (a flag, a request field,
+// generation_config.json): p itself, except that 0, which OpenAI's API, transformers and llama.cpp read as the
+// most likely token alone, becomes the smallest positive float, which keeps just that token (Sampling's own 0
+// keeps all).
+func ExplicitTopP(p float64) float64 {
+	if p == 0 {
+		return math.SmallestNonzeroFloat64
+	}
+	return p
 }
 
 func (s Sampling) validate() error {

@@ -18,7 +18,9 @@ func TestSampling(t *testing.T) {
 		t.Errorf("with tokens 1 and 4 penalised greedy picked %d, want 2", got)
 	}
 	// top-k 1 and a tiny top-p reduce sampling to the argmax.
-	for _, s := range []Sampling{{Temperature: 1, TopK: 1, Seed: 7}, {Temperature: 5, TopP: 0.01, Seed: 7}} {
+	// An explicit top-p of 0 keeps the most likely token alone, as OpenAI's API and transformers read it.
+	for _, s := range []Sampling{{Temperature: 1, TopK: 1, Seed: 7}, {Temperature: 5, TopP: 0.01, Seed: 7},
+		{Temperature: 5, TopP: ExplicitTopP(0), Seed: 7}} {
 		sm, _ := newSampler(s)
 		for range 50 {
 			if got := sm.next(logits, nil); got != 1 {
@@ -48,6 +50,9 @@ func TestSampling(t *testing.T) {
 	}
 	if slices.Equal(a, draw(43)) {
 		t.Error("different seeds gave the same 200 draws")
+	}
+	if got := ExplicitTopP(0.5); got != 0.5 {
+		t.Errorf("ExplicitTopP(0.5) = %v", got)
 	}
 	for _, bad := range []Sampling{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}, {RepetitionPenalty: -2},
 		{Temperature: math.Inf(1)}, {Temperature: math.NaN()}, {RepetitionPenalty: math.Inf(1)}} {

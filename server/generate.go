@@ -75,7 +75,9 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	}
 	sm := e.DefaultSampling()
 	setIf(&sm.Temperature, req.temperature)
-	setIf(&sm.TopP, req.topP)
+	if req.topP != nil {
+		sm.TopP = engine.ExplicitTopP(*req.topP)
+	}
 	setIf(&sm.TopK, req.topK)
 	setIf(&sm.RepetitionPenalty, req.repetition)
 	if req.seed != nil {

@@ -144,6 +144,15 @@ func TestCompletions(t *testing.T) {
 		*c.Usage != (usageJSON{PromptTokens: len(want.PromptIDs), CompletionTokens: 30, TotalTokens: len(want.PromptIDs) + 30}) {
 		t.Errorf("completion %s, want text %q", body, want.Text)
 	}
+	// top_p 0 keeps the most likely token alone (OpenAI's and transformers' meaning): greedy's text at any
+	// temperature and seed, not a draw from the whole distribution.
+	for _, seed := range []int{1, 2} {
+		code, body := post(t, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 2, "top_p": 0, "seed": %d}`, seed))
+		var c completion
+		if err := json.Unmarshal(body, &c); code != 200 || err != nil || c.Choices[0].Text != want.Text {
+			t.Errorf("top_p 0, seed %d: %d %s, want greedy's %q", seed, code, body, want.Text)
+		}
+	}
 	resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(
 		`{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`))
 	if err != nil {

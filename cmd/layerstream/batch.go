@@ -133,7 +133,9 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		s := &r.Sampling
 		setIf(&s.Temperature, l.Temperature)
 		setIf(&s.TopK, l.TopK)
-		setIf(&s.TopP, l.TopP)
+		if l.TopP != nil {
+			s.TopP = engine.ExplicitTopP(*l.TopP)
+		}
 		setIf(&s.RepetitionPenalty, l.RepetitionPenalty)
 		s.Seed = lineSeed(base.Seed, l)
 		if err := e.CheckRequest(r); err != nil {

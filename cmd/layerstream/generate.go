@@ -355,10 +355,13 @@ func samplingFor(o generateOptions, e *engine.Engine) engine.Sampling {
 	for _, f := range []struct {
 		flag float64
 		dst  *float64
-	}{{o.temperature, &s.Temperature}, {o.topP, &s.TopP}, {o.repetitionPenalty, &s.RepetitionPenalty}} {
+	}{{o.temperature, &s.Temperature}, {o.repetitionPenalty, &s.RepetitionPenalty}} {
 		if f.flag >= 0 {
 			*f.dst = f.flag
 		}
+	}
+	if o.topP >= 0 {
+		s.TopP = engine.ExplicitTopP(o.topP)
 	}
 	if o.topK >= 0 {
 		s.TopK = o.topK

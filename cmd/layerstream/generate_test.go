@@ -111,6 +111,13 @@ func TestGenerateCLIHabits(t *testing.T) {
 	if !strings.Contains(stderr, "seed="+strconv.FormatUint(first.Seed, 10)) || !strings.Contains(stderr, "compute dtype") {
 		t.Errorf("-v does not print the seed and the dtype: %q", stderr)
 	}
+	// --top-p 0 keeps the most likely token alone: greedy's tokens whatever the temperature and seed.
+	greedy, _ := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "20", "--temperature", "0")
+	for _, seed := range []string{"1", "2"} {
+		if g, _ := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "20", "--temperature", "2", "--top-p", "0", "--seed", seed); !slices.Equal(g.GeneratedIDs, greedy.GeneratedIDs) {
+			t.Errorf("--top-p 0 --seed %s: %v, want greedy's %v", seed, g.GeneratedIDs, greedy.GeneratedIDs)
+		}
+	}
 	stopped, _ := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "40", "--stop", "Lily", "--logprobs")
 	if stopped.Text != ", there was a little girl named " || stopped.StopReason != "stop_string" || stopped.Stop != "Lily" ||
 		len(stopped.Logprobs) != len(stopped.GeneratedIDs) {
