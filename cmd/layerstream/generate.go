@@ -147,7 +147,7 @@ func addSamplingFlags(fs *flag.FlagSet, o *generateOptions) {
 	o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1 // unset: generation_config.json decides
 	fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
 	fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens, 0 for all (default: generation_config.json)")
-	fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all (default: generation_config.json)")
+	fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all, 0 for the most likely alone (default: generation_config.json)")
 	fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
 	fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v, and by generate --json)")
 }
