@@ -82,4 +82,35 @@ func TestPprofFlagValidation(t *testing.T) {
 	if err != nil || f.pprof.file() != "trace.out" {
 		t.Fatalf("--pprof trace: %v, file %q", err, f.pprof.file())
 	}
+	// One profile per run: a second --pprof is refused, not silently the only one written.
+	dir := t.TempDir()
+	if _, err := parseProfileFlags(t, "--pprof", "mem="+dir, "--pprof", "trace="+dir); err == nil || !strings.Contains(err.Error(), "once") {
+		t.Errorf("--pprof twice: %v", err)
+	}
+}
+
+// TestProfileOutputsCheckedFirst: --profile-out and --profile-timeline that cannot be written are refused when
+// the flags are parsed, not after the run they were to record.
+func TestProfileOutputsCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o644)
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing", "p.parquet"), "no such file"},
+		{dir, "is a folder"},
+		{filepath.Join(file, "p.parquet"), "not a folder"},
+		{"", "want a file name"},
+	} {
+		for _, flag := range []string{"--profile-out", "--profile-timeline"} {
+			if _, err := parseProfileFlags(t, flag, c.path); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s %q: %v, want an error saying %q", flag, c.path, err, c.want)
+			}
+		}
+	}
+	if f, err := parseProfileFlags(t, "--profile-out", filepath.Join(dir, "p.parquet")); err != nil || !f.enabled() {
+		t.Errorf("--profile-out into a folder that exists: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("the checks left files behind: %v", ents)
+	}
 }
