@@ -16,7 +16,7 @@ type AttentionParams struct {
 
 // KeyRun is keys and values of one key/value head at consecutive positions: rows of headDim elements, row i
 // of K and V at position Pos+i, N rows. They are float32 (K, V) or float16 bits (K16, V16: a float16 cache),
-// widened a block of keys at a time as the tile reads them.
+// widened exactly as the tile kernels load them.
 type KeyRun struct {
 	K, V     []float32
 	K16, V16 []uint16
@@ -86,9 +86,10 @@ const (
 
 // attnScratch is one worker's memory for a tile: its packed queries, a block of scores (then weights), its
 // running maxima and sums, its outputs, a zero-padded copy of a block's last keys, and a block's keys and
-// values widened from float16.
+// values widened from float16 (without AVX-512; with it the tiles widen them as they load them).
 type attnScratch struct {
 	qp, sc, o, kpad []float32
+	kpad16          []uint16
 	kw, vw          []float32
 	m, l            []float32
 	qpos            []int
@@ -140,15 +141,20 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 				continue // no query of the tile sees a key of the block
 			}
 			var keys, vals []float32
-			if run.K16 != nil {
+			half := run.K16 != nil
+			switch {
+			case half && asm: // the tiles widen them as they load them
+			case half:
 				s.kw, s.vw = grow(s.kw, attnBlock*d), grow(s.vw, attnBlock*d)
 				keys, vals = s.kw[:n*d], s.vw[:n*d]
 				F32FromHalf(keys, run.K16[j0*d:(j0+n)*d])
 				F32FromHalf(vals, run.V16[j0*d:(j0+n)*d])
-			} else {
+			default:
 				keys, vals = run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
 			}
-			if asm {
+			if asm && half {
+				s.scoresF16AVX512(rows, d, run.K16[j0*d:(j0+n)*d], n)
+			} else if asm {
 				s.scoresAVX512(rows, d, keys, n)
 			} else {
 				for r := range rows {
@@ -161,7 +167,9 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 			for r := range rows {
 				s.softmax(p, r, n, klo)
 			}
-			if asm {
+			if asm && half {
+				s.pvF16AVX512(rows, d, run.V16[j0*d:(j0+n)*d], n)
+			} else if asm {
 				s.pvAVX512(rows, d, vals, n)
 			} else {
 				for r := range rows {

@@ -101,6 +101,88 @@ func pvAVX512r6c3(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int,
 //go:noescape
 func pvAVX512r6c4(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)
 
+//go:noescape
+func pvF16AVX512r1c1(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r1c2(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r1c3(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r1c4(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r2c1(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r2c2(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r2c3(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r2c4(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r3c1(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r3c2(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r3c3(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r3c4(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r4c1(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r4c2(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r4c3(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r4c4(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r5c1(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r5c2(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r5c3(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r5c4(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r6c1(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r6c2(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r6c3(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+//go:noescape
+func pvF16AVX512r6c4(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int)
+
+// pvF16Kernels are pvKernels for a float16 cache's values.
+var pvF16Kernels = [asmgen.PVRows][asmgen.PVCols]func(o *float32, ldo int, p *float32, ldp int, v *uint16, ldv int, keys int){
+	{pvF16AVX512r1c1, pvF16AVX512r1c2, pvF16AVX512r1c3, pvF16AVX512r1c4},
+	{pvF16AVX512r2c1, pvF16AVX512r2c2, pvF16AVX512r2c3, pvF16AVX512r2c4},
+	{pvF16AVX512r3c1, pvF16AVX512r3c2, pvF16AVX512r3c3, pvF16AVX512r3c4},
+	{pvF16AVX512r4c1, pvF16AVX512r4c2, pvF16AVX512r4c3, pvF16AVX512r4c4},
+	{pvF16AVX512r5c1, pvF16AVX512r5c2, pvF16AVX512r5c3, pvF16AVX512r5c4},
+	{pvF16AVX512r6c1, pvF16AVX512r6c2, pvF16AVX512r6c3, pvF16AVX512r6c4},
+}
+
 // pvKernels[r-1][c-1] adds the weighted values of a block to a tile of r query rows and 16·c columns.
 var pvKernels = [asmgen.PVRows][asmgen.PVCols]func(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int){
 	{pvAVX512r1c1, pvAVX512r1c2, pvAVX512r1c3, pvAVX512r1c4},
@@ -127,6 +209,36 @@ func (s *attnScratch) scoresAVX512(rows, d int, keys []float32, n int) {
 		clear(s.kpad)
 		copy(s.kpad, keys[full*d:n*d])
 		gemmF32AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &s.kpad[0], d*4, 64, d/16, tail, &s.sc[full], attnBlock*4)
+	}
+}
+
+// scoresF16AVX512 is scoresAVX512 for a float16 cache's keys, widened as the tiles load them (d a multiple of
+// 16).
+func (s *attnScratch) scoresF16AVX512(rows, d int, keys []uint16, n int) {
+	xt := gemmTileRows * (d / 16) * 16 * 4
+	full := n / gemmGroup * gemmGroup
+	for j := 0; j < full; j += gemmGroup {
+		gemmF32F16AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &keys[j*d], d*2, 32, d/16, 0, &s.sc[j], attnBlock*4)
+	}
+	if full < n {
+		if cap(s.kpad16) < gemmGroup*d {
+			s.kpad16 = make([]uint16, gemmGroup*d)
+		}
+		s.kpad16 = s.kpad16[:gemmGroup*d]
+		clear(s.kpad16)
+		copy(s.kpad16, keys[full*d:n*d])
+		gemmF32F16AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &s.kpad16[0], d*2, 32, d/16, 0, &s.sc[full], attnBlock*4)
+	}
+}
+
+// pvF16AVX512 is pvAVX512 for a float16 cache's values.
+func (s *attnScratch) pvF16AVX512(rows, d int, vals []uint16, n int) {
+	for c0 := 0; c0 < d; c0 += 16 * asmgen.PVCols {
+		cols := min(asmgen.PVCols, (d-c0)/16)
+		for r0 := 0; r0 < rows; r0 += asmgen.PVRows {
+			nr := min(asmgen.PVRows, rows-r0)
+			pvF16Kernels[nr-1][cols-1](&s.o[r0*d+c0], d*4, &s.sc[r0*attnBlock], attnBlock*4, &vals[c0], d*2, n)
+		}
 	}
 }
 

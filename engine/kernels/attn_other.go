@@ -13,8 +13,10 @@ func siluAVX512(y, x *float32, n int) { panic("no AVX-512") }
 
 func geluTanhAVX512(y, x *float32, n int) { panic("no AVX-512") }
 
-func softCapAVX512(y, x *float32, n int, c float32)                 { panic("no AVX-512") }
-func addAVX512(y, x, b *float32, n int)                             { panic("no AVX-512") }
-func mulAVX512(y, x, b *float32, n int)                             { panic("no AVX-512") }
-func scaleRowAVX512(y, x, b *float32, n int, scale, offset float32) { panic("no AVX-512") }
-func sumSquaresAVX512(x *float32, n int) float64                    { panic("no AVX-512") }
+func softCapAVX512(y, x *float32, n int, c float32)                      { panic("no AVX-512") }
+func addAVX512(y, x, b *float32, n int)                                  { panic("no AVX-512") }
+func mulAVX512(y, x, b *float32, n int)                                  { panic("no AVX-512") }
+func scaleRowAVX512(y, x, b *float32, n int, scale, offset float32)      { panic("no AVX-512") }
+func sumSquaresAVX512(x *float32, n int) float64                         { panic("no AVX-512") }
+func (s *attnScratch) scoresF16AVX512(rows, d int, keys []uint16, n int) { panic("no AVX-512") }
+func (s *attnScratch) pvF16AVX512(rows, d int, vals []uint16, n int)     { panic("no AVX-512") }

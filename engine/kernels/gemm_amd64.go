@@ -31,6 +31,9 @@ func gemmF32BF16AVX512(x *float32, xs, xc, xt, rows int, w *uint16, ws, wc, chun
 func gemmF32BF16RowsAVX512(x *float32, xs, xc, rows int, w *uint16, ws, wc, n, chunks int, tail uint64, y *float32, ldy int)
 
 //go:noescape
+func gemmF32F16AVX512(x *float32, xs, xc, xt, rows int, w *uint16, ws, wc, chunks int, tail uint64, y *float32, ldy int)
+
+//go:noescape
 func gemmBF16AVX512(x *uint16, xs, xc, xt, rows int, w *uint16, ws, wc, chunks int, tail uint64, y *float32, ldy int)
 
 //go:noescape

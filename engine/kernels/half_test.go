@@ -56,3 +56,36 @@ func TestAttentionHalf(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAttentionDecode is one decode step's attention over 4096 cached positions of 32 caches (as many
+// layers' key/value heads: 64 MB of float32, more than the caches hold), 3 query heads per key/value head (as
+// SmolLM2's groups), head size 64, from float32 and from float16 runs.
+func BenchmarkAttentionDecode(b *testing.B) {
+	const d, past, heads, caches = 64, 4096, 3, 32
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := AttentionParams{Scale: 0.125}
+	var f32, f16 []AttentionJob
+	for range caches {
+		c := newAttnCase(rng, heads, 1, past, d)
+		pk, pv := make([]uint16, len(c.pastK)), make([]uint16, len(c.pastV))
+		quant.HalvesClamped(pk, c.pastK)
+		quant.HalvesClamped(pv, c.pastV)
+		out := make([]float32, heads*d)
+		f32 = append(f32, c.job(out))
+		job := c.job(out)
+		job.Runs[0] = KeyRun{K16: pk, V16: pv, Pos: 0, N: past}
+		f16 = append(f16, job)
+	}
+	for _, bc := range []struct {
+		name string
+		jobs []AttentionJob
+	}{{"f32", f32}, {"f16", f16}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				for i := range bc.jobs {
+					Attention(p, d, bc.jobs[i:i+1]) // one layer's head at a time, as decoding runs them
+				}
+			}
+		})
+	}
+}

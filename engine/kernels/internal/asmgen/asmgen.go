@@ -98,6 +98,14 @@ func widenBF16(addr string, reg int, masked bool) []string {
 	return []string{ld, fmt.Sprintf("VPSLLD $16, Z%d, Z%d", reg, reg)}
 }
 
+// widenF16 loads 16 float16 values (32 bytes) widened exactly to float32 (VCVTPH2PS): a float16 cache's keys.
+func widenF16(addr string, reg int, masked bool) []string {
+	if masked {
+		return []string{fmt.Sprintf("VCVTPH2PS.Z %s, K1, Z%d", addr, reg)}
+	}
+	return []string{fmt.Sprintf("VCVTPH2PS %s, Z%d", addr, reg)}
+}
+
 func (g *gen) chunk(k kernel, rows int, masked bool) {
 	for i := range rows {
 		if masked {
@@ -312,6 +320,8 @@ func Generate() []byte {
 		g.gemm(k)
 		g.rowsKernel(k)
 	}
+	// Attention's scores against a float16 cache's keys (the tiles only).
+	g.gemm(kernel{name: "gemmF32F16AVX512", xType: "float32", wType: "uint16", xMasked: "VMOVDQU32.Z", wLoad: widenF16, madd: fma})
 	g.p("// func foldAVX512(p *byte, n int) uint64")
 	g.p("// The XOR of the n/256 256-byte blocks at p, folded to 64 bits: every byte read once, at the memory's rate.")
 	g.p("TEXT ·foldAVX512(SB), NOSPLIT, $0-24")

@@ -202,10 +202,14 @@ const (
 )
 
 // pv writes pvAVX512r{rows}c{cols}: o[i][c] += Σ_j p[i][j]·v[j][c] for the tile's rows i and its 16·cols
-// columns, keys j in order (each output a chain of fused multiply-adds over the keys).
-func (g *gen) pv(rows, cols int) {
-	name := fmt.Sprintf("pvAVX512r%dc%d", rows, cols)
-	g.p("// func %s(o *float32, ldo int, p *float32, ldp int, v *float32, ldv int, keys int)", name)
+// columns, keys j in order (each output a chain of fused multiply-adds over the keys); with half,
+// pvF16AVX512r{rows}c{cols}, whose values are float16 (a float16 cache's), widened as they are loaded.
+func (g *gen) pv(rows, cols int, half bool) {
+	name, vType, vLoad, vBytes := fmt.Sprintf("pvAVX512r%dc%d", rows, cols), "float32", "VMOVUPS", 64
+	if half {
+		name, vType, vLoad, vBytes = fmt.Sprintf("pvF16AVX512r%dc%d", rows, cols), "uint16", "VCVTPH2PS", 32
+	}
+	g.p("// func %s(o *float32, ldo int, p *float32, ldp int, v *%s, ldv int, keys int)", name, vType)
 	g.p("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	g.p("\tMOVQ o+0(FP), DI")
 	g.p("\tMOVQ ldo+8(FP), R8")
@@ -234,7 +238,7 @@ func (g *gen) pv(rows, cols int) {
 	g.p("\tJZ %s_store", name)
 	g.p("%s_loop:", name)
 	for c := range cols {
-		g.p("\tVMOVUPS %d(DX), Z%d", 64*c, 24+c)
+		g.p("\t%s %d(DX), Z%d", vLoad, vBytes*c, 24+c)
 	}
 	for i := range rows {
 		g.p("\tVBROADCASTSS %s, Z28", pAddr(i))
@@ -393,9 +397,11 @@ func GenerateAttention() []byte {
 		g.p("\tVMULPS Z1, Z0, Z0")
 	})
 	g.sumSquares()
-	for r := 1; r <= PVRows; r++ {
-		for c := 1; c <= PVCols; c++ {
-			g.pv(r, c)
+	for _, half := range []bool{false, true} {
+		for r := 1; r <= PVRows; r++ {
+			for c := 1; c <= PVCols; c++ {
+				g.pv(r, c, half)
+			}
 		}
 	}
 	return g.b.Bytes()
