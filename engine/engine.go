@@ -280,6 +280,7 @@ func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if err := residentFits(set, opts); err != nil {
+		set.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if opts.DirectIO == DirectIOAuto {

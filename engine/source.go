@@ -44,7 +44,7 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 	if shards.IsSet(dir) {
 		set, err := shards.Open(dir)
 		if err == nil {
-			if err := set.CheckFiles(); err != nil {
+			if err := set.Pin(); err != nil {
 				return nil, err
 			}
 			if changed := set.SourceChanged(); changed != "" {
@@ -59,7 +59,16 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 	if err != nil {
 		return nil, err
 	}
-	return shards.Ensure(ctx, ck, shards.SplitOptions{Out: opts.ShardDir, Progress: opts.SplitProgress})
+	set, err := shards.Ensure(ctx, ck, shards.SplitOptions{Out: opts.ShardDir, Progress: opts.SplitProgress})
+	if err != nil {
+		return nil, err
+	}
+	// Another process may re-split this folder while this one runs (the checkpoint changed): read the files as
+	// they are now.
+	if err := set.Pin(); err != nil {
+		return nil, err
+	}
+	return set, nil
 }
 
 // OpenCheckpoint opens a source model: a GGUF file (its tensors as they are, its metadata mapped by package

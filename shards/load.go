@@ -57,7 +57,7 @@ func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*
 		return nil, err
 	}
 	start := time.Now()
-	r, err := s.openShard(path)
+	r, err := s.openShard(u.Name, path)
 	if err != nil {
 		return nil, openError(path, u, err)
 	}
@@ -156,21 +156,55 @@ func openError(path string, u UnitInfo, err error) error {
 	return fmt.Errorf("shard %s: %w", path, err)
 }
 
-// CheckFiles checks that every unit's shard file is there at the size the manifest gives, so that a damaged
-// folder is refused when it is opened rather than when generation reaches the unit. Loads check each file
-// again as they open it.
-func (s *Set) CheckFiles() error {
+// Pin checks that every unit's shard file is there at the size the manifest gives, so that a damaged folder is
+// refused when it is opened rather than when generation reaches the unit, and keeps each file open until Close:
+// the set then reads the files it was opened with, even when another process updates the split (a checkpoint
+// that changed is re-split by renaming new files over the old ones, which a process reading by name would meet
+// mid-run as files that no longer match its manifest). A file changed in place is still noticed (its times
+// change) and checked again. Loads check each file again as they read it.
+func (s *Set) Pin() error {
+	files := make(map[string]*os.File, len(s.units))
 	for _, u := range s.units {
 		path := filepath.Join(s.Dir, u.File)
-		st, err := os.Stat(path)
+		f, err := os.Open(path)
+		if err == nil {
+			_, err = statShard(f, path, u)
+			if err != nil {
+				f.Close()
+			}
+		} else {
+			err = openError(path, u, err)
+		}
 		if err != nil {
-			return openError(path, u, err)
+			for _, f := range files {
+				f.Close()
+			}
+			return err
 		}
-		if st.Size() != u.FileSize {
-			return fmt.Errorf("shard %s: %w", path, sizeError(st.Size(), u.FileSize))
-		}
+		files[u.Name] = f
 	}
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	s.closePinned()
+	s.pinned = files
 	return nil
+}
+
+// pinnedFile returns unit's shard file as Pin opened it, or nil.
+func (s *Set) pinnedFile(unit string) *os.File {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	return s.pinned[unit]
+}
+
+// closePinned closes the files Pin opened; the caller holds pinMu.
+func (s *Set) closePinned() error {
+	var errs []error
+	for _, f := range s.pinned {
+		errs = append(errs, f.Close())
+	}
+	s.pinned = nil
+	return errors.Join(errs...)
 }
 
 // testHookOpenDirect opens files for O_DIRECT reads; tests replace it to simulate a filesystem that refuses.
@@ -180,16 +214,17 @@ var testHookOpenDirect = openDirect
 type shardReader struct {
 	s      *Set
 	path   string
-	f      *os.File
+	pinned *os.File // the unit's file as Pin opened it, or nil
+	f      *os.File // pinned, or a descriptor of the reader's own
 	direct bool
 }
 
-// openShard opens path for reading, with O_DIRECT when the set asks for it; where the filesystem refuses it
-// the set falls back to page-cache reads for good.
-func (s *Set) openShard(path string) (*shardReader, error) {
-	r := &shardReader{s: s, path: path}
+// openShard opens unit's shard file (the one Pin opened, else path) for reading, with O_DIRECT when the set
+// asks for it; where the filesystem refuses it the set falls back to page-cache reads for good.
+func (s *Set) openShard(unit, path string) (*shardReader, error) {
+	r := &shardReader{s: s, path: path, pinned: s.pinnedFile(unit)}
 	if s.direct.Load() {
-		f, err := testHookOpenDirect(path)
+		f, err := testHookOpenDirect(r.name())
 		if err == nil {
 			r.f, r.direct = f, true
 			return r, nil
@@ -199,12 +234,29 @@ func (s *Set) openShard(path string) (*shardReader, error) {
 		}
 		s.refuseDirect(err)
 	}
-	f, err := os.Open(path)
+	return r, r.openPlain()
+}
+
+// name is the name to open the reader's file by: the pinned descriptor's own (reopenName), else its path.
+func (r *shardReader) name() string {
+	if r.pinned != nil {
+		return reopenName(r.pinned)
+	}
+	return r.path
+}
+
+// openPlain sets r.f to the pinned file, or opens the path without O_DIRECT.
+func (r *shardReader) openPlain() error {
+	if r.pinned != nil {
+		r.f = r.pinned
+		return nil
+	}
+	f, err := os.Open(r.path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.f = f
-	return r, nil
+	return nil
 }
 
 // refuseDirect turns O_DIRECT off after the filesystem refused it, with one warning.
@@ -228,12 +280,12 @@ func (r *shardReader) readAt(b []byte, off int64) error {
 	_, err := r.f.ReadAt(b, off)
 	if err != nil && r.direct && errors.Is(err, syscall.EINVAL) {
 		r.s.refuseDirect(err)
-		f, oerr := os.Open(r.path)
-		if oerr != nil {
+		r.f.Close()
+		r.direct = false
+		if oerr := r.openPlain(); oerr != nil {
+			r.f = nil
 			return fmt.Errorf("shard %s: %w", r.path, oerr)
 		}
-		r.f.Close()
-		r.f, r.direct = f, false
 		_, err = r.f.ReadAt(b, off)
 	}
 	if errors.Is(err, io.EOF) {
@@ -245,7 +297,11 @@ func (r *shardReader) readAt(b []byte, off int64) error {
 	return nil
 }
 
-func (r *shardReader) close() { r.f.Close() }
+func (r *shardReader) close() {
+	if r.f != nil && r.f != r.pinned {
+		r.f.Close()
+	}
+}
 
 // readWhole reads the whole file at path into the start of buf, grown if needed, with one ReadAt. The file must
 // be want bytes long (want < 0: any size); it is checked before anything is allocated.

@@ -52,11 +52,13 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 	if l, err := s.reuseKept(u, path, start); l != nil || err != nil {
 		return l, err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, openError(path, u, err)
+	f := s.pinnedFile(u.Name)
+	if f == nil {
+		if f, err = os.Open(path); err != nil {
+			return nil, openError(path, u, err)
+		}
+		defer f.Close() // the mapping outlives the descriptor
 	}
-	defer f.Close() // the mapping outlives the descriptor
 	st, err := statShard(f, path, u)
 	if err != nil {
 		return nil, err
@@ -115,7 +117,13 @@ func (s *Set) reuseKept(u UnitInfo, path string, start time.Time) (*Loaded, erro
 	if !s.keepMapped.Load() || VerifyPolicy(s.policy.Load()) != VerifyOnce {
 		return nil, nil
 	}
-	st, err := os.Stat(path)
+	var st os.FileInfo
+	var err error
+	if f := s.pinnedFile(u.Name); f != nil {
+		st, err = f.Stat()
+	} else {
+		st, err = os.Stat(path)
+	}
 	if err != nil || !s.verifiedAs(u.Name, st) {
 		return nil, nil
 	}
@@ -213,12 +221,16 @@ func (s *Set) MappedAt(addr uintptr) (unit string, ok bool) {
 	return "", false
 }
 
-// Close unmaps the mappings kept under SetKeepMapped; tensors from them must not be used afterwards. The set
-// stays usable (a later Map maps again). Buffers' own mappings are theirs to Release.
+// Close unmaps the mappings kept under SetKeepMapped, tensors from them must not be used afterwards, and closes
+// the files Pin opened. The set stays usable (a later Map maps again, from the files by name). Buffers' own
+// mappings are theirs to Release.
 func (s *Set) Close() error {
+	s.pinMu.Lock()
+	pinErr := s.closePinned()
+	s.pinMu.Unlock()
 	s.mapsMu.Lock()
 	defer s.mapsMu.Unlock()
-	var errs []error
+	errs := []error{pinErr}
 	for _, k := range s.kept {
 		errs = append(errs, unmapFile(k.data))
 	}

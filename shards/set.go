@@ -46,6 +46,9 @@ type Set struct {
 	decOnce sync.Once
 	dec     *zstd.Decoder
 	decErr  error
+
+	pinMu  sync.Mutex
+	pinned map[string]*os.File // unit → its shard file, opened by Pin; closed by Close
 }
 
 // UnitInfo describes one unit's shard file.

@@ -430,14 +430,17 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// TestCheckFiles: a shard folder missing a unit's file, or holding one of another size than the manifest's, is
-// refused by CheckFiles naming the file, before anything is read.
-func TestCheckFiles(t *testing.T) {
+// TestPin: a shard folder missing a unit's file, or holding one of another size than the manifest's, is refused
+// by Pin naming the file, before anything is read.
+func TestPin(t *testing.T) {
 	ck := tinyCheckpoint(t, checkpoint.BF16)
 	out := t.TempDir()
 	s := split(t, ck, out, Raw)
-	if err := s.CheckFiles(); err != nil {
+	if err := s.Pin(); err != nil {
 		t.Fatalf("a whole split: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 	path := filepath.Join(out, "layer.1.shard")
 	orig, _ := os.ReadFile(path)
@@ -446,12 +449,61 @@ func TestCheckFiles(t *testing.T) {
 		if damage == "is missing" {
 			os.Remove(path)
 		}
-		err := s.CheckFiles()
+		err := s.Pin()
 		for _, want := range []string{path, damage, "run layerstream split again", guard.SectionCorrupt} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("shard %s: error %v does not say %q", damage, err, want)
 			}
 		}
+	}
+}
+
+// TestPinnedSetSurvivesResplit: a process reading a split while another re-splits it after its checkpoint
+// changed (new files renamed over the old ones) keeps reading the split it opened, whole and verified, by Load
+// and Map, through the page cache or with O_DIRECT; a set not pinned meets the new files, which do not match its
+// manifest.
+func TestPinnedSetSurvivesResplit(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	ref := tinyCheckpoint(t, checkpoint.BF16) // the same weights, left unchanged
+	out := t.TempDir()
+	split(t, ck, out, Raw).Close()
+	open := func(pin bool) *Set {
+		s, err := Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pin {
+			if err := s.Pin(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	pinned, unpinned := open(true), open(false)
+	if _, err := Ensure(context.Background(), overwriteWith(t, ck, 9), SplitOptions{Out: out, DiskRate: -1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, direct := range []bool{false, true} {
+		pinned.SetDirectIO(direct)
+		for _, l := range loaders(pinned) {
+			checkIdenticalWith(t, pinned, ref, l.load)
+		}
+		if direct && !pinned.direct.Load() {
+			t.Log("O_DIRECT refused by this filesystem: only page-cache reads of the pinned files were checked")
+		}
+	}
+	pinned.SetDirectIO(false)
+	pinned.SetKeepMapped(true)
+	for range 2 { // mapped, then the kept mapping reused
+		for _, u := range pinned.Units() {
+			if _, err := pinned.Map(context.Background(), u.Name, NewBuffer(0)); err != nil {
+				t.Fatalf("kept mapping of %s: %v", u.Name, err)
+			}
+		}
+	}
+	if _, err := unpinned.Load(context.Background(), "layer.1", NewBuffer(0)); err == nil {
+		t.Error("an unpinned set read a re-split file without an error: the premise of this test no longer holds")
 	}
 }
 

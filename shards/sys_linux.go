@@ -2,6 +2,7 @@ package shards
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -13,6 +14,10 @@ var errNoDirectIO = errors.New("O_DIRECT not supported")
 func openDirect(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
 }
+
+// reopenName is a name that opens f's file itself, wherever it has been renamed or replaced since it was opened:
+// its descriptor's entry in /proc.
+func reopenName(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
 // freeBytes returns the bytes available to unprivileged users on dir's filesystem.
 func freeBytes(dir string) (int64, error) {

@@ -12,6 +12,9 @@ var errNoDirectIO = errors.New("O_DIRECT not supported on this platform")
 
 func openDirect(string) (*os.File, error) { return nil, errNoDirectIO }
 
+// reopenName is a name that opens f's file: its path here, where O_DIRECT is not used anyway.
+func reopenName(f *os.File) string { return f.Name() }
+
 // freeBytes returns -1 (unknown): the free-space check is skipped on this platform.
 func freeBytes(string) (int64, error) { return -1, nil }
 
