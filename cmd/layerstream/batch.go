@@ -74,6 +74,9 @@ func readBatchFile(path string) ([]batchLine, error) {
 		if (l.Prompt == nil) == (l.IDs == nil) {
 			return nil, fmt.Errorf("--batch-file %s line %d: give exactly one of \"prompt\" and \"ids\"", path, n)
 		}
+		if l.RepetitionPenalty != nil && *l.RepetitionPenalty == 0 {
+			return nil, fmt.Errorf("--batch-file %s line %d: repetition_penalty must be positive (1 is off), got 0", path, n)
+		}
 		lines = append(lines, l)
 	}
 	if err := sc.Err(); err != nil {

@@ -92,6 +92,7 @@ func TestBatchFileBadLines(t *testing.T) {
 		{`{"ids": [1], "max_new_tokens": 600}`, "line 2: prompt (1 tokens) + max new tokens (600)"},
 		{`{"ids": [1, 100000]}`, "line 2: prompt token id 100000"},
 		{`{"ids": [1], "temperature": -2}`, "line 2: temperature must be finite and ≥ 0"},
+		{`{"ids": [1], "repetition_penalty": 0}`, "line 2: repetition_penalty must be positive (1 is off)"},
 	} {
 		path := writeBatchFile(t, good, c.line, good)
 		o := generateOptions{model: model, batchFile: path, batchSize: 4, maxNew: 4, temperature: -1, topK: -1, topP: -1, repetitionPenalty: -1}

@@ -53,6 +53,11 @@ func init() {
 				if *printPlan != "" {
 					return printPlacement(os.Stdout, o.model, *printPlan, o.eng)
 				}
+				fs.Visit(func(f *flag.Flag) {
+					if f.Name == "prompt" && o.prompt == "" {
+						o.emptyPrompt = true
+					}
+				})
 				if err := o.check(); err != nil {
 					return err
 				}
@@ -92,6 +97,7 @@ type generateOptions struct {
 	logprobs           bool
 	topLogprobs        int
 	eng                engine.Options
+	emptyPrompt        bool // --prompt "" was given
 }
 
 // check refuses flag combinations that do not go together.
@@ -106,6 +112,8 @@ func (o *generateOptions) check() error {
 		}
 	}
 	switch {
+	case o.emptyPrompt:
+		return usageErrorf("--prompt is empty: give the text to continue")
 	case given != 1:
 		return usageErrorf("give exactly one of --prompt, --prompt-file, --ids and --batch-file")
 	case o.batchFile != "" && o.batchSize < 1:
@@ -145,16 +153,22 @@ func readPrompt(path string, stdin io.Reader) (string, error) {
 // value (samplingFor), and the seed a random one.
 func addSamplingFlags(fs *flag.FlagSet, o *generateOptions) {
 	o.temperature, o.topK, o.topP, o.repetitionPenalty = -1, -1, -1, -1 // unset: generation_config.json decides
-	fs.Var(unsetFloat{&o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
+	fs.Var(unsetFloat{p: &o.temperature}, "temperature", "sampling temperature (a `float`), 0 for greedy (default: generation_config.json, else greedy)")
 	fs.Var(unsetInt{&o.topK}, "top-k", "sample among the k (an `int`) most likely tokens, 0 for all (default: generation_config.json)")
-	fs.Var(unsetFloat{&o.topP}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all, 0 for the most likely alone (default: generation_config.json)")
-	fs.Var(unsetFloat{&o.repetitionPenalty}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
+	fs.Var(unsetFloat{p: &o.topP, max: 1}, "top-p", "sample among the most likely tokens covering probability p (a `float`), 1 for all, 0 for the most likely alone (default: generation_config.json)")
+	fs.Var(unsetFloat{p: &o.repetitionPenalty, positive: true}, "repetition-penalty", "penalise tokens already in the sequence by this `float`, 1 for off (default: generation_config.json)")
 	fs.Var(&o.seed, "seed", "random seed for sampling (default: a random one, printed by -v, and by generate --json)")
 }
 
 // unsetFloat and unsetInt are flag values whose negative value means "not given": --help then prints no
 // misleading "(default -1)" beside the generation_config.json default the usage text names.
-type unsetFloat struct{ p *float64 }
+// unsetFloat is finite and ≥ 0; with positive > 0 (where 0 would mean nothing else than "off" to the engine, as
+// the repetition penalty's, whose off is 1); with max > 0, at most max.
+type unsetFloat struct {
+	p        *float64
+	positive bool
+	max      float64
+}
 
 func (f unsetFloat) String() string {
 	if f.p == nil || *f.p < 0 {
@@ -165,8 +179,13 @@ func (f unsetFloat) String() string {
 
 func (f unsetFloat) Set(s string) error {
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+	switch {
+	case f.positive && (err != nil || !(v > 0) || math.IsInf(v, 0)):
+		return fmt.Errorf("want a finite number > 0 (1 is off), got %q", s)
+	case err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v):
 		return fmt.Errorf("want a finite number ≥ 0, got %q", s)
+	case f.max > 0 && v > f.max:
+		return fmt.Errorf("want a number in [0, %g], got %q", f.max, s)
 	}
 	*f.p = v
 	return nil

@@ -67,6 +67,9 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"generate", "--model", "m", "--batch-file", "p.jsonl", "--batch-size", "0"}, 2, "--batch-size must be at least 1"},
 		{[]string{"generate", "--model", "m", "--batch-file", "/nonexistent/p.jsonl"}, 1, "--batch-file: open /nonexistent/p.jsonl"},
 		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "cuda"}, 1, "built without the xla build tag"},
+		{[]string{"generate", "--model", "m", "--prompt", ""}, 2, "--prompt is empty"},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--top-p", "2"}, 2, `invalid value "2" for flag -top-p: want a number in [0, 1]`},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--repetition-penalty", "0"}, 2, `flag -repetition-penalty: want a finite number > 0 (1 is off)`},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
@@ -258,7 +261,6 @@ func TestRefusedRequestPrintsNothing(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--top-p", "2"}, "top-p must be in [0, 1]"},
 		{[]string{"--max-new-tokens", "100000"}, "exceeds the model's context"},
 	} {
 		var errb bytes.Buffer
