@@ -120,7 +120,7 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(cio.out)
-			return nil
+			return ctx.Err() // SIGTERM: exit status 130, as every command's
 		case <-cio.interrupts:
 			block, inBlock = nil, false
 			fmt.Fprintln(cio.msg, "\n(Ctrl-D or /exit to leave)")
@@ -129,6 +129,9 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 		}
 		if !ok {
 			fmt.Fprintln(cio.out)
+			if inBlock || len(block) > 0 {
+				fmt.Fprintln(cio.msg, `(the input ended inside a message of several lines: it was not sent; close it with """ or a line not ending in \)`)
+			}
 			return <-readErr
 		}
 		// Multi-line messages: between """ lines, or lines ending with a backslash.
@@ -204,7 +207,7 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 			fmt.Fprintf(cio.msg, "the answer was stopped: %v\n", err)
 			continue
 		case err != nil && ctx.Err() != nil:
-			return nil // SIGTERM
+			return ctx.Err() // SIGTERM: exit status 130, as every command's
 		case err != nil:
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -129,6 +130,43 @@ func TestChatInterrupt(t *testing.T) {
 	}
 	if !strings.Contains(msg.String(), "(stopped)") || !strings.Contains(msg.String(), "Ctrl-D or /exit") || !strings.Contains(string(tail), "[assistant] ") {
 		t.Errorf("messages %q, tail %q", msg.String(), tail)
+	}
+}
+
+// TestChatTerminated: SIGTERM (the context cancelled), at the prompt or during an answer, ends the chat with
+// context.Canceled, which the command turns into exit status 130, as every command's; input that ends inside a
+// message of several lines says that message was not sent.
+func TestChatTerminated(t *testing.T) {
+	e := openChatModel(t)
+	o := generateOptions{maxNew: 400, temperature: 0, topK: -1, topP: -1, repetitionPenalty: -1}
+	for _, during := range []string{"the prompt", "an answer"} {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		ctx, cancel := context.WithCancel(context.Background())
+		var msg testutil.SyncBuffer
+		done := make(chan error, 1)
+		go func() {
+			done <- runChat(ctx, e, o, chatIO{in: inR, out: outW, msg: &msg, interrupts: make(chan os.Signal)})
+			outW.Close()
+		}()
+		out := bufio.NewReader(outR)
+		if during == "an answer" {
+			go inW.Write([]byte("Once upon a time\n"))
+			if _, err := out.ReadString(' '); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cancel()
+		go io.Copy(io.Discard, out)
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("SIGTERM during %s: %v, want context.Canceled (exit status 130)", during, err)
+		}
+		inW.Close()
+	}
+	var out, msg testutil.SyncBuffer
+	err := runChat(context.Background(), e, o, chatIO{in: strings.NewReader("\"\"\"Once upon\na time\n"), out: &out, msg: &msg, interrupts: make(chan os.Signal)})
+	if err != nil || !strings.Contains(msg.String(), "it was not sent") {
+		t.Errorf("input ending inside a block: %v, messages %q", err, msg.String())
 	}
 }
 
