@@ -63,8 +63,8 @@ func (c cacheRepo) cachedSnapshot(rev string) (string, error) {
 	if !isCommit(rev) {
 		b, err := os.ReadFile(c.refPath(rev))
 		if err != nil {
-			return "", fmt.Errorf("%w: %s (revision %s) has never been downloaded into %s; run `layerstream download %s` "+
-				"with network access first, or unset HF_HUB_OFFLINE (see TROUBLESHOOTING.md, \"No network or offline\")",
+			return "", fmt.Errorf("%w: %s (revision %s) is no local file or folder and has never been downloaded into %s: check the "+
+				"spelling, or run `layerstream download %s` with network access first, or unset HF_HUB_OFFLINE (see TROUBLESHOOTING.md, \"No network or offline\")",
 				ErrOffline, c.id, rev, filepath.Dir(c.dir), c.id)
 		}
 		commit = strings.TrimSpace(string(b))

@@ -231,8 +231,8 @@ func resolveFile(ctx context.Context, id, file string, o Options) (string, error
 		if !isCommit(commit) {
 			b, err := os.ReadFile(repo.refPath(o.Revision))
 			if err != nil {
-				return "", fmt.Errorf("%w: %s (revision %s) has never been downloaded into %s; run `layerstream download %s/%s` "+
-					"with network access first, or unset HF_HUB_OFFLINE", ErrOffline, id, o.Revision, o.CacheDir, id, file)
+				return "", fmt.Errorf("%w: %s (revision %s) is no local file or folder and has never been downloaded into %s: check the "+
+					"spelling, or run `layerstream download %s/%s` with network access first, or unset HF_HUB_OFFLINE", ErrOffline, id, o.Revision, o.CacheDir, id, file)
 			}
 			commit = strings.TrimSpace(string(b))
 		}

@@ -407,8 +407,12 @@ func TestOffline(t *testing.T) {
 
 	_, err = Resolve(context.Background(), "org/other", opts)
 	if !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "org/other") ||
-		!strings.Contains(err.Error(), "layerstream download org/other") {
-		t.Fatalf("offline, cold cache: err = %v, want ErrOffline naming the repo and the fix", err)
+		!strings.Contains(err.Error(), "layerstream download org/other") || !strings.Contains(err.Error(), "no local file or folder") {
+		t.Fatalf("offline, cold cache: err = %v, want ErrOffline naming the repo, that no local path has that name, and the fix", err)
+	}
+	// A GGUF file of a repo never downloaded: the same.
+	if _, err := Resolve(context.Background(), "org/other/m.gguf", opts); !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "no local file or folder") {
+		t.Fatalf("offline, cold cache, a GGUF file: err = %v", err)
 	}
 	opts.Revision = "v9"
 	if _, err := Resolve(context.Background(), "org/tiny", opts); !errors.Is(err, ErrOffline) {
