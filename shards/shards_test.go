@@ -507,6 +507,22 @@ func TestPinnedSetSurvivesResplit(t *testing.T) {
 	}
 }
 
+// TestSplitRefusesCheckpointFolder: --out naming the checkpoint's own folder (by any path) is refused before
+// anything is written.
+func TestSplitRefusesCheckpointFolder(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	before, _ := os.ReadDir(ck.Dir)
+	for _, out := range []string{ck.Dir, ck.Dir + "/."} {
+		_, err := Split(context.Background(), ck, SplitOptions{Out: out, DiskRate: -1})
+		if err == nil || !strings.Contains(err.Error(), "the checkpoint's own folder") {
+			t.Errorf("--out %s: %v", out, err)
+		}
+	}
+	if after, _ := os.ReadDir(ck.Dir); len(after) != len(before) {
+		t.Errorf("the checkpoint's folder went from %d to %d entries", len(before), len(after))
+	}
+}
+
 func TestSplitRejectsBadCheckpoints(t *testing.T) {
 	ck := tinyCheckpoint(t, checkpoint.BF16)
 	bad := *ck

@@ -215,11 +215,29 @@ func prepare(ck *checkpoint.Checkpoint, opts *SplitOptions) (string, []unitPlan,
 	if out == "" {
 		out = DefaultDirFor(ck.Dir, opts.Quantize)
 	}
+	// A checkpoint folder's own files (not one whose files are made from its metadata: a GGUF file's, synth's
+	// shards written straight into their folder) must not be mixed with a split's.
+	if ck.Files == nil && sameDir(out, ck.Dir) {
+		return "", nil, fmt.Errorf("shards: the output folder %s is the checkpoint's own folder: the shards and their copies of "+
+			"config.json and the tokenizer's files would mix with the checkpoint's, and the folder would be read as a "+
+			"shard folder from then on, no longer following the checkpoint; choose another folder (or none: the "+
+			"layerstream cache)", out)
+	}
 	plans, err := planUnits(ck)
 	if err != nil {
 		return "", nil, err
 	}
 	return out, plans, nil
+}
+
+// sameDir reports whether a and b are the same existing folder.
+func sameDir(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil || !sa.IsDir() {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // begin starts writing a split into out: it makes a single-file model's files from its metadata (returned as
