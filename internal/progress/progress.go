@@ -34,6 +34,7 @@ type Bar struct {
 	last        time.Time
 	width       int // of the last line drawn
 	drawn       bool
+	updated     bool // Update was called: there is something to show
 }
 
 // New starts a bar writing to w (nil: no bar) labelled label, with have bytes already done before it started
@@ -60,7 +61,7 @@ func (b *Bar) Update(done, total int64) {
 	if b == nil {
 		return
 	}
-	b.done, b.total = done, total
+	b.done, b.total, b.updated = done, total, true
 	if b.tty && (time.Since(b.last) >= drawEvery || (total >= 0 && done >= total)) {
 		b.draw()
 	}
@@ -69,9 +70,10 @@ func (b *Bar) Update(done, total int64) {
 // Add counts n more bytes done.
 func (b *Bar) Add(n int64) { b.Update(b.done+n, b.total) }
 
-// Finish draws the final state and ends the line.
+// Finish draws the final state and ends the line; a bar that was never updated (the work failed before it
+// began) draws nothing.
 func (b *Bar) Finish() {
-	if b == nil {
+	if b == nil || !b.updated {
 		return
 	}
 	b.draw()

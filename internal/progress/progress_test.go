@@ -37,6 +37,16 @@ func TestBar(t *testing.T) {
 	if s := b.String(); strings.Count(s, "\n") != 1 || strings.Contains(s, "\r") || !strings.Contains(s, "model.safetensors") || !strings.Contains(s, "19%") {
 		t.Errorf("plain output %q: want one final line", s)
 	}
+	// Work that failed before it began leaves no empty bar ("0% [>   ] 0 B / ?") above its error.
+	b.Reset()
+	for _, tty := range []bool{false, true} {
+		idle := New(&b, "split", 0)
+		idle.tty = tty
+		idle.Finish()
+	}
+	if b.Len() != 0 {
+		t.Errorf("a bar never updated drew %q", b.String())
+	}
 	var none *Bar
 	none.Update(1, 2)
 	none.Finish()
