@@ -258,7 +258,7 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 	var promptIDs []int
 	if o.ids != "" {
 		if promptIDs, err = parseIDs(o.ids); err != nil {
-			return usageErrorf("--ids: %v", err)
+			return usageErrorf("%v", err)
 		}
 	}
 	if tokErr != nil { // no tokenizer (so --ids): ids only
