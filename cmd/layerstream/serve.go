@@ -75,6 +75,8 @@ func (o *serveOptions) check() error {
 		return usageErrorf("--max-queue must be at least 0, got %d", o.queue)
 	case o.maxTokens < 1:
 		return usageErrorf("--max-tokens must be at least 1, got %d", o.maxTokens)
+	case o.grace < 0:
+		return usageErrorf("--shutdown-timeout must be at least 0, got %v", o.grace)
 	case o.port < 0 || o.port > 65535:
 		return usageErrorf("--port must be in [0, 65535], got %d", o.port)
 	case o.eng.PrefillBudget < 0 || (o.eng.PrefillBudget > 0 && o.eng.PrefillBudget < 64):
