@@ -143,9 +143,9 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 		r.topK = new(int)
 		p.intRange("top_k", r.topK, 0, math.MaxInt32)
 	}
-	r.repetition = p.float("repetition_penalty", 0, 100)
-	if r.repetition != nil && *r.repetition == 0 && p.err == nil {
-		p.err = badField("repetition_penalty", "repetition_penalty must be positive (1 is off)")
+	r.repetition = p.float("repetition_penalty", math.Inf(-1), math.Inf(1))
+	if r.repetition != nil && !(*r.repetition > 0 && *r.repetition <= 100) && p.err == nil {
+		p.err = badField("repetition_penalty", "repetition_penalty must be in (0, 100] (1 is off), got %g", *r.repetition)
 	}
 	if p.has("seed") {
 		var seed int64
