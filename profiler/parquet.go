@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/layerstream/layerstream/internal/atomicfile"
 )
 
 // TraceRow is one row of the Parquet trace written by WriteParquet: one event. The schema (column: type):
@@ -43,7 +45,7 @@ func (p *Profiler) WriteParquet(path string) error {
 
 // WriteEventsParquet writes events to path in the WriteParquet format.
 func WriteEventsParquet(path string, events []Event) error {
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		pw := parquet.NewGenericWriter[TraceRow](w,
 			parquet.Compression(&parquet.Zstd),
 			parquet.DataPageStatistics(false),

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/layerstream/layerstream/internal/atomicfile"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/textout"
 )
@@ -53,7 +54,7 @@ func (p *Profiler) WriteTimelineSVG(path string) error {
 		return nil
 	}
 	events, wall := p.Events(), p.window()
-	return writeFileAtomic(path, func(w io.Writer) error { return WriteTimeline(w, events, wall) })
+	return atomicfile.Write(path, func(w io.Writer) error { return WriteTimeline(w, events, wall) })
 }
 
 // WriteTimeline writes the SVG timeline of events over a run window of length wall (see WriteTimelineSVG).

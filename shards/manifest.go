@@ -14,6 +14,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/atomicfile"
 )
 
 // ManifestFile is the name of the manifest in a shard folder. It is written last, so a folder without it holds
@@ -81,7 +82,7 @@ func writeManifest(dir string, units []UnitInfo, src *Source) error {
 		}
 		opts = append(opts, parquet.KeyValueMetadata(sourceKey, string(js)))
 	}
-	return writeFileAtomic(filepath.Join(dir, ManifestFile), func(w io.Writer) error {
+	return atomicfile.Write(filepath.Join(dir, ManifestFile), func(w io.Writer) error {
 		return parquet.Write(w, manifestRows(units), opts...)
 	})
 }

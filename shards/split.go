@@ -17,6 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/atomicfile"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/filelock"
 )
@@ -338,7 +339,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 		}
 		// The folder is incomplete while shards change: take the manifest away first.
 		if err := os.Remove(filepath.Join(out, ManifestFile)); err == nil {
-			if err := syncDir(out); err != nil {
+			if err := atomicfile.SyncDir(out); err != nil {
 				return nil, fmt.Errorf("shards: %w", err)
 			}
 		} else if !errors.Is(err, os.ErrNotExist) {
@@ -671,7 +672,7 @@ func (w *splitter) writeUnit(p unitPlan) (UnitInfo, string, error) {
 	path := filepath.Join(w.out, p.file())
 	h := &shardHeader{Unit: p.name, Encoding: w.enc}
 	w.hasher.reset()
-	err := writeFileAtomic(path, func(dst io.Writer) error {
+	err := atomicfile.Write(path, func(dst io.Writer) error {
 		if testHookWriter != nil {
 			dst = testHookWriter(dst)
 		}
@@ -851,7 +852,7 @@ func copyFile(ck *checkpoint.Checkpoint, made map[string][]byte, name, dst strin
 		}
 		return nil
 	}
-	return writeFileAtomic(dst, func(w io.Writer) error {
+	return atomicfile.Write(dst, func(w io.Writer) error {
 		_, err := w.Write(b)
 		return err
 	})
@@ -870,7 +871,7 @@ func copyIfPresent(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	return writeFileAtomic(dst, func(w io.Writer) error {
+	return atomicfile.Write(dst, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
 		return err
 	})

@@ -22,6 +22,7 @@ import (
 	"sync"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/atomicfile"
 )
 
 // Shape is a Llama-family model's dimensions.
@@ -202,7 +203,7 @@ func Write(dir string, opts Options) error {
 	var total int64
 	for i, ts := range files {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(files))
-		if err := writeAtomic(filepath.Join(dir, name), func(w io.Writer) error { return g.writeFile(w, ts) }); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, name), func(w io.Writer) error { return g.writeFile(w, ts) }); err != nil {
 			return fmt.Errorf("synth: %s: %w", name, err)
 		}
 		for _, t := range ts {
@@ -406,37 +407,12 @@ func nameSeed(seed uint64, name string) uint64 {
 	return h.Sum64() ^ (seed * 0x9e3779b97f4a7c15)
 }
 
-// writeAtomic writes path through a temporary file in the same folder, fsyncs and renames it.
-func writeAtomic(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // no-op after the rename
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil { // CreateTemp makes files private
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ") // map keys come out sorted: reproducible files
 	if err != nil {
 		return fmt.Errorf("synth: %s: %w", path, err)
 	}
-	err = writeAtomic(path, func(w io.Writer) error {
+	err = atomicfile.Write(path, func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	})
@@ -452,7 +428,7 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	return writeAtomic(dst, func(w io.Writer) error {
+	return atomicfile.Write(dst, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
 		return err
 	})
