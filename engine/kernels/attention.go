@@ -97,9 +97,9 @@ type attnScratch struct {
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 
-func grow(s []float32, n int) []float32 {
+func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]float32, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }

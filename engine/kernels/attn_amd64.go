@@ -1,6 +1,10 @@
 package kernels
 
-import "github.com/layerstream/layerstream/engine/kernels/internal/asmgen"
+import (
+	"unsafe"
+
+	"github.com/layerstream/layerstream/engine/kernels/internal/asmgen"
+)
 
 // expConsts are the constants of the vectorized exp (attn_amd64.s loads them by broadcast).
 var expConsts = asmgen.ExpConsts
@@ -194,62 +198,55 @@ var pvKernels = [asmgen.PVRows][asmgen.PVCols]func(o *float32, ldo int, p *float
 }
 
 // scoresAVX512 sets the tile's scores sc[r·attnBlock+j] = q_r·k_j for its rows (packed in s.qp) and the n
-// keys (rows of d), with the matrix-product tiles: the last keys, when n is not a multiple of gemmGroup, from
-// a zero-padded copy (their columns of sc, past n, are not used).
+// keys (rows of d, a multiple of 16), with the matrix-product tiles (tileScores).
 func (s *attnScratch) scoresAVX512(rows, d int, keys []float32, n int) {
-	chunks := (d + 15) / 16
-	xt := gemmTileRows * chunks * 16 * 4
-	tail := uint64(1)<<(d%16) - 1
-	full := n / gemmGroup * gemmGroup
-	for j := 0; j < full; j += gemmGroup {
-		gemmF32AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &keys[j*d], d*4, 64, d/16, tail, &s.sc[j], attnBlock*4)
-	}
-	if full < n {
-		s.kpad = grow(s.kpad, gemmGroup*d)
-		clear(s.kpad)
-		copy(s.kpad, keys[full*d:n*d])
-		gemmF32AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &s.kpad[0], d*4, 64, d/16, tail, &s.sc[full], attnBlock*4)
-	}
+	tileScores(s, rows, d, keys, n, &s.kpad, gemmF32AVX512)
 }
 
-// scoresF16AVX512 is scoresAVX512 for a float16 cache's keys, widened as the tiles load them (d a multiple of
-// 16).
+// scoresF16AVX512 is scoresAVX512 for a float16 cache's keys, widened as the tiles load them.
 func (s *attnScratch) scoresF16AVX512(rows, d int, keys []uint16, n int) {
-	xt := gemmTileRows * (d / 16) * 16 * 4
-	full := n / gemmGroup * gemmGroup
-	for j := 0; j < full; j += gemmGroup {
-		gemmF32F16AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &keys[j*d], d*2, 32, d/16, 0, &s.sc[j], attnBlock*4)
-	}
-	if full < n {
-		if cap(s.kpad16) < gemmGroup*d {
-			s.kpad16 = make([]uint16, gemmGroup*d)
-		}
-		s.kpad16 = s.kpad16[:gemmGroup*d]
-		clear(s.kpad16)
-		copy(s.kpad16, keys[full*d:n*d])
-		gemmF32F16AVX512(&s.qp[0], 64, gemmTileRows*64, xt, rows, &s.kpad16[0], d*2, 32, d/16, 0, &s.sc[full], attnBlock*4)
-	}
+	tileScores(s, rows, d, keys, n, &s.kpad16, gemmF32F16AVX512)
 }
 
-// pvF16AVX512 is pvAVX512 for a float16 cache's values.
-func (s *attnScratch) pvF16AVX512(rows, d int, vals []uint16, n int) {
-	for c0 := 0; c0 < d; c0 += 16 * asmgen.PVCols {
-		cols := min(asmgen.PVCols, (d-c0)/16)
-		for r0 := 0; r0 < rows; r0 += asmgen.PVRows {
-			nr := min(asmgen.PVRows, rows-r0)
-			pvF16Kernels[nr-1][cols-1](&s.o[r0*d+c0], d*4, &s.sc[r0*attnBlock], attnBlock*4, &vals[c0], d*2, n)
-		}
+// tileScores is the scores of the tile's rows against n keys of element type T, with gemm, the tiles for T: the
+// last keys, when n is not a multiple of gemmGroup, from a zero-padded copy in pad (their columns of sc, past n,
+// are not used).
+func tileScores[T float32 | uint16](s *attnScratch, rows, d int, keys []T, n int, pad *[]T,
+	gemm func(x *float32, xs, xc, xt, rows int, w *T, ws, wc, chunks int, tail uint64, y *float32, ldy int)) {
+	size := int(unsafe.Sizeof(keys[0]))
+	xt := gemmTileRows * d * 4
+	full := n / gemmGroup * gemmGroup
+	for j := 0; j < full; j += gemmGroup {
+		gemm(&s.qp[0], 64, gemmTileRows*64, xt, rows, &keys[j*d], d*size, 16*size, d/16, 0, &s.sc[j], attnBlock*4)
+	}
+	if full < n {
+		*pad = grow(*pad, gemmGroup*d)
+		clear(*pad)
+		copy(*pad, keys[full*d:n*d])
+		gemm(&s.qp[0], 64, gemmTileRows*64, xt, rows, &(*pad)[0], d*size, 16*size, d/16, 0, &s.sc[full], attnBlock*4)
 	}
 }
 
 // pvAVX512 adds to the tile's outputs the weighted values of the block: o[r] += Σ_j sc[r, j]·v_j (d a multiple
 // of 16).
 func (s *attnScratch) pvAVX512(rows, d int, vals []float32, n int) {
+	tilePV(s, rows, d, vals, n, &pvKernels)
+}
+
+// pvF16AVX512 is pvAVX512 for a float16 cache's values.
+func (s *attnScratch) pvF16AVX512(rows, d int, vals []uint16, n int) {
+	tilePV(s, rows, d, vals, n, &pvF16Kernels)
+}
+
+// tilePV is pvAVX512 for values of element type T, with kernels, the pv kernels for T.
+func tilePV[T float32 | uint16](s *attnScratch, rows, d int, vals []T, n int,
+	kernels *[asmgen.PVRows][asmgen.PVCols]func(o *float32, ldo int, p *float32, ldp int, v *T, ldv int, keys int)) {
+	size := int(unsafe.Sizeof(vals[0]))
 	for c0 := 0; c0 < d; c0 += 16 * asmgen.PVCols {
 		cols := min(asmgen.PVCols, (d-c0)/16)
 		for r0 := 0; r0 < rows; r0 += asmgen.PVRows {
 			nr := min(asmgen.PVRows, rows-r0)
-			pvKernels[nr-1][cols-1](&s.o[r0*d+c0], d*4, &s.sc[r0*attnBlock], attnBlock*4, &vals[c0], d*4, n)
+			kernels[nr-1][cols-1](&s.o[r0*d+c0], d*4, &s.sc[r0*attnBlock], attnBlock*4, &vals[c0], d*size, n)
 		}
 	}
 }
