@@ -24,8 +24,7 @@ type hostOps struct {
 	past     []int         // [B]: positions each row has in the cache (its first query's position)
 	cache    [][]cacheRun  // [B]: what the cache slots of each row hold
 	window   int           // the layer's sliding window (0: none)
-	kv       *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S, headDim])
-	slots    int           // S: the layer's cache slots
+	kv       *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S = kv.Slots(), headDim])
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
@@ -200,7 +199,7 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
 	kvHeads := ka.dims[1]
 	group := heads / kvHeads
-	s := o.slots
+	s := o.kv.Slots()
 	y := o.arena.array(b, t, heads*d)
 	p := kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}
 	jobs := make([]kernels.AttentionJob, 0, b*kvHeads)
