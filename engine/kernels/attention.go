@@ -147,8 +147,8 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 			case half:
 				s.kw, s.vw = grow(s.kw, attnBlock*d), grow(s.vw, attnBlock*d)
 				keys, vals = s.kw[:n*d], s.vw[:n*d]
-				F32FromHalf(keys, run.K16[j0*d:(j0+n)*d])
-				F32FromHalf(vals, run.V16[j0*d:(j0+n)*d])
+				widenHalf(keys, run.K16[j0*d:(j0+n)*d])
+				widenHalf(vals, run.V16[j0*d:(j0+n)*d])
 			default:
 				keys, vals = run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
 			}

@@ -2,17 +2,11 @@ package kernels
 
 import "github.com/layerstream/layerstream/quant"
 
-// F32FromHalf widens float16 bits to float32 (exactly): dst[i] = src[i] for len(src) elements.
-func F32FromHalf(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	n := 0
-	if useAVX512 {
-		n = len(src) &^ 15
-		if n > 0 {
-			halfToF32AVX512(&dst[0], &src[0], n)
-		}
-	}
-	for i := n; i < len(src); i++ {
-		dst[i] = quant.HalfToFloat32(src[i])
+// widenHalf widens float16 bits to float32 (exactly): dst[i] = src[i] for len(src) elements. The attention tiles
+// widen a float16 cache as they load it; this serves the Go path (no AVX-512, or a head size not a multiple of
+// 16).
+func widenHalf(dst []float32, src []uint16) {
+	for i, h := range src {
+		dst[i] = quant.HalfToFloat32(h)
 	}
 }

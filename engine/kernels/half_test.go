@@ -8,25 +8,6 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// TestF32FromHalf widens every float16 bit pattern, on the AVX-512 path where the CPU has it, as the Go table
-// does (NaNs as NaNs), at lengths that leave a tail.
-func TestF32FromHalf(t *testing.T) {
-	src := make([]uint16, 1<<16+5)
-	for i := range src {
-		src[i] = uint16(i)
-	}
-	for _, n := range []int{0, 1, 15, 16, 17, 63, 64, 65, len(src)} {
-		dst := make([]float32, n)
-		F32FromHalf(dst, src[:n])
-		for i, v := range dst {
-			want := quant.HalfToFloat32(src[i])
-			if math.Float32bits(v) != math.Float32bits(want) && !(v != v && want != want) {
-				t.Fatalf("n=%d: %#04x widened to %g, want %g", n, src[i], v, want)
-			}
-		}
-	}
-}
-
 // TestAttentionHalf: runs of float16 keys and values give, bit for bit, what runs of the same values in float32
 // give, on both kernel paths, for head sizes that take the AVX-512 tiles and one that does not.
 func TestAttentionHalf(t *testing.T) {
