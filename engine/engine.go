@@ -120,6 +120,16 @@ type Options struct {
 	// without GraphDecode); the compiled graphs keep their cache in float32, and so does Logits over a whole
 	// sequence of a model whose matrices are not block-quantized, which runs them.
 	KVCache string
+	// Arithmetic is how the host kernels round: ArithmeticEngine ("engine", the default) or ArithmeticLlamaCpp
+	// ("llama.cpp"), every operation as llama.cpp's CPU backend computes it, bit for bit: its x86-64 build with
+	// AVX-512 (the summation orders of its dot products, its exponential, the C library's sine and cosine), with a
+	// float32 key/value cache and without flash attention (llama.cpp's -ctk f32 -ctv f32 -fa off). A GGUF file
+	// then gives llama.cpp's logits and tokens exactly, on any CPU, which its own quantized arithmetic makes
+	// impossible otherwise (a difference of one ulp anywhere flips the 8-bit rounding of some later product's
+	// input). It is several times slower than the engine's kernels and covers what has been checked against
+	// llama.cpp: the Llama architecture with Q8_0, Q4_1 or float32 matrices; Open refuses
+	// anything else, naming it. It needs the host kernels (device cpu without GraphDecode).
+	Arithmetic string
 	// Monitor, when set, checks the residual stream after every decoder layer and the logits of every step
 	// (guard.Monitor.CheckActivations, CheckLogits) of requests that bring no Request.Monitor of their own: it
 	// follows one sequence, so give concurrent requests their own. In strict mode a problem ends the sequence
@@ -194,6 +204,20 @@ func (o *Options) fillDefaults() error {
 	default:
 		return fmt.Errorf("kv cache (--kv-cache) %q: want %s or %s", o.KVCache, KVCacheF32, KVCacheF16)
 	}
+	switch o.Arithmetic {
+	case "":
+		o.Arithmetic = ArithmeticEngine
+	case ArithmeticEngine:
+	case ArithmeticLlamaCpp:
+		if o.GraphDecode {
+			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode)", o.Arithmetic)
+		}
+		if o.KVCache != KVCacheF32 {
+			return fmt.Errorf("arithmetic (--arithmetic) %s reproduces llama.cpp with a float32 cache: --kv-cache %s is not covered", o.Arithmetic, o.KVCache)
+		}
+	default:
+		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)
+	}
 	switch {
 	case o.PrefillBudget == 0:
 		o.PrefillBudget = DefaultPrefillBudget
@@ -207,6 +231,12 @@ func (o *Options) fillDefaults() error {
 const (
 	KVCacheF32 = "f32"
 	KVCacheF16 = "f16"
+)
+
+// The values of Options.Arithmetic.
+const (
+	ArithmeticEngine   = "engine"
+	ArithmeticLlamaCpp = "llama.cpp"
 )
 
 // DefaultPrefillBudget is Options.PrefillBudget's default: prompt tokens per step beside decoding sequences.
@@ -372,6 +402,11 @@ func (e *Engine) init(ctx context.Context) error {
 
 	if err := e.checkTensors(); err != nil {
 		return err
+	}
+	if e.opts.Arithmetic == ArithmeticLlamaCpp {
+		if err := e.checkLlamaCpp(); err != nil {
+			return fmt.Errorf("arithmetic %s: %w", ArithmeticLlamaCpp, err)
+		}
 	}
 	for _, s := range e.plan.Weights {
 		dt := dtypes.Float32

@@ -321,7 +321,12 @@ func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 	for ri, rope := range p.Ropes {
 		for i, r := range rows {
 			pos0 := kv.Len(r)
-			cs, sn := rotaryTable(rope, pos0, t, pos0+lens[i])
+			var cs, sn []float32
+			if e.llamaCpp() {
+				cs, sn = llamaCppRotaryTable(rope, pos0, t)
+			} else {
+				cs, sn = rotaryTable(rope, pos0, t, pos0+lens[i])
+			}
 			pt.cos[ri], pt.sin[ri] = append(pt.cos[ri], cs...), append(pt.sin[ri], sn...)
 		}
 	}
@@ -532,8 +537,11 @@ func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []
 
 // onHost reports whether a forward pass runs on the host kernels rather than as graphs: always on cpu unless
 // Options.GraphDecode, except a pass that wants every position's logits (Logits), which runs as graphs unless
-// the model has block-quantized matrices (whose products only the host kernels compute as generation does).
-func (e *Engine) onHost(all bool) bool { return !e.opts.GraphDecode && (!all || e.quantized) }
+// the model has block-quantized matrices (whose products only the host kernels compute as generation does) or
+// the arithmetic is llama.cpp's (Options.Arithmetic), which only the host kernels reproduce.
+func (e *Engine) onHost(all bool) bool {
+	return !e.opts.GraphDecode && (!all || e.quantized || e.llamaCpp())
+}
 
 // hostPass runs the groups' new positions through the layers and the head with hostOps, every weight matrix
 // loaded once for all of them (each group reads it in turn). It returns the logits of the last new position of
@@ -565,7 +573,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		ferr := e.guardMapped(func() error {
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled}
+				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled, llamaCpp: e.llamaCpp()}
 				if kind.Rope != model.NoRope {
 					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 				}
@@ -613,7 +621,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 	}
 	defer release()
 	span := e.prof.Begin(profiler.Forward, step, -1)
-	ops := hostOps{bf16Products: e.bf16Products}
+	ops := hostOps{bf16Products: e.bf16Products, llamaCpp: e.llamaCpp()}
 	var logits []float32
 	herr := e.guardMapped(func() error {
 		logits = arr(e.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0])).data

@@ -129,13 +129,16 @@ func generateGreedy(t *testing.T, e *Engine, c llamaCppCase) ([]int, func(step, 
 //     and 64 teacher-forced tokens each, the log-probabilities llama.cpp computes on a copy of the file with
 //     every tensor dequantized to F32 (the same values, which llama.cpp then multiplies in float): the mapping
 //     of names, q/k row order, hyper-parameters and tied head is llama.cpp's, to 1e-3;
-//   - greedy decoding of 8 prompts × 64 tokens follows llama.cpp's at least as closely as llama.cpp follows
-//     itself when only float rounding changes. llama.cpp rounds every matrix product's input to 8 bits, and a
-//     float difference of one ulp flips such roundings: its own runs with and without flash attention (another
-//     summation order in attention, nothing else) part after 177 of 512 tokens at margins up to 0.29, with
-//     log-probabilities 0.34 apart. layerstream computes the same products (kernels checked against llama.cpp's
-//     to 2e-6) from float32 values one ulp away, so it can match llama.cpp only within that noise: the bounds
-//     below are derived from llama.cpp's own flash-attention run, stored in the fixture.
+//   - with Options.Arithmetic llama.cpp, greedy decoding of 8 prompts × 64 tokens gives llama.cpp's 512 tokens,
+//     and every step's log-probabilities of llama.cpp's top 8 tokens equal llama.cpp's to 1e-9 (the float64
+//     rounding of the two log-sum-exps: the logits are the same floats);
+//   - with the engine's own arithmetic, greedy decoding follows llama.cpp's at least as closely as llama.cpp
+//     follows itself when only float rounding changes. llama.cpp rounds every matrix product's input to 8 bits,
+//     and a float difference of one ulp flips such roundings: its own runs with and without flash attention
+//     (another summation order in attention, nothing else) part after 177 of 512 tokens at margins up to 0.29,
+//     with log-probabilities 0.34 apart. The engine's kernels compute the same products in other summation
+//     orders, so they can match llama.cpp only within that noise: the bounds below are derived from llama.cpp's
+//     own flash-attention run, stored in the fixture.
 func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
 	path := hffixture.SmolLM2GGUF(t)
 	var ref struct {
@@ -148,7 +151,25 @@ func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
 	if len(ref.Cases) != 8 || len(ref.CasesFA) != 8 || len(ref.CasesF32) != 8 {
 		t.Fatalf("reference cases: %d, %d, %d; want 8 each", len(ref.Cases), len(ref.CasesFA), len(ref.CasesF32))
 	}
-	e, err := Open(context.Background(), path, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+	shardDir := filepath.Join(t.TempDir(), "shards")
+	exact, err := Open(context.Background(), path, Options{ShardDir: shardDir, Arithmetic: ArithmeticLlamaCpp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exact.Close()
+	equal, dx := 0, 0.0
+	for _, c := range ref.Cases {
+		ids, lp := generateGreedy(t, exact, c)
+		a := compare(c, ids, lp)
+		equal, dx = equal+a.equal, max(dx, a.maxLogprobDx)
+		if a.equal != len(c.IDs) || a.maxLogprobDx > 1e-9 {
+			t.Errorf("arithmetic llama.cpp, %q: %d of %d tokens equal to llama.cpp's (it parts at a margin of %.3g), log-probabilities up to %.3g apart; want all, to 1e-9",
+				c.Prompt, a.equal, len(c.IDs), a.partMargin, a.maxLogprobDx)
+		}
+	}
+	t.Logf("arithmetic llama.cpp vs llama.cpp:          %d of 512 tokens equal; logprobs up to %.2g apart", equal, dx)
+
+	e, err := Open(context.Background(), path, Options{ShardDir: shardDir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 
 	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/kvcache"
 )
@@ -37,6 +38,8 @@ type hostOps struct {
 	// the head take LinearQuant. Chosen per sequence, never by the batch, so a sequence gets the same bits alone
 	// and batched.
 	tiled bool
+	// llamaCpp computes every op as llama.cpp does (Options.Arithmetic; llamacpp.go).
+	llamaCpp bool
 }
 
 // hostArray is a float32 array on the host.
@@ -113,6 +116,9 @@ func (o hostOps) Linear(x, w, b model.Value) model.Value {
 	if b != nil {
 		bias = weightData(b).([]float32)
 	}
+	if o.llamaCpp {
+		return o.llamaCppLinear(arr(x), weightData(w), bias)
+	}
 	switch f := weightData(w).(type) {
 	case []float32:
 		return linearHost(o.arena, arr(x), f, bias, kernels.Linear)
@@ -146,6 +152,10 @@ func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []
 func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 	xa := arr(x)
 	y := o.arena.array(xa.dims...)
+	if o.llamaCpp { // offset is 0: checkLlamaCpp admits no (1 + w) norms
+		ggml.RMSNorm(y.data, xa.data, weightData(w).([]float32), float32(eps))
+		return y
+	}
 	kernels.RMSNorm(y.data, xa.data, weightData(w).([]float32), eps, float32(offset)) // Gemma's (1 + w), formed in float32
 	return y
 }
@@ -178,9 +188,15 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 				out := y.data[((bi*heads+h)*t+ti)*d:][:d]
 				c := o.cos[(bi*t+ti)*r:][:r]
 				s := o.sin[(bi*t+ti)*r:][:r]
-				for j := range half {
-					out[j] = v[j]*c[j] - v[j+half]*s[j]
-					out[j+half] = v[j+half]*c[j+half] + v[j]*s[j+half]
+				if o.llamaCpp {
+					for j := range half {
+						out[j], out[j+half] = ggml.Rotate(v[j], v[j+half], c[j], s[j])
+					}
+				} else {
+					for j := range half {
+						out[j] = v[j]*c[j] - v[j+half]*s[j]
+						out[j+half] = v[j+half]*c[j+half] + v[j]*s[j+half]
+					}
 				}
 				copy(out[r:], v[r:])
 			}
@@ -191,6 +207,9 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 
 func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
+	if o.llamaCpp {
+		return o.llamaCppAttention(qa, ka, va, opts)
+	}
 	// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a prompt
 	// sees its own positions alike computed in one pass or a token at a time.
 	o.kv.Round(ka.data)
@@ -234,12 +253,18 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 	xa := arr(x)
 	y := o.arena.array(xa.dims...)
-	switch f {
-	case model.SiLU:
+	switch {
+	case o.llamaCpp && f == model.SiLU:
+		for i, v := range xa.data {
+			y.data[i] = ggml.Silu(v)
+		}
+	case o.llamaCpp:
+		panic(fmt.Sprintf("engine: arithmetic llama.cpp: activation %d", f)) // checkLlamaCpp admits SiLU only
+	case f == model.SiLU:
 		kernels.SiLU(y.data, xa.data)
-	case model.GELUTanh:
+	case f == model.GELUTanh:
 		kernels.GELUTanh(y.data, xa.data)
-	case model.GELU:
+	case f == model.GELU:
 		kernels.GELU(y.data, xa.data)
 	default:
 		panic(fmt.Sprintf("engine: activation %d", f))

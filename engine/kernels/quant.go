@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -23,7 +24,8 @@ import (
 // each block, eight lanes of integer sums (lane l: elements 4l..4l+3 of every 32, times their sub-block scales
 // for K formats) are scaled and added to eight float32 accumulators (a multiply, then an add: never fused),
 // which are summed at the end as hsum8 does; the offset terms of formats with a minimum go into one scalar
-// accumulator.
+// accumulator. llama.cpp adds each block's scaled lanes with one fused multiply-add instead; LinearQuantGGML
+// (ggml_quant.go) does too, for Options.Arithmetic llama.cpp.
 
 // QuantMatrix is a [Rows, Cols] weight matrix (the Hugging Face [out, in] layout) stored in a ggml block format,
 // row by row, each row Cols/BlockElems whole blocks: read in place from the shard it was loaded from.
@@ -315,8 +317,9 @@ func addLanes(acc *[8]float32, d float32, lanes *[8]int32) {
 }
 
 // dot32 is the product of a row of 32-element blocks (blockBytes each, decoded to signed or unsigned ints by
-// ints, which also returns the block's scale and minimum) with a Q8_0/Q8_1 row.
-func dot32(w []byte, x qActRow, blockBytes int, ints func(q *[32]int8, b []byte) (d, m float32)) float32 {
+// ints, which also returns the block's scale and minimum) with a Q8_0/Q8_1 row. With fused, each block's scaled
+// lanes and minimum term are fused multiply-adds, as llama.cpp's x86 kernels compute them (LinearQuantGGML).
+func dot32(w []byte, x qActRow, blockBytes int, ints func(q *[32]int8, b []byte) (d, m float32), fused bool) float32 {
 	var acc [8]float32
 	var summs float32
 	var q [32]int8
@@ -324,9 +327,20 @@ func dot32(w []byte, x qActRow, blockBytes int, ints func(q *[32]int8, b []byte)
 		d, m := ints(&q, w[b*blockBytes:(b+1)*blockBytes])
 		var lanes [8]int32
 		lanes32(&lanes, q[:], x.qs[32*b:32*b+32], 1, 1)
-		addLanes(&acc, d*x.d[b], &lanes)
-		if x.s != nil {
-			summs += float32(m * x.s[b])
+		switch {
+		case fused:
+			dd := d * x.d[b]
+			for l := range 8 {
+				acc[l] = ggml.FMA32(dd, float32(lanes[l]), acc[l])
+			}
+			if x.s != nil {
+				summs = ggml.FMA32(m, x.s[b], summs)
+			}
+		default:
+			addLanes(&acc, d*x.d[b], &lanes)
+			if x.s != nil {
+				summs += float32(m * x.s[b])
+			}
 		}
 	}
 	return hsum8(&acc) + summs
@@ -336,34 +350,34 @@ func halfAt(b []byte, off int) float32 {
 	return quant.HalfToFloat32(binary.LittleEndian.Uint16(b[off:]))
 }
 
-func dotQ8_0Go(w []byte, x qActRow) float32 {
-	return dot32(w, x, 34, func(q *[32]int8, b []byte) (float32, float32) {
-		for i := range 32 {
-			q[i] = int8(b[2+i])
-		}
-		return halfAt(b, 0), 0
-	})
+func intsQ8_0(q *[32]int8, b []byte) (float32, float32) {
+	for i := range 32 {
+		q[i] = int8(b[2+i])
+	}
+	return halfAt(b, 0), 0
 }
 
-func dotQ4_0Go(w []byte, x qActRow) float32 {
-	return dot32(w, x, 18, func(q *[32]int8, b []byte) (float32, float32) {
-		for i := range 16 {
-			q[i], q[i+16] = int8(b[2+i]&0xf)-8, int8(b[2+i]>>4)-8
-		}
-		return halfAt(b, 0), 0
-	})
+func dotQ8_0Go(w []byte, x qActRow) float32 { return dot32(w, x, 34, intsQ8_0, false) }
+
+func intsQ4_0(q *[32]int8, b []byte) (float32, float32) {
+	for i := range 16 {
+		q[i], q[i+16] = int8(b[2+i]&0xf)-8, int8(b[2+i]>>4)-8
+	}
+	return halfAt(b, 0), 0
 }
 
-func dotQ5_0Go(w []byte, x qActRow) float32 {
-	return dot32(w, x, 22, func(q *[32]int8, b []byte) (float32, float32) {
-		qh := binary.LittleEndian.Uint32(b[2:])
-		for i := range 16 {
-			q[i] = int8(b[6+i]&0xf|byte(qh>>i&1)<<4) - 16
-			q[i+16] = int8(b[6+i]>>4|byte(qh>>(i+16)&1)<<4) - 16
-		}
-		return halfAt(b, 0), 0
-	})
+func dotQ4_0Go(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsQ4_0, false) }
+
+func intsQ5_0(q *[32]int8, b []byte) (float32, float32) {
+	qh := binary.LittleEndian.Uint32(b[2:])
+	for i := range 16 {
+		q[i] = int8(b[6+i]&0xf|byte(qh>>i&1)<<4) - 16
+		q[i+16] = int8(b[6+i]>>4|byte(qh>>(i+16)&1)<<4) - 16
+	}
+	return halfAt(b, 0), 0
 }
+
+func dotQ5_0Go(w []byte, x qActRow) float32 { return dot32(w, x, 22, intsQ5_0, false) }
 
 // clearBitsF0[b] has 0xf0 in byte i where bit i of b is clear: Q5_0's high bits as the sign-extension of
 // nibble - 16 (ggml's x86 trick).
@@ -409,25 +423,25 @@ func widenQ4_0(dst, src []byte) {
 	}
 }
 
-func dotQ4_1Go(w []byte, x qActRow) float32 {
-	return dot32(w, x, 20, func(q *[32]int8, b []byte) (float32, float32) {
-		for i := range 16 {
-			q[i], q[i+16] = int8(b[4+i]&0xf), int8(b[4+i]>>4)
-		}
-		return halfAt(b, 0), halfAt(b, 2)
-	})
+func intsQ4_1(q *[32]int8, b []byte) (float32, float32) {
+	for i := range 16 {
+		q[i], q[i+16] = int8(b[4+i]&0xf), int8(b[4+i]>>4)
+	}
+	return halfAt(b, 0), halfAt(b, 2)
 }
 
-func dotQ5_1Go(w []byte, x qActRow) float32 {
-	return dot32(w, x, 24, func(q *[32]int8, b []byte) (float32, float32) {
-		qh := binary.LittleEndian.Uint32(b[4:])
-		for i := range 16 {
-			q[i] = int8(b[8+i]&0xf | byte(qh>>i&1)<<4)
-			q[i+16] = int8(b[8+i]>>4 | byte(qh>>(i+16)&1)<<4)
-		}
-		return halfAt(b, 0), halfAt(b, 2)
-	})
+func dotQ4_1Go(w []byte, x qActRow) float32 { return dot32(w, x, 20, intsQ4_1, false) }
+
+func intsQ5_1(q *[32]int8, b []byte) (float32, float32) {
+	qh := binary.LittleEndian.Uint32(b[4:])
+	for i := range 16 {
+		q[i] = int8(b[8+i]&0xf | byte(qh>>i&1)<<4)
+		q[i+16] = int8(b[8+i]>>4 | byte(qh>>(i+16)&1)<<4)
+	}
+	return halfAt(b, 0), halfAt(b, 2)
 }
+
+func dotQ5_1Go(w []byte, x qActRow) float32 { return dot32(w, x, 24, intsQ5_1, false) }
 
 // kInts is a K-quant super-block as integers: 256 values, a scale and a minimum per 16 elements (minimums
 // multiply the activations' sums of 16), and the float16 d and dmin.

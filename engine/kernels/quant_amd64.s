@@ -49,6 +49,12 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VCVTDQ2PS Y3, Y3; VPBROADCASTW off(DI), X4; VCVTPH2PS X4, Y4; VBROADCASTSS (R8), Y5; VMULPS Y5, Y4, Y4; \
 	VMULPS Y3, Y4, Y3; VADDPS Y3, Y0, Y0
 
+// BLOCKFMA: BLOCKF with the scaled lanes added by one fused multiply-add, as llama.cpp's x86 kernels do
+// (LinearQuantGGML).
+#define BLOCKFMA(off) \
+	VCVTDQ2PS Y3, Y3; VPBROADCASTW off(DI), X4; VCVTPH2PS X4, Y4; VBROADCASTSS (R8), Y5; VMULPS Y5, Y4, Y4; \
+	VFMADD231PS Y3, Y4, Y0
+
 // NIBBLES32(off): Y1 = the 32 nibbles of the 16 bytes at off(DI) in element order (low nibbles 0..15, high
 // 16..31).
 #define NIBBLES32(off) \
@@ -140,6 +146,18 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 // float16 at 2(DI)) against Q8_1 activations, the m·s into X7; then on to the next block or out with the result.
 #define ONEMIN(size, loop) \
 	VPMADDUBSW (SI), Y1, Y3; VPMADDWD Y15, Y3, Y3; BLOCKF(0); \
+	VPBROADCASTW 2(DI), X6; VCVTPH2PS X6, X6; VMULSS (R9), X6, X6; VADDSS X6, X7, X7; \
+	ADDQ $size, DI; ADDQ $32, SI; ADDQ $4, R8; ADDQ $4, R9; DECQ CX; JNZ loop; \
+	HSUM8; VADDSS X7, X0, X0; VZEROUPPER; MOVSS X0, ret+96(FP); RET
+
+// ONESIGNEDFMA and ONEMINFMA are ONESIGNED and ONEMIN with BLOCKFMA. The minimum terms m·s are exact products
+// (two float16 values), so fusing their additions would change nothing.
+#define ONESIGNEDFMA(size, loop) \
+	VMOVDQU (SI), Y2; SIGNEDDOT; BLOCKFMA(0); ADDQ $size, DI; ADDQ $32, SI; ADDQ $4, R8; DECQ CX; JNZ loop; \
+	HSUM8; VZEROUPPER; MOVSS X0, ret+72(FP); RET
+
+#define ONEMINFMA(size, loop) \
+	VPMADDUBSW (SI), Y1, Y3; VPMADDWD Y15, Y3, Y3; BLOCKFMA(0); \
 	VPBROADCASTW 2(DI), X6; VCVTPH2PS X6, X6; VMULSS (R9), X6, X6; VADDSS X6, X7, X7; \
 	ADDQ $size, DI; ADDQ $32, SI; ADDQ $4, R8; ADDQ $4, R9; DECQ CX; JNZ loop; \
 	HSUM8; VADDSS X7, X0, X0; VZEROUPPER; MOVSS X0, ret+96(FP); RET
@@ -647,6 +665,25 @@ TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-76
 q80loop:
 	VMOVDQU 2(DI), Y1
 	ONESIGNED(34, q80loop)
+
+// func dotQ8_0FMA(b []byte, qs []int8, d []float32) float32: dotQ8_0AVX2 with llama.cpp's fused block updates.
+TEXT ·dotQ8_0FMA(SB), NOSPLIT, $0-76
+	ARGS
+
+q80fmaloop:
+	VMOVDQU 2(DI), Y1
+	ONESIGNEDFMA(34, q80fmaloop)
+
+// func dotQ4_1FMA(b []byte, qs []int8, d, s []float32) float32: dotQ4_1AVX2 with llama.cpp's fused block
+// updates.
+TEXT ·dotQ4_1FMA(SB), NOSPLIT, $0-100
+	ARGS
+	MOVQ s_base+72(FP), R9
+	VXORPS X7, X7, X7
+
+q41fmaloop:
+	NIBBLES32(4)
+	ONEMINFMA(20, q41fmaloop)
 
 // func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q4_0 blocks (18 bytes: float16 d, 16 bytes of nibbles; weights nibble-8).

@@ -12,3 +12,6 @@ func quantizeQ8Blocks(q []int8, x []float32, d []float32, sums []int32) bool { r
 
 // quantizeQ8KBlocks reports false: this architecture quantizes with quantizeQ8_KBlock.
 func quantizeQ8KBlocks(q []int8, bsums []int16, x []float32, d []float32) bool { return false }
+
+// ggmlAsmDots returns no kernels: this architecture has only the portable ones.
+func ggmlAsmDots() map[quant.Type]func(w []byte, x qActRow) float32 { return nil }

@@ -1,0 +1,47 @@
+package ggml
+
+// Attention is llama.cpp's causal attention without flash attention over a float32 cache (its build_attn_mha:
+// scores, soft_max_ext, then the values) for one sequence and one key/value head, whose heads query heads share:
+//
+//   - q holds heads×t query rows of d values (head-major), the queries of positions past…past+t-1;
+//   - k and v hold the key and value rows (d values each) of positions 0…past+t-1 in order: the cache cells of a
+//     sequence that started at cell 0;
+//   - out receives, for query row j of head h, d values at out[(j·outPos + h·d):].
+//
+// Each score is VecDot of a key with a query; the softmax (SoftMax, scale, causal mask) runs over the cells
+// rounded up to 64 (llama.cpp pads to 256: the extra cells are masked and add exact zeros); each output value is
+// the dot product of a value column with the probabilities, which llama.cpp computes with tinyBLAS (Dot16) when
+// the batch brings two or more tokens and d is a multiple of 4, else with VecDot. batch is the number of tokens
+// the llama.cpp batch evaluates at once.
+func Attention(out []float32, outPos int, q, k, v []float32, heads, t, past, d int, scale float32, batch int) {
+	n := past + t
+	cells := (n + 63) &^ 63
+	scores := make([]float32, cells)
+	vt := make([]float32, d*cells) // v transposed, as llama.cpp's cache holds it without flash attention
+	for p := range n {
+		for j := range d {
+			vt[j*cells+p] = v[p*d+j]
+		}
+	}
+	dot := VecDot
+	if batch >= 2 && d%4 == 0 {
+		dot = Dot16
+	}
+	for h := range heads {
+		for j := range t {
+			qr := q[(h*t+j)*d:][:d]
+			for p := range cells {
+				scores[p] = 0
+				if p < n {
+					scores[p] = VecDot(k[p*d:(p+1)*d], qr)
+				}
+			}
+			pos := past + j
+			SoftMax(scores, scores, scale, func(p int) bool { return p > pos })
+			o := out[j*outPos+h*d:][:d]
+			for c := range d {
+				o[c] = dot(vt[c*cells:(c+1)*cells], scores)
+			}
+		}
+	}
+}

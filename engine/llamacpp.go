@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/engine/kernels/ggml"
+	"github.com/layerstream/layerstream/engine/model"
+)
+
+// Options.Arithmetic llama.cpp: the host ops below replace hostOps' own kernels with engine/kernels/ggml and
+// kernels.LinearQuantGGML, which compute as llama.cpp's CPU backend does (its graph for the Llama architecture,
+// build_attn_mha without flash attention over a float32 cache, the swiglu MLP), and the rotary tables come from
+// ggml's own recurrence and the C library's sine and cosine.
+
+// llamaCpp reports whether the engine computes with llama.cpp's arithmetic (Options.Arithmetic).
+func (e *Engine) llamaCpp() bool { return e.opts.Arithmetic == ArithmeticLlamaCpp }
+
+// llamaCppArchitectures are the families whose llama.cpp graph the host ops reproduce.
+var llamaCppArchitectures = []string{"LlamaForCausalLM"}
+
+// checkLlamaCpp refuses, by name, what Arithmetic llama.cpp does not reproduce.
+func (e *Engine) checkLlamaCpp() error {
+	c := e.cfg
+	name := ""
+	if len(c.Architectures) > 0 {
+		name = c.Architectures[0]
+	}
+	if !slices.Contains(llamaCppArchitectures, name) {
+		return fmt.Errorf("architecture %s is not covered (covered: %v)", name, llamaCppArchitectures)
+	}
+	if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
+		return fmt.Errorf("hidden_act %q is not covered (covered: silu)", c.HiddenAct)
+	}
+	for i, k := range e.plan.Layers {
+		if k.Window != 0 {
+			return fmt.Errorf("layer %d has a sliding window of %d: llama.cpp's sliding-window cache is not reproduced", i, k.Window)
+		}
+	}
+	for _, r := range e.plan.Ropes {
+		if r.Params.Type != "default" && r.Params.Type != "linear" {
+			return fmt.Errorf("rope type %q is not covered (covered: default, linear)", r.Params.Type)
+		}
+		if r.Dims != c.HeadDim {
+			return fmt.Errorf("partial rotary embeddings (%d of %d dimensions) are not covered", r.Dims, c.HeadDim)
+		}
+	}
+	if !ggml.SwiGLUWidth(c.IntermediateSize) {
+		return fmt.Errorf("intermediate_size %d is not a multiple of 16: llama.cpp computes the rest of each row with the C library's expf, which is not reproduced", c.IntermediateSize)
+	}
+	for _, u := range e.set.Units() {
+		for _, t := range u.Tensors {
+			if len(t.Shape) != 2 || t.Name == embedWeight && e.headUnit != unitEmbed {
+				continue // vectors are added or multiplied elementwise; an untied embedding is only looked up
+			}
+			switch {
+			case t.DType.Quantized():
+				q, _ := t.DType.Quant()
+				if err := kernels.GGMLSupports(q); err != nil {
+					return fmt.Errorf("tensor %s: %w", t.Name, err)
+				}
+			case t.DType != checkpoint.F32:
+				return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0 and Q4_1 block formats", t.Name, t.DType)
+			}
+		}
+	}
+	return nil
+}
+
+// llamaCppRotaryTable is rotaryTable as ggml computes its rotary cache (ggml.RopeAngles): [tb, dims] cosines
+// and sines for positions pos0…pos0+tb-1, each pair's value at j and j+dims/2 (the Hugging Face layout).
+func llamaCppRotaryTable(r model.Rope, pos0, tb int) (cos, sin []float32) {
+	d := r.Dims
+	half := d / 2
+	freqScale := float32(1)
+	if r.Params.Type == "linear" {
+		freqScale = 1 / float32(r.Params.Factor)
+	}
+	ts := ggml.ThetaScale(float32(r.Params.Theta), d)
+	cos, sin = make([]float32, tb*d), make([]float32, tb*d)
+	for t := range tb {
+		c, s := cos[t*d:(t+1)*d], sin[t*d:(t+1)*d]
+		ggml.RopeAngles(c[:half], s[:half], pos0+t, ts, freqScale, 1, nil)
+		copy(c[half:], c[:half])
+		copy(s[half:], s[:half])
+	}
+	return cos, sin
+}
+
+// llamaCppLinear is Linear with llama.cpp's products: block formats as its vec_dot kernels, float32 matrices as
+// ggml_vec_dot_f32 for one input row and tinyBLAS (its sgemm) for more.
+func (o hostOps) llamaCppLinear(x *hostArray, w any, bias []float32) *hostArray {
+	switch f := w.(type) {
+	case kernels.QuantMatrix:
+		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), f.Rows)...)
+		kernels.LinearQuantGGML(y.data, x.data, f, bias)
+		return y
+	case []float32:
+		in := x.dims[len(x.dims)-1]
+		out := len(f) / in
+		rows := len(x.data) / in
+		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), out)...)
+		dot := ggml.VecDot
+		if rows >= 2 && in%16 == 0 && out%4 == 0 {
+			dot = ggml.Dot16
+		}
+		kernels.ParallelFor(out, func(lo, hi int) {
+			for r := range rows {
+				xr := x.data[r*in : (r+1)*in]
+				for j := lo; j < hi; j++ {
+					v := dot(f[j*in:(j+1)*in], xr)
+					if bias != nil {
+						v += bias[j]
+					}
+					y.data[r*out+j] = v
+				}
+			}
+		})
+		return y
+	}
+	panic(fmt.Sprintf("engine: arithmetic llama.cpp: Linear of a %T weight", w))
+}
+
+// interleave copies rows of d values from src (the Hugging Face rotary layout: pair i at i and i+d/2) to dst in
+// the order llama.cpp's Llama graph holds them (pair i at 2i, 2i+1; its converter permutes the q and k rows so):
+// the order of the terms of each score's dot product.
+func interleave(dst, src []float32, d int) {
+	half := d / 2
+	for r := 0; r < len(src)/d; r++ {
+		s, t := src[r*d:(r+1)*d], dst[r*d:(r+1)*d]
+		for i := range half {
+			t[2*i], t[2*i+1] = s[i], s[i+half]
+		}
+	}
+}
+
+// llamaCppAttention is Attention as ggml.Attention computes it, each sequence as llama.cpp evaluates it alone:
+// its cached positions are gathered in order with the new ones (the cells of a sequence that started at cell
+// 0), and the pass's new tokens are llama.cpp's batch.
+func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptions) *hostArray {
+	slot, _ := o.kv.Layer(0)
+	b, heads, t, d := q.dims[0], q.dims[1], q.dims[2], q.dims[3]
+	kvHeads := k.dims[1]
+	group := heads / kvHeads
+	s := o.kv.Slots()
+	y := o.arena.array(b, t, heads*d)
+	scale := 1 / float32(math.Sqrt(float64(d))) // llama's 1.0f/sqrtf(n_embd_head), the only scale checkLlamaCpp admits
+	kernels.ParallelFor(b*kvHeads, func(lo, hi int) {
+		for job := lo; job < hi; job++ {
+			bi, g := job/kvHeads, job%kvHeads
+			row := bi
+			if o.rows != nil {
+				row = o.rows[bi]
+			}
+			past := o.past[bi]
+			n := past + t
+			ks, vs := make([]float32, n*d), make([]float32, n*d)
+			base := (row*kvHeads + g) * s * d
+			for _, c := range o.cache[bi] {
+				interleave(ks[c.pos*d:(c.pos+c.n)*d], slot.K[base+c.slot*d:base+(c.slot+c.n)*d], d)
+				copy(vs[c.pos*d:(c.pos+c.n)*d], slot.V[base+c.slot*d:base+(c.slot+c.n)*d])
+			}
+			nw := (bi*kvHeads + g) * t * d
+			interleave(ks[past*d:], k.data[nw:nw+t*d], d)
+			copy(vs[past*d:], v.data[nw:nw+t*d])
+			qh := make([]float32, group*t*d)
+			interleave(qh, q.data[(bi*heads+g*group)*t*d:][:group*t*d], d)
+			out := y.data[bi*t*heads*d+g*group*d:]
+			ggml.Attention(out, heads*d, qh, ks, vs, group, t, past, d, scale, t)
+		}
+	})
+	return y
+}
