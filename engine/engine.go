@@ -126,9 +126,10 @@ type Options struct {
 	// float32 key/value cache and without flash attention (llama.cpp's -ctk f32 -ctv f32 -fa off). A GGUF file
 	// then gives llama.cpp's logits and tokens exactly, on any CPU, which its own quantized arithmetic makes
 	// impossible otherwise (a difference of one ulp anywhere flips the 8-bit rounding of some later product's
-	// input). It is several times slower than the engine's kernels and covers what has been checked against
-	// llama.cpp: the Llama architecture with Q8_0, Q4_1 or float32 matrices; Open refuses
-	// anything else, naming it. It needs the host kernels (device cpu without GraphDecode).
+	// input). It is slower than the engine's kernels and covers what has been checked against llama.cpp: the
+	// Llama, Qwen2, Qwen3, SmolLM3, OLMo 2 and Granite architectures (default, linear and frequency-factor
+	// rotary embeddings, no sliding window) with Q8_0, Q4_1 or float32 matrices; Open refuses anything else,
+	// naming it. It needs the host kernels (device cpu without GraphDecode).
 	Arithmetic string
 	// Monitor, when set, checks the residual stream after every decoder layer and the logits of every step
 	// (guard.Monitor.CheckActivations, CheckLogits) of requests that bring no Request.Monitor of their own: it

@@ -322,7 +322,7 @@ func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		for i, r := range rows {
 			pos0 := kv.Len(r)
 			var cs, sn []float32
-			if e.llamaCpp() {
+			if e.llamaCpp() != nil {
 				cs, sn = llamaCppRotaryTable(rope, pos0, t)
 			} else {
 				cs, sn = rotaryTable(rope, pos0, t, pos0+lens[i])
@@ -540,7 +540,7 @@ func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []
 // the model has block-quantized matrices (whose products only the host kernels compute as generation does) or
 // the arithmetic is llama.cpp's (Options.Arithmetic), which only the host kernels reproduce.
 func (e *Engine) onHost(all bool) bool {
-	return !e.opts.GraphDecode && (!all || e.quantized || e.llamaCpp())
+	return !e.opts.GraphDecode && (!all || e.quantized || e.llamaCpp() != nil)
 }
 
 // hostPass runs the groups' new positions through the layers and the head with hostOps, every weight matrix
@@ -573,7 +573,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		ferr := e.guardMapped(func() error {
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled, llamaCpp: e.llamaCpp()}
+				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled, llamaCpp: e.llamaCpp(), batch: g.t}
 				if kind.Rope != model.NoRope {
 					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 				}
@@ -621,7 +621,10 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 	}
 	defer release()
 	span := e.prof.Begin(profiler.Forward, step, -1)
-	ops := hostOps{bf16Products: e.bf16Products, llamaCpp: e.llamaCpp()}
+	ops := hostOps{bf16Products: e.bf16Products, llamaCpp: e.llamaCpp(), batch: 1}
+	if all {
+		ops.batch = n // llama.cpp computes the head over every position of the batch when it keeps all logits
+	}
 	var logits []float32
 	herr := e.guardMapped(func() error {
 		logits = arr(e.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0])).data

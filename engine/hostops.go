@@ -38,8 +38,11 @@ type hostOps struct {
 	// the head take LinearQuant. Chosen per sequence, never by the batch, so a sequence gets the same bits alone
 	// and batched.
 	tiled bool
-	// llamaCpp computes every op as llama.cpp does (Options.Arithmetic; llamacpp.go).
-	llamaCpp bool
+	// llamaCpp, when set, computes every op as llama.cpp does (Options.Arithmetic; llamacpp.go), each sequence
+	// as llama.cpp evaluates it alone with batch tokens at once (llama.cpp multiplies a float32 matrix by one row
+	// with ggml_vec_dot_f32 and by more with tinyBLAS).
+	llamaCpp *llamaCppGraph
+	batch    int
 }
 
 // hostArray is a float32 array on the host.
@@ -116,7 +119,7 @@ func (o hostOps) Linear(x, w, b model.Value) model.Value {
 	if b != nil {
 		bias = weightData(b).([]float32)
 	}
-	if o.llamaCpp {
+	if o.llamaCpp != nil {
 		return o.llamaCppLinear(arr(x), weightData(w), bias)
 	}
 	switch f := weightData(w).(type) {
@@ -152,7 +155,7 @@ func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []
 func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 	xa := arr(x)
 	y := o.arena.array(xa.dims...)
-	if o.llamaCpp { // offset is 0: checkLlamaCpp admits no (1 + w) norms
+	if o.llamaCpp != nil { // offset is 0: checkLlamaCpp admits no (1 + w) norms
 		ggml.RMSNorm(y.data, xa.data, weightData(w).([]float32), float32(eps))
 		return y
 	}
@@ -188,7 +191,7 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 				out := y.data[((bi*heads+h)*t+ti)*d:][:d]
 				c := o.cos[(bi*t+ti)*r:][:r]
 				s := o.sin[(bi*t+ti)*r:][:r]
-				if o.llamaCpp {
+				if o.llamaCpp != nil {
 					for j := range half {
 						out[j], out[j+half] = ggml.Rotate(v[j], v[j+half], c[j], s[j])
 					}
@@ -207,7 +210,7 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 
 func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
-	if o.llamaCpp {
+	if o.llamaCpp != nil {
 		return o.llamaCppAttention(qa, ka, va, opts)
 	}
 	// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a prompt
@@ -254,11 +257,11 @@ func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 	xa := arr(x)
 	y := o.arena.array(xa.dims...)
 	switch {
-	case o.llamaCpp && f == model.SiLU:
+	case o.llamaCpp != nil && f == model.SiLU:
 		for i, v := range xa.data {
 			y.data[i] = ggml.Silu(v)
 		}
-	case o.llamaCpp:
+	case o.llamaCpp != nil:
 		panic(fmt.Sprintf("engine: arithmetic llama.cpp: activation %d", f)) // checkLlamaCpp admits SiLU only
 	case f == model.SiLU:
 		kernels.SiLU(y.data, xa.data)

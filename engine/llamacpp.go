@@ -2,8 +2,10 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
@@ -16,11 +18,35 @@ import (
 // build_attn_mha without flash attention over a float32 cache, the swiglu MLP), and the rotary tables come from
 // ggml's own recurrence and the C library's sine and cosine.
 
-// llamaCpp reports whether the engine computes with llama.cpp's arithmetic (Options.Arithmetic).
-func (e *Engine) llamaCpp() bool { return e.opts.Arithmetic == ArithmeticLlamaCpp }
+// llamaCppGraph is what the host ops need to know of an architecture's llama.cpp graph beyond the decoder's own
+// structure.
+type llamaCppGraph struct {
+	// interleaved: llama.cpp holds the q and k rows in rotary pairs (rope type NORM; its converter permutes
+	// them), so each score sums its terms in that order; else in the Hugging Face halves (NEOX).
+	interleaved bool
+	// configScale: the attention scale is the config's (Granite's attention_multiplier), not llama.cpp's
+	// 1.0f/sqrtf(head_dim).
+	configScale bool
+}
 
-// llamaCppArchitectures are the families whose llama.cpp graph the host ops reproduce.
-var llamaCppArchitectures = []string{"LlamaForCausalLM"}
+// llamaCppGraphs are the architectures whose llama.cpp graph the host ops reproduce, each checked against
+// llama.cpp's logits (TestLlamaCppArithmeticFamilies).
+var llamaCppGraphs = map[string]*llamaCppGraph{
+	"LlamaForCausalLM":   {interleaved: true},
+	"SmolLM3ForCausalLM": {interleaved: true},
+	"GraniteForCausalLM": {interleaved: true, configScale: true},
+	"Qwen2ForCausalLM":   {},
+	"Qwen3ForCausalLM":   {},
+	"Olmo2ForCausalLM":   {},
+}
+
+// llamaCpp is the graph the host ops reproduce under Options.Arithmetic llama.cpp, else nil.
+func (e *Engine) llamaCpp() *llamaCppGraph {
+	if e.opts.Arithmetic != ArithmeticLlamaCpp || len(e.cfg.Architectures) == 0 {
+		return nil
+	}
+	return llamaCppGraphs[e.cfg.Architectures[0]]
+}
 
 // checkLlamaCpp refuses, by name, what Arithmetic llama.cpp does not reproduce.
 func (e *Engine) checkLlamaCpp() error {
@@ -29,8 +55,8 @@ func (e *Engine) checkLlamaCpp() error {
 	if len(c.Architectures) > 0 {
 		name = c.Architectures[0]
 	}
-	if !slices.Contains(llamaCppArchitectures, name) {
-		return fmt.Errorf("architecture %s is not covered (covered: %v)", name, llamaCppArchitectures)
+	if llamaCppGraphs[name] == nil {
+		return fmt.Errorf("architecture %s is not covered (covered: %s)", name, strings.Join(slices.Sorted(maps.Keys(llamaCppGraphs)), ", "))
 	}
 	if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
 		return fmt.Errorf("hidden_act %q is not covered (covered: silu)", c.HiddenAct)
@@ -41,8 +67,12 @@ func (e *Engine) checkLlamaCpp() error {
 		}
 	}
 	for _, r := range e.plan.Ropes {
-		if r.Params.Type != "default" && r.Params.Type != "linear" {
-			return fmt.Errorf("rope type %q is not covered (covered: default, linear)", r.Params.Type)
+		switch p := r.Params; {
+		case p.Type == "default", p.Type == "linear":
+		case p.Type == "longrope" && slices.Equal(p.ShortFactor, p.LongFactor):
+			// One set of factors for every length: llama.cpp's rope_freqs (GGUF files of Llama 3.1 and later).
+		default:
+			return fmt.Errorf("rope type %q is not covered (covered: default, linear, and frequency factors)", p.Type)
 		}
 		if r.Dims != c.HeadDim {
 			return fmt.Errorf("partial rotary embeddings (%d of %d dimensions) are not covered", r.Dims, c.HeadDim)
@@ -75,15 +105,23 @@ func (e *Engine) checkLlamaCpp() error {
 func llamaCppRotaryTable(r model.Rope, pos0, tb int) (cos, sin []float32) {
 	d := r.Dims
 	half := d / 2
-	freqScale := float32(1)
-	if r.Params.Type == "linear" {
+	freqScale, mscale := float32(1), float32(1)
+	var factors []float32
+	switch r.Params.Type {
+	case "linear":
 		freqScale = 1 / float32(r.Params.Factor)
+	case "longrope": // one set of factors (checkLlamaCpp): llama.cpp's freq_factors, and its attention factor
+		for _, f := range r.Params.ShortFactor {
+			factors = append(factors, float32(f))
+		}
+		_, scale := r.Frequencies(pos0 + tb)
+		mscale = float32(scale)
 	}
 	ts := ggml.ThetaScale(float32(r.Params.Theta), d)
 	cos, sin = make([]float32, tb*d), make([]float32, tb*d)
 	for t := range tb {
 		c, s := cos[t*d:(t+1)*d], sin[t*d:(t+1)*d]
-		ggml.RopeAngles(c[:half], s[:half], pos0+t, ts, freqScale, 1, nil)
+		ggml.RopeAngles(c[:half], s[:half], pos0+t, ts, freqScale, mscale, factors)
 		copy(c[half:], c[:half])
 		copy(s[half:], s[:half])
 	}
@@ -91,7 +129,7 @@ func llamaCppRotaryTable(r model.Rope, pos0, tb int) (cos, sin []float32) {
 }
 
 // llamaCppLinear is Linear with llama.cpp's products: block formats as its vec_dot kernels, float32 matrices as
-// ggml_vec_dot_f32 for one input row and tinyBLAS (its sgemm) for more.
+// ggml_vec_dot_f32 in a batch of one token and tinyBLAS (its sgemm) in more (o.batch).
 func (o hostOps) llamaCppLinear(x *hostArray, w any, bias []float32) *hostArray {
 	switch f := w.(type) {
 	case kernels.QuantMatrix:
@@ -104,7 +142,7 @@ func (o hostOps) llamaCppLinear(x *hostArray, w any, bias []float32) *hostArray 
 		rows := len(x.data) / in
 		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), out)...)
 		dot := ggml.VecDot
-		if rows >= 2 && in%16 == 0 && out%4 == 0 {
+		if o.batch >= 2 && in%16 == 0 && out%4 == 0 { // tinyBLAS's conditions
 			dot = ggml.Dot16
 		}
 		kernels.ParallelFor(out, func(lo, hi int) {
@@ -147,7 +185,14 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 	group := heads / kvHeads
 	s := o.kv.Slots()
 	y := o.arena.array(b, t, heads*d)
-	scale := 1 / float32(math.Sqrt(float64(d))) // llama's 1.0f/sqrtf(n_embd_head), the only scale checkLlamaCpp admits
+	scale := 1 / float32(math.Sqrt(float64(d))) // 1.0f/sqrtf(n_embd_head)
+	if o.llamaCpp.configScale {
+		scale = float32(opts.Scale)
+	}
+	order := func(dst, src []float32, d int) { copy(dst, src) }
+	if o.llamaCpp.interleaved {
+		order = interleave
+	}
 	kernels.ParallelFor(b*kvHeads, func(lo, hi int) {
 		for job := lo; job < hi; job++ {
 			bi, g := job/kvHeads, job%kvHeads
@@ -160,14 +205,14 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			ks, vs := make([]float32, n*d), make([]float32, n*d)
 			base := (row*kvHeads + g) * s * d
 			for _, c := range o.cache[bi] {
-				interleave(ks[c.pos*d:(c.pos+c.n)*d], slot.K[base+c.slot*d:base+(c.slot+c.n)*d], d)
+				order(ks[c.pos*d:(c.pos+c.n)*d], slot.K[base+c.slot*d:base+(c.slot+c.n)*d], d)
 				copy(vs[c.pos*d:(c.pos+c.n)*d], slot.V[base+c.slot*d:base+(c.slot+c.n)*d])
 			}
 			nw := (bi*kvHeads + g) * t * d
-			interleave(ks[past*d:], k.data[nw:nw+t*d], d)
+			order(ks[past*d:], k.data[nw:nw+t*d], d)
 			copy(vs[past*d:], v.data[nw:nw+t*d])
 			qh := make([]float32, group*t*d)
-			interleave(qh, q.data[(bi*heads+g*group)*t*d:][:group*t*d], d)
+			order(qh, q.data[(bi*heads+g*group)*t*d:][:group*t*d], d)
 			out := y.data[bi*t*heads*d+g*group*d:]
 			ggml.Attention(out, heads*d, qh, ks, vs, group, t, past, d, scale, t)
 		}

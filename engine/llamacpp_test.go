@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/layerstream/layerstream/internal/hffixture"
+	"github.com/layerstream/layerstream/reference"
 )
 
 // TestLlamaCppArithmeticTiny: with Arithmetic llama.cpp, the tiny random Llama GGUF files that llama.cpp
@@ -84,4 +87,103 @@ func topIDs(row []float32, k int) []int {
 		return 0
 	})
 	return ids[:k]
+}
+
+// TestLlamaCppArithmeticFamilies: with Arithmetic llama.cpp, every family GGUF file llama.cpp's converter made
+// (gguf/testdata/families, float32 matrices) of a covered architecture gives llama.cpp's logits of the fixture's
+// 40 ids bit for bit: q/k in rotary pairs (Llama, Granite, SmolLM3 with its NoPE layers) or halves (Qwen2,
+// Qwen3 and OLMo 2 with their q/k norms), biases, Granite's multipliers, linear scaling and Llama 3's frequency
+// factors. The others are refused, saying what is not covered.
+func TestLlamaCppArithmeticFamilies(t *testing.T) {
+	files, err := filepath.Glob("../gguf/testdata/families/*.gguf")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no GGUF files in gguf/testdata/families: %v", err)
+	}
+	refused := map[string]string{
+		"gemma2": "architecture Gemma2ForCausalLM is not covered", "gemma3": "architecture Gemma3ForCausalLM is not covered",
+		"gemma3-vl": "architecture Gemma3ForCausalLM is not covered", "phi3": "architecture Phi3ForCausalLM is not covered",
+		"phi3-longrope": "architecture Phi3ForCausalLM is not covered", "phi4-mini": "architecture Phi3ForCausalLM is not covered",
+		"llama-rope-yarn":    `rope type "yarn" is not covered`,
+		"llama-rope-dynamic": "40 tokens exceed the model's context", // as with the engine's arithmetic
+	}
+	exact := 0
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".gguf")
+		t.Run(name, func(t *testing.T) {
+			llama, err := reference.ReadTensors(strings.TrimSuffix(file, ".gguf") + ".llamacpp.safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got [][]float32
+			e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+			if err == nil {
+				defer e.Close()
+				got, err = e.Logits(context.Background(), ints(hffixture.MustReference(t, name).InputIDs))
+			}
+			if want, ok := refused[name]; ok {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("%v; want it refused saying %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := llama["logits"].F32
+			for p, row := range got {
+				for j, v := range row {
+					if v != want[p*len(row)+j] {
+						t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g", p, j, v, want[p*len(row)+j])
+					}
+				}
+			}
+			exact++
+		})
+	}
+	if want := len(files) - len(refused); exact != want {
+		t.Errorf("%d files bit for bit, want %d", exact, want)
+	}
+}
+
+// TestLlamaCppArithmeticBatched: a sequence computed in a batch with others (continuous batching, prompts of
+// several lengths) gets the bits it gets alone, which are llama.cpp's: each op reproduces llama.cpp evaluating
+// that sequence by itself (a float32 matrix takes ggml_vec_dot_f32 for a decode step however many sequences
+// share it).
+func TestLlamaCppArithmeticBatched(t *testing.T) {
+	for _, file := range []string{"tiny-llama-F32.gguf", "tiny-llama-Q4_1.gguf"} {
+		e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs := []Request{
+			{PromptIDs: []int{1, 403, 407, 261}, MaxNewTokens: 12},
+			{PromptIDs: []int{1, 320}, MaxNewTokens: 9},
+			{PromptIDs: []int{1, 449, 300, 301, 302, 303, 304}, MaxNewTokens: 15},
+		}
+		for i := range reqs {
+			reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true
+		}
+		batched := make([][]Token, len(reqs))
+		if _, err := e.GenerateBatch(context.Background(), reqs, func(seq int, tk Token) error {
+			batched[seq] = append(batched[seq], tk)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range reqs {
+			var alone []Token
+			if _, err := e.Generate(context.Background(), r, func(tk Token) error { alone = append(alone, tk); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if len(alone) != len(batched[i]) {
+				t.Fatalf("%s request %d: %d tokens alone, %d batched", file, i, len(alone), len(batched[i]))
+			}
+			for j := range alone {
+				if alone[j].ID != batched[i][j].ID || alone[j].Logprob != batched[i][j].Logprob {
+					t.Fatalf("%s request %d token %d: alone %d (%v), batched %d (%v)", file, i, j, alone[j].ID, alone[j].Logprob, batched[i][j].ID, batched[i][j].Logprob)
+				}
+			}
+		}
+		e.Close()
+	}
 }
