@@ -211,10 +211,10 @@ func (o *Options) fillDefaults() error {
 	case ArithmeticEngine:
 	case ArithmeticLlamaCpp:
 		if o.GraphDecode {
-			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode)", o.Arithmetic)
+			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode; see %s)", o.Arithmetic, guard.Anchor(guard.SectionLlamaCpp))
 		}
 		if o.KVCache != KVCacheF32 {
-			return fmt.Errorf("arithmetic (--arithmetic) %s reproduces llama.cpp with a float32 cache: --kv-cache %s is not covered", o.Arithmetic, o.KVCache)
+			return fmt.Errorf("arithmetic (--arithmetic) %s reproduces llama.cpp with a float32 cache: --kv-cache %s is not covered (see %s)", o.Arithmetic, o.KVCache, guard.Anchor(guard.SectionLlamaCpp))
 		}
 	default:
 		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)
@@ -406,7 +406,7 @@ func (e *Engine) init(ctx context.Context) error {
 	}
 	if e.opts.Arithmetic == ArithmeticLlamaCpp {
 		if err := e.checkLlamaCpp(); err != nil {
-			return fmt.Errorf("arithmetic %s: %w", ArithmeticLlamaCpp, err)
+			return fmt.Errorf("arithmetic %s: %w (see %s)", ArithmeticLlamaCpp, err, guard.Anchor(guard.SectionLlamaCpp))
 		}
 	}
 	for _, s := range e.plan.Weights {

@@ -25,6 +25,7 @@ const (
 	SectionUnusedTensor     = "Unused tensor"
 	SectionMissingLMHead    = "Missing lm_head"
 	SectionGGUF             = "GGUF file refused"
+	SectionLlamaCpp         = "Different tokens from llama.cpp"
 	SectionGatedRepo        = "Gated or private repository"
 	SectionOffline          = "No network or offline"
 	SectionDiskFull         = "Disk full during split"
@@ -47,7 +48,7 @@ func Sections() []string {
 	return []string{
 		SectionNaN, SectionActivations, SectionZeroLogits, SectionSaturation, SectionRepetition, SectionPunctuation,
 		SectionDType, SectionPlacement, SectionMissingFiles, SectionUnsupportedArch, SectionUnknownKey,
-		SectionUnusedTensor, SectionMissingLMHead, SectionGGUF,
+		SectionUnusedTensor, SectionMissingLMHead, SectionGGUF, SectionLlamaCpp,
 		SectionGatedRepo, SectionOffline, SectionDiskFull, SectionOOM, SectionLargerThanRAM, SectionResidentTooLarge, SectionCorrupt, SectionSIGBUS, SectionContextTooLong,
 		SectionServer, SectionCUDASlow, SectionCUDAPlugin, SectionVerifyMismatch, SectionKVCache, SectionSlowEncoding,
 	}
