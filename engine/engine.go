@@ -122,8 +122,9 @@ type Options struct {
 	KVCache string
 	// Arithmetic is how the host kernels round: ArithmeticEngine ("engine", the default) or ArithmeticLlamaCpp
 	// ("llama.cpp"), every operation as llama.cpp's CPU backend computes it, bit for bit: its x86-64 build with
-	// AVX-512 (the summation orders of its dot products, its exponential, the C library's sine and cosine), with a
-	// float32 key/value cache and without flash attention (llama.cpp's -ctk f32 -ctv f32 -fa off). A GGUF file
+	// AVX-512 (the summation orders of its dot products, its exponential, the C library's sine and cosine), without
+	// flash attention, with its cache as KVCache says (f16: llama.cpp's default and llama-cpp-python's default
+	// settings; f32: -ctk f32 -ctv f32 -fa off). A GGUF file
 	// then gives llama.cpp's logits and tokens exactly, on any CPU, which its own quantized arithmetic makes
 	// impossible otherwise (a difference of one ulp anywhere flips the 8-bit rounding of some later product's
 	// input). It is slower than the engine's kernels and covers what has been checked against llama.cpp: the
@@ -212,9 +213,6 @@ func (o *Options) fillDefaults() error {
 	case ArithmeticLlamaCpp:
 		if o.GraphDecode {
 			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode; see %s)", o.Arithmetic, guard.Anchor(guard.SectionLlamaCpp))
-		}
-		if o.KVCache != KVCacheF32 {
-			return fmt.Errorf("arithmetic (--arithmetic) %s reproduces llama.cpp with a float32 cache: --kv-cache %s is not covered (see %s)", o.Arithmetic, o.KVCache, guard.Anchor(guard.SectionLlamaCpp))
 		}
 	default:
 		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)

@@ -38,6 +38,62 @@ var ggufFamilyRefused = map[string]string{
 // Where <name>.transformers.safetensors exists, it holds transformers' logits of the checkpoint with the settings
 // llama.cpp reads from the file (scripts/fixtures/gguf_families.py, FILE_MEANING), and layerstream must match them.
 func TestGGUFFamilies(t *testing.T) {
+	forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
+		hf := hffixture.MustReference(t, name)
+		ids := ints(hf.InputIDs)
+		var got [][]float32
+		e, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+		if err == nil {
+			defer e.Close()
+			got, err = e.Logits(context.Background(), ids)
+		}
+		if want, refused := ggufFamilyRefused[name]; refused {
+			if err == nil {
+				t.Fatalf("computed its logits; want it refused with %q", want)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("refused with %q; want the error to say %q", err, want)
+			}
+			t.Skipf("refused, as it should be: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tol := ggufFamilyTolerance
+		if v, ok := ggufFamilyLlamaCPPTolerance[name]; ok {
+			tol = v
+		}
+		compareGGUFLogits(t, "", got, llama["logits"].F32, hf.Logits, tol)
+		meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
+		if _, err := os.Stat(meaning); err == nil {
+			m, err := reference.ReadTensors(meaning)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := maxLogitDiff(got, m["logits"].F32)
+			t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
+			if d > ggufFamilyTolerance {
+				t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
+			}
+		} else if _, known := ggufFamilyLlamaCPPTolerance[name]; known {
+			t.Fatalf("%s is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", meaning, name)
+		}
+		// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
+		// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).
+		if full := llama["full_logits"]; full != nil {
+			got, err := e.Logits(context.Background(), ints(llama["full_ids"].I64))
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareGGUFLogits(t, "full_ids: ", got, full.F32, hf.Tensors["full_logits"].F32, tol)
+		}
+	})
+}
+
+// forEachGGUFFamily runs f as a subtest for every family GGUF file (gguf/testdata/families, made by
+// scripts/fixtures/gguf_families.py) with its name and llama.cpp's outputs on it.
+func forEachGGUFFamily(t *testing.T, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
+	t.Helper()
 	files, err := filepath.Glob("../gguf/testdata/families/*.gguf")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no GGUF files in gguf/testdata/families (made by scripts/fixtures/gguf_families.py): %v", err)
@@ -49,56 +105,10 @@ func TestGGUFFamilies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hf := hffixture.MustReference(t, name)
-			ids := ints(hf.InputIDs)
-			var got [][]float32
-			e, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
-			if err == nil {
-				defer e.Close()
-				got, err = e.Logits(context.Background(), ids)
-			}
-			if want, refused := ggufFamilyRefused[name]; refused {
-				if err == nil {
-					t.Fatalf("computed its logits; want it refused with %q", want)
-				}
-				if !strings.Contains(err.Error(), want) {
-					t.Fatalf("refused with %q; want the error to say %q", err, want)
-				}
-				t.Skipf("refused, as it should be: %v", err)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tol := ggufFamilyTolerance
-			if v, ok := ggufFamilyLlamaCPPTolerance[name]; ok {
-				tol = v
-			}
-			compareGGUFLogits(t, "", got, llama["logits"].F32, hf.Logits, tol)
-			meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
-			if _, err := os.Stat(meaning); err == nil {
-				m, err := reference.ReadTensors(meaning)
-				if err != nil {
-					t.Fatal(err)
-				}
-				d := maxLogitDiff(got, m["logits"].F32)
-				t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
-				if d > ggufFamilyTolerance {
-					t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
-				}
-			} else if _, known := ggufFamilyLlamaCPPTolerance[name]; known {
-				t.Fatalf("%s is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", meaning, name)
-			}
-			// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
-			// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).
-			if full := llama["full_logits"]; full != nil {
-				got, err := e.Logits(context.Background(), ints(llama["full_ids"].I64))
-				if err != nil {
-					t.Fatal(err)
-				}
-				compareGGUFLogits(t, "full_ids: ", got, full.F32, hf.Tensors["full_logits"].F32, tol)
-			}
+			f(t, name, file, llama)
 		})
 	}
+	return len(files)
 }
 
 // maxLogitDiff is the largest difference between got's logits and want's (row-major [positions, vocab]).

@@ -131,7 +131,8 @@ func generateGreedy(t *testing.T, e *Engine, c llamaCppCase) ([]int, func(step, 
 //     of names, q/k row order, hyper-parameters and tied head is llama.cpp's, to 1e-3;
 //   - with Options.Arithmetic llama.cpp, greedy decoding of 8 prompts × 64 tokens gives llama.cpp's 512 tokens,
 //     and every step's log-probabilities of llama.cpp's top 8 tokens equal llama.cpp's to 1e-9 (the float64
-//     rounding of the two log-sum-exps: the logits are the same floats);
+//     rounding of the two log-sum-exps: the logits are the same floats), with a float32 cache and with its
+//     default float16 one (smollm2-q4_1-f16cache.json);
 //   - with the engine's own arithmetic, greedy decoding follows llama.cpp's at least as closely as llama.cpp
 //     follows itself when only float rounding changes. llama.cpp rounds every matrix product's input to 8 bits,
 //     and a float difference of one ulp flips such roundings: its own runs with and without flash attention
@@ -152,22 +153,31 @@ func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
 		t.Fatalf("reference cases: %d, %d, %d; want 8 each", len(ref.Cases), len(ref.CasesFA), len(ref.CasesF32))
 	}
 	shardDir := filepath.Join(t.TempDir(), "shards")
-	exact, err := Open(context.Background(), path, Options{ShardDir: shardDir, Arithmetic: ArithmeticLlamaCpp})
-	if err != nil {
-		t.Fatal(err)
+	var f16 struct {
+		Cases []llamaCppCase `json:"cases"`
 	}
-	defer exact.Close()
-	equal, dx := 0, 0.0
-	for _, c := range ref.Cases {
-		ids, lp := generateGreedy(t, exact, c)
-		a := compare(c, ids, lp)
-		equal, dx = equal+a.equal, max(dx, a.maxLogprobDx)
-		if a.equal != len(c.IDs) || a.maxLogprobDx > 1e-9 {
-			t.Errorf("arithmetic llama.cpp, %q: %d of %d tokens equal to llama.cpp's (it parts at a margin of %.3g), log-probabilities up to %.3g apart; want all, to 1e-9",
-				c.Prompt, a.equal, len(c.IDs), a.partMargin, a.maxLogprobDx)
+	readJSON(t, "../gguf/testdata/llamacpp/smollm2-q4_1-f16cache.json", &f16)
+	for _, run := range []struct {
+		cache string
+		cases []llamaCppCase
+	}{{KVCacheF32, ref.Cases}, {KVCacheF16, f16.Cases}} {
+		exact, err := Open(context.Background(), path, Options{ShardDir: shardDir, Arithmetic: ArithmeticLlamaCpp, KVCache: run.cache})
+		if err != nil {
+			t.Fatal(err)
 		}
+		equal, dx := 0, 0.0
+		for _, c := range run.cases {
+			ids, lp := generateGreedy(t, exact, c)
+			a := compare(c, ids, lp)
+			equal, dx = equal+a.equal, max(dx, a.maxLogprobDx)
+			if a.equal != len(c.IDs) || a.maxLogprobDx > 1e-9 {
+				t.Errorf("arithmetic llama.cpp, %s cache, %q: %d of %d tokens equal to llama.cpp's (it parts at a margin of %.3g), log-probabilities up to %.3g apart; want all, to 1e-9",
+					run.cache, c.Prompt, a.equal, len(c.IDs), a.partMargin, a.maxLogprobDx)
+			}
+		}
+		exact.Close()
+		t.Logf("arithmetic llama.cpp vs llama.cpp, %s cache: %d of 512 tokens equal; logprobs up to %.2g apart", run.cache, equal, dx)
 	}
-	t.Logf("arithmetic llama.cpp vs llama.cpp:          %d of 512 tokens equal; logprobs up to %.2g apart", equal, dx)
 
 	e, err := Open(context.Background(), path, Options{ShardDir: shardDir})
 	if err != nil {

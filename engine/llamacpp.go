@@ -11,6 +11,7 @@ import (
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/quant"
 )
 
 // Options.Arithmetic llama.cpp: the host ops below replace hostOps' own kernels with engine/kernels/ggml and
@@ -175,11 +176,24 @@ func interleave(dst, src []float32, d int) {
 	}
 }
 
+// widen returns float16 values as float32.
+func widen(h []uint16) []float32 {
+	f := make([]float32, len(h))
+	for i, v := range h {
+		f[i] = quant.HalfToFloat32(v)
+	}
+	return f
+}
+
 // llamaCppAttention is Attention as ggml.Attention computes it, each sequence as llama.cpp evaluates it alone:
 // its cached positions are gathered in order with the new ones (the cells of a sequence that started at cell
 // 0), and the pass's new tokens are llama.cpp's batch.
 func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptions) *hostArray {
+	// The new keys and values as the cache holds them: llama.cpp writes them first, then attends to the cache.
+	o.kv.Round(k.data)
+	o.kv.Round(v.data)
 	slot, _ := o.kv.Layer(0)
+	half := slot.K16 != nil
 	b, heads, t, d := q.dims[0], q.dims[1], q.dims[2], q.dims[3]
 	kvHeads := k.dims[1]
 	group := heads / kvHeads
@@ -205,8 +219,15 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			ks, vs := make([]float32, n*d), make([]float32, n*d)
 			base := (row*kvHeads + g) * s * d
 			for _, c := range o.cache[bi] {
-				order(ks[c.pos*d:(c.pos+c.n)*d], slot.K[base+c.slot*d:base+(c.slot+c.n)*d], d)
-				copy(vs[c.pos*d:(c.pos+c.n)*d], slot.V[base+c.slot*d:base+(c.slot+c.n)*d])
+				lo, hi := base+c.slot*d, base+(c.slot+c.n)*d
+				var kc, vc []float32
+				if half {
+					kc, vc = widen(slot.K16[lo:hi]), widen(slot.V16[lo:hi])
+				} else {
+					kc, vc = slot.K[lo:hi], slot.V[lo:hi]
+				}
+				order(ks[c.pos*d:(c.pos+c.n)*d], kc, d)
+				copy(vs[c.pos*d:(c.pos+c.n)*d], vc)
 			}
 			nw := (bi*kvHeads + g) * t * d
 			order(ks[past*d:], k.data[nw:nw+t*d], d)
@@ -214,7 +235,7 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			qh := make([]float32, group*t*d)
 			order(qh, q.data[(bi*heads+g*group)*t*d:][:group*t*d], d)
 			out := y.data[bi*t*heads*d+g*group*d:]
-			ggml.Attention(out, heads*d, qh, ks, vs, group, t, past, d, scale, t)
+			ggml.Attention(out, heads*d, qh, ks, vs, group, t, past, d, scale, t, half)
 		}
 	})
 	return y

@@ -18,55 +18,68 @@ import (
 // matrices (tinyBLAS for the prompt, ggml_vec_dot_f32 for single rows), Q8_0 and Q4_1 (its vec_dot kernels). A wrong summation order in any op moves some logit by an ulp, which this test sees. Types it does not
 // reproduce are refused by Open, naming a tensor.
 func TestLlamaCppArithmeticTiny(t *testing.T) {
+	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+		var ref struct {
+			Types map[string]llamaCppCase `json:"types"`
+		}
+		fixture := "../gguf/testdata/llamacpp/tiny.json"
+		if cache == KVCacheF16 {
+			fixture = "../gguf/testdata/llamacpp/tiny-f16cache.json" // llama-cpp-python's default cache
+		}
+		readJSON(t, fixture, &ref)
+		for _, name := range []string{"F32", "Q8_0", "Q4_1"} {
+			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, ref.Types[name], cache) })
+		}
+	}
 	var ref struct {
 		Types map[string]llamaCppCase `json:"types"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	for _, name := range []string{"F32", "Q8_0", "Q4_1"} {
-		t.Run(name, func(t *testing.T) {
-			c := ref.Types[name]
-			e, err := Open(context.Background(), filepath.Join("..", c.File), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
-			logits, err := e.Logits(context.Background(), c.PromptIDs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, s := range c.PromptLogits {
-				for j, id := range s.IDs {
-					if got := logits[i][id]; got != float32(s.Logits[j]) {
-						t.Fatalf("prompt position %d, token %d: logit %.9g, llama.cpp %.9g", i, id, got, s.Logits[j])
-					}
-				}
-				if top := topIDs(logits[i], len(s.IDs)); !slices.Equal(top, s.IDs) {
-					t.Fatalf("prompt position %d: top ids %v, llama.cpp %v", i, top, s.IDs)
-				}
-			}
-			ids, lp := generateGreedy(t, e, c)
-			if !slices.Equal(ids, c.IDs) {
-				t.Fatalf("greedy ids %v, llama.cpp %v", ids, c.IDs)
-			}
-			// The log-probabilities of the decode steps differ only by the float64 rounding of the two
-			// log-sum-exps. The first step's reference is the prompt batch's last row (the fixture keeps every
-			// row's logits, so llama.cpp multiplied the head with 16 rows at once: tinyBLAS for F32), which the
-			// prompt check above covered; Generate computes the head for that one row, as llama.cpp does when
-			// only the last row's logits are kept.
-			for i := 1; i < len(ids); i++ {
-				s := c.Steps[i]
-				for j, id := range s.IDs {
-					if got, ok := lp(i, id); !ok || math.Abs(got-s.logprob(j)) > 1e-9 {
-						t.Fatalf("step %d token %d: log-probability %.12g, llama.cpp %.12g", i, id, got, s.logprob(j))
-					}
-				}
-			}
-		})
-	}
 	for name, want := range map[string]string{"F16": "is F16", "BF16": "is BF16", "Q4_0": "not Q4_0", "Q4_K": "not Q4_K", "Q6_K": "not Q6_K"} {
 		_, err := Open(context.Background(), filepath.Join("..", ref.Types[name].File), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {
 			t.Errorf("%s with arithmetic llama.cpp: %v, want an error naming a tensor and saying %q", name, err, want)
+		}
+	}
+}
+
+// checkLlamaCppTiny checks one tiny file with Arithmetic llama.cpp and the given cache against llama.cpp's
+// outputs c: every prompt position's top logits as floats, the greedy ids, the decode steps' log-probabilities.
+func checkLlamaCppTiny(t *testing.T, c llamaCppCase, cache string) {
+	e, err := Open(context.Background(), filepath.Join("..", c.File), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	logits, err := e.Logits(context.Background(), c.PromptIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range c.PromptLogits {
+		for j, id := range s.IDs {
+			if got := logits[i][id]; got != float32(s.Logits[j]) {
+				t.Fatalf("prompt position %d, token %d: logit %.9g, llama.cpp %.9g", i, id, got, s.Logits[j])
+			}
+		}
+		if top := topIDs(logits[i], len(s.IDs)); !slices.Equal(top, s.IDs) {
+			t.Fatalf("prompt position %d: top ids %v, llama.cpp %v", i, top, s.IDs)
+		}
+	}
+	ids, lp := generateGreedy(t, e, c)
+	if !slices.Equal(ids, c.IDs) {
+		t.Fatalf("greedy ids %v, llama.cpp %v", ids, c.IDs)
+	}
+	// The log-probabilities of the decode steps differ only by the float64 rounding of the two
+	// log-sum-exps. The first step's reference is the prompt batch's last row (the fixture keeps every
+	// row's logits, so llama.cpp multiplied the head with 16 rows at once: tinyBLAS for F32), which the
+	// prompt check above covered; Generate computes the head for that one row, as llama.cpp does when
+	// only the last row's logits are kept.
+	for i := 1; i < len(ids); i++ {
+		s := c.Steps[i]
+		for j, id := range s.IDs {
+			if got, ok := lp(i, id); !ok || math.Abs(got-s.logprob(j)) > 1e-9 {
+				t.Fatalf("step %d token %d: log-probability %.12g, llama.cpp %.12g", i, id, got, s.logprob(j))
+			}
 		}
 	}
 }
@@ -95,10 +108,6 @@ func topIDs(row []float32, k int) []int {
 // Qwen3 and OLMo 2 with their q/k norms), biases, Granite's multipliers, linear scaling and Llama 3's frequency
 // factors. The others are refused, saying what is not covered.
 func TestLlamaCppArithmeticFamilies(t *testing.T) {
-	files, err := filepath.Glob("../gguf/testdata/families/*.gguf")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no GGUF files in gguf/testdata/families: %v", err)
-	}
 	refused := map[string]string{
 		"gemma2": "architecture Gemma2ForCausalLM is not covered", "gemma3": "architecture Gemma3ForCausalLM is not covered",
 		"gemma3-vl": "architecture Gemma3ForCausalLM is not covered", "phi3": "architecture Phi3ForCausalLM is not covered",
@@ -107,40 +116,33 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 		"llama-rope-dynamic": "40 tokens exceed the model's context", // as with the engine's arithmetic
 	}
 	exact := 0
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".gguf")
-		t.Run(name, func(t *testing.T) {
-			llama, err := reference.ReadTensors(strings.TrimSuffix(file, ".gguf") + ".llamacpp.safetensors")
-			if err != nil {
-				t.Fatal(err)
+	files := forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
+		var got [][]float32
+		e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+		if err == nil {
+			defer e.Close()
+			got, err = e.Logits(context.Background(), ints(hffixture.MustReference(t, name).InputIDs))
+		}
+		if want, ok := refused[name]; ok {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%v; want it refused saying %q", err, want)
 			}
-			var got [][]float32
-			e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
-			if err == nil {
-				defer e.Close()
-				got, err = e.Logits(context.Background(), ints(hffixture.MustReference(t, name).InputIDs))
-			}
-			if want, ok := refused[name]; ok {
-				if err == nil || !strings.Contains(err.Error(), want) {
-					t.Fatalf("%v; want it refused saying %q", err, want)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := llama["logits"].F32
-			for p, row := range got {
-				for j, v := range row {
-					if v != want[p*len(row)+j] {
-						t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g", p, j, v, want[p*len(row)+j])
-					}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := llama["logits"].F32
+		for p, row := range got {
+			for j, v := range row {
+				if v != want[p*len(row)+j] {
+					t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g", p, j, v, want[p*len(row)+j])
 				}
 			}
-			exact++
-		})
-	}
-	if want := len(files) - len(refused); exact != want {
+		}
+		exact++
+	})
+	if want := files - len(refused); exact != want {
 		t.Errorf("%d files bit for bit, want %d", exact, want)
 	}
 }
@@ -151,7 +153,11 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 // share it).
 func TestLlamaCppArithmeticBatched(t *testing.T) {
 	for _, file := range []string{"tiny-llama-F32.gguf", "tiny-llama-Q4_1.gguf"} {
-		e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+		cache := KVCacheF32
+		if file == "tiny-llama-F32.gguf" {
+			cache = KVCacheF16 // whose products change with the batch in llama.cpp
+		}
+		e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
 		if err != nil {
 			t.Fatal(err)
 		}

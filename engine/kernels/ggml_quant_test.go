@@ -1,11 +1,8 @@
 package kernels
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/layerstream/layerstream/quant"
@@ -15,20 +12,8 @@ import (
 // ggml_vec_dot_q4_1_q8_1 (testdata/llamacpp_dots.json, from the x86 build's own functions) bit for bit, with the
 // assembly and the portable kernels; the other formats are refused by GGMLSupports.
 func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
-	b, err := os.ReadFile("testdata/llamacpp_dots.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref llamaCppDots
-	if err := json.Unmarshal(b, &ref); err != nil {
-		t.Fatal(err)
-	}
+	ref, x := readLlamaCppDots(t)
 	n := ref.Meta.N
-	xb := unb64(t, ref.Meta.X)
-	x := make([]float32, len(xb)/4)
-	for i := range x {
-		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(xb[4*i:]))
-	}
 	checked := 0
 	for _, c := range ref.Cases {
 		typ, err := quant.Parse(c.Type)

@@ -149,10 +149,9 @@ func magnitude(w QuantMatrix, o int, x qActRow) float64 {
 	return m
 }
 
-// TestQuantDotsMatchLlamaCpp checks, for every weight type, that the activations quantize to llama.cpp's blocks
-// bit for bit and that the dot products equal llama.cpp's within float32 rounding (llama.cpp's x86 kernels sum
-// their float parts in another order), with the selected (assembly where present) and the portable kernels.
-func TestQuantDotsMatchLlamaCpp(t *testing.T) {
+// readLlamaCppDots reads testdata/llamacpp_dots.json (scripts/fixtures/llamacpp_dots.py) and its input rows.
+func readLlamaCppDots(t *testing.T) (llamaCppDots, []float32) {
+	t.Helper()
 	b, err := os.ReadFile("testdata/llamacpp_dots.json")
 	if err != nil {
 		t.Fatal(err)
@@ -161,12 +160,20 @@ func TestQuantDotsMatchLlamaCpp(t *testing.T) {
 	if err := json.Unmarshal(b, &ref); err != nil {
 		t.Fatal(err)
 	}
-	n := ref.Meta.N
 	xb := unb64(t, ref.Meta.X)
 	x := make([]float32, len(xb)/4)
 	for i := range x {
 		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(xb[4*i:]))
 	}
+	return ref, x
+}
+
+// TestQuantDotsMatchLlamaCpp checks, for every weight type, that the activations quantize to llama.cpp's blocks
+// bit for bit and that the dot products equal llama.cpp's within float32 rounding (llama.cpp's x86 kernels sum
+// their float parts in another order), with the selected (assembly where present) and the portable kernels.
+func TestQuantDotsMatchLlamaCpp(t *testing.T) {
+	ref, x := readLlamaCppDots(t)
+	n := ref.Meta.N
 	if len(ref.Cases) != len(quantTypes) {
 		t.Fatalf("%d cases, want %d", len(ref.Cases), len(quantTypes))
 	}

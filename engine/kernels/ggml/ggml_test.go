@@ -27,8 +27,9 @@ type vectors struct {
 	SiluIn    string  `json:"silu_in"`
 	Silu      string
 	Dots      []struct {
-		X, Y string
-		Dot  float32
+		X, Y   string
+		Dot    float32
+		DotF16 float32 `json:"dot_f16"`
 	}
 }
 
@@ -120,12 +121,18 @@ func TestExpfSiluMatchGGML(t *testing.T) {
 	}
 }
 
-// TestVecDotMatchesGGML: VecDot is ggml_vec_dot_f32 at lengths with and without a rest after the steps of 64.
+// TestVecDotMatchesGGML: VecDot is ggml_vec_dot_f32 at lengths with and without a rest after the steps of 64,
+// VecDotF16 ggml_vec_dot_f16 of the same rows rounded to float16.
 func TestVecDotMatchesGGML(t *testing.T) {
 	for _, d := range loadVectors(t).Dots {
 		x, y := floats(t, d.X), floats(t, d.Y)
 		if got := VecDot(x, y); !same(got, d.Dot) {
 			t.Errorf("n = %d: VecDot %.9g, ggml %.9g", len(x), got, d.Dot)
+		}
+		roundHalf(x)
+		roundHalf(y)
+		if got := VecDotF16(x, y); !same(got, d.DotF16) {
+			t.Errorf("n = %d: VecDotF16 %.9g, ggml_vec_dot_f16 %.9g", len(x), got, d.DotF16)
 		}
 	}
 }

@@ -128,6 +128,19 @@ func VecDot(x, y []float32) float32 {
 	return s
 }
 
+// VecDotF16 is ggml_vec_dot_f16 (AVX-512 without AVX512-FP16) of two rows of float16 values, given widened to
+// float32: the steps of 64 as VecDot's, whose lane sum and the products of the last n%64 elements (exact: two
+// float16 values) are added in double precision.
+func VecDotF16(x, y []float32) float32 {
+	n := len(x)
+	np := n &^ 63
+	s := float64(VecDot(x[:np], y[:np]))
+	for i := np; i < n; i++ {
+		s += float64(float32(x[i] * y[i]))
+	}
+	return float32(s)
+}
+
 // Dot16 is one element of llamafile's tinyBLAS product (AVX-512, float32): 16 lanes, each a chain of fused
 // multiply-adds over the elements l, l+16, l+32, …, summed across lanes (reduce16). len(x) must be a multiple of
 // 16 (tinyBLAS declines other lengths).
