@@ -148,23 +148,30 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 }
 
 // TestLlamaCppArithmeticBatched: a sequence computed in a batch with others (continuous batching, prompts of
-// several lengths) gets the bits it gets alone, which are llama.cpp's: each op reproduces llama.cpp evaluating
-// that sequence by itself (a float32 matrix takes ggml_vec_dot_f32 for a decode step however many sequences
-// share it).
+// several lengths, a 65-token prompt joining while another sequence decodes, which the prefill budget cuts) gets
+// the bits it gets alone, which are llama.cpp's: each op reproduces llama.cpp evaluating that sequence by itself,
+// its prompt in one batch (a float32 matrix takes ggml_vec_dot_f32 for a decode step however many sequences
+// share it, and tinyBLAS for every chunk of a prompt, which the budget never cuts down to one token).
 func TestLlamaCppArithmeticBatched(t *testing.T) {
+	long := []int{1}
+	for i := range 64 {
+		long = append(long, 10+i)
+	}
 	for _, file := range []string{"tiny-llama-F32.gguf", "tiny-llama-Q4_1.gguf"} {
 		cache := KVCacheF32
 		if file == "tiny-llama-F32.gguf" {
 			cache = KVCacheF16 // whose products change with the batch in llama.cpp
 		}
-		e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
+		e, err := Open(context.Background(), filepath.Join("..", "gguf", "testdata", "tiny", file),
+			Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: cache, MaxBatch: 3, PrefillBudget: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
 		reqs := []Request{
-			{PromptIDs: []int{1, 403, 407, 261}, MaxNewTokens: 12},
-			{PromptIDs: []int{1, 320}, MaxNewTokens: 9},
+			{PromptIDs: []int{1, 403, 407, 261}, MaxNewTokens: 2},
+			{PromptIDs: []int{1, 320}, MaxNewTokens: 30},
 			{PromptIDs: []int{1, 449, 300, 301, 302, 303, 304}, MaxNewTokens: 15},
+			{PromptIDs: long, MaxNewTokens: 5}, // joins when the first ends, while the others decode
 		}
 		for i := range reqs {
 			reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true

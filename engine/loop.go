@@ -268,6 +268,22 @@ func (e *Engine) loop() {
 // cuts). Chunks ending elsewhere (Request.PrefillChunk, a Session's cached prefix) differ from it by rounding.
 const prefillAlign = 64
 
+// llamaCppChunk is how much of a prompt with left tokens still to compute a chunk cut short by a budget of
+// budget tokens takes under Options.Arithmetic llama.cpp (0: none this step). llama.cpp computes a prompt's
+// tokens together (one batch), and multiplies some matrices of a batch of one token differently (its
+// single-row kernels): a cut may fall anywhere, since each position's arithmetic does not depend on what else
+// the pass computes, but it must not leave a chunk of one token on either side.
+func llamaCppChunk(budget, left int) int {
+	k := budget
+	if left-k == 1 {
+		k--
+	}
+	if k < 2 {
+		return 0
+	}
+	return k
+}
+
 // runStep runs one forward pass over the active sequences and chooses the next token of every sequence whose
 // prompt is complete. Sequences that end leave the batch (their row becomes -1). It returns the pass's error,
 // already given to the sequences that took part.
@@ -292,7 +308,10 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 		s := j.seq
 		if n := len(s.res.PromptIDs); s.fed < n {
 			k := min(s.chunk, n-s.fed)
-			if budget >= 0 && k > budget {
+			switch {
+			case budget >= 0 && k > budget && e.llamaCpp() != nil:
+				k = llamaCppChunk(budget, n-s.fed)
+			case budget >= 0 && k > budget:
 				k = (s.fed+budget)/prefillAlign*prefillAlign - s.fed
 			}
 			if k <= 0 {
