@@ -258,9 +258,7 @@ func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 	y := o.arena.array(xa.dims...)
 	switch {
 	case o.llamaCpp != nil && f == model.SiLU:
-		for i, v := range xa.data {
-			y.data[i] = ggml.Silu(v)
-		}
+		ggml.Silus(y.data, xa.data)
 	case o.llamaCpp != nil:
 		panic(fmt.Sprintf("engine: arithmetic llama.cpp: activation %d", f)) // checkLlamaCpp admits SiLU only
 	case f == model.SiLU:

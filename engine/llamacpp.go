@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
@@ -176,13 +177,26 @@ func interleave(dst, src []float32, d int) {
 	}
 }
 
-// widen returns float16 values as float32.
-func widen(h []uint16) []float32 {
-	f := make([]float32, len(h))
+// widen sets f to the float16 values h as float32 and returns it.
+func widen(f []float32, h []uint16) []float32 {
 	for i, v := range h {
 		f[i] = quant.HalfToFloat32(v)
 	}
 	return f
+}
+
+// attnScratch holds llamaCppAttention's buffers between calls: a sequence's keys and values in position order,
+// the float16 runs widened, the queries reordered.
+type attnScratch struct{ k, v, wk, wv, q []float32 }
+
+var llamaCppScratch = sync.Pool{New: func() any { return new(attnScratch) }}
+
+// grow returns (*b)[:n], reallocated when too small; its contents are undefined.
+func grow(b *[]float32, n int) []float32 {
+	if cap(*b) < n {
+		*b = make([]float32, n)
+	}
+	return (*b)[:n]
 }
 
 // llamaCppAttention is Attention as ggml.Attention computes it, each sequence as llama.cpp evaluates it alone:
@@ -208,6 +222,8 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 		order = interleave
 	}
 	kernels.ParallelFor(b*kvHeads, func(lo, hi int) {
+		sc := llamaCppScratch.Get().(*attnScratch)
+		defer llamaCppScratch.Put(sc)
 		for job := lo; job < hi; job++ {
 			bi, g := job/kvHeads, job%kvHeads
 			row := bi
@@ -216,13 +232,13 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			}
 			past := o.past[bi]
 			n := past + t
-			ks, vs := make([]float32, n*d), make([]float32, n*d)
+			ks, vs := grow(&sc.k, n*d), grow(&sc.v, n*d)
 			base := (row*kvHeads + g) * s * d
 			for _, c := range o.cache[bi] {
 				lo, hi := base+c.slot*d, base+(c.slot+c.n)*d
 				var kc, vc []float32
 				if half {
-					kc, vc = widen(slot.K16[lo:hi]), widen(slot.V16[lo:hi])
+					kc, vc = widen(grow(&sc.wk, hi-lo), slot.K16[lo:hi]), widen(grow(&sc.wv, hi-lo), slot.V16[lo:hi])
 				} else {
 					kc, vc = slot.K[lo:hi], slot.V[lo:hi]
 				}
@@ -232,7 +248,7 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			nw := (bi*kvHeads + g) * t * d
 			order(ks[past*d:], k.data[nw:nw+t*d], d)
 			copy(vs[past*d:], v.data[nw:nw+t*d])
-			qh := make([]float32, group*t*d)
+			qh := grow(&sc.q, group*t*d)
 			order(qh, q.data[(bi*heads+g*group)*t*d:][:group*t*d], d)
 			out := y.data[bi*t*heads*d+g*group*d:]
 			ggml.Attention(out, heads*d, qh, ks, vs, group, t, past, d, scale, t, half)

@@ -1,6 +1,23 @@
 package ggml
 
-import "github.com/layerstream/layerstream/quant"
+import (
+	"sync"
+
+	"github.com/layerstream/layerstream/quant"
+)
+
+// scratch holds Attention's buffers between calls.
+type scratch struct{ scores, vt, qr []float32 }
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// grow returns (*b)[:n], reallocated when too small; its contents are undefined.
+func grow(b *[]float32, n int) []float32 {
+	if cap(*b) < n {
+		*b = make([]float32, n)
+	}
+	return (*b)[:n]
+}
 
 // roundHalf rounds x in place to float16 (ties to even, overflow to ±Inf) as ggml's conversions do.
 func roundHalf(x []float32) {
@@ -30,8 +47,11 @@ func roundHalf(x []float32) {
 func Attention(out []float32, outPos int, q, k, v []float32, heads, t, past, d int, scale float32, batch int, half bool) {
 	n := past + t
 	cells := (n + 63) &^ 63
-	scores := make([]float32, cells)
-	vt := make([]float32, d*cells) // v transposed, as llama.cpp's cache holds it without flash attention
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	scores := grow(&sc.scores, cells)
+	vt := grow(&sc.vt, d*cells) // v transposed, as llama.cpp's cache holds it without flash attention
+	clear(vt)
 	for p := range n {
 		for j := range d {
 			vt[j*cells+p] = v[p*d+j]
@@ -55,7 +75,7 @@ func Attention(out []float32, outPos int, q, k, v []float32, heads, t, past, d i
 			dot = VecDotF16
 		}
 	}
-	qr := make([]float32, d)
+	qr := grow(&sc.qr, d)
 	for h := range heads {
 		for j := range t {
 			copy(qr, q[(h*t+j)*d:][:d])

@@ -163,3 +163,39 @@ func TestFMA32(t *testing.T) {
 		t.Error("FMA32 does not pass overflow and NaN through")
 	}
 }
+
+// TestAsmMatchesGo checks the AVX-512 twins against the Go functions, bit for bit, on random rows with large,
+// tiny, zero, infinite and NaN values.
+func TestAsmMatchesGo(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512: the Go functions run")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 88.5, -104, 1e-40, -1e-30, 3e38}
+	for _, n := range []int{16, 64, 128, 256, 1024} {
+		x, y := make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Ldexp(1, r.IntN(12)-4))
+			y[i] = float32(r.NormFloat64())
+		}
+		if n%64 == 0 {
+			if a, g := vecDot64AVX512(&x[0], &y[0], n), vecDot64(x, y); !same(a, g) {
+				t.Errorf("n = %d: VecDot assembly %g, Go %g", n, a, g)
+			}
+		}
+		if a, g := dot16AVX512(&x[0], &y[0], n), dot16(x, y); !same(a, g) {
+			t.Errorf("n = %d: Dot16 assembly %g, Go %g", n, a, g)
+		}
+		for i, v := range special {
+			x[(i*7)%n] = v
+		}
+		e, s := make([]float32, n), make([]float32, n)
+		expfAVX512(&e[0], &x[0], n)
+		siluAVX512(&s[0], &x[0], n)
+		for i, v := range x {
+			if !same(e[i], Expf(v)) || !same(s[i], Silu(v)) {
+				t.Fatalf("x = %g: assembly expf %g silu %g, Go %g %g", v, e[i], s[i], Expf(v), Silu(v))
+			}
+		}
+	}
+}

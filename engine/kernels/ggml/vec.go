@@ -74,16 +74,37 @@ func scalef(j, n float32) float32 {
 // Silu is one lane of ggml_v_silu: x / (1 + Expf(-x)).
 func Silu(x float32) float32 { return x / (1 + Expf(0-x)) }
 
-// SwiGLU sets y[i] = Silu(x[i])·g[i], as ggml_vec_swiglu_f32 (AVX-512) for a length that is a multiple of 16;
-// ggml computes a shorter tail with the C library's expf, which is not reproduced here (see SwiGLUWidth).
-func SwiGLU(y, x, g []float32) {
-	for i, v := range x {
-		y[i] = Silu(v) * g[i]
+// Silus sets dst[i] = Silu(src[i]).
+func Silus(dst, src []float32) {
+	n := 0
+	if useAVX512 {
+		n = len(src) &^ 15
+		if n > 0 {
+			siluAVX512(&dst[0], &src[0], n)
+		}
+	}
+	for i := n; i < len(src); i++ {
+		dst[i] = Silu(src[i])
 	}
 }
 
-// SwiGLUWidth reports whether SwiGLU gives ggml's results for rows of n values: ggml's AVX-512 loop covers
-// whole groups of 16.
+// expfs sets dst[i] = Expf(src[i]).
+func expfs(dst, src []float32) {
+	n := 0
+	if useAVX512 {
+		n = len(src) &^ 15
+		if n > 0 {
+			expfAVX512(&dst[0], &src[0], n)
+		}
+	}
+	for i := n; i < len(src); i++ {
+		dst[i] = Expf(src[i])
+	}
+}
+
+// SwiGLUWidth reports whether Silus then a product give ggml_vec_swiglu_f32's results for rows of n values: its
+// AVX-512 loop covers whole groups of 16, and it computes a shorter tail with the C library's expf, which is not
+// reproduced here.
 func SwiGLUWidth(n int) bool { return n%16 == 0 }
 
 // VecDot is ggml_vec_dot_f32 (AVX-512): four accumulators of 16 lanes over steps of 64 elements (fused
@@ -93,23 +114,12 @@ func SwiGLUWidth(n int) bool { return n%16 == 0 }
 func VecDot(x, y []float32) float32 {
 	n := len(x)
 	np := n &^ 63
-	var acc [4][16]float32
-	for i := 0; i < np; i += 64 {
-		for j := range 4 {
-			xs, ys := x[i+16*j:i+16*j+16], y[i+16*j:i+16*j+16]
-			for l := range 16 {
-				acc[j][l] = FMA32(xs[l], ys[l], acc[j][l])
-			}
-		}
+	var s float32
+	if useAVX512 && np > 0 {
+		s = vecDot64AVX512(&x[0], &y[0], np)
+	} else {
+		s = vecDot64(x[:np], y[:np])
 	}
-	for l := range 16 {
-		acc[0][l] += acc[2][l]
-		acc[1][l] += acc[3][l]
-	}
-	for l := range 16 {
-		acc[0][l] += acc[1][l]
-	}
-	s := reduce16(&acc[0])
 	i := np
 	for ; i+16 <= n; i += 16 {
 		for l := range 16 {
@@ -126,6 +136,28 @@ func VecDot(x, y []float32) float32 {
 		s = FMA32(x[i], y[i], s)
 	}
 	return s
+}
+
+// vecDot64 is VecDot's steps of 64 and their reduction (len(x) a multiple of 64), in Go.
+func vecDot64(x, y []float32) float32 {
+	np := len(x)
+	var acc [4][16]float32
+	for i := 0; i < np; i += 64 {
+		for j := range 4 {
+			xs, ys := x[i+16*j:i+16*j+16], y[i+16*j:i+16*j+16]
+			for l := range 16 {
+				acc[j][l] = FMA32(xs[l], ys[l], acc[j][l])
+			}
+		}
+	}
+	for l := range 16 {
+		acc[0][l] += acc[2][l]
+		acc[1][l] += acc[3][l]
+	}
+	for l := range 16 {
+		acc[0][l] += acc[1][l]
+	}
+	return reduce16(&acc[0])
 }
 
 // VecDotF16 is ggml_vec_dot_f16 (AVX-512 without AVX512-FP16) of two rows of float16 values, given widened to
@@ -145,6 +177,14 @@ func VecDotF16(x, y []float32) float32 {
 // multiply-adds over the elements l, l+16, l+32, …, summed across lanes (reduce16). len(x) must be a multiple of
 // 16 (tinyBLAS declines other lengths).
 func Dot16(x, y []float32) float32 {
+	if useAVX512 && len(x) > 0 {
+		return dot16AVX512(&x[0], &y[0], len(x))
+	}
+	return dot16(x, y)
+}
+
+// dot16 is Dot16 in Go.
+func dot16(x, y []float32) float32 {
 	var acc [16]float32
 	for i := 0; i < len(x); i += 16 {
 		for l := range 16 {
@@ -186,14 +226,13 @@ func SoftMax(dst, x []float32, scale float32, masked func(i int) bool) {
 		dst[i] = v
 		m = max(m, v)
 	}
+	for i := range dst {
+		dst[i] -= m
+	}
+	expfs(dst, dst)
 	sum := 0.0
-	var lanes [16]float32
 	for i := 0; i < len(dst); i += 16 {
-		for l := range 16 {
-			lanes[l] = Expf(dst[i+l] - m)
-			dst[i+l] = lanes[l]
-		}
-		sum += float64(reduce16(&lanes))
+		sum += float64(reduce16((*[16]float32)(dst[i : i+16])))
 	}
 	inv := float32(1 / sum)
 	for i := range dst {
