@@ -118,7 +118,8 @@ type Options struct {
 	// cache's memory (llama.cpp's default cache type) and rounds each key and value to float16 (a relative change
 	// of at most 2⁻¹¹; one beyond ±65504 is clamped to it, with a warning). f16 is for the host kernels (cpu
 	// without GraphDecode); the compiled graphs keep their cache in float32, and so does Logits over a whole
-	// sequence of a model whose matrices are not block-quantized, which runs them.
+	// sequence of a model whose matrices are not block-quantized, which runs them (unless Arithmetic is
+	// llama.cpp, which computes on the host kernels with this cache).
 	KVCache string
 	// Arithmetic is how the host kernels round: ArithmeticEngine ("engine", the default) or ArithmeticLlamaCpp
 	// ("llama.cpp"), every operation as llama.cpp's CPU backend computes it, bit for bit: its x86-64 build with

@@ -574,6 +574,9 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
 				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled, llamaCpp: e.llamaCpp(), batch: g.t}
+				if ops.llamaCpp != nil && i == c.NumHiddenLayers-1 && !all {
+					ops.rowByRow = llamaCppOutputRows(weights)
+				}
 				if kind.Rope != model.NoRope {
 					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 				}
@@ -844,7 +847,11 @@ func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
 // warnClamped warns, once per engine, when a float16 cache clamped keys or values to float16's range.
 func (e *Engine) warnClamped(kv *kvcache.Store) {
 	if n := kv.TakeClamped(); n > 0 && e.clampWarned.CompareAndSwap(false, true) {
-		slog.Warn(fmt.Sprintf("the float16 key/value cache clamped %d keys or values beyond ±65504 to that bound: the text may degrade; run with --kv-cache f32 (see %s)",
-			n, guard.Anchor(guard.SectionDType)))
+		msg := fmt.Sprintf("the float16 key/value cache clamped %d keys or values beyond ±65504 to that bound: the text may degrade; run with --kv-cache f32 (see %s)",
+			n, guard.Anchor(guard.SectionDType))
+		if e.llamaCpp() != nil {
+			msg += "; llama.cpp stores them as ±Inf, so from here on --arithmetic llama.cpp no longer gives llama.cpp's logits"
+		}
+		slog.Warn(msg)
 	}
 }

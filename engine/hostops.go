@@ -43,6 +43,8 @@ type hostOps struct {
 	// with ggml_vec_dot_f32 and by more with tinyBLAS).
 	llamaCpp *llamaCppGraph
 	batch    int
+	// rowByRow are the weights llama.cpp multiplies by each row alone whatever the batch (llamaCppOutputRows).
+	rowByRow []model.Value
 }
 
 // hostArray is a float32 array on the host.
@@ -120,7 +122,7 @@ func (o hostOps) Linear(x, w, b model.Value) model.Value {
 		bias = weightData(b).([]float32)
 	}
 	if o.llamaCpp != nil {
-		return o.llamaCppLinear(arr(x), weightData(w), bias)
+		return o.llamaCppLinear(arr(x), w, bias)
 	}
 	switch f := weightData(w).(type) {
 	case []float32:
@@ -155,7 +157,10 @@ func linearHost[W kernels.Weight](arena *hostArena, x *hostArray, w []W, bias []
 func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 	xa := arr(x)
 	y := o.arena.array(xa.dims...)
-	if o.llamaCpp != nil { // offset is 0: checkLlamaCpp admits no (1 + w) norms
+	if o.llamaCpp != nil {
+		if offset != 0 {
+			panic("engine: arithmetic llama.cpp: (1 + w) norms are not reproduced") // checkLlamaCpp admits none
+		}
 		ggml.RMSNorm(y.data, xa.data, weightData(w).([]float32), float32(eps))
 		return y
 	}

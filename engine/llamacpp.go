@@ -60,6 +60,9 @@ func (e *Engine) checkLlamaCpp() error {
 	if llamaCppGraphs[name] == nil {
 		return fmt.Errorf("architecture %s is not covered (covered: %s)", name, strings.Join(slices.Sorted(maps.Keys(llamaCppGraphs)), ", "))
 	}
+	if e.computeDType != checkpoint.F32 {
+		return fmt.Errorf("compute dtype %s is not covered: llama.cpp multiplies float32 matrices in float32 (use --dtype f32 or auto)", e.computeDType)
+	}
 	if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
 		return fmt.Errorf("hidden_act %q is not covered (covered: silu)", c.HiddenAct)
 	}
@@ -72,7 +75,11 @@ func (e *Engine) checkLlamaCpp() error {
 		switch p := r.Params; {
 		case p.Type == "default", p.Type == "linear":
 		case p.Type == "longrope" && slices.Equal(p.ShortFactor, p.LongFactor):
-			// One set of factors for every length: llama.cpp's rope_freqs (GGUF files of Llama 3.1 and later).
+			// One set of factors for every length: llama.cpp's rope_freqs (GGUF files of Llama 3.1 and later),
+			// which it applies without an attention factor.
+			if _, scale := r.Frequencies(c.MaxPositionEmbeddings); scale != 1 {
+				return fmt.Errorf("frequency factors with an attention factor of %g are not covered (llama.cpp's rope_freqs have none)", scale)
+			}
 		default:
 			return fmt.Errorf("rope type %q is not covered (covered: default, linear, and frequency factors)", p.Type)
 		}
@@ -107,33 +114,45 @@ func (e *Engine) checkLlamaCpp() error {
 func llamaCppRotaryTable(r model.Rope, pos0, tb int) (cos, sin []float32) {
 	d := r.Dims
 	half := d / 2
-	freqScale, mscale := float32(1), float32(1)
+	freqScale := float32(1)
 	var factors []float32
 	switch r.Params.Type {
 	case "linear":
 		freqScale = 1 / float32(r.Params.Factor)
-	case "longrope": // one set of factors (checkLlamaCpp): llama.cpp's freq_factors, and its attention factor
+	case "longrope": // one set of factors and no attention factor (checkLlamaCpp): llama.cpp's freq_factors
 		for _, f := range r.Params.ShortFactor {
 			factors = append(factors, float32(f))
 		}
-		_, scale := r.Frequencies(pos0 + tb)
-		mscale = float32(scale)
 	}
 	ts := ggml.ThetaScale(float32(r.Params.Theta), d)
 	cos, sin = make([]float32, tb*d), make([]float32, tb*d)
 	for t := range tb {
 		c, s := cos[t*d:(t+1)*d], sin[t*d:(t+1)*d]
-		ggml.RopeAngles(c[:half], s[:half], pos0+t, ts, freqScale, mscale, factors)
+		ggml.RopeAngles(c[:half], s[:half], pos0+t, ts, freqScale, 1, factors)
 		copy(c[half:], c[:half])
 		copy(s[half:], s[:half])
 	}
 	return cos, sin
 }
 
+// llamaCppOutputRows are the weights of the last decoder layer (weights) that llama.cpp multiplies row by row
+// when it keeps only the last position's logits: its graph drops the other rows after the attention's output
+// projection (ggml_get_rows with inp_out_ids), so the MLP of a pass that generates sees one row per sequence,
+// which tinyBLAS declines.
+func llamaCppOutputRows(weights map[string]model.Value) []model.Value {
+	var w []model.Value
+	for _, n := range []string{"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"} {
+		if v, ok := weights[n]; ok {
+			w = append(w, v)
+		}
+	}
+	return w
+}
+
 // llamaCppLinear is Linear with llama.cpp's products: block formats as its vec_dot kernels, float32 matrices as
 // ggml_vec_dot_f32 in a batch of one token and tinyBLAS (its sgemm) in more (o.batch).
-func (o hostOps) llamaCppLinear(x *hostArray, w any, bias []float32) *hostArray {
-	switch f := w.(type) {
+func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32) *hostArray {
+	switch f := weightData(weight).(type) {
 	case kernels.QuantMatrix:
 		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), f.Rows)...)
 		kernels.LinearQuantGGML(y.data, x.data, f, bias)
@@ -144,7 +163,7 @@ func (o hostOps) llamaCppLinear(x *hostArray, w any, bias []float32) *hostArray 
 		rows := len(x.data) / in
 		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), out)...)
 		dot := ggml.VecDot
-		if o.batch >= 2 && in%16 == 0 && out%4 == 0 { // tinyBLAS's conditions
+		if o.batch >= 2 && in%16 == 0 && out%4 == 0 && !slices.Contains(o.rowByRow, weight) { // tinyBLAS's conditions
 			dot = ggml.Dot16
 		}
 		kernels.ParallelFor(out, func(lo, hi int) {
@@ -161,7 +180,7 @@ func (o hostOps) llamaCppLinear(x *hostArray, w any, bias []float32) *hostArray 
 		})
 		return y
 	}
-	panic(fmt.Sprintf("engine: arithmetic llama.cpp: Linear of a %T weight", w))
+	panic(fmt.Sprintf("engine: arithmetic llama.cpp: Linear of a %T weight", weightData(weight)))
 }
 
 // interleave copies rows of d values from src (the Hugging Face rotary layout: pair i at i and i+d/2) to dst in
@@ -213,6 +232,10 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 	group := heads / kvHeads
 	s := o.kv.Slots()
 	y := o.arena.array(b, t, heads*d)
+	// What checkLlamaCpp keeps out: a window, soft-capping, another scale than llama.cpp's.
+	if o.window != 0 || opts.SoftCap != 0 || !o.llamaCpp.configScale && math.Abs(opts.Scale*math.Sqrt(float64(d))-1) > 1e-12 {
+		panic(fmt.Sprintf("engine: arithmetic llama.cpp: attention with window %d, soft cap %g, scale %g is not reproduced", o.window, opts.SoftCap, opts.Scale))
+	}
 	scale := 1 / float32(math.Sqrt(float64(d))) // 1.0f/sqrtf(n_embd_head)
 	if o.llamaCpp.configScale {
 		scale = float32(opts.Scale)
@@ -235,12 +258,12 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			ks, vs := grow(&sc.k, n*d), grow(&sc.v, n*d)
 			base := (row*kvHeads + g) * s * d
 			for _, c := range o.cache[bi] {
-				lo, hi := base+c.slot*d, base+(c.slot+c.n)*d
+				from, to := base+c.slot*d, base+(c.slot+c.n)*d
 				var kc, vc []float32
 				if half {
-					kc, vc = widen(grow(&sc.wk, hi-lo), slot.K16[lo:hi]), widen(grow(&sc.wv, hi-lo), slot.V16[lo:hi])
+					kc, vc = widen(grow(&sc.wk, to-from), slot.K16[from:to]), widen(grow(&sc.wv, to-from), slot.V16[from:to])
 				} else {
-					kc, vc = slot.K[lo:hi], slot.V[lo:hi]
+					kc, vc = slot.K[from:to], slot.V[from:to]
 				}
 				order(ks[c.pos*d:(c.pos+c.n)*d], kc, d)
 				copy(vs[c.pos*d:(c.pos+c.n)*d], vc)

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -198,5 +200,49 @@ func TestLlamaCppArithmeticBatched(t *testing.T) {
 			}
 		}
 		e.Close()
+	}
+}
+
+// TestLlamaCppArithmeticDecode: generation as llama.cpp runs it when it keeps only the last position's logits
+// (gguf/testdata/llamacpp/decode.json: the prompt as one batch, then 16 greedy steps) gives llama.cpp's tokens
+// and every step's log-probabilities to 1e-9 (the float64 log-sum-exps), the first step included, with a float32
+// and a float16 cache, on the tiny files and on a family file of every covered architecture: the decode steps'
+// single-row products, the last layer's MLP, which llama.cpp multiplies by the last row alone (a float32 matrix:
+// ggml_vec_dot_f32, not tinyBLAS), and the float16 cache's products.
+func TestLlamaCppArithmeticDecode(t *testing.T) {
+	var ref struct {
+		Files map[string]map[string]json.RawMessage `json:"files"`
+	}
+	readJSON(t, "../gguf/testdata/llamacpp/decode.json", &ref)
+	archs := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(ref.Files)) {
+		f := ref.Files[name]
+		var file string
+		if err := json.Unmarshal(f["file"], &file); err != nil {
+			t.Fatal(err)
+		}
+		for _, cache := range []string{KVCacheF32, KVCacheF16} {
+			t.Run(name+"/"+cache, func(t *testing.T) {
+				var c llamaCppCase
+				if err := json.Unmarshal(f[cache], &c); err != nil {
+					t.Fatal(err)
+				}
+				e, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				archs[e.Config().Architectures[0]] = true
+				ids, lp := generateGreedy(t, e, c)
+				if a := compare(c, ids, lp); a.equal != len(c.IDs) || a.maxLogprobDx > 1e-9 {
+					t.Errorf("%d of %d tokens equal to llama.cpp's (parting at a margin of %.3g); log-probabilities up to %.3g apart", a.equal, len(c.IDs), a.partMargin, a.maxLogprobDx)
+				}
+			})
+		}
+	}
+	for a := range llamaCppGraphs {
+		if !archs[a] {
+			t.Errorf("no decode reference of a covered architecture, %s", a)
+		}
 	}
 }

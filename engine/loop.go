@@ -272,7 +272,8 @@ const prefillAlign = 64
 // budget tokens takes under Options.Arithmetic llama.cpp (0: none this step). llama.cpp computes a prompt's
 // tokens together (one batch), and multiplies some matrices of a batch of one token differently (its
 // single-row kernels): a cut may fall anywhere, since each position's arithmetic does not depend on what else
-// the pass computes, but it must not leave a chunk of one token on either side.
+// the pass computes, but it must not leave a chunk of one token on either side. A budget too small for that
+// leaves the prompt for a later step (the budget is at least prefillAlign at the start of every step).
 func llamaCppChunk(budget, left int) int {
 	k := budget
 	if left-k == 1 {
@@ -292,7 +293,8 @@ func llamaCppChunk(budget, left int) int {
 // Options.PrefillBudget tokens to the pass between them: a long prompt, or a burst of joining ones, is computed
 // in chunks over several steps, each of which also decodes the running sequences, instead of holding them for
 // one long pass. A chunk the budget cuts short ends at a multiple of prefillAlign positions (a prompt left
-// without room sits the step out), so the result is the one-pass prefill's to the last bit. With no sequence
+// without room sits the step out), so the result is the one-pass prefill's to the last bit; under
+// Options.Arithmetic llama.cpp it ends anywhere but never leaves one token alone (llamaCppChunk). With no sequence
 // decoding, every prompt brings all it may (its Request.PrefillChunk).
 func (e *Engine) runStep(st *stream, active []*job) error {
 	budget := -1 // prompt tokens this pass may still take; -1: no limit

@@ -38,12 +38,6 @@ func reduce16(v *[16]float32) float32 {
 	return (t4[0] + t4[2]) + (t4[1] + t4[3])
 }
 
-// Hsum8 sums 8 lanes as ggml's hsum_float_8 (x86): (a0+a4 + a2+a6) + (a1+a5 + a3+a7).
-func Hsum8(a *[8]float32) float32 {
-	t0, t1, t2, t3 := a[4]+a[0], a[5]+a[1], a[6]+a[2], a[7]+a[3]
-	return (t0 + t2) + (t1 + t3)
-}
-
 // Expf is one lane of ggml's vectorised exponential (ggml_v_expf, AVX-512): a degree-5 polynomial after a
 // reduction by ln 2, within 1.5 ulp; below -103.97 it is 0, above 88.38 +Inf.
 func Expf(x float32) float32 {
