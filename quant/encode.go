@@ -90,7 +90,9 @@ func encodeQ4_1(b []byte, x []float32) {
 	}
 }
 
-// nearestInt rounds to the nearest integer, ties to even, as ggml's nearest_int does (|f| ≤ 2^22).
+// nearestInt rounds to the nearest integer, ties to even, as ggml's nearest_int does (|f| ≤ 2^22). Callers pass
+// products rounded with an explicit float32 conversion, so that a GOAMD64=v3 build does not fuse them with the
+// addition here.
 func nearestInt(f float32) int {
 	v := f + 12582912
 	return int(math.Float32bits(v)&0x007fffff) - 0x00400000
@@ -117,7 +119,7 @@ func makeQKX2(nmax int, x, w []float32, l, laux []uint8, rmin, rdelta float32, n
 	scale = 1 / iscale
 	var best float32
 	for i := range n {
-		q := max(0, min(nmax, nearestInt(iscale*(x[i]-lo))))
+		q := max(0, min(nmax, nearestInt(float32(iscale*(x[i]-lo)))))
 		l[i] = uint8(q)
 		diff := float32(scale*float32(q)) + lo - x[i]
 		best += float32(w[i] * float32(diff*diff))
@@ -126,7 +128,7 @@ func makeQKX2(nmax int, x, w []float32, l, laux []uint8, rmin, rdelta float32, n
 		iscale = (rmin + float32(rdelta*float32(is)) + float32(nmax)) / (hi - lo)
 		var sumL, sumL2, sumXL float32
 		for i := range n {
-			q := max(0, min(nmax, nearestInt(iscale*(x[i]-lo))))
+			q := max(0, min(nmax, nearestInt(float32(iscale*(x[i]-lo)))))
 			laux[i] = uint8(q)
 			wl := w[i] * float32(q)
 			sumL += wl
@@ -184,8 +186,8 @@ func encodeQ4_K(b []byte, x []float32) {
 	sc := b[4:16]
 	clear(sc)
 	for j := range QKK / 32 {
-		ls := uint8(min(63, nearestInt(invScale*scales[j])))
-		lm := uint8(min(63, nearestInt(invMin*mins[j])))
+		ls := uint8(min(63, nearestInt(float32(invScale*scales[j]))))
+		lm := uint8(min(63, nearestInt(float32(invMin*mins[j]))))
 		if j < 4 {
 			sc[j], sc[j+4] = ls, lm
 		} else {

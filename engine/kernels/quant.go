@@ -219,7 +219,7 @@ func quantizeQ8_KBlock(q []int8, bsums []int16, x []float32) float32 {
 	}
 	iscale := -127 / vmax
 	for i, v := range x {
-		q[i] = int8(min(127, nearestInt(iscale*v)))
+		q[i] = int8(min(127, nearestInt(float32(iscale*v)))) // rounded before nearestInt adds its constant: never fused
 	}
 	for j := range 16 {
 		var s int16
