@@ -98,11 +98,11 @@ func (e *Engine) checkLlamaCpp() error {
 			switch {
 			case t.DType.Quantized():
 				q, _ := t.DType.Quant()
-				if err := kernels.GGMLSupports(q); err != nil {
+				if err := kernels.GGMLSupports(q, int(t.Shape[0])); err != nil {
 					return fmt.Errorf("tensor %s: %w", t.Name, err)
 				}
 			case t.DType != checkpoint.F32:
-				return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0 and Q4_1 block formats", t.Name, t.DType)
+				return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K block formats", t.Name, t.DType)
 			}
 		}
 	}
@@ -138,7 +138,7 @@ func llamaCppRotaryTable(r model.Rope, pos0, tb int) (cos, sin []float32) {
 // llamaCppOutputRows are the weights of the last decoder layer (weights) that llama.cpp multiplies row by row
 // when it keeps only the last position's logits: its graph drops the other rows after the attention's output
 // projection (ggml_get_rows with inp_out_ids), so the MLP of a pass that generates sees one row per sequence,
-// which tinyBLAS declines.
+// for which it takes its single-row kernels (tinyBLAS and its tiled K-quant path decline it).
 func llamaCppOutputRows(weights map[string]model.Value) []model.Value {
 	var w []model.Value
 	for _, n := range []string{"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"} {
@@ -152,10 +152,14 @@ func llamaCppOutputRows(weights map[string]model.Value) []model.Value {
 // llamaCppLinear is Linear with llama.cpp's products: block formats as its vec_dot kernels, float32 matrices as
 // ggml_vec_dot_f32 in a batch of one token and tinyBLAS (its sgemm) in more (o.batch).
 func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32) *hostArray {
+	batch := o.batch
+	if slices.Contains(o.rowByRow, weight) {
+		batch = 1
+	}
 	switch f := weightData(weight).(type) {
 	case kernels.QuantMatrix:
 		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), f.Rows)...)
-		kernels.LinearQuantGGML(y.data, x.data, f, bias)
+		kernels.LinearQuantGGML(y.data, x.data, f, bias, batch)
 		return y
 	case []float32:
 		in := x.dims[len(x.dims)-1]
@@ -163,7 +167,7 @@ func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32
 		rows := len(x.data) / in
 		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), out)...)
 		dot := ggml.VecDot
-		if o.batch >= 2 && in%16 == 0 && out%4 == 0 && !slices.Contains(o.rowByRow, weight) { // tinyBLAS's conditions
+		if batch >= 2 && in%16 == 0 && out%4 == 0 { // tinyBLAS's conditions
 			dot = ggml.Dot16
 		}
 		kernels.ParallelFor(out, func(lo, hi int) {

@@ -3,56 +3,88 @@ package kernels
 import (
 	"fmt"
 
+	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/quant"
 )
 
-// ggmlBlocks are the block formats LinearQuantGGML multiplies, with their block sizes and integer decoders.
-var ggmlBlocks = map[quant.Type]struct {
-	bytes int
-	ints  func(q *[32]int8, b []byte) (d, m float32)
-}{
-	quant.Q8_0: {34, intsQ8_0},
-	quant.Q4_1: {20, intsQ4_1},
+// llama.cpp's CPU backend (its x86-64 build with AVX-512, VNNI and AVX2) multiplies a block-quantized matrix by
+// input rows it quantizes first (LinearQuant's activation formats, bit for bit) with one of three kinds of kernel,
+// by format, matrix and batch:
+//
+//   - its vec_dot kernels (Q8_0, Q4_1, Q5_0, Q5_1, Q6_K for fewer than 8 rows): eight lanes of integer sums of
+//     four products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32
+//     and dotKGo with fused; Q8_0's and Q5_0's batches go through llamafile's tinyBLAS, whose sums are the same);
+//   - its repacked kernels (Q4_0 and Q4_K matrices of a multiple of 8 rows, which it interleaves 8 rows at a
+//     time when it loads them): each block's integer sum scaled and added with one fused multiply-add, the
+//     minimum terms of Q4_K in a second sum subtracted at the end. Of a batch of n > 3 rows, the first n - n%4
+//     go four at a time (gemm), the others one at a time (gemv); Q4_K's gemm adds a super-block in four parts of
+//     64 elements, its gemv in one;
+//   - its tiled K-quant kernels (Q6_K for 8 rows or more): each super-block's integer sum times the weight's
+//     scale, then times the input's and added with a fused multiply-add.
+//
+// ggmlKernels holds, by format, the dot product of one weight row with one quantized input row for each case.
+type ggmlKernel struct {
+	act actFormat
+	// one is the product for a batch of fewer than batchRows input rows (or any when many is nil).
+	one func(w []byte, x qActRow) float32
+	// many is the product for batchRows rows or more.
+	many      func(w []byte, x qActRow) float32
+	batchRows int
+	// four, when set, is the product of the rows a repacked kernel takes four at a time (gemm).
+	four func(w []byte, x qActRow) float32
+	// repacked: llama.cpp takes its repacked kernels only for a multiple of 8 rows.
+	repacked bool
 }
 
-// ggmlDots are LinearQuantGGML's dot products: assembly where the CPU has it, else dot32 with fused.
-var ggmlDots = func() map[quant.Type]func(w []byte, x qActRow) float32 {
-	m := ggmlAsmDots()
-	if m == nil {
-		m = map[quant.Type]func(w []byte, x qActRow) float32{}
+var ggmlKernels = func() map[quant.Type]*ggmlKernel {
+	m := map[quant.Type]*ggmlKernel{
+		quant.Q8_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 34, intsQ8_0, true) }},
+		quant.Q4_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 20, intsQ4_1, true) }},
+		quant.Q5_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 22, intsQ5_0, true) }},
+		quant.Q5_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 24, intsQ5_1, true) }},
+		quant.Q4_0: {act: actQ8_0, one: dotQ4_0Repacked, repacked: true},
+		quant.Q4_K: {act: actQ8_K, one: dotQ4_KRepacked, four: dotQ4_KRepacked4, repacked: true},
+		quant.Q6_K: {act: actQ8_K, one: dotKFused(decodeQ6_KInts), many: dotQ6_KTiled, batchRows: 8},
 	}
-	for t, b := range ggmlBlocks {
-		if m[t] == nil {
-			m[t] = func(w []byte, x qActRow) float32 { return dot32(w, x, b.bytes, b.ints, true) }
-		}
+	for t, f := range ggmlAsmDots() {
+		m[t].one = f
 	}
 	return m
 }()
 
-// GGMLSupports reports whether LinearQuantGGML multiplies matrices of type t, and if not, says why.
-func GGMLSupports(t quant.Type) error {
-	if _, ok := ggmlBlocks[t]; !ok {
-		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0 and Q4_1 block formats, not %s (llama.cpp multiplies %s with other kernels: repacked blocks, K-quant dot products)", t, t)
+// GGMLSupports reports whether LinearQuantGGML multiplies a matrix of type t with rows rows as llama.cpp does,
+// and if not, says why.
+func GGMLSupports(t quant.Type, rows int) error {
+	k, ok := ggmlKernels[t]
+	switch {
+	case !ok:
+		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K block formats, not %s", t)
+	case k.repacked && rows%8 != 0:
+		return fmt.Errorf("a %s matrix of %d rows (not a multiple of 8, which llama.cpp does not repack) is not reproduced", t, rows)
 	}
 	return nil
 }
 
-// LinearQuantGGML is LinearQuant with llama.cpp's float operations, bit for bit (its x86 build with AVX2 or
-// newer, whose dot products every prompt and decode step use for these formats): each input row quantized as
-// LinearQuant does, each output the dot product of ggml's AVX2 kernel — eight lanes of integer sums of four
-// products, each block's lanes scaled by the product of the two float16 scales and added with a fused
-// multiply-add, the lanes summed as hsum_float_8, plus the fused sum of the blocks' minimum terms. w's type must
-// be one GGMLSupports accepts.
-func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32) {
-	dot := ggmlDots[w.Type]
+// LinearQuantGGML is LinearQuant with llama.cpp's kernels, bit for bit, x holding sequences of batch rows each
+// (the tokens llama.cpp multiplies at once, which pick its kernel): see ggmlKernel. w's type and rows must be
+// ones GGMLSupports accepts.
+func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int) {
+	k := ggmlKernels[w.Type]
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
 	a := actPool.Get().(*qAct)
 	defer actPool.Put(a)
-	a.quantize(w.k.act, x[:rows*in], in)
+	a.quantize(k.act, x[:rows*in], in)
 	ParallelFor(out, func(lo, hi int) {
 		for r := range rows {
 			xr := a.row(r)
+			dot := k.one
+			switch j := r % batch; { // the row's place in its sequence's batch
+			case k.many != nil && batch >= k.batchRows:
+				dot = k.many
+			case k.four != nil && batch > 3 && j < batch-batch%4:
+				dot = k.four
+			}
 			for o := lo; o < hi; o++ {
 				v := dot(w.Row(o), xr)
 				if bias != nil {
@@ -62,4 +94,89 @@ func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32) {
 			}
 		}
 	})
+}
+
+// dotQ4_0Repacked is the product of llama.cpp's repacked Q4_0 kernels (gemv/gemm_q4_0_8x8_q8_0): per block,
+// the integer sum of its 32 products scaled by the weight's and the input's float16 scales, fused into the sum.
+func dotQ4_0Repacked(w []byte, x qActRow) float32 {
+	var y float32
+	var q [32]int8
+	for b := range len(x.d) {
+		d, _ := intsQ4_0(&q, w[b*18:(b+1)*18])
+		var s int32
+		for i, a := range x.qs[32*b : 32*b+32] {
+			s += int32(q[i]) * int32(a)
+		}
+		y = ggml.FMA32(float32(s), d*x.d[b], y)
+	}
+	return y
+}
+
+// dotQ4_KRepacked is the product of llama.cpp's repacked Q4_K kernels (gemv/gemm_q4_K_8x8_q8_K): per
+// super-block, the integer sum of its sub-blocks' scaled products and that of its minimums times the input's
+// sums, each fused into its own float sum with the weight's d or dmin times the input's scale; the second
+// subtracted from the first at the end.
+func dotQ4_KRepacked(w []byte, x qActRow) float32 {
+	var acc, mins float32
+	var k kInts
+	for b := range len(x.d) {
+		decodeQ4_KInts(&k, w[b*144:(b+1)*144])
+		var s, m int32
+		for g := range 8 {
+			var p int32
+			for i, a := range x.qs[quant.QKK*b+32*g : quant.QKK*b+32*g+32] {
+				p += int32(k.q[32*g+i]) * int32(a)
+			}
+			s += k.sc[2*g] * p
+			m += k.mn[2*g] * (int32(x.bsums[16*b+2*g]) + int32(x.bsums[16*b+2*g+1]))
+		}
+		acc = ggml.FMA32(float32(s), k.d*x.d[b], acc)
+		mins = ggml.FMA32(float32(m), k.dmin*x.d[b], mins)
+	}
+	return acc - mins
+}
+
+// dotQ4_KRepacked4 is dotQ4_KRepacked as llama.cpp's gemm_q4_K_8x8_q8_K computes it for rows it takes four at a
+// time: each super-block's sums fused into the float sums in four parts of two sub-blocks.
+func dotQ4_KRepacked4(w []byte, x qActRow) float32 {
+	var acc, mins float32
+	var k kInts
+	for b := range len(x.d) {
+		decodeQ4_KInts(&k, w[b*144:(b+1)*144])
+		for part := range 4 {
+			var s, m int32
+			for g := 2 * part; g < 2*part+2; g++ {
+				var p int32
+				for i, a := range x.qs[quant.QKK*b+32*g : quant.QKK*b+32*g+32] {
+					p += int32(k.q[32*g+i]) * int32(a)
+				}
+				s += k.sc[2*g] * p
+				m += k.mn[2*g] * (int32(x.bsums[16*b+2*g]) + int32(x.bsums[16*b+2*g+1]))
+			}
+			acc = ggml.FMA32(float32(s), k.d*x.d[b], acc)
+			mins = ggml.FMA32(float32(m), k.dmin*x.d[b], mins)
+		}
+	}
+	return acc - mins
+}
+
+// dotQ6_KTiled is the product of llama.cpp's tiled Q6_K kernel (tiled_run_microtile_vnni): per super-block, the
+// integer sum of its 16 sub-blocks' scaled products (weights less 32) times the weight's d, then times the input's
+// scale and added with one fused multiply-add (GCC fuses the kernel's _mm512_add_ps of an _mm512_mul_ps).
+func dotQ6_KTiled(w []byte, x qActRow) float32 {
+	var y float32
+	var k kInts
+	for b := range len(x.d) {
+		decodeQ6_KInts(&k, w[b*210:(b+1)*210])
+		var s int32
+		for j := range 16 {
+			var p int32
+			for i, a := range x.qs[quant.QKK*b+16*j : quant.QKK*b+16*j+16] {
+				p += (int32(k.q[16*j+i]) - k.offset) * int32(a)
+			}
+			s += k.sc[j] * p
+		}
+		y = ggml.FMA32(float32(float32(s)*k.d), x.d[b], y)
+	}
+	return y
 }

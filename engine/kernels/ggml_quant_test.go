@@ -1,8 +1,12 @@
 package kernels
 
 import (
+	"encoding/binary"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/layerstream/layerstream/quant"
@@ -20,35 +24,36 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if GGMLSupports(typ) != nil {
+		if GGMLSupports(typ, ref.Meta.Rows) != nil {
 			continue
 		}
-		checked++
 		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), ref.Meta.Rows, n)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if typ == quant.Q4_0 || typ == quant.Q4_K {
+			continue // the repacked formats: llama.cpp's vec_dot kernels are not the ones it multiplies them with
+		}
+		checked++
 		y := make([]float32, len(x)/n*w.Rows)
-		LinearQuantGGML(y, x, w, nil)
-		var a qAct
-		a.quantize(w.k.act, x, n)
-		blk := ggmlBlocks[typ]
+		LinearQuantGGML(y, x, w, nil, 1)
 		for r := range len(x) / n {
 			for o := range w.Rows {
-				want := float32(c.Dots[r][o])
-				portable := dot32(w.Row(o), a.row(r), blk.bytes, blk.ints, true)
-				if y[r*w.Rows+o] != want || portable != want {
-					t.Fatalf("%s: row %d · x%d = %.9g (portable %.9g), llama.cpp %.9g", c.Type, o, r, y[r*w.Rows+o], portable, want)
+				if want := float32(c.Dots[r][o]); y[r*w.Rows+o] != want {
+					t.Fatalf("%s: row %d · x%d = %.9g, llama.cpp's vec_dot %.9g", c.Type, o, r, y[r*w.Rows+o], want)
 				}
 			}
 		}
 	}
-	if checked != 2 {
-		t.Errorf("%d formats checked, want Q8_0 and Q4_1", checked)
+	if checked != 5 {
+		t.Errorf("%d formats checked, want Q8_0, Q4_1, Q5_0, Q5_1 and Q6_K", checked)
 	}
-	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_K, quant.Q6_K} {
-		if GGMLSupports(typ) == nil {
-			t.Errorf("GGMLSupports(%s) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce", typ)
+	for _, c := range []struct {
+		typ  quant.Type
+		rows int
+	}{{quant.Q5_K, 8}, {quant.Q2_K, 8}, {quant.Q4_0, 12}, {quant.Q4_K, 4}} {
+		if GGMLSupports(c.typ, c.rows) == nil {
+			t.Errorf("GGMLSupports(%s, %d rows) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce", c.typ, c.rows)
 		}
 	}
 }
@@ -57,7 +62,8 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 // random data (with biases).
 func TestGGMLDotsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for typ, blk := range ggmlBlocks {
+	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_1: 20} {
+		ints := map[quant.Type]func(q *[32]int8, b []byte) (float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_1: intsQ4_1}[typ]
 		w := randomQuantMatrix(t, rng, typ, 8, 1536)
 		x := make([]float32, 3*w.Cols)
 		for i := range x {
@@ -68,15 +74,70 @@ func TestGGMLDotsAgree(t *testing.T) {
 			bias[i] = float32(rng.NormFloat64())
 		}
 		y := make([]float32, 3*w.Rows)
-		LinearQuantGGML(y, x, w, bias)
+		LinearQuantGGML(y, x, w, bias, 3)
 		var a qAct
 		a.quantize(w.k.act, x, w.Cols)
 		for r := range 3 {
 			for o := range w.Rows {
-				if want := dot32(w.Row(o), a.row(r), blk.bytes, blk.ints, true) + bias[o]; math.Float32bits(y[r*w.Rows+o]) != math.Float32bits(want) {
+				if want := dot32(w.Row(o), a.row(r), blockBytes, ints, true) + bias[o]; math.Float32bits(y[r*w.Rows+o]) != math.Float32bits(want) {
 					t.Fatalf("%s: row %d input %d: %g, portable %g", typ, o, r, y[r*w.Rows+o], want)
 				}
 			}
 		}
 	}
+}
+
+// TestLinearQuantGGMLMatchesLlamaCppMatmul: whole products of 16×1536 matrices (six K-quant super-blocks a row) by
+// batches of 1, 5 and 12 rows equal llama.cpp's CPU mul_mat, computed through a one-node ggml graph
+// (testdata/llamacpp_matmul.json, scripts/fixtures/llamacpp_matmul.py): its vec_dot kernels, llamafile's
+// tinyBLAS for batches of Q8_0 and Q5_0, and its tiled Q6_K kernel from 8 rows on, whose super-blocks are added
+// with fused multiply-adds (a single super-block cannot show that).
+func TestLinearQuantGGMLMatchesLlamaCppMatmul(t *testing.T) {
+	b, err := os.ReadFile("testdata/llamacpp_matmul.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Meta struct {
+			Rows, Cols int
+			X          string
+		}
+		Cases []struct {
+			Type, Weights string
+			Y             map[string]string
+		}
+	}
+	if err := json.Unmarshal(b, &ref); err != nil {
+		t.Fatal(err)
+	}
+	x := floatsOf(unb64(t, ref.Meta.X))
+	for _, c := range ref.Cases {
+		typ, err := quant.Parse(c.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), ref.Meta.Rows, ref.Meta.Cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, batch := range []int{1, 5, 12} {
+			want := floatsOf(unb64(t, c.Y[strconv.Itoa(batch)]))
+			y := make([]float32, batch*w.Rows)
+			LinearQuantGGML(y, x[:batch*w.Cols], w, nil, batch)
+			for i := range y {
+				if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s, batch %d: output %d (row %d) %.9g, llama.cpp %.9g", c.Type, batch, i%w.Rows, i/w.Rows, y[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// floatsOf reads little-endian float32 values.
+func floatsOf(b []byte) []float32 {
+	f := make([]float32, len(b)/4)
+	for i := range f {
+		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return f
 }

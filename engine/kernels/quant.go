@@ -457,6 +457,16 @@ type kInts struct {
 
 // dotKGo returns the portable product of a K-quant format whose super-blocks decode is given.
 func dotKGo(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
+	return dotK(decode, false)
+}
+
+// dotKFused is dotKGo with each super-block's lanes added by fused multiply-adds, as llama.cpp's x86 vec_dot
+// kernels add them (LinearQuantGGML).
+func dotKFused(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
+	return dotK(decode, true)
+}
+
+func dotK(decode func(k *kInts, b []byte), fused bool) func(w []byte, x qActRow) float32 {
 	return func(w []byte, x qActRow) float32 {
 		var acc [8]float32
 		var summs float32
@@ -473,7 +483,14 @@ func dotKGo(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
 					lanes[l] -= k.offset * (k.sc[2*l]*int32(x.bsums[16*b+2*l]) + k.sc[2*l+1]*int32(x.bsums[16*b+2*l+1]))
 				}
 			}
-			addLanes(&acc, k.d*x.d[b], &lanes)
+			if fused {
+				d := k.d * x.d[b]
+				for l := range 8 {
+					acc[l] = ggml.FMA32(d, float32(lanes[l]), acc[l])
+				}
+			} else {
+				addLanes(&acc, k.d*x.d[b], &lanes)
+			}
 			if k.hasMin {
 				var mi int32
 				for j := range 16 {
