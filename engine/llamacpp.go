@@ -101,6 +101,10 @@ func (e *Engine) checkLlamaCpp() error {
 				if err := kernels.GGMLSupports(q, int(t.Shape[0])); err != nil {
 					return fmt.Errorf("tensor %s: %w", t.Name, err)
 				}
+				if t.Name == embedWeight && (q == quant.Q4_0 || q == quant.Q4_K) {
+					// llama.cpp repacks the matrices it multiplies, not an embedding it also looks rows up in.
+					return fmt.Errorf("tensor %s: a tied %s embedding is multiplied by llama.cpp without repacking, which is not reproduced", t.Name, q)
+				}
 			case t.DType != checkpoint.F32:
 				return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K block formats", t.Name, t.DType)
 			}
