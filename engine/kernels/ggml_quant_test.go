@@ -62,8 +62,9 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 // random data (with biases).
 func TestGGMLDotsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_1: 20} {
-		ints := map[quant.Type]func(q *[32]int8, b []byte) (float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_1: intsQ4_1}[typ]
+	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_1: 20, quant.Q5_0: 22, quant.Q5_1: 24} {
+		ints := map[quant.Type]func(q *[32]int8, b []byte) (float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_1: intsQ4_1,
+			quant.Q5_0: intsQ5_0, quant.Q5_1: intsQ5_1}[typ]
 		w := randomQuantMatrix(t, rng, typ, 8, 1536)
 		x := make([]float32, 3*w.Cols)
 		for i := range x {

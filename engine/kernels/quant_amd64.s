@@ -685,6 +685,35 @@ q41fmaloop:
 	NIBBLES32(4)
 	ONEMINFMA(20, q41fmaloop)
 
+// func dotQ5_0FMA(b []byte, qs []int8, d []float32) float32: dotQ5_0AVX2 with llama.cpp's fused block updates.
+TEXT ·dotQ5_0FMA(SB), NOSPLIT, $0-76
+	ARGS
+	BITSARGS
+	VPBROADCASTD f0s<>(SB), Y9
+
+q50fmaloop:
+	NIBBLES32(6)
+	BITS32(2)
+	VPANDN Y9, Y6, Y6
+	VPOR Y6, Y1, Y1
+	ONESIGNEDFMA(22, q50fmaloop)
+
+// func dotQ5_1FMA(b []byte, qs []int8, d, s []float32) float32: dotQ5_1AVX2 with llama.cpp's fused block
+// updates.
+TEXT ·dotQ5_1FMA(SB), NOSPLIT, $0-100
+	ARGS
+	BITSARGS
+	VPBROADCASTD sixteens<>(SB), Y9
+	MOVQ s_base+72(FP), R9
+	VXORPS X7, X7, X7
+
+q51fmaloop:
+	NIBBLES32(8)
+	BITS32(4)
+	VPAND Y9, Y6, Y6
+	VPOR Y6, Y1, Y1
+	ONEMINFMA(24, q51fmaloop)
+
 // func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) Q4_0 blocks (18 bytes: float16 d, 16 bytes of nibbles; weights nibble-8).
 TEXT ·dotQ4_0AVX2(SB), NOSPLIT, $0-76
