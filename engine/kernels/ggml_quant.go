@@ -112,40 +112,27 @@ func dotQ4_0Repacked(w []byte, x qActRow) float32 {
 	return y
 }
 
-// dotQ4_KRepacked is the product of llama.cpp's repacked Q4_K kernels (gemv/gemm_q4_K_8x8_q8_K): per
-// super-block, the integer sum of its sub-blocks' scaled products and that of its minimums times the input's
-// sums, each fused into its own float sum with the weight's d or dmin times the input's scale; the second
-// subtracted from the first at the end.
-func dotQ4_KRepacked(w []byte, x qActRow) float32 {
-	var acc, mins float32
-	var k kInts
-	for b := range len(x.d) {
-		decodeQ4_KInts(&k, w[b*144:(b+1)*144])
-		var s, m int32
-		for g := range 8 {
-			var p int32
-			for i, a := range x.qs[quant.QKK*b+32*g : quant.QKK*b+32*g+32] {
-				p += int32(k.q[32*g+i]) * int32(a)
-			}
-			s += k.sc[2*g] * p
-			m += k.mn[2*g] * (int32(x.bsums[16*b+2*g]) + int32(x.bsums[16*b+2*g+1]))
-		}
-		acc = ggml.FMA32(float32(s), k.d*x.d[b], acc)
-		mins = ggml.FMA32(float32(m), k.dmin*x.d[b], mins)
-	}
-	return acc - mins
-}
+// dotQ4_KRepacked is the product of llama.cpp's repacked Q4_K gemv (gemv_q4_K_8x8_q8_K): per super-block, the
+// integer sum of its sub-blocks' scaled products and that of its minimums times the input's sums, each fused into
+// its own float sum with the weight's d or dmin times the input's scale; the second subtracted from the first at
+// the end.
+func dotQ4_KRepacked(w []byte, x qActRow) float32 { return dotQ4_KParts(w, x, 1) }
 
 // dotQ4_KRepacked4 is dotQ4_KRepacked as llama.cpp's gemm_q4_K_8x8_q8_K computes it for rows it takes four at a
 // time: each super-block's sums fused into the float sums in four parts of two sub-blocks.
-func dotQ4_KRepacked4(w []byte, x qActRow) float32 {
+func dotQ4_KRepacked4(w []byte, x qActRow) float32 { return dotQ4_KParts(w, x, 4) }
+
+// dotQ4_KParts is the repacked Q4_K product with each super-block's eight sub-blocks fused into the float sums in
+// parts (1 or 4) of equal size.
+func dotQ4_KParts(w []byte, x qActRow, parts int) float32 {
 	var acc, mins float32
 	var k kInts
+	per := 8 / parts
 	for b := range len(x.d) {
 		decodeQ4_KInts(&k, w[b*144:(b+1)*144])
-		for part := range 4 {
+		for part := range parts {
 			var s, m int32
-			for g := 2 * part; g < 2*part+2; g++ {
+			for g := per * part; g < per*(part+1); g++ {
 				var p int32
 				for i, a := range x.qs[quant.QKK*b+32*g : quant.QKK*b+32*g+32] {
 					p += int32(k.q[32*g+i]) * int32(a)
