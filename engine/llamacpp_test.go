@@ -21,8 +21,9 @@ import (
 // quantized (../gguf/testdata/tiny) give llama.cpp's own logits bit for bit (scripts/fixtures/llama_cpp_refs.py:
 // its top 8 logits at every position of the prompt, evaluated as one batch, then 16 greedy steps): float32
 // matrices (tinyBLAS for the prompt, ggml_vec_dot_f32 for single rows), Q8_0 and Q4_1 (its vec_dot kernels), Q4_0
-// and Q4_K (its repacked kernels), Q6_K (its tiled kernel for the prompt, vec_dot for single rows). A wrong summation order in any op moves some logit by an ulp, which this test sees. Types it does not
-// reproduce are refused by Open, naming a tensor.
+// and Q4_K (its repacked kernels), Q6_K (its tiled kernel for the prompt, vec_dot for single rows). A wrong
+// summation order in any op moves some logit by an ulp, which this test sees. Types it does not reproduce, and a
+// tied Q4_K embedding, are refused by Open, naming a tensor.
 func TestLlamaCppArithmeticTiny(t *testing.T) {
 	for _, cache := range []string{KVCacheF32, KVCacheF16} {
 		var ref struct {
@@ -46,6 +47,17 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {
 			t.Errorf("%s with arithmetic llama.cpp: %v, want an error naming a tensor and saying %q", name, err, want)
 		}
+	}
+	// The Q4_K file with its lm_head tied to the embedding: llama.cpp multiplies that matrix without repacking.
+	tied := filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-Q4_K-tied.gguf")
+	e, err := Open(context.Background(), tied, Options{ShardDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("the tied Q4_K file with the engine's arithmetic: %v", err)
+	}
+	e.Close()
+	_, err = Open(context.Background(), tied, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+	if err == nil || !strings.Contains(err.Error(), "tensor model.embed_tokens.weight") || !strings.Contains(err.Error(), "tied Q4_K embedding") {
+		t.Errorf("the tied Q4_K file with arithmetic llama.cpp: %v, want an error naming model.embed_tokens.weight as a tied Q4_K embedding", err)
 	}
 }
 
