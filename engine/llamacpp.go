@@ -12,6 +12,7 @@ import (
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/internal/grow"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -204,27 +205,11 @@ func interleave(dst, src []float32, d int) {
 	}
 }
 
-// widen sets f to the float16 values h as float32 and returns it.
-func widen(f []float32, h []uint16) []float32 {
-	for i, v := range h {
-		f[i] = quant.HalfToFloat32(v)
-	}
-	return f
-}
-
 // attnScratch holds llamaCppAttention's buffers between calls: a sequence's keys and values in position order,
 // the float16 runs widened, the queries reordered.
 type attnScratch struct{ k, v, wk, wv, q []float32 }
 
 var llamaCppScratch = sync.Pool{New: func() any { return new(attnScratch) }}
-
-// grow returns (*b)[:n], reallocated when too small; its contents are undefined.
-func grow(b *[]float32, n int) []float32 {
-	if cap(*b) < n {
-		*b = make([]float32, n)
-	}
-	return (*b)[:n]
-}
 
 // llamaCppAttention is Attention as ggml.Attention computes it, each sequence as llama.cpp evaluates it alone:
 // its cached positions are gathered in order with the new ones (the cells of a sequence that started at cell
@@ -263,13 +248,17 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			}
 			past := o.past[bi]
 			n := past + t
-			ks, vs := grow(&sc.k, n*d), grow(&sc.v, n*d)
+			sc.k, sc.v = grow.Slice(sc.k, n*d), grow.Slice(sc.v, n*d)
+			ks, vs := sc.k, sc.v
 			base := (row*kvHeads + g) * s * d
 			for _, c := range o.cache[bi] {
 				from, to := base+c.slot*d, base+(c.slot+c.n)*d
 				var kc, vc []float32
 				if half {
-					kc, vc = widen(grow(&sc.wk, to-from), slot.K16[from:to]), widen(grow(&sc.wv, to-from), slot.V16[from:to])
+					sc.wk, sc.wv = grow.Slice(sc.wk, to-from), grow.Slice(sc.wv, to-from)
+					kc, vc = sc.wk, sc.wv
+					quant.WidenHalves(kc, slot.K16[from:to])
+					quant.WidenHalves(vc, slot.V16[from:to])
 				} else {
 					kc, vc = slot.K[from:to], slot.V[from:to]
 				}
@@ -279,7 +268,8 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 			nw := (bi*kvHeads + g) * t * d
 			order(ks[past*d:], k.data[nw:nw+t*d], d)
 			copy(vs[past*d:], v.data[nw:nw+t*d])
-			qh := grow(&sc.q, group*t*d)
+			sc.q = grow.Slice(sc.q, group*t*d)
+			qh := sc.q
 			order(qh, q.data[(bi*heads+g*group)*t*d:][:group*t*d], d)
 			out := y.data[bi*t*heads*d+g*group*d:]
 			ggml.Attention(out, heads*d, qh, ks, vs, group, t, past, d, scale, t, half)

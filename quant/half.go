@@ -64,6 +64,15 @@ func Float32ToHalf(f float32) uint16 {
 	return sign // underflow to ±0
 }
 
+// WidenHalves sets dst[i] to the float16 src[i] as float32 (exactly: every float16 is a float32) for the
+// len(src) elements of src; the inverse of HalvesClamped for values within range.
+func WidenHalves(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = HalfToFloat32(h)
+	}
+}
+
 // HalfMax is the largest finite float16, 65504: HalvesClamped clamps what lies beyond it to it.
 const HalfMax = 65504
 

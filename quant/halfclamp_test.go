@@ -25,3 +25,20 @@ func TestHalvesClamped(t *testing.T) {
 		}
 	}
 }
+
+// TestWidenHalves checks WidenHalves against known float16 values, a subnormal, an infinity and a NaN.
+func TestWidenHalves(t *testing.T) {
+	src := []uint16{0x3c00, 0xc100, 0x3c02, 0x7bff, 0x0001, 0xfc00, 0x7e00}
+	want := []float32{1, -2.5, 1 + 2.0/1024, 65504, 0x1p-24, float32(math.Inf(-1)), float32(math.NaN())}
+	got := make([]float32, len(src)+1)
+	got[len(src)] = 42
+	WidenHalves(got, src)
+	for i, w := range want {
+		if v := got[i]; v != w && !(v != v && w != w) {
+			t.Errorf("WidenHalves(%#04x) = %g, want %g", src[i], v, w)
+		}
+	}
+	if got[len(src)] != 42 {
+		t.Errorf("WidenHalves wrote past len(src)")
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/grow"
 )
 
 // shuffleWidth is the element size shuffle-zstd groups bytes by: the dtype's element size, or 1 (no
@@ -109,7 +110,7 @@ func (c *encoder) encode(raw []byte, e Encoding, elemSize int, fast bool) ([]byt
 	} else {
 		src := raw
 		if e == ShuffleZstd {
-			c.shuffled = grow(c.shuffled, len(raw))
+			c.shuffled = grow.Slice(c.shuffled, len(raw))
 			shuffle(c.shuffled, raw, elemSize)
 			src = c.shuffled
 		}
@@ -137,7 +138,7 @@ func (c *encoder) encode(raw []byte, e Encoding, elemSize int, fast bool) ([]byt
 // decodeRate decodes the encoded tensor t (stored in frames) on the calling goroutine, checks that it gives
 // back raw, and returns the decoded bytes per second: a tensor's decoding cost, measured where it is split.
 func (c *encoder) decodeRate(t TensorInfo, stored []byte, raw []byte, dec func() (*zstd.Decoder, error)) (float64, error) {
-	c.check = grow(c.check, len(raw))
+	c.check = grow.Slice(c.check, len(raw))
 	elapsed := time.Duration(1<<63 - 1)
 	for range 2 { // the faster of two: the first may pay for page faults in c.check
 		start := time.Now()
@@ -156,13 +157,6 @@ func (c *encoder) decodeRate(t TensorInfo, stored []byte, raw []byte, dec func()
 		return 0, fmt.Errorf("%s: decoding what was encoded does not give the tensor back (a bug: use --encoding raw and report it)", t.Encoding)
 	}
 	return float64(len(raw)) / max(elapsed.Seconds(), 1e-9), nil
-}
-
-func grow(b []byte, n int) []byte {
-	if cap(b) < n {
-		return make([]byte, n)
-	}
-	return b[:n]
 }
 
 // encodeStats counts what a split's encoding did to the tensors it wrote, for one log line at the end.

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/grow"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -69,10 +70,8 @@ func (q Quantization) Target(t checkpoint.TensorInfo) checkpoint.DType {
 // and returns the encoded bytes; f32 is reused scratch for the float values.
 func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, f32 *[]float32, out *[]byte) ([]byte, error) {
 	n := int(shape[0] * shape[1])
-	if cap(*f32) < n {
-		*f32 = make([]float32, n)
-	}
-	x := (*f32)[:n]
+	*f32 = grow.Slice(*f32, n)
+	x := *f32
 	if err := checkpoint.ToF32(x, raw, src); err != nil {
 		return nil, err
 	}
@@ -80,7 +79,7 @@ func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, f32 *[
 	if err != nil {
 		return nil, err
 	}
-	*out = grow(*out, int(size))
+	*out = grow.Slice(*out, int(size))
 	t, _ := dst.Quant()
 	if err := quant.Quantize(t, *out, x); err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/layerstream/layerstream/internal/atomicfile"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/filelock"
+	"github.com/layerstream/layerstream/internal/grow"
 )
 
 // SplitOptions configure Split.
@@ -536,7 +537,7 @@ func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *
 // CRC-32C.
 func (w *splitter) fingerprint(p unitPlan) (string, []uint32, error) {
 	w.hasher.reset()
-	w.chunk = grow(w.chunk, chunkSize)
+	w.chunk = grow.Slice(w.chunk, chunkSize)
 	crcs := make([]uint32, len(p.tensors))
 	for i, t := range p.tensors {
 		src, err := w.source(t.File)
@@ -717,7 +718,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	target := w.quant.Target(t)
 	if w.enc == Raw && target == t.DType && !t.Transformed() {
 		// Stream in chunks through one reused buffer.
-		w.chunk = grow(w.chunk, chunkSize)
+		w.chunk = grow.Slice(w.chunk, chunkSize)
 		var crc uint32
 		for off := int64(0); off < t.Length; off += chunkSize {
 			if err := w.ctx.Err(); err != nil {
@@ -740,7 +741,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	if err := w.ctx.Err(); err != nil {
 		return ti, err
 	}
-	w.raw = grow(w.raw, int(t.Length))
+	w.raw = grow.Slice(w.raw, int(t.Length))
 	if err := readAt(src, w.raw, t.Offset, t.File); err != nil {
 		return ti, err
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/grow"
 )
 
 // VerifyReport is the outcome of Verify.
@@ -61,7 +62,7 @@ func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyRep
 				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s) is %s %v, the checkpoint has %s %v", t.Name, u.Name, t.DType, t.Shape, st.DType, st.Shape))
 				continue
 			}
-			src = grow(src, int(st.Length))
+			src = grow.Slice(src, int(st.Length))
 			if err := checkpoint.ReadTensorAt(st, src); err != nil {
 				r.Problems = append(r.Problems, err.Error())
 				continue

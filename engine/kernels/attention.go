@@ -5,6 +5,9 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/layerstream/layerstream/internal/grow"
+	"github.com/layerstream/layerstream/quant"
 )
 
 // AttentionParams are a layer's attention constants.
@@ -97,20 +100,13 @@ type attnScratch struct {
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
-}
-
 // tile computes the queries of job at positions t0 … t0+tq−1 (every head), rows ordered position-major.
 func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq int) {
 	rows := tq * job.Heads
 	asm := useAVX512 && d%16 == 0
-	s.sc = grow(s.sc, rows*attnBlock)
-	s.o = grow(s.o, rows*d)
-	s.m, s.l = grow(s.m, rows), grow(s.l, rows)
+	s.sc = grow.Slice(s.sc, rows*attnBlock)
+	s.o = grow.Slice(s.o, rows*d)
+	s.m, s.l = grow.Slice(s.m, rows), grow.Slice(s.l, rows)
 	clear(s.o)
 	clear(s.l)
 	for r := range s.m {
@@ -129,7 +125,7 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 	}
 	if asm {
 		chunks := (d + 15) / 16
-		s.qp = grow(s.qp, (rows+gemmTileRows-1)/gemmTileRows*gemmTileRows*chunks*16)
+		s.qp = grow.Slice(s.qp, (rows+gemmTileRows-1)/gemmTileRows*gemmTileRows*chunks*16)
 		packTiles(s.qp, rows, d, 16, query, putF32)
 	}
 	qlo, qhi := s.qpos[0], s.qpos[rows-1]
@@ -145,10 +141,10 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 			switch {
 			case half && asm: // the tiles widen them as they load them
 			case half:
-				s.kw, s.vw = grow(s.kw, attnBlock*d), grow(s.vw, attnBlock*d)
+				s.kw, s.vw = grow.Slice(s.kw, attnBlock*d), grow.Slice(s.vw, attnBlock*d)
 				keys, vals = s.kw[:n*d], s.vw[:n*d]
-				widenHalf(keys, run.K16[j0*d:(j0+n)*d])
-				widenHalf(vals, run.V16[j0*d:(j0+n)*d])
+				quant.WidenHalves(keys, run.K16[j0*d:(j0+n)*d])
+				quant.WidenHalves(vals, run.V16[j0*d:(j0+n)*d])
 			default:
 				keys, vals = run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
 			}

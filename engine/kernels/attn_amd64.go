@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/layerstream/layerstream/engine/kernels/internal/asmgen"
+	"github.com/layerstream/layerstream/internal/grow"
 )
 
 // expConsts are the constants of the vectorized exp (attn_amd64.s loads them by broadcast).
@@ -220,7 +221,7 @@ func tileScores[T float32 | uint16](s *attnScratch, rows, d int, keys []T, n int
 		gemm(&s.qp[0], 64, gemmTileRows*64, xt, rows, &keys[j*d], d*size, 16*size, d/16, 0, &s.sc[j], attnBlock*4)
 	}
 	if full < n {
-		*pad = grow(*pad, gemmGroup*d)
+		*pad = grow.Slice(*pad, gemmGroup*d)
 		clear(*pad)
 		copy(*pad, keys[full*d:n*d])
 		gemm(&s.qp[0], 64, gemmTileRows*64, xt, rows, &(*pad)[0], d*size, 16*size, d/16, 0, &s.sc[full], attnBlock*4)

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+
+	"github.com/layerstream/layerstream/internal/grow"
 )
 
 // gemmGroup is the number of weight rows (outputs) a matrix-product tile takes at once.
@@ -47,10 +49,8 @@ var (
 // scratch returns a pooled slice of n elements (contents undefined) and the pointer to put back.
 func scratch[T uint16 | float32](pool *sync.Pool, n int) (*[]T, []T) {
 	p := pool.Get().(*[]T)
-	if cap(*p) < n {
-		*p = make([]T, n)
-	}
-	return p, (*p)[:n]
+	*p = grow.Slice(*p, n)
+	return p, *p
 }
 
 // Linear sets y[r·out+o] = x[r·in:(r+1)·in] · w[o·in:(o+1)·in] (+ bias[o] when bias is not nil) for every input

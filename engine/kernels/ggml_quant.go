@@ -13,7 +13,7 @@ import (
 //
 //   - its vec_dot kernels (Q8_0, Q4_1, Q5_0, Q5_1, Q6_K for fewer than 8 rows): eight lanes of integer sums of
 //     four products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32
-//     and dotKGo with fused; Q8_0's and Q5_0's batches go through llamafile's tinyBLAS, whose sums are the same);
+//     with fused, and dotKFused; Q8_0's and Q5_0's batches go through llamafile's tinyBLAS, whose sums are the same);
 //   - its repacked kernels (Q4_0 and Q4_K matrices of a multiple of 8 rows, which it interleaves 8 rows at a
 //     time when it loads them): each block's integer sum scaled and added with one fused multiply-add, the
 //     minimum terms of Q4_K in a second sum subtracted at the end. Of a batch of n > 3 rows, the first n - n%4
@@ -22,7 +22,7 @@ import (
 //   - its tiled K-quant kernels (Q6_K for 8 rows or more): each super-block's integer sum times the weight's
 //     scale, then times the input's and added with a fused multiply-add.
 //
-// ggmlKernels holds, by format, the dot product of one weight row with one quantized input row for each case.
+// A ggmlKernel is, for one format, the dot product of one weight row with one quantized input row in each case.
 type ggmlKernel struct {
 	act actFormat
 	// one is the product for a batch of fewer than batchRows input rows (or any when many is nil).

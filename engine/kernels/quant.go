@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/layerstream/layerstream/engine/kernels/ggml"
+	"github.com/layerstream/layerstream/internal/grow"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -119,17 +120,17 @@ var actPool = sync.Pool{New: func() any { return new(qAct) }}
 func (a *qAct) quantize(f actFormat, x []float32, n int) {
 	rows := len(x) / n
 	a.format, a.n = f, n
-	a.qs = growSlice(a.qs, rows*n)
+	a.qs = grow.Slice(a.qs, rows*n)
 	a.s, a.bsums = nil, nil
 	switch f {
 	case actQ8_0, actQ8_1:
 		nb := rows * n / quant.QK
-		a.d = growSlice(a.d, nb)
+		a.d = grow.Slice(a.d, nb)
 		if f == actQ8_1 {
-			a.sBuf = growSlice(a.sBuf, nb)
+			a.sBuf = grow.Slice(a.sBuf, nb)
 			a.s = a.sBuf
 		}
-		a.sums = growSlice(a.sums, nb)
+		a.sums = grow.Slice(a.sums, nb)
 		if quantizeQ8Blocks(a.qs, x, a.d, a.sums) {
 			for b, d := range a.d {
 				if f == actQ8_1 {
@@ -148,8 +149,8 @@ func (a *qAct) quantize(f actFormat, x []float32, n int) {
 		}
 	case actQ8_K:
 		nb := rows * n / quant.QKK
-		a.d = growSlice(a.d, nb)
-		a.bsumsBuf = growSlice(a.bsumsBuf, rows*n/16)
+		a.d = grow.Slice(a.d, nb)
+		a.bsumsBuf = grow.Slice(a.bsumsBuf, rows*n/16)
 		a.bsums = a.bsumsBuf
 		if quantizeQ8KBlocks(a.qs, a.bsums, x, a.d) {
 			return
@@ -158,13 +159,6 @@ func (a *qAct) quantize(f actFormat, x []float32, n int) {
 			a.d[b] = quantizeQ8_KBlock(a.qs[b*quant.QKK:(b+1)*quant.QKK], a.bsums[b*16:(b+1)*16], x[b*quant.QKK:(b+1)*quant.QKK])
 		}
 	}
-}
-
-func growSlice[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
 }
 
 // quantizeQ8_0Block quantizes 32 values as llama.cpp's x86 quantize_row_q8_0/q8_1 do (scale max|x|/127, values
@@ -316,6 +310,14 @@ func addLanes(acc *[8]float32, d float32, lanes *[8]int32) {
 	}
 }
 
+// fmaLanes adds d·lanes to acc with one fused multiply-add per lane, as llama.cpp's x86 kernels do
+// (LinearQuantGGML).
+func fmaLanes(acc *[8]float32, d float32, lanes *[8]int32) {
+	for l := range 8 {
+		acc[l] = ggml.FMA32(d, float32(lanes[l]), acc[l])
+	}
+}
+
 // dot32 is the product of a row of 32-element blocks (blockBytes each, decoded to signed or unsigned ints by
 // ints, which also returns the block's scale and minimum) with a Q8_0/Q8_1 row. With fused, each block's scaled
 // lanes and minimum term are fused multiply-adds, as llama.cpp's x86 kernels compute them (LinearQuantGGML).
@@ -329,10 +331,7 @@ func dot32(w []byte, x qActRow, blockBytes int, ints func(q *[32]int8, b []byte)
 		lanes32(&lanes, q[:], x.qs[32*b:32*b+32], 1, 1)
 		switch {
 		case fused:
-			dd := d * x.d[b]
-			for l := range 8 {
-				acc[l] = ggml.FMA32(dd, float32(lanes[l]), acc[l])
-			}
+			fmaLanes(&acc, d*x.d[b], &lanes)
 			if x.s != nil {
 				summs = ggml.FMA32(m, x.s[b], summs)
 			}
@@ -484,10 +483,7 @@ func dotK(decode func(k *kInts, b []byte), fused bool) func(w []byte, x qActRow)
 				}
 			}
 			if fused {
-				d := k.d * x.d[b]
-				for l := range 8 {
-					acc[l] = ggml.FMA32(d, float32(lanes[l]), acc[l])
-				}
+				fmaLanes(&acc, k.d*x.d[b], &lanes)
 			} else {
 				addLanes(&acc, k.d*x.d[b], &lanes)
 			}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/layerstream/layerstream/internal/grow"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -178,8 +179,8 @@ func (m metaDst) scales(sc, mi *[16]int32, d, dm float32) {
 // fill unpacks rows o..o+n of w (n ≤ 16); the panel's other rows get zero codes and scales.
 func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
 	nb, cb := w.Cols/p.f.block, p.f.block*tileRows
-	p.codes = growSlice(p.codes, nb*cb)
-	p.meta = growSlice(p.meta, nb*p.f.metaBytes())
+	p.codes = grow.Slice(p.codes, nb*cb)
+	p.meta = grow.Slice(p.meta, nb*p.f.metaBytes())
 	if n < tileRows {
 		clear(p.codes)
 		clear(p.meta)
@@ -371,8 +372,8 @@ func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows int) {
 	nb := a.n / f.block
 	groups := (rows + tileIn - 1) / tileIn
 	gq, gm, amb := a.n*tileIn, nb*f.actMetaBytes(), f.actMetaBytes()
-	t.qs = growSlice(t.qs, groups*gq)
-	t.meta = growSlice(t.meta, groups*gm)
+	t.qs = grow.Slice(t.qs, groups*gq)
+	t.meta = grow.Slice(t.meta, groups*gm)
 	parallelFor(groups, 0, func(lo, hi int) {
 		for g := lo; g < hi; g++ {
 			qs, meta := t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm]

@@ -3,6 +3,7 @@ package ggml
 import (
 	"sync"
 
+	"github.com/layerstream/layerstream/internal/grow"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -10,14 +11,6 @@ import (
 type scratch struct{ scores, vt, qr []float32 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
-
-// grow returns (*b)[:n], reallocated when too small; its contents are undefined.
-func grow(b *[]float32, n int) []float32 {
-	if cap(*b) < n {
-		*b = make([]float32, n)
-	}
-	return (*b)[:n]
-}
 
 // roundHalf rounds x in place to float16 (ties to even, overflow to ±Inf) as ggml's conversions do.
 func roundHalf(x []float32) {
@@ -49,8 +42,9 @@ func Attention(out []float32, outPos int, q, k, v []float32, heads, t, past, d i
 	cells := (n + 63) &^ 63
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	scores := grow(&sc.scores, cells)
-	vt := grow(&sc.vt, d*cells) // v transposed, as llama.cpp's cache holds it without flash attention
+	sc.scores, sc.vt, sc.qr = grow.Slice(sc.scores, cells), grow.Slice(sc.vt, d*cells), grow.Slice(sc.qr, d)
+	scores, qr := sc.scores, sc.qr
+	vt := sc.vt // v transposed, as llama.cpp's cache holds it without flash attention
 	clear(vt)
 	for p := range n {
 		for j := range d {
@@ -75,7 +69,6 @@ func Attention(out []float32, outPos int, q, k, v []float32, heads, t, past, d i
 			dot = VecDotF16
 		}
 	}
-	qr := grow(&sc.qr, d)
 	for h := range heads {
 		for j := range t {
 			copy(qr, q[(h*t+j)*d:][:d])

@@ -69,30 +69,23 @@ func scalef(j, n float32) float32 {
 func Silu(x float32) float32 { return x / (1 + Expf(0-x)) }
 
 // Silus sets dst[i] = Silu(src[i]).
-func Silus(dst, src []float32) {
-	n := 0
-	if useAVX512 {
-		n = len(src) &^ 15
-		if n > 0 {
-			siluAVX512(&dst[0], &src[0], n)
-		}
-	}
-	for i := n; i < len(src); i++ {
-		dst[i] = Silu(src[i])
-	}
-}
+func Silus(dst, src []float32) { lanewise(dst, src, siluAVX512, Silu) }
 
 // expfs sets dst[i] = Expf(src[i]).
-func expfs(dst, src []float32) {
+func expfs(dst, src []float32) { lanewise(dst, src, expfAVX512, Expf) }
+
+// lanewise sets dst[i] = f(src[i]): the whole groups of 16 with asm, f's AVX-512 twin, where the CPU has it; the
+// rest with f.
+func lanewise(dst, src []float32, asm func(dst, src *float32, n int), f func(float32) float32) {
 	n := 0
 	if useAVX512 {
 		n = len(src) &^ 15
 		if n > 0 {
-			expfAVX512(&dst[0], &src[0], n)
+			asm(&dst[0], &src[0], n)
 		}
 	}
 	for i := n; i < len(src); i++ {
-		dst[i] = Expf(src[i])
+		dst[i] = f(src[i])
 	}
 }
 
@@ -206,8 +199,8 @@ func RMSNorm(y, x, w []float32, eps float32) {
 	}
 }
 
-// SoftMax is ggml's soft_max_ext for one row without ALiBi or sinks: w = x·scale + mask (mask[i] 0 or -Inf;
-// nil: none), the maximum, Expf(w - max) in groups of 16 whose lane sums (reduce16) are added in double
+// SoftMax is ggml's soft_max_ext for one row without ALiBi or sinks: w = x·scale, or -Inf where masked(i)
+// (masked nil: nowhere), the maximum, Expf(w - max) in groups of 16 whose lane sums (reduce16) are added in double
 // precision, then every value times float32(1/sum). len(x) must be a multiple of 16 (llama.cpp pads the rows of
 // its attention to 256). dst and w may be x.
 func SoftMax(dst, x []float32, scale float32, masked func(i int) bool) {
