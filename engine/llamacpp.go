@@ -99,15 +99,11 @@ func (e *Engine) checkLlamaCpp() error {
 			switch {
 			case t.DType.Quantized():
 				q, _ := t.DType.Quant()
-				if err := kernels.GGMLSupports(q, int(t.Shape[0])); err != nil {
+				if err := kernels.GGMLSupports(q); err != nil {
 					return fmt.Errorf("tensor %s: %w", t.Name, err)
 				}
-				if t.Name == embedWeight && (q == quant.Q4_0 || q == quant.Q4_K) {
-					// llama.cpp repacks the matrices it multiplies, not an embedding it also looks rows up in.
-					return fmt.Errorf("tensor %s: a tied %s embedding is multiplied by llama.cpp without repacking, which is not reproduced", t.Name, q)
-				}
 			case t.DType != checkpoint.F32:
-				return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K block formats", t.Name, t.DType)
+				return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K block formats", t.Name, t.DType)
 			}
 		}
 	}
@@ -164,7 +160,9 @@ func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32
 	switch f := weightData(weight).(type) {
 	case kernels.QuantMatrix:
 		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), f.Rows)...)
-		kernels.LinearQuantGGML(y.data, x.data, f, bias, batch)
+		// llama.cpp repacks every matrix it multiplies that it can, a tied head included: it loads the embedding a
+		// second time as the output tensor, into the repacking buffer.
+		kernels.LinearQuantGGML(y.data, x.data, f, bias, batch, kernels.GGMLRepacks(f.Type, f.Rows))
 		return y
 	case []float32:
 		in := x.dims[len(x.dims)-1]

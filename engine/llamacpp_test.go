@@ -38,26 +38,27 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, ref.Types[name], cache) })
 		}
 	}
+	// The K-quant matrices llama.cpp does not repack (vec_dot for fewer than 8 rows, its tiled kernel for more):
+	// Q3_K and Q5_K files, and the Q4_K file with its lm_head tied to the embedding, which llama.cpp multiplies
+	// without repacking it.
+	var kq struct {
+		Caches map[string]map[string]llamaCppCase `json:"caches"`
+	}
+	readJSON(t, "../gguf/testdata/llamacpp/tiny-kquants.json", &kq)
+	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+		for _, name := range []string{"Q3_K", "Q5_K", "Q4_K-tied"} {
+			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
+		}
+	}
 	var ref struct {
 		Types map[string]llamaCppCase `json:"types"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	for name, want := range map[string]string{"F16": "is F16", "BF16": "is BF16", "Q5_K": "not Q5_K"} {
-		_, err := Open(context.Background(), filepath.Join("..", ref.Types[name].File), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16", "gguf/testdata/tiny/tiny-llama-Q2_K.gguf": "not Q2_K"} {
+		_, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {
-			t.Errorf("%s with arithmetic llama.cpp: %v, want an error naming a tensor and saying %q", name, err, want)
+			t.Errorf("%s with arithmetic llama.cpp: %v, want an error naming a tensor and saying %q", file, err, want)
 		}
-	}
-	// The Q4_K file with its lm_head tied to the embedding: llama.cpp multiplies that matrix without repacking.
-	tied := filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-Q4_K-tied.gguf")
-	e, err := Open(context.Background(), tied, Options{ShardDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("the tied Q4_K file with the engine's arithmetic: %v", err)
-	}
-	e.Close()
-	_, err = Open(context.Background(), tied, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
-	if err == nil || !strings.Contains(err.Error(), "tensor model.embed_tokens.weight") || !strings.Contains(err.Error(), "tied Q4_K embedding") {
-		t.Errorf("the tied Q4_K file with arithmetic llama.cpp: %v, want an error naming model.embed_tokens.weight as a tied Q4_K embedding", err)
 	}
 }
 
@@ -263,42 +264,47 @@ func TestLlamaCppArithmeticDecode(t *testing.T) {
 	}
 }
 
-// TestLlamaCppArithmeticSmolLM2Q4KM: SmolLM2-135M-Instruct as llama.cpp's Q4_K_M (Q5_0 and Q8_0 where the K-quants
-// do not fit its 576-wide rows, Q4_K and Q6_K elsewhere; made by scripts/fixtures/llama_cpp_refs.py --only
-// smollm2-q4km, which skips here without it) gives llama.cpp's 8 × 64 greedy tokens, and their log-probabilities
-// to 1e-9, with its default float16 cache and with a float32 one.
-func TestLlamaCppArithmeticSmolLM2Q4KM(t *testing.T) {
-	path := hffixture.ModelPath(t, "smollm2-135m-instruct-q4_k_m.gguf", "scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km")
-	var ref struct {
-		SHA256 string         `json:"sha256"`
-		F16    []llamaCppCase `json:"f16"`
-		F32    []llamaCppCase `json:"f32"`
-	}
-	readJSON(t, "../gguf/testdata/llamacpp/smollm2-q4_k_m.json", &ref)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum := fmt.Sprintf("%x", sha256.Sum256(b)); sum != ref.SHA256 {
-		t.Skipf("%s has sha256 %s, the fixture's file %s: not the file the references were made on (run the script again)", path, sum, ref.SHA256)
-	}
-	shards := t.TempDir()
-	for cache, cases := range map[string][]llamaCppCase{KVCacheF16: ref.F16, KVCacheF32: ref.F32} {
-		e, err := Open(context.Background(), path, Options{ShardDir: shards, Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
-		if err != nil {
-			t.Fatal(err)
-		}
-		equal, dx := 0, 0.0
-		for _, c := range cases {
-			ids, lp := generateGreedy(t, e, c)
-			a := compare(c, ids, lp)
-			equal, dx = equal+a.equal, max(dx, a.maxLogprobDx)
-			if a.equal != len(c.IDs) || a.maxLogprobDx > 1e-9 {
-				t.Errorf("%s cache, %q: %d of %d tokens equal to llama.cpp's (parting at a margin of %.3g), log-probabilities up to %.3g apart",
-					cache, c.Prompt, a.equal, len(c.IDs), a.partMargin, a.maxLogprobDx)
+// TestLlamaCppArithmeticSmolLM2Mixes: SmolLM2-135M-Instruct as llama.cpp's Q4_K_M (Q5_0 and Q8_0 where the
+// K-quants do not fit its 576-wide rows, Q4_K and Q6_K elsewhere), Q3_K_M (Q3_K, Q4_K, Q5_K, Q6_K and the fallbacks
+// Q4_0, Q5_0, Q5_1, Q8_0) and Q5_K_M (Q5_K, Q6_K, Q5_1, Q8_0) gives llama.cpp's 8 × 64 greedy tokens, and their
+// log-probabilities to 1e-9, with its default float16 cache and with a float32 one. The files are made by
+// scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km); each subtest skips without its file.
+func TestLlamaCppArithmeticSmolLM2Mixes(t *testing.T) {
+	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km"} {
+		t.Run(mix, func(t *testing.T) {
+			path := hffixture.ModelPath(t, "smollm2-135m-instruct-"+mix+".gguf", "scripts/fixtures/llama_cpp_refs.py --only "+only)
+			var ref struct {
+				SHA256 string         `json:"sha256"`
+				F16    []llamaCppCase `json:"f16"`
+				F32    []llamaCppCase `json:"f32"`
 			}
-		}
-		e.Close()
-		t.Logf("%s cache: %d of %d tokens equal to llama.cpp's; log-probabilities up to %.2g apart", cache, equal, 64*len(cases), dx)
+			readJSON(t, "../gguf/testdata/llamacpp/smollm2-"+mix+".json", &ref)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum := fmt.Sprintf("%x", sha256.Sum256(b)); sum != ref.SHA256 {
+				t.Skipf("%s has sha256 %s, the fixture's file %s: not the file the references were made on (run the script again)", path, sum, ref.SHA256)
+			}
+			shards := t.TempDir()
+			for cache, cases := range map[string][]llamaCppCase{KVCacheF16: ref.F16, KVCacheF32: ref.F32} {
+				e, err := Open(context.Background(), path, Options{ShardDir: shards, Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
+				if err != nil {
+					t.Fatal(err)
+				}
+				equal, dx := 0, 0.0
+				for _, c := range cases {
+					ids, lp := generateGreedy(t, e, c)
+					a := compare(c, ids, lp)
+					equal, dx = equal+a.equal, max(dx, a.maxLogprobDx)
+					if a.equal != len(c.IDs) || a.maxLogprobDx > 1e-9 {
+						t.Errorf("%s cache, %q: %d of %d tokens equal to llama.cpp's (parting at a margin of %.3g), log-probabilities up to %.3g apart",
+							cache, c.Prompt, a.equal, len(c.IDs), a.partMargin, a.maxLogprobDx)
+					}
+				}
+				e.Close()
+				t.Logf("%s cache: %d of %d tokens equal to llama.cpp's; log-probabilities up to %.2g apart", cache, equal, 64*len(cases), dx)
+			}
+		})
 	}
 }

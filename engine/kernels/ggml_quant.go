@@ -11,16 +11,18 @@ import (
 // input rows it quantizes first (LinearQuant's activation formats, bit for bit) with one of three kinds of kernel,
 // by format, matrix and batch:
 //
-//   - its vec_dot kernels (Q8_0, Q4_1, Q5_0, Q5_1, Q6_K for fewer than 8 rows): eight lanes of integer sums of
-//     four products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32
-//     with fused, and dotKFused; Q8_0's and Q5_0's batches go through llamafile's tinyBLAS, whose sums are the same);
-//   - its repacked kernels (Q4_0 and Q4_K matrices of a multiple of 8 rows, which it interleaves 8 rows at a
-//     time when it loads them): each block's integer sum scaled and added with one fused multiply-add, the
-//     minimum terms of Q4_K in a second sum subtracted at the end. Of a batch of n > 3 rows, the first n - n%4
-//     go four at a time (gemm), the others one at a time (gemv); Q4_K's gemm adds a super-block in four parts of
-//     64 elements, its gemv in one;
-//   - its tiled K-quant kernels (Q6_K for 8 rows or more): each super-block's integer sum times the weight's
-//     scale, then times the input's and added with a fused multiply-add.
+//   - its vec_dot kernels (every format, fewer than 8 rows for the K-quants): eight lanes of integer sums of four
+//     products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32 with
+//     fused, and dotKFused, whose minimum terms Q4_K and Q5_K add in their own ways); the batches of Q8_0, Q4_0
+//     and Q5_0 go through llamafile's tinyBLAS, whose sums are the same;
+//   - its repacked kernels, for the Q4_0 and Q4_K matrices of a multiple of 8 rows that it interleaves 8 rows at a
+//     time when it loads them (GGMLRepacks): each block's integer sum scaled and
+//     added with one fused multiply-add, the minimum terms of Q4_K in a second sum subtracted at the end. Of a
+//     batch of n > 3 rows, the first n - n%4 go four at a time (gemm), the others one at a time (gemv); Q4_K's gemm
+//     adds a super-block in four parts of 64 elements, its gemv in one;
+//   - its tiled K-quant kernels (Q3_K to Q6_K not repacked, 8 rows or more): each super-block's integer sum times
+//     the weight's d, less dmin times its minimum terms' sum, then times the input's scale and added with fused
+//     multiply-adds (dotKTiled).
 //
 // A ggmlKernel is, for one format, the dot product of one weight row with one quantized input row in each case.
 type ggmlKernel struct {
@@ -32,19 +34,20 @@ type ggmlKernel struct {
 	batchRows int
 	// four, when set, is the product of the rows a repacked kernel takes four at a time (gemm).
 	four func(w []byte, x qActRow) float32
-	// repacked: llama.cpp takes its repacked kernels only for a multiple of 8 rows.
-	repacked bool
 }
 
+// ggmlKernels are the kernels of the matrices llama.cpp multiplies as it loaded them.
 var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 	m := map[quant.Type]*ggmlKernel{
 		quant.Q8_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 34, intsQ8_0, true) }},
+		quant.Q4_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsQ4_0, true) }},
 		quant.Q4_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 20, intsQ4_1, true) }},
 		quant.Q5_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 22, intsQ5_0, true) }},
 		quant.Q5_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 24, intsQ5_1, true) }},
-		quant.Q4_0: {act: actQ8_0, one: dotQ4_0Repacked, repacked: true},
-		quant.Q4_K: {act: actQ8_K, one: dotQ4_KRepacked, four: dotQ4_KRepacked4, repacked: true},
-		quant.Q6_K: {act: actQ8_K, one: dotKFused(decodeQ6_KInts), many: dotQ6_KTiled, batchRows: 8},
+		quant.Q3_K: {act: actQ8_K, one: dotKFused(decodeQ3_KInts, minsSum), many: dotKTiled(decodeQ3_KInts), batchRows: 8},
+		quant.Q4_K: {act: actQ8_K, one: dotKFused(decodeQ4_KInts, minsFused4), many: dotKTiled(decodeQ4_KInts), batchRows: 8},
+		quant.Q5_K: {act: actQ8_K, one: dotKFused(decodeQ5_KInts, minsFused), many: dotKTiled(decodeQ5_KInts), batchRows: 8},
+		quant.Q6_K: {act: actQ8_K, one: dotKFused(decodeQ6_KInts, minsSum), many: dotKTiled(decodeQ6_KInts), batchRows: 8},
 	}
 	for t, f := range ggmlAsmDots() {
 		m[t].one = f
@@ -52,24 +55,37 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 	return m
 }()
 
-// GGMLSupports reports whether LinearQuantGGML multiplies a matrix of type t with rows rows as llama.cpp does,
-// and if not, says why.
-func GGMLSupports(t quant.Type, rows int) error {
-	k, ok := ggmlKernels[t]
-	switch {
-	case !ok:
-		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K block formats, not %s", t)
-	case k.repacked && rows%8 != 0:
-		return fmt.Errorf("a %s matrix of %d rows (not a multiple of 8, which llama.cpp does not repack) is not reproduced", t, rows)
+// ggmlRepacked are the kernels of the matrices llama.cpp repacks when it loads them (GGMLRepacks).
+var ggmlRepacked = map[quant.Type]*ggmlKernel{
+	quant.Q4_0: {act: actQ8_0, one: dotQ4_0Repacked},
+	quant.Q4_K: {act: actQ8_K, one: dotQ4_KRepacked, four: dotQ4_KRepacked4},
+}
+
+// GGMLSupports reports whether LinearQuantGGML multiplies a matrix of type t as llama.cpp does, and if not, says
+// why.
+func GGMLSupports(t quant.Type) error {
+	if _, ok := ggmlKernels[t]; !ok {
+		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K block formats, not %s", t)
 	}
 	return nil
 }
 
+// GGMLRepacks reports whether llama.cpp repacks a weight matrix of type t with rows rows when it loads it, which
+// picks other kernels: Q4_0 and Q4_K matrices of a multiple of 8 rows. A tied output head is repacked too (llama.cpp
+// loads the embedding a second time as the output tensor); the embedding's row lookups are exact either way.
+func GGMLRepacks(t quant.Type, rows int) bool {
+	_, ok := ggmlRepacked[t]
+	return ok && rows%8 == 0
+}
+
 // LinearQuantGGML is LinearQuant with llama.cpp's kernels, bit for bit, x holding sequences of batch rows each
-// (the tokens llama.cpp multiplies at once, which pick its kernel): see ggmlKernel. w's type and rows must be
-// ones GGMLSupports accepts.
-func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int) {
+// (the tokens llama.cpp multiplies at once, which pick its kernel): see ggmlKernel. w's type must be one
+// GGMLSupports accepts; repacked says whether llama.cpp repacked w when it loaded it (GGMLRepacks).
+func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int, repacked bool) {
 	k := ggmlKernels[w.Type]
+	if repacked {
+		k = ggmlRepacked[w.Type]
+	}
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
 	a := actPool.Get().(*qAct)
@@ -147,23 +163,33 @@ func dotQ4_KParts(w []byte, x qActRow, parts int) float32 {
 	return acc - mins
 }
 
-// dotQ6_KTiled is the product of llama.cpp's tiled Q6_K kernel (tiled_run_microtile_vnni): per super-block, the
-// integer sum of its 16 sub-blocks' scaled products (weights less 32) times the weight's d, then times the input's
-// scale and added with one fused multiply-add (GCC fuses the kernel's _mm512_add_ps of an _mm512_mul_ps).
-func dotQ6_KTiled(w []byte, x qActRow) float32 {
-	var y float32
-	var k kInts
-	for b := range len(x.d) {
-		decodeQ6_KInts(&k, w[b*210:(b+1)*210])
-		var s int32
-		for j := range 16 {
-			var p int32
-			for i, a := range x.qs[quant.QKK*b+16*j : quant.QKK*b+16*j+16] {
-				p += (int32(k.q[16*j+i]) - k.offset) * int32(a)
+// dotKTiled is the product of llama.cpp's tiled K-quant kernel (tiled_run_microtile_vnni) for the format whose
+// super-blocks decode gives: per super-block, the integer sum of its sub-blocks' scaled products (weights less
+// their offset) times the weight's d, less (fused) dmin times the integer sum of its minimum terms, then times
+// the input's scale and added with one fused multiply-add (GCC fuses the kernel's _mm512_add_ps of an
+// _mm512_mul_ps).
+func dotKTiled(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
+	return func(w []byte, x qActRow) float32 {
+		var y float32
+		var k kInts
+		bb := len(w) / len(x.d)
+		for b := range len(x.d) {
+			decode(&k, w[b*bb:(b+1)*bb])
+			var s, m int32
+			for j := range 16 { // sub-blocks of 16 (Q4_K's and Q5_K's 32 come as two with the same scale)
+				var p int32
+				for i, a := range x.qs[quant.QKK*b+16*j : quant.QKK*b+16*j+16] {
+					p += (int32(k.q[16*j+i]) - k.offset) * int32(a)
+				}
+				s += k.sc[j] * p
+				m += k.mn[j] * int32(x.bsums[16*b+j])
 			}
-			s += k.sc[j] * p
+			r := float32(s) * k.d
+			if k.hasMin {
+				r = ggml.FMA32(-k.dmin, float32(m), r)
+			}
+			y = ggml.FMA32(r, x.d[b], y)
 		}
-		y = ggml.FMA32(float32(float32(s)*k.d), x.d[b], y)
+		return y
 	}
-	return y
 }

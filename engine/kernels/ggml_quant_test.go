@@ -6,37 +6,35 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/layerstream/layerstream/quant"
 )
 
-// TestLinearQuantGGMLMatchesLlamaCpp: LinearQuantGGML's products equal llama.cpp's ggml_vec_dot_q8_0_q8_0 and
-// ggml_vec_dot_q4_1_q8_1 (testdata/llamacpp_dots.json, from the x86 build's own functions) bit for bit, with the
-// assembly and the portable kernels; the other formats are refused by GGMLSupports.
+// TestLinearQuantGGMLMatchesLlamaCpp: LinearQuantGGML's products of matrices llama.cpp does not repack equal
+// llama.cpp's vec_dot kernels (ggml_vec_dot_q8_0_q8_0 and the others; testdata/llamacpp_dots.json, from the x86
+// build's own functions) bit for bit, with the assembly and the portable kernels; Q2_K is refused by GGMLSupports.
 func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 	ref, x := readLlamaCppDots(t)
 	n := ref.Meta.N
-	checked := 0
+	var checked []string
 	for _, c := range ref.Cases {
 		typ, err := quant.Parse(c.Type)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if GGMLSupports(typ, ref.Meta.Rows) != nil {
+		if GGMLSupports(typ) != nil {
 			continue
 		}
 		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), ref.Meta.Rows, n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if typ == quant.Q4_0 || typ == quant.Q4_K {
-			continue // the repacked formats: llama.cpp's vec_dot kernels are not the ones it multiplies them with
-		}
-		checked++
+		checked = append(checked, c.Type)
 		y := make([]float32, len(x)/n*w.Rows)
-		LinearQuantGGML(y, x, w, nil, 1)
+		LinearQuantGGML(y, x, w, nil, 1, false)
 		for r := range len(x) / n {
 			for o := range w.Rows {
 				if want := float32(c.Dots[r][o]); y[r*w.Rows+o] != want {
@@ -45,16 +43,14 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 			}
 		}
 	}
-	if checked != 5 {
-		t.Errorf("%d formats checked, want Q8_0, Q4_1, Q5_0, Q5_1 and Q6_K", checked)
+	if want := []string{"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}; !slices.Equal(checked, want) {
+		t.Errorf("formats checked %v, want %v", checked, want)
 	}
-	for _, c := range []struct {
-		typ  quant.Type
-		rows int
-	}{{quant.Q5_K, 8}, {quant.Q2_K, 8}, {quant.Q4_0, 12}, {quant.Q4_K, 4}} {
-		if GGMLSupports(c.typ, c.rows) == nil {
-			t.Errorf("GGMLSupports(%s, %d rows) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce", c.typ, c.rows)
-		}
+	if GGMLSupports(quant.Q2_K) == nil {
+		t.Errorf("GGMLSupports(Q2_K) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce")
+	}
+	if !GGMLRepacks(quant.Q4_K, 16) || GGMLRepacks(quant.Q4_K, 12) || !GGMLRepacks(quant.Q4_0, 8) || GGMLRepacks(quant.Q6_K, 16) {
+		t.Errorf("GGMLRepacks: Q4_0 and Q4_K of a multiple of 8 rows, and nothing else")
 	}
 }
 
@@ -75,7 +71,7 @@ func TestGGMLDotsAgree(t *testing.T) {
 			bias[i] = float32(rng.NormFloat64())
 		}
 		y := make([]float32, 3*w.Rows)
-		LinearQuantGGML(y, x, w, bias, 3)
+		LinearQuantGGML(y, x, w, bias, 3, false)
 		var a qAct
 		a.quantize(w.k.act, x, w.Cols)
 		for r := range 3 {
@@ -90,9 +86,10 @@ func TestGGMLDotsAgree(t *testing.T) {
 
 // TestLinearQuantGGMLMatchesLlamaCppMatmul: whole products of 16×1536 matrices (six K-quant super-blocks a row) by
 // batches of 1, 5 and 12 rows equal llama.cpp's CPU mul_mat, computed through a one-node ggml graph
-// (testdata/llamacpp_matmul.json, scripts/fixtures/llamacpp_matmul.py): its vec_dot kernels, llamafile's
-// tinyBLAS for batches of Q8_0 and Q5_0, and its tiled Q6_K kernel from 8 rows on, whose super-blocks are added
-// with fused multiply-adds (a single super-block cannot show that).
+// (testdata/llamacpp_matmul.json, scripts/fixtures/llamacpp_matmul.py), of every covered format as llama.cpp
+// holds a matrix it does not repack: its vec_dot kernels (for Q4_K and Q5_K their own sums of the minimum terms),
+// llamafile's tinyBLAS for batches of Q8_0, Q4_0 and Q5_0, and its tiled K-quant kernel from 8 rows on, whose
+// super-blocks are added with fused multiply-adds (a single super-block cannot show that).
 func TestLinearQuantGGMLMatchesLlamaCppMatmul(t *testing.T) {
 	b, err := os.ReadFile("testdata/llamacpp_matmul.json")
 	if err != nil {
@@ -124,7 +121,7 @@ func TestLinearQuantGGMLMatchesLlamaCppMatmul(t *testing.T) {
 		for _, batch := range []int{1, 5, 12} {
 			want := floatsOf(unb64(t, c.Y[strconv.Itoa(batch)]))
 			y := make([]float32, batch*w.Rows)
-			LinearQuantGGML(y, x[:batch*w.Cols], w, nil, batch)
+			LinearQuantGGML(y, x[:batch*w.Cols], w, nil, batch, false)
 			for i := range y {
 				if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("%s, batch %d: output %d (row %d) %.9g, llama.cpp %.9g", c.Type, batch, i%w.Rows, i/w.Rows, y[i], want[i])

@@ -454,21 +454,35 @@ type kInts struct {
 	offset int32
 }
 
+// kMins says how a K-quant product adds its minimum terms (formats with a minimum: Q2_K, Q4_K, Q5_K).
+type kMins int
+
+const (
+	// minsSum: one float sum of each super-block's dmin·d·(integer sum), multiplied then added (the portable
+	// kernels).
+	minsSum kMins = iota
+	// minsFused: that sum with fused multiply-adds (llama.cpp's ggml_vec_dot_q5_K_q8_K on x86).
+	minsFused
+	// minsFused4: four float lanes, lane k fused with the minimum terms of sub-blocks 2k and 2k+1, summed as
+	// (l0+l2)+(l1+l3) (llama.cpp's ggml_vec_dot_q4_K_q8_K on x86).
+	minsFused4
+)
+
 // dotKGo returns the portable product of a K-quant format whose super-blocks decode is given.
 func dotKGo(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
-	return dotK(decode, false)
+	return dotK(decode, false, minsSum)
 }
 
-// dotKFused is dotKGo with each super-block's lanes added by fused multiply-adds, as llama.cpp's x86 vec_dot
-// kernels add them (LinearQuantGGML).
-func dotKFused(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
-	return dotK(decode, true)
+// dotKFused is dotKGo with each super-block's lanes added by fused multiply-adds, and its minimum terms as mins
+// says, as llama.cpp's x86 vec_dot kernels add them (LinearQuantGGML).
+func dotKFused(decode func(k *kInts, b []byte), mins kMins) func(w []byte, x qActRow) float32 {
+	return dotK(decode, true, mins)
 }
 
-func dotK(decode func(k *kInts, b []byte), fused bool) func(w []byte, x qActRow) float32 {
+func dotK(decode func(k *kInts, b []byte), fused bool, mins kMins) func(w []byte, x qActRow) float32 {
 	return func(w []byte, x qActRow) float32 {
 		var acc [8]float32
-		var summs float32
+		var summs [4]float32
 		var k kInts
 		bb := len(w) / len(x.d)
 		for b := range len(x.d) {
@@ -487,15 +501,30 @@ func dotK(decode func(k *kInts, b []byte), fused bool) func(w []byte, x qActRow)
 			} else {
 				addLanes(&acc, k.d*x.d[b], &lanes)
 			}
-			if k.hasMin {
-				var mi int32
-				for j := range 16 {
-					mi += k.mn[j] * int32(x.bsums[16*b+j])
+			if !k.hasMin {
+				continue
+			}
+			var mi [4]int32 // lane j: the sub-blocks of 32 elements 2j and 2j+1
+			for j := range 16 {
+				mi[j/4] += k.mn[j] * int32(x.bsums[16*b+j])
+			}
+			dmin := k.dmin * x.d[b]
+			switch mins {
+			case minsSum:
+				summs[0] += float32(dmin * float32(mi[0]+mi[1]+mi[2]+mi[3]))
+			case minsFused:
+				summs[0] = ggml.FMA32(dmin, float32(mi[0]+mi[1]+mi[2]+mi[3]), summs[0])
+			case minsFused4:
+				for j := range 4 {
+					summs[j] = ggml.FMA32(dmin, float32(mi[j]), summs[j])
 				}
-				summs += float32(k.dmin * x.d[b] * float32(mi))
 			}
 		}
-		return hsum8(&acc) - summs
+		// llama.cpp adds the negated minimum terms (its dmin is -d·dmin): the same bits as subtracting them.
+		if mins == minsFused4 {
+			return hsum8(&acc) - ((summs[0] + summs[2]) + (summs[1] + summs[3]))
+		}
+		return hsum8(&acc) - summs[0]
 	}
 }
 
