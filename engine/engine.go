@@ -406,7 +406,7 @@ func (e *Engine) init(ctx context.Context) error {
 	}
 	if e.opts.Arithmetic == ArithmeticLlamaCpp {
 		if err := e.checkLlamaCpp(); err != nil {
-			return fmt.Errorf("arithmetic %s: %w (see %s)", ArithmeticLlamaCpp, err, guard.Anchor(guard.SectionLlamaCpp))
+			return llamaCppRefusal(err)
 		}
 	}
 	for _, s := range e.plan.Weights {

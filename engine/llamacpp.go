@@ -12,6 +12,7 @@ import (
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/grow"
 	"github.com/layerstream/layerstream/quant"
 )
@@ -53,7 +54,42 @@ func (e *Engine) llamaCpp() *llamaCppGraph {
 
 // checkLlamaCpp refuses, by name, what Arithmetic llama.cpp does not reproduce.
 func (e *Engine) checkLlamaCpp() error {
-	c := e.cfg
+	var tensors []checkpoint.TensorInfo
+	for _, u := range e.set.Units() {
+		for _, t := range u.Tensors {
+			tensors = append(tensors, checkpoint.TensorInfo{Name: t.Name, DType: t.DType, Shape: t.Shape})
+		}
+	}
+	if err := checkLlamaCppModel(e.cfg, e.plan, tensors, e.headUnit == unitEmbed); err != nil {
+		return err
+	}
+	if e.computeDType != checkpoint.F32 {
+		return fmt.Errorf("compute dtype %s is not covered: llama.cpp multiplies float32 matrices in float32 (use --dtype f32 or auto)", e.computeDType)
+	}
+	return nil
+}
+
+// llamaCppRefusal is the error of a model Arithmetic llama.cpp refuses for err, pointing to TROUBLESHOOTING.md.
+func llamaCppRefusal(err error) error {
+	return fmt.Errorf("arithmetic %s: %w (see %s)", ArithmeticLlamaCpp, err, guard.Anchor(guard.SectionLlamaCpp))
+}
+
+// checkLlamaCppSource is checkLlamaCpp's model checks on a checkpoint before it is split, so that a file
+// Arithmetic llama.cpp refuses is refused before the first-use split rather than after it. A checkpoint whose
+// architecture the engine does not know passes: Open refuses it after the split, as without Arithmetic llama.cpp.
+func checkLlamaCppSource(ck *checkpoint.Checkpoint) error {
+	arch, err := model.For(ck.Config)
+	if err != nil {
+		return nil
+	}
+	tied := ck.Config.TieWordEmbeddings && !slices.ContainsFunc(ck.Tensors, func(t checkpoint.TensorInfo) bool { return t.Name == lmHeadWeight })
+	return checkLlamaCppModel(ck.Config, arch.Plan(), ck.Tensors, tied)
+}
+
+// checkLlamaCppModel refuses, by name, what Arithmetic llama.cpp does not reproduce in a model: its
+// architecture and configuration (c, plan) and the types of its matrices (tensors; tied: the output head is the
+// embedding).
+func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkpoint.TensorInfo, tied bool) error {
 	name := ""
 	if len(c.Architectures) > 0 {
 		name = c.Architectures[0]
@@ -61,18 +97,15 @@ func (e *Engine) checkLlamaCpp() error {
 	if llamaCppGraphs[name] == nil {
 		return fmt.Errorf("architecture %s is not covered (covered: %s)", name, strings.Join(slices.Sorted(maps.Keys(llamaCppGraphs)), ", "))
 	}
-	if e.computeDType != checkpoint.F32 {
-		return fmt.Errorf("compute dtype %s is not covered: llama.cpp multiplies float32 matrices in float32 (use --dtype f32 or auto)", e.computeDType)
-	}
 	if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
 		return fmt.Errorf("hidden_act %q is not covered (covered: silu)", c.HiddenAct)
 	}
-	for i, k := range e.plan.Layers {
+	for i, k := range plan.Layers {
 		if k.Window != 0 {
 			return fmt.Errorf("layer %d has a sliding window of %d: llama.cpp's sliding-window cache is not reproduced", i, k.Window)
 		}
 	}
-	for _, r := range e.plan.Ropes {
+	for _, r := range plan.Ropes {
 		switch p := r.Params; {
 		case p.Type == "default", p.Type == "linear":
 		case p.Type == "longrope" && slices.Equal(p.ShortFactor, p.LongFactor):
@@ -91,20 +124,18 @@ func (e *Engine) checkLlamaCpp() error {
 	if !ggml.SwiGLUWidth(c.IntermediateSize) {
 		return fmt.Errorf("intermediate_size %d is not a multiple of 16: llama.cpp computes the rest of each row with the C library's expf, which is not reproduced", c.IntermediateSize)
 	}
-	for _, u := range e.set.Units() {
-		for _, t := range u.Tensors {
-			if len(t.Shape) != 2 || t.Name == embedWeight && e.headUnit != unitEmbed {
-				continue // vectors are added or multiplied elementwise; an untied embedding is only looked up
+	for _, t := range tensors {
+		if len(t.Shape) != 2 || t.Name == embedWeight && !tied {
+			continue // vectors are added or multiplied elementwise; an untied embedding is only looked up
+		}
+		switch {
+		case t.DType.Quantized():
+			q, _ := t.DType.Quant()
+			if err := kernels.GGMLSupports(q); err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
 			}
-			switch {
-			case t.DType.Quantized():
-				q, _ := t.DType.Quant()
-				if err := kernels.GGMLSupports(q); err != nil {
-					return fmt.Errorf("tensor %s: %w", t.Name, err)
-				}
-			case t.DType != checkpoint.F32:
-				return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K block formats", t.Name, t.DType)
-			}
+		case t.DType != checkpoint.F32:
+			return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K block formats", t.Name, t.DType)
 		}
 	}
 	return nil

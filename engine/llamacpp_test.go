@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -55,9 +57,13 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
 	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16", "gguf/testdata/tiny/tiny-llama-Q2_K.gguf": "not Q2_K"} {
-		_, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+		dir := filepath.Join(t.TempDir(), "shards")
+		_, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: dir, Arithmetic: ArithmeticLlamaCpp})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {
 			t.Errorf("%s with arithmetic llama.cpp: %v, want an error naming a tensor and saying %q", file, err, want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s with arithmetic llama.cpp: refused after a split into %s (%v), want before", file, dir, err)
 		}
 	}
 }

@@ -59,6 +59,11 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 	if err != nil {
 		return nil, err
 	}
+	if opts.Arithmetic == ArithmeticLlamaCpp {
+		if err := checkLlamaCppSource(ck); err != nil {
+			return nil, llamaCppRefusal(err)
+		}
+	}
 	set, err := shards.Ensure(ctx, ck, shards.SplitOptions{Out: opts.ShardDir, Progress: opts.SplitProgress})
 	if err != nil {
 		return nil, err
