@@ -13,7 +13,7 @@ import (
 //
 //   - its vec_dot kernels (every format, fewer than 8 rows for the K-quants): eight lanes of integer sums of four
 //     products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32 with
-//     fused, and dotKFused, whose minimum terms Q4_K and Q5_K add in their own ways); the batches of Q8_0, Q4_0
+//     fused, and dotKVec, whose minimum terms Q4_K and Q5_K add in their own ways); the batches of Q8_0, Q4_0
 //     and Q5_0 go through llamafile's tinyBLAS, whose sums are the same;
 //   - its repacked kernels, for the Q4_0 and Q4_K matrices of a multiple of 8 rows that it interleaves 8 rows at a
 //     time when it loads them (GGMLRepacks): each block's integer sum scaled and
@@ -44,10 +44,11 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 		quant.Q4_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 20, intsQ4_1, true) }},
 		quant.Q5_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 22, intsQ5_0, true) }},
 		quant.Q5_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 24, intsQ5_1, true) }},
-		quant.Q3_K: {act: actQ8_K, one: dotKFused(decodeQ3_KInts, minsSum), many: dotKTiled(decodeQ3_KInts), batchRows: 8},
-		quant.Q4_K: {act: actQ8_K, one: dotKFused(decodeQ4_KInts, minsFused4), many: dotKTiled(decodeQ4_KInts), batchRows: 8},
-		quant.Q5_K: {act: actQ8_K, one: dotKFused(decodeQ5_KInts, minsFused), many: dotKTiled(decodeQ5_KInts), batchRows: 8},
-		quant.Q6_K: {act: actQ8_K, one: dotKFused(decodeQ6_KInts, minsSum), many: dotKTiled(decodeQ6_KInts), batchRows: 8},
+	}
+	for t, mins := range map[quant.Type]kMins{quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum} {
+		f := kQuadFormats[t]
+		m[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
+			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
 	}
 	for t, f := range ggmlAsmDots() {
 		m[t].one = f
@@ -56,10 +57,16 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 }()
 
 // ggmlRepacked are the kernels of the matrices llama.cpp repacks when it loads them (GGMLRepacks).
-var ggmlRepacked = map[quant.Type]*ggmlKernel{
-	quant.Q4_0: {act: actQ8_0, one: dotQ4_0Repacked},
-	quant.Q4_K: {act: actQ8_K, one: dotQ4_KRepacked, four: dotQ4_KRepacked4},
-}
+var ggmlRepacked = func() map[quant.Type]*ggmlKernel {
+	m := map[quant.Type]*ggmlKernel{
+		quant.Q4_0: {act: actQ8_0, one: dotQ4_0Repacked},
+		quant.Q4_K: {act: actQ8_K, one: dotQ4_KRepacked, four: dotQ4_KRepacked4},
+	}
+	for t, f := range ggmlAsmRepacked() {
+		m[t].one = f
+	}
+	return m
+}()
 
 // GGMLSupports reports whether LinearQuantGGML multiplies a matrix of type t as llama.cpp does, and if not, says
 // why.
@@ -143,16 +150,15 @@ func dotQ4_KRepacked4(w []byte, x qActRow) float32 { return dotQ4_KParts(w, x, 4
 func dotQ4_KParts(w []byte, x qActRow, parts int) float32 {
 	var acc, mins float32
 	var k kInts
+	var q [64]int32
+	f := kQuadFormats[quant.Q4_K]
 	per := 8 / parts
 	for b := range len(x.d) {
-		decodeQ4_KInts(&k, w[b*144:(b+1)*144])
+		f.quads(&k, w[b*144:(b+1)*144], x.qs[quant.QKK*b:quant.QKK*(b+1)], &q)
 		for part := range parts {
 			var s, m int32
 			for g := per * part; g < per*(part+1); g++ {
-				var p int32
-				for i, a := range x.qs[quant.QKK*b+32*g : quant.QKK*b+32*g+32] {
-					p += int32(k.q[32*g+i]) * int32(a)
-				}
+				p := q[8*g] + q[8*g+1] + q[8*g+2] + q[8*g+3] + q[8*g+4] + q[8*g+5] + q[8*g+6] + q[8*g+7]
 				s += k.sc[2*g] * p
 				m += k.mn[2*g] * (int32(x.bsums[16*b+2*g]) + int32(x.bsums[16*b+2*g+1]))
 			}
@@ -163,33 +169,108 @@ func dotQ4_KParts(w []byte, x qActRow, parts int) float32 {
 	return acc - mins
 }
 
-// dotKTiled is the product of llama.cpp's tiled K-quant kernel (tiled_run_microtile_vnni) for the format whose
-// super-blocks decode gives: per super-block, the integer sum of its sub-blocks' scaled products (weights less
-// their offset) times the weight's d, less (fused) dmin times the integer sum of its minimum terms, then times
-// the input's scale and added with one fused multiply-add (GCC fuses the kernel's _mm512_add_ps of an
-// _mm512_mul_ps).
-func dotKTiled(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
-	return func(w []byte, x qActRow) float32 {
-		var y float32
-		var k kInts
-		bb := len(w) / len(x.d)
-		for b := range len(x.d) {
-			decode(&k, w[b*bb:(b+1)*bb])
-			var s, m int32
-			for j := range 16 { // sub-blocks of 16 (Q4_K's and Q5_K's 32 come as two with the same scale)
-				var p int32
-				for i, a := range x.qs[quant.QKK*b+16*j : quant.QKK*b+16*j+16] {
-					p += (int32(k.q[16*j+i]) - k.offset) * int32(a)
-				}
-				s += k.sc[j] * p
-				m += k.mn[j] * int32(x.bsums[16*b+j])
-			}
-			r := float32(s) * k.d
-			if k.hasMin {
-				r = ggml.FMA32(-k.dmin, float32(m), r)
-			}
-			y = ggml.FMA32(r, x.d[b], y)
-		}
-		return y
+// kQuadFormat is a K-quant format as LinearQuantGGML multiplies it: from each super-block's quad sums, out[8g+l]
+// the integer sum of the four products of elements 32g+4l to 32g+4l+3 (ggml's lane l of sub-block g), weight codes
+// as kInts holds them, computed by an assembly kernel where there is one (quads_amd64.s).
+type kQuadFormat struct {
+	scales func(k *kInts, b []byte) // a super-block's d, dmin, scales, minimums and offset, not its codes
+	decode func(k *kInts, b []byte) // all of a super-block
+	asm    func(b []byte, qs []int8, out *[64]int32)
+}
+
+// kQuadFormats are the K-quant formats LinearQuantGGML covers.
+var kQuadFormats = func() map[quant.Type]*kQuadFormat {
+	m := map[quant.Type]*kQuadFormat{
+		quant.Q3_K: {decode: decodeQ3_KInts},
+		quant.Q4_K: {scales: decodeQ4_KScales, decode: decodeQ4_KInts},
+		quant.Q5_K: {scales: decodeQ4_KScales, decode: decodeQ5_KInts},
+		quant.Q6_K: {scales: decodeQ6_KScales, decode: decodeQ6_KInts},
 	}
+	for t, f := range kQuadsAsm() {
+		m[t].asm = f
+	}
+	return m
+}()
+
+// quads sets k to super-block b's scales (and, without an assembly kernel, its codes) and out to its quad sums
+// against the 256 activations qs.
+func (f *kQuadFormat) quads(k *kInts, b []byte, qs []int8, out *[64]int32) {
+	if f.asm != nil {
+		f.scales(k, b)
+		f.asm(b, qs[:quant.QKK], out)
+		return
+	}
+	quadsGo(f.decode, k, b, qs, out)
+}
+
+// quadsGo is kQuadFormat.quads in Go.
+func quadsGo(decode func(k *kInts, b []byte), k *kInts, b []byte, qs []int8, out *[64]int32) {
+	decode(k, b)
+	for i := range out {
+		var s int32
+		for j := range 4 {
+			s += int32(k.q[4*i+j]) * int32(qs[4*i+j])
+		}
+		out[i] = s
+	}
+}
+
+// dotKVec is the product of llama.cpp's x86 vec_dot kernel for format f (ggml_vec_dot_q6_K_q8_K and the others):
+// per super-block, eight integer lanes (the scaled quad sums, less Q6_K's offset terms as ggml takes them) added
+// with one fused multiply-add each, the minimum terms as mins says (addMins); the lanes summed as hsum_float_8.
+func dotKVec(f *kQuadFormat, mins kMins, w []byte, x qActRow) float32 {
+	var acc [8]float32
+	var summs [4]float32
+	var k kInts
+	var q [64]int32
+	bb := len(w) / len(x.d)
+	for b := range len(x.d) {
+		f.quads(&k, w[b*bb:(b+1)*bb], x.qs[quant.QKK*b:quant.QKK*(b+1)], &q)
+		bsums := x.bsums[16*b : 16*b+16]
+		var lanes [8]int32
+		for g := range 8 {
+			lo, hi := k.sc[2*g], k.sc[2*g+1]
+			for l := range 4 {
+				lanes[l] += lo * q[8*g+l]
+				lanes[4+l] += hi * q[8*g+4+l]
+			}
+		}
+		if k.offset != 0 {
+			for l := range 8 {
+				lanes[l] -= k.offset * (k.sc[2*l]*int32(bsums[2*l]) + k.sc[2*l+1]*int32(bsums[2*l+1]))
+			}
+		}
+		fmaLanes(&acc, k.d*x.d[b], &lanes)
+		if k.hasMin {
+			addMins(&summs, &k, bsums, x.d[b], mins)
+		}
+	}
+	return hsum8(&acc) - sumMins(&summs, mins)
+}
+
+// dotKTiled is the product of llama.cpp's tiled K-quant kernel (tiled_run_microtile_vnni) for format f: per
+// super-block, the integer sum of its sub-blocks' scaled products (weights less their offset) times the weight's
+// d, less (fused) dmin times the integer sum of its minimum terms, then times the input's scale and added with one
+// fused multiply-add (GCC fuses the kernel's _mm512_add_ps of an _mm512_mul_ps).
+func dotKTiled(f *kQuadFormat, w []byte, x qActRow) float32 {
+	var y float32
+	var k kInts
+	var q [64]int32
+	bb := len(w) / len(x.d)
+	for b := range len(x.d) {
+		f.quads(&k, w[b*bb:(b+1)*bb], x.qs[quant.QKK*b:quant.QKK*(b+1)], &q)
+		var s, m int32
+		for j := range 16 { // sub-blocks of 16 (Q4_K's and Q5_K's 32 come as two with the same scale)
+			o := 8*(j/2) + 4*(j%2)
+			p := q[o] + q[o+1] + q[o+2] + q[o+3] - k.offset*int32(x.bsums[16*b+j])
+			s += k.sc[j] * p
+			m += k.mn[j] * int32(x.bsums[16*b+j])
+		}
+		r := float32(s) * k.d
+		if k.hasMin {
+			r = ggml.FMA32(-k.dmin, float32(m), r)
+		}
+		y = ggml.FMA32(r, x.d[b], y)
+	}
+	return y
 }

@@ -58,9 +58,9 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 // random data (with biases).
 func TestGGMLDotsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_1: 20, quant.Q5_0: 22, quant.Q5_1: 24} {
-		ints := map[quant.Type]func(q *[32]int8, b []byte) (float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_1: intsQ4_1,
-			quant.Q5_0: intsQ5_0, quant.Q5_1: intsQ5_1}[typ]
+	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_0: 18, quant.Q4_1: 20, quant.Q5_0: 22, quant.Q5_1: 24} {
+		ints := map[quant.Type]func(q *[32]int8, b []byte) (float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_0: intsQ4_0,
+			quant.Q4_1: intsQ4_1, quant.Q5_0: intsQ5_0, quant.Q5_1: intsQ5_1}[typ]
 		w := randomQuantMatrix(t, rng, typ, 8, 1536)
 		x := make([]float32, 3*w.Cols)
 		for i := range x {
@@ -78,6 +78,18 @@ func TestGGMLDotsAgree(t *testing.T) {
 			for o := range w.Rows {
 				if want := dot32(w.Row(o), a.row(r), blockBytes, ints, true) + bias[o]; math.Float32bits(y[r*w.Rows+o]) != math.Float32bits(want) {
 					t.Fatalf("%s: row %d input %d: %g, portable %g", typ, o, r, y[r*w.Rows+o], want)
+				}
+			}
+		}
+		if typ != quant.Q4_0 {
+			continue
+		}
+		// The repacked kernel (a multiple of 8 rows), against its portable twin.
+		LinearQuantGGML(y, x, w, bias, 3, true)
+		for r := range 3 {
+			for o := range w.Rows {
+				if want := dotQ4_0Repacked(w.Row(o), a.row(r)) + bias[o]; math.Float32bits(y[r*w.Rows+o]) != math.Float32bits(want) {
+					t.Fatalf("repacked %s: row %d input %d: %g, portable %g", typ, o, r, y[r*w.Rows+o], want)
 				}
 			}
 		}
@@ -138,4 +150,44 @@ func floatsOf(b []byte) []float32 {
 		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return f
+}
+
+// TestKQuadsAsm checks the assembly quad-sum kernels against quadsGo on random super-blocks (any bytes are valid
+// codes) and on the extremes: every code at its largest against activations of -128 and of 127.
+func TestKQuadsAsm(t *testing.T) {
+	asm := kQuadsAsm()
+	if len(asm) == 0 {
+		t.Skip("no assembly quad kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for typ, f := range asm {
+		format, _ := typ.Format()
+		b := make([]byte, format.BlockBytes)
+		qs := make([]int8, quant.QKK)
+		for trial := range 200 {
+			switch trial {
+			case 0, 1:
+				for i := range b {
+					b[i] = 0xff
+				}
+				for i := range qs {
+					qs[i] = [2]int8{-128, 127}[trial]
+				}
+			default:
+				for i := range b {
+					b[i] = byte(rng.Uint32())
+				}
+				for i := range qs {
+					qs[i] = int8(rng.Uint32())
+				}
+			}
+			var got, want [64]int32
+			var k kInts
+			f(b, qs, &got)
+			quadsGo(kQuadFormats[typ].decode, &k, b, qs, &want)
+			if got != want {
+				t.Fatalf("%s, trial %d: assembly quads %v, Go %v", typ, trial, got, want)
+			}
+		}
+	}
 }

@@ -461,25 +461,15 @@ const (
 	// minsSum: one float sum of each super-block's dmin·d·(integer sum), multiplied then added (the portable
 	// kernels).
 	minsSum kMins = iota
-	// minsFused: that sum with fused multiply-adds (llama.cpp's ggml_vec_dot_q5_K_q8_K on x86).
+	// minsFused: that sum with fused multiply-adds (llama.cpp's ggml_vec_dot_q5_K_q8_K on x86; LinearQuantGGML).
 	minsFused
 	// minsFused4: four float lanes, lane k fused with the minimum terms of sub-blocks 2k and 2k+1, summed as
-	// (l0+l2)+(l1+l3) (llama.cpp's ggml_vec_dot_q4_K_q8_K on x86).
+	// (l0+l2)+(l1+l3) (llama.cpp's ggml_vec_dot_q4_K_q8_K on x86; LinearQuantGGML).
 	minsFused4
 )
 
 // dotKGo returns the portable product of a K-quant format whose super-blocks decode is given.
 func dotKGo(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
-	return dotK(decode, false, minsSum)
-}
-
-// dotKFused is dotKGo with each super-block's lanes added by fused multiply-adds, and its minimum terms as mins
-// says, as llama.cpp's x86 vec_dot kernels add them (LinearQuantGGML).
-func dotKFused(decode func(k *kInts, b []byte), mins kMins) func(w []byte, x qActRow) float32 {
-	return dotK(decode, true, mins)
-}
-
-func dotK(decode func(k *kInts, b []byte), fused bool, mins kMins) func(w []byte, x qActRow) float32 {
 	return func(w []byte, x qActRow) float32 {
 		var acc [8]float32
 		var summs [4]float32
@@ -496,44 +486,55 @@ func dotK(decode func(k *kInts, b []byte), fused bool, mins kMins) func(w []byte
 					lanes[l] -= k.offset * (k.sc[2*l]*int32(x.bsums[16*b+2*l]) + k.sc[2*l+1]*int32(x.bsums[16*b+2*l+1]))
 				}
 			}
-			if fused {
-				fmaLanes(&acc, k.d*x.d[b], &lanes)
-			} else {
-				addLanes(&acc, k.d*x.d[b], &lanes)
-			}
-			if !k.hasMin {
-				continue
-			}
-			var mi [4]int32 // lane j: the sub-blocks of 32 elements 2j and 2j+1
-			for j := range 16 {
-				mi[j/4] += k.mn[j] * int32(x.bsums[16*b+j])
-			}
-			dmin := k.dmin * x.d[b]
-			switch mins {
-			case minsSum:
-				summs[0] += float32(dmin * float32(mi[0]+mi[1]+mi[2]+mi[3]))
-			case minsFused:
-				summs[0] = ggml.FMA32(dmin, float32(mi[0]+mi[1]+mi[2]+mi[3]), summs[0])
-			case minsFused4:
-				for j := range 4 {
-					summs[j] = ggml.FMA32(dmin, float32(mi[j]), summs[j])
-				}
+			addLanes(&acc, k.d*x.d[b], &lanes)
+			if k.hasMin {
+				addMins(&summs, &k, x.bsums[16*b:16*b+16], x.d[b], minsSum)
 			}
 		}
-		// llama.cpp adds the negated minimum terms (its dmin is -d·dmin): the same bits as subtracting them.
-		if mins == minsFused4 {
-			return hsum8(&acc) - ((summs[0] + summs[2]) + (summs[1] + summs[3]))
-		}
-		return hsum8(&acc) - summs[0]
+		return hsum8(&acc) - sumMins(&summs, minsSum)
 	}
 }
 
-func decodeQ4_KInts(k *kInts, b []byte) {
+// addMins adds a super-block's minimum terms (k's minimums times bsums, the activations' sums of 16, times
+// k.dmin and the activations' scale xd) to summs as mins says.
+func addMins(summs *[4]float32, k *kInts, bsums []int16, xd float32, mins kMins) {
+	var mi [4]int32 // lane j: the sub-blocks of 32 elements 2j and 2j+1
+	for j := range 16 {
+		mi[j/4] += k.mn[j] * int32(bsums[j])
+	}
+	dmin := k.dmin * xd
+	switch mins {
+	case minsSum:
+		summs[0] += float32(dmin * float32(mi[0]+mi[1]+mi[2]+mi[3]))
+	case minsFused:
+		summs[0] = ggml.FMA32(dmin, float32(mi[0]+mi[1]+mi[2]+mi[3]), summs[0])
+	case minsFused4:
+		for j := range 4 {
+			summs[j] = ggml.FMA32(dmin, float32(mi[j]), summs[j])
+		}
+	}
+}
+
+// sumMins is the sum of the minimum terms addMins added: llama.cpp adds them negated (its dmin is -d·dmin), the
+// same bits as subtracting them.
+func sumMins(summs *[4]float32, mins kMins) float32 {
+	if mins == minsFused4 {
+		return (summs[0] + summs[2]) + (summs[1] + summs[3])
+	}
+	return summs[0]
+}
+
+// decodeQ4_KScales decodes a Q4_K or Q5_K super-block's d, dmin, scales and minimums (their first 16 bytes).
+func decodeQ4_KScales(k *kInts, b []byte) {
 	k.d, k.dmin, k.hasMin = halfAt(b, 0), halfAt(b, 2), true
 	for j := range 8 {
 		sc, m := quant.ScaleMinK4(j, b[4:16])
 		k.sc[2*j], k.sc[2*j+1], k.mn[2*j], k.mn[2*j+1] = int32(sc), int32(sc), int32(m), int32(m)
 	}
+}
+
+func decodeQ4_KInts(k *kInts, b []byte) {
+	decodeQ4_KScales(k, b)
 	qs := b[16:144]
 	for g := range 4 {
 		for l := range 32 {
@@ -543,11 +544,7 @@ func decodeQ4_KInts(k *kInts, b []byte) {
 }
 
 func decodeQ5_KInts(k *kInts, b []byte) {
-	k.d, k.dmin, k.hasMin = halfAt(b, 0), halfAt(b, 2), true
-	for j := range 8 {
-		sc, m := quant.ScaleMinK4(j, b[4:16])
-		k.sc[2*j], k.sc[2*j+1], k.mn[2*j], k.mn[2*j+1] = int32(sc), int32(sc), int32(m), int32(m)
-	}
+	decodeQ4_KScales(k, b)
 	qh, qs := b[16:48], b[48:176]
 	for g := range 4 {
 		for l := range 32 {
@@ -557,12 +554,17 @@ func decodeQ5_KInts(k *kInts, b []byte) {
 	}
 }
 
-func decodeQ6_KInts(k *kInts, b []byte) {
-	ql, qh, sc := b[:128], b[128:192], b[192:208]
+// decodeQ6_KScales decodes a Q6_K super-block's d and scales, and sets its offset (32).
+func decodeQ6_KScales(k *kInts, b []byte) {
 	k.d, k.hasMin, k.offset = halfAt(b, 208), false, 32
 	for j := range 16 {
-		k.sc[j] = int32(int8(sc[j]))
+		k.sc[j] = int32(int8(b[192+j]))
 	}
+}
+
+func decodeQ6_KInts(k *kInts, b []byte) {
+	decodeQ6_KScales(k, b)
+	ql, qh := b[:128], b[128:192]
 	for n := range 2 { // q in 0..63, the -32 by offset
 		l4, h4 := ql[64*n:], qh[32*n:]
 		for l := range 32 {

@@ -25,6 +25,22 @@ func dotQ5_0FMA(b []byte, qs []int8, d []float32) float32
 //go:noescape
 func dotQ5_1FMA(b []byte, qs []int8, d, s []float32) float32
 
+//go:noescape
+func dotQ4_0FMA(b []byte, qs []int8, d []float32) float32
+
+//go:noescape
+func dotQ4_0RepackedFMA(b []byte, qs []int8, d []float32) float32
+
+// ggmlAsmRepacked are the assembly products of LinearQuantGGML's repacked kernels, bit for bit the portable ones.
+func ggmlAsmRepacked() map[quant.Type]func(w []byte, x qActRow) float32 {
+	if !useAVX2 {
+		return nil
+	}
+	return map[quant.Type]func(w []byte, x qActRow) float32{
+		quant.Q4_0: func(w []byte, x qActRow) float32 { return dotQ4_0RepackedFMA(w, x.qs, x.d) },
+	}
+}
+
 // ggmlAsmDots are the assembly dot products of LinearQuantGGML, bit for bit those of dot32 with fused.
 func ggmlAsmDots() map[quant.Type]func(w []byte, x qActRow) float32 {
 	if !useAVX2 {
@@ -32,6 +48,7 @@ func ggmlAsmDots() map[quant.Type]func(w []byte, x qActRow) float32 {
 	}
 	return map[quant.Type]func(w []byte, x qActRow) float32{
 		quant.Q8_0: func(w []byte, x qActRow) float32 { return dotQ8_0FMA(w, x.qs, x.d) },
+		quant.Q4_0: func(w []byte, x qActRow) float32 { return dotQ4_0FMA(w, x.qs, x.d) },
 		quant.Q4_1: func(w []byte, x qActRow) float32 { return dotQ4_1FMA(w, x.qs, x.d, x.s) },
 		quant.Q5_0: func(w []byte, x qActRow) float32 { return dotQ5_0FMA(w, x.qs, x.d) },
 		quant.Q5_1: func(w []byte, x qActRow) float32 { return dotQ5_1FMA(w, x.qs, x.d, x.s) },

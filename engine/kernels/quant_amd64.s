@@ -55,6 +55,10 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VCVTDQ2PS Y3, Y3; VPBROADCASTW off(DI), X4; VCVTPH2PS X4, Y4; VBROADCASTSS (R8), Y5; VMULPS Y5, Y4, Y4; \
 	VFMADD231PS Y3, Y4, Y0
 
+// Q40WEIGHTS: Y1 = a Q4_0 block's 32 weights (nibble - 8), the block at DI; Y13: 0x08 bytes.
+#define Q40WEIGHTS \
+	NIBBLES32(2); VPSUBB Y13, Y1, Y1
+
 // NIBBLES32(off): Y1 = the 32 nibbles of the 16 bytes at off(DI) in element order (low nibbles 0..15, high
 // 16..31).
 #define NIBBLES32(off) \
@@ -698,6 +702,47 @@ q50fmaloop:
 	VPOR Y6, Y1, Y1
 	ONESIGNEDFMA(22, q50fmaloop)
 
+// func dotQ4_0FMA(b []byte, qs []int8, d []float32) float32: dotQ4_0AVX2 with llama.cpp's fused block updates.
+TEXT ·dotQ4_0FMA(SB), NOSPLIT, $0-76
+	ARGS
+	VPBROADCASTD eights<>(SB), Y13
+
+q40fmaloop:
+	Q40WEIGHTS
+	ONESIGNEDFMA(18, q40fmaloop)
+
+// func dotQ4_0RepackedFMA(b []byte, qs []int8, d []float32) float32: the product of llama.cpp's repacked Q4_0
+// kernels (gemv/gemm_q4_0_8x8_q8_0): per block the integer sum of its 32 products (weights nibble-8) times
+// d_w · d_a, added with one scalar fused multiply-add (dotQ4_0Repacked).
+TEXT ·dotQ4_0RepackedFMA(SB), NOSPLIT, $0-76
+	ARGS
+	VPBROADCASTD eights<>(SB), Y13
+	VXORPS X7, X7, X7
+
+q40rloop:
+	Q40WEIGHTS
+	VMOVDQU (SI), Y2
+	SIGNEDDOT
+	VEXTRACTI128 $1, Y3, X4
+	VPADDD X4, X3, X3
+	VPSHUFD $0x4e, X3, X4
+	VPADDD X4, X3, X3
+	VPSHUFD $0xb1, X3, X4
+	VPADDD X4, X3, X3
+	VCVTDQ2PS X3, X3
+	VPBROADCASTW 0(DI), X4
+	VCVTPH2PS X4, X4
+	VMULSS (R8), X4, X4
+	VFMADD231SS X4, X3, X7
+	ADDQ $18, DI
+	ADDQ $32, SI
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  q40rloop
+	VZEROUPPER
+	MOVSS X7, ret+72(FP)
+	RET
+
 // func dotQ5_1FMA(b []byte, qs []int8, d, s []float32) float32: dotQ5_1AVX2 with llama.cpp's fused block
 // updates.
 TEXT ·dotQ5_1FMA(SB), NOSPLIT, $0-100
@@ -721,8 +766,7 @@ TEXT ·dotQ4_0AVX2(SB), NOSPLIT, $0-76
 	VPBROADCASTD eights<>(SB), Y13
 
 q40loop:
-	NIBBLES32(2)
-	VPSUBB Y13, Y1, Y1
+	Q40WEIGHTS
 	ONESIGNED(18, q40loop)
 
 // func dotQ5_0AVX2(b []byte, qs []int8, d []float32) float32

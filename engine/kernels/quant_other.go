@@ -15,3 +15,6 @@ func quantizeQ8KBlocks(q []int8, bsums []int16, x []float32, d []float32) bool {
 
 // ggmlAsmDots returns no kernels: this architecture has only the portable ones.
 func ggmlAsmDots() map[quant.Type]func(w []byte, x qActRow) float32 { return nil }
+
+// ggmlAsmRepacked returns no kernels: this architecture has only the portable ones.
+func ggmlAsmRepacked() map[quant.Type]func(w []byte, x qActRow) float32 { return nil }
