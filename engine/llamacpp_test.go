@@ -40,15 +40,15 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, ref.Types[name], cache) })
 		}
 	}
-	// The K-quant matrices llama.cpp does not repack (vec_dot for fewer than 8 rows, its tiled kernel for more):
-	// Q3_K and Q5_K files, and the Q4_K file with its lm_head tied to the embedding, which llama.cpp multiplies
-	// without repacking it.
+	// Q3_K and Q5_K files (llama.cpp's vec_dot kernels for fewer than 8 rows, its tiled kernel for more), a Q2_K
+	// file (its repacked AVX-512 kernels), and the Q4_K file with its lm_head tied to the embedding (llama.cpp loads
+	// the embedding again as the output, repacked).
 	var kq struct {
 		Caches map[string]map[string]llamaCppCase `json:"caches"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-kquants.json", &kq)
 	for _, cache := range []string{KVCacheF32, KVCacheF16} {
-		for _, name := range []string{"Q3_K", "Q5_K", "Q4_K-tied"} {
+		for _, name := range []string{"Q2_K", "Q3_K", "Q5_K", "Q4_K-tied"} {
 			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
 		}
 	}
@@ -56,7 +56,7 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 		Types map[string]llamaCppCase `json:"types"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16", "gguf/testdata/tiny/tiny-llama-Q2_K.gguf": "not Q2_K"} {
+	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16"} {
 		dir := filepath.Join(t.TempDir(), "shards")
 		_, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: dir, Arithmetic: ArithmeticLlamaCpp})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {
@@ -272,11 +272,12 @@ func TestLlamaCppArithmeticDecode(t *testing.T) {
 
 // TestLlamaCppArithmeticSmolLM2Mixes: SmolLM2-135M-Instruct as llama.cpp's Q4_K_M (Q5_0 and Q8_0 where the
 // K-quants do not fit its 576-wide rows, Q4_K and Q6_K elsewhere), Q3_K_M (Q3_K, Q4_K, Q5_K, Q6_K and the fallbacks
-// Q4_0, Q5_0, Q5_1, Q8_0) and Q5_K_M (Q5_K, Q6_K, Q5_1, Q8_0) gives llama.cpp's 8 × 64 greedy tokens, and their
-// log-probabilities to 1e-9, with its default float16 cache and with a float32 one. The files are made by
-// scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km); each subtest skips without its file.
+// Q4_0, Q5_0, Q5_1, Q8_0), Q5_K_M (Q5_K, Q6_K, Q5_1, Q8_0) and pure Q2_K (Q2_K ffn_down, the rest Q4_0) gives
+// llama.cpp's 8 × 64 greedy tokens, and their log-probabilities to 1e-9, with its default float16 cache and with a
+// float32 one. The files are made by scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km, q2k);
+// each subtest skips without its file.
 func TestLlamaCppArithmeticSmolLM2Mixes(t *testing.T) {
-	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km"} {
+	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km", "q2_k-pure": "smollm2-q2k"} {
 		t.Run(mix, func(t *testing.T) {
 			path := hffixture.ModelPath(t, "smollm2-135m-instruct-"+mix+".gguf", "scripts/fixtures/llama_cpp_refs.py --only "+only)
 			var ref struct {

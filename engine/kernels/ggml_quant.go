@@ -13,14 +13,14 @@ import (
 //
 //   - its vec_dot kernels (every format, fewer than 8 rows for the K-quants): eight lanes of integer sums of four
 //     products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32 with
-//     fused, and dotKVec, whose minimum terms Q4_K and Q5_K add in their own ways); the batches of Q8_0, Q4_0
-//     and Q5_0 go through llamafile's tinyBLAS, whose sums are the same;
-//   - its repacked kernels, for the Q4_0 and Q4_K matrices of a multiple of 8 rows that it interleaves 8 rows at a
-//     time when it loads them (GGMLRepacks): each block's integer sum scaled and
-//     added with one fused multiply-add, the minimum terms of Q4_K in a second sum subtracted at the end. Of a
-//     batch of n > 3 rows, the first n - n%4 go four at a time (gemm), the others one at a time (gemv); Q4_K's gemm
-//     adds a super-block in four parts of 64 elements, its gemv in one;
-//   - its tiled K-quant kernels (Q3_K to Q6_K not repacked, 8 rows or more): each super-block's integer sum times
+//     fused, and dotKVec, whose minimum terms Q2_K, Q4_K and Q5_K add in their own ways); the batches of Q8_0,
+//     Q4_0 and Q5_0 go through llamafile's tinyBLAS, whose sums are the same;
+//   - its repacked kernels, for the Q4_0, Q4_K and Q2_K matrices of a multiple of 8 rows that it interleaves 8 rows
+//     at a time when it loads them (GGMLRepacks): each block's integer sum scaled and added with one fused
+//     multiply-add, the minimum terms of the K-quants in a second sum subtracted at the end. Of a batch of n > 3
+//     rows, the first n - n%4 go four at a time (gemm), the others one at a time (gemv); the gemm adds a Q4_K
+//     super-block in four parts of 64 elements and a Q2_K one in two of 128, the gemv in one (dotKRepacked);
+//   - its tiled K-quant kernels (the K-quants not repacked, 8 rows or more): each super-block's integer sum times
 //     the weight's d, less dmin times its minimum terms' sum, then times the input's scale and added with fused
 //     multiply-adds (dotKTiled).
 //
@@ -45,7 +45,7 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 		quant.Q5_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 22, intsQ5_0, true) }},
 		quant.Q5_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 24, intsQ5_1, true) }},
 	}
-	for t, mins := range map[quant.Type]kMins{quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum} {
+	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum} {
 		f := kQuadFormats[t]
 		m[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
 			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
@@ -60,7 +60,8 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 var ggmlRepacked = func() map[quant.Type]*ggmlKernel {
 	m := map[quant.Type]*ggmlKernel{
 		quant.Q4_0: {act: actQ8_0, one: dotQ4_0Repacked},
-		quant.Q4_K: {act: actQ8_K, one: dotQ4_KRepacked, four: dotQ4_KRepacked4},
+		quant.Q4_K: {act: actQ8_K, one: dotKRepacked(quant.Q4_K, 1), four: dotKRepacked(quant.Q4_K, 4)},
+		quant.Q2_K: {act: actQ8_K, one: dotKRepacked(quant.Q2_K, 1), four: dotKRepacked(quant.Q2_K, 2)},
 	}
 	for t, f := range ggmlAsmRepacked() {
 		m[t].one = f
@@ -72,13 +73,14 @@ var ggmlRepacked = func() map[quant.Type]*ggmlKernel {
 // why.
 func GGMLSupports(t quant.Type) error {
 	if _, ok := ggmlKernels[t]; !ok {
-		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K block formats, not %s", t)
+		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q2_K to Q6_K block formats, not %s", t)
 	}
 	return nil
 }
 
 // GGMLRepacks reports whether llama.cpp repacks a weight matrix of type t with rows rows when it loads it, which
-// picks other kernels: Q4_0 and Q4_K matrices of a multiple of 8 rows. A tied output head is repacked too (llama.cpp
+// picks other kernels: Q4_0, Q4_K and Q2_K matrices of a multiple of 8 rows (Q2_K on a CPU with AVX-512, as
+// LinearQuantGGML's kernels all are). A tied output head is repacked too (llama.cpp
 // loads the embedding a second time as the output tensor); the embedding's row lookups are exact either way.
 func GGMLRepacks(t quant.Type, rows int) bool {
 	_, ok := ggmlRepacked[t]
@@ -135,38 +137,35 @@ func dotQ4_0Repacked(w []byte, x qActRow) float32 {
 	return y
 }
 
-// dotQ4_KRepacked is the product of llama.cpp's repacked Q4_K gemv (gemv_q4_K_8x8_q8_K): per super-block, the
-// integer sum of its sub-blocks' scaled products and that of its minimums times the input's sums, each fused into
-// its own float sum with the weight's d or dmin times the input's scale; the second subtracted from the first at
-// the end.
-func dotQ4_KRepacked(w []byte, x qActRow) float32 { return dotQ4_KParts(w, x, 1) }
-
-// dotQ4_KRepacked4 is dotQ4_KRepacked as llama.cpp's gemm_q4_K_8x8_q8_K computes it for rows it takes four at a
-// time: each super-block's sums fused into the float sums in four parts of two sub-blocks.
-func dotQ4_KRepacked4(w []byte, x qActRow) float32 { return dotQ4_KParts(w, x, 4) }
-
-// dotQ4_KParts is the repacked Q4_K product with each super-block's eight sub-blocks fused into the float sums in
-// parts (1 or 4) of equal size.
-func dotQ4_KParts(w []byte, x qActRow, parts int) float32 {
-	var acc, mins float32
-	var k kInts
-	var q [64]int32
-	f := kQuadFormats[quant.Q4_K]
-	per := 8 / parts
-	for b := range len(x.d) {
-		f.quads(&k, w[b*144:(b+1)*144], x.qs[quant.QKK*b:quant.QKK*(b+1)], &q)
-		for part := range parts {
-			var s, m int32
-			for g := per * part; g < per*(part+1); g++ {
-				p := q[8*g] + q[8*g+1] + q[8*g+2] + q[8*g+3] + q[8*g+4] + q[8*g+5] + q[8*g+6] + q[8*g+7]
-				s += k.sc[2*g] * p
-				m += k.mn[2*g] * (int32(x.bsums[16*b+2*g]) + int32(x.bsums[16*b+2*g+1]))
+// dotKRepacked is the product of llama.cpp's repacked K-quant kernels (gemv_q4_K_8x8_q8_K, gemv_q2_K_8x8_q8_K
+// and their gemm): per super-block, the integer sum of its sub-blocks' scaled products and that of its minimums
+// times the input's sums, each fused into its own float sum with the weight's d or dmin times the input's scale;
+// the second subtracted from the first at the end. The gemv kernels fuse a super-block at once (parts 1); the gemm
+// kernels, for the rows they take four at a time, in parts of equal size (Q4_K four of 64 elements, Q2_K two of
+// 128).
+func dotKRepacked(t quant.Type, parts int) func(w []byte, x qActRow) float32 {
+	f := kQuadFormats[t]
+	per := 16 / parts // sixteenths a part
+	return func(w []byte, x qActRow) float32 {
+		var acc, mins float32
+		var k kInts
+		var q [64]int32
+		bb := len(w) / len(x.d)
+		for b := range len(x.d) {
+			f.quads(&k, w[b*bb:(b+1)*bb], x.qs[quant.QKK*b:quant.QKK*(b+1)], &q)
+			for part := range parts {
+				var s, m int32
+				for j := per * part; j < per*(part+1); j++ {
+					o := 8*(j/2) + 4*(j%2)
+					s += k.sc[j] * (q[o] + q[o+1] + q[o+2] + q[o+3])
+					m += k.mn[j] * int32(x.bsums[16*b+j])
+				}
+				acc = ggml.FMA32(float32(s), k.d*x.d[b], acc)
+				mins = ggml.FMA32(float32(m), k.dmin*x.d[b], mins)
 			}
-			acc = ggml.FMA32(float32(s), k.d*x.d[b], acc)
-			mins = ggml.FMA32(float32(m), k.dmin*x.d[b], mins)
 		}
+		return acc - mins
 	}
-	return acc - mins
 }
 
 // kQuadFormat is a K-quant format as LinearQuantGGML multiplies it: from each super-block's quad sums, out[8g+l]
@@ -181,6 +180,7 @@ type kQuadFormat struct {
 // kQuadFormats are the K-quant formats LinearQuantGGML covers.
 var kQuadFormats = func() map[quant.Type]*kQuadFormat {
 	m := map[quant.Type]*kQuadFormat{
+		quant.Q2_K: {scales: decodeQ2_KScales, decode: decodeQ2_KInts},
 		quant.Q3_K: {decode: decodeQ3_KInts},
 		quant.Q4_K: {scales: decodeQ4_KScales, decode: decodeQ4_KInts},
 		quant.Q5_K: {scales: decodeQ4_KScales, decode: decodeQ5_KInts},
@@ -240,8 +240,14 @@ func dotKVec(f *kQuadFormat, mins kMins, w []byte, x qActRow) float32 {
 				lanes[l] -= k.offset * (k.sc[2*l]*int32(bsums[2*l]) + k.sc[2*l+1]*int32(bsums[2*l+1]))
 			}
 		}
+		if mins == minsLanes {
+			dmin := -(x.d[b] * k.dmin)
+			for l := range 8 {
+				acc[l] = ggml.FMA32(dmin, float32(k.mn[2*l]*int32(bsums[2*l])+k.mn[2*l+1]*int32(bsums[2*l+1])), acc[l])
+			}
+		}
 		fmaLanes(&acc, k.d*x.d[b], &lanes)
-		if k.hasMin {
+		if k.hasMin && mins != minsLanes {
 			addMins(&summs, &k, bsums, x.d[b], mins)
 		}
 	}

@@ -15,7 +15,8 @@ import (
 
 // TestLinearQuantGGMLMatchesLlamaCpp: LinearQuantGGML's products of matrices llama.cpp does not repack equal
 // llama.cpp's vec_dot kernels (ggml_vec_dot_q8_0_q8_0 and the others; testdata/llamacpp_dots.json, from the x86
-// build's own functions) bit for bit, with the assembly and the portable kernels; Q2_K is refused by GGMLSupports.
+// build's own functions) bit for bit, with the assembly and the portable kernels; the i-quants are refused by
+// GGMLSupports.
 func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 	ref, x := readLlamaCppDots(t)
 	n := ref.Meta.N
@@ -43,14 +44,14 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}; !slices.Equal(checked, want) {
+	if want := []string{"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}; !slices.Equal(checked, want) {
 		t.Errorf("formats checked %v, want %v", checked, want)
 	}
-	if GGMLSupports(quant.Q2_K) == nil {
-		t.Errorf("GGMLSupports(Q2_K) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce")
+	if GGMLSupports(quant.IQ4_XS) == nil {
+		t.Errorf("GGMLSupports(IQ4_XS) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce")
 	}
-	if !GGMLRepacks(quant.Q4_K, 16) || GGMLRepacks(quant.Q4_K, 12) || !GGMLRepacks(quant.Q4_0, 8) || GGMLRepacks(quant.Q6_K, 16) {
-		t.Errorf("GGMLRepacks: Q4_0 and Q4_K of a multiple of 8 rows, and nothing else")
+	if !GGMLRepacks(quant.Q4_K, 16) || GGMLRepacks(quant.Q4_K, 12) || !GGMLRepacks(quant.Q4_0, 8) || !GGMLRepacks(quant.Q2_K, 8) || GGMLRepacks(quant.Q6_K, 16) {
+		t.Errorf("GGMLRepacks: Q4_0, Q4_K and Q2_K of a multiple of 8 rows, and nothing else")
 	}
 }
 

@@ -3,6 +3,9 @@ package kernels
 import "github.com/layerstream/layerstream/quant"
 
 //go:noescape
+func quadsQ2_K(b []byte, qs []int8, out *[64]int32)
+
+//go:noescape
 func quadsQ4_K(b []byte, qs []int8, out *[64]int32)
 
 //go:noescape
@@ -16,5 +19,6 @@ func kQuadsAsm() map[quant.Type]func(b []byte, qs []int8, out *[64]int32) {
 	if !useAVX2 {
 		return nil
 	}
-	return map[quant.Type]func(b []byte, qs []int8, out *[64]int32){quant.Q4_K: quadsQ4_K, quant.Q5_K: quadsQ5_K, quant.Q6_K: quadsQ6_K}
+	return map[quant.Type]func(b []byte, qs []int8, out *[64]int32){quant.Q2_K: quadsQ2_K, quant.Q4_K: quadsQ4_K,
+		quant.Q5_K: quadsQ5_K, quant.Q6_K: quadsQ6_K}
 }

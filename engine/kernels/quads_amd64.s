@@ -94,3 +94,24 @@ TEXT ·quadsQ6_K(SB), NOSPLIT, $0-56
 	Q6KHALF(64, 96, 160, 128, 160, 192, 224)
 	VZEROUPPER
 	RET
+
+// Q2KQ(boff, shift, a): the 32 two-bit weights at bit shift of the bytes at boff(DI), the group at a. Y13: 0x03.
+#define Q2KQ(boff, shift, a) \
+	VMOVDQU boff(DI), Y0; VPSRLW $shift, Y0, Y1; VPAND Y13, Y1, Y1; QUADOUT(Y1, a)
+
+// func quadsQ2_K(b []byte, qs []int8, out *[64]int32)
+// b: a Q2_K super-block (84 bytes: 16 bytes of 4-bit scales and minimums, 64 bytes of 2-bit weights, d, dmin;
+// group g's weights at bit 2(g%4) of the 32 bytes from 16+32(g/4)).
+TEXT ·quadsQ2_K(SB), NOSPLIT, $0-56
+	QUADARGS
+	VPBROADCASTD quad03<>(SB), Y13
+	Q2KQ(16, 0, 0)
+	Q2KQ(16, 2, 32)
+	Q2KQ(16, 4, 64)
+	Q2KQ(16, 6, 96)
+	Q2KQ(48, 0, 128)
+	Q2KQ(48, 2, 160)
+	Q2KQ(48, 4, 192)
+	Q2KQ(48, 6, 224)
+	VZEROUPPER
+	RET

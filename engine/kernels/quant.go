@@ -466,6 +466,9 @@ const (
 	// minsFused4: four float lanes, lane k fused with the minimum terms of sub-blocks 2k and 2k+1, summed as
 	// (l0+l2)+(l1+l3) (llama.cpp's ggml_vec_dot_q4_K_q8_K on x86; LinearQuantGGML).
 	minsFused4
+	// minsLanes: the eight lanes of the products, lane k fused with the negated minimum terms of the sixteenths 2k
+	// and 2k+1 before the super-block's products (llama.cpp's ggml_vec_dot_q2_K_q8_K on x86; dotKVec).
+	minsLanes
 )
 
 // dotKGo returns the portable product of a K-quant format whose super-blocks decode is given.
@@ -576,12 +579,17 @@ func decodeQ6_KInts(k *kInts, b []byte) {
 	}
 }
 
-func decodeQ2_KInts(k *kInts, b []byte) {
-	scales, qs := b[:16], b[16:80]
+// decodeQ2_KScales decodes a Q2_K super-block's d, dmin, scales and minimums.
+func decodeQ2_KScales(k *kInts, b []byte) {
 	k.d, k.dmin, k.hasMin = halfAt(b, 80), halfAt(b, 82), true
 	for j := range 16 {
-		k.sc[j], k.mn[j] = int32(scales[j]&0xf), int32(scales[j]>>4)
+		k.sc[j], k.mn[j] = int32(b[j]&0xf), int32(b[j]>>4)
 	}
+}
+
+func decodeQ2_KInts(k *kInts, b []byte) {
+	decodeQ2_KScales(k, b)
+	qs := b[16:80]
 	for i := range 16 {
 		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
 		for l := range 16 {
