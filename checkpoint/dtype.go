@@ -32,6 +32,9 @@ const (
 	Q4_K DType = "Q4_K"
 	Q5_K DType = "Q5_K"
 	Q6_K DType = "Q6_K"
+	// IQ4_NL and IQ4_XS index a 16-value non-linear grid (quant.IQ4Values).
+	IQ4_NL DType = "IQ4_NL"
+	IQ4_XS DType = "IQ4_XS"
 )
 
 // Size is the number of bytes of one element; 0 for a quantized block type (see TensorBytes).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -282,7 +283,12 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 		Tokenize []tokenizeCase          `json:"tokenize"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	for _, name := range []string{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"} {
+	var iq struct {
+		Caches map[string]map[string]llamaCppCase `json:"caches"`
+	}
+	readJSON(t, "../gguf/testdata/llamacpp/tiny-iquants.json", &iq) // its float32 cache's, as tiny.json's
+	maps.Copy(ref.Types, iq.Caches["f32"])
+	for _, name := range []string{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"} {
 		t.Run(name, func(t *testing.T) {
 			c, ok := ref.Types[name]
 			if !ok {
@@ -340,7 +346,7 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 // moves log-probabilities by whole units.
 var tinyLogprobTol = map[string]float64{
 	"F32": 1e-4, "F16": 0.05, "BF16": 0.1,
-	"Q8_0": 0.1, "Q4_0": 0.1, "Q4_1": 0.1, "Q4_K": 0.1, "Q5_K": 0.1, "Q6_K": 0.1,
+	"Q8_0": 0.1, "Q4_0": 0.1, "Q4_1": 0.1, "Q4_K": 0.1, "Q5_K": 0.1, "Q6_K": 0.1, "IQ4_NL": 0.1, "IQ4_XS": 0.1,
 }
 
 // TestGGUFRefusedBeforeSplit: a GGUF file whose metadata or vocabulary is refused (here tiny-llama-Q4_0.gguf with

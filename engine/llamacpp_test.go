@@ -56,7 +56,7 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 		Types map[string]llamaCppCase `json:"types"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16"} {
+	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16", "gguf/testdata/tiny/tiny-llama-IQ4_XS.gguf": "not IQ4_XS"} {
 		dir := filepath.Join(t.TempDir(), "shards")
 		_, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: dir, Arithmetic: ArithmeticLlamaCpp})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {

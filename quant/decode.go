@@ -37,6 +37,7 @@ var decoders = map[Type]func(y []float32, b []byte){
 	BF16: func(y []float32, b []byte) { y[0] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16) },
 	Q8_0: decodeQ8_0, Q4_0: decodeQ4_0, Q4_1: decodeQ4_1, Q5_0: decodeQ5_0, Q5_1: decodeQ5_1,
 	Q2_K: decodeQ2_K, Q3_K: decodeQ3_K, Q4_K: decodeQ4_K, Q5_K: decodeQ5_K, Q6_K: decodeQ6_K,
+	IQ4_NL: decodeIQ4_NL, IQ4_XS: decodeIQ4_XS,
 }
 
 func halfAt(b []byte, off int) float32 { return halfTable[binary.LittleEndian.Uint16(b[off:])] }
@@ -202,6 +203,42 @@ func decodeQ6_K(y []float32, b []byte) {
 			y4[l+32] = d * float32(int8(s4[is+2])) * float32(q2)
 			y4[l+64] = d * float32(int8(s4[is+4])) * float32(q3)
 			y4[l+96] = d * float32(int8(s4[is+6])) * float32(q4)
+		}
+	}
+}
+
+// IQ4Values are the 16 values IQ4_NL's and IQ4_XS's nibbles index (ggml's kvalues_iq4nl): a non-linear grid,
+// finer near zero.
+var IQ4Values = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+// IQ4_NL: f16 d, 16 bytes of nibbles (low nibbles are elements 0..15, high 16..31); y = d·IQ4Values[q].
+func decodeIQ4_NL(y []float32, b []byte) {
+	d := halfAt(b, 0)
+	q := b[2 : 2+QK/2]
+	for j := range QK / 2 {
+		y[j] = d * float32(IQ4Values[q[j]&0xf])
+		y[j+QK/2] = d * float32(IQ4Values[q[j]>>4])
+	}
+}
+
+// IQ4XSScale is the 6-bit scale of sub-block j (0..7) of an IQ4_XS super-block, less its offset 32: its low
+// nibble from scales_l (the 4 bytes at 4), its two high bits from scales_h (the uint16 at 2).
+func IQ4XSScale(b []byte, j int) int {
+	lo := int(b[4+j/2]>>(4*(j%2))) & 0xf
+	hi := int(binary.LittleEndian.Uint16(b[2:])>>(2*j)) & 3
+	return (lo | hi<<4) - 32
+}
+
+// IQ4_XS: f16 d, uint16 scales_h, 4 bytes scales_l, 128 bytes of nibbles (sub-block j of 32: the 16 bytes from
+// 8+16j, low nibbles its elements 0..15, high 16..31); y = (d·scale_j)·IQ4Values[q].
+func decodeIQ4_XS(y []float32, b []byte) {
+	d := halfAt(b, 0)
+	for j := range QKK / 32 {
+		dl := d * float32(IQ4XSScale(b, j))
+		q, yj := b[8+16*j:8+16*j+16], y[32*j:]
+		for l := range 16 {
+			yj[l] = dl * float32(IQ4Values[q[l]&0xf])
+			yj[l+16] = dl * float32(IQ4Values[q[l]>>4])
 		}
 	}
 }

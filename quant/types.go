@@ -88,6 +88,8 @@ var formats = []Format{
 	{Q4_K, QKK, 4 + 12 + QKK/2},
 	{Q5_K, QKK, 4 + 12 + QKK/8 + QKK/2},
 	{Q6_K, QKK, QKK/2 + QKK/4 + QKK/16 + 2},
+	{IQ4_NL, QK, 2 + QK/2},
+	{IQ4_XS, QKK, 2 + 2 + QKK/64 + QKK/2},
 }
 
 // Format returns the layout of t, or false when this package cannot decode t.

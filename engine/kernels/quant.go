@@ -285,6 +285,9 @@ var portableKernels = map[quant.Type]*quantKernel{
 	quant.Q4_K: {act: actQ8_K, dot: dotKGo(decodeQ4_KInts)},
 	quant.Q5_K: {act: actQ8_K, dot: dotKGo(decodeQ5_KInts)},
 	quant.Q6_K: {act: actQ8_K, dot: dotKGo(decodeQ6_KInts)},
+	// llama.cpp multiplies IQ4_NL by Q8_0 activations and IQ4_XS by Q8_K ones, its grid values as the integers.
+	quant.IQ4_NL: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, false) }, widen: widenIQ4_NL},
+	quant.IQ4_XS: {act: actQ8_K, dot: dotKGo(decodeIQ4_XSInts)},
 }
 
 // lanes32 adds the products of 32 weights w and activations a into eight integer lanes (lane l: elements
@@ -367,6 +370,13 @@ func intsQ4_0(q *[32]int8, b []byte) (float32, float32) {
 
 func dotQ4_0Go(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsQ4_0, false) }
 
+func intsIQ4_NL(q *[32]int8, b []byte) (float32, float32) {
+	for i := range 16 {
+		q[i], q[i+16] = quant.IQ4Values[b[2+i]&0xf], quant.IQ4Values[b[2+i]>>4]
+	}
+	return halfAt(b, 0), 0
+}
+
 func intsQ5_0(q *[32]int8, b []byte) (float32, float32) {
 	qh := binary.LittleEndian.Uint32(b[2:])
 	for i := range 16 {
@@ -409,6 +419,17 @@ func widenQ5_0(dst, src []byte) {
 
 // widenQ4_0 rewrites Q4_0 blocks (18 bytes) as Q8_0 blocks of the same values: int8 nibble - 8, as (nibble +
 // 0x78) ^ 0x80 per byte, which never carries.
+// widenIQ4_NL writes IQ4_NL blocks (src) as Q8_0 blocks (dst): the grid values as the codes, the same scale.
+func widenIQ4_NL(dst, src []byte) {
+	for b := range len(src) / 18 {
+		s, d := src[18*b:18*b+18], dst[34*b:34*b+34]
+		d[0], d[1] = s[0], s[1]
+		for i, v := range s[2:18] {
+			d[2+i], d[18+i] = byte(quant.IQ4Values[v&0xf]), byte(quant.IQ4Values[v>>4])
+		}
+	}
+}
+
 func widenQ4_0(dst, src []byte) {
 	const lo, b78, b80 = 0x0f0f0f0f0f0f0f0f, 0x7878787878787878, 0x8080808080808080
 	for b := range len(src) / 18 {
@@ -584,6 +605,20 @@ func decodeQ2_KScales(k *kInts, b []byte) {
 	k.d, k.dmin, k.hasMin = halfAt(b, 80), halfAt(b, 82), true
 	for j := range 16 {
 		k.sc[j], k.mn[j] = int32(b[j]&0xf), int32(b[j]>>4)
+	}
+}
+
+// decodeIQ4_XSInts decodes an IQ4_XS super-block: grid values as the integers, a scale per 32 (as two equal
+// sixteenths), no minimum.
+func decodeIQ4_XSInts(k *kInts, b []byte) {
+	k.d, k.hasMin, k.offset = halfAt(b, 0), false, 0
+	for j := range 8 {
+		sc := int32(quant.IQ4XSScale(b, j))
+		k.sc[2*j], k.sc[2*j+1] = sc, sc
+		q := b[8+16*j : 8+16*j+16]
+		for l := range 16 {
+			k.q[32*j+l], k.q[32*j+16+l] = quant.IQ4Values[q[l]&0xf], quant.IQ4Values[q[l]>>4]
+		}
 	}
 }
 

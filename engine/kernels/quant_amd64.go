@@ -26,6 +26,12 @@ func dotQ5_0FMA(b []byte, qs []int8, d []float32) float32
 func dotQ5_1FMA(b []byte, qs []int8, d, s []float32) float32
 
 //go:noescape
+func dotIQ4_NLAVX2(b []byte, qs []int8, d []float32) float32
+
+//go:noescape
+func dotIQ4_XSAVX2(b []byte, qs []int8, d []float32) float32
+
+//go:noescape
 func dotQ4_0FMA(b []byte, qs []int8, d []float32) float32
 
 //go:noescape
@@ -169,16 +175,18 @@ func asmKernels() map[quant.Type]*quantKernel {
 		return nil
 	}
 	m := map[quant.Type]*quantKernel{
-		quant.Q8_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ8_0AVX2(w, x.qs, x.d) }},
-		quant.Q4_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ4_0AVX2(w, x.qs, x.d) }},
-		quant.Q4_1: {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ4_1AVX2(w, x.qs, x.d, x.s) }},
-		quant.Q5_0: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ5_0AVX2(w, x.qs, x.d) }},
-		quant.Q5_1: {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ5_1AVX2(w, x.qs, x.d, x.s) }},
-		quant.Q4_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ4_KAVX2(w, x.qs, x.d, x.bsums) }},
-		quant.Q2_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ2_KAVX2(w, x.qs, x.d, x.bsums) }},
-		quant.Q3_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ3_KAVX2(w, x.qs, x.d) }},
-		quant.Q5_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ5_KAVX2(w, x.qs, x.d, x.bsums) }},
-		quant.Q6_K: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.Q8_0:   {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ8_0AVX2(w, x.qs, x.d) }},
+		quant.Q4_0:   {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ4_0AVX2(w, x.qs, x.d) }},
+		quant.Q4_1:   {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ4_1AVX2(w, x.qs, x.d, x.s) }},
+		quant.Q5_0:   {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotQ5_0AVX2(w, x.qs, x.d) }},
+		quant.Q5_1:   {act: actQ8_1, dot: func(w []byte, x qActRow) float32 { return dotQ5_1AVX2(w, x.qs, x.d, x.s) }},
+		quant.Q4_K:   {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ4_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.Q2_K:   {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ2_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.Q3_K:   {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ3_KAVX2(w, x.qs, x.d) }},
+		quant.Q5_K:   {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ5_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.Q6_K:   {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotQ6_KAVX2(w, x.qs, x.d, x.bsums) }},
+		quant.IQ4_NL: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotIQ4_NLAVX2(w, x.qs, x.d) }},
+		quant.IQ4_XS: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotIQ4_XSAVX2(w, x.qs, x.d) }},
 	}
 	in4 := map[quant.Type]func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
 		quant.Q4_K: dotQ4_KIn4AVX2, quant.Q5_K: dotQ5_KIn4AVX2, quant.Q6_K: dotQ6_KIn4AVX2,

@@ -1651,3 +1651,58 @@ q2kx4loop:
 	Q2KX4ROW(R12, Y7, Y3, 96, 152)
 	ADDQ $84, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ q2kx4loop
 	X4OUTMIN
+
+// quant.IQ4Values as bytes, for VPSHUFB.
+DATA iq4vals<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA iq4vals<>+8(SB)/8, $0x7159453526190d01
+GLOBL iq4vals<>(SB), RODATA|NOPTR, $16
+
+// func dotIQ4_NLAVX2(b []byte, qs []int8, d []float32) float32
+// b: len(d) IQ4_NL blocks (18 bytes: float16 d, 16 bytes of nibbles indexing quant.IQ4Values, low nibbles the
+// elements 0..15); qs, d: the Q8_0 activations.
+TEXT ·dotIQ4_NLAVX2(SB), NOSPLIT, $0-76
+	ARGS
+	VBROADCASTI128 iq4vals<>(SB), Y12
+
+iq4nlloop:
+	NIBBLES32(2)
+	VPSHUFB Y1, Y12, Y1
+	ONESIGNED(18, iq4nlloop)
+
+// IQ4XSGROUP(qoff, aoff, lbyte, lshift, hshift): an IQ4_XS sub-block's 32 weights (the 16 bytes of nibbles at
+// qoff(DI)) against the activations at aoff(SI): Y11 += their lanes times the sub-block's scale, its low four bits
+// at bit lshift of lbyte(DI), its high two at bit hshift of scales_h (AX), less 32. Y12: iq4vals.
+#define IQ4XSGROUP(qoff, aoff, lbyte, lshift, hshift) \
+	NIBBLES32(qoff); VPSHUFB Y1, Y12, Y1; VMOVDQU aoff(SI), Y2; SIGNEDDOT; \
+	MOVBLZX lbyte(DI), BX; SHRL $lshift, BX; ANDL $15, BX; MOVL AX, DX; SHRL $hshift, DX; ANDL $3, DX; SHLL $4, DX; \
+	ORL DX, BX; SUBL $32, BX; VMOVD BX, X6; VPBROADCASTD X6, Y6; VPMULLD Y6, Y3, Y3; VPADDD Y3, Y11, Y11
+
+// func dotIQ4_XSAVX2(b []byte, qs []int8, d []float32) float32
+// b: len(d) IQ4_XS super-blocks (136 bytes: float16 d, uint16 scales_h, 4 bytes scales_l, 8 sub-blocks of 16
+// bytes of nibbles); qs, d: the Q8_K activations. Each super-block's lanes as dotKGo's: the sub-blocks' lanes
+// times their scales, then times d_w · d_a and added.
+TEXT ·dotIQ4_XSAVX2(SB), NOSPLIT, $0-76
+	ARGS
+	VBROADCASTI128 iq4vals<>(SB), Y12
+
+iq4xsloop:
+	MOVWLZX 2(DI), AX
+	VPXOR Y11, Y11, Y11
+	IQ4XSGROUP(8, 0, 4, 0, 0)
+	IQ4XSGROUP(24, 32, 4, 4, 2)
+	IQ4XSGROUP(40, 64, 5, 0, 4)
+	IQ4XSGROUP(56, 96, 5, 4, 6)
+	IQ4XSGROUP(72, 128, 6, 0, 8)
+	IQ4XSGROUP(88, 160, 6, 4, 10)
+	IQ4XSGROUP(104, 192, 7, 0, 12)
+	IQ4XSGROUP(120, 224, 7, 4, 14)
+	KFLOAT(0)
+	ADDQ $136, DI
+	ADDQ $256, SI
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  iq4xsloop
+	HSUM8
+	VZEROUPPER
+	MOVSS X0, ret+72(FP)
+	RET

@@ -15,7 +15,7 @@ import (
 
 // quantTypes are the block formats the kernels multiply.
 var quantTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q2_K, quant.Q3_K,
-	quant.Q4_K, quant.Q5_K, quant.Q6_K}
+	quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL, quant.IQ4_XS}
 
 // randomQuantMatrix makes a [rows, cols] matrix of type t: encoded from N(0, 0.02) weights where quant can
 // encode t, else random blocks whose float16 scales are set to sane values (as gguf-py's test vectors do).
@@ -36,7 +36,7 @@ func randomQuantMatrix(t testing.TB, rng *rand.Rand, typ quant.Type, rows, cols 
 		}
 		for b := 0; b < len(data); b += f.BlockBytes {
 			for _, off := range map[quant.Type][]int{quant.Q5_0: {0}, quant.Q5_1: {0, 2}, quant.Q2_K: {80, 82},
-				quant.Q3_K: {108}, quant.Q5_K: {0, 2}, quant.Q6_K: {208}}[typ] {
+				quant.Q3_K: {108}, quant.Q5_K: {0, 2}, quant.Q6_K: {208}, quant.IQ4_NL: {0}, quant.IQ4_XS: {0}}[typ] {
 				half(b + off)
 			}
 		}
@@ -297,7 +297,7 @@ func TestWiden(t *testing.T) {
 // widenRows).
 func TestLinearQuant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
+	for _, typ := range quantTypes {
 		const in, out, rows = 512, 130, 5 // rows ≥ widenRows
 		w := randomQuantMatrix(t, rng, typ, out, in)
 		x := make([]float32, rows*in)

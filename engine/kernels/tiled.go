@@ -99,16 +99,18 @@ func (f *tiledFormat) actMetaBytes() int {
 // tiledFormats are the types with a tiled prompt path.
 var tiledFormats = func() map[quant.Type]*tiledFormat {
 	m := map[quant.Type]*tiledFormat{
-		quant.Q4_K: {sub: 32, unpack: unpackQ4_KTiled},
-		quant.Q5_K: {sub: 32, unpack: unpackQ5_KTiled},
-		quant.Q6_K: {sub: 16, unpack: unpackQ6_KTiled},
-		quant.Q3_K: {sub: 16, unpack: unpackQ3_KTiled},
-		quant.Q2_K: {sub: 16, unpack: unpackQ2_KTiled},
-		quant.Q8_0: {unpack: unpackQ8_0Tiled},
-		quant.Q4_0: {unpack: unpackQ4_0Tiled},
-		quant.Q5_0: {unpack: unpackQ5_0Tiled},
-		quant.Q4_1: {unpack: unpackQ4_1Tiled, min: true},
-		quant.Q5_1: {unpack: unpackQ5_1Tiled, min: true},
+		quant.Q4_K:   {sub: 32, unpack: unpackQ4_KTiled},
+		quant.Q5_K:   {sub: 32, unpack: unpackQ5_KTiled},
+		quant.Q6_K:   {sub: 16, unpack: unpackQ6_KTiled},
+		quant.Q3_K:   {sub: 16, unpack: unpackQ3_KTiled},
+		quant.Q2_K:   {sub: 16, unpack: unpackQ2_KTiled},
+		quant.Q8_0:   {unpack: unpackQ8_0Tiled},
+		quant.Q4_0:   {unpack: unpackQ4_0Tiled},
+		quant.Q5_0:   {unpack: unpackQ5_0Tiled},
+		quant.Q4_1:   {unpack: unpackQ4_1Tiled, min: true},
+		quant.Q5_1:   {unpack: unpackQ5_1Tiled, min: true},
+		quant.IQ4_NL: {unpack: unpackIQ4_NLTiled},
+		quant.IQ4_XS: {sub: 32, unpack: unpackIQ4_XSTiled},
 	}
 	for typ, c := range codes16 {
 		m[typ].codes16, m[typ].scales16 = c, scales16[typ]
@@ -318,6 +320,44 @@ func codesQ8_0(c codeDst, blk []byte) {
 }
 
 func scaleQ8_0(m metaDst, blk []byte) { *m.at(0) = math.Float32bits(halfAt(blk, 0)) }
+
+// unpackIQ4_NLTiled widens the block to Q8_0 (its grid values as the codes) and unpacks that.
+func unpackIQ4_NLTiled(c codeDst, m metaDst, blk []byte) {
+	var b [34]byte
+	widenIQ4_NL(b[:], blk)
+	unpackQ8_0Tiled(c, m, b[:])
+}
+
+// iq4Codes are IQ4Values + 128: the unsigned tiled codes of IQ4_XS (the 128 goes into mi as 128·sc).
+var iq4Codes = func() (c [16]uint32) {
+	for i, v := range quant.IQ4Values {
+		c[i] = uint32(int32(v) + 128)
+	}
+	return c
+}()
+
+// unpackIQ4_XSTiled: codes IQ4Values + 128, 8 signed 6-bit scales (sub-blocks of 32) and 128 times them as
+// minimum factors.
+func unpackIQ4_XSTiled(c codeDst, m metaDst, blk []byte) {
+	var sc, mi [16]int32
+	for j := range 8 {
+		sc[j] = int32(quant.IQ4XSScale(blk, j))
+		mi[j] = 128 * sc[j]
+		q := blk[8+16*j : 8+16*j+16]
+		for i := range 4 {
+			var lo, hi uint32
+			for k := range 4 {
+				v := q[4*i+k]
+				lo |= iq4Codes[v&0xf] << (8 * k)
+				hi |= iq4Codes[v>>4] << (8 * k)
+			}
+			c.set(8*j+i, lo)
+			c.set(8*j+4+i, hi)
+		}
+	}
+	d := halfAt(blk, 0)
+	m.scales(&sc, &mi, d, d)
+}
 
 // unpackQ4_0Tiled and unpackQ5_0Tiled widen the block to Q8_0 (the same integers and scale) and unpack that.
 func unpackQ4_0Tiled(c codeDst, m metaDst, blk []byte) {

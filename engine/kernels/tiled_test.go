@@ -20,7 +20,7 @@ func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int)
 		data[i] = byte(rng.Uint32())
 	}
 	halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2}, quant.Q6_K: {208},
-		quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2}}[typ]
+		quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2}, quant.IQ4_NL: {0}, quant.IQ4_XS: {0}}[typ]
 	for b := 0; b < len(data); b += f.BlockBytes {
 		for _, off := range halves {
 			binary.LittleEndian.PutUint16(data[b+off:], quant.Float32ToHalf(float32(1e-4+rng.Float64()*1e-2)))
@@ -37,7 +37,7 @@ func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int)
 // integer sums of tiled.go's formula, then its float operations in its order.
 func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 	if widen := map[quant.Type]func(dst, src []byte){quant.Q8_0: func(dst, src []byte) { copy(dst, src) },
-		quant.Q4_0: widenQ4_0, quant.Q5_0: widenQ5_0}[typ]; widen != nil {
+		quant.Q4_0: widenQ4_0, quant.Q5_0: widenQ5_0, quant.IQ4_NL: widenIQ4_NL}[typ]; widen != nil {
 		// 32-element blocks, as Q8_0 (TestWiden checks the widening against the portable products).
 		b8 := make([]byte, len(x.d)*34)
 		widen(b8, w)
@@ -75,7 +75,7 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 		return acc
 	}
 	decode := map[quant.Type]func(*kInts, []byte){quant.Q2_K: decodeQ2_KInts, quant.Q3_K: decodeQ3_KInts,
-		quant.Q4_K: decodeQ4_KInts, quant.Q5_K: decodeQ5_KInts, quant.Q6_K: decodeQ6_KInts}[typ]
+		quant.Q4_K: decodeQ4_KInts, quant.Q5_K: decodeQ5_KInts, quant.Q6_K: decodeQ6_KInts, quant.IQ4_XS: decodeIQ4_XSInts}[typ]
 	var k kInts
 	var acc float32
 	bb := len(w) / len(x.d)
@@ -86,8 +86,11 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 			var isum int32
 			for e := 16 * j; e < 16*j+16; e++ {
 				code := int32(k.q[e])
-				if typ == quant.Q3_K {
+				switch typ {
+				case quant.Q3_K:
 					code += 4 // the tiled codes are unsigned; the −4 is in the minimum term
+				case quant.IQ4_XS:
+					code += 128
 				}
 				isum += code * int32(x.qs[quant.QKK*b+e])
 			}
@@ -98,6 +101,8 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 				mi = 32 * k.sc[j]
 			case quant.Q3_K:
 				mi = 4 * k.sc[j]
+			case quant.IQ4_XS:
+				mi = 128 * k.sc[j]
 			}
 			imin += mi * int32(x.bsums[16*b+j])
 		}
@@ -187,7 +192,8 @@ func TestLinearQuantPromptExtremes(t *testing.T) {
 		}
 		bf, _ := typ.Format()
 		halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2},
-			quant.Q6_K: {208}, quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2}}[typ]
+			quant.Q6_K: {208}, quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2},
+			quant.IQ4_NL: {0}, quant.IQ4_XS: {0}}[typ]
 		for _, fill := range []byte{0xff, 0x80, 0x7f, 0x00} {
 			data := make([]byte, out*in/bf.BlockElems*bf.BlockBytes)
 			for i := range data {
