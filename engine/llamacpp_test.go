@@ -52,11 +52,18 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
 		}
 	}
+	// IQ4_NL (repacked as Q4_0 is, with its grid as the lookup table) and IQ4_XS (vec_dot and tiled).
+	readJSON(t, "../gguf/testdata/llamacpp/tiny-iquants.json", &kq)
+	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+		for _, name := range []string{"IQ4_NL", "IQ4_XS"} {
+			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
+		}
+	}
 	var ref struct {
 		Types map[string]llamaCppCase `json:"types"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16", "gguf/testdata/tiny/tiny-llama-IQ4_XS.gguf": "not IQ4_XS"} {
+	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16"} {
 		dir := filepath.Join(t.TempDir(), "shards")
 		_, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: dir, Arithmetic: ArithmeticLlamaCpp})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {
@@ -272,12 +279,12 @@ func TestLlamaCppArithmeticDecode(t *testing.T) {
 
 // TestLlamaCppArithmeticSmolLM2Mixes: SmolLM2-135M-Instruct as llama.cpp's Q4_K_M (Q5_0 and Q8_0 where the
 // K-quants do not fit its 576-wide rows, Q4_K and Q6_K elsewhere), Q3_K_M (Q3_K, Q4_K, Q5_K, Q6_K and the fallbacks
-// Q4_0, Q5_0, Q5_1, Q8_0), Q5_K_M (Q5_K, Q6_K, Q5_1, Q8_0) and pure Q2_K (Q2_K ffn_down, the rest Q4_0) gives
-// llama.cpp's 8 × 64 greedy tokens, and their log-probabilities to 1e-9, with its default float16 cache and with a
-// float32 one. The files are made by scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km, q2k);
+// Q4_0, Q5_0, Q5_1, Q8_0), Q5_K_M (Q5_K, Q6_K, Q5_1, Q8_0), pure Q2_K (Q2_K ffn_down, the rest Q4_0) and IQ4_XS
+// (IQ4_XS ffn_down, IQ4_NL elsewhere, some Q5_K) gives llama.cpp's 8 × 64 greedy tokens, and their
+// log-probabilities to 1e-9, with its default float16 cache and with a float32 one. The files are made by scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km, q2k, iq4xs);
 // each subtest skips without its file.
 func TestLlamaCppArithmeticSmolLM2Mixes(t *testing.T) {
-	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km", "q2_k-pure": "smollm2-q2k"} {
+	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km", "q2_k-pure": "smollm2-q2k", "iq4_xs": "smollm2-iq4xs"} {
 		t.Run(mix, func(t *testing.T) {
 			path := hffixture.ModelPath(t, "smollm2-135m-instruct-"+mix+".gguf", "scripts/fixtures/llama_cpp_refs.py --only "+only)
 			var ref struct {

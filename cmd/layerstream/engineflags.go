@@ -21,7 +21,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	addDTypeFlags(fs, o)
 	fs.BoolVar(&o.NoSharedBuffers, "no-shared-buffers", false, "xla-cpu: copy weights into device buffers as CUDA does instead of sharing host memory (to measure the transfer path)")
 	fs.StringVar(&o.KVCache, "kv-cache", engine.KVCacheF32, "how the key/value cache holds keys and values: f32, or f16 (half the memory, llama.cpp's default; each key and value rounded to float16; cpu without --graph-decode)")
-	fs.StringVar(&o.Arithmetic, "arithmetic", engine.ArithmeticEngine, "how the host kernels round: engine, or llama.cpp (llama.cpp's CPU arithmetic bit for bit, as llama.cpp without flash attention computes on x86-64 with AVX-512, its cache as --kv-cache says: the same logits and tokens from a GGUF file; Llama, Qwen2/3, SmolLM3, OLMo 2 and Granite with f32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or Q2_K-Q6_K matrices, the K-quant mixes included; see README 'Matching llama.cpp exactly')")
+	fs.StringVar(&o.Arithmetic, "arithmetic", engine.ArithmeticEngine, "how the host kernels round: engine, or llama.cpp (llama.cpp's CPU arithmetic bit for bit, as llama.cpp without flash attention computes on x86-64 with AVX-512, its cache as --kv-cache says: the same logits and tokens from a GGUF file; Llama, Qwen2/3, SmolLM3, OLMo 2 and Granite with f32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL or IQ4_XS matrices, the K-quant and IQ4_XS mixes included; see README 'Matching llama.cpp exactly')")
 	o.Prefetch, o.MaxLayerBuffers = 2, 2
 	fs.Var(positiveInt{&o.Prefetch}, "prefetch", "`n` units read from disk ahead of the one computing (at least 1)")
 	fs.Var(positiveInt{&o.MaxLayerBuffers}, "max-layer-buffers", "`n` decoder layers whose weights are on the device at once (at least 1)")

@@ -13,16 +13,17 @@ import (
 //
 //   - its vec_dot kernels (every format, fewer than 8 rows for the K-quants): eight lanes of integer sums of four
 //     products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32 with
-//     fused, and dotKVec, whose minimum terms Q2_K, Q4_K and Q5_K add in their own ways); the batches of Q8_0,
-//     Q4_0 and Q5_0 go through llamafile's tinyBLAS, whose sums are the same;
-//   - its repacked kernels, for the Q4_0, Q4_K and Q2_K matrices of a multiple of 8 rows that it interleaves 8 rows
-//     at a time when it loads them (GGMLRepacks): each block's integer sum scaled and added with one fused
+//     fused, and dotKVec, whose minimum terms Q2_K, Q4_K and Q5_K add in their own ways; IQ4_NL's in two sums,
+//     dotIQ4_NLVec); the batches of Q8_0, Q4_0, Q5_0 and IQ4_NL go through llamafile's tinyBLAS, whose sums are
+//     dot32's;
+//   - its repacked kernels, for the Q4_0, IQ4_NL, Q4_K and Q2_K matrices of a multiple of 8 rows that it interleaves
+//     8 rows at a time when it loads them (GGMLRepacks): each block's integer sum scaled and added with one fused
 //     multiply-add, the minimum terms of the K-quants in a second sum subtracted at the end. Of a batch of n > 3
 //     rows, the first n - n%4 go four at a time (gemm), the others one at a time (gemv); the gemm adds a Q4_K
 //     super-block in four parts of 64 elements and a Q2_K one in two of 128, the gemv in one (dotKRepacked);
-//   - its tiled K-quant kernels (the K-quants not repacked, 8 rows or more): each super-block's integer sum times
-//     the weight's d, less dmin times its minimum terms' sum, then times the input's scale and added with fused
-//     multiply-adds (dotKTiled).
+//   - its tiled K-quant kernels (the K-quants not repacked and IQ4_XS, 8 rows or more): each super-block's integer
+//     sum times the weight's d, less dmin times its minimum terms' sum, then times the input's scale and added with
+//     fused multiply-adds (dotKTiled).
 //
 // A ggmlKernel is, for one format, the dot product of one weight row with one quantized input row in each case.
 type ggmlKernel struct {
@@ -44,8 +45,11 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 		quant.Q4_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 20, intsQ4_1, true) }},
 		quant.Q5_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 22, intsQ5_0, true) }},
 		quant.Q5_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 24, intsQ5_1, true) }},
+		// IQ4_NL's vec_dot adds even and odd blocks in two sums (dotIQ4_NLVec); its batches go through tinyBLAS.
+		quant.IQ4_NL: {act: actQ8_0, one: dotIQ4_NLVec, batchRows: 2,
+			many: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, true) }},
 	}
-	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum} {
+	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum, quant.IQ4_XS: minsSum} {
 		f := kQuadFormats[t]
 		m[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
 			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
@@ -59,9 +63,10 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 // ggmlRepacked are the kernels of the matrices llama.cpp repacks when it loads them (GGMLRepacks).
 var ggmlRepacked = func() map[quant.Type]*ggmlKernel {
 	m := map[quant.Type]*ggmlKernel{
-		quant.Q4_0: {act: actQ8_0, one: dotQ4_0Repacked},
-		quant.Q4_K: {act: actQ8_K, one: dotKRepacked(quant.Q4_K, 1), four: dotKRepacked(quant.Q4_K, 4)},
-		quant.Q2_K: {act: actQ8_K, one: dotKRepacked(quant.Q2_K, 1), four: dotKRepacked(quant.Q2_K, 2)},
+		quant.Q4_0:   {act: actQ8_0, one: dotQ4_0Repacked},
+		quant.Q4_K:   {act: actQ8_K, one: dotKRepacked(quant.Q4_K, 1), four: dotKRepacked(quant.Q4_K, 4)},
+		quant.Q2_K:   {act: actQ8_K, one: dotKRepacked(quant.Q2_K, 1), four: dotKRepacked(quant.Q2_K, 2)},
+		quant.IQ4_NL: {act: actQ8_0, one: dotIQ4_NLRepacked},
 	}
 	for t, f := range ggmlAsmRepacked() {
 		m[t].one = f
@@ -73,7 +78,7 @@ var ggmlRepacked = func() map[quant.Type]*ggmlKernel {
 // why.
 func GGMLSupports(t quant.Type) error {
 	if _, ok := ggmlKernels[t]; !ok {
-		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q2_K to Q6_K block formats, not %s", t)
+		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ4_NL and IQ4_XS block formats, not %s", t)
 	}
 	return nil
 }
@@ -123,11 +128,18 @@ func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int, r
 
 // dotQ4_0Repacked is the product of llama.cpp's repacked Q4_0 kernels (gemv/gemm_q4_0_8x8_q8_0): per block,
 // the integer sum of its 32 products scaled by the weight's and the input's float16 scales, fused into the sum.
-func dotQ4_0Repacked(w []byte, x qActRow) float32 {
+func dotQ4_0Repacked(w []byte, x qActRow) float32 { return dotRepacked32(w, x, intsQ4_0) }
+
+// dotIQ4_NLRepacked is the product of llama.cpp's repacked IQ4_NL kernels (gemv/gemm_iq4_nl_8x8_q8_0, Q4_0's
+// with IQ4_NL's grid as the lookup table).
+func dotIQ4_NLRepacked(w []byte, x qActRow) float32 { return dotRepacked32(w, x, intsIQ4_NL) }
+
+// dotRepacked32 is dotQ4_0Repacked for 18-byte blocks whose integers ints gives.
+func dotRepacked32(w []byte, x qActRow, ints func(q *[32]int8, b []byte) (float32, float32)) float32 {
 	var y float32
 	var q [32]int8
 	for b := range len(x.d) {
-		d, _ := intsQ4_0(&q, w[b*18:(b+1)*18])
+		d, _ := ints(&q, w[b*18:(b+1)*18])
 		var s int32
 		for i, a := range x.qs[32*b : 32*b+32] {
 			s += int32(q[i]) * int32(a)
@@ -180,11 +192,12 @@ type kQuadFormat struct {
 // kQuadFormats are the K-quant formats LinearQuantGGML covers.
 var kQuadFormats = func() map[quant.Type]*kQuadFormat {
 	m := map[quant.Type]*kQuadFormat{
-		quant.Q2_K: {scales: decodeQ2_KScales, decode: decodeQ2_KInts},
-		quant.Q3_K: {decode: decodeQ3_KInts},
-		quant.Q4_K: {scales: decodeQ4_KScales, decode: decodeQ4_KInts},
-		quant.Q5_K: {scales: decodeQ4_KScales, decode: decodeQ5_KInts},
-		quant.Q6_K: {scales: decodeQ6_KScales, decode: decodeQ6_KInts},
+		quant.Q2_K:   {scales: decodeQ2_KScales, decode: decodeQ2_KInts},
+		quant.Q3_K:   {decode: decodeQ3_KInts},
+		quant.Q4_K:   {scales: decodeQ4_KScales, decode: decodeQ4_KInts},
+		quant.Q5_K:   {scales: decodeQ4_KScales, decode: decodeQ5_KInts},
+		quant.Q6_K:   {scales: decodeQ6_KScales, decode: decodeQ6_KInts},
+		quant.IQ4_XS: {scales: decodeIQ4_XSScales, decode: decodeIQ4_XSInts},
 	}
 	for t, f := range kQuadsAsm() {
 		m[t].asm = f
@@ -279,4 +292,35 @@ func dotKTiled(f *kQuadFormat, w []byte, x qActRow) float32 {
 		y = ggml.FMA32(r, x.d[b], y)
 	}
 	return y
+}
+
+// dotIQ4_NLVec is the product of llama.cpp's x86 ggml_vec_dot_iq4_nl_q8_0: eight lanes per block as dot32's, the
+// even blocks' fused into one float sum and the odd ones' into another, the two added before hsum_float_8; an odd
+// last block's integer sum times d_a·d_w added after, unfused.
+func dotIQ4_NLVec(w []byte, x qActRow) float32 {
+	var acc [2][8]float32
+	var q [32]int8
+	nb := len(x.d)
+	b := 0
+	for ; b+1 < nb; b += 2 {
+		for k := range 2 {
+			d, _ := intsIQ4_NL(&q, w[(b+k)*18:(b+k+1)*18])
+			var lanes [8]int32
+			lanes32(&lanes, q[:], x.qs[32*(b+k):32*(b+k)+32], 1, 1)
+			fmaLanes(&acc[k], x.d[b+k]*d, &lanes)
+		}
+	}
+	for l := range 8 {
+		acc[0][l] += acc[1][l]
+	}
+	s := hsum8(&acc[0])
+	for ; b < nb; b++ {
+		d, _ := intsIQ4_NL(&q, w[b*18:(b+1)*18])
+		var sum int32
+		for i, a := range x.qs[32*b : 32*b+32] {
+			sum += int32(q[i]) * int32(a)
+		}
+		s += float32(x.d[b] * d * float32(sum))
+	}
+	return s
 }

@@ -44,14 +44,14 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}; !slices.Equal(checked, want) {
+	if want := []string{"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}; !slices.Equal(checked, want) {
 		t.Errorf("formats checked %v, want %v", checked, want)
 	}
-	if GGMLSupports(quant.IQ4_XS) == nil {
-		t.Errorf("GGMLSupports(IQ4_XS) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce")
+	if GGMLSupports(quant.IQ2_XXS) == nil {
+		t.Errorf("GGMLSupports(IQ2_XXS) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce")
 	}
-	if !GGMLRepacks(quant.Q4_K, 16) || GGMLRepacks(quant.Q4_K, 12) || !GGMLRepacks(quant.Q4_0, 8) || !GGMLRepacks(quant.Q2_K, 8) || GGMLRepacks(quant.Q6_K, 16) {
-		t.Errorf("GGMLRepacks: Q4_0, Q4_K and Q2_K of a multiple of 8 rows, and nothing else")
+	if !GGMLRepacks(quant.Q4_K, 16) || GGMLRepacks(quant.Q4_K, 12) || !GGMLRepacks(quant.Q4_0, 8) || !GGMLRepacks(quant.Q2_K, 8) || !GGMLRepacks(quant.IQ4_NL, 8) || GGMLRepacks(quant.Q6_K, 16) || GGMLRepacks(quant.IQ4_XS, 16) {
+		t.Errorf("GGMLRepacks: Q4_0, Q4_K, Q2_K and IQ4_NL of a multiple of 8 rows, and nothing else")
 	}
 }
 
@@ -59,9 +59,9 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 // random data (with biases).
 func TestGGMLDotsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_0: 18, quant.Q4_1: 20, quant.Q5_0: 22, quant.Q5_1: 24} {
+	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_0: 18, quant.Q4_1: 20, quant.Q5_0: 22, quant.Q5_1: 24, quant.IQ4_NL: 18} {
 		ints := map[quant.Type]func(q *[32]int8, b []byte) (float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_0: intsQ4_0,
-			quant.Q4_1: intsQ4_1, quant.Q5_0: intsQ5_0, quant.Q5_1: intsQ5_1}[typ]
+			quant.Q4_1: intsQ4_1, quant.Q5_0: intsQ5_0, quant.Q5_1: intsQ5_1, quant.IQ4_NL: intsIQ4_NL}[typ]
 		w := randomQuantMatrix(t, rng, typ, 8, 1536)
 		x := make([]float32, 3*w.Cols)
 		for i := range x {
@@ -82,14 +82,15 @@ func TestGGMLDotsAgree(t *testing.T) {
 				}
 			}
 		}
-		if typ != quant.Q4_0 {
+		repacked := map[quant.Type]func(w []byte, x qActRow) float32{quant.Q4_0: dotQ4_0Repacked, quant.IQ4_NL: dotIQ4_NLRepacked}[typ]
+		if repacked == nil {
 			continue
 		}
 		// The repacked kernel (a multiple of 8 rows), against its portable twin.
 		LinearQuantGGML(y, x, w, bias, 3, true)
 		for r := range 3 {
 			for o := range w.Rows {
-				if want := dotQ4_0Repacked(w.Row(o), a.row(r)) + bias[o]; math.Float32bits(y[r*w.Rows+o]) != math.Float32bits(want) {
+				if want := repacked(w.Row(o), a.row(r)) + bias[o]; math.Float32bits(y[r*w.Rows+o]) != math.Float32bits(want) {
 					t.Fatalf("repacked %s: row %d input %d: %g, portable %g", typ, o, r, y[r*w.Rows+o], want)
 				}
 			}
@@ -114,8 +115,9 @@ func TestLinearQuantGGMLMatchesLlamaCppMatmul(t *testing.T) {
 			X          string
 		}
 		Cases []struct {
-			Type, Weights string
-			Y             map[string]string
+			Type, Weights, X string
+			Cols             int // when not the meta's, with its own inputs X
+			Y                map[string]string
 		}
 	}
 	if err := json.Unmarshal(b, &ref); err != nil {
@@ -127,7 +129,11 @@ func TestLinearQuantGGMLMatchesLlamaCppMatmul(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), ref.Meta.Rows, ref.Meta.Cols)
+		cols, x := ref.Meta.Cols, x
+		if c.Cols != 0 {
+			cols, x = c.Cols, floatsOf(unb64(t, c.X))
+		}
+		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), ref.Meta.Rows, cols)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +160,8 @@ func floatsOf(b []byte) []float32 {
 }
 
 // TestKQuadsAsm checks the assembly quad-sum kernels against quadsGo on random super-blocks (any bytes are valid
-// codes) and on the extremes: every code at its largest against activations of -128 and of 127.
+// codes) and on the extremes: every code at its largest against activations of -127 and of 127 (Q8_K's range: its
+// quantizer never writes -128, whose sign the signed formats' VPSIGNB could not flip).
 func TestKQuadsAsm(t *testing.T) {
 	asm := kQuadsAsm()
 	if len(asm) == 0 {
@@ -172,14 +179,14 @@ func TestKQuadsAsm(t *testing.T) {
 					b[i] = 0xff
 				}
 				for i := range qs {
-					qs[i] = [2]int8{-128, 127}[trial]
+					qs[i] = [2]int8{-127, 127}[trial]
 				}
 			default:
 				for i := range b {
 					b[i] = byte(rng.Uint32())
 				}
 				for i := range qs {
-					qs[i] = int8(rng.Uint32())
+					qs[i] = int8(rng.IntN(255) - 127)
 				}
 			}
 			var got, want [64]int32

@@ -6,6 +6,9 @@ import "github.com/layerstream/layerstream/quant"
 func quadsQ2_K(b []byte, qs []int8, out *[64]int32)
 
 //go:noescape
+func quadsIQ4_XS(b []byte, qs []int8, out *[64]int32)
+
+//go:noescape
 func quadsQ4_K(b []byte, qs []int8, out *[64]int32)
 
 //go:noescape
@@ -20,5 +23,5 @@ func kQuadsAsm() map[quant.Type]func(b []byte, qs []int8, out *[64]int32) {
 		return nil
 	}
 	return map[quant.Type]func(b []byte, qs []int8, out *[64]int32){quant.Q2_K: quadsQ2_K, quant.Q4_K: quadsQ4_K,
-		quant.Q5_K: quadsQ5_K, quant.Q6_K: quadsQ6_K}
+		quant.Q5_K: quadsQ5_K, quant.Q6_K: quadsQ6_K, quant.IQ4_XS: quadsIQ4_XS}
 }

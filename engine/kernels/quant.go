@@ -608,13 +608,19 @@ func decodeQ2_KScales(k *kInts, b []byte) {
 	}
 }
 
-// decodeIQ4_XSInts decodes an IQ4_XS super-block: grid values as the integers, a scale per 32 (as two equal
-// sixteenths), no minimum.
-func decodeIQ4_XSInts(k *kInts, b []byte) {
+// decodeIQ4_XSScales decodes an IQ4_XS super-block's d and scales (one per 32, as two equal sixteenths).
+func decodeIQ4_XSScales(k *kInts, b []byte) {
 	k.d, k.hasMin, k.offset = halfAt(b, 0), false, 0
 	for j := range 8 {
 		sc := int32(quant.IQ4XSScale(b, j))
 		k.sc[2*j], k.sc[2*j+1] = sc, sc
+	}
+}
+
+// decodeIQ4_XSInts decodes an IQ4_XS super-block: grid values as the integers, no minimum.
+func decodeIQ4_XSInts(k *kInts, b []byte) {
+	decodeIQ4_XSScales(k, b)
+	for j := range 8 {
 		q := b[8+16*j : 8+16*j+16]
 		for l := range 16 {
 			k.q[32*j+l], k.q[32*j+16+l] = quant.IQ4Values[q[l]&0xf], quant.IQ4Values[q[l]>>4]

@@ -37,13 +37,17 @@ func dotQ4_0FMA(b []byte, qs []int8, d []float32) float32
 //go:noescape
 func dotQ4_0RepackedFMA(b []byte, qs []int8, d []float32) float32
 
+//go:noescape
+func dotIQ4_NLRepackedFMA(b []byte, qs []int8, d []float32) float32
+
 // ggmlAsmRepacked are the assembly products of LinearQuantGGML's repacked kernels, bit for bit the portable ones.
 func ggmlAsmRepacked() map[quant.Type]func(w []byte, x qActRow) float32 {
 	if !useAVX2 {
 		return nil
 	}
 	return map[quant.Type]func(w []byte, x qActRow) float32{
-		quant.Q4_0: func(w []byte, x qActRow) float32 { return dotQ4_0RepackedFMA(w, x.qs, x.d) },
+		quant.Q4_0:   func(w []byte, x qActRow) float32 { return dotQ4_0RepackedFMA(w, x.qs, x.d) },
+		quant.IQ4_NL: func(w []byte, x qActRow) float32 { return dotIQ4_NLRepackedFMA(w, x.qs, x.d) },
 	}
 }
 

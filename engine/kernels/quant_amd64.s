@@ -711,6 +711,17 @@ q40fmaloop:
 	Q40WEIGHTS
 	ONESIGNEDFMA(18, q40fmaloop)
 
+// REPACKED32(loop): the rest of a repacked kernel's 18-byte block of signed weights (in Y1): its integer sum
+// against the Q8_0 activations times d_w · d_a, added to X7 with one scalar fused multiply-add; then on to the
+// next block or out with X7.
+#define REPACKED32(loop) \
+	VMOVDQU (SI), Y2; SIGNEDDOT; \
+	VEXTRACTI128 $1, Y3, X4; VPADDD X4, X3, X3; VPSHUFD $0x4e, X3, X4; VPADDD X4, X3, X3; \
+	VPSHUFD $0xb1, X3, X4; VPADDD X4, X3, X3; VCVTDQ2PS X3, X3; \
+	VPBROADCASTW 0(DI), X4; VCVTPH2PS X4, X4; VMULSS (R8), X4, X4; VFMADD231SS X4, X3, X7; \
+	ADDQ $18, DI; ADDQ $32, SI; ADDQ $4, R8; DECQ CX; JNZ loop; \
+	VZEROUPPER; MOVSS X7, ret+72(FP); RET
+
 // func dotQ4_0RepackedFMA(b []byte, qs []int8, d []float32) float32: the product of llama.cpp's repacked Q4_0
 // kernels (gemv/gemm_q4_0_8x8_q8_0): per block the integer sum of its 32 products (weights nibble-8) times
 // d_w · d_a, added with one scalar fused multiply-add (dotQ4_0Repacked).
@@ -721,27 +732,7 @@ TEXT ·dotQ4_0RepackedFMA(SB), NOSPLIT, $0-76
 
 q40rloop:
 	Q40WEIGHTS
-	VMOVDQU (SI), Y2
-	SIGNEDDOT
-	VEXTRACTI128 $1, Y3, X4
-	VPADDD X4, X3, X3
-	VPSHUFD $0x4e, X3, X4
-	VPADDD X4, X3, X3
-	VPSHUFD $0xb1, X3, X4
-	VPADDD X4, X3, X3
-	VCVTDQ2PS X3, X3
-	VPBROADCASTW 0(DI), X4
-	VCVTPH2PS X4, X4
-	VMULSS (R8), X4, X4
-	VFMADD231SS X4, X3, X7
-	ADDQ $18, DI
-	ADDQ $32, SI
-	ADDQ $4, R8
-	DECQ CX
-	JNZ  q40rloop
-	VZEROUPPER
-	MOVSS X7, ret+72(FP)
-	RET
+	REPACKED32(q40rloop)
 
 // func dotQ5_1FMA(b []byte, qs []int8, d, s []float32) float32: dotQ5_1AVX2 with llama.cpp's fused block
 // updates.
@@ -1706,3 +1697,15 @@ iq4xsloop:
 	VZEROUPPER
 	MOVSS X0, ret+72(FP)
 	RET
+
+// func dotIQ4_NLRepackedFMA(b []byte, qs []int8, d []float32) float32: dotQ4_0RepackedFMA with IQ4_NL's grid
+// (llama.cpp's gemv/gemm_iq4_nl_8x8_q8_0; dotIQ4_NLRepacked).
+TEXT ·dotIQ4_NLRepackedFMA(SB), NOSPLIT, $0-76
+	ARGS
+	VBROADCASTI128 iq4vals<>(SB), Y12
+	VXORPS X7, X7, X7
+
+iq4nlrloop:
+	NIBBLES32(2)
+	VPSHUFB Y1, Y12, Y1
+	REPACKED32(iq4nlrloop)
