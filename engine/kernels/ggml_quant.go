@@ -37,9 +37,15 @@ type ggmlKernel struct {
 	four func(w []byte, x qActRow) float32
 }
 
-// ggmlKernels are the kernels of the matrices llama.cpp multiplies as it loaded them.
-var ggmlKernels = func() map[quant.Type]*ggmlKernel {
-	m := map[quant.Type]*ggmlKernel{
+// ggmlKernels and ggmlRepacked are the kernels of the matrices llama.cpp multiplies as it loaded them and of those
+// it repacks when it loads them (GGMLRepacks).
+var ggmlKernels, ggmlRepacked = ggmlTables(true)
+
+// ggmlTables makes ggmlKernels and ggmlRepacked, with the assembly kernels where the CPU has them when asm is true
+// (false: the Go ones, which the assembly ones equal bit for bit).
+func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
+	quads := func(t quant.Type) kQuadFormat { return kQuadFormat{typ: t, asm: asm && kQuadsAsm(t)} }
+	plain = map[quant.Type]*ggmlKernel{
 		quant.Q8_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 34, intsQ8_0, true) }},
 		quant.Q4_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsQ4_0, true) }},
 		quant.Q4_1: {act: actQ8_1, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 20, intsQ4_1, true) }},
@@ -50,29 +56,26 @@ var ggmlKernels = func() map[quant.Type]*ggmlKernel {
 			many: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, true) }},
 	}
 	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum, quant.IQ4_XS: minsSum} {
-		f := kQuadFormats[t]
-		m[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
+		f := quads(t)
+		plain[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
 			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
 	}
-	for t, f := range ggmlAsmDots() {
-		m[t].one = f
-	}
-	return m
-}()
-
-// ggmlRepacked are the kernels of the matrices llama.cpp repacks when it loads them (GGMLRepacks).
-var ggmlRepacked = func() map[quant.Type]*ggmlKernel {
-	m := map[quant.Type]*ggmlKernel{
+	repacked = map[quant.Type]*ggmlKernel{
 		quant.Q4_0:   {act: actQ8_0, one: dotQ4_0Repacked},
-		quant.Q4_K:   {act: actQ8_K, one: dotKRepacked(quant.Q4_K, 1), four: dotKRepacked(quant.Q4_K, 4)},
-		quant.Q2_K:   {act: actQ8_K, one: dotKRepacked(quant.Q2_K, 1), four: dotKRepacked(quant.Q2_K, 2)},
+		quant.Q4_K:   {act: actQ8_K, one: dotKRepacked(quads(quant.Q4_K), 1), four: dotKRepacked(quads(quant.Q4_K), 4)},
+		quant.Q2_K:   {act: actQ8_K, one: dotKRepacked(quads(quant.Q2_K), 1), four: dotKRepacked(quads(quant.Q2_K), 2)},
 		quant.IQ4_NL: {act: actQ8_0, one: dotIQ4_NLRepacked},
 	}
-	for t, f := range ggmlAsmRepacked() {
-		m[t].one = f
+	if asm {
+		for t, f := range ggmlAsmDots() {
+			plain[t].one = f
+		}
+		for t, f := range ggmlAsmRepacked() {
+			repacked[t].one = f
+		}
 	}
-	return m
-}()
+	return plain, repacked
+}
 
 // GGMLSupports reports whether LinearQuantGGML multiplies a matrix of type t as llama.cpp does, and if not, says
 // why.
@@ -128,18 +131,23 @@ func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int, r
 
 // dotQ4_0Repacked is the product of llama.cpp's repacked Q4_0 kernels (gemv/gemm_q4_0_8x8_q8_0): per block,
 // the integer sum of its 32 products scaled by the weight's and the input's float16 scales, fused into the sum.
-func dotQ4_0Repacked(w []byte, x qActRow) float32 { return dotRepacked32(w, x, intsQ4_0) }
+func dotQ4_0Repacked(w []byte, x qActRow) float32 { return dotRepacked32(w, x, false) }
 
 // dotIQ4_NLRepacked is the product of llama.cpp's repacked IQ4_NL kernels (gemv/gemm_iq4_nl_8x8_q8_0, Q4_0's
 // with IQ4_NL's grid as the lookup table).
-func dotIQ4_NLRepacked(w []byte, x qActRow) float32 { return dotRepacked32(w, x, intsIQ4_NL) }
+func dotIQ4_NLRepacked(w []byte, x qActRow) float32 { return dotRepacked32(w, x, true) }
 
-// dotRepacked32 is dotQ4_0Repacked for 18-byte blocks whose integers ints gives.
-func dotRepacked32(w []byte, x qActRow, ints func(q *[32]int8, b []byte) (float32, float32)) float32 {
+// dotRepacked32 is dotQ4_0Repacked for Q4_0 or (iq4) IQ4_NL blocks.
+func dotRepacked32(w []byte, x qActRow, iq4 bool) float32 {
 	var y float32
-	var q [32]int8
 	for b := range len(x.d) {
-		d, _ := ints(&q, w[b*18:(b+1)*18])
+		var q [32]int8
+		var d float32
+		if iq4 {
+			q, d, _ = intsIQ4_NL(w[b*18 : (b+1)*18])
+		} else {
+			q, d, _ = intsQ4_0(w[b*18 : (b+1)*18])
+		}
 		var s int32
 		for i, a := range x.qs[32*b : 32*b+32] {
 			s += int32(q[i]) * int32(a)
@@ -155,8 +163,7 @@ func dotRepacked32(w []byte, x qActRow, ints func(q *[32]int8, b []byte) (float3
 // the second subtracted from the first at the end. The gemv kernels fuse a super-block at once (parts 1); the gemm
 // kernels, for the rows they take four at a time, in parts of equal size (Q4_K four of 64 elements, Q2_K two of
 // 128).
-func dotKRepacked(t quant.Type, parts int) func(w []byte, x qActRow) float32 {
-	f := kQuadFormats[t]
+func dotKRepacked(f kQuadFormat, parts int) func(w []byte, x qActRow) float32 {
 	per := 16 / parts // sixteenths a part
 	return func(w []byte, x qActRow) float32 {
 		var acc, mins float32
@@ -182,43 +189,27 @@ func dotKRepacked(t quant.Type, parts int) func(w []byte, x qActRow) float32 {
 
 // kQuadFormat is a K-quant format as LinearQuantGGML multiplies it: from each super-block's quad sums, out[8g+l]
 // the integer sum of the four products of elements 32g+4l to 32g+4l+3 (ggml's lane l of sub-block g), weight codes
-// as kInts holds them, computed by an assembly kernel where there is one (quads_amd64.s).
+// as kInts holds them, computed by an assembly kernel when asm is set (quads_amd64.s).
 type kQuadFormat struct {
-	scales func(k *kInts, b []byte) // a super-block's d, dmin, scales, minimums and offset, not its codes
-	decode func(k *kInts, b []byte) // all of a super-block
-	asm    func(b []byte, qs []int8, out *[64]int32)
+	typ quant.Type
+	asm bool
 }
 
-// kQuadFormats are the K-quant formats LinearQuantGGML covers.
-var kQuadFormats = func() map[quant.Type]*kQuadFormat {
-	m := map[quant.Type]*kQuadFormat{
-		quant.Q2_K:   {scales: decodeQ2_KScales, decode: decodeQ2_KInts},
-		quant.Q3_K:   {decode: decodeQ3_KInts},
-		quant.Q4_K:   {scales: decodeQ4_KScales, decode: decodeQ4_KInts},
-		quant.Q5_K:   {scales: decodeQ4_KScales, decode: decodeQ5_KInts},
-		quant.Q6_K:   {scales: decodeQ6_KScales, decode: decodeQ6_KInts},
-		quant.IQ4_XS: {scales: decodeIQ4_XSScales, decode: decodeIQ4_XSInts},
-	}
-	for t, f := range kQuadsAsm() {
-		m[t].asm = f
-	}
-	return m
-}()
-
-// quads sets k to super-block b's scales (and, without an assembly kernel, its codes) and out to its quad sums
-// against the 256 activations qs.
-func (f *kQuadFormat) quads(k *kInts, b []byte, qs []int8, out *[64]int32) {
-	if f.asm != nil {
-		f.scales(k, b)
-		f.asm(b, qs[:quant.QKK], out)
+// quads sets k to super-block b's scales (and, without the assembly kernel, its codes) and out to its quad sums
+// against the 256 activations qs. It calls its helpers directly, not through function values, so that k and out
+// stay on the caller's stack.
+func (f kQuadFormat) quads(k *kInts, b []byte, qs []int8, out *[64]int32) {
+	if f.asm {
+		kScales(f.typ, k, b)
+		quadsAsm(f.typ, b, qs[:quant.QKK], out)
 		return
 	}
-	quadsGo(f.decode, k, b, qs, out)
+	kDecode(f.typ, k, b)
+	quadsOf(k, qs, out)
 }
 
-// quadsGo is kQuadFormat.quads in Go.
-func quadsGo(decode func(k *kInts, b []byte), k *kInts, b []byte, qs []int8, out *[64]int32) {
-	decode(k, b)
+// quadsOf sets out to the quad sums of k's codes and the 256 activations qs.
+func quadsOf(k *kInts, qs []int8, out *[64]int32) {
 	for i := range out {
 		var s int32
 		for j := range 4 {
@@ -231,7 +222,7 @@ func quadsGo(decode func(k *kInts, b []byte), k *kInts, b []byte, qs []int8, out
 // dotKVec is the product of llama.cpp's x86 vec_dot kernel for format f (ggml_vec_dot_q6_K_q8_K and the others):
 // per super-block, eight integer lanes (the scaled quad sums, less Q6_K's offset terms as ggml takes them) added
 // with one fused multiply-add each, the minimum terms as mins says (addMins); the lanes summed as hsum_float_8.
-func dotKVec(f *kQuadFormat, mins kMins, w []byte, x qActRow) float32 {
+func dotKVec(f kQuadFormat, mins kMins, w []byte, x qActRow) float32 {
 	var acc [8]float32
 	var summs [4]float32
 	var k kInts
@@ -271,7 +262,7 @@ func dotKVec(f *kQuadFormat, mins kMins, w []byte, x qActRow) float32 {
 // super-block, the integer sum of its sub-blocks' scaled products (weights less their offset) times the weight's
 // d, less (fused) dmin times the integer sum of its minimum terms, then times the input's scale and added with one
 // fused multiply-add (GCC fuses the kernel's _mm512_add_ps of an _mm512_mul_ps).
-func dotKTiled(f *kQuadFormat, w []byte, x qActRow) float32 {
+func dotKTiled(f kQuadFormat, w []byte, x qActRow) float32 {
 	var y float32
 	var k kInts
 	var q [64]int32
@@ -299,12 +290,11 @@ func dotKTiled(f *kQuadFormat, w []byte, x qActRow) float32 {
 // last block's integer sum times d_a·d_w added after, unfused.
 func dotIQ4_NLVec(w []byte, x qActRow) float32 {
 	var acc [2][8]float32
-	var q [32]int8
 	nb := len(x.d)
 	b := 0
 	for ; b+1 < nb; b += 2 {
 		for k := range 2 {
-			d, _ := intsIQ4_NL(&q, w[(b+k)*18:(b+k+1)*18])
+			q, d, _ := intsIQ4_NL(w[(b+k)*18 : (b+k+1)*18])
 			var lanes [8]int32
 			lanes32(&lanes, q[:], x.qs[32*(b+k):32*(b+k)+32], 1, 1)
 			fmaLanes(&acc[k], x.d[b+k]*d, &lanes)
@@ -315,7 +305,7 @@ func dotIQ4_NLVec(w []byte, x qActRow) float32 {
 	}
 	s := hsum8(&acc[0])
 	for ; b < nb; b++ {
-		d, _ := intsIQ4_NL(&q, w[b*18:(b+1)*18])
+		q, d, _ := intsIQ4_NL(w[b*18 : (b+1)*18])
 		var sum int32
 		for i, a := range x.qs[32*b : 32*b+32] {
 			sum += int32(q[i]) * int32(a)

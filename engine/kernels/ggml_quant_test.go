@@ -3,6 +3,7 @@ package kernels
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,6 +19,20 @@ import (
 // build's own functions) bit for bit, with the assembly and the portable kernels; the i-quants are refused by
 // GGMLSupports.
 func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
+	for _, asm := range []bool{true, false} {
+		t.Run(fmt.Sprintf("asm=%v", asm), func(t *testing.T) { withGGMLTables(asm, func() { checkGGMLDots(t) }) })
+	}
+}
+
+// withGGMLTables runs f with LinearQuantGGML's kernels made by ggmlTables(asm), then restores them.
+func withGGMLTables(asm bool, f func()) {
+	plain, repacked := ggmlKernels, ggmlRepacked
+	defer func() { ggmlKernels, ggmlRepacked = plain, repacked }()
+	ggmlKernels, ggmlRepacked = ggmlTables(asm)
+	f()
+}
+
+func checkGGMLDots(t *testing.T) {
 	ref, x := readLlamaCppDots(t)
 	n := ref.Meta.N
 	var checked []string
@@ -60,7 +75,7 @@ func TestLinearQuantGGMLMatchesLlamaCpp(t *testing.T) {
 func TestGGMLDotsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for typ, blockBytes := range map[quant.Type]int{quant.Q8_0: 34, quant.Q4_0: 18, quant.Q4_1: 20, quant.Q5_0: 22, quant.Q5_1: 24, quant.IQ4_NL: 18} {
-		ints := map[quant.Type]func(q *[32]int8, b []byte) (float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_0: intsQ4_0,
+		ints := map[quant.Type]func(b []byte) ([32]int8, float32, float32){quant.Q8_0: intsQ8_0, quant.Q4_0: intsQ4_0,
 			quant.Q4_1: intsQ4_1, quant.Q5_0: intsQ5_0, quant.Q5_1: intsQ5_1, quant.IQ4_NL: intsIQ4_NL}[typ]
 		w := randomQuantMatrix(t, rng, typ, 8, 1536)
 		x := make([]float32, 3*w.Cols)
@@ -105,6 +120,12 @@ func TestGGMLDotsAgree(t *testing.T) {
 // llamafile's tinyBLAS for batches of Q8_0, Q4_0 and Q5_0, and its tiled K-quant kernel from 8 rows on, whose
 // super-blocks are added with fused multiply-adds (a single super-block cannot show that).
 func TestLinearQuantGGMLMatchesLlamaCppMatmul(t *testing.T) {
+	for _, asm := range []bool{true, false} {
+		t.Run(fmt.Sprintf("asm=%v", asm), func(t *testing.T) { withGGMLTables(asm, func() { checkGGMLMatmul(t) }) })
+	}
+}
+
+func checkGGMLMatmul(t *testing.T) {
 	b, err := os.ReadFile("testdata/llamacpp_matmul.json")
 	if err != nil {
 		t.Fatal(err)
@@ -113,39 +134,67 @@ func TestLinearQuantGGMLMatchesLlamaCppMatmul(t *testing.T) {
 		Meta struct {
 			Rows, Cols int
 			X          string
+			RepackedX  string `json:"repacked_x"` // the repacked cases' inputs
 		}
 		Cases []struct {
 			Type, Weights, X string
-			Cols             int // when not the meta's, with its own inputs X
+			Cols             int  // when not the meta's, with its own inputs X
+			Repacked         bool // in llama.cpp's CPU_REPACK buffer: its repacked kernels
+			Rows             int  // the repacked cases' rows
 			Y                map[string]string
 		}
 	}
 	if err := json.Unmarshal(b, &ref); err != nil {
 		t.Fatal(err)
 	}
-	x := floatsOf(unb64(t, ref.Meta.X))
+	x, xr := floatsOf(unb64(t, ref.Meta.X)), floatsOf(unb64(t, ref.Meta.RepackedX))
+	plain, repacked := map[quant.Type]bool{}, map[quant.Type]bool{}
 	for _, c := range ref.Cases {
 		typ, err := quant.Parse(c.Type)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cols, x := ref.Meta.Cols, x
-		if c.Cols != 0 {
+		rows, cols, x := ref.Meta.Rows, ref.Meta.Cols, x
+		switch {
+		case c.Repacked:
+			rows, x = c.Rows, xr
+			repacked[typ] = true
+		case c.Cols != 0:
 			cols, x = c.Cols, floatsOf(unb64(t, c.X))
+		default:
+			plain[typ] = true
 		}
-		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), ref.Meta.Rows, cols)
+		if c.Repacked && !GGMLRepacks(typ, rows) {
+			t.Fatalf("%s, %d rows: repacked by llama.cpp, not by GGMLRepacks", c.Type, rows)
+		}
+		w, err := NewQuantMatrix(typ, unb64(t, c.Weights), rows, cols)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, batch := range []int{1, 5, 12} {
-			want := floatsOf(unb64(t, c.Y[strconv.Itoa(batch)]))
+		for batch := range 18 {
+			ys, ok := c.Y[strconv.Itoa(batch)]
+			if !ok {
+				continue
+			}
+			want := floatsOf(unb64(t, ys))
 			y := make([]float32, batch*w.Rows)
-			LinearQuantGGML(y, x[:batch*w.Cols], w, nil, batch, false)
+			LinearQuantGGML(y, x[:batch*w.Cols], w, nil, batch, c.Repacked)
 			for i := range y {
 				if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("%s, batch %d: output %d (row %d) %.9g, llama.cpp %.9g", c.Type, batch, i%w.Rows, i/w.Rows, y[i], want[i])
+					t.Fatalf("%s (repacked %v, %d rows), batch %d: output %d (row %d) %.9g, llama.cpp %.9g", c.Type, c.Repacked, rows, batch, i%w.Rows, i/w.Rows, y[i], want[i])
 				}
 			}
+		}
+	}
+	// Every format LinearQuantGGML covers, as loaded and as repacked.
+	for typ := range ggmlKernels {
+		if !plain[typ] {
+			t.Errorf("no %s case in llamacpp_matmul.json", typ)
+		}
+	}
+	for typ := range ggmlRepacked {
+		if !repacked[typ] {
+			t.Errorf("no repacked %s case in llamacpp_matmul.json", typ)
 		}
 	}
 }
@@ -163,12 +212,13 @@ func floatsOf(b []byte) []float32 {
 // codes) and on the extremes: every code at its largest against activations of -127 and of 127 (Q8_K's range: its
 // quantizer never writes -128, whose sign the signed formats' VPSIGNB could not flip).
 func TestKQuadsAsm(t *testing.T) {
-	asm := kQuadsAsm()
-	if len(asm) == 0 {
-		t.Skip("no assembly quad kernels on this CPU")
-	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	for typ, f := range asm {
+	checked := 0
+	for _, typ := range []quant.Type{quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS} {
+		if !kQuadsAsm(typ) {
+			continue
+		}
+		checked++
 		format, _ := typ.Format()
 		b := make([]byte, format.BlockBytes)
 		qs := make([]int8, quant.QKK)
@@ -191,11 +241,52 @@ func TestKQuadsAsm(t *testing.T) {
 			}
 			var got, want [64]int32
 			var k kInts
-			f(b, qs, &got)
-			quadsGo(kQuadFormats[typ].decode, &k, b, qs, &want)
+			quadsAsm(typ, b, qs, &got)
+			kDecode(typ, &k, b)
+			quadsOf(&k, qs, &want)
 			if got != want {
 				t.Fatalf("%s, trial %d: assembly quads %v, Go %v", typ, trial, got, want)
 			}
 		}
+	}
+	if checked == 0 {
+		t.Skip("no assembly quad kernels on this CPU")
+	}
+}
+
+// TestKernelsDoNotAllocate: a dot product of LinearQuantGGML's kernels (assembly and Go) and of the engine's
+// portable kernels allocates nothing (a block decoded through a function value would escape to the heap, once per
+// weight row and input row).
+func TestKernelsDoNotAllocate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	check := func(name string, typ quant.Type, dot func(w []byte, x qActRow) float32, act actFormat) {
+		t.Helper()
+		if dot == nil {
+			return
+		}
+		w := randomQuantMatrix(t, rng, typ, 1, 512)
+		x := make([]float32, 512)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		var a qAct
+		a.quantize(act, x, 512)
+		if n := testing.AllocsPerRun(10, func() { dot(w.Row(0), a.row(0)) }); n != 0 {
+			t.Errorf("%s %s: %g allocations per dot product", name, typ, n)
+		}
+	}
+	for _, asm := range []bool{true, false} {
+		plain, repacked := ggmlTables(asm)
+		for typ, k := range plain {
+			check(fmt.Sprintf("ggml (asm %v)", asm), typ, k.one, k.act)
+			check(fmt.Sprintf("ggml batch (asm %v)", asm), typ, k.many, k.act)
+		}
+		for typ, k := range repacked {
+			check(fmt.Sprintf("repacked (asm %v)", asm), typ, k.one, k.act)
+			check(fmt.Sprintf("repacked four (asm %v)", asm), typ, k.four, k.act)
+		}
+	}
+	for typ, k := range portableKernels {
+		check("portable", typ, k.dot, k.act)
 	}
 }

@@ -4,5 +4,10 @@ package kernels
 
 import "github.com/layerstream/layerstream/quant"
 
-// kQuadsAsm returns no kernels: this architecture has only the portable ones.
-func kQuadsAsm() map[quant.Type]func(b []byte, qs []int8, out *[64]int32) { return nil }
+// kQuadsAsm reports false: this architecture has only the Go quad sums.
+func kQuadsAsm(t quant.Type) bool { return false }
+
+// quadsAsm is never called here (kQuadsAsm is false).
+func quadsAsm(t quant.Type, b []byte, qs []int8, out *[64]int32) {
+	panic("kernels: no assembly quad sums for " + t.String())
+}

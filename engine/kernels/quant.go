@@ -280,14 +280,14 @@ var portableKernels = map[quant.Type]*quantKernel{
 	quant.Q5_0: {act: actQ8_0, dot: dotQ5_0Go, widen: widenQ5_0},
 	quant.Q4_1: {act: actQ8_1, dot: dotQ4_1Go},
 	quant.Q5_1: {act: actQ8_1, dot: dotQ5_1Go},
-	quant.Q2_K: {act: actQ8_K, dot: dotKGo(decodeQ2_KInts)},
-	quant.Q3_K: {act: actQ8_K, dot: dotKGo(decodeQ3_KInts)},
-	quant.Q4_K: {act: actQ8_K, dot: dotKGo(decodeQ4_KInts)},
-	quant.Q5_K: {act: actQ8_K, dot: dotKGo(decodeQ5_KInts)},
-	quant.Q6_K: {act: actQ8_K, dot: dotKGo(decodeQ6_KInts)},
+	quant.Q2_K: {act: actQ8_K, dot: dotKGo(quant.Q2_K)},
+	quant.Q3_K: {act: actQ8_K, dot: dotKGo(quant.Q3_K)},
+	quant.Q4_K: {act: actQ8_K, dot: dotKGo(quant.Q4_K)},
+	quant.Q5_K: {act: actQ8_K, dot: dotKGo(quant.Q5_K)},
+	quant.Q6_K: {act: actQ8_K, dot: dotKGo(quant.Q6_K)},
 	// llama.cpp multiplies IQ4_NL by Q8_0 activations and IQ4_XS by Q8_K ones, its grid values as the integers.
 	quant.IQ4_NL: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, false) }, widen: widenIQ4_NL},
-	quant.IQ4_XS: {act: actQ8_K, dot: dotKGo(decodeIQ4_XSInts)},
+	quant.IQ4_XS: {act: actQ8_K, dot: dotKGo(quant.IQ4_XS)},
 }
 
 // lanes32 adds the products of 32 weights w and activations a into eight integer lanes (lane l: elements
@@ -324,12 +324,11 @@ func fmaLanes(acc *[8]float32, d float32, lanes *[8]int32) {
 // dot32 is the product of a row of 32-element blocks (blockBytes each, decoded to signed or unsigned ints by
 // ints, which also returns the block's scale and minimum) with a Q8_0/Q8_1 row. With fused, each block's scaled
 // lanes and minimum term are fused multiply-adds, as llama.cpp's x86 kernels compute them (LinearQuantGGML).
-func dot32(w []byte, x qActRow, blockBytes int, ints func(q *[32]int8, b []byte) (d, m float32), fused bool) float32 {
+func dot32(w []byte, x qActRow, blockBytes int, ints func(b []byte) (q [32]int8, d, m float32), fused bool) float32 {
 	var acc [8]float32
 	var summs float32
-	var q [32]int8
 	for b := range len(x.d) {
-		d, m := ints(&q, w[b*blockBytes:(b+1)*blockBytes])
+		q, d, m := ints(w[b*blockBytes : (b+1)*blockBytes])
 		var lanes [8]int32
 		lanes32(&lanes, q[:], x.qs[32*b:32*b+32], 1, 1)
 		switch {
@@ -352,38 +351,38 @@ func halfAt(b []byte, off int) float32 {
 	return quant.HalfToFloat32(binary.LittleEndian.Uint16(b[off:]))
 }
 
-func intsQ8_0(q *[32]int8, b []byte) (float32, float32) {
+func intsQ8_0(b []byte) (q [32]int8, d, m float32) {
 	for i := range 32 {
 		q[i] = int8(b[2+i])
 	}
-	return halfAt(b, 0), 0
+	return q, halfAt(b, 0), 0
 }
 
 func dotQ8_0Go(w []byte, x qActRow) float32 { return dot32(w, x, 34, intsQ8_0, false) }
 
-func intsQ4_0(q *[32]int8, b []byte) (float32, float32) {
+func intsQ4_0(b []byte) (q [32]int8, d, m float32) {
 	for i := range 16 {
 		q[i], q[i+16] = int8(b[2+i]&0xf)-8, int8(b[2+i]>>4)-8
 	}
-	return halfAt(b, 0), 0
+	return q, halfAt(b, 0), 0
 }
 
 func dotQ4_0Go(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsQ4_0, false) }
 
-func intsIQ4_NL(q *[32]int8, b []byte) (float32, float32) {
+func intsIQ4_NL(b []byte) (q [32]int8, d, m float32) {
 	for i := range 16 {
 		q[i], q[i+16] = quant.IQ4Values[b[2+i]&0xf], quant.IQ4Values[b[2+i]>>4]
 	}
-	return halfAt(b, 0), 0
+	return q, halfAt(b, 0), 0
 }
 
-func intsQ5_0(q *[32]int8, b []byte) (float32, float32) {
+func intsQ5_0(b []byte) (q [32]int8, d, m float32) {
 	qh := binary.LittleEndian.Uint32(b[2:])
 	for i := range 16 {
 		q[i] = int8(b[6+i]&0xf|byte(qh>>i&1)<<4) - 16
 		q[i+16] = int8(b[6+i]>>4|byte(qh>>(i+16)&1)<<4) - 16
 	}
-	return halfAt(b, 0), 0
+	return q, halfAt(b, 0), 0
 }
 
 func dotQ5_0Go(w []byte, x qActRow) float32 { return dot32(w, x, 22, intsQ5_0, false) }
@@ -443,22 +442,22 @@ func widenQ4_0(dst, src []byte) {
 	}
 }
 
-func intsQ4_1(q *[32]int8, b []byte) (float32, float32) {
+func intsQ4_1(b []byte) (q [32]int8, d, m float32) {
 	for i := range 16 {
 		q[i], q[i+16] = int8(b[4+i]&0xf), int8(b[4+i]>>4)
 	}
-	return halfAt(b, 0), halfAt(b, 2)
+	return q, halfAt(b, 0), halfAt(b, 2)
 }
 
 func dotQ4_1Go(w []byte, x qActRow) float32 { return dot32(w, x, 20, intsQ4_1, false) }
 
-func intsQ5_1(q *[32]int8, b []byte) (float32, float32) {
+func intsQ5_1(b []byte) (q [32]int8, d, m float32) {
 	qh := binary.LittleEndian.Uint32(b[4:])
 	for i := range 16 {
 		q[i] = int8(b[8+i]&0xf | byte(qh>>i&1)<<4)
 		q[i+16] = int8(b[8+i]>>4 | byte(qh>>(i+16)&1)<<4)
 	}
-	return halfAt(b, 0), halfAt(b, 2)
+	return q, halfAt(b, 0), halfAt(b, 2)
 }
 
 func dotQ5_1Go(w []byte, x qActRow) float32 { return dot32(w, x, 24, intsQ5_1, false) }
@@ -492,15 +491,16 @@ const (
 	minsLanes
 )
 
-// dotKGo returns the portable product of a K-quant format whose super-blocks decode is given.
-func dotKGo(decode func(k *kInts, b []byte)) func(w []byte, x qActRow) float32 {
+// dotKGo returns the portable product of a K-quant format t (its super-blocks decoded by kDecode, called directly
+// so that the decoded block stays on the stack).
+func dotKGo(t quant.Type) func(w []byte, x qActRow) float32 {
 	return func(w []byte, x qActRow) float32 {
 		var acc [8]float32
 		var summs [4]float32
 		var k kInts
 		bb := len(w) / len(x.d)
 		for b := range len(x.d) {
-			decode(&k, w[b*bb:(b+1)*bb])
+			kDecode(t, &k, w[b*bb:(b+1)*bb])
 			var lanes [8]int32
 			for g := range 8 {
 				lanes32(&lanes, k.q[32*g:32*g+32], x.qs[quant.QKK*b+32*g:quant.QKK*b+32*g+32], k.sc[2*g], k.sc[2*g+1])
@@ -546,6 +546,44 @@ func sumMins(summs *[4]float32, mins kMins) float32 {
 		return (summs[0] + summs[2]) + (summs[1] + summs[3])
 	}
 	return summs[0]
+}
+
+// kScales decodes the scales of a K-quant super-block of type t (everything but its codes) into k.
+func kScales(t quant.Type, k *kInts, b []byte) {
+	switch t {
+	case quant.Q2_K:
+		decodeQ2_KScales(k, b)
+	case quant.Q3_K:
+		decodeQ3_KScales(k, b)
+	case quant.Q4_K, quant.Q5_K:
+		decodeQ4_KScales(k, b)
+	case quant.Q6_K:
+		decodeQ6_KScales(k, b)
+	case quant.IQ4_XS:
+		decodeIQ4_XSScales(k, b)
+	default:
+		panic(fmt.Sprintf("kernels: kScales of %s", t))
+	}
+}
+
+// kDecode decodes a whole K-quant super-block of type t into k.
+func kDecode(t quant.Type, k *kInts, b []byte) {
+	switch t {
+	case quant.Q2_K:
+		decodeQ2_KInts(k, b)
+	case quant.Q3_K:
+		decodeQ3_KInts(k, b)
+	case quant.Q4_K:
+		decodeQ4_KInts(k, b)
+	case quant.Q5_K:
+		decodeQ5_KInts(k, b)
+	case quant.Q6_K:
+		decodeQ6_KInts(k, b)
+	case quant.IQ4_XS:
+		decodeIQ4_XSInts(k, b)
+	default:
+		panic(fmt.Sprintf("kernels: kDecode of %s", t))
+	}
 }
 
 // decodeQ4_KScales decodes a Q4_K or Q5_K super-block's d, dmin, scales and minimums (their first 16 bytes).
@@ -639,11 +677,18 @@ func decodeQ2_KInts(k *kInts, b []byte) {
 	}
 }
 
-func decodeQ3_KInts(k *kInts, b []byte) {
-	hmask, qs, sc := b[:32], b[32:96], b[96:108]
-	k.d, k.hasMin = halfAt(b, 108), false
+// decodeQ3_KScales decodes a Q3_K super-block's d and 16 signed 6-bit scales.
+func decodeQ3_KScales(k *kInts, b []byte) {
+	k.d, k.hasMin, k.offset = halfAt(b, 108), false, 0
 	for i := range 16 {
-		k.sc[i] = int32(quant.ScaleQ3K(i, sc))
+		k.sc[i] = int32(quant.ScaleQ3K(i, b[96:108]))
+	}
+}
+
+func decodeQ3_KInts(k *kInts, b []byte) {
+	decodeQ3_KScales(k, b)
+	hmask, qs := b[:32], b[32:96]
+	for i := range 16 {
 		grp, shift, half := i/8, 2*((i/2)%4), 16*(i%2)
 		for l := range 16 {
 			q := int8(qs[32*grp+half+l] >> shift & 3)
