@@ -9,6 +9,9 @@ func quadsQ2_K(b []byte, qs []int8, out *[64]int32)
 func quadsIQ4_XS(b []byte, qs []int8, out *[64]int32)
 
 //go:noescape
+func quadsQ3_K(b []byte, qs []int8, out *[64]int32)
+
+//go:noescape
 func quadsQ4_K(b []byte, qs []int8, out *[64]int32)
 
 //go:noescape
@@ -21,7 +24,7 @@ func quadsQ6_K(b []byte, qs []int8, out *[64]int32)
 // (quads_amd64.s, AVX2), bit for bit the Go sums (kQuadFormat.quads).
 func kQuadsAsm(t quant.Type) bool {
 	switch t {
-	case quant.Q2_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS:
+	case quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS:
 		return useAVX2
 	}
 	return false
@@ -33,6 +36,8 @@ func quadsAsm(t quant.Type, b []byte, qs []int8, out *[64]int32) {
 	switch t {
 	case quant.Q2_K:
 		quadsQ2_K(b, qs, out)
+	case quant.Q3_K:
+		quadsQ3_K(b, qs, out)
 	case quant.Q4_K:
 		quadsQ4_K(b, qs, out)
 	case quant.Q5_K:

@@ -1,7 +1,8 @@
 #include "textflag.h"
 
-// Quad sums of K-quant super-blocks (quads.go): out[8g+l] is the integer sum of the four products of elements
-// 32g+4l..32g+4l+3, weight codes unsigned (Q6_K's without its -32) times the Q8_K activations.
+// Quad sums of K-quant super-blocks (kQuadFormat.quads in ggml_quant.go): out[8g+l] is the integer sum of the four
+// products of elements 32g+4l..32g+4l+3, the weights as kInts holds them (Q6_K's codes without their -32, Q3_K's and
+// IQ4_XS's signed) times the Q8_K activations.
 
 DATA quadnib<>+0(SB)/4, $0x0f0f0f0f
 GLOBL quadnib<>(SB), RODATA|NOPTR, $4
@@ -142,5 +143,39 @@ TEXT ·quadsIQ4_XS(SB), NOSPLIT, $0-56
 	IQ4XSQ(88, 160)
 	IQ4XSQ(104, 192)
 	IQ4XSQ(120, 224)
+	VZEROUPPER
+	RET
+
+DATA quad04<>+0(SB)/4, $0x04040404
+GLOBL quad04<>(SB), RODATA|NOPTR, $4
+
+// Q3KQ(boff, shift, a): group g of a Q3_K super-block: its low two bits at bit shift of the 32 bytes at boff(DI),
+// 4 added where its bit of hmask (Y12; Y13 holds the bit, moved on to the next) is set, against the activations at
+// a(SI); the quad sums less 4 times the activations' quad sums (the weights are those codes less 4), to a(DX). Y7:
+// 0x03, Y9: 0x01, Y10: 0x04 bytes.
+#define Q3KQ(boff, shift, a) \
+	VMOVDQU boff(DI), Y0; VPSRLW $shift, Y0, Y1; VPAND Y7, Y1, Y1; \
+	VPAND Y13, Y12, Y3; VPCMPEQB Y13, Y3, Y3; VPAND Y10, Y3, Y3; VPOR Y3, Y1, Y1; VPADDB Y13, Y13, Y13; \
+	VMOVDQU a(SI), Y2; VPMADDUBSW Y2, Y1, Y1; VPMADDWD Y14, Y1, Y1; \
+	VPMADDUBSW Y2, Y9, Y2; VPMADDWD Y14, Y2, Y2; VPSLLD $2, Y2, Y2; VPSUBD Y2, Y1, Y1; VMOVDQU Y1, a(DX)
+
+// func quadsQ3_K(b []byte, qs []int8, out *[64]int32)
+// b: a Q3_K super-block (110 bytes: 32 bytes of hmask, 64 of low bit pairs, 12 of scales, d; group g's low bits
+// at bit 2(g%4) of the 32 bytes from 32+32(g/4), its high bit bit g of hmask; weights (low | high<<2) - 4).
+TEXT ·quadsQ3_K(SB), NOSPLIT, $0-56
+	QUADARGS
+	VPBROADCASTD quad03<>(SB), Y7
+	VPBROADCASTD quadbit0<>(SB), Y9
+	VPBROADCASTD quad04<>(SB), Y10
+	VMOVDQA Y9, Y13
+	VMOVDQU 0(DI), Y12
+	Q3KQ(32, 0, 0)
+	Q3KQ(32, 2, 32)
+	Q3KQ(32, 4, 64)
+	Q3KQ(32, 6, 96)
+	Q3KQ(64, 0, 128)
+	Q3KQ(64, 2, 160)
+	Q3KQ(64, 4, 192)
+	Q3KQ(64, 6, 224)
 	VZEROUPPER
 	RET
