@@ -74,21 +74,29 @@ func llamaCppRefusal(err error) error {
 	return fmt.Errorf("arithmetic %s: %w (see %s)", ArithmeticLlamaCpp, err, guard.Anchor(guard.SectionLlamaCpp))
 }
 
-// checkLlamaCppSource is checkLlamaCpp's model checks on a checkpoint before it is split, so that a file
-// Arithmetic llama.cpp refuses is refused before the first-use split rather than after it. A checkpoint whose
-// architecture the engine does not know passes: Open refuses it after the split, as without Arithmetic llama.cpp.
-func checkLlamaCppSource(ck *checkpoint.Checkpoint) error {
-	arch, err := model.For(ck.Config)
-	if err != nil {
-		return nil
+// checkLlamaCppSource is checkLlamaCpp's checks on a checkpoint before it is split, so that a file Arithmetic
+// llama.cpp refuses is refused before the first-use split rather than after it: its architecture, configuration
+// and tensor types, and a compute dtype other than float32 asked for by name (dtype: Options.DType). The plan's
+// checks wait for Open where the engine does not know the architecture (Open refuses it then, as it would anyway).
+func checkLlamaCppSource(ck *checkpoint.Checkpoint, dtype string) error {
+	var plan *model.Plan
+	if arch, err := model.For(ck.Config); err == nil {
+		plan = arch.Plan()
 	}
 	tied := ck.Config.TieWordEmbeddings && !slices.ContainsFunc(ck.Tensors, func(t checkpoint.TensorInfo) bool { return t.Name == lmHeadWeight })
-	return checkLlamaCppModel(ck.Config, arch.Plan(), ck.Tensors, tied)
+	if err := checkLlamaCppModel(ck.Config, plan, ck.Tensors, tied); err != nil {
+		return err
+	}
+	// The device's own caps are not known before the split; an explicit request is refused whatever they are.
+	if c, err := guard.ChooseDType(dtype, ck.Config.TorchDType, guard.DeviceCaps{}); err == nil && c.DType != checkpoint.F32 {
+		return fmt.Errorf("compute dtype %s is not covered: llama.cpp multiplies float32 matrices in float32 (use --dtype f32 or auto)", c.DType)
+	}
+	return nil
 }
 
 // checkLlamaCppModel refuses, by name, what Arithmetic llama.cpp does not reproduce in a model: its
-// architecture and configuration (c, plan) and the types of its matrices (tensors; tied: the output head is the
-// embedding).
+// architecture and configuration (c, and plan when not nil) and the types of its matrices (tensors; tied: the
+// output head is the embedding).
 func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkpoint.TensorInfo, tied bool) error {
 	name := ""
 	if len(c.Architectures) > 0 {
@@ -100,12 +108,17 @@ func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkp
 	if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
 		return fmt.Errorf("hidden_act %q is not covered (covered: silu)", c.HiddenAct)
 	}
-	for i, k := range plan.Layers {
+	var layers []model.LayerKind
+	var ropes []model.Rope
+	if plan != nil {
+		layers, ropes = plan.Layers, plan.Ropes
+	}
+	for i, k := range layers {
 		if k.Window != 0 {
 			return fmt.Errorf("layer %d has a sliding window of %d: llama.cpp's sliding-window cache is not reproduced", i, k.Window)
 		}
 	}
-	for _, r := range plan.Ropes {
+	for _, r := range ropes {
 		switch p := r.Params; {
 		case p.Type == "default", p.Type == "linear":
 		case p.Type == "longrope" && slices.Equal(p.ShortFactor, p.LongFactor):
@@ -128,14 +141,18 @@ func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkp
 		if len(t.Shape) != 2 || t.Name == embedWeight && !tied {
 			continue // vectors are added or multiplied elementwise; an untied embedding is only looked up
 		}
+		name := t.Name
+		if name == embedWeight {
+			name += " (the output head, tied to the embedding)"
+		}
 		switch {
 		case t.DType.Quantized():
 			q, _ := t.DType.Quant()
 			if err := kernels.GGMLSupports(q); err != nil {
-				return fmt.Errorf("tensor %s: %w", t.Name, err)
+				return fmt.Errorf("tensor %s: %w", name, err)
 			}
 		case t.DType != checkpoint.F32:
-			return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ4_NL and IQ4_XS block formats", t.Name, t.DType)
+			return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ4_NL and IQ4_XS block formats", name, t.DType)
 		}
 	}
 	return nil
@@ -181,7 +198,8 @@ func llamaCppOutputRows(weights map[string]model.Value) []model.Value {
 	return w
 }
 
-// llamaCppLinear is Linear with llama.cpp's products: block formats as its vec_dot kernels, float32 matrices as
+// llamaCppLinear is Linear with llama.cpp's products: block formats as its kernels do (kernels.LinearQuantGGML: its
+// vec_dot, repacked, tinyBLAS and tiled kernels by format, repacking and batch), float32 matrices as
 // ggml_vec_dot_f32 in a batch of one token and tinyBLAS (its sgemm) in more (o.batch).
 func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32) *hostArray {
 	batch := o.batch

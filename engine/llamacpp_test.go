@@ -73,6 +73,15 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 			t.Errorf("%s with arithmetic llama.cpp: refused after a split into %s (%v), want before", file, dir, err)
 		}
 	}
+	// A compute dtype other than float32 asked for by name, before the split too.
+	dir := filepath.Join(t.TempDir(), "shards")
+	_, err := Open(context.Background(), filepath.Join("..", ref.Types["Q8_0"].File), Options{ShardDir: dir, Arithmetic: ArithmeticLlamaCpp, DType: "bf16"})
+	if err == nil || !strings.Contains(err.Error(), "compute dtype BF16 is not covered") {
+		t.Errorf("--dtype bf16 with arithmetic llama.cpp: %v, want the compute dtype refused", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("--dtype bf16 with arithmetic llama.cpp: refused after a split into %s (%v), want before", dir, err)
+	}
 }
 
 // checkLlamaCppTiny checks one tiny file with Arithmetic llama.cpp and the given cache against llama.cpp's

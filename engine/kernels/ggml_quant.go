@@ -103,6 +103,9 @@ func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int, r
 	if repacked {
 		k = ggmlRepacked[w.Type]
 	}
+	if k == nil {
+		panic(fmt.Sprintf("kernels: LinearQuantGGML of a %s matrix (repacked %v), which it does not reproduce (GGMLSupports, GGMLRepacks)", w.Type, repacked))
+	}
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
 	a := actPool.Get().(*qAct)

@@ -416,8 +416,6 @@ func widenQ5_0(dst, src []byte) {
 	}
 }
 
-// widenQ4_0 rewrites Q4_0 blocks (18 bytes) as Q8_0 blocks of the same values: int8 nibble - 8, as (nibble +
-// 0x78) ^ 0x80 per byte, which never carries.
 // widenIQ4_NL writes IQ4_NL blocks (src) as Q8_0 blocks (dst): the grid values as the codes, the same scale.
 func widenIQ4_NL(dst, src []byte) {
 	for b := range len(src) / 18 {
@@ -429,6 +427,8 @@ func widenIQ4_NL(dst, src []byte) {
 	}
 }
 
+// widenQ4_0 rewrites Q4_0 blocks (18 bytes) as Q8_0 blocks of the same values: int8 nibble - 8, as (nibble +
+// 0x78) ^ 0x80 per byte, which never carries.
 func widenQ4_0(dst, src []byte) {
 	const lo, b78, b80 = 0x0f0f0f0f0f0f0f0f, 0x7878787878787878, 0x8080808080808080
 	for b := range len(src) / 18 {
