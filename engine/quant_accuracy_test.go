@@ -193,7 +193,7 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	for _, c := range ref.Cases {
 		seqs = append(seqs, [2][]int{c.PromptIDs, c.IDs})
 	}
-	// The issue's goals are 0.99 and 0.95. q8 measures 0.98 (294/300; 0.982 on the natural text), at margins the
+	// The issue's goals are 0.99 and 0.95. q8 measures 0.977 (293/300; 0.982 on the natural text), at margins the
 	// argmax agreement cannot resolve: 15 of these 300 positions have the unquantized model's top two logits
 	// within 0.09 of each other (5 within 0.025), and a perturbation of Q8_0's size flips a few of them whichever
 	// way it is computed. llama.cpp's own Q8_0 is the yardstick (scripts/fixtures/llamacpp_q8_agreement.py: the
@@ -201,8 +201,10 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	// and 295/300 against layerstream's bf16, while layerstream on llama.cpp's Q8_0 file scores 293/300, and Q8_0
 	// weights with float32 activations (no 8-bit rounding of the inputs, a third of the KL divergence) 293/300.
 	// The measure that weighs every position is the mean KL divergence from the unquantized model: q8's is
-	// llama.cpp's Q8_0's or less (3.5e-3 against 3.7e-3). The agreement bound is what is met, so that a
-	// regression shows; the KL bound is llama.cpp's with a fifth of room; docs/performance.md has the figures.
+	// llama.cpp's Q8_0's or less (3.4e-3 against 3.7e-3). Two exact computations part at this measure too: the
+	// bf16 checkpoint against the f32 one it was rounded from agrees at 298/300, as llama.cpp's BF16 does against
+	// this bf16. The agreement bound is what is met, so that a regression shows; the KL bound is llama.cpp's with a
+	// fifth of room; docs/performance.md has the figures.
 	base, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.975, shards.Q4: 0.95})
 	var yard struct {
 		Agree      int     `json:"agree"`

@@ -55,6 +55,15 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VCVTDQ2PS Y3, Y3; VPBROADCASTW off(DI), X4; VCVTPH2PS X4, Y4; VBROADCASTSS (R8), Y5; VMULPS Y5, Y4, Y4; \
 	VFMADD231PS Y3, Y4, Y0
 
+// Q50WEIGHTS: Y1 = a Q5_0 block's 32 weights, (nibble | high<<4) - 16 made as ggml does: the nibble or'ed with
+// 0xf0 where the high bit is clear. Needs BITSARGS and Y9 = f0s.
+#define Q50WEIGHTS \
+	NIBBLES32(6); BITS32(2); VPANDN Y9, Y6, Y6; VPOR Y6, Y1, Y1
+
+// Q51WEIGHTS: Y1 = a Q5_1 block's 32 weights, nibble | high<<4. Needs BITSARGS and Y9 = sixteens.
+#define Q51WEIGHTS \
+	NIBBLES32(8); BITS32(4); VPAND Y9, Y6, Y6; VPOR Y6, Y1, Y1
+
 // Q40WEIGHTS: Y1 = a Q4_0 block's 32 weights (nibble - 8), the block at DI; Y13: 0x08 bytes.
 #define Q40WEIGHTS \
 	NIBBLES32(2); VPSUBB Y13, Y1, Y1
@@ -696,10 +705,7 @@ TEXT ·dotQ5_0FMA(SB), NOSPLIT, $0-76
 	VPBROADCASTD f0s<>(SB), Y9
 
 q50fmaloop:
-	NIBBLES32(6)
-	BITS32(2)
-	VPANDN Y9, Y6, Y6
-	VPOR Y6, Y1, Y1
+	Q50WEIGHTS
 	ONESIGNEDFMA(22, q50fmaloop)
 
 // func dotQ4_0FMA(b []byte, qs []int8, d []float32) float32: dotQ4_0AVX2 with llama.cpp's fused block updates.
@@ -744,10 +750,7 @@ TEXT ·dotQ5_1FMA(SB), NOSPLIT, $0-100
 	VXORPS X7, X7, X7
 
 q51fmaloop:
-	NIBBLES32(8)
-	BITS32(4)
-	VPAND Y9, Y6, Y6
-	VPOR Y6, Y1, Y1
+	Q51WEIGHTS
 	ONEMINFMA(24, q51fmaloop)
 
 // func dotQ4_0AVX2(b []byte, qs []int8, d []float32) float32
@@ -769,10 +772,7 @@ TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-76
 	VPBROADCASTD f0s<>(SB), Y9
 
 q50loop:
-	NIBBLES32(6)
-	BITS32(2)
-	VPANDN Y9, Y6, Y6
-	VPOR Y6, Y1, Y1
+	Q50WEIGHTS
 	ONESIGNED(22, q50loop)
 
 // func dotQ5_1AVX2(b []byte, qs []int8, d, s []float32) float32
@@ -786,10 +786,7 @@ TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-100
 	VXORPS X7, X7, X7
 
 q51loop:
-	NIBBLES32(8)
-	BITS32(4)
-	VPAND Y9, Y6, Y6
-	VPOR Y6, Y1, Y1
+	Q51WEIGHTS
 	ONEMIN(24, q51loop)
 
 // func dotQ4_1AVX2(b []byte, qs []int8, d, s []float32) float32
