@@ -178,8 +178,7 @@ func dotKRepacked(f kQuadFormat, parts int) func(w []byte, x qActRow) float32 {
 			for part := range parts {
 				var s, m int32
 				for j := per * part; j < per*(part+1); j++ {
-					o := 8*(j/2) + 4*(j%2)
-					s += k.sc[j] * (q[o] + q[o+1] + q[o+2] + q[o+3])
+					s += k.sc[j] * sixteenth(&q, j)
 					m += k.mn[j] * int32(x.bsums[16*b+j])
 				}
 				acc = ggml.FMA32(float32(s), k.d*x.d[b], acc)
@@ -222,6 +221,12 @@ func quadsOf(k *kInts, qs []int8, out *[64]int32) {
 	}
 }
 
+// sixteenth is the integer sum of the products of a super-block's elements 16j to 16j+15, from its quad sums q.
+func sixteenth(q *[64]int32, j int) int32 {
+	o := 8*(j/2) + 4*(j%2)
+	return q[o] + q[o+1] + q[o+2] + q[o+3]
+}
+
 // dotKVec is the product of llama.cpp's x86 vec_dot kernel for format f (ggml_vec_dot_q6_K_q8_K and the others):
 // per super-block, eight integer lanes (the scaled quad sums, less Q6_K's offset terms as ggml takes them) added
 // with one fused multiply-add each, the minimum terms as mins says (addMins); the lanes summed as hsum_float_8.
@@ -247,16 +252,10 @@ func dotKVec(f kQuadFormat, mins kMins, w []byte, x qActRow) float32 {
 				lanes[l] -= k.offset * (k.sc[2*l]*int32(bsums[2*l]) + k.sc[2*l+1]*int32(bsums[2*l+1]))
 			}
 		}
-		if mins == minsLanes {
-			dmin := -(x.d[b] * k.dmin)
-			for l := range 8 {
-				acc[l] = ggml.FMA32(dmin, float32(k.mn[2*l]*int32(bsums[2*l])+k.mn[2*l+1]*int32(bsums[2*l+1])), acc[l])
-			}
+		if k.hasMin { // before the products: minsLanes adds into their lanes first, as Q2_K's kernel does
+			addMins(&acc, &summs, &k, bsums, x.d[b], mins)
 		}
 		fmaLanes(&acc, k.d*x.d[b], &lanes)
-		if k.hasMin && mins != minsLanes {
-			addMins(&summs, &k, bsums, x.d[b], mins)
-		}
 	}
 	return hsum8(&acc) - sumMins(&summs, mins)
 }
@@ -274,9 +273,7 @@ func dotKTiled(f kQuadFormat, w []byte, x qActRow) float32 {
 		f.quads(&k, w[b*bb:(b+1)*bb], x.qs[quant.QKK*b:quant.QKK*(b+1)], &q)
 		var s, m int32
 		for j := range 16 { // sub-blocks of 16 (Q4_K's and Q5_K's 32 come as two with the same scale)
-			o := 8*(j/2) + 4*(j%2)
-			p := q[o] + q[o+1] + q[o+2] + q[o+3] - k.offset*int32(x.bsums[16*b+j])
-			s += k.sc[j] * p
+			s += k.sc[j] * (sixteenth(&q, j) - k.offset*int32(x.bsums[16*b+j]))
 			m += k.mn[j] * int32(x.bsums[16*b+j])
 		}
 		r := float32(s) * k.d

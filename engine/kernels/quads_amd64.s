@@ -117,14 +117,9 @@ TEXT ·quadsQ2_K(SB), NOSPLIT, $0-56
 	VZEROUPPER
 	RET
 
-// quant.IQ4Values as bytes, for VPSHUFB.
-DATA quadiq4<>+0(SB)/8, $0xf6eaddcfbfad9881
-DATA quadiq4<>+8(SB)/8, $0x7159453526190d01
-GLOBL quadiq4<>(SB), RODATA|NOPTR, $16
-
 // IQ4XSQ(boff, a): the 32 signed grid values of the 16 bytes of nibbles at boff(DI) (low nibbles the first 16)
 // against the activations at a(SI), their quad sums to a(DX), as signed products (|w| times a·sign(w)). Y12:
-// quadiq4.
+// iq4Bytes.
 #define IQ4XSQ(boff, a) \
 	VMOVDQU boff(DI), X0; VPSRLW $4, X0, X1; VINSERTI128 $1, X1, Y0, Y0; VPAND Y15, Y0, Y0; VPSHUFB Y0, Y12, Y0; \
 	VMOVDQU a(SI), Y2; VPSIGNB Y0, Y0, Y1; VPSIGNB Y0, Y2, Y2; VPMADDUBSW Y2, Y1, Y1; VPMADDWD Y14, Y1, Y1; \
@@ -134,7 +129,7 @@ GLOBL quadiq4<>(SB), RODATA|NOPTR, $16
 // b: an IQ4_XS super-block (136 bytes: d, scales_h, 4 bytes of scales_l, 8 sub-blocks of 16 bytes of nibbles).
 TEXT ·quadsIQ4_XS(SB), NOSPLIT, $0-56
 	QUADARGS
-	VBROADCASTI128 quadiq4<>(SB), Y12
+	VBROADCASTI128 ·iq4Bytes(SB), Y12
 	IQ4XSQ(8, 0)
 	IQ4XSQ(24, 32)
 	IQ4XSQ(40, 64)

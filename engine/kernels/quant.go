@@ -512,7 +512,7 @@ func dotKGo(t quant.Type) func(w []byte, x qActRow) float32 {
 			}
 			addLanes(&acc, k.d*x.d[b], &lanes)
 			if k.hasMin {
-				addMins(&summs, &k, x.bsums[16*b:16*b+16], x.d[b], minsSum)
+				addMins(&acc, &summs, &k, x.bsums[16*b:16*b+16], x.d[b], minsSum)
 			}
 		}
 		return hsum8(&acc) - sumMins(&summs, minsSum)
@@ -520,13 +520,20 @@ func dotKGo(t quant.Type) func(w []byte, x qActRow) float32 {
 }
 
 // addMins adds a super-block's minimum terms (k's minimums times bsums, the activations' sums of 16, times
-// k.dmin and the activations' scale xd) to summs as mins says.
-func addMins(summs *[4]float32, k *kInts, bsums []int16, xd float32, mins kMins) {
+// k.dmin and the activations' scale xd) as mins says: to summs, or (minsLanes) negated to the product lanes acc,
+// which must then come before the super-block's products.
+func addMins(acc *[8]float32, summs *[4]float32, k *kInts, bsums []int16, xd float32, mins kMins) {
+	dmin := k.dmin * xd
+	if mins == minsLanes {
+		for l := range 8 {
+			acc[l] = ggml.FMA32(-dmin, float32(k.mn[2*l]*int32(bsums[2*l])+k.mn[2*l+1]*int32(bsums[2*l+1])), acc[l])
+		}
+		return
+	}
 	var mi [4]int32 // lane j: the sub-blocks of 32 elements 2j and 2j+1
 	for j := range 16 {
 		mi[j/4] += k.mn[j] * int32(bsums[j])
 	}
-	dmin := k.dmin * xd
 	switch mins {
 	case minsSum:
 		summs[0] += float32(dmin * float32(mi[0]+mi[1]+mi[2]+mi[3]))
@@ -539,7 +546,7 @@ func addMins(summs *[4]float32, k *kInts, bsums []int16, xd float32, mins kMins)
 	}
 }
 
-// sumMins is the sum of the minimum terms addMins added: llama.cpp adds them negated (its dmin is -d·dmin), the
+// sumMins is the sum of the minimum terms addMins added to summs (0 for minsLanes): llama.cpp adds them negated (its dmin is -d·dmin), the
 // same bits as subtracting them.
 func sumMins(summs *[4]float32, mins kMins) float32 {
 	if mins == minsFused4 {

@@ -25,6 +25,10 @@ func dotQ5_0FMA(b []byte, qs []int8, d []float32) float32
 //go:noescape
 func dotQ5_1FMA(b []byte, qs []int8, d, s []float32) float32
 
+// iq4Bytes is quant.IQ4Values, the table the IQ4 assembly kernels look their grid values up in (VPSHUFB; in
+// quant_amd64.s and quads_amd64.s).
+var iq4Bytes = quant.IQ4Values
+
 //go:noescape
 func dotIQ4_NLAVX2(b []byte, qs []int8, d []float32) float32
 

@@ -1640,17 +1640,12 @@ q2kx4loop:
 	ADDQ $84, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ q2kx4loop
 	X4OUTMIN
 
-// quant.IQ4Values as bytes, for VPSHUFB.
-DATA iq4vals<>+0(SB)/8, $0xf6eaddcfbfad9881
-DATA iq4vals<>+8(SB)/8, $0x7159453526190d01
-GLOBL iq4vals<>(SB), RODATA|NOPTR, $16
-
 // func dotIQ4_NLAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) IQ4_NL blocks (18 bytes: float16 d, 16 bytes of nibbles indexing quant.IQ4Values, low nibbles the
 // elements 0..15); qs, d: the Q8_0 activations.
 TEXT ·dotIQ4_NLAVX2(SB), NOSPLIT, $0-76
 	ARGS
-	VBROADCASTI128 iq4vals<>(SB), Y12
+	VBROADCASTI128 ·iq4Bytes(SB), Y12
 
 iq4nlloop:
 	NIBBLES32(2)
@@ -1659,7 +1654,7 @@ iq4nlloop:
 
 // IQ4XSGROUP(qoff, aoff, lbyte, lshift, hshift): an IQ4_XS sub-block's 32 weights (the 16 bytes of nibbles at
 // qoff(DI)) against the activations at aoff(SI): Y11 += their lanes times the sub-block's scale, its low four bits
-// at bit lshift of lbyte(DI), its high two at bit hshift of scales_h (AX), less 32. Y12: iq4vals.
+// at bit lshift of lbyte(DI), its high two at bit hshift of scales_h (AX), less 32. Y12: iq4Bytes.
 #define IQ4XSGROUP(qoff, aoff, lbyte, lshift, hshift) \
 	NIBBLES32(qoff); VPSHUFB Y1, Y12, Y1; VMOVDQU aoff(SI), Y2; SIGNEDDOT; \
 	MOVBLZX lbyte(DI), BX; SHRL $lshift, BX; ANDL $15, BX; MOVL AX, DX; SHRL $hshift, DX; ANDL $3, DX; SHLL $4, DX; \
@@ -1671,7 +1666,7 @@ iq4nlloop:
 // times their scales, then times d_w · d_a and added.
 TEXT ·dotIQ4_XSAVX2(SB), NOSPLIT, $0-76
 	ARGS
-	VBROADCASTI128 iq4vals<>(SB), Y12
+	VBROADCASTI128 ·iq4Bytes(SB), Y12
 
 iq4xsloop:
 	MOVWLZX 2(DI), AX
@@ -1699,7 +1694,7 @@ iq4xsloop:
 // (llama.cpp's gemv/gemm_iq4_nl_8x8_q8_0; dotIQ4_NLRepacked).
 TEXT ·dotIQ4_NLRepackedFMA(SB), NOSPLIT, $0-76
 	ARGS
-	VBROADCASTI128 iq4vals<>(SB), Y12
+	VBROADCASTI128 ·iq4Bytes(SB), Y12
 	VXORPS X7, X7, X7
 
 iq4nlrloop:

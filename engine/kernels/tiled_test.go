@@ -74,13 +74,11 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 		}
 		return acc
 	}
-	decode := map[quant.Type]func(*kInts, []byte){quant.Q2_K: decodeQ2_KInts, quant.Q3_K: decodeQ3_KInts,
-		quant.Q4_K: decodeQ4_KInts, quant.Q5_K: decodeQ5_KInts, quant.Q6_K: decodeQ6_KInts, quant.IQ4_XS: decodeIQ4_XSInts}[typ]
 	var k kInts
 	var acc float32
 	bb := len(w) / len(x.d)
 	for b := range len(x.d) {
-		decode(&k, w[b*bb:(b+1)*bb])
+		kDecode(typ, &k, w[b*bb:(b+1)*bb])
 		var isb, imin int32
 		for j := range 16 { // sixteenths: a 32-element sub-block's scale is its two sixteenths' (equal) scale
 			var isum int32
