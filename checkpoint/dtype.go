@@ -35,6 +35,15 @@ const (
 	// IQ4_NL and IQ4_XS index a 16-value non-linear grid (quant.IQ4Values).
 	IQ4_NL DType = "IQ4_NL"
 	IQ4_XS DType = "IQ4_XS"
+	// The codebook i-quants index lattice codebooks of 8 (IQ3: 4) weights, with signs and small scales
+	// (quant.GridInts).
+	IQ3_S   DType = "IQ3_S"
+	IQ3_XXS DType = "IQ3_XXS"
+	IQ2_S   DType = "IQ2_S"
+	IQ2_XS  DType = "IQ2_XS"
+	IQ2_XXS DType = "IQ2_XXS"
+	IQ1_M   DType = "IQ1_M"
+	IQ1_S   DType = "IQ1_S"
 )
 
 // Size is the number of bytes of one element; 0 for a quantized block type (see TensorBytes).

@@ -288,7 +288,10 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-iquants.json", &iq) // its float32 cache's, as tiny.json's
 	maps.Copy(ref.Types, iq.Caches["f32"])
-	for _, name := range []string{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"} {
+	readJSON(t, "../gguf/testdata/llamacpp/tiny-grids.json", &iq)
+	maps.Copy(ref.Types, iq.Caches["f32"])
+	for _, name := range []string{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+		"IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S"} {
 		t.Run(name, func(t *testing.T) {
 			c, ok := ref.Types[name]
 			if !ok {
@@ -347,6 +350,9 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 var tinyLogprobTol = map[string]float64{
 	"F32": 1e-4, "F16": 0.05, "BF16": 0.1,
 	"Q8_0": 0.1, "Q4_0": 0.1, "Q4_1": 0.1, "Q4_K": 0.1, "Q5_K": 0.1, "Q6_K": 0.1, "IQ4_NL": 0.1, "IQ4_XS": 0.1,
+	// The codebook i-quants' coarser weights move further when one activation code flips: IQ2_XS by 0.12 at one
+	// position (its other positions within 1e-6).
+	"IQ3_S": 0.2, "IQ3_XXS": 0.2, "IQ2_S": 0.2, "IQ2_XS": 0.2, "IQ2_XXS": 0.2, "IQ1_M": 0.2, "IQ1_S": 0.2,
 }
 
 // TestGGUFRefusedBeforeSplit: a GGUF file whose metadata or vocabulary is refused (here tiny-llama-Q4_0.gguf with

@@ -77,7 +77,7 @@ func TestParseRejects(t *testing.T) {
 		{"v1", func() []byte { f := base(); f.version = 1; return f.bytes() }(), "version 1"},
 		{"v4", func() []byte { f := base(); f.version = 4; return f.bytes() }(), "version 4"},
 		{"big-endian", func() []byte { f := base(); f.version = 3 << 24; return f.bytes() }(), "big-endian"},
-		{"unknown type", (&testFile{}).tensor("blk.0.x", quant.IQ2_XXS, make([]byte, 66), 256).bytes(), `"blk.0.x": IQ2_XXS is not supported`},
+		{"unknown type", (&testFile{}).tensor("blk.0.x", quant.TQ1_0, make([]byte, 54), 256).bytes(), `"blk.0.x": TQ1_0 is not supported`},
 		{"unnumbered type", (&testFile{}).tensor("x", quant.Type(99), make([]byte, 4), 1).bytes(), "type(99)"},
 		{"partial block", (&testFile{}).tensor("x", quant.Q4_K, make([]byte, 144), 100).bytes(), "whole number of Q4_K blocks"},
 		{"misaligned", func() []byte {

@@ -38,6 +38,8 @@ var decoders = map[Type]func(y []float32, b []byte){
 	Q8_0: decodeQ8_0, Q4_0: decodeQ4_0, Q4_1: decodeQ4_1, Q5_0: decodeQ5_0, Q5_1: decodeQ5_1,
 	Q2_K: decodeQ2_K, Q3_K: decodeQ3_K, Q4_K: decodeQ4_K, Q5_K: decodeQ5_K, Q6_K: decodeQ6_K,
 	IQ4_NL: decodeIQ4_NL, IQ4_XS: decodeIQ4_XS,
+	IQ3_S: decodeGrid(IQ3_S), IQ3_XXS: decodeGrid(IQ3_XXS), IQ2_S: decodeGrid(IQ2_S), IQ2_XS: decodeGrid(IQ2_XS),
+	IQ2_XXS: decodeGrid(IQ2_XXS), IQ1_M: decodeGrid(IQ1_M), IQ1_S: decodeGrid(IQ1_S),
 }
 
 func halfAt(b []byte, off int) float32 { return halfTable[binary.LittleEndian.Uint16(b[off:])] }

@@ -28,8 +28,8 @@ func loadVectors(t *testing.T) []vectorCase {
 	if err := json.Unmarshal(b, &v); err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Cases) < 13 {
-		t.Fatalf("testdata/vectors.json has %d cases, want 13", len(v.Cases))
+	if len(v.Cases) < len(formats) {
+		t.Fatalf("testdata/vectors.json has %d cases, want one per supported type (%d)", len(v.Cases), len(formats))
 	}
 	return v.Cases
 }
@@ -189,8 +189,8 @@ func TestFormatErrors(t *testing.T) {
 	if err := Quantize(Q6_K, make([]byte, 210), make([]float32, 256)); err == nil {
 		t.Fatal("Q6_K encoded (no encoder)")
 	}
-	if _, err := Parse("IQ2_XXS"); err == nil {
-		t.Fatal("IQ2_XXS parsed as supported")
+	if _, err := Parse("TQ1_0"); err == nil {
+		t.Fatal("TQ1_0 parsed as supported")
 	}
 	if IQ2_XXS.String() != "IQ2_XXS" || Type(5).String() != "type(5)" {
 		t.Fatal("type names")

@@ -90,6 +90,13 @@ var formats = []Format{
 	{Q6_K, QKK, QKK/2 + QKK/4 + QKK/16 + 2},
 	{IQ4_NL, QK, 2 + QK/2},
 	{IQ4_XS, QKK, 2 + 2 + QKK/64 + QKK/2},
+	{IQ3_S, QKK, 2 + QKK/4 + QKK/32 + QKK/8 + QKK/64},
+	{IQ3_XXS, QKK, 2 + 3*QKK/8},
+	{IQ2_S, QKK, 2 + QKK/4 + QKK/32 + QKK/32},
+	{IQ2_XS, QKK, 2 + QKK/4 + QKK/32},
+	{IQ2_XXS, QKK, 2 + QKK/4},
+	{IQ1_M, QKK, QKK/8 + QKK/16 + QKK/32},
+	{IQ1_S, QKK, 2 + QKK/8 + QKK/16},
 }
 
 // Format returns the layout of t, or false when this package cannot decode t.

@@ -274,21 +274,25 @@ var quantKernels = func() map[quant.Type]*quantKernel {
 }()
 
 // portableKernels are the Go kernels, which the assembly ones match bit for bit.
-var portableKernels = map[quant.Type]*quantKernel{
-	quant.Q8_0: {act: actQ8_0, dot: dotQ8_0Go},
-	quant.Q4_0: {act: actQ8_0, dot: dotQ4_0Go, widen: widenQ4_0},
-	quant.Q5_0: {act: actQ8_0, dot: dotQ5_0Go, widen: widenQ5_0},
-	quant.Q4_1: {act: actQ8_1, dot: dotQ4_1Go},
-	quant.Q5_1: {act: actQ8_1, dot: dotQ5_1Go},
-	quant.Q2_K: {act: actQ8_K, dot: dotKGo(quant.Q2_K)},
-	quant.Q3_K: {act: actQ8_K, dot: dotKGo(quant.Q3_K)},
-	quant.Q4_K: {act: actQ8_K, dot: dotKGo(quant.Q4_K)},
-	quant.Q5_K: {act: actQ8_K, dot: dotKGo(quant.Q5_K)},
-	quant.Q6_K: {act: actQ8_K, dot: dotKGo(quant.Q6_K)},
-	// llama.cpp multiplies IQ4_NL by Q8_0 activations and IQ4_XS by Q8_K ones, its grid values as the integers.
-	quant.IQ4_NL: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, false) }, widen: widenIQ4_NL},
-	quant.IQ4_XS: {act: actQ8_K, dot: dotKGo(quant.IQ4_XS)},
-}
+var portableKernels = func() map[quant.Type]*quantKernel {
+	m := map[quant.Type]*quantKernel{
+		quant.Q8_0: {act: actQ8_0, dot: dotQ8_0Go},
+		quant.Q4_0: {act: actQ8_0, dot: dotQ4_0Go, widen: widenQ4_0},
+		quant.Q5_0: {act: actQ8_0, dot: dotQ5_0Go, widen: widenQ5_0},
+		quant.Q4_1: {act: actQ8_1, dot: dotQ4_1Go},
+		quant.Q5_1: {act: actQ8_1, dot: dotQ5_1Go},
+		quant.Q2_K: {act: actQ8_K, dot: dotKGo(quant.Q2_K)},
+		quant.Q3_K: {act: actQ8_K, dot: dotKGo(quant.Q3_K)},
+		quant.Q4_K: {act: actQ8_K, dot: dotKGo(quant.Q4_K)},
+		quant.Q5_K: {act: actQ8_K, dot: dotKGo(quant.Q5_K)},
+		quant.Q6_K: {act: actQ8_K, dot: dotKGo(quant.Q6_K)},
+		// llama.cpp multiplies IQ4_NL by Q8_0 activations and IQ4_XS by Q8_K ones, its grid values as the integers.
+		quant.IQ4_NL: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, false) }, widen: widenIQ4_NL},
+		quant.IQ4_XS: {act: actQ8_K, dot: dotKGo(quant.IQ4_XS)},
+	}
+	maps.Copy(m, gridKernels(false))
+	return m
+}()
 
 // lanes32 adds the products of 32 weights w and activations a into eight integer lanes (lane l: elements
 // 4l..4l+3), each times scale(l) when scale is not nil.
@@ -589,7 +593,10 @@ func kDecode(t quant.Type, k *kInts, b []byte) {
 	case quant.IQ4_XS:
 		decodeIQ4_XSInts(k, b)
 	default:
-		panic(fmt.Sprintf("kernels: kDecode of %s", t))
+		if !quant.IsGrid(t) {
+			panic(fmt.Sprintf("kernels: kDecode of %s", t))
+		}
+		k.d, k.hasMin, k.offset = quant.GridInts(t, &k.q, &k.sc, b), false, 0
 	}
 }
 

@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"maps"
+
 	"github.com/layerstream/layerstream/quant"
 	"golang.org/x/sys/cpu"
 )
@@ -196,6 +198,7 @@ func asmKernels() map[quant.Type]*quantKernel {
 		quant.IQ4_NL: {act: actQ8_0, dot: func(w []byte, x qActRow) float32 { return dotIQ4_NLAVX2(w, x.qs, x.d) }},
 		quant.IQ4_XS: {act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return dotIQ4_XSAVX2(w, x.qs, x.d) }},
 	}
+	maps.Copy(m, gridKernels(true))
 	in4 := map[quant.Type]func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
 		quant.Q4_K: dotQ4_KIn4AVX2, quant.Q5_K: dotQ5_KIn4AVX2, quant.Q6_K: dotQ6_KIn4AVX2,
 	}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/layerstream/layerstream/quant"
 )
 
 // BenchmarkLinearQuant times LinearQuant on a TinyLlama-sized [2048×2048] weight per block format (compare
@@ -13,7 +11,7 @@ import (
 func BenchmarkLinearQuant(b *testing.B) {
 	const in, out = 2048, 2048
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
+	for _, typ := range quantTypes {
 		w := randomQuantMatrix(b, rng, typ, out, in)
 		for _, rows := range []int{1, 16, 128} {
 			b.Run(fmt.Sprintf("%s/rows=%d", typ, rows), func(b *testing.B) {

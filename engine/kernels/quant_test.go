@@ -14,8 +14,31 @@ import (
 )
 
 // quantTypes are the block formats the kernels multiply.
-var quantTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q2_K, quant.Q3_K,
-	quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL, quant.IQ4_XS}
+var quantTypes = append([]quant.Type{quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1, quant.Q2_K, quant.Q3_K,
+	quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL, quant.IQ4_XS}, quant.GridTypes...)
+
+// halfOffsets are the byte offsets of the float16 scales in a block of each type (IQ1_M's d is spread over the
+// top nibbles of its four scale words instead; setScales writes it).
+var halfOffsets = map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2},
+	quant.Q6_K: {208}, quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2},
+	quant.IQ4_NL: {0}, quant.IQ4_XS: {0}, quant.IQ2_XXS: {0}, quant.IQ2_XS: {0}, quant.IQ2_S: {0}, quant.IQ3_XXS: {0},
+	quant.IQ3_S: {0}, quant.IQ1_S: {0}}
+
+// setScales sets the float16 scales of blk, one block of type typ, to values from next: random bytes with sane
+// scales decode to finite, varied weights.
+func setScales(typ quant.Type, blk []byte, next func() float32) {
+	if typ == quant.IQ1_M {
+		h := quant.Float32ToHalf(next())
+		for i := range 4 {
+			w := binary.LittleEndian.Uint16(blk[48+2*i:])
+			binary.LittleEndian.PutUint16(blk[48+2*i:], w&0x0fff|(h>>(4*i)&0xf)<<12)
+		}
+		return
+	}
+	for _, off := range halfOffsets[typ] {
+		binary.LittleEndian.PutUint16(blk[off:], quant.Float32ToHalf(next()))
+	}
+}
 
 // randomQuantMatrix makes a [rows, cols] matrix of type t: encoded from N(0, 0.02) weights where quant can
 // encode t, else random blocks whose float16 scales are set to sane values (as gguf-py's test vectors do).
@@ -31,14 +54,8 @@ func randomQuantMatrix(t testing.TB, rng *rand.Rand, typ quant.Type, rows, cols 
 		for i := range data {
 			data[i] = byte(rng.Uint32())
 		}
-		half := func(off int) {
-			binary.LittleEndian.PutUint16(data[off:], quant.Float32ToHalf(float32(1e-4+rng.Float64()*1e-2)))
-		}
 		for b := 0; b < len(data); b += f.BlockBytes {
-			for _, off := range map[quant.Type][]int{quant.Q5_0: {0}, quant.Q5_1: {0, 2}, quant.Q2_K: {80, 82},
-				quant.Q3_K: {108}, quant.Q5_K: {0, 2}, quant.Q6_K: {208}, quant.IQ4_NL: {0}, quant.IQ4_XS: {0}}[typ] {
-				half(b + off)
-			}
+			setScales(typ, data[b:b+f.BlockBytes], func() float32 { return float32(1e-4 + rng.Float64()*1e-2) })
 		}
 	}
 	m, err := NewQuantMatrix(typ, data, rows, cols)
@@ -342,7 +359,7 @@ func TestNewQuantMatrixErrors(t *testing.T) {
 		{quant.Q8_0, 33, 1, 32}, // short data
 		{quant.F32, 4, 1, 1},    // not a block type
 		{quant.Q4_K, 0, 1, 0},   // empty rows
-		{quant.IQ2_XXS, 66, 1, 256},
+		{quant.TQ1_0, 54, 1, 256},
 	} {
 		if _, err := NewQuantMatrix(c.typ, make([]byte, c.n), c.rows, c.cols); err == nil {
 			t.Errorf("NewQuantMatrix(%s, %d bytes, %d×%d) accepted", c.typ, c.n, c.rows, c.cols)

@@ -112,6 +112,9 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 		quant.IQ4_NL: {unpack: unpackIQ4_NLTiled},
 		quant.IQ4_XS: {sub: 32, unpack: unpackIQ4_XSTiled},
 	}
+	for t, sub := range gridTiledSub {
+		m[t] = &tiledFormat{sub: sub, unpack: unpackGridTiled(t, sub)}
+	}
 	for typ, c := range codes16 {
 		m[typ].codes16, m[typ].scales16 = c, scales16[typ]
 	}

@@ -19,12 +19,8 @@ func randomKBlocks(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int)
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2}, quant.Q6_K: {208},
-		quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2}, quant.IQ4_NL: {0}, quant.IQ4_XS: {0}}[typ]
 	for b := 0; b < len(data); b += f.BlockBytes {
-		for _, off := range halves {
-			binary.LittleEndian.PutUint16(data[b+off:], quant.Float32ToHalf(float32(1e-4+rng.Float64()*1e-2)))
-		}
+		setScales(typ, data[b:b+f.BlockBytes], func() float32 { return float32(1e-4 + rng.Float64()*1e-2) })
 	}
 	m, err := NewQuantMatrix(typ, data, rows, cols)
 	if err != nil {
@@ -90,6 +86,9 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 				case quant.IQ4_XS:
 					code += 128
 				}
+				if quant.IsGrid(typ) {
+					code += 128
+				}
 				isum += code * int32(x.qs[quant.QKK*b+e])
 			}
 			isb += k.sc[j] * isum
@@ -100,6 +99,9 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 			case quant.Q3_K:
 				mi = 4 * k.sc[j]
 			case quant.IQ4_XS:
+				mi = 128 * k.sc[j]
+			}
+			if quant.IsGrid(typ) {
 				mi = 128 * k.sc[j]
 			}
 			imin += mi * int32(x.bsums[16*b+j])
@@ -189,18 +191,13 @@ func TestLinearQuantPromptExtremes(t *testing.T) {
 			kernels["asm"] = f.asmKernel
 		}
 		bf, _ := typ.Format()
-		halves := map[quant.Type][]int{quant.Q2_K: {80, 82}, quant.Q3_K: {108}, quant.Q4_K: {0, 2}, quant.Q5_K: {0, 2},
-			quant.Q6_K: {208}, quant.Q8_0: {0}, quant.Q4_0: {0}, quant.Q5_0: {0}, quant.Q4_1: {0, 2}, quant.Q5_1: {0, 2},
-			quant.IQ4_NL: {0}, quant.IQ4_XS: {0}}[typ]
 		for _, fill := range []byte{0xff, 0x80, 0x7f, 0x00} {
 			data := make([]byte, out*in/bf.BlockElems*bf.BlockBytes)
 			for i := range data {
 				data[i] = fill
 			}
 			for b := 0; b < len(data); b += bf.BlockBytes {
-				for _, off := range halves {
-					binary.LittleEndian.PutUint16(data[b+off:], quant.Float32ToHalf(0.01))
-				}
+				setScales(typ, data[b:b+bf.BlockBytes], func() float32 { return 0.01 })
 			}
 			w, err := NewQuantMatrix(typ, data, out, in)
 			if err != nil {

@@ -1,0 +1,104 @@
+package kernels
+
+import "github.com/layerstream/layerstream/quant"
+
+// Products of the codebook i-quants (quant.GridTypes: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) with
+// Q8_K activations, as llama.cpp pairs them. Each super-block is decoded into integers (quant.GridInts: weight j
+// is d·sc[j/16]·q[j]), its product with the activations is exact in the integers,
+//
+//	isum = Σ_s sc[s]·Σ_{j in sixteenth s} q[j]·x[j]   (|q| ≤ 63, sc ≤ 31, |x| ≤ 127: within int32)
+//
+// and one float update per super-block adds (d·dx)·isum. The assembly integer product (gridIntsAVX2) gives the
+// same integer as gridIntsGo, so the kernels give the same bits with and without it.
+
+// gridIntsGo is isum for the decoded super-block q, sc and the 256 activations x.
+func gridIntsGo(q *[quant.QKK]int8, x []int8, sc *[16]int32) int32 {
+	x = x[:quant.QKK]
+	var sum int32
+	for s := range 16 {
+		var p int32
+		for j := 16 * s; j < 16*s+16; j++ {
+			p += int32(q[j]) * int32(x[j])
+		}
+		sum += sc[s] * p
+	}
+	return sum
+}
+
+// gridInts is isum, by the assembly kernel when asm is set.
+func gridInts(asm bool, q *[quant.QKK]int8, x []int8, sc *[16]int32) int32 {
+	if asm {
+		return gridIntsAVX2(q, &x[:quant.QKK][0], sc)
+	}
+	return gridIntsGo(q, x, sc)
+}
+
+// gridDot is the product of a row w of the codebook i-quant t with the Q8_K row x.
+func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
+	var q [quant.QKK]int8
+	var sc [16]int32
+	var acc float32
+	bb := len(w) / len(x.d)
+	for b := range len(x.d) {
+		d := quant.GridInts(t, &q, &sc, w[b*bb:(b+1)*bb])
+		isum := gridInts(asm, &q, x.qs[quant.QKK*b:], &sc)
+		acc += float32(float32(d*x.d[b]) * float32(isum))
+	}
+	return acc
+}
+
+// gridIn4 sets y[r·ystride] (r < 4) to gridDot of w with the four consecutive Q8_K rows x spans, decoding each
+// super-block once for the four.
+func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride int) {
+	var q [quant.QKK]int8
+	var sc [16]int32
+	var acc [4]float32
+	nb := len(x.d) / 4
+	bb := len(w) / nb
+	for b := range nb {
+		d := quant.GridInts(t, &q, &sc, w[b*bb:(b+1)*bb])
+		for r := range 4 {
+			isum := gridInts(asm, &q, x.qs[quant.QKK*(r*nb+b):], &sc)
+			acc[r] += float32(float32(d*x.d[r*nb+b]) * float32(isum))
+		}
+	}
+	for r := range 4 {
+		y[r*ystride] = acc[r]
+	}
+}
+
+// gridKernels are the codebook i-quants' kernels, with the assembly integer products when asm is set.
+func gridKernels(asm bool) map[quant.Type]*quantKernel {
+	m := map[quant.Type]*quantKernel{}
+	for _, t := range quant.GridTypes {
+		m[t] = &quantKernel{
+			act: actQ8_K,
+			dot: func(w []byte, x qActRow) float32 { return gridDot(t, asm, w, x) },
+			in4: func(w []byte, x qActRow, y []float32, ystride int) { gridIn4(t, asm, w, x, y, ystride) },
+		}
+	}
+	return m
+}
+
+// unpackGridTiled returns the tiled prompt unpacker of the codebook i-quant t: codes q + 128 (the 128 goes into
+// mi as 128·sc, as IQ4_XS's does), its scales per sub-block of sub elements (32, or 16 where t has a scale per 16).
+func unpackGridTiled(t quant.Type, sub int) func(c codeDst, m metaDst, blk []byte) {
+	return func(c codeDst, m metaDst, blk []byte) {
+		var q [quant.QKK]int8
+		var sc16, sc, mi [16]int32
+		d := quant.GridInts(t, &q, &sc16, blk)
+		for i := range 64 {
+			c.set(i, (uint32(uint8(q[4*i]))|uint32(uint8(q[4*i+1]))<<8|uint32(uint8(q[4*i+2]))<<16|uint32(uint8(q[4*i+3]))<<24)^0x80808080)
+		}
+		step := sub / 16
+		for s := range quant.QKK / sub {
+			sc[s] = sc16[s*step]
+			mi[s] = 128 * sc[s]
+		}
+		m.scales(&sc, &mi, d, d)
+	}
+}
+
+// gridTiledSub is the tiled sub-block size of each codebook i-quant: 16 where its scales are per 16 elements.
+var gridTiledSub = map[quant.Type]int{quant.IQ2_XXS: 32, quant.IQ2_XS: 16, quant.IQ2_S: 16, quant.IQ3_XXS: 32,
+	quant.IQ3_S: 32, quant.IQ1_S: 32, quant.IQ1_M: 16}
