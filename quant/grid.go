@@ -56,10 +56,10 @@ func kSigns(s uint32) uint64 { return kSignMasks[s&127] }
 // cannot carry into the next byte because no byte of g is 0.
 func signed(g, mask uint64) uint64 { return (g ^ mask) + (mask & 0x0101010101010101) }
 
-// iq1Codes[0][i] holds 8·v+1 and iq1Codes[1][i] 8·v−1 for the eight values v of iq1sGrid[i] (int8 bytes): IQ1's
+// IQ1Codes[0][i] holds 8·v+1 and IQ1Codes[1][i] 8·v−1 for the eight values v of IQ1SGrid[i] (int8 bytes): IQ1's
 // weights times 8 with their shift of +1/8 or −1/8.
-var iq1Codes = func() (c [2][2048]uint64) {
-	for i, g := range iq1sGrid {
+var IQ1Codes = func() (c [2][2048]uint64) {
+	for i, g := range IQ1SGrid {
 		for j := range 8 {
 			v := int8(g >> (8 * j))
 			c[0][i] |= uint64(uint8(8*v+1)) << (8 * j)
@@ -83,10 +83,10 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			s := int32(2*(aux>>28) + 1)
 			sc[2*ib], sc[2*ib+1] = s, s
 			for l := range 4 {
-				put(4*ib+l, signed(iq2xxsGrid[uint8(idx>>(8*l))], kSigns(aux>>(7*l))))
+				put(4*ib+l, signed(IQ2XXSGrid[uint8(idx>>(8*l))], kSigns(aux>>(7*l))))
 			}
 		}
-		return halfAt(b, 0) * 0.125
+		return GridScale(t, b)
 	case IQ2_XS: // f16 d, 32 uint16 (9-bit grid index, 7 sign bits), 8 bytes of two 4-bit scales
 		b = b[:74]
 		for ib := range 8 {
@@ -94,10 +94,10 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			sc[2*ib], sc[2*ib+1] = int32(2*(s&15)+1), int32(2*(s>>4)+1)
 			for l := range 4 {
 				v := uint32(binary.LittleEndian.Uint16(b[2+2*(4*ib+l):]))
-				put(4*ib+l, signed(iq2xsGrid[v&511], kSigns(v>>9)))
+				put(4*ib+l, signed(IQ2XSGrid[v&511], kSigns(v>>9)))
 			}
 		}
-		return halfAt(b, 0) * 0.125
+		return GridScale(t, b)
 	case IQ2_S: // f16 d, 32 grid index bytes, 32 sign bytes, 8 bytes of 2-bit index highs, 8 of two scales
 		b = b[:82]
 		for ib := range 8 {
@@ -105,10 +105,10 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			sc[2*ib], sc[2*ib+1] = int32(2*(s&15)+1), int32(2*(s>>4)+1)
 			for l := range 4 {
 				idx := uint32(b[2+4*ib+l]) | h<<(8-2*l)&0x300
-				put(4*ib+l, signed(iq2sGrid[idx&1023], signMasks[b[34+4*ib+l]]))
+				put(4*ib+l, signed(IQ2SGrid[idx&1023], signMasks[b[34+4*ib+l]]))
 			}
 		}
-		return halfAt(b, 0) * 0.125
+		return GridScale(t, b)
 	case IQ3_XXS: // f16 d, 64 grid index bytes (4 values each), per 32: 4×7 sign bits and a 4-bit scale
 		b = b[:98]
 		for ib := range 8 {
@@ -116,11 +116,11 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			s := int32(2*(aux>>28) + 1)
 			sc[2*ib], sc[2*ib+1] = s, s
 			for l := range 4 {
-				g := uint64(iq3xxsGrid[b[2+8*ib+2*l]]) | uint64(iq3xxsGrid[b[3+8*ib+2*l]])<<32
+				g := uint64(IQ3XXSGrid[b[2+8*ib+2*l]]) | uint64(IQ3XXSGrid[b[3+8*ib+2*l]])<<32
 				put(4*ib+l, signed(g, kSigns(aux>>(7*l))))
 			}
 		}
-		return halfAt(b, 0) * 0.25
+		return GridScale(t, b)
 	case IQ3_S: // f16 d, 64 grid index bytes, 8 bytes of index high bits, 32 sign bytes, 4 bytes of two scales
 		b = b[:110]
 		for ib := range 8 {
@@ -130,23 +130,23 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			for l := range 4 {
 				i1 := uint32(b[2+8*ib+2*l]) | h<<(8-2*l)&256
 				i2 := uint32(b[3+8*ib+2*l]) | h<<(7-2*l)&256
-				g := uint64(iq3sGrid[i1&511]) | uint64(iq3sGrid[i2&511])<<32
+				g := uint64(IQ3SGrid[i1&511]) | uint64(IQ3SGrid[i2&511])<<32
 				put(4*ib+l, signed(g, signMasks[b[74+4*ib+l]]))
 			}
 		}
-		return halfAt(b, 0)
+		return GridScale(t, b)
 	case IQ1_S: // f16 d, 32 grid index bytes, per 32 a uint16: 4×3 index high bits, a 3-bit scale, the shift's sign
 		b = b[:50]
 		for ib := range 8 {
 			h := uint32(binary.LittleEndian.Uint16(b[34+2*ib:]))
 			s := int32(2*(h>>12&7) + 1)
 			sc[2*ib], sc[2*ib+1] = s, s
-			codes := &iq1Codes[h>>15]
+			codes := &IQ1Codes[h>>15]
 			for l := range 4 {
 				put(4*ib+l, codes[(uint32(b[2+4*ib+l])|(h>>(3*l)&7)<<8)&2047])
 			}
 		}
-		return halfAt(b, 0) * 0.125
+		return GridScale(t, b)
 	case IQ1_M: // 32 grid index bytes, per 32 two bytes (per 8: 3 index high bits, the shift's sign), 8 bytes of 3-bit scales and d
 		b = b[:56]
 		var sw [4]uint32
@@ -158,13 +158,28 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			sc[2*ib], sc[2*ib+1] = int32(2*(s&7)+1), int32(2*(s>>3&7)+1)
 			for l := range 4 {
 				h := uint32(b[32+2*ib+l/2]) >> (4 * (l % 2)) // this group's nibble: 3 index bits, then the sign
-				put(4*ib+l, iq1Codes[h>>3&1][(uint32(b[4*ib+l])|(h&7)<<8)&2047])
+				put(4*ib+l, IQ1Codes[h>>3&1][(uint32(b[4*ib+l])|(h&7)<<8)&2047])
 			}
 		}
-		d := sw[0]>>12 | sw[1]>>8&0x00f0 | sw[2]>>4&0x0f00 | sw[3]&0xf000
-		return halfTable[uint16(d)] * 0.125
+		return GridScale(t, b)
 	}
 	panic(fmt.Sprintf("quant: GridInts of %s", t))
+}
+
+// GridScale is the d GridInts returns for the super-block b of the codebook i-quant t, alone: the block's
+// float16 scale times the format's power of two (IQ1_M's float16 is spread over its scale words' top nibbles).
+func GridScale(t Type, b []byte) float32 {
+	switch t {
+	case IQ3_S:
+		return halfAt(b, 0)
+	case IQ3_XXS:
+		return halfAt(b, 0) * 0.25
+	case IQ1_M:
+		b = b[:56]
+		d := b[49]>>4 | b[51]&0xf0
+		return halfTable[uint16(d)|uint16(b[53]>>4|b[55]&0xf0)<<8] * 0.125
+	}
+	return halfAt(b, 0) * 0.125
 }
 
 func u32(b []byte, off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }

@@ -2,8 +2,8 @@
 
 package quant
 
-// iq2xxsGrid is IQ2_XXS's 256 points: eight unsigned values in {8, 25, 43}, byte j element j.
-var iq2xxsGrid = [256]uint64{
+// IQ2XXSGrid is IQ2_XXS's 256 points: eight unsigned values in {8, 25, 43}, byte j element j.
+var IQ2XXSGrid = [256]uint64{
 	0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
 	0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x08080808082b0808,
 	0x08080808082b082b, 0x08080808082b2b08, 0x08080808082b2b2b, 0x0808080819080819,
@@ -70,8 +70,8 @@ var iq2xxsGrid = [256]uint64{
 	0x2b2b082b08080808, 0x2b2b190808192b08, 0x2b2b2b0819190808, 0x2b2b2b1908081908,
 }
 
-// iq2xsGrid is IQ2_XS's 512 points (values as iq2xxsGrid's).
-var iq2xsGrid = [512]uint64{
+// IQ2XSGrid is IQ2_XS's 512 points (values as IQ2XXSGrid's).
+var IQ2XSGrid = [512]uint64{
 	0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
 	0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
 	0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -202,8 +202,8 @@ var iq2xsGrid = [512]uint64{
 	0x2b2b2b2b082b2b08, 0x2b2b2b2b082b2b2b, 0x2b2b2b2b2b190819, 0x2b2b2b2b2b2b2b2b,
 }
 
-// iq2sGrid is IQ2_S's 1024 points (values as iq2xxsGrid's).
-var iq2sGrid = [1024]uint64{
+// IQ2SGrid is IQ2_S's 1024 points (values as IQ2XXSGrid's).
+var IQ2SGrid = [1024]uint64{
 	0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
 	0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
 	0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -462,8 +462,8 @@ var iq2sGrid = [1024]uint64{
 	0x2b2b2b2b082b082b, 0x2b2b2b2b082b2b08, 0x2b2b2b2b2b082b08, 0x2b2b2b2b2b2b2b2b,
 }
 
-// iq3xxsGrid is IQ3_XXS's 256 points: four unsigned values in {4, 12, 20, 28, 36, 44, 52, 62}, byte j element j.
-var iq3xxsGrid = [256]uint32{
+// IQ3XXSGrid is IQ3_XXS's 256 points: four unsigned values in {4, 12, 20, 28, 36, 44, 52, 62}, byte j element j.
+var IQ3XXSGrid = [256]uint32{
 	0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
 	0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
 	0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
@@ -498,8 +498,8 @@ var iq3xxsGrid = [256]uint32{
 	0x3e1c1c1c, 0x3e1c3404, 0x3e24140c, 0x3e24240c, 0x3e2c0404, 0x3e2c0414, 0x3e2c1424, 0x3e341c04,
 }
 
-// iq3sGrid is IQ3_S's 512 points: four values in {1, 3, ..., 15}, byte j element j.
-var iq3sGrid = [512]uint32{
+// IQ3SGrid is IQ3_S's 512 points: four values in {1, 3, ..., 15}, byte j element j.
+var IQ3SGrid = [512]uint32{
 	0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
 	0x01010309, 0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905,
 	0x0101090b, 0x0101090f, 0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09,
@@ -566,8 +566,8 @@ var iq3sGrid = [512]uint32{
 	0x0f090307, 0x0f090501, 0x0f090b01, 0x0f0b0505, 0x0f0b0905, 0x0f0d0105, 0x0f0d0703, 0x0f0f0101,
 }
 
-// iq1sGrid is IQ1_S's and IQ1_M's 2048 points: eight signed values in {-1, 0, 1} (int8 bytes).
-var iq1sGrid = [2048]uint64{
+// IQ1SGrid is IQ1_S's and IQ1_M's 2048 points: eight signed values in {-1, 0, 1} (int8 bytes).
+var IQ1SGrid = [2048]uint64{
 	0xffffffffffffffff, 0xffffffffffffff01, 0xffffffffffff0000, 0xffffffffffff01ff,
 	0xffffffffffff0101, 0xffffffffff00ff00, 0xffffffffff000000, 0xffffffffff01ffff,
 	0xffffffffff01ff01, 0xffffffffff0101ff, 0xffffffffff010101, 0xffffffff00ff0000,

@@ -1,6 +1,10 @@
 package kernels
 
-import "github.com/layerstream/layerstream/quant"
+import (
+	"unsafe"
+
+	"github.com/layerstream/layerstream/quant"
+)
 
 // Products of the codebook i-quants (quant.GridTypes: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) with
 // Q8_K activations, as llama.cpp pairs them. Each super-block is decoded into integers (quant.GridInts: weight j
@@ -8,8 +12,9 @@ import "github.com/layerstream/layerstream/quant"
 //
 //	isum = Σ_s sc[s]·Σ_{j in sixteenth s} q[j]·x[j]   (|q| ≤ 63, sc ≤ 31, |x| ≤ 127: within int32)
 //
-// and one float update per super-block adds (d·dx)·isum. The assembly integer product (gridIntsAVX2) gives the
-// same integer as gridIntsGo, so the kernels give the same bits with and without it.
+// and one float update per super-block adds float32(d·dx)·isum. The assembly row kernels (grid_amd64.s), which
+// decode in registers, compute the same integers and float operations, so they give gridDot's bits; so do the
+// tiled prompts, whose unpackers write the same codes and scales with and without assembly.
 
 // gridIntsGo is isum for the decoded super-block q, sc and the 256 activations x.
 func gridIntsGo(q *[quant.QKK]int8, x []int8, sc *[16]int32) int32 {
@@ -25,31 +30,32 @@ func gridIntsGo(q *[quant.QKK]int8, x []int8, sc *[16]int32) int32 {
 	return sum
 }
 
-// gridInts is isum, by the assembly kernel when asm is set.
-func gridInts(asm bool, q *[quant.QKK]int8, x []int8, sc *[16]int32) int32 {
-	if asm {
-		return gridIntsAVX2(q, &x[:quant.QKK][0], sc)
-	}
-	return gridIntsGo(q, x, sc)
-}
+// gridScales are a super-block's scales as the assembly unpackers write them: per 32 elements, 16 words, the
+// first sixteenth's scale in words 0-7, the second's in 8-15 (the row kernels' VPMADDWD operand).
+type gridScales [8][16]int16
 
-// gridDot is the product of a row w of the codebook i-quant t with the Q8_K row x.
+// gridDot is the product of a row w of the codebook i-quant t with the Q8_K row x; with asm, by t's assembly row
+// kernel (gridRowAsm), which decodes each super-block in registers and gives the same bits.
 func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
-	var q [quant.QKK]int8
-	var sc [16]int32
+	if asm {
+		return gridRowAsm(t, w, x)
+	}
 	var acc float32
 	bb := len(w) / len(x.d)
+	var q [quant.QKK]int8
+	var sc [16]int32
 	for b := range len(x.d) {
 		d := quant.GridInts(t, &q, &sc, w[b*bb:(b+1)*bb])
-		isum := gridInts(asm, &q, x.qs[quant.QKK*b:], &sc)
+		isum := gridIntsGo(&q, x.qs[quant.QKK*b:], &sc)
 		acc += float32(float32(d*x.d[b]) * float32(isum))
 	}
 	return acc
 }
 
-// gridIn4 sets y[r·ystride] (r < 4) to gridDot of w with the four consecutive Q8_K rows x spans, decoding each
-// super-block once for the four.
-func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride int) {
+// gridIn4 sets y[r·ystride] (r < 4) to the portable gridDot of w with the four consecutive Q8_K rows x spans,
+// decoding each super-block once for the four. (The assembly row kernels decode faster than four products
+// would share a decoded block: they take each input row alone.)
+func gridIn4(t quant.Type, w []byte, x qActRow, y []float32, ystride int) {
 	var q [quant.QKK]int8
 	var sc [16]int32
 	var acc [4]float32
@@ -58,7 +64,7 @@ func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride i
 	for b := range nb {
 		d := quant.GridInts(t, &q, &sc, w[b*bb:(b+1)*bb])
 		for r := range 4 {
-			isum := gridInts(asm, &q, x.qs[quant.QKK*(r*nb+b):], &sc)
+			isum := gridIntsGo(&q, x.qs[quant.QKK*(r*nb+b):], &sc)
 			acc[r] += float32(float32(d*x.d[r*nb+b]) * float32(isum))
 		}
 	}
@@ -71,24 +77,34 @@ func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride i
 func gridKernels(asm bool) map[quant.Type]*quantKernel {
 	m := map[quant.Type]*quantKernel{}
 	for _, t := range quant.GridTypes {
-		m[t] = &quantKernel{
-			act: actQ8_K,
-			dot: func(w []byte, x qActRow) float32 { return gridDot(t, asm, w, x) },
-			in4: func(w []byte, x qActRow, y []float32, ystride int) { gridIn4(t, asm, w, x, y, ystride) },
+		m[t] = &quantKernel{act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return gridDot(t, asm, w, x) }}
+		if !asm {
+			m[t].in4 = func(w []byte, x qActRow, y []float32, ystride int) { gridIn4(t, w, x, y, ystride) }
 		}
 	}
 	return m
 }
 
 // unpackGridTiled returns the tiled prompt unpacker of the codebook i-quant t: codes q + 128 (the 128 goes into
-// mi as 128·sc, as IQ4_XS's does), its scales per sub-block of sub elements (32, or 16 where t has a scale per 16).
+// mi as 128·sc, as IQ4_XS's does), its scales per sub-block of sub elements (32, or 16 where t has a scale per
+// 16); by t's assembly unpacker where the CPU has AVX2.
 func unpackGridTiled(t quant.Type, sub int) func(c codeDst, m metaDst, blk []byte) {
 	return func(c codeDst, m metaDst, blk []byte) {
-		var q [quant.QKK]int8
 		var sc16, sc, mi [16]int32
-		d := quant.GridInts(t, &q, &sc16, blk)
-		for i := range 64 {
-			c.set(i, (uint32(uint8(q[4*i]))|uint32(uint8(q[4*i+1]))<<8|uint32(uint8(q[4*i+2]))<<16|uint32(uint8(q[4*i+3]))<<24)^0x80808080)
+		var d float32
+		if useAVX2 {
+			var scv gridScales
+			gridUnpackAsm(t, blk, c, &scv)
+			for s := range 16 {
+				sc16[s] = int32(scv[s/2][8*(s%2)])
+			}
+			d = quant.GridScale(t, blk)
+		} else {
+			var q [quant.QKK]int8
+			d = quant.GridInts(t, &q, &sc16, blk)
+			for i, v := range (*[quant.QKK / 4]uint32)(unsafe.Pointer(&q)) { // byte k of quad i: element 4i+k
+				c.set(i, v^0x80808080)
+			}
 		}
 		step := sub / 16
 		for s := range quant.QKK / sub {

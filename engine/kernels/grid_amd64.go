@@ -2,7 +2,129 @@ package kernels
 
 import "github.com/layerstream/layerstream/quant"
 
-// gridIntsAVX2 is gridIntsGo with AVX2 (grid_amd64.s): x points at the 256 activations.
+// The per-format row kernels (grid_amd64.s): gridDot of the row w (nb super-blocks) with the Q8_K activations x
+// and their scales xd, each super-block decoded in registers.
 //
 //go:noescape
-func gridIntsAVX2(q *[quant.QKK]int8, x *int8, sc *[16]int32) int32
+func gridRowIQ2XXS(w *byte, x *int8, xd *float32, nb int) float32
+
+//go:noescape
+func gridRowIQ2XS(w *byte, x *int8, xd *float32, nb int) float32
+
+//go:noescape
+func gridRowIQ2S(w *byte, x *int8, xd *float32, nb int) float32
+
+//go:noescape
+func gridRowIQ3XXS(w *byte, x *int8, xd *float32, nb int) float32
+
+//go:noescape
+func gridRowIQ3S(w *byte, x *int8, xd *float32, nb int) float32
+
+//go:noescape
+func gridRowIQ1S(w *byte, x *int8, xd *float32, nb int) float32
+
+//go:noescape
+func gridRowIQ1M(w *byte, x *int8, xd *float32, nb int) float32
+
+// The tables the assembly kernels read: the grids (copies of quant's), and 7-bit signs as ±1 bytes.
+var (
+	iq2xxsGrid = quant.IQ2XXSGrid
+	iq2xsGrid  = quant.IQ2XSGrid
+	iq2sGrid   = quant.IQ2SGrid
+	iq3xxsGrid = quant.IQ3XXSGrid
+	iq3sGrid   = quant.IQ3SGrid
+	iq1Codes   = quant.IQ1Codes
+	// ksignPM[s] has byte j −1 where bit j of ggml's ksigns_iq2xs[s] is set (the 7 bits of s and their parity as
+	// the eighth), else +1.
+	ksignPM = func() (m [128]uint64) {
+		for s := range 128 {
+			p := 0
+			for j := range 7 {
+				p ^= s >> j & 1
+			}
+			for j, bits := 0, s|p<<7; j < 8; j++ {
+				b := uint64(0x01)
+				if bits>>j&1 != 0 {
+					b = 0xff
+				}
+				m[s] |= b << (8 * j)
+			}
+		}
+		return m
+	}()
+)
+
+// gridRowAsm is gridDot of the row w of the codebook i-quant t with x, by t's row kernel. w must hold
+// len(x.d) super-blocks and x.qs 256 activations for each (NewQuantMatrix's sizes and qAct guarantee them).
+func gridRowAsm(t quant.Type, w []byte, x qActRow) float32 {
+	nb := len(x.d)
+	if nb == 0 {
+		return 0
+	}
+	wp, xp, dp := &w[0], &x.qs[:nb*quant.QKK][0], &x.d[0]
+	switch t {
+	case quant.IQ2_XXS:
+		return gridRowIQ2XXS(wp, xp, dp, nb)
+	case quant.IQ2_XS:
+		return gridRowIQ2XS(wp, xp, dp, nb)
+	case quant.IQ2_S:
+		return gridRowIQ2S(wp, xp, dp, nb)
+	case quant.IQ3_XXS:
+		return gridRowIQ3XXS(wp, xp, dp, nb)
+	case quant.IQ3_S:
+		return gridRowIQ3S(wp, xp, dp, nb)
+	case quant.IQ1_S:
+		return gridRowIQ1S(wp, xp, dp, nb)
+	case quant.IQ1_M:
+		return gridRowIQ1M(wp, xp, dp, nb)
+	}
+	panic("kernels: no assembly kernel for " + t.String())
+}
+
+// The per-format tiled-prompt unpackers (grid_amd64.s): the super-block at b as tiled codes (quant.GridInts's
+// q + 128) of one row of a panel (codes: its quad 0, tiled.go's codeDst) and its scale vectors.
+//
+//go:noescape
+func gridUnpackIQ2XXS(b *byte, codes *byte, scv *int16)
+
+//go:noescape
+func gridUnpackIQ2XS(b *byte, codes *byte, scv *int16)
+
+//go:noescape
+func gridUnpackIQ2S(b *byte, codes *byte, scv *int16)
+
+//go:noescape
+func gridUnpackIQ3XXS(b *byte, codes *byte, scv *int16)
+
+//go:noescape
+func gridUnpackIQ3S(b *byte, codes *byte, scv *int16)
+
+//go:noescape
+func gridUnpackIQ1S(b *byte, codes *byte, scv *int16)
+
+//go:noescape
+func gridUnpackIQ1M(b *byte, codes *byte, scv *int16)
+
+// gridUnpackAsm writes the super-block b (whole) of the codebook i-quant t as the tiled codes at c and its scales
+// into scv, by t's unpacker.
+func gridUnpackAsm(t quant.Type, b []byte, c codeDst, scv *gridScales) {
+	bp, cp, sp := &b[0], (*byte)(c.p), &scv[0][0]
+	switch t {
+	case quant.IQ2_XXS:
+		gridUnpackIQ2XXS(bp, cp, sp)
+	case quant.IQ2_XS:
+		gridUnpackIQ2XS(bp, cp, sp)
+	case quant.IQ2_S:
+		gridUnpackIQ2S(bp, cp, sp)
+	case quant.IQ3_XXS:
+		gridUnpackIQ3XXS(bp, cp, sp)
+	case quant.IQ3_S:
+		gridUnpackIQ3S(bp, cp, sp)
+	case quant.IQ1_S:
+		gridUnpackIQ1S(bp, cp, sp)
+	case quant.IQ1_M:
+		gridUnpackIQ1M(bp, cp, sp)
+	default:
+		panic("kernels: no assembly unpacker for " + t.String())
+	}
+}

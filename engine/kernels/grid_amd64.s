@@ -1,41 +1,334 @@
 #include "textflag.h"
 
-// func gridIntsAVX2(q *[256]int8, x *int8, sc *[16]int32) int32
+// The codebook i-quants' kernels (grid.go): per format, a row kernel (gridRow*: gridDot of a row) and a tiled-
+// prompt unpacker (gridUnpack*), both decoding each super-block in registers as llama.cpp's AVX2 kernels do. A
+// format's macro (IQ2XXS...) decodes 32 weights: their grid points gathered into Y1 by their indices (unsigned
+// values; IQ1's signed codes from quant.IQ1Codes), their signs into Y2 as ±1 bytes (from the table ksignPM for 7
+// stored bits and their parity, spread in registers from 8 stored bits), and the 16-bit scales of their two
+// sixteenths into Y5. DOT32 then applies the signs to the activations (VPSIGNB) and adds VPMADDUBSW's pairs times
+// the scales (VPMADDWD) into Y0: per super-block, isum = Σ_s sc[s]·Σ q·x, the integer gridIntsGo computes from
+// quant.GridInts; PSTORE writes the signed codes plus 128 into a tiled panel instead.
 //
-// Σ_s sc[s]·Σ_{j in sixteenth s} q[j]·x[j], 32 elements (two sixteenths) a step: VPMADDUBSW multiplies |q| by x
-// with q's signs (VPSIGNB; |q| ≤ 63 and |x| ≤ 127, so no pair saturates), VPMADDWD adds the pairs times the
-// sixteenth's scale as 16-bit words (the low 128-bit lane is sixteenth 2i, the high one 2i+1).
-TEXT ·gridIntsAVX2(SB), NOSPLIT, $0-28
-	MOVQ q+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ sc+16(FP), DX
-	VPXOR Y0, Y0, Y0
-	MOVQ $8, CX
+// Registers: DI the super-block, SI the activations (the panel), R8 the grid, R9 ksignPM, Y0 the int32 sums.
 
-loop:
-	VMOVDQU (SI), Y1
-	VMOVDQU (DI), Y2
-	VPSIGNB Y1, Y2, Y2
-	VPABSB Y1, Y1
-	VPMADDUBSW Y2, Y1, Y3
-	VPBROADCASTW (DX), X4
-	VPBROADCASTW 4(DX), X5
-	VINSERTI128 $1, X5, Y4, Y4
-	VPMADDWD Y4, Y3, Y3
-	VPADDD Y3, Y0, Y0
-	ADDQ $32, SI
-	ADDQ $32, DI
-	ADDQ $8, DX
-	DECQ CX
-	JNZ loop
+// DOT32(xo): the 32 unsigned grid values in Y1 with the signs in Y2 (±1 bytes) against the activations at xo(SI),
+// times the scales in Y5 (low lane: the first sixteenth, high lane: the second), into Y0.
+#define DOT32(xo) \
+	VMOVDQU xo(SI), Y3; VPSIGNB Y2, Y3, Y3; VPMADDUBSW Y3, Y1, Y4; VPMADDWD Y5, Y4, Y4; VPADDD Y4, Y0, Y0
 
-	VEXTRACTI128 $1, Y0, X1
-	VPADDD X1, X0, X0
-	VPSHUFD $0x4e, X0, X1
-	VPADDD X1, X0, X0
-	VPSHUFD $0xb1, X0, X1
-	VPADDD X1, X0, X0
-	VMOVD X0, AX
-	MOVL AX, ret+24(FP)
-	VZEROUPPER
-	RET
+// SDOT32(xo): DOT32 for the signed codes in Y1 (IQ1's, never 0): |q| against x with q's signs.
+#define SDOT32(xo) \
+	VMOVDQU xo(SI), Y3; VPSIGNB Y1, Y3, Y3; VPABSB Y1, Y1; VPMADDUBSW Y3, Y1, Y4; VPMADDWD Y5, Y4, Y4; VPADDD Y4, Y0, Y0
+
+// SCALE1(r): Y5 = the 16-bit value 2·r+1 in every word (r is clobbered).
+#define SCALE1(r) \
+	LEAL 1(r)(r*1), r; VMOVD r, X5; VPBROADCASTW X5, Y5
+
+// SCALES2(r): the byte r's low nibble n as 2n+1 for the first sixteenth, its high nibble for the second.
+#define SCALES2(r) \
+	MOVL r, R10; ANDL $15, R10; LEAL 1(R10)(R10*1), R10; SHRL $4, r; LEAL 1(r)(r*1), r; \
+	VMOVD R10, X5; VPBROADCASTW X5, X5; VMOVD r, X6; VPBROADCASTW X6, X6; VINSERTI128 $1, X6, Y5, Y5
+
+// KSIGNS(r): Y2 = the ±1 bytes of the four 7-bit sign groups in r's low 28 bits (ksignPM in R9).
+#define KSIGNS(r) \
+	MOVL r, R10; ANDL $127, R10; VMOVQ (R9)(R10*8), X2; \
+	MOVL r, R10; SHRL $7, R10; ANDL $127, R10; VPINSRQ $1, (R9)(R10*8), X2, X2; \
+	MOVL r, R10; SHRL $14, R10; ANDL $127, R10; VMOVQ (R9)(R10*8), X3; \
+	MOVL r, R10; SHRL $21, R10; ANDL $127, R10; VPINSRQ $1, (R9)(R10*8), X3, X3; \
+	VINSERTI128 $1, X3, Y2, Y2
+
+// Constants for SIGNSV: byte k of a dword spread over bytes 8k..8k+7 (per 128-bit lane: bytes 0, 1 low, 2, 3 high),
+// each byte's bit, and +1.
+DATA gridSignSpread<>+0(SB)/8, $0x0000000000000000
+DATA gridSignSpread<>+8(SB)/8, $0x0101010101010101
+DATA gridSignSpread<>+16(SB)/8, $0x0202020202020202
+DATA gridSignSpread<>+24(SB)/8, $0x0303030303030303
+GLOBL gridSignSpread<>(SB), RODATA|NOPTR, $32
+DATA gridSignBits<>+0(SB)/8, $0x8040201008040201
+GLOBL gridSignBits<>(SB), RODATA|NOPTR, $8
+DATA gridOnes<>+0(SB)/4, $0x01010101
+GLOBL gridOnes<>(SB), RODATA|NOPTR, $4
+
+// SIGNSV(off): Y2 = the ±1 bytes of the four sign bytes at off(DI), in vector registers (Y12 gridSignSpread,
+// Y11 gridSignBits, Y10 ones; SIGNSVINIT loads them).
+#define SIGNSV(off) \
+	VPBROADCASTD off(DI), Y2; VPSHUFB Y12, Y2, Y2; VPAND Y11, Y2, Y2; VPCMPEQB Y11, Y2, Y2; VPOR Y10, Y2, Y2
+
+#define SIGNSVINIT \
+	VMOVDQU gridSignSpread<>(SB), Y12; VPBROADCASTQ gridSignBits<>(SB), Y11; VPBROADCASTD gridOnes<>(SB), Y10
+
+DATA gridEighth<>+0(SB)/4, $0x3e000000
+GLOBL gridEighth<>(SB), RODATA|NOPTR, $4
+DATA gridQuarter<>+0(SB)/4, $0x3e800000
+GLOBL gridQuarter<>(SB), RODATA|NOPTR, $4
+
+// ROWARGS(grid): DI the row, SI the activations, DX their Q8_K scales, CX the super-blocks, R8 the grid, R9
+// ksignPM, X15 the row's float sum.
+#define ROWARGS(grid) \
+	MOVQ w+0(FP), DI; MOVQ x+8(FP), SI; MOVQ xd+16(FP), DX; MOVQ nb+24(FP), CX; \
+	LEAQ grid(SB), R8; LEAQ ·ksignPM(SB), R9; VXORPS X15, X15, X15; VPXOR Y0, Y0, Y0
+
+DATA gridCode128<>+0(SB)/4, $0x80808080
+GLOBL gridCode128<>(SB), RODATA|NOPTR, $4
+
+// UNPARGS(grid): DI the super-block, SI the row's codes in a tiled panel, R13 the scale vectors out, R8 the grid,
+// R9 ksignPM, Y9 0x80 bytes.
+#define UNPARGS(grid) \
+	MOVQ b+0(FP), DI; MOVQ codes+8(FP), SI; MOVQ scv+16(FP), R13; LEAQ grid(SB), R8; LEAQ ·ksignPM(SB), R9; \
+	VPBROADCASTD gridCode128<>(SB), Y9
+
+// PSTORE(ib): the 32 grid values in Y1 with the signs in Y2 applied, plus 128, as the tiled codes of quads
+// 8·ib..8·ib+7 (quad i at i·64(SI): tiled.go's codeDst), and the scale vector Y5 to 32·ib(R13). SPSTORE: the
+// signed codes in Y1 (IQ1's) as they are.
+#define PSTORE(ib) VPSIGNB Y2, Y1, Y1; SPSTORE(ib)
+#define SPSTORE(ib) \
+	VPXOR Y9, Y1, Y1; VMOVDQU Y5, (32*ib)(R13); \
+	VMOVD X1, (512*ib)(SI); VPEXTRD $1, X1, (512*ib+64)(SI); VPEXTRD $2, X1, (512*ib+128)(SI); VPEXTRD $3, X1, (512*ib+192)(SI); \
+	VEXTRACTI128 $1, Y1, X1; \
+	VMOVD X1, (512*ib+256)(SI); VPEXTRD $1, X1, (512*ib+320)(SI); VPEXTRD $2, X1, (512*ib+384)(SI); VPEXTRD $3, X1, (512*ib+448)(SI)
+
+// HALFD(off): X4 = the float16 at off(DI) as a float32.
+#define HALFD(off) MOVWLZX off(DI), AX; VMOVD AX, X4; VCVTPH2PS X4, X4
+
+// IQ1MD: X4 = IQ1_M's float16 d, the top nibbles of its four scale words at 48.
+#define IQ1MD \
+	MOVBLZX 49(DI), AX; SHRL $4, AX; MOVBLZX 51(DI), BX; ANDL $0xf0, BX; ORL BX, AX; \
+	MOVBLZX 53(DI), BX; SHRL $4, BX; SHLL $8, BX; ORL BX, AX; MOVBLZX 55(DI), BX; ANDL $0xf0, BX; SHLL $8, BX; ORL BX, AX; \
+	VMOVD AX, X4; VCVTPH2PS X4, X4
+
+// NEXT(size): the super-block's float update, X15 += float32(d·dx)·float32(isum) with d in X4 (gridDot's
+// operations in its order: no fused ones), then on to the next super-block of size bytes, looping to
+// the label block while super-blocks are left.
+#define NEXT(size) \
+	VEXTRACTI128 $1, Y0, X1; VPADDD X1, X0, X0; VPSHUFD $0x4e, X0, X1; VPADDD X1, X0, X0; \
+	VPSHUFD $0xb1, X0, X1; VPADDD X1, X0, X0; VMOVD X0, AX; VCVTSI2SSL AX, X3, X3; \
+	VMULSS (DX), X4, X4; VMULSS X3, X4, X4; VADDSS X4, X15, X15; VPXOR Y0, Y0, Y0; \
+	ADDQ $size, DI; ADDQ $256, SI; ADDQ $4, DX; DECQ CX; JNZ block
+
+// IQ2_XXS: per 32 weights, four grid index bytes at q and a uint32 at a: four 7-bit sign groups and the scale.
+#define IQ2XXS(q, a) \
+	MOVL q(DI), AX; MOVL a(DI), BX; \
+	MOVL AX, R10; ANDL $0xff, R10; VMOVQ (R8)(R10*8), X1; \
+	MOVL AX, R10; SHRL $8, R10; ANDL $0xff, R10; VPINSRQ $1, (R8)(R10*8), X1, X1; \
+	MOVL AX, R10; SHRL $16, R10; ANDL $0xff, R10; VMOVQ (R8)(R10*8), X2; \
+	SHRL $24, AX; VPINSRQ $1, (R8)(AX*8), X2, X2; \
+	VINSERTI128 $1, X2, Y1, Y1; \
+	KSIGNS(BX); SHRL $28, BX; SCALE1(BX)
+
+// func gridRowIQ2XXS(w *byte, x *int8, xd *float32, nb int) float32
+TEXT ·gridRowIQ2XXS(SB), NOSPLIT, $0-36
+	ROWARGS(·iq2xxsGrid)
+
+block:
+	IQ2XXS(2, 6); DOT32(0); IQ2XXS(10, 14); DOT32(32); IQ2XXS(18, 22); DOT32(64); IQ2XXS(26, 30); DOT32(96)
+	IQ2XXS(34, 38); DOT32(128); IQ2XXS(42, 46); DOT32(160); IQ2XXS(50, 54); DOT32(192); IQ2XXS(58, 62); DOT32(224)
+	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
+	NEXT(66)
+	VZEROUPPER; MOVSS X15, ret+32(FP); RET
+
+// IQ2_XS: per 32 weights, four uint16 at q (a 9-bit grid index, 7 sign bits) and the scales byte at s.
+#define IQ2XS(q, s) \
+	MOVQ q(DI), AX; \
+	MOVL AX, R10; ANDL $511, R10; VMOVQ (R8)(R10*8), X1; \
+	MOVQ AX, R10; SHRQ $16, R10; ANDL $511, R10; VPINSRQ $1, (R8)(R10*8), X1, X1; \
+	MOVQ AX, R10; SHRQ $32, R10; ANDL $511, R10; VMOVQ (R8)(R10*8), X2; \
+	MOVQ AX, R10; SHRQ $48, R10; ANDL $511, R10; VPINSRQ $1, (R8)(R10*8), X2, X2; \
+	VINSERTI128 $1, X2, Y1, Y1; \
+	MOVQ AX, R10; SHRQ $9, R10; ANDL $127, R10; VMOVQ (R9)(R10*8), X2; \
+	MOVQ AX, R10; SHRQ $25, R10; ANDL $127, R10; VPINSRQ $1, (R9)(R10*8), X2, X2; \
+	MOVQ AX, R10; SHRQ $41, R10; ANDL $127, R10; VMOVQ (R9)(R10*8), X3; \
+	SHRQ $57, AX; VPINSRQ $1, (R9)(AX*8), X3, X3; \
+	VINSERTI128 $1, X3, Y2, Y2; \
+	MOVBLZX s(DI), BX; SCALES2(BX)
+
+// func gridRowIQ2XS(w *byte, x *int8, xd *float32, nb int) float32
+TEXT ·gridRowIQ2XS(SB), NOSPLIT, $0-36
+	ROWARGS(·iq2xsGrid)
+
+block:
+	IQ2XS(2, 66); DOT32(0); IQ2XS(10, 67); DOT32(32); IQ2XS(18, 68); DOT32(64); IQ2XS(26, 69); DOT32(96)
+	IQ2XS(34, 70); DOT32(128); IQ2XS(42, 71); DOT32(160); IQ2XS(50, 72); DOT32(192); IQ2XS(58, 73); DOT32(224)
+	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
+	NEXT(74)
+	VZEROUPPER; MOVSS X15, ret+32(FP); RET
+
+// IQ2_S: per 32 weights, four grid index low bytes at q, their high two bits in the byte at h, four sign bytes at
+// sg, the scales byte at s.
+#define IQ2S(q, sg, h, s) \
+	MOVL q(DI), AX; MOVBLZX h(DI), BX; \
+	MOVL AX, R10; ANDL $0xff, R10; MOVL BX, R11; SHLL $8, R11; ANDL $0x300, R11; ORL R11, R10; VMOVQ (R8)(R10*8), X1; \
+	MOVL AX, R10; SHRL $8, R10; ANDL $0xff, R10; MOVL BX, R11; SHLL $6, R11; ANDL $0x300, R11; ORL R11, R10; VPINSRQ $1, (R8)(R10*8), X1, X1; \
+	MOVL AX, R10; SHRL $16, R10; ANDL $0xff, R10; MOVL BX, R11; SHLL $4, R11; ANDL $0x300, R11; ORL R11, R10; VMOVQ (R8)(R10*8), X2; \
+	SHRL $24, AX; SHLL $2, BX; ANDL $0x300, BX; ORL BX, AX; VPINSRQ $1, (R8)(AX*8), X2, X2; \
+	VINSERTI128 $1, X2, Y1, Y1; \
+	SIGNSV(sg); MOVBLZX s(DI), BX; SCALES2(BX)
+
+// func gridRowIQ2S(w *byte, x *int8, xd *float32, nb int) float32
+TEXT ·gridRowIQ2S(SB), NOSPLIT, $0-36
+	ROWARGS(·iq2sGrid)
+	SIGNSVINIT
+
+block:
+	IQ2S(2, 34, 66, 74); DOT32(0); IQ2S(6, 38, 67, 75); DOT32(32); IQ2S(10, 42, 68, 76); DOT32(64); IQ2S(14, 46, 69, 77); DOT32(96)
+	IQ2S(18, 50, 70, 78); DOT32(128); IQ2S(22, 54, 71, 79); DOT32(160); IQ2S(26, 58, 72, 80); DOT32(192); IQ2S(30, 62, 73, 81); DOT32(224)
+	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
+	NEXT(82)
+	VZEROUPPER; MOVSS X15, ret+32(FP); RET
+
+// GRID4(sb): R10 = grid index byte sb/8 of AX.
+#define GRID4(sb) MOVQ AX, R10; SHRQ $sb, R10; ANDL $0xff, R10
+
+// IQ3_XXS: per 32 weights, eight grid index bytes at q (four values each) and a uint32 at a: four 7-bit sign
+// groups and the scale.
+#define IQ3XXS(q, a) \
+	MOVQ q(DI), AX; \
+	GRID4(0); VMOVD (R8)(R10*4), X1; GRID4(8); VPINSRD $1, (R8)(R10*4), X1, X1; \
+	GRID4(16); VPINSRD $2, (R8)(R10*4), X1, X1; GRID4(24); VPINSRD $3, (R8)(R10*4), X1, X1; \
+	GRID4(32); VMOVD (R8)(R10*4), X2; GRID4(40); VPINSRD $1, (R8)(R10*4), X2, X2; \
+	GRID4(48); VPINSRD $2, (R8)(R10*4), X2, X2; GRID4(56); VPINSRD $3, (R8)(R10*4), X2, X2; \
+	VINSERTI128 $1, X2, Y1, Y1; \
+	MOVL a(DI), BX; KSIGNS(BX); SHRL $28, BX; SCALE1(BX)
+
+// func gridRowIQ3XXS(w *byte, x *int8, xd *float32, nb int) float32
+TEXT ·gridRowIQ3XXS(SB), NOSPLIT, $0-36
+	ROWARGS(·iq3xxsGrid)
+
+block:
+	IQ3XXS(2, 66); DOT32(0); IQ3XXS(10, 70); DOT32(32); IQ3XXS(18, 74); DOT32(64); IQ3XXS(26, 78); DOT32(96)
+	IQ3XXS(34, 82); DOT32(128); IQ3XXS(42, 86); DOT32(160); IQ3XXS(50, 90); DOT32(192); IQ3XXS(58, 94); DOT32(224)
+	HALFD(0); VMULSS gridQuarter<>(SB), X4, X4
+	NEXT(98)
+	VZEROUPPER; MOVSS X15, ret+32(FP); RET
+
+DATA grid3sShifts<>+0(SB)/4, $8
+DATA grid3sShifts<>+4(SB)/4, $7
+DATA grid3sShifts<>+8(SB)/4, $6
+DATA grid3sShifts<>+12(SB)/4, $5
+DATA grid3sShifts<>+16(SB)/4, $4
+DATA grid3sShifts<>+20(SB)/4, $3
+DATA grid3sShifts<>+24(SB)/4, $2
+DATA grid3sShifts<>+28(SB)/4, $1
+GLOBL grid3sShifts<>(SB), RODATA|NOPTR, $32
+DATA grid3sBit8<>+0(SB)/4, $256
+GLOBL grid3sBit8<>(SB), RODATA|NOPTR, $4
+
+// IQ3_S: per 32 weights, eight grid index low bytes at q, their ninth bits in the byte at h (bit k of index k:
+// shifted to bit 8 by grid3sShifts in Y14, masked by Y13), gathered at once; four sign bytes at sg, the scale in
+// the nibble at bit sh of the byte at s.
+#define IQ3S(q, h, sg, s, sh) \
+	VPMOVZXBD q(DI), Y6; MOVBLZX h(DI), BX; VMOVD BX, X7; VPBROADCASTD X7, Y7; \
+	VPSLLVD Y14, Y7, Y7; VPAND Y13, Y7, Y7; VPOR Y7, Y6, Y6; \
+	VPCMPEQD Y8, Y8, Y8; VPXOR Y1, Y1, Y1; VPGATHERDD Y8, (R8)(Y6*4), Y1; \
+	SIGNSV(sg); MOVBLZX s(DI), BX; SHRL $sh, BX; ANDL $15, BX; SCALE1(BX)
+
+// func gridRowIQ3S(w *byte, x *int8, xd *float32, nb int) float32
+TEXT ·gridRowIQ3S(SB), NOSPLIT, $0-36
+	ROWARGS(·iq3sGrid)
+	VMOVDQU grid3sShifts<>(SB), Y14; VPBROADCASTD grid3sBit8<>(SB), Y13; SIGNSVINIT
+
+block:
+	IQ3S(2, 66, 74, 106, 0); DOT32(0); IQ3S(10, 67, 78, 106, 4); DOT32(32); IQ3S(18, 68, 82, 107, 0); DOT32(64); IQ3S(26, 69, 86, 107, 4); DOT32(96)
+	IQ3S(34, 70, 90, 108, 0); DOT32(128); IQ3S(42, 71, 94, 108, 4); DOT32(160); IQ3S(50, 72, 98, 109, 0); DOT32(192); IQ3S(58, 73, 102, 109, 4); DOT32(224)
+	HALFD(0)
+	NEXT(110)
+	VZEROUPPER; MOVSS X15, ret+32(FP); RET
+
+// GRID1(sb, hb, mask): R10 = grid index byte sb/8 of AX with the bits at hb of BX (mask: 7 for IQ1_S's three
+// index bits; 15 for IQ1_M's nibble, three index bits and the shift's sign, which selects the second table of
+// quant.IQ1Codes, 2048 entries on) above it.
+#define GRID1(sb, hb, mask) \
+	MOVL AX, R10; SHRL $sb, R10; ANDL $0xff, R10; MOVL BX, R12; SHRL $hb, R12; ANDL $mask, R12; SHLL $8, R12; ORL R12, R10
+
+// IQ1_S: per 32 weights, four grid index low bytes at q and a uint16 at h: four 3-bit index highs, the 3-bit
+// scale, the shift's sign (bit 15: R11 = R8 or the second table of quant.IQ1Codes, 2048·8 bytes on).
+#define IQ1S(q, h) \
+	MOVL q(DI), AX; MOVWLZX h(DI), BX; \
+	MOVL BX, R11; SHRL $15, R11; SHLQ $14, R11; ADDQ R8, R11; \
+	GRID1(0, 0, 7); VMOVQ (R11)(R10*8), X1; GRID1(8, 3, 7); VPINSRQ $1, (R11)(R10*8), X1, X1; \
+	GRID1(16, 6, 7); VMOVQ (R11)(R10*8), X2; GRID1(24, 9, 7); VPINSRQ $1, (R11)(R10*8), X2, X2; \
+	VINSERTI128 $1, X2, Y1, Y1; \
+	SHRL $12, BX; ANDL $7, BX; SCALE1(BX)
+
+// func gridRowIQ1S(w *byte, x *int8, xd *float32, nb int) float32
+TEXT ·gridRowIQ1S(SB), NOSPLIT, $0-36
+	ROWARGS(·iq1Codes)
+
+block:
+	IQ1S(2, 34); SDOT32(0); IQ1S(6, 36); SDOT32(32); IQ1S(10, 38); SDOT32(64); IQ1S(14, 40); SDOT32(96)
+	IQ1S(18, 42); SDOT32(128); IQ1S(22, 44); SDOT32(160); IQ1S(26, 46); SDOT32(192); IQ1S(30, 48); SDOT32(224)
+	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
+	NEXT(50)
+	VZEROUPPER; MOVSS X15, ret+32(FP); RET
+
+// IQ1_M: per 32 weights, four grid index low bytes at q, two bytes at h (a nibble per group), and the 3-bit
+// scales of the two sixteenths at bit sh of the uint16 at s.
+#define IQ1M(q, h, s, sh) \
+	MOVL q(DI), AX; MOVWLZX h(DI), BX; \
+	GRID1(0, 0, 15); VMOVQ (R8)(R10*8), X1; GRID1(8, 4, 15); VPINSRQ $1, (R8)(R10*8), X1, X1; \
+	GRID1(16, 8, 15); VMOVQ (R8)(R10*8), X2; GRID1(24, 12, 15); VPINSRQ $1, (R8)(R10*8), X2, X2; \
+	VINSERTI128 $1, X2, Y1, Y1; \
+	MOVWLZX s(DI), BX; SHRL $sh, BX; MOVL BX, R10; ANDL $7, R10; LEAL 1(R10)(R10*1), R10; \
+	SHRL $3, BX; ANDL $7, BX; LEAL 1(BX)(BX*1), BX; \
+	VMOVD R10, X5; VPBROADCASTW X5, X5; VMOVD BX, X6; VPBROADCASTW X6, X6; VINSERTI128 $1, X6, Y5, Y5
+
+// func gridRowIQ1M(w *byte, x *int8, xd *float32, nb int) float32
+TEXT ·gridRowIQ1M(SB), NOSPLIT, $0-36
+	ROWARGS(·iq1Codes)
+
+block:
+	IQ1M(0, 32, 48, 0); SDOT32(0); IQ1M(4, 34, 48, 6); SDOT32(32); IQ1M(8, 36, 50, 0); SDOT32(64); IQ1M(12, 38, 50, 6); SDOT32(96)
+	IQ1M(16, 40, 52, 0); SDOT32(128); IQ1M(20, 42, 52, 6); SDOT32(160); IQ1M(24, 44, 54, 0); SDOT32(192); IQ1M(28, 46, 54, 6); SDOT32(224)
+	IQ1MD; VMULSS gridEighth<>(SB), X4, X4
+	NEXT(56)
+	VZEROUPPER; MOVSS X15, ret+32(FP); RET
+
+// func gridUnpackIQ2XXS(b *byte, codes *byte, scv *int16)
+TEXT ·gridUnpackIQ2XXS(SB), NOSPLIT, $0-24
+	UNPARGS(·iq2xxsGrid)
+	IQ2XXS(2, 6); PSTORE(0); IQ2XXS(10, 14); PSTORE(1); IQ2XXS(18, 22); PSTORE(2); IQ2XXS(26, 30); PSTORE(3)
+	IQ2XXS(34, 38); PSTORE(4); IQ2XXS(42, 46); PSTORE(5); IQ2XXS(50, 54); PSTORE(6); IQ2XXS(58, 62); PSTORE(7)
+	VZEROUPPER; RET
+
+// func gridUnpackIQ2XS(b *byte, codes *byte, scv *int16)
+TEXT ·gridUnpackIQ2XS(SB), NOSPLIT, $0-24
+	UNPARGS(·iq2xsGrid)
+	IQ2XS(2, 66); PSTORE(0); IQ2XS(10, 67); PSTORE(1); IQ2XS(18, 68); PSTORE(2); IQ2XS(26, 69); PSTORE(3)
+	IQ2XS(34, 70); PSTORE(4); IQ2XS(42, 71); PSTORE(5); IQ2XS(50, 72); PSTORE(6); IQ2XS(58, 73); PSTORE(7)
+	VZEROUPPER; RET
+
+// func gridUnpackIQ2S(b *byte, codes *byte, scv *int16)
+TEXT ·gridUnpackIQ2S(SB), NOSPLIT, $0-24
+	UNPARGS(·iq2sGrid)
+	SIGNSVINIT
+	IQ2S(2, 34, 66, 74); PSTORE(0); IQ2S(6, 38, 67, 75); PSTORE(1); IQ2S(10, 42, 68, 76); PSTORE(2); IQ2S(14, 46, 69, 77); PSTORE(3)
+	IQ2S(18, 50, 70, 78); PSTORE(4); IQ2S(22, 54, 71, 79); PSTORE(5); IQ2S(26, 58, 72, 80); PSTORE(6); IQ2S(30, 62, 73, 81); PSTORE(7)
+	VZEROUPPER; RET
+
+// func gridUnpackIQ3XXS(b *byte, codes *byte, scv *int16)
+TEXT ·gridUnpackIQ3XXS(SB), NOSPLIT, $0-24
+	UNPARGS(·iq3xxsGrid)
+	IQ3XXS(2, 66); PSTORE(0); IQ3XXS(10, 70); PSTORE(1); IQ3XXS(18, 74); PSTORE(2); IQ3XXS(26, 78); PSTORE(3)
+	IQ3XXS(34, 82); PSTORE(4); IQ3XXS(42, 86); PSTORE(5); IQ3XXS(50, 90); PSTORE(6); IQ3XXS(58, 94); PSTORE(7)
+	VZEROUPPER; RET
+
+// func gridUnpackIQ3S(b *byte, codes *byte, scv *int16)
+TEXT ·gridUnpackIQ3S(SB), NOSPLIT, $0-24
+	UNPARGS(·iq3sGrid)
+	VMOVDQU grid3sShifts<>(SB), Y14; VPBROADCASTD grid3sBit8<>(SB), Y13; SIGNSVINIT
+	IQ3S(2, 66, 74, 106, 0); PSTORE(0); IQ3S(10, 67, 78, 106, 4); PSTORE(1); IQ3S(18, 68, 82, 107, 0); PSTORE(2); IQ3S(26, 69, 86, 107, 4); PSTORE(3)
+	IQ3S(34, 70, 90, 108, 0); PSTORE(4); IQ3S(42, 71, 94, 108, 4); PSTORE(5); IQ3S(50, 72, 98, 109, 0); PSTORE(6); IQ3S(58, 73, 102, 109, 4); PSTORE(7)
+	VZEROUPPER; RET
+
+// func gridUnpackIQ1S(b *byte, codes *byte, scv *int16)
+TEXT ·gridUnpackIQ1S(SB), NOSPLIT, $0-24
+	UNPARGS(·iq1Codes)
+	IQ1S(2, 34); SPSTORE(0); IQ1S(6, 36); SPSTORE(1); IQ1S(10, 38); SPSTORE(2); IQ1S(14, 40); SPSTORE(3)
+	IQ1S(18, 42); SPSTORE(4); IQ1S(22, 44); SPSTORE(5); IQ1S(26, 46); SPSTORE(6); IQ1S(30, 48); SPSTORE(7)
+	VZEROUPPER; RET
+
+// func gridUnpackIQ1M(b *byte, codes *byte, scv *int16)
+TEXT ·gridUnpackIQ1M(SB), NOSPLIT, $0-24
+	UNPARGS(·iq1Codes)
+	IQ1M(0, 32, 48, 0); SPSTORE(0); IQ1M(4, 34, 48, 6); SPSTORE(1); IQ1M(8, 36, 50, 0); SPSTORE(2); IQ1M(12, 38, 50, 6); SPSTORE(3)
+	IQ1M(16, 40, 52, 0); SPSTORE(4); IQ1M(20, 42, 52, 6); SPSTORE(5); IQ1M(24, 44, 54, 0); SPSTORE(6); IQ1M(28, 46, 54, 6); SPSTORE(7)
+	VZEROUPPER; RET

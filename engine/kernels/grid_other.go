@@ -4,7 +4,12 @@ package kernels
 
 import "github.com/layerstream/layerstream/quant"
 
-// gridIntsAVX2 is never called here (useAVX2 is false).
-func gridIntsAVX2(q *[quant.QKK]int8, x *int8, sc *[16]int32) int32 {
+// gridRowAsm is never called here (useAVX2 is false).
+func gridRowAsm(t quant.Type, w []byte, x qActRow) float32 {
+	panic("kernels: no AVX2 here")
+}
+
+// gridUnpackAsm is never called here (useAVX2 is false).
+func gridUnpackAsm(t quant.Type, b []byte, c codeDst, scv *gridScales) {
 	panic("kernels: no AVX2 here")
 }

@@ -231,7 +231,7 @@ func TestLinearQuantPromptExtremes(t *testing.T) {
 func BenchmarkLinearQuantPrompt(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const out, in = 2048, 2048
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q3_K, quant.Q2_K, quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_1, quant.Q5_1} {
+	for _, typ := range quantTypes {
 		w := randomQuantMatrix(b, rng, typ, out, in)
 		for _, rows := range []int{4, 8, 16, 32, 128, 512} {
 			x := make([]float32, rows*in)

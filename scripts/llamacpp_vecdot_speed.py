@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Times llama.cpp's own one-row dot products (ggml_vec_dot_<type>_q8_K from the llama-cpp-python wheel's
+libggml-cpu.so, this machine's x86 build) per block type, as ns per 256-element super-block on one core: the shape
+of engine/kernels BenchmarkGridDot (one row of 4096 super-blocks against Q8_K activations), to compare in one run:
+
+    /work/venvs/llama/bin/python scripts/llamacpp_vecdot_speed.py
+    go test -run XXX -bench BenchmarkGridDot -benchtime 200x ./engine/kernels
+
+Needs llama-cpp-python, gguf and numpy (pip install llama-cpp-python gguf numpy).
+"""
+import ctypes
+import glob
+import os
+import time
+
+import numpy as np
+import gguf
+import llama_cpp
+
+NB = 4096
+N = NB * 256
+TYPES = ["Q4_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
+
+
+def main():
+    lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))[0])
+    lib.ggml_cpu_init()
+    F = ctypes.POINTER(ctypes.c_float)
+    lib.quantize_row_q8_K.argtypes = [F, ctypes.c_void_p, ctypes.c_int64]
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=N).astype(np.float32)
+    act = ctypes.create_string_buffer(NB * 292)
+    lib.quantize_row_q8_K(x.ctypes.data_as(F), act, N)
+    for name in TYPES:
+        qtype = gguf.GGMLQuantizationType[name]
+        size = gguf.GGML_QUANT_SIZES[qtype][1]
+        w = rng.integers(0, 256, size=(NB, size), dtype=np.uint8)
+        if name not in ("IQ1_M", "Q4_K"):
+            w[:, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # a sane f16 scale (timing only)
+        dot = getattr(lib, f"ggml_vec_dot_{name.lower().replace('_k', '_K')}_q8_K")
+        dot.argtypes = [ctypes.c_int, F, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                        ctypes.c_size_t, ctypes.c_int]
+        s = ctypes.c_float()
+        for _ in range(3):
+            dot(N, ctypes.byref(s), 0, w.ctypes.data, 0, act, 0, 1)
+        reps = 200
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            dot(N, ctypes.byref(s), 0, w.ctypes.data, 0, act, 0, 1)
+        ns = (time.perf_counter() - t0) / reps / NB * 1e9
+        print(f"{name}: llama.cpp ggml_vec_dot {ns:.1f} ns per super-block")
+
+
+if __name__ == "__main__":
+    main()
