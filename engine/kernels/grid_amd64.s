@@ -11,14 +11,14 @@
 //
 // Registers: DI the super-block, SI the activations (the panel), R8 the grid, R9 ksignPM, Y0 the int32 sums.
 
-// DOT32(xo): the 32 unsigned grid values in Y1 with the signs in Y2 (±1 bytes) against the activations at xo(SI),
-// times the scales in Y5 (low lane: the first sixteenth, high lane: the second), into Y0.
-#define DOT32(xo) \
-	VMOVDQU xo(SI), Y3; VPSIGNB Y2, Y3, Y3; VPMADDUBSW Y3, Y1, Y4; VPMADDWD Y5, Y4, Y4; VPADDD Y4, Y0, Y0
+// DOT32(ib): the 32 unsigned grid values in Y1 with the signs in Y2 (±1 bytes) against the activations of step ib
+// at 32·ib(SI), times the scales in Y5 (low lane: the first sixteenth, high lane: the second), into Y0.
+#define DOT32(ib) \
+	VMOVDQU (32*ib)(SI), Y3; VPSIGNB Y2, Y3, Y3; VPMADDUBSW Y3, Y1, Y4; VPMADDWD Y5, Y4, Y4; VPADDD Y4, Y0, Y0
 
-// SDOT32(xo): DOT32 for the signed codes in Y1 (IQ1's, never 0): |q| against x with q's signs.
-#define SDOT32(xo) \
-	VMOVDQU xo(SI), Y3; VPSIGNB Y1, Y3, Y3; VPABSB Y1, Y1; VPMADDUBSW Y3, Y1, Y4; VPMADDWD Y5, Y4, Y4; VPADDD Y4, Y0, Y0
+// SDOT32(ib): DOT32 for the signed codes in Y1 (IQ1's, never 0): |q| against x with q's signs.
+#define SDOT32(ib) \
+	VMOVDQU (32*ib)(SI), Y3; VPSIGNB Y1, Y3, Y3; VPABSB Y1, Y1; VPMADDUBSW Y3, Y1, Y4; VPMADDWD Y5, Y4, Y4; VPADDD Y4, Y0, Y0
 
 // SCALE1(r): Y5 = the 16-bit value 2·r+1 in every word (r is clobbered).
 #define SCALE1(r) \
@@ -115,13 +115,17 @@ GLOBL gridCode128<>(SB), RODATA|NOPTR, $4
 	VINSERTI128 $1, X2, Y1, Y1; \
 	KSIGNS(BX); SHRL $28, BX; SCALE1(BX)
 
+// IQ2XXS_ALL(T): the super-block's eight steps, each followed by T(ib).
+#define IQ2XXS_ALL(T) \
+	IQ2XXS(2, 6); T(0); IQ2XXS(10, 14); T(1); IQ2XXS(18, 22); T(2); IQ2XXS(26, 30); T(3); \
+	IQ2XXS(34, 38); T(4); IQ2XXS(42, 46); T(5); IQ2XXS(50, 54); T(6); IQ2XXS(58, 62); T(7)
+
 // func gridRowIQ2XXS(w *byte, x *int8, xd *float32, nb int) float32
 TEXT ·gridRowIQ2XXS(SB), NOSPLIT, $0-36
 	ROWARGS(·iq2xxsGrid)
 
 block:
-	IQ2XXS(2, 6); DOT32(0); IQ2XXS(10, 14); DOT32(32); IQ2XXS(18, 22); DOT32(64); IQ2XXS(26, 30); DOT32(96)
-	IQ2XXS(34, 38); DOT32(128); IQ2XXS(42, 46); DOT32(160); IQ2XXS(50, 54); DOT32(192); IQ2XXS(58, 62); DOT32(224)
+	IQ2XXS_ALL(DOT32)
 	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
 	NEXT(66)
 	VZEROUPPER; MOVSS X15, ret+32(FP); RET
@@ -141,13 +145,17 @@ block:
 	VINSERTI128 $1, X3, Y2, Y2; \
 	MOVBLZX s(DI), BX; SCALES2(BX)
 
+// IQ2XS_ALL(T): the super-block's eight steps, each followed by T(ib).
+#define IQ2XS_ALL(T) \
+	IQ2XS(2, 66); T(0); IQ2XS(10, 67); T(1); IQ2XS(18, 68); T(2); IQ2XS(26, 69); T(3); \
+	IQ2XS(34, 70); T(4); IQ2XS(42, 71); T(5); IQ2XS(50, 72); T(6); IQ2XS(58, 73); T(7)
+
 // func gridRowIQ2XS(w *byte, x *int8, xd *float32, nb int) float32
 TEXT ·gridRowIQ2XS(SB), NOSPLIT, $0-36
 	ROWARGS(·iq2xsGrid)
 
 block:
-	IQ2XS(2, 66); DOT32(0); IQ2XS(10, 67); DOT32(32); IQ2XS(18, 68); DOT32(64); IQ2XS(26, 69); DOT32(96)
-	IQ2XS(34, 70); DOT32(128); IQ2XS(42, 71); DOT32(160); IQ2XS(50, 72); DOT32(192); IQ2XS(58, 73); DOT32(224)
+	IQ2XS_ALL(DOT32)
 	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
 	NEXT(74)
 	VZEROUPPER; MOVSS X15, ret+32(FP); RET
@@ -163,14 +171,18 @@ block:
 	VINSERTI128 $1, X2, Y1, Y1; \
 	SIGNSV(sg); MOVBLZX s(DI), BX; SCALES2(BX)
 
+// IQ2S_ALL(T): the super-block's eight steps, each followed by T(ib).
+#define IQ2S_ALL(T) \
+	IQ2S(2, 34, 66, 74); T(0); IQ2S(6, 38, 67, 75); T(1); IQ2S(10, 42, 68, 76); T(2); IQ2S(14, 46, 69, 77); T(3); \
+	IQ2S(18, 50, 70, 78); T(4); IQ2S(22, 54, 71, 79); T(5); IQ2S(26, 58, 72, 80); T(6); IQ2S(30, 62, 73, 81); T(7)
+
 // func gridRowIQ2S(w *byte, x *int8, xd *float32, nb int) float32
 TEXT ·gridRowIQ2S(SB), NOSPLIT, $0-36
 	ROWARGS(·iq2sGrid)
 	SIGNSVINIT
 
 block:
-	IQ2S(2, 34, 66, 74); DOT32(0); IQ2S(6, 38, 67, 75); DOT32(32); IQ2S(10, 42, 68, 76); DOT32(64); IQ2S(14, 46, 69, 77); DOT32(96)
-	IQ2S(18, 50, 70, 78); DOT32(128); IQ2S(22, 54, 71, 79); DOT32(160); IQ2S(26, 58, 72, 80); DOT32(192); IQ2S(30, 62, 73, 81); DOT32(224)
+	IQ2S_ALL(DOT32)
 	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
 	NEXT(82)
 	VZEROUPPER; MOVSS X15, ret+32(FP); RET
@@ -189,13 +201,17 @@ block:
 	VINSERTI128 $1, X2, Y1, Y1; \
 	MOVL a(DI), BX; KSIGNS(BX); SHRL $28, BX; SCALE1(BX)
 
+// IQ3XXS_ALL(T): the super-block's eight steps, each followed by T(ib).
+#define IQ3XXS_ALL(T) \
+	IQ3XXS(2, 66); T(0); IQ3XXS(10, 70); T(1); IQ3XXS(18, 74); T(2); IQ3XXS(26, 78); T(3); \
+	IQ3XXS(34, 82); T(4); IQ3XXS(42, 86); T(5); IQ3XXS(50, 90); T(6); IQ3XXS(58, 94); T(7)
+
 // func gridRowIQ3XXS(w *byte, x *int8, xd *float32, nb int) float32
 TEXT ·gridRowIQ3XXS(SB), NOSPLIT, $0-36
 	ROWARGS(·iq3xxsGrid)
 
 block:
-	IQ3XXS(2, 66); DOT32(0); IQ3XXS(10, 70); DOT32(32); IQ3XXS(18, 74); DOT32(64); IQ3XXS(26, 78); DOT32(96)
-	IQ3XXS(34, 82); DOT32(128); IQ3XXS(42, 86); DOT32(160); IQ3XXS(50, 90); DOT32(192); IQ3XXS(58, 94); DOT32(224)
+	IQ3XXS_ALL(DOT32)
 	HALFD(0); VMULSS gridQuarter<>(SB), X4, X4
 	NEXT(98)
 	VZEROUPPER; MOVSS X15, ret+32(FP); RET
@@ -221,14 +237,18 @@ GLOBL grid3sBit8<>(SB), RODATA|NOPTR, $4
 	VPCMPEQD Y8, Y8, Y8; VPXOR Y1, Y1, Y1; VPGATHERDD Y8, (R8)(Y6*4), Y1; \
 	SIGNSV(sg); MOVBLZX s(DI), BX; SHRL $sh, BX; ANDL $15, BX; SCALE1(BX)
 
+// IQ3S_ALL(T): the super-block's eight steps, each followed by T(ib).
+#define IQ3S_ALL(T) \
+	IQ3S(2, 66, 74, 106, 0); T(0); IQ3S(10, 67, 78, 106, 4); T(1); IQ3S(18, 68, 82, 107, 0); T(2); IQ3S(26, 69, 86, 107, 4); T(3); \
+	IQ3S(34, 70, 90, 108, 0); T(4); IQ3S(42, 71, 94, 108, 4); T(5); IQ3S(50, 72, 98, 109, 0); T(6); IQ3S(58, 73, 102, 109, 4); T(7)
+
 // func gridRowIQ3S(w *byte, x *int8, xd *float32, nb int) float32
 TEXT ·gridRowIQ3S(SB), NOSPLIT, $0-36
 	ROWARGS(·iq3sGrid)
 	VMOVDQU grid3sShifts<>(SB), Y14; VPBROADCASTD grid3sBit8<>(SB), Y13; SIGNSVINIT
 
 block:
-	IQ3S(2, 66, 74, 106, 0); DOT32(0); IQ3S(10, 67, 78, 106, 4); DOT32(32); IQ3S(18, 68, 82, 107, 0); DOT32(64); IQ3S(26, 69, 86, 107, 4); DOT32(96)
-	IQ3S(34, 70, 90, 108, 0); DOT32(128); IQ3S(42, 71, 94, 108, 4); DOT32(160); IQ3S(50, 72, 98, 109, 0); DOT32(192); IQ3S(58, 73, 102, 109, 4); DOT32(224)
+	IQ3S_ALL(DOT32)
 	HALFD(0)
 	NEXT(110)
 	VZEROUPPER; MOVSS X15, ret+32(FP); RET
@@ -249,13 +269,17 @@ block:
 	VINSERTI128 $1, X2, Y1, Y1; \
 	SHRL $12, BX; ANDL $7, BX; SCALE1(BX)
 
+// IQ1S_ALL(T): the super-block's eight steps, each followed by T(ib).
+#define IQ1S_ALL(T) \
+	IQ1S(2, 34); T(0); IQ1S(6, 36); T(1); IQ1S(10, 38); T(2); IQ1S(14, 40); T(3); \
+	IQ1S(18, 42); T(4); IQ1S(22, 44); T(5); IQ1S(26, 46); T(6); IQ1S(30, 48); T(7)
+
 // func gridRowIQ1S(w *byte, x *int8, xd *float32, nb int) float32
 TEXT ·gridRowIQ1S(SB), NOSPLIT, $0-36
 	ROWARGS(·iq1Codes)
 
 block:
-	IQ1S(2, 34); SDOT32(0); IQ1S(6, 36); SDOT32(32); IQ1S(10, 38); SDOT32(64); IQ1S(14, 40); SDOT32(96)
-	IQ1S(18, 42); SDOT32(128); IQ1S(22, 44); SDOT32(160); IQ1S(26, 46); SDOT32(192); IQ1S(30, 48); SDOT32(224)
+	IQ1S_ALL(SDOT32)
 	HALFD(0); VMULSS gridEighth<>(SB), X4, X4
 	NEXT(50)
 	VZEROUPPER; MOVSS X15, ret+32(FP); RET
@@ -271,13 +295,17 @@ block:
 	SHRL $3, BX; ANDL $7, BX; LEAL 1(BX)(BX*1), BX; \
 	VMOVD R10, X5; VPBROADCASTW X5, X5; VMOVD BX, X6; VPBROADCASTW X6, X6; VINSERTI128 $1, X6, Y5, Y5
 
+// IQ1M_ALL(T): the super-block's eight steps, each followed by T(ib).
+#define IQ1M_ALL(T) \
+	IQ1M(0, 32, 48, 0); T(0); IQ1M(4, 34, 48, 6); T(1); IQ1M(8, 36, 50, 0); T(2); IQ1M(12, 38, 50, 6); T(3); \
+	IQ1M(16, 40, 52, 0); T(4); IQ1M(20, 42, 52, 6); T(5); IQ1M(24, 44, 54, 0); T(6); IQ1M(28, 46, 54, 6); T(7)
+
 // func gridRowIQ1M(w *byte, x *int8, xd *float32, nb int) float32
 TEXT ·gridRowIQ1M(SB), NOSPLIT, $0-36
 	ROWARGS(·iq1Codes)
 
 block:
-	IQ1M(0, 32, 48, 0); SDOT32(0); IQ1M(4, 34, 48, 6); SDOT32(32); IQ1M(8, 36, 50, 0); SDOT32(64); IQ1M(12, 38, 50, 6); SDOT32(96)
-	IQ1M(16, 40, 52, 0); SDOT32(128); IQ1M(20, 42, 52, 6); SDOT32(160); IQ1M(24, 44, 54, 0); SDOT32(192); IQ1M(28, 46, 54, 6); SDOT32(224)
+	IQ1M_ALL(SDOT32)
 	IQ1MD; VMULSS gridEighth<>(SB), X4, X4
 	NEXT(56)
 	VZEROUPPER; MOVSS X15, ret+32(FP); RET
@@ -285,50 +313,43 @@ block:
 // func gridUnpackIQ2XXS(b *byte, codes *byte, scv *int16)
 TEXT ·gridUnpackIQ2XXS(SB), NOSPLIT, $0-24
 	UNPARGS(·iq2xxsGrid)
-	IQ2XXS(2, 6); PSTORE(0); IQ2XXS(10, 14); PSTORE(1); IQ2XXS(18, 22); PSTORE(2); IQ2XXS(26, 30); PSTORE(3)
-	IQ2XXS(34, 38); PSTORE(4); IQ2XXS(42, 46); PSTORE(5); IQ2XXS(50, 54); PSTORE(6); IQ2XXS(58, 62); PSTORE(7)
+	IQ2XXS_ALL(PSTORE)
 	VZEROUPPER; RET
 
 // func gridUnpackIQ2XS(b *byte, codes *byte, scv *int16)
 TEXT ·gridUnpackIQ2XS(SB), NOSPLIT, $0-24
 	UNPARGS(·iq2xsGrid)
-	IQ2XS(2, 66); PSTORE(0); IQ2XS(10, 67); PSTORE(1); IQ2XS(18, 68); PSTORE(2); IQ2XS(26, 69); PSTORE(3)
-	IQ2XS(34, 70); PSTORE(4); IQ2XS(42, 71); PSTORE(5); IQ2XS(50, 72); PSTORE(6); IQ2XS(58, 73); PSTORE(7)
+	IQ2XS_ALL(PSTORE)
 	VZEROUPPER; RET
 
 // func gridUnpackIQ2S(b *byte, codes *byte, scv *int16)
 TEXT ·gridUnpackIQ2S(SB), NOSPLIT, $0-24
 	UNPARGS(·iq2sGrid)
 	SIGNSVINIT
-	IQ2S(2, 34, 66, 74); PSTORE(0); IQ2S(6, 38, 67, 75); PSTORE(1); IQ2S(10, 42, 68, 76); PSTORE(2); IQ2S(14, 46, 69, 77); PSTORE(3)
-	IQ2S(18, 50, 70, 78); PSTORE(4); IQ2S(22, 54, 71, 79); PSTORE(5); IQ2S(26, 58, 72, 80); PSTORE(6); IQ2S(30, 62, 73, 81); PSTORE(7)
+	IQ2S_ALL(PSTORE)
 	VZEROUPPER; RET
 
 // func gridUnpackIQ3XXS(b *byte, codes *byte, scv *int16)
 TEXT ·gridUnpackIQ3XXS(SB), NOSPLIT, $0-24
 	UNPARGS(·iq3xxsGrid)
-	IQ3XXS(2, 66); PSTORE(0); IQ3XXS(10, 70); PSTORE(1); IQ3XXS(18, 74); PSTORE(2); IQ3XXS(26, 78); PSTORE(3)
-	IQ3XXS(34, 82); PSTORE(4); IQ3XXS(42, 86); PSTORE(5); IQ3XXS(50, 90); PSTORE(6); IQ3XXS(58, 94); PSTORE(7)
+	IQ3XXS_ALL(PSTORE)
 	VZEROUPPER; RET
 
 // func gridUnpackIQ3S(b *byte, codes *byte, scv *int16)
 TEXT ·gridUnpackIQ3S(SB), NOSPLIT, $0-24
 	UNPARGS(·iq3sGrid)
 	VMOVDQU grid3sShifts<>(SB), Y14; VPBROADCASTD grid3sBit8<>(SB), Y13; SIGNSVINIT
-	IQ3S(2, 66, 74, 106, 0); PSTORE(0); IQ3S(10, 67, 78, 106, 4); PSTORE(1); IQ3S(18, 68, 82, 107, 0); PSTORE(2); IQ3S(26, 69, 86, 107, 4); PSTORE(3)
-	IQ3S(34, 70, 90, 108, 0); PSTORE(4); IQ3S(42, 71, 94, 108, 4); PSTORE(5); IQ3S(50, 72, 98, 109, 0); PSTORE(6); IQ3S(58, 73, 102, 109, 4); PSTORE(7)
+	IQ3S_ALL(PSTORE)
 	VZEROUPPER; RET
 
 // func gridUnpackIQ1S(b *byte, codes *byte, scv *int16)
 TEXT ·gridUnpackIQ1S(SB), NOSPLIT, $0-24
 	UNPARGS(·iq1Codes)
-	IQ1S(2, 34); SPSTORE(0); IQ1S(6, 36); SPSTORE(1); IQ1S(10, 38); SPSTORE(2); IQ1S(14, 40); SPSTORE(3)
-	IQ1S(18, 42); SPSTORE(4); IQ1S(22, 44); SPSTORE(5); IQ1S(26, 46); SPSTORE(6); IQ1S(30, 48); SPSTORE(7)
+	IQ1S_ALL(SPSTORE)
 	VZEROUPPER; RET
 
 // func gridUnpackIQ1M(b *byte, codes *byte, scv *int16)
 TEXT ·gridUnpackIQ1M(SB), NOSPLIT, $0-24
 	UNPARGS(·iq1Codes)
-	IQ1M(0, 32, 48, 0); SPSTORE(0); IQ1M(4, 34, 48, 6); SPSTORE(1); IQ1M(8, 36, 50, 0); SPSTORE(2); IQ1M(12, 38, 50, 6); SPSTORE(3)
-	IQ1M(16, 40, 52, 0); SPSTORE(4); IQ1M(20, 42, 52, 6); SPSTORE(5); IQ1M(24, 44, 54, 0); SPSTORE(6); IQ1M(28, 46, 54, 6); SPSTORE(7)
+	IQ1M_ALL(SPSTORE)
 	VZEROUPPER; RET
