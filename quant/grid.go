@@ -36,15 +36,20 @@ var signMasks = func() (m [256]uint64) {
 	return m
 }()
 
-// kSignMasks[s] is the mask of ggml's ksigns_iq2xs[s]: 7 sign bits stored, the eighth their parity (an even
-// number of negatives).
+// KSigns is ggml's ksigns_iq2xs[s] (s < 128): the eight signs of a group stored as 7 bits, the eighth their
+// parity (an even number of negatives).
+func KSigns(s int) uint8 {
+	p := 0
+	for j := range 7 {
+		p ^= s >> j & 1
+	}
+	return uint8(s | p<<7)
+}
+
+// kSignMasks[s] is the mask of KSigns(s).
 var kSignMasks = func() (m [128]uint64) {
 	for s := range 128 {
-		p := 0
-		for j := range 7 {
-			p ^= s >> j & 1
-		}
-		m[s] = signMasks[s|p<<7]
+		m[s] = signMasks[KSigns(s)]
 	}
 	return m
 }()
@@ -73,8 +78,8 @@ var IQ1Codes = func() (c [2][2048]uint64) {
 // d·sc[j/16]·q[j]. Its products, rounded to float32 as float32(d·sc)·q, are ggml's dequantized values bit for
 // bit (d carries the format's power-of-two factor, which changes no rounding).
 func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
-	q8 := (*[QKK / 8]uint64)(unsafe.Pointer(q)) // little-endian: byte j of a uint64 is element j of its group
-	put := func(i int, v uint64) { q8[i&31] = v }
+	qb := (*[QKK]byte)(unsafe.Pointer(q))
+	put := func(i int, v uint64) { binary.LittleEndian.PutUint64(qb[8*(i&31):], v) } // byte j: element j of group i
 	switch t {
 	case IQ2_XXS: // f16 d, then per 32: four grid bytes, then 4×7 sign bits and a 4-bit scale
 		b = b[:66]

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"math/bits"
 	"os"
 	"testing"
 )
@@ -16,6 +17,47 @@ type vectorCase struct {
 	Input       string `json:"input"`
 	Blocks      string `json:"blocks"`
 	Dequantized string `json:"dequantized"`
+}
+
+// TestGrids checks every point of every codebook against gguf-py's own copy of it (built from its hex tables,
+// not from ggml-common.h, which grids.go is generated from; vectors.json "grids").
+func TestGrids(t *testing.T) {
+	b, err := os.ReadFile("testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Grids map[string]string }
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	for name, points := range map[string][]uint64{"IQ2_XXS": IQ2XXSGrid[:], "IQ2_XS": IQ2XSGrid[:], "IQ2_S": IQ2SGrid[:], "IQ1_S": IQ1SGrid[:],
+		"IQ3_XXS": widen32(IQ3XXSGrid[:]), "IQ3_S": widen32(IQ3SGrid[:])} {
+		want := unb64(t, v.Grids[name])
+		width := len(want) / len(points)
+		if width != 8 && width != 4 || len(want)%len(points) != 0 {
+			t.Fatalf("%s: gguf-py's grid has %d bytes for %d points", name, len(want), len(points))
+		}
+		for i, p := range points {
+			for j := range width {
+				if got := byte(p >> (8 * j)); got != want[i*width+j] {
+					t.Fatalf("%s point %d value %d: %d, gguf-py %d", name, i, j, int8(got), int8(want[i*width+j]))
+				}
+			}
+		}
+	}
+	for s := range 128 { // ksigns_iq2xs: 0, 129, 130, 3, 132, ...
+		if n := bits.OnesCount8(KSigns(s)); n%2 != 0 || KSigns(s)&127 != uint8(s) {
+			t.Fatalf("KSigns(%d) = %d: want the 7 bits and an even number of set bits", s, KSigns(s))
+		}
+	}
+}
+
+func widen32(g []uint32) []uint64 {
+	w := make([]uint64, len(g))
+	for i, v := range g {
+		w[i] = uint64(v)
+	}
+	return w
 }
 
 func loadVectors(t *testing.T) []vectorCase {

@@ -35,20 +35,27 @@ def main():
         qtype = gguf.GGMLQuantizationType[name]
         size = gguf.GGML_QUANT_SIZES[qtype][1]
         w = rng.integers(0, 256, size=(NB, size), dtype=np.uint8)
-        if name not in ("IQ1_M", "Q4_K"):
-            w[:, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # a sane f16 scale (timing only)
+        half = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # sane float16 scales: no NaN or Inf products
+        if name == "IQ1_M":  # d is the top nibbles of the four uint16 scale words at 48
+            h = int(np.float16(0.01).view(np.uint16))
+            for i in range(4):
+                w[:, 49 + 2 * i] = (w[:, 49 + 2 * i] & 0x0f) | (((h >> (4 * i)) & 0xf) << 4)
+        else:
+            for off in ((0, 2) if name == "Q4_K" else (0,)):
+                w[:, off:off + 2] = half
         dot = getattr(lib, f"ggml_vec_dot_{name.lower().replace('_k', '_K')}_q8_K")
         dot.argtypes = [ctypes.c_int, F, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                         ctypes.c_size_t, ctypes.c_int]
         s = ctypes.c_float()
         for _ in range(3):
             dot(N, ctypes.byref(s), 0, w.ctypes.data, 0, act, 0, 1)
-        reps = 200
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            dot(N, ctypes.byref(s), 0, w.ctypes.data, 0, act, 0, 1)
-        ns = (time.perf_counter() - t0) / reps / NB * 1e9
-        print(f"{name}: llama.cpp ggml_vec_dot {ns:.1f} ns per super-block")
+        reps, best = 200, float("inf")
+        for _ in range(5):  # the best of 5 timings: the machine is shared
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                dot(N, ctypes.byref(s), 0, w.ctypes.data, 0, act, 0, 1)
+            best = min(best, (time.perf_counter() - t0) / reps / NB * 1e9)
+        print(f"{name}: llama.cpp ggml_vec_dot {best:.1f} ns per super-block (best of 5)")
 
 
 if __name__ == "__main__":

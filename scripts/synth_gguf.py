@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""A synthetic GGUF file for timing block types that `layerstream synth` does not write: the TinyLlama-1.1B shape
-(22 layers, hidden 2048, feed-forward 5632, 32 query and 4 key/value heads) with the 512-token vocabulary and
-metadata of gguf/testdata/tiny/tiny-llama-F32.gguf, every matrix random blocks of one type with sane float16
-scales, the norms ones. The text it generates means nothing; layerstream and llama.cpp read and multiply it as
-any file of that type (docs/performance.md, "GGUF files in the codebook i-quants").
+"""A synthetic GGUF file for timing block types that `layerstream synth` does not write: a real model's shape
+(tinyllama-1.1b: 22 layers, hidden 2048, feed-forward 5632, 32/4 heads; llama3-70b: 80 layers, hidden 8192,
+feed-forward 28672, 64/8 heads) with the 512-token vocabulary and metadata of
+gguf/testdata/tiny/tiny-llama-F32.gguf (so the embedding and the head are small: 0.6% of a real Llama 3 70B's
+bytes in its own vocabulary of 128256), every matrix random blocks of one type with sane float16 scales, the
+norms ones. The text it generates means nothing; layerstream and llama.cpp read and multiply it as any file of
+that type (docs/performance.md, "GGUF files in the codebook i-quants"). Tensors are written one at a time, so a
+70B file needs no more memory than its largest matrix.
 
-    python3 scripts/synth_gguf.py IQ2_XXS /tmp/tinyllama-iq2_xxs.gguf
+    python3 scripts/synth_gguf.py [--shape tinyllama-1.1b|llama3-70b] IQ2_XXS /tmp/tinyllama-iq2_xxs.gguf
 
 Needs gguf and numpy (pip install gguf numpy).
 """
+import argparse
 import os
 import sys
 
@@ -16,29 +20,60 @@ import numpy as np
 import gguf
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-H, F, LAYERS, HEADS, KV_HEADS = 2048, 5632, 22, 32, 4
+# Where each block type keeps its float16 scales (set to sane values; IQ1_M's d is spread over the top nibbles of
+# its scale words at 48 instead).
+HALVES = {"Q8_0": [0], "Q4_0": [0], "Q5_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q2_K": [80, 82], "Q3_K": [108],
+          "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0], "IQ2_XXS": [0], "IQ2_XS": [0],
+          "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0], "IQ1_S": [0], "IQ1_M": []}
+SHAPES = {  # layers, hidden, feed-forward, query heads, key/value heads
+    "tinyllama-1.1b": (22, 2048, 5632, 32, 4),
+    "llama3-70b": (80, 8192, 28672, 64, 8),
+}
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    name, dst = sys.argv[1], sys.argv[2]
-    qtype = gguf.GGMLQuantizationType[name]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tinyllama-1.1b")
+    ap.add_argument("type", choices=sorted(HALVES), help="the block type of every matrix")
+    ap.add_argument("out")
+    a = ap.parse_args()
+    layers, hidden, ffn, heads, kv_heads = SHAPES[a.shape]
+    qtype = gguf.GGMLQuantizationType[a.type]
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     src = gguf.GGUFReader(os.path.join(ROOT, "gguf", "testdata", "tiny", "tiny-llama-F32.gguf"))
     vocab = len(src.fields["tokenizer.ggml.tokens"].data)
-    w = gguf.GGUFWriter(dst, "llama")
-    shape = {"llama.embedding_length": H, "llama.feed_forward_length": F, "llama.block_count": LAYERS,
-             "llama.attention.head_count": HEADS, "llama.attention.head_count_kv": KV_HEADS,
-             "llama.rope.dimension_count": H // HEADS, "llama.context_length": 2048}
+    w = gguf.GGUFWriter(a.out, "llama")
+    shape = {"llama.embedding_length": hidden, "llama.feed_forward_length": ffn, "llama.block_count": layers,
+             "llama.attention.head_count": heads, "llama.attention.head_count_kv": kv_heads,
+             "llama.rope.dimension_count": hidden // heads, "llama.attention.key_length": hidden // heads,
+             "llama.attention.value_length": hidden // heads, "llama.context_length": 2048}
     for key, f in src.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
         sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
         w.add_key_value(key, shape.get(key, f.contents()), f.types[0], sub_type=sub)
-    rng = np.random.default_rng(0)
 
-    def matrix(tname, rows, cols):
+    kv = kv_heads * hidden // heads
+    tensors = [("token_embd.weight", vocab, hidden)]
+    for l in range(layers):
+        tensors += [(f"blk.{l}.attn_norm.weight", 0, hidden), (f"blk.{l}.ffn_norm.weight", 0, hidden)]
+        tensors += [(f"blk.{l}.{n}.weight", r, c) for n, r, c in (
+            ("attn_q", hidden, hidden), ("attn_k", kv, hidden), ("attn_v", kv, hidden), ("attn_output", hidden, hidden),
+            ("ffn_gate", ffn, hidden), ("ffn_up", ffn, hidden), ("ffn_down", hidden, ffn))]
+    tensors += [("output_norm.weight", 0, hidden), ("output.weight", vocab, hidden)]
+    for name, rows, cols in tensors:  # rows 0: a norm (float32 ones)
+        if rows == 0:
+            w.add_tensor_info(name, (cols,), np.dtype(np.float32), 4 * cols)
+        else:
+            w.add_tensor_info(name, (rows, cols // block * size), np.dtype(np.uint8), rows * cols // block * size, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(0)
+    for name, rows, cols in tensors:
+        if rows == 0:
+            w.write_tensor_data(np.ones(cols, np.float32))
+            continue
         raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
         d = rng.uniform(0.0005, 0.002, size=len(raw)).astype(np.float16)
         if qtype == gguf.GGMLQuantizationType.IQ1_M:  # d is the top nibbles of the four uint16 scale words at 48
@@ -46,25 +81,11 @@ def main():
             for i in range(4):
                 sc[:, i] = (sc[:, i] & 0x0fff) | (((dv >> (4 * i)) & 0xf) << 12).astype(np.uint16)
             raw[:, 48:56] = sc.view(np.uint8)
-        else:  # every other block type supported here starts with its float16 d
-            raw[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
-        w.add_tensor(tname, raw.reshape(rows, -1), raw_shape=(rows, cols // block * size), raw_dtype=qtype)
-
-    kv = KV_HEADS * H // HEADS
-    matrix("token_embd.weight", vocab, H)
-    for l in range(LAYERS):
-        w.add_tensor(f"blk.{l}.attn_norm.weight", np.ones(H, np.float32))
-        w.add_tensor(f"blk.{l}.ffn_norm.weight", np.ones(H, np.float32))
-        for n, r, c in (("attn_q", H, H), ("attn_k", kv, H), ("attn_v", kv, H), ("attn_output", H, H),
-                        ("ffn_gate", F, H), ("ffn_up", F, H), ("ffn_down", H, F)):
-            matrix(f"blk.{l}.{n}.weight", r, c)
-    w.add_tensor("output_norm.weight", np.ones(H, np.float32))
-    matrix("output.weight", vocab, H)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+        for off in HALVES[a.type]:
+            raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
+        w.write_tensor_data(raw.reshape(rows, -1))
     w.close()
-    print(f"wrote {dst} ({os.path.getsize(dst)} bytes)", file=sys.stderr)
+    print(f"wrote {a.out} ({os.path.getsize(a.out)} bytes)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/layerstream/layerstream/quant"
@@ -10,7 +11,7 @@ import (
 // Q8_K activations, as llama.cpp pairs them. Each super-block is decoded into integers (quant.GridInts: weight j
 // is d·sc[j/16]·q[j]), its product with the activations is exact in the integers,
 //
-//	isum = Σ_s sc[s]·Σ_{j in sixteenth s} q[j]·x[j]   (|q| ≤ 63, sc ≤ 31, |x| ≤ 127: within int32)
+//	isum = Σ_s sc[s]·Σ_{j in sixteenth s} q[j]·x[j]   (|q| ≤ 62, sc ≤ 31, |x| ≤ 127: within int32)
 //
 // and one float update per super-block adds float32(d·dx)·isum. The assembly row kernels (grid_amd64.s), which
 // decode in registers, compute the same integers and float operations, so they give gridDot's bits; so do the
@@ -39,6 +40,9 @@ type gridScales [8][16]int16
 func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
 	if asm {
 		return gridRowAsm(t, w, x)
+	}
+	if len(x.d) == 0 {
+		return 0
 	}
 	var acc float32
 	bb := len(w) / len(x.d)
@@ -102,8 +106,9 @@ func unpackGridTiled(t quant.Type, sub int) func(c codeDst, m metaDst, blk []byt
 		} else {
 			var q [quant.QKK]int8
 			d = quant.GridInts(t, &q, &sc16, blk)
-			for i, v := range (*[quant.QKK / 4]uint32)(unsafe.Pointer(&q)) { // byte k of quad i: element 4i+k
-				c.set(i, v^0x80808080)
+			qb := (*[quant.QKK]byte)(unsafe.Pointer(&q))
+			for i := range quant.QKK / 4 { // byte k of quad i: element 4i+k
+				c.set(i, binary.LittleEndian.Uint32(qb[4*i:])^0x80808080)
 			}
 		}
 		step := sub / 16

@@ -34,15 +34,12 @@ var (
 	iq3xxsGrid = quant.IQ3XXSGrid
 	iq3sGrid   = quant.IQ3SGrid
 	iq1Codes   = quant.IQ1Codes
-	// ksignPM[s] has byte j −1 where bit j of ggml's ksigns_iq2xs[s] is set (the 7 bits of s and their parity as
-	// the eighth), else +1.
+	// ksignPM[s] has byte j −1 where bit j of quant.KSigns(s) is set (ggml's ksigns_iq2xs: the 7 bits of s and
+	// their parity as the eighth), else +1.
 	ksignPM = func() (m [128]uint64) {
 		for s := range 128 {
-			p := 0
-			for j := range 7 {
-				p ^= s >> j & 1
-			}
-			for j, bits := 0, s|p<<7; j < 8; j++ {
+			bits := quant.KSigns(s)
+			for j := range 8 {
 				b := uint64(0x01)
 				if bits>>j&1 != 0 {
 					b = 0xff
@@ -54,14 +51,15 @@ var (
 	}()
 )
 
-// gridRowAsm is gridDot of the row w of the codebook i-quant t with x, by t's row kernel. w must hold
-// len(x.d) super-blocks and x.qs 256 activations for each (NewQuantMatrix's sizes and qAct guarantee them).
+// gridRowAsm is gridDot of the row w of the codebook i-quant t with x, by t's row kernel: w holds len(x.d)
+// super-blocks and x.qs 256 activations for each (NewQuantMatrix's sizes and qAct guarantee them; checked here).
 func gridRowAsm(t quant.Type, w []byte, x qActRow) float32 {
 	nb := len(x.d)
 	if nb == 0 {
 		return 0
 	}
-	wp, xp, dp := &w[0], &x.qs[:nb*quant.QKK][0], &x.d[0]
+	f, _ := t.Format()
+	wp, xp, dp := &w[:nb*f.BlockBytes][0], &x.qs[:nb*quant.QKK][0], &x.d[0]
 	switch t {
 	case quant.IQ2_XXS:
 		return gridRowIQ2XXS(wp, xp, dp, nb)
@@ -105,10 +103,11 @@ func gridUnpackIQ1S(b *byte, codes *byte, scv *int16)
 //go:noescape
 func gridUnpackIQ1M(b *byte, codes *byte, scv *int16)
 
-// gridUnpackAsm writes the super-block b (whole) of the codebook i-quant t as the tiled codes at c and its scales
-// into scv, by t's unpacker.
+// gridUnpackAsm writes the super-block b of the codebook i-quant t as the tiled codes at c and its scales into
+// scv, by t's unpacker.
 func gridUnpackAsm(t quant.Type, b []byte, c codeDst, scv *gridScales) {
-	bp, cp, sp := &b[0], (*byte)(c.p), &scv[0][0]
+	f, _ := t.Format()
+	bp, cp, sp := &b[:f.BlockBytes][0], (*byte)(c.p), &scv[0][0]
 	switch t {
 	case quant.IQ2_XXS:
 		gridUnpackIQ2XXS(bp, cp, sp)

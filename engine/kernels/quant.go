@@ -25,7 +25,8 @@ import (
 // each block, eight lanes of integer sums (lane l: elements 4l..4l+3 of every 32, times their sub-block scales
 // for K formats) are scaled and added to eight float32 accumulators (a multiply, then an add: never fused),
 // which are summed at the end as hsum8 does; the offset terms of formats with a minimum go into one scalar
-// accumulator. llama.cpp adds each block's scaled lanes with one fused multiply-add instead; LinearQuantGGML
+// accumulator. The codebook i-quants (IQ1-IQ3, grid.go) instead sum each super-block's integers whole and take
+// one float update per super-block. llama.cpp adds each block's scaled lanes with one fused multiply-add instead; LinearQuantGGML
 // (ggml_quant.go) does too, for Options.Arithmetic llama.cpp.
 
 // QuantMatrix is a [Rows, Cols] weight matrix (the Hugging Face [out, in] layout) stored in a ggml block format,

@@ -10,7 +10,8 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// Prompt products of block-quantized matrices (the K-quants, IQ4_XS, Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1), tiled.
+// Prompt products of block-quantized matrices (the K-quants, the IQ1-IQ4 i-quants, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1),
+// tiled.
 //
 // LinearQuant computes every output as the one-row kernels do, in eight lanes of k-positions per super-block
 // (llama.cpp's vec_dot order), so a product gives the same bits whatever the number of rows. That order costs a
@@ -24,7 +25,8 @@ import (
 //	imin      = Σ_sub mi(sub)·bsum(sub)       (the minimum, or the code offset, times the input's sums)
 //	y        += ((float(isb)·d) − (float(imin)·dm))·dx   once per super-block, no fused operations
 //
-// where a row's codes are unsigned (Q3_K's −4, Q6_K's −32 and IQ4_XS's −128 move into mi, as Q4_K's minimum is)
+// where a row's codes are unsigned (Q3_K's −4, Q6_K's −32 and the i-quants' −128 move into mi, as Q4_K's minimum
+// is)
 // and dx is the input's Q8_K scale. 32-element blocks (Q8_0, and Q4_0, Q5_0, IQ4_NL widened to it) store w + 128 and take one float update per block,
 // y += (float(isum − 128·Σx)·d)·dx, against Q8_0 inputs; Q4_1 and Q5_1 store their codes as they are and add their
 // minimum, y += ((float(isum)·d)·dx) + m·s, against Q8_1 inputs. Every output's float operations depend on its
