@@ -33,8 +33,11 @@ func IsGGUF(path string) bool {
 // (with the chat template) in Files, made when a split asks for them. Every tensor is mapped or refused by
 // name, and so is every metadata key that changes the math; the tokenizer metadata is checked when Files makes
 // tokenizer.json, which a split does before it writes anything.
+//
+// A model split over several files (PREFIX-00001-of-0000N.gguf ...) is opened by its first part, the others read
+// from beside it (OpenModel): its tensors point into each part.
 func OpenCheckpoint(path string) (*checkpoint.Checkpoint, error) {
-	g, err := Open(path)
+	g, err := OpenModel(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w (see %s)", err, guard.Anchor(guard.SectionGGUF))
 	}
@@ -70,7 +73,7 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		ct := checkpoint.TensorInfo{Name: hf, DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: g.Path,
+		ct := checkpoint.TensorInfo{Name: hf, DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
 			Offset: t.Offset, Length: t.Size}
 		if err := info.checkShape(hf, ct.Shape, cfg); err != nil {
 			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)

@@ -99,8 +99,8 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	}
 	if n, ok, err := g.Uint("split.count"); err != nil {
 		return nil, nil, err
-	} else if ok && n > 1 {
-		return nil, nil, fmt.Errorf("split.count is %d: the model is split over several GGUF files, which is not supported (merge them with llama-gguf-split --merge)", n)
+	} else if ok && n > 1 && len(g.Parts) != int(n) {
+		return nil, nil, fmt.Errorf("split.count is %d: a part of a model split over several GGUF files, read alone (OpenModel reads them all)", n)
 	}
 	for _, kv := range g.KVs {
 		if rest, ok := strings.CutPrefix(kv.Key, arch+"."); ok {

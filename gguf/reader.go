@@ -100,6 +100,9 @@ type TensorInfo struct {
 	Type quant.Type
 	// Offset is the absolute file offset of the data, Size its byte count.
 	Offset, Size int64
+	// Path is the file holding the data: the File's own, or for a model split over several files (OpenModel)
+	// the part's.
+	Path string
 }
 
 // Elements is the product of the dimensions.
@@ -128,6 +131,8 @@ type File struct {
 	Alignment  int64
 	DataOffset int64
 	Size       int64
+	// Parts are the files of a model split over several (OpenModel), the first being Path; nil from Open.
+	Parts []string
 
 	kv     map[string]int
 	byName map[string]int
@@ -580,6 +585,7 @@ func (g *File) placeTensors() error {
 			return fmt.Errorf("tensor %q: %d bytes at data offset %d lie outside the %d-byte data section (truncated file?)", t.Name, t.Size, t.Offset, dataLen)
 		}
 		t.Offset += g.DataOffset
+		t.Path = g.Path
 	}
 	order := make([]int, len(g.Tensors))
 	for i := range order {
@@ -636,7 +642,7 @@ func (g *File) TensorFloat32s(name string, max int64) ([]float32, error) {
 	if n > max || t.Size != 4*n {
 		return nil, fmt.Errorf("tensor %q has %d elements (%d bytes), want at most %d F32 values", name, n, t.Size, max)
 	}
-	f, err := os.Open(g.Path)
+	f, err := os.Open(t.Path)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -188,7 +190,8 @@ func validRepoID(s string) bool {
 // to its snapshot folder in the cache, downloading what is missing (config.json, generation_config.json,
 // tokenizer.json, tokenizer_config.json, chat_template.jinja and the safetensors weights, sharded or not) unless
 // offline. A GGUF file in a repository, "org/name/path/file.gguf", resolves to that one file in the snapshot,
-// downloaded alone.
+// downloaded alone; a part of a model split over several files (PREFIX-00001-of-00003.gguf) brings the other
+// parts with it.
 func Resolve(ctx context.Context, ref string, opts Options) (string, error) {
 	if _, err := os.Stat(ref); err == nil {
 		return ref, nil
@@ -222,10 +225,33 @@ func splitFileRef(ref string) (id, file string, ok bool) {
 	return id, parts[2], validRepoID(id)
 }
 
-// resolveFile returns the path of one file of repository id in the cache, downloading it (alone) unless it is
-// there or the options say offline.
+// splitPart matches a part of a GGUF model split over several files: PREFIX-00001-of-00003.gguf (five digits
+// each, as llama.cpp's gguf-split names them).
+var splitPart = regexp.MustCompile(`^(.*)-(\d{5})-of-(\d{5})\.gguf$`)
+
+// ggufModelFiles lists the files of the GGUF model whose file (a path in the repository) is named: the file alone,
+// or every part of a model split over several files, in order.
+func ggufModelFiles(file string) []string {
+	m := splitPart.FindStringSubmatch(file)
+	if m == nil {
+		return []string{file}
+	}
+	n, err := strconv.Atoi(m[3])
+	if err != nil || n < 2 {
+		return []string{file}
+	}
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("%s-%05d-of-%s.gguf", m[1], i+1, m[3])
+	}
+	return parts
+}
+
+// resolveFile returns the path of one file of repository id in the cache, downloading it (alone, or with the
+// other parts of a split model) unless it is there or the options say offline.
 func resolveFile(ctx context.Context, id, file string, o Options) (string, error) {
 	repo := newCacheRepo(o.CacheDir, id)
+	want := ggufModelFiles(file)
 	if o.Offline {
 		commit := o.Revision
 		if !isCommit(commit) {
@@ -236,11 +262,12 @@ func resolveFile(ctx context.Context, id, file string, o Options) (string, error
 			}
 			commit = strings.TrimSpace(string(b))
 		}
-		p := filepath.Join(repo.snapshotDir(commit), filepath.FromSlash(file))
-		if !fileExists(p) {
-			return "", fmt.Errorf("%w: %s (revision %s) is in the cache without %s", ErrOffline, id, o.Revision, file)
+		for _, f := range want {
+			if !fileExists(filepath.Join(repo.snapshotDir(commit), filepath.FromSlash(f))) {
+				return "", fmt.Errorf("%w: %s (revision %s) is in the cache without %s", ErrOffline, id, o.Revision, f)
+			}
 		}
-		return p, nil
+		return filepath.Join(repo.snapshotDir(commit), filepath.FromSlash(file)), nil
 	}
 	d := &downloader{opts: o, repo: repo, id: id}
 	info, err := d.repoInfo(ctx)
@@ -248,20 +275,26 @@ func resolveFile(ctx context.Context, id, file string, o Options) (string, error
 		return "", err
 	}
 	var gguf []string
-	found := false
+	has := map[string]bool{}
 	for _, s := range info.Siblings {
-		found = found || s.RFilename == file
+		has[s.RFilename] = true
 		if strings.HasSuffix(s.RFilename, ".gguf") {
 			gguf = append(gguf, s.RFilename)
 		}
 	}
-	if !found {
-		return "", fmt.Errorf("%w: %s (revision %s, commit %s) has no file %s (its GGUF files: %s)", ErrNotFound, id,
-			o.Revision, info.SHA, file, strings.Join(gguf, ", "))
+	for _, f := range want {
+		if !has[f] {
+			what := "no file " + f
+			if len(want) > 1 && f != file {
+				what = fmt.Sprintf("no file %s, a part of the split model %s", f, file)
+			}
+			return "", fmt.Errorf("%w: %s (revision %s, commit %s) has %s (its GGUF files: %s)", ErrNotFound, id,
+				o.Revision, info.SHA, what, strings.Join(gguf, ", "))
+		}
 	}
 	d.buf = make([]byte, 1<<20)
 	d.prog = newProgress(o.Progress)
-	if err := d.fetch(ctx, info.SHA, []string{file}); err != nil {
+	if err := d.fetch(ctx, info.SHA, want); err != nil {
 		return "", err
 	}
 	if err := repo.writeRef(o.Revision, info.SHA); err != nil {

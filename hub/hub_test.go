@@ -823,17 +823,21 @@ func BenchmarkDownload(b *testing.B) {
 }
 
 // TestResolveGGUFFile fetches one GGUF file of a repository ("org/name/file.gguf"), alone, and finds it again
-// offline.
+// offline; a split model's first part brings its other parts, and a missing part is named.
 func TestResolveGGUFFile(t *testing.T) {
 	isolateEnv(t)
 	h := hubtest.NewServer(t)
 	files := map[string][]byte{
-		"README.md":              []byte("# quantized"),
-		"model-Q4_K_M.gguf":      randomBytes(2, 200_000),
-		"model-Q8_0.gguf":        randomBytes(3, 300_000),
-		"sub/model-F16.gguf":     randomBytes(4, 1000),
-		"config.json":            []byte(`{}`),
-		"generation_config.json": []byte(`{}`),
+		"README.md":                 []byte("# quantized"),
+		"model-Q4_K_M.gguf":         randomBytes(2, 200_000),
+		"model-Q8_0.gguf":           randomBytes(3, 300_000),
+		"sub/model-F16.gguf":        randomBytes(4, 1000),
+		"big/m-00001-of-00002.gguf": randomBytes(5, 1000),
+		"big/m-00002-of-00002.gguf": randomBytes(6, 2000),
+		"cut/m-00001-of-00003.gguf": randomBytes(7, 100),
+		"cut/m-00003-of-00003.gguf": randomBytes(8, 100),
+		"config.json":               []byte(`{}`),
+		"generation_config.json":    []byte(`{}`),
 	}
 	h.AddRepo("org/quants", commit1, files)
 	opts := testOptions(t, h)
@@ -858,6 +862,18 @@ func TestResolveGGUFFile(t *testing.T) {
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "model-Q4_K_M.gguf") {
 		t.Fatalf("missing file: %v, want ErrNotFound listing the repository's GGUF files", err)
 	}
+	// A model split over several files: its first part brings the others.
+	p, err := Resolve(context.Background(), "org/quants/big/m-00001-of-00002.gguf", opts)
+	if err != nil || !strings.HasSuffix(p, filepath.FromSlash("big/m-00001-of-00002.gguf")) {
+		t.Fatalf("split model: %s, %v", p, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(filepath.Dir(p), "m-00002-of-00002.gguf")); err != nil || !bytes.Equal(got, files["big/m-00002-of-00002.gguf"]) {
+		t.Fatalf("split model: the second part was not fetched beside the first (%v)", err)
+	}
+	if _, err := Resolve(context.Background(), "org/quants/cut/m-00001-of-00003.gguf", opts); !errors.Is(err, ErrNotFound) ||
+		!strings.Contains(err.Error(), "cut/m-00002-of-00003.gguf, a part of the split model") {
+		t.Fatalf("split model missing a part: %v, want ErrNotFound naming the part", err)
+	}
 	offline := opts
 	offline.Offline = true
 	if p, err := Resolve(context.Background(), "org/quants/model-Q4_K_M.gguf", offline); err != nil || !strings.HasSuffix(p, "model-Q4_K_M.gguf") {
@@ -865,6 +881,13 @@ func TestResolveGGUFFile(t *testing.T) {
 	}
 	if _, err := Resolve(context.Background(), "org/quants/model-Q8_0.gguf", offline); !errors.Is(err, ErrOffline) {
 		t.Fatalf("offline, not cached: %v, want ErrOffline", err)
+	}
+	if _, err := Resolve(context.Background(), "org/quants/big/m-00001-of-00002.gguf", offline); err != nil {
+		t.Fatalf("offline, a cached split model: %v", err)
+	}
+	os.Remove(filepath.Join(filepath.Dir(p), "m-00002-of-00002.gguf"))
+	if _, err := Resolve(context.Background(), "org/quants/big/m-00001-of-00002.gguf", offline); !errors.Is(err, ErrOffline) || !strings.Contains(err.Error(), "m-00002-of-00002.gguf") {
+		t.Fatalf("offline, a split model missing a part: %v, want ErrOffline naming it", err)
 	}
 	if _, err := Resolve(context.Background(), "org/quants/../x.gguf", opts); err == nil {
 		t.Fatal("a path escaping the repository resolved")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,8 +123,9 @@ func (s *Source) Origin(name string) (path string, generated bool) {
 		}
 		return filepath.Join(s.Checkpoint, name), false
 	}
-	// A single-file model's split records that file alone (sourceNames).
-	if len(s.Files) == 1 && s.Files[0].Weights && !slices.Contains(CopiedFiles, s.Files[0].Name) {
+	// A single-file model's split records that file alone, or a split GGUF model's its parts, the first first
+	// (sourceNames): the weight files only.
+	if len(s.Files) > 0 && !slices.ContainsFunc(s.Files, func(f SourceFile) bool { return !f.Weights || slices.Contains(CopiedFiles, f.Name) }) {
 		return filepath.Join(s.Checkpoint, s.Files[0].Name), true
 	}
 	return "", false
@@ -140,7 +142,8 @@ func (a SourceFile) sameIdentity(b SourceFile) bool {
 
 // sourceNames lists the files of ck a split depends on: the copied config and tokenizer files, the index of a
 // sharded checkpoint, and the weight files; weights reports which are weight files. A single-file model (GGUF:
-// its config and tokenizer files are made from its metadata) depends on its one file.
+// its config and tokenizer files are made from its metadata) depends on its one file, or on its parts, the first
+// (holding the metadata) first.
 func sourceNames(ck *checkpoint.Checkpoint) (names []string, weights map[string]bool) {
 	if ck.Files == nil {
 		names = append(slices.Clone(CopiedFiles), checkpoint.IndexFile)
@@ -148,6 +151,11 @@ func sourceNames(ck *checkpoint.Checkpoint) (names []string, weights map[string]
 	weights = map[string]bool{}
 	if ck.OpenFile != nil {
 		return names, weights // generated tensors: no files
+	}
+	if ck.Files != nil { // the model's file, or the first part of a split one: its metadata, perhaps no tensors
+		n := filepath.Base(ck.Dir)
+		weights[n] = true
+		names = append(names, n)
 	}
 	for _, t := range ck.Tensors {
 		n := filepath.Base(t.File)
@@ -183,16 +191,18 @@ func sourceDir(ck *checkpoint.Checkpoint) string {
 	return ck.Dir
 }
 
-// headerEnd returns where the tensor data of a single-file model's file begins (its first tensor's offset): its
-// header, hashed as a safetensors file's is, holds the metadata the generated files come from. 0 for a
-// safetensors checkpoint.
-func headerEnd(ck *checkpoint.Checkpoint) int64 {
-	if ck.Files == nil || len(ck.Tensors) == 0 {
+// headerEnd returns where the tensor data of the file name of a single-file model (GGUF, or one part of a GGUF
+// model split over several files) begins, its first tensor's offset: its header, hashed as a safetensors file's
+// is, holds the metadata the generated files come from. 0 for a safetensors checkpoint.
+func headerEnd(ck *checkpoint.Checkpoint, name string) int64 {
+	if ck.Files == nil {
 		return 0
 	}
-	end := ck.Tensors[0].Offset
+	end := int64(math.MaxInt64) // a part with no tensors (gguf-split --no-tensor-first-split) is hashed whole
 	for _, t := range ck.Tensors {
-		end = min(end, t.Offset)
+		if filepath.Base(t.File) == name {
+			end = min(end, t.Offset)
+		}
 	}
 	return end
 }
@@ -266,7 +276,7 @@ func readSourceState(ck *checkpoint.Checkpoint, prev *Source) (*sourceState, err
 		if had && old.sameIdentity(f) {
 			f.SHA256 = old.SHA256
 		} else {
-			if err := hashSourceFile(dir, &f, headerEnd(ck)); err != nil {
+			if err := hashSourceFile(dir, &f, headerEnd(ck, name)); err != nil {
 				return nil, err
 			}
 			if f.Weights {

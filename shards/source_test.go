@@ -363,10 +363,13 @@ func TestParseSourceRejects(t *testing.T) {
 }
 
 // TestSourceOrigin: a copied file comes from the checkpoint folder, a single-file model's generated files from
-// that file, and a file the checkpoint lacked (or a split without a record) from nowhere known.
+// that file (a split GGUF model's from its first part), and a file the checkpoint lacked (or a split without a
+// record) from nowhere known.
 func TestSourceOrigin(t *testing.T) {
 	hf := &Source{Checkpoint: "/ck", Files: []SourceFile{{Name: "config.json"}, {Name: "tokenizer.json"}, {Name: "chat_template.jinja", Absent: true}, {Name: "model.safetensors", Weights: true}}}
 	gg := &Source{Checkpoint: "/models", Files: []SourceFile{{Name: "m.gguf", Weights: true}}}
+	parts := &Source{Checkpoint: "/models", Files: []SourceFile{{Name: "m-00001-of-00002.gguf", Weights: true}, {Name: "m-00002-of-00002.gguf", Weights: true}}}
+	st := &Source{Checkpoint: "/ck", Files: []SourceFile{{Name: "a.safetensors", Weights: true}, {Name: "b.safetensors", Weights: true}, {Name: "config.json"}}}
 	for _, c := range []struct {
 		src       *Source
 		name      string
@@ -376,6 +379,8 @@ func TestSourceOrigin(t *testing.T) {
 		{hf, "tokenizer.json", "/ck/tokenizer.json", false},
 		{hf, "chat_template.jinja", "", false},
 		{gg, "tokenizer.json", "/models/m.gguf", true},
+		{parts, "tokenizer.json", "/models/m-00001-of-00002.gguf", true}, // a split GGUF model: its first part
+		{st, "tokenizer.json", "", false},
 		{nil, "tokenizer.json", "", false},
 	} {
 		if path, generated := c.src.Origin(c.name); path != c.path || generated != c.generated {
