@@ -99,14 +99,20 @@ var formats = []Format{
 	{IQ1_S, QKK, 2 + QKK/8 + QKK/16},
 }
 
+// formatOf indexes formats by type number (the kernels look a format up per block).
+var formatOf = func() (m [64]Format) {
+	for _, f := range formats {
+		m[f.Type] = f
+	}
+	return m
+}()
+
 // Format returns the layout of t, or false when this package cannot decode t.
 func (t Type) Format() (Format, bool) {
-	for _, f := range formats {
-		if f.Type == t {
-			return f, true
-		}
+	if t >= Type(len(formatOf)) || formatOf[t].BlockElems == 0 {
+		return Format{}, false
 	}
-	return Format{}, false
+	return formatOf[t], true
 }
 
 // Quantized reports whether t is a block format (not a plain float type).

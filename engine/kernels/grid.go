@@ -56,19 +56,33 @@ func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
 	return acc
 }
 
-// gridIn4 sets y[r·ystride] (r < 4) to the portable gridDot of w with the four consecutive Q8_K rows x spans,
-// decoding each super-block once for the four. (The assembly row kernels decode faster than four products
-// would share a decoded block: they take each input row alone.)
-func gridIn4(t quant.Type, w []byte, x qActRow, y []float32, ystride int) {
+// gridIn4 sets y[r·ystride] (r < 4) to gridDot of w with the four consecutive Q8_K rows x spans, decoding each
+// super-block once for the four (with asm, by the assembly decoder and integer products: the same integers, so
+// the same bits as the row kernels).
+func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride int) {
 	var q [quant.QKK]int8
 	var sc [16]int32
+	var scv gridScales
 	var acc [4]float32
 	nb := len(x.d) / 4
 	bb := len(w) / nb
 	for b := range nb {
-		d := quant.GridInts(t, &q, &sc, w[b*bb:(b+1)*bb])
+		blk := w[b*bb : (b+1)*bb]
+		var d float32
+		if asm {
+			gridDecodeAsm(t, blk, &q, &scv)
+			d = quant.GridScale(t, blk)
+		} else {
+			d = quant.GridInts(t, &q, &sc, blk)
+		}
 		for r := range 4 {
-			isum := gridIntsGo(&q, x.qs[quant.QKK*(r*nb+b):], &sc)
+			xs := x.qs[quant.QKK*(r*nb+b):][:quant.QKK]
+			var isum int32
+			if asm {
+				isum = gridIntsAVX2(&q, &xs[0], &scv)
+			} else {
+				isum = gridIntsGo(&q, xs, &sc)
+			}
 			acc[r] += float32(float32(d*x.d[r*nb+b]) * float32(isum))
 		}
 	}
@@ -81,10 +95,8 @@ func gridIn4(t quant.Type, w []byte, x qActRow, y []float32, ystride int) {
 func gridKernels(asm bool) map[quant.Type]*quantKernel {
 	m := map[quant.Type]*quantKernel{}
 	for _, t := range quant.GridTypes {
-		m[t] = &quantKernel{act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return gridDot(t, asm, w, x) }}
-		if !asm {
-			m[t].in4 = func(w []byte, x qActRow, y []float32, ystride int) { gridIn4(t, w, x, y, ystride) }
-		}
+		m[t] = &quantKernel{act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return gridDot(t, asm, w, x) },
+			in4: func(w []byte, x qActRow, y []float32, ystride int) { gridIn4(t, asm, w, x, y, ystride) }}
 	}
 	return m
 }

@@ -26,6 +26,59 @@ func gridRowIQ1S(w *byte, x *int8, xd *float32, nb int) float32
 //go:noescape
 func gridRowIQ1M(w *byte, x *int8, xd *float32, nb int) float32
 
+// The per-format decoders (grid_amd64.s): the super-block at b as signed codes q (quant.GridInts's) and its
+// scale vectors, for gridIntsAVX2.
+//
+//go:noescape
+func gridDecodeIQ2XXS(b *byte, q *int8, scv *int16)
+
+//go:noescape
+func gridDecodeIQ2XS(b *byte, q *int8, scv *int16)
+
+//go:noescape
+func gridDecodeIQ2S(b *byte, q *int8, scv *int16)
+
+//go:noescape
+func gridDecodeIQ3XXS(b *byte, q *int8, scv *int16)
+
+//go:noescape
+func gridDecodeIQ3S(b *byte, q *int8, scv *int16)
+
+//go:noescape
+func gridDecodeIQ1S(b *byte, q *int8, scv *int16)
+
+//go:noescape
+func gridDecodeIQ1M(b *byte, q *int8, scv *int16)
+
+// gridIntsAVX2 is gridIntsGo of a super-block decoded by gridDecodeAsm (q, scv) and the 256 activations at x.
+//
+//go:noescape
+func gridIntsAVX2(q *[quant.QKK]int8, x *int8, scv *gridScales) int32
+
+// gridDecodeAsm decodes the super-block b of the codebook i-quant t into q and scv, by t's decoder.
+func gridDecodeAsm(t quant.Type, b []byte, q *[quant.QKK]int8, scv *gridScales) {
+	f, _ := t.Format()
+	bp, qp, sp := &b[:f.BlockBytes][0], &q[0], &scv[0][0]
+	switch t {
+	case quant.IQ2_XXS:
+		gridDecodeIQ2XXS(bp, qp, sp)
+	case quant.IQ2_XS:
+		gridDecodeIQ2XS(bp, qp, sp)
+	case quant.IQ2_S:
+		gridDecodeIQ2S(bp, qp, sp)
+	case quant.IQ3_XXS:
+		gridDecodeIQ3XXS(bp, qp, sp)
+	case quant.IQ3_S:
+		gridDecodeIQ3S(bp, qp, sp)
+	case quant.IQ1_S:
+		gridDecodeIQ1S(bp, qp, sp)
+	case quant.IQ1_M:
+		gridDecodeIQ1M(bp, qp, sp)
+	default:
+		panic("kernels: no assembly decoder for " + t.String())
+	}
+}
+
 // The tables the assembly kernels read: the grids (copies of quant's), and 7-bit signs as ±1 bytes.
 var (
 	iq2xxsGrid = quant.IQ2XXSGrid

@@ -81,6 +81,11 @@ GLOBL gridCode128<>(SB), RODATA|NOPTR, $4
 // 8·ib..8·ib+7 (quad i at i·64(SI): tiled.go's codeDst), and the scale vector Y5 to 32·ib(R13). SPSTORE: the
 // signed codes in Y1 (IQ1's) as they are.
 #define PSTORE(ib) VPSIGNB Y2, Y1, Y1; SPSTORE(ib)
+
+// QSTORE(ib): the 32 grid values in Y1 with the signs in Y2 applied, as signed codes to 32·ib(SI), and the scale
+// vector Y5 to 32·ib(R13): a decoded super-block for gridIntsAVX2. SQSTORE: the signed codes in Y1 as they are.
+#define QSTORE(ib) VPSIGNB Y2, Y1, Y1; SQSTORE(ib)
+#define SQSTORE(ib) VMOVDQU Y1, (32*ib)(SI); VMOVDQU Y5, (32*ib)(R13)
 #define SPSTORE(ib) \
 	VPXOR Y9, Y1, Y1; VMOVDQU Y5, (32*ib)(R13); \
 	VMOVD X1, (512*ib)(SI); VPEXTRD $1, X1, (512*ib+64)(SI); VPEXTRD $2, X1, (512*ib+128)(SI); VPEXTRD $3, X1, (512*ib+192)(SI); \
@@ -353,3 +358,83 @@ TEXT ·gridUnpackIQ1M(SB), NOSPLIT, $0-24
 	UNPARGS(·iq1Codes)
 	IQ1M_ALL(SPSTORE)
 	VZEROUPPER; RET
+
+// func gridDecodeIQ2XXS(b *byte, q *int8, scv *int16)
+TEXT ·gridDecodeIQ2XXS(SB), NOSPLIT, $0-24
+	UNPARGS(·iq2xxsGrid)
+	IQ2XXS_ALL(QSTORE)
+	VZEROUPPER; RET
+
+// func gridDecodeIQ2XS(b *byte, q *int8, scv *int16)
+TEXT ·gridDecodeIQ2XS(SB), NOSPLIT, $0-24
+	UNPARGS(·iq2xsGrid)
+	IQ2XS_ALL(QSTORE)
+	VZEROUPPER; RET
+
+// func gridDecodeIQ2S(b *byte, q *int8, scv *int16)
+TEXT ·gridDecodeIQ2S(SB), NOSPLIT, $0-24
+	UNPARGS(·iq2sGrid)
+	SIGNSVINIT
+	IQ2S_ALL(QSTORE)
+	VZEROUPPER; RET
+
+// func gridDecodeIQ3XXS(b *byte, q *int8, scv *int16)
+TEXT ·gridDecodeIQ3XXS(SB), NOSPLIT, $0-24
+	UNPARGS(·iq3xxsGrid)
+	IQ3XXS_ALL(QSTORE)
+	VZEROUPPER; RET
+
+// func gridDecodeIQ3S(b *byte, q *int8, scv *int16)
+TEXT ·gridDecodeIQ3S(SB), NOSPLIT, $0-24
+	UNPARGS(·iq3sGrid)
+	VMOVDQU grid3sShifts<>(SB), Y14; VPBROADCASTD grid3sBit8<>(SB), Y13; SIGNSVINIT
+	IQ3S_ALL(QSTORE)
+	VZEROUPPER; RET
+
+// func gridDecodeIQ1S(b *byte, q *int8, scv *int16)
+TEXT ·gridDecodeIQ1S(SB), NOSPLIT, $0-24
+	UNPARGS(·iq1Codes)
+	IQ1S_ALL(SQSTORE)
+	VZEROUPPER; RET
+
+// func gridDecodeIQ1M(b *byte, q *int8, scv *int16)
+TEXT ·gridDecodeIQ1M(SB), NOSPLIT, $0-24
+	UNPARGS(·iq1Codes)
+	IQ1M_ALL(SQSTORE)
+	VZEROUPPER; RET
+
+// func gridIntsAVX2(q *[256]int8, x *int8, scv *[128]int16) int32
+//
+// Σ_s sc[s]·Σ_{j in sixteenth s} q[j]·x[j] of a super-block decoded by gridDecode*: VPMADDUBSW multiplies |q| by x
+// with q's signs (VPSIGNB), VPMADDWD adds the pairs times the step's scale vector.
+TEXT ·gridIntsAVX2(SB), NOSPLIT, $0-28
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ scv+16(FP), DX
+	VPXOR Y0, Y0, Y0
+	MOVQ $8, CX
+
+loop:
+	VMOVDQU (SI), Y1
+	VMOVDQU (DI), Y2
+	VPSIGNB Y1, Y2, Y2
+	VPABSB Y1, Y1
+	VPMADDUBSW Y2, Y1, Y3
+	VPMADDWD (DX), Y3, Y3
+	VPADDD Y3, Y0, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ loop
+
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPADDD X1, X0, X0
+	VMOVD X0, AX
+	MOVL AX, ret+24(FP)
+	VZEROUPPER
+	RET

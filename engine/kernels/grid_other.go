@@ -13,3 +13,13 @@ func gridRowAsm(t quant.Type, w []byte, x qActRow) float32 {
 func gridUnpackAsm(t quant.Type, b []byte, c codeDst, scv *gridScales) {
 	panic("kernels: no AVX2 here")
 }
+
+// gridDecodeAsm is never called here (useAVX2 is false).
+func gridDecodeAsm(t quant.Type, b []byte, q *[quant.QKK]int8, scv *gridScales) {
+	panic("kernels: no AVX2 here")
+}
+
+// gridIntsAVX2 is never called here (useAVX2 is false).
+func gridIntsAVX2(q *[quant.QKK]int8, x *int8, scv *gridScales) int32 {
+	panic("kernels: no AVX2 here")
+}
