@@ -35,6 +35,9 @@ func gridIntsGo(q *[quant.QKK]int8, x []int8, sc *[16]int32) int32 {
 // first sixteenth's scale in words 0-7, the second's in 8-15 (the row kernels' VPMADDWD operand).
 type gridScales [8][16]int16
 
+// sc returns the scale of sixteenth s.
+func (v *gridScales) sc(s int) int32 { return int32(v[s/2][8*(s%2)]) }
+
 // gridDot is the product of a row w of the codebook i-quant t with the Q8_K row x; with asm, by t's assembly row
 // kernel (gridRowAsm), which decodes each super-block in registers and gives the same bits.
 func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
@@ -112,7 +115,7 @@ func unpackGridTiled(t quant.Type, sub int) func(c codeDst, m metaDst, blk []byt
 			var scv gridScales
 			gridUnpackAsm(t, blk, c, &scv)
 			for s := range 16 {
-				sc16[s] = int32(scv[s/2][8*(s%2)])
+				sc16[s] = scv.sc(s)
 			}
 			d = quant.GridScale(t, blk)
 		} else {

@@ -12,8 +12,9 @@ import (
 
 // TestGridKernels checks the codebook i-quants' assembly against quant.GridInts (itself bit-exact with gguf-py's
 // decoding), on random super-blocks (any bytes are valid) against random activations and the extremes ±127: each
-// format's row kernel bit for bit against the portable gridDot (rows of 1-9 super-blocks), and its tiled
-// unpacker's codes and scales against the portable unpacking's.
+// format's row kernel bit for bit against the portable gridDot (rows of 1-9 super-blocks), its decoder and
+// gridIntsAVX2 (the four-input kernels' parts) against GridInts and gridIntsGo, and its tiled unpacker's codes and
+// scales against the portable unpacking's.
 func TestGridKernels(t *testing.T) {
 	if !useAVX2 {
 		t.Skip("no AVX2: the Go kernels only")
@@ -44,6 +45,23 @@ func TestGridKernels(t *testing.T) {
 			}
 			if got, want := gridDot(typ, true, w, x), gridDot(typ, false, w, x); math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
 				t.Fatalf("%s, trial %d (%d super-blocks): the row kernel %g, gridDot %g", typ, trial, nb, got, want)
+			}
+			// The decoder and the integer product of the four-input kernels, on the first super-block.
+			var q, aq [quant.QKK]int8
+			var sc [16]int32
+			var scv gridScales
+			quant.GridInts(typ, &q, &sc, w[:f.BlockBytes])
+			gridDecodeAsm(typ, w[:f.BlockBytes], &aq, &scv)
+			for s := range 16 {
+				if scv.sc(s) != sc[s] {
+					t.Fatalf("%s, trial %d: the decoder's scales %v, GridInts's %v", typ, trial, scv, sc)
+				}
+			}
+			if aq != q {
+				t.Fatalf("%s, trial %d: the decoder's codes differ from GridInts's", typ, trial)
+			}
+			if got, want := gridIntsAVX2(&aq, &x.qs[0], &scv), gridIntsGo(&q, x.qs, &sc); got != want {
+				t.Fatalf("%s, trial %d: gridIntsAVX2 %d, gridIntsGo %d", typ, trial, got, want)
 			}
 			// One row's codes and meta of the first super-block, as a panel holds them (quads 64 bytes apart).
 			unpack := func(asm bool) (codes, meta []byte) {

@@ -224,8 +224,8 @@ func TestQuantDotsMatchLlamaCpp(t *testing.T) {
 	}
 }
 
-// TestQuantKernelsAgree checks the assembly kernels (one row and four rows) against the portable ones, bit for
-// bit, on random data.
+// TestQuantKernelsAgree checks the assembly kernels (one row, four rows, four inputs) against the portable ones,
+// bit for bit, on random data.
 func TestQuantKernelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, typ := range quantTypes {
@@ -249,6 +249,21 @@ func TestQuantKernelsAgree(t *testing.T) {
 							if got, want := y[r*ystride+i], p.dot(w.Row(o+i), a.row(r)); math.Float32bits(got) != math.Float32bits(want) {
 								t.Fatalf("%s cols %d: four-by-four kernel row %d input %d %g, portable %g", typ, cols, o+i, r, got, want)
 							}
+						}
+					}
+				}
+			}
+			for name, in4 := range map[string]func(w []byte, x qActRow, y []float32, ystride int){"kernel": k.in4, "portable": p.in4} {
+				if in4 == nil {
+					continue
+				}
+				const ystride = 3
+				for o := range w.Rows {
+					y := make([]float32, 3*ystride+1)
+					in4(w.Row(o), a.rows(0, 4), y, ystride)
+					for r := range 4 {
+						if want := p.dot(w.Row(o), a.row(r)); math.Float32bits(y[r*ystride]) != math.Float32bits(want) {
+							t.Fatalf("%s cols %d: %s four-input kernel row %d input %d %g, portable %g", typ, cols, name, o, r, y[r*ystride], want)
 						}
 					}
 				}
