@@ -37,25 +37,20 @@
 	MOVL r, R10; SHRL $21, R10; ANDL $127, R10; VPINSRQ $1, (R9)(R10*8), X3, X3; \
 	VINSERTI128 $1, X3, Y2, Y2
 
-// Constants for SIGNSV: byte k of a dword spread over bytes 8k..8k+7 (per 128-bit lane: bytes 0, 1 low, 2, 3 high),
-// each byte's bit, and +1.
-DATA gridSignSpread<>+0(SB)/8, $0x0000000000000000
-DATA gridSignSpread<>+8(SB)/8, $0x0101010101010101
-DATA gridSignSpread<>+16(SB)/8, $0x0202020202020202
-DATA gridSignSpread<>+24(SB)/8, $0x0303030303030303
-GLOBL gridSignSpread<>(SB), RODATA|NOPTR, $32
+// Constants for SIGNSV (with quant_amd64.s's ·bitSpread: byte k of a dword spread over bytes 8k..8k+7, per 128-bit
+// lane bytes 0, 1 low, 2, 3 high): each byte's bit, and +1.
 DATA gridSignBits<>+0(SB)/8, $0x8040201008040201
 GLOBL gridSignBits<>(SB), RODATA|NOPTR, $8
 DATA gridOnes<>+0(SB)/4, $0x01010101
 GLOBL gridOnes<>(SB), RODATA|NOPTR, $4
 
-// SIGNSV(off): Y2 = the ±1 bytes of the four sign bytes at off(DI), in vector registers (Y12 gridSignSpread,
+// SIGNSV(off): Y2 = the ±1 bytes of the four sign bytes at off(DI), in vector registers (Y12 ·bitSpread,
 // Y11 gridSignBits, Y10 ones; SIGNSVINIT loads them).
 #define SIGNSV(off) \
 	VPBROADCASTD off(DI), Y2; VPSHUFB Y12, Y2, Y2; VPAND Y11, Y2, Y2; VPCMPEQB Y11, Y2, Y2; VPOR Y10, Y2, Y2
 
 #define SIGNSVINIT \
-	VMOVDQU gridSignSpread<>(SB), Y12; VPBROADCASTQ gridSignBits<>(SB), Y11; VPBROADCASTD gridOnes<>(SB), Y10
+	VMOVDQU ·bitSpread(SB), Y12; VPBROADCASTQ gridSignBits<>(SB), Y11; VPBROADCASTD gridOnes<>(SB), Y10
 
 DATA gridEighth<>+0(SB)/4, $0x3e000000
 GLOBL gridEighth<>(SB), RODATA|NOPTR, $4

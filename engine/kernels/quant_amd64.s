@@ -19,13 +19,14 @@ DATA f0s<>+0(SB)/4, $0xf0f0f0f0
 GLOBL f0s<>(SB), RODATA|NOPTR, $4
 DATA sixteens<>+0(SB)/4, $0x10101010
 GLOBL sixteens<>(SB), RODATA|NOPTR, $4
-// bitshuf spreads the four bytes of a 32-bit word over eight bytes each; bitsel has, in byte i of each eight, every
+// ·bitSpread spreads the four bytes of a 32-bit word over eight bytes each (grid_amd64.s reads it too); bitsel
+// has, in byte i of each eight, every
 // bit set but bit i (ggml's bytes_from_bits_32).
-DATA bitshuf<>+0(SB)/8, $0x0000000000000000
-DATA bitshuf<>+8(SB)/8, $0x0101010101010101
-DATA bitshuf<>+16(SB)/8, $0x0202020202020202
-DATA bitshuf<>+24(SB)/8, $0x0303030303030303
-GLOBL bitshuf<>(SB), RODATA|NOPTR, $32
+DATA ·bitSpread+0(SB)/8, $0x0000000000000000
+DATA ·bitSpread+8(SB)/8, $0x0101010101010101
+DATA ·bitSpread+16(SB)/8, $0x0202020202020202
+DATA ·bitSpread+24(SB)/8, $0x0303030303030303
+GLOBL ·bitSpread(SB), RODATA|NOPTR, $32
 DATA bitsel<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
 GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 
@@ -74,13 +75,13 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VMOVDQU off(DI), X1; VPSRLW $4, X1, X2; VINSERTI128 $1, X2, Y1, Y1; VPAND Y14, Y1, Y1
 
 // BITS32(off): Y6 = the 32 bits of the 32-bit word at off(DI) as bytes, 0xff where the bit is set (byte i: bit
-// i). Needs Y12 = bitshuf, Y11 = bitsel (broadcast), Y10 = all ones.
+// i). Needs Y12 = ·bitSpread, Y11 = bitsel (broadcast), Y10 = all ones.
 #define BITS32(off) \
 	VPBROADCASTD off(DI), Y6; VPSHUFB Y12, Y6, Y6; VPOR Y11, Y6, Y6; VPCMPEQB Y10, Y6, Y6
 
 // BITSARGS loads BITS32's constants.
 #define BITSARGS \
-	VMOVDQU bitshuf<>(SB), Y12; VPBROADCASTQ bitsel<>(SB), Y11; VPCMPEQB Y10, Y10, Y10
+	VMOVDQU ·bitSpread(SB), Y12; VPBROADCASTQ bitsel<>(SB), Y11; VPCMPEQB Y10, Y10, Y10
 
 // ARGS loads the common arguments: the weight row b in DI, x's values in SI and scales in R8, the block count
 // (len(d)) in CX; zeroes the accumulator and loads the constants (Y15: int16 ones, Y14: nibble mask).
@@ -1241,7 +1242,7 @@ GLOBL sixteens32<>(SB), RODATA|NOPTR, $32
 // byte of mask: op is VPANDN for Q5_0 (0xf0 where the bit is clear: signed weights) and VPAND for Q5_1 (0x10
 // where it is set). Clobbers Y6.
 #define Q5BITS(p, off, op, mask) \
-	VPBROADCASTD off(p)(BX*1), Y6; VPSHUFB bitshuf<>(SB), Y6, Y6; VPOR bitsel32<>(SB), Y6, Y6; \
+	VPBROADCASTD off(p)(BX*1), Y6; VPSHUFB ·bitSpread(SB), Y6, Y6; VPOR bitsel32<>(SB), Y6, Y6; \
 	VPCMPEQB ones32<>(SB), Y6, Y6; op mask<>(SB), Y6, Y6; VPOR Y6, Y4, Y4
 
 // Q50ROW(p, ya): one Q5_0 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes; |w| times a·sign(w) as in
