@@ -60,33 +60,32 @@ func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
 }
 
 // gridIn4 sets y[r·ystride] (r < 4) to gridDot of w with the four consecutive Q8_K rows x spans, decoding each
-// super-block once for the four (with asm, by the assembly decoder and integer products: the same integers, so
-// the same bits as the row kernels).
+// super-block once for the four (with asm, by the assembly decoder and gridInts4AVX2: the same integers, so the
+// same bits as the row kernels).
 func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride int) {
 	var q [quant.QKK]int8
 	var sc [16]int32
 	var scv gridScales
 	var acc [4]float32
+	var isum [4]int32
 	nb := len(x.d) / 4
 	bb := len(w) / nb
+	_ = x.qs[4*nb*quant.QKK-1]
 	for b := range nb {
 		blk := w[b*bb : (b+1)*bb]
 		var d float32
 		if asm {
 			gridDecodeAsm(t, blk, &q, &scv)
+			gridInts4AVX2(&q, &x.qs[quant.QKK*b], nb*quant.QKK, &scv, &isum)
 			d = quant.GridScale(t, blk)
 		} else {
 			d = quant.GridInts(t, &q, &sc, blk)
+			for r := range 4 {
+				isum[r] = gridIntsGo(&q, x.qs[quant.QKK*(r*nb+b):], &sc)
+			}
 		}
 		for r := range 4 {
-			xs := x.qs[quant.QKK*(r*nb+b):][:quant.QKK]
-			var isum int32
-			if asm {
-				isum = gridIntsAVX2(&q, &xs[0], &scv)
-			} else {
-				isum = gridIntsGo(&q, xs, &sc)
-			}
-			acc[r] += float32(float32(d*x.d[r*nb+b]) * float32(isum))
+			acc[r] += float32(float32(d*x.d[r*nb+b]) * float32(isum[r]))
 		}
 	}
 	for r := range 4 {
@@ -94,7 +93,7 @@ func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride i
 	}
 }
 
-// gridKernels are the codebook i-quants' kernels, with the assembly integer products when asm is set.
+// gridKernels are the codebook i-quants' kernels, with the assembly ones when asm is set.
 func gridKernels(asm bool) map[quant.Type]*quantKernel {
 	m := map[quant.Type]*quantKernel{}
 	for _, t := range quant.GridTypes {

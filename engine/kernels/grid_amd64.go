@@ -55,6 +55,11 @@ func gridDecodeIQ1M(b *byte, q *int8, scv *int16)
 //go:noescape
 func gridIntsAVX2(q *[quant.QKK]int8, x *int8, scv *gridScales) int32
 
+// gridInts4AVX2 sets out[r] to gridIntsAVX2 of q, scv and the activations at x + r·stride, r < 4.
+//
+//go:noescape
+func gridInts4AVX2(q *[quant.QKK]int8, x *int8, stride int, scv *gridScales, out *[4]int32)
+
 // gridDecodeAsm decodes the super-block b of the codebook i-quant t into q and scv, by t's decoder.
 func gridDecodeAsm(t quant.Type, b []byte, q *[quant.QKK]int8, scv *gridScales) {
 	f, _ := t.Format()

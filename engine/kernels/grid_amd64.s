@@ -433,3 +433,61 @@ loop:
 	MOVL AX, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func gridInts4AVX2(q *[256]int8, x *int8, stride int, scv *[128]int16, out *[4]int32)
+//
+// gridIntsAVX2 for four activation rows at once (row r at x + r·stride): each step's codes, their absolute values
+// and its scale vector are loaded once for the four.
+TEXT ·gridInts4AVX2(SB), NOSPLIT, $0-40
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ stride+16(FP), R8
+	MOVQ scv+24(FP), DX
+	LEAQ (DI)(R8*2), R9
+	VPXOR Y0, Y0, Y0
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+	VPXOR Y8, Y8, Y8
+	MOVQ $8, CX
+
+loop4:
+	VMOVDQU (SI), Y1
+	VPABSB Y1, Y9
+	VMOVDQU (DX), Y5
+	VMOVDQU (DI), Y2
+	VPSIGNB Y1, Y2, Y2
+	VPMADDUBSW Y2, Y9, Y3
+	VPMADDWD Y5, Y3, Y3
+	VPADDD Y3, Y0, Y0
+	VMOVDQU (DI)(R8*1), Y2
+	VPSIGNB Y1, Y2, Y2
+	VPMADDUBSW Y2, Y9, Y3
+	VPMADDWD Y5, Y3, Y3
+	VPADDD Y3, Y6, Y6
+	VMOVDQU (R9), Y2
+	VPSIGNB Y1, Y2, Y2
+	VPMADDUBSW Y2, Y9, Y3
+	VPMADDWD Y5, Y3, Y3
+	VPADDD Y3, Y7, Y7
+	VMOVDQU (R9)(R8*1), Y2
+	VPSIGNB Y1, Y2, Y2
+	VPMADDUBSW Y2, Y9, Y3
+	VPMADDWD Y5, Y3, Y3
+	VPADDD Y3, Y8, Y8
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R9
+	ADDQ $32, DX
+	DECQ CX
+	JNZ loop4
+
+	// Reduce the four accumulators: out[r] = the sum of row r's eight lanes.
+	VPHADDD Y6, Y0, Y0 // rows 0,1 pairwise (per 128-bit lane)
+	VPHADDD Y8, Y7, Y7 // rows 2,3
+	VPHADDD Y7, Y0, Y0 // lanes: r0 r0' r1 r1' ... per 128-bit lane partial sums of rows 0,1,2,3
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	MOVQ out+32(FP), AX
+	VMOVDQU X0, (AX)
+	VZEROUPPER
+	RET

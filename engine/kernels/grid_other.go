@@ -23,3 +23,8 @@ func gridDecodeAsm(t quant.Type, b []byte, q *[quant.QKK]int8, scv *gridScales) 
 func gridIntsAVX2(q *[quant.QKK]int8, x *int8, scv *gridScales) int32 {
 	panic("kernels: no AVX2 here")
 }
+
+// gridInts4AVX2 is never called here (useAVX2 is false).
+func gridInts4AVX2(q *[quant.QKK]int8, x *int8, stride int, scv *gridScales, out *[4]int32) {
+	panic("kernels: no AVX2 here")
+}
