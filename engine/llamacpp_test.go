@@ -25,7 +25,7 @@ import (
 // matrices (tinyBLAS for the prompt, ggml_vec_dot_f32 for single rows), Q8_0 and Q4_1 (its vec_dot kernels), Q4_0
 // and Q4_K (its repacked kernels), Q6_K (its tiled kernel for the prompt, vec_dot for single rows). A wrong
 // summation order in any op moves some logit by an ulp, which this test sees. Types it does not reproduce (F16, BF16,
-// the codebook i-quants IQ1-IQ3) are refused by Open before the split, naming a tensor.
+// IQ1_S, IQ1_M) are refused by Open before the split, naming a tensor.
 func TestLlamaCppArithmeticTiny(t *testing.T) {
 	for _, cache := range []string{KVCacheF32, KVCacheF16} {
 		var ref struct {
@@ -52,6 +52,13 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
 		}
 	}
+	// The codebook i-quants but IQ1's (vec_dot and tiled).
+	readJSON(t, "../gguf/testdata/llamacpp/tiny-grids.json", &kq)
+	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+		for _, name := range []string{"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"} {
+			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
+		}
+	}
 	// IQ4_NL (repacked as Q4_0 is, with its grid as the lookup table) and IQ4_XS (vec_dot and tiled).
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-iquants.json", &kq)
 	for _, cache := range []string{KVCacheF32, KVCacheF16} {
@@ -63,9 +70,9 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 		Types map[string]llamaCppCase `json:"types"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	// The codebook i-quants, which the engine multiplies in its own arithmetic only.
+	// IQ1's codebook i-quants, which the engine multiplies in its own arithmetic only.
 	refused := map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16"}
-	for _, name := range []string{"IQ2_XXS", "IQ1_M", "IQ3_S"} {
+	for _, name := range []string{"IQ1_S", "IQ1_M"} {
 		refused["gguf/testdata/tiny/tiny-llama-"+name+".gguf"] = "not " + name
 	}
 	for file, want := range refused {
@@ -294,11 +301,14 @@ func TestLlamaCppArithmeticDecode(t *testing.T) {
 // TestLlamaCppArithmeticSmolLM2Mixes: SmolLM2-135M-Instruct as llama.cpp's Q4_K_M (Q5_0 and Q8_0 where the
 // K-quants do not fit its 576-wide rows, Q4_K and Q6_K elsewhere), Q3_K_M (Q3_K, Q4_K, Q5_K, Q6_K and the fallbacks
 // Q4_0, Q5_0, Q5_1, Q8_0), Q5_K_M (Q5_K, Q6_K, Q5_1, Q8_0), pure Q2_K (Q2_K ffn_down, the rest Q4_0) and IQ4_XS
-// (IQ4_XS ffn_down, IQ4_NL elsewhere, some Q5_K) gives llama.cpp's 8 × 64 greedy tokens, and their
-// log-probabilities to 1e-9, with its default float16 cache and with a float32 one. The files are made by scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km, q2k, iq4xs);
+// (IQ4_XS ffn_down, IQ4_NL elsewhere, some Q5_K) and IQ3_M (IQ3_S ffn_down, IQ4_NL and Q5_0 elsewhere, some Q4_K)
+// gives llama.cpp's 8 × 64 greedy tokens, and their log-probabilities to 1e-9, with its default float16 cache and
+// with a float32 one. The files are made by scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km,
+// q2k, iq4xs, iq3m);
 // each subtest skips without its file.
 func TestLlamaCppArithmeticSmolLM2Mixes(t *testing.T) {
-	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km", "q2_k-pure": "smollm2-q2k", "iq4_xs": "smollm2-iq4xs"} {
+	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km", "q2_k-pure": "smollm2-q2k", "iq4_xs": "smollm2-iq4xs",
+		"iq3_m": "smollm2-iq3m"} {
 		t.Run(mix, func(t *testing.T) {
 			path := hffixture.ModelPath(t, "smollm2-135m-instruct-"+mix+".gguf", "scripts/fixtures/llama_cpp_refs.py --only "+only)
 			var ref struct {

@@ -11,7 +11,7 @@ import (
 // input rows it quantizes first (LinearQuant's activation formats, bit for bit) with one of three kinds of kernel,
 // by format, matrix and batch:
 //
-//   - its vec_dot kernels (every format, fewer than 8 rows for the K-quants): eight lanes of integer sums of four
+//   - its vec_dot kernels (every format, fewer than 8 rows for the K-quants and i-quants): eight lanes of integer sums of four
 //     products, each block's lanes scaled and added with a fused multiply-add, summed as hsum_float_8 (dot32 with
 //     fused, and dotKVec, whose minimum terms Q2_K, Q4_K and Q5_K add in their own ways; IQ4_NL's in two sums,
 //     dotIQ4_NLVec); the batches of Q8_0, Q4_0, Q5_0 and IQ4_NL go through llamafile's tinyBLAS, whose sums are
@@ -21,7 +21,8 @@ import (
 //     multiply-add, the minimum terms of the K-quants in a second sum subtracted at the end. Of a batch of n > 3
 //     rows, the first n - n%4 go four at a time (gemm), the others one at a time (gemv); the gemm adds a Q4_K
 //     super-block in four parts of 64 elements and a Q2_K one in two of 128, the gemv in one (dotKRepacked);
-//   - its tiled K-quant kernels (the K-quants not repacked and IQ4_XS, 8 rows or more): each super-block's integer
+//   - its tiled K-quant kernels (the K-quants not repacked, IQ4_XS and the IQ2/IQ3 i-quants, 8 rows or more): each
+//     super-block's integer
 //     sum times the weight's d, less dmin times its minimum terms' sum, then times the input's scale and added with
 //     fused multiply-adds (dotKTiled).
 //
@@ -44,7 +45,9 @@ var ggmlKernels, ggmlRepacked = ggmlTables(true)
 // ggmlTables makes ggmlKernels and ggmlRepacked, with the assembly kernels where the CPU has them when asm is true
 // (false: the Go ones, which the assembly ones equal bit for bit).
 func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
-	quads := func(t quant.Type) kQuadFormat { return kQuadFormat{typ: t, asm: asm && kQuadsAsm(t)} }
+	quads := func(t quant.Type) kQuadFormat {
+		return kQuadFormat{typ: t, asm: asm && (kQuadsAsm(t) || quant.IsGrid(t) && useAVX2)}
+	}
 	plain = map[quant.Type]*ggmlKernel{
 		quant.Q8_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 34, intsQ8_0, true) }},
 		quant.Q4_0: {act: actQ8_0, one: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsQ4_0, true) }},
@@ -55,7 +58,11 @@ func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
 		quant.IQ4_NL: {act: actQ8_0, one: dotIQ4_NLVec, batchRows: 2,
 			many: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, true) }},
 	}
-	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum, quant.IQ4_XS: minsSum} {
+	// The codebook i-quants but IQ1's (whose vec_dot adds the shift terms in a sum of their own) take the K-quants'
+	// kernels: their vec_dot's lanes and hsum_float_8 (its d without the format's power of two, which its end
+	// multiplies in: the same bits), and the tiled kernel's act-bias sums, exactly the signed codes' (kDecode).
+	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum, quant.IQ4_XS: minsSum,
+		quant.IQ2_XXS: minsSum, quant.IQ2_XS: minsSum, quant.IQ2_S: minsSum, quant.IQ3_XXS: minsSum, quant.IQ3_S: minsSum} {
 		f := quads(t)
 		plain[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
 			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
@@ -81,7 +88,7 @@ func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
 // why.
 func GGMLSupports(t quant.Type) error {
 	if _, ok := ggmlKernels[t]; !ok {
-		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ4_NL and IQ4_XS block formats, not %s", t)
+		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS block formats, not %s", t)
 	}
 	return nil
 }
@@ -201,6 +208,16 @@ type kQuadFormat struct {
 // against the 256 activations qs. It calls its helpers directly, not through function values, so that k and out
 // stay on the caller's stack.
 func (f kQuadFormat) quads(k *kInts, b []byte, qs []int8, out *[64]int32) {
+	if f.asm && quant.IsGrid(f.typ) { // decoded by the assembly decoder, then summed in quads
+		var scv gridScales
+		gridDecodeAsm(f.typ, b, &k.q, &scv)
+		for s := range 16 {
+			k.sc[s] = scv.sc(s)
+		}
+		k.d, k.hasMin, k.offset = quant.GridScale(f.typ, b), false, 0
+		gridQuadsAVX2(&k.q, &qs[:quant.QKK][0], out)
+		return
+	}
 	if f.asm {
 		kScales(f.typ, k, b)
 		quadsAsm(f.typ, b, qs[:quant.QKK], out)

@@ -60,6 +60,12 @@ func gridIntsAVX2(q *[quant.QKK]int8, x *int8, scv *gridScales) int32
 //go:noescape
 func gridInts4AVX2(q *[quant.QKK]int8, x *int8, stride int, scv *gridScales, out *[4]int32)
 
+// gridQuadsAVX2 sets out[i] to the sum of the four products q[4i+j]·x[4i+j], j < 4, of a decoded super-block and
+// the 256 activations at x (quadsOf, for kQuadFormat).
+//
+//go:noescape
+func gridQuadsAVX2(q *[quant.QKK]int8, x *int8, out *[64]int32)
+
 // gridDecodeAsm decodes the super-block b of the codebook i-quant t into q and scv, by t's decoder.
 func gridDecodeAsm(t quant.Type, b []byte, q *[quant.QKK]int8, scv *gridScales) {
 	f, _ := t.Format()

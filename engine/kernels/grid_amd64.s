@@ -491,3 +491,33 @@ loop4:
 	VMOVDQU X0, (AX)
 	VZEROUPPER
 	RET
+
+DATA gridOnesW<>+0(SB)/4, $0x00010001
+GLOBL gridOnesW<>(SB), RODATA|NOPTR, $4
+
+// func gridQuadsAVX2(q *[256]int8, x *int8, out *[64]int32)
+//
+// The quad sums of a decoded super-block (kQuadFormat.quads for --arithmetic llama.cpp): out[i] is the sum of the
+// four products of elements 4i..4i+3, |q| against x with q's signs (VPSIGNB), VPMADDUBSW, then VPMADDWD by ones.
+TEXT ·gridQuadsAVX2(SB), NOSPLIT, $0-24
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ out+16(FP), DX
+	VPBROADCASTD gridOnesW<>(SB), Y4
+	MOVQ $8, CX
+
+quads:
+	VMOVDQU (SI), Y1
+	VMOVDQU (DI), Y2
+	VPSIGNB Y1, Y2, Y2
+	VPABSB Y1, Y1
+	VPMADDUBSW Y2, Y1, Y3
+	VPMADDWD Y4, Y3, Y3
+	VMOVDQU Y3, (DX)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ quads
+	VZEROUPPER
+	RET

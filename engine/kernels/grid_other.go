@@ -28,3 +28,8 @@ func gridIntsAVX2(q *[quant.QKK]int8, x *int8, scv *gridScales) int32 {
 func gridInts4AVX2(q *[quant.QKK]int8, x *int8, stride int, scv *gridScales, out *[4]int32) {
 	panic("kernels: no AVX2 here")
 }
+
+// gridQuadsAVX2 is never called here (useAVX2 is false).
+func gridQuadsAVX2(q *[quant.QKK]int8, x *int8, out *[64]int32) {
+	panic("kernels: no AVX2 here")
+}
