@@ -22,9 +22,8 @@ import (
 //     rows, the first n - n%4 go four at a time (gemm), the others one at a time (gemv); the gemm adds a Q4_K
 //     super-block in four parts of 64 elements and a Q2_K one in two of 128, the gemv in one (dotKRepacked);
 //   - its tiled K-quant kernels (the K-quants not repacked, IQ4_XS and the IQ2/IQ3 i-quants, 8 rows or more): each
-//     super-block's integer
-//     sum times the weight's d, less dmin times its minimum terms' sum, then times the input's scale and added with
-//     fused multiply-adds (dotKTiled).
+//     super-block's integer sum times the weight's d, less dmin times its minimum terms' sum, then times the input's
+//     scale and added with fused multiply-adds (dotKTiled).
 //
 // A ggmlKernel is, for one format, the dot product of one weight row with one quantized input row in each case.
 type ggmlKernel struct {
