@@ -130,8 +130,8 @@ type Options struct {
 	// impossible otherwise (a difference of one ulp anywhere flips the 8-bit rounding of some later product's
 	// input). It is slower than the engine's kernels and covers what has been checked against llama.cpp: the
 	// Llama, Qwen2, Qwen3, SmolLM3, OLMo 2 and Granite architectures (default, linear and frequency-factor
-	// rotary embeddings, no sliding window) with float32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ2_XXS,
-	// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL or IQ4_XS matrices (llama.cpp's K-quant and i-quant mixes included);
+	// rotary embeddings, no sliding window) with float32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, the
+	// codebook i-quants (IQ1_S to IQ3_S), IQ4_NL or IQ4_XS matrices (llama.cpp's K-quant and i-quant mixes included);
 	// Open refuses anything else, naming it. It
 	// needs the host kernels (device cpu without GraphDecode).
 	Arithmetic string

@@ -152,7 +152,7 @@ func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkp
 				return fmt.Errorf("tensor %s: %w", name, err)
 			}
 		case t.DType != checkpoint.F32:
-			return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS block formats", name, t.DType)
+			return fmt.Errorf("tensor %s is %s: llama.cpp's arithmetic is reproduced for float32 matrices and the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ1_S to IQ3_S, IQ4_NL and IQ4_XS block formats", name, t.DType)
 		}
 	}
 	return nil

@@ -24,8 +24,9 @@ import (
 // its top 8 logits at every position of the prompt, evaluated as one batch, then 16 greedy steps): float32
 // matrices (tinyBLAS for the prompt, ggml_vec_dot_f32 for single rows), Q8_0 and Q4_1 (its vec_dot kernels), Q4_0
 // and Q4_K (its repacked kernels), Q6_K (its tiled kernel for the prompt, vec_dot for single rows). A wrong
-// summation order in any op moves some logit by an ulp, which this test sees. Types it does not reproduce (F16, BF16,
-// IQ1_S, IQ1_M) are refused by Open before the split, naming a tensor.
+// summation order in any op moves some logit by an ulp, which this test sees (the i-quant files' rows hold one
+// super-block, so their lanes' and tiles' fused updates are checked by the kernels' llama.cpp fixtures). Types it
+// does not reproduce (F16, BF16) are refused by Open before the split, naming a tensor.
 func TestLlamaCppArithmeticTiny(t *testing.T) {
 	for _, cache := range []string{KVCacheF32, KVCacheF16} {
 		var ref struct {
@@ -52,10 +53,10 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
 		}
 	}
-	// The codebook i-quants but IQ1's (vec_dot and tiled).
+	// The codebook i-quants (vec_dot and tiled).
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-grids.json", &kq)
 	for _, cache := range []string{KVCacheF32, KVCacheF16} {
-		for _, name := range []string{"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"} {
+		for _, name := range []string{"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"} {
 			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
 		}
 	}
@@ -70,12 +71,7 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 		Types map[string]llamaCppCase `json:"types"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny.json", &ref)
-	// IQ1's codebook i-quants, which the engine multiplies in its own arithmetic only.
-	refused := map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16"}
-	for _, name := range []string{"IQ1_S", "IQ1_M"} {
-		refused["gguf/testdata/tiny/tiny-llama-"+name+".gguf"] = "not " + name
-	}
-	for file, want := range refused {
+	for file, want := range map[string]string{ref.Types["F16"].File: "is F16", ref.Types["BF16"].File: "is BF16"} {
 		dir := filepath.Join(t.TempDir(), "shards")
 		_, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: dir, Arithmetic: ArithmeticLlamaCpp})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tensor ") {

@@ -21,7 +21,7 @@ import (
 //     multiply-add, the minimum terms of the K-quants in a second sum subtracted at the end. Of a batch of n > 3
 //     rows, the first n - n%4 go four at a time (gemm), the others one at a time (gemv); the gemm adds a Q4_K
 //     super-block in four parts of 64 elements and a Q2_K one in two of 128, the gemv in one (dotKRepacked);
-//   - its tiled K-quant kernels (the K-quants not repacked, IQ4_XS and the IQ2/IQ3 i-quants, 8 rows or more): each
+//   - its tiled K-quant kernels (the K-quants not repacked, IQ4_XS and the IQ1-IQ3 i-quants, 8 rows or more): each
 //     super-block's integer sum times the weight's d, less dmin times its minimum terms' sum, then times the input's
 //     scale and added with fused multiply-adds (dotKTiled).
 //
@@ -57,14 +57,19 @@ func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
 		quant.IQ4_NL: {act: actQ8_0, one: dotIQ4_NLVec, batchRows: 2,
 			many: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, true) }},
 	}
-	// The codebook i-quants but IQ1's (whose vec_dot adds the shift terms in a sum of their own) take the K-quants'
-	// kernels: their vec_dot's lanes and hsum_float_8 (its d without the format's power of two, which its end
+	// The codebook i-quants but IQ1's (below) take the K-quants' kernels: their vec_dot's lanes and hsum_float_8 (its d without the format's power of two, which its end
 	// multiplies in: the same bits), and the tiled kernel's act-bias sums, exactly the signed codes' (kDecode).
 	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum, quant.IQ4_XS: minsSum,
 		quant.IQ2_XXS: minsSum, quant.IQ2_XS: minsSum, quant.IQ2_S: minsSum, quant.IQ3_XXS: minsSum, quant.IQ3_S: minsSum} {
 		f := quads(t)
 		plain[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
 			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
+	}
+	// IQ1's vec_dot takes the grid values (-1, 0, 1) in the lanes and the ±1/8 shifts apart; its tiled kernel is
+	// the others' (codes 8·v±1).
+	for t, dot := range map[quant.Type]func(w []byte, x qActRow) float32{quant.IQ1_S: dotIQ1SVec, quant.IQ1_M: dotIQ1MVec} {
+		f := quads(t)
+		plain[t] = &ggmlKernel{act: actQ8_K, one: dot, many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
 	}
 	repacked = map[quant.Type]*ggmlKernel{
 		quant.Q4_0:   {act: actQ8_0, one: dotQ4_0Repacked},
@@ -87,7 +92,7 @@ func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
 // why.
 func GGMLSupports(t quant.Type) error {
 	if _, ok := ggmlKernels[t]; !ok {
-		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS block formats, not %s", t)
+		return fmt.Errorf("llama.cpp's arithmetic is reproduced for the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K to Q6_K, IQ1_S to IQ3_S, IQ4_NL and IQ4_XS block formats, not %s", t)
 	}
 	return nil
 }
@@ -329,4 +334,71 @@ func dotIQ4_NLVec(w []byte, x qActRow) float32 {
 		s += float32(x.d[b] * d * float32(sum))
 	}
 	return s
+}
+
+// iq1Split writes an IQ1_S or IQ1_M super-block's codes q (8·v+δ, quant.GridInts's) as llama.cpp's vec_dot takes
+// them: the grid values v (-1, 0, 1) and the shifts' signs δ (±1, one per 8 elements), and returns the block's
+// float16 d (GridInts's d is d/8).
+func iq1Split(t quant.Type, b []byte, v, delta *[quant.QKK]int8, sc *[16]int32) float32 {
+	var q [quant.QKK]int8
+	d8 := quant.GridInts(t, &q, sc, b)
+	for j, c := range q {
+		v[j] = (c + 4*sign8(c)) / 8 // the nearest: ±9, ±7 → ±1; ±1 → 0
+		delta[j] = c - 8*v[j]
+	}
+	return d8 * 8
+}
+
+func sign8(c int8) int8 {
+	if c < 0 {
+		return -1
+	}
+	return 1
+}
+
+// dotIQ1SVec is llama.cpp's x86 ggml_vec_dot_iq1_s_q8_K: per super-block the grid values' eight lanes, scaled per
+// 32, fused into eight float sums with d·dx; the shifts' sum Σ ls·δ·(the activations' sums) in a scalar, added as
+// d·sum (the C line accum1 += d * sumi1, which GCC fuses); at the end hsum_float_8 + 1/8 of the scalar.
+func dotIQ1SVec(w []byte, x qActRow) float32 {
+	var acc [8]float32
+	var acc1 float32
+	var v, delta [quant.QKK]int8
+	var sc [16]int32
+	bb := len(w) / len(x.d)
+	for b := range len(x.d) {
+		f16 := iq1Split(quant.IQ1_S, w[b*bb:(b+1)*bb], &v, &delta, &sc)
+		var lanes [8]int32
+		var s1 int32
+		for ib := range 8 {
+			lanes32(&lanes, v[32*ib:32*ib+32], x.qs[quant.QKK*b+32*ib:], sc[2*ib], sc[2*ib+1])
+			s1 += (int32(x.bsums[16*b+2*ib]) + int32(x.bsums[16*b+2*ib+1])) * int32(delta[32*ib]) * sc[2*ib]
+		}
+		d := x.d[b] * f16
+		fmaLanes(&acc, d, &lanes)
+		acc1 = ggml.FMA32(d, float32(s1), acc1)
+	}
+	return hsum8(&acc) + 0.125*acc1 // 0.125·acc1 is exact: fused or not, the same
+}
+
+// dotIQ1MVec is llama.cpp's x86 ggml_vec_dot_iq1_m_q8_K: the grid values' eight lanes and the shifts' eight lanes
+// (δ·x, per 8 elements), both scaled per 16, fused into two sets of eight float sums with d·dx; at the end
+// hsum_float_8 of the first plus 1/8 of hsum_float_8 of the second.
+func dotIQ1MVec(w []byte, x qActRow) float32 {
+	var acc1, acc2 [8]float32
+	var v, delta [quant.QKK]int8
+	var sc [16]int32
+	bb := len(w) / len(x.d)
+	for b := range len(x.d) {
+		f16 := iq1Split(quant.IQ1_M, w[b*bb:(b+1)*bb], &v, &delta, &sc)
+		var l1, l2 [8]int32
+		for ib := range 8 {
+			xs := x.qs[quant.QKK*b+32*ib:]
+			lanes32(&l1, v[32*ib:32*ib+32], xs, sc[2*ib], sc[2*ib+1])
+			lanes32(&l2, delta[32*ib:32*ib+32], xs, sc[2*ib], sc[2*ib+1])
+		}
+		d := x.d[b] * f16
+		fmaLanes(&acc1, d, &l1)
+		fmaLanes(&acc2, d, &l2)
+	}
+	return hsum8(&acc1) + 0.125*hsum8(&acc2)
 }

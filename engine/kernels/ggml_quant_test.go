@@ -60,11 +60,11 @@ func checkGGMLDots(t *testing.T) {
 		}
 	}
 	if want := []string{"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
-		"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"}; !slices.Equal(checked, want) {
+		"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"}; !slices.Equal(checked, want) {
 		t.Errorf("formats checked %v, want %v", checked, want)
 	}
-	if GGMLSupports(quant.IQ1_S) == nil || GGMLSupports(quant.IQ1_M) == nil {
-		t.Errorf("GGMLSupports(IQ1_S or IQ1_M) = nil: llama.cpp multiplies them with kernels LinearQuantGGML does not reproduce")
+	if GGMLSupports(quant.TQ1_0) == nil {
+		t.Errorf("GGMLSupports(TQ1_0) = nil: llama.cpp multiplies it with kernels LinearQuantGGML does not reproduce")
 	}
 	if !GGMLRepacks(quant.Q4_K, 16) || GGMLRepacks(quant.Q4_K, 12) || !GGMLRepacks(quant.Q4_0, 8) || !GGMLRepacks(quant.Q2_K, 8) || !GGMLRepacks(quant.IQ4_NL, 8) || GGMLRepacks(quant.Q6_K, 16) || GGMLRepacks(quant.IQ4_XS, 16) {
 		t.Errorf("GGMLRepacks: Q4_0, Q4_K, Q2_K and IQ4_NL of a multiple of 8 rows, and nothing else")
