@@ -96,12 +96,16 @@ GLOBL gridCode128<>(SB), RODATA|NOPTR, $4
 	MOVBLZX 53(DI), BX; SHRL $4, BX; SHLL $8, BX; ORL BX, AX; MOVBLZX 55(DI), BX; ANDL $0xf0, BX; SHLL $8, BX; ORL BX, AX; \
 	VMOVD AX, X4; VCVTPH2PS X4, X4
 
+// HSUMI: AX = the sum of Y0's eight int32 lanes (X1 is scratch).
+#define HSUMI \
+	VEXTRACTI128 $1, Y0, X1; VPADDD X1, X0, X0; VPSHUFD $0x4e, X0, X1; VPADDD X1, X0, X0; \
+	VPSHUFD $0xb1, X0, X1; VPADDD X1, X0, X0; VMOVD X0, AX
+
 // NEXT(size): the super-block's float update, X15 += float32(d·dx)·float32(isum) with d in X4 (gridDot's
 // operations in its order: no fused ones), then on to the next super-block of size bytes, looping to
 // the label block while super-blocks are left.
 #define NEXT(size) \
-	VEXTRACTI128 $1, Y0, X1; VPADDD X1, X0, X0; VPSHUFD $0x4e, X0, X1; VPADDD X1, X0, X0; \
-	VPSHUFD $0xb1, X0, X1; VPADDD X1, X0, X0; VMOVD X0, AX; VCVTSI2SSL AX, X3, X3; \
+	HSUMI; VCVTSI2SSL AX, X3, X3; \
 	VMULSS (DX), X4, X4; VMULSS X3, X4, X4; VADDSS X4, X15, X15; VPXOR Y0, Y0, Y0; \
 	ADDQ $size, DI; ADDQ $256, SI; ADDQ $4, DX; DECQ CX; JNZ block
 
@@ -423,13 +427,7 @@ loop:
 	DECQ CX
 	JNZ loop
 
-	VEXTRACTI128 $1, Y0, X1
-	VPADDD X1, X0, X0
-	VPSHUFD $0x4e, X0, X1
-	VPADDD X1, X0, X0
-	VPSHUFD $0xb1, X0, X1
-	VPADDD X1, X0, X0
-	VMOVD X0, AX
+	HSUMI
 	MOVL AX, ret+24(FP)
 	VZEROUPPER
 	RET
