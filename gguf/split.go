@@ -32,8 +32,11 @@ func OpenModel(path string) (*File, error) {
 	}
 	g.Parts = []string{path}
 	count, ok, err := g.Uint("split.count")
-	if err != nil || !ok || count <= 1 {
-		return g, err
+	if err != nil {
+		return nil, fmt.Errorf("gguf %s: %w", path, err)
+	}
+	if !ok || count <= 1 {
+		return g, nil
 	}
 	if count > maxParts {
 		return nil, fmt.Errorf("gguf %s: split.count is %d (at most %d parts)", path, count, maxParts)
@@ -79,6 +82,13 @@ func (g *File) addPart(part *File, i, count int) error {
 	}
 	if n, _, err := part.Uint("split.count"); err != nil || n != uint64(count) {
 		return fmt.Errorf("split.count is %d (%v), want %d", n, err, count)
+	}
+	// gguf-split writes the model's tensor count into every part: a part of another split of the same shape
+	// (another quantization, another revision) says otherwise.
+	want, wok, werr := g.Uint("split.tensors.count")
+	got, gok, gerr := part.Uint("split.tensors.count")
+	if werr != nil || gerr != nil || wok && gok && got != want {
+		return fmt.Errorf("split.tensors.count is %d, the first part's %d: a part of another split model", got, want)
 	}
 	for _, kv := range part.KVs {
 		if strings.HasPrefix(kv.Key, "split.") {

@@ -62,6 +62,7 @@ func TestOpenModelParts(t *testing.T) {
 		"repeated tensor": {part(1, 2, 3, nil, "b"), `tensor "b" is in an earlier part too`},
 		"tensor count":    {part(1, 2, 3, nil, "c", "d"), "split.tensors.count is 3, the 2 parts hold 4 tensors"},
 		"extra metadata":  {part(1, 2, 3, func(f *testFile) { f.kv("llama.block_count", uint32(2)) }, "c"), "metadata llama.block_count differs"},
+		"another split":   {part(1, 2, 4, nil, "c"), "split.tensors.count is 4, the first part's 3: a part of another split model"},
 	} {
 		dir := t.TempDir()
 		write(dir, map[string][]byte{"m-00001-of-00002.gguf": part(0, 2, 3, nil, "a", "b"), "m-00002-of-00002.gguf": c.second})

@@ -237,8 +237,9 @@ func ggufModelFiles(file string) []string {
 		return []string{file}
 	}
 	n, err := strconv.Atoi(m[3])
-	if err != nil || n < 2 {
-		return []string{file}
+	no, err2 := strconv.Atoi(m[2])
+	if err != nil || err2 != nil || n < 2 || no < 1 || no > n {
+		return []string{file} // not a part of a split model: the file alone, which must exist
 	}
 	parts := make([]string, n)
 	for i := range parts {

@@ -870,6 +870,11 @@ func TestResolveGGUFFile(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(filepath.Dir(p), "m-00002-of-00002.gguf")); err != nil || !bytes.Equal(got, files["big/m-00002-of-00002.gguf"]) {
 		t.Fatalf("split model: the second part was not fetched beside the first (%v)", err)
 	}
+	for _, bad := range []string{"big/m-00005-of-00002.gguf", "big/m-00000-of-00002.gguf"} { // no such part
+		if _, err := Resolve(context.Background(), "org/quants/"+bad, opts); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s: %v, want ErrNotFound", bad, err)
+		}
+	}
 	if _, err := Resolve(context.Background(), "org/quants/cut/m-00001-of-00003.gguf", opts); !errors.Is(err, ErrNotFound) ||
 		!strings.Contains(err.Error(), "cut/m-00002-of-00003.gguf, a part of the split model") {
 		t.Fatalf("split model missing a part: %v, want ErrNotFound naming the part", err)

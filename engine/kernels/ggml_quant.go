@@ -58,7 +58,8 @@ func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
 			many: func(w []byte, x qActRow) float32 { return dot32(w, x, 18, intsIQ4_NL, true) }},
 	}
 	// The codebook i-quants but IQ1's (below) take the K-quants' kernels: their vec_dot's lanes and hsum_float_8 (its d without the format's power of two, which its end
-	// multiplies in: the same bits), and the tiled kernel's act-bias sums, exactly the signed codes' (kDecode).
+	// multiplies in: the same bits while d·dx stays above 2^-123, far below any model's), and the tiled kernel's
+	// act-bias sums, exactly the signed codes' (kDecode).
 	for t, mins := range map[quant.Type]kMins{quant.Q2_K: minsLanes, quant.Q3_K: minsSum, quant.Q4_K: minsFused4, quant.Q5_K: minsFused, quant.Q6_K: minsSum, quant.IQ4_XS: minsSum,
 		quant.IQ2_XXS: minsSum, quant.IQ2_XS: minsSum, quant.IQ2_S: minsSum, quant.IQ3_XXS: minsSum, quant.IQ3_S: minsSum} {
 		f := quads(t)
