@@ -20,6 +20,27 @@ var splitName = regexp.MustCompile(`^(.*)-(\d{5})-of-(\d{5})\.gguf$`)
 // maxParts bounds split.count: llama.cpp writes five digits.
 const maxParts = 99999
 
+// SplitParts parses name as a part of a model split over several files, PREFIX-00002-of-00003.gguf (a path keeps
+// its folder in the names): it returns the names of every part, in order, and the part number name says (from 1;
+// it may lie outside 1..len(parts)). ok is false when name does not follow the pattern or counts fewer than two
+// parts.
+func SplitParts(name string) (parts []string, no int, ok bool) {
+	m := splitName.FindStringSubmatch(name)
+	if m == nil {
+		return nil, 0, false
+	}
+	count, _ := strconv.Atoi(m[3]) // five digits each
+	no, _ = strconv.Atoi(m[2])
+	if count < 2 {
+		return nil, 0, false
+	}
+	parts = make([]string, count)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i+1, count)
+	}
+	return parts, no, true
+}
+
 // OpenModel parses the GGUF model at path: one file, or the first part of a model split over several files,
 // whose other parts (found beside it by their names) it parses too. The result holds the first part's metadata
 // and every part's tensors, each TensorInfo.Path naming its file; Parts lists the files. A part that is missing,
@@ -45,18 +66,18 @@ func OpenModel(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gguf %s: %w", path, err)
 	}
-	m := splitName.FindStringSubmatch(filepath.Base(path))
-	if m == nil {
+	names, n, ok := SplitParts(filepath.Base(path))
+	if !ok {
 		return nil, fmt.Errorf("gguf %s: part %d of %d of a split model, but its name is not PREFIX-%05d-of-%05d.gguf, so the other parts cannot be found", path, no+1, count, no+1, count)
 	}
-	if n, _ := strconv.Atoi(m[2]); n != int(no)+1 || m[3] != fmt.Sprintf("%05d", count) {
-		return nil, fmt.Errorf("gguf %s: the file name says part %s of %s, its metadata part %d of %d (split.no %d, split.count %d)", path, m[2], m[3], no+1, count, no, count)
+	if n != int(no)+1 || len(names) != int(count) {
+		return nil, fmt.Errorf("gguf %s: the file name says part %05d of %05d, its metadata part %d of %d (split.no %d, split.count %d)", path, n, len(names), no+1, count, no, count)
 	}
 	if no != 0 {
-		return nil, fmt.Errorf("gguf %s: part %d of %d of a split model: open the first part, %s", path, no+1, count, m[1]+fmt.Sprintf("-%05d-of-%05d.gguf", 1, count))
+		return nil, fmt.Errorf("gguf %s: part %d of %d of a split model: open the first part, %s", path, no+1, count, names[0])
 	}
 	for i := 1; i < int(count); i++ {
-		pp := filepath.Join(filepath.Dir(path), fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i+1, count))
+		pp := filepath.Join(filepath.Dir(path), names[i])
 		part, err := Open(pp)
 		if err != nil {
 			return nil, fmt.Errorf("part %d of %d of %s: %w", i+1, count, path, err)

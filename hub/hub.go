@@ -21,9 +21,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
+
+	"github.com/layerstream/layerstream/gguf"
 )
 
 // DefaultEndpoint is the Hub used when neither Options.Endpoint nor HF_ENDPOINT is set.
@@ -225,27 +225,13 @@ func splitFileRef(ref string) (id, file string, ok bool) {
 	return id, parts[2], validRepoID(id)
 }
 
-// splitPart matches a part of a GGUF model split over several files: PREFIX-00001-of-00003.gguf (five digits
-// each, as llama.cpp's gguf-split names them).
-var splitPart = regexp.MustCompile(`^(.*)-(\d{5})-of-(\d{5})\.gguf$`)
-
 // ggufModelFiles lists the files of the GGUF model whose file (a path in the repository) is named: the file alone,
-// or every part of a model split over several files, in order.
+// or every part of a model split over several files (gguf.SplitParts), in order.
 func ggufModelFiles(file string) []string {
-	m := splitPart.FindStringSubmatch(file)
-	if m == nil {
-		return []string{file}
+	if parts, no, ok := gguf.SplitParts(file); ok && no >= 1 && no <= len(parts) {
+		return parts
 	}
-	n, err := strconv.Atoi(m[3])
-	no, err2 := strconv.Atoi(m[2])
-	if err != nil || err2 != nil || n < 2 || no < 1 || no > n {
-		return []string{file} // not a part of a split model: the file alone, which must exist
-	}
-	parts := make([]string, n)
-	for i := range parts {
-		parts[i] = fmt.Sprintf("%s-%05d-of-%s.gguf", m[1], i+1, m[3])
-	}
-	return parts
+	return []string{file} // not a part of a split model: the file alone, which must exist
 }
 
 // resolveFile returns the path of one file of repository id in the cache, downloading it (alone, or with the
