@@ -15,14 +15,16 @@ import (
 // GridTypes are the codebook i-quants, in ggml's numbering order.
 var GridTypes = []Type{IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M}
 
-// IsGrid reports whether t is one of GridTypes.
-func IsGrid(t Type) bool {
-	switch t {
-	case IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M:
-		return true
+// isGrid marks GridTypes by type number.
+var isGrid = func() (m [64]bool) {
+	for _, t := range GridTypes {
+		m[t] = true
 	}
-	return false
-}
+	return m
+}()
+
+// IsGrid reports whether t is one of GridTypes.
+func IsGrid(t Type) bool { return t < Type(len(isGrid)) && isGrid[t] }
 
 // signMasks[s] has byte j all ones where bit j of s is set: a sign byte as a mask of the weights it negates.
 var signMasks = func() (m [256]uint64) {
@@ -54,8 +56,8 @@ var kSignMasks = func() (m [128]uint64) {
 	return m
 }()
 
-// kSigns is the sign mask of the 7 bits of s (its low ones).
-func kSigns(s uint32) uint64 { return kSignMasks[s&127] }
+// KSignMask is the sign mask of KSigns of s's low 7 bits: byte j all ones where weight j of the group is negated.
+func KSignMask(s int) uint64 { return kSignMasks[s&127] }
 
 // signed negates the bytes of g (each nonzero and below 128) where mask is all ones: ^g + 1 per byte, which
 // cannot carry into the next byte because no byte of g is 0.
@@ -88,7 +90,7 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			s := int32(2*(aux>>28) + 1)
 			sc[2*ib], sc[2*ib+1] = s, s
 			for l := range 4 {
-				put(4*ib+l, signed(IQ2XXSGrid[uint8(idx>>(8*l))], kSigns(aux>>(7*l))))
+				put(4*ib+l, signed(IQ2XXSGrid[uint8(idx>>(8*l))], KSignMask(int(aux>>(7*l)))))
 			}
 		}
 		return GridScale(t, b)
@@ -99,7 +101,7 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			sc[2*ib], sc[2*ib+1] = int32(2*(s&15)+1), int32(2*(s>>4)+1)
 			for l := range 4 {
 				v := uint32(binary.LittleEndian.Uint16(b[2+2*(4*ib+l):]))
-				put(4*ib+l, signed(IQ2XSGrid[v&511], kSigns(v>>9)))
+				put(4*ib+l, signed(IQ2XSGrid[v&511], KSignMask(int(v>>9))))
 			}
 		}
 		return GridScale(t, b)
@@ -122,7 +124,7 @@ func GridInts(t Type, q *[QKK]int8, sc *[16]int32, b []byte) float32 {
 			sc[2*ib], sc[2*ib+1] = s, s
 			for l := range 4 {
 				g := uint64(IQ3XXSGrid[b[2+8*ib+2*l]]) | uint64(IQ3XXSGrid[b[3+8*ib+2*l]])<<32
-				put(4*ib+l, signed(g, kSigns(aux>>(7*l))))
+				put(4*ib+l, signed(g, KSignMask(int(aux>>(7*l)))))
 			}
 		}
 		return GridScale(t, b)

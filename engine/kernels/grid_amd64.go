@@ -98,18 +98,11 @@ var (
 	iq3xxsGrid = quant.IQ3XXSGrid
 	iq3sGrid   = quant.IQ3SGrid
 	iq1Codes   = quant.IQ1Codes
-	// ksignPM[s] has byte j −1 where bit j of quant.KSigns(s) is set (ggml's ksigns_iq2xs: the 7 bits of s and
-	// their parity as the eighth), else +1.
+	// ksignPM[s] has byte j −1 where quant.KSigns(s) negates weight j (ggml's ksigns_iq2xs: the 7 bits of s and
+	// their parity as the eighth), else +1: the sign mask with every byte's low bit set.
 	ksignPM = func() (m [128]uint64) {
-		for s := range 128 {
-			bits := quant.KSigns(s)
-			for j := range 8 {
-				b := uint64(0x01)
-				if bits>>j&1 != 0 {
-					b = 0xff
-				}
-				m[s] |= b << (8 * j)
-			}
+		for s := range m {
+			m[s] = quant.KSignMask(s) | 0x0101010101010101
 		}
 		return m
 	}()
