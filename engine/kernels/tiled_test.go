@@ -80,28 +80,22 @@ func tiledRef(typ quant.Type, w []byte, x qActRow) float32 {
 			var isum int32
 			for e := 16 * j; e < 16*j+16; e++ {
 				code := int32(k.q[e])
-				switch typ {
-				case quant.Q3_K:
+				switch {
+				case typ == quant.Q3_K:
 					code += 4 // the tiled codes are unsigned; the −4 is in the minimum term
-				case quant.IQ4_XS:
-					code += 128
-				}
-				if quant.IsGrid(typ) {
+				case typ == quant.IQ4_XS || quant.IsGrid(typ):
 					code += 128
 				}
 				isum += code * int32(x.qs[quant.QKK*b+e])
 			}
 			isb += k.sc[j] * isum
 			mi := k.mn[j]
-			switch typ {
-			case quant.Q6_K:
+			switch {
+			case typ == quant.Q6_K:
 				mi = 32 * k.sc[j]
-			case quant.Q3_K:
+			case typ == quant.Q3_K:
 				mi = 4 * k.sc[j]
-			case quant.IQ4_XS:
-				mi = 128 * k.sc[j]
-			}
-			if quant.IsGrid(typ) {
+			case typ == quant.IQ4_XS || quant.IsGrid(typ):
 				mi = 128 * k.sc[j]
 			}
 			imin += mi * int32(x.bsums[16*b+j])
