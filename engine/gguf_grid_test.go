@@ -2,13 +2,8 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"fmt"
 	"math"
-	"os"
 	"testing"
-
-	"github.com/layerstream/layerstream/internal/hffixture"
 )
 
 // TestGGUFSmolLM2IQ3MMatchesLlamaCpp runs SmolLM2-135M-Instruct as llama.cpp's IQ3_M mix (IQ3_S ffn_down where
@@ -22,19 +17,7 @@ import (
 // (the K-quant and IQ4 mixes give the same: first steps within 0.39-0.59). A misread IQ3_S block moves the first
 // steps by whole units.
 func TestGGUFSmolLM2IQ3MMatchesLlamaCpp(t *testing.T) {
-	path := hffixture.ModelPath(t, "smollm2-135m-instruct-iq3_m.gguf", "scripts/fixtures/llama_cpp_refs.py --only smollm2-iq3m")
-	var ref struct {
-		SHA256 string         `json:"sha256"`
-		F32    []llamaCppCase `json:"f32"`
-	}
-	readJSON(t, "../gguf/testdata/llamacpp/smollm2-iq3_m.json", &ref)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum := fmt.Sprintf("%x", sha256.Sum256(b)); sum != ref.SHA256 {
-		t.Skipf("%s has sha256 %s, the fixture's file %s: not the file the references were made on (run the script again)", path, sum, ref.SHA256)
-	}
+	path, ref := smolMix(t, "iq3_m", "smollm2-iq3m")
 	e, err := Open(context.Background(), path, Options{ShardDir: t.TempDir(), KVCache: KVCacheF32})
 	if err != nil {
 		t.Fatal(err)

@@ -302,24 +302,35 @@ func TestLlamaCppArithmeticDecode(t *testing.T) {
 // with a float32 one. The files are made by scripts/fixtures/llama_cpp_refs.py --only smollm2-q4km (q3km, q5km,
 // q2k, iq4xs, iq3m);
 // each subtest skips without its file.
+// smolMixRef is llama.cpp's generations on one of SmolLM2's mixes (llama_cpp_refs.py --only smollm2-<mix>).
+type smolMixRef struct {
+	SHA256 string         `json:"sha256"`
+	F16    []llamaCppCase `json:"f16"`
+	F32    []llamaCppCase `json:"f32"`
+}
+
+// smolMix returns the path of SmolLM2's mix file (skipping the test without it, or when it is not the file the
+// references were made on) and the references; only is the script step that makes it.
+func smolMix(t *testing.T, mix, only string) (string, smolMixRef) {
+	t.Helper()
+	path := hffixture.ModelPath(t, "smollm2-135m-instruct-"+mix+".gguf", "scripts/fixtures/llama_cpp_refs.py --only "+only)
+	var ref smolMixRef
+	readJSON(t, "../gguf/testdata/llamacpp/smollm2-"+mix+".json", &ref)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := fmt.Sprintf("%x", sha256.Sum256(b)); sum != ref.SHA256 {
+		t.Skipf("%s has sha256 %s, the fixture's file %s: not the file the references were made on (run the script again)", path, sum, ref.SHA256)
+	}
+	return path, ref
+}
+
 func TestLlamaCppArithmeticSmolLM2Mixes(t *testing.T) {
 	for mix, only := range map[string]string{"q4_k_m": "smollm2-q4km", "q3_k_m": "smollm2-q3km", "q5_k_m": "smollm2-q5km", "q2_k-pure": "smollm2-q2k", "iq4_xs": "smollm2-iq4xs",
 		"iq3_m": "smollm2-iq3m"} {
 		t.Run(mix, func(t *testing.T) {
-			path := hffixture.ModelPath(t, "smollm2-135m-instruct-"+mix+".gguf", "scripts/fixtures/llama_cpp_refs.py --only "+only)
-			var ref struct {
-				SHA256 string         `json:"sha256"`
-				F16    []llamaCppCase `json:"f16"`
-				F32    []llamaCppCase `json:"f32"`
-			}
-			readJSON(t, "../gguf/testdata/llamacpp/smollm2-"+mix+".json", &ref)
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sum := fmt.Sprintf("%x", sha256.Sum256(b)); sum != ref.SHA256 {
-				t.Skipf("%s has sha256 %s, the fixture's file %s: not the file the references were made on (run the script again)", path, sum, ref.SHA256)
-			}
+			path, ref := smolMix(t, mix, only)
 			shards := t.TempDir()
 			for cache, cases := range map[string][]llamaCppCase{KVCacheF16: ref.F16, KVCacheF32: ref.F32} {
 				e, err := Open(context.Background(), path, Options{ShardDir: shards, Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
