@@ -11,11 +11,15 @@ Needs llama-cpp-python, gguf and numpy (pip install llama-cpp-python gguf numpy)
 import ctypes
 import glob
 import os
+import sys
 import time
 
 import numpy as np
 import gguf
 import llama_cpp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
+from ggml_blocks import HALF_OFFSETS, put_iq1m_d  # noqa: E402
 
 NB = 4096
 N = NB * 256
@@ -35,14 +39,11 @@ def main():
         qtype = gguf.GGMLQuantizationType[name]
         size = gguf.GGML_QUANT_SIZES[qtype][1]
         w = rng.integers(0, 256, size=(NB, size), dtype=np.uint8)
-        half = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # sane float16 scales: no NaN or Inf products
-        if name == "IQ1_M":  # d is the top nibbles of the four uint16 scale words at 48
-            h = int(np.float16(0.01).view(np.uint16))
-            for i in range(4):
-                w[:, 49 + 2 * i] = (w[:, 49 + 2 * i] & 0x0f) | (((h >> (4 * i)) & 0xf) << 4)
-        else:
-            for off in ((0, 2) if name == "Q4_K" else (0,)):
-                w[:, off:off + 2] = half
+        half = np.full(NB, 0.01, dtype=np.float16)  # sane float16 scales: no NaN or Inf products
+        if name == "IQ1_M":
+            put_iq1m_d(w, half)
+        for off in HALF_OFFSETS[name]:
+            w[:, off:off + 2] = half.view(np.uint8).reshape(NB, 2)
         dot = getattr(lib, f"ggml_vec_dot_{name.lower().replace('_k', '_K')}_q8_K")
         dot.argtypes = [ctypes.c_int, F, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                         ctypes.c_size_t, ctypes.c_int]

@@ -20,11 +20,8 @@ import numpy as np
 import gguf
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-# Where each block type keeps its float16 scales (set to sane values; IQ1_M's d is spread over the top nibbles of
-# its scale words at 48 instead).
-HALVES = {"Q8_0": [0], "Q4_0": [0], "Q5_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q2_K": [80, 82], "Q3_K": [108],
-          "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0], "IQ2_XXS": [0], "IQ2_XS": [0],
-          "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0], "IQ1_S": [0], "IQ1_M": []}
+sys.path.insert(0, os.path.join(ROOT, "scripts", "fixtures"))
+from ggml_blocks import HALF_OFFSETS, put_iq1m_d  # noqa: E402
 SHAPES = {  # layers, hidden, feed-forward, query heads, key/value heads
     "tinyllama-1.1b": (22, 2048, 5632, 32, 4),
     "llama3-70b": (80, 8192, 28672, 64, 8),
@@ -34,7 +31,7 @@ SHAPES = {  # layers, hidden, feed-forward, query heads, key/value heads
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="tinyllama-1.1b")
-    ap.add_argument("type", choices=sorted(HALVES), help="the block type of every matrix")
+    ap.add_argument("type", choices=sorted(HALF_OFFSETS), help="the block type of every matrix")
     ap.add_argument("out")
     a = ap.parse_args()
     layers, hidden, ffn, heads, kv_heads = SHAPES[a.shape]
@@ -76,12 +73,9 @@ def main():
             continue
         raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
         d = rng.uniform(0.0005, 0.002, size=len(raw)).astype(np.float16)
-        if qtype == gguf.GGMLQuantizationType.IQ1_M:  # d is the top nibbles of the four uint16 scale words at 48
-            dv, sc = d.view(np.uint16), raw[:, 48:56].copy().view(np.uint16)
-            for i in range(4):
-                sc[:, i] = (sc[:, i] & 0x0fff) | (((dv >> (4 * i)) & 0xf) << 12).astype(np.uint16)
-            raw[:, 48:56] = sc.view(np.uint8)
-        for off in HALVES[a.type]:
+        if qtype == gguf.GGMLQuantizationType.IQ1_M:
+            put_iq1m_d(raw, d)
+        for off in HALF_OFFSETS[a.type]:
             raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
         w.write_tensor_data(raw.reshape(rows, -1))
     w.close()
