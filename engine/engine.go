@@ -258,6 +258,9 @@ type Engine struct {
 	// bf16Products: the host kernels multiply bf16 weight matrices by activations rounded to bf16
 	// (kernels.LinearBF16) instead of exactly (kernels.Linear).
 	bf16Products bool
+	// ownQuantized: the shards were block-quantized by layerstream's split (their source record names a
+	// quantizer), so their Q8_0 matrices take two-part inputs (kernels.QuantMatrix.TwoPart).
+	ownQuantized bool
 	// quantized: some weight matrix is block-quantized. The host kernels multiply those as llama.cpp does
 	// (kernels.LinearQuant, activations rounded to 8 bits); the graphs would dequantize them and compute other
 	// numbers, so Logits runs on the host kernels too.
@@ -371,6 +374,7 @@ func (e *Engine) init(ctx context.Context) error {
 	// and PyTorch's bf16 products make too. --dtype f32 keeps them exact.
 	req := strings.ToLower(strings.TrimSpace(e.opts.DType))
 	e.bf16Products = choice.DType == checkpoint.BF16 || ((req == "" || req == "auto") && kernels.NativeBF16())
+	e.ownQuantized = e.set.Source() != nil && e.set.Source().Quantizer != ""
 	if e.bf16Products && strings.Contains(strings.ToLower(c.TorchDType), "bfloat16") && (e.opts.Device == "" || e.opts.Device == DeviceCPU) {
 		slog.Debug("host matrix products: bf16 weights times activations rounded to bf16, summed in f32 (--dtype f32: exact)", "avx512_bf16", kernels.NativeBF16())
 	}

@@ -193,19 +193,16 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	for _, c := range ref.Cases {
 		seqs = append(seqs, [2][]int{c.PromptIDs, c.IDs})
 	}
-	// The issue's goals are 0.99 and 0.95. q8 measures 0.977 (293/300; 0.982 on the natural text), at margins the
-	// argmax agreement cannot resolve: 15 of these 300 positions have the unquantized model's top two logits
-	// within 0.09 of each other (5 within 0.025), and a perturbation of Q8_0's size flips a few of them whichever
-	// way it is computed. llama.cpp's own Q8_0 is the yardstick (scripts/fixtures/llamacpp_q8_agreement.py: the
-	// same checkpoint converted by llama.cpp to BF16 and Q8_0, the same positions): 297/300 against its own BF16
-	// and 295/300 against layerstream's bf16, while layerstream on llama.cpp's Q8_0 file scores 293/300, and Q8_0
-	// weights with float32 activations (no 8-bit rounding of the inputs, a third of the KL divergence) 293/300.
-	// The measure that weighs every position is the mean KL divergence from the unquantized model: q8's is
-	// llama.cpp's Q8_0's or less (3.4e-3 against 3.7e-3). Two exact computations part at this measure too: the
-	// bf16 checkpoint against the f32 one it was rounded from agrees at 298/300, as llama.cpp's BF16 does against
-	// this bf16. The agreement bound is what is met, so that a regression shows; the KL bound is llama.cpp's with a
-	// fifth of room; docs/performance.md has the figures.
-	base, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.975, shards.Q4: 0.95})
+	// The goals are the issue's: 0.99 and 0.95. q8 measures 0.997 (299/300; 279/280 on the natural text), with a
+	// mean KL divergence from the unquantized model of 5.7e-4, a sixth of llama.cpp's own Q8_0's (3.7e-3: the
+	// yardstick below, scripts/fixtures/llamacpp_q8_agreement.py, the same checkpoint converted by llama.cpp to
+	// BF16 and Q8_0, the same positions; it agrees at 297/300 with its own BF16). Two changes got it there from
+	// 293/300 and 3.4e-3: the scale search of quant.QuantizeQ8_0Search (weights) and two-part inputs
+	// (kernels.QuantMatrix.TwoPart: Q8_0 products no longer round the activations to 8 bits, which cost two thirds
+	// of the divergence). The agreement count is coarse at this level: 15 of these positions have the top two
+	// logits within 0.09, and equally good quantizers score a few positions apart (docs/performance.md); the KL
+	// bound, at twice what is measured, is the finer guard.
+	base, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.99, shards.Q4: 0.95})
 	var yard struct {
 		Agree      int     `json:"agree"`
 		Positions  int     `json:"positions"`
@@ -221,8 +218,8 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	bf16, _ := agree(yard.BF16Argmax, base)
 	t.Logf("llama.cpp's Q8_0 (the yardstick): %d/%d against llama.cpp's BF16 (mean KL divergence %.3g), %d/%d against this bf16; llama.cpp's BF16 against this bf16 %d/%d",
 		yard.Agree, yard.Positions, yard.KL, ours, len(base), bf16, len(base))
-	if kl[shards.Q8] > 1.2*yard.KL {
-		t.Errorf("q8: mean KL divergence %.3g from the unquantized model, more than 1.2 × llama.cpp's Q8_0's %.3g", kl[shards.Q8], yard.KL)
+	if kl[shards.Q8] > 0.3*yard.KL {
+		t.Errorf("q8: mean KL divergence %.3g from the unquantized model, more than 0.3 × llama.cpp's Q8_0's %.3g", kl[shards.Q8], yard.KL)
 	}
 }
 
@@ -247,9 +244,9 @@ func TestQuantizedAccuracyStories(t *testing.T) {
 	}
 	e.Close()
 	_, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.99, shards.Q4: 0.90})
-	// Bounds at twice what is measured (q8 3.4e-4, q4 4.2e-2): a broken block format moves the distributions by
-	// orders of magnitude more.
-	if kl[shards.Q8] > 7e-4 || kl[shards.Q4] > 0.085 {
-		t.Errorf("mean KL divergence from the unquantized model: q8 %.3g (bound 7e-4), q4 %.3g (bound 0.085)", kl[shards.Q8], kl[shards.Q4])
+	// Bounds at twice what is measured (q8 1.5e-4, 3.4e-4 before the scale search and two-part inputs; q4 4.2e-2):
+	// a broken block format moves the distributions by orders of magnitude more.
+	if kl[shards.Q8] > 3e-4 || kl[shards.Q4] > 0.085 {
+		t.Errorf("mean KL divergence from the unquantized model: q8 %.3g (bound 3e-4), q4 %.3g (bound 0.085)", kl[shards.Q8], kl[shards.Q4])
 	}
 }

@@ -265,6 +265,7 @@ func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
 			if err != nil {
 				return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
 			}
+			q.TwoPart = e.ownQuantized
 			w.view[i] = &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, s.shape...)}
 			continue
 		}

@@ -34,6 +34,9 @@ type Source struct {
 	// Units maps each unit to the hash of its source tensors (tensorHasher: XXH3-128 over each tensor's name,
 	// dtype, shape and length and its bytes, in shard order), in hex.
 	Units map[string]string `json:"units"`
+	// Quantizer names the encoder of the tensors the split quantized (Quantization.encoder), empty when it
+	// quantized none: shards quantized by another encoder are quantized again.
+	Quantizer string `json:"quantizer,omitempty"`
 }
 
 // SourceFile is the identity and content hash of one checkpoint file.
@@ -259,12 +262,12 @@ type sourceState struct {
 
 // readSourceState stats every file ck's split depends on and hashes those whose identity differs from prev
 // (which may be nil). A file's hash is taken after its stat, so a file changing meanwhile is caught next time.
-func readSourceState(ck *checkpoint.Checkpoint, prev *Source) (*sourceState, error) {
+func readSourceState(ck *checkpoint.Checkpoint, prev *Source, q Quantization) (*sourceState, error) {
 	abs, err := filepath.Abs(sourceDir(ck))
 	if err != nil {
 		abs = ck.Dir
 	}
-	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}}, moved: map[string]bool{}, generated: ck.OpenFile != nil}
+	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}, Quantizer: q.encoder()}, moved: map[string]bool{}, generated: ck.OpenFile != nil}
 	names, weights := sourceNames(ck)
 	dir := sourceDir(ck)
 	for _, name := range names {

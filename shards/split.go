@@ -190,6 +190,9 @@ func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan, q Qua
 		return nil, false
 	}
 	ok, why := upToDate(set.source, ck, set.units)
+	if ok && set.source.Quantizer != q.encoder() {
+		ok, why = false, fmt.Sprintf("its tensors were quantized by %q, this build's encoder is %q", set.source.Quantizer, q.encoder())
+	}
 	if ok && len(plans) == len(set.units) {
 		for i, p := range plans {
 			if !holdsPlan(set.units[i], p, q) {
@@ -287,7 +290,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 	} else if !errors.Is(err, os.ErrNotExist) {
 		slog.Warn("ignoring unreadable manifest; every shard is checked against its own header", "err", err)
 	}
-	state, err := readSourceState(ck, prev)
+	state, err := readSourceState(ck, prev, opts.Quantize)
 	if err != nil {
 		return nil, err
 	}
@@ -499,6 +502,9 @@ func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *
 	fst, err := os.Stat(filepath.Join(w.out, p.file()))
 	if err != nil {
 		return UnitInfo{}, "", false, false, nil
+	}
+	if prev != nil && prev.Quantizer != w.quant.encoder() && w.quant.quantizes(p) {
+		return UnitInfo{}, "", false, false, nil // quantized by another encoder: quantize again
 	}
 	hash, known := st.unitKnown(p, prev)
 	var crcs []uint32

@@ -492,3 +492,65 @@ func TestQuantizeQ8KBlocksAgree(t *testing.T) {
 		t.Errorf("a block holding a NaN has scale %g, want NaN", d[nb-1])
 	}
 }
+
+// TestLinearQuantTwoPart checks Q8_0's two-part inputs (TwoPart): LinearQuant and LinearQuantPrompt within 2⁻¹² of Σ|w·x|
+// of the float64 product of the dequantized weights with the unquantized inputs (8-bit inputs, the one-part
+// product, miss by 2⁻⁶ here: checked to fail that bound, so the test tells the two apart), on inputs with an
+// outlier of 3000 in one block, as SmolLM2's down projections get; and a row's outputs the same alone and in a
+// batch.
+func TestLinearQuantTwoPart(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const in, out, rows = 512, 70, 9
+	w := randomQuantMatrix(t, rng, quant.Q8_0, out, in)
+	x := make([]float32, rows*in)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for r := range rows {
+		x[r*in+37] = 3000
+	}
+	// Without TwoPart, the one-part product.
+	y1, y2 := make([]float32, rows*out), make([]float32, rows*out)
+	LinearQuant(y1, x, w, nil)
+	linearQuant(y2, x, w, nil)
+	if !slices.Equal(y1, y2) {
+		t.Error("a Q8_0 matrix without TwoPart: LinearQuant differs from the one-part product")
+	}
+	w.TwoPart = true
+	bias := make([]float32, out)
+	for i := range bias {
+		bias[i] = float32(rng.NormFloat64())
+	}
+	row := make([]float32, in)
+	check := func(name string, linear func(y, x []float32, w QuantMatrix, bias []float32), tol float64) (worst float64) {
+		y := make([]float32, rows*out)
+		linear(y, x, w, bias)
+		for r := range rows {
+			alone := make([]float32, out)
+			linear(alone, x[r*in:(r+1)*in], w, bias)
+			for o := range out {
+				if math.Float32bits(alone[o]) != math.Float32bits(y[r*out+o]) {
+					t.Fatalf("%s: row %d output %d is %g alone, %g in a batch", name, r, o, alone[o], y[r*out+o])
+				}
+				w.DequantizeRow(row, o)
+				want, mag := float64(bias[o]), 0.0
+				for i, v := range row {
+					want += float64(v) * float64(x[r*in+i])
+					mag += math.Abs(float64(v) * float64(x[r*in+i]))
+				}
+				worst = max(worst, math.Abs(float64(y[r*out+o])-want)/mag)
+			}
+		}
+		if tol > 0 && worst > tol {
+			t.Errorf("%s: error up to %.3g of Σ|w·x|, want ≤ %.3g", name, worst, tol)
+		}
+		t.Logf("%s: error up to %.3g of Σ|w·x|", name, worst)
+		return worst
+	}
+	const tol = 1.0 / (1 << 12)
+	check("LinearQuant", LinearQuant, tol)
+	check("LinearQuantPrompt", LinearQuantPrompt, tol)
+	if one := check("one-part inputs", linearQuant, 0); one <= tol {
+		t.Errorf("one-part inputs: error %.3g is within the two-part bound %.3g: the test cannot tell them apart", one, tol)
+	}
+}

@@ -493,7 +493,12 @@ func LinearQuantPrompt(y, x []float32, w QuantMatrix, bias []float32) {
 		LinearQuant(y, x, w, bias)
 		return
 	}
-	linearTiled(y, x, w, bias, f, f.asmKernel)
+	one := func(y, x []float32, w QuantMatrix, bias []float32) { linearTiled(y, x, w, bias, f, f.asmKernel) }
+	if w.TwoPart && w.Type == quant.Q8_0 {
+		linearTwoPart(y, x, w, bias, one)
+		return
+	}
+	one(y, x, w, bias)
 }
 
 // linearTiled is LinearQuantPrompt's tiled path with the given kernel (f's assembly one, or its Go one in tests).

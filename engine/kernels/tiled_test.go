@@ -145,7 +145,7 @@ func TestLinearQuantPrompt(t *testing.T) {
 				var a qAct
 				a.quantize(w.k.act, x, in)
 				lane := make([]float32, rows*out)
-				LinearQuant(lane, x, w, nil)
+				linearQuant(lane, x, w, nil)
 				for name, kernel := range kernels {
 					y := make([]float32, rows*out)
 					linearTiled(y, x, w, nil, f, kernel)
@@ -205,7 +205,7 @@ func TestLinearQuantPromptExtremes(t *testing.T) {
 				var a qAct
 				a.quantize(w.k.act, x, in)
 				lane := make([]float32, rows*out)
-				LinearQuant(lane, x, w, nil)
+				linearQuant(lane, x, w, nil)
 				for name, kernel := range kernels {
 					y := make([]float32, rows*out)
 					linearTiled(y, x, w, nil, f, kernel)
