@@ -75,7 +75,10 @@ func (q Quantization) encoder() string {
 	if q == None {
 		return ""
 	}
-	return fmt.Sprintf("%s: Q8_0 scale search of %d, Q4_K and Q4_1 round-to-nearest", q, quant.Q8_0Candidates)
+	if q == Q8 {
+		return fmt.Sprintf("q8: Q8_0 scale search of %d", quant.Q8_0Candidates)
+	}
+	return fmt.Sprintf("%s: Q4_K as ggml's reference, Q4_1 min-max, Q8_0 scale search of %d", q, quant.Q8_0Candidates)
 }
 
 // quantizes reports whether q quantizes any of unit p's tensors.
@@ -120,7 +123,7 @@ func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, f32 *[
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = quant.QuantizeQ8_0Search((*out)[lo*rowBytes:hi*rowBytes], x[lo*cols:hi*cols], cols, nil)
+			errs[i] = quant.QuantizeQ8_0Search((*out)[lo*rowBytes:hi*rowBytes], x[lo*cols:hi*cols], cols)
 		}()
 	}
 	wg.Wait()

@@ -765,23 +765,17 @@ func linearTwoPart(y, x []float32, w QuantMatrix, bias []float32, linear func(y,
 	a.quantize(w.k.act, x[:n], in)
 	lo := x2[n:]
 	for b, d := range a.d {
-		for j := b * quant.QK; j < (b+1)*quant.QK; j++ {
-			lo[j] = (x[j] - d*float32(a.qs[j])) * twoPartScale // d·q is exact: an 11-bit scale times an 8-bit integer
+		xs, qs, ls := x[b*quant.QK:][:quant.QK], a.qs[b*quant.QK:][:quant.QK], lo[b*quant.QK:][:quant.QK]
+		for j, q := range qs {
+			ls[j] = (xs[j] - d*float32(q)) * twoPartScale // d·q is exact: an 11-bit scale times an 8-bit integer
 		}
 	}
 	actPool.Put(a)
 	linear(y2, x2, w, nil)
-	hi, low := y2[:rows*out], y2[rows*out:]
-	for r := range rows {
-		for o := range out {
-			i := r*out + o
-			v := hi[i] + low[i]*(1.0/twoPartScale)
-			if bias != nil {
-				v += bias[o]
-			}
-			y[i] = v
-		}
-	}
+	hi := y2[:rows*out]
+	AxpyF32(hi, 1.0/twoPartScale, y2[rows*out:]) // exact products: fused or not, the same sums
+	copy(y, hi)
+	addBias(y, bias, rows, out)
 }
 
 // linearQuant is LinearQuant with one-part inputs for every type.
