@@ -135,6 +135,11 @@ type Options struct {
 	// Open refuses anything else, naming it. It
 	// needs the host kernels (device cpu without GraphDecode).
 	Arithmetic string
+	// ObserveInputs, when set, is called with the input rows x (cols values each) of every matrix product and
+	// the checkpoint name of its weight matrix, before the product (layerstream imatrix collects an importance
+	// matrix with it). x is only valid during the call. It needs the host kernels (device cpu without
+	// GraphDecode); Logits then runs on them too.
+	ObserveInputs func(tensor string, x []float32, cols int)
 	// Monitor, when set, checks the residual stream after every decoder layer and the logits of every step
 	// (guard.Monitor.CheckActivations, CheckLogits) of requests that bring no Request.Monitor of their own: it
 	// follows one sequence, so give concurrent requests their own. In strict mode a problem ends the sequence
@@ -219,6 +224,9 @@ func (o *Options) fillDefaults() error {
 		}
 	default:
 		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)
+	}
+	if o.ObserveInputs != nil && (o.GraphDecode || o.Device != "" && o.Device != DeviceCPU) {
+		return fmt.Errorf("observing the inputs of the products (imatrix) needs the host kernels: device cpu without graph decode")
 	}
 	switch {
 	case o.PrefillBudget == 0:

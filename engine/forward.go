@@ -537,10 +537,11 @@ func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []
 
 // onHost reports whether a forward pass runs on the host kernels rather than as graphs: always on cpu unless
 // Options.GraphDecode, except a pass that wants every position's logits (Logits), which runs as graphs unless
-// the model has block-quantized matrices (whose products only the host kernels compute as generation does) or
-// the arithmetic is llama.cpp's (Options.Arithmetic), which only the host kernels reproduce.
+// the model has block-quantized matrices (whose products only the host kernels compute as generation does),
+// the arithmetic is llama.cpp's (Options.Arithmetic), which only the host kernels reproduce, or the inputs of the
+// products are observed (Options.ObserveInputs).
 func (e *Engine) onHost(all bool) bool {
-	return !e.opts.GraphDecode && (!all || e.quantized || e.llamaCpp() != nil)
+	return !e.opts.GraphDecode && (!all || e.quantized || e.llamaCpp() != nil || e.opts.ObserveInputs != nil)
 }
 
 // hostPass runs the groups' new positions through the layers and the head with hostOps, every weight matrix
@@ -573,7 +574,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 		ferr := e.guardMapped(func() error {
 			kind := e.plan.Layers[i]
 			for _, g := range groups {
-				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled, llamaCpp: e.llamaCpp(), batch: g.t}
+				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled, llamaCpp: e.llamaCpp(), batch: g.t, observe: e.opts.ObserveInputs}
 				if ops.llamaCpp != nil && i == c.NumHiddenLayers-1 && !all {
 					ops.rowByRow = llamaCppOutputRows(weights)
 				}
@@ -624,7 +625,7 @@ func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, gr
 	}
 	defer release()
 	span := e.prof.Begin(profiler.Forward, step, -1)
-	ops := hostOps{bf16Products: e.bf16Products, llamaCpp: e.llamaCpp(), batch: 1}
+	ops := hostOps{bf16Products: e.bf16Products, llamaCpp: e.llamaCpp(), batch: 1, observe: e.opts.ObserveInputs}
 	if all {
 		ops.batch = n // llama.cpp computes the head over every position of the batch when it keeps all logits
 	}

@@ -21,6 +21,9 @@ import (
 // positions: row i's queries are at past[i], past[i]+1, …, its cache slots hold the runs of positions cache[i],
 // and kernels.Attention applies causality and the window from those.
 type hostOps struct {
+	// observe, when set, is called with the input rows of every product and its weight's name
+	// (Options.ObserveInputs).
+	observe  func(tensor string, x []float32, cols int)
 	cos, sin []float32     // [B, T, rotary dims]
 	past     []int         // [B]: positions each row has in the cache (its first query's position)
 	cache    [][]cacheRun  // [B]: what the cache slots of each row hold
@@ -117,6 +120,12 @@ func (a *hostArena) recycle(keep ...*hostArray) {
 func weightData(v model.Value) any { return v.(*deviceTensor).flat }
 
 func (o hostOps) Linear(x, w, b model.Value) model.Value {
+	if o.observe != nil {
+		if t := w.(*deviceTensor); t.name != "" {
+			xa := arr(x)
+			o.observe(t.name, xa.data, xa.dims[len(xa.dims)-1])
+		}
+	}
 	var bias []float32
 	if b != nil {
 		bias = weightData(b).([]float32)

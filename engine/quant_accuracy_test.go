@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/imatrix"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/shards"
@@ -92,14 +94,45 @@ func agree(a, b []int) (int, float64) {
 	return n, float64(n) / float64(len(a))
 }
 
-// checkQuantizedAccuracy splits the checkpoint at dir as it is and quantized (q8, q4) and compares the
-// quantized models' argmax with the unquantized one's over positions of text the model generates: seqs are
-// prompts with greedy continuations, and the positions predicting the continuations count, up to maxPositions.
-// That is the regime generation runs in: where the argmax is what greedy decoding picks. Perplexity is measured
-// on accuracyText (natural text, where a small model has many near-ties; the argmax agreement there is logged).
-// goals are the least agreements for q8 and q4. It returns the unquantized model's argmax at the scored positions
-// and each quantization's mean KL divergence from the unquantized model there (meanKL).
-func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositions int, goals map[shards.Quantization]float64) ([]int, map[shards.Quantization]float64) {
+// quantVariant is one way of quantizing the checkpoint that checkQuantizedAccuracy measures: the unquantized
+// split (q None), q8, q4, and q8 with an importance matrix collected on a calibration text.
+type quantVariant struct {
+	name    string
+	q       shards.Quantization
+	imatrix bool
+}
+
+// collectImatrix runs the split in dir over calibration (pieces of 512 tokens, at most 8) with the inputs of the
+// products observed, and returns the importance matrix.
+func collectImatrix(t *testing.T, dir string, tok *tokenizer.Tokenizer, calibration string) *imatrix.Matrix {
+	t.Helper()
+	ids, err := tok.Encode(calibration, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := imatrix.NewCollector()
+	e, err := Open(context.Background(), dir, Options{ObserveInputs: c.Observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for i := 0; i < len(ids) && i < 8*512; i += 512 {
+		if _, err := e.Logits(context.Background(), ids[i:min(i+512, len(ids))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.Matrix()
+}
+
+// checkQuantizedAccuracy splits the checkpoint at dir as it is and quantized (q8, q4, and with a calibration
+// text q8 with an importance matrix collected on it) and compares the quantized models' argmax with the
+// unquantized one's over positions of text the model generates: seqs are prompts with greedy continuations, and
+// the positions predicting the continuations count, up to maxPositions. That is the regime generation runs in:
+// where the argmax is what greedy decoding picks. Perplexity is measured on accuracyText (natural text, where a
+// small model has many near-ties; the argmax agreement there is logged). goals are the least agreements, by
+// variant name (q8, q4, q8+imatrix). It returns the unquantized model's argmax at the scored positions and each
+// variant's mean KL divergence from the unquantized model there (meanKL).
+func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositions int, goals map[string]float64, calibration string) ([]int, map[string]float64) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -114,11 +147,21 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 	}
 	text = text[:min(len(text), ck.Config.MaxPositionEmbeddings)]
 	tmp := t.TempDir()
-	runs := map[shards.Quantization]*accuracyRun{}
-	textArgmax := map[shards.Quantization][]int{}
-	for _, q := range []shards.Quantization{shards.None, shards.Q8, shards.Q4} {
-		out := filepath.Join(tmp, "q"+string(q))
-		set, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: out, Quantize: q})
+	variants := []quantVariant{{"unquantized", shards.None, false}, {"q8", shards.Q8, false}, {"q4", shards.Q4, false}}
+	if calibration != "" {
+		variants = append(variants, quantVariant{"q8+imatrix", shards.Q8, true})
+	}
+	runs := map[string]*accuracyRun{}
+	textArgmax := map[string][]int{}
+	var imp *imatrix.Matrix
+	for _, v := range variants {
+		out := filepath.Join(tmp, v.name)
+		opts := shards.SplitOptions{Out: out, Quantize: v.q}
+		if v.imatrix {
+			imp = collectImatrix(t, filepath.Join(tmp, "unquantized"), tok, calibration)
+			opts.Importance = imp
+		}
+		set, err := shards.Split(context.Background(), ck, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,35 +184,45 @@ func checkQuantizedAccuracy(t *testing.T, dir string, seqs [][2][]int, maxPositi
 		r.argmax = r.argmax[:min(maxPositions, len(r.argmax))]
 		r.logits = r.logits[:len(r.argmax)]
 		am, _, nll, _ := teacherForced(t, e, text)
-		textArgmax[q] = am
+		textArgmax[v.name] = am
 		sum := 0.0
 		for _, v := range nll {
 			sum += v
 		}
 		r.perplexity = math.Exp(sum / float64(len(nll)))
 		e.Close()
-		runs[q] = r
+		runs[v.name] = r
 	}
-	base := runs[shards.None]
-	kl := map[shards.Quantization]float64{}
+	if imp != nil {
+		// The split keeps the matrix it was quantized with, and verify quantizes the checkpoint again with it.
+		set, err := shards.Open(filepath.Join(tmp, "q8+imatrix"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := set.Verify(context.Background(), ck); err != nil || !rep.OK() {
+			t.Errorf("verify of the q8+imatrix split: %v %v", err, rep.Problems)
+		}
+	}
+	base := runs["unquantized"]
+	kl := map[string]float64{}
 	t.Logf("%s: unquantized perplexity %.3f on a %d-token text; layers %d bytes", dir, base.perplexity, len(text), base.bytes)
-	for _, q := range []shards.Quantization{shards.Q8, shards.Q4} {
-		r := runs[q]
+	for _, v := range variants[1:] {
+		r := runs[v.name]
 		n, a := agree(r.argmax, base.argmax)
-		tn, ta := agree(textArgmax[q], textArgmax[shards.None])
-		goal := goals[q]
-		kl[q] = meanKL(base.logits, r.logits)
+		tn, ta := agree(textArgmax[v.name], textArgmax["unquantized"])
+		goal := goals[v.name]
+		kl[v.name] = meanKL(base.logits, r.logits)
 		t.Logf("%s: argmax agreement %.4f (%d/%d generated positions; on the text %.4f, %d/%d), mean KL divergence %.3g, perplexity %.3f (%+.2f%%), layers %d bytes (%.3f of unquantized)",
-			q, a, n, len(r.argmax), ta, tn, len(textArgmax[q]), kl[q], r.perplexity, 100*(r.perplexity/base.perplexity-1), r.bytes, float64(r.bytes)/float64(base.bytes))
+			v.name, a, n, len(r.argmax), ta, tn, len(textArgmax[v.name]), kl[v.name], r.perplexity, 100*(r.perplexity/base.perplexity-1), r.bytes, float64(r.bytes)/float64(base.bytes))
 		var near []string
 		for i, id := range r.argmax {
 			if id != base.argmax[i] {
 				near = append(near, fmt.Sprintf("%.3f", base.margins[i]))
 			}
 		}
-		t.Logf("%s: the unquantized model's top-1 margins where the argmax differs: %s", q, strings.Join(near, " "))
+		t.Logf("%s: the unquantized model's top-1 margins where the argmax differs: %s", v.name, strings.Join(near, " "))
 		if a < goal {
-			t.Errorf("%s: argmax agreement %.4f with the unquantized model, goal ≥ %.2f", q, a, goal)
+			t.Errorf("%s: argmax agreement %.4f with the unquantized model, goal ≥ %.2f", v.name, a, goal)
 		}
 	}
 	return base.argmax, kl
@@ -202,7 +255,11 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	// of the divergence). The agreement count is coarse at this level: 15 of these positions have the top two
 	// logits within 0.09, and equally good quantizers score a few positions apart (docs/performance.md); the KL
 	// bound, at twice what is measured, is the finer guard.
-	base, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.99, shards.Q4: 0.95})
+	readme, err := os.ReadFile("../README.md") // the calibration text of the importance matrix: unrelated to the scored positions
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[string]float64{"q8": 0.99, "q4": 0.95, "q8+imatrix": 0.99}, string(readme))
 	var yard struct {
 		Agree      int     `json:"agree"`
 		Positions  int     `json:"positions"`
@@ -218,8 +275,11 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	bf16, _ := agree(yard.BF16Argmax, base)
 	t.Logf("llama.cpp's Q8_0 (the yardstick): %d/%d against llama.cpp's BF16 (mean KL divergence %.3g), %d/%d against this bf16; llama.cpp's BF16 against this bf16 %d/%d",
 		yard.Agree, yard.Positions, yard.KL, ours, len(base), bf16, len(base))
-	if kl[shards.Q8] > 0.3*yard.KL {
-		t.Errorf("q8: mean KL divergence %.3g from the unquantized model, more than 0.3 × llama.cpp's Q8_0's %.3g", kl[shards.Q8], yard.KL)
+	if kl["q8"] > 0.3*yard.KL {
+		t.Errorf("q8: mean KL divergence %.3g from the unquantized model, more than 0.3 × llama.cpp's Q8_0's %.3g", kl["q8"], yard.KL)
+	}
+	if kl["q8+imatrix"] > 0.85*kl["q8"] {
+		t.Errorf("q8 with an importance matrix: mean KL divergence %.3g, more than 0.85 of q8's without (%.3g)", kl["q8+imatrix"], kl["q8"])
 	}
 }
 
@@ -243,10 +303,10 @@ func TestQuantizedAccuracyStories(t *testing.T) {
 		seqs = append(seqs, [2][]int{prompt, gen})
 	}
 	e.Close()
-	_, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[shards.Quantization]float64{shards.Q8: 0.99, shards.Q4: 0.90})
+	_, kl := checkQuantizedAccuracy(t, dir, seqs, 300, map[string]float64{"q8": 0.99, "q4": 0.90}, "")
 	// Bounds at twice what is measured (q8 1.5e-4, 3.4e-4 before the scale search and two-part inputs; q4 4.2e-2):
 	// a broken block format moves the distributions by orders of magnitude more.
-	if kl[shards.Q8] > 3e-4 || kl[shards.Q4] > 0.085 {
-		t.Errorf("mean KL divergence from the unquantized model: q8 %.3g (bound 3e-4), q4 %.3g (bound 0.085)", kl[shards.Q8], kl[shards.Q4])
+	if kl["q8"] > 3e-4 || kl["q4"] > 0.085 {
+		t.Errorf("mean KL divergence from the unquantized model: q8 %.3g (bound 3e-4), q4 %.3g (bound 0.085)", kl["q8"], kl["q4"])
 	}
 }

@@ -33,6 +33,8 @@ type deviceTensor struct {
 	shape shapes.Shape
 	// copyTo is the backend upload copies flat to; nil for a shared buffer.
 	copyTo backends.Backend
+	// name is the checkpoint tensor a host view holds (alias sets it), for Options.ObserveInputs.
+	name string
 }
 
 func newDeviceTensor(b backends.Backend, dt dtypes.DType, dims ...int) (*deviceTensor, error) {
@@ -266,7 +268,7 @@ func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
 				return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
 			}
 			q.TwoPart = e.ownQuantized
-			w.view[i] = &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, s.shape...)}
+			w.view[i] = &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, s.shape...), name: prefix + s.suffix}
 			continue
 		}
 		widen := raw.DType == checkpoint.BF16 && s.dtype == dtypes.Float32 && len(s.shape) == 2
@@ -275,7 +277,7 @@ func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
 			if raw.DType == checkpoint.BF16 {
 				dt = dtypes.BFloat16
 			}
-			w.view[i] = &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, s.shape...)}
+			w.view[i] = &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, s.shape...), name: prefix + s.suffix}
 			continue
 		}
 		d, err := w.tensor(i)
@@ -286,6 +288,7 @@ func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
 			return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
 		}
 		converted += int64(len(raw.Data))
+		d.name = prefix + s.suffix
 		w.view[i] = d
 	}
 	if converted > 0 {

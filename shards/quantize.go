@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/imatrix"
 	"github.com/layerstream/layerstream/internal/grow"
 	"github.com/layerstream/layerstream/quant"
 )
@@ -69,16 +70,43 @@ func (q Quantization) Target(t checkpoint.TensorInfo) checkpoint.DType {
 	return checkpoint.DTypeOf(want)
 }
 
-// encoder names how q encodes (Source.Quantizer), so that shards quantized by another encoder are quantized
-// again: empty for None. Q8_0's encoder changed from round-to-nearest to the scale search.
-func (q Quantization) encoder() string {
-	if q == None {
+// encoder names how q encodes with importance matrix imp (nil: none) (Source.Quantizer), so that shards quantized
+// by another encoder, or with another matrix, are quantized again: empty for None. Q8_0's encoder changed from
+// round-to-nearest to the scale search.
+func (q Quantization) encoder(imp *imatrix.Matrix) string {
+	var s string
+	switch q {
+	case None:
 		return ""
+	case Q8:
+		s = fmt.Sprintf("q8: Q8_0 scale search of %d", quant.Q8_0Candidates)
+	default:
+		s = fmt.Sprintf("%s: Q4_K as ggml's reference, Q4_1 min-max, Q8_0 scale search of %d", q, quant.Q8_0Candidates)
 	}
-	if q == Q8 {
-		return fmt.Sprintf("q8: Q8_0 scale search of %d", quant.Q8_0Candidates)
+	if imp != nil {
+		s += ", weighted by importance matrix sha256:" + imp.Hash()
 	}
-	return fmt.Sprintf("%s: Q4_K as ggml's reference, Q4_1 min-max, Q8_0 scale search of %d", q, quant.Q8_0Candidates)
+	return s
+}
+
+// ImatrixFile is the copy of the importance matrix a split was quantized with (SplitOptions.Importance), kept in
+// the shard folder so that Verify quantizes the checkpoint's tensors again as the split did.
+const ImatrixFile = "imatrix.safetensors"
+
+// importanceOf returns the importances imp holds for tensor t, to be quantized as dst: nil when imp is nil, dst
+// does not use them (only Q8_0's search does) or imp has no entry for t (missing is then true).
+func importanceOf(imp *imatrix.Matrix, t checkpoint.TensorInfo, dst checkpoint.DType) (v []float32, missing bool, err error) {
+	if imp == nil || dst != checkpoint.DTypeOf(quant.Q8_0) {
+		return nil, false, nil
+	}
+	v, ok := imp.Columns[t.Name]
+	switch {
+	case !ok:
+		return nil, true, nil
+	case int64(len(v)) != t.Shape[1]:
+		return nil, false, fmt.Errorf("the importance matrix has %d columns for tensor %q, which has %d: made for another model?", len(v), t.Name, t.Shape[1])
+	}
+	return v, false, nil
 }
 
 // quantizes reports whether q quantizes any of unit p's tensors.
@@ -92,8 +120,9 @@ func (q Quantization) quantizes(p unitPlan) bool {
 }
 
 // quantizeTensor encodes raw (a float tensor of dtype src) as the block type dst into out (grown as needed)
-// and returns the encoded bytes; f32 is reused scratch for the float values.
-func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, f32 *[]float32, out *[]byte) ([]byte, error) {
+// and returns the encoded bytes; f32 is reused scratch for the float values. importance (nil: none) weights
+// Q8_0's scale search (quant.QuantizeQ8_0Search).
+func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, importance []float32, f32 *[]float32, out *[]byte) ([]byte, error) {
 	n := int(shape[0] * shape[1])
 	*f32 = grow.Slice(*f32, n)
 	x := *f32
@@ -123,7 +152,7 @@ func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, f32 *[
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = quant.QuantizeQ8_0Search((*out)[lo*rowBytes:hi*rowBytes], x[lo*cols:hi*cols], cols)
+			errs[i] = quant.QuantizeQ8_0Search((*out)[lo*rowBytes:hi*rowBytes], x[lo*cols:hi*cols], cols, importance)
 		}()
 	}
 	wg.Wait()

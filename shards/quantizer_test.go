@@ -5,9 +5,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/imatrix"
 )
 
 // TestSplitRequantizesOnNewEncoder: a q8 split whose source record names another quantizer (one made before the
@@ -20,7 +22,7 @@ func TestSplitRequantizesOnNewEncoder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.Source().Quantizer, Q8.encoder(); got != want || want == "" {
+	if got, want := s.Source().Quantizer, Q8.encoder(nil); got != want || want == "" {
 		t.Fatalf("source record's quantizer %q, want %q", got, want)
 	}
 	layer := filepath.Join(out, "layer.0.shard")
@@ -39,7 +41,7 @@ func TestSplitRequantizesOnNewEncoder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Source().Quantizer != Q8.encoder() {
+	if s.Source().Quantizer != Q8.encoder(nil) {
 		t.Errorf("after the re-split the record names %q", s.Source().Quantizer)
 	}
 	now, _ := os.Stat(layer)
@@ -57,5 +59,101 @@ func TestSplitRequantizesOnNewEncoder(t *testing.T) {
 	}
 	if n.Source().Quantizer != "" {
 		t.Errorf("unquantized split records quantizer %q", n.Source().Quantizer)
+	}
+}
+
+// tinyImportance returns an importance matrix for every Q8 target of ck, uneven (one heavy column each), and
+// skipping skip.
+func tinyImportance(ck *checkpoint.Checkpoint, skip string, seed float32) *imatrix.Matrix {
+	m := &imatrix.Matrix{Columns: map[string][]float32{}}
+	for _, t := range ck.Tensors {
+		if Q8.Target(t) == t.DType || t.Name == skip {
+			continue
+		}
+		v := make([]float32, t.Shape[1])
+		for j := range v {
+			v[j] = 1 + float32(j%7)
+		}
+		v[3] = seed
+		m.Columns[t.Name] = v
+	}
+	return m
+}
+
+// TestSplitImportance: a q8 split with an importance matrix quantizes differently from one without, records
+// the matrix's hash and keeps a copy that Verify uses; a matrix without an entry for a tensor quantizes that one
+// unweighted; quantizing again with another matrix, or none, rewrites the quantized units (and removes the
+// copy); a matrix whose width does not match, or one with q4, is refused.
+func TestSplitImportance(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	const down = "model.layers.1.mlp.down_proj.weight"
+	imp := tinyImportance(ck, down, 1e4)
+	out := filepath.Join(t.TempDir(), "s")
+	plain, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "plain"), Quantize: Q8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Split(context.Background(), ck, SplitOptions{Out: out, Quantize: Q8, Importance: imp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := s.Source().Quantizer; q != Q8.encoder(imp) || !strings.Contains(q, imp.Hash()) {
+		t.Errorf("source record's quantizer %q, want %q", q, Q8.encoder(imp))
+	}
+	if rep, err := s.Verify(context.Background(), ck); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %v", err, rep.Problems)
+	}
+	copied, err := imatrix.Read(filepath.Join(out, ImatrixFile))
+	if err != nil || copied.Hash() != imp.Hash() {
+		t.Fatalf("the split's copy of the matrix: %v (hash %v)", err, copied)
+	}
+	tensor := func(s *Set, unit, name string) []byte {
+		l, err := s.Load(context.Background(), unit, NewBuffer(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Clone(l.Tensors[name].Data)
+	}
+	if bytes.Equal(tensor(s, "layer.0", "model.layers.0.mlp.up_proj.weight"), tensor(plain, "layer.0", "model.layers.0.mlp.up_proj.weight")) {
+		t.Error("up_proj quantized with importances is byte for byte the unweighted one")
+	}
+	if !bytes.Equal(tensor(s, "layer.1", down), tensor(plain, "layer.1", down)) {
+		t.Error("down_proj, which the matrix has no entry for, differs from the unweighted one")
+	}
+	// Verify against the copy catches a copy replaced by another matrix.
+	if err := tinyImportance(ck, down, 5).Write(filepath.Join(out, ImatrixFile), nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep, _ := s.Verify(context.Background(), ck); rep.OK() {
+		t.Error("verify passed with another importance matrix in the folder")
+	}
+	// Another matrix, then none: the quantized units are rewritten each time.
+	for _, m := range []*imatrix.Matrix{tinyImportance(ck, down, 5), nil} {
+		old, _ := os.Stat(filepath.Join(out, "layer.0.shard"))
+		s, err = Split(context.Background(), ck, SplitOptions{Out: out, Quantize: Q8, Importance: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, _ := os.Stat(filepath.Join(out, "layer.0.shard"))
+		if os.SameFile(old, now) {
+			t.Errorf("importance %v: layer.0.shard was kept", m != nil)
+		}
+		if rep, err := s.Verify(context.Background(), ck); err != nil || !rep.OK() {
+			t.Fatalf("importance %v: verify: %v %v", m != nil, err, rep.Problems)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, ImatrixFile)); !os.IsNotExist(err) {
+		t.Errorf("a split without an importance matrix kept the copy: %v", err)
+	}
+	if !bytes.Equal(tensor(s, "layer.0", "model.layers.0.mlp.up_proj.weight"), tensor(plain, "layer.0", "model.layers.0.mlp.up_proj.weight")) {
+		t.Error("re-split without the matrix: up_proj differs from the unweighted split's")
+	}
+	bad := tinyImportance(ck, "", 1)
+	bad.Columns[down] = bad.Columns[down][:8]
+	if _, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "bad"), Quantize: Q8, Importance: bad}); err == nil || !strings.Contains(err.Error(), down) {
+		t.Errorf("a matrix 8 columns wide for %s: error %v", down, err)
+	}
+	if _, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "q4"), Quantize: Q4, Importance: imp}); err == nil || !strings.Contains(err.Error(), "does not use one") {
+		t.Errorf("q4 with an importance matrix: error %v", err)
 	}
 }

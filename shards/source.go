@@ -262,12 +262,12 @@ type sourceState struct {
 
 // readSourceState stats every file ck's split depends on and hashes those whose identity differs from prev
 // (which may be nil). A file's hash is taken after its stat, so a file changing meanwhile is caught next time.
-func readSourceState(ck *checkpoint.Checkpoint, prev *Source, q Quantization) (*sourceState, error) {
+func readSourceState(ck *checkpoint.Checkpoint, prev *Source, quantizer string) (*sourceState, error) {
 	abs, err := filepath.Abs(sourceDir(ck))
 	if err != nil {
 		abs = ck.Dir
 	}
-	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}, Quantizer: q.encoder()}, moved: map[string]bool{}, generated: ck.OpenFile != nil}
+	st := &sourceState{src: &Source{Checkpoint: abs, Units: map[string]string{}, Quantizer: quantizer}, moved: map[string]bool{}, generated: ck.OpenFile != nil}
 	names, weights := sourceNames(ck)
 	dir := sourceDir(ck)
 	for _, name := range names {

@@ -17,6 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/imatrix"
 	"github.com/layerstream/layerstream/internal/atomicfile"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/filelock"
@@ -31,6 +32,11 @@ type SplitOptions struct {
 	Encoding Encoding
 	// Quantize stores weight matrices block-quantized (see Quantization); None keeps every dtype.
 	Quantize Quantization
+	// Importance, with Quantize Q8, weights the error each Q8_0 block's scale search minimizes by the mean
+	// squared inputs of its columns (package imatrix): a matrix without an entry is quantized unweighted, with a
+	// warning. The split keeps a copy (ImatrixFile) and records its hash: quantizing with another matrix, or
+	// none, quantizes again.
+	Importance *imatrix.Matrix
 	// Progress, when set, is called as bytes of tensor data are processed (units already split count as done).
 	Progress func(done, total int64)
 	// DiskRate is the rate, in bytes per second, at which the shards will be read: an encoded tensor whose
@@ -165,7 +171,7 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 	if err != nil {
 		return nil, err
 	}
-	if set, ok := openUpToDate(out, ck, plans, opts.Quantize); ok {
+	if set, ok := openUpToDate(out, ck, plans, opts.Quantize, opts.Importance); ok {
 		return set, nil
 	}
 	made, unlock, err := begin(ctx, ck, out)
@@ -174,7 +180,7 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 	}
 	defer unlock()
 	// Another process may have brought the split up to date while this one waited.
-	if set, ok := openUpToDate(out, ck, plans, opts.Quantize); ok {
+	if set, ok := openUpToDate(out, ck, plans, opts.Quantize, opts.Importance); ok {
 		return set, nil
 	}
 	if !IsSet(out) {
@@ -184,14 +190,14 @@ func Ensure(ctx context.Context, ck *checkpoint.Checkpoint, opts SplitOptions) (
 }
 
 // openUpToDate opens the split in out when it exists and matches ck without hashing anything.
-func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan, q Quantization) (*Set, bool) {
+func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan, q Quantization, imp *imatrix.Matrix) (*Set, bool) {
 	set, err := Open(out)
 	if err != nil {
 		return nil, false
 	}
 	ok, why := upToDate(set.source, ck, set.units)
-	if ok && set.source.Quantizer != q.encoder() {
-		ok, why = false, fmt.Sprintf("its tensors were quantized by %q, this build's encoder is %q", set.source.Quantizer, q.encoder())
+	if ok && set.source.Quantizer != q.encoder(imp) {
+		ok, why = false, fmt.Sprintf("its tensors were quantized by %q, the split asked for is %q", set.source.Quantizer, q.encoder(imp))
 	}
 	if ok && len(plans) == len(set.units) {
 		for i, p := range plans {
@@ -215,6 +221,9 @@ func prepare(ck *checkpoint.Checkpoint, opts *SplitOptions) (string, []unitPlan,
 	}
 	if _, err := ParseEncoding(string(opts.Encoding)); err != nil {
 		return "", nil, fmt.Errorf("shards: %w", err)
+	}
+	if opts.Importance != nil && opts.Quantize != Q8 {
+		return "", nil, fmt.Errorf("shards: an importance matrix weights q8's Q8_0 scale search; quantization %q does not use one (q4's Q4_K and Q4_1 encoders are unweighted)", opts.Quantize)
 	}
 	out := opts.Out
 	if out == "" {
@@ -290,7 +299,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 	} else if !errors.Is(err, os.ErrNotExist) {
 		slog.Warn("ignoring unreadable manifest; every shard is checked against its own header", "err", err)
 	}
-	state, err := readSourceState(ck, prev, opts.Quantize)
+	state, err := readSourceState(ck, prev, opts.Quantize.encoder(opts.Importance))
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +308,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 	for _, p := range plans {
 		total += p.bytes()
 	}
-	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, quant: opts.Quantize, progress: opts.Progress, total: total,
+	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, quant: opts.Quantize, imp: opts.Importance, progress: opts.Progress, total: total,
 		buf: NewBuffer(0), hasher: newTensorHasher(), open: ck.OpenFile}
 	defer w.close()
 
@@ -359,6 +368,13 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 		state.src.Units[plans[i].name] = hash
 	}
 	slog.Debug("split shards", "dir", out, "written", len(todo), "kept", len(plans)-len(todo))
+	if len(w.unweighted) > 0 {
+		slog.Warn("the importance matrix has no entry for some Q8_0 matrices: they were quantized unweighted (was it collected on this model?)",
+			"matrices", summarize(w.unweighted))
+	}
+	if err := keepImportance(out, opts.Importance); err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
 	w.stats.log(w.enc, w.diskRate)
 	removeUnplanned(out, plans)
 
@@ -380,6 +396,18 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 			"kept_units", len(plans)-len(todo))
 	}
 	return Open(out)
+}
+
+// keepImportance writes the split's importance matrix into its folder (ImatrixFile), or removes a stale one.
+func keepImportance(out string, imp *imatrix.Matrix) error {
+	path := filepath.Join(out, ImatrixFile)
+	if imp == nil {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return imp.Write(path, map[string]string{"format": "layerstream.imatrix", "note": "the importance matrix this split was quantized with"})
 }
 
 // summarize lists names, or the first few and a count when there are many.
@@ -440,13 +468,15 @@ func checkFreeSpace(dir string, need int64) error {
 
 // splitter holds the state of one Split: reused buffers, open source files and progress.
 type splitter struct {
-	ctx      context.Context
-	out      string
-	enc      Encoding
-	quant    Quantization
-	progress func(done, total int64)
-	done     int64
-	total    int64
+	ctx        context.Context
+	out        string
+	enc        Encoding
+	quant      Quantization
+	imp        *imatrix.Matrix // SplitOptions.Importance
+	unweighted []string        // Q8_0 matrices the importance matrix has no entry for
+	progress   func(done, total int64)
+	done       int64
+	total      int64
 
 	buf   *Buffer // reused for checking existing shards
 	chunk []byte  // reused for streaming raw tensors
@@ -503,7 +533,7 @@ func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *
 	if err != nil {
 		return UnitInfo{}, "", false, false, nil
 	}
-	if prev != nil && prev.Quantizer != w.quant.encoder() && w.quant.quantizes(p) {
+	if prev != nil && prev.Quantizer != w.quant.encoder(w.imp) && w.quant.quantizes(p) {
 		return UnitInfo{}, "", false, false, nil // quantized by another encoder: quantize again
 	}
 	hash, known := st.unitKnown(p, prev)
@@ -757,7 +787,14 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	}
 	data := w.raw
 	if target != t.DType {
-		if data, err = quantizeTensor(w.raw, t.DType, target, t.Shape, &w.f32, &w.qbuf); err != nil {
+		imp, missing, err := importanceOf(w.imp, t, target)
+		if err != nil {
+			return ti, err
+		}
+		if missing {
+			w.unweighted = append(w.unweighted, t.Name)
+		}
+		if data, err = quantizeTensor(w.raw, t.DType, target, t.Shape, imp, &w.f32, &w.qbuf); err != nil {
 			return ti, fmt.Errorf("quantizing to %s: %w", target, err)
 		}
 		ti.DType, ti.Length, ti.EncodedLength = target, int64(len(data)), int64(len(data))

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/imatrix"
 	"github.com/layerstream/layerstream/internal/grow"
 )
 
@@ -29,6 +32,13 @@ func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyRep
 	var src, qbuf []byte
 	var f32 []float32
 	seen := map[string]bool{}
+	var imp *imatrix.Matrix // the importance matrix the split was quantized with, if any
+	if ck != nil && s.source != nil && strings.Contains(s.source.Quantizer, "importance matrix") {
+		var err error
+		if imp, err = imatrix.Read(filepath.Join(s.Dir, ImatrixFile)); err != nil {
+			r.Problems = append(r.Problems, fmt.Sprintf("the split was quantized with an importance matrix, and its copy cannot be read: %v", err))
+		}
+	}
 	for _, u := range s.units {
 		l, err := s.load(ctx, u.Name, buf, true) // every checksum, whatever the policy
 		if ctx.Err() != nil {
@@ -69,8 +79,11 @@ func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyRep
 			}
 			want := src
 			if quantized {
-				var err error
-				if want, err = quantizeTensor(src, st.DType, t.DType, st.Shape, &f32, &qbuf); err != nil {
+				v, _, err := importanceOf(imp, st, t.DType)
+				if err == nil {
+					want, err = quantizeTensor(src, st.DType, t.DType, st.Shape, v, &f32, &qbuf)
+				}
+				if err != nil {
 					r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s): quantizing the checkpoint's to %s: %v", t.Name, u.Name, t.DType, err))
 					continue
 				}

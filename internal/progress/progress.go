@@ -15,7 +15,7 @@ import (
 // drawEvery bounds the redraws of a bar.
 const drawEvery = 100 * time.Millisecond
 
-// Bar is one line of progress in bytes,
+// Bar is one line of progress in bytes (or another count: NewCount),
 //
 //	split            42% [============>                  ] 1.20 GB / 2.86 GB   850.0 MB/s  ETA 2s
 //
@@ -35,6 +35,8 @@ type Bar struct {
 	width       int // of the last line drawn
 	drawn       bool
 	updated     bool // Update was called: there is something to show
+	// unit, when not empty, counts things of that name instead of bytes (NewCount).
+	unit string
 }
 
 // New starts a bar writing to w (nil: no bar) labelled label, with have bytes already done before it started
@@ -44,6 +46,26 @@ func New(w io.Writer, label string, have int64) *Bar {
 		return nil
 	}
 	return &Bar{w: w, label: label, tty: IsTerminal(w), start: time.Now(), base: have, done: have, total: -1}
+}
+
+// NewCount starts a bar that counts things named unit ("tokens") instead of bytes.
+func NewCount(w io.Writer, label, unit string) *Bar {
+	b := New(w, label, 0)
+	if b != nil {
+		b.unit = unit
+	}
+	return b
+}
+
+// amount formats n in the bar's unit.
+func (b *Bar) amount(n int64) string {
+	if b.unit == "" {
+		return bytesize.Format(n)
+	}
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%d", n)
 }
 
 // IsTerminal reports whether w is a terminal (a character device).
@@ -98,13 +120,15 @@ func (b *Bar) draw() {
 	rate, eta := "", ""
 	if el := now.Sub(b.start).Seconds(); el > 0.05 {
 		r := float64(b.done-b.base) / el
-		rate = bytesize.Format(int64(r)) + "/s"
+		if rate = bytesize.Format(int64(r)) + "/s"; b.unit != "" {
+			rate = fmt.Sprintf("%.0f %s/s", r, b.unit)
+		}
 		if r > 0 && b.total > b.done {
 			eta = "ETA " + time.Duration(float64(b.total-b.done)/r*float64(time.Second)).Round(time.Second).String()
 		}
 	}
-	line := fmt.Sprintf("%-24s %3.0f%% [%s] %9s / %-9s %12s  %s", b.label, 100*frac, bar, bytesize.Format(b.done),
-		bytesize.Format(b.total), rate, eta)
+	line := fmt.Sprintf("%-24s %3.0f%% [%s] %9s / %-9s %12s  %s", b.label, 100*frac, bar, b.amount(b.done),
+		b.amount(b.total), rate, eta)
 	if b.Suffix != nil {
 		line += "  " + b.Suffix()
 	}

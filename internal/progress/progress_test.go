@@ -54,3 +54,21 @@ func TestBar(t *testing.T) {
 		t.Error("a bar without a writer")
 	}
 }
+
+// TestCountBar: a bar of tokens shows counts and a rate in tokens, not bytes.
+func TestCountBar(t *testing.T) {
+	var b bytes.Buffer
+	bar := NewCount(&b, "imatrix", "tokens")
+	bar.start = time.Now().Add(-time.Second)
+	bar.Update(2048, 4096)
+	bar.Finish()
+	s := b.String()
+	for _, want := range []string{"imatrix", " 50% ", "2048 / 4096", "tokens/s"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("bar output %q lacks %q", s, want)
+		}
+	}
+	if strings.Contains(s, "KB") || strings.Contains(s, " B") {
+		t.Errorf("bar output %q shows bytes", s)
+	}
+}
