@@ -226,7 +226,7 @@ func (o *Options) fillDefaults() error {
 		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)
 	}
 	if o.ObserveInputs != nil && (o.GraphDecode || o.Device != "" && o.Device != DeviceCPU) {
-		return fmt.Errorf("observing the inputs of the products (imatrix) needs the host kernels: device cpu without graph decode")
+		return fmt.Errorf("observing the inputs of the products (imatrix) needs the host kernels: --device cpu, without --graph-decode")
 	}
 	switch {
 	case o.PrefillBudget == 0:

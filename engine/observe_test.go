@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/shards"
 )
 
 // TestObserveInputs: Options.ObserveInputs sees the input rows of every matrix product under its checkpoint name,
@@ -38,8 +40,16 @@ func TestObserveInputs(t *testing.T) {
 		}
 		s.rows += len(x) / cols
 	}
-	e := open(t, model, Options{ObserveInputs: observe})
 	ids := []int{1, 403, 407, 280, 300, 411, 290, 350, 420, 299}
+	// Streaming the head and embedding too (their weights then come through the staging copies).
+	if _, err := open(t, model, Options{ObserveInputs: observe, StreamAll: true}).Logits(context.Background(), ids); err != nil {
+		t.Fatal(err)
+	}
+	if s := obs["model.embed_tokens.weight"]; s == nil || s.rows != len(ids) {
+		t.Fatalf("streamed head: observed %+v, want %d rows", s, len(ids))
+	}
+	clear(obs)
+	e := open(t, model, Options{ObserveInputs: observe})
 	if _, err := e.Logits(context.Background(), ids); err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +119,31 @@ func TestObserveInputs(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), model, Options{ObserveInputs: observe, GraphDecode: true}); err == nil || !strings.Contains(err.Error(), "host kernels") {
 		t.Errorf("ObserveInputs with graph decode: error %v, want a refusal naming the host kernels", err)
+	}
+}
+
+// TestTwoPartOwnShards: the Q8_0 matrices of shards layerstream quantized (split --quantize) take two-part
+// inputs; a GGUF file's Q8_0 matrices keep llama.cpp's 8-bit inputs.
+func TestTwoPartOwnShards(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	ck, err := checkpoint.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8 := filepath.Join(t.TempDir(), "q8")
+	if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		model string
+		want  bool
+	}{{q8, true}, {"../gguf/testdata/tiny/tiny-llama-Q8_0.gguf", false}} {
+		e := open(t, c.model, Options{ShardDir: filepath.Join(t.TempDir(), "s")})
+		if e.ownQuantized != c.want {
+			t.Errorf("%s: two-part inputs %v, want %v", c.model, e.ownQuantized, c.want)
+		}
+		if _, err := e.Logits(context.Background(), []int{1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -332,6 +332,7 @@ func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, conv
 		if err != nil {
 			return converted, convTime, copied, err
 		}
+		d.name = name
 		same := sameDType(raw.DType, s.dtype)
 		if d.copyTo != nil && same && w.kind != unitEmbed {
 			d.flat = nil // the host copy would be stale

@@ -100,9 +100,14 @@ func searchQ8_0(b []byte, x, w []float32) {
 	}
 }
 
-// roundQ8 is roundAway(p) clamped to ±127, for |p| < 2²³ (p = x/d with d ≥ max|x|/127: at most 127 and a
-// rounding): float64(p) + 0.5 is exact, so the truncation rounds half away from zero as C's roundf does.
+// roundQ8 is roundAway(p) clamped to ±127: float64(p) + 0.5 is exact for the |p| ≤ 127 (and a rounding) of
+// p = x/d with d ≥ max|x|/127, so the truncation rounds half away from zero as C's roundf does. The clamp comes
+// before the conversion, and a NaN (a NaN weight, or 0·Inf where 1/d overflows) gives 0, so that every
+// architecture writes the same bytes (Go leaves the conversion of NaN and out-of-range values to the CPU).
 func roundQ8(p float32) int32 {
 	f := float64(p)
-	return min(max(int32(f+math.Copysign(0.5, f)), -127), 127)
+	if f != f {
+		return 0
+	}
+	return int32(min(max(f+math.Copysign(0.5, f), -127), 127))
 }

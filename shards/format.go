@@ -70,6 +70,9 @@ type shardHeader struct {
 	Encoding Encoding     `json:"encoding"`
 	FileSize int64        `json:"file_size"`
 	Tensors  []TensorInfo `json:"tensors"`
+	// Quantizer names the encoder (Source.Quantizer) of the unit's tensors that the split quantized; empty when
+	// it quantized none. A resumed split compares it with the encoder it asks for, the manifest being gone.
+	Quantizer string `json:"quantizer,omitempty"`
 }
 
 // TensorInfo describes one tensor of a shard, as its header and the manifest record it.

@@ -93,6 +93,21 @@ func (q Quantization) encoder(imp *imatrix.Matrix) string {
 // the shard folder so that Verify quantizes the checkpoint's tensors again as the split did.
 const ImatrixFile = "imatrix.safetensors"
 
+// CheckImportance checks that importance matrix imp fits checkpoint ck under quantization q: q uses one (Q8),
+// and every entry for a tensor q quantizes to Q8_0 has one value per column. Split checks it before it changes
+// anything.
+func CheckImportance(ck *checkpoint.Checkpoint, q Quantization, imp *imatrix.Matrix) error {
+	if q != Q8 {
+		return fmt.Errorf("an importance matrix weights q8's Q8_0 scale search; quantization %q does not use one (q4's Q4_K and Q4_1 encoders are unweighted)", q)
+	}
+	for _, t := range ck.Tensors {
+		if _, _, err := importanceOf(imp, t, q.Target(t)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // importanceOf returns the importances imp holds for tensor t, to be quantized as dst: nil when imp is nil, dst
 // does not use them (only Q8_0's search does) or imp has no entry for t (missing is then true).
 func importanceOf(imp *imatrix.Matrix, t checkpoint.TensorInfo, dst checkpoint.DType) (v []float32, missing bool, err error) {
@@ -135,7 +150,7 @@ func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, import
 	}
 	*out = grow.Slice(*out, int(size))
 	t, _ := dst.Quant()
-	if t != quant.Q8_0 {
+	if t != quant.Q8_0 || shape[0] == 0 {
 		if err := quant.Quantize(t, *out, x); err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package shards
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,8 +31,23 @@ func TestSplitRequantizesOnNewEncoder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A record naming the round-to-nearest encoder, as splits made before the scale search have.
+	// A record naming another encoder, and one naming none (splits made before the scale search): Verify cannot
+	// compare their quantized tensors and says so once, instead of reporting each as damaged.
 	src := *s.Source()
+	for _, c := range []struct{ rec, want string }{{"q8: round-to-nearest", "which is not this build's"}, {"", "made by an older build"}} {
+		src.Quantizer = c.rec
+		if err := writeManifest(out, s.Units(), &src); err != nil {
+			t.Fatal(err)
+		}
+		old, err := Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := old.Verify(context.Background(), ck)
+		if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], c.want) {
+			t.Errorf("verify of a split recording quantizer %q: %v %q, want one problem saying %q", c.rec, err, rep.Problems, c.want)
+		}
+	}
 	src.Quantizer = "q8: round-to-nearest"
 	if err := writeManifest(out, s.Units(), &src); err != nil {
 		t.Fatal(err)
@@ -148,12 +164,54 @@ func TestSplitImportance(t *testing.T) {
 	if !bytes.Equal(tensor(s, "layer.0", "model.layers.0.mlp.up_proj.weight"), tensor(plain, "layer.0", "model.layers.0.mlp.up_proj.weight")) {
 		t.Error("re-split without the matrix: up_proj differs from the unweighted split's")
 	}
+	// A matrix that does not fit is refused before the folder changes.
 	bad := tinyImportance(ck, "", 1)
 	bad.Columns[down] = bad.Columns[down][:8]
-	if _, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "bad"), Quantize: Q8, Importance: bad}); err == nil || !strings.Contains(err.Error(), down) {
+	if _, err := Split(context.Background(), ck, SplitOptions{Out: out, Quantize: Q8, Importance: bad}); err == nil || !strings.Contains(err.Error(), down) {
 		t.Errorf("a matrix 8 columns wide for %s: error %v", down, err)
+	}
+	if s, err := Open(out); err != nil {
+		t.Errorf("the folder after a refused matrix: %v", err)
+	} else if rep, err := s.Verify(context.Background(), ck); err != nil || !rep.OK() {
+		t.Errorf("the folder after a refused matrix: verify %v %v", err, rep.Problems)
 	}
 	if _, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "q4"), Quantize: Q4, Importance: imp}); err == nil || !strings.Contains(err.Error(), "does not use one") {
 		t.Errorf("q4 with an importance matrix: error %v", err)
+	}
+}
+
+// TestSplitRequantizeResumed: a re-split with an importance matrix over a q8 split, interrupted a third of the
+// way (the manifest, and with it the record of the old encoder, already gone), then run again: the units still
+// holding the old encoder's blocks are quantized again (each shard records its encoder), and the result verifies.
+func TestSplitRequantizeResumed(t *testing.T) {
+	ck := tinyCheckpoint(t, checkpoint.BF16)
+	out := filepath.Join(t.TempDir(), "s")
+	if _, err := Split(context.Background(), ck, SplitOptions{Out: out, Quantize: Q8}); err != nil {
+		t.Fatal(err)
+	}
+	imp := tinyImportance(ck, "", 1e4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base := int64(-1)
+	_, err := Split(ctx, ck, SplitOptions{Out: out, Quantize: Q8, Importance: imp, Progress: func(done, total int64) {
+		if base < 0 {
+			base = done
+		}
+		if done > base && done > total/3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the interrupted split: %v, want cancelled", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, ManifestFile)); !os.IsNotExist(err) {
+		t.Fatalf("the interrupted split left a manifest: %v", err)
+	}
+	s, err := Split(context.Background(), ck, SplitOptions{Out: out, Quantize: Q8, Importance: imp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := s.Verify(context.Background(), ck); err != nil || !rep.OK() {
+		t.Errorf("the resumed split: verify %v, %d problems %q", err, len(rep.Problems), rep.Problems[:min(3, len(rep.Problems))])
 	}
 }

@@ -222,8 +222,10 @@ func prepare(ck *checkpoint.Checkpoint, opts *SplitOptions) (string, []unitPlan,
 	if _, err := ParseEncoding(string(opts.Encoding)); err != nil {
 		return "", nil, fmt.Errorf("shards: %w", err)
 	}
-	if opts.Importance != nil && opts.Quantize != Q8 {
-		return "", nil, fmt.Errorf("shards: an importance matrix weights q8's Q8_0 scale search; quantization %q does not use one (q4's Q4_K and Q4_1 encoders are unweighted)", opts.Quantize)
+	if opts.Importance != nil {
+		if err := CheckImportance(ck, opts.Quantize, opts.Importance); err != nil {
+			return "", nil, fmt.Errorf("shards: %w", err)
+		}
 	}
 	out := opts.Out
 	if out == "" {
@@ -308,7 +310,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 	for _, p := range plans {
 		total += p.bytes()
 	}
-	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, quant: opts.Quantize, imp: opts.Importance, progress: opts.Progress, total: total,
+	w := &splitter{ctx: ctx, out: out, enc: opts.Encoding, quant: opts.Quantize, imp: opts.Importance, encoder: state.src.Quantizer, progress: opts.Progress, total: total,
 		buf: NewBuffer(0), hasher: newTensorHasher(), open: ck.OpenFile}
 	defer w.close()
 
@@ -473,6 +475,7 @@ type splitter struct {
 	enc        Encoding
 	quant      Quantization
 	imp        *imatrix.Matrix // SplitOptions.Importance
+	encoder    string          // quant.encoder(imp), computed once (it hashes the matrix)
 	unweighted []string        // Q8_0 matrices the importance matrix has no entry for
 	progress   func(done, total int64)
 	done       int64
@@ -533,7 +536,7 @@ func (w *splitter) reuse(p unitPlan, old map[string]UnitInfo, prev *Source, st *
 	if err != nil {
 		return UnitInfo{}, "", false, false, nil
 	}
-	if prev != nil && prev.Quantizer != w.quant.encoder(w.imp) && w.quant.quantizes(p) {
+	if prev != nil && prev.Quantizer != w.encoder && w.quant.quantizes(p) {
 		return UnitInfo{}, "", false, false, nil // quantized by another encoder: quantize again
 	}
 	hash, known := st.unitKnown(p, prev)
@@ -609,7 +612,7 @@ func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool
 	}
 	h, err := parseShard(file, path)
 	if err == nil {
-		err = matchesPlan(h, p, w.enc, w.quant)
+		err = matchesPlan(h, p, w.enc, w.quant, w.encoder)
 	}
 	if err == nil && old != nil {
 		if u, ok := old[p.name]; !ok || u.File != p.file() || u.FileSize != h.FileSize || !sameTensors(u.Tensors, h.Tensors) {
@@ -649,11 +652,17 @@ func plannedAs(t TensorInfo, s checkpoint.TensorInfo, q Quantization) error {
 }
 
 // matchesPlan checks that a parsed shard holds exactly the planned tensors, stored with the asked encoding and
-// quantization.
-func matchesPlan(h *shardHeader, p unitPlan, enc Encoding, q Quantization) error {
+// quantization, those it quantized by encoder.
+func matchesPlan(h *shardHeader, p unitPlan, enc Encoding, q Quantization, encoder string) error {
 	if h.Unit != p.name || h.Encoding != enc || len(h.Tensors) != len(p.tensors) {
 		return fmt.Errorf("shard holds unit %s (%d tensors, encoding %s), want %s (%d tensors, encoding %s)",
 			h.Unit, len(h.Tensors), h.Encoding, p.name, len(p.tensors), enc)
+	}
+	if !q.quantizes(p) {
+		encoder = ""
+	}
+	if h.Quantizer != encoder {
+		return fmt.Errorf("shard's tensors were quantized by %q, the split asks for %q", h.Quantizer, encoder)
 	}
 	for i, t := range h.Tensors {
 		if err := plannedAs(t, p.tensors[i], q); err != nil {
@@ -708,6 +717,9 @@ func (c *countWriter) padTo(align int64) error {
 func (w *splitter) writeUnit(p unitPlan) (UnitInfo, string, error) {
 	path := filepath.Join(w.out, p.file())
 	h := &shardHeader{Unit: p.name, Encoding: w.enc}
+	if w.quant.quantizes(p) {
+		h.Quantizer = w.encoder
+	}
 	w.hasher.reset()
 	err := atomicfile.Write(path, func(dst io.Writer) error {
 		if testHookWriter != nil {

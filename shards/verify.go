@@ -32,13 +32,31 @@ func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyRep
 	var src, qbuf []byte
 	var f32 []float32
 	seen := map[string]bool{}
-	var imp *imatrix.Matrix // the importance matrix the split was quantized with, if any
-	if ck != nil && s.source != nil && strings.Contains(s.source.Quantizer, "importance matrix") {
-		var err error
-		if imp, err = imatrix.Read(filepath.Join(s.Dir, ImatrixFile)); err != nil {
-			r.Problems = append(r.Problems, fmt.Sprintf("the split was quantized with an importance matrix, and its copy cannot be read: %v", err))
+	// The tensors the split quantized are compared with the checkpoint's quantized again, which takes the
+	// encoder the split recorded, with the importance matrix it kept: another encoder's (an older build's) cannot
+	// be compared byte for byte, and says so once.
+	var imp *imatrix.Matrix
+	quantOK, quantWhy := true, ""
+	if ck != nil && s.source != nil {
+		rec := s.source.Quantizer
+		if strings.Contains(rec, "importance matrix") {
+			var err error
+			if imp, err = imatrix.Read(filepath.Join(s.Dir, ImatrixFile)); err != nil {
+				quantOK, quantWhy = false, fmt.Sprintf("the split was quantized with an importance matrix and its copy cannot be read (%v)", err)
+			}
+		}
+		if quantOK && rec != "" && rec != Q8.encoder(imp) && rec != Q4.encoder(imp) {
+			kept := "none"
+			if imp != nil {
+				kept = "sha256:" + imp.Hash()
+			}
+			quantOK, quantWhy = false, fmt.Sprintf("the split's quantized tensors were made by encoder %q, which is not this build's with the %s the folder holds (%s)", rec, ImatrixFile, kept)
+		}
+		if rec == "" {
+			quantOK, quantWhy = false, "the split's quantized tensors were made by an older build (round-to-nearest Q8_0, no encoder recorded)"
 		}
 	}
+	quantReported := false
 	for _, u := range s.units {
 		l, err := s.load(ctx, u.Name, buf, true) // every checksum, whatever the policy
 		if ctx.Err() != nil {
@@ -70,6 +88,13 @@ func (s *Set) Verify(ctx context.Context, ck *checkpoint.Checkpoint) (*VerifyRep
 				continue
 			case (st.DType != t.DType && !quantized) || !slices.Equal(st.Shape, t.Shape):
 				r.Problems = append(r.Problems, fmt.Sprintf("tensor %q (unit %s) is %s %v, the checkpoint has %s %v", t.Name, u.Name, t.DType, t.Shape, st.DType, st.Shape))
+				continue
+			}
+			if quantized && !quantOK {
+				if !quantReported {
+					r.Problems = append(r.Problems, quantWhy+": their bytes cannot be compared with the checkpoint's; run split again to quantize them with this build")
+					quantReported = true
+				}
 				continue
 			}
 			src = grow.Slice(src, int(st.Length))

@@ -40,8 +40,8 @@ func init() {
 			out := fs.String("out", "", "output folder (default: the checkpoint's folder in the layerstream cache, $LAYERSTREAM_CACHE or ~/.cache/layerstream; <checkpoint>/layerstream instead where an earlier version split it there)")
 			encoding := fs.String("encoding", "raw", encodingHelp)
 			diskRate := fs.String("disk-rate", "auto", "with --encoding: the rate the shards will be read at, e.g. 2GB (bytes per second): a tensor whose decoding, timed at split, would take more than half the cores' time the disk takes to read it raw gets faster codes (planes) or is stored raw. auto: measured with O_DIRECT on the output folder; off: keep the smallest encoding of every tensor that shrinks")
-			quantize := fs.String("quantize", "none", "store weight matrices block-quantized (lossy): none, q8 (Q8_0: 53% of bf16's layer bytes, 0.49-0.52x its s/token streamed with O_DIRECT on the TinyLlama-1.1B shape; scales searched, about 60 ns a weight per core; products with 15-bit inputs, mean KL divergence from bf16 on SmolLM2-135M 5.7e-4, llama.cpp's Q8_0 3.7e-3) or q4 (Q4_K: 28%, 0.26-0.36x); the embedding stays bf16")
-			imat := fs.String("imatrix", "", "with --quantize q8: an importance matrix file (layerstream imatrix) weighting each Q8_0 block's scale search by its columns' mean squared inputs; on SmolLM2-135M it brings q8's mean KL divergence from bf16 from about 5.7e-4 down to about 3.5e-4 (docs/performance.md)")
+			quantize := fs.String("quantize", "none", "store weight matrices block-quantized (lossy): none, q8 (Q8_0: 53% of bf16's layer bytes, 0.49-0.54x its s/token streamed with O_DIRECT on the TinyLlama-1.1B shape; scales searched, about 60 ns a weight per core; products with 15-bit inputs, mean KL divergence from bf16 on SmolLM2-135M 5.7e-4, llama.cpp's Q8_0 3.7e-3) or q4 (Q4_K: 28%, 0.26-0.36x); the embedding stays bf16")
+			imat := fs.String("imatrix", "", "with --quantize q8: an importance matrix file (layerstream imatrix) weighting each Q8_0 block's scale search by its columns' mean squared inputs; on SmolLM2-135M it brings q8's mean KL divergence from bf16 from 5.7e-4 to 4.0e-4 (docs/performance.md)")
 			verify := fs.Bool("verify", false, "write nothing: re-read every shard, check every checksum and compare every tensor with the checkpoint")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 {
@@ -83,7 +83,15 @@ func init() {
 					dir = shards.DefaultDirFor(ck.Dir, q)
 				}
 				if *verify {
+					if imp != nil {
+						return usageErrorf("--verify quantizes the checkpoint again with the split's own copy of its importance matrix: leave --imatrix out")
+					}
 					return verifySplit(ctx, ck, dir, os.Stdout)
+				}
+				if imp != nil {
+					if err := shards.CheckImportance(ck, q, imp); err != nil {
+						return fmt.Errorf("--imatrix %s: %w", *imat, err)
+					}
 				}
 				warnKeptQuantized(ck, q)
 				bar := progress.New(progressOut(), "split", 0)

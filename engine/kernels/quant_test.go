@@ -550,6 +550,10 @@ func TestLinearQuantTwoPart(t *testing.T) {
 	const tol = 1.0 / (1 << 12)
 	check("LinearQuant", LinearQuant, tol)
 	check("LinearQuantPrompt", LinearQuantPrompt, tol)
+	f := tiledFormats[quant.Q8_0] // the tiled path with the Go kernel, which CPUs without AVX-512 VNNI never reach above
+	check("tiled (Go)", func(y, x []float32, w QuantMatrix, bias []float32) {
+		linearTwoPart(y, x, w, bias, func(y, x []float32, w QuantMatrix, bias []float32) { linearTiled(y, x, w, bias, f, f.goKernel) })
+	}, tol)
 	if one := check("one-part inputs", linearQuant, 0); one <= tol {
 		t.Errorf("one-part inputs: error %.3g is within the two-part bound %.3g: the test cannot tell them apart", one, tol)
 	}
