@@ -270,7 +270,7 @@ type Engine struct {
 	// quantizer), so their Q8_0 matrices take two-part inputs (kernels.QuantMatrix.TwoPart).
 	ownQuantized bool
 	// quantized: some weight matrix is block-quantized. The host kernels multiply those as llama.cpp does
-	// (kernels.LinearQuant, activations rounded to 8 bits); the graphs would dequantize them and compute other
+	// (kernels.LinearQuant, activations rounded to 8 bits; 15 with TwoPart); the graphs would dequantize them and compute other
 	// numbers, so Logits runs on the host kernels too.
 	quantized bool
 

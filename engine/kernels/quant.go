@@ -733,8 +733,9 @@ func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 }
 
 // Two-part inputs. Rounding the inputs to 8 bits costs a Q8_0 matrix most of its accuracy: on SmolLM2-135M with
-// Q8_0 weights, the mean KL divergence from the unquantized model is 3.3e-3 with 8-bit inputs and 1.1e-3 with
-// float32 ones (6e-4 and 3.5e-4 with weights from quant.QuantizeQ8_0Search), because a block of inputs that holds
+// Q8_0 weights, the mean KL divergence from the unquantized model is 3.0e-3 with 8-bit inputs and 1.1e-3 with
+// float32 ones (5.7e-4 with weights from quant.QuantizeQ8_0Search, 3.8e-4 weighted by an importance matrix;
+// scripts/fixtures/q8_accuracy_sim.py), because a block of inputs that holds
 // one of the model's outlier activations (thousands, where the rest are about 1) rounds the others to zero.
 // linearTwoPart multiplies by x = hi + lo·2⁻⁸ instead: hi is x as the Q8_0 kernels quantize it, lo is 2⁸ times
 // what that rounding left, quantized the same way, so each input keeps about 15 bits (more than bf16). Both go
