@@ -75,13 +75,15 @@ func (q Quantization) Target(t checkpoint.TensorInfo) checkpoint.DType {
 // round-to-nearest to the scale search.
 func (q Quantization) encoder(imp *imatrix.Matrix) string {
 	var s string
-	switch q {
-	case None:
+	switch {
+	case q == None:
 		return ""
-	case Q8:
+	case q == Q8:
 		s = fmt.Sprintf("q8: Q8_0 scale search of %d", quant.Q8_0Candidates)
-	default:
+	case imp == nil:
 		s = fmt.Sprintf("%s: Q4_K as ggml's reference, Q4_1 min-max, Q8_0 scale search of %d", q, quant.Q8_0Candidates)
+	default:
+		s = fmt.Sprintf("%s: Q4_K and Q4_1 as ggml's with importances, Q8_0 scale search of %d", q, quant.Q8_0Candidates)
 	}
 	if imp != nil {
 		s += ", weighted by importance matrix sha256:" + imp.Hash()
@@ -93,12 +95,12 @@ func (q Quantization) encoder(imp *imatrix.Matrix) string {
 // the shard folder so that Verify quantizes the checkpoint's tensors again as the split did.
 const ImatrixFile = "imatrix.safetensors"
 
-// CheckImportance checks that importance matrix imp fits checkpoint ck under quantization q: q uses one (Q8),
-// and every entry for a tensor q quantizes to Q8_0 has one value per column. Split checks it before it changes
+// CheckImportance checks that importance matrix imp fits checkpoint ck under quantization q: q quantizes (Q8 or
+// Q4), and every entry for a tensor q quantizes has one value per column. Split checks it before it changes
 // anything.
 func CheckImportance(ck *checkpoint.Checkpoint, q Quantization, imp *imatrix.Matrix) error {
-	if q != Q8 {
-		return fmt.Errorf("an importance matrix weights q8's Q8_0 scale search; quantization %q does not use one (q4's Q4_K and Q4_1 encoders are unweighted)", q)
+	if q == None {
+		return fmt.Errorf("an importance matrix weights the quantizers of q8 and q4; this split quantizes nothing")
 	}
 	for _, t := range ck.Tensors {
 		if _, _, err := importanceOf(imp, t, q.Target(t)); err != nil {
@@ -108,10 +110,10 @@ func CheckImportance(ck *checkpoint.Checkpoint, q Quantization, imp *imatrix.Mat
 	return nil
 }
 
-// importanceOf returns the importances imp holds for tensor t, to be quantized as dst: nil when imp is nil, dst
-// does not use them (only Q8_0's search does) or imp has no entry for t (missing is then true).
+// importanceOf returns the importances imp holds for tensor t, to be quantized as dst: nil when imp is nil, t is
+// not quantized (dst is its own dtype) or imp has no entry for t (missing is then true).
 func importanceOf(imp *imatrix.Matrix, t checkpoint.TensorInfo, dst checkpoint.DType) (v []float32, missing bool, err error) {
-	if imp == nil || dst != checkpoint.DTypeOf(quant.Q8_0) {
+	if imp == nil || dst == t.DType || !dst.Quantized() {
 		return nil, false, nil
 	}
 	v, ok := imp.Columns[t.Name]
@@ -136,7 +138,8 @@ func (q Quantization) quantizes(p unitPlan) bool {
 
 // quantizeTensor encodes raw (a float tensor of dtype src) as the block type dst into out (grown as needed)
 // and returns the encoded bytes; f32 is reused scratch for the float values. importance (nil: none) weights
-// Q8_0's scale search (quant.QuantizeQ8_0Search).
+// Q8_0's scale search (quant.QuantizeQ8_0Search) and, given, makes Q4_K and Q4_1 ggml's weighted encoders
+// (quant.QuantizeWeighted).
 func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, importance []float32, f32 *[]float32, out *[]byte) ([]byte, error) {
 	n := int(shape[0] * shape[1])
 	*f32 = grow.Slice(*f32, n)
@@ -150,24 +153,30 @@ func quantizeTensor(raw []byte, src, dst checkpoint.DType, shape []int64, import
 	}
 	*out = grow.Slice(*out, int(size))
 	t, _ := dst.Quant()
-	if t != quant.Q8_0 || shape[0] == 0 {
-		if err := quant.Quantize(t, *out, x); err != nil {
-			return nil, err
-		}
+	rows, cols := int(shape[0]), int(shape[1])
+	if rows == 0 {
 		return *out, nil
 	}
-	// The scale search takes ~60 ns a weight: rows spread over the cores.
-	cols := int(shape[1])
-	rowBytes := len(*out) / int(shape[0])
-	workers := min(runtime.GOMAXPROCS(0), int(shape[0]))
+	encode := func(dst []byte, src []float32) error {
+		switch {
+		case t == quant.Q8_0:
+			return quant.QuantizeQ8_0Search(dst, src, cols, importance)
+		case importance != nil:
+			return quant.QuantizeWeighted(t, dst, src, cols, importance)
+		}
+		return quant.Quantize(t, dst, src)
+	}
+	// The searches take 60-200 ns a weight: rows spread over the cores.
+	rowBytes := len(*out) / rows
+	workers := min(runtime.GOMAXPROCS(0), rows)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for i := range workers {
-		lo, hi := int(shape[0])*i/workers, int(shape[0])*(i+1)/workers
+		lo, hi := rows*i/workers, rows*(i+1)/workers
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = quant.QuantizeQ8_0Search((*out)[lo*rowBytes:hi*rowBytes], x[lo*cols:hi*cols], cols, importance)
+			errs[i] = encode((*out)[lo*rowBytes:hi*rowBytes], x[lo*cols:hi*cols])
 		}()
 	}
 	wg.Wait()

@@ -99,7 +99,7 @@ func tinyImportance(ck *checkpoint.Checkpoint, skip string, seed float32) *imatr
 // TestSplitImportance: a q8 split with an importance matrix quantizes differently from one without, records
 // the matrix's hash and keeps a copy that Verify uses; a matrix without an entry for a tensor quantizes that one
 // unweighted; quantizing again with another matrix, or none, rewrites the quantized units (and removes the
-// copy); a matrix whose width does not match, or one with q4, is refused.
+// copy); a matrix whose width does not match, or one for an unquantized split, is refused; q4 takes one too.
 func TestSplitImportance(t *testing.T) {
 	ck := tinyCheckpoint(t, checkpoint.BF16)
 	const down = "model.layers.1.mlp.down_proj.weight"
@@ -175,8 +175,24 @@ func TestSplitImportance(t *testing.T) {
 	} else if rep, err := s.Verify(context.Background(), ck); err != nil || !rep.OK() {
 		t.Errorf("the folder after a refused matrix: verify %v %v", err, rep.Problems)
 	}
-	if _, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "q4"), Quantize: Q4, Importance: imp}); err == nil || !strings.Contains(err.Error(), "does not use one") {
-		t.Errorf("q4 with an importance matrix: error %v", err)
+	if _, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "none"), Importance: imp}); err == nil || !strings.Contains(err.Error(), "quantizes nothing") {
+		t.Errorf("an unquantized split with an importance matrix: error %v", err)
+	}
+	// q4: Q4_K and Q4_1 weighted as ggml's encoders are (quant.QuantizeWeighted), verified against the copy.
+	q4, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "q4"), Quantize: Q4, Importance: imp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := q4.Verify(context.Background(), ck); err != nil || !rep.OK() {
+		t.Fatalf("q4 with an importance matrix: verify %v %v", err, rep.Problems)
+	}
+	q4plain, err := Split(context.Background(), ck, SplitOptions{Out: filepath.Join(t.TempDir(), "q4plain"), Quantize: Q4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const up = "model.layers.0.mlp.up_proj.weight"
+	if bytes.Equal(tensor(q4, "layer.0", up), tensor(q4plain, "layer.0", up)) {
+		t.Error("q4's up_proj quantized with importances is byte for byte the unweighted one")
 	}
 }
 

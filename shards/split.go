@@ -32,9 +32,9 @@ type SplitOptions struct {
 	Encoding Encoding
 	// Quantize stores weight matrices block-quantized (see Quantization); None keeps every dtype.
 	Quantize Quantization
-	// Importance, with Quantize Q8, weights the error each Q8_0 block's scale search minimizes by the mean
-	// squared inputs of its columns (package imatrix): a matrix without an entry is quantized unweighted, with a
-	// warning. The split keeps a copy (ImatrixFile) and records its hash: quantizing with another matrix, or
+	// Importance weights the error the quantizers minimize by the mean squared inputs of each column (package
+	// imatrix): Q8_0's scale search, and Q4_K's and Q4_1's as ggml's encoders given an importance matrix. A
+	// matrix without an entry is quantized unweighted, with a warning. The split keeps a copy (ImatrixFile) and records its hash: quantizing with another matrix, or
 	// none, quantizes again.
 	Importance *imatrix.Matrix
 	// Progress, when set, is called as bytes of tensor data are processed (units already split count as done).
@@ -371,7 +371,7 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 	}
 	slog.Debug("split shards", "dir", out, "written", len(todo), "kept", len(plans)-len(todo))
 	if len(w.unweighted) > 0 {
-		slog.Warn("the importance matrix has no entry for some Q8_0 matrices: they were quantized unweighted (was it collected on this model?)",
+		slog.Warn("the importance matrix has no entry for some matrices: they were quantized unweighted (was it collected on this model?)",
 			"matrices", summarize(w.unweighted))
 	}
 	if err := keepImportance(out, opts.Importance); err != nil {
@@ -476,7 +476,7 @@ type splitter struct {
 	quant      Quantization
 	imp        *imatrix.Matrix // SplitOptions.Importance
 	encoder    string          // quant.encoder(imp), computed once (it hashes the matrix)
-	unweighted []string        // Q8_0 matrices the importance matrix has no entry for
+	unweighted []string        // quantized matrices the importance matrix has no entry for
 	progress   func(done, total int64)
 	done       int64
 	total      int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -68,7 +69,7 @@ func init() {
 				if err := m.Write(*out, meta); err != nil {
 					return err
 				}
-				fmt.Fprintf(progressOut(), "imatrix: %d weight matrices, %d tokens in %d pieces of %d, written to %s\n", len(m.Columns), tokens, len(pieces), *chunk, *out)
+				slog.Info("imatrix written", "file", *out, "matrices", len(m.Columns), "tokens", tokens, "pieces", len(pieces), "chunk", *chunk)
 				return nil
 			}
 		},

@@ -35,8 +35,17 @@ func TestImatrixSplit(t *testing.T) {
 	if len(m.Columns) != 5*7+1 || len(m.Columns["model.layers.4.mlp.down_proj.weight"]) != 172 {
 		t.Errorf("%d matrices (down_proj %d columns), want 36 (172)", len(m.Columns), len(m.Columns["model.layers.4.mlp.down_proj.weight"]))
 	}
-	if !strings.Contains(errb.String(), "36 weight matrices") {
+	if !strings.Contains(errb.String(), "imatrix written") || !strings.Contains(errb.String(), "matrices=36") {
 		t.Errorf("imatrix's summary: %q", errb.String())
+	}
+	// Quiet: no bar, no summary, the same file.
+	errb.Reset()
+	quiet := filepath.Join(dir, "quiet.imatrix")
+	if code := run([]string{"imatrix", "-q", "--model", model, "--text", text, "--chunk", "64", "--out", quiet}, &out, &errb); code != 0 {
+		t.Fatalf("imatrix -q: exit %d: %s", code, errb.String())
+	}
+	if q, err := imatrix.Read(quiet); err != nil || q.Hash() != m.Hash() {
+		t.Errorf("imatrix -q: %v, or another matrix than without -q", err)
 	}
 	shardDir := filepath.Join(dir, "q8")
 	if code := run([]string{"split", model, "--quantize", "q8", "--imatrix", mat, "--out", shardDir, "-q"}, &out, &errb); code != 0 {
@@ -53,7 +62,7 @@ func TestImatrixSplit(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"split", model, "--imatrix", mat, "--out", filepath.Join(dir, "x")}, 2, "needs --quantize q8"},
+		{[]string{"split", model, "--imatrix", mat, "--out", filepath.Join(dir, "x")}, 2, "needs --quantize q8 or q4"},
 		{[]string{"split", model, "--quantize", "q8", "--imatrix", text, "--out", filepath.Join(dir, "y")}, 1, "--imatrix"},
 		{[]string{"imatrix", "--model", model, "--out", mat}, 2, "--text"},
 		{[]string{"imatrix", "--model", model, "--text", text, "--out", mat, "--chunk", "1"}, 2, "--chunk 1"},

@@ -41,7 +41,7 @@ func init() {
 			encoding := fs.String("encoding", "raw", encodingHelp)
 			diskRate := fs.String("disk-rate", "auto", "with --encoding: the rate the shards will be read at, e.g. 2GB (bytes per second): a tensor whose decoding, timed at split, would take more than half the cores' time the disk takes to read it raw gets faster codes (planes) or is stored raw. auto: measured with O_DIRECT on the output folder; off: keep the smallest encoding of every tensor that shrinks")
 			quantize := fs.String("quantize", "none", "store weight matrices block-quantized (lossy): none, q8 (Q8_0: 53% of bf16's layer bytes, 0.49-0.54x its s/token streamed with O_DIRECT on the TinyLlama-1.1B shape; scales searched, about 60 ns a weight per core; products with 15-bit inputs, mean KL divergence from bf16 on SmolLM2-135M 5.7e-4, llama.cpp's Q8_0 3.7e-3) or q4 (Q4_K: 28%, 0.26-0.36x); the embedding stays bf16")
-			imat := fs.String("imatrix", "", "with --quantize q8: an importance matrix file (layerstream imatrix) weighting each Q8_0 block's scale search by its columns' mean squared inputs; on SmolLM2-135M it brings q8's mean KL divergence from bf16 from 5.7e-4 to 4.0e-4 (docs/performance.md)")
+			imat := fs.String("imatrix", "", "with --quantize: an importance matrix file (layerstream imatrix) weighting the quantizers' errors by each column's mean squared input (Q8_0's scale search; Q4_K and Q4_1 as llama.cpp's quantize --imatrix): on SmolLM2-135M the mean KL divergence from bf16 goes from 5.7e-4 to 3.9e-4 (q8) and from 9.2e-3 to 6.5e-3 (q4) (docs/performance.md)")
 			verify := fs.Bool("verify", false, "write nothing: re-read every shard, check every checksum and compare every tensor with the checkpoint")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 {
@@ -61,8 +61,8 @@ func init() {
 				}
 				var imp *imatrix.Matrix
 				if *imat != "" {
-					if q != shards.Q8 {
-						return usageErrorf("--imatrix weights q8's Q8_0 scale search: it needs --quantize q8")
+					if q == shards.None {
+						return usageErrorf("--imatrix weights the quantizers: it needs --quantize q8 or q4")
 					}
 					if imp, err = imatrix.Read(*imat); err != nil {
 						return fmt.Errorf("--imatrix: %w", err)
