@@ -9,7 +9,9 @@ import (
 // when given an importance matrix (quantize_row_q4_K_impl, quantize_row_q4_1_impl): each value's error is
 // weighted by importance[i mod cols] (its column's mean squared input, package imatrix) times
 // sqrt(σ² + x²), σ² the row's (Q4_1) or super-block's (Q4_K) mean square, and each block's scale and minimum
-// come from make_qkx3_quants' search; Q4_K's six-bit sub-block scales and minimums from make_qp_quants, weighted
+// come from make_qkx3_quants' search (makeQKX2: with weights and squared errors, make_qkx3_quants is
+// make_qkx2_quants, whose max == min test equals its max <= min, the minimum being clamped to ≤ 0 and max ≥ min);
+// Q4_K's six-bit sub-block scales and minimums from make_qp_quants, weighted
 // by their sub-blocks' summed weights. Without importances Quantize's encoders (ggml's reference ones) apply.
 func QuantizeWeighted(t Type, dst []byte, src []float32, cols int, importance []float32) error {
 	f, ok := t.Format()
@@ -51,7 +53,7 @@ func encodeQ4_1Weighted(b []byte, x, qw []float32) {
 		for j, v := range xb {
 			w[j] = qw[ib*QK+j] * float32(math.Sqrt(float64(sigma2+float32(v*v))))
 		}
-		d, negMin := makeQKX3(15, xb, w[:], l[:], laux[:], -0.9, 0.05, 36)
+		d, negMin := makeQKX2(15, xb, w[:], l[:], laux[:], -0.9, 0.05, 36)
 		putHalf(blk, d)
 		putHalf(blk[2:], -negMin)
 		for j := range QK / 2 {
@@ -79,7 +81,7 @@ func encodeQ4_KWeighted(b []byte, x, qw []float32) {
 			sumW += w[i]
 		}
 		sw[j] = sumW
-		scales[j], mins[j] = makeQKX3(15, xs, w[:], L[32*j:32*j+32], laux[:], -0.9, 0.05, 36)
+		scales[j], mins[j] = makeQKX2(15, xs, w[:], L[32*j:32*j+32], laux[:], -0.9, 0.05, 36)
 	}
 	var ls, lm [QKK / 32]uint8
 	dBlock := makeQPQuants(63, scales[:], ls[:], sw[:])
@@ -115,66 +117,6 @@ func encodeQ4_KWeighted(b []byte, x, qw []float32) {
 			q[j/2+l] = L[j+l] | L[j+l+32]<<4
 		}
 	}
-}
-
-// makeQKX3 is ggml's make_qkx3_quants with weights w and use_mad false: the scale and min (returned as
-// -min ≥ 0) of the values x quantized to 0..nmax into l, the best weighted squared error of round-to-nearest
-// and nstep+1 least-squares refits. Products are rounded explicitly, as in makeQKX2.
-func makeQKX3(nmax int, x, w []float32, l, laux []uint8, rmin, rdelta float32, nstep int) (scale, negMin float32) {
-	n := len(x)
-	lo, hi := x[0], x[0]
-	sumW := w[0]
-	sumX := float32(sumW * x[0])
-	for i := 1; i < n; i++ {
-		lo, hi = min(lo, x[i]), max(hi, x[i])
-		sumW += w[i]
-		sumX += float32(w[i] * x[i])
-	}
-	lo = min(lo, 0)
-	if hi <= lo {
-		clear(l[:n])
-		return 0, -lo
-	}
-	iscale := float32(nmax) / (hi - lo)
-	scale = 1 / iscale
-	var best float32
-	for i := range n {
-		q := max(0, min(nmax, nearestInt(float32(iscale*(x[i]-lo)))))
-		l[i] = uint8(q)
-		diff := float32(scale*float32(q)) + lo - x[i]
-		best += float32(w[i] * float32(diff*diff))
-	}
-	for is := 0; is <= nstep; is++ {
-		iscale = (rmin + float32(rdelta*float32(is)) + float32(nmax)) / (hi - lo)
-		var sumL, sumL2, sumXL float32
-		for i := range n {
-			q := max(0, min(nmax, nearestInt(float32(iscale*(x[i]-lo)))))
-			laux[i] = uint8(q)
-			wl := w[i] * float32(q)
-			sumL += wl
-			sumL2 += float32(wl * float32(q))
-			sumXL += float32(wl * x[i])
-		}
-		det := float32(sumW*sumL2) - float32(sumL*sumL)
-		if det > 0 {
-			thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / det
-			thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / det
-			if thisMin > 0 {
-				thisMin = 0
-				thisScale = sumXL / sumL2
-			}
-			var cur float32
-			for i := range n {
-				diff := float32(thisScale*float32(laux[i])) + thisMin - x[i]
-				cur += float32(w[i] * float32(diff*diff))
-			}
-			if cur < best {
-				copy(l[:n], laux[:n])
-				best, scale, lo = cur, thisScale, thisMin
-			}
-		}
-	}
-	return scale, -lo
 }
 
 // groupMaxEps is ggml's GROUP_MAX_EPS: below it a group of scales counts as all zero.

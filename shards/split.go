@@ -196,8 +196,8 @@ func openUpToDate(out string, ck *checkpoint.Checkpoint, plans []unitPlan, q Qua
 		return nil, false
 	}
 	ok, why := upToDate(set.source, ck, set.units)
-	if ok && set.source.Quantizer != q.encoder(imp) {
-		ok, why = false, fmt.Sprintf("its tensors were quantized by %q, the split asked for is %q", set.source.Quantizer, q.encoder(imp))
+	if enc := q.encoder(imp); ok && set.source.Quantizer != enc {
+		ok, why = false, fmt.Sprintf("its tensors were quantized by %q, the split asked for is %q", set.source.Quantizer, enc)
 	}
 	if ok && len(plans) == len(set.units) {
 		for i, p := range plans {
