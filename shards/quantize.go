@@ -3,7 +3,9 @@ package shards
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -106,6 +108,17 @@ func CheckImportance(ck *checkpoint.Checkpoint, q Quantization, imp *imatrix.Mat
 		if _, _, err := importanceOf(imp, t, q.Target(t)); err != nil {
 			return err
 		}
+	}
+	var unknown []string
+	for name := range imp.Columns {
+		if _, ok := ck.Tensor(name); !ok {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		slog.Warn("the importance matrix has entries for tensors this checkpoint does not have: they are not used (was it collected on this model?)",
+			"checkpoint", ck.Dir, "tensors", summarize(unknown))
 	}
 	return nil
 }

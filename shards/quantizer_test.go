@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,6 +164,17 @@ func TestSplitImportance(t *testing.T) {
 	}
 	if !bytes.Equal(tensor(s, "layer.0", "model.layers.0.mlp.up_proj.weight"), tensor(plain, "layer.0", "model.layers.0.mlp.up_proj.weight")) {
 		t.Error("re-split without the matrix: up_proj differs from the unweighted split's")
+	}
+	// Entries for tensors the checkpoint lacks are reported, and the split goes on.
+	extra := tinyImportance(ck, "", 1)
+	extra.Columns["model.layers.9.mlp.up_proj.weight"] = []float32{1}
+	var logb bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logb, nil)))
+	err = CheckImportance(ck, Q8, extra)
+	slog.SetDefault(old)
+	if err != nil || !strings.Contains(logb.String(), "model.layers.9.mlp.up_proj.weight") {
+		t.Errorf("an entry for a tensor the checkpoint lacks: error %v, log %q", err, logb.String())
 	}
 	// A matrix that does not fit is refused before the folder changes.
 	bad := tinyImportance(ck, "", 1)
