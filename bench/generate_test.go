@@ -87,7 +87,7 @@ func BenchmarkGenerateDecode(b *testing.B) {
 
 // weightBytesPerToken is the bytes of every decoder layer plus the output projection on the device (4 per
 // weight, 2 with dtype bf16).
-func weightBytesPerToken(s synth.Shape, dtype string) int64 {
+func weightBytesPerToken(s synth.Shape, dtype engine.DType) int64 {
 	d := s.HeadDim
 	if d == 0 {
 		d = s.HiddenSize / s.NumHeads

@@ -10,25 +10,13 @@ import (
 	"github.com/layerstream/layerstream/guard"
 )
 
-// Devices (Options.Device).
-const (
-	// DeviceCPU is the pure-Go simplego backend, in every build.
-	DeviceCPU = "cpu"
-	// DeviceCUDA is an NVIDIA GPU through XLA's PJRT CUDA plugin (pjrt_c_api_cuda_plugin.so); needs the xla
-	// build tag.
-	DeviceCUDA = "cuda"
-	// DeviceXLACPU is XLA's PJRT CPU plugin (pjrt_c_api_cpu_plugin.so): the code path CUDA takes (XLA-compiled
-	// graphs for every step), runnable and testable without a GPU; needs the xla build tag.
-	DeviceXLACPU = "xla-cpu"
-)
-
 // errNoXLA is the error for an XLA device in a binary built without the xla build tag.
-func errNoXLA(device string) error {
+func errNoXLA(device Device) error {
 	return fmt.Errorf("device %s: this binary was built without the xla build tag: rebuild with CGO_ENABLED=1 go build -tags xla ./cmd/layerstream; see README 'CUDA and XLA'", device)
 }
 
 // checkDevice validates Options.Device ("" is cpu) and returns its canonical name.
-func checkDevice(device string) (string, error) {
+func checkDevice(device Device) (Device, error) {
 	switch device {
 	case "", DeviceCPU:
 		return DeviceCPU, nil
@@ -53,7 +41,7 @@ func ChooseDType(o Options, torchDType string) (guard.Choice, error) {
 	switch o.Device {
 	case DeviceCPU:
 	case DeviceCUDA, DeviceXLACPU:
-		caps = guard.DeviceCaps{Name: o.Device}
+		caps = guard.DeviceCaps{Name: string(o.Device)}
 		if o.Device == DeviceCUDA {
 			caps.ComputeCapability = o.ComputeCapability
 		}
@@ -67,7 +55,7 @@ func ChooseDType(o Options, torchDType string) (guard.Choice, error) {
 // chooseDType applies the dtype policy (guard.ChooseDType) on the device caps describes, and refuses what no
 // backend computes (f16).
 func chooseDType(o Options, torchDType string, caps guard.DeviceCaps) (guard.Choice, error) {
-	choice, err := guard.ChooseDType(o.DType, torchDType, caps)
+	choice, err := guard.ChooseDType(string(o.DType), torchDType, caps)
 	if err != nil {
 		return guard.Choice{}, err
 	}

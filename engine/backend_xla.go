@@ -30,7 +30,7 @@ func init() {
 }
 
 // pluginName is the PJRT plugin a device runs on.
-func pluginName(device string) string {
+func pluginName(device Device) string {
 	if device == DeviceCUDA {
 		return "cuda"
 	}
@@ -58,7 +58,7 @@ func pluginDirs() []string {
 
 // findPlugin returns the absolute path of pjrt_c_api_<name>_plugin.so in the first plugin folder holding it,
 // or an error saying where it looked and what to install.
-func findPlugin(device string) (string, error) {
+func findPlugin(device Device) (string, error) {
 	file := "pjrt_c_api_" + pluginName(device) + "_plugin.so"
 	dirs := pluginDirs()
 	for _, d := range dirs {

@@ -40,7 +40,7 @@ func TestXLAMissingPlugin(t *testing.T) {
 	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 5})
 	empty := t.TempDir()
 	t.Setenv(pluginPathEnv, empty)
-	for dev, want := range map[string]string{DeviceCUDA: "jax-cuda13-pjrt", DeviceXLACPU: "lammps-jax-pjrt-cpu"} {
+	for dev, want := range map[Device]string{DeviceCUDA: "jax-cuda13-pjrt", DeviceXLACPU: "lammps-jax-pjrt-cpu"} {
 		_, err := Open(context.Background(), model, Options{Device: dev})
 		file := "pjrt_c_api_" + pluginName(dev) + "_plugin.so"
 		if err == nil {
@@ -111,7 +111,7 @@ func TestXLAMatchesCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		layerBytes := int64(0)
-		for _, s := range ref.layerSpecs {
+		for _, s := range ref.store.layerSpecs {
 			layerBytes += int64(s.dtype.Size()) * int64(sizeOf(s.shape))
 		}
 		for _, m := range xlaModes {

@@ -25,7 +25,7 @@ func TestDirectIOAuto(t *testing.T) {
 	model := writeTiny(t, synth.Options{Shape: tinyShape(true), Seed: 12})
 	ref := open(t, model, Options{DirectIO: DirectIOOff})
 	var need int64
-	for _, u := range ref.set.Units() {
+	for _, u := range ref.store.set.Units() {
 		need += u.FileSize
 	}
 	ids := []int{1, 3, 5}
@@ -56,8 +56,8 @@ func TestDirectIOAuto(t *testing.T) {
 			return memavail.Available{Bytes: c.avail, Source: "test"}, nil
 		}
 		e := open(t, model, c.opts)
-		if e.opts.DirectIO != c.want || e.mapShards() == (c.want == DirectIOOn) {
-			t.Errorf("%s (%d bytes of shards, %d available): direct I/O %v, mapped %v; want %v", c.name, need, c.avail, e.opts.DirectIO, e.mapShards(), c.want)
+		if e.opts.DirectIO != c.want || e.store.mapShards() == (c.want == DirectIOOn) {
+			t.Errorf("%s (%d bytes of shards, %d available): direct I/O %v, mapped %v; want %v", c.name, need, c.avail, e.opts.DirectIO, e.store.mapShards(), c.want)
 		}
 		got, err := e.Logits(ctx, ids)
 		if err != nil {
@@ -108,7 +108,7 @@ func TestResidentRefusedWhenTooLarge(t *testing.T) {
 	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 17, DType: checkpoint.BF16})
 	ref := open(t, model, Options{})
 	var need int64
-	for _, u := range ref.set.Units() {
+	for _, u := range ref.store.set.Units() {
 		need += u.BufferSize()
 	}
 	defer func(f func() (memavail.Available, error)) { availableMemory = f }(availableMemory)
@@ -187,8 +187,8 @@ func TestStreamEncodedOverlapped(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := len(e.pools.host); n != cap(e.pools.host) {
-				t.Errorf("prefetch %d: %d of %d host buffers back after the passes", prefetch, n, cap(e.pools.host))
+			if n := len(e.store.pools.host); n != cap(e.store.pools.host) {
+				t.Errorf("prefetch %d: %d of %d host buffers back after the passes", prefetch, n, cap(e.store.pools.host))
 			}
 			if d := maxDiff(want[len(ids)-1:], got[len(ids)-1:]); d > 1e-4 {
 				t.Errorf("prefetch %d: the pass after a cancelled one differs by %g", prefetch, d)
@@ -216,9 +216,9 @@ func TestStreamEncodedOverlapped(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "layer.5") {
 		t.Fatalf("got %v, want an error naming layer.5's shard", err)
 	}
-	for i := 0; len(e.pools.host) != cap(e.pools.host); i++ {
+	for i := 0; len(e.store.pools.host) != cap(e.store.pools.host); i++ {
 		if i == 200 {
-			t.Fatalf("after the failed generation: %d of %d host buffers back", len(e.pools.host), cap(e.pools.host))
+			t.Fatalf("after the failed generation: %d of %d host buffers back", len(e.store.pools.host), cap(e.store.pools.host))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -65,17 +65,17 @@ func maxDiff(a, b [][]float32) float64 {
 func tokenByToken(t *testing.T, e *Engine, ids []int) [][]float32 {
 	t.Helper()
 	ctx := context.Background()
-	kv, err := e.kvStore(bucket(len(ids)), e.onHost(false))
+	kv, err := e.run.kvStore(bucket(len(ids)), e.run.onHost(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := e.newStream(ctx, len(ids), e.opts.GraphDecode)
+	st := e.store.newStream(ctx, len(ids), e.opts.GraphDecode)
 	if st != nil {
 		defer st.stop()
 	}
 	var out [][]float32
 	for _, id := range ids {
-		l, err := e.pass(ctx, st, kv, []int{id}, false)
+		l, err := e.run.pass(ctx, st, kv, []int{id}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestLayerBufferBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	layerBytes := int64(0)
-	for _, s := range ref.layerSpecs {
+	for _, s := range ref.store.layerSpecs {
 		n := int64(s.dtype.Size())
 		for _, d := range s.shape {
 			n *= int64(d)
@@ -296,7 +296,7 @@ func TestCloseUnmapsShards(t *testing.T) {
 	if _, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 7}, MaxNewTokens: 3}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if held, units := mappings(), len(e.set.Units()); held != units {
+	if held, units := mappings(), len(e.store.set.Units()); held != units {
 		t.Errorf("%d shard mappings after two generations, want one per unit (%d: the layers streamed, the head units loaded from mappings)", held, units)
 	}
 	e.Close()
@@ -616,14 +616,14 @@ func TestDeviceBuffersFilledOnDemand(t *testing.T) {
 	eager := open(t, model, Options{GraphDecode: true})
 	// unfilled counts the sets the graphs read whose device buffers are not filled yet.
 	unfilled := func(e *Engine) (n int) {
-		for _, w := range append([]*weightSet{e.norm, e.head}, e.resident...) {
+		for _, w := range append([]*weightSet{e.store.norm, e.store.head}, e.store.resident...) {
 			if w.pending != nil {
 				n++
 			}
 		}
 		return n
 	}
-	sets := func(e *Engine) int { return 2 + len(e.resident) }
+	sets := func(e *Engine) int { return 2 + len(e.store.resident) }
 	if n := unfilled(eager); n != 0 {
 		t.Fatalf("GraphDecode: %d sets left unfilled at Open", n)
 	}
@@ -633,8 +633,8 @@ func TestDeviceBuffersFilledOnDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, e := range engines {
-		if n := unfilled(e); n != sets(e) || e.embed.pending == nil {
-			t.Fatalf("%s: %d of %d sets unfilled at Open (embedding %v), want all", name, n, sets(e), e.embed.pending != nil)
+		if n := unfilled(e); n != sets(e) || e.store.embed.pending == nil {
+			t.Fatalf("%s: %d of %d sets unfilled at Open (embedding %v), want all", name, n, sets(e), e.store.embed.pending != nil)
 		}
 		if _, err := e.Generate(ctx, Request{PromptIDs: []int{1, 5, 9}, MaxNewTokens: 3}, nil); err != nil {
 			t.Fatal(err)

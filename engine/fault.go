@@ -26,7 +26,7 @@ func (f *mappedFault) Error() string {
 // guardMapped runs fn with faults turned into panics (debug.SetPanicOnFault, here and in kernels.ParallelFor's workers)
 // and returns fn's error, or a fault at an address inside one of the set's shard mappings as a *mappedFault.
 // Any other panic goes on up.
-func (e *Engine) guardMapped(fn func() error) (err error) {
+func (s *weightStore) guardMapped(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		r := recover()
@@ -35,7 +35,7 @@ func (e *Engine) guardMapped(fn func() error) (err error) {
 		}
 		if re, ok := r.(runtime.Error); ok {
 			if a, ok := re.(interface{ Addr() uintptr }); ok {
-				if unit, ok := e.set.MappedAt(a.Addr()); ok {
+				if unit, ok := s.set.MappedAt(a.Addr()); ok {
 					err = &mappedFault{unit: unit, addr: a.Addr()}
 					return
 				}

@@ -34,7 +34,7 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 		unit, tensor string
 		rows         int
 	}{{"layer.1", "mlp.gate_proj.weight", 256}, {"layer.2", "self_attn.o_proj.weight", 32}} {
-		l, err := e.set.Map(context.Background(), c.unit, shards.NewBuffer(0)) // the kept mapping
+		l, err := e.store.set.Map(context.Background(), c.unit, shards.NewBuffer(0)) // the kept mapping
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,19 +42,19 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 		if int(w.Shape[0]) != c.rows {
 			t.Fatalf("%s: %v", c.tensor, w.Shape)
 		}
-		if err := os.Truncate(filepath.Join(e.set.Dir, l.Unit.File), 4096); err != nil {
+		if err := os.Truncate(filepath.Join(e.store.set.Dir, l.Unit.File), 4096); err != nil {
 			t.Fatal(err)
 		}
 		x := newHostArray(1, 1, int(w.Shape[1]))
-		err = e.guardMapped(func() error { hostOps{}.Linear(x, &deviceTensor{flat: rawView(w)}, nil); return nil })
+		err = e.store.guardMapped(func() error { hostOps{}.Linear(x, &deviceTensor{flat: rawView(w)}, nil); return nil })
 		var f *mappedFault
 		if !errors.As(err, &f) || f.unit != c.unit || !strings.Contains(err.Error(), guard.SectionSIGBUS) {
 			t.Fatalf("%s: %v, want a mapped-shard fault naming %s", c.tensor, err, c.unit)
 		}
 	}
 	// The embedding, read in place from its kept mapping: generation ends with the error instead of a crash.
-	embed, _ := e.set.Unit(unitEmbed)
-	if err := os.Truncate(filepath.Join(e.set.Dir, embed.File), 0); err != nil {
+	embed, _ := e.store.set.Unit(unitEmbed)
+	if err := os.Truncate(filepath.Join(e.store.set.Dir, embed.File), 0); err != nil {
 		t.Fatal(err)
 	}
 	_, err := e.Generate(context.Background(), Request{PromptIDs: []int{1, 5}, MaxNewTokens: 2}, nil)
@@ -68,7 +68,7 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 			t.Fatalf("recovered %v, want the worker's index panic", r)
 		}
 	}()
-	e.guardMapped(func() error {
+	e.store.guardMapped(func() error {
 		kernels.ParallelFor(1024, func(lo, hi int) {
 			var s []int
 			_ = s[lo]

@@ -5,17 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"math/bits"
-	"slices"
 	"sort"
+	"strings"
+	"sync/atomic"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
@@ -23,65 +25,218 @@ import (
 	"github.com/layerstream/layerstream/profiler"
 )
 
+// runner runs forward passes: new positions of some sequences of a key/value cache through every decoder layer
+// and the output head, one load of each unit (from the weightStore) serving them all. A pass runs on the host
+// kernels (hostPass: hostOps) or as compiled GoMLX graphs (graphPass: graphOps); both are driven by the one
+// per-layer loop (layers).
+type runner struct {
+	cfg     *checkpoint.Config
+	plan    *model.Plan
+	arch    model.Architecture
+	backend backends.Backend
+	store   *weightStore
+	prof    *profiler.Profiler
+
+	// computeDType is the dtype the policy chose (guard.ChooseDType), whose range the activations are checked
+	// against.
+	computeDType checkpoint.DType
+	// bf16Products: the host kernels multiply bf16 weight matrices by activations rounded to bf16
+	// (kernels.LinearBF16) instead of exactly (kernels.Linear).
+	bf16Products bool
+	// llama, under Options.Arithmetic llama.cpp, is the llama.cpp graph the host ops reproduce (llamacpp.go).
+	llama       *llamaCppGraph
+	observe     func(tensor string, x []float32, cols int) // Options.ObserveInputs
+	graphDecode bool                                       // Options.GraphDecode
+	kvHalf      bool                                       // Options.KVCache f16, for the host kernels' caches
+
+	layerExecs map[model.LayerKind]*graph.Exec // one compiled layer per kind of layer, built when first needed
+	headExec   *graph.Exec
+
+	// health is what the last forward pass saw of each of its rows' residual stream: health[i][l] is the largest
+	// |x| after decoder layer l over row i's new positions (guard.MaxAbs: NaN or Inf when a value was), for the
+	// sequences' monitors (guard.Monitor.CheckActivations).
+	health      [][]float32
+	kv          *kvcache.Store // Logits' cache, reused while the capacity fits
+	clampWarned atomic.Bool    // warnClamped has warned
+}
+
+// newRunner makes the runner of arch over the store's weights, refusing under Options.Arithmetic llama.cpp what
+// that arithmetic does not reproduce.
+func newRunner(arch model.Architecture, store *weightStore, opts Options, compute checkpoint.DType) (*runner, error) {
+	c := store.cfg
+	r := &runner{cfg: c, plan: arch.Plan(), arch: arch, backend: store.backend, store: store, prof: opts.Profiler,
+		computeDType: compute, observe: opts.ObserveInputs, graphDecode: opts.GraphDecode, kvHalf: opts.KVCache == KVCacheF16}
+	// The host kernels compute bf16 products where asked to (bf16) or, by default, where the CPU has the bf16
+	// dot-product instruction: twice the rate of exact products, at the rounding of the activations llama.cpp
+	// and PyTorch's bf16 products make too. --dtype f32 keeps them exact.
+	req := DType(strings.ToLower(strings.TrimSpace(string(opts.DType))))
+	r.bf16Products = compute == checkpoint.BF16 || (req == DTypeAuto && kernels.NativeBF16())
+	if r.bf16Products && strings.Contains(strings.ToLower(c.TorchDType), "bfloat16") && opts.Device == DeviceCPU {
+		slog.Debug("host matrix products: bf16 weights times activations rounded to bf16, summed in f32 (--dtype f32: exact)", "avx512_bf16", kernels.NativeBF16())
+	}
+	if opts.Arithmetic == ArithmeticLlamaCpp {
+		if err := checkLlamaCpp(store); err != nil {
+			return nil, llamaCppRefusal(err)
+		}
+		if len(c.Architectures) > 0 {
+			r.llama = llamaCppGraphs[c.Architectures[0]]
+		}
+	}
+	if err := r.buildExecs(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// free frees the runner's key/value cache.
+func (r *runner) free() {
+	freeKVStore(r.kv)
+	r.kv = nil
+}
+
+// stepLabel is the profiler's step label of the pass running (0 prefill, 1.. decode).
+func (r *runner) stepLabel() int { return int(r.store.step.Load()) }
+
+// setStep sets the profiler's step label for the passes that follow.
+func (r *runner) setStep(step int) { r.store.step.Store(int64(step)) }
+
 // maskedOut is added to the attention score of a key a query must not see.
 const maskedOut = -1e30
 
-// buildExecs creates the output head's executable; the decoder layers' are made when a kind of layer first
-// runs (layerExec). Graphs are compiled per distinct input shape: new-position counts are bucketed to powers of
-// two, and the cache capacity is fixed per Store, so a handful of graphs serve all prompts.
-func (e *Engine) buildExecs() error {
-	e.layerExecs = map[model.LayerKind]*graph.Exec{}
-	headFn := func(x, norm, w *graph.Node) *graph.Node { return node(e.arch.Head(graphOps{}, x, norm, w)) }
-	var err error
-	if e.headExec, err = graph.NewExec(e.backend, headFn); err != nil {
-		return fmt.Errorf("head graph: %w", err)
+// pass is one forward pass's computation, driven by runner.layers: its decoder layers one at a time, then the
+// output head. hostPass computes on the host kernels, graphPass as compiled graphs.
+type pass interface {
+	// prepare readies decoder layer i's inputs beside its weights w (outside the profiled compute).
+	prepare(i int, w *weightSet) error
+	// compute runs decoder layer i with its weights w, writing its keys and values to the cache.
+	compute(i int, w *weightSet) error
+	// head commits the new positions to the cache and returns the logits: for each of forward's rows of its
+	// last new position, or with all (one sequence) of every new position.
+	head(st *stream) ([][]float32, error)
+	// free releases what the pass holds.
+	free()
+}
+
+// forward runs new tokens of some sequences of kv through the model, one load of each unit serving them all:
+// ids[i] continues the sequence in cache row rows[i] at its positions kv.Len(rows[i]).. and is committed to
+// the cache. It returns, for each i, the logits of its last new position; with all (one sequence only), the
+// logits of every new position. Row i's quantized products are tiled (kernels.LinearQuantPrompt) when it brings
+// kernels.PromptTileRows positions or more, or when tiled[i] (a chunk of a prompt that long; tiled may be nil).
+//
+// Passes run on the host kernels (hostPass) over just the given rows, unless Options.GraphDecode or all (onHost):
+// the rows bringing the same number of new tokens are computed together, with no padding (hostGroups), so a
+// prompt joining the batch is prefilled in the same pass as the other sequences' decode tokens at the cost of its
+// own tokens only. Otherwise the compiled graphs (graphPass) run over every row of the store, padded to the
+// longest input's bucket: a row without new tokens is computed but neither written nor returned.
+func (r *runner) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, all bool) ([][]float32, error) {
+	for i, row := range rows {
+		if err := kv.CheckRoom(row, len(ids[i])); err != nil {
+			return nil, err
+		}
 	}
-	e.headExec.SetMaxCache(-1)
+	r.resetHealth(len(rows))
+	p, err := r.newPass(st, kv, rows, ids, tiled, all)
+	if err != nil {
+		return nil, err
+	}
+	defer p.free()
+	if err := r.layers(ctx, st, p); err != nil {
+		return nil, err
+	}
+	return p.head(st)
+}
+
+// layers is the per-layer loop of every forward pass: each decoder layer's weights from the store (resident, or
+// the next from the stream), computed by the pass, then released for the next unit.
+func (r *runner) layers(ctx context.Context, st *stream, p pass) error {
+	for i := range r.cfg.NumHiddenLayers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		w, release, err := r.store.layerSet(st, i)
+		if err != nil {
+			return err
+		}
+		err = p.prepare(i, w)
+		if err == nil {
+			span := r.prof.Begin(profiler.Forward, r.stepLabel(), i)
+			err = p.compute(i, w)
+			span.End(w.bytes)
+		}
+		release()
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+	}
 	return nil
 }
 
-// layerExec returns the executable of a kind of decoder layer, serving every layer of that kind. Its inputs are
-// x, cos and sin (only for a layer with rotary embeddings), mask, pastK, pastV, then the weights in Plan order.
-func (e *Engine) layerExec(kind model.LayerKind) (*graph.Exec, error) {
-	if x, ok := e.layerExecs[kind]; ok {
-		return x, nil
-	}
-	specs := e.plan.Weights
-	layerFn := func(ins []*graph.Node) []*graph.Node {
-		var ops graphOps
-		x, rest := ins[0], ins[1:]
-		if kind.Rope != model.NoRope {
-			ops.cos, ops.sin, rest = rest[0], rest[1], rest[2:]
-		}
-		ops.mask, ops.pastK, ops.pastV, rest = rest[0], rest[1], rest[2], rest[3:]
-		in := model.LayerInputs{Kind: kind, X: x, W: make(map[string]model.Value, len(specs))}
-		for i, s := range specs {
-			in.W[s.Name] = rest[i]
-		}
-		out := e.arch.Layer(ops, in)
-		return []*graph.Node{node(out.X), node(out.K), node(out.V)}
-	}
-	x, err := graph.NewExec(e.backend, layerFn)
+// newPass embeds the new tokens (a lookup on the host, from the embedding resident or streamed first) and
+// makes the pass that computes them.
+func (r *runner) newPass(st *stream, kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, all bool) (pass, error) {
+	ew, release, err := r.store.embedSet(st)
 	if err != nil {
-		return nil, fmt.Errorf("layer graph: %w", err)
+		return nil, err
 	}
-	x.SetMaxCache(-1)
-	e.layerExecs[kind] = x
-	return x, nil
+	defer release()
+	embed := r.embedder(ew)
+	var p pass
+	err = r.store.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
+		if r.onHost(all) {
+			p, err = r.newHostPass(kv, rows, ids, tiled, embed, all)
+		} else {
+			p, err = r.newGraphPass(kv, rows, ids, embed, all)
+		}
+		return err
+	})
+	return p, err
 }
 
-// exec runs an executable, turning a panic inside GoMLX into an error.
-func exec(x *graph.Exec, what string, args ...any) (outs []*tensors.Tensor, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: %v", what, r)
+// embedder returns the function writing the (scaled) embedding of token id, at position pos, into dst.
+func (r *runner) embedder(ew *weightSet) func(dst []float32, id, pos int) error {
+	c := r.cfg
+	scale := float32(r.plan.EmbedScale)
+	return func(dst []float32, id, pos int) error {
+		if id < 0 || id >= c.VocabSize {
+			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
 		}
-	}()
-	outs, err = x.Exec(args...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		embedRow(dst, ew.hostTensors()[0].flat, id, c.HiddenSize)
+		if scale != 1 {
+			for i := range dst {
+				dst[i] *= scale
+			}
+		}
+		return nil
 	}
-	return outs, nil
+}
+
+// onHost reports whether a forward pass runs on the host kernels rather than as graphs: always on cpu unless
+// Options.GraphDecode, except a pass that wants every position's logits (Logits), which runs as graphs unless
+// the model has block-quantized matrices (whose products only the host kernels compute as generation does),
+// the arithmetic is llama.cpp's (Options.Arithmetic), which only the host kernels reproduce, or the inputs of the
+// products are observed (Options.ObserveInputs).
+func (r *runner) onHost(all bool) bool {
+	return !r.graphDecode && (!all || r.store.quantized || r.llama != nil || r.observe != nil)
+}
+
+// pass runs ids for sequence 0 of a one-sequence store (forward with a single sequence).
+func (r *runner) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []int, all bool) ([][]float32, error) {
+	return r.forward(ctx, st, kv, []int{0}, [][]int{ids}, nil, all)
+}
+
+// resetHealth makes r.health n rows of one value per decoder layer, reusing its arrays.
+func (r *runner) resetHealth(n int) {
+	if cap(r.health) < n {
+		old := r.health[:cap(r.health)]
+		r.health = make([][]float32, n)
+		copy(r.health, old)
+	}
+	r.health = r.health[:n]
+	for i, h := range r.health {
+		if h == nil {
+			r.health[i] = make([]float32, r.cfg.NumHiddenLayers)
+		}
+	}
 }
 
 // bucket rounds n up to a power of two, so that few graph shapes serve every length.
@@ -93,35 +248,35 @@ func bucket(n int) int {
 }
 
 // kvStore returns a one-sequence Store with room for capacity positions (kvStoreBatch).
-// host says whether the host kernels will use it (Engine.onHost), for which it follows Options.KVCache.
-func (e *Engine) kvStore(capacity int, host bool) (*kvcache.Store, error) {
-	return e.kvStoreBatch(1, capacity, host)
+// host says whether the host kernels will use it (runner.onHost), for which it follows Options.KVCache.
+func (r *runner) kvStore(capacity int, host bool) (*kvcache.Store, error) {
+	return r.kvStoreBatch(1, capacity, host)
 }
 
 // kvStoreBatch returns a Store for batch sequences of up to capacity positions each, reusing the last one when
 // its sizes match.
-func (e *Engine) kvStoreBatch(batch, capacity int, host bool) (*kvcache.Store, error) {
-	cfg := e.kvConfig(batch, capacity, host)
-	if e.kv != nil && e.kv.Config().Equal(cfg) {
-		e.kv.Reset()
-		return e.kv, nil
+func (r *runner) kvStoreBatch(batch, capacity int, host bool) (*kvcache.Store, error) {
+	cfg := r.kvConfig(batch, capacity, host)
+	if r.kv != nil && r.kv.Config().Equal(cfg) {
+		r.kv.Reset()
+		return r.kv, nil
 	}
-	freeKVStore(e.kv)
-	e.kv = nil
-	kv, err := e.newKV(cfg)
+	freeKVStore(r.kv)
+	r.kv = nil
+	kv, err := r.newKV(cfg)
 	if err != nil {
 		return nil, err
 	}
-	e.kv = kv
+	r.kv = kv
 	return kv, nil
 }
 
 // kvConfig sizes a Store for batch sequences of up to capacity positions: a sliding layer keeps a ring of its
 // window's positions. A store the host kernels use (host) holds float16 under Options.KVCache f16.
-func (e *Engine) kvConfig(batch, capacity int, host bool) kvcache.Config {
-	p := e.plan
+func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
+	p := r.plan
 	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim,
-		Half: host && e.opts.KVCache == KVCacheF16}
+		Half: host && r.kvHalf}
 	for i, l := range p.Layers {
 		if l.Window > 0 {
 			if cfg.Ring == nil {
@@ -134,9 +289,9 @@ func (e *Engine) kvConfig(batch, capacity int, host bool) kvcache.Config {
 }
 
 // newKV allocates a Store in device buffers (shared with the host where the backend has them).
-func (e *Engine) newKV(cfg kvcache.Config) (*kvcache.Store, error) {
+func (r *runner) newKV(cfg kvcache.Config) (*kvcache.Store, error) {
 	alloc := func(dims []int) ([]float32, any, error) {
-		d, err := newDeviceTensor(e.backend, dtypes.Float32, dims...)
+		d, err := newDeviceTensor(r.backend, dtypes.Float32, dims...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -161,147 +316,6 @@ func freeKVStore(kv *kvcache.Store) {
 	}
 }
 
-// schedule is the order in which a forward pass consumes streamed units.
-func (e *Engine) schedule() []string {
-	var s []string
-	if e.opts.StreamAll {
-		s = append(s, unitEmbed)
-	}
-	for i := range e.cfg.NumHiddenLayers {
-		s = append(s, layerUnit(i))
-	}
-	if e.opts.StreamAll {
-		s = append(s, unitNorm, e.headUnit)
-	}
-	return s
-}
-
-// newStream starts the pipeline for up to passes forward passes (nil in resident mode); graph says whether
-// they run as compiled graphs (Logits, GraphDecode) rather than on the host kernels.
-func (e *Engine) newStream(ctx context.Context, passes int, graph bool) *stream {
-	if e.opts.Resident {
-		return nil
-	}
-	return e.startStream(ctx, e.schedule(), passes, !graph)
-}
-
-// unitSet returns the device weights of unit: resident, or the next one from the stream. release gives it back.
-func (e *Engine) unitSet(st *stream, unit string, resident *weightSet) (w *weightSet, release func(), err error) {
-	if resident != nil {
-		return resident, func() {}, nil
-	}
-	if st == nil {
-		return nil, nil, fmt.Errorf("unit %s is neither resident nor streamed", unit)
-	}
-	span := e.prof.Begin(profiler.PrefetchWait, int(e.step.Load()), layerIndex(unit))
-	w, err = st.next(unit)
-	span.End(0)
-	if err != nil {
-		return nil, nil, err
-	}
-	return w, func() { e.releaseSet(w) }, nil
-}
-
-// pass runs ids for sequence 0 of a one-sequence store (forward with a single sequence).
-func (e *Engine) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []int, all bool) ([][]float32, error) {
-	return e.forward(ctx, st, kv, []int{0}, [][]int{ids}, nil, all)
-}
-
-// forward runs new tokens of some sequences of kv through the model, one load of each unit serving them all:
-// ids[i] continues the sequence in cache row rows[i] at its positions kv.Len(rows[i]).. and is committed to
-// the cache. It returns, for each i, the logits of its last new position; with all (one sequence only), the
-// logits of every new position. Row i's quantized products are tiled (kernels.LinearQuantPrompt) when it brings
-// kernels.PromptTileRows positions or more, or when tiled[i] (a chunk of a prompt that long; tiled may be nil).
-//
-// Passes run on the host kernels (hostOps) over just the given rows, unless Options.GraphDecode or all: the rows
-// bringing the same number of new tokens are computed together, with no padding (hostGroups), so a prompt
-// joining the batch is prefilled in the same pass as the other sequences' decode tokens at the cost of its own
-// tokens only. Otherwise the compiled graphs run over every row of the store, padded to the longest input's
-// bucket: a row without new tokens is computed but neither written nor returned.
-func (e *Engine) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, all bool) ([][]float32, error) {
-	c := e.cfg
-	h := c.HiddenSize
-	e.resetHealth(len(rows))
-	tmax := 0
-	for i, r := range rows {
-		if err := kv.CheckRoom(r, len(ids[i])); err != nil {
-			return nil, err
-		}
-		tmax = max(tmax, len(ids[i]))
-	}
-
-	// Embedding lookup on the host: x is [len(rows), tmax, hidden] on the host kernels, else [batch, tb, hidden].
-	ew, release, err := e.unitSet(st, unitEmbed, e.embed)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { release() }() // unless released early below
-	scale := float32(e.plan.EmbedScale)
-	embed := func(dst []float32, id, pos int) error {
-		if id < 0 || id >= c.VocabSize {
-			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
-		}
-		embedRow(dst, ew.hostTensors()[0].flat, id, h)
-		if scale != 1 {
-			for i := range dst {
-				dst[i] *= scale
-			}
-		}
-		return nil
-	}
-	if e.onHost(all) {
-		var groups []*hostGroup
-		err := e.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
-			groups, err = e.hostGroups(kv, rows, ids, tiled, embed)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		release()
-		release = func() {}
-		return e.hostPass(ctx, st, kv, groups, len(rows), all)
-	}
-
-	b := kv.Config().Batch
-	tb := bucket(tmax)
-	lens := make([]int, b)
-	x := make([]float32, b*tb*h)
-	err = e.guardMapped(func() error { // the embedding may be read from a mapped shard
-		for i, r := range rows {
-			lens[r] = len(ids[i])
-			for j, id := range ids[i] {
-				if err := embed(x[(r*tb+j)*h:(r*tb+j+1)*h], id, kv.Len(r)+j); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	release()
-	release = func() {}
-	every := make([]int, b)
-	for r := range every {
-		every[r] = r
-	}
-	health := make([][]float32, b) // by row of the store
-	for i, r := range rows {
-		health[r] = e.health[i]
-	}
-	logits, err := e.graphPass(ctx, st, kv, lens, tb, x, e.passTables(kv, every, lens, tb, true), health, all)
-	if err != nil || all {
-		return logits, err
-	}
-	out := make([][]float32, len(rows))
-	for i, r := range rows {
-		out[i] = logits[r]
-	}
-	return out, nil
-}
-
 // passTables are the per-kind inputs of one forward pass over some rows of the store, each bringing t new
 // positions (padding included): a rotary table per rope of the plan, and per window either an additive
 // attention mask (graphs) or the runs of positions the cache slots of each row hold (host kernels, which mask
@@ -315,14 +329,14 @@ type passTables struct {
 
 // passTables builds the tables of a pass: row i is cache row rows[i], whose lens[i] new positions (then padding
 // up to t) start at kv.Len(rows[i]). masks asks for the graphs' masks, else the host kernels' runs are built.
-func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bool) passTables {
-	p := e.plan
+func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bool) passTables {
+	p := r.plan
 	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, runs: map[int][][]cacheRun{}, slots: map[int]int{}}
 	for ri, rope := range p.Ropes {
-		for i, r := range rows {
-			pos0 := kv.Len(r)
+		for i, row := range rows {
+			pos0 := kv.Len(row)
 			var cs, sn []float32
-			if e.llamaCpp() != nil {
+			if r.llama != nil {
 				cs, sn = llamaCppRotaryTable(rope, pos0, t)
 			} else {
 				cs, sn = rotaryTable(rope, pos0, t, pos0+lens[i])
@@ -336,11 +350,11 @@ func (e *Engine) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		}
 		view := kv.View(l)
 		pt.slots[kind.Window] = view.Slots()
-		for _, r := range rows {
+		for _, row := range rows {
 			if masks {
-				pt.masks[kind.Window] = append(pt.masks[kind.Window], attentionMask(view, r, t, kind.Window)...)
+				pt.masks[kind.Window] = append(pt.masks[kind.Window], attentionMask(view, row, t, kind.Window)...)
 			} else {
-				pt.runs[kind.Window] = append(pt.runs[kind.Window], cacheRuns(view, r))
+				pt.runs[kind.Window] = append(pt.runs[kind.Window], cacheRuns(view, row))
 			}
 		}
 	}
@@ -364,364 +378,6 @@ func cacheRuns(view *kvcache.View, row int) []cacheRun {
 		j += n
 	}
 	return runs
-}
-
-// layerSet returns decoder layer i's weights (resident, or next from the stream) and its release function.
-func (e *Engine) layerSet(st *stream, i int) (*weightSet, func(), error) {
-	var res *weightSet
-	if e.opts.Resident {
-		res = e.resident[i]
-	}
-	return e.unitSet(st, layerUnit(i), res)
-}
-
-// graphPass runs the layers and the head as compiled graphs over x [batch, tb, hidden]: row r of the store
-// brings lens[r] new positions (0: a padding row, computed but not written). It returns the logits of each
-// row's last new position (nil for padding rows), or with all (a one-sequence store) of every new position.
-// health[r][l] receives the largest |x| of row r's new positions after layer l.
-func (e *Engine) graphPass(ctx context.Context, st *stream, kv *kvcache.Store, lens []int, tb int, xHost []float32, pt passTables, health [][]float32, all bool) ([][]float32, error) {
-	c := e.cfg
-	b := len(lens)
-	step := int(e.step.Load())
-	x := tensors.FromFlatDataAndDimensions(xHost, b, tb, c.HiddenSize)
-	var cos, sin []*tensors.Tensor
-	for ri, r := range e.plan.Ropes {
-		cos = append(cos, tensors.FromFlatDataAndDimensions(pt.cos[ri], b, tb, r.Dims))
-		sin = append(sin, tensors.FromFlatDataAndDimensions(pt.sin[ri], b, tb, r.Dims))
-	}
-	masks := map[int]*tensors.Tensor{}
-	for w, m := range pt.masks {
-		masks[w] = tensors.FromFlatDataAndDimensions(m, b, tb, pt.slots[w]+tb)
-	}
-	defer func() {
-		for _, t := range slices.Concat(cos, sin, slices.Collect(maps.Values(masks))) {
-			t.FinalizeAll()
-		}
-	}()
-
-	for i := range c.NumHiddenLayers {
-		if err := ctx.Err(); err != nil {
-			x.FinalizeAll()
-			return nil, err
-		}
-		w, release, err := e.layerSet(st, i)
-		if err != nil {
-			x.FinalizeAll()
-			return nil, err
-		}
-		if err := e.deviceReady(w); err != nil { // a resident layer the host kernels read in place
-			release()
-			x.FinalizeAll()
-			return nil, err
-		}
-		slot, _ := kv.View(i).Layer(0)
-		// Without shared buffers the cache is written on the host: copy it to the device for this layer.
-		k, v := slot.KHandle.(*deviceTensor), slot.VHandle.(*deviceTensor)
-		if err := errors.Join(k.upload(), v.upload()); err != nil {
-			release()
-			x.FinalizeAll()
-			return nil, fmt.Errorf("layer %d: key/value cache: %w", i, err)
-		}
-		kind := e.plan.Layers[i]
-		args := []any{x}
-		if kind.Rope != model.NoRope {
-			args = append(args, cos[kind.Rope], sin[kind.Rope])
-		}
-		args = append(append(args, masks[kind.Window], k.t, v.t), w.args()...)
-		lx, err := e.layerExec(kind)
-		if err != nil {
-			release()
-			x.FinalizeAll()
-			return nil, err
-		}
-		span := e.prof.Begin(profiler.Forward, step, i)
-		outs, err := exec(lx, fmt.Sprintf("layer %d", i), args...)
-		span.End(w.bytes)
-		release()
-		x.FinalizeAll()
-		if err != nil {
-			return nil, err
-		}
-		x = outs[0]
-		err = errors.Join(x.ConstFlatData(func(flat any) {
-			f, h := flat.([]float32), c.HiddenSize
-			for r, t := range lens {
-				if t > 0 && health[r] != nil {
-					health[r][i] = guard.MaxAbs(f[r*tb*h : (r*tb+t)*h])
-				}
-			}
-		}), writeKV(kv.View(i), lens, tb, outs[1], outs[2]))
-		outs[1].FinalizeAll()
-		outs[2].FinalizeAll()
-		if err != nil {
-			x.FinalizeAll()
-			return nil, fmt.Errorf("layer %d: %w", i, err)
-		}
-	}
-	for r, t := range lens {
-		if err := kv.Advance(r, t); err != nil {
-			x.FinalizeAll()
-			return nil, err
-		}
-	}
-	return e.headLogits(st, x, lens, tb, all)
-}
-
-// resetHealth makes e.health n rows of one value per decoder layer, reusing its arrays.
-func (e *Engine) resetHealth(n int) {
-	if cap(e.health) < n {
-		old := e.health[:cap(e.health)]
-		e.health = make([][]float32, n)
-		copy(e.health, old)
-	}
-	e.health = e.health[:n]
-	for i, h := range e.health {
-		if h == nil {
-			e.health[i] = make([]float32, e.cfg.NumHiddenLayers)
-		}
-	}
-}
-
-// hostGroup is sequences a host pass computes together: each brings the same number t of new positions.
-type hostGroup struct {
-	rows   []int // the sequences' cache rows
-	past   []int // their lengths in the cache: the positions of their first new tokens
-	at     []int // their indices in forward's rows: where their logits go
-	t      int
-	tiled  bool        // the quantized products are tiled (forward)
-	x      model.Value // [len(rows), t, hidden]
-	tables passTables  // rotary tables and masks of the group's rows
-}
-
-// hostGroups embeds ids[i] (continuing cache row rows[i]) and groups the rows by their number of new positions
-// and whether their products are tiled (forward), in order of first appearance: decode steps (one position each)
-// share one group, a prompt forms its own unless another of the same length comes with it. Every row of a group
-// is computed exactly as alone (the host kernels sum each row in the same order whatever the rows beside it), so
-// grouping changes no result.
-func (e *Engine) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
-	h := e.cfg.HiddenSize
-	type key struct {
-		t     int
-		tiled bool
-	}
-	var groups []*hostGroup
-	byKey := map[key]*hostGroup{}
-	for i, r := range rows {
-		k := key{len(ids[i]), len(ids[i]) >= kernels.PromptTileRows || tiled != nil && tiled[i]}
-		g := byKey[k]
-		if g == nil {
-			g = &hostGroup{t: k.t, tiled: k.tiled}
-			byKey[k] = g
-			groups = append(groups, g)
-		}
-		g.rows, g.at = append(g.rows, r), append(g.at, i)
-	}
-	for _, g := range groups {
-		x := newHostArray(len(g.rows), g.t, h)
-		lens := make([]int, len(g.rows))
-		g.past = make([]int, len(g.rows))
-		for j, r := range g.rows {
-			pos0 := kv.Len(r)
-			g.past[j] = pos0
-			lens[j] = g.t
-			for k, id := range ids[g.at[j]] {
-				if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, pos0+k); err != nil {
-					return nil, err
-				}
-			}
-		}
-		g.x, g.tables = x, e.passTables(kv, g.rows, lens, g.t, false)
-	}
-	return groups, nil
-}
-
-// onHost reports whether a forward pass runs on the host kernels rather than as graphs: always on cpu unless
-// Options.GraphDecode, except a pass that wants every position's logits (Logits), which runs as graphs unless
-// the model has block-quantized matrices (whose products only the host kernels compute as generation does),
-// the arithmetic is llama.cpp's (Options.Arithmetic), which only the host kernels reproduce, or the inputs of the
-// products are observed (Options.ObserveInputs).
-func (e *Engine) onHost(all bool) bool {
-	return !e.opts.GraphDecode && (!all || e.quantized || e.llamaCpp() != nil || e.opts.ObserveInputs != nil)
-}
-
-// hostPass runs the groups' new positions through the layers and the head with hostOps, every weight matrix
-// loaded once for all of them (each group reads it in turn). It returns the logits of the last new position of
-// each of forward's n rows, or with all (one sequence) of every new position.
-func (e *Engine) hostPass(ctx context.Context, st *stream, kv *kvcache.Store, groups []*hostGroup, n int, all bool) ([][]float32, error) {
-	c := e.cfg
-	h := c.HiddenSize
-	step := int(e.step.Load())
-	arena := new(hostArena)
-	keep := make([]*hostArray, len(groups))
-	for i := range c.NumHiddenLayers {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		w, release, err := e.layerSet(st, i)
-		if err != nil {
-			return nil, err
-		}
-		view := kv.View(i)
-		for j, g := range groups {
-			keep[j] = arr(g.x)
-		}
-		arena.recycle(keep...) // the previous layer's arrays, but its outputs: this layer's inputs
-		weights := make(map[string]model.Value, len(w.specs))
-		for j, t := range w.hostTensors() {
-			weights[w.specs[j].suffix] = t
-		}
-		span := e.prof.Begin(profiler.Forward, step, i)
-		ferr := e.guardMapped(func() error {
-			kind := e.plan.Layers[i]
-			for _, g := range groups {
-				ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: arena, bf16Products: e.bf16Products, tiled: g.tiled, llamaCpp: e.llamaCpp(), batch: g.t, observe: e.opts.ObserveInputs}
-				if ops.llamaCpp != nil && i == c.NumHiddenLayers-1 && !all {
-					ops.rowByRow = llamaCppOutputRows(weights)
-				}
-				if kind.Rope != model.NoRope {
-					ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
-				}
-				out := e.arch.Layer(ops, model.LayerInputs{Kind: kind, X: g.x, W: weights})
-				k, v := arr(out.K).data, arr(out.V).data // [rows, kvHeads, t, headDim]
-				size := len(k) / len(g.rows)
-				for j, r := range g.rows {
-					if err := view.Write(r, g.t, g.t, k[j*size:(j+1)*size], v[j*size:(j+1)*size]); err != nil {
-						return err
-					}
-				}
-				g.x = out.X
-				for j, at := range g.at {
-					e.health[at][i] = guard.MaxAbs(arr(g.x).data[j*g.t*h : (j+1)*g.t*h])
-				}
-			}
-			return nil
-		})
-		span.End(w.bytes)
-		release()
-		if ferr != nil {
-			return nil, fmt.Errorf("layer %d: %w", i, ferr)
-		}
-	}
-	// The head needs only each row's last new position, in forward's order (with all: every position).
-	last := newHostArray(n, 1, h)
-	for _, g := range groups {
-		x := arr(g.x).data
-		for j, r := range g.rows {
-			if err := kv.Advance(r, g.t); err != nil {
-				return nil, err
-			}
-			at := g.at[j]
-			copy(last.data[at*h:(at+1)*h], x[(j*g.t+g.t-1)*h:(j*g.t+g.t)*h])
-		}
-		if all {
-			last = &hostArray{data: slices.Clone(x[:g.t*h]), dims: []int{g.t, 1, h}}
-			n = g.t
-		}
-	}
-	e.warnClamped(kv)
-	nw, hw, release, err := e.headWeights(st)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	span := e.prof.Begin(profiler.Forward, step, -1)
-	ops := hostOps{bf16Products: e.bf16Products, llamaCpp: e.llamaCpp(), batch: 1, observe: e.opts.ObserveInputs}
-	if all {
-		ops.batch = n // llama.cpp computes the head over every position of the batch when it keeps all logits
-	}
-	var logits []float32
-	herr := e.guardMapped(func() error {
-		logits = arr(e.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0])).data
-		return nil
-	})
-	span.End(hw.bytes)
-	if herr != nil {
-		return nil, herr
-	}
-	v := c.VocabSize
-	out := make([][]float32, n)
-	for j := range out {
-		out[j] = logits[j*v : (j+1)*v : (j+1)*v]
-	}
-	return out, nil
-}
-
-// headWeights returns the final norm's and the output projection's weights, resident or the next ones from
-// the stream, with one release for both.
-func (e *Engine) headWeights(st *stream) (norm, head *weightSet, release func(), err error) {
-	norm, releaseNorm, err := e.unitSet(st, unitNorm, e.norm)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	head, releaseHead, err := e.unitSet(st, e.headUnit, e.head)
-	if err != nil {
-		releaseNorm()
-		return nil, nil, nil, err
-	}
-	return norm, head, func() { releaseHead(); releaseNorm() }, nil
-}
-
-// headLogits applies the final norm and the output projection to x [batch, tb, hidden] (consumed): to the
-// last new position of each row r with lens[r] > 0 (the others get nil), or with all (batch 1) to the first
-// lens[0] positions.
-func (e *Engine) headLogits(st *stream, x *tensors.Tensor, lens []int, tb int, all bool) ([][]float32, error) {
-	h, v := e.cfg.HiddenSize, e.cfg.VocabSize
-	in := x
-	rows := lens[0]
-	var from []int // the rows of the store the head's input rows belong to
-	if !all {
-		// Only the last real position of each row: copy them out of the padded bucket.
-		var last []float32
-		err := x.ConstFlatData(func(flat any) {
-			f := flat.([]float32)
-			for r, t := range lens {
-				if t > 0 {
-					last = append(last, f[(r*tb+t-1)*h:(r*tb+t)*h]...)
-					from = append(from, r)
-				}
-			}
-		})
-		x.FinalizeAll()
-		if err != nil {
-			return nil, fmt.Errorf("final hidden state: %w", err)
-		}
-		rows = len(from)
-		in = tensors.FromFlatDataAndDimensions(last, 1, rows, h)
-	}
-	defer in.FinalizeAll()
-	nw, hw, release, err := e.headWeights(st)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if err := errors.Join(e.deviceReady(nw), e.deviceReady(hw)); err != nil {
-		return nil, err
-	}
-	span := e.prof.Begin(profiler.Forward, int(e.step.Load()), -1)
-	outs, err := exec(e.headExec, "output head", in, nw.tensors[0].t, hw.tensors[0].t)
-	span.End(hw.bytes)
-	if err != nil {
-		return nil, err
-	}
-	defer outs[0].FinalizeAll()
-	logits := make([][]float32, rows)
-	err = outs[0].ConstFlatData(func(flat any) {
-		f := flat.([]float32)
-		for r := range rows {
-			logits[r] = append([]float32(nil), f[r*v:(r+1)*v]...)
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("logits: %w", err)
-	}
-	if all {
-		return logits, nil
-	}
-	byRow := make([][]float32, len(lens))
-	for i, r := range from {
-		byRow[r] = logits[i]
-	}
-	return byRow, nil
 }
 
 // embedRow writes the embedding of id (a row of the [vocab, hidden] matrix flat) into dst as float32.
@@ -815,42 +471,12 @@ func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
 	return m
 }
 
-// Logits runs one forward pass over ids (a whole sequence from position 0) and returns the logits of every
-// position: [len(ids)][vocab_size]. While generations run, it runs between two steps of their batch loop, which
-// waits for it (the loop's read-ahead is dropped and starts again after it).
-func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
-	e.logitsWaiting.Add(1)
-	e.mu.Lock()
-	e.logitsWaiting.Add(-1)
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, fmt.Errorf("engine: closed")
-	}
-	// The checks generate makes of a prompt (newSequence).
-	if err := e.checkIDs(ids); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	if len(ids) > e.plan.Context {
-		return nil, fmt.Errorf("engine: %d tokens exceed %s", len(ids), e.contextName())
-	}
-	kv, err := e.kvStore(bucket(len(ids)), e.onHost(true))
-	if err != nil {
-		return nil, err
-	}
-	e.step.Store(0)
-	st := e.newStream(ctx, 1, !e.onHost(true))
-	if st != nil {
-		defer st.stop()
-	}
-	return e.pass(ctx, st, kv, ids, true)
-}
-
 // warnClamped warns, once per engine, when a float16 cache clamped keys or values to float16's range.
-func (e *Engine) warnClamped(kv *kvcache.Store) {
-	if n := kv.TakeClamped(); n > 0 && e.clampWarned.CompareAndSwap(false, true) {
+func (r *runner) warnClamped(kv *kvcache.Store) {
+	if n := kv.TakeClamped(); n > 0 && r.clampWarned.CompareAndSwap(false, true) {
 		msg := fmt.Sprintf("the float16 key/value cache clamped %d keys or values beyond ±65504 to that bound: the text may degrade; run with --kv-cache f32 (see %s)",
 			n, guard.Anchor(guard.SectionDType))
-		if e.llamaCpp() != nil {
+		if r.llama != nil {
 			msg += "; llama.cpp stores them as ±Inf, so from here on --arithmetic llama.cpp no longer gives llama.cpp's logits"
 		}
 		slog.Warn(msg)

@@ -123,7 +123,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		return nil, &RequestError{fmt.Errorf("engine: %w", err)}
 	}
 	j := newJob(ctx, s, req.Session, onToken)
-	if err := e.submit(j); err != nil {
+	if err := e.batch.submit(j); err != nil {
 		return nil, err
 	}
 	<-j.done
@@ -194,7 +194,7 @@ func (e *Engine) GenerateEach(ctx context.Context, reqs []Request, onToken func(
 		}
 		jobs[i] = newJob(gctx, s, reqs[i].Session, cb)
 	}
-	if err := e.submit(jobs...); err != nil {
+	if err := e.batch.submit(jobs...); err != nil {
 		return err
 	}
 	var stop error
@@ -305,13 +305,13 @@ func (e *Engine) contextName() string {
 }
 
 // checkActivations hands the residual stream's magnitudes after each layer of the sequence's last pass
-// (health, from forward) to its monitor.
-func (e *Engine) checkActivations(s *sequence, health []float32) error {
+// (health, from forward) to its monitor, which checks them against the range of the compute dtype.
+func (s *sequence) checkActivations(health []float32, compute checkpoint.DType) error {
 	if s.monitor == nil {
 		return nil
 	}
 	step := len(s.res.GeneratedIDs)
-	if err := s.monitor.CheckActivations(step, health, e.computeDType); err != nil {
+	if err := s.monitor.CheckActivations(step, health, compute); err != nil {
 		return fmt.Errorf("engine: step %d: %w", step, err)
 	}
 	return nil
@@ -319,8 +319,8 @@ func (e *Engine) checkActivations(s *sequence, health []float32) error {
 
 // choose samples the sequence's token of this step from its last logits, reports it to onToken and sets the
 // stop reason when the sequence ends with it. Logits holding NaN or ±Inf end the sequence with an error (a
-// *guard.Problem) instead: whatever a sampler made of them would be garbage.
-func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
+// *guard.Problem) instead: whatever a sampler made of them would be garbage. The sampling is profiled in prof.
+func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler) error {
 	step := len(s.res.GeneratedIDs) + 1
 	if s.monitor != nil {
 		if err := s.monitor.CheckLogits(step-1, s.logits); err != nil {
@@ -331,7 +331,7 @@ func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
 		return fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: guard.SectionNaN,
 			Message: "the logits hold NaN or ±Inf, so no token can be chosen"})
 	}
-	span := e.prof.Begin(profiler.Sample, step-1, -1)
+	span := prof.Begin(profiler.Sample, step-1, -1)
 	tok := Token{ID: s.sm.next(s.logits, s.history), Step: step}
 	if s.logprobs {
 		tok.Logprob, tok.TopLogprobs = logprobs(s.logits, tok.ID, s.topLogprobs)

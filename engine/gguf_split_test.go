@@ -39,7 +39,7 @@ func TestGGUFSplitModel(t *testing.T) {
 	ctx := context.Background()
 	single := filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-Q4_0.gguf")
 	ids := []int{1, 403, 407, 261, 378, 1}
-	for _, arith := range []string{ArithmeticEngine, ArithmeticLlamaCpp} {
+	for _, arith := range []Arithmetic{ArithmeticEngine, ArithmeticLlamaCpp} {
 		want, err := open(t, single, Options{Arithmetic: arith, ShardDir: filepath.Join(t.TempDir(), "s")}).Logits(ctx, ids)
 		if err != nil {
 			t.Fatal(err)

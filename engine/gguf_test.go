@@ -133,7 +133,8 @@ func generateGreedy(t *testing.T, e *Engine, c llamaCppCase) ([]int, func(step, 
 //   - with Options.Arithmetic llama.cpp, greedy decoding of 8 prompts × 64 tokens gives llama.cpp's 512 tokens,
 //     and every step's log-probabilities of llama.cpp's top 8 tokens equal llama.cpp's to 1e-9 (the float64
 //     rounding of the two log-sum-exps: the logits are the same floats), with a float32 cache and with its
-//     default float16 one (smollm2-q4_1-f16cache.json);
+//     default float16 one (smollm2-q4_1-f16cache.json), which is also the engine's default cache under that
+//     arithmetic (Options.KVCache left empty);
 //   - with the engine's own arithmetic, greedy decoding follows llama.cpp's at least as closely as llama.cpp
 //     follows itself when only float rounding changes. llama.cpp rounds every matrix product's input to 8 bits,
 //     and a float difference of one ulp flips such roundings: its own runs with and without flash attention
@@ -159,9 +160,9 @@ func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/smollm2-q4_1-f16cache.json", &f16)
 	for _, run := range []struct {
-		cache string
+		cache KVCache
 		cases []llamaCppCase
-	}{{KVCacheF32, ref.Cases}, {KVCacheF16, f16.Cases}} {
+	}{{KVCacheF32, ref.Cases}, {"", f16.Cases}} { // "": the default under Arithmetic llama.cpp, f16
 		exact, err := Open(context.Background(), path, Options{ShardDir: shardDir, Arithmetic: ArithmeticLlamaCpp, KVCache: run.cache})
 		if err != nil {
 			t.Fatal(err)
@@ -315,7 +316,7 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 				}
 			}
 			tol := tinyLogprobTol[name]
-			if name == "BF16" && !e.bf16Products {
+			if name == "BF16" && !e.run.bf16Products {
 				tol = 0.3 // exact products: llama.cpp's bf16 rounding of the activations is all the difference
 			}
 			logits, err := e.Logits(context.Background(), c.PromptIDs)
@@ -473,12 +474,12 @@ func TestGGUFTiledPrompt(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			kv, err := e.kvStore(bucket(len(ids)), e.onHost(false))
+			kv, err := e.run.kvStore(bucket(len(ids)), e.run.onHost(false))
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := e.newStream(context.Background(), len(ids), false)
-			prompt, err := e.pass(context.Background(), st, kv, ids, false)
+			st := e.store.newStream(context.Background(), len(ids), false)
+			prompt, err := e.run.pass(context.Background(), st, kv, ids, false)
 			if st != nil {
 				st.stop() // before tokenByToken's stream
 			}

@@ -238,11 +238,11 @@ func refusal(err string) string {
 func prefillDecode(t *testing.T, e *Engine, ids []int, k int) [][]float32 {
 	t.Helper()
 	ctx := context.Background()
-	kv, err := e.kvStore(bucket(len(ids)), e.onHost(false))
+	kv, err := e.run.kvStore(bucket(len(ids)), e.run.onHost(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := e.newStream(ctx, 1+len(ids)-k, e.opts.GraphDecode)
+	st := e.store.newStream(ctx, 1+len(ids)-k, e.opts.GraphDecode)
 	if st != nil {
 		defer st.stop()
 	}
@@ -252,7 +252,7 @@ func prefillDecode(t *testing.T, e *Engine, ids []int, k int) [][]float32 {
 		if p == k {
 			feed = ids[:k]
 		}
-		l, err := e.pass(ctx, st, kv, feed, false)
+		l, err := e.run.pass(ctx, st, kv, feed, false)
 		if err != nil {
 			t.Fatal(fmt.Errorf("position %d: %w", p-1, err))
 		}

@@ -33,7 +33,7 @@ type hostOps struct {
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
 	arena *hostArena
-	// bf16Products: bf16 weight matrices multiply activations rounded to bf16 (Engine.bf16Products).
+	// bf16Products: bf16 weight matrices multiply activations rounded to bf16 (runner.bf16Products).
 	bf16Products bool
 	// tiled: the rows are passes of prompts of kernels.PromptTileRows new tokens or more (each chunk of one,
 	// however short) or feeds of that many positions (forward), so block-quantized products take

@@ -19,8 +19,8 @@ func TestKVCacheF16(t *testing.T) {
 	f32 := open(t, model, Options{})
 	f16 := open(t, model, Options{KVCache: KVCacheF16})
 	want, got := tokenByToken(t, f32, ids), tokenByToken(t, f16, ids)
-	if !f16.kv.Config().Half || f32.kv.Config().Half {
-		t.Fatalf("caches: f16 engine Half=%v, f32 engine Half=%v", f16.kv.Config().Half, f32.kv.Config().Half)
+	if !f16.run.kv.Config().Half || f32.run.kv.Config().Half {
+		t.Fatalf("caches: f16 engine Half=%v, f32 engine Half=%v", f16.run.kv.Config().Half, f32.run.kv.Config().Half)
 	}
 	const kvHalfTol = 0.02
 	d := maxDiff(want, got)

@@ -44,27 +44,19 @@ var llamaCppGraphs = map[string]*llamaCppGraph{
 	"Olmo2ForCausalLM":   {},
 }
 
-// llamaCpp is the graph the host ops reproduce under Options.Arithmetic llama.cpp, else nil.
-func (e *Engine) llamaCpp() *llamaCppGraph {
-	if e.opts.Arithmetic != ArithmeticLlamaCpp || len(e.cfg.Architectures) == 0 {
-		return nil
-	}
-	return llamaCppGraphs[e.cfg.Architectures[0]]
-}
-
 // checkLlamaCpp refuses, by name, what Arithmetic llama.cpp does not reproduce.
-func (e *Engine) checkLlamaCpp() error {
+func checkLlamaCpp(s *weightStore) error {
 	var tensors []checkpoint.TensorInfo
-	for _, u := range e.set.Units() {
+	for _, u := range s.set.Units() {
 		for _, t := range u.Tensors {
 			tensors = append(tensors, checkpoint.TensorInfo{Name: t.Name, DType: t.DType, Shape: t.Shape})
 		}
 	}
-	if err := checkLlamaCppModel(e.cfg, e.plan, tensors, e.headUnit == unitEmbed); err != nil {
+	if err := checkLlamaCppModel(s.cfg, s.plan, tensors, s.headUnit == unitEmbed); err != nil {
 		return err
 	}
-	if e.computeDType != checkpoint.F32 {
-		return fmt.Errorf("compute dtype %s is not covered: llama.cpp multiplies float32 matrices in float32 (use --dtype f32 or auto)", e.computeDType)
+	if s.computeDType != checkpoint.F32 {
+		return fmt.Errorf("compute dtype %s is not covered: llama.cpp multiplies float32 matrices in float32 (use --dtype f32 or auto)", s.computeDType)
 	}
 	return nil
 }
@@ -188,14 +180,14 @@ func llamaCppRotaryTable(r model.Rope, pos0, tb int) (cos, sin []float32) {
 // when it keeps only the last position's logits: its graph drops the other rows after the attention's output
 // projection (ggml_get_rows with inp_out_ids), so the MLP of a pass that generates sees one row per sequence,
 // for which it takes its single-row kernels (tinyBLAS and its tiled K-quant path decline it).
-func llamaCppOutputRows(weights map[string]model.Value) []model.Value {
-	var w []model.Value
-	for _, n := range []string{"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"} {
-		if v, ok := weights[n]; ok {
-			w = append(w, v)
+func llamaCppOutputRows(w *model.LayerWeights) []model.Value {
+	var rows []model.Value
+	for _, v := range []model.Value{w.Gate.W, w.Up.W, w.Down.W} {
+		if v != nil {
+			rows = append(rows, v)
 		}
 	}
-	return w
+	return rows
 }
 
 // llamaCppLinear is Linear with llama.cpp's products: block formats as its kernels do (kernels.LinearQuantGGML: its

@@ -28,7 +28,7 @@ import (
 // super-block, so their lanes' and tiles' fused updates are checked by the kernels' llama.cpp fixtures). Types it
 // does not reproduce (F16, BF16) are refused by Open before the split, naming a tensor.
 func TestLlamaCppArithmeticTiny(t *testing.T) {
-	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+	for _, cache := range []KVCache{KVCacheF32, KVCacheF16} {
 		var ref struct {
 			Types map[string]llamaCppCase `json:"types"`
 		}
@@ -38,7 +38,7 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 		}
 		readJSON(t, fixture, &ref)
 		for _, name := range []string{"F32", "Q8_0", "Q4_1", "Q4_0", "Q4_K", "Q6_K"} {
-			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, ref.Types[name], cache) })
+			t.Run(name+"/"+string(cache), func(t *testing.T) { checkLlamaCppTiny(t, ref.Types[name], cache) })
 		}
 	}
 	// Q3_K and Q5_K files (llama.cpp's vec_dot kernels for fewer than 8 rows, its tiled kernel for more), a Q2_K
@@ -48,23 +48,23 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 		Caches map[string]map[string]llamaCppCase `json:"caches"`
 	}
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-kquants.json", &kq)
-	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+	for _, cache := range []KVCache{KVCacheF32, KVCacheF16} {
 		for _, name := range []string{"Q2_K", "Q3_K", "Q5_K", "Q4_K-tied"} {
-			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
+			t.Run(name+"/"+string(cache), func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[string(cache)][name], cache) })
 		}
 	}
 	// The codebook i-quants (vec_dot and tiled).
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-grids.json", &kq)
-	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+	for _, cache := range []KVCache{KVCacheF32, KVCacheF16} {
 		for _, name := range []string{"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"} {
-			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
+			t.Run(name+"/"+string(cache), func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[string(cache)][name], cache) })
 		}
 	}
 	// IQ4_NL (repacked as Q4_0 is, with its grid as the lookup table) and IQ4_XS (vec_dot and tiled).
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-iquants.json", &kq)
-	for _, cache := range []string{KVCacheF32, KVCacheF16} {
+	for _, cache := range []KVCache{KVCacheF32, KVCacheF16} {
 		for _, name := range []string{"IQ4_NL", "IQ4_XS"} {
-			t.Run(name+"/"+cache, func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[cache][name], cache) })
+			t.Run(name+"/"+string(cache), func(t *testing.T) { checkLlamaCppTiny(t, kq.Caches[string(cache)][name], cache) })
 		}
 	}
 	var ref struct {
@@ -94,7 +94,7 @@ func TestLlamaCppArithmeticTiny(t *testing.T) {
 
 // checkLlamaCppTiny checks one tiny file with Arithmetic llama.cpp and the given cache against llama.cpp's
 // outputs c: every prompt position's top logits as floats, the greedy ids, the decode steps' log-probabilities.
-func checkLlamaCppTiny(t *testing.T, c llamaCppCase, cache string) {
+func checkLlamaCppTiny(t *testing.T, c llamaCppCase, cache KVCache) {
 	e, err := Open(context.Background(), filepath.Join("..", c.File), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,8 @@ func topIDs(row []float32, k int) []int {
 // (gguf/testdata/families, float32 matrices) of a covered architecture gives llama.cpp's logits of the fixture's
 // 40 ids bit for bit: q/k in rotary pairs (Llama, Granite, SmolLM3 with its NoPE layers) or halves (Qwen2,
 // Qwen3 and OLMo 2 with their q/k norms), biases, Granite's multipliers, linear scaling and Llama 3's frequency
-// factors. The others are refused, saying what is not covered.
+// factors. The others are refused, saying what is not covered. The fixtures were made with llama.cpp's cache in
+// float32 (-ctk f32 -ctv f32), which KVCache f32 asks for.
 func TestLlamaCppArithmeticFamilies(t *testing.T) {
 	refused := map[string]string{
 		"gemma2": "architecture Gemma2ForCausalLM is not covered", "gemma3": "architecture Gemma3ForCausalLM is not covered",
@@ -167,7 +168,7 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 	exact := 0
 	files := forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		var got [][]float32
-		e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp})
+		e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
 		if err == nil {
 			defer e.Close()
 			got, err = e.Logits(context.Background(), ints(hffixture.MustReference(t, name).InputIDs))
@@ -268,10 +269,10 @@ func TestLlamaCppArithmeticDecode(t *testing.T) {
 		if err := json.Unmarshal(f["file"], &file); err != nil {
 			t.Fatal(err)
 		}
-		for _, cache := range []string{KVCacheF32, KVCacheF16} {
-			t.Run(name+"/"+cache, func(t *testing.T) {
+		for _, cache := range []KVCache{KVCacheF32, KVCacheF16} {
+			t.Run(name+"/"+string(cache), func(t *testing.T) {
 				var c llamaCppCase
-				if err := json.Unmarshal(f[cache], &c); err != nil {
+				if err := json.Unmarshal(f[string(cache)], &c); err != nil {
 					t.Fatal(err)
 				}
 				e, err := Open(context.Background(), filepath.Join("..", file), Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
@@ -332,7 +333,7 @@ func TestLlamaCppArithmeticSmolLM2Mixes(t *testing.T) {
 		t.Run(mix, func(t *testing.T) {
 			path, ref := smolMix(t, mix, only)
 			shards := t.TempDir()
-			for cache, cases := range map[string][]llamaCppCase{KVCacheF16: ref.F16, KVCacheF32: ref.F32} {
+			for cache, cases := range map[KVCache][]llamaCppCase{KVCacheF16: ref.F16, KVCacheF32: ref.F32} {
 				e, err := Open(context.Background(), path, Options{ShardDir: shards, Arithmetic: ArithmeticLlamaCpp, KVCache: cache})
 				if err != nil {
 					t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 // (forward's hostGroups). A sequence leaves the batch as soon as it stops, freeing its row of the key/value
 // cache for the next one.
 //
-// The cache of the loop (Engine.bkv) has a row per sequence; it grows (rows, or positions per row) when a
+// The cache of the loop (batcher.kv) has a row per sequence; it grows (rows, or positions per row) when a
 // joining sequence needs more, copying what the rows hold. A Session keeps its row between requests.
 
 // job is one request's life in the batch loop.
@@ -41,16 +41,31 @@ func newJob(ctx context.Context, s *sequence, session *Session, onToken func(Tok
 	return &job{ctx: ctx, seq: s, onToken: onToken, session: session, submitted: time.Now(), row: -1, done: make(chan struct{})}
 }
 
-// scheduler is the queue in front of the batch loop.
-type scheduler struct {
-	mu      sync.Mutex
+// batcher runs the batch loop: the queue in front of it, admission, the steps, and the sessions' cache rows.
+type batcher struct {
+	run    *runner
+	passes *passLock // held for each step
+	// The engine's Options.MaxBatch, PrefillBudget and GraphDecode.
+	maxBatch, prefillBudget int
+	graphDecode             bool
+
+	mu      sync.Mutex // guards queue, running, closed and the sessions' busy flags
 	queue   []*job
 	running bool // a loop goroutine is running (or about to)
 	closed  bool
 
 	active, queued atomic.Int64
 	steps, tokens  atomic.Int64
-	loops          sync.WaitGroup // the loop goroutine, while it runs (Close waits for it)
+	loops          sync.WaitGroup // the loop goroutine, while it runs (close waits for it)
+
+	// Owned by the loop, under passes:
+	kv         *kvcache.Store // the loop's cache: one row per sequence
+	rowBusy    []bool         // kv rows in use by a sequence
+	rowSession []*Session     // kv rows kept by a session
+}
+
+func newBatcher(run *runner, passes *passLock, opts Options) *batcher {
+	return &batcher{run: run, passes: passes, maxBatch: opts.MaxBatch, prefillBudget: opts.PrefillBudget, graphDecode: opts.GraphDecode}
 }
 
 // Session keeps one conversation's keys and values in the engine between its requests (Request.Session): a
@@ -59,15 +74,15 @@ type scheduler struct {
 // prompt, up to the rounding of a prefix computed in another pass (bit-identical where the prefix ends at a
 // multiple of prefillAlign positions). Close releases the cache row.
 type Session struct {
-	e      *Engine
-	busy   bool  // a request of the session is queued or running (scheduler.mu)
+	b      *batcher
+	busy   bool  // a request of the session is queued or running (batcher.mu)
 	row    int   // the session's cache row, -1 before its first request (owned by the loop)
 	ids    []int // the ids whose keys and values the row holds (owned by the loop)
 	closed atomic.Bool
 }
 
 // NewSession returns a Session of the engine.
-func (e *Engine) NewSession() *Session { return &Session{e: e, row: -1} }
+func (e *Engine) NewSession() *Session { return &Session{b: e.batch, row: -1} }
 
 // Close releases the session's cache row (at the batch loop's next step, or when it next runs).
 func (s *Session) Close() { s.closed.Store(true) }
@@ -82,24 +97,23 @@ type Load struct {
 
 // Load reports the batch loop's state (for metrics).
 func (e *Engine) Load() Load {
-	s := &e.sched
-	return Load{Active: int(s.active.Load()), Queued: int(s.queued.Load()), Steps: s.steps.Load(), Tokens: s.tokens.Load()}
+	b := e.batch
+	return Load{Active: int(b.active.Load()), Queued: int(b.queued.Load()), Steps: b.steps.Load(), Tokens: b.tokens.Load()}
 }
 
 // submit queues jobs (together, so that they join the same step when MaxBatch allows) and starts the loop if
 // it is not running.
-func (e *Engine) submit(jobs ...*job) error {
-	s := &e.sched
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+func (b *batcher) submit(jobs ...*job) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
 		return ErrClosed
 	}
 	for i, j := range jobs {
 		if j.session == nil {
 			continue
 		}
-		if j.session.e != e {
+		if j.session.b != b {
 			return errors.New("engine: the request's session belongs to another engine")
 		}
 		if j.session.busy || slices.ContainsFunc(jobs[:i], func(o *job) bool { return o.session == j.session }) {
@@ -113,36 +127,35 @@ func (e *Engine) submit(jobs ...*job) error {
 		if j.session != nil {
 			j.session.busy = true
 		}
-		s.queue = append(s.queue, j)
-		j.unwatch = context.AfterFunc(j.ctx, func() { e.dequeue(j) })
+		b.queue = append(b.queue, j)
+		j.unwatch = context.AfterFunc(j.ctx, func() { b.dequeue(j) })
 	}
-	s.queued.Add(int64(len(jobs)))
-	if !s.running {
-		s.running = true
-		s.loops.Add(1)
-		go e.loop()
+	b.queued.Add(int64(len(jobs)))
+	if !b.running {
+		b.running = true
+		b.loops.Add(1)
+		go b.loop()
 	}
 	return nil
 }
 
 // dequeue ends a queued job whose context ended; a job already in the batch is left to the loop.
-func (e *Engine) dequeue(j *job) {
-	s := &e.sched
-	s.mu.Lock()
-	i := slices.Index(s.queue, j)
+func (b *batcher) dequeue(j *job) {
+	b.mu.Lock()
+	i := slices.Index(b.queue, j)
 	if i >= 0 {
-		s.queue = slices.Delete(s.queue, i, i+1)
-		s.queued.Add(-1)
+		b.queue = slices.Delete(b.queue, i, i+1)
+		b.queued.Add(-1)
 	}
-	s.mu.Unlock()
+	b.mu.Unlock()
 	if i >= 0 {
 		j.seq.joined = time.Now()
-		e.end(j, j.ctx.Err())
+		b.end(j, j.ctx.Err())
 	}
 }
 
 // end finishes a job: its result's stop reason and timings, its session, and the waiting caller.
-func (e *Engine) end(j *job, err error) {
+func (b *batcher) end(j *job, err error) {
 	res := j.seq.res
 	switch {
 	case err == nil:
@@ -154,55 +167,60 @@ func (e *Engine) end(j *job, err error) {
 	j.seq.finish(j.submitted)
 	j.err = err
 	if j.session != nil {
-		e.sched.mu.Lock()
+		b.mu.Lock()
 		j.session.busy = false
-		e.sched.mu.Unlock()
+		b.mu.Unlock()
 	}
 	close(j.done)
 }
 
-// closeQueue refuses new jobs and ends the queued ones with ErrClosed (Close).
-func (e *Engine) closeQueue() {
-	s := &e.sched
-	s.mu.Lock()
-	s.closed = true
-	queue := s.queue
-	s.queue = nil
-	s.queued.Store(0)
-	s.mu.Unlock()
+// close refuses new jobs, ends the queued ones with ErrClosed and waits for the sequences in the batch to end
+// (Engine.Close).
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	queue := b.queue
+	b.queue = nil
+	b.queued.Store(0)
+	b.mu.Unlock()
 	for _, j := range queue {
 		j.unwatch()
-		e.end(j, ErrClosed)
+		b.end(j, ErrClosed)
 	}
+	b.loops.Wait()
+}
+
+// free frees the loop's cache (Engine.Close, after close).
+func (b *batcher) free() {
+	freeKVStore(b.kv)
+	b.kv = nil
 }
 
 // admit moves queued jobs into the batch while it has room. It returns false, having marked the loop as no
 // longer running, when there is nothing left to do.
-func (e *Engine) admit(active []*job) ([]*job, []*job, bool) {
-	s := &e.sched
-	s.mu.Lock()
+func (b *batcher) admit(active []*job) ([]*job, []*job, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var joining []*job
-	for len(s.queue) > 0 && (e.opts.MaxBatch <= 0 || len(active)+len(joining) < e.opts.MaxBatch) {
-		j := s.queue[0]
-		s.queue = s.queue[1:]
-		s.queued.Add(-1)
+	for len(b.queue) > 0 && (b.maxBatch <= 0 || len(active)+len(joining) < b.maxBatch) {
+		j := b.queue[0]
+		b.queue = b.queue[1:]
+		b.queued.Add(-1)
 		j.unwatch()
 		joining = append(joining, j)
 	}
 	if len(active) == 0 && len(joining) == 0 {
-		s.running = false
-		s.mu.Unlock()
+		b.running = false
 		return nil, nil, false
 	}
-	s.mu.Unlock()
 	return active, joining, true
 }
 
-// loop runs steps while there are sequences to compute (see the top of this file). It holds the engine's lock
+// loop runs steps while there are sequences to compute (see the top of this file). It holds the pass lock
 // during each step, and lets Logits run between two steps: then it stops its stream, whose prefetched units
 // would hold the buffers Logits' pass needs, and starts another for the next step.
-func (e *Engine) loop() {
-	defer e.sched.loops.Done()
+func (b *batcher) loop() {
+	defer b.loops.Done()
 	var active, joining []*job
 	var st *stream
 	stopStream := func() {
@@ -212,52 +230,57 @@ func (e *Engine) loop() {
 		}
 	}
 	for {
-		e.mu.Lock()
+		b.passes.Lock()
 		var more bool
-		if active, joining, more = e.admit(active); !more {
+		if active, joining, more = b.admit(active); !more {
 			stopStream()
-			e.sched.active.Store(0)
-			if e.opts.GraphDecode && !slices.ContainsFunc(e.rowSession, func(s *Session) bool { return s != nil }) {
+			b.active.Store(0)
+			if b.graphDecode && !slices.ContainsFunc(b.rowSession, func(s *Session) bool { return s != nil }) {
 				// The graphs compute every row of the cache: the next generation allocates one of its size.
-				freeKVStore(e.bkv)
-				e.bkv, e.rowBusy, e.rowSession = nil, nil, nil
+				b.free()
+				b.rowBusy, b.rowSession = nil, nil
 			}
-			e.mu.Unlock()
+			b.passes.Unlock()
 			return
 		}
-		e.reclaimSessionRows()
-		for _, j := range joining {
-			if err := e.join(j); err != nil {
-				e.end(j, err)
-				continue
-			}
-			active = append(active, j)
-		}
-		// Sequences whose request ended leave before the pass.
-		active = slices.DeleteFunc(active, func(j *job) bool {
-			if err := j.ctx.Err(); err != nil {
-				e.leave(j, err)
-				return true
-			}
-			return false
-		})
-		e.sched.active.Store(int64(len(active)))
+		active = b.joinAll(active, joining)
+		b.active.Store(int64(len(active)))
 		if len(active) > 0 {
 			if st == nil {
-				st = e.newStream(context.Background(), -1, e.opts.GraphDecode)
+				st = b.run.store.newStream(context.Background(), -1, b.graphDecode)
 			}
-			if err := e.runStep(st, active); err != nil {
+			if err := b.runStep(st, active); err != nil {
 				stopStream() // mid-schedule: the next pass starts a fresh stream
 			}
 			active = slices.DeleteFunc(active, func(j *job) bool {
 				return j.row < 0 // left during the step
 			})
 		}
-		if e.logitsWaiting.Load() > 0 {
+		if b.passes.waiting.Load() > 0 {
 			stopStream()
 		}
-		e.mu.Unlock()
+		b.passes.Unlock()
 	}
+}
+
+// joinAll gives the joining jobs their rows and returns the sequences of the next pass: those joining, and
+// those already active whose request has not ended (the others leave).
+func (b *batcher) joinAll(active, joining []*job) []*job {
+	b.reclaimSessionRows()
+	for _, j := range joining {
+		if err := b.join(j); err != nil {
+			b.end(j, err)
+			continue
+		}
+		active = append(active, j)
+	}
+	return slices.DeleteFunc(active, func(j *job) bool {
+		if err := j.ctx.Err(); err != nil {
+			b.leave(j, err)
+			return true
+		}
+		return false
+	})
 }
 
 // prefillAlign is where a prompt chunk that Options.PrefillBudget cuts short may end: a multiple of it, in
@@ -288,6 +311,49 @@ func llamaCppChunk(budget, left int) int {
 // runStep runs one forward pass over the active sequences and chooses the next token of every sequence whose
 // prompt is complete. Sequences that end leave the batch (their row becomes -1). It returns the pass's error,
 // already given to the sequences that took part.
+func (b *batcher) runStep(st *stream, active []*job) error {
+	f := b.feeds(active)
+	active = f.jobs
+	b.run.setStep(f.label)
+
+	// The pass stops early when every request in it has ended (a Ctrl-C on the only generation running).
+	ctx, cancel := context.WithCancel(context.Background())
+	unwatch := cancelWhenAllEnd(active, cancel)
+	ids, err := b.recomputeFeed(f.rows, f.ids, func(i int) []int { return active[i].seq.history })
+	var logits [][]float32
+	if err == nil {
+		logits, err = b.run.forward(ctx, st, b.kv, f.rows, ids, f.tiled, false)
+	}
+	unwatch()
+	cancel()
+	b.steps.Add(1)
+	if err != nil {
+		for _, j := range active {
+			if cerr := j.ctx.Err(); cerr != nil {
+				b.leave(j, cerr)
+			} else {
+				b.leave(j, err)
+			}
+		}
+		return err
+	}
+	b.choose(active, f.ids, logits)
+	return nil
+}
+
+// stepFeeds are what one step computes: the jobs taking part, their cache rows, their new ids, whether their
+// products are tiled (sequence.tiledPrompt), and the profiler's step label (0 for prompts, else the decode step
+// of the furthest sequence).
+type stepFeeds struct {
+	jobs  []*job
+	rows  []int
+	ids   [][]int
+	tiled []bool
+	label int
+}
+
+// feeds chooses what each active sequence brings to the step: its last generated token, or the next chunk of
+// its prompt.
 //
 // While some sequences decode, the prompts of the others (in the order they joined) bring at most
 // Options.PrefillBudget tokens to the pass between them: a long prompt, or a burst of joining ones, is computed
@@ -296,22 +362,18 @@ func llamaCppChunk(budget, left int) int {
 // without room sits the step out), so the result is the one-pass prefill's to the last bit; under
 // Options.Arithmetic llama.cpp it ends anywhere but never leaves one token alone (llamaCppChunk). With no sequence
 // decoding, every prompt brings all it may (its Request.PrefillChunk).
-func (e *Engine) runStep(st *stream, active []*job) error {
+func (b *batcher) feeds(active []*job) stepFeeds {
 	budget := -1 // prompt tokens this pass may still take; -1: no limit
-	if e.opts.PrefillBudget > 0 && slices.ContainsFunc(active, func(j *job) bool { return j.seq.fed >= len(j.seq.res.PromptIDs) }) {
-		budget = e.opts.PrefillBudget
+	if b.prefillBudget > 0 && slices.ContainsFunc(active, func(j *job) bool { return j.seq.fed >= len(j.seq.res.PromptIDs) }) {
+		budget = b.prefillBudget
 	}
-	var rows []int
-	var ids [][]int
-	var tiled []bool // per row: a prompt pass taking the tiled products (sequence.tiledPrompt)
-	label := 0       // the profiler's step: 0 for prompts, else the decode step of the furthest sequence
-	pass := active[:0:0]
+	var f stepFeeds
 	for _, j := range active {
 		s := j.seq
 		if n := len(s.res.PromptIDs); s.fed < n {
 			k := min(s.chunk, n-s.fed)
 			switch {
-			case budget >= 0 && k > budget && e.llamaCpp() != nil:
+			case budget >= 0 && k > budget && b.run.llama != nil:
 				k = llamaCppChunk(budget, n-s.fed)
 			case budget >= 0 && k > budget:
 				k = (s.fed+budget)/prefillAlign*prefillAlign - s.fed
@@ -322,57 +384,47 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 			if budget >= 0 {
 				budget -= k
 			}
-			ids = append(ids, s.res.PromptIDs[s.fed:s.fed+k])
-			tiled = append(tiled, s.tiledPrompt)
+			f.ids = append(f.ids, s.res.PromptIDs[s.fed:s.fed+k])
+			f.tiled = append(f.tiled, s.tiledPrompt)
 		} else {
 			gen := s.res.GeneratedIDs
-			ids = append(ids, gen[len(gen)-1:])
-			tiled = append(tiled, false)
-			label = max(label, len(gen))
+			f.ids = append(f.ids, gen[len(gen)-1:])
+			f.tiled = append(f.tiled, false)
+			f.label = max(f.label, len(gen))
 		}
-		rows = append(rows, j.row)
-		pass = append(pass, j)
+		f.rows = append(f.rows, j.row)
+		f.jobs = append(f.jobs, j)
 	}
-	active = pass
-	e.step.Store(int64(label))
+	return f
+}
 
-	// The pass stops early when every request in it has ended (a Ctrl-C on the only generation running).
-	ctx, cancel := context.WithCancel(context.Background())
-	var logits [][]float32
-	left := atomic.Int64{}
-	left.Store(int64(len(active)))
-	unwatch := make([]func() bool, len(active))
-	for i, j := range active {
-		unwatch[i] = context.AfterFunc(j.ctx, func() {
+// cancelWhenAllEnd calls cancel once the contexts of all jobs have ended; the returned function stops watching.
+func cancelWhenAllEnd(jobs []*job, cancel func()) (unwatch func()) {
+	var left atomic.Int64
+	left.Store(int64(len(jobs)))
+	stops := make([]func() bool, len(jobs))
+	for i, j := range jobs {
+		stops[i] = context.AfterFunc(j.ctx, func() {
 			if left.Add(-1) == 0 {
 				cancel()
 			}
 		})
 	}
-	feed, err := e.recomputeFeed(rows, ids, func(i int) []int { return active[i].seq.history })
-	if err == nil {
-		logits, err = e.forward(ctx, st, e.bkv, rows, feed, tiled, false)
-	}
-	for _, u := range unwatch {
-		u()
-	}
-	cancel()
-	e.sched.steps.Add(1)
-	if err != nil {
-		for _, j := range active {
-			if cerr := j.ctx.Err(); cerr != nil {
-				e.leave(j, cerr)
-			} else {
-				e.leave(j, err)
-			}
+	return func() {
+		for _, stop := range stops {
+			stop()
 		}
-		return err
 	}
+}
+
+// choose takes the pass's logits to the sequences (ids[i] being what active[i] brought): a prompt not yet
+// complete waits for its next chunk, the others choose their next token; those that end leave the batch.
+func (b *batcher) choose(active []*job, ids [][]int, logits [][]float32) {
 	now := time.Now()
 	for i, j := range active {
 		s := j.seq
-		if err := e.checkActivations(s, e.health[i]); err != nil {
-			e.leave(j, err)
+		if err := s.checkActivations(b.run.health[i], b.run.computeDType); err != nil {
+			b.leave(j, err)
 			continue
 		}
 		s.logits = logits[i]
@@ -383,36 +435,35 @@ func (e *Engine) runStep(st *stream, active []*job) error {
 			}
 			s.prefilled = now
 		}
-		if err := e.choose(s, j.onToken); err != nil {
-			e.leave(j, err)
+		if err := s.choose(j.onToken, b.run.prof); err != nil {
+			b.leave(j, err)
 			continue
 		}
-		e.sched.tokens.Add(1)
+		b.tokens.Add(1)
 		if len(s.res.GeneratedIDs) == 1 {
 			s.decodeStart = time.Now()
 			s.res.Timings.TTFT = s.decodeStart.Sub(j.submitted)
 		}
 		if s.res.StopReason != "" {
-			e.leave(j, nil)
+			b.leave(j, nil)
 		}
 	}
-	return nil
 }
 
 // join gives a job its cache row (its session's, else a free one), growing the cache when the row or the
 // sequence's positions do not fit, and skips the prompt tokens the session's row already holds.
-func (e *Engine) join(j *job) error {
+func (b *batcher) join(j *job) error {
 	s := j.seq
 	s.joined = time.Now()
 	row := -1
 	if j.session != nil && j.session.row >= 0 {
 		row = j.session.row
 	} else {
-		row = slices.Index(e.rowBusy, false)
+		row = slices.Index(b.rowBusy, false)
 		if row < 0 {
-			row = len(e.rowBusy)
-			e.rowBusy = append(e.rowBusy, false)
-			e.rowSession = append(e.rowSession, nil)
+			row = len(b.rowBusy)
+			b.rowBusy = append(b.rowBusy, false)
+			b.rowSession = append(b.rowSession, nil)
 		}
 	}
 	prompt := s.res.PromptIDs
@@ -422,26 +473,26 @@ func (e *Engine) join(j *job) error {
 		cached = min(cached, len(prompt)-1) // the last prompt position's logits are needed
 	}
 	// The last generated token is never fed back: the row needs prompt + maxNew - 1 positions.
-	if err := e.growKV(len(e.rowBusy), len(prompt)+s.maxNew-1); err != nil {
+	if err := b.growKV(len(b.rowBusy), len(prompt)+s.maxNew-1); err != nil {
 		return err
 	}
-	if err := e.bkv.Truncate(row, min(cached, e.bkv.Len(row))); errors.Is(err, kvcache.ErrRingOverwritten) {
+	if err := b.kv.Truncate(row, min(cached, b.kv.Len(row))); errors.Is(err, kvcache.ErrRingOverwritten) {
 		// A sliding layer's ring no longer holds the positions before the common prefix: compute it again.
 		cached = 0
-		err = e.bkv.Truncate(row, 0)
+		err = b.kv.Truncate(row, 0)
 		if err != nil {
 			return err
 		}
 	} else if err != nil {
 		return err
 	}
-	if cached > 0 && e.bkv.Len(row) != cached {
-		return fmt.Errorf("engine: session cache holds %d positions, expected %d", e.bkv.Len(row), cached)
+	if cached > 0 && b.kv.Len(row) != cached {
+		return fmt.Errorf("engine: session cache holds %d positions, expected %d", b.kv.Len(row), cached)
 	}
-	e.rowBusy[row] = true
+	b.rowBusy[row] = true
 	if j.session != nil {
 		j.session.row = row
-		e.rowSession[row] = j.session
+		b.rowSession[row] = j.session
 	}
 	j.row = row
 	s.fed = cached
@@ -451,38 +502,38 @@ func (e *Engine) join(j *job) error {
 }
 
 // leave ends a sequence of the batch: its row is freed, or kept by its session with the ids it now holds.
-func (e *Engine) leave(j *job, err error) {
+func (b *batcher) leave(j *job, err error) {
 	if j.row >= 0 {
 		if j.session != nil && !j.session.closed.Load() {
-			j.session.ids = slices.Clone(j.seq.history[:e.bkv.Len(j.row)])
+			j.session.ids = slices.Clone(j.seq.history[:b.kv.Len(j.row)])
 		} else {
-			e.freeRow(j.row)
+			b.freeRow(j.row)
 			if j.session != nil {
 				j.session.row = -1
 			}
 		}
 		j.row = -1
 	}
-	e.end(j, err)
+	b.end(j, err)
 }
 
-func (e *Engine) freeRow(row int) {
-	e.rowBusy[row] = false
-	e.rowSession[row] = nil
-	e.bkv.Truncate(row, 0)
+func (b *batcher) freeRow(row int) {
+	b.rowBusy[row] = false
+	b.rowSession[row] = nil
+	b.kv.Truncate(row, 0)
 }
 
 // reclaimSessionRows frees the rows of closed sessions that no request is using.
-func (e *Engine) reclaimSessionRows() {
-	for row, s := range e.rowSession {
+func (b *batcher) reclaimSessionRows() {
+	for row, s := range b.rowSession {
 		if s == nil || !s.closed.Load() {
 			continue
 		}
-		e.sched.mu.Lock()
+		b.mu.Lock()
 		busy := s.busy
-		e.sched.mu.Unlock()
+		b.mu.Unlock()
 		if !busy {
-			e.freeRow(row)
+			b.freeRow(row)
 			s.row, s.ids = -1, nil
 		}
 	}
@@ -499,27 +550,27 @@ func commonPrefix(a, b []int) int {
 // growKV makes the batch loop's cache hold at least rows sequences of capacity positions, reallocating it (rows
 // and positions rounded up to powers of two, positions at most the model's context) and copying what the rows
 // hold when it is too small.
-func (e *Engine) growKV(rows, capacity int) error {
-	want := e.kvConfig(bucket(rows), max(capacity, min(bucket(capacity), e.plan.Context)), e.onHost(false))
-	if e.bkv != nil {
-		have := e.bkv.Config()
+func (b *batcher) growKV(rows, capacity int) error {
+	want := b.run.kvConfig(bucket(rows), max(capacity, min(bucket(capacity), b.run.plan.Context)), b.run.onHost(false))
+	if b.kv != nil {
+		have := b.kv.Config()
 		if have.Batch >= rows && have.Capacity >= capacity {
 			return nil
 		}
 		want.Batch = max(want.Batch, have.Batch)
 		want.Capacity = max(want.Capacity, have.Capacity)
 	}
-	kv, err := e.newKV(want)
+	kv, err := b.run.newKV(want)
 	if err != nil {
 		return fmt.Errorf("engine: key/value cache of %d sequences × %d positions: %w", want.Batch, want.Capacity, err)
 	}
-	if e.bkv != nil {
-		if err := kv.CopyFrom(e.bkv); err != nil {
+	if b.kv != nil {
+		if err := kv.CopyFrom(b.kv); err != nil {
 			freeKVStore(kv)
 			return err
 		}
-		freeKVStore(e.bkv)
+		freeKVStore(b.kv)
 	}
-	e.bkv = kv
+	b.kv = kv
 	return nil
 }

@@ -458,7 +458,7 @@ func TestLogitsBetweenSteps(t *testing.T) {
 				done <- out{l, err, tokens.Load()}
 			}()
 			<-called
-			for deadline := time.Now().Add(10 * time.Second); e.logitsWaiting.Load() == 0 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(10 * time.Second); e.passes.waiting.Load() == 0 && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond) // Logits waits for the step to end
 			}
 		}

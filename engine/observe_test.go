@@ -139,8 +139,8 @@ func TestTwoPartOwnShards(t *testing.T) {
 		want  bool
 	}{{q8, true}, {"../gguf/testdata/tiny/tiny-llama-Q8_0.gguf", false}} {
 		e := open(t, c.model, Options{ShardDir: filepath.Join(t.TempDir(), "s")})
-		if e.ownQuantized != c.want {
-			t.Errorf("%s: two-part inputs %v, want %v", c.model, e.ownQuantized, c.want)
+		if e.store.ownQuantized != c.want {
+			t.Errorf("%s: two-part inputs %v, want %v", c.model, e.store.ownQuantized, c.want)
 		}
 		if _, err := e.Logits(context.Background(), []int{1, 2, 3}); err != nil {
 			t.Fatal(err)

@@ -8,18 +8,18 @@ import "slices"
 // its whole history up to and including ids[i] instead, as transformers' generate recomputes a Phi-3 longrope
 // sequence whose cache was written with the short factors. It returns what to feed (ids itself when nothing
 // changes).
-func (e *Engine) recomputeFeed(rows []int, ids [][]int, history func(i int) []int) ([][]int, error) {
-	limit := e.plan.Recompute
+func (b *batcher) recomputeFeed(rows []int, ids [][]int, history func(i int) []int) ([][]int, error) {
+	limit := b.run.plan.Recompute
 	if limit <= 0 {
 		return ids, nil
 	}
 	feed, copied := ids, false
 	for i, r := range rows {
-		held := e.bkv.Len(r)
+		held := b.kv.Len(r)
 		if held == 0 || held > limit || held+len(ids[i]) <= limit {
 			continue
 		}
-		if err := e.bkv.Truncate(r, 0); err != nil {
+		if err := b.kv.Truncate(r, 0); err != nil {
 			return nil, err
 		}
 		if !copied {

@@ -98,32 +98,58 @@ func (sm *sampler) next(logits []float32, history []int) int {
 	}
 	sm.scores = scores
 	if p := s.RepetitionPenalty; p > 0 && p != 1 {
-		seen := make(map[int]bool, len(history))
-		for _, id := range history {
-			if id < 0 || id >= len(scores) || seen[id] {
-				continue
-			}
-			seen[id] = true
-			if scores[id] > 0 {
-				scores[id] /= p
-			} else {
-				scores[id] *= p
-			}
-		}
+		penalize(scores, history, p)
 	}
 	if s.Temperature == 0 {
-		best := 0
-		for i, v := range scores {
-			if v > scores[best] {
-				best = i
-			}
-		}
-		return best
+		return firstMax(scores)
 	}
 	for i := range scores {
 		scores[i] /= s.Temperature
 	}
-	// Candidates by decreasing score.
+	order := sm.candidates(scores, s.TopK)
+	probs, sum := nucleus(scores, order, s.TopP)
+	order = order[:len(probs)]
+	r := sm.rng.Float64() * sum
+	for i, p := range probs {
+		r -= p
+		if r < 0 {
+			return order[i]
+		}
+	}
+	return order[len(order)-1]
+}
+
+// penalize applies the repetition penalty p to the scores of the tokens in history: positive scores are divided
+// by it, negative ones multiplied.
+func penalize(scores []float64, history []int, p float64) {
+	seen := make(map[int]bool, len(history))
+	for _, id := range history {
+		if id < 0 || id >= len(scores) || seen[id] {
+			continue
+		}
+		seen[id] = true
+		if scores[id] > 0 {
+			scores[id] /= p
+		} else {
+			scores[id] *= p
+		}
+	}
+}
+
+// firstMax is the index of the largest score, the first one on ties.
+func firstMax(scores []float64) int {
+	best := 0
+	for i, v := range scores {
+		if v > scores[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// candidates returns the token ids by decreasing score (ties: the lower id first), the topK first ones when
+// 0 < topK < len(scores).
+func (sm *sampler) candidates(scores []float64, topK int) []int {
 	order := sm.order[:0]
 	for i := range scores {
 		order = append(order, i)
@@ -138,13 +164,17 @@ func (sm *sampler) next(logits []float32, history []int) int {
 		}
 		return 0
 	})
-	if s.TopK > 0 && s.TopK < len(order) {
-		order = order[:s.TopK]
+	if topK > 0 && topK < len(order) {
+		order = order[:topK]
 	}
-	// Softmax over the candidates.
+	return order
+}
+
+// nucleus returns the softmax probabilities of the candidates in order, cut to the smallest prefix whose
+// probability reaches topP when 0 < topP < 1, and the sum of those kept.
+func nucleus(scores []float64, order []int, topP float64) (probs []float64, sum float64) {
 	maxScore := scores[order[0]]
-	sum := 0.0
-	probs := make([]float64, len(order))
+	probs = make([]float64, len(order))
 	for i, id := range order {
 		probs[i] = math.Exp(scores[id] - maxScore)
 		sum += probs[i]
@@ -152,28 +182,20 @@ func (sm *sampler) next(logits []float32, history []int) int {
 	for i := range probs {
 		probs[i] /= sum
 	}
-	if s.TopP > 0 && s.TopP < 1 {
-		cum := 0.0
-		for i, p := range probs {
-			cum += p
-			if cum >= s.TopP {
-				order, probs = order[:i+1], probs[:i+1]
-				break
-			}
-		}
-		sum = 0
-		for _, p := range probs {
-			sum += p
-		}
-	} else {
-		sum = 1
+	if !(topP > 0 && topP < 1) {
+		return probs, 1
 	}
-	r := sm.rng.Float64() * sum
+	cum := 0.0
 	for i, p := range probs {
-		r -= p
-		if r < 0 {
-			return order[i]
+		cum += p
+		if cum >= topP {
+			probs = probs[:i+1]
+			break
 		}
 	}
-	return order[len(order)-1]
+	sum = 0
+	for _, p := range probs {
+		sum += p
+	}
+	return probs, sum
 }

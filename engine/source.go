@@ -60,7 +60,7 @@ func openShards(ctx context.Context, model string, opts Options) (*shards.Set, e
 		return nil, err
 	}
 	if opts.Arithmetic == ArithmeticLlamaCpp {
-		if err := checkLlamaCppSource(ck, opts.DType); err != nil {
+		if err := checkLlamaCppSource(ck, string(opts.DType)); err != nil {
 			return nil, llamaCppRefusal(err)
 		}
 	}

@@ -25,13 +25,13 @@ import (
 //	          on the host-kernel path a decoder layer is instead read in place from its shard buffer (alias),
 //	          which the set keeps until it is released
 //	compute:  the forward pass takes the sets in schedule order (stream.next)
-//	release:  the forward pass hands a set back (Engine.releaseSet); its buffers take the next unit
+//	release:  the forward pass hands a set back (weightStore.releaseSet); its buffers take the next unit
 //
 // Every pool is a buffered channel, so the memory in flight is bounded by construction: at most k host
 // buffers and at most Options.MaxLayerBuffers decoder-layer sets exist, whatever the speeds of the stages. On the
 // host-kernel path a layer set in use also holds a host buffer, so the layers in flight are bounded by both.
 
-// pools holds the reusable buffers of a streamed engine. They live as long as the Engine.
+// pools holds the reusable buffers of a streamed engine. They live as long as the weightStore.
 type pools struct {
 	host chan *shards.Buffer
 	// sets holds the free device sets per kind ("layer", and the head units when they stream).
@@ -59,7 +59,7 @@ type loadResult struct {
 // stream runs prefetch and transfer for a schedule of units, repeated for up to passes forward passes (without
 // end when passes is negative: the batch loop's stream, stopped when the loop goes idle).
 type stream struct {
-	e        *Engine
+	store    *weightStore
 	schedule []string
 	host     bool // the passes run on the host kernels: layers are aliased, not filled
 	ctx      context.Context
@@ -72,11 +72,11 @@ type stream struct {
 
 // startStream starts the prefetch and transfer goroutines; host says whether the passes run on the host
 // kernels. The caller must call stop.
-func (e *Engine) startStream(ctx context.Context, schedule []string, passes int, host bool) *stream {
+func (ws *weightStore) startStream(ctx context.Context, schedule []string, passes int, host bool) *stream {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &stream{
-		e: e, schedule: schedule, host: host, ctx: ctx, cancel: cancel,
-		loaded: make(chan loadResult, e.opts.Prefetch),
+		store: ws, schedule: schedule, host: host, ctx: ctx, cancel: cancel,
+		loaded: make(chan loadResult, ws.opts.Prefetch),
 		ready:  make(chan *weightSet, 1),
 		errc:   make(chan error, 2),
 	}
@@ -106,7 +106,7 @@ func (s *stream) fail(err error) {
 func (s *stream) prefetch(total int) {
 	defer s.wg.Done()
 	defer close(s.loaded)
-	p := s.e.pools
+	p := s.store.pools
 	pending := make(chan chan loadResult, cap(p.host)) // the loads in flight, in schedule order
 	handed := make(chan struct{})
 	go func() {
@@ -164,9 +164,9 @@ func (s *stream) load(unit string, buf *shards.Buffer, readDone func()) loadResu
 	readDone = sync.OnceFunc(readDone)
 	defer readDone()
 	start := time.Now()
-	load := s.e.set.Load
-	if s.e.mapShards() {
-		load = s.e.set.Map
+	load := s.store.set.Load
+	if s.store.mapShards() {
+		load = s.store.set.Map
 	}
 	l, err := load(shards.WithLoadTrace(s.ctx, &shards.LoadTrace{ReadDone: readDone}), unit, buf)
 	if err != nil {
@@ -176,17 +176,17 @@ func (s *stream) load(unit string, buf *shards.Buffer, readDone func()) loadResu
 		}
 		return loadResult{unit: unit, buf: buf, err: fmt.Errorf("prefetch %s: %w", unit, err)}
 	}
-	step, layer := int(s.e.step.Load()), layerIndex(unit)
-	s.e.prof.Record(profiler.DiskRead, step, layer, start, l.ReadTime, l.ReadBytes)
-	s.e.prof.Record(profiler.Decode, step, layer, start.Add(l.ReadTime), l.DecodeTime, l.Unit.Bytes())
-	s.e.decodeBound.add(l)
+	step, layer := int(s.store.step.Load()), layerIndex(unit)
+	s.store.prof.Record(profiler.DiskRead, step, layer, start, l.ReadTime, l.ReadBytes)
+	s.store.prof.Record(profiler.Decode, step, layer, start.Add(l.ReadTime), l.DecodeTime, l.Unit.Bytes())
+	s.store.decodeBound.add(l)
 	return loadResult{unit: unit, loaded: l, buf: buf}
 }
 
 func (s *stream) transfer(total int) {
 	defer s.wg.Done()
 	defer close(s.ready)
-	p := s.e.pools
+	p := s.store.pools
 	for i := 0; total < 0 || i < total; i++ {
 		var r loadResult
 		var ok bool
@@ -219,20 +219,20 @@ func (s *stream) transfer(total int) {
 		// Both read the shard's bytes (alias converts the norm weights), which may be mapped: see guardMapped.
 		if s.host && kind == kindLayer {
 			w.buf = r.buf // handed back by releaseSet, after the layer computed
-			err = s.e.guardMapped(func() error { return s.e.alias(w, r.loaded) })
+			err = s.store.guardMapped(func() error { return s.store.alias(w, r.loaded) })
 		} else {
-			err = s.e.guardMapped(func() error { return s.e.fill(w, r.loaded) })
+			err = s.store.guardMapped(func() error { return s.store.fill(w, r.loaded) })
 			p.host <- r.buf
 		}
 		if err != nil {
-			s.e.releaseSet(w)
+			s.store.releaseSet(w)
 			s.fail(fmt.Errorf("transfer %s: %w", r.unit, err))
 			return
 		}
 		select {
 		case s.ready <- w:
 		case <-s.ctx.Done():
-			s.e.releaseSet(w)
+			s.store.releaseSet(w)
 			return
 		}
 	}
@@ -244,7 +244,7 @@ func (s *stream) next(unit string) (*weightSet, error) {
 	case w, ok := <-s.ready:
 		if ok {
 			if w.unit != unit {
-				s.e.releaseSet(w)
+				s.store.releaseSet(w)
 				return nil, fmt.Errorf("stream: got unit %s, expected %s", w.unit, unit)
 			}
 			return w, nil
@@ -267,24 +267,11 @@ func (s *stream) stop() {
 	s.cancel()
 	s.wg.Wait()
 	for r := range s.loaded {
-		s.e.pools.host <- r.buf
+		s.store.pools.host <- r.buf
 	}
 	for w := range s.ready {
-		s.e.releaseSet(w)
+		s.store.releaseSet(w)
 	}
-}
-
-// releaseSet hands a device set back to its pool (the release stage), and the shard buffer an aliased set
-// was reading back to the host pool.
-func (e *Engine) releaseSet(w *weightSet) {
-	if w.buf != nil {
-		e.pools.host <- w.buf
-		w.buf, w.view = nil, nil
-	}
-	if w.kind == kindLayer {
-		e.pools.inUse.Add(-1)
-	}
-	e.pools.sets[w.kind] <- w
 }
 
 const kindLayer = "layer"

@@ -87,7 +87,7 @@ func (e *Engine) Tokenizer() (*tokenizer.Tokenizer, error) {
 		// The shard folder's tokenizer files are copies (or, from a GGUF file, made from its metadata): errors
 		// name where they came from, where a broken one is to be fixed, and the copy read.
 		name := e.Dir()
-		switch path, generated := e.set.Source().Origin("tokenizer.json"); {
+		switch path, generated := e.store.set.Source().Origin("tokenizer.json"); {
 		case generated:
 			name = fmt.Sprintf("%s (made from its metadata, written to %s)", path, e.Dir())
 		case path != "":

@@ -16,6 +16,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -160,6 +161,8 @@ type weightSet struct {
 
 	view []*deviceTensor
 	buf  *shards.Buffer
+	// layer is a decoder layer's host tensors bound to their roles (bound), until the set is refilled.
+	layer *model.LayerWeights
 	// pending, when set, is what the device buffers are still to be filled from (a resident unit the host
 	// kernels read in place): filled the first time a graph needs them (deviceReady).
 	pending *shards.Loaded
@@ -214,6 +217,20 @@ func (w *weightSet) hostTensors() []*deviceTensor {
 	return w.tensors
 }
 
+// bound returns the decoder layer's host tensors bound to their roles in the plan's LayerWeights, binding them
+// on first use after each fill.
+func (w *weightSet) bound(p *model.Plan) *model.LayerWeights {
+	if w.layer == nil {
+		ts := w.hostTensors()
+		values := make([]model.Value, len(ts))
+		for i, t := range ts {
+			values[i] = t
+		}
+		w.layer = p.Bind(values)
+	}
+	return w.layer
+}
+
 // args returns the device tensors in spec order, as graph inputs.
 func (w *weightSet) args() []any {
 	out := make([]any, len(w.tensors))
@@ -226,20 +243,20 @@ func (w *weightSet) args() []any {
 // fill puts a loaded unit's weights into w's device buffers (the transfer stage), recording the time spent
 // copying as h2d and the time spent converting dtypes (e.g. bf16 → f32) as decode. Without shared buffers the
 // h2d time is that of the copies to the device.
-func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
+func (s *weightStore) fill(w *weightSet, l *shards.Loaded) error {
 	start := time.Now()
 	conv, convTime, copied, err := w.fill(l, unitPrefix(l.Unit.Name))
-	step, layer := int(e.step.Load()), layerIndex(l.Unit.Name)
+	step, layer := int(s.step.Load()), layerIndex(l.Unit.Name)
 	elapsed := time.Since(start)
 	if conv > 0 {
-		e.prof.Record(profiler.Decode, step, layer, start, convTime, conv)
+		s.prof.Record(profiler.Decode, step, layer, start, convTime, conv)
 	}
 	h2dBytes := copied
 	if w.staged() {
 		h2dBytes = w.bytes // every byte crosses to the device
 	}
 	if h2dBytes > 0 {
-		e.prof.Record(profiler.H2D, step, layer, start.Add(convTime), elapsed-convTime, h2dBytes)
+		s.prof.Record(profiler.H2D, step, layer, start.Add(convTime), elapsed-convTime, h2dBytes)
 	}
 	return err
 }
@@ -250,34 +267,34 @@ func (e *Engine) fill(w *weightSet, l *shards.Loaded) error {
 // the other tensors (norm weights, biases: a few KB) and any that need a rounding conversion (f32 stored,
 // bf16 compute) are converted into the set's own buffers as fill does. The caller keeps the shard buffer until
 // the set is released.
-func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
+func (s *weightStore) alias(w *weightSet, l *shards.Loaded) error {
 	start := time.Now()
 	unit, prefix := l.Unit.Name, unitPrefix(l.Unit.Name)
 	w.unit = unit
-	w.view = make([]*deviceTensor, len(w.specs))
+	w.view, w.layer = make([]*deviceTensor, len(w.specs)), nil
 	var converted int64
-	for i, s := range w.specs {
-		raw, err := w.raw(l, prefix, s)
+	for i, spec := range w.specs {
+		raw, err := w.raw(l, prefix, spec)
 		if err != nil {
 			return err
 		}
-		if raw.DType.Quantized() && len(s.shape) == 2 {
+		if raw.DType.Quantized() && len(spec.shape) == 2 {
 			// A block-quantized matrix is read in place: the kernels decode its blocks in registers.
-			q, err := quantView(raw, s.shape)
+			q, err := quantView(raw, spec.shape)
 			if err != nil {
-				return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
+				return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+spec.suffix, err)
 			}
-			q.TwoPart = e.ownQuantized
-			w.view[i] = &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, s.shape...), name: prefix + s.suffix}
+			q.TwoPart = s.ownQuantized
+			w.view[i] = &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, spec.shape...), name: prefix + spec.suffix}
 			continue
 		}
-		widen := raw.DType == checkpoint.BF16 && s.dtype == dtypes.Float32 && len(s.shape) == 2
-		if sameDType(raw.DType, s.dtype) || widen {
+		widen := raw.DType == checkpoint.BF16 && spec.dtype == dtypes.Float32 && len(spec.shape) == 2
+		if sameDType(raw.DType, spec.dtype) || widen {
 			dt := dtypes.Float32
 			if raw.DType == checkpoint.BF16 {
 				dt = dtypes.BFloat16
 			}
-			w.view[i] = &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, s.shape...), name: prefix + s.suffix}
+			w.view[i] = &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, spec.shape...), name: prefix + spec.suffix}
 			continue
 		}
 		d, err := w.tensor(i)
@@ -285,14 +302,14 @@ func (e *Engine) alias(w *weightSet, l *shards.Loaded) error {
 			return err
 		}
 		if err := convertInto(d.host(), raw); err != nil {
-			return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+s.suffix, err)
+			return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+spec.suffix, err)
 		}
 		converted += int64(len(raw.Data))
-		d.name = prefix + s.suffix
+		d.name = prefix + spec.suffix
 		w.view[i] = d
 	}
 	if converted > 0 {
-		e.prof.Record(profiler.Decode, int(e.step.Load()), layerIndex(unit), start, time.Since(start), converted)
+		s.prof.Record(profiler.Decode, int(s.step.Load()), layerIndex(unit), start, time.Since(start), converted)
 	}
 	return nil
 }
@@ -321,7 +338,7 @@ func (w *weightSet) staged() bool { return !w.backend.HasSharedBuffers() }
 func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, convTime time.Duration, copied int64, err error) {
 	unit := l.Unit.Name
 	w.unit = unit
-	w.view = nil
+	w.view, w.layer = nil, nil
 	for i, s := range w.specs {
 		name := prefix + s.suffix
 		raw, err := w.raw(l, prefix, s)

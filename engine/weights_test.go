@@ -84,10 +84,10 @@ func mappingOf(t *testing.T, path string) (lo, hi uintptr) {
 func testHostKernelsInPlace(t *testing.T, model string, noMap bool) {
 	ctx := context.Background()
 	e := open(t, model, Options{Prefetch: 2, NoMap: noMap, DType: "f32"}) // exact host products (bf16 ones: TestHostDecodeBF16)
-	if e.dtype != dtypes.Float32 {
-		t.Fatalf("compute dtype %s, want f32", e.dtype)
+	if e.store.dtype != dtypes.Float32 {
+		t.Fatalf("compute dtype %s, want f32", e.store.dtype)
 	}
-	st := e.newStream(ctx, 1, false)
+	st := e.store.newStream(ctx, 1, false)
 	w, err := st.next(layerUnit(0))
 	if err != nil {
 		st.stop()
@@ -99,7 +99,7 @@ func testHostKernelsInPlace(t *testing.T, model string, noMap bool) {
 		lo, hi = uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&mem[len(mem)-1]))
 	}
 	if !noMap { // the set keeps the shard file mapped: the weights must lie in that mapping
-		lo, hi = mappingOf(t, filepath.Join(e.set.Dir, "layer.0.shard"))
+		lo, hi = mappingOf(t, filepath.Join(e.store.set.Dir, "layer.0.shard"))
 	}
 	for i, s := range w.specs {
 		switch f := w.hostTensors()[i].flat.(type) {
@@ -113,12 +113,12 @@ func testHostKernelsInPlace(t *testing.T, model string, noMap bool) {
 			}
 		}
 	}
-	if n := len(e.pools.host); n > 2 {
+	if n := len(e.store.pools.host); n > 2 {
 		t.Errorf("%d host buffers free while a layer holds one (pool of 3: Prefetch 2 and the computing layer's)", n)
 	}
-	e.releaseSet(w)
+	e.store.releaseSet(w)
 	st.stop()
-	if n := len(e.pools.host); n != 3 {
+	if n := len(e.store.pools.host); n != 3 {
 		t.Errorf("%d host buffers back in the pool after the stream stopped, want 3", n)
 	}
 
@@ -142,7 +142,7 @@ func TestLayerBytesAsHeld(t *testing.T) {
 	}
 	for _, graph := range []bool{false, true} {
 		e := open(t, model, Options{GraphDecode: graph})
-		st := e.newStream(context.Background(), 1, graph)
+		st := e.store.newStream(context.Background(), 1, graph)
 		w, err := st.next(layerUnit(0))
 		if err != nil {
 			st.stop()
@@ -159,12 +159,12 @@ func TestLayerBytesAsHeld(t *testing.T) {
 				t.Fatalf("graph %v: a %T tensor", graph, f)
 			}
 		}
-		e.releaseSet(w)
+		e.store.releaseSet(w)
 		st.stop()
-		if got := e.layerBytes(); got != held {
+		if got := e.store.layerBytes(); got != held {
 			t.Errorf("graph %v: layerBytes %d, the layer holds %d", graph, got, held)
 		}
-		sizes, err := guard.UnitSizes(ck, e.computeDType)
+		sizes, err := guard.UnitSizes(ck, e.store.computeDType)
 		if err != nil {
 			t.Fatal(err)
 		}

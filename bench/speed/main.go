@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -146,7 +147,7 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		return exitOK
 	}
 	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
-		prefillTokens: *prefill, batchNewTokens: 64, dtype: *dtype, seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
+		prefillTokens: *prefill, batchNewTokens: 64, dtype: engine.DType(*dtype), seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
 		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache, streamOnly: q != shards.None}
 	switch {
 	case !pc.enabled():

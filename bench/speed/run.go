@@ -44,7 +44,7 @@ type options struct {
 	newTokens     int
 	runs          int
 	prefillTokens int
-	dtype         string // engine.Options.DType
+	dtype         engine.DType // engine.Options.DType
 	seed          uint64
 	// matmulSize overrides the matmul benchmark's [m×k]·[n×k]ᵀ (tests use small ones); zero: prefill-like,
 	// [prefillTokens × hidden]·[hidden × hidden]ᵀ.
@@ -113,12 +113,12 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	r.Model.Shape = o.shapeName
-	choice, err := guard.ChooseDType(o.dtype, set.Config.TorchDType, guard.CPU)
+	choice, err := guard.ChooseDType(string(o.dtype), set.Config.TorchDType, guard.CPU)
 	if err != nil {
 		return nil, err
 	}
 	r.Model.ComputeDType, r.Model.ComputeReason = string(choice.DType), choice.Reason
-	if d := strings.ToLower(o.dtype); (d == "" || d == "auto") && kernels.NativeBF16() && strings.Contains(strings.ToLower(set.Config.TorchDType), "bfloat16") {
+	if d := strings.ToLower(string(o.dtype)); (d == "" || d == "auto") && kernels.NativeBF16() && strings.Contains(strings.ToLower(set.Config.TorchDType), "bfloat16") {
 		// Engine.Open's choice for the host kernels (decode steps, streamed prefill), beside the graphs' dtype.
 		r.Model.ComputeReason += "; the host kernels multiply bf16 weights by activations rounded to bf16 (AVX512_BF16)"
 	}

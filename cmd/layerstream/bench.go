@@ -114,7 +114,7 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 		}
 		return len(res.GeneratedIDs), nil
 	}
-	rep := &benchReport{Model: o.model, Device: o.eng.Device, Reads: "page cache", PromptTokens: o.promptTokens,
+	rep := &benchReport{Model: o.model, Device: string(o.eng.Device), Reads: "page cache", PromptTokens: o.promptTokens,
 		NewTokens: o.newTokens, Warmup: o.warmup}
 	if e.DirectIO() {
 		rep.Reads = "O_DIRECT"

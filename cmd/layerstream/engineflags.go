@@ -17,11 +17,13 @@ import (
 // Hub settings left empty are filled from the environment by hub.Resolve ($HF_TOKEN, $HF_ENDPOINT...): the
 // token's default stays empty here so that --help never prints a secret.
 func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
-	fs.StringVar(&o.Device, "device", "cpu", "compute device: cpu (pure Go), cuda or xla-cpu (XLA through a PJRT plugin: a binary built with -tags xla; see README 'CUDA and XLA')")
+	o.Device = engine.DeviceCPU
+	fs.Var(&o.Device, "device", "compute device: cpu (pure Go), cuda or xla-cpu (XLA through a PJRT plugin: a binary built with -tags xla; see README 'CUDA and XLA')")
 	addDTypeFlags(fs, o)
 	fs.BoolVar(&o.NoSharedBuffers, "no-shared-buffers", false, "xla-cpu: copy weights into device buffers as CUDA does instead of sharing host memory (to measure the transfer path)")
-	fs.StringVar(&o.KVCache, "kv-cache", engine.KVCacheF32, "how the key/value cache holds keys and values: f32, or f16 (half the memory, llama.cpp's default; each key and value rounded to float16; cpu without --graph-decode)")
-	fs.StringVar(&o.Arithmetic, "arithmetic", engine.ArithmeticEngine, "how the host kernels round: engine, or llama.cpp (llama.cpp's CPU arithmetic bit for bit, as llama.cpp without flash attention computes on x86-64 with AVX-512, its cache as --kv-cache says: the same logits and tokens from a GGUF file; Llama, Qwen2/3, SmolLM3, OLMo 2 and Granite with f32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ1_S-IQ3_S, IQ4_NL or IQ4_XS matrices, the K-quant and i-quant mixes included; see README 'Matching llama.cpp exactly')")
+	fs.Var(&o.KVCache, "kv-cache", "how the key/value cache holds keys and values: f32, or f16 (half the memory, llama.cpp's default; each key and value rounded to float16; cpu without --graph-decode); default f32, or f16 with --arithmetic llama.cpp")
+	o.Arithmetic = engine.ArithmeticEngine
+	fs.Var(&o.Arithmetic, "arithmetic", "how the host kernels round: engine, or llama.cpp (llama.cpp's CPU arithmetic bit for bit, as llama.cpp without flash attention computes on x86-64 with AVX-512, its cache as --kv-cache says, f16 by default as llama.cpp's: the same logits and tokens from a GGUF file; Llama, Qwen2/3, SmolLM3, OLMo 2 and Granite with f32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ1_S-IQ3_S, IQ4_NL or IQ4_XS matrices, the K-quant and i-quant mixes included; see README 'Matching llama.cpp exactly')")
 	o.Prefetch, o.MaxLayerBuffers = 2, 2
 	fs.Var(positiveInt{&o.Prefetch}, "prefetch", "`n` units read from disk ahead of the one computing (at least 1)")
 	fs.Var(positiveInt{&o.MaxLayerBuffers}, "max-layer-buffers", "`n` decoder layers whose weights are on the device at once (at least 1)")
@@ -41,7 +43,8 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 // device (engine.ChooseDType): the engine's commands and placement share them.
 func addDTypeFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.Float64Var(&o.ComputeCapability, "compute-capability", 0, "CUDA compute capability of the GPU (e.g. 8.0 A100, 9.0 H100) for the dtype policy: bf16 is chosen automatically only at 8.0 or newer")
-	fs.StringVar(&o.DType, "dtype", "auto", "compute dtype of weight matrices: auto, f32 or bf16")
+	o.DType = engine.DTypeAuto
+	fs.Var(&o.DType, "dtype", "compute dtype of weight matrices: auto, f32 or bf16")
 }
 
 // positiveInt is an int flag that refuses values below 1 by name. The engine takes a zero in its Options as

@@ -26,7 +26,7 @@ func init() {
 			devices := fs.String("devices", "", "devices and the memory the plan may use on each, e.g. cuda:0=24GiB,cuda:1=24GiB,cpu=64GiB (required)")
 			var o engine.Options
 			addDTypeFlags(fs, &o)
-			fs.StringVar(&o.Device, "device", "", "the device generate would compute on (cpu, cuda or xla-cpu), for which --dtype auto chooses as generate does (bf16 for a bf16 checkpoint on cuda with --compute-capability 8.0 or newer, else f32); default: cuda or xla-cpu when the first of --devices is one, else cpu. Matrices are held in that dtype on every device but cpu, whose host kernels read block-quantized and bf16 matrices in place")
+			fs.Var(&o.Device, "device", "the device generate would compute on (cpu, cuda or xla-cpu), for which --dtype auto chooses as generate does (bf16 for a bf16 checkpoint on cuda with --compute-capability 8.0 or newer, else f32); default: cuda or xla-cpu when the first of --devices is one, else cpu. Matrices are held in that dtype on every device but cpu, whose host kernels read block-quantized and bf16 matrices in place")
 			fs.BoolVar(&o.GraphDecode, "graph-decode", false, "size cpu devices as generate --graph-decode holds the weights there (block-quantized and bf16 matrices converted to the dtype, as on cuda and xla-cpu)")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 0 {
@@ -38,8 +38,8 @@ func init() {
 				if o.Device == "" {
 					o.Device = engine.DeviceCPU
 					first, _, _ := strings.Cut(*devices, "=")
-					if kind, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(first)), ":"); kind == engine.DeviceCUDA || kind == engine.DeviceXLACPU {
-						o.Device = kind
+					if kind, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(first)), ":"); engine.Device(kind) == engine.DeviceCUDA || engine.Device(kind) == engine.DeviceXLACPU {
+						o.Device = engine.Device(kind)
 					}
 				}
 				return printPlacement(os.Stdout, *model, *devices, o)

@@ -131,7 +131,7 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	engDType := map[checkpoint.DType]string{checkpoint.F32: "f32", checkpoint.BF16: "bf16", checkpoint.F16: "f16"}[choice.DType]
+	engDType := map[checkpoint.DType]engine.DType{checkpoint.F32: "f32", checkpoint.BF16: "bf16", checkpoint.F16: "f16"}[choice.DType]
 	withFlags := func(t reference.Tolerance) reference.Tolerance {
 		if o.atol > 0 {
 			t.MaxAbs = o.atol

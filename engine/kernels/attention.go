@@ -104,6 +104,34 @@ var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq int) {
 	rows := tq * job.Heads
 	asm := useAVX512 && d%16 == 0
+	s.start(d, job, t0, rows, asm)
+	qlo, qhi := s.qpos[0], s.qpos[rows-1]
+	for _, run := range job.Runs {
+		for j0 := 0; j0 < run.N; j0 += attnBlock {
+			n := min(attnBlock, run.N-j0)
+			klo, khi := run.Pos+j0, run.Pos+j0+n-1
+			if klo > qhi || (p.Window > 0 && khi <= qlo-p.Window) {
+				continue // no query of the tile sees a key of the block
+			}
+			s.block(p, d, job, t0, rows, asm, run, j0, n)
+		}
+	}
+	for r := range rows {
+		h, t := r%job.Heads, t0+r/job.Heads
+		out := job.Out[h*job.OutHead+t*job.OutPos:][:d]
+		inv := float32(0)
+		if s.l[r] > 0 {
+			inv = 1 / s.l[r]
+		}
+		for i, v := range s.o[r*d : (r+1)*d] {
+			out[i] = v * inv
+		}
+	}
+}
+
+// start readies the scratch for a tile of rows query rows (from t0): cleared sums, each row's position, and
+// with asm the queries packed for the assembly tiles.
+func (s *attnScratch) start(d int, job *AttentionJob, t0, rows int, asm bool) {
 	s.sc = grow.Slice(s.sc, rows*attnBlock)
 	s.o = grow.Slice(s.o, rows*d)
 	s.m, s.l = grow.Slice(s.m, rows), grow.Slice(s.l, rows)
@@ -116,78 +144,66 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 		s.qpos = make([]int, rows)
 	}
 	s.qpos = s.qpos[:rows]
-	query := func(r int) []float32 {
-		h, t := r%job.Heads, t0+r/job.Heads
-		return job.Q[h*job.QHead+t*job.QPos:][:d]
-	}
 	for r := range rows {
 		s.qpos[r] = job.Pos0 + t0 + r/job.Heads
 	}
 	if asm {
 		chunks := (d + 15) / 16
 		s.qp = grow.Slice(s.qp, (rows+gemmTileRows-1)/gemmTileRows*gemmTileRows*chunks*16)
-		packTiles(s.qp, rows, d, 16, query, putF32)
+		packTiles(s.qp, rows, d, 16, func(r int) []float32 { return query(job, t0, r, d) }, putF32)
 	}
-	qlo, qhi := s.qpos[0], s.qpos[rows-1]
-	for _, run := range job.Runs {
-		for j0 := 0; j0 < run.N; j0 += attnBlock {
-			n := min(attnBlock, run.N-j0)
-			klo, khi := run.Pos+j0, run.Pos+j0+n-1
-			if klo > qhi || (p.Window > 0 && khi <= qlo-p.Window) {
-				continue // no query of the tile sees a key of the block
-			}
-			var keys, vals []float32
-			half := run.K16 != nil
-			switch {
-			case half && asm: // the tiles widen them as they load them
-			case half:
-				s.kw, s.vw = grow.Slice(s.kw, attnBlock*d), grow.Slice(s.vw, attnBlock*d)
-				keys, vals = s.kw[:n*d], s.vw[:n*d]
-				quant.WidenHalves(keys, run.K16[j0*d:(j0+n)*d])
-				quant.WidenHalves(vals, run.V16[j0*d:(j0+n)*d])
-			default:
-				keys, vals = run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
-			}
-			if asm && half {
-				s.scoresF16AVX512(rows, d, run.K16[j0*d:(j0+n)*d], n)
-			} else if asm {
-				s.scoresAVX512(rows, d, keys, n)
-			} else {
-				for r := range rows {
-					q := query(r)
-					for j := range n {
-						s.sc[r*attnBlock+j] = DotF32(q, keys[j*d:(j+1)*d])
-					}
-				}
-			}
-			for r := range rows {
-				s.softmax(p, r, n, klo)
-			}
-			if asm && half {
-				s.pvF16AVX512(rows, d, run.V16[j0*d:(j0+n)*d], n)
-			} else if asm {
-				s.pvAVX512(rows, d, vals, n)
-			} else {
-				for r := range rows {
-					o := s.o[r*d : (r+1)*d]
-					for j, w := range s.sc[r*attnBlock : r*attnBlock+n] {
-						if w != 0 {
-							AxpyF32(o, w, vals[j*d:(j+1)*d])
-						}
-					}
-				}
+}
+
+// query is row r's query of a tile starting at t0.
+func query(job *AttentionJob, t0, r, d int) []float32 {
+	h, t := r%job.Heads, t0+r/job.Heads
+	return job.Q[h*job.QHead+t*job.QPos:][:d]
+}
+
+// block adds the n keys and values of run from j0 (one block) to the tile's rows: scores, online softmax,
+// weighted values.
+func (s *attnScratch) block(p AttentionParams, d int, job *AttentionJob, t0, rows int, asm bool, run KeyRun, j0, n int) {
+	var keys, vals []float32
+	half := run.K16 != nil
+	switch {
+	case half && asm: // the tiles widen them as they load them
+	case half:
+		s.kw, s.vw = grow.Slice(s.kw, attnBlock*d), grow.Slice(s.vw, attnBlock*d)
+		keys, vals = s.kw[:n*d], s.vw[:n*d]
+		quant.WidenHalves(keys, run.K16[j0*d:(j0+n)*d])
+		quant.WidenHalves(vals, run.V16[j0*d:(j0+n)*d])
+	default:
+		keys, vals = run.K[j0*d:(j0+n)*d], run.V[j0*d:(j0+n)*d]
+	}
+	switch {
+	case asm && half:
+		s.scoresF16AVX512(rows, d, run.K16[j0*d:(j0+n)*d], n)
+	case asm:
+		s.scoresAVX512(rows, d, keys, n)
+	default:
+		for r := range rows {
+			q := query(job, t0, r, d)
+			for j := range n {
+				s.sc[r*attnBlock+j] = DotF32(q, keys[j*d:(j+1)*d])
 			}
 		}
 	}
 	for r := range rows {
-		h, t := r%job.Heads, t0+r/job.Heads
-		out := job.Out[h*job.OutHead+t*job.OutPos:][:d]
-		inv := float32(0)
-		if s.l[r] > 0 {
-			inv = 1 / s.l[r]
-		}
-		for i, v := range s.o[r*d : (r+1)*d] {
-			out[i] = v * inv
+		s.softmax(p, r, n, run.Pos+j0)
+	}
+	switch {
+	case asm && half:
+		s.pvF16AVX512(rows, d, run.V16[j0*d:(j0+n)*d], n)
+	case asm:
+		s.pvAVX512(rows, d, vals, n)
+	default:
+		for r := range rows {
+			o := s.o[r*d : (r+1)*d]
+			for j, w := range s.sc[r*attnBlock : r*attnBlock+n] {
+				if w != 0 {
+					AxpyF32(o, w, vals[j*d:(j+1)*d])
+				}
+			}
 		}
 	}
 }

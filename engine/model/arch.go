@@ -84,10 +84,40 @@ const NoRope = -1
 // the engine derives from the config.
 var SkippedLayerTensors = []string{"self_attn.rotary_emb.inv_freq"}
 
-// WeightSpec describes one tensor of a decoder layer.
+// WeightSpec describes one tensor of a decoder layer: its checkpoint name, its shape, and the field of
+// LayerWeights it is bound to.
 type WeightSpec struct {
 	Name  string // e.g. "self_attn.q_proj.weight"
 	Shape []int
+	// Field returns the place in a LayerWeights that holds this tensor.
+	Field func(*LayerWeights) *Value
+}
+
+// Linear is a projection: its weight matrix [out, in] in the Hugging Face layout and its bias [out], nil when
+// the layer has none.
+type Linear struct{ W, B Value }
+
+// LayerWeights are one decoder layer's weights, bound once (Plan.Bind) from the tensors Plan.Weights lists, by
+// their role in the computation: a field the configuration gives no tensor is nil. The checkpoint names are
+// written once, in the family's Plan (decoder.finish), never looked up while a layer computes.
+type LayerWeights struct {
+	// The norms around the two residual branches: before and after attention, before and after the MLP.
+	AttnNorm, AttnPostNorm, MLPNorm, MLPPostNorm Value
+	// Attention: separate q, k, v projections or one fused QKV, and the output projection O.
+	Q, K, V, QKV, O Linear
+	// QNorm and KNorm are RMSNorm weights over each head (or the whole projection) of q and k.
+	QNorm, KNorm Value
+	// The gated MLP: separate gate and up projections or one fused GateUp, then Down.
+	Gate, Up, GateUp, Down Linear
+}
+
+// Bind puts values (one per Plan.Weights entry, in that order) into a LayerWeights.
+func (p *Plan) Bind(values []Value) *LayerWeights {
+	w := new(LayerWeights)
+	for i, s := range p.Weights {
+		*s.Field(w) = values[i]
+	}
+	return w
 }
 
 // Value is an activation or a weight inside a layer computation: a *graph.Node for graphOps, a host array for
@@ -163,8 +193,8 @@ type Ops interface {
 type LayerInputs struct {
 	Kind LayerKind
 	X    Value // [B, T, hidden] residual stream
-	// W holds the layer's weights by WeightSpec name.
-	W map[string]Value
+	// W are the layer's weights (Plan.Bind).
+	W *LayerWeights
 }
 
 // LayerOutputs are the outputs of one decoder layer.

@@ -79,71 +79,69 @@ func newDecoderWith(c *checkpoint.Config, act Activation, ropes ...Rope) *decode
 	return d
 }
 
-// finish lists the layer's weights for the configured structure.
+// finish lists the layer's weights for the configured structure, each bound to its role in LayerWeights.
 func (d *decoder) finish() *decoder {
 	q, kv := d.heads*d.headDim, d.kvHeads*d.headDim
-	var w []WeightSpec
-	add := func(name string, shape ...int) { w = append(w, WeightSpec{Name: name, Shape: shape}) }
-	for _, n := range []string{d.preAttnNorm, d.postAttnNorm, d.preMLPNorm, d.postMLPNorm} {
-		if n != "" {
-			add(n, d.hidden)
+	var ws []WeightSpec
+	add := func(name string, field func(*LayerWeights) *Value, shape ...int) {
+		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field})
+	}
+	// linear adds a projection's weight [out, in] and, with bias, its bias [out].
+	linear := func(name string, l func(*LayerWeights) *Linear, bias bool, out, in int) {
+		add(name+".weight", func(w *LayerWeights) *Value { return &l(w).W }, out, in)
+		if bias {
+			add(name+".bias", func(w *LayerWeights) *Value { return &l(w).B }, out)
+		}
+	}
+	for _, n := range []struct {
+		name  string
+		field func(*LayerWeights) *Value
+	}{
+		{d.preAttnNorm, func(w *LayerWeights) *Value { return &w.AttnNorm }},
+		{d.postAttnNorm, func(w *LayerWeights) *Value { return &w.AttnPostNorm }},
+		{d.preMLPNorm, func(w *LayerWeights) *Value { return &w.MLPNorm }},
+		{d.postMLPNorm, func(w *LayerWeights) *Value { return &w.MLPPostNorm }},
+	} {
+		if n.name != "" {
+			add(n.name, n.field, d.hidden)
 		}
 	}
 	if d.fusedQKV {
-		add("self_attn.qkv_proj.weight", q+2*kv, d.hidden)
-		if d.qkvBias {
-			add("self_attn.qkv_proj.bias", q+2*kv)
-		}
+		linear("self_attn.qkv_proj", func(w *LayerWeights) *Linear { return &w.QKV }, d.qkvBias, q+2*kv, d.hidden)
 	} else {
-		add("self_attn.q_proj.weight", q, d.hidden)
-		add("self_attn.k_proj.weight", kv, d.hidden)
-		add("self_attn.v_proj.weight", kv, d.hidden)
-		if d.qkvBias {
-			add("self_attn.q_proj.bias", q)
-			add("self_attn.k_proj.bias", kv)
-			add("self_attn.v_proj.bias", kv)
-		}
+		linear("self_attn.q_proj", func(w *LayerWeights) *Linear { return &w.Q }, d.qkvBias, q, d.hidden)
+		linear("self_attn.k_proj", func(w *LayerWeights) *Linear { return &w.K }, d.qkvBias, kv, d.hidden)
+		linear("self_attn.v_proj", func(w *LayerWeights) *Linear { return &w.V }, d.qkvBias, kv, d.hidden)
 	}
-	add("self_attn.o_proj.weight", d.hidden, q)
-	if d.oBias {
-		add("self_attn.o_proj.bias", d.hidden)
-	}
+	linear("self_attn.o_proj", func(w *LayerWeights) *Linear { return &w.O }, d.oBias, d.hidden, q)
+	qNorm, kNorm := func(w *LayerWeights) *Value { return &w.QNorm }, func(w *LayerWeights) *Value { return &w.KNorm }
 	switch d.qkNorm {
 	case qkNormPerHead:
-		add("self_attn.q_norm.weight", d.headDim)
-		add("self_attn.k_norm.weight", d.headDim)
+		add("self_attn.q_norm.weight", qNorm, d.headDim)
+		add("self_attn.k_norm.weight", kNorm, d.headDim)
 	case qkNormWhole:
-		add("self_attn.q_norm.weight", q)
-		add("self_attn.k_norm.weight", kv)
+		add("self_attn.q_norm.weight", qNorm, q)
+		add("self_attn.k_norm.weight", kNorm, kv)
 	}
 	if d.fusedGateUp {
-		add("mlp.gate_up_proj.weight", 2*d.inter, d.hidden)
+		linear("mlp.gate_up_proj", func(w *LayerWeights) *Linear { return &w.GateUp }, d.mlpBias, 2*d.inter, d.hidden)
 	} else {
-		add("mlp.gate_proj.weight", d.inter, d.hidden)
-		add("mlp.up_proj.weight", d.inter, d.hidden)
+		linear("mlp.gate_proj", func(w *LayerWeights) *Linear { return &w.Gate }, d.mlpBias, d.inter, d.hidden)
+		linear("mlp.up_proj", func(w *LayerWeights) *Linear { return &w.Up }, d.mlpBias, d.inter, d.hidden)
 	}
-	add("mlp.down_proj.weight", d.hidden, d.inter)
-	if d.mlpBias {
-		if d.fusedGateUp {
-			add("mlp.gate_up_proj.bias", 2*d.inter)
-		} else {
-			add("mlp.gate_proj.bias", d.inter)
-			add("mlp.up_proj.bias", d.inter)
-		}
-		add("mlp.down_proj.bias", d.hidden)
-	}
-	d.plan.Weights = w
+	linear("mlp.down_proj", func(w *LayerWeights) *Linear { return &w.Down }, d.mlpBias, d.hidden, d.inter)
+	d.plan.Weights = ws
 	return d
 }
 
 func (d *decoder) Plan() *Plan { return &d.plan }
 
-// norm applies the norm named n to x, or returns x when n is "".
-func (d *decoder) norm(ops Ops, x Value, n string, w map[string]Value) Value {
-	if n == "" {
+// norm applies the RMSNorm of weight n to x, or returns x when the layer has no such norm (n is nil).
+func (d *decoder) norm(ops Ops, x, n Value) Value {
+	if n == nil {
 		return x
 	}
-	return ops.RMSNorm(x, w[n], d.eps, d.normOffset)
+	return ops.RMSNorm(x, n, d.eps, d.normOffset)
 }
 
 // branch adds a residual branch to x, scaled by the residual multiplier.
@@ -154,48 +152,47 @@ func (d *decoder) branch(ops Ops, x, y Value) Value {
 	return ops.Add(x, y)
 }
 
+// linear applies a projection.
+func linear(ops Ops, x Value, l Linear) Value { return ops.Linear(x, l.W, l.B) }
+
 func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	w, x := in.W, in.X
-	h := d.norm(ops, x, d.preAttnNorm, w)
+	h := d.norm(ops, x, w.AttnNorm)
 	q, k, v := d.project(ops, h, w)
 	if in.Kind.Rope != NoRope {
 		q, k = ops.Rotary(q), ops.Rotary(k)
 	}
-	a := ops.Linear(ops.Attention(q, k, v, d.attn), w["self_attn.o_proj.weight"], w["self_attn.o_proj.bias"])
-	x = d.branch(ops, x, d.norm(ops, a, d.postAttnNorm, w))
-	h = d.norm(ops, x, d.preMLPNorm, w)
+	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
+	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
+	h = d.norm(ops, x, w.MLPNorm)
 	var gate, up Value
 	if d.fusedGateUp {
-		gu := ops.Split(ops.Linear(h, w["mlp.gate_up_proj.weight"], w["mlp.gate_up_proj.bias"]), d.inter, d.inter)
+		gu := ops.Split(linear(ops, h, w.GateUp), d.inter, d.inter)
 		gate, up = gu[0], gu[1]
 	} else {
-		gate = ops.Linear(h, w["mlp.gate_proj.weight"], w["mlp.gate_proj.bias"])
-		up = ops.Linear(h, w["mlp.up_proj.weight"], w["mlp.up_proj.bias"])
+		gate, up = linear(ops, h, w.Gate), linear(ops, h, w.Up)
 	}
-	m := ops.Linear(ops.Mul(ops.Act(gate, d.act), up), w["mlp.down_proj.weight"], w["mlp.down_proj.bias"])
-	x = d.branch(ops, x, d.norm(ops, m, d.postMLPNorm, w))
+	m := linear(ops, ops.Mul(ops.Act(gate, d.act), up), w.Down)
+	x = d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
 	return LayerOutputs{X: x, K: k, V: v}
 }
 
 // project computes the query, key and value heads of h, q/k-normalised where the family does.
-func (d *decoder) project(ops Ops, h Value, w map[string]Value) (q, k, v Value) {
+func (d *decoder) project(ops Ops, h Value, w *LayerWeights) (q, k, v Value) {
 	if d.fusedQKV {
-		qkv := ops.Split(ops.Linear(h, w["self_attn.qkv_proj.weight"], w["self_attn.qkv_proj.bias"]),
-			d.heads*d.headDim, d.kvHeads*d.headDim, d.kvHeads*d.headDim)
+		qkv := ops.Split(linear(ops, h, w.QKV), d.heads*d.headDim, d.kvHeads*d.headDim, d.kvHeads*d.headDim)
 		q, k, v = qkv[0], qkv[1], qkv[2]
 	} else {
-		q = ops.Linear(h, w["self_attn.q_proj.weight"], w["self_attn.q_proj.bias"])
-		k = ops.Linear(h, w["self_attn.k_proj.weight"], w["self_attn.k_proj.bias"])
-		v = ops.Linear(h, w["self_attn.v_proj.weight"], w["self_attn.v_proj.bias"])
+		q, k, v = linear(ops, h, w.Q), linear(ops, h, w.K), linear(ops, h, w.V)
 	}
 	if d.qkNorm == qkNormWhole {
-		q = ops.RMSNorm(q, w["self_attn.q_norm.weight"], d.eps, d.normOffset)
-		k = ops.RMSNorm(k, w["self_attn.k_norm.weight"], d.eps, d.normOffset)
+		q = ops.RMSNorm(q, w.QNorm, d.eps, d.normOffset)
+		k = ops.RMSNorm(k, w.KNorm, d.eps, d.normOffset)
 	}
 	q, k, v = ops.Heads(q, d.heads, d.headDim), ops.Heads(k, d.kvHeads, d.headDim), ops.Heads(v, d.kvHeads, d.headDim)
 	if d.qkNorm == qkNormPerHead {
-		q = ops.RMSNorm(q, w["self_attn.q_norm.weight"], d.eps, d.normOffset)
-		k = ops.RMSNorm(k, w["self_attn.k_norm.weight"], d.eps, d.normOffset)
+		q = ops.RMSNorm(q, w.QNorm, d.eps, d.normOffset)
+		k = ops.RMSNorm(k, w.KNorm, d.eps, d.normOffset)
 	}
 	return q, k, v
 }

@@ -295,7 +295,8 @@ func (g *gen) rowsKernel(k kernel) {
 	g.p("")
 }
 
-// Generate returns the text of gemm_amd64.s.
+// Generate returns the text of gemm_amd64.s. It is long because it lists every routine of the file in the
+// file's order, one table of tile shapes after another.
 func Generate() []byte {
 	var g gen
 	g.header()

@@ -108,7 +108,8 @@ func (g *gen) tailMask() {
 	g.p("\tSHRQ $4, R8")
 }
 
-// softmaxRow writes softmaxRowAVX512.
+// softmaxRow writes softmaxRowAVX512. It is long because it writes one assembly routine straight through, in the
+// order of the listing it produces, with the routine's own comments.
 func (g *gen) softmaxRow() {
 	for _, l := range []string{
 		"func softmaxRowAVX512(s *float32, n int, scale, softcap, mOld float32) (mNew, sum float32)",

@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/kvcache"
+	"github.com/layerstream/layerstream/profiler"
+)
+
+// hostPass is a forward pass on the host kernels (hostOps): the groups' new positions go through each layer,
+// every weight matrix loaded once for all of them (each group reads it in turn).
+type hostPass struct {
+	r      *runner
+	kv     *kvcache.Store
+	groups []*hostGroup
+	n      int  // forward's rows
+	all    bool // every new position's logits (one sequence)
+	arena  *hostArena
+	keep   []*hostArray // the groups' activations, kept across a recycle of the arena
+}
+
+// hostGroup is sequences a host pass computes together: each brings the same number t of new positions.
+type hostGroup struct {
+	rows   []int // the sequences' cache rows
+	past   []int // their lengths in the cache: the positions of their first new tokens
+	at     []int // their indices in forward's rows: where their logits go
+	t      int
+	tiled  bool        // the quantized products are tiled (forward)
+	x      model.Value // [len(rows), t, hidden]
+	tables passTables  // rotary tables and masks of the group's rows
+}
+
+// newHostPass embeds the new tokens into their groups (hostGroups).
+func (r *runner) newHostPass(kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, embed func(dst []float32, id, pos int) error, all bool) (pass, error) {
+	groups, err := r.hostGroups(kv, rows, ids, tiled, embed)
+	if err != nil {
+		return nil, err
+	}
+	return &hostPass{r: r, kv: kv, groups: groups, n: len(rows), all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups))}, nil
+}
+
+// hostGroups embeds ids[i] (continuing cache row rows[i]) and groups the rows by their number of new positions
+// and whether their products are tiled (forward), in order of first appearance: decode steps (one position each)
+// share one group, a prompt forms its own unless another of the same length comes with it. Every row of a group
+// is computed exactly as alone (the host kernels sum each row in the same order whatever the rows beside it), so
+// grouping changes no result.
+func (r *runner) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
+	h := r.cfg.HiddenSize
+	type key struct {
+		t     int
+		tiled bool
+	}
+	var groups []*hostGroup
+	byKey := map[key]*hostGroup{}
+	for i, row := range rows {
+		k := key{len(ids[i]), len(ids[i]) >= kernels.PromptTileRows || tiled != nil && tiled[i]}
+		g := byKey[k]
+		if g == nil {
+			g = &hostGroup{t: k.t, tiled: k.tiled}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.rows, g.at = append(g.rows, row), append(g.at, i)
+	}
+	for _, g := range groups {
+		x := newHostArray(len(g.rows), g.t, h)
+		lens := make([]int, len(g.rows))
+		g.past = make([]int, len(g.rows))
+		for j, row := range g.rows {
+			pos0 := kv.Len(row)
+			g.past[j] = pos0
+			lens[j] = g.t
+			for k, id := range ids[g.at[j]] {
+				if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, pos0+k); err != nil {
+					return nil, err
+				}
+			}
+		}
+		g.x, g.tables = x, r.passTables(kv, g.rows, lens, g.t, false)
+	}
+	return groups, nil
+}
+
+// prepare recycles the previous layer's arrays, but its outputs: this layer's inputs.
+func (p *hostPass) prepare(int, *weightSet) error {
+	for j, g := range p.groups {
+		p.keep[j] = arr(g.x)
+	}
+	p.arena.recycle(p.keep...)
+	return nil
+}
+
+func (p *hostPass) compute(i int, w *weightSet) error {
+	weights := w.bound(p.r.plan)
+	view := p.kv.View(i)
+	return p.r.store.guardMapped(func() error { // the weights may be read from a mapped shard
+		for _, g := range p.groups {
+			if err := p.layer(i, g, view, weights); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// layer computes decoder layer i for group g, writing its keys and values to the layer's cache view.
+func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model.LayerWeights) error {
+	r := p.r
+	kind := r.plan.Layers[i]
+	ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: p.arena,
+		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe}
+	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
+		ops.rowByRow = llamaCppOutputRows(weights)
+	}
+	if kind.Rope != model.NoRope {
+		ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
+	}
+	out := r.arch.Layer(ops, model.LayerInputs{Kind: kind, X: g.x, W: weights})
+	k, v := arr(out.K).data, arr(out.V).data // [rows, kvHeads, t, headDim]
+	size := len(k) / len(g.rows)
+	for j, row := range g.rows {
+		if err := view.Write(row, g.t, g.t, k[j*size:(j+1)*size], v[j*size:(j+1)*size]); err != nil {
+			return err
+		}
+	}
+	g.x = out.X
+	h := r.cfg.HiddenSize
+	for j, at := range g.at {
+		r.health[at][i] = guard.MaxAbs(arr(g.x).data[j*g.t*h : (j+1)*g.t*h])
+	}
+	return nil
+}
+
+// head commits the groups' positions to the cache and applies the final norm and the output projection to the
+// last new position of each of forward's rows, in forward's order (with all: every position).
+func (p *hostPass) head(st *stream) ([][]float32, error) {
+	r := p.r
+	h, n := r.cfg.HiddenSize, p.n
+	last := newHostArray(n, 1, h)
+	for _, g := range p.groups {
+		x := arr(g.x).data
+		for j, row := range g.rows {
+			if err := p.kv.Advance(row, g.t); err != nil {
+				return nil, err
+			}
+			at := g.at[j]
+			copy(last.data[at*h:(at+1)*h], x[(j*g.t+g.t-1)*h:(j*g.t+g.t)*h])
+		}
+		if p.all {
+			last = &hostArray{data: slices.Clone(x[:g.t*h]), dims: []int{g.t, 1, h}}
+			n = g.t
+		}
+	}
+	r.warnClamped(p.kv)
+	nw, hw, release, err := r.store.headWeights(st)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	span := r.prof.Begin(profiler.Forward, r.stepLabel(), -1)
+	ops := hostOps{bf16Products: r.bf16Products, llamaCpp: r.llama, batch: 1, observe: r.observe}
+	if p.all {
+		ops.batch = n // llama.cpp computes the head over every position of the batch when it keeps all logits
+	}
+	var logits []float32
+	herr := r.store.guardMapped(func() error {
+		logits = arr(r.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0])).data
+		return nil
+	})
+	span.End(hw.bytes)
+	if herr != nil {
+		return nil, herr
+	}
+	v := r.cfg.VocabSize
+	out := make([][]float32, n)
+	for j := range out {
+		out[j] = logits[j*v : (j+1)*v : (j+1)*v]
+	}
+	return out, nil
+}
+
+func (p *hostPass) free() {}
