@@ -258,7 +258,7 @@ func TestQuantizedAccuracySmolLM2(t *testing.T) {
 	// 293/300 and 3.4e-3: the scale search of quant.QuantizeQ8_0Search (weights) and two-part inputs
 	// (kernels.QuantMatrix.TwoPart: Q8_0 products no longer round the activations to 8 bits, which cost two thirds
 	// of the divergence). The agreement count is coarse at this level: 15 of these positions have the top two
-	// logits within 0.09, and equally good quantizers score a few positions apart (docs/performance.md); the KL
+	// logits within 0.09, and equally good quantizers score a few positions apart (docs/performance-log.md); the KL
 	// bound, at twice what is measured, is the finer guard.
 	// The calibration text of the importance matrix, unrelated to the scored positions: the README as it was at
 	// e5a0c7d (57 KB), frozen so that the figures below do not move when the README is edited.
