@@ -28,7 +28,7 @@ const hfTolerance = 1e-4
 // longrope scaling: each step's frequencies follow its own length), the fixture carries full_logits, one pass
 // over prompt + greedy ids: Engine.Logits is checked against those, and the decode path by the greedy ids.
 //
-// With -v it prints the table of README "Model families".
+// With -v it prints the table of docs/models.md, "Model families".
 func TestHFFixtures(t *testing.T) {
 	table := map[string]*fixtureRow{}
 	defer func() {
@@ -207,7 +207,7 @@ type fixtureRow struct {
 	greedyOf int
 }
 
-// fixtureTable is the README's table: fixture, what ran, the largest logit difference, greedy tokens equal.
+// fixtureTable is docs/models.md's table ("Model families"): fixture, what ran, the largest logit difference, greedy tokens equal.
 func fixtureTable(names []string, rows map[string]*fixtureRow) string {
 	var b strings.Builder
 	b.WriteString("| fixture | runs | max \\|logit diff\\| | greedy tokens equal |\n|---|---|---|---|\n")

@@ -10,7 +10,7 @@
 #                                    [--shape NAME --layers L] [--work DIR] [-- extra bench flags]
 #
 # Environment: PJRT_PLUGIN_LIBRARY_PATH (folders with pjrt_c_api_cpu_plugin.so / pjrt_c_api_cuda_plugin.so),
-# XLA_FLAGS (passed through). README "CUDA and XLA" says where the plugins come from.
+# XLA_FLAGS (passed through). docs/cuda.md says where the plugins come from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,7 +84,7 @@ for d in "${dirs[@]}"; do
 	[[ -n $d && -f $d/pjrt_c_api_cpu_plugin.so ]] && { cpu_plugin=$d/pjrt_c_api_cpu_plugin.so; break; }
 done
 if [[ -z $cpu_plugin ]]; then
-	skipped[xla-cpu]="no pjrt_c_api_cpu_plugin.so on PJRT_PLUGIN_LIBRARY_PATH (README 'CUDA and XLA')"
+	skipped[xla-cpu]="no pjrt_c_api_cpu_plugin.so on PJRT_PLUGIN_LIBRARY_PATH (docs/cuda.md)"
 elif ! build_xla; then
 	skipped[xla-cpu]=$xla_error
 else
@@ -128,7 +128,7 @@ else
 		mkdir -p "$work/pjrt"
 		ln -sf "$plugin" "$work/pjrt/pjrt_c_api_cuda_plugin.so"
 		export PJRT_PLUGIN_LIBRARY_PATH=$work/pjrt${PJRT_PLUGIN_LIBRARY_PATH:+:$PJRT_PLUGIN_LIBRARY_PATH}
-		# The engine sets XLA_FLAGS' CUDA data folder itself when unset (README "CUDA and XLA") and never downloads.
+		# The engine sets XLA_FLAGS' CUDA data folder itself when unset (docs/cuda.md) and never downloads.
 		log "PJRT CUDA plugin $plugin"
 		if ! build_xla; then
 			skipped[cuda]=$xla_error

@@ -5,7 +5,7 @@ feed-forward 28672, 64/8 heads) with the 512-token vocabulary and metadata of
 gguf/testdata/tiny/tiny-llama-F32.gguf (so the embedding and the head are small: 0.6% of a real Llama 3 70B's
 bytes in its own vocabulary of 128256), every matrix random blocks of one type with sane float16 scales, the
 norms ones. The text it generates means nothing; layerstream and llama.cpp read and multiply it as any file of
-that type (docs/performance.md, "GGUF files in the codebook i-quants"). Tensors are written one at a time, so a
+that type (docs/performance-log.md, "GGUF files in the codebook i-quants"). Tensors are written one at a time, so a
 70B file needs no more memory than its largest matrix.
 
     python3 scripts/synth_gguf.py [--shape tinyllama-1.1b|llama3-70b] IQ2_XXS /tmp/tinyllama-iq2_xxs.gguf

@@ -29,7 +29,7 @@ type Buffer struct {
 // the Go heap had already touched): an O_DIRECT read into it then moves the disk's bytes in a few large
 // physically contiguous pieces instead of 4 KiB pages scattered over memory. On the 2-core VM, reading the
 // TinyLlama layer shards with O_DIRECT ran at 1.7-1.9 GB/s into such buffers against 0.9-1.4 GB/s into plain
-// Go buffers (which one depended on how fragmented its memory happened to be); see docs/performance.md.
+// Go buffers (which one depended on how fragmented its memory happened to be); see docs/performance-log.md.
 func NewBuffer(capacity int) *Buffer {
 	buf := &Buffer{}
 	buf.alloc(capacity)

@@ -31,7 +31,7 @@ const (
 
 // q4Fallback is Q4's format for matrices whose rows are not a whole number of Q4_K super-blocks (SmolLM2's
 // 576-wide rows): Q4_1 (32-element blocks with a float16 scale and minimum, 5 bits a weight), chosen over
-// Q4_0 (4.5 bits, no minimum) for accuracy (see docs/performance.md, quantization).
+// Q4_0 (4.5 bits, no minimum) for accuracy (see docs/performance-log.md, quantization).
 const q4Fallback = quant.Q4_1
 
 // ParseQuantization validates a --quantize value.

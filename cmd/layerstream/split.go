@@ -23,7 +23,7 @@ import (
 )
 
 // encodingHelp is --encoding's help: what each encoding and quantization costs and saves, as measured on the
-// synthetic TinyLlama-1.1B shape (README "Shard encodings and quantization" has the table and the commands).
+// synthetic TinyLlama-1.1B shape (docs/models.md, "Shard encodings and quantization", has the table and the commands).
 const encodingHelp = `lossless tensor storage: raw, planes, zstd or shuffle-zstd. Measured streaming 8 bf16 TinyLlama-1.1B layers
 with O_DIRECT (~1.9 GB/s) on 2 cores, bytes and s/token against raw: planes 75% (4-bit codes for each byte plane,
 decoded at ~8 GB/s per core; Huffman codes, 67% at ~1.5 GB/s, only where decoding keeps up with --disk-rate),
@@ -41,7 +41,7 @@ func init() {
 			encoding := fs.String("encoding", "raw", encodingHelp)
 			diskRate := fs.String("disk-rate", "auto", "with --encoding: the rate the shards will be read at, e.g. 2GB (bytes per second): a tensor whose decoding, timed at split, would take more than half the cores' time the disk takes to read it raw gets faster codes (planes) or is stored raw. auto: measured with O_DIRECT on the output folder; off: keep the smallest encoding of every tensor that shrinks")
 			quantize := fs.String("quantize", "none", "store weight matrices block-quantized (lossy): none, q8 (Q8_0: 53% of bf16's layer bytes, 0.49-0.54x its s/token streamed with O_DIRECT on the TinyLlama-1.1B shape; scales searched, about 60 ns a weight per core; products with 15-bit inputs, mean KL divergence from bf16 on SmolLM2-135M 5.7e-4, llama.cpp's Q8_0 3.7e-3) or q4 (Q4_K: 28%, 0.26-0.36x); the embedding stays bf16")
-			imat := fs.String("imatrix", "", "with --quantize: an importance matrix file (layerstream imatrix) weighting the quantizers' errors by each column's mean squared input (Q8_0's scale search; Q4_K and Q4_1 as llama.cpp's quantize --imatrix): on SmolLM2-135M the mean KL divergence from bf16 goes from 5.7e-4 to 3.9e-4 (q8) and from 9.2e-3 to 6.5e-3 (q4) (docs/performance.md)")
+			imat := fs.String("imatrix", "", "with --quantize: an importance matrix file (layerstream imatrix) weighting the quantizers' errors by each column's mean squared input (Q8_0's scale search; Q4_K and Q4_1 as llama.cpp's quantize --imatrix): on SmolLM2-135M the mean KL divergence from bf16 goes from 5.7e-4 to 3.9e-4 (q8) and from 9.2e-3 to 6.5e-3 (q4) (docs/models.md)")
 			verify := fs.Bool("verify", false, "write nothing: re-read every shard, check every checksum and compare every tensor with the checkpoint")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 1 {

@@ -12,7 +12,7 @@ import (
 // its thread to any other goroutine meanwhile, runtime.Gosched) before it parks. A model's forward pass calls
 // parallelFor a few hundred times a step with microseconds of one-core work between calls; a goroutine started
 // per call, or a parked helper, costs a thread wake-up per call, which on a virtual machine takes tens of
-// microseconds. Measured on the 2-core VM (docs/performance.md, "Helper pool"): 16 sequences on the TinyLlama
+// microseconds. Measured on the 2-core VM (docs/performance-log.md, "Helper pool"): 16 sequences on the TinyLlama
 // shape 86.5 → 94.5 tok/s aggregate, the Q4_1 SmolLM2 GGUF's decode 123 → 193 tok/s.
 const helperSpin = 50 * time.Microsecond
 

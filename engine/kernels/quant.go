@@ -19,7 +19,7 @@ import (
 // (its activation formats per weight type, its x86 rounding), so a GGUF file gives llama.cpp's tokens; it also
 // makes the products integer work, which is where llama.cpp's CPU speed comes from. The activations' 8-bit
 // rounding adds a relative error of about 2⁻⁹ per element to each product (measured against float32 on the
-// same weights: docs/performance.md, quantization).
+// same weights: docs/performance-log.md, quantization).
 //
 // The float32 part is fixed, so that the assembly (quant_amd64.s) and portable kernels give the same bits: for
 // each block, eight lanes of integer sums (lane l: elements 4l..4l+3 of every 32, times their sub-block scales
