@@ -499,16 +499,17 @@ func TestLogitsChecksAsGenerate(t *testing.T) {
 }
 
 // TestSlidingSessionDiverges: a session's next prompt that shares only an early prefix with what the session
-// holds cannot reuse a sliding layer's ring (it has written later positions over that prefix's last ones): the
-// prompt is computed again, and the result is that of a request without a session.
+// holds cannot reuse a sliding layer's ring once it has written later positions over that prefix's last ones
+// (beyond its slack): the prompt is computed again, and the result is that of a request without a session.
 func TestSlidingSessionDiverges(t *testing.T) {
 	c := familyBase("MistralForCausalLM", "mistral")
 	c["sliding_window"] = 4
+	c["max_position_embeddings"] = 512 // a ring (kvcache.RingSlots(4, ringSlack) = 192 slots) smaller than the cache
 	e := open(t, writeFamily(t, c, nil), Options{})
 	ctx := context.Background()
 	s := e.NewSession()
 	defer s.Close()
-	if _, err := e.Generate(ctx, Request{PromptIDs: familyIDs, MaxNewTokens: 5, StopIDs: []int{}, Session: s}, nil); err != nil {
+	if _, err := e.Generate(ctx, Request{PromptIDs: familyIDs, MaxNewTokens: 300, StopIDs: []int{}, Session: s}, nil); err != nil {
 		t.Fatal(err)
 	}
 	next := append(slices.Clone(familyIDs[:6]), 2, 8, 16)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"math/bits"
-	"sort"
 	"strings"
 	"sync/atomic"
 
@@ -117,25 +116,36 @@ type pass interface {
 	free()
 }
 
-// forward runs new tokens of some sequences of kv through the model, one load of each unit serving them all:
-// ids[i] continues the sequence in cache row rows[i] at its positions kv.Len(rows[i]).. and is committed to
-// the cache. It returns, for each i, the logits of its last new position; with all (one sequence only), the
-// logits of every new position. Row i's quantized products are tiled (kernels.LinearQuantPrompt) when it brings
-// kernels.PromptTileRows positions or more, or when tiled[i] (a chunk of a prompt that long; tiled may be nil).
+// feed is what one sequence brings to a forward pass.
+type feed struct {
+	row int   // its row of the cache
+	ids []int // its new tokens, continuing the row at its positions kv.Len(row)..
+	// tiled: its quantized products are tiled (kernels.LinearQuantPrompt), as they are anyway when it brings
+	// kernels.PromptTileRows positions or more: a chunk of a prompt that long.
+	tiled bool
+	// every: the logits of every new position, not only of the last (a draft's verification; host kernels). Its
+	// positions are computed as decode steps compute them, bit for bit (never tiled).
+	every bool
+}
+
+// forward runs new tokens of some sequences of kv through the model, one load of each unit serving them all,
+// and commits them to the cache. It returns, for each feed, the logits of its last new position ([vocab]), or of
+// every new position with feed.every ([t·vocab], position after position); with all (Logits: one feed), the
+// logits of every new position, one slice each.
 //
 // Passes run on the host kernels (hostPass) over just the given rows, unless Options.GraphDecode or all (onHost):
 // the rows bringing the same number of new tokens are computed together, with no padding (hostGroups), so a
 // prompt joining the batch is prefilled in the same pass as the other sequences' decode tokens at the cost of its
 // own tokens only. Otherwise the compiled graphs (graphPass) run over every row of the store, padded to the
 // longest input's bucket: a row without new tokens is computed but neither written nor returned.
-func (r *runner) forward(ctx context.Context, st *stream, kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, all bool) ([][]float32, error) {
-	for i, row := range rows {
-		if err := kv.CheckRoom(row, len(ids[i])); err != nil {
+func (r *runner) forward(ctx context.Context, st *stream, kv *kvcache.Store, feeds []feed, all bool) ([][]float32, error) {
+	for _, f := range feeds {
+		if err := kv.CheckRoom(f.row, len(f.ids)); err != nil {
 			return nil, err
 		}
 	}
-	r.resetHealth(len(rows))
-	p, err := r.newPass(st, kv, rows, ids, tiled, all)
+	r.resetHealth(len(feeds))
+	p, err := r.newPass(st, kv, feeds, all)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +183,7 @@ func (r *runner) layers(ctx context.Context, st *stream, p pass) error {
 
 // newPass embeds the new tokens (a lookup on the host, from the embedding resident or streamed first) and
 // makes the pass that computes them.
-func (r *runner) newPass(st *stream, kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, all bool) (pass, error) {
+func (r *runner) newPass(st *stream, kv *kvcache.Store, feeds []feed, all bool) (pass, error) {
 	ew, release, err := r.store.embedSet(st)
 	if err != nil {
 		return nil, err
@@ -183,9 +193,9 @@ func (r *runner) newPass(st *stream, kv *kvcache.Store, rows []int, ids [][]int,
 	var p pass
 	err = r.store.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
 		if r.onHost(all) {
-			p, err = r.newHostPass(kv, rows, ids, tiled, embed, all)
+			p, err = r.newHostPass(kv, feeds, embed, all)
 		} else {
-			p, err = r.newGraphPass(kv, rows, ids, embed, all)
+			p, err = r.newGraphPass(kv, feeds, embed, all)
 		}
 		return err
 	})
@@ -221,7 +231,7 @@ func (r *runner) onHost(all bool) bool {
 
 // pass runs ids for sequence 0 of a one-sequence store (forward with a single sequence).
 func (r *runner) pass(ctx context.Context, st *stream, kv *kvcache.Store, ids []int, all bool) ([][]float32, error) {
-	return r.forward(ctx, st, kv, []int{0}, [][]int{ids}, nil, all)
+	return r.forward(ctx, st, kv, []feed{{row: 0, ids: ids}}, all)
 }
 
 // resetHealth makes r.health n rows of one value per decoder layer, reusing its arrays.
@@ -238,6 +248,11 @@ func (r *runner) resetHealth(n int) {
 		}
 	}
 }
+
+// ringSlack is the positions a host pass writes into a sliding layer's ring before attending (kvcache.Config.RingSlack):
+// decode steps, draft verifications and prompt chunks up to this long write ahead, so that a position's attention
+// is the same in each (hostOps.Attention).
+const ringSlack = 64
 
 // bucket rounds n up to a power of two, so that few graph shapes serve every length.
 func bucket(n int) int {
@@ -276,7 +291,7 @@ func (r *runner) kvStoreBatch(batch, capacity int, host bool) (*kvcache.Store, e
 func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 	p := r.plan
 	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim,
-		Half: host && r.kvHalf}
+		Half: host && r.kvHalf, RingSlack: ringSlack}
 	for i, l := range p.Layers {
 		if l.Window > 0 {
 			if cfg.Ring == nil {
@@ -317,21 +332,19 @@ func freeKVStore(kv *kvcache.Store) {
 }
 
 // passTables are the per-kind inputs of one forward pass over some rows of the store, each bringing t new
-// positions (padding included): a rotary table per rope of the plan, and per window either an additive
-// attention mask (graphs) or the runs of positions the cache slots of each row hold (host kernels, which mask
-// by positions).
+// positions (padding included): a rotary table per rope of the plan, and for the graphs an additive attention
+// mask per window (the host kernels mask by positions: hostOps.Attention).
 type passTables struct {
 	cos, sin [][]float32 // by Plan.Ropes index: [rows, t, rope dims]
 	masks    map[int][]float32
-	runs     map[int][][]cacheRun // by window: each row's
-	slots    map[int]int          // by window: the cache slots of its layers (S)
+	slots    map[int]int // by window: the cache slots of its layers (S)
 }
 
 // passTables builds the tables of a pass: row i is cache row rows[i], whose lens[i] new positions (then padding
-// up to t) start at kv.Len(rows[i]). masks asks for the graphs' masks, else the host kernels' runs are built.
+// up to t) start at kv.Len(rows[i]). masks asks for the graphs' masks.
 func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bool) passTables {
 	p := r.plan
-	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, runs: map[int][][]cacheRun{}, slots: map[int]int{}}
+	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, slots: map[int]int{}}
 	for ri, rope := range p.Ropes {
 		for i, row := range rows {
 			pos0 := kv.Len(row)
@@ -350,34 +363,14 @@ func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		}
 		view := kv.View(l)
 		pt.slots[kind.Window] = view.Slots()
+		if !masks {
+			continue
+		}
 		for _, row := range rows {
-			if masks {
-				pt.masks[kind.Window] = append(pt.masks[kind.Window], attentionMask(view, row, t, kind.Window)...)
-			} else {
-				pt.runs[kind.Window] = append(pt.runs[kind.Window], cacheRuns(view, row))
-			}
+			pt.masks[kind.Window] = append(pt.masks[kind.Window], attentionMask(view, row, t, kind.Window)...)
 		}
 	}
 	return pt
-}
-
-// cacheRun is slots [slot, slot+n) of a cache row, holding positions pos, pos+1, … .
-type cacheRun struct{ slot, pos, n int }
-
-// cacheRuns returns the runs of consecutive positions the slots of cache row row hold, in slot order: one
-// from slot 0 for a full layer, up to two for a ring (its newest positions from slot 0, then the oldest).
-func cacheRuns(view *kvcache.View, row int) []cacheRun {
-	var runs []cacheRun
-	for j, s := 0, view.Slots(); j < s; {
-		p := view.Position(row, j)
-		if p < 0 { // empty slots come last
-			break
-		}
-		n := sort.Search(s-j, func(k int) bool { return view.Position(row, j+k) != p+k })
-		runs = append(runs, cacheRun{slot: j, pos: p, n: n})
-		j += n
-	}
-	return runs
 }
 
 // embedRow writes the embedding of id (a row of the [vocab, hidden] matrix flat) into dst as float32.

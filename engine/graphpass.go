@@ -76,7 +76,7 @@ func exec(x *graph.Exec, what string, args ...any) (outs []*tensors.Tensor, err 
 type graphPass struct {
 	r        *runner
 	kv       *kvcache.Store
-	rows     []int // forward's rows
+	rows     []int // the feeds' rows
 	lens     []int // by row of the store
 	tb       int
 	all      bool
@@ -88,20 +88,24 @@ type graphPass struct {
 }
 
 // newGraphPass embeds the new tokens into the padded batch and builds the pass's rotary tables and masks.
-func (r *runner) newGraphPass(kv *kvcache.Store, rows []int, ids [][]int, embed func(dst []float32, id, pos int) error, all bool) (pass, error) {
+func (r *runner) newGraphPass(kv *kvcache.Store, feeds []feed, embed func(dst []float32, id, pos int) error, all bool) (pass, error) {
 	h, b := r.cfg.HiddenSize, kv.Config().Batch
 	tmax := 0
-	for _, t := range ids {
-		tmax = max(tmax, len(t))
+	for _, f := range feeds {
+		if f.every {
+			return nil, errors.New("the logits of several new positions of a sequence in a batch (a draft's verification) need the host kernels (device cpu without graph decode)")
+		}
+		tmax = max(tmax, len(f.ids))
 	}
 	tb := bucket(tmax)
-	p := &graphPass{r: r, kv: kv, rows: rows, lens: make([]int, b), tb: tb, all: all, masks: map[int]*tensors.Tensor{}, health: make([][]float32, b)}
+	p := &graphPass{r: r, kv: kv, lens: make([]int, b), tb: tb, all: all, masks: map[int]*tensors.Tensor{}, health: make([][]float32, b)}
 	xHost := make([]float32, b*tb*h)
-	for i, row := range rows {
-		p.lens[row] = len(ids[i])
-		p.health[row] = r.health[i]
-		for j, id := range ids[i] {
-			if err := embed(xHost[(row*tb+j)*h:(row*tb+j+1)*h], id, kv.Len(row)+j); err != nil {
+	for i, f := range feeds {
+		p.rows = append(p.rows, f.row)
+		p.lens[f.row] = len(f.ids)
+		p.health[f.row] = r.health[i]
+		for j, id := range f.ids {
+			if err := embed(xHost[(f.row*tb+j)*h:(f.row*tb+j+1)*h], id, kv.Len(f.row)+j); err != nil {
 				return nil, err
 			}
 		}

@@ -18,21 +18,22 @@ import (
 //
 // Activations are *hostArray; weights are the *deviceTensor buffers the transfer stage filled (f32 or bf16,
 // widened on the fly). The cache is the graph path's, laid out the same way; attention has no mask array but
-// positions: row i's queries are at past[i], past[i]+1, …, its cache slots hold the runs of positions cache[i],
-// and kernels.Attention applies causality and the window from those.
+// positions: row i's queries are at past[i], past[i]+1, …, its cache slots hold the runs of positions the view
+// gives (kvcache.View.Runs), and kernels.Attention applies causality and the window from those.
 type hostOps struct {
 	// observe, when set, is called with the input rows of every product and its weight's name
 	// (Options.ObserveInputs).
 	observe  func(tensor string, x []float32, cols int)
 	cos, sin []float32     // [B, T, rotary dims]
 	past     []int         // [B]: positions each row has in the cache (its first query's position)
-	cache    [][]cacheRun  // [B]: what the cache slots of each row hold
 	window   int           // the layer's sliding window (0: none)
 	kv       *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S = kv.Slots(), headDim])
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
 	arena *hostArena
+	// err receives the first error writing the cache (Attention), which the Ops methods cannot return.
+	err *error
 	// bf16Products: bf16 weight matrices multiply activations rounded to bf16 (runner.bf16Products).
 	bf16Products bool
 	// tiled: the rows are passes of prompts of kernels.PromptTileRows new tokens or more (each chunk of one,
@@ -222,17 +223,30 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 	return y
 }
 
+// Attention attends every row's new queries to its cached positions and its new keys, and commits the new keys
+// and values to the layer's cache (the host kernels' layers leave the cache written: hostPass does not write
+// it again). A pass short enough for the layer (a full layer, or a ring's slack: kvcache.View.WritesAhead)
+// writes them first and attends to the cache alone, so that a position's attention sums the same blocks in the
+// same order whether it comes in a decode step, a draft's verification or a prompt chunk; a longer prompt on a
+// ring attends to them beside the cache and writes them after.
 func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
 	if o.llamaCpp != nil {
-		return o.llamaCppAttention(qa, ka, va, opts)
+		y := o.llamaCppAttention(qa, ka, va, opts)
+		o.commit(ka, va)
+		return y
 	}
-	// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a prompt
-	// sees its own positions alike computed in one pass or a token at a time.
-	o.kv.Round(ka.data)
-	o.kv.Round(va.data)
-	slot, _ := o.kv.Layer(0)
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
+	ahead := o.kv.WritesAhead(t)
+	if ahead {
+		o.commit(ka, va)
+	} else {
+		// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a
+		// prompt sees its own positions alike computed in one pass or a token at a time.
+		o.kv.Round(ka.data)
+		o.kv.Round(va.data)
+	}
+	slot, _ := o.kv.Layer(0)
 	kvHeads := ka.dims[1]
 	group := heads / kvHeads
 	s := o.kv.Slots()
@@ -240,22 +254,25 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	p := kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}
 	jobs := make([]kernels.AttentionJob, 0, b*kvHeads)
 	for bi := range b {
-		row := bi // the sequence's row of the cache
-		if o.rows != nil {
-			row = o.rows[bi]
+		row, held := o.row(bi), o.past[bi]
+		if ahead {
+			held += t
 		}
+		cached := o.kv.Runs(row, held)
 		for g := range kvHeads {
 			past, nw := (row*kvHeads+g)*s*d, (bi*kvHeads+g)*t*d // this head's slots in the cache, new keys in k
-			runs := make([]kernels.KeyRun, 0, len(o.cache[bi])+1)
-			for _, c := range o.cache[bi] {
-				lo, hi := past+c.slot*d, past+(c.slot+c.n)*d
+			runs := make([]kernels.KeyRun, 0, len(cached)+1)
+			for _, c := range cached {
+				lo, hi := past+c.Slot*d, past+(c.Slot+c.N)*d
 				if slot.K16 != nil {
-					runs = append(runs, kernels.KeyRun{K16: slot.K16[lo:hi], V16: slot.V16[lo:hi], Pos: c.pos, N: c.n})
+					runs = append(runs, kernels.KeyRun{K16: slot.K16[lo:hi], V16: slot.V16[lo:hi], Pos: c.Pos, N: c.N})
 				} else {
-					runs = append(runs, kernels.KeyRun{K: slot.K[lo:hi], V: slot.V[lo:hi], Pos: c.pos, N: c.n})
+					runs = append(runs, kernels.KeyRun{K: slot.K[lo:hi], V: slot.V[lo:hi], Pos: c.Pos, N: c.N})
 				}
 			}
-			runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
+			if !ahead {
+				runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
+			}
 			jobs = append(jobs, kernels.AttentionJob{
 				Q: qa.data[(bi*heads+g*group)*t*d:], QHead: t * d, QPos: d,
 				Out: y.data[bi*t*heads*d+g*group*d:], OutHead: d, OutPos: heads * d,
@@ -264,7 +281,34 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 		}
 	}
 	kernels.Attention(p, d, jobs)
+	if !ahead {
+		o.commit(ka, va)
+	}
 	return y
+}
+
+// row is the cache row of the activations' batch index bi.
+func (o hostOps) row(bi int) int {
+	if o.rows != nil {
+		return o.rows[bi]
+	}
+	return bi
+}
+
+// commit writes the new keys and values k, v ([B, kvHeads, t, headDim]) of every row to the layer's cache at
+// its positions past[bi].. (committed by the pass's kvcache.Store.Advance), keeping the first error in o.err.
+func (o hostOps) commit(k, v *hostArray) {
+	b, t := k.dims[0], k.dims[2]
+	size := len(k.data) / b
+	for bi := range b {
+		err := o.kv.Write(o.row(bi), t, t, k.data[bi*size:(bi+1)*size], v.data[bi*size:(bi+1)*size])
+		switch {
+		case err != nil && o.err == nil:
+			panic(fmt.Sprintf("engine: key/value cache: %v", err)) // every pass's hostOps has err (hostPass.layer)
+		case err != nil && *o.err == nil:
+			*o.err = err
+		}
+	}
 }
 
 func (o hostOps) Act(x model.Value, f model.Activation) model.Value {

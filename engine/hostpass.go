@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"slices"
 
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
@@ -15,9 +14,9 @@ import (
 type hostPass struct {
 	r      *runner
 	kv     *kvcache.Store
+	feeds  []feed
 	groups []*hostGroup
-	n      int  // forward's rows
-	all    bool // every new position's logits (one sequence)
+	all    bool // every new position's logits (Logits: one sequence)
 	arena  *hostArena
 	keep   []*hostArray // the groups' activations, kept across a recycle of the arena
 }
@@ -26,7 +25,7 @@ type hostPass struct {
 type hostGroup struct {
 	rows   []int // the sequences' cache rows
 	past   []int // their lengths in the cache: the positions of their first new tokens
-	at     []int // their indices in forward's rows: where their logits go
+	at     []int // their indices in forward's feeds: where their logits go
 	t      int
 	tiled  bool        // the quantized products are tiled (forward)
 	x      model.Value // [len(rows), t, hidden]
@@ -34,20 +33,20 @@ type hostGroup struct {
 }
 
 // newHostPass embeds the new tokens into their groups (hostGroups).
-func (r *runner) newHostPass(kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, embed func(dst []float32, id, pos int) error, all bool) (pass, error) {
-	groups, err := r.hostGroups(kv, rows, ids, tiled, embed)
+func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed func(dst []float32, id, pos int) error, all bool) (pass, error) {
+	groups, err := r.hostGroups(kv, feeds, embed)
 	if err != nil {
 		return nil, err
 	}
-	return &hostPass{r: r, kv: kv, groups: groups, n: len(rows), all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups))}, nil
+	return &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups))}, nil
 }
 
-// hostGroups embeds ids[i] (continuing cache row rows[i]) and groups the rows by their number of new positions
-// and whether their products are tiled (forward), in order of first appearance: decode steps (one position each)
-// share one group, a prompt forms its own unless another of the same length comes with it. Every row of a group
-// is computed exactly as alone (the host kernels sum each row in the same order whatever the rows beside it), so
-// grouping changes no result.
-func (r *runner) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []bool, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
+// hostGroups embeds each feed's ids and groups the feeds by their number of new positions and whether their
+// products are tiled (forward), in order of first appearance: decode steps (one position each) share one group,
+// a prompt forms its own unless another of the same length comes with it. Every row of a group is computed
+// exactly as alone (the host kernels sum each row in the same order whatever the rows beside it), so grouping
+// changes no result.
+func (r *runner) hostGroups(kv *kvcache.Store, feeds []feed, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
 	h := r.cfg.HiddenSize
 	type key struct {
 		t     int
@@ -55,15 +54,16 @@ func (r *runner) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []
 	}
 	var groups []*hostGroup
 	byKey := map[key]*hostGroup{}
-	for i, row := range rows {
-		k := key{len(ids[i]), len(ids[i]) >= kernels.PromptTileRows || tiled != nil && tiled[i]}
+	for i, f := range feeds {
+		// A verification (every) computes its positions as decode steps do: never tiled.
+		k := key{len(f.ids), !f.every && (len(f.ids) >= kernels.PromptTileRows || f.tiled)}
 		g := byKey[k]
 		if g == nil {
 			g = &hostGroup{t: k.t, tiled: k.tiled}
 			byKey[k] = g
 			groups = append(groups, g)
 		}
-		g.rows, g.at = append(g.rows, row), append(g.at, i)
+		g.rows, g.at = append(g.rows, f.row), append(g.at, i)
 	}
 	for _, g := range groups {
 		x := newHostArray(len(g.rows), g.t, h)
@@ -73,7 +73,7 @@ func (r *runner) hostGroups(kv *kvcache.Store, rows []int, ids [][]int, tiled []
 			pos0 := kv.Len(row)
 			g.past[j] = pos0
 			lens[j] = g.t
-			for k, id := range ids[g.at[j]] {
+			for k, id := range feeds[g.at[j]].ids {
 				if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, pos0+k); err != nil {
 					return nil, err
 				}
@@ -106,11 +106,13 @@ func (p *hostPass) compute(i int, w *weightSet) error {
 	})
 }
 
-// layer computes decoder layer i for group g, writing its keys and values to the layer's cache view.
+// layer computes decoder layer i for group g; its attention (hostOps.Attention) writes the keys and values to
+// the layer's cache view.
 func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model.LayerWeights) error {
 	r := p.r
 	kind := r.plan.Layers[i]
-	ops := hostOps{past: g.past, cache: g.tables.runs[kind.Window], window: kind.Window, kv: view, rows: g.rows, arena: p.arena,
+	var err error
+	ops := hostOps{past: g.past, window: kind.Window, kv: view, rows: g.rows, arena: p.arena, err: &err,
 		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe}
 	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
 		ops.rowByRow = llamaCppOutputRows(weights)
@@ -118,13 +120,9 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 	if kind.Rope != model.NoRope {
 		ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 	}
-	out := r.arch.Layer(ops, model.LayerInputs{Kind: kind, X: g.x, W: weights})
-	k, v := arr(out.K).data, arr(out.V).data // [rows, kvHeads, t, headDim]
-	size := len(k) / len(g.rows)
-	for j, row := range g.rows {
-		if err := view.Write(row, g.t, g.t, k[j*size:(j+1)*size], v[j*size:(j+1)*size]); err != nil {
-			return err
-		}
+	out := r.arch.Layer(ops, model.LayerInputs{Kind: kind, X: g.x, W: weights}) // its attention writes the cache
+	if err != nil {
+		return err
 	}
 	g.x = out.X
 	h := r.cfg.HiddenSize
@@ -135,10 +133,18 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 }
 
 // head commits the groups' positions to the cache and applies the final norm and the output projection to the
-// last new position of each of forward's rows, in forward's order (with all: every position).
+// last new position of each feed (of every one with feed.every or all), in the feeds' order.
 func (p *hostPass) head(st *stream) ([][]float32, error) {
 	r := p.r
-	h, n := r.cfg.HiddenSize, p.n
+	h, v := r.cfg.HiddenSize, r.cfg.VocabSize
+	first := make([]int, len(p.feeds)+1) // feed i's rows of the head's input: first[i] ≤ row < first[i+1]
+	for i, f := range p.feeds {
+		first[i+1] = first[i] + 1
+		if f.every || p.all {
+			first[i+1] = first[i] + len(f.ids)
+		}
+	}
+	n := first[len(p.feeds)]
 	last := newHostArray(n, 1, h)
 	for _, g := range p.groups {
 		x := arr(g.x).data
@@ -147,11 +153,8 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 				return nil, err
 			}
 			at := g.at[j]
-			copy(last.data[at*h:(at+1)*h], x[(j*g.t+g.t-1)*h:(j*g.t+g.t)*h])
-		}
-		if p.all {
-			last = &hostArray{data: slices.Clone(x[:g.t*h]), dims: []int{g.t, 1, h}}
-			n = g.t
+			k := first[at+1] - first[at] // the last k positions
+			copy(last.data[first[at]*h:first[at+1]*h], x[(j*g.t+g.t-k)*h:(j*g.t+g.t)*h])
 		}
 	}
 	r.warnClamped(p.kv)
@@ -174,10 +177,16 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 	if herr != nil {
 		return nil, herr
 	}
-	v := r.cfg.VocabSize
-	out := make([][]float32, n)
-	for j := range out {
-		out[j] = logits[j*v : (j+1)*v : (j+1)*v]
+	if p.all {
+		out := make([][]float32, n)
+		for j := range out {
+			out[j] = logits[j*v : (j+1)*v : (j+1)*v]
+		}
+		return out, nil
+	}
+	out := make([][]float32, len(p.feeds))
+	for i := range out {
+		out[i] = logits[first[i]*v : first[i+1]*v : first[i+1]*v]
 	}
 	return out, nil
 }

@@ -281,17 +281,14 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 		defer llamaCppScratch.Put(sc)
 		for job := lo; job < hi; job++ {
 			bi, g := job/kvHeads, job%kvHeads
-			row := bi
-			if o.rows != nil {
-				row = o.rows[bi]
-			}
+			row := o.row(bi)
 			past := o.past[bi]
 			n := past + t
 			sc.k, sc.v = grow.Slice(sc.k, n*d), grow.Slice(sc.v, n*d)
 			ks, vs := sc.k, sc.v
 			base := (row*kvHeads + g) * s * d
-			for _, c := range o.cache[bi] {
-				from, to := base+c.slot*d, base+(c.slot+c.n)*d
+			for _, c := range o.kv.Runs(row, past) {
+				from, to := base+c.Slot*d, base+(c.Slot+c.N)*d
 				var kc, vc []float32
 				if half {
 					sc.wk, sc.wv = grow.Slice(sc.wk, to-from), grow.Slice(sc.wv, to-from)
@@ -301,8 +298,8 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 				} else {
 					kc, vc = slot.K[from:to], slot.V[from:to]
 				}
-				order(ks[c.pos*d:(c.pos+c.n)*d], kc, d)
-				copy(vs[c.pos*d:(c.pos+c.n)*d], vc)
+				order(ks[c.Pos*d:(c.Pos+c.N)*d], kc, d)
+				copy(vs[c.Pos*d:(c.Pos+c.N)*d], vc)
 			}
 			nw := (bi*kvHeads + g) * t * d
 			order(ks[past*d:], k.data[nw:nw+t*d], d)

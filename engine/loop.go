@@ -322,7 +322,11 @@ func (b *batcher) runStep(st *stream, active []*job) error {
 	ids, err := b.recomputeFeed(f.rows, f.ids, func(i int) []int { return active[i].seq.history })
 	var logits [][]float32
 	if err == nil {
-		logits, err = b.run.forward(ctx, st, b.kv, f.rows, ids, f.tiled, false)
+		feeds := make([]feed, len(ids))
+		for i := range feeds {
+			feeds[i] = feed{row: f.rows[i], ids: ids[i], tiled: f.tiled[i]}
+		}
+		logits, err = b.run.forward(ctx, st, b.kv, feeds, false)
 	}
 	unwatch()
 	cancel()

@@ -6,8 +6,9 @@
 // Each layer's keys and values are flat slices laid out [batch, kvHeads, slots, headDim]: float32, or with
 // Config.Half IEEE half precision (float16, as llama.cpp's default cache), which halves the cache's memory. A layer with
 // full attention has Capacity slots and keeps position p in slot p. A sliding-window layer (Config.Ring) keeps
-// only its last Ring positions, in a ring: position p in slot p mod Ring, so its memory stays bounded however
-// long the sequence grows (Mistral's sliding_window, Qwen2's sliding layers, Gemma's local layers). The slices
+// only its last positions, in a ring of S slots (its window plus Config.RingSlack, rounded up to RingAlign):
+// position p in slot p mod S, so its memory stays bounded however long the sequence grows (Mistral's
+// sliding_window, Qwen2's sliding layers, Gemma's local layers). The slices
 // come from an Allocator so the engine can hand out memory the compute backend reads without a copy (a shared
 // device buffer); the Handle of each slice travels with it. The number of positions is tracked per sequence of
 // the batch: a forward pass writes its new positions into every layer at Len(b).., and Advance commits them
@@ -30,25 +31,42 @@ type Config struct {
 	KVHeads  int // key/value heads per layer
 	Capacity int // positions per sequence
 	HeadDim  int // elements per head
-	// Ring, when not nil, has one entry per layer: a positive entry smaller than Capacity makes that layer a ring
-	// of that many slots (a sliding window: the layer only needs the last Ring positions); 0 or an entry of at
-	// least Capacity gives the layer Capacity slots.
+	// Ring, when not nil, has one entry per layer: a positive entry is that layer's sliding window W, which makes
+	// it a ring of RingSlots(W, RingSlack) slots when that is smaller than Capacity (the layer only needs the
+	// last W positions); 0, or a ring that would not be smaller, gives the layer Capacity slots.
 	Ring []int
+	// RingSlack is how many positions a pass may write into a ring before its queries attend to it (the engine's
+	// host kernels write a short pass's new keys first): the ring then still holds every position those queries
+	// see, in blocks aligned as the attention kernel's (RingAlign).
+	RingSlack int
 	// Half stores keys and values as float16 (Slot.K16, V16) instead of float32 (Slot.K, V): Write rounds each to
 	// the nearest float16 and clamps one beyond float16's range (±65504) to it, counting it (TakeClamped).
 	Half bool
 }
 
+// RingAlign is what ring sizes are multiples of: the attention kernel's block of keys, so that a ring's wrap
+// falls on a block boundary.
+const RingAlign = 64
+
+// RingSlots is the number of slots of a ring for a sliding window of window positions and a slack of slack
+// positions: window + slack + RingAlign, rounded up to a multiple of RingAlign. Without slack it is the window.
+func RingSlots(window, slack int) int {
+	if slack == 0 {
+		return window
+	}
+	return (window + slack + 2*RingAlign - 1) / RingAlign * RingAlign
+}
+
 // Slots is the number of positions layer keeps per sequence.
 func (c Config) Slots(layer int) int {
 	if c.ring(layer) {
-		return c.Ring[layer]
+		return RingSlots(c.Ring[layer], c.RingSlack)
 	}
 	return c.Capacity
 }
 
 func (c Config) ring(layer int) bool {
-	return c.Ring != nil && c.Ring[layer] > 0 && c.Ring[layer] < c.Capacity
+	return c.Ring != nil && c.Ring[layer] > 0 && RingSlots(c.Ring[layer], c.RingSlack) < c.Capacity
 }
 
 // Size is the number of elements of one K (or V) slice of layer.
@@ -181,6 +199,33 @@ func (v *View) Len(b int) int { return v.store.lens[b] }
 // Slots is the number of positions the layer keeps per sequence: Capacity, or its ring's size.
 func (v *View) Slots() int { return v.slots }
 
+// Run is slots [Slot, Slot+N) of one sequence of a layer, holding positions Pos, Pos+1, … .
+type Run struct{ Slot, Pos, N int }
+
+// Runs returns the runs of consecutive positions the slots of sequence b hold once it has length positions (the
+// committed ones and any written beyond them), in position order: one from slot 0 for a full layer; for a ring
+// that has wrapped, its oldest positions, then the newest from slot 0.
+func (v *View) Runs(b, length int) []Run {
+	if !v.ring || length <= v.slots {
+		if length == 0 {
+			return nil
+		}
+		return []Run{{Slot: 0, Pos: 0, N: min(length, v.slots)}}
+	}
+	newest := length - 1
+	at := newest % v.slots // the newest position's slot
+	runs := make([]Run, 0, 2)
+	if at+1 < v.slots {
+		runs = append(runs, Run{Slot: at + 1, Pos: newest + 1 - v.slots, N: v.slots - at - 1})
+	}
+	return append(runs, Run{Slot: 0, Pos: newest - at, N: at + 1})
+}
+
+// WritesAhead reports whether a pass may write n new positions of a sequence before its queries attend to
+// them without overwriting a position those queries see: always for a full layer, up to Config.RingSlack for a
+// ring.
+func (v *View) WritesAhead(n int) bool { return !v.ring || n <= v.store.cfg.RingSlack }
+
 // Position returns the position whose keys and values slot j of sequence b holds, or -1 when it holds none yet.
 func (v *View) Position(b, j int) int {
 	return SlotPosition(v.store.lens[b], v.slots, v.ring, j)
@@ -262,16 +307,20 @@ var ErrRingOverwritten = errors.New("kvcache: a sliding-window ring has overwrit
 
 // Truncate forgets the positions of sequence b from n on (n ≤ Len(b)): the first n stay valid. Truncate(b, 0)
 // frees the row for another sequence. A ring has written later positions over earlier ones; it stays valid if it
-// still holds the last Ring-1 positions before n (all a sliding window of Ring positions needs besides the new
-// one), which it does when it was cut back by at most one position or never wrapped; otherwise the error wraps
-// ErrRingOverwritten and nothing changes.
+// still holds the last W-1 positions before n (all a sliding window of W positions needs besides the new one),
+// which it does when it never wrapped, or was cut back by at most its slack plus one position; otherwise the
+// error wraps ErrRingOverwritten and nothing changes.
 func (s *Store) Truncate(b, n int) error {
 	if n < 0 || n > s.lens[b] {
 		return fmt.Errorf("kvcache: truncate sequence %d to %d positions: it holds %d", b, n, s.lens[b])
 	}
 	for l := range s.slots {
-		if r := s.cfg.Slots(l); s.cfg.ring(l) && n > 0 && s.lens[b] > max(r, n+1) {
-			return fmt.Errorf("%w (layer %d: ring of %d, sequence %d cut from %d to %d positions)", ErrRingOverwritten, l, r, b, s.lens[b], n)
+		if !s.cfg.ring(l) || n == 0 {
+			continue
+		}
+		slots, window := s.cfg.Slots(l), s.cfg.Ring[l]
+		if lost := s.lens[b] - slots; lost > max(0, n-window+1) { // positions [0, lost) are overwritten
+			return fmt.Errorf("%w (layer %d: ring of %d slots for a window of %d, sequence %d cut from %d to %d positions)", ErrRingOverwritten, l, slots, window, b, s.lens[b], n)
 		}
 	}
 	s.lens[b] = n

@@ -43,7 +43,9 @@ type AttentionJob struct {
 // exponentials (a running maximum per query rescales what was summed before) and the weighted values, so
 // memory traffic stays in L1/L2 at any length and a block no query of the tile sees is skipped. The tiles are
 // spread over the cores. A query's result depends only on its own job (not on the other jobs, nor on how many
-// run together): the blocks are fixed by key positions, the tiles by query positions.
+// run together): the blocks are fixed by key positions (aligned to multiples of attnBlock, so that a query sees
+// the same blocks whether its keys come in one run or split at a block boundary, and runs given in position
+// order give every query its blocks in the same order), the tiles by query positions.
 func Attention(p AttentionParams, d int, jobs []AttentionJob) {
 	type item struct{ job, t0, tq int }
 	var items []item
@@ -107,8 +109,10 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 	s.start(d, job, t0, rows, asm)
 	qlo, qhi := s.qpos[0], s.qpos[rows-1]
 	for _, run := range job.Runs {
-		for j0 := 0; j0 < run.N; j0 += attnBlock {
-			n := min(attnBlock, run.N-j0)
+		for j0, n := 0, 0; j0 < run.N; j0 += n {
+			// Blocks are aligned to key positions (multiples of attnBlock), whatever the runs: a key is summed in
+			// the same block at the same place whether it comes from the cache or from the pass.
+			n = min(attnBlock-(run.Pos+j0)%attnBlock, run.N-j0)
 			klo, khi := run.Pos+j0, run.Pos+j0+n-1
 			if klo > qhi || (p.Window > 0 && khi <= qlo-p.Window) {
 				continue // no query of the tile sees a key of the block
