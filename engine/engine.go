@@ -39,6 +39,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -153,8 +154,25 @@ func (e *Engine) init(ctx context.Context, set *shards.Set) error {
 	if err := e.store.allocate(ctx); err != nil {
 		return err
 	}
-	e.batch = newBatcher(e.run, &e.passes, e.opts)
+	d, err := e.openDrafter(ctx)
+	if err != nil {
+		return err
+	}
+	e.batch = newBatcher(e.run, &e.passes, d, e.opts)
 	return nil
+}
+
+// openDrafter opens Options.Draft: nil for none.
+func (e *Engine) openDrafter(ctx context.Context) (drafter, error) {
+	switch {
+	case e.opts.Draft == "":
+		return nil, nil
+	case e.plan.Recompute > 0:
+		return nil, errors.New("speculative decoding (--draft) is not implemented for a model that recomputes its cache past a length (Phi-3 longrope)")
+	case e.opts.Draft == DraftNgram:
+		return ngramDrafter{}, nil
+	}
+	return openDraftModel(ctx, e.opts.Draft, e.opts, e)
 }
 
 // Config is the model's configuration.
@@ -195,6 +213,9 @@ func (e *Engine) Close() error {
 	e.passes.closed = true
 	if e.batch != nil {
 		e.batch.free()
+		if e.batch.draft != nil {
+			e.batch.draft.close()
+		}
 	}
 	if e.run != nil {
 		e.run.free()

@@ -40,7 +40,14 @@ type Request struct {
 	// of the same Session whose prompt starts with the ids already computed (a chat's next turn) computes only
 	// the rest. One request at a time per Session.
 	Session *Session
+	// DraftTokens bounds the draft tokens each pass verifies for this request (speculative decoding, engine
+	// opened with Options.Draft): 0 takes Options.DraftTokens, a negative value turns drafting off. At most
+	// MaxDraftTokens.
+	DraftTokens int
 }
+
+// MaxDraftTokens bounds Request.DraftTokens and Options.DraftTokens.
+const MaxDraftTokens = 32
 
 // MaxTopLogprobs bounds Request.TopLogprobs.
 const MaxTopLogprobs = 20
@@ -84,7 +91,18 @@ type Result struct {
 	// CachedPromptTokens is how many prompt tokens were not computed again: their keys and values were still in
 	// the Request's Session.
 	CachedPromptTokens int
-	Timings            Timings
+	// Passes is the forward passes of the model that computed the sequence, its prompt's counted as one: with
+	// speculative decoding, fewer than the tokens generated.
+	Passes int
+	// Draft counts the draft tokens proposed to the sequence's passes and those accepted.
+	Draft   DraftStats
+	Timings Timings
+}
+
+// DraftStats are a sequence's speculative decoding counts.
+type DraftStats struct {
+	Proposed int `json:"proposed"`
+	Accepted int `json:"accepted"`
 }
 
 // Timings of a generation. TTFT counts from the request's submission, so it includes any wait in the engine's
@@ -232,6 +250,8 @@ type sequence struct {
 	// chunk, however short) takes the tiled quantized products, as one pass over it would (hostGroups).
 	tiledPrompt bool
 	sm          *sampler
+	draftTokens int   // the most draft tokens a pass verifies (0: no drafting)
+	drafted     []int // the draft the next pass verifies, after the last generated token
 	monitor     *guard.Monitor // Request.Monitor, else Options.Monitor; may be nil
 	logprobs    bool
 	topLogprobs int
@@ -280,7 +300,25 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 	if s.chunk <= 0 || s.chunk > n {
 		s.chunk = n
 	}
+	if s.draftTokens, err = e.draftTokens(req.DraftTokens); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// draftTokens resolves Request.DraftTokens.
+func (e *Engine) draftTokens(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, nil
+	case n > MaxDraftTokens:
+		return 0, fmt.Errorf("draft tokens must be at most %d, got %d", MaxDraftTokens, n)
+	case n > 0 && e.batch.draft == nil:
+		return 0, fmt.Errorf("draft tokens (%d) asked for, but the engine drafts nothing (open it with a draft: --draft MODEL or ngram)", n)
+	case n == 0 && e.batch.draft != nil:
+		return e.opts.DraftTokens, nil
+	}
+	return n, nil
 }
 
 // checkIDs refuses an empty prompt and token ids outside the vocabulary: the checks Generate and Logits share.
@@ -318,21 +356,28 @@ func (s *sequence) checkActivations(health []float32, compute checkpoint.DType) 
 }
 
 // choose samples the sequence's token of this step from its last logits, reports it to onToken and sets the
-// stop reason when the sequence ends with it. Logits holding NaN or ±Inf end the sequence with an error (a
-// *guard.Problem) instead: whatever a sampler made of them would be garbage. The sampling is profiled in prof.
-func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler) error {
+// stop reason when the sequence ends with it. With a draft token x (≥ 0; -1: none) it verifies it instead
+// (sampler.verify) and reports whether the token chosen is x. Logits holding NaN or ±Inf end the sequence with
+// an error (a *guard.Problem) instead: whatever a sampler made of them would be garbage. The sampling is profiled
+// in prof.
+func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler, x int) (accepted bool, err error) {
 	step := len(s.res.GeneratedIDs) + 1
 	if s.monitor != nil {
 		if err := s.monitor.CheckLogits(step-1, s.logits); err != nil {
-			return fmt.Errorf("engine: step %d: %w", step-1, err)
+			return false, fmt.Errorf("engine: step %d: %w", step-1, err)
 		}
 	}
 	if guard.NonFinite(s.logits) {
-		return fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: guard.SectionNaN,
+		return false, fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: guard.SectionNaN,
 			Message: "the logits hold NaN or ±Inf, so no token can be chosen"})
 	}
 	span := prof.Begin(profiler.Sample, step-1, -1)
-	tok := Token{ID: s.sm.next(s.logits, s.history), Step: step}
+	tok := Token{Step: step}
+	if x >= 0 {
+		tok.ID, accepted = s.sm.verify(s.logits, s.history, x)
+	} else {
+		tok.ID = s.sm.next(s.logits, s.history)
+	}
 	if s.logprobs {
 		tok.Logprob, tok.TopLogprobs = logprobs(s.logits, tok.ID, s.topLogprobs)
 	}
@@ -342,10 +387,10 @@ func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler) er
 	if onToken != nil {
 		if err := onToken(tok); err != nil {
 			if !errors.Is(err, ErrStopped) {
-				return err
+				return accepted, err
 			}
 			s.res.StopReason = StopCaller
-			return nil
+			return accepted, nil
 		}
 	}
 	switch {
@@ -356,7 +401,7 @@ func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler) er
 	case step == s.maxNew:
 		s.res.StopReason = StopMaxNewTokens
 	}
-	return nil
+	return accepted, nil
 }
 
 // logprobs returns ln p(id) under softmax(logits) and the top most likely tokens (most likely first, ties by

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,7 @@ func newJob(ctx context.Context, s *sequence, session *Session, onToken func(Tok
 type batcher struct {
 	run    *runner
 	passes *passLock // held for each step
+	draft  drafter   // proposes draft tokens (speculative decoding; draft.go); nil: none
 	// The engine's Options.MaxBatch, PrefillBudget and GraphDecode.
 	maxBatch, prefillBudget int
 	graphDecode             bool
@@ -64,8 +66,8 @@ type batcher struct {
 	rowSession []*Session     // kv rows kept by a session
 }
 
-func newBatcher(run *runner, passes *passLock, opts Options) *batcher {
-	return &batcher{run: run, passes: passes, maxBatch: opts.MaxBatch, prefillBudget: opts.PrefillBudget, graphDecode: opts.GraphDecode}
+func newBatcher(run *runner, passes *passLock, draft drafter, opts Options) *batcher {
+	return &batcher{run: run, passes: passes, draft: draft, maxBatch: opts.MaxBatch, prefillBudget: opts.PrefillBudget, graphDecode: opts.GraphDecode}
 }
 
 // Session keeps one conversation's keys and values in the engine between its requests (Request.Session): a
@@ -312,6 +314,7 @@ func llamaCppChunk(budget, left int) int {
 // prompt is complete. Sequences that end leave the batch (their row becomes -1). It returns the pass's error,
 // already given to the sequences that took part.
 func (b *batcher) runStep(st *stream, active []*job) error {
+	b.propose(active)
 	f := b.feeds(active)
 	active = f.jobs
 	b.run.setStep(f.label)
@@ -324,7 +327,7 @@ func (b *batcher) runStep(st *stream, active []*job) error {
 	if err == nil {
 		feeds := make([]feed, len(ids))
 		for i := range feeds {
-			feeds[i] = feed{row: f.rows[i], ids: ids[i], tiled: f.tiled[i]}
+			feeds[i] = feed{row: f.rows[i], ids: ids[i], tiled: f.tiled[i], every: f.every[i]}
 		}
 		logits, err = b.run.forward(ctx, st, b.kv, feeds, false)
 	}
@@ -353,6 +356,7 @@ type stepFeeds struct {
 	rows  []int
 	ids   [][]int
 	tiled []bool
+	every []bool // a draft's verification: the logits of every position
 	label int
 }
 
@@ -390,10 +394,12 @@ func (b *batcher) feeds(active []*job) stepFeeds {
 			}
 			f.ids = append(f.ids, s.res.PromptIDs[s.fed:s.fed+k])
 			f.tiled = append(f.tiled, s.tiledPrompt)
+			f.every = append(f.every, false)
 		} else {
 			gen := s.res.GeneratedIDs
-			f.ids = append(f.ids, gen[len(gen)-1:])
+			f.ids = append(f.ids, append(slices.Clone(gen[len(gen)-1:]), s.drafted...))
 			f.tiled = append(f.tiled, false)
+			f.every = append(f.every, len(s.drafted) > 0)
 			f.label = max(f.label, len(gen))
 		}
 		f.rows = append(f.rows, j.row)
@@ -422,7 +428,8 @@ func cancelWhenAllEnd(jobs []*job, cancel func()) (unwatch func()) {
 }
 
 // choose takes the pass's logits to the sequences (ids[i] being what active[i] brought): a prompt not yet
-// complete waits for its next chunk, the others choose their next token; those that end leave the batch.
+// complete waits for its next chunk, the others choose their next token (or verify their draft: accept); those
+// that end leave the batch.
 func (b *batcher) choose(active []*job, ids [][]int, logits [][]float32) {
 	now := time.Now()
 	for i, j := range active {
@@ -431,7 +438,6 @@ func (b *batcher) choose(active []*job, ids [][]int, logits [][]float32) {
 			b.leave(j, err)
 			continue
 		}
-		s.logits = logits[i]
 		if n := len(s.res.PromptIDs); s.fed < n {
 			s.fed += len(ids[i])
 			if s.fed < n {
@@ -439,19 +445,95 @@ func (b *batcher) choose(active []*job, ids [][]int, logits [][]float32) {
 			}
 			s.prefilled = now
 		}
-		if err := s.choose(j.onToken, b.run.prof); err != nil {
+		s.res.Passes++
+		var err error
+		if len(s.drafted) > 0 {
+			err = b.accept(j, logits[i])
+		} else {
+			s.logits = logits[i]
+			_, err = s.choose(j.onToken, b.run.prof, -1)
+			b.chosen(j)
+		}
+		if err != nil {
 			b.leave(j, err)
 			continue
-		}
-		b.tokens.Add(1)
-		if len(s.res.GeneratedIDs) == 1 {
-			s.decodeStart = time.Now()
-			s.res.Timings.TTFT = s.decodeStart.Sub(j.submitted)
 		}
 		if s.res.StopReason != "" {
 			b.leave(j, nil)
 		}
 	}
+}
+
+// chosen counts a token the sequence of j has just chosen, and times its first.
+func (b *batcher) chosen(j *job) {
+	s := j.seq
+	b.tokens.Add(1)
+	if len(s.res.GeneratedIDs) == 1 {
+		s.decodeStart = time.Now()
+		s.res.Timings.TTFT = s.decodeStart.Sub(j.submitted)
+	}
+}
+
+// propose asks the drafter for the drafts of the decoding sequences that draft, each at most its draftTokens and
+// no more than the tokens it may still generate after this pass's own. A drafter that fails leaves the sequences
+// undrafted for the step (the pass still gives each its token) and is logged.
+func (b *batcher) propose(active []*job) {
+	if b.draft == nil {
+		return
+	}
+	var reqs []draftRequest
+	for _, j := range active {
+		s := j.seq
+		n := min(s.draftTokens, s.maxNew-len(s.res.GeneratedIDs)-1)
+		if s.fed < len(s.res.PromptIDs) || len(s.res.GeneratedIDs) == 0 || n <= 0 {
+			continue
+		}
+		reqs = append(reqs, draftRequest{seq: s, history: s.history, n: n})
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	drafts, err := b.draft.draft(context.Background(), reqs)
+	if err != nil {
+		slog.Warn("speculative decoding: the drafter failed; this step verifies no draft", "err", err)
+		return
+	}
+	for i, r := range reqs {
+		r.seq.drafted = drafts[i]
+	}
+}
+
+// accept verifies the draft of j's sequence against the pass's logits of its last token and its draft (every
+// position): it takes the draft's tokens while the sequence's own choice agrees, then that choice (at the first
+// disagreement, or after the whole draft), and makes the cache forget the positions of the tokens not taken.
+func (b *batcher) accept(j *job, logits []float32) error {
+	s := j.seq
+	v := b.run.cfg.VocabSize
+	n := len(s.drafted)
+	held := b.kv.Len(j.row) - n - 1 // the cache held this much before the pass: the last token is at held
+	taken := 0
+	for a := 0; a <= n; a++ {
+		x := -1
+		if a < n {
+			x = s.drafted[a]
+		}
+		s.logits = logits[a*v : (a+1)*v]
+		ok, err := s.choose(j.onToken, b.run.prof, x)
+		if err != nil {
+			return err
+		}
+		taken++
+		b.chosen(j)
+		if ok {
+			s.res.Draft.Accepted++
+		}
+		if !ok || s.res.StopReason != "" {
+			break
+		}
+	}
+	s.res.Draft.Proposed += n
+	s.drafted = nil
+	return b.kv.Truncate(j.row, held+taken) // the last token taken is fed to the next pass
 }
 
 // join gives a job its cache row (its session's, else a free one), growing the cache when the row or the
@@ -507,6 +589,10 @@ func (b *batcher) join(j *job) error {
 
 // leave ends a sequence of the batch: its row is freed, or kept by its session with the ids it now holds.
 func (b *batcher) leave(j *job, err error) {
+	if b.draft != nil {
+		b.draft.forget(j.seq)
+	}
+	j.seq.drafted = nil
 	if j.row >= 0 {
 		if j.session != nil && !j.session.closed.Load() {
 			j.session.ids = slices.Clone(j.seq.history[:b.kv.Len(j.row)])

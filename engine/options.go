@@ -96,6 +96,16 @@ type Options struct {
 	// Profiler records per-category timings; nil records nothing.
 	Profiler *profiler.Profiler
 
+	// Draft turns on speculative decoding (draft.go): DraftNgram ("ngram") drafts from the context itself (prompt
+	// lookup), anything else is a model (as Open's model argument) with the target's vocabulary, kept resident,
+	// whose greedy continuation is the draft. Each decode pass then verifies a sequence's last token and its
+	// draft together; greedy output is the same with or without it. Needs the host kernels (device cpu without
+	// GraphDecode) and the engine's arithmetic.
+	Draft string
+	// DraftTokens is the most draft tokens a pass verifies per sequence (Request.DraftTokens overrides it; at most
+	// MaxDraftTokens); 0: DefaultDraftTokens for a model, DefaultNgramTokens for ngram.
+	DraftTokens int
+
 	// MaxBatch bounds the sequences the batch loop computes together (Generate, GenerateBatch); requests beyond
 	// it wait in the queue and join as sequences end. 0: no bound.
 	MaxBatch int
@@ -156,6 +166,9 @@ func (o *Options) fillDefaults() error {
 	if err := o.checkKVCache(); err != nil {
 		return err
 	}
+	if err := o.checkDraft(); err != nil {
+		return err
+	}
 	if o.ObserveInputs != nil && o.GraphDecode {
 		return fmt.Errorf("observing the inputs of the products (imatrix) needs the host kernels: --device cpu, without --graph-decode")
 	}
@@ -180,6 +193,33 @@ func (o *Options) checkArithmetic() error {
 		}
 	default:
 		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)
+	}
+	return nil
+}
+
+// The defaults of Options.DraftTokens.
+const (
+	DefaultDraftTokens = 6
+	DefaultNgramTokens = 8
+)
+
+// checkDraft validates Options.Draft and resolves DraftTokens.
+func (o *Options) checkDraft() error {
+	switch {
+	case o.Draft == "" && o.DraftTokens != 0:
+		return fmt.Errorf("draft tokens (--draft-tokens) %d without a draft (--draft MODEL or ngram)", o.DraftTokens)
+	case o.Draft == "":
+		return nil
+	case o.DraftTokens < 0 || o.DraftTokens > MaxDraftTokens:
+		return fmt.Errorf("draft tokens (--draft-tokens) must be in [1, %d], got %d", MaxDraftTokens, o.DraftTokens)
+	case o.GraphDecode:
+		return errors.New("speculative decoding (--draft) needs the host kernels (device cpu without graph decode): it verifies a draft in one pass computed bit for bit as decode steps")
+	case o.Arithmetic == ArithmeticLlamaCpp:
+		return fmt.Errorf("speculative decoding (--draft) with arithmetic %s: llama.cpp computes a pass of several tokens in other roundings than one token, so a draft would change its tokens", ArithmeticLlamaCpp)
+	case o.DraftTokens == 0 && o.Draft == DraftNgram:
+		o.DraftTokens = DefaultNgramTokens
+	case o.DraftTokens == 0:
+		o.DraftTokens = DefaultDraftTokens
 	}
 	return nil
 }

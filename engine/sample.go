@@ -91,32 +91,73 @@ func newSampler(s Sampling) (*sampler, error) {
 
 // next chooses a token given the logits of the last position and the ids of the sequence so far.
 func (sm *sampler) next(logits []float32, history []int) int {
-	s := sm.s
+	scores := sm.penalized(logits, history)
+	if sm.s.Temperature == 0 {
+		return firstMax(scores)
+	}
+	order, probs, sum := sm.dist(scores)
+	return sm.draw(order, probs, sum, -1)
+}
+
+// verify chooses the token of a position whose draft proposes x (speculative decoding). Greedy, it is next's
+// choice, accepted when it is x. Sampling, it is x with probability p(x) under the distribution next draws from,
+// else a draw from that distribution without x: each token comes with probability p all the same.
+func (sm *sampler) verify(logits []float32, history []int, x int) (tok int, accepted bool) {
+	scores := sm.penalized(logits, history)
+	if sm.s.Temperature == 0 {
+		tok = firstMax(scores)
+		return tok, tok == x
+	}
+	order, probs, sum := sm.dist(scores)
+	at := slices.Index(order, x)
+	if at >= 0 && sm.rng.Float64()*sum < probs[at] {
+		return x, true
+	}
+	if at >= 0 {
+		sum -= probs[at]
+	}
+	return sm.draw(order, probs, sum, at), false
+}
+
+// penalized returns the logits as float64, with the repetition penalty applied.
+func (sm *sampler) penalized(logits []float32, history []int) []float64 {
 	scores := sm.scores[:0]
 	for _, l := range logits {
 		scores = append(scores, float64(l))
 	}
 	sm.scores = scores
-	if p := s.RepetitionPenalty; p > 0 && p != 1 {
+	if p := sm.s.RepetitionPenalty; p > 0 && p != 1 {
 		penalize(scores, history, p)
 	}
-	if s.Temperature == 0 {
-		return firstMax(scores)
-	}
+	return scores
+}
+
+// dist is the distribution a sampled token is drawn from: the candidates after temperature, top-k and top-p
+// (most likely first), their probabilities and the probabilities' sum.
+func (sm *sampler) dist(scores []float64) (order []int, probs []float64, sum float64) {
 	for i := range scores {
-		scores[i] /= s.Temperature
+		scores[i] /= sm.s.Temperature
 	}
-	order := sm.candidates(scores, s.TopK)
-	probs, sum := nucleus(scores, order, s.TopP)
-	order = order[:len(probs)]
+	order = sm.candidates(scores, sm.s.TopK)
+	probs, sum = nucleus(scores, order, sm.s.TopP)
+	return order[:len(probs)], probs, sum
+}
+
+// draw draws a candidate with probability probs[i]/sum, never skip (-1: none; sum excludes its probability).
+func (sm *sampler) draw(order []int, probs []float64, sum float64, skip int) int {
 	r := sm.rng.Float64() * sum
+	last := -1
 	for i, p := range probs {
+		if i == skip {
+			continue
+		}
+		last = i
 		r -= p
 		if r < 0 {
 			return order[i]
 		}
 	}
-	return order[len(order)-1]
+	return order[last]
 }
 
 // penalize applies the repetition penalty p to the scores of the tokens in history: positive scores are divided

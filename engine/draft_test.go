@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+)
+
+func tinyGGUF(name string) string { return filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-"+name+".gguf") }
+
+// draftPrompts are prompts of the tiny GGUF model's vocabulary, one of them repetitive (where n-grams draft).
+var draftPrompts = [][]int{
+	{1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421},
+	{1, 300, 301, 302, 303, 300, 301, 302, 303, 300, 301},
+	{1, 17},
+}
+
+// TestDraftGreedyUnchanged: greedy output with a draft — a draft model (the same weights quantized to Q8_0), or
+// the context's own n-grams (on stories260K, whose stories repeat themselves) — is the output without it, token
+// for token, alone, batched and in a session's next turn, while the passes are fewer than the tokens.
+func TestDraftGreedyUnchanged(t *testing.T) {
+	t.Run("model", func(t *testing.T) { checkDraftGreedy(t, tinyGGUF("F32"), tinyGGUF("Q8_0")) })
+	t.Run("ngram", func(t *testing.T) {
+		checkDraftGreedy(t, testutil.SharedPath(t, "models", "stories260K-hf"), DraftNgram)
+	})
+}
+
+func checkDraftGreedy(t *testing.T, target, draft string) {
+	ctx := context.Background()
+	plain := open(t, target, Options{ShardDir: filepath.Join(t.TempDir(), "s")})
+	reqs := make([]Request, len(draftPrompts))
+	for i, p := range draftPrompts {
+		ids := make([]int, len(p))
+		for k, id := range p {
+			ids[k] = id % plain.cfg.VocabSize
+		}
+		reqs[i] = Request{PromptIDs: ids, MaxNewTokens: 60, StopIDs: []int{}}
+	}
+	want, err := plain.GenerateBatch(ctx, reqs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := open(t, target, Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: draft})
+	passes, tokens, proposed, accepted := 0, 0, 0, 0
+	for i, req := range reqs {
+		got, err := e.Generate(ctx, req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.GeneratedIDs, want[i].GeneratedIDs) {
+			t.Fatalf("prompt %d alone: %v, without a draft %v", i, got.GeneratedIDs, want[i].GeneratedIDs)
+		}
+		passes, tokens = passes+got.Passes, tokens+len(got.GeneratedIDs)
+		proposed, accepted = proposed+got.Draft.Proposed, accepted+got.Draft.Accepted
+		if got.Passes != len(got.GeneratedIDs)-got.Draft.Accepted {
+			t.Errorf("prompt %d: %d passes for %d tokens with %d accepted", i, got.Passes, len(got.GeneratedIDs), got.Draft.Accepted)
+		}
+	}
+	t.Logf("%d tokens in %d passes (%.2f per pass); %d of %d draft tokens accepted", tokens, passes, float64(tokens)/float64(passes), accepted, proposed)
+	if accepted == 0 || passes >= tokens {
+		t.Errorf("no draft token accepted: %d tokens in %d passes", tokens, passes)
+	}
+	batch, err := e.GenerateBatch(ctx, reqs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batch {
+		if !slices.Equal(batch[i].GeneratedIDs, want[i].GeneratedIDs) {
+			t.Fatalf("prompt %d batched: %v, without a draft %v", i, batch[i].GeneratedIDs, want[i].GeneratedIDs)
+		}
+	}
+	// A session's second turn continues from the cache the first left (drafts truncated out of it).
+	s := e.NewSession()
+	defer s.Close()
+	first, err := e.Generate(ctx, Request{PromptIDs: reqs[0].PromptIDs, MaxNewTokens: 20, StopIDs: []int{}, Session: s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := slices.Concat(reqs[0].PromptIDs, first.GeneratedIDs, reqs[2].PromptIDs)
+	got, err := e.Generate(ctx, Request{PromptIDs: next, MaxNewTokens: 20, StopIDs: []int{}, Session: s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := plain.Generate(ctx, Request{PromptIDs: next, MaxNewTokens: 20, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CachedPromptTokens == 0 || !slices.Equal(got.GeneratedIDs, alone.GeneratedIDs) {
+		t.Errorf("session's next turn: %v (%d cached), alone without a draft: %v", got.GeneratedIDs, got.CachedPromptTokens, alone.GeneratedIDs)
+	}
+}
+
+// TestDraftRefused: a draft model of another vocabulary is refused by name, and so are drafts where they cannot
+// keep greedy output unchanged.
+func TestDraftRefused(t *testing.T) {
+	other := filepath.Join("..", "gguf", "testdata", "families", "qwen2.gguf")
+	for _, c := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Draft: other}, "must share the target's tokenizer"},
+		{Options{Draft: DraftNgram, GraphDecode: true}, "needs the host kernels"},
+		{Options{Draft: DraftNgram, Arithmetic: ArithmeticLlamaCpp}, "other roundings"},
+		{Options{Draft: DraftNgram, DraftTokens: MaxDraftTokens + 1}, "draft tokens"},
+		{Options{DraftTokens: 4}, "without a draft"},
+	} {
+		c.opts.ShardDir = filepath.Join(t.TempDir(), "s")
+		e, err := Open(context.Background(), tinyGGUF("F32"), c.opts)
+		if err == nil {
+			e.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v; want an error saying %q", c.opts, err, c.want)
+		}
+	}
+}
+
+// TestSpeculativeSamplingDistribution: a draft leaves the sampled token's distribution unchanged. For logits,
+// sampling settings and a draft token (likely, unlikely, or cut by top-k/top-p), 40,000 draws of sampler.verify
+// follow the distribution sampler.next draws from: a chi-square test over the tokens (p > 0.001 each case, so the
+// test fails by chance about once in a thousand runs per case; the seeds are fixed, so it does not flake).
+func TestSpeculativeSamplingDistribution(t *testing.T) {
+	logits := []float32{2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0}
+	for _, c := range []struct {
+		s Sampling
+		x int
+	}{
+		{Sampling{Temperature: 1}, 0},
+		{Sampling{Temperature: 1}, 5},
+		{Sampling{Temperature: 0.7, TopK: 4}, 6}, // the draft outside the top-k
+		{Sampling{Temperature: 1.3, TopP: 0.8}, 1},
+		{Sampling{Temperature: 1, RepetitionPenalty: 1.3}, 2},
+	} {
+		const draws = 40000
+		ref, err := newSampler(c.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		history := []int{2, 3}
+		order, probs, sum := ref.dist(ref.penalized(logits, history))
+		p := make([]float64, len(logits))
+		for i, id := range order {
+			p[id] = probs[i] / sum
+		}
+		c.s.Seed = 7
+		sm, _ := newSampler(c.s)
+		counts := make([]float64, len(logits))
+		for range draws {
+			tok, ok := sm.verify(logits, history, c.x)
+			if ok != (tok == c.x) {
+				t.Fatalf("%+v: verify gave %d, accepted %v", c, tok, ok)
+			}
+			counts[tok]++
+		}
+		chi2, df := 0.0, -1
+		for id, n := range counts {
+			if p[id] == 0 {
+				if n > 0 {
+					t.Fatalf("%+v draft %d: token %d drawn %v times, probability 0", c.s, c.x, id, n)
+				}
+				continue
+			}
+			e := p[id] * draws
+			chi2 += (n - e) * (n - e) / e
+			df++
+		}
+		if crit := chi2Critical001(df); chi2 > crit {
+			t.Errorf("%+v draft %d: chi-square %.1f over %d degrees of freedom > %.1f (p < 0.001): counts %v, expected %v", c.s, c.x, chi2, df, crit, counts, p)
+		}
+	}
+}
+
+// chi2Critical001 is the chi-square distribution's 0.999 quantile for df degrees of freedom (1-7).
+func chi2Critical001(df int) float64 {
+	return []float64{0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32}[df]
+}
