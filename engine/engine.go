@@ -57,6 +57,7 @@ import (
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
@@ -220,7 +221,7 @@ func (o *Options) fillDefaults() error {
 	case ArithmeticEngine:
 	case ArithmeticLlamaCpp:
 		if o.GraphDecode {
-			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode; see %s)", o.Arithmetic, guard.Anchor(guard.SectionLlamaCpp))
+			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode; see %s)", o.Arithmetic, sections.Anchor(sections.LlamaCpp))
 		}
 	default:
 		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)
@@ -485,7 +486,7 @@ func (e *Engine) checkTensors() error {
 				shape = e.headSpecs(u.Name)[0].shape
 			}
 			if !used {
-				return fmt.Errorf("tensor %q (unit %s) is not used by %s with this config.json: refusing to run without it (a config key that enables it may be missing, e.g. attention_bias or mlp_bias; see TROUBLESHOOTING.md %q)", t.Name, u.Name, e.cfg.Arch.Name, guard.SectionUnusedTensor)
+				return fmt.Errorf("tensor %q (unit %s) is not used by %s with this config.json: refusing to run without it (a config key that enables it may be missing, e.g. attention_bias or mlp_bias; see TROUBLESHOOTING.md %q)", t.Name, u.Name, e.cfg.Arch.Name, sections.UnusedTensor)
 			}
 			if shape != nil && !slices.Equal(int64s(shape), t.Shape) {
 				return fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v (config.json disagrees with the weights)", u.Name, t.Name, t.Shape, shape)

@@ -19,6 +19,7 @@ import (
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
 )
@@ -849,7 +850,7 @@ func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
 func (e *Engine) warnClamped(kv *kvcache.Store) {
 	if n := kv.TakeClamped(); n > 0 && e.clampWarned.CompareAndSwap(false, true) {
 		msg := fmt.Sprintf("the float16 key/value cache clamped %d keys or values beyond ±65504 to that bound: the text may degrade; run with --kv-cache f32 (see %s)",
-			n, guard.Anchor(guard.SectionDType))
+			n, sections.Anchor(sections.DType))
 		if e.llamaCpp() != nil {
 			msg += "; llama.cpp stores them as ±Inf, so from here on --arithmetic llama.cpp no longer gives llama.cpp's logits"
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/profiler"
 )
 
@@ -328,7 +329,7 @@ func (e *Engine) choose(s *sequence, onToken func(Token) error) error {
 		}
 	}
 	if guard.NonFinite(s.logits) {
-		return fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: guard.SectionNaN,
+		return fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: sections.NaN,
 			Message: "the logits hold NaN or ±Inf, so no token can be chosen"})
 	}
 	span := e.prof.Begin(profiler.Sample, step-1, -1)
