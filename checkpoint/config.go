@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // Config is what layerstream reads of a Hugging Face config.json: the decoder's shape and every setting that
@@ -307,8 +309,8 @@ func checkKeys(m map[string]json.RawMessage, arch Architecture) error {
 		}
 	}
 	if len(unknown) > 0 {
-		return fmt.Errorf("config: %s does not implement key %s: layerstream refuses config keys it does not know rather than ignore what may change the computation (if you have checked that a key does not, list it in %s=key1,key2; see TROUBLESHOOTING.md, \"Unknown config key\")",
-			arch.Name, strings.Join(unknown, ", "), IgnoreKeysEnv)
+		return fmt.Errorf("config: %s does not implement key %s: layerstream refuses config keys it does not know rather than ignore what may change the computation (if you have checked that a key does not, list it in %s=key1,key2; see %s, %q)",
+			arch.Name, strings.Join(unknown, ", "), IgnoreKeysEnv, sections.File, sections.UnknownKey)
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -42,7 +42,7 @@ func TestDecodeWatch(t *testing.T) {
 		if want := map[bool]int{false: 0, true: 1}[tc.warn]; got != want {
 			t.Fatalf("%s: %d warnings, want %d: %s", tc.name, got, want, logs.String())
 		}
-		if tc.warn && (!strings.Contains(logs.String(), guard.Anchor(guard.SectionSlowEncoding)) || !strings.Contains(logs.String(), "zstd")) {
+		if tc.warn && (!strings.Contains(logs.String(), sections.Anchor(sections.SlowEncoding)) || !strings.Contains(logs.String(), "zstd")) {
 			t.Fatalf("%s: the warning names no section or encoding: %s", tc.name, logs.String())
 		}
 	}

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"strconv"
 
-	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/memavail"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -84,7 +84,7 @@ func chooseDirectIO(set *shards.Set, opts Options) DirectIOMode {
 		return DirectIOOff
 	}
 	slog.Info("the shards do not fit in the memory available: reading them with O_DIRECT, past the page cache (--direct-io=false to keep it)",
-		"shards_MB", need>>20, "available_MB", avail.Bytes>>20, "bound", avail.Source, "see", guard.Anchor(guard.SectionLargerThanRAM))
+		"shards_MB", need>>20, "available_MB", avail.Bytes>>20, "bound", avail.Source, "see", sections.Anchor(sections.LargerThanRAM))
 	return DirectIOOn
 }
 
@@ -106,5 +106,5 @@ func residentFits(set *shards.Set, opts Options) error {
 		return nil
 	}
 	return fmt.Errorf("--resident: the model takes %s loaded, but only %s of memory is available (%s); drop --resident to stream the layers, which needs a few layers' worth (see %s)",
-		bytesize.Format(need), bytesize.Format(avail.Bytes), avail.Source, guard.Anchor(guard.SectionResidentTooLarge))
+		bytesize.Format(need), bytesize.Format(avail.Bytes), avail.Source, sections.Anchor(sections.ResidentTooLarge))
 }

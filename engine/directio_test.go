@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
-	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/memavail"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -137,7 +137,7 @@ func TestResidentRefusedWhenTooLarge(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 		if err != nil && (!strings.Contains(err.Error(), "--resident") || !strings.Contains(err.Error(), "memory.max") ||
-			!strings.Contains(err.Error(), guard.Anchor(guard.SectionResidentTooLarge))) {
+			!strings.Contains(err.Error(), sections.Anchor(sections.ResidentTooLarge))) {
 			t.Errorf("%s: the error does not name the flag, the bound and the section: %v", c.name, err)
 		}
 	}

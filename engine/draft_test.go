@@ -10,7 +10,9 @@ import (
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
-func tinyGGUF(name string) string { return filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-"+name+".gguf") }
+func tinyGGUF(name string) string {
+	return filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-"+name+".gguf")
+}
 
 // draftPrompts are prompts of the tiny GGUF model's vocabulary, one of them repetitive (where n-grams draft).
 var draftPrompts = [][]int{

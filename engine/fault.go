@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // Streamed shards are mapped (shards.Set.Map): if a shard file is truncated, or its storage goes away, while
@@ -20,7 +20,7 @@ type mappedFault struct {
 
 func (f *mappedFault) Error() string {
 	return fmt.Sprintf("reading shard %s faulted at %#x: its file was truncated or its storage went away while mapped; "+
-		"run layerstream split again, and see TROUBLESHOOTING.md %q", f.unit, f.addr, guard.SectionSIGBUS)
+		"run layerstream split again, and see TROUBLESHOOTING.md %q", f.unit, f.addr, sections.SIGBUS)
 }
 
 // guardMapped runs fn with faults turned into panics (debug.SetPanicOnFault, here and in kernels.ParallelFor's workers)

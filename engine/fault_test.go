@@ -11,7 +11,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -48,7 +48,7 @@ func TestMappedShardTruncatedWhileComputing(t *testing.T) {
 		x := newHostArray(1, 1, int(w.Shape[1]))
 		err = e.store.guardMapped(func() error { hostOps{}.Linear(x, &deviceTensor{flat: rawView(w)}, nil); return nil })
 		var f *mappedFault
-		if !errors.As(err, &f) || f.unit != c.unit || !strings.Contains(err.Error(), guard.SectionSIGBUS) {
+		if !errors.As(err, &f) || f.unit != c.unit || !strings.Contains(err.Error(), sections.SIGBUS) {
 			t.Fatalf("%s: %v, want a mapped-shard fault naming %s", c.tensor, err, c.unit)
 		}
 	}

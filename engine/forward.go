@@ -19,7 +19,7 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/profiler"
 )
@@ -468,7 +468,7 @@ func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
 func (r *runner) warnClamped(kv *kvcache.Store) {
 	if n := kv.TakeClamped(); n > 0 && r.clampWarned.CompareAndSwap(false, true) {
 		msg := fmt.Sprintf("the float16 key/value cache clamped %d keys or values beyond ±65504 to that bound: the text may degrade; run with --kv-cache f32 (see %s)",
-			n, guard.Anchor(guard.SectionDType))
+			n, sections.Anchor(sections.DType))
 		if r.llama != nil {
 			msg += "; llama.cpp stores them as ±Inf, so from here on --arithmetic llama.cpp no longer gives llama.cpp's logits"
 		}

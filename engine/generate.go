@@ -10,6 +10,7 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/profiler"
 )
 
@@ -250,8 +251,8 @@ type sequence struct {
 	// chunk, however short) takes the tiled quantized products, as one pass over it would (hostGroups).
 	tiledPrompt bool
 	sm          *sampler
-	draftTokens int   // the most draft tokens a pass verifies (0: no drafting)
-	drafted     []int // the draft the next pass verifies, after the last generated token
+	draftTokens int            // the most draft tokens a pass verifies (0: no drafting)
+	drafted     []int          // the draft the next pass verifies, after the last generated token
 	monitor     *guard.Monitor // Request.Monitor, else Options.Monitor; may be nil
 	logprobs    bool
 	topLogprobs int
@@ -368,7 +369,7 @@ func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler, x 
 		}
 	}
 	if guard.NonFinite(s.logits) {
-		return false, fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: guard.SectionNaN,
+		return false, fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: sections.NaN,
 			Message: "the logits hold NaN or ±Inf, so no token can be chosen"})
 	}
 	span := prof.Begin(profiler.Sample, step-1, -1)

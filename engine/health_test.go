@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -41,8 +42,8 @@ func TestNaNLogitsEndTheSequence(t *testing.T) {
 		t.Error("a token was chosen from NaN logits")
 		return nil
 	})
-	if err == nil || !strings.Contains(err.Error(), "NaN") || !strings.Contains(err.Error(), guard.Anchor(guard.SectionNaN)) {
-		t.Fatalf("got %v, want an error about NaN logits naming %s", err, guard.SectionNaN)
+	if err == nil || !strings.Contains(err.Error(), "NaN") || !strings.Contains(err.Error(), sections.Anchor(sections.NaN)) {
+		t.Fatalf("got %v, want an error about NaN logits naming %s", err, sections.NaN)
 	}
 	if res == nil || res.StopReason != StopError {
 		t.Errorf("result %+v, want stop reason %q", res, StopError)

@@ -14,6 +14,7 @@ import (
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/grow"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -63,7 +64,7 @@ func checkLlamaCpp(s *weightStore) error {
 
 // llamaCppRefusal is the error of a model Arithmetic llama.cpp refuses for err, pointing to TROUBLESHOOTING.md.
 func llamaCppRefusal(err error) error {
-	return fmt.Errorf("arithmetic %s: %w (see %s)", ArithmeticLlamaCpp, err, guard.Anchor(guard.SectionLlamaCpp))
+	return fmt.Errorf("arithmetic %s: %w (see %s)", ArithmeticLlamaCpp, err, sections.Anchor(sections.LlamaCpp))
 }
 
 // checkLlamaCppSource is checkLlamaCpp's checks on a checkpoint before it is split, so that a file Arithmetic

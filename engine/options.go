@@ -6,6 +6,7 @@ import (
 
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/profiler"
 )
 
@@ -189,7 +190,7 @@ func (o *Options) checkArithmetic() error {
 	case ArithmeticEngine:
 	case ArithmeticLlamaCpp:
 		if o.GraphDecode {
-			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode; see %s)", o.Arithmetic, guard.Anchor(guard.SectionLlamaCpp))
+			return fmt.Errorf("arithmetic (--arithmetic) %s needs the host kernels (device cpu without graph decode; see %s)", o.Arithmetic, sections.Anchor(sections.LlamaCpp))
 		}
 	default:
 		return fmt.Errorf("arithmetic (--arithmetic) %q: want %s (the engine's kernels, the default) or %s", o.Arithmetic, ArithmeticEngine, ArithmeticLlamaCpp)

@@ -15,6 +15,7 @@ import (
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -146,7 +147,7 @@ func (s *weightStore) checkTensors() error {
 				shape = s.headSpecs(u.Name)[0].shape
 			}
 			if !used {
-				return fmt.Errorf("tensor %q (unit %s) is not used by %s with this config.json: refusing to run without it (a config key that enables it may be missing, e.g. attention_bias or mlp_bias; see TROUBLESHOOTING.md %q)", t.Name, u.Name, s.cfg.Arch.Name, guard.SectionUnusedTensor)
+				return fmt.Errorf("tensor %q (unit %s) is not used by %s with this config.json: refusing to run without it (a config key that enables it may be missing, e.g. attention_bias or mlp_bias; see TROUBLESHOOTING.md %q)", t.Name, u.Name, s.cfg.Arch.Name, sections.UnusedTensor)
 			}
 			if shape != nil && !slices.Equal(int64s(shape), t.Shape) {
 				return fmt.Errorf("unit %s: tensor %q has shape %v, the config implies %v (config.json disagrees with the weights)", u.Name, t.Name, t.Shape, shape)

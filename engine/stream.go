@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -331,7 +331,7 @@ func (w *decodeWatch) add(l *shards.Loaded) {
 	}
 	w.warned = true
 	slog.Warn(fmt.Sprintf("decoding the shards' encoded tensors bounds the stream, not the disk: over %d loads, %s decoding after the reads ended against %s reading; split again with --encoding raw (shards that fit in memory stream fastest raw, from the page cache), or planes with --disk-rate auto for a model read from disk (see %s)",
-		w.loads, w.decode.Round(time.Millisecond), w.read.Round(time.Millisecond), guard.Anchor(guard.SectionSlowEncoding)),
+		w.loads, w.decode.Round(time.Millisecond), w.read.Round(time.Millisecond), sections.Anchor(sections.SlowEncoding)),
 		"encodings", encodingsOf(l.Unit))
 }
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // IsGGUF reports whether path names a GGUF file: a regular file that starts with the GGUF magic.
@@ -39,11 +39,11 @@ func IsGGUF(path string) bool {
 func OpenCheckpoint(path string) (*checkpoint.Checkpoint, error) {
 	g, err := OpenModel(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w (see %s)", err, guard.Anchor(guard.SectionGGUF))
+		return nil, fmt.Errorf("%w (see %s)", err, sections.Anchor(sections.GGUF))
 	}
 	ck, err := g.Checkpoint()
 	if err != nil {
-		return nil, fmt.Errorf("gguf %s: %w (see %s)", path, err, guard.Anchor(guard.SectionGGUF))
+		return nil, fmt.Errorf("gguf %s: %w (see %s)", path, err, sections.Anchor(sections.GGUF))
 	}
 	return ck, nil
 }
@@ -105,7 +105,7 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	files := func() (map[string][]byte, error) {
 		tok, tokCfg, tmpl, err := g.TokenizerFiles()
 		if err != nil {
-			return nil, fmt.Errorf("gguf %s: %w (see %s)", g.Path, err, guard.Anchor(guard.SectionGGUF))
+			return nil, fmt.Errorf("gguf %s: %w (see %s)", g.Path, err, sections.Anchor(sections.GGUF))
 		}
 		files := map[string][]byte{"config.json": cfgJSON, "generation_config.json": genJSON,
 			"tokenizer.json": tok, "tokenizer_config.json": tokCfg}

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // The problems CheckActivations detects.
@@ -54,7 +55,7 @@ func (m *Monitor) CheckActivations(step int, maxAbs []float32, dt checkpoint.DTy
 	for l, v := range maxAbs {
 		if v != v || math.IsInf(float64(v), 0) {
 			m.nanStep, m.nanLayer = step, l
-			return m.report(KindActivationNaN, step, SectionActivations, fmt.Sprintf(
+			return m.report(KindActivationNaN, step, sections.Activations, fmt.Sprintf(
 				"the residual stream holds NaN or ±Inf after decoder layer %d (step %d; the layers before it were "+
 					"finite): the weights of that layer are out of range or corrupted, or its activations "+
 					"overflowed %s", l, step, dt))
@@ -63,7 +64,7 @@ func (m *Monitor) CheckActivations(step int, maxAbs []float32, dt checkpoint.DTy
 			m.peak, m.peakLayer, m.peakStep = v, l, step
 		}
 		if v > limit && err == nil && !m.warned[KindActivationRange] {
-			err = m.report(KindActivationRange, step, SectionActivations, fmt.Sprintf(
+			err = m.report(KindActivationRange, step, sections.Activations, fmt.Sprintf(
 				"the residual stream reaches |x| = %.3g after decoder layer %d (step %d), beyond the %.0e no "+
 					"healthy model comes near in %s: that layer's weights are most likely scaled out of range "+
 					"(a bad conversion), and the output is garbage even while it stays finite", v, l, step, limit, dt))

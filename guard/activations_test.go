@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 func TestMaxAbsAndNonFinite(t *testing.T) {
@@ -40,7 +41,7 @@ func TestCheckActivations(t *testing.T) {
 	// A blow-up names the first layer past the limit, once.
 	m.CheckActivations(1, []float32{3, 5e27, 1e29}, checkpoint.F32)
 	m.CheckActivations(2, []float32{3, 5e27, 1e29}, checkpoint.F32)
-	if p := m.Problems(); len(p) != 1 || p[0].Kind != KindActivationRange || !strings.Contains(p[0].Message, "after decoder layer 1 ") || p[0].Section != SectionActivations {
+	if p := m.Problems(); len(p) != 1 || p[0].Kind != KindActivationRange || !strings.Contains(p[0].Message, "after decoder layer 1 ") || p[0].Section != sections.Activations {
 		t.Fatalf("blow-up: %+v", p)
 	}
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
@@ -58,7 +59,7 @@ func TestCheckActivations(t *testing.T) {
 	// NaN: the first non-finite layer, and the logits' NaN message points at it.
 	strict := NewMonitor(MonitorOptions{Strict: true})
 	err := strict.CheckActivations(3, []float32{1, float32(math.Inf(1)), float32(math.NaN())}, checkpoint.F32)
-	if !errors.As(err, &p) || p.Kind != KindActivationNaN || !strings.Contains(p.Message, "after decoder layer 1 ") || !strings.Contains(err.Error(), Anchor(SectionActivations)) {
+	if !errors.As(err, &p) || p.Kind != KindActivationNaN || !strings.Contains(p.Message, "after decoder layer 1 ") || !strings.Contains(err.Error(), sections.Anchor(sections.Activations)) {
 		t.Fatalf("NaN: %v", err)
 	}
 	err = strict.CheckLogits(3, []float32{float32(math.NaN()), 1})

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // DeviceCaps describes what a compute device does natively.
@@ -87,11 +88,11 @@ func (p DTypePolicy) Choose(req, torchDType string, dev DeviceCaps) (Choice, err
 		switch {
 		case dev.bf16():
 		case dev.gpu() && !p.Force:
-			return Choice{}, fmt.Errorf("dtype bf16: %s (compute capability %.1f) does not compute bfloat16 natively (needs 8.0 or newer); emulated bf16 on such GPUs gives NaN or all-\"!!!!\" output. Use --dtype f32, or force bf16 (see %s)", devName, dev.ComputeCapability, Anchor(SectionDType))
+			return Choice{}, fmt.Errorf("dtype bf16: %s (compute capability %.1f) does not compute bfloat16 natively (needs 8.0 or newer); emulated bf16 on such GPUs gives NaN or all-\"!!!!\" output. Use --dtype f32, or force bf16 (see %s)", devName, dev.ComputeCapability, sections.Anchor(sections.DType))
 		case dev.gpu():
-			c.Warning = fmt.Sprintf("bf16 forced on %s, which does not compute it natively: expect NaN or \"!!!!\" output (see %s)", devName, Anchor(SectionPunctuation))
+			c.Warning = fmt.Sprintf("bf16 forced on %s, which does not compute it natively: expect NaN or \"!!!!\" output (see %s)", devName, sections.Anchor(sections.Punctuation))
 		default:
-			c.Warning = fmt.Sprintf("bf16 is emulated on %s: slower than f32 and with bf16 accumulation in reductions (see %s)", devName, Anchor(SectionDType))
+			c.Warning = fmt.Sprintf("bf16 is emulated on %s: slower than f32 and with bf16 accumulation in reductions (see %s)", devName, sections.Anchor(sections.DType))
 		}
 		if trained == checkpoint.F32 {
 			c.Reason += " (checkpoint is f32: weights are rounded to bf16, expect logits to differ by ~1e-2)"
@@ -99,14 +100,14 @@ func (p DTypePolicy) Choose(req, torchDType string, dev DeviceCaps) (Choice, err
 		return c, nil
 	case checkpoint.F16:
 		if !dev.f16() {
-			return Choice{}, fmt.Errorf("dtype f16: %s does not compute float16 (the CPU backend has no float16 support); use --dtype f32 or bf16 (see %s)", devName, Anchor(SectionDType))
+			return Choice{}, fmt.Errorf("dtype f16: %s does not compute float16 (the CPU backend has no float16 support); use --dtype f32 or bf16 (see %s)", devName, sections.Anchor(sections.DType))
 		}
 		c := Choice{DType: checkpoint.F16, Reason: "requested f16"}
 		if trained == checkpoint.BF16 {
 			if !p.Force {
-				return Choice{}, fmt.Errorf("dtype f16: the checkpoint was trained in bf16, whose values overflow float16 (max 65504) to Inf/NaN; use --dtype bf16 or f32, or force f16 (see %s)", Anchor(SectionDType))
+				return Choice{}, fmt.Errorf("dtype f16: the checkpoint was trained in bf16, whose values overflow float16 (max 65504) to Inf/NaN; use --dtype bf16 or f32, or force f16 (see %s)", sections.Anchor(sections.DType))
 			}
-			c.Warning = fmt.Sprintf("f16 forced for a bf16 checkpoint: activations above 65504 overflow to Inf/NaN (see %s)", Anchor(SectionNaN))
+			c.Warning = fmt.Sprintf("f16 forced for a bf16 checkpoint: activations above 65504 overflow to Inf/NaN (see %s)", sections.Anchor(sections.NaN))
 		}
 		return c, nil
 	}

@@ -9,6 +9,8 @@ import (
 	"math"
 	"strings"
 	"unicode"
+
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // Kind names one class of problem a Monitor detects.
@@ -35,7 +37,7 @@ type Problem struct {
 	Message string
 }
 
-func (p *Problem) Error() string { return p.Message + " (see " + Anchor(p.Section) + ")" }
+func (p *Problem) Error() string { return p.Message + " (see " + sections.Anchor(p.Section) + ")" }
 
 // MonitorOptions configures a Monitor. Zero values select the defaults, which raise no alarm on the golden
 // stories260K generations.
@@ -147,18 +149,18 @@ func (m *Monitor) CheckLogits(step int, logits []float32) error {
 		if m.nanLayer >= 0 && m.nanStep == step {
 			msg += fmt.Sprintf("; the residual stream first held NaN or ±Inf after decoder layer %d", m.nanLayer)
 		}
-		return m.report(KindNaN, step, SectionNaN, msg)
+		return m.report(KindNaN, step, sections.NaN, msg)
 	}
 	if mx == 0 && mn == 0 {
 		m.haveTop = false
-		return m.report(KindZero, step, SectionZeroLogits, fmt.Sprintf(
+		return m.report(KindZero, step, sections.ZeroLogits, fmt.Sprintf(
 			"logits at step %d are all zero (%d values): the output projection (lm_head, or the tied embedding) most "+
 				"likely never loaded, the final norm weights are zero, or activations overflowed inside RMSNorm "+
 				"(its sum of squares became Inf, so every normalised value became 0)", step, len(logits)))
 	}
 	if mx-mn <= 1e-6*max(1, abs32(mx)) {
 		m.haveTop = false
-		return m.report(KindConstant, step, SectionZeroLogits, fmt.Sprintf(
+		return m.report(KindConstant, step, sections.ZeroLogits, fmt.Sprintf(
 			"logits at step %d all equal %g (%d values): the output projection most likely never loaded (only a bias "+
 				"or a constant remains), or the hidden state collapsed to zero", step, mx, len(logits)))
 	}
@@ -169,7 +171,7 @@ func (m *Monitor) CheckLogits(step int, logits []float32) error {
 	}
 	m.haveTop, m.lastTop = true, mx
 	if m.sameTop >= m.opts.SaturationSteps {
-		return m.report(KindSaturation, step, SectionSaturation, fmt.Sprintf(
+		return m.report(KindSaturation, step, sections.Saturation, fmt.Sprintf(
 			"the top logit has been exactly %g for %d steps in a row (up to step %d): the logits are saturated, "+
 				"e.g. pinned at a final-logit softcap wall, clipped by a low-precision dtype, or the hidden state "+
 				"no longer depends on the input", mx, m.sameTop, step))
@@ -241,7 +243,7 @@ func (m *Monitor) ObserveToken(id int, text string) error {
 		m.lastID, m.idRun = id, 1
 	}
 	if m.idRun >= m.opts.RepeatLimit {
-		return m.report(KindRepetition, idx, SectionRepetition, fmt.Sprintf(
+		return m.report(KindRepetition, idx, sections.Repetition, fmt.Sprintf(
 			"token %d (%q) was generated %d times in a row (token %d): degenerate repetition, likely broken "+
 				"numerics (wrong dtype, a missing or corrupted layer) or a sampler without temperature/repetition "+
 				"penalty on a tiny model", id, text, m.idRun, idx))
@@ -269,7 +271,7 @@ func (m *Monitor) ObserveToken(id int, text string) error {
 		}
 		m.counts[r]++
 		if err == nil && m.filled == w && float64(m.counts[r]) > m.opts.PunctuationRatio*float64(w) {
-			err = m.report(KindPunctuation, idx, SectionPunctuation, fmt.Sprintf(
+			err = m.report(KindPunctuation, idx, sections.Punctuation, fmt.Sprintf(
 				"%q makes up %d of the last %d non-space characters of the output (token %d): the classic symptom "+
 					"of bf16 computed on a GPU without native bf16, float16 overflow, or NaN logits turned into one "+
 					"token by the sampler", r, m.counts[r], w, idx))
@@ -294,7 +296,7 @@ func (m *Monitor) observeLoop(idx, id int, text string) error {
 				phrase.WriteString(m.recentText[k%maxLoopPeriod])
 			}
 			phrase.WriteString(text)
-			err = m.report(KindRepetition, idx, SectionRepetition, fmt.Sprintf(
+			err = m.report(KindRepetition, idx, sections.Repetition, fmt.Sprintf(
 				"the output has repeated a %d-token phrase (%q) for %d tokens (token %d): degenerate repetition, "+
 					"greedy decoding of a small or quantized model looping, or broken numerics", p, phrase.String(), m.loopRun[p]+p, idx))
 		}
@@ -316,7 +318,7 @@ func (m *Monitor) report(kind Kind, step int, section, msg string) error {
 			if log == nil {
 				log = slog.Default()
 			}
-			log.Warn(msg, "kind", string(kind), "step", step, "see", Anchor(section))
+			log.Warn(msg, "kind", string(kind), "step", step, "see", sections.Anchor(section))
 		}
 	}
 	if m.opts.Strict {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // varied returns plausible logits for step s: distinct values whose maximum changes with s.
@@ -25,7 +27,7 @@ func strictProblem(t *testing.T, err error, kind Kind) *Problem {
 	if !errors.As(err, &p) {
 		t.Fatalf("want a *Problem of kind %s, got %v", kind, err)
 	}
-	if p.Kind != kind || p.Section == "" || !strings.Contains(p.Error(), Anchor(p.Section)) {
+	if p.Kind != kind || p.Section == "" || !strings.Contains(p.Error(), sections.Anchor(p.Section)) {
 		t.Fatalf("want kind %s naming its section, got %+v", kind, p)
 	}
 	return p
@@ -182,7 +184,7 @@ func TestWarnOncePerKindNotStrict(t *testing.T) {
 	if n := strings.Count(out, "level=WARN"); n != 2 {
 		t.Fatalf("want 2 warnings (one per kind), got %d:\n%s", n, out)
 	}
-	if !strings.Contains(out, Anchor(SectionNaN)) || !strings.Contains(out, Anchor(SectionZeroLogits)) {
+	if !strings.Contains(out, sections.Anchor(sections.NaN)) || !strings.Contains(out, sections.Anchor(sections.ZeroLogits)) {
 		t.Fatalf("warnings do not name their sections:\n%s", out)
 	}
 	if ps := m.Problems(); len(ps) != 2 || ps[0].Kind != KindNaN || ps[1].Kind != KindZero {
@@ -193,15 +195,6 @@ func TestWarnOncePerKindNotStrict(t *testing.T) {
 	_ = m.CheckLogits(0, nan)
 	if len(m.Problems()) != 1 || strings.Count(buf.String(), "level=WARN") != 1 {
 		t.Fatalf("after Reset: problems %+v, log %s", m.Problems(), buf.String())
-	}
-}
-
-func TestAnchor(t *testing.T) {
-	if got := Anchor(SectionNaN); got != "TROUBLESHOOTING.md#nan-or-inf-in-logits" {
-		t.Fatal(got)
-	}
-	if got := Anchor(SectionPunctuation); got != "TROUBLESHOOTING.md#output-mostly-one-punctuation-mark-" {
-		t.Fatal(got)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // UnitSize is one unit of a split checkpoint (embed, layer.N, norm, lm_head) and the bytes it occupies on a device,
@@ -224,7 +225,7 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 			}
 		}
 		return nil, fmt.Errorf("placement: %s must share one device and need %s together, but the largest device (%s) has %s (see %s)",
-			strings.Join(names, ", "), bytesize.FormatBinary(sum(anchored, largest)), largest.Name, bytesize.FormatBinary(largest.MemoryBytes), Anchor(SectionPlacement))
+			strings.Join(names, ", "), bytesize.FormatBinary(sum(anchored, largest)), largest.Name, bytesize.FormatBinary(largest.MemoryBytes), sections.Anchor(sections.Placement))
 	}
 	anchorBytes := sum(anchored, devices[primary])
 
@@ -266,7 +267,7 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 	if capacity < 1 {
 		short := int64(math.Ceil(float64(midBytes) * (1 - capacity)))
 		return nil, fmt.Errorf("placement: the model needs %s but the devices hold %s in all (%s short); add a device or memory (see %s)",
-			bytesize.FormatBinary(midBytes+anchorBytes), bytesize.FormatBinary(midBytes+anchorBytes-short), bytesize.FormatBinary(short), Anchor(SectionPlacement))
+			bytesize.FormatBinary(midBytes+anchorBytes), bytesize.FormatBinary(midBytes+anchorBytes-short), bytesize.FormatBinary(short), sections.Anchor(sections.Placement))
 	}
 	for i := range share {
 		share[i] /= capacity
@@ -275,7 +276,7 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 	assign, ok := spread(middle, devices, free, order, share)
 	if !ok {
 		return nil, fmt.Errorf("placement: the %d middle layers (%s) fit the devices' free memory in total (%s) but not as whole layers; add memory (see %s)",
-			len(middle), bytesize.FormatBinary(midBytes), bytesize.FormatBinary(totalFree), Anchor(SectionPlacement))
+			len(middle), bytesize.FormatBinary(midBytes), bytesize.FormatBinary(totalFree), sections.Anchor(sections.Placement))
 	}
 
 	p := &Placement{Devices: devices, Primary: devices[primary].Name}

@@ -19,7 +19,7 @@ func pythonHub(t *testing.T) string {
 		py = "python3"
 	}
 	if err := exec.Command(py, "-c", "import huggingface_hub").Run(); err != nil {
-		t.Skipf("skipping: %s cannot import huggingface_hub (set LAYERSTREAM_PYTHON to one that can): %v", py, err)
+		t.Skipf("skipping: %s cannot import huggingface_hub (set LAYERSTREAM_PYTHON to one that can; scripts/test.sh installs it from PyPI into .cache/test-python, so PyPI was unreachable): %v", py, err)
 	}
 	return py
 }

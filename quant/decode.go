@@ -26,10 +26,6 @@ func Dequantize(t Type, dst []float32, src []byte) error {
 	return nil
 }
 
-// BlockDecoder returns the function that decodes one block of t (BlockElems values from BlockBytes bytes),
-// bit-exact with Dequantize, or nil when t is not supported.
-func BlockDecoder(t Type) func(y []float32, b []byte) { return decoders[t] }
-
 // decoders decode one block of their type.
 var decoders = map[Type]func(y []float32, b []byte){
 	F32:  func(y []float32, b []byte) { y[0] = math.Float32frombits(binary.LittleEndian.Uint32(b)) },

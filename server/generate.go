@@ -12,6 +12,7 @@ import (
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // generate serves /v1/chat/completions (chat) and /v1/completions.
@@ -42,7 +43,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if n := s.inFlight.Add(1); n > int64(s.cfg.MaxInFlight) {
 		s.inFlight.Add(-1)
 		writeError(w, &requestError{status: http.StatusTooManyRequests, code: "queue_full",
-			msg: fmt.Sprintf("the server is busy: %d requests are being generated or waiting (serve --max-queue); retry later (see %s)", s.cfg.MaxInFlight, guard.Anchor(guard.SectionServer))})
+			msg: fmt.Sprintf("the server is busy: %d requests are being generated or waiting (serve --max-queue); retry later (see %s)", s.cfg.MaxInFlight, sections.Anchor(sections.Server))})
 		return
 	}
 	defer s.inFlight.Add(-1)

@@ -13,6 +13,7 @@ import (
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/brokenmodel"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -36,8 +37,8 @@ func newHealthServer(t *testing.T, model string, strict bool) (*httptest.Server,
 func checkHealthError(t *testing.T, what string, e errorJSON, section string) {
 	t.Helper()
 	if e.Error.Type != "server_error" || e.Error.Code == nil || *e.Error.Code != "health_check_failed" ||
-		!strings.Contains(e.Error.Message, guard.Anchor(section)) {
-		t.Errorf("%s: error %+v (code %v), want a server_error health_check_failed naming %s", what, e.Error, e.Error.Code, guard.Anchor(section))
+		!strings.Contains(e.Error.Message, sections.Anchor(section)) {
+		t.Errorf("%s: error %+v (code %v), want a server_error health_check_failed naming %s", what, e.Error, e.Error.Code, sections.Anchor(section))
 	}
 }
 
@@ -51,7 +52,7 @@ func TestHealthNaNIs500(t *testing.T) {
 		if err := json.Unmarshal(b, &e); err != nil || code != http.StatusInternalServerError {
 			t.Fatalf("stream %v: status %d, body %s; want 500 with an error body", stream, code, b)
 		}
-		checkHealthError(t, fmt.Sprintf("stream %v", stream), e, guard.SectionNaN)
+		checkHealthError(t, fmt.Sprintf("stream %v", stream), e, sections.NaN)
 		if !strings.Contains(e.Error.Message, "NaN") {
 			t.Errorf("stream %v: message %q does not name NaN", stream, e.Error.Message)
 		}
@@ -111,8 +112,8 @@ func TestHealthStrict(t *testing.T) {
 	}
 	text, _, _ := streamText(events[:len(events)-1])
 	last := events[len(events)-1]
-	if text == "" || last.Error == nil || !strings.Contains(last.Error.Message, guard.Anchor(guard.SectionSaturation)) {
-		t.Errorf("text %q, last event %+v; want text, then an error naming %s", text, last, guard.SectionSaturation)
+	if text == "" || last.Error == nil || !strings.Contains(last.Error.Message, sections.Anchor(sections.Saturation)) {
+		t.Errorf("text %q, last event %+v; want text, then an error naming %s", text, last, sections.Saturation)
 	}
 
 	code, b := post(t, ts.URL+"/v1/completions", `{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}`)
@@ -120,7 +121,7 @@ func TestHealthStrict(t *testing.T) {
 	if code != http.StatusInternalServerError || json.Unmarshal(b, &e) != nil {
 		t.Fatalf("not streamed: status %d, body %s; want 500", code, b)
 	}
-	checkHealthError(t, "not streamed", e, guard.SectionSaturation)
+	checkHealthError(t, "not streamed", e, sections.Saturation)
 	if !strings.Contains(logs.String(), "generation stopped by a health check") {
 		t.Errorf("the server's log does not say why the request ended:\n%s", logs.String())
 	}

@@ -17,7 +17,8 @@ import (
 // TestOpenAIPythonClient drives the server with the official openai Python package (server/testdata/
 // openai_client.py): listing models, chat and completions, streamed and not, logprobs, a refused field and a
 // wrong API key. It skips, saying why, without Python or the package; $LAYERSTREAM_OPENAI_PYTHON names the
-// interpreter to use (e.g. a virtual environment's: python3 -m venv DIR && DIR/bin/pip install openai).
+// interpreter to use (e.g. a virtual environment's: python3 -m venv DIR && DIR/bin/pip install openai; scripts/test.sh
+// makes one, scripts/test-deps.sh).
 func TestOpenAIPythonClient(t *testing.T) {
 	python := os.Getenv("LAYERSTREAM_OPENAI_PYTHON")
 	if python == "" {
@@ -27,7 +28,7 @@ func TestOpenAIPythonClient(t *testing.T) {
 		t.Skipf("skipping: no Python interpreter %q (set LAYERSTREAM_OPENAI_PYTHON)", python)
 	}
 	if out, err := exec.Command(python, "-c", "import openai").CombinedOutput(); err != nil {
-		t.Skipf("skipping: %s cannot import the openai package (pip install openai, or set LAYERSTREAM_OPENAI_PYTHON to a venv's python): %s", python, bytes.TrimSpace(out))
+		t.Skipf("skipping: %s cannot import the openai package (pip install openai, or set LAYERSTREAM_OPENAI_PYTHON to a venv's python; scripts/test.sh installs it from PyPI into .cache/test-python, so PyPI was unreachable): %s", python, bytes.TrimSpace(out))
 	}
 	s, ts := newTestServer(t, Config{APIKey: "k3y"})
 	cmd := exec.Command(python, filepath.Join("testdata", "openai_client.py"), ts.URL+"/v1", "k3y", "stories")

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -99,7 +99,7 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 	slices.Sort(names) // errors name the same field whatever the map order
 	for _, name := range names {
 		if !slices.Contains(allowed, name) {
-			return nil, badField(name, "unsupported field %q: layerstream does not implement it, and it would change the result (supported: %s; see %s)", name, strings.Join(allowed, ", "), guard.Anchor(guard.SectionServer))
+			return nil, badField(name, "unsupported field %q: layerstream does not implement it, and it would change the result (supported: %s; see %s)", name, strings.Join(allowed, ", "), sections.Anchor(sections.Server))
 		}
 	}
 	r := &request{chat: chat}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // Read sizes of Load's sequential pass, and the piece size of raw tensors' checksums. From the page cache a
@@ -141,7 +141,7 @@ func statShard(f *os.File, path string, u UnitInfo) (os.FileInfo, error) {
 
 // splitAgain ends the error of a shard file that is not the one its split wrote (missing, truncated, replaced or
 // corrupted): what fixes it, and the TROUBLESHOOTING.md section that explains it.
-var splitAgain = fmt.Sprintf("run layerstream split again (see TROUBLESHOOTING.md %q)", guard.SectionCorrupt)
+var splitAgain = fmt.Sprintf("run layerstream split again (see TROUBLESHOOTING.md %q)", sections.Corrupt)
 
 // sizeError says that a shard file is got bytes long where the manifest says want.
 func sizeError(got, want int64) error {

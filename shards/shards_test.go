@@ -17,7 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/layerstream/layerstream/checkpoint"
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -382,7 +382,7 @@ func testCorruptShard(t *testing.T, s *Set, ck *checkpoint.Checkpoint, enc Encod
 		if err == nil {
 			t.Fatalf("%s %s %s: succeeded", enc, how, c.name)
 		}
-		for _, w := range append(c.want, "run layerstream split again", guard.SectionCorrupt) {
+		for _, w := range append(c.want, "run layerstream split again", sections.Corrupt) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s %s %s: error %q does not mention %q", enc, how, c.name, err, w)
 			}
@@ -450,7 +450,7 @@ func TestPin(t *testing.T) {
 			os.Remove(path)
 		}
 		err := s.Pin()
-		for _, want := range []string{path, damage, "run layerstream split again", guard.SectionCorrupt} {
+		for _, want := range []string{path, damage, "run layerstream split again", sections.Corrupt} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("shard %s: error %v does not say %q", damage, err, want)
 			}

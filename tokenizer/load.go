@@ -99,12 +99,8 @@ func LoadNamed(dir, name string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// LoadFiles reads a tokenizer.json and an optional tokenizer_config.json (configJSON may be "").
-func LoadFiles(tokenizerJSON, configJSON string) (*Tokenizer, error) {
-	return loadFiles(tokenizerJSON, configJSON, filepath.Dir(tokenizerJSON))
-}
-
-// loadFiles is LoadFiles, naming the tokenizer in its parse errors as name.
+// loadFiles reads a tokenizer.json and an optional tokenizer_config.json (configJSON may be ""), naming the
+// tokenizer in its parse errors as name.
 func loadFiles(tokenizerJSON, configJSON, name string) (*Tokenizer, error) {
 	data, err := os.ReadFile(tokenizerJSON)
 	if err != nil {

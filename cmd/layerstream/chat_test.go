@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
-	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/brokenmodel"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -189,7 +189,7 @@ func TestChatHealthChecks(t *testing.T) {
 		if err := runChat(context.Background(), e, o, chatIO{in: strings.NewReader(in), out: &out, msg: &msg, interrupts: make(chan os.Signal)}); err != nil {
 			t.Fatalf("strict %v: %v", strict, err)
 		}
-		anchor := guard.Anchor(guard.SectionSaturation)
+		anchor := sections.Anchor(sections.Saturation)
 		if !strict {
 			for turn := 1; turn <= 2; turn++ {
 				if n := strings.Count(logs.String(), "turn="+strconv.Itoa(turn)+" kind=saturation step=7 see="+anchor); n != 1 {

@@ -7,8 +7,8 @@ import (
 	"strconv"
 
 	"github.com/layerstream/layerstream/engine"
-	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // addEngineFlags defines the flags that configure an engine (device, dtype, streaming budget, Hub access) on fs,
@@ -31,7 +31,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
 	fs.Var(&o.DirectIO, "direct-io", "read shards with O_DIRECT, bypassing the page cache: auto (the default: when they do not fit in the memory available), true or false (--direct-io alone: true)")
-	fs.BoolVar(&o.NoMap, "no-mmap", false, "read streamed shards into buffers instead of mapping them from the page cache (mapping saves a copy per layer; see TROUBLESHOOTING.md '"+guard.SectionSIGBUS+"')")
+	fs.BoolVar(&o.NoMap, "no-mmap", false, "read streamed shards into buffers instead of mapping them from the page cache (mapping saves a copy per layer; see TROUBLESHOOTING.md '"+sections.SIGBUS+"')")
 	fs.BoolVar(&o.VerifyEveryLoad, "verify-every-load", false, "checksum every streamed shard on every load (default: on first load, and again when the file changes)")
 	fs.BoolVar(&o.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")
 	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/synth"
 )
 
@@ -57,7 +57,7 @@ func TestStrictCatchesExplodingActivations(t *testing.T) {
 	model := brokenModel(t, "model.layers.3.mlp.down_proj.weight", 1e30)
 	var errb bytes.Buffer
 	code, out := runCapturingStdout(t, []string{"generate", "--model", model, "--ids", "1,5,9", "--json", "--max-new-tokens", "4", "--strict"}, &errb)
-	if code != 1 || !strings.Contains(errb.String(), "after decoder layer 3 ") || !strings.Contains(errb.String(), guard.Anchor(guard.SectionActivations)) {
+	if code != 1 || !strings.Contains(errb.String(), "after decoder layer 3 ") || !strings.Contains(errb.String(), sections.Anchor(sections.Activations)) {
 		t.Fatalf("exit %d, stdout %q, stderr %s; want 1 and the blow-up after layer 3", code, out, errb.String())
 	}
 	// Without --strict it warns, naming the layer.

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
-	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/server"
 )
 
@@ -86,7 +86,7 @@ func (o *serveOptions) check() error {
 		o.eng.PrefillBudget = -1 // engine.Options: negative is no bound
 	}
 	if ip := net.ParseIP(o.host); (ip == nil || !ip.IsLoopback()) && o.host != "localhost" && o.apiKey == "" {
-		return usageErrorf("--host %s accepts connections from other machines: give --api-key (or $LAYERSTREAM_API_KEY; see %s)", o.host, guard.Anchor(guard.SectionServer))
+		return usageErrorf("--host %s accepts connections from other machines: give --api-key (or $LAYERSTREAM_API_KEY; see %s)", o.host, sections.Anchor(sections.Server))
 	}
 	return nil
 }

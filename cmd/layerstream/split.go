@@ -14,11 +14,11 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
-	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/imatrix"
 	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/internal/progress"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -160,7 +160,7 @@ func verifySplit(ctx context.Context, ck *checkpoint.Checkpoint, dir string, w i
 		for _, p := range r.Problems {
 			fmt.Fprintln(w, "  problem:", p)
 		}
-		return fmt.Errorf("%d problems in %s; run layerstream split again to rewrite the bad shards (see TROUBLESHOOTING.md %q)", len(r.Problems), dir, guard.SectionCorrupt)
+		return fmt.Errorf("%d problems in %s; run layerstream split again to rewrite the bad shards (see TROUBLESHOOTING.md %q)", len(r.Problems), dir, sections.Corrupt)
 	}
 	fmt.Fprintln(w, "OK")
 	return nil

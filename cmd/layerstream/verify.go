@@ -19,6 +19,7 @@ import (
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -232,7 +233,7 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	diffs = append(diffs, d)
 	for _, d := range diffs {
 		if !d.OK() {
-			failed[guard.SectionVerifyMismatch] = true
+			failed[sections.VerifyMismatch] = true
 		}
 	}
 	if o.decodeSteps > 0 {
@@ -247,7 +248,7 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		if d != nil {
 			diffs = append(diffs, *d)
 			if !d.OK() {
-				failed[guard.SectionKVCache] = true
+				failed[sections.KVCache] = true
 			}
 		}
 	}
@@ -275,10 +276,10 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		return err
 	}
 	switch {
-	case failed[guard.SectionKVCache]:
-		return fmt.Errorf("the engine's decode steps disagree with its own full forward pass: the key/value cache is not what it should be (see %s)", guard.Anchor(guard.SectionKVCache))
-	case failed[guard.SectionVerifyMismatch]:
-		return fmt.Errorf("the engine disagrees with the reference beyond tolerance (see %s)", guard.Anchor(guard.SectionVerifyMismatch))
+	case failed[sections.KVCache]:
+		return fmt.Errorf("the engine's decode steps disagree with its own full forward pass: the key/value cache is not what it should be (see %s)", sections.Anchor(sections.KVCache))
+	case failed[sections.VerifyMismatch]:
+		return fmt.Errorf("the engine disagrees with the reference beyond tolerance (see %s)", sections.Anchor(sections.VerifyMismatch))
 	}
 	return nil
 }

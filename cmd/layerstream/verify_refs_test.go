@@ -11,7 +11,7 @@ import (
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/engine/kernels"
-	"github.com/layerstream/layerstream/guard"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -56,8 +56,8 @@ func TestVerifyAgainstTransformers(t *testing.T) {
 	misread := fixtureCopy(t, "llama2", func(cfg map[string]any) { cfg["rope_theta"] = 10000.0 })
 	errb.Reset()
 	code, out = runCapturingStdout(t, []string{"verify", "--model", misread}, &errb)
-	if code != 1 || !strings.Contains(string(out), "streamed vs transformers") || !strings.Contains(errb.String(), guard.Anchor(guard.SectionVerifyMismatch)) {
-		t.Fatalf("rope_theta 10000 instead of 100000: exit %d, want 1 naming %s\n%s%s", code, guard.SectionVerifyMismatch, out, errb.String())
+	if code != 1 || !strings.Contains(string(out), "streamed vs transformers") || !strings.Contains(errb.String(), sections.Anchor(sections.VerifyMismatch)) {
+		t.Fatalf("rope_theta 10000 instead of 100000: exit %d, want 1 naming %s\n%s%s", code, sections.VerifyMismatch, out, errb.String())
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.Contains(line, "streamed vs reference") && !strings.HasSuffix(line, " ok") {
@@ -106,7 +106,7 @@ func TestVerifyCatchesBrokenKVCache(t *testing.T) {
 	o.broken = func(e *engine.Engine) decoder { return brokenCache{e} }
 	out.Reset()
 	err := runVerify(context.Background(), o, &out)
-	if err == nil || !strings.Contains(err.Error(), guard.Anchor(guard.SectionKVCache)) || !strings.Contains(out.String(), "FAIL") {
+	if err == nil || !strings.Contains(err.Error(), sections.Anchor(sections.KVCache)) || !strings.Contains(out.String(), "FAIL") {
 		t.Fatalf("broken cache: %v\n%s", err, out.String())
 	}
 }

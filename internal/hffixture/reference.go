@@ -3,7 +3,6 @@ package hffixture
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/layerstream/layerstream/reference"
@@ -46,13 +45,3 @@ func MustReference(t testing.TB, name string) *Reference {
 // ReadSafetensors decodes every tensor of a small safetensors file holding F32 and I64 tensors
 // (reference.ReadTensors).
 func ReadSafetensors(path string) (map[string]*Tensor, error) { return reference.ReadTensors(path) }
-
-// SortedKeys returns the tensor names of a decoded file, sorted.
-func SortedKeys(m map[string]*Tensor) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}

@@ -21,7 +21,7 @@ func ModelsDir() (string, error) {
 }
 
 // SmolLM2Checkpoint returns the folder of the converted SmolLM2-135M-Instruct checkpoint in the given dtype ("f32"
-// or "bf16"), skipping the test with a message saying how to make it when it is absent.
+// or "bf16"), skipping the test with a message saying how to make it, and why CI does not, when it is absent.
 func SmolLM2Checkpoint(t testing.TB, dtype string) string {
 	t.Helper()
 	if dtype != "f32" && dtype != "bf16" {
@@ -33,8 +33,8 @@ func SmolLM2Checkpoint(t testing.TB, dtype string) string {
 	}
 	dir := filepath.Join(models, SmolLM2Name, dtype)
 	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Skipf("skipping: %s not found (run scripts/fetch-smollm2.sh, then scripts/fixtures/smollm2_hf.py with the "+
-			"transformers-5 venv; or set LAYERSTREAM_TESTDATA_MODELS)", dir)
+		t.Skipf("skipping: %s not found; %s", dir, whyMissing("scripts/fixtures/smollm2_hf.py (after "+FetchScript+
+			", with a transformers-5 venv)"))
 	}
 	return dir
 }

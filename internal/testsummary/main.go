@@ -1,6 +1,6 @@
 // Command testsummary reads `go test -json` output on stdin and prints what a person needs from a whole-suite
-// run: one line per package, the output of every failed test, every skipped test with its reason, and the
-// counts of passed, skipped and failed tests (subtests included). It exits 1 when anything failed, a package
+// run: one line per package, the output of every failed test, then at the end every skipped test with its reason,
+// the names of the failed tests, and the counts of passed, skipped and failed tests (subtests included). It exits 1 when anything failed, a package
 // that did not build included.
 //
 //	go test -json ./... | go run ./internal/testsummary
@@ -95,9 +95,19 @@ func summarize(in io.Reader, w io.Writer) (failed bool, err error) {
 		return true, err
 	}
 	if len(skipped) > 0 {
-		fmt.Fprintf(w, "\nskipped:\n")
+		fmt.Fprintf(w, "\nskipped (%d):\n", len(skipped))
 		for _, k := range skipped {
-			fmt.Fprintf(w, "  %s %s: %s\n", short(k.pkg), k.test, skipReason(output[k]))
+			reason := skipReason(output[k])
+			if reason == "" {
+				reason = "(no reason given: the test should say why it skips)"
+			}
+			fmt.Fprintf(w, "  %s %s: %s\n", short(k.pkg), k.test, reason)
+		}
+	}
+	if len(failedTests) > 0 { // their output is above, between the package lines
+		fmt.Fprintf(w, "\nfailed (%d):\n", len(failedTests))
+		for _, k := range failedTests {
+			fmt.Fprintf(w, "  %s %s\n", short(k.pkg), k.test)
 		}
 	}
 	fmt.Fprintf(w, "\ntests: %d passed, %d skipped, %d failed\n", len(passed), len(skipped), len(failedTests))

@@ -14,6 +14,8 @@ func TestSummarize(t *testing.T) {
 {"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:9: skipping: shared test data not found\n"}
 {"Action":"output","Package":"p","Test":"TestB","Output":"--- SKIP: TestB (0.00s)\n"}
 {"Action":"skip","Package":"p","Test":"TestB"}
+{"Action":"output","Package":"p","Test":"TestD","Output":"--- SKIP: TestD (0.00s)\n"}
+{"Action":"skip","Package":"p","Test":"TestD"}
 {"Action":"pass","Package":"p","Elapsed":0.5}
 `
 	var out strings.Builder
@@ -21,7 +23,8 @@ func TestSummarize(t *testing.T) {
 	if err != nil || failed {
 		t.Fatalf("failed %v, err %v; want neither", failed, err)
 	}
-	for _, want := range []string{"ok  \tp\t0.500s", "p TestB: b_test.go:9: skipping: shared test data not found", "tests: 1 passed, 1 skipped, 0 failed"} {
+	for _, want := range []string{"ok  \tp\t0.500s", "skipped (2):", "p TestB: b_test.go:9: skipping: shared test data not found",
+		"p TestD: (no reason given", "tests: 1 passed, 2 skipped, 0 failed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
@@ -38,7 +41,8 @@ func TestSummarize(t *testing.T) {
 	if err != nil || !failed {
 		t.Fatalf("failed %v, err %v; want failed", failed, err)
 	}
-	for _, want := range []string{"--- FAIL: TestC (q)", "logits differ by 0.5", "FAIL\tq", "r/x.go:1:1: syntax error", "tests: 0 passed, 0 skipped, 1 failed"} {
+	for _, want := range []string{"--- FAIL: TestC (q)", "logits differ by 0.5", "FAIL\tq", "r/x.go:1:1: syntax error", "failed (1):\n  q TestC\n",
+		"tests: 0 passed, 0 skipped, 1 failed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}

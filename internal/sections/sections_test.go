@@ -1,4 +1,4 @@
-package guard
+package sections
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // TestSectionsAreHeadings: every section a warning names is a "## " heading of TROUBLESHOOTING.md, and every such
 // heading has its constant.
 func TestSectionsAreHeadings(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), TroubleshootingFile))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), File))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,14 +23,14 @@ func TestSectionsAreHeadings(t *testing.T) {
 			headings = append(headings, strings.TrimSpace(h))
 		}
 	}
-	for _, s := range Sections() {
+	for _, s := range All() {
 		if !slices.Contains(headings, s) {
-			t.Errorf("section %q is not a heading of %s", s, TroubleshootingFile)
+			t.Errorf("section %q is not a heading of %s", s, File)
 		}
 	}
 	for _, h := range headings {
-		if !slices.Contains(Sections(), h) {
-			t.Errorf("heading %q of %s has no constant in Sections()", h, TroubleshootingFile)
+		if !slices.Contains(All(), h) {
+			t.Errorf("heading %q of %s has no constant in All()", h, File)
 		}
 	}
 	// Links inside the document point at headings that exist.
@@ -38,10 +38,19 @@ func TestSectionsAreHeadings(t *testing.T) {
 		anchor, _, _ := strings.Cut(part, ")")
 		found := false
 		for _, h := range headings {
-			found = found || Anchor(h) == TroubleshootingFile+"#"+anchor
+			found = found || Anchor(h) == File+"#"+anchor
 		}
 		if !found {
 			t.Errorf("link #%s matches no heading", anchor)
 		}
+	}
+}
+
+func TestAnchor(t *testing.T) {
+	if got := Anchor(NaN); got != "TROUBLESHOOTING.md#nan-or-inf-in-logits" {
+		t.Fatal(got)
+	}
+	if got := Anchor(Punctuation); got != "TROUBLESHOOTING.md#output-mostly-one-punctuation-mark-" {
+		t.Fatal(got)
 	}
 }
