@@ -38,13 +38,16 @@ type batchLine struct {
 // run's (--seed, else a random one) plus the line's number less one (lineSeed). Error says what ended a sequence whose stop_reason is "error"; Warnings are the problems the
 // line's guards saw (each naming its TROUBLESHOOTING.md section) that did not stop it.
 type batchResultJSON struct {
-	PromptIDs    []int    `json:"prompt_ids"`
-	GeneratedIDs []int    `json:"generated_ids"`
-	Text         string   `json:"text"`
-	StopReason   string   `json:"stop_reason"`
-	Seed         uint64   `json:"seed"`
-	Error        string   `json:"error,omitempty"`
-	Warnings     []string `json:"warnings,omitempty"`
+	PromptIDs    []int  `json:"prompt_ids"`
+	GeneratedIDs []int  `json:"generated_ids"`
+	Text         string `json:"text"`
+	StopReason   string `json:"stop_reason"`
+	Seed         uint64 `json:"seed"`
+	// Passes and Draft as generate --json has them.
+	Passes   int                `json:"passes"`
+	Draft    *engine.DraftStats `json:"draft,omitempty"`
+	Error    string             `json:"error,omitempty"`
+	Warnings []string           `json:"warnings,omitempty"`
 }
 
 // readBatchFile parses a JSONL file of prompts. Blank lines are skipped; any other line must be one JSON object
@@ -184,7 +187,10 @@ func runBatch(ctx context.Context, o generateOptions, stdout, stderr io.Writer) 
 		if stopped[i] != nil {
 			res.StopReason, err = engine.StopError, stopped[i]
 		}
-		out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason, Seed: reqs[i].Sampling.Seed}
+		out := batchResultJSON{PromptIDs: res.PromptIDs, GeneratedIDs: res.GeneratedIDs, StopReason: res.StopReason, Seed: reqs[i].Sampling.Seed, Passes: res.Passes}
+		if res.Draft != (engine.DraftStats{}) {
+			out.Draft = &res.Draft
+		}
 		if tok != nil {
 			out.Text = tok.Decode(res.GeneratedIDs, true)
 		}

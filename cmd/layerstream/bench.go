@@ -105,6 +105,8 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 	if err != nil {
 		return nil, errors.Join(err, finish())
 	}
+	rep := &benchReport{Model: o.model, Device: string(o.eng.Device), Reads: "page cache", PromptTokens: o.promptTokens,
+		NewTokens: o.newTokens, Warmup: o.warmup}
 	gen := func(ctx context.Context, onToken func()) (int, error) {
 		// A non-nil empty StopIDs disables the end-of-sequence stop: every run generates o.newTokens tokens.
 		req := engine.Request{PromptIDs: prompt, MaxNewTokens: o.newTokens, StopIDs: []int{}}
@@ -112,10 +114,12 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 		if err != nil {
 			return 0, err
 		}
+		rep.TokensPerPass = float64(len(res.GeneratedIDs)) / float64(max(res.Passes, 1)) // the last run's
+		if o.eng.Draft != "" {
+			rep.Draft = &res.Draft
+		}
 		return len(res.GeneratedIDs), nil
 	}
-	rep := &benchReport{Model: o.model, Device: string(o.eng.Device), Reads: "page cache", PromptTokens: o.promptTokens,
-		NewTokens: o.newTokens, Warmup: o.warmup}
 	if e.DirectIO() {
 		rep.Reads = "O_DIRECT"
 	}
@@ -217,9 +221,13 @@ type benchReport struct {
 	PeakRSS      int64   `json:"peak_rss_bytes"` // the process's peak resident set (VmHWM); 0 when unknown
 	// The resident set at the end, split (RssAnon, RssFile; 0 when unknown): the engine's own memory, and the
 	// pages of mapped shard files it has touched, which stay page cache that the kernel can reclaim.
-	AnonRSS int64      `json:"anon_rss_bytes"`
-	FileRSS int64      `json:"file_rss_bytes"`
-	Runs    []benchRun `json:"runs"`
+	AnonRSS int64 `json:"anon_rss_bytes"`
+	FileRSS int64 `json:"file_rss_bytes"`
+	// TokensPerPass is the last run's generated tokens per forward pass of the model (its prompt's counted as
+	// one): above 1 with speculative decoding, whose draft tokens proposed and accepted Draft counts.
+	TokensPerPass float64            `json:"tokens_per_pass"`
+	Draft         *engine.DraftStats `json:"draft,omitempty"`
+	Runs          []benchRun         `json:"runs"`
 }
 
 // summarize sets the medians from the runs.
@@ -265,6 +273,9 @@ func (r *benchReport) writeTable(w io.Writer) error {
 	}
 	ew.Printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
 		r.TTFT, r.Total)
+	if r.Draft != nil {
+		ew.Printf("speculative decoding: %.2f tokens per pass; %d of %d draft tokens accepted (the last run)\n", r.TokensPerPass, r.Draft.Accepted, r.Draft.Proposed)
+	}
 	if r.PeakRSS > 0 {
 		ew.Printf("peak RSS %s; at the end %s anonymous (the engine's own), %s file-backed (mapped shards: page cache)\n",
 			bytesize.Format(r.PeakRSS), bytesize.Format(r.AnonRSS), bytesize.Format(r.FileRSS))

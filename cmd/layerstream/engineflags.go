@@ -33,6 +33,8 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.Var(&o.DirectIO, "direct-io", "read shards with O_DIRECT, bypassing the page cache: auto (the default: when they do not fit in the memory available), true or false (--direct-io alone: true)")
 	fs.BoolVar(&o.NoMap, "no-mmap", false, "read streamed shards into buffers instead of mapping them from the page cache (mapping saves a copy per layer; see TROUBLESHOOTING.md '"+sections.SIGBUS+"')")
 	fs.BoolVar(&o.VerifyEveryLoad, "verify-every-load", false, "checksum every streamed shard on every load (default: on first load, and again when the file changes)")
+	fs.StringVar(&o.Draft, "draft", "", "speculative decoding: `MODEL`, a smaller model with the same tokenizer (kept resident; its greedy continuation is the draft), or ngram (drafts from the context itself); each pass then verifies several tokens, greedy output unchanged (cpu, without --graph-decode)")
+	fs.IntVar(&o.DraftTokens, "draft-tokens", 0, fmt.Sprintf("the most draft tokens a pass verifies per sequence, 1-%d (default %d with a draft model, %d with ngram)", engine.MaxDraftTokens, engine.DefaultDraftTokens, engine.DefaultNgramTokens))
 	fs.BoolVar(&o.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")
 	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")
 	fs.StringVar(&o.Hub.Token, "token", "", "Hugging Face token for gated repos (default $HF_TOKEN, then $HF_HOME/token)")

@@ -218,7 +218,11 @@ type generateJSON struct {
 	Stop         string        `json:"stop,omitempty"` // the stop string that ended generation
 	Seed         uint64        `json:"seed"`
 	Logprobs     []logprobJSON `json:"logprobs,omitempty"`
-	Timings      timingsJSON   `json:"timings"`
+	// Passes is the model's forward passes for the sequence, its prompt's counted as one; Draft the draft
+	// tokens proposed and accepted (speculative decoding, --draft).
+	Passes  int                `json:"passes"`
+	Draft   *engine.DraftStats `json:"draft,omitempty"`
+	Timings timingsJSON        `json:"timings"`
 }
 
 type logprobJSON struct {
@@ -281,6 +285,10 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 	}
 	// After Ctrl-C the partial result is printed (stop_reason "cancelled"), and the exit status says so.
 	out.PromptIDs, out.GeneratedIDs, out.StopReason = res.PromptIDs, res.GeneratedIDs, res.StopReason
+	out.Passes = res.Passes
+	if o.eng.Draft != "" {
+		out.Draft = &res.Draft
+	}
 	out.Timings = timingsJSON{
 		TTFTSeconds:         res.Timings.TTFT.Seconds(),
 		PrefillTokensPerSec: res.Timings.PrefillTokensPerSec,
