@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,7 +174,7 @@ func TestStreamEncodedOverlapped(t *testing.T) {
 	want := tokenByToken(t, open(t, model, Options{DType: "f32"}), ids)
 	for _, prefetch := range []int{1, 2, 3, 5} {
 		for _, direct := range []DirectIOMode{DirectIOOn, DirectIOOff} {
-			e := open(t, planes, Options{DType: "f32", Prefetch: prefetch, DirectIO: direct, NoMap: true})
+			e := open(t, planes, Options{DType: "f32", Prefetch: prefetch, DirectIO: direct, NoMap: true, MemoryBudget: MemoryBudgetOff}) // every layer streamed
 			if d := maxDiff(want, tokenByToken(t, e, ids)); d != 0 {
 				t.Errorf("prefetch %d, direct I/O %v: logits differ from the raw split's by %g", prefetch, direct, d)
 			}
@@ -199,7 +200,7 @@ func TestStreamEncodedOverlapped(t *testing.T) {
 	// A shard corrupted under a running engine: the load that reads it fails the generation, naming it, while
 	// the loads around it were in flight; every buffer comes back (the batch loop stops its stream once it has
 	// handed the error to the sequences, so they come back just after Generate returns).
-	e := open(t, planes, Options{DType: "f32", Prefetch: 3, DirectIO: DirectIOOn, NoMap: true})
+	e := open(t, planes, Options{DType: "f32", Prefetch: 3, DirectIO: DirectIOOn, NoMap: true, MemoryBudget: MemoryBudgetOff}) // every layer streamed
 	if _, err := e.Logits(ctx, ids); err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +222,54 @@ func TestStreamEncodedOverlapped(t *testing.T) {
 			t.Fatalf("after the failed generation: %d of %d host buffers back", len(e.store.pools.host), cap(e.store.pools.host))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMemoryBudget: under a memory budget the store keeps as many decoder layers resident as it holds, spread
+// among the streamed ones (the automatic budget from the memory available, with O_DIRECT reads); the logits are
+// those of streaming every layer, and the stream reads only the others.
+func TestMemoryBudget(t *testing.T) {
+	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 3})
+	ctx := context.Background()
+	ids := testIDs[:5]
+	for i := range ids {
+		ids[i] %= 64
+	}
+	all := open(t, model, Options{DirectIO: DirectIOOn, MemoryBudget: MemoryBudgetOff})
+	want, err := all.Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := all.store.layerBytes()
+	defer func(f func() (memavail.Available, error)) { availableMemory = f }(availableMemory)
+	for _, c := range []struct {
+		name     string
+		opts     Options
+		avail    int64
+		resident int
+		pattern  []bool
+	}{
+		{"3 layers' budget", Options{MemoryBudget: 3*layer + layer/2, DirectIO: DirectIOOn}, 1 << 40, 3, []bool{false, false, true, false, false, true, false, true}},
+		{"auto", Options{DirectIO: DirectIOOn}, residencyMargin + (2+1+5)*layer + layer/2, 5, nil},
+		{"mapped: the page cache keeps it", Options{MemoryBudget: 3 * layer}, 1 << 40, 0, nil},
+		{"off", Options{DirectIO: DirectIOOn, MemoryBudget: MemoryBudgetOff}, 1 << 40, 0, nil},
+	} {
+		availableMemory = func() (memavail.Available, error) {
+			return memavail.Available{Bytes: c.avail * 10 / 9, Source: "test"}, nil
+		}
+		e := open(t, model, c.opts)
+		if st := e.Stats(); st.ResidentLayers != c.resident {
+			t.Errorf("%s: %d layers resident, want %d", c.name, st.ResidentLayers, c.resident)
+		}
+		if c.pattern != nil && !slices.Equal(e.store.keep, c.pattern) {
+			t.Errorf("%s: resident layers %v, want %v", c.name, e.store.keep, c.pattern)
+		}
+		got, err := e.Logits(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(got, want); d != 0 {
+			t.Errorf("%s: logits differ from streaming every layer by %g", c.name, d)
+		}
 	}
 }

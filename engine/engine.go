@@ -194,6 +194,10 @@ type Stats struct {
 	LayerBuffers int
 	// PeakLayerBuffersInUse is the most streamed layer sets filled and not yet released at one time.
 	PeakLayerBuffersInUse int
+	// ResidentLayers are the decoder layers kept loaded (Options.Resident, or a memory budget), taking
+	// ResidentBytes; the others, StreamedBytes of shards, are read for every forward pass.
+	ResidentLayers               int
+	ResidentBytes, StreamedBytes int64
 }
 
 // Stats returns the device-buffer counters.

@@ -516,7 +516,7 @@ func TestDirectIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := open(t, model, Options{DirectIO: DirectIOOn}).Logits(ctx, ids)
+	got, err := open(t, model, Options{DirectIO: DirectIOOn, MemoryBudget: MemoryBudgetOff}).Logits(ctx, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

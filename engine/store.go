@@ -47,8 +47,11 @@ type weightStore struct {
 	layerSpecs []tensorSpec
 	headUnit   string // lm_head, or embed when the output projection is tied to the embeddings
 
-	pools    *pools       // streamed units' buffers
-	resident []*weightSet // Options.Resident: every decoder layer
+	pools *pools // streamed units' buffers
+	// resident holds the decoder layers kept loaded (nil entries stream): every one under Options.Resident,
+	// else those the memory budget keeps (residency.go); keep says which, from allocate on.
+	resident []*weightSet
+	keep     []bool
 	embed    *weightSet   // resident head units (nil with StreamAll)
 	norm     *weightSet
 	head     *weightSet
@@ -196,6 +199,16 @@ func (s *weightStore) inPlace() bool { return !s.opts.GraphDecode }
 
 // allocate creates the device buffers: the stream pools, and the resident units loaded once.
 func (s *weightStore) allocate(ctx context.Context) error {
+	s.keep = make([]bool, s.cfg.NumHiddenLayers)
+	if s.opts.Resident {
+		for i := range s.keep {
+			s.keep[i] = true
+		}
+	} else {
+		budget := s.residentBudget()
+		s.keep = s.residentLayers(budget)
+		s.describeResidency(s.keep, budget)
+	}
 	// The pooled buffers hold the streamed units: sized for the largest (Load grows a buffer for a bigger one).
 	hostBuffers, hostSize := s.opts.Prefetch, 0
 	for _, name := range s.schedule() {
@@ -215,16 +228,25 @@ func (s *weightStore) allocate(ctx context.Context) error {
 	for range hostBuffers {
 		s.pools.host <- shards.NewBuffer(hostSize)
 	}
-	if s.opts.Resident {
-		for i := range s.cfg.NumHiddenLayers {
-			w, err := s.loadResident(ctx, kindLayer, layerUnit(i), s.layerSpecs)
-			if err != nil {
-				return err
-			}
-			s.resident = append(s.resident, w)
+	streamed := 0
+	for i, keep := range s.keep {
+		if !keep {
+			streamed++
+			continue
 		}
-	} else if err := s.addSets(kindLayer, s.opts.MaxLayerBuffers, s.layerSpecs); err != nil {
-		return err
+		if s.resident == nil {
+			s.resident = make([]*weightSet, s.cfg.NumHiddenLayers)
+		}
+		w, err := s.loadResident(ctx, kindLayer, layerUnit(i), s.layerSpecs)
+		if err != nil {
+			return err
+		}
+		s.resident[i] = w
+	}
+	if streamed > 0 {
+		if err := s.addSets(kindLayer, min(s.opts.MaxLayerBuffers, streamed), s.layerSpecs); err != nil {
+			return err
+		}
 	}
 	if s.opts.StreamAll {
 		for _, u := range []string{unitEmbed, unitNorm, s.headUnit} {
@@ -331,7 +353,9 @@ func (s *weightStore) schedule() []string {
 		units = append(units, unitEmbed)
 	}
 	for i := range s.cfg.NumHiddenLayers {
-		units = append(units, layerUnit(i))
+		if s.keep == nil || !s.keep[i] {
+			units = append(units, layerUnit(i))
+		}
 	}
 	if s.opts.StreamAll {
 		units = append(units, unitNorm, s.headUnit)
@@ -342,10 +366,11 @@ func (s *weightStore) schedule() []string {
 // newStream starts the pipeline for up to passes forward passes (without end when negative; nil in resident
 // mode); graph says whether they run as compiled graphs (Logits, GraphDecode) rather than on the host kernels.
 func (s *weightStore) newStream(ctx context.Context, passes int, graph bool) *stream {
-	if s.opts.Resident {
+	schedule := s.schedule()
+	if len(schedule) == 0 {
 		return nil
 	}
-	return s.startStream(ctx, s.schedule(), passes, !graph)
+	return s.startStream(ctx, schedule, passes, !graph)
 }
 
 // unitSet returns the device weights of unit: resident, or the next one from the stream. release gives it back.
@@ -373,7 +398,7 @@ func (s *weightStore) embedSet(st *stream) (*weightSet, func(), error) {
 // layerSet returns decoder layer i's weights (resident, or next from the stream) and its release function.
 func (s *weightStore) layerSet(st *stream, i int) (*weightSet, func(), error) {
 	var res *weightSet
-	if s.opts.Resident {
+	if s.resident != nil {
 		res = s.resident[i]
 	}
 	return s.unitSet(st, layerUnit(i), res)
@@ -409,12 +434,17 @@ func (s *weightStore) releaseSet(w *weightSet) {
 
 // stats returns the device-buffer counters.
 func (s *weightStore) stats() Stats {
-	st := Stats{PeakLayerBuffersInUse: int(s.pools.peakInUse.Load())}
-	if s.opts.Resident {
-		st.LayerBuffers = len(s.resident)
-	} else {
-		st.LayerBuffers = cap(s.pools.sets[kindLayer])
+	st := Stats{PeakLayerBuffersInUse: int(s.pools.peakInUse.Load()), LayerBuffers: cap(s.pools.sets[kindLayer])}
+	for i, keep := range s.keep {
+		u, _ := s.set.Unit(layerUnit(i))
+		if keep {
+			st.ResidentLayers++
+			st.ResidentBytes += u.BufferSize()
+		} else {
+			st.StreamedBytes += u.BufferSize()
+		}
 	}
+	st.LayerBuffers += st.ResidentLayers
 	return st
 }
 

@@ -141,6 +141,8 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 	if err := finish(); err != nil {
 		return nil, err
 	}
+	st := e.Stats()
+	rep.ResidentBytes, rep.StreamedBytes = st.ResidentBytes, st.StreamedBytes
 	rep.summarize()
 	rep.PeakRSS, rep.AnonRSS, rep.FileRSS = memStatus()
 	return rep, nil
@@ -225,7 +227,11 @@ type benchReport struct {
 	FileRSS int64 `json:"file_rss_bytes"`
 	// TokensPerPass is the last run's generated tokens per forward pass of the model (its prompt's counted as
 	// one): above 1 with speculative decoding, whose draft tokens proposed and accepted Draft counts.
-	TokensPerPass float64            `json:"tokens_per_pass"`
+	TokensPerPass float64 `json:"tokens_per_pass"`
+	// ResidentBytes are the decoder layers' shard bytes kept loaded (--resident, --memory-budget), StreamedBytes
+	// those read for every forward pass.
+	ResidentBytes int64              `json:"resident_bytes"`
+	StreamedBytes int64              `json:"streamed_bytes"`
 	Draft         *engine.DraftStats `json:"draft,omitempty"`
 	Runs          []benchRun         `json:"runs"`
 }
@@ -273,6 +279,9 @@ func (r *benchReport) writeTable(w io.Writer) error {
 	}
 	ew.Printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
 		r.TTFT, r.Total)
+	if r.ResidentBytes > 0 {
+		ew.Printf("decoder layers: %s resident, %s streamed per pass\n", bytesize.Format(r.ResidentBytes), bytesize.Format(r.StreamedBytes))
+	}
 	if r.Draft != nil {
 		ew.Printf("speculative decoding: %.2f tokens per pass; %d of %d draft tokens accepted (the last run)\n", r.TokensPerPass, r.Draft.Accepted, r.Draft.Proposed)
 	}

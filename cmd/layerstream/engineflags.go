@@ -30,6 +30,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.Var(byteSize{&o.DeviceBudget}, "device-budget", "device memory for streamed layer weights, a `size` such as 8GiB, 512MB or a number of bytes (overrides --max-layer-buffers)")
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
+	fs.Var(memoryBudget{&o.MemoryBudget}, "memory-budget", "memory for decoder layers kept resident beside the stream when reading past the page cache (--direct-io, --no-mmap): a `size` such as 12GiB, auto (the default: nine tenths of the memory available, cgroup-aware, less the stream's buffers and a margin, when the model does not fit in memory) or off")
 	fs.Var(&o.DirectIO, "direct-io", "read shards with O_DIRECT, bypassing the page cache: auto (the default: when they do not fit in the memory available), true or false (--direct-io alone: true)")
 	fs.BoolVar(&o.NoMap, "no-mmap", false, "read streamed shards into buffers instead of mapping them from the page cache (mapping saves a copy per layer; see TROUBLESHOOTING.md '"+sections.SIGBUS+"')")
 	fs.BoolVar(&o.VerifyEveryLoad, "verify-every-load", false, "checksum every streamed shard on every load (default: on first load, and again when the file changes)")
@@ -88,5 +89,35 @@ func (b byteSize) Set(s string) error {
 		return err
 	}
 	*b.p = n
+	return nil
+}
+
+// memoryBudget is --memory-budget: auto, off, or a byte count (engine.Options.MemoryBudget).
+type memoryBudget struct{ p *int64 }
+
+func (m memoryBudget) String() string {
+	switch {
+	case m.p == nil || *m.p == engine.MemoryBudgetAuto:
+		return "auto"
+	case *m.p == engine.MemoryBudgetOff:
+		return "off"
+	}
+	return strconv.FormatInt(*m.p, 10)
+}
+
+func (m memoryBudget) Set(s string) error {
+	switch s {
+	case "auto":
+		*m.p = engine.MemoryBudgetAuto
+		return nil
+	case "off", "0":
+		*m.p = engine.MemoryBudgetOff
+		return nil
+	}
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return fmt.Errorf("want auto, off or a size: %w", err)
+	}
+	*m.p = n
 	return nil
 }

@@ -162,15 +162,24 @@ func flagSuggestion(fs *flag.FlagSet, err error) string {
 }
 
 // didYouMean returns " (did you mean PREFIX+name?)" for the candidate closest to s (by edit distance, or one
-// that s is a prefix of), or "" when none is close.
+// that s is a prefix of; on a tie the one sharing the longer prefix with s, then the first in order), or "" when
+// none is close.
 func didYouMean(s string, candidates []string, prefix string) string {
 	best, bestDist := "", 0
+	shared := func(c string) int {
+		n := 0
+		for n < len(s) && n < len(c) && s[n] == c[n] {
+			n++
+		}
+		return n
+	}
 	for _, c := range candidates {
 		d := editDistance(s, c)
 		if len(s) >= 3 && strings.HasPrefix(c, s) {
 			d = 1
 		}
-		if d <= max(1, len(s)*2/5) && (best == "" || d < bestDist || d == bestDist && c < best) {
+		better := best == "" || d < bestDist || d == bestDist && (shared(c) > shared(best) || shared(c) == shared(best) && c < best)
+		if d <= max(1, len(s)*2/5) && better {
 			best, bestDist = c, d
 		}
 	}

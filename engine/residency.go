@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/layerstream/layerstream/internal/bytesize"
+)
+
+// Memory-aware residency. A model streamed from disk (past the page cache: Options.DirectIO) reads every layer
+// for every token, although part of it could stay in memory between tokens. Under Options.MemoryBudget the
+// store keeps as many decoder layers resident as the budget holds, loaded once, and streams the others; the
+// resident ones are spread among the streamed (layer i of n is resident when ⌊(i+1)·k/n⌋ > ⌊i·k/n⌋ for k
+// resident layers), so that the disk reads the next streamed layer while resident layers compute.
+
+// MemoryBudget values besides a size in bytes: MemoryBudgetAuto (0, the default) and MemoryBudgetOff.
+const (
+	MemoryBudgetAuto int64 = 0
+	MemoryBudgetOff  int64 = -1
+)
+
+// residencyMargin is the memory the automatic budget leaves free beside the engine's buffers: the key/value
+// cache, activations, the Go runtime and the rest of the machine.
+const residencyMargin = 512 << 20
+
+// residentBudget resolves Options.MemoryBudget: the bytes of decoder layers the store may keep resident beside
+// its stream, or 0 for none. Resident layers pay only where the stream does not map the shards from the page
+// cache (DirectIO, or NoMap); the automatic budget applies with O_DIRECT reads (a model larger than memory):
+// nine tenths of the memory available, less the stream's host buffers and residencyMargin.
+func (s *weightStore) residentBudget() int64 {
+	o := s.opts
+	switch {
+	case o.Resident || o.MemoryBudget == MemoryBudgetOff || o.GraphDecode:
+		return 0
+	case o.MemoryBudget > 0 && (o.DirectIO == DirectIOOn || o.NoMap):
+		return o.MemoryBudget
+	case o.MemoryBudget > 0:
+		slog.Debug("memory budget: the shards are mapped from the page cache, which keeps what fits; no layer is held apart")
+		return 0
+	case o.DirectIO != DirectIOOn:
+		return 0
+	}
+	avail, err := availableMemory()
+	if err != nil {
+		return 0
+	}
+	buffers := int64(o.Prefetch+1) * s.layerBytes()
+	return max(0, avail.Bytes/10*9-buffers-residencyMargin)
+}
+
+// residentLayers returns which decoder layers the store keeps resident for a budget of bytes: as many as fit,
+// spread evenly among the streamed ones.
+func (s *weightStore) residentLayers(budget int64) []bool {
+	n := s.cfg.NumHiddenLayers
+	keep := make([]bool, n)
+	per := s.layerBytes()
+	if budget <= 0 || per <= 0 {
+		return keep
+	}
+	k := int(min(budget/per, int64(n)))
+	for i := range n {
+		keep[i] = (i+1)*k/n > i*k/n
+	}
+	return keep
+}
+
+// describeResidency logs what the store keeps and streams.
+func (s *weightStore) describeResidency(keep []bool, budget int64) {
+	var resident, streamed int
+	var marks strings.Builder
+	for _, r := range keep {
+		if r {
+			resident++
+			marks.WriteByte('R')
+		} else {
+			streamed++
+			marks.WriteByte('.')
+		}
+	}
+	if resident == 0 {
+		return
+	}
+	per := s.layerBytes()
+	slog.Info(fmt.Sprintf("memory budget %s: %d decoder layers resident (%s), %d streamed from disk per token (%s)",
+		bytesize.Format(budget), resident, bytesize.Format(int64(resident)*per), streamed, bytesize.Format(int64(streamed)*per)),
+		"layers", marks.String())
+}
