@@ -52,7 +52,7 @@ type weightStore struct {
 	// else those the memory budget keeps (residency.go); keep says which, from allocate on.
 	resident []*weightSet
 	keep     []bool
-	embed    *weightSet   // resident head units (nil with StreamAll)
+	embed    *weightSet // resident head units (nil with StreamAll)
 	norm     *weightSet
 	head     *weightSet
 
