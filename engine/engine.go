@@ -151,15 +151,13 @@ func (e *Engine) init(ctx context.Context, set *shards.Set) error {
 	if e.run, err = newRunner(arch, e.store, e.opts, choice.DType); err != nil {
 		return err
 	}
-	if err := e.store.allocate(ctx); err != nil {
-		return err
-	}
+	// The draft model is loaded first: the memory budget (Options.MemoryBudget) counts what it then leaves.
 	d, err := e.openDrafter(ctx)
 	if err != nil {
 		return err
 	}
 	e.batch = newBatcher(e.run, &e.passes, d, e.opts)
-	return nil
+	return e.store.allocate(ctx)
 }
 
 // openDrafter opens Options.Draft: nil for none.
