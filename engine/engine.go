@@ -106,6 +106,7 @@ func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
 	}
 	if opts.DirectIO == DirectIOAuto {
 		opts.DirectIO = chooseDirectIO(set, opts)
+		opts.largerThanMemory = opts.DirectIO == DirectIOOn
 	}
 	set.SetDirectIO(opts.DirectIO == DirectIOOn)
 	set.SetKeepMapped(true) // when streaming maps shards (mapShards); unmapped by Close

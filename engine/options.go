@@ -28,10 +28,14 @@ type Options struct {
 	Resident bool
 	// MemoryBudget bounds the memory for decoder layers kept resident beside the stream (residency.go): as many
 	// layers as it holds are loaded once, spread among the streamed ones, and never read again. A size in bytes,
-	// MemoryBudgetAuto (0: with O_DIRECT reads, nine tenths of the memory available, cgroup-aware, less the
-	// stream's buffers and a margin for the key/value cache and the rest) or MemoryBudgetOff. It applies where
-	// the shards are not mapped from the page cache (DirectIO, NoMap), which otherwise keeps what fits itself.
+	// MemoryBudgetAuto (0: when the model does not fit in memory, so that DirectIOAuto reads it with O_DIRECT,
+	// nine tenths of the memory available, cgroup-aware, less the stream's buffers and a margin for the
+	// key/value cache and the rest; none when DirectIO is forced, which asks for streaming) or MemoryBudgetOff.
+	// A size applies where the shards are not mapped from the page cache (DirectIO, NoMap), which otherwise
+	// keeps what fits itself.
 	MemoryBudget int64
+	// largerThanMemory: DirectIOAuto chose O_DIRECT, the shards not fitting in the memory available (Open).
+	largerThanMemory bool
 	// GraphDecode computes prompts and decode steps with the compiled GoMLX graphs instead of the host kernels (hostOps):
 	// slower on cpu, for comparison and tests. Always on for the XLA devices, which compute every step on the
 	// device.

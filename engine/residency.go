@@ -20,14 +20,14 @@ const (
 	MemoryBudgetOff  int64 = -1
 )
 
-// residencyMargin is the memory the automatic budget leaves free beside the engine's buffers: the key/value
-// cache, activations, the Go runtime and the rest of the machine.
+// residencyMargin is the memory the automatic budget leaves free beside the engine's buffers, at most a quarter
+// of the memory available: the key/value cache, activations, the Go runtime and the rest of the machine.
 const residencyMargin = 512 << 20
 
 // residentBudget resolves Options.MemoryBudget: the bytes of decoder layers the store may keep resident beside
 // its stream, or 0 for none. Resident layers pay only where the stream does not map the shards from the page
-// cache (DirectIO, or NoMap); the automatic budget applies with O_DIRECT reads (a model larger than memory):
-// nine tenths of the memory available, less the stream's host buffers and residencyMargin.
+// cache (DirectIO, or NoMap); the automatic budget applies when the model is larger than memory (DirectIOAuto
+// chose O_DIRECT): nine tenths of the memory available, less the stream's host buffers and residencyMargin.
 func (s *weightStore) residentBudget() int64 {
 	o := s.opts
 	switch {
@@ -38,7 +38,7 @@ func (s *weightStore) residentBudget() int64 {
 	case o.MemoryBudget > 0:
 		slog.Debug("memory budget: the shards are mapped from the page cache, which keeps what fits; no layer is held apart")
 		return 0
-	case o.DirectIO != DirectIOOn:
+	case !o.largerThanMemory:
 		return 0
 	}
 	avail, err := availableMemory()
@@ -46,7 +46,7 @@ func (s *weightStore) residentBudget() int64 {
 		return 0
 	}
 	buffers := int64(o.Prefetch+1) * s.layerBytes()
-	return max(0, avail.Bytes/10*9-buffers-residencyMargin)
+	return max(0, avail.Bytes/10*9-buffers-min(residencyMargin, avail.Bytes/4))
 }
 
 // residentLayers returns which decoder layers the store keeps resident for a budget of bytes: as many as fit,

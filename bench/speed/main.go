@@ -72,6 +72,8 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		"shape's vocabulary, which the converter needs (default $LAYERSTREAM_PEER_TOKENIZER)")
 	ggufModel := fs.String("gguf-model", filepath.Join("testdata", "models", "smollm2-135m-instruct-q4_1.gguf"),
 		"the GGUF file of target 13 (scripts/fetch-smollm2.sh fetches it), run resident beside llama.cpp (--peer-python)")
+	pairDir := fs.String("pair-dir", filepath.Join("testdata", "models"), "the folder of the real Qwen2.5-Coder "+
+		"0.5B/1.5B GGUF pair of targets 15-17 (scripts/fetch-qwen-pair.sh fetches them; absent: not measured)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
 	cache := fs.String("cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
 		"models, reused across runs")
@@ -148,7 +150,8 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	}
 	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
 		prefillTokens: *prefill, batchNewTokens: 64, dtype: engine.DType(*dtype), seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
-		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache, streamOnly: q != shards.None}
+		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache, streamOnly: q != shards.None,
+		pairTarget: filepath.Join(*pairDir, pairTarget), pairDraft: filepath.Join(*pairDir, pairDraft)}
 	switch {
 	case !pc.enabled():
 		o.noPeer = "no llama.cpp: give --peer-python (a Python with llama-cpp-python) and, to make the GGUF, " +

@@ -60,7 +60,9 @@ type options struct {
 	// ggufModel is the GGUF file of target 13 and ggufPython the Python running llama.cpp on it ("": not
 	// measured); cacheDir holds its split.
 	ggufModel, ggufPython, cacheDir string
-	log                             io.Writer // progress lines
+	// pairTarget and pairDraft are the real draft/target pair of targets 15-17 (scripts/fetch-qwen-pair.sh).
+	pairTarget, pairDraft string
+	log                   io.Writer // progress lines
 	// streamOnly measures streaming from disk only (targets 2 and 10): a model written as quantized shards
 	// (--quantize), which may be too large to hold resident or prefill in any time.
 	streamOnly bool
@@ -172,6 +174,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 		releaseMemory()
 		if err := measureGGUF(ctx, o, r); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureSpeculation(ctx, o, r); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,6 +173,9 @@ func runTinyWith(t *testing.T, set func(*options)) *report {
 // peerTargets are the targets that compare with llama.cpp.
 var peerTargets = map[int]bool{6: true, 7: true, 9: true, 13: true}
 
+// pairTargets run the real Qwen2.5-Coder pair, which the tests have not (TestRunSpeculation gives them a tiny one).
+var pairTargets = map[int]bool{15: true, 16: true, 17: true}
+
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
 func TestRunWithoutEngineFeatures(t *testing.T) {
@@ -185,7 +189,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, want[tg.ID], tg.Verdict, tg.Reason)
 		}
 		switch {
-		case peerTargets[tg.ID]:
+		case peerTargets[tg.ID] || pairTargets[tg.ID]:
 			if tg.Verdict != notMeasurable || tg.missed() {
 				t.Errorf("target %d without llama.cpp: %s (%s); want NOT MEASURABLE HERE, not missed", tg.ID, tg.Verdict, tg.Reason)
 			}
@@ -223,7 +227,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 14 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 17 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -268,7 +272,7 @@ func TestRunWithEngineFeatures(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	for _, tg := range r.Targets {
-		if tg.Measured == nil && !peerTargets[tg.ID] {
+		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] {
 			t.Errorf("target %d not measured: %s (%s)", tg.ID, tg.Verdict, tg.Reason)
 		}
 	}
@@ -406,5 +410,26 @@ func TestRunStreamOnly(t *testing.T) {
 	if strings.Contains(text.String(), "GFLOP/s") || !strings.Contains(text.String(), "layer matrices in Q4_K blocks") ||
 		(runtime.GOOS == "linux" && !strings.Contains(text.String(), "peak memory")) {
 		t.Errorf("text report:\n%s", text.String())
+	}
+}
+
+// TestRunSpeculation runs targets 15-17 on a tiny pair of one tokenizer (a random GGUF model in float32 and its
+// Q8_0 copy as the draft): measured, the greedy output unchanged by the draft.
+func TestRunSpeculation(t *testing.T) {
+	tiny := filepath.Join("..", "..", "gguf", "testdata", "tiny")
+	r := &report{Targets: newTargets(8, 4)}
+	o := options{runs: 1, newTokens: 4, log: io.Discard, cacheDir: t.TempDir(),
+		pairTarget: filepath.Join(tiny, "tiny-llama-F32.gguf"), pairDraft: filepath.Join(tiny, "tiny-llama-Q8_0.gguf")}
+	if err := measureSpeculation(context.Background(), o, r); err != nil {
+		t.Fatal(err)
+	}
+	for id := range pairTargets {
+		tg := r.target(id)
+		if tg.Measured == nil || *tg.Measured <= 0 || strings.Contains(tg.Reason, "differs") {
+			t.Errorf("target %d: %s %v (%s)", id, tg.Verdict, tg.Measured, tg.Reason)
+		}
+	}
+	if tg := r.target(15); tg.Measured != nil && *tg.Measured <= 1 {
+		t.Errorf("target 15: %.2f tokens per pass with a draft of the same weights", *tg.Measured)
 	}
 }
