@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/layerstream/layerstream/internal/sections"
 )
 
 // Speculative decoding. A drafter proposes the tokens that may follow each decoding sequence; the batch loop
@@ -90,7 +92,7 @@ func openDraftModel(ctx context.Context, model string, opts Options, target *Eng
 	}
 	if err := sameVocabulary(d, target); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("draft model (--draft) %s: %w", model, err)
+		return nil, fmt.Errorf("draft model (--draft) %s: %w (see %s)", model, err, sections.Anchor(sections.Draft))
 	}
 	return &modelDrafter{e: d, sessions: map[*sequence]*Session{}}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/kvcache"
 )
 
@@ -495,7 +496,7 @@ func (b *batcher) propose(active []*job) {
 	}
 	drafts, err := b.draft.draft(context.Background(), reqs)
 	if err != nil {
-		slog.Warn("speculative decoding: the drafter failed; this step verifies no draft", "err", err)
+		slog.Warn("speculative decoding: the drafter failed; this step verifies no draft", "err", err, "see", sections.Anchor(sections.Draft))
 		return
 	}
 	for i, r := range reqs {

@@ -224,9 +224,9 @@ func (o *Options) checkDraft() error {
 	case o.DraftTokens < 0 || o.DraftTokens > MaxDraftTokens:
 		return fmt.Errorf("draft tokens (--draft-tokens) must be in [1, %d], got %d", MaxDraftTokens, o.DraftTokens)
 	case o.GraphDecode:
-		return errors.New("speculative decoding (--draft) needs the host kernels (device cpu without graph decode): it verifies a draft in one pass computed bit for bit as decode steps")
+		return fmt.Errorf("speculative decoding (--draft) needs the host kernels (device cpu without graph decode): it verifies a draft in one pass computed bit for bit as decode steps (see %s)", sections.Anchor(sections.Draft))
 	case o.Arithmetic == ArithmeticLlamaCpp:
-		return fmt.Errorf("speculative decoding (--draft) with arithmetic %s: llama.cpp computes a pass of several tokens in other roundings than one token, so a draft would change its tokens", ArithmeticLlamaCpp)
+		return fmt.Errorf("speculative decoding (--draft) with arithmetic %s: llama.cpp computes a pass of several tokens in other roundings than one token, so a draft would change its tokens (see %s)", ArithmeticLlamaCpp, sections.Anchor(sections.Draft))
 	case o.DraftTokens == 0 && o.Draft == DraftNgram:
 		o.DraftTokens = DefaultNgramTokens
 	case o.DraftTokens == 0:

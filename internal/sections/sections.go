@@ -44,6 +44,7 @@ const (
 	VerifyMismatch   = "verify reports a mismatch"
 	KVCache          = "KV cache not filled, every step re-runs the whole forward"
 	SlowEncoding     = "Slow with --encoding"
+	Draft            = "Speculative decoding"
 )
 
 // All lists every section constant, in document order; a test checks it against the document's headings.
@@ -53,7 +54,7 @@ func All() []string {
 		DType, Placement, MissingFiles, UnsupportedArch, UnknownKey,
 		UnusedTensor, MissingLMHead, GGUF, LlamaCpp,
 		GatedRepo, Offline, DiskFull, OOM, LargerThanRAM, ResidentTooLarge, Corrupt, SIGBUS, ContextTooLong,
-		Server, CUDASlow, CUDAPlugin, VerifyMismatch, KVCache, SlowEncoding,
+		Server, CUDASlow, CUDAPlugin, VerifyMismatch, KVCache, SlowEncoding, Draft,
 	}
 }
 
