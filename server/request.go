@@ -14,25 +14,36 @@ import (
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
-// request is a parsed /v1/chat/completions or /v1/completions body: everything the server acts on.
+// request is a parsed generation request of any dialect (OpenAI's /v1/chat/completions and /v1/completions,
+// Ollama's /api/chat and /api/generate, Anthropic's /v1/messages): everything the server acts on.
 type request struct {
-	chat     bool
+	chat     bool // OpenAI's chat endpoint
 	model    string
 	messages []tokenizer.Message // chat
 	prompt   string              // completions: text...
 	ids      []int               // ...or token ids
 
-	maxTokens   int // 0: not given
-	temperature *float64
-	topP        *float64
-	topK        *int
-	repetition  *float64
-	seed        *uint64
-	stop        []string
-	logprobs    bool
-	topLogprobs int
-	stream      bool
-	usage       bool // stream_options.include_usage
+	maxTokens     int // 0: not given
+	defaultTokens int // the dialect's default of maxTokens; 0: to the context's end, bounded by Config.MaxTokens
+	temperature   *float64
+	topP          *float64
+	topK          *int
+	repetition    *float64
+	seed          *uint64
+	stop          []string
+	logprobs      bool
+	topLogprobs   int
+	stream        bool
+	usage         bool // stream_options.include_usage
+	raw           bool // Ollama's generate: the prompt as it is, not rendered with the chat template
+}
+
+// promptField names the field holding the prompt, for errors about it.
+func (r *request) promptField() string {
+	if r.messages != nil && !r.raw {
+		return "messages"
+	}
+	return "prompt"
 }
 
 // requestError is a refused request: the HTTP status, the message and the field it names (OpenAI's "param").
@@ -127,6 +138,7 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 		var parallel bool
 		p.boolean("parallel_tool_calls", &parallel)
 	} else {
+		r.defaultTokens = 16 // as OpenAI's
 		p.prompt(r)
 		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
 		if p.has("logprobs") {

@@ -90,8 +90,8 @@ func New(cfg Config) (*Server, error) {
 	if _, err := cfg.Engine.Tokenizer(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
-	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, openAI{chat: true}) })
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, openAI{}) })
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.model)
 	s.mux.HandleFunc("GET /health", s.health)
@@ -170,6 +170,12 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.modelInfo())
 }
 
+// knownModel reports whether a request's model names this server's (or names none): its id, or, as Ollama's
+// clients write names, its id with the tag ":latest".
+func (s *Server) knownModel(name string) bool {
+	return name == "" || name == s.cfg.ModelID || name == s.cfg.ModelID+":latest"
+}
+
 func (s *Server) unknownModel(name string) *requestError {
 	return &requestError{status: http.StatusNotFound, param: "model", code: "model_not_found",
 		msg: fmt.Sprintf("the model %q does not exist: this server serves %q (GET /v1/models)", name, s.cfg.ModelID)}
@@ -225,12 +231,8 @@ func newErrorJSON(e *requestError) errorJSON {
 	return b
 }
 
-func writeError(w http.ResponseWriter, e *requestError) {
-	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, e.status, newErrorJSON(e))
-}
+// writeError answers a refused or failed request in OpenAI's error shape.
+func writeError(w http.ResponseWriter, e *requestError) { writeErrorAs(w, openAI{}, e) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
