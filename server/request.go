@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -88,36 +89,19 @@ const (
 // parseRequest reads a request body for the chat (chat true) or completions endpoint. maxTokens bounds
 // max_tokens; defaults are not filled here.
 func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		return nil, &requestError{status: 400, msg: "the body is not a JSON object: " + jsonError(err)}
-	}
-	if fields == nil {
-		return nil, &requestError{status: 400, msg: "the body is not a JSON object (null)"}
-	}
 	allowed := fieldsCompletions
 	if chat {
 		allowed = fieldsChat
 	}
-	names := make([]string, 0, len(fields))
-	for name, raw := range fields {
-		if isNull(raw) {
-			delete(fields, name)
-			continue
-		}
-		names = append(names, name)
-	}
-	slices.Sort(names) // errors name the same field whatever the map order
-	for _, name := range names {
-		if !slices.Contains(allowed, name) {
-			return nil, badField(name, "unsupported field %q: layerstream does not implement it, and it would change the result (supported: %s; see %s)", name, strings.Join(allowed, ", "), guard.Anchor(guard.SectionServer))
-		}
+	fields, err := parseFields(body, "", allowed)
+	if err != nil {
+		return nil, err
 	}
 	r := &request{chat: chat}
 	p := parser{fields: fields}
 	p.str("model", &r.model)
 	if chat {
-		r.messages = p.messages()
+		r.messages = p.messages(openAIMessages)
 		p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
 		if _, ok := fields["max_completion_tokens"]; !ok {
 			p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
@@ -165,7 +149,7 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 		u := uint64(seed)
 		r.seed = &u
 	}
-	r.stop = p.stops()
+	r.stop = p.stops("stop")
 	p.boolean("stream", &r.stream)
 	if p.has("stream_options") && p.err == nil {
 		var o struct {
@@ -201,9 +185,40 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 	return r, nil
 }
 
-// parser decodes fields one after the other, keeping the first error.
+// parseFields reads a JSON object's fields, dropping those set to null, and refuses any not in allowed by
+// name (prefix names the object: "options." for Ollama's options).
+func parseFields(body []byte, prefix string, allowed []string) (map[string]json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		if prefix != "" {
+			return nil, badField(strings.TrimSuffix(prefix, "."), "%s: want an object: %s", strings.TrimSuffix(prefix, "."), jsonError(err))
+		}
+		return nil, &requestError{status: 400, msg: "the body is not a JSON object: " + jsonError(err)}
+	}
+	if fields == nil {
+		return nil, &requestError{status: 400, msg: "the body is not a JSON object (null)"}
+	}
+	names := make([]string, 0, len(fields))
+	for name, raw := range fields {
+		if isNull(raw) {
+			delete(fields, name)
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names) // errors name the same field whatever the map order
+	for _, name := range names {
+		if !slices.Contains(allowed, name) {
+			return nil, badField(prefix+name, "unsupported field %q: layerstream does not implement it, and it would change the result (supported: %s; see %s)", prefix+name, strings.Join(allowed, ", "), guard.Anchor(guard.SectionServer))
+		}
+	}
+	return fields, nil
+}
+
+// parser decodes fields one after the other, keeping the first error. Errors name a field as prefix+name.
 type parser struct {
 	fields map[string]json.RawMessage
+	prefix string
 	err    error
 }
 
@@ -218,7 +233,7 @@ func (p *parser) decode(name string, dst any, want string) bool {
 		return false
 	}
 	if err := strictDecode(raw, dst); err != nil {
-		p.err = badField(name, "%s: want %s, got %s", name, want, excerpt(raw))
+		p.err = badField(p.prefix+name, "%s: want %s, got %s", p.prefix+name, want, excerpt(raw))
 		return false
 	}
 	return true
@@ -234,7 +249,7 @@ func (p *parser) intRange(name string, dst *int, lo, hi int) {
 		return
 	}
 	if v < int64(lo) || v > int64(hi) {
-		p.err = badField(name, "%s must be in [%d, %d], got %d", name, lo, hi, v)
+		p.err = badField(p.prefix+name, "%s must be in [%d, %d], got %d", p.prefix+name, lo, hi, v)
 		return
 	}
 	*dst = int(v)
@@ -246,7 +261,7 @@ func (p *parser) float(name string, lo, hi float64) *float64 {
 		return nil
 	}
 	if !(v >= lo && v <= hi) {
-		p.err = badField(name, "%s must be in [%g, %g], got %g", name, lo, hi, v)
+		p.err = badField(p.prefix+name, "%s must be in [%g, %g], got %g", p.prefix+name, lo, hi, v)
 		return nil
 	}
 	return &v
@@ -259,38 +274,55 @@ func (p *parser) only(name, value string, ok func(json.RawMessage) bool) {
 		return
 	}
 	if !ok(raw) {
-		p.err = badField(name, "%s is accepted only as %s: layerstream does not implement other values (got %s)", name, value, excerpt(raw))
+		p.err = badField(p.prefix+name, "%s is accepted only as %s: layerstream does not implement other values (got %s)", p.prefix+name, value, excerpt(raw))
 	}
 }
 
-func (p *parser) stops() []string {
-	raw, ok := p.fields["stop"]
+// stops reads stop strings: one string or an array of them (name: "stop", Anthropic's "stop_sequences").
+func (p *parser) stops(name string) []string {
+	raw, ok := p.fields[name]
 	if !ok || p.err != nil {
 		return nil
 	}
+	at := p.prefix + name
 	var one string
 	var many []string
 	if json.Unmarshal(raw, &one) == nil {
 		many = []string{one}
 	} else if err := json.Unmarshal(raw, &many); err != nil {
-		p.err = badField("stop", "stop: want a string or an array of strings, got %s", excerpt(raw))
+		p.err = badField(at, "%s: want a string or an array of strings, got %s", at, excerpt(raw))
 		return nil
 	}
 	if len(many) > maxStops {
-		p.err = badField("stop", "stop: at most %d strings, got %d", maxStops, len(many))
+		p.err = badField(at, "%s: at most %d strings, got %d", at, maxStops, len(many))
 		return nil
 	}
 	for _, s := range many {
 		if s == "" || len(s) > maxStopLen {
-			p.err = badField("stop", "stop strings must be 1 to %d bytes, got %q", maxStopLen, excerpt([]byte(s)))
+			p.err = badField(at, "%s: stop strings must be 1 to %d bytes, got %q", at, maxStopLen, excerpt([]byte(s)))
 			return nil
 		}
 	}
 	return many
 }
 
-// messages reads a chat: roles system (or developer), user and assistant, content a string or text parts.
-func (p *parser) messages() []tokenizer.Message {
+// messagePolicy is what a dialect accepts in a chat's messages.
+type messagePolicy struct {
+	roles   map[string]string                     // accepted role → the role the chat template gets
+	content func(json.RawMessage) (string, error) // reads a message's content
+	other   string                                // why a key other than role and content is refused
+}
+
+// openAIMessages: roles system (or developer, OpenAI's newer name for it), user and assistant, content a string
+// or text parts.
+var openAIMessages = messagePolicy{
+	roles:   map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant"},
+	content: messageContent,
+	other:   "layerstream renders only role and content with the model's chat template",
+}
+
+// messages reads a chat from the field "messages".
+func (p *parser) messages(pol messagePolicy) []tokenizer.Message {
 	raw, ok := p.fields["messages"]
 	if p.err != nil {
 		return nil
@@ -310,39 +342,39 @@ func (p *parser) messages() []tokenizer.Message {
 	}
 	msgs := make([]tokenizer.Message, len(items))
 	for i, m := range items {
-		at := fmt.Sprintf("messages[%d]", i)
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if k != "role" && k != "content" && !isNull(m[k]) {
-				p.err = badField(at+"."+k, "%s.%s is not supported: layerstream renders only role and content with the model's chat template", at, k)
-				return nil
-			}
-		}
-		var role string
-		if err := strictDecode(m["role"], &role); err != nil {
-			p.err = badField(at+".role", "%s.role: want \"system\", \"user\" or \"assistant\", got %s", at, excerpt(m["role"]))
+		if msgs[i], p.err = pol.message(fmt.Sprintf("messages[%d]", i), m); p.err != nil {
 			return nil
 		}
-		switch role {
-		case "system", "user", "assistant":
-		case "developer": // OpenAI's newer name for the system message
-			role = "system"
-		default:
-			p.err = badField(at+".role", "%s.role %q is not supported (system, user or assistant)", at, role)
-			return nil
-		}
-		content, err := messageContent(m["content"])
-		if err != nil {
-			p.err = badField(at+".content", "%s.content: %v", at, err)
-			return nil
-		}
-		msgs[i] = tokenizer.Message{Role: role, Content: content}
 	}
 	return msgs
+}
+
+// message reads one message (at names it in errors).
+func (pol messagePolicy) message(at string, m map[string]json.RawMessage) (tokenizer.Message, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if k != "role" && k != "content" && !isNull(m[k]) {
+			return tokenizer.Message{}, badField(at+"."+k, "%s.%s is not supported: %s", at, k, pol.other)
+		}
+	}
+	roles := slices.Sorted(maps.Keys(pol.roles))
+	var role string
+	if err := strictDecode(m["role"], &role); err != nil {
+		return tokenizer.Message{}, badField(at+".role", "%s.role: want one of %s, got %s", at, strings.Join(roles, ", "), excerpt(m["role"]))
+	}
+	as, ok := pol.roles[role]
+	if !ok {
+		return tokenizer.Message{}, badField(at+".role", "%s.role %q is not supported (%s)", at, role, strings.Join(roles, ", "))
+	}
+	content, err := pol.content(m["content"])
+	if err != nil {
+		return tokenizer.Message{}, badField(at+".content", "%s.content: %v", at, err)
+	}
+	return tokenizer.Message{Role: as, Content: content}, nil
 }
 
 // messageContent reads a message's content: a string, or an array of {"type": "text", "text": ...} parts
