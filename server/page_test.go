@@ -119,12 +119,12 @@ func TestMarkdownRenderer(t *testing.T) {
 		t.Skip("skipping: node is not installed (the page's renderer is plain JavaScript)")
 	}
 	cases := map[string]string{
-		"<script>alert(1)</script> & \"q\"":          "<p>&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;</p>",
-		"**b** *i* _j_ `x<y>` **<b>**":               "<p><strong>b</strong> <em>i</em> <em>j</em> <code>x&lt;y&gt;</code> <strong>&lt;b&gt;</strong></p>",
-		"# T\n- a\n- b\n\n1. c\n2. d":                "<h1>T</h1><ul><li>a</li><li>b</li></ul><ol><li>c</li><li>d</li></ol>",
+		"<script>alert(1)</script> & \"q\"":         "<p>&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;</p>",
+		"**b** *i* _j_ `x<y>` **<b>**":              "<p><strong>b</strong> <em>i</em> <em>j</em> <code>x&lt;y&gt;</code> <strong>&lt;b&gt;</strong></p>",
+		"# T\n- a\n- b\n\n1. c\n2. d":               "<h1>T</h1><ul><li>a</li><li>b</li></ul><ol><li>c</li><li>d</li></ol>",
 		"```go\" onload=\"x\nif a<b {}\n```\nafter": "<pre><span class=\"lang\">goonloadx</span><code class=\"lang-goonloadx\">if a&lt;b {}</code></pre><p>after</p>",
-		"text\n```\nunclosed <i>":                    "<p>text</p><pre><code>unclosed &lt;i&gt;</code></pre>",
-		"line one\nline two":                         "<p>line one<br>line two</p>",
+		"text\n```\nunclosed <i>":                   "<p>text</p><pre><code>unclosed &lt;i&gt;</code></pre>",
+		"line one\nline two":                        "<p>line one<br>line two</p>",
 	}
 	in, _ := json.Marshal(cases)
 	script := `const M = require(process.argv[1]); const cases = JSON.parse(process.argv[2]);
