@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -108,6 +109,35 @@ func TestPipeline(t *testing.T) {
 	}
 	if n := s.cfg.Engine.Config().NumHiddenLayers; len(layers) != n {
 		t.Errorf("compute events for %d layers, want %d", len(layers), n)
+	}
+}
+
+// TestPipelineEndsOnShutdown: an open pipeline view does not hold a graceful shutdown for its grace period.
+func TestPipelineEndsOnShutdown(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln, time.Minute) }()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/api/pipeline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event %q %v", line, err)
+	}
+	stop()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve waited for the pipeline view")
 	}
 }
 

@@ -37,7 +37,7 @@ type pipelineBatchJSON struct {
 }
 
 // pipeline streams the engine's profiler events as they happen: a batch every pipelineBatch while there are
-// any, until the client leaves. The profiler drops events for a client that falls behind rather than making
+// any, until the client leaves or the server drains. The profiler drops events for a client that falls behind rather than making
 // the engine wait.
 func (s *Server) pipeline(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Profiler == nil {
@@ -62,6 +62,8 @@ func (s *Server) pipeline(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-r.Context().Done():
+			return
+		case <-s.drained:
 			return
 		case ev := <-sub.C:
 			batch = append(batch, pipelineEvent{Category: ev.Category, Step: ev.Step, Layer: ev.Layer,

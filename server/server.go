@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,8 @@ type Server struct {
 	mux      *http.ServeMux
 	inFlight atomic.Int64
 	draining atomic.Bool
+	drained  chan struct{} // closed by Drain: long-lived streams (/api/pipeline) end
+	drain    sync.Once
 	metrics  metrics
 	created  int64
 	facts    modelFacts
@@ -94,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), created: time.Now().Unix()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), created: time.Now().Unix(), drained: make(chan struct{})}
 	tok, err := cfg.Engine.Tokenizer()
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -150,9 +153,13 @@ func dialectFor(path string) dialect {
 	return openAI{}
 }
 
-// Drain makes the server refuse new generations (503) and report unhealthy, while those in flight go on:
-// the first step of a graceful shutdown.
-func (s *Server) Drain() { s.draining.Store(true) }
+// Drain makes the server refuse new generations (503) and report unhealthy, while those in flight go on, and
+// ends the pipeline views' streams (which would otherwise hold the shutdown for its whole grace period): the
+// first step of a graceful shutdown.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.drain.Do(func() { close(s.drained) })
+}
 
 // ServeHTTP checks the API key, serves the request and counts it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
