@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 
@@ -63,12 +62,7 @@ func (anthropic) parse(body []byte, maxTokens int) (*request, error) {
 	p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
 	r.stop = p.stops("stop_sequences")
 	p.boolean("stream", &r.stream)
-	r.temperature = p.float("temperature", 0, 1)
-	r.topP = p.float("top_p", 0, 1)
-	if p.has("top_k") {
-		r.topK = new(int)
-		p.intRange("top_k", r.topK, 0, math.MaxInt32)
-	}
+	p.sampling(r, 1) // Anthropic's temperature goes to 1
 	var tier string
 	p.str("service_tier", &tier)
 	p.only("metadata", "an object", func(raw json.RawMessage) bool {

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
@@ -58,13 +57,13 @@ func (o ollama) parse(body []byte, maxTokens int) (*request, error) {
 	}
 	if o.chat {
 		r.messages = p.messages(ollamaMessages)
-		p.only("tools", "[]", func(raw json.RawMessage) bool { return string(compact(raw)) == "[]" })
+		p.only("tools", "[]", is("[]"))
 	} else {
 		o.prompt(&p, r)
 	}
 	p.boolean("stream", &r.stream)
-	p.only("format", `""`, func(raw json.RawMessage) bool { return string(compact(raw)) == `""` })
-	p.only("think", "false", func(raw json.RawMessage) bool { return string(compact(raw)) == "false" })
+	p.only("format", `""`, is(`""`))
+	p.only("think", "false", is("false"))
 	var keep any
 	p.decode("keep_alive", &keep, "a duration")
 	if p.err != nil {
@@ -85,7 +84,7 @@ func (o ollama) prompt(p *parser, r *request) {
 	p.str("prompt", &prompt)
 	p.str("system", &system)
 	p.boolean("raw", &r.raw)
-	p.only("suffix", `""`, func(raw json.RawMessage) bool { return string(compact(raw)) == `""` })
+	p.only("suffix", `""`, is(`""`))
 	switch {
 	case p.err != nil:
 	case prompt == "":
@@ -116,18 +115,7 @@ func ollamaOptions(raw json.RawMessage, r *request, maxTokens int) error {
 		p.err = badField("options.num_predict", "options.num_predict must be at least 1 (or -1: to the context's end), got 0")
 	}
 	r.maxTokens = max(n, 0)
-	r.temperature = p.float("temperature", 0, 2)
-	r.topP = p.float("top_p", 0, 1)
-	if p.has("top_k") {
-		r.topK = new(int)
-		p.intRange("top_k", r.topK, 0, math.MaxInt32)
-	}
-	if p.has("seed") {
-		var seed int64
-		p.decode("seed", &seed, "an integer")
-		u := uint64(seed)
-		r.seed = &u
-	}
+	p.sampling(r, 2)
 	r.stop = p.stops("stop")
 	return p.err
 }

@@ -101,53 +101,14 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 	p := parser{fields: fields}
 	p.str("model", &r.model)
 	if chat {
-		r.messages = p.messages(openAIMessages)
-		p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
-		if _, ok := fields["max_completion_tokens"]; !ok {
-			p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
-		}
-		p.boolean("logprobs", &r.logprobs)
-		p.intRange("top_logprobs", &r.topLogprobs, 0, engine.MaxTopLogprobs)
-		if r.topLogprobs > 0 && !r.logprobs && p.err == nil {
-			p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
-		}
-		p.only("response_format", `{"type": "text"}`, func(raw json.RawMessage) bool {
-			var f struct {
-				Type string `json:"type"`
-			}
-			return strictDecode(raw, &f) == nil && f.Type == "text"
-		})
-		p.only("tools", "[]", func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte("[]")) })
-		p.only("tool_choice", `"none"`, func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(`"none"`)) })
-		var parallel bool
-		p.boolean("parallel_tool_calls", &parallel)
+		p.openAIChat(r, maxTokens)
 	} else {
-		r.defaultTokens = 16 // as OpenAI's
-		p.prompt(r)
-		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
-		if p.has("logprobs") {
-			p.intRange("logprobs", &r.topLogprobs, 0, maxLegacyTops)
-			r.logprobs = true
-		}
-		p.only("echo", "false", func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte("false")) })
-		p.only("best_of", "1", isOne)
-		p.only("suffix", `""`, func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(`""`)) })
+		p.openAICompletion(r, maxTokens)
 	}
-	r.temperature = p.float("temperature", 0, 2)
-	r.topP = p.float("top_p", 0, 1)
-	if p.has("top_k") {
-		r.topK = new(int)
-		p.intRange("top_k", r.topK, 0, math.MaxInt32)
-	}
+	p.sampling(r, 2)
 	r.repetition = p.float("repetition_penalty", math.Inf(-1), math.Inf(1))
 	if r.repetition != nil && !(*r.repetition > 0 && *r.repetition <= 100) && p.err == nil {
 		p.err = badField("repetition_penalty", "repetition_penalty must be in (0, 100] (1 is off), got %g", *r.repetition)
-	}
-	if p.has("seed") {
-		var seed int64
-		p.decode("seed", &seed, "an integer")
-		u := uint64(seed)
-		r.seed = &u
 	}
 	r.stop = p.stops("stop")
 	p.boolean("stream", &r.stream)
@@ -213,6 +174,60 @@ func parseFields(body []byte, prefix string, allowed []string) (map[string]json.
 		}
 	}
 	return fields, nil
+}
+
+// openAIChat reads the chat endpoint's own fields.
+func (p *parser) openAIChat(r *request, maxTokens int) {
+	r.messages = p.messages(openAIMessages)
+	p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
+	if !p.has("max_completion_tokens") {
+		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
+	}
+	p.boolean("logprobs", &r.logprobs)
+	p.intRange("top_logprobs", &r.topLogprobs, 0, engine.MaxTopLogprobs)
+	if r.topLogprobs > 0 && !r.logprobs && p.err == nil {
+		p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
+	}
+	p.only("response_format", `{"type": "text"}`, func(raw json.RawMessage) bool {
+		var f struct {
+			Type string `json:"type"`
+		}
+		return strictDecode(raw, &f) == nil && f.Type == "text"
+	})
+	p.only("tools", "[]", is("[]"))
+	p.only("tool_choice", `"none"`, is(`"none"`))
+	var parallel bool
+	p.boolean("parallel_tool_calls", &parallel)
+}
+
+// openAICompletion reads the completions endpoint's own fields.
+func (p *parser) openAICompletion(r *request, maxTokens int) {
+	r.defaultTokens = 16 // as OpenAI's
+	p.prompt(r)
+	p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
+	if p.has("logprobs") {
+		p.intRange("logprobs", &r.topLogprobs, 0, maxLegacyTops)
+		r.logprobs = true
+	}
+	p.only("echo", "false", is("false"))
+	p.only("best_of", "1", isOne)
+	p.only("suffix", `""`, is(`""`))
+}
+
+// sampling reads the sampling fields the APIs share: temperature (0 to maxTemperature), top_p, top_k and seed.
+func (p *parser) sampling(r *request, maxTemperature float64) {
+	r.temperature = p.float("temperature", 0, maxTemperature)
+	r.topP = p.float("top_p", 0, 1)
+	if p.has("top_k") {
+		r.topK = new(int)
+		p.intRange("top_k", r.topK, 0, math.MaxInt32)
+	}
+	if p.has("seed") {
+		var seed int64
+		p.decode("seed", &seed, "an integer")
+		u := uint64(seed)
+		r.seed = &u
+	}
 }
 
 // parser decodes fields one after the other, keeping the first error. Errors name a field as prefix+name.
@@ -466,6 +481,11 @@ func strictDecode(raw json.RawMessage, dst any) error {
 		return errors.New("trailing data")
 	}
 	return nil
+}
+
+// is accepts a value whose compact JSON is value.
+func is(value string) func(json.RawMessage) bool {
+	return func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(value)) }
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
