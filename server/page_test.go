@@ -192,10 +192,12 @@ func chromium(t *testing.T) string {
 // TestChatPageInBrowser loads the chat page in headless Chromium, which sends a message (?autosend=1) with the
 // API key (given in the URL's fragment) and streams the answer: the answer shown is the engine's greedy one,
 // the page shows the model and its speed, and the pipeline view received the profiler's events. A screenshot
-// of the page goes to $LAYERSTREAM_CHAT_SCREENSHOT when set (docs/chat-page.png is made so).
+// of the page goes to $LAYERSTREAM_CHAT_SCREENSHOT when set (docs/chat-page.png is made so). Then Stop
+// cancels a second answer (the server's sequence ends) and New chat empties the conversation.
 func TestChatPageInBrowser(t *testing.T) {
 	path := chromium(t)
 	s, ts := newTestServer(t, Config{APIKey: "k3y"})
+	s.token = func() { time.Sleep(2 * time.Millisecond) } // answers long enough to be stopped
 	prompt, system := "Once upon a time", "Tell a story."
 	msgs := []tokenizer.Message{{Role: "system", Content: system}, {Role: "user", Content: prompt}}
 	want, err := s.cfg.Engine.GenerateText(context.Background(), engine.TextRequest{Messages: msgs, MaxNewTokens: 120}, nil)
@@ -232,4 +234,30 @@ func TestChatPageInBrowser(t *testing.T) {
 		}
 		t.Logf("screenshot written to %s", out)
 	}
+	stopAndNewChat(t, ctx, b, s)
+}
+
+// stopAndNewChat sends a long message from the page, stops it once text arrives, and starts a new chat.
+func stopAndNewChat(t *testing.T, ctx context.Context, b *browser, s *Server) {
+	var ok bool
+	if err := b.eval(`document.getElementById("max-tokens").value = "300";
+		document.getElementById("input").value = "Tell me more";
+		document.getElementById("composer").requestSubmit(); true`, &ok); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, ctx, `document.body.dataset.state === "answering" && document.querySelectorAll(".message.assistant")[1]?.dataset.raw.length > 0`)
+	b.eval(`document.getElementById("stop").click(); true`, &ok)
+	b.waitFor(t, ctx, `document.body.dataset.state === "done" && document.querySelectorAll(".message.assistant")[1].textContent.includes("stopped")`)
+	for s.cfg.Engine.Load().Active > 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the stopped answer's sequence is still in the batch")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if load := s.cfg.Engine.Load(); load.Tokens >= 120+120+300 {
+		t.Errorf("the stopped answer ran to its end: %d tokens generated in all", load.Tokens)
+	}
+	b.eval(`document.getElementById("new-chat").click(); true`, &ok)
+	b.waitFor(t, ctx, `document.querySelectorAll(".message").length === 0`)
 }
