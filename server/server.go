@@ -142,9 +142,12 @@ func (s *Server) routes(template bool) {
 }
 
 // dialectFor is the API whose error shape answers a path's refusals before its handler runs (a wrong key, no
-// route): Ollama's under /api/, Anthropic's for /v1/messages, OpenAI's elsewhere.
+// route): Ollama's under /api/ (but for the chat page's /api/info and /api/pipeline), Anthropic's for
+// /v1/messages, OpenAI's elsewhere.
 func dialectFor(path string) dialect {
 	switch {
+	case path == "/api/info" || path == "/api/pipeline":
+		return openAI{}
 	case strings.HasPrefix(path, "/api/"):
 		return ollama{}
 	case path == "/v1/messages":
