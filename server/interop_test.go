@@ -173,7 +173,7 @@ func TestOllamaPythonClient(t *testing.T) {
 
 // TestAnthropicPythonClient drives /v1/messages with the official anthropic Python package
 // (server/testdata/anthropic_client.py): a message, its stream through the package's stream helper and as raw
-// events, a stop sequence, refused tools and a wrong key; every greedy answer is the OpenAI endpoint's.
+// events, a stop sequence, refused tools, a wrong key, and the models listed and retrieved; every greedy answer is the OpenAI endpoint's.
 func TestAnthropicPythonClient(t *testing.T) {
 	python := pythonWith(t, "anthropic")
 	_, ts := newTestServer(t, Config{APIKey: "k3y"})
@@ -187,7 +187,12 @@ func TestAnthropicPythonClient(t *testing.T) {
 		Events       []string
 	}
 	var got struct {
-		Version   string `json:"anthropic_version"`
+		Version string `json:"anthropic_version"`
+		Models  []struct {
+			ID, Type    string
+			DisplayName string `json:"display_name"`
+		}
+		Model     string
 		Message   message
 		Stream    message
 		RawStream message `json:"raw_stream"`
@@ -200,6 +205,9 @@ func TestAnthropicPythonClient(t *testing.T) {
 	}
 	runClient(t, python, "anthropic_client.py", &got, ts.URL, "k3y", "stories")
 	t.Logf("anthropic %s", got.Version)
+	if len(got.Models) != 1 || got.Models[0].ID != "stories" || got.Models[0].Type != "model" || got.Model != "stories" {
+		t.Errorf("models %+v, model %q", got.Models, got.Model)
+	}
 	want := openAIChatAuth(t, ts.URL, "k3y", `{"messages": [{"role": "system", "content": "Tell a story."}, {"role": "user", "content": "Once upon a time"}], "max_tokens": 20, "temperature": 0}`)
 	if m := got.Message; m.Text != want.text || m.Role != "assistant" || m.StopReason != "max_tokens" || m.OutputTokens != want.tokens || m.InputTokens != want.prompt {
 		t.Errorf("message %+v, want %q (%d tokens)", m, want.text, want.tokens)

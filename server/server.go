@@ -204,19 +204,32 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// modelJSON is a model in /v1/models: OpenAI's fields and Anthropic's (type, display_name, created_at,
+// lifecycle, max_input_tokens), which both APIs' clients read from this one path.
 type modelJSON struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+
+	Type           string `json:"type"`
+	DisplayName    string `json:"display_name"`
+	CreatedAt      string `json:"created_at"`
+	Lifecycle      string `json:"lifecycle"`
+	MaxInputTokens int    `json:"max_input_tokens"`
+	MaxTokens      int    `json:"max_tokens"`
 }
 
 func (s *Server) modelInfo() modelJSON {
-	return modelJSON{ID: s.cfg.ModelID, Object: "model", Created: s.created, OwnedBy: "layerstream"}
+	return modelJSON{ID: s.cfg.ModelID, Object: "model", Created: s.created, OwnedBy: "layerstream",
+		Type: "model", DisplayName: s.cfg.ModelID, CreatedAt: time.Unix(s.created, 0).UTC().Format(time.RFC3339),
+		Lifecycle: "active", MaxInputTokens: s.facts.context, MaxTokens: s.cfg.MaxTokens}
 }
 
+// models answers GET /v1/models in OpenAI's list shape, with Anthropic's paging fields (one page).
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelJSON{s.modelInfo()}})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelJSON{s.modelInfo()},
+		"has_more": false, "first_id": s.cfg.ModelID, "last_id": s.cfg.ModelID})
 }
 
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,9 @@ base_url, api_key, model = sys.argv[1:4]
 client = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0)
 out = {"anthropic_version": anthropic.__version__}
 
+out["models"] = [{"id": m.id, "type": m.type, "display_name": m.display_name} for m in client.models.list()]
+out["model"] = client.models.retrieve(model).id
+
 messages = [{"role": "user", "content": "Once upon a time"}]
 msg = client.messages.create(model=model, max_tokens=20, extra_body={"temperature": 0}, system="Tell a story.", messages=messages)
 out["message"] = {"text": msg.content[0].text, "role": msg.role, "stop_reason": msg.stop_reason,
