@@ -160,6 +160,7 @@
     const m = await info();
     $("model").textContent = `${m.model} · ${m.context_length.toLocaleString("en")} tokens of context · ${m.layers} layers`;
     $("max-tokens").max = m.max_tokens;
+    if (!params.has("max_tokens")) $("max-tokens").value = Math.min(512, m.max_tokens, Math.floor(m.context_length / 2)); // room for the prompt
     document.title = m.model + " · layerstream";
     if (m.pipeline) await Pipeline.start(m.layers, headers); // connected before anything is sent
     else $("pipeline-status").textContent = "This server has no profiler: no pipeline view.";
