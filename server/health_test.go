@@ -126,3 +126,27 @@ func TestHealthStrict(t *testing.T) {
 		t.Errorf("the server's log does not say why the request ended:\n%s", logs.String())
 	}
 }
+
+// With Strict, a problem found mid-stream ends Ollama's stream with an {"error": ...} line and Anthropic's with
+// an error event, each naming it; a request not streamed gets a 500 in each API's error shape.
+func TestHealthStrictOtherAPIs(t *testing.T) {
+	ts, _ := newHealthServer(t, brokenmodel.Echo(t), true)
+	anchor := sections.Anchor(sections.Saturation)
+	parts, _ := ollamaStream(t, ts.URL+"/api/chat", `{"model": "broken", "messages": [{"role": "user", "content": "Hi"}], "options": {"num_predict": 24, "temperature": 0}}`)
+	if last := parts[len(parts)-1]; len(parts) < 2 || parts[0].text() == "" || !strings.Contains(last.Error, anchor) || last.Done {
+		t.Errorf("ollama stream: %d parts, last %+v; want text, then an error naming %s", len(parts), last, anchor)
+	}
+	evs := anthropicStream(t, ts.URL+"/v1/messages", `{"model": "broken", "max_tokens": 24, "temperature": 0, "stream": true, "messages": [{"role": "user", "content": "Hi"}]}`)
+	last := evs[len(evs)-1]
+	if last.name != "error" || !strings.Contains(fmt.Sprint(last.data["error"]), anchor) || evs[0].name != "message_start" {
+		t.Errorf("anthropic stream: last event %+v; want an error naming %s", last, anchor)
+	}
+	code, b := post(t, ts.URL+"/api/generate", `{"model": "broken", "prompt": "Hi", "stream": false, "options": {"num_predict": 24, "temperature": 0}}`)
+	if code != 500 || !strings.Contains(string(b), `{"error":"generation stopped by a health check`) {
+		t.Errorf("ollama, not streamed: %d %s", code, b)
+	}
+	code, b = post(t, ts.URL+"/v1/messages", `{"model": "broken", "max_tokens": 24, "temperature": 0, "messages": [{"role": "user", "content": "Hi"}]}`)
+	if code != 500 || !strings.Contains(string(b), `"type":"api_error"`) || !strings.Contains(string(b), anchor) {
+		t.Errorf("anthropic, not streamed: %d %s", code, b)
+	}
+}

@@ -65,7 +65,7 @@ func (m *metrics) request(endpoint string, status int, d time.Duration) {
 		m.requests = map[[2]string]int64{}
 	}
 	m.requests[[2]string{endpoint, fmt.Sprint(status)}]++
-	if strings.HasSuffix(endpoint, "completions") && status == http.StatusOK {
+	if slices.Contains(generationEndpoints, endpoint) && status == http.StatusOK {
 		m.duration.observe(d.Seconds())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -14,25 +15,36 @@ import (
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
-// request is a parsed /v1/chat/completions or /v1/completions body: everything the server acts on.
+// request is a parsed generation request of any dialect (OpenAI's /v1/chat/completions and /v1/completions,
+// Ollama's /api/chat and /api/generate, Anthropic's /v1/messages): everything the server acts on.
 type request struct {
-	chat     bool
+	chat     bool // OpenAI's chat endpoint
 	model    string
 	messages []tokenizer.Message // chat
 	prompt   string              // completions: text...
 	ids      []int               // ...or token ids
 
-	maxTokens   int // 0: not given
-	temperature *float64
-	topP        *float64
-	topK        *int
-	repetition  *float64
-	seed        *uint64
-	stop        []string
-	logprobs    bool
-	topLogprobs int
-	stream      bool
-	usage       bool // stream_options.include_usage
+	maxTokens     int // 0: not given
+	defaultTokens int // the dialect's default of maxTokens; 0: to the context's end, bounded by Config.MaxTokens
+	temperature   *float64
+	topP          *float64
+	topK          *int
+	repetition    *float64
+	seed          *uint64
+	stop          []string
+	logprobs      bool
+	topLogprobs   int
+	stream        bool
+	usage         bool // stream_options.include_usage
+	raw           bool // Ollama's generate: the prompt as it is, not rendered with the chat template
+}
+
+// promptField names the field holding the prompt, for errors about it.
+func (r *request) promptField() string {
+	if r.messages != nil && !r.raw {
+		return "messages"
+	}
+	return "prompt"
 }
 
 // requestError is a refused request: the HTTP status, the message and the field it names (OpenAI's "param").
@@ -77,83 +89,28 @@ const (
 // parseRequest reads a request body for the chat (chat true) or completions endpoint. maxTokens bounds
 // max_tokens; defaults are not filled here.
 func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		return nil, &requestError{status: 400, msg: "the body is not a JSON object: " + jsonError(err)}
-	}
-	if fields == nil {
-		return nil, &requestError{status: 400, msg: "the body is not a JSON object (null)"}
-	}
 	allowed := fieldsCompletions
 	if chat {
 		allowed = fieldsChat
 	}
-	names := make([]string, 0, len(fields))
-	for name, raw := range fields {
-		if isNull(raw) {
-			delete(fields, name)
-			continue
-		}
-		names = append(names, name)
-	}
-	slices.Sort(names) // errors name the same field whatever the map order
-	for _, name := range names {
-		if !slices.Contains(allowed, name) {
-			return nil, badField(name, "unsupported field %q: layerstream does not implement it, and it would change the result (supported: %s; see %s)", name, strings.Join(allowed, ", "), sections.Anchor(sections.Server))
-		}
+	fields, err := parseFields(body, "", allowed)
+	if err != nil {
+		return nil, err
 	}
 	r := &request{chat: chat}
 	p := parser{fields: fields}
 	p.str("model", &r.model)
 	if chat {
-		r.messages = p.messages()
-		p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
-		if _, ok := fields["max_completion_tokens"]; !ok {
-			p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
-		}
-		p.boolean("logprobs", &r.logprobs)
-		p.intRange("top_logprobs", &r.topLogprobs, 0, engine.MaxTopLogprobs)
-		if r.topLogprobs > 0 && !r.logprobs && p.err == nil {
-			p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
-		}
-		p.only("response_format", `{"type": "text"}`, func(raw json.RawMessage) bool {
-			var f struct {
-				Type string `json:"type"`
-			}
-			return strictDecode(raw, &f) == nil && f.Type == "text"
-		})
-		p.only("tools", "[]", func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte("[]")) })
-		p.only("tool_choice", `"none"`, func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(`"none"`)) })
-		var parallel bool
-		p.boolean("parallel_tool_calls", &parallel)
+		p.openAIChat(r, maxTokens)
 	} else {
-		p.prompt(r)
-		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
-		if p.has("logprobs") {
-			p.intRange("logprobs", &r.topLogprobs, 0, maxLegacyTops)
-			r.logprobs = true
-		}
-		p.only("echo", "false", func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte("false")) })
-		p.only("best_of", "1", isOne)
-		p.only("suffix", `""`, func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(`""`)) })
+		p.openAICompletion(r, maxTokens)
 	}
-	r.temperature = p.float("temperature", 0, 2)
-	r.topP = p.float("top_p", 0, 1)
-	if p.has("top_k") {
-		r.topK = new(int)
-		p.intRange("top_k", r.topK, 0, math.MaxInt32)
-	}
+	p.sampling(r, 2)
 	r.repetition = p.float("repetition_penalty", math.Inf(-1), math.Inf(1))
 	if r.repetition != nil && !(*r.repetition > 0 && *r.repetition <= 100) && p.err == nil {
 		p.err = badField("repetition_penalty", "repetition_penalty must be in (0, 100] (1 is off), got %g", *r.repetition)
 	}
-	if p.has("seed") {
-		var seed int64
-		p.decode("seed", &seed, "an integer")
-		u := uint64(seed)
-		r.seed = &u
-	}
-	r.stop = p.stops()
+	r.stop = p.stops("stop")
 	p.boolean("stream", &r.stream)
 	if p.has("stream_options") && p.err == nil {
 		var o struct {
@@ -189,9 +146,94 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 	return r, nil
 }
 
-// parser decodes fields one after the other, keeping the first error.
+// parseFields reads a JSON object's fields, dropping those set to null, and refuses any not in allowed by
+// name (prefix names the object: "options." for Ollama's options).
+func parseFields(body []byte, prefix string, allowed []string) (map[string]json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		if prefix != "" {
+			return nil, badField(strings.TrimSuffix(prefix, "."), "%s: want an object: %s", strings.TrimSuffix(prefix, "."), jsonError(err))
+		}
+		return nil, &requestError{status: 400, msg: "the body is not a JSON object: " + jsonError(err)}
+	}
+	if fields == nil {
+		return nil, &requestError{status: 400, msg: "the body is not a JSON object (null)"}
+	}
+	names := make([]string, 0, len(fields))
+	for name, raw := range fields {
+		if isNull(raw) {
+			delete(fields, name)
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names) // errors name the same field whatever the map order
+	for _, name := range names {
+		if !slices.Contains(allowed, name) {
+			return nil, badField(prefix+name, "unsupported field %q: layerstream does not implement it, and it would change the result (supported: %s; see %s)", prefix+name, strings.Join(allowed, ", "), sections.Anchor(sections.Server))
+		}
+	}
+	return fields, nil
+}
+
+// openAIChat reads the chat endpoint's own fields.
+func (p *parser) openAIChat(r *request, maxTokens int) {
+	r.messages = p.messages(openAIMessages)
+	p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
+	if !p.has("max_completion_tokens") {
+		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
+	}
+	p.boolean("logprobs", &r.logprobs)
+	p.intRange("top_logprobs", &r.topLogprobs, 0, engine.MaxTopLogprobs)
+	if r.topLogprobs > 0 && !r.logprobs && p.err == nil {
+		p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
+	}
+	p.only("response_format", `{"type": "text"}`, func(raw json.RawMessage) bool {
+		var f struct {
+			Type string `json:"type"`
+		}
+		return strictDecode(raw, &f) == nil && f.Type == "text"
+	})
+	p.only("tools", "[]", is("[]"))
+	p.only("tool_choice", `"none"`, is(`"none"`))
+	var parallel bool
+	p.boolean("parallel_tool_calls", &parallel)
+}
+
+// openAICompletion reads the completions endpoint's own fields.
+func (p *parser) openAICompletion(r *request, maxTokens int) {
+	r.defaultTokens = 16 // as OpenAI's
+	p.prompt(r)
+	p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
+	if p.has("logprobs") {
+		p.intRange("logprobs", &r.topLogprobs, 0, maxLegacyTops)
+		r.logprobs = true
+	}
+	p.only("echo", "false", is("false"))
+	p.only("best_of", "1", isOne)
+	p.only("suffix", `""`, is(`""`))
+}
+
+// sampling reads the sampling fields the APIs share: temperature (0 to maxTemperature), top_p, top_k and seed.
+func (p *parser) sampling(r *request, maxTemperature float64) {
+	r.temperature = p.float("temperature", 0, maxTemperature)
+	r.topP = p.float("top_p", 0, 1)
+	if p.has("top_k") {
+		r.topK = new(int)
+		p.intRange("top_k", r.topK, 0, math.MaxInt32)
+	}
+	if p.has("seed") {
+		var seed int64
+		p.decode("seed", &seed, "an integer")
+		u := uint64(seed)
+		r.seed = &u
+	}
+}
+
+// parser decodes fields one after the other, keeping the first error. Errors name a field as prefix+name.
 type parser struct {
 	fields map[string]json.RawMessage
+	prefix string
 	err    error
 }
 
@@ -206,7 +248,7 @@ func (p *parser) decode(name string, dst any, want string) bool {
 		return false
 	}
 	if err := strictDecode(raw, dst); err != nil {
-		p.err = badField(name, "%s: want %s, got %s", name, want, excerpt(raw))
+		p.err = badField(p.prefix+name, "%s: want %s, got %s", p.prefix+name, want, excerpt(raw))
 		return false
 	}
 	return true
@@ -222,7 +264,7 @@ func (p *parser) intRange(name string, dst *int, lo, hi int) {
 		return
 	}
 	if v < int64(lo) || v > int64(hi) {
-		p.err = badField(name, "%s must be in [%d, %d], got %d", name, lo, hi, v)
+		p.err = badField(p.prefix+name, "%s must be in [%d, %d], got %d", p.prefix+name, lo, hi, v)
 		return
 	}
 	*dst = int(v)
@@ -234,7 +276,7 @@ func (p *parser) float(name string, lo, hi float64) *float64 {
 		return nil
 	}
 	if !(v >= lo && v <= hi) {
-		p.err = badField(name, "%s must be in [%g, %g], got %g", name, lo, hi, v)
+		p.err = badField(p.prefix+name, "%s must be in [%g, %g], got %g", p.prefix+name, lo, hi, v)
 		return nil
 	}
 	return &v
@@ -247,38 +289,55 @@ func (p *parser) only(name, value string, ok func(json.RawMessage) bool) {
 		return
 	}
 	if !ok(raw) {
-		p.err = badField(name, "%s is accepted only as %s: layerstream does not implement other values (got %s)", name, value, excerpt(raw))
+		p.err = badField(p.prefix+name, "%s is accepted only as %s: layerstream does not implement other values (got %s)", p.prefix+name, value, excerpt(raw))
 	}
 }
 
-func (p *parser) stops() []string {
-	raw, ok := p.fields["stop"]
+// stops reads stop strings: one string or an array of them (name: "stop", Anthropic's "stop_sequences").
+func (p *parser) stops(name string) []string {
+	raw, ok := p.fields[name]
 	if !ok || p.err != nil {
 		return nil
 	}
+	at := p.prefix + name
 	var one string
 	var many []string
 	if json.Unmarshal(raw, &one) == nil {
 		many = []string{one}
 	} else if err := json.Unmarshal(raw, &many); err != nil {
-		p.err = badField("stop", "stop: want a string or an array of strings, got %s", excerpt(raw))
+		p.err = badField(at, "%s: want a string or an array of strings, got %s", at, excerpt(raw))
 		return nil
 	}
 	if len(many) > maxStops {
-		p.err = badField("stop", "stop: at most %d strings, got %d", maxStops, len(many))
+		p.err = badField(at, "%s: at most %d strings, got %d", at, maxStops, len(many))
 		return nil
 	}
 	for _, s := range many {
 		if s == "" || len(s) > maxStopLen {
-			p.err = badField("stop", "stop strings must be 1 to %d bytes, got %q", maxStopLen, excerpt([]byte(s)))
+			p.err = badField(at, "%s: stop strings must be 1 to %d bytes, got %q", at, maxStopLen, excerpt([]byte(s)))
 			return nil
 		}
 	}
 	return many
 }
 
-// messages reads a chat: roles system (or developer), user and assistant, content a string or text parts.
-func (p *parser) messages() []tokenizer.Message {
+// messagePolicy is what a dialect accepts in a chat's messages.
+type messagePolicy struct {
+	roles   map[string]string                     // accepted role → the role the chat template gets
+	content func(json.RawMessage) (string, error) // reads a message's content
+	other   string                                // why a key other than role and content is refused
+}
+
+// openAIMessages: roles system (or developer, OpenAI's newer name for it), user and assistant, content a string
+// or text parts.
+var openAIMessages = messagePolicy{
+	roles:   map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant"},
+	content: messageContent,
+	other:   "layerstream renders only role and content with the model's chat template",
+}
+
+// messages reads a chat from the field "messages".
+func (p *parser) messages(pol messagePolicy) []tokenizer.Message {
 	raw, ok := p.fields["messages"]
 	if p.err != nil {
 		return nil
@@ -298,39 +357,39 @@ func (p *parser) messages() []tokenizer.Message {
 	}
 	msgs := make([]tokenizer.Message, len(items))
 	for i, m := range items {
-		at := fmt.Sprintf("messages[%d]", i)
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if k != "role" && k != "content" && !isNull(m[k]) {
-				p.err = badField(at+"."+k, "%s.%s is not supported: layerstream renders only role and content with the model's chat template", at, k)
-				return nil
-			}
-		}
-		var role string
-		if err := strictDecode(m["role"], &role); err != nil {
-			p.err = badField(at+".role", "%s.role: want \"system\", \"user\" or \"assistant\", got %s", at, excerpt(m["role"]))
+		if msgs[i], p.err = pol.message(fmt.Sprintf("messages[%d]", i), m); p.err != nil {
 			return nil
 		}
-		switch role {
-		case "system", "user", "assistant":
-		case "developer": // OpenAI's newer name for the system message
-			role = "system"
-		default:
-			p.err = badField(at+".role", "%s.role %q is not supported (system, user or assistant)", at, role)
-			return nil
-		}
-		content, err := messageContent(m["content"])
-		if err != nil {
-			p.err = badField(at+".content", "%s.content: %v", at, err)
-			return nil
-		}
-		msgs[i] = tokenizer.Message{Role: role, Content: content}
 	}
 	return msgs
+}
+
+// message reads one message (at names it in errors).
+func (pol messagePolicy) message(at string, m map[string]json.RawMessage) (tokenizer.Message, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if k != "role" && k != "content" && !isNull(m[k]) {
+			return tokenizer.Message{}, badField(at+"."+k, "%s.%s is not supported: %s", at, k, pol.other)
+		}
+	}
+	roles := slices.Sorted(maps.Keys(pol.roles))
+	var role string
+	if err := strictDecode(m["role"], &role); err != nil {
+		return tokenizer.Message{}, badField(at+".role", "%s.role: want one of %s, got %s", at, strings.Join(roles, ", "), excerpt(m["role"]))
+	}
+	as, ok := pol.roles[role]
+	if !ok {
+		return tokenizer.Message{}, badField(at+".role", "%s.role %q is not supported (%s)", at, role, strings.Join(roles, ", "))
+	}
+	content, err := pol.content(m["content"])
+	if err != nil {
+		return tokenizer.Message{}, badField(at+".content", "%s.content: %v", at, err)
+	}
+	return tokenizer.Message{Role: as, Content: content}, nil
 }
 
 // messageContent reads a message's content: a string, or an array of {"type": "text", "text": ...} parts
@@ -422,6 +481,11 @@ func strictDecode(raw json.RawMessage, dst any) error {
 		return errors.New("trailing data")
 	}
 	return nil
+}
+
+// is accepts a value whose compact JSON is value.
+func is(value string) func(json.RawMessage) bool {
+	return func(raw json.RawMessage) bool { return bytes.Equal(compact(raw), []byte(value)) }
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }

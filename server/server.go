@@ -1,6 +1,8 @@
-// Package server is an OpenAI-compatible HTTP server over an engine.Engine: /v1/chat/completions and
-// /v1/completions (streamed with server-sent events or not), /v1/models, /health and /metrics (Prometheus
-// text format).
+// Package server is an HTTP server over an engine.Engine speaking three APIs: OpenAI's (/v1/chat/completions
+// and /v1/completions, streamed with server-sent events or not, /v1/models), Ollama's (/api/chat and
+// /api/generate, streamed as JSON lines or not, /api/tags, /api/show, /api/version) and Anthropic's Messages
+// (/v1/messages); besides, /health, /metrics (Prometheus text format), a chat page at / with a live view of the
+// pipeline (/api/info, /api/pipeline: the profiler's events as server-sent events).
 //
 // Concurrent requests share the engine's batch loop (engine.Engine.Generate): each joins the running batch at
 // the next step and leaves when done, so N clients cost about one pass over the layers per step. Requests past
@@ -22,10 +24,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/profiler"
 )
 
 // Config configures a Server.
@@ -41,8 +45,12 @@ type Config struct {
 	// MaxTokens bounds max_tokens, and is the default of chat requests that give none (default 2048; the
 	// model's context bounds it too). Completions requests default to 16 tokens, as OpenAI's.
 	MaxTokens int
-	// APIKey, when set, is required as "Authorization: Bearer KEY" on every path but /health.
+	// APIKey, when set, is required as "Authorization: Bearer KEY" (or Anthropic's "x-api-key: KEY") on every
+	// path but /health and the chat page's files.
 	APIKey string
+	// Profiler, the engine's (engine.Options.Profiler), feeds the chat page's live view of the pipeline
+	// (/api/pipeline); nil: no such view. profiler.NewLive costs next to nothing while no page watches.
+	Profiler *profiler.Profiler
 	// Strict ends a request whose health checks see a problem (activations out of range, degenerate output...)
 	// with a 500 naming it, as generate --strict does; by default such problems are logged with the request's
 	// id, once per kind. Logits holding NaN or ±Inf end a request either way.
@@ -57,8 +65,11 @@ type Server struct {
 	mux      *http.ServeMux
 	inFlight atomic.Int64
 	draining atomic.Bool
+	drained  chan struct{} // closed by Drain: long-lived streams (/api/pipeline) end
+	drain    sync.Once
 	metrics  metrics
 	created  int64
+	facts    modelFacts
 
 	// Test hooks: admitted runs once a generation request holds its place, before generating; token runs on
 	// the engine's goroutine for every chunk.
@@ -86,57 +97,103 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), created: time.Now().Unix()}
-	if _, err := cfg.Engine.Tokenizer(); err != nil {
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), created: time.Now().Unix(), drained: make(chan struct{})}
+	tok, err := cfg.Engine.Tokenizer()
+	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
-	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
-	s.mux.HandleFunc("GET /v1/models", s.models)
-	s.mux.HandleFunc("GET /v1/models/{id...}", s.model)
-	s.mux.HandleFunc("GET /health", s.health)
-	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if m := routeMethod(r.URL.Path); m != "" {
-			w.Header().Set("Allow", m)
-			writeError(w, &requestError{status: http.StatusMethodNotAllowed, msg: fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, m), code: "method_not_allowed"})
-			return
-		}
-		writeError(w, &requestError{status: http.StatusNotFound, msg: fmt.Sprintf("no route %s %s (see /v1/models, /v1/chat/completions, /v1/completions, /health, /metrics)", r.Method, r.URL.Path), code: "not_found"})
-	})
+	s.facts = s.readFacts()
+	s.routes(tok.HasChatTemplate())
 	return s, nil
 }
 
-// Drain makes the server refuse new generations (503) and report unhealthy, while those in flight go on:
-// the first step of a graceful shutdown.
-func (s *Server) Drain() { s.draining.Store(true) }
+// routes registers every endpoint; template reports whether the model has a chat template (Ollama's generate
+// renders its prompt with it).
+func (s *Server) routes(template bool) {
+	gen := func(d dialect) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, d) }
+	}
+	s.mux.HandleFunc("POST /v1/chat/completions", gen(openAI{chat: true}))
+	s.mux.HandleFunc("POST /v1/completions", gen(openAI{}))
+	s.mux.HandleFunc("POST /v1/messages", gen(anthropic{}))
+	s.mux.HandleFunc("POST /api/chat", gen(ollama{chat: true, template: template}))
+	s.mux.HandleFunc("POST /api/generate", gen(ollama{template: template}))
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /v1/models/{id...}", s.model)
+	s.mux.HandleFunc("GET /api/tags", s.ollamaTags)
+	s.mux.HandleFunc("POST /api/show", s.ollamaShow)
+	s.mux.HandleFunc("GET /api/version", s.ollamaVersionInfo)
+	s.mux.HandleFunc("GET /api/info", s.info)
+	s.mux.HandleFunc("GET /api/pipeline", s.pipeline)
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	index, files := pageHandler()
+	s.mux.Handle("GET /{$}", index)
+	s.mux.Handle("GET /page/", files)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		d := dialectFor(r.URL.Path)
+		if m := routeMethod(r.URL.Path); m != "" {
+			w.Header().Set("Allow", m)
+			writeErrorAs(w, d, &requestError{status: http.StatusMethodNotAllowed, msg: fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, m), code: "method_not_allowed"})
+			return
+		}
+		writeErrorAs(w, d, &requestError{status: http.StatusNotFound, msg: fmt.Sprintf("no route %s %s (see /v1/models, /v1/chat/completions, /v1/completions, /v1/messages, /api/chat, /api/generate, /api/tags, /health, /metrics)", r.Method, r.URL.Path), code: "not_found"})
+	})
+}
+
+// dialectFor is the API whose error shape answers a path's refusals before its handler runs (a wrong key, no
+// route): Ollama's under /api/ (but for the chat page's /api/info and /api/pipeline), Anthropic's for
+// /v1/messages, OpenAI's elsewhere.
+func dialectFor(path string) dialect {
+	switch {
+	case path == "/api/info" || path == "/api/pipeline":
+		return openAI{}
+	case strings.HasPrefix(path, "/api/"):
+		return ollama{}
+	case path == "/v1/messages":
+		return anthropic{}
+	}
+	return openAI{}
+}
+
+// Drain makes the server refuse new generations (503) and report unhealthy, while those in flight go on, and
+// ends the pipeline views' streams (which would otherwise hold the shutdown for its whole grace period): the
+// first step of a graceful shutdown.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.drain.Do(func() { close(s.drained) })
+}
 
 // ServeHTTP checks the API key, serves the request and counts it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-	if s.cfg.APIKey != "" && r.URL.Path != "/health" && !s.authorized(r) {
-		writeError(rec, &requestError{status: http.StatusUnauthorized, msg: "missing or wrong API key: send the header \"Authorization: Bearer KEY\"", code: "invalid_api_key"})
+	if s.cfg.APIKey != "" && r.URL.Path != "/health" && !isPage(r.URL.Path) && !s.authorized(r) {
+		writeErrorAs(rec, dialectFor(r.URL.Path), &requestError{status: http.StatusUnauthorized, msg: "missing or wrong API key: send the header \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\")", code: "invalid_api_key"})
 	} else {
 		s.mux.ServeHTTP(rec, r)
 	}
 	endpoint := r.URL.Path
-	switch endpoint {
-	case "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics":
-	default:
-		if strings.HasPrefix(endpoint, "/v1/models/") {
-			endpoint = "/v1/models/{id}"
-		} else {
-			endpoint = "other"
-		}
+	switch {
+	case routeMethod(endpoint) == "" && !isPage(endpoint):
+		endpoint = "other"
+	case strings.HasPrefix(endpoint, "/v1/models/"):
+		endpoint = "/v1/models/{id}"
+	case isPage(endpoint):
+		endpoint = "page"
 	}
 	s.metrics.request(endpoint, rec.status, time.Since(start))
 	s.cfg.Logger.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "seconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()))
 }
 
+// authorized reports whether a request carries the API key: as "Authorization: Bearer KEY", or as
+// Anthropic's clients send it, "x-api-key: KEY".
 func (s *Server) authorized(r *http.Request) bool {
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) == 1
+	if !ok {
+		key = r.Header.Get("X-Api-Key")
+	}
+	return key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) == 1
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -147,19 +204,32 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// modelJSON is a model in /v1/models: OpenAI's fields and Anthropic's (type, display_name, created_at,
+// lifecycle, max_input_tokens), which both APIs' clients read from this one path.
 type modelJSON struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+
+	Type           string `json:"type"`
+	DisplayName    string `json:"display_name"`
+	CreatedAt      string `json:"created_at"`
+	Lifecycle      string `json:"lifecycle"`
+	MaxInputTokens int    `json:"max_input_tokens"`
+	MaxTokens      int    `json:"max_tokens"`
 }
 
 func (s *Server) modelInfo() modelJSON {
-	return modelJSON{ID: s.cfg.ModelID, Object: "model", Created: s.created, OwnedBy: "layerstream"}
+	return modelJSON{ID: s.cfg.ModelID, Object: "model", Created: s.created, OwnedBy: "layerstream",
+		Type: "model", DisplayName: s.cfg.ModelID, CreatedAt: time.Unix(s.created, 0).UTC().Format(time.RFC3339),
+		Lifecycle: "active", MaxInputTokens: s.facts.context, MaxTokens: s.cfg.MaxTokens}
 }
 
+// models answers GET /v1/models in OpenAI's list shape, with Anthropic's paging fields (one page).
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelJSON{s.modelInfo()}})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelJSON{s.modelInfo()},
+		"has_more": false, "first_id": s.cfg.ModelID, "last_id": s.cfg.ModelID})
 }
 
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
@@ -168,6 +238,12 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.modelInfo())
+}
+
+// knownModel reports whether a request's model names this server's (or names none): its id, or, as Ollama's
+// clients write names, its id with the tag ":latest".
+func (s *Server) knownModel(name string) bool {
+	return name == "" || name == s.cfg.ModelID || name == s.cfg.ModelID+":latest"
 }
 
 func (s *Server) unknownModel(name string) *requestError {
@@ -225,12 +301,8 @@ func newErrorJSON(e *requestError) errorJSON {
 	return b
 }
 
-func writeError(w http.ResponseWriter, e *requestError) {
-	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, e.status, newErrorJSON(e))
-}
+// writeError answers a refused or failed request in OpenAI's error shape.
+func writeError(w http.ResponseWriter, e *requestError) { writeErrorAs(w, openAI{}, e) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -322,11 +394,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 // routeMethod is the method a route of the API takes ("" for a path that is none of them): the catch-all
 // handler answers a known path asked with another method 405, not 404.
 func routeMethod(path string) string {
-	switch {
-	case path == "/v1/chat/completions" || path == "/v1/completions":
+	switch path {
+	case "/v1/chat/completions", "/v1/completions", "/v1/messages", "/api/chat", "/api/generate", "/api/show":
 		return http.MethodPost
-	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/") || path == "/health" || path == "/metrics":
+	case "/v1/models", "/health", "/metrics", "/api/tags", "/api/version", "/api/info", "/api/pipeline":
+		return http.MethodGet
+	}
+	if strings.HasPrefix(path, "/v1/models/") {
 		return http.MethodGet
 	}
 	return ""
 }
+
+// generationEndpoints are the paths whose successful requests /metrics times.
+var generationEndpoints = []string{"/v1/chat/completions", "/v1/completions", "/v1/messages", "/api/chat", "/api/generate"}

@@ -20,16 +20,21 @@ import (
 
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
 // TestMain points the layerstream cache (where checkpoints are split on first use) at a temporary folder.
 func TestMain(m *testing.M) { os.Exit(testutil.RunWithCache(m)) }
 
-// newTestServer serves stories260K (with a chat template) on a loopback listener.
+// newTestServer serves stories260K (with a chat template) on a loopback listener, its pipeline profiled live
+// as serve does.
 func newTestServer(t *testing.T, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
-	e, err := engine.Open(context.Background(), testutil.ChatModel(t), engine.Options{MaxBatch: 64})
+	if cfg.Profiler == nil {
+		cfg.Profiler = profiler.NewLive()
+	}
+	e, err := engine.Open(context.Background(), testutil.ChatModel(t), engine.Options{MaxBatch: 64, Profiler: cfg.Profiler})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,14 @@ import (
 	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/hub"
 	"github.com/layerstream/layerstream/internal/sections"
+	"github.com/layerstream/layerstream/profiler"
 	"github.com/layerstream/layerstream/server"
 )
 
 func init() {
 	register(command{
 		name:    "serve",
-		summary: "serve the model over an OpenAI-compatible HTTP API; concurrent requests share each layer pass",
+		summary: "serve the model over OpenAI's, Ollama's and Anthropic's HTTP APIs, with a chat page; concurrent requests share each layer pass",
 		usage:   "--model MODEL",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o serveOptions
@@ -28,7 +29,7 @@ func init() {
 			fs.StringVar(&o.name, "model-name", "", "the model's id in the API (default: the --model argument, or its folder's name)")
 			fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on; any other than a loopback address needs --api-key")
 			fs.IntVar(&o.port, "port", 8080, "TCP port (0: any free port, printed at start)")
-			fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on every request but /health (default $LAYERSTREAM_API_KEY)")
+			fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\") on every request but /health and the chat page's files (default $LAYERSTREAM_API_KEY)")
 			fs.IntVar(&o.parallel, "parallel", 16, "most sequences generated together (the batch); more requests wait in the queue")
 			fs.IntVar(&o.queue, "max-queue", 64, "most requests waiting beyond the batch; one more is answered 429")
 			fs.IntVar(&o.eng.PrefillBudget, "prefill-budget", engine.DefaultPrefillBudget, "most prompt tokens a step computes beside the sequences decoding (at least 64; 0: no bound): joining prompts are computed in chunks, so running answers keep streaming")
@@ -93,9 +94,13 @@ func (o *serveOptions) check() error {
 
 // runServe opens the model and serves until ctx ends, then shuts down gracefully: no new requests, those in
 // flight get --shutdown-timeout to finish, then are cancelled. ready, when not nil, receives the address
-// listened on.
+// listened on. The engine is profiled live (profiler.NewLive: nothing kept, next to no cost while no chat page
+// watches its pipeline view).
 func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
 	o.eng.MaxBatch = o.parallel
+	if o.eng.Profiler == nil {
+		o.eng.Profiler = profiler.NewLive()
+	}
 	e, err := openEngine(ctx, o.model, o.eng, "the server needs the model's tokenizer")
 	if err != nil {
 		return err
@@ -109,7 +114,7 @@ func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
 		}
 	}
 	srv, err := server.New(server.Config{Engine: e, ModelID: name, MaxInFlight: o.parallel + o.queue,
-		MaxBodyBytes: o.maxBody, MaxTokens: o.maxTokens, APIKey: o.apiKey, Strict: o.strict})
+		MaxBodyBytes: o.maxBody, MaxTokens: o.maxTokens, APIKey: o.apiKey, Strict: o.strict, Profiler: o.eng.Profiler})
 	if err != nil {
 		return err
 	}
@@ -119,7 +124,7 @@ func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
 	}
 	addr := "http://" + ln.Addr().String()
 	slog.Info("serving", "model", name, "url", addr+"/v1", "parallel", o.parallel, "max_queue", o.queue, "api_key", o.apiKey != "")
-	fmt.Fprintf(errOut, "layerstream: serving %s at %s/v1 (Ctrl-C to stop)\n", name, addr)
+	fmt.Fprintf(errOut, "layerstream: serving %s at %s/v1 (OpenAI), %s/api (Ollama), %s/v1/messages (Anthropic); chat page %s/ (Ctrl-C to stop)\n", name, addr, addr, addr, addr)
 	if ready != nil {
 		ready <- addr
 	}

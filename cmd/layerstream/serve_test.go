@@ -74,6 +74,32 @@ func TestServe(t *testing.T) {
 	}
 }
 
+// TestServeAPIsAndPage: serve answers Ollama's and Anthropic's APIs beside OpenAI's, serves the chat page at /,
+// and streams its pipeline (the profiler serve creates) on /api/pipeline.
+func TestServeAPIsAndPage(t *testing.T) {
+	model := testutil.ChatModel(t)
+	name := filepath.Base(model)
+	url, _ := startServe(t, serveOptions{model: model, host: "127.0.0.1", parallel: 4, queue: 4, maxTokens: 64, grace: 5 * time.Second})
+	for _, c := range []struct{ method, path, body, want string }{
+		{"GET", "/", "", "<!doctype html>"},
+		{"GET", "/api/tags", "", `:latest"`},
+		{"GET", "/api/info", "", `"pipeline":true`},
+		{"POST", "/api/chat", `{"model": "` + name + `", "messages": [{"role": "user", "content": "Hi"}], "stream": false, "options": {"num_predict": 3}}`, `"done":true`},
+		{"POST", "/v1/messages", `{"model": "` + name + `", "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]}`, `"type":"message"`},
+	} {
+		req, _ := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte(c.want)) {
+			t.Errorf("%s %s: %d %.300s; want %q", c.method, c.path, resp.StatusCode, b, c.want)
+		}
+	}
+}
+
 // TestServeStrict: --strict reaches the server: a degenerate answer ends with a 500 naming the problem (without
 // it, the same request succeeds with warnings).
 func TestServeStrict(t *testing.T) {
