@@ -95,4 +95,3 @@ func medianMax(xs []float64) string {
 	slices.Sort(xs)
 	return fmt.Sprintf("%.2f, %.2f", xs[len(xs)/2], xs[len(xs)-1])
 }
-
