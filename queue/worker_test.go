@@ -1,0 +1,80 @@
+package queue
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+)
+
+// TestWorkersAnswerEachLineOnce (issue #39): three workers on 200 prompts, one killed with SIGKILL while it holds
+// prompts (a subprocess), one stopped gracefully (its context cancelled, as SIGTERM does) with a grace period too
+// short to finish: every line is answered exactly once, each answer the one generate --batch-file gives in one
+// process, sampled lines included (the same seed on any worker).
+func TestWorkersAnswerEachLineOnce(t *testing.T) {
+	model, prompts := tinyModel(t), promptsFile(t, 200)
+	want := reference(t, model, prompts) // (also splits the model into the cache the workers share)
+	ns := startNATS(t)
+	js := connectJS(t, ns.url())
+
+	// The worker to kill starts first, so that it holds prompts from the start.
+	killed := exec.Command(os.Args[0], "-test.run=^$")
+	killed.Env = append(os.Environ(), envWorkerURL+"="+ns.url(), envWorkerModel+"="+model)
+	stderr := &testutil.SyncBuffer{}
+	killed.Stderr = stderr
+	if err := killed.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer killed.Process.Kill()
+	waitFor(t, "the subprocess worker", func() bool { return strings.Contains(stderr.String(), "serving the queue") })
+
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	wait := submitAsync(context.Background(), t, ns.url(), prompts, out, false)
+	waitFor(t, "the first results", func() bool { return resultCount(t, js) >= 20 })
+
+	var wg sync.WaitGroup
+	graceful, survivor := &Metrics{}, &Metrics{}
+	gctx, stopGraceful := context.WithCancel(context.Background())
+	defer stopGraceful()
+	for _, w := range []struct {
+		ctx   context.Context
+		grace time.Duration
+		m     *Metrics
+	}{{gctx, 0, graceful}, {context.Background(), time.Second, survivor}} {
+		ctx, cancel := context.WithCancel(w.ctx)
+		defer cancel()
+		wg.Go(func() {
+			if err := runWorker(ctx, ns.url(), model, 8, w.grace, w.m); err != nil {
+				t.Error(err)
+			}
+		})
+		t.Cleanup(func() { cancel(); wg.Wait() })
+	}
+	waitFor(t, "the graceful worker's first prompts", func() bool { return graceful.Done() >= 5 })
+	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed.Wait()
+	stopGraceful()
+	start := time.Now()
+	sum, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("submit: %+v; after the kill: %s; graceful worker: %d done, %d naked; survivor: %d done, %d redelivered",
+		*sum, time.Since(start).Round(time.Millisecond), graceful.Done(), graceful.Naks(), survivor.Done(), survivor.Redeliveries())
+	checkResults(t, out, want)
+	if survivor.Redeliveries() == 0 {
+		t.Errorf("the surviving worker received no prompt again: the killed worker held none?")
+	}
+	if sum.Published != 200 {
+		t.Errorf("published %d prompts, want 200", sum.Published)
+	}
+}
