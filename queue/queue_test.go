@@ -226,9 +226,14 @@ func checkResults(t *testing.T, path string, want []batchfile.Result) {
 
 // resultCount is how many results the results stream holds.
 func resultCount(t *testing.T, js jetstream.JetStream) uint64 {
+	return streamMsgs(t, js, testConfig.ResultsStream())
+}
+
+// streamMsgs is how many messages the stream holds (0 when it cannot be read: absent, the server restarting).
+func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, testConfig.ResultsStream())
+	st, err := js.Stream(ctx, name)
 	if err != nil {
 		return 0
 	}

@@ -127,6 +127,9 @@ func collect(ctx context.Context, out *output, results <-chan *batchfile.Result,
 		select {
 		case r := <-results:
 			i, ok := index[r.ID]
+			if ok && i < sum.Resumed {
+				continue // in Out already when this run began
+			}
 			if !ok || i < out.n || pending[i] != nil {
 				sum.Dropped++
 				continue

@@ -200,9 +200,9 @@ func (g *generator) handle(ctx context.Context, msg jetstream.Msg) {
 		nak(msg)
 		return
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishAttemptTimeout)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*publishAttemptTimeout)
 	defer cancel()
-	if err := msg.DoubleAck(actx); err != nil {
+	if err := retry(actx, msg.DoubleAck); err != nil {
 		// The result is stored: the prompt comes back after AckWait, and its second result is dropped by id.
 		slog.Warn("worker: ack failed after the result was stored", "id", p.ID, "err", err)
 	}

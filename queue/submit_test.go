@@ -1,0 +1,100 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lineCount is how many whole lines the file holds.
+func lineCount(path string) int {
+	b, _ := os.ReadFile(path)
+	return bytes.Count(b, []byte("\n"))
+}
+
+// startWorker runs an in-process worker until the test ends.
+func startWorker(t *testing.T, url, model string, m *Metrics) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := runWorker(ctx, url, model, 8, time.Second, m); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// TestSubmitResumes (issue #39): a submit interrupted after some results, run again with resume (after its
+// results file lost a torn last line), continues: exactly one result per line; the second run publishes
+// nothing, and a run without resume refuses the existing file.
+func TestSubmitResumes(t *testing.T) {
+	model, prompts := tinyModel(t), promptsFile(t, 120)
+	want := reference(t, model, prompts)
+	ns := startNATS(t)
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+
+	ctx, interrupt := context.WithCancel(context.Background())
+	wait := submitAsync(ctx, t, ns.url(), prompts, out, false)
+	startWorker(t, ns.url(), model, &Metrics{})
+	waitFor(t, "30 results written", func() bool { return lineCount(out) >= 30 })
+	interrupt()
+	if _, err := wait(); err == nil || !strings.Contains(err.Error(), "--resume continues") {
+		t.Fatalf("interrupted submit: %v", err)
+	}
+	f, err := os.OpenFile(out, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"id": "torn`) // as a crash in the middle of a write would leave it
+	f.Close()
+
+	if _, err := submitAsync(context.Background(), t, ns.url(), prompts, out, false)(); err == nil || !strings.Contains(err.Error(), "give --resume") {
+		t.Errorf("submit again without --resume: %v", err)
+	}
+	sum, err := submitAsync(context.Background(), t, ns.url(), prompts, out, true)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("resumed: %+v", *sum)
+	checkResults(t, out, want)
+	if sum.Resumed < 30 || sum.Published != 0 || sum.Resumed+sum.Answered+sum.Queued != 120 {
+		t.Errorf("resumed submit: %+v; want ≥ 30 lines resumed, the others answered or queued, none published", *sum)
+	}
+}
+
+// TestServerRestart (issue #39): the NATS server shut down in the middle of a run and started again on the same
+// store and port: the workers and submit reconnect, and every line is answered exactly once.
+func TestServerRestart(t *testing.T) {
+	model, prompts := tinyModel(t), promptsFile(t, 200)
+	want := reference(t, model, prompts)
+	ns := startNATS(t)
+	js := connectJS(t, ns.url())
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+
+	wait := submitAsync(context.Background(), t, ns.url(), prompts, out, false)
+	waitFor(t, "the prompts published", func() bool { return lineCount(out) == 0 && streamMsgs(t, js, testConfig.Stream) == 200 })
+	m1, m2 := &Metrics{}, &Metrics{}
+	startWorker(t, ns.url(), model, m1)
+	startWorker(t, ns.url(), model, m2)
+	waitFor(t, "20 results", func() bool { return resultCount(t, js) >= 20 })
+	ns.stop()
+	before := m1.Done() + m2.Done()
+	time.Sleep(300 * time.Millisecond)
+	ns.start()
+	start := time.Now()
+	sum, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("submit: %+v; %d answered before the restart, done %s after it; workers: %d+%d done, %d+%d redelivered", *sum, before,
+		time.Since(start).Round(time.Millisecond), m1.Done(), m2.Done(), m1.Redeliveries(), m2.Redeliveries())
+	checkResults(t, out, want)
+	if before >= 180 {
+		t.Errorf("%d of 200 prompts answered before the restart: not the middle of a run", before)
+	}
+}
