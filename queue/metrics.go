@@ -10,7 +10,7 @@ import (
 // Metrics counts a worker's prompts, for /metrics (Prometheus text) and /health.
 type Metrics struct {
 	done, failures, redeliveries, naks, duplicates, inFlight atomic.Int64
-	draining                                                 atomic.Bool
+	serving, draining                                        atomic.Bool
 }
 
 // Done is how many prompts the worker answered (its result stored and the prompt acknowledged).
@@ -26,15 +26,21 @@ func (m *Metrics) Naks() int64 { return m.naks.Load() }
 // InFlight is how many prompts it holds now.
 func (m *Metrics) InFlight() int64 { return m.inFlight.Load() }
 
-// Handler serves /health (200 with {"status": "ok"} while the worker serves the queue, 503 {"status":
-// "draining"} once it is stopping: a Kubernetes probe's answer) and /metrics (Prometheus text format).
+// Handler serves /health and /metrics (Prometheus text format). /health answers 200 {"status": "ok"} while the
+// worker serves the queue (connected or reconnecting), 503 with "starting" before (the model loading, the
+// streams being made) and "draining" once it is stopping: a Kubernetes probe's answer.
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		status := "ok"
-		if m.draining.Load() {
+		switch {
+		case m.draining.Load():
 			status = "draining"
+		case !m.serving.Load():
+			status = "starting"
+		}
+		if status != "ok" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		json.NewEncoder(w).Encode(map[string]any{"status": status, "in_flight": m.inFlight.Load(), "done": m.done.Load()})

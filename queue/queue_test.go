@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -73,46 +71,6 @@ func runWorker(ctx context.Context, url, model string, batch int, grace time.Dur
 	w := &Worker{JS: js, Config: testConfig, Engine: e, BatchSize: batch, Grace: grace, Metrics: m, PollWait: 200 * time.Millisecond}
 	return w.Run(ctx)
 }
-
-// natsServer is an embedded NATS server with JetStream, on 127.0.0.1, storing in dir.
-type natsServer struct {
-	t    *testing.T
-	dir  string
-	port int
-	s    *server.Server
-}
-
-func startNATS(t *testing.T) *natsServer {
-	t.Helper()
-	ns := &natsServer{t: t, dir: t.TempDir(), port: -1}
-	ns.start()
-	t.Cleanup(ns.stop)
-	return ns
-}
-
-func (ns *natsServer) start() {
-	ns.t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: ns.port, JetStream: true, StoreDir: ns.dir, NoLog: true, NoSigs: true}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		ns.t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		ns.t.Fatal("nats server not ready")
-	}
-	ns.s, ns.port = s, s.Addr().(*net.TCPAddr).Port
-}
-
-func (ns *natsServer) stop() {
-	if ns.s != nil {
-		ns.s.Shutdown()
-		ns.s.WaitForShutdown()
-		ns.s = nil
-	}
-}
-
-func (ns *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", ns.port) }
 
 // tinyModel writes a small synthetic checkpoint (no tokenizer: the prompts are ids).
 func tinyModel(t *testing.T) string {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/layerstream/layerstream/queue/queuetest"
 )
 
 // lineCount is how many whole lines the file holds.
@@ -35,12 +37,12 @@ func startWorker(t *testing.T, url, model string, m *Metrics) {
 func TestSubmitResumes(t *testing.T) {
 	model, prompts := tinyModel(t), promptsFile(t, 120)
 	want := reference(t, model, prompts)
-	ns := startNATS(t)
+	ns := queuetest.Start(t)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 
 	ctx, interrupt := context.WithCancel(context.Background())
-	wait := submitAsync(ctx, t, ns.url(), prompts, out, false)
-	startWorker(t, ns.url(), model, &Metrics{})
+	wait := submitAsync(ctx, t, ns.URL(), prompts, out, false)
+	startWorker(t, ns.URL(), model, &Metrics{})
 	waitFor(t, "30 results written", func() bool { return lineCount(out) >= 30 })
 	interrupt()
 	if _, err := wait(); err == nil || !strings.Contains(err.Error(), "--resume continues") {
@@ -53,10 +55,10 @@ func TestSubmitResumes(t *testing.T) {
 	f.WriteString(`{"id": "torn`) // as a crash in the middle of a write would leave it
 	f.Close()
 
-	if _, err := submitAsync(context.Background(), t, ns.url(), prompts, out, false)(); err == nil || !strings.Contains(err.Error(), "give --resume") {
+	if _, err := submitAsync(context.Background(), t, ns.URL(), prompts, out, false)(); err == nil || !strings.Contains(err.Error(), "give --resume") {
 		t.Errorf("submit again without --resume: %v", err)
 	}
-	sum, err := submitAsync(context.Background(), t, ns.url(), prompts, out, true)()
+	sum, err := submitAsync(context.Background(), t, ns.URL(), prompts, out, true)()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,20 +74,20 @@ func TestSubmitResumes(t *testing.T) {
 func TestServerRestart(t *testing.T) {
 	model, prompts := tinyModel(t), promptsFile(t, 200)
 	want := reference(t, model, prompts)
-	ns := startNATS(t)
-	js := connectJS(t, ns.url())
+	ns := queuetest.Start(t)
+	js := connectJS(t, ns.URL())
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 
-	wait := submitAsync(context.Background(), t, ns.url(), prompts, out, false)
+	wait := submitAsync(context.Background(), t, ns.URL(), prompts, out, false)
 	waitFor(t, "the prompts published", func() bool { return lineCount(out) == 0 && streamMsgs(t, js, testConfig.Stream) == 200 })
 	m1, m2 := &Metrics{}, &Metrics{}
-	startWorker(t, ns.url(), model, m1)
-	startWorker(t, ns.url(), model, m2)
+	startWorker(t, ns.URL(), model, m1)
+	startWorker(t, ns.URL(), model, m2)
 	waitFor(t, "20 results", func() bool { return resultCount(t, js) >= 20 })
-	ns.stop()
+	ns.Stop()
 	before := m1.Done() + m2.Done()
 	time.Sleep(300 * time.Millisecond)
-	ns.start()
+	ns.Restart()
 	start := time.Now()
 	sum, err := wait()
 	if err != nil {

@@ -63,6 +63,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelHard()
 	var held sync.WaitGroup
 	slots := make(chan struct{}, w.BatchSize)
+	w.Metrics.serving.Store(true)
 	slog.Info("worker: serving the queue", "stream", c.Stream, "batch_size", w.BatchSize, "ack_wait", c.AckWait)
 	for ctx.Err() == nil {
 		n := acquire(ctx, slots)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/layerstream/layerstream/queue/queuetest"
+
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -21,12 +23,12 @@ import (
 func TestWorkersAnswerEachLineOnce(t *testing.T) {
 	model, prompts := tinyModel(t), promptsFile(t, 200)
 	want := reference(t, model, prompts) // (also splits the model into the cache the workers share)
-	ns := startNATS(t)
-	js := connectJS(t, ns.url())
+	ns := queuetest.Start(t)
+	js := connectJS(t, ns.URL())
 
 	// The worker to kill starts first, so that it holds prompts from the start.
 	killed := exec.Command(os.Args[0], "-test.run=^$")
-	killed.Env = append(os.Environ(), envWorkerURL+"="+ns.url(), envWorkerModel+"="+model)
+	killed.Env = append(os.Environ(), envWorkerURL+"="+ns.URL(), envWorkerModel+"="+model)
 	stderr := &testutil.SyncBuffer{}
 	killed.Stderr = stderr
 	if err := killed.Start(); err != nil {
@@ -36,7 +38,7 @@ func TestWorkersAnswerEachLineOnce(t *testing.T) {
 	waitFor(t, "the subprocess worker", func() bool { return strings.Contains(stderr.String(), "serving the queue") })
 
 	out := filepath.Join(t.TempDir(), "results.jsonl")
-	wait := submitAsync(context.Background(), t, ns.url(), prompts, out, false)
+	wait := submitAsync(context.Background(), t, ns.URL(), prompts, out, false)
 	waitFor(t, "the first results", func() bool { return resultCount(t, js) >= 20 })
 
 	var wg sync.WaitGroup
@@ -51,7 +53,7 @@ func TestWorkersAnswerEachLineOnce(t *testing.T) {
 		ctx, cancel := context.WithCancel(w.ctx)
 		defer cancel()
 		wg.Go(func() {
-			if err := runWorker(ctx, ns.url(), model, 8, w.grace, w.m); err != nil {
+			if err := runWorker(ctx, ns.URL(), model, 8, w.grace, w.m); err != nil {
 				t.Error(err)
 			}
 		})
