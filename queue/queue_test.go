@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +32,7 @@ import (
 const (
 	envWorkerURL   = "LAYERSTREAM_QUEUE_TEST_WORKER_URL"
 	envWorkerModel = "LAYERSTREAM_QUEUE_TEST_WORKER_MODEL"
+	envWorkerBatch = "LAYERSTREAM_QUEUE_TEST_WORKER_BATCH" // default 8
 )
 
 // testConfig is the queue of the tests: a short ack wait, so that a killed worker's prompts come back soon.
@@ -48,7 +50,11 @@ func TestMain(m *testing.M) {
 func workerProcess(url, model string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := runWorker(ctx, url, model, 8, time.Second, nil); err != nil {
+	batch, _ := strconv.Atoi(os.Getenv(envWorkerBatch))
+	if batch < 1 {
+		batch = 8
+	}
+	if err := runWorker(ctx, url, model, batch, time.Second, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1
 	}
