@@ -55,6 +55,9 @@ type Config struct {
 	Duplicates time.Duration
 	// ResultsMaxAge is how long results are kept (DefaultResultsMaxAge when 0).
 	ResultsMaxAge time.Duration
+	// Replicas is how many servers of a NATS cluster hold each stream (1 when 0; 3 in a cluster of 3, so that a
+	// server lost loses no prompt nor result).
+	Replicas int
 }
 
 var streamName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -66,6 +69,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !streamName.MatchString(c.Stream) {
 		return c, fmt.Errorf("queue: stream name %q: use letters, digits, - and _ only", c.Stream)
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait
@@ -111,18 +117,28 @@ func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
-// ensureStreams creates the two streams when absent (or updates what may be updated of them).
+// ensureStreams creates the two streams when absent; an existing stream is used as it is (whoever made it
+// chose its replicas, duplicate window and retention).
 func ensureStreams(ctx context.Context, js jetstream.JetStream, c Config) error {
 	prompts := jetstream.StreamConfig{Name: c.Stream, Subjects: []string{c.Stream + ".prompt.>"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: c.Duplicates,
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: c.Duplicates, Replicas: c.Replicas,
 		Description: "layerstream prompts: one message per batch-file line, removed once a worker acknowledged it"}
 	results := jetstream.StreamConfig{Name: c.ResultsStream(), Subjects: []string{c.Stream + ".result.>"},
-		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Duplicates: c.Duplicates,
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Duplicates: c.Duplicates, Replicas: c.Replicas,
 		MaxAge: c.ResultsMaxAge, MaxMsgsPerSubject: 1,
 		Description: "layerstream results: one message per prompt id, read back by submit"}
 	for _, sc := range []jetstream.StreamConfig{prompts, results} {
 		if err := retry(ctx, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, sc)
+			st, err := js.Stream(ctx, sc.Name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				st, err = js.CreateStream(ctx, sc)
+				if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // made meanwhile by another worker
+					st, err = js.Stream(ctx, sc.Name)
+				}
+			}
+			if err == nil && st.CachedInfo().Config.Retention != sc.Retention {
+				err = permanent{fmt.Errorf("exists with retention %v, want %v (another use of the name? give --stream)", st.CachedInfo().Config.Retention, sc.Retention)}
+			}
 			return err
 		}); err != nil {
 			return fmt.Errorf("queue: stream %s: %w", sc.Name, err)
@@ -147,15 +163,22 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jets
 	return cons, nil
 }
 
+// permanent marks an error that no retry cures.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
 // retry runs f (each attempt with its own timeout) until it succeeds, ctx ends, or it fails with an error that
-// a reconnection would not cure (one JetStream answered with, such as a stream configured otherwise).
+// a reconnection would not cure (one JetStream answered with, such as a stream configured otherwise, or a
+// permanent one).
 func retry(ctx context.Context, f func(context.Context) error) error {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
 		err := f(actx)
 		cancel()
 		var apiErr *jetstream.APIError
-		if err == nil || errors.As(err, &apiErr) || ctx.Err() != nil {
+		var perm permanent
+		if err == nil || errors.As(err, &apiErr) || errors.As(err, &perm) || ctx.Err() != nil {
 			return err
 		}
 		slog.Debug("queue: retrying", "err", err, "after", wait)

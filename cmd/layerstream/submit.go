@@ -21,6 +21,7 @@ func init() {
 			fs.StringVar(&o.batchFile, "batch-file", "", "JSONL `file` of prompts, as generate --batch-file reads it")
 			fs.StringVar(&o.out, "out", "", "results `file`: one JSON object per line of the batch file, in input order, as generate --batch-file prints them, with the line's \"id\"")
 			fs.BoolVar(&o.resume, "resume", false, "continue an --out that an interrupted submit of the same file and settings left")
+			fs.IntVar(&o.q.Replicas, "replicas", 1, "how many servers of a NATS cluster hold each stream, when this command makes them (3 in a cluster of 3: a server lost loses nothing)")
 			fs.DurationVar(&o.q.ResultsMaxAge, "results-max-age", queue.DefaultResultsMaxAge, "how long the results stream keeps results (when submit makes it)")
 			fs.IntVar(&o.gen.maxNew, "max-new-tokens", 256, "most tokens to generate per line, unless the line says")
 			addSamplingFlags(fs, &o.gen)
