@@ -104,15 +104,17 @@ func acquire(ctx context.Context, slots chan struct{}) int {
 	return n
 }
 
-// pull fetches up to n prompts and hands each to start, returning how many it started. After ctx ended, a
-// prompt that still arrives is naked (delivered again at once, elsewhere). Errors (a disconnection, the server
-// restarting) are logged and waited out briefly: the next pull tries again.
+// pull fetches up to n prompts and hands each to start, returning how many it started. The pull request runs
+// its course (at most PollWait) even when ctx ends meanwhile: abandoned, it would leave the server delivering
+// prompts to no one until their ack wait ran out; a prompt that arrives after ctx ended is naked instead
+// (delivered again at once, elsewhere). Errors (a disconnection, the server restarting) are logged and waited
+// out briefly: the next pull tries again.
 func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, n int, start func(jetstream.Msg)) int {
 	wait := w.PollWait
 	if wait <= 0 {
 		wait = time.Second
 	}
-	fctx, cancel := context.WithTimeout(ctx, wait)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err == nil {
@@ -203,7 +205,12 @@ func (g *generator) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*publishAttemptTimeout)
 	defer cancel()
-	if err := retry(actx, msg.DoubleAck); err != nil {
+	if err := retry(actx, func(ctx context.Context) error {
+		if err := msg.DoubleAck(ctx); !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return err
+		}
+		return nil
+	}); err != nil {
 		// The result is stored: the prompt comes back after AckWait, and its second result is dropped by id.
 		slog.Warn("worker: ack failed after the result was stored", "id", p.ID, "err", err)
 	}
