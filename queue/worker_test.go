@@ -13,6 +13,8 @@ import (
 
 	"github.com/layerstream/layerstream/queue/queuetest"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/layerstream/layerstream/internal/testutil"
 )
 
@@ -78,5 +80,43 @@ func TestWorkersAnswerEachLineOnce(t *testing.T) {
 	}
 	if sum.Published != 200 {
 		t.Errorf("published %d prompts, want 200", sum.Published)
+	}
+}
+
+// TestHeartbeatKeepsAPrompt: a prompt held longer than the ack wait is not delivered again while its worker's
+// heartbeats (in-progress acks every third of the ack wait) come; once they stop, it is.
+func TestHeartbeatKeepsAPrompt(t *testing.T) {
+	ns := queuetest.Start(t)
+	js := connectJS(t, ns.URL())
+	ctx := context.Background()
+	c, _ := Config{Stream: "HB", AckWait: time.Second}.withDefaults()
+	if err := ensureStreams(ctx, js, c); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := ensureConsumer(ctx, js, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, c.promptSubject("job.1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := cons.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := heartbeat(msg, c.AckWait/3)
+	time.Sleep(2500 * time.Millisecond)
+	if again, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond)); err == nil {
+		for m := range again.Messages() {
+			t.Errorf("delivered again while its heartbeats came: %s", m.Subject())
+		}
+	}
+	stop()
+	again, err := cons.Next(jetstream.FetchMaxWait(3 * time.Second))
+	if err != nil {
+		t.Fatalf("not delivered again after the heartbeats stopped: %v", err)
+	}
+	if meta, _ := again.Metadata(); meta == nil || meta.NumDelivered != 2 {
+		t.Errorf("metadata %+v, want a second delivery", meta)
 	}
 }
