@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/layerstream/layerstream/queue/queuetest"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/layerstream/layerstream/internal/testutil"
+	"github.com/layerstream/layerstream/queue/queuetest"
 )
 
 // TestWorkersAnswerEachLineOnce (issue #39): three workers on 200 prompts, one killed with SIGKILL while it holds
