@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/layerstream/layerstream/batchfile"
+	"github.com/layerstream/layerstream/engine"
 	"github.com/layerstream/layerstream/internal/progress"
 )
 
@@ -44,6 +45,8 @@ type Summary struct {
 	Resumed, Answered, Published, Queued int
 	// Dropped counts results received twice (a prompt generated again after its worker died), dropped by id.
 	Dropped int
+	// Failed counts the lines written by this run whose result has stop_reason "error".
+	Failed int
 }
 
 // Submit publishes every line of the batch file not answered yet as a prompt message, then writes one result
@@ -137,6 +140,9 @@ func collect(ctx context.Context, out *output, results <-chan *batchfile.Result,
 			pending[i] = r
 			wrote := false
 			for pending[out.n] != nil {
+				if pending[out.n].StopReason == engine.StopError {
+					sum.Failed++
+				}
 				if err := out.write(pending[out.n]); err != nil {
 					return err
 				}

@@ -100,3 +100,26 @@ func TestServerRestart(t *testing.T) {
 		t.Errorf("%d of 200 prompts answered before the restart: not the middle of a run", before)
 	}
 }
+
+// TestRefusedLineAnswered: a line the engine refuses (more new tokens than the context holds) is answered with
+// stop_reason "error" and the reason, so that it still has its one result; the others are generated.
+func TestRefusedLineAnswered(t *testing.T) {
+	model := tinyModel(t)
+	prompts := filepath.Join(t.TempDir(), "prompts.jsonl")
+	if err := os.WriteFile(prompts, []byte("{\"ids\": [1, 5]}\n{\"ids\": [1], \"max_new_tokens\": 600}\n{\"ids\": [1, 7]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := queuetest.Start(t)
+	startWorker(t, ns.URL(), model, &Metrics{})
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	sum, err := submitAsync(context.Background(), t, ns.URL(), prompts, out, false)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if sum.Failed != 1 || len(lines) != 3 || !strings.Contains(lines[1], `"stop_reason":"error"`) || !strings.Contains(lines[1], "exceeds") ||
+		!strings.Contains(lines[0], `"stop_reason":"max_new_tokens"`) {
+		t.Errorf("summary %+v, results:\n%s", *sum, b)
+	}
+}

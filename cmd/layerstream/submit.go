@@ -73,7 +73,8 @@ func (o *submitOptions) settings() queue.Settings {
 	return s
 }
 
-// runSubmit publishes the batch file's lines and writes their results (queue.Submit).
+// runSubmit publishes the batch file's lines and writes their results (queue.Submit); as generate --batch-file,
+// it fails (exit status 1) when a line ended with an error.
 func runSubmit(ctx context.Context, o submitOptions) error {
 	nc, js, err := queue.Connect(o.url, "layerstream submit")
 	if err != nil {
@@ -86,6 +87,9 @@ func runSubmit(ctx context.Context, o submitOptions) error {
 	if sum != nil {
 		fmt.Fprintf(errOut, "submit: job %s: %d lines (%d already in %s, %d already answered, %d published, %d already queued), %d duplicate results dropped, in %.1f s\n",
 			sum.Job, sum.Lines, sum.Resumed, o.out, sum.Answered, sum.Published, sum.Queued, sum.Dropped, time.Since(start).Seconds())
+	}
+	if err == nil && sum.Failed > 0 {
+		err = fmt.Errorf("--batch-file %s: %d of %d lines ended with an error (their \"error\" in %s says why)", o.batchFile, sum.Failed, sum.Lines, o.out)
 	}
 	return err
 }
