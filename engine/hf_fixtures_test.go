@@ -100,6 +100,9 @@ func forHFFixtures(t *testing.T, spellings []string, opts Options, f func(t *tes
 		ref := hffixture.MustReference(t, name)
 		for _, spelling := range spellings {
 			t.Run(name+"/"+spelling, func(t *testing.T) {
+				if !hffixture.HasSpelling(name, spelling) {
+					t.Skipf("no %s config: transformers 4.57 has no class for this family (testdata/hf/manifest.json no_v4)", spelling)
+				}
 				c := &hfCase{t: t, name: name, spelling: spelling, ref: ref, dir: hffixture.Checkpoint(t, name, spelling)}
 				e, err := Open(context.Background(), c.dir, opts)
 				if errors.Is(err, checkpoint.ErrUnsupportedArchitecture) {

@@ -116,6 +116,17 @@ func Names() []string {
 	return names
 }
 
+// HasSpelling reports whether the named fixture has a config in spelling: transformers 4.57 has no class for the
+// newest families, whose fixtures have only the transformers-5 config (manifest.json's no_v4).
+func HasSpelling(name, spelling string) bool {
+	dir, err := Dir(name)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(dir, configFiles[spelling]))
+	return err == nil
+}
+
 // Checkpoint makes a checkpoint folder for the named fixture in a fresh t.TempDir(): the chosen spelling's config
 // as config.json, and copies of model.safetensors, generation_config.json and any other checkpoint file of the
 // fixture (never reference.safetensors). It fails the test on any error.

@@ -63,9 +63,10 @@ func readConfig(t *testing.T, path string) (config, map[string]any) {
 	return c, all
 }
 
-// TestFixturesComplete checks every fixture folder: both configs in their spelling, the weights parse, the
-// reference tensors have the documented shapes and agree with the config (vocab, ids in range), and the first
-// greedy id is the argmax of the last prompt row.
+// TestFixturesComplete checks every fixture folder: both configs in their spelling (only the transformers-5 one
+// for a family transformers 4.57 lacks, as manifest.json's no_v4 says), the weights parse, the reference tensors
+// have the documented shapes (a 40-token prompt, or the manifest's prompt_len) and agree with the config (vocab,
+// ids in range), and the first greedy id is the argmax of the last prompt row.
 func TestFixturesComplete(t *testing.T) {
 	names := Names()
 	if len(names) == 0 {
@@ -78,10 +79,21 @@ func TestFixturesComplete(t *testing.T) {
 				t.Fatal(err)
 			}
 			v5, all5 := readConfig(t, filepath.Join(dir, "config.json"))
-			v4, all4 := readConfig(t, filepath.Join(dir, "config.v4.json"))
-			if v5.RopeParameters == nil || v5.RopeTheta != nil || all5["rope_scaling"] != nil || v5.DType != "float32" {
+			entry := manifestEntry(t, name)
+			if v5.DType != "float32" || all5["rope_scaling"] != nil || v5.RopeTheta != nil && v5.RopeParameters == nil {
 				t.Errorf("config.json is not in the transformers-5 spelling (rope_parameters, dtype)")
 			}
+			if entry.NoV4 != nil {
+				if HasSpelling(name, V4) {
+					t.Errorf("manifest.json says no_v4 (%v), but config.v4.json exists", entry.NoV4)
+				}
+				checkWeightsAndReference(t, name, dir, v5, entry.PromptLen)
+				return
+			}
+			if v5.RopeParameters == nil {
+				t.Errorf("config.json has no rope_parameters")
+			}
+			v4, all4 := readConfig(t, filepath.Join(dir, "config.v4.json"))
 			if v4.RopeParameters != nil || (v4.RopeTheta == nil && v4.RopeLocalBase == nil) {
 				t.Errorf("config.v4.json is not in the transformers-4 spelling (top-level rope_theta)")
 			}
@@ -94,64 +106,103 @@ func TestFixturesComplete(t *testing.T) {
 			if all5["model_type"] != all4["model_type"] || all5["num_hidden_layers"] != all4["num_hidden_layers"] {
 				t.Errorf("config.json and config.v4.json describe different models")
 			}
-
-			f, err := os.Open(filepath.Join(dir, "model.safetensors"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			st, err := f.Stat()
-			if err != nil {
-				t.Fatal(err)
-			}
-			tensors, err := checkpoint.ParseSafetensors(f, st.Size(), "model.safetensors")
-			if err != nil {
-				t.Fatal(err)
-			}
-			hasHead := false
-			for _, ti := range tensors {
-				if ti.DType != checkpoint.F32 {
-					t.Errorf("weight %s is %s, want F32", ti.Name, ti.DType)
-				}
-				if ti.Name == "lm_head.weight" || ti.Name == "language_model.lm_head.weight" {
-					hasHead = true
-				}
-			}
-			tied := v5.TieWordEmbeddings != nil && *v5.TieWordEmbeddings
-			if hasHead == tied {
-				t.Errorf("tie_word_embeddings %v but lm_head.weight present: %v", tied, hasHead)
-			}
-
-			ref, err := LoadReference(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ref.InputIDs) != 40 || len(ref.GreedyIDs) != 20 || ref.Vocab != v5.VocabSize {
-				t.Fatalf("reference: %d input ids, %d greedy ids, vocab %d (config %d)", len(ref.InputIDs), len(ref.GreedyIDs), ref.Vocab, v5.VocabSize)
-			}
-			for _, id := range slices.Concat(ref.InputIDs, ref.GreedyIDs) {
-				if id < 0 || id >= int64(ref.Vocab) {
-					t.Fatalf("id %d outside the vocabulary (%d)", id, ref.Vocab)
-				}
-			}
-			for i, v := range ref.Logits {
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					t.Fatalf("logit %d is %v", i, v)
-				}
-			}
-			if got := argmax(ref.Row(len(ref.InputIDs) - 1)); int64(got) != ref.GreedyIDs[0] {
-				t.Errorf("first greedy id %d, argmax of the last prompt row %d", ref.GreedyIDs[0], got)
-			}
-			if full := ref.Tensors["full_logits"]; full != nil {
-				ids := ref.Tensors["full_ids"]
-				if ids == nil || !slices.Equal(ids.I64, slices.Concat(ref.InputIDs, ref.GreedyIDs)) {
-					t.Errorf("full_ids must be input_ids followed by greedy_ids")
-				}
-				if len(full.Shape) != 2 || full.Shape[0] != 60 || full.Shape[1] != ref.Vocab {
-					t.Errorf("full_logits shape %v", full.Shape)
-				}
-			}
+			checkWeightsAndReference(t, name, dir, v5, entry.PromptLen)
 		})
+	}
+}
+
+// manifestFixture is what TestFixturesComplete reads of a fixture's manifest.json entry.
+type manifestFixture struct {
+	NoV4      any `json:"no_v4"`
+	PromptLen int `json:"prompt_len"`
+}
+
+// manifestEntry returns the fixture's entry of testdata/hf/manifest.json.
+func manifestEntry(t *testing.T, name string) manifestFixture {
+	t.Helper()
+	dir, err := Testdata("hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Fixtures map[string]manifestFixture `json:"fixtures"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	e, ok := m.Fixtures[name]
+	if !ok {
+		t.Fatalf("manifest.json has no entry for %s", name)
+	}
+	return e
+}
+
+// checkWeightsAndReference checks a fixture's weights (float32, lm_head as tie_word_embeddings says) and its
+// reference outputs (promptLen input ids, 40 when 0; 20 greedy ids; vocab; finite logits; greedy id 0 the argmax).
+func checkWeightsAndReference(t *testing.T, name, dir string, v5 config, promptLen int) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := checkpoint.ParseSafetensors(f, st.Size(), "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasHead := false
+	for _, ti := range tensors {
+		if ti.DType != checkpoint.F32 {
+			t.Errorf("weight %s is %s, want F32", ti.Name, ti.DType)
+		}
+		if ti.Name == "lm_head.weight" || ti.Name == "language_model.lm_head.weight" {
+			hasHead = true
+		}
+	}
+	tied := v5.TieWordEmbeddings != nil && *v5.TieWordEmbeddings
+	if hasHead == tied {
+		t.Errorf("tie_word_embeddings %v but lm_head.weight present: %v", tied, hasHead)
+	}
+
+	ref, err := LoadReference(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if promptLen == 0 {
+		promptLen = 40
+	}
+	if len(ref.InputIDs) != promptLen || len(ref.GreedyIDs) != 20 || ref.Vocab != v5.VocabSize {
+		t.Fatalf("reference: %d input ids, %d greedy ids, vocab %d (config %d)", len(ref.InputIDs), len(ref.GreedyIDs), ref.Vocab, v5.VocabSize)
+	}
+	for _, id := range slices.Concat(ref.InputIDs, ref.GreedyIDs) {
+		if id < 0 || id >= int64(ref.Vocab) {
+			t.Fatalf("id %d outside the vocabulary (%d)", id, ref.Vocab)
+		}
+	}
+	for i, v := range ref.Logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %d is %v", i, v)
+		}
+	}
+	if got := argmax(ref.Row(len(ref.InputIDs) - 1)); int64(got) != ref.GreedyIDs[0] {
+		t.Errorf("first greedy id %d, argmax of the last prompt row %d", ref.GreedyIDs[0], got)
+	}
+	if full := ref.Tensors["full_logits"]; full != nil {
+		ids := ref.Tensors["full_ids"]
+		if ids == nil || !slices.Equal(ids.I64, slices.Concat(ref.InputIDs, ref.GreedyIDs)) {
+			t.Errorf("full_ids must be input_ids followed by greedy_ids")
+		}
+		if len(full.Shape) != 2 || full.Shape[0] != 60 || full.Shape[1] != ref.Vocab {
+			t.Errorf("full_logits shape %v", full.Shape)
+		}
 	}
 }
 
