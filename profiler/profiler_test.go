@@ -448,3 +448,24 @@ func TestBarLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryTokensPerPass: the summary counts forward passes by their output-head events and tokens by their
+// sample events (speculative decoding chooses several per pass), and the table prints the ratio.
+func TestSummaryTokensPerPass(t *testing.T) {
+	var evs []Event
+	for pass := range 2 {
+		evs = append(evs, Event{Step: pass, Layer: 0, Category: Forward, Dur: time.Millisecond},
+			Event{Step: pass, Layer: -1, Category: Forward, Dur: time.Millisecond})
+	}
+	for step := range 5 {
+		evs = append(evs, Event{Step: step, Layer: -1, Category: Sample, Dur: time.Microsecond})
+	}
+	s := Summarize(evs, 10*time.Millisecond)
+	if s.Passes != 2 || s.Tokens != 5 {
+		t.Fatalf("passes %d, tokens %d; want 2 and 5", s.Passes, s.Tokens)
+	}
+	var b strings.Builder
+	if err := s.WriteTable(&b); err != nil || !strings.Contains(b.String(), "5 tokens chosen in 2 forward passes: 2.50 tokens per pass") {
+		t.Errorf("table: %v\n%s", err, b.String())
+	}
+}

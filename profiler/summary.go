@@ -28,6 +28,10 @@ type Summary struct {
 	PrefillSpan time.Duration  `json:"prefill_span_ns"`
 	DecodeSpan  time.Duration  `json:"decode_span_ns"`
 	DecodeSteps int            `json:"decode_steps"`
+	// Passes are the forward passes (each ends with one output-head event) and Tokens the tokens chosen (sample
+	// events): with speculative decoding, several tokens per pass.
+	Passes int `json:"passes"`
+	Tokens int `json:"tokens"`
 }
 
 // CategoryStat is one category's share of the run.
@@ -80,6 +84,12 @@ func Summarize(events []Event, wall time.Duration) Summary {
 		}
 		steps[e.Step] = true
 		s.Sum += e.Dur
+		switch {
+		case e.Category == Forward && e.Layer < 0:
+			s.Passes++
+		case e.Category == Sample:
+			s.Tokens++
+		}
 		if e.Step == 0 {
 			st.Prefill += e.Dur
 			prefillLo, prefillHi = extend(anyPrefill, prefillLo, prefillHi, e)
@@ -208,6 +218,9 @@ func (s Summary) WriteTable(w io.Writer) error {
 			100*float64(s.Untracked)/float64(s.Wall))
 	}
 	ew.Printf("\n")
+	if s.Passes > 0 && s.Tokens > 0 {
+		ew.Printf("%d tokens chosen in %d forward passes: %.2f tokens per pass\n", s.Tokens, s.Passes, float64(s.Tokens)/float64(s.Passes))
+	}
 	if s.DecodeSteps > 0 && s.Steps > s.DecodeSteps { // both phases present
 		perStep := func(d time.Duration) string { return fmtDur(d / time.Duration(s.DecodeSteps)) }
 		ew.Printf("%-14s %11s %11s %11s\n", "by phase", "prefill", "decode", "decode/step")
