@@ -38,6 +38,7 @@ func init() {
 			fs.IntVar(&o.warmup, "warmup", 1, "unmeasured runs first (compile graphs, warm the page cache)")
 			fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic prompt ids")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the table")
+			fs.Var(intList{&o.passRows}, "pass-rows", "also time forward passes of these numbers of new positions of one sequence, as a draft's verification computes them (`list` such as 1,2,4,8,16,32; the first is the base of the ratios)")
 			addEngineFlags(fs, &o.eng)
 			prof := addProfileFlags(fs)
 			return func(ctx context.Context, args []string) error {
@@ -72,6 +73,7 @@ type benchOptions struct {
 	warmup       int
 	seed         uint64
 	json         bool
+	passRows     []int
 	eng          engine.Options
 }
 
@@ -143,6 +145,9 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 	}
 	st := e.Stats()
 	rep.ResidentBytes, rep.StreamedBytes = st.ResidentBytes, st.StreamedBytes
+	if rep.Passes, err = passTimes(ctx, e, prompt, o); err != nil {
+		return nil, err
+	}
 	rep.summarize()
 	rep.PeakRSS, rep.AnonRSS, rep.FileRSS = memStatus()
 	return rep, nil
@@ -228,6 +233,8 @@ type benchReport struct {
 	// TokensPerPass is the last run's generated tokens per forward pass of the model (its prompt's counted as
 	// one): above 1 with speculative decoding, whose draft tokens proposed and accepted Draft counts.
 	TokensPerPass float64 `json:"tokens_per_pass"`
+	// Passes are the --pass-rows measurements: a pass over k new positions against one over the first entry's.
+	Passes []passRows `json:"pass_rows,omitempty"`
 	// ResidentBytes are the decoder layers' shard bytes kept loaded (--resident, --memory-budget), StreamedBytes
 	// those read for every forward pass.
 	ResidentBytes int64              `json:"resident_bytes"`
@@ -279,6 +286,9 @@ func (r *benchReport) writeTable(w io.Writer) error {
 	}
 	ew.Printf("%-8s %14.1f %13.2f %10.4f %10.3f %10.3f\n", "median", r.PrefillTokS, r.DecodeTokS, r.SecPerToken,
 		r.TTFT, r.Total)
+	for _, p := range r.Passes {
+		ew.Printf("a pass over %2d new positions: %8.2f ms (median of %d), %.2f× a pass over %d\n", p.Rows, p.Seconds*1e3, p.Runs, p.Ratio, r.Passes[0].Rows)
+	}
 	if r.ResidentBytes > 0 {
 		ew.Printf("decoder layers: %s resident, %s streamed per pass\n", bytesize.Format(r.ResidentBytes), bytesize.Format(r.StreamedBytes))
 	}
@@ -323,4 +333,63 @@ func statusBytes(status, key string) int64 {
 		return kb * 1024
 	}
 	return 0
+}
+
+// passRows is one --pass-rows measurement.
+type passRows struct {
+	Rows    int     `json:"rows"`
+	Runs    int     `json:"runs"`
+	Seconds float64 `json:"seconds"` // median
+	Ratio   float64 `json:"ratio"`   // against the first entry's
+}
+
+// passTimes measures --pass-rows: o.runs passes of each number of rows after the prompt (engine.PassTime), the
+// sizes interleaved run by run so that a machine's drift affects them alike.
+func passTimes(ctx context.Context, e *engine.Engine, prompt []int, o benchOptions) ([]passRows, error) {
+	if len(o.passRows) == 0 {
+		return nil, nil
+	}
+	times := make([][]float64, len(o.passRows))
+	for range o.runs + 1 { // the first round warms up
+		for i, k := range o.passRows {
+			d, err := e.PassTime(ctx, prompt, k, 1)
+			if err != nil {
+				return nil, fmt.Errorf("--pass-rows %d: %w", k, err)
+			}
+			times[i] = append(times[i], d[0].Seconds())
+		}
+	}
+	out := make([]passRows, len(o.passRows))
+	for i, k := range o.passRows {
+		out[i] = passRows{Rows: k, Runs: o.runs, Seconds: stats.Median(times[i][1:])}
+		out[i].Ratio = out[i].Seconds / out[0].Seconds
+	}
+	return out, nil
+}
+
+// intList is a flag holding a comma-separated list of positive integers.
+type intList struct{ p *[]int }
+
+func (l intList) String() string {
+	if l.p == nil {
+		return ""
+	}
+	s := make([]string, len(*l.p))
+	for i, v := range *l.p {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l intList) Set(s string) error {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return fmt.Errorf("want positive integers separated by commas, got %q", f)
+		}
+		out = append(out, v)
+	}
+	*l.p = out
+	return nil
 }
