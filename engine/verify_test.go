@@ -86,3 +86,30 @@ func TestVerifyMatchesDecode(t *testing.T) {
 		}
 	}
 }
+
+// TestPassTime: PassTime times passes of 1 to 33 new positions and leaves the cache as it found it (a generation
+// afterwards is unchanged); bad arguments are refused.
+func TestPassTime(t *testing.T) {
+	e := open(t, filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-Q4_K.gguf"), Options{ShardDir: filepath.Join(t.TempDir(), "s")})
+	ctx := context.Background()
+	req := Request{PromptIDs: []int{1, 403, 407, 261}, MaxNewTokens: 8, StopIDs: []int{}}
+	want, err := e.Generate(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rows := range []int{1, 8, MaxDraftTokens + 1} {
+		times, err := e.PassTime(ctx, req.PromptIDs, rows, 2)
+		if err != nil || len(times) != 2 || times[0] <= 0 {
+			t.Fatalf("%d rows: %v, %v", rows, times, err)
+		}
+	}
+	for _, rows := range []int{0, MaxDraftTokens + 2} {
+		if _, err := e.PassTime(ctx, req.PromptIDs, rows, 1); err == nil {
+			t.Errorf("%d rows: accepted", rows)
+		}
+	}
+	got, err := e.Generate(ctx, req, nil)
+	if err != nil || fmt.Sprint(got.GeneratedIDs) != fmt.Sprint(want.GeneratedIDs) {
+		t.Errorf("after PassTime: %v (%v), before %v", got.GeneratedIDs, err, want.GeneratedIDs)
+	}
+}
