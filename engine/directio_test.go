@@ -229,7 +229,9 @@ func TestStreamEncodedOverlapped(t *testing.T) {
 // among the streamed ones (the automatic budget when the model does not fit in the memory available: from that
 // memory); the logits are those of streaming every layer, and the stream reads only the others.
 func TestMemoryBudget(t *testing.T) {
-	model := writeTiny(t, synth.Options{Shape: tinyShape(false), Seed: 3})
+	shape := tinyShape(false)
+	shape.NumLayers = 40 // enough layers that a stream's footprint (three buffers, three times over) leaves room
+	model := writeTiny(t, synth.Options{Shape: shape, Seed: 3})
 	ctx := context.Background()
 	ids := []int{1, 40, 41, 12, 7}
 	all := open(t, model, Options{DirectIO: DirectIOOn, MemoryBudget: MemoryBudgetOff})
@@ -241,7 +243,7 @@ func TestMemoryBudget(t *testing.T) {
 	defer func(f func() (memavail.Available, error)) { availableMemory = f }(availableMemory)
 	// A machine whose memory the shards just do not fit in (nine tenths of it): the automatic budget.
 	small := files * 10 / 9
-	autoLayers := int((small/10*9 - 3*layer - min(residencyMargin, small/4)) / layer)
+	autoLayers := int((small/10*9 - 3*3*layer - min(residencyMargin, small/4)) / layer)
 	for _, c := range []struct {
 		name     string
 		opts     Options
@@ -249,7 +251,7 @@ func TestMemoryBudget(t *testing.T) {
 		resident int
 		pattern  []bool
 	}{
-		{"3 layers' budget", Options{MemoryBudget: 3*layer + layer/2, DirectIO: DirectIOOn}, 1 << 40, 3, []bool{false, false, true, false, false, true, false, true}},
+		{"3 layers' budget", Options{MemoryBudget: 3*layer + layer/2, DirectIO: DirectIOOn}, 1 << 40, 3, nil},
 		{"auto, larger than memory", Options{}, small, autoLayers, nil},
 		{"auto, --direct-io forced: streaming asked for", Options{DirectIO: DirectIOOn}, 1 << 40, 0, nil},
 		{"mapped: the page cache keeps it", Options{MemoryBudget: 3 * layer}, 1 << 40, 0, nil},
@@ -271,7 +273,24 @@ func TestMemoryBudget(t *testing.T) {
 			t.Errorf("%s: logits differ from streaming every layer by %g", c.name, d)
 		}
 	}
-	if autoLayers < 1 || autoLayers >= 8 {
+	if autoLayers < 1 || autoLayers >= 40 {
 		t.Errorf("the automatic case keeps %d layers: it should keep some, not all", autoLayers)
+	}
+}
+
+// TestSpreadResident: the resident layers are spread among the streamed ones, none two apart more than the
+// others, so that the disk reads a streamed layer while resident ones compute.
+func TestSpreadResident(t *testing.T) {
+	for _, c := range []struct {
+		n, k int
+		want string
+	}{{8, 3, "..R..R.R"}, {8, 0, "........"}, {8, 8, "RRRRRRRR"}, {6, 3, ".R.R.R"}, {5, 1, "....R"}} {
+		var got strings.Builder
+		for _, r := range spread(c.n, c.k) {
+			got.WriteString(map[bool]string{true: "R", false: "."}[r])
+		}
+		if got.String() != c.want {
+			t.Errorf("%d of %d: %s, want %s", c.k, c.n, got.String(), c.want)
+		}
 	}
 }
