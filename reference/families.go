@@ -85,6 +85,29 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && l >= cfg.MaxWindowLayers })
 	case "olmo2":
 		m.qkNorm, m.norms = "whole", "post"
+	case "olmo3":
+		// Olmo3Model: OLMo 2's layers; sliding layers (every fourth full when layer_types is absent) rotate with
+		// rope_parameters.sliding_attention, the full ones with full_attention (the rope scaling); a missing
+		// entry is default rope with theta 500000 (Olmo3Config.default_theta).
+		m.qkNorm, m.norms = "whole", "post"
+		if err = sliding(func(l int) bool { return (l+1)%4 != 0 }); err != nil {
+			return nil, err
+		}
+		l := checkpoint.Rope{Type: "default", Theta: 500000}
+		if cfg.RopeByLayerType == nil {
+			if cfg.Rope.Theta != l.Theta { // transformers 4 rotates the sliding layers with rope_theta, 5 with 500000
+				return nil, fmt.Errorf("olmo3 rope_theta %g without rope_parameters by layer type is not implemented by the reference", cfg.Rope.Theta)
+			}
+		} else {
+			global = l
+			if r, ok := cfg.RopeByLayerType["full_attention"]; ok {
+				global = r
+			}
+			if r, ok := cfg.RopeByLayerType["sliding_attention"]; ok {
+				l = r
+			}
+		}
+		local = &l
 	case "granite":
 		m.embedScale, m.attnScale, m.residual, m.logitsScaling = cfg.EmbeddingMultiplier, cfg.AttentionMultiplier, cfg.ResidualMultiplier, cfg.LogitsScaling
 	case "smollm3":

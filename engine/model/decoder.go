@@ -238,3 +238,13 @@ func (d *decoder) slidingLayers(c *checkpoint.Config, window *int, enabled bool,
 	}
 	return nil
 }
+
+// ropePerWindow gives every sliding layer (Window > 0) the rotary embedding Plan.Ropes[rope], the full ones
+// keeping theirs: families whose rope_parameters are nested by layer type.
+func (d *decoder) ropePerWindow(rope int) {
+	for i, l := range d.plan.Layers {
+		if l.Window > 0 {
+			d.plan.Layers[i].Rope = rope
+		}
+	}
+}
