@@ -32,6 +32,8 @@ type model struct {
 	window []int
 	rope   []int
 	ropes  []rotation
+	// qScale, when set, multiplies the queries at position p after rotation (Ministral 3).
+	qScale func(p int) float64
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -75,6 +77,14 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	switch cfg.ModelType {
 	case "llama":
 	case "mistral":
+		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+	case "ministral3":
+		// Ministral3Attention: queries × 1 + β·log(1 + floor(p / original_max_position_embeddings)) after rope.
+		beta, orig := cfg.Rope.Llama4ScalingBeta, float64(cfg.Rope.OriginalMaxPositionEmbeddings)
+		if beta == nil || orig <= 0 {
+			return nil, fmt.Errorf("ministral3 without llama_4_scaling_beta and original_max_position_embeddings is not implemented by the reference")
+		}
+		m.qScale = func(p int) float64 { return 1 + *beta*math.Log(1+math.Floor(float64(p)/orig)) }
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	case "qwen2", "qwen3":
 		if cfg.ModelType == "qwen2" {
@@ -532,6 +542,11 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		if r := m.rope[l]; r >= 0 {
 			m.rotate(q[p], nq, p, m.ropes[r])
 			m.rotate(k[p], nkv, p, m.ropes[r])
+		}
+		if m.qScale != nil {
+			for i := range q[p] {
+				q[p][i] *= m.qScale(p)
+			}
 		}
 	})
 	group := nq / nkv          // query heads per key/value head (grouped-query attention)

@@ -162,6 +162,9 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	if in.Kind.Rope != NoRope {
 		q, k = ops.Rotary(q), ops.Rotary(k)
 	}
+	if in.Kind.QueryScale.Beta != 0 {
+		q = ops.ScaleQueries(q)
+	}
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
 	h = d.norm(ops, x, w.MLPNorm)
