@@ -355,3 +355,31 @@ func TestGenerationConfigValues(t *testing.T) {
 		}
 	}
 }
+
+// TestNewestDenseConfigs: Ministral 3's rope dict carries llama_4_scaling_beta (read) and max_position_embeddings
+// (accepted, unused), which other families' rope dicts refuse; OLMo 3's rope_parameters by layer type default
+// a missing theta to 500000.
+func TestNewestDenseConfigs(t *testing.T) {
+	rope := map[string]any{"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 16,
+		"max_position_embeddings": 64, "llama_4_scaling_beta": 0.1}
+	c, err := ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"Ministral3ForCausalLM"}, "model_type": "ministral3",
+		"attention_bias": nil, "mlp_bias": nil, "pretraining_tp": nil, "rope_parameters": rope}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.Rope.Llama4ScalingBeta; b == nil || *b != 0.1 || c.Rope.OriginalMaxPositionEmbeddings != 16 {
+		t.Errorf("ministral3 rope %+v", c.Rope)
+	}
+	if _, err := ParseConfig(llamaConfig(t, map[string]any{"rope_parameters": rope})); err == nil || !strings.Contains(err.Error(), "llama_4_scaling_beta") {
+		t.Errorf("llama with llama_4_scaling_beta: got %v", err)
+	}
+	c, err = ParseConfig(llamaConfig(t, map[string]any{"architectures": []string{"Olmo3ForCausalLM"}, "model_type": "olmo3",
+		"mlp_bias": nil, "pretraining_tp": nil, "layer_types": []string{"sliding_attention", "full_attention"}, "sliding_window": 8,
+		"rope_parameters": map[string]any{"full_attention": map[string]any{"rope_type": "default"}, "sliding_attention": map[string]any{"rope_type": "default"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, s := c.RopeByLayerType["full_attention"].Theta, c.RopeByLayerType["sliding_attention"].Theta; f != 500000 || s != 500000 {
+		t.Errorf("olmo3 default thetas %g, %g, want 500000", f, s)
+	}
+}

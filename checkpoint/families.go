@@ -27,6 +27,9 @@ type Architecture struct {
 	// where TensorPrefixes are given, a tensor under neither is refused.
 	TensorPrefixes        map[string]string
 	SkippedTensorPrefixes []string
+	// RopeKeys are keys the family's rope dict may hold beyond its rope type's parameters (Ministral 3's
+	// llama_4_scaling_beta): read into checkpoint.Rope, or known not to change the computation.
+	RopeKeys []string
 	// ImageKeys are a vision-language wrapper's config keys that only concern image inputs (the vision tower, the
 	// projector, the image token ids), which layerstream does not take: accepted by name as not changing what a
 	// text-only forward computes.

@@ -31,6 +31,9 @@ type Rope struct {
 	Truncate             *bool
 	// longrope
 	ShortFactor, LongFactor []float64
+	// Llama4ScalingBeta is Ministral 3's llama_4_scaling_beta (queries × 1 + β·ln(1 + ⌊pos / original⌋)), read
+	// only where the family lists it in Architecture.RopeKeys; nil when absent.
+	Llama4ScalingBeta *float64
 }
 
 // ropeKeys are the keys each rope type may carry (transformers 5's validation lists), besides rope_type, type,
@@ -177,7 +180,7 @@ func ropeFrom(name string, d map[string]json.RawMessage, c *Config, topOrig int)
 		return r, fmt.Errorf("config: %s: rope type %q is not supported (supported: %s)", name, r.Type, strings.Join(sortedKeys(ropeKeys), ", "))
 	}
 	for _, k := range sortedKeys(d) {
-		if !slices.Contains(allowed, k) && !slices.Contains([]string{"rope_type", "type", "rope_theta", "partial_rotary_factor"}, k) {
+		if !slices.Contains(allowed, k) && !slices.Contains(c.Arch.RopeKeys, k) && !slices.Contains([]string{"rope_type", "type", "rope_theta", "partial_rotary_factor"}, k) {
 			return r, fmt.Errorf("config: %s: key %s (value %s) is not a parameter of rope type %q", name, k, short(d[k]), r.Type)
 		}
 	}
@@ -205,6 +208,9 @@ func ropeFrom(name string, d map[string]json.RawMessage, c *Config, topOrig int)
 	}
 	var err error
 	if r.AttentionFactor, err = optFloat(d, "attention_factor"); err != nil {
+		return r, fmt.Errorf("%s: %w", name, err)
+	}
+	if r.Llama4ScalingBeta, err = optFloat(d, "llama_4_scaling_beta"); err != nil {
 		return r, fmt.Errorf("%s: %w", name, err)
 	}
 	if raw, ok := d["truncate"]; ok && !isNull(raw) {

@@ -148,6 +148,18 @@ func TestFamiliesMatchReference(t *testing.T) {
 		}(), false},
 		{"qwen3", familyBase("Qwen3ForCausalLM", "qwen3"), false},
 		{"olmo2", familyBase("Olmo2ForCausalLM", "olmo2"), false},
+		{"olmo3", olmo3Config(), false},
+		{"olmo3 derived layer types", func() map[string]any {
+			c := olmo3Config()
+			delete(c, "layer_types") // every fourth layer full: 3 layers, all sliding
+			return c
+		}(), false},
+		{"ministral3", ministral3Config(), false},
+		{"ministral3 window", func() map[string]any {
+			c := ministral3Config()
+			c["sliding_window"] = 5
+			return c
+		}(), false},
 		{"granite", func() map[string]any {
 			c := familyBase("GraniteForCausalLM", "granite")
 			c["embedding_multiplier"], c["attention_multiplier"], c["residual_multiplier"], c["logits_scaling"] = 3.0, 0.2, 0.5, 2.0
@@ -238,6 +250,29 @@ func gemma3Config() map[string]any {
 		"full_attention":    map[string]any{"rope_type": "linear", "factor": 8.0, "rope_theta": 100000.0},
 		"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": 3000.0},
 	}
+	return c
+}
+
+// olmo3Config is a tiny OLMo 3: layers sliding, full, sliding (window 4), the full layer's rope yarn-scaled,
+// the sliding layers' with their own base.
+func olmo3Config() map[string]any {
+	c := familyBase("Olmo3ForCausalLM", "olmo3")
+	c["sliding_window"] = 4
+	c["layer_types"] = []string{"sliding_attention", "full_attention", "sliding_attention"}
+	c["rope_parameters"] = map[string]any{
+		"full_attention":    map[string]any{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 100000.0},
+		"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": 3000.0},
+	}
+	return c
+}
+
+// ministral3Config is a tiny Ministral 3: yarn rope, queries scaled by 1 + 0.5·ln(1 + ⌊p / 4⌋), so that the
+// 12-position prompt crosses two steps.
+func ministral3Config() map[string]any {
+	c := familyBase("Ministral3ForCausalLM", "ministral3")
+	c["rope_parameters"] = map[string]any{"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 4,
+		"max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5}
+	c["sliding_window"] = nil
 	return c
 }
 
@@ -450,6 +485,9 @@ func TestNotImplementedRefused(t *testing.T) {
 		{"gemma3 layer type", gemma3Config(), map[string]any{"layer_types": []string{"sliding_attention", "chunked_attention", "full_attention"}}, `"chunked_attention"`},
 		{"gemma3 pattern", gemma3Config(), map[string]any{"layer_types": nil, "_sliding_window_pattern": 2}, "_sliding_window_pattern 2"},
 		{"gemma3 local bases", gemma3Config(), map[string]any{"rope_local_base_freq": 10000.0}, "rope_local_base_freq 10000"},
+		{"olmo3 flat rope_theta", olmo3Config(), map[string]any{"rope_parameters": nil, "rope_theta": 10000.0}, "rope_theta 10000 without rope_parameters by layer type"},
+		{"olmo3 layer type", olmo3Config(), map[string]any{"layer_types": []string{"sliding_attention", "chunked_attention", "full_attention"}}, `"chunked_attention"`},
+		{"ministral3 no beta", ministral3Config(), map[string]any{"rope_parameters": map[string]any{"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 4}}, "no llama_4_scaling_beta"},
 		{"phi3 rope type", phi3LongRopeConfig(), map[string]any{"rope_parameters": map[string]any{"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0}}, `rope type "linear"`},
 		{"phi3 longrope factors", phi3LongRopeConfig(), longrope(map[string]any{"short_factor": []float64{1, 1, 1}}), "short_factor has 3 entries, want 2"},
 		{"phi3 longrope factor", phi3LongRopeConfig(), longrope(map[string]any{"factor": 2.0}), "longrope factor 2"},

@@ -338,6 +338,8 @@ type passTables struct {
 	cos, sin [][]float32 // by Plan.Ropes index: [rows, t, rope dims]
 	masks    map[int][]float32
 	slots    map[int]int // by window: the cache slots of its layers (S)
+	// qscales are the graphs' query scales by LayerKind.QueryScale (Beta ≠ 0): [rows, t].
+	qscales map[model.QueryScale][]float32
 }
 
 // passTables builds the tables of a pass: row i is cache row rows[i], whose lens[i] new positions (then padding
@@ -358,6 +360,9 @@ func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		}
 	}
 	for l, kind := range p.Layers {
+		if masks {
+			pt.addQueryScale(kv, kind.QueryScale, rows, t)
+		}
 		if _, ok := pt.slots[kind.Window]; ok {
 			continue
 		}
@@ -371,6 +376,23 @@ func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		}
 	}
 	return pt
+}
+
+// addQueryScale adds the query scale s of the pass's rows and t new positions to the tables, once per scale.
+func (pt *passTables) addQueryScale(kv *kvcache.Store, s model.QueryScale, rows []int, t int) {
+	if _, ok := pt.qscales[s]; ok || s.Beta == 0 {
+		return
+	}
+	if pt.qscales == nil {
+		pt.qscales = map[model.QueryScale][]float32{}
+	}
+	f := make([]float32, 0, len(rows)*t)
+	for _, row := range rows {
+		for i := range t {
+			f = append(f, s.At(kv.Len(row)+i))
+		}
+	}
+	pt.qscales[s] = f
 }
 
 // embedRow writes the embedding of id (a row of the [vocab, hidden] matrix flat) into dst as float32.

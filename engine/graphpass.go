@@ -28,7 +28,7 @@ func (r *runner) buildExecs() error {
 }
 
 // layerExec returns the executable of a kind of decoder layer, serving every layer of that kind. Its inputs are
-// x, cos and sin (only for a layer with rotary embeddings), mask, pastK, pastV, then the weights in Plan order,
+// x, cos and sin (only for a layer with rotary embeddings), the query scale (only for a layer with one), mask, pastK, pastV, then the weights in Plan order,
 // bound to their roles once, when the graph is built.
 func (r *runner) layerExec(kind model.LayerKind) (*graph.Exec, error) {
 	if x, ok := r.layerExecs[kind]; ok {
@@ -39,6 +39,9 @@ func (r *runner) layerExec(kind model.LayerKind) (*graph.Exec, error) {
 		x, rest := ins[0], ins[1:]
 		if kind.Rope != model.NoRope {
 			ops.cos, ops.sin, rest = rest[0], rest[1], rest[2:]
+		}
+		if kind.QueryScale.Beta != 0 {
+			ops.qscale, rest = rest[0], rest[1:]
 		}
 		ops.mask, ops.pastK, ops.pastV, rest = rest[0], rest[1], rest[2], rest[3:]
 		weights := make([]model.Value, len(rest))
@@ -82,6 +85,7 @@ type graphPass struct {
 	all      bool
 	x        *tensors.Tensor
 	cos, sin []*tensors.Tensor // by Plan.Ropes index
+	qscales  map[model.QueryScale]*tensors.Tensor
 	masks    map[int]*tensors.Tensor
 	health   [][]float32 // by row of the store: the runner's health rows of forward's rows, nil for the others
 	k, v     *deviceTensor
@@ -123,6 +127,10 @@ func (r *runner) newGraphPass(kv *kvcache.Store, feeds []feed, embed func(dst []
 	for w, m := range pt.masks {
 		p.masks[w] = tensors.FromFlatDataAndDimensions(m, b, tb, pt.slots[w]+tb)
 	}
+	p.qscales = map[model.QueryScale]*tensors.Tensor{}
+	for s, f := range pt.qscales {
+		p.qscales[s] = tensors.FromFlatDataAndDimensions(f, b, tb)
+	}
 	return p, nil
 }
 
@@ -145,6 +153,9 @@ func (p *graphPass) compute(i int, w *weightSet) error {
 	args := []any{p.x}
 	if kind.Rope != model.NoRope {
 		args = append(args, p.cos[kind.Rope], p.sin[kind.Rope])
+	}
+	if kind.QueryScale.Beta != 0 {
+		args = append(args, p.qscales[kind.QueryScale])
 	}
 	args = append(append(args, p.masks[kind.Window], p.k.t, p.v.t), w.args()...)
 	lx, err := p.r.layerExec(kind)
@@ -194,6 +205,9 @@ func (p *graphPass) free() {
 		p.x.FinalizeAll()
 	}
 	for _, t := range append(p.cos, p.sin...) {
+		t.FinalizeAll()
+	}
+	for _, t := range p.qscales {
 		t.FinalizeAll()
 	}
 	for _, t := range p.masks {

@@ -49,6 +49,8 @@ type hostOps struct {
 	batch    int
 	// rowByRow are the weights llama.cpp multiplies by each row alone whatever the batch (llamaCppOutputRows).
 	rowByRow []model.Value
+	// qscale is the layer's query scale (LayerKind.QueryScale).
+	qscale model.QueryScale
 }
 
 // hostArray is a float32 array on the host.
@@ -381,5 +383,24 @@ func (o hostOps) Mul(a, b model.Value) model.Value {
 	aa, ba := arr(a), arr(b)
 	y := o.arena.array(aa.dims...)
 	kernels.Mul(y.data, aa.data, ba.data)
+	return y
+}
+
+// ScaleQueries multiplies each row's queries at its new positions past[bi].. by the layer's query scale.
+func (o hostOps) ScaleQueries(q model.Value) model.Value {
+	qa := arr(q)
+	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
+	y := o.arena.array(qa.dims...)
+	for bi := range b {
+		for ti := range t {
+			f := o.qscale.At(o.past[bi] + ti)
+			for h := range heads {
+				at := ((bi*heads+h)*t + ti) * d
+				for j, v := range qa.data[at : at+d] {
+					y.data[at+j] = v * f
+				}
+			}
+		}
+	}
 	return y
 }

@@ -111,7 +111,7 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 	r := p.r
 	kind := r.plan.Layers[i]
 	var err error
-	ops := hostOps{past: g.past, window: kind.Window, kv: view, rows: g.rows, arena: p.arena, err: &err,
+	ops := hostOps{past: g.past, window: kind.Window, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
 		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe}
 	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
 		ops.rowByRow = llamaCppOutputRows(weights)

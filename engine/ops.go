@@ -19,6 +19,7 @@ type graphOps struct {
 	cos, sin     *Node // [B, T, rotary dims]
 	mask         *Node // [B, T, S+T], additive
 	pastK, pastV *Node // [B, kvHeads, S, headDim]
+	qscale       *Node // [B, T]: the layer's query scale at each new position (LayerKind.QueryScale)
 }
 
 func node(v model.Value) *Node {
@@ -42,6 +43,11 @@ func (g graphOps) Scale(x model.Value, s float64) model.Value {
 	return MulScalar(node(x), float64(float32(s)))
 }
 func (g graphOps) SoftCap(x model.Value, c float64) model.Value { return softCap(node(x), c) }
+func (g graphOps) ScaleQueries(q model.Value) model.Value {
+	d := g.qscale.Shape().Dimensions
+	n := node(q)
+	return Mul(n, BroadcastToDims(Reshape(g.qscale, d[0], 1, d[1], 1), n.Shape().Dimensions...))
+}
 func (g graphOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	return attention(node(q), node(k), node(v), g.pastK, g.pastV, g.mask, opts)
 }

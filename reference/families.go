@@ -32,6 +32,8 @@ type model struct {
 	window []int
 	rope   []int
 	ropes  []rotation
+	// qScale, when set, multiplies the queries at position p after rotation (Ministral 3).
+	qScale func(p int) float64
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -76,6 +78,14 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	case "llama":
 	case "mistral":
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+	case "ministral3":
+		// Ministral3Attention: queries × 1 + β·log(1 + floor(p / original_max_position_embeddings)) after rope.
+		beta, orig := cfg.Rope.Llama4ScalingBeta, float64(cfg.Rope.OriginalMaxPositionEmbeddings)
+		if beta == nil || orig <= 0 {
+			return nil, fmt.Errorf("ministral3 without llama_4_scaling_beta and original_max_position_embeddings is not implemented by the reference")
+		}
+		m.qScale = func(p int) float64 { return 1 + *beta*math.Log(1+math.Floor(float64(p)/orig)) }
+		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	case "qwen2", "qwen3":
 		if cfg.ModelType == "qwen2" {
 			m.qkvBias, m.oBias = true, false
@@ -85,6 +95,29 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && l >= cfg.MaxWindowLayers })
 	case "olmo2":
 		m.qkNorm, m.norms = "whole", "post"
+	case "olmo3":
+		// Olmo3Model: OLMo 2's layers; sliding layers (every fourth full when layer_types is absent) rotate with
+		// rope_parameters.sliding_attention, the full ones with full_attention (the rope scaling); a missing
+		// entry is default rope with theta 500000 (Olmo3Config.default_theta).
+		m.qkNorm, m.norms = "whole", "post"
+		if err = sliding(func(l int) bool { return (l+1)%4 != 0 }); err != nil {
+			return nil, err
+		}
+		l := checkpoint.Rope{Type: "default", Theta: 500000}
+		if cfg.RopeByLayerType == nil {
+			if cfg.Rope.Theta != l.Theta { // transformers 4 rotates the sliding layers with rope_theta, 5 with 500000
+				return nil, fmt.Errorf("olmo3 rope_theta %g without rope_parameters by layer type is not implemented by the reference", cfg.Rope.Theta)
+			}
+		} else {
+			global = l
+			if r, ok := cfg.RopeByLayerType["full_attention"]; ok {
+				global = r
+			}
+			if r, ok := cfg.RopeByLayerType["sliding_attention"]; ok {
+				l = r
+			}
+		}
+		local = &l
 	case "granite":
 		m.embedScale, m.attnScale, m.residual, m.logitsScaling = cfg.EmbeddingMultiplier, cfg.AttentionMultiplier, cfg.ResidualMultiplier, cfg.LogitsScaling
 	case "smollm3":
@@ -509,6 +542,11 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		if r := m.rope[l]; r >= 0 {
 			m.rotate(q[p], nq, p, m.ropes[r])
 			m.rotate(k[p], nkv, p, m.ropes[r])
+		}
+		if m.qScale != nil {
+			for i := range q[p] {
+				q[p][i] *= m.qScale(p)
+			}
 		}
 	})
 	group := nq / nkv          // query heads per key/value head (grouped-query attention)

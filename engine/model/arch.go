@@ -12,6 +12,7 @@ package model
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -74,6 +75,26 @@ type LayerKind struct {
 	Window int
 	// Rope is the index of the layer's rotary embedding in Plan.Ropes, or NoRope.
 	Rope int
+	// QueryScale multiplies the layer's queries by a factor of their position (Ops.ScaleQueries); the zero
+	// value: none.
+	QueryScale QueryScale
+}
+
+// QueryScale is a factor on a layer's queries that grows with their absolute position p:
+// 1 + Beta·ln(1 + ⌊p / Floor⌋), computed in float32 as transformers does (Ministral 3's llama_4_scaling_beta,
+// Floor its rope's original_max_position_embeddings). Beta 0: no scaling.
+type QueryScale struct {
+	Beta  float64
+	Floor int
+}
+
+// At is the factor at position pos.
+func (s QueryScale) At(pos int) float32 {
+	if s.Beta == 0 {
+		return 1
+	}
+	steps := float32(math.Floor(float64(float32(pos) / float32(s.Floor))))
+	return 1 + float32(s.Beta)*float32(math.Log(float64(1+steps)))
 }
 
 // NoRope marks a layer without rotary embeddings (SmolLM3's NoPE layers).
@@ -187,6 +208,8 @@ type Ops interface {
 	Scale(x Value, s float64) Value
 	// SoftCap is c·tanh(x/c) elementwise (Gemma 2's final logits).
 	SoftCap(x Value, c float64) Value
+	// ScaleQueries multiplies q [B, heads, T, d] at each new position p by the layer's LayerKind.QueryScale.At(p).
+	ScaleQueries(q Value) Value
 }
 
 // LayerInputs are the inputs of one decoder layer.

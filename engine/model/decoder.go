@@ -162,6 +162,9 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	if in.Kind.Rope != NoRope {
 		q, k = ops.Rotary(q), ops.Rotary(k)
 	}
+	if in.Kind.QueryScale.Beta != 0 {
+		q = ops.ScaleQueries(q)
+	}
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
 	h = d.norm(ops, x, w.MLPNorm)
@@ -237,4 +240,14 @@ func (d *decoder) slidingLayers(c *checkpoint.Config, window *int, enabled bool,
 		d.plan.Layers[i].Window = *window
 	}
 	return nil
+}
+
+// ropePerWindow gives every sliding layer (Window > 0) the rotary embedding Plan.Ropes[rope], the full ones
+// keeping theirs: families whose rope_parameters are nested by layer type.
+func (d *decoder) ropePerWindow(rope int) {
+	for i, l := range d.plan.Layers {
+		if l.Window > 0 {
+			d.plan.Layers[i].Rope = rope
+		}
+	}
 }
