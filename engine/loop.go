@@ -61,14 +61,21 @@ type batcher struct {
 	steps, tokens  atomic.Int64
 	loops          sync.WaitGroup // the loop goroutine, while it runs (close waits for it)
 
+	// prefixCache: Options.PrefixCache, free rows keep the ids they hold for later prompts.
+	prefixCache bool
+
 	// Owned by the loop, under passes:
 	kv         *kvcache.Store // the loop's cache: one row per sequence
 	rowBusy    []bool         // kv rows in use by a sequence
 	rowSession []*Session     // kv rows kept by a session
+	rowIDs     [][]int        // what a free row holds (PrefixCache), nil for none
+	rowFreed   []int64        // when each row was last freed (b.freed's count then), for least-recently-freed reuse
+	freed      int64
 }
 
 func newBatcher(run *runner, passes *passLock, draft drafter, opts Options) *batcher {
-	return &batcher{run: run, passes: passes, draft: draft, maxBatch: opts.MaxBatch, prefillBudget: opts.PrefillBudget, graphDecode: opts.GraphDecode}
+	return &batcher{run: run, passes: passes, draft: draft, maxBatch: opts.MaxBatch, prefillBudget: opts.PrefillBudget,
+		graphDecode: opts.GraphDecode, prefixCache: opts.PrefixCache}
 }
 
 // Session keeps one conversation's keys and values in the engine between its requests (Request.Session): a
@@ -241,7 +248,7 @@ func (b *batcher) loop() {
 			if b.graphDecode && !slices.ContainsFunc(b.rowSession, func(s *Session) bool { return s != nil }) {
 				// The graphs compute every row of the cache: the next generation allocates one of its size.
 				b.free()
-				b.rowBusy, b.rowSession = nil, nil
+				b.rowBusy, b.rowSession, b.rowIDs, b.rowFreed = nil, nil, nil, nil
 			}
 			b.passes.Unlock()
 			return
@@ -542,22 +549,13 @@ func (b *batcher) accept(j *job, logits []float32) error {
 func (b *batcher) join(j *job) error {
 	s := j.seq
 	s.joined = time.Now()
-	row := -1
-	if j.session != nil && j.session.row >= 0 {
-		row = j.session.row
-	} else {
-		row = slices.Index(b.rowBusy, false)
-		if row < 0 {
-			row = len(b.rowBusy)
-			b.rowBusy = append(b.rowBusy, false)
-			b.rowSession = append(b.rowSession, nil)
-		}
-	}
 	prompt := s.res.PromptIDs
-	cached := 0
-	if j.session != nil && j.session.row >= 0 {
-		cached = commonPrefix(j.session.ids, prompt)
-		cached = min(cached, len(prompt)-1) // the last prompt position's logits are needed
+	row, cached := b.rowFor(j)
+	if row == len(b.rowBusy) {
+		b.rowBusy = append(b.rowBusy, false)
+		b.rowSession = append(b.rowSession, nil)
+		b.rowIDs = append(b.rowIDs, nil)
+		b.rowFreed = append(b.rowFreed, 0)
 	}
 	// The last generated token is never fed back: the row needs prompt + maxNew - 1 positions.
 	if err := b.growKV(len(b.rowBusy), len(prompt)+s.maxNew-1); err != nil {
@@ -574,9 +572,9 @@ func (b *batcher) join(j *job) error {
 		return err
 	}
 	if cached > 0 && b.kv.Len(row) != cached {
-		return fmt.Errorf("engine: session cache holds %d positions, expected %d", b.kv.Len(row), cached)
+		return fmt.Errorf("engine: cache row holds %d positions, expected %d", b.kv.Len(row), cached)
 	}
-	b.rowBusy[row] = true
+	b.rowBusy[row], b.rowIDs[row] = true, nil
 	if j.session != nil {
 		j.session.row = row
 		b.rowSession[row] = j.session
@@ -586,6 +584,31 @@ func (b *batcher) join(j *job) error {
 	s.tiledPrompt = len(s.res.PromptIDs)-cached >= kernels.PromptTileRows
 	s.res.CachedPromptTokens = cached
 	return nil
+}
+
+// rowFor chooses j's cache row and how many of its prompt's positions the row already holds: its session's row;
+// else, under Options.PrefixCache, the free row holding the longest prefix of the prompt (the least recently
+// freed when none holds any); else the first free row; a new row (len(b.rowBusy)) when none is free. The last
+// prompt position is always computed: its logits are needed.
+func (b *batcher) rowFor(j *job) (row, cached int) {
+	prompt := j.seq.res.PromptIDs
+	if j.session != nil && j.session.row >= 0 {
+		return j.session.row, min(commonPrefix(j.session.ids, prompt), len(prompt)-1)
+	}
+	row = -1
+	for r, busy := range b.rowBusy {
+		if busy || b.rowSession[r] != nil {
+			continue
+		}
+		n := min(commonPrefix(b.rowIDs[r], prompt), len(prompt)-1)
+		if row < 0 || n > cached || n == cached && b.rowFreed[r] < b.rowFreed[row] {
+			row, cached = r, n
+		}
+	}
+	if row < 0 {
+		return len(b.rowBusy), 0
+	}
+	return row, cached
 }
 
 // leave ends a sequence of the batch: its row is freed, or kept by its session with the ids it now holds.
@@ -598,7 +621,7 @@ func (b *batcher) leave(j *job, err error) {
 		if j.session != nil && !j.session.closed.Load() {
 			j.session.ids = slices.Clone(j.seq.history[:b.kv.Len(j.row)])
 		} else {
-			b.freeRow(j.row)
+			b.freeRow(j.row, j.seq.history)
 			if j.session != nil {
 				j.session.row = -1
 			}
@@ -608,9 +631,18 @@ func (b *batcher) leave(j *job, err error) {
 	b.end(j, err)
 }
 
-func (b *batcher) freeRow(row int) {
+// freeRow frees a cache row. Under Options.PrefixCache it keeps what the row holds, ids (the sequence's history
+// up to the row's length), for a later prompt that starts with them (rowFor); else it empties it.
+func (b *batcher) freeRow(row int, ids []int) {
 	b.rowBusy[row] = false
 	b.rowSession[row] = nil
+	b.freed++
+	b.rowFreed[row] = b.freed
+	if b.prefixCache && len(ids) > 0 {
+		b.rowIDs[row] = slices.Clone(ids[:b.kv.Len(row)])
+		return
+	}
+	b.rowIDs[row] = nil
 	b.kv.Truncate(row, 0)
 }
 
@@ -624,7 +656,7 @@ func (b *batcher) reclaimSessionRows() {
 		busy := s.busy
 		b.mu.Unlock()
 		if !busy {
-			b.freeRow(row)
+			b.freeRow(row, s.ids)
 			s.row, s.ids = -1, nil
 		}
 	}

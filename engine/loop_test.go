@@ -481,3 +481,37 @@ func TestLogitsBetweenSteps(t *testing.T) {
 		t.Errorf("generation around Logits: %v, alone %v", res.GeneratedIDs, alone.GeneratedIDs)
 	}
 }
+
+// TestPrefixCache: under Options.PrefixCache a request whose prompt starts with what a finished request's row
+// holds computes only the rest, with the result of computing it all (a float model with full attention: the same
+// bits); a prompt sharing nothing reuses nothing; without the option nothing is reused.
+func TestPrefixCache(t *testing.T) {
+	ctx := context.Background()
+	model := filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-F32.gguf")
+	system := []int{1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 300, 301, 302, 303}
+	first := Request{PromptIDs: append(slices.Clone(system), 17, 18), MaxNewTokens: 6, StopIDs: []int{}}
+	second := Request{PromptIDs: append(slices.Clone(system), 40, 41, 42), MaxNewTokens: 6, StopIDs: []int{}}
+	plain := open(t, model, Options{ShardDir: filepath.Join(t.TempDir(), "s")})
+	want, err := plain.Generate(ctx, second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := open(t, model, Options{ShardDir: filepath.Join(t.TempDir(), "s"), PrefixCache: true})
+	if _, err := e.Generate(ctx, first, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Generate(ctx, second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CachedPromptTokens != len(system) || !slices.Equal(got.GeneratedIDs, want.GeneratedIDs) {
+		t.Errorf("second request: %d prompt tokens reused (want %d), %v (computed whole: %v)", got.CachedPromptTokens, len(system), got.GeneratedIDs, want.GeneratedIDs)
+	}
+	other, err := e.Generate(ctx, Request{PromptIDs: []int{1, 9, 9, 9}, MaxNewTokens: 2, StopIDs: []int{}}, nil)
+	if err != nil || other.CachedPromptTokens != 1 { // only the BOS id is shared
+		t.Errorf("an unrelated prompt: %d reused (%v), want 1 (BOS)", other.CachedPromptTokens, err)
+	}
+	if res, err := plain.Generate(ctx, second, nil); err != nil || res.CachedPromptTokens != 0 {
+		t.Errorf("without PrefixCache: %d reused (%v)", res.CachedPromptTokens, err)
+	}
+}

@@ -117,6 +117,14 @@ type Options struct {
 	// MaxDraftTokens); 0: DefaultDraftTokens for a model, DefaultNgramTokens for ngram.
 	DraftTokens int
 
+	// PrefixCache keeps the keys and values of finished sequences in their rows of the batch loop's cache until
+	// the rows are needed again, and gives a request whose prompt starts with ids a free row holds that row: only
+	// the rest of its prompt is computed (Result.CachedPromptTokens), as a Session's next turn is — for chat turns
+	// and shared system prompts across requests (serve). Reused positions were computed in another pass: with
+	// block-quantized matrices or sliding-window layers their rounding may differ from computing the whole prompt,
+	// as for a Session.
+	PrefixCache bool
+
 	// MaxBatch bounds the sequences the batch loop computes together (Generate, GenerateBatch); requests beyond
 	// it wait in the queue and join as sequences end. 0: no bound.
 	MaxBatch int

@@ -21,6 +21,7 @@ type metrics struct {
 	promptTokens     int64
 	generatedTokens  int64
 	cachedTokens     int64
+	cacheHits        int64 // requests that reused cached prompt tokens
 	ttft, duration   histogram
 	requestsByFinish map[string]int64
 	problems         map[guard.Kind]int64
@@ -86,6 +87,9 @@ func (m *metrics) generation(res *engine.TextResult, start, first time.Time, pro
 	}
 	m.promptTokens += int64(len(res.PromptIDs))
 	m.cachedTokens += int64(res.CachedPromptTokens)
+	if res.CachedPromptTokens > 0 {
+		m.cacheHits++
+	}
 	m.generatedTokens += int64(len(res.GeneratedIDs))
 	if !first.IsZero() {
 		m.ttft.observe(first.Sub(start).Seconds())
@@ -132,7 +136,8 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	p("layerstream_queue_waiting", "gauge", "Requests waiting to join the batch.", load.Queued)
 	p("layerstream_forward_passes_total", "counter", "Forward passes (steps) the batch loop has run: each serves every sequence of the batch.", load.Steps)
 	p("layerstream_prompt_tokens_total", "counter", "Prompt tokens of the generations.", m.promptTokens)
-	p("layerstream_prompt_tokens_cached_total", "counter", "Prompt tokens not computed again (kept by a session).", m.cachedTokens)
+	p("layerstream_prompt_tokens_cached_total", "counter", "Prompt tokens not computed again (kept by a session, or by the prefix cache).", m.cachedTokens)
+	p("layerstream_prefix_cache_hits_total", "counter", "Requests whose prompt started with ids the cache still held (a session's, or the prefix cache's).", m.cacheHits)
 	p("layerstream_generation_tokens_total", "counter", "Tokens generated.", m.generatedTokens)
 	p("layerstream_draining", "gauge", "1 while the server shuts down.", boolInt(s.draining.Load()))
 	m.ttft.write(w, "layerstream_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.")

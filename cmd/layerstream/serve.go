@@ -33,6 +33,7 @@ func init() {
 			fs.IntVar(&o.parallel, "parallel", 16, "most sequences generated together (the batch); more requests wait in the queue")
 			fs.IntVar(&o.queue, "max-queue", 64, "most requests waiting beyond the batch; one more is answered 429")
 			fs.IntVar(&o.eng.PrefillBudget, "prefill-budget", engine.DefaultPrefillBudget, "most prompt tokens a step computes beside the sequences decoding (at least 64; 0: no bound): joining prompts are computed in chunks, so running answers keep streaming")
+			fs.BoolVar(&o.eng.PrefixCache, "prefix-cache", true, "keep finished requests' keys and values in the batch's cache rows until they are needed, so that a request starting with the same ids (a chat's next turn, a shared system prompt) computes only the rest (/metrics: layerstream_prompt_tokens_cached_total, layerstream_prefix_cache_hits_total)")
 			fs.IntVar(&o.maxTokens, "max-tokens", 2048, "most tokens a request may generate (max_tokens), and the default of chat requests")
 			fs.Var(byteSize{&o.maxBody}, "max-body", "largest request body, a `size` (default 4MiB)")
 			fs.DurationVar(&o.grace, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C: how long requests in flight may take to finish before they are cancelled")
