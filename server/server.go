@@ -186,14 +186,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.cfg.Logger.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "seconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()))
 }
 
-// authorized reports whether a request carries the API key: as "Authorization: Bearer KEY", or as
-// Anthropic's clients send it, "x-api-key: KEY".
+// authorized reports whether a request carries the API key: as "Authorization: Bearer KEY" (the scheme's name
+// in any case, as RFC 7235 says), or as Anthropic's clients send it, "x-api-key: KEY".
 func (s *Server) authorized(r *http.Request) bool {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	key, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		key = r.Header.Get("X-Api-Key")
 	}
 	return key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) == 1
+}
+
+// bearer returns the credentials of an Authorization header of the Bearer scheme, whose name is
+// case-insensitive (RFC 7235 section 2.1), separated from them by one or more spaces.
+func bearer(header string) (string, bool) {
+	scheme, cred, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(cred, " "), true
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -305,13 +305,16 @@ func TestRequestErrors(t *testing.T) {
 	}
 }
 
-// TestAPIKey: with a key, every path but /health needs it.
+// TestAPIKey: with a key, every path but /health needs it; the scheme's name is case-insensitive (RFC 7235).
 func TestAPIKey(t *testing.T) {
 	_, ts := newTestServer(t, Config{APIKey: "s3cret"})
 	get := func(path, key string) int {
 		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		if key != "" && !strings.Contains(key, " ") {
+			key = "Bearer " + key
+		}
 		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Authorization", key)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -323,7 +326,8 @@ func TestAPIKey(t *testing.T) {
 	for _, c := range []struct {
 		path, key string
 		code      int
-	}{{"/v1/models", "", 401}, {"/v1/models", "wrong", 401}, {"/v1/models", "s3cret", 200}, {"/metrics", "", 401}, {"/health", "", 200}, {"/v1/models/stories", "s3cret", 200}, {"/v1/models/other", "s3cret", 404}} {
+	}{{"/v1/models", "", 401}, {"/v1/models", "wrong", 401}, {"/v1/models", "s3cret", 200}, {"/metrics", "", 401}, {"/health", "", 200}, {"/v1/models/stories", "s3cret", 200}, {"/v1/models/other", "s3cret", 404},
+		{"/v1/models", "bearer s3cret", 200}, {"/v1/models", "BEARER s3cret", 200}, {"/v1/models", "Basic s3cret", 401}, {"/v1/models", "Bearers3cret", 401}} {
 		if got := get(c.path, c.key); got != c.code {
 			t.Errorf("%s with key %q: %d, want %d", c.path, c.key, got, c.code)
 		}
