@@ -209,6 +209,10 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := <-done
+	if sw.failed || out.rerr != nil && out.rerr.status == StatusClientClosedRequest {
+		// The client left mid-stream: counted as 499, as an answer not streamed is, though 200 was sent.
+		countAs(w, StatusClientClosedRequest)
+	}
 	switch {
 	case sw.failed:
 	case out.rerr != nil && !sw.started:

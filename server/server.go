@@ -347,6 +347,14 @@ func (r *statusRecorder) Flush() {
 	}
 }
 
+// countAs makes /metrics and the request log count a request with status, whatever was sent (a stream its
+// client abandoned after its 200: StatusClientClosedRequest).
+func countAs(w http.ResponseWriter, status int) {
+	if r, ok := w.(*statusRecorder); ok {
+		r.status, r.wrote = status, true
+	}
+}
+
 // Unwrap lets http.ResponseController reach the connection.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 

@@ -384,7 +384,8 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestDisconnectCancels: a client that goes away mid-stream ends its generation at the next step.
+// TestDisconnectCancels: a client that goes away mid-stream ends its generation at the next step, and its
+// request is counted as 499, as one not streamed is (issue #36: it was counted as 200).
 func TestDisconnectCancels(t *testing.T) {
 	s, ts := newTestServer(t, Config{})
 	s.token = func() { time.Sleep(5 * time.Millisecond) } // 400 tokens would take 2 s
@@ -410,12 +411,27 @@ func TestDisconnectCancels(t *testing.T) {
 			if strings.Contains(m, "layerstream_generation_tokens_total 400") {
 				t.Error("all 400 tokens were generated for a client that left")
 			}
+			if m := waitMetric(t, ts.URL, `layerstream_requests_total{endpoint="/v1/completions"`); !strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions",code="499"} 1`) {
+				t.Errorf("an abandoned stream is not counted as 499:\n%s", m)
+			}
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	_, m := get(t, ts.URL+"/metrics")
 	t.Fatalf("no cancelled generation after the client left:\n%s", m)
+}
+
+// waitMetric polls /metrics for up to 10 s until it holds want, and returns it.
+func waitMetric(t *testing.T, url, want string) string {
+	t.Helper()
+	var m string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, m = get(t, url+"/metrics"); strings.Contains(m, want) {
+			break
+		}
+	}
+	return m
 }
 
 // TestDisconnectIsNotAServerError: a non-streaming client that leaves before its answer is counted as 499
@@ -442,14 +458,7 @@ func TestDisconnectIsNotAServerError(t *testing.T) {
 	if err := <-answered; err == nil {
 		t.Fatal("the request was answered before the client left")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	var m string
-	for time.Now().Before(deadline) {
-		if _, m = get(t, ts.URL+"/metrics"); strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions"`) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	m := waitMetric(t, ts.URL, `layerstream_requests_total{endpoint="/v1/completions"`)
 	if !strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions",code="499"} 1`) {
 		t.Errorf("the disconnect is not counted as 499:\n%s", m)
 	}
