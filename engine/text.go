@@ -76,7 +76,25 @@ const StopString = "stop_string"
 
 // RequestError is a request the engine refuses before any work (empty prompt, context overflow, bad sampling
 // parameters, a chat the template rejects...): the caller's mistake, not the engine's.
-type RequestError struct{ Err error }
+type RequestError struct {
+	Err error
+	// Field names what is at fault, one of the Field constants ("" when none is): a server names its own
+	// request field after it.
+	Field string
+}
+
+// The fields a RequestError names.
+const (
+	FieldPrompt       = "prompt"         // the prompt: its ids, its text or messages, its length
+	FieldMaxNewTokens = "max_new_tokens" // MaxNewTokens, or the prompt and it together past the context
+	FieldTopLogprobs  = "top_logprobs"
+	FieldSampling     = "sampling"
+	FieldStop         = "stop"
+	FieldDraftTokens  = "draft_tokens"
+)
+
+// refuse is a RequestError naming field.
+func refuse(field string, err error) *RequestError { return &RequestError{Err: err, Field: field} }
 
 func (e *RequestError) Error() string { return e.Err.Error() }
 func (e *RequestError) Unwrap() error { return e.Err }
@@ -110,21 +128,21 @@ func (e *Engine) EncodePrompt(prompt string, messages []tokenizer.Message) ([]in
 		return nil, err
 	}
 	if (prompt == "") == (messages == nil) {
-		return nil, &RequestError{errors.New("give a prompt or messages, not both or neither")}
+		return nil, refuse(FieldPrompt, errors.New("give a prompt or messages, not both or neither"))
 	}
 	addSpecial := true
 	if messages != nil {
 		if !tok.HasChatTemplate() {
-			return nil, &RequestError{errors.New("the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): give a plain prompt")}
+			return nil, refuse(FieldPrompt, errors.New("the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): give a plain prompt"))
 		}
 		if prompt, err = tok.ApplyChatTemplate(messages, true); err != nil {
-			return nil, &RequestError{err}
+			return nil, refuse(FieldPrompt, err)
 		}
 		addSpecial = false // the template writes the special tokens itself
 	}
 	ids, err := tok.Encode(prompt, addSpecial)
 	if err != nil {
-		return nil, &RequestError{fmt.Errorf("tokenize prompt: %w", err)}
+		return nil, refuse(FieldPrompt, fmt.Errorf("tokenize prompt: %w", err))
 	}
 	return ids, nil
 }
@@ -144,11 +162,11 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 			return nil, err
 		}
 	} else if len(ids) == 0 {
-		return nil, &RequestError{errors.New("engine: empty prompt")}
+		return nil, refuse(FieldPrompt, errors.New("engine: empty prompt"))
 	}
 	for _, s := range req.Stop {
 		if s == "" {
-			return nil, &RequestError{errors.New("a stop string is empty")}
+			return nil, refuse(FieldStop, errors.New("a stop string is empty"))
 		}
 	}
 	r := Request{PromptIDs: ids, MaxNewTokens: req.MaxNewTokens, Sampling: req.Sampling, StopIDs: req.StopIDs,

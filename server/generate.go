@@ -75,7 +75,7 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	if ids == nil {
 		var err error
 		if ids, err = e.EncodePrompt(req.prompt, req.messages); err != nil {
-			return engine.TextRequest{}, engineError(err)
+			return engine.TextRequest{}, engineError(req, err)
 		}
 	}
 	sm := e.DefaultSampling()
@@ -113,11 +113,12 @@ func setIf[T any](dst *T, v *T) {
 	}
 }
 
-// engineError maps an engine error: a refused request is 400, anything else 500.
-func engineError(err error) *requestError {
+// engineError maps an engine error about req: a refused request is 400 naming req's field at fault, anything
+// else 500.
+func engineError(req *request, err error) *requestError {
 	var re *engine.RequestError
 	if errors.As(err, &re) {
-		return &requestError{status: http.StatusBadRequest, msg: err.Error()}
+		return &requestError{status: http.StatusBadRequest, param: req.param(re.Field), msg: err.Error()}
 	}
 	return &requestError{status: http.StatusInternalServerError, msg: err.Error()}
 }
@@ -164,7 +165,7 @@ func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*
 		return res, &requestError{status: http.StatusInternalServerError, code: "health_check_failed",
 			msg: "generation stopped by a health check: " + err.Error()}
 	}
-	return res, engineError(err)
+	return res, engineError(g.req, err)
 }
 
 // complete answers a request in one JSON body.

@@ -115,6 +115,7 @@ func ollamaOptions(raw json.RawMessage, r *request, maxTokens int) error {
 		p.err = badField("options.num_predict", "options.num_predict must be at least 1 (or -1: to the context's end), got 0")
 	}
 	r.maxTokens = max(n, 0)
+	r.maxTokensField = "options.num_predict"
 	p.sampling(r, 2)
 	r.stop = p.stops("stop")
 	return p.err

@@ -37,6 +37,25 @@ type request struct {
 	stream        bool
 	usage         bool // stream_options.include_usage
 	raw           bool // Ollama's generate: the prompt as it is, not rendered with the chat template
+	// maxTokensField names the field giving maxTokens in the dialect's request, for errors about it ("":
+	// "max_tokens").
+	maxTokensField string
+}
+
+// param is the request field an engine refusal's Field (engine.RequestError) is about; "" when none.
+func (r *request) param(field string) string {
+	switch field {
+	case engine.FieldPrompt:
+		return r.promptField()
+	case engine.FieldMaxNewTokens:
+		if r.maxTokensField != "" {
+			return r.maxTokensField
+		}
+		return "max_tokens"
+	case engine.FieldTopLogprobs, engine.FieldStop:
+		return field
+	}
+	return ""
 }
 
 // promptField names the field holding the prompt, for errors about it.
@@ -180,7 +199,9 @@ func parseFields(body []byte, prefix string, allowed []string) (map[string]json.
 func (p *parser) openAIChat(r *request, maxTokens int) {
 	r.messages = p.messages(openAIMessages)
 	p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
-	if !p.has("max_completion_tokens") {
+	if p.has("max_completion_tokens") {
+		r.maxTokensField = "max_completion_tokens"
+	} else {
 		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
 	}
 	p.boolean("logprobs", &r.logprobs)
@@ -433,7 +454,7 @@ func messageContent(raw json.RawMessage) (string, error) {
 }
 
 // prompt reads completions' prompt: a string, an array of one string, token ids, or an array of one array of
-// token ids.
+// token ids. Errors say which of these shapes is wrong, and where.
 func (p *parser) prompt(r *request) {
 	raw, ok := p.fields["prompt"]
 	if p.err != nil {
@@ -444,31 +465,64 @@ func (p *parser) prompt(r *request) {
 		return
 	}
 	var s string
-	var ss []string
-	var ids []int
-	var idss [][]int
-	switch {
-	case json.Unmarshal(raw, &s) == nil:
-	case json.Unmarshal(raw, &ss) == nil && len(ss) == 1:
-		s = ss[0]
-	case json.Unmarshal(raw, &ids) == nil && len(ids) > 0:
-		r.ids = ids
+	if json.Unmarshal(raw, &s) == nil {
+		p.promptText(r, s)
 		return
-	case json.Unmarshal(raw, &idss) == nil && len(idss) == 1 && len(idss[0]) > 0:
-		r.ids = idss[0]
-		return
-	case ss != nil || idss != nil:
-		p.err = badField("prompt", "prompt: one prompt per request (got %d); send several requests, they share the batch", max(len(ss), len(idss)))
-		return
-	default:
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
 		p.err = badField("prompt", "prompt: want a string, or an array of token ids, got %s", excerpt(raw))
 		return
 	}
+	switch first := bytes.TrimSpace(firstOf(items)); {
+	case len(items) == 0:
+		p.err = badField("prompt", "prompt is empty: want a string, or an array of token ids")
+	case first[0] == '"' && len(items) == 1:
+		json.Unmarshal(items[0], &s)
+		p.promptText(r, s)
+	case first[0] == '"' || first[0] == '[' && len(items) > 1:
+		p.err = badField("prompt", "prompt: one prompt per request (got %d); send several requests, they share the batch", len(items))
+	case first[0] == '[':
+		r.ids, p.err = tokenIDs("prompt[0]", items[0])
+	default:
+		r.ids, p.err = tokenIDs("prompt", raw)
+	}
+}
+
+// promptText sets a text prompt, refusing an empty one.
+func (p *parser) promptText(r *request, s string) {
 	if s == "" {
 		p.err = badField("prompt", "prompt is empty")
 		return
 	}
 	r.prompt = s
+}
+
+func firstOf(items []json.RawMessage) json.RawMessage {
+	if len(items) == 0 {
+		return nil
+	}
+	return items[0]
+}
+
+// tokenIDs reads a non-empty array of token ids (at names it in errors; the error names the field "prompt").
+func tokenIDs(at string, raw json.RawMessage) ([]int, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badField("prompt", "%s: want an array of token ids, got %s", at, excerpt(raw))
+	}
+	if len(items) == 0 {
+		return nil, badField("prompt", "%s is empty: want at least one token id", at)
+	}
+	ids := make([]int, len(items))
+	for i, item := range items {
+		var id int64
+		if err := json.Unmarshal(item, &id); err != nil || id < 0 || id > math.MaxInt32 {
+			return nil, badField("prompt", "%s[%d]: a token id is an integer ≥ 0, got %s", at, i, excerpt(item))
+		}
+		ids[i] = int(id)
+	}
+	return ids, nil
 }
 
 func strictDecode(raw json.RawMessage, dst any) error {
