@@ -172,8 +172,8 @@ func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*
 func (g *generation) complete(w http.ResponseWriter, r *http.Request) {
 	var tokens []*engine.TextToken
 	res, rerr := g.run(r.Context(), func(c engine.TextChunk) {
-		if c.Token != nil && g.text.Logprobs {
-			tokens = append(tokens, c.Token)
+		if g.text.Logprobs {
+			tokens = append(tokens, c.Tokens...)
 		}
 	})
 	if rerr != nil {

@@ -678,3 +678,37 @@ func TestMetricsFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestLogprobsCutWithText (issue #36 case 7): logprobs hold the tokens of the text answered, not those of the
+// stop string it leaves out, streamed or not.
+func TestLogprobsCutWithText(t *testing.T) {
+	_, ts := newTestServer(t, Config{})
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stop": ["girl"], "logprobs": 1, "stream": %v}`, stream)
+		resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var events []completion
+		if stream {
+			events, _ = readStream(t, resp.Body)
+		} else {
+			var c completion
+			json.NewDecoder(resp.Body).Decode(&c)
+			events = []completion{c}
+		}
+		resp.Body.Close()
+		text, _, _ := streamText(events)
+		var tokens string
+		for _, ev := range events {
+			for _, ch := range ev.Choices {
+				var l completionLogprobs
+				json.Unmarshal(ch.Logprobs, &l)
+				tokens += strings.Join(l.Tokens, "")
+			}
+		}
+		if text != ", there was a little " || tokens == "" || !strings.HasPrefix(text, tokens) || strings.Contains(tokens, "girl") {
+			t.Errorf("stream %v: text %q, logprobs' tokens %q; want the tokens of the text, not of the stop string", stream, text, tokens)
+		}
+	}
+}
