@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,9 @@ type Config struct {
 	MaxInFlight int
 	// MaxBodyBytes bounds a request body; a larger one is answered 413 (default 4 MiB).
 	MaxBodyBytes int64
+	// ReadTimeout bounds the reading of a request: its headers (Serve's http.Server.ReadHeaderTimeout), then its
+	// body, each must arrive within it, else the connection closes (a body late: 408). Default 30 s.
+	ReadTimeout time.Duration
 	// MaxTokens bounds max_tokens, and is the default of chat requests that give none (default 2048; the
 	// model's context bounds it too). Completions requests default to 16 tokens, as OpenAI's.
 	MaxTokens int
@@ -58,6 +62,9 @@ type Config struct {
 	// Logger receives one line per request (default slog.Default()).
 	Logger *slog.Logger
 }
+
+// DefaultReadTimeout is Config.ReadTimeout's default.
+const DefaultReadTimeout = 30 * time.Second
 
 // Server serves the API. Use it as an http.Handler.
 type Server struct {
@@ -93,6 +100,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxTokens <= 0 {
 		cfg.MaxTokens = 2048
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -167,7 +177,13 @@ func (s *Server) Drain() {
 // ServeHTTP checks the API key, serves the request and counts it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	// The body must arrive within ReadTimeout, whatever the answer: a client sending it slowly, or not at all,
+	// holds its connection no longer (readBody ends the deadline once the body is in, for long streams).
+	http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.ReadTimeout))
+	body := &trackedBody{ReadCloser: r.Body}
+	r = r.WithContext(r.Context()) // a copy, whose body is tracked: net/http's own request keeps its body
+	r.Body = body
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, body: body, hasBody: r.ContentLength != 0}
 	if s.cfg.APIKey != "" && r.URL.Path != "/health" && !isPage(r.URL.Path) && !s.authorized(r) {
 		writeErrorAs(rec, dialectFor(r.URL.Path), &requestError{status: http.StatusUnauthorized, msg: "missing or wrong API key: send the header \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\")", code: "invalid_api_key"})
 	} else {
@@ -261,22 +277,40 @@ func (s *Server) unknownModel(name string) *requestError {
 		msg: fmt.Sprintf("the model %q does not exist: this server serves %q (GET /v1/models)", name, s.cfg.ModelID)}
 }
 
-// readBody reads a request body bounded by MaxBodyBytes, within a minute. (Not http.Server.ReadTimeout: its
-// deadline stays on the connection, and its expiry would cancel a long stream's context.)
+// readBody reads a request body bounded by MaxBodyBytes, which must arrive within ReadTimeout of the request's
+// start (ServeHTTP's deadline: a body late is answered 408, and its connection closes); then it ends the
+// deadline, which would otherwise cancel a long stream (net/http's read watching for the client leaving fails at
+// it; hence not http.Server.ReadTimeout either).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(time.Minute))
-	defer rc.SetReadDeadline(time.Time{})
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &tooBig):
 		return nil, &requestError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
 			msg: fmt.Sprintf("the request body exceeds %d bytes (serve --max-body)", s.cfg.MaxBodyBytes)}
-	}
-	if err != nil {
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+		return nil, &requestError{status: http.StatusRequestTimeout, code: "request_timeout",
+			msg: fmt.Sprintf("the request body did not arrive within %v (serve --read-timeout)", s.cfg.ReadTimeout)}
+	case err != nil:
 		return nil, &requestError{status: http.StatusBadRequest, msg: "reading the request body: " + err.Error()}
 	}
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return body, nil
+}
+
+// trackedBody is a request body that remembers whether it was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 // errorJSON is OpenAI's error body.
@@ -322,23 +356,41 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// statusRecorder remembers the status written, for metrics, and passes flushes through for streaming.
+// statusRecorder remembers the status written, for metrics, and passes flushes through for streaming. An
+// answer given before the request's body was read to its end (a refusal) closes the connection.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
-	wrote  bool
+	status  int
+	wrote   bool
+	body    *trackedBody
+	hasBody bool // the request has a body (Content-Length not 0)
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	if !r.wrote {
 		r.status, r.wrote = code, true
+		r.dropUnreadBody()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
-	r.wrote = true
+	if !r.wrote {
+		r.wrote = true
+		r.dropUnreadBody()
+	}
 	return r.ResponseWriter.Write(b)
+}
+
+// dropUnreadBody closes the connection after the answer when the request's body was not read to its end:
+// net/http would otherwise read what is left of it after the answer, as slowly as the client sends it. The read
+// deadline passes at once, so that what net/http reads of it fails at once.
+func (r *statusRecorder) dropUnreadBody() {
+	if !r.hasBody || r.body == nil || r.body.eof {
+		return
+	}
+	r.Header().Set("Connection", "close")
+	http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now())
 }
 
 func (r *statusRecorder) Flush() {
@@ -384,7 +436,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	// Requests' contexts derive from generations: cancelling it ends every generation in flight.
 	generations, cancelGenerations := context.WithCancelCause(context.Background())
 	defer cancelGenerations(errShuttingDown)
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.cfg.ReadTimeout, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return generations }}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

@@ -35,6 +35,7 @@ func init() {
 			fs.IntVar(&o.eng.PrefillBudget, "prefill-budget", engine.DefaultPrefillBudget, "most prompt tokens a step computes beside the sequences decoding (at least 64; 0: no bound): joining prompts are computed in chunks, so running answers keep streaming")
 			fs.IntVar(&o.maxTokens, "max-tokens", 2048, "most tokens a request may generate (max_tokens), and the default of chat requests")
 			fs.Var(byteSize{&o.maxBody}, "max-body", "largest request body, a `size` (default 4MiB)")
+			fs.DurationVar(&o.readTimeout, "read-timeout", server.DefaultReadTimeout, "a request's headers, then its body, must each arrive within this; else it is answered 408 and its connection closed")
 			fs.DurationVar(&o.grace, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C: how long requests in flight may take to finish before they are cancelled")
 			fs.BoolVar(&o.strict, "strict", false, "end a request with an error (500, health_check_failed) when its guards detect broken output (activations out of range, all-zero logits, degenerate repetition); without it they are logged with the request id (NaN logits end a request either way)")
 			addEngineFlags(fs, &o.eng)
@@ -63,7 +64,7 @@ type serveOptions struct {
 	port, parallel, queue     int
 	maxTokens                 int
 	maxBody                   int64
-	grace                     time.Duration
+	grace, readTimeout        time.Duration
 	strict                    bool
 	eng                       engine.Options
 }
@@ -78,6 +79,8 @@ func (o *serveOptions) check() error {
 		return usageErrorf("--max-tokens must be at least 1, got %d", o.maxTokens)
 	case o.grace < 0:
 		return usageErrorf("--shutdown-timeout must be at least 0, got %v", o.grace)
+	case o.readTimeout <= 0:
+		return usageErrorf("--read-timeout must be positive, got %v", o.readTimeout)
 	case o.port < 0 || o.port > 65535:
 		return usageErrorf("--port must be in [0, 65535], got %d", o.port)
 	case o.eng.PrefillBudget < 0 || (o.eng.PrefillBudget > 0 && o.eng.PrefillBudget < 64):
@@ -114,7 +117,7 @@ func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
 		}
 	}
 	srv, err := server.New(server.Config{Engine: e, ModelID: name, MaxInFlight: o.parallel + o.queue,
-		MaxBodyBytes: o.maxBody, MaxTokens: o.maxTokens, APIKey: o.apiKey, Strict: o.strict, Profiler: o.eng.Profiler})
+		MaxBodyBytes: o.maxBody, ReadTimeout: o.readTimeout, MaxTokens: o.maxTokens, APIKey: o.apiKey, Strict: o.strict, Profiler: o.eng.Profiler})
 	if err != nil {
 		return err
 	}

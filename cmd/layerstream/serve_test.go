@@ -133,6 +133,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model", "m", "--max-body", "huge"}, `invalid value "huge" for flag -max-body`},
 		{[]string{"serve", "--model", "m", "--prefill-budget", "16"}, "--prefill-budget must be 0 (no bound) or at least 64 tokens, got 16"},
 		{[]string{"serve", "--model", "m", "--shutdown-timeout", "-1s"}, "--shutdown-timeout must be at least 0, got -1s"},
+		{[]string{"serve", "--model", "m", "--read-timeout", "0s"}, "--read-timeout must be positive, got 0s"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {

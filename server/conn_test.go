@@ -1,0 +1,94 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawRequest sends head (a request line and headers, without the blank line ending them) and the start of a
+// body, then waits: a slow or stalled client. It returns the answer's status (0: none) and whether the server
+// closed the connection, within limit. A nil body sends the headers without their end.
+func rawRequest(t *testing.T, addr, head string, body *string, limit time.Duration) (status int, closed bool) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(limit))
+	if body == nil {
+		fmt.Fprintf(conn, "%s\r\nHost: %s\r\n", head, addr)
+	} else {
+		fmt.Fprintf(conn, "%s\r\nHost: %s\r\n\r\n%s", head, addr, *body)
+	}
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, nil); err == nil {
+		status = resp.StatusCode
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	_, err = br.ReadByte()
+	return status, err == io.EOF
+}
+
+// TestSlowBodies (issue #36 case 1): a request whose body arrives partly, or not at all, holds its connection
+// no longer than the read timeout: answered 408 and closed; and a refusal that does not read the body (no API
+// key, no route, another method, shutting down) closes the connection at once rather than waiting for the body.
+func TestSlowBodies(t *testing.T) {
+	s, ts := newTestServer(t, Config{APIKey: "k", ReadTimeout: 300 * time.Millisecond})
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	partial := "Content-Type: application/json\r\nContent-Length: 100"
+	for _, c := range []struct {
+		name, head string
+		want       int
+		within     time.Duration
+	}{
+		{"a partial body", "POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer k\r\n" + partial, 408, 2 * time.Second},
+		{"no API key", "POST /v1/completions HTTP/1.1\r\n" + partial, 401, 200 * time.Millisecond},
+		{"no route", "POST /v1/nothing HTTP/1.1\r\nAuthorization: Bearer k\r\n" + partial, 404, 200 * time.Millisecond},
+		{"another method", "PUT /v1/completions HTTP/1.1\r\nAuthorization: Bearer k\r\n" + partial, 405, 200 * time.Millisecond},
+		{"a chunked body", "POST /api/chat HTTP/1.1\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked", 408, 2 * time.Second},
+	} {
+		start := time.Now()
+		status, closed := rawRequest(t, addr, c.head, ptr(`{"prompt": `), c.within+2*time.Second)
+		if d := time.Since(start); status != c.want || !closed || d > c.within {
+			t.Errorf("%s: status %d, closed %v after %v; want %d and closed within %v", c.name, status, closed, d.Round(time.Millisecond), c.want, c.within)
+		}
+	}
+	s.Drain()
+	start := time.Now()
+	if status, closed := rawRequest(t, addr, "POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer k\r\n"+partial, ptr(`{`), 3*time.Second); status != 503 || !closed || time.Since(start) > 200*time.Millisecond {
+		t.Errorf("while draining: status %d, closed %v after %v; want 503 and closed at once", status, closed, time.Since(start))
+	}
+}
+
+// TestSlowHeaders: Serve closes a connection whose headers do not all arrive within the read timeout.
+func TestSlowHeaders(t *testing.T) {
+	s, _ := newTestServer(t, Config{ReadTimeout: 300 * time.Millisecond})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln, time.Second) }()
+	start := time.Now()
+	if _, closed := rawRequest(t, ln.Addr().String(), "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json", nil, 5*time.Second); !closed {
+		t.Errorf("headers never ended: the connection is still open after %v", time.Since(start))
+	} else if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("headers never ended: closed after %v, want the read timeout", d)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Error(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
