@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -92,3 +94,56 @@ func TestSlowHeaders(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestAdmissionBeforeBody (issue #36 case 2): a request is admitted before its body is read, parsed and
+// tokenized: with MaxInFlight 2, of 8 concurrent large bodies 2 are read while the others are answered 429
+// without being read.
+func TestAdmissionBeforeBody(t *testing.T) {
+	s, ts := newTestServer(t, Config{MaxInFlight: 2})
+	hold := make(chan struct{})
+	var admitted, reading atomic.Int32
+	s.admitted = func() { admitted.Add(1); <-hold }
+	s.reading = func() { reading.Add(1) }
+	body := `{"prompt": "` + strings.Repeat("a ", 32<<10) + `", "max_tokens": 1}`
+	var wg sync.WaitGroup
+	codes := make(chan int, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil { // the server closed the connection before the client sent all of the body
+				codes <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	refused := 0
+	for refused < 6 {
+		select {
+		case code := <-codes:
+			if code != http.StatusTooManyRequests && code != 0 {
+				t.Fatalf("a request past MaxInFlight: %d, want 429", code)
+			}
+			refused++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d requests refused, want 6", refused)
+		}
+	}
+	if n, r := admitted.Load(), reading.Load(); n != 2 || r != 0 {
+		t.Errorf("%d requests admitted, %d bodies read; want 2 admitted, none read while they are held", n, r)
+	}
+	close(hold)
+	wg.Wait()
+	for range 2 {
+		if code := <-codes; code != http.StatusBadRequest { // the prompt overflows the context
+			t.Errorf("an admitted request: %d, want 400", code)
+		}
+	}
+	if r := reading.Load(); r != 2 {
+		t.Errorf("%d bodies read, want the 2 admitted", r)
+	}
+}

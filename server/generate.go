@@ -14,17 +14,13 @@ import (
 	"github.com/layerstream/layerstream/internal/sections"
 )
 
-// generate serves a generation request of any dialect: the body read and parsed, the model checked, the
-// request admitted (429 past MaxInFlight), generated in the engine's batch loop with its own health checks, and
-// answered in one body or streamed.
+// generate serves a generation request of any dialect: the request admitted (429 past MaxInFlight, its body
+// unread), its body read and parsed, the model checked, the prompt tokenized, generated in the engine's batch
+// loop with its own health checks, and answered in one body or streamed. Admission comes first, so that the
+// bodies being read, parsed and tokenized at once are bounded by MaxInFlight too.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 	if s.draining.Load() {
 		writeErrorAs(w, d, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"})
-		return
-	}
-	req, tr, err := s.prepare(w, r, d)
-	if err != nil {
-		writeErrorAs(w, d, err.(*requestError))
 		return
 	}
 	if n := s.inFlight.Add(1); n > int64(s.cfg.MaxInFlight) {
@@ -36,6 +32,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 	defer s.inFlight.Add(-1)
 	if s.admitted != nil {
 		s.admitted()
+	}
+	req, tr, err := s.prepare(w, r, d)
+	if err != nil {
+		writeErrorAs(w, d, err.(*requestError))
+		return
 	}
 	g := &generation{s: s, d: d, req: req, text: tr, id: newID(d.idPrefix()), created: time.Now().Unix(), start: time.Now()}
 	// The request's own health checks (residual stream, logits, output text), warning once per kind with its id.
@@ -49,6 +50,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 
 // prepare reads, parses and checks a request, and makes the engine's request of it.
 func (s *Server) prepare(w http.ResponseWriter, r *http.Request, d dialect) (*request, engine.TextRequest, error) {
+	if s.reading != nil {
+		s.reading()
+	}
 	body, err := s.readBody(w, r)
 	if err != nil {
 		return nil, engine.TextRequest{}, err

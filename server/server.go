@@ -78,9 +78,10 @@ type Server struct {
 	created  int64
 	facts    modelFacts
 
-	// Test hooks: admitted runs once a generation request holds its place, before generating; token runs on
-	// the engine's goroutine for every chunk.
+	// Test hooks: admitted runs once a generation request holds its place, before its body is read; reading
+	// as its body starts to be read; token runs on the engine's goroutine for every chunk.
 	admitted func()
+	reading  func()
 	token    func()
 }
 
