@@ -234,6 +234,7 @@ func TestAnthropicPythonClient(t *testing.T) {
 func openAIChatAuth(t *testing.T, url, key, body string) greedy {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

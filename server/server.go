@@ -49,6 +49,14 @@ type Config struct {
 	// MaxTokens bounds max_tokens, and is the default of chat requests that give none (default 2048; the
 	// model's context bounds it too). Completions requests default to 16 tokens, as OpenAI's.
 	MaxTokens int
+	// Host is the address the server listens on (serve --host): a request's Host naming it, on the server's
+	// port, is the server's own, as the loopback names are. AllowedHosts are more names it may be reached by,
+	// on any port ("*": any name); others are answered 421 (policy.go).
+	Host         string
+	AllowedHosts []string
+	// AllowedOrigins are the origins (scheme://host[:port]) of the web pages that may use the API besides the
+	// server's own (the chat page); "*": any. Their requests get CORS headers; requests from other pages, 403.
+	AllowedOrigins []string
 	// APIKey, when set, is required as "Authorization: Bearer KEY" (or Anthropic's "x-api-key: KEY") on every
 	// path but /health and the chat page's files.
 	APIKey string
@@ -185,9 +193,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(r.Context()) // a copy, whose body is tracked: net/http's own request keeps its body
 	r.Body = body
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, body: body, hasBody: r.ContentLength != 0}
-	if s.cfg.APIKey != "" && r.URL.Path != "/health" && !isPage(r.URL.Path) && !s.authorized(r) {
-		writeErrorAs(rec, dialectFor(r.URL.Path), &requestError{status: http.StatusUnauthorized, msg: "missing or wrong API key: send the header \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\")", code: "invalid_api_key"})
-	} else {
+	if e := s.policyRefusal(r); e != nil {
+		writeErrorAs(rec, dialectFor(r.URL.Path), e)
+	} else if !s.cors(rec, r) {
 		s.mux.ServeHTTP(rec, r)
 	}
 	endpoint := r.URL.Path

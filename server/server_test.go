@@ -400,6 +400,7 @@ func TestDisconnectCancels(t *testing.T) {
 	s.token = func() { time.Sleep(5 * time.Millisecond) } // 400 tokens would take 2 s
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 400, "stream": true}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -454,6 +455,7 @@ func TestDisconnectIsNotAServerError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 400}`))
+	req.Header.Set("Content-Type", "application/json")
 	answered := make(chan error, 1)
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
@@ -514,6 +516,7 @@ func TestConcurrentStreams(t *testing.T) {
 			defer wg.Done()
 			body := fmt.Sprintf(`{"prompt": %q, "max_tokens": 48, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`, prompts[i%len(prompts)])
 			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)

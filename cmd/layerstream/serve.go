@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
@@ -30,6 +31,8 @@ func init() {
 			fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on; any other than a loopback address needs --api-key")
 			fs.IntVar(&o.port, "port", 8080, "TCP port (0: any free port, printed at start)")
 			fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\") on every request but /health and the chat page's files (default $LAYERSTREAM_API_KEY)")
+			fs.Var(&o.allowedHosts, "allowed-hosts", "more `names` (comma-separated, repeatable; \"*\": any) clients may reach the server by, in the Host header, besides 127.0.0.1, localhost, [::1] and --host on its port: others are answered 421 (DNS rebinding)")
+			fs.Var(&o.allowedOrigins, "allowed-origins", "`origins` (scheme://host:port, comma-separated, repeatable; \"*\": any) of the web pages that may use the API besides the server's own chat page: they get CORS headers, other pages 403")
 			fs.IntVar(&o.parallel, "parallel", 16, "most sequences generated together (the batch); more requests wait in the queue")
 			fs.IntVar(&o.queue, "max-queue", 64, "most requests waiting beyond the batch; one more is answered 429")
 			fs.IntVar(&o.eng.PrefillBudget, "prefill-budget", engine.DefaultPrefillBudget, "most prompt tokens a step computes beside the sequences decoding (at least 64; 0: no bound): joining prompts are computed in chunks, so running answers keep streaming")
@@ -66,7 +69,22 @@ type serveOptions struct {
 	maxBody                   int64
 	grace, readTimeout        time.Duration
 	strict                    bool
+	allowedHosts              stringsFlag
+	allowedOrigins            stringsFlag
 	eng                       engine.Options
+}
+
+// list is a repeatable flag's values, each split at commas, blanks dropped.
+func list(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				out = append(out, item)
+			}
+		}
+	}
+	return out
 }
 
 func (o *serveOptions) check() error {
@@ -117,6 +135,7 @@ func runServe(ctx context.Context, o serveOptions, ready chan<- string) error {
 		}
 	}
 	srv, err := server.New(server.Config{Engine: e, ModelID: name, MaxInFlight: o.parallel + o.queue,
+		Host: o.host, AllowedHosts: list(o.allowedHosts), AllowedOrigins: list(o.allowedOrigins),
 		MaxBodyBytes: o.maxBody, ReadTimeout: o.readTimeout, MaxTokens: o.maxTokens, APIKey: o.apiKey, Strict: o.strict, Profiler: o.eng.Profiler})
 	if err != nil {
 		return err

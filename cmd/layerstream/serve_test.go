@@ -88,6 +88,7 @@ func TestServeAPIsAndPage(t *testing.T) {
 		{"POST", "/v1/messages", `{"model": "` + name + `", "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]}`, `"type":"message"`},
 	} {
 		req, _ := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
