@@ -300,6 +300,10 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 	if err != nil {
 		return nil, refuse(FieldSampling, err)
 	}
+	if err := req.Sampling.checkVocab(e.cfg.VocabSize); err != nil {
+		return nil, refuse(FieldLogitBias, err)
+	}
+	sm.prompt = len(req.PromptIDs)
 	s := &sequence{maxNew: maxNew, untilFull: req.MaxNewTokens == 0, stop: req.StopIDs, chunk: req.PrefillChunk, sm: sm, monitor: req.Monitor,
 		logprobs: req.Logprobs || req.TopLogprobs > 0, topLogprobs: req.TopLogprobs,
 		history: slices.Clone(req.PromptIDs), res: &Result{PromptIDs: slices.Clone(req.PromptIDs)}}

@@ -94,6 +94,7 @@ const (
 	FieldMaxNewTokens = "max_new_tokens" // MaxNewTokens, or the prompt and it together past the context
 	FieldTopLogprobs  = "top_logprobs"
 	FieldSampling     = "sampling"
+	FieldLogitBias    = "logit_bias" // Sampling.LogitBias's token ids
 	FieldStop         = "stop"
 	FieldDraftTokens  = "draft_tokens"
 )

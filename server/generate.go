@@ -89,6 +89,12 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	}
 	setIf(&sm.TopK, req.topK)
 	setIf(&sm.RepetitionPenalty, req.repetition)
+	setIf(&sm.PresencePenalty, req.presence)
+	setIf(&sm.FrequencyPenalty, req.frequency)
+	setIf(&sm.MinP, req.minP)
+	if req.logitBias != nil {
+		sm.LogitBias = req.logitBias
+	}
 	if req.seed != nil {
 		sm.Seed = *req.seed
 	} else {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
@@ -30,6 +31,10 @@ type request struct {
 	topP          *float64
 	topK          *int
 	repetition    *float64
+	presence      *float64
+	frequency     *float64
+	minP          *float64
+	logitBias     map[int]float64
 	seed          *uint64
 	stop          []string
 	logprobs      bool
@@ -52,7 +57,7 @@ func (r *request) param(field string) string {
 			return r.maxTokensField
 		}
 		return "max_tokens"
-	case engine.FieldTopLogprobs, engine.FieldStop:
+	case engine.FieldTopLogprobs, engine.FieldStop, engine.FieldLogitBias:
 		return field
 	}
 	return ""
@@ -84,15 +89,14 @@ func badField(param, format string, args ...any) *requestError {
 //   - supported: it changes the result and is implemented (fieldsChat, fieldsCompletions below);
 //   - harmless: accepted and ignored because it does not change the generated text (user, metadata, store,
 //     service_tier, parallel_tool_calls), or accepted only at the value that changes nothing (n 1,
-//     presence_penalty and frequency_penalty 0, logit_bias {}, response_format {"type": "text"}, tools [],
-//     tool_choice "none", echo false, best_of 1, suffix "");
+//     response_format {"type": "text"}, tools [], tool_choice "none", echo false, best_of 1, suffix "");
 //   - anything else: refused with 400 naming the field.
 //
 // A field whose value is JSON null counts as absent (several clients send nulls for unset options).
 var (
 	fieldsCommon = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed",
 		"stop", "stream", "stream_options", "user", "metadata", "store", "service_tier", "n", "presence_penalty",
-		"frequency_penalty", "logit_bias"}
+		"frequency_penalty", "logit_bias", "min_p"}
 	fieldsChat        = append(slices.Clone(fieldsCommon), "messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls")
 	fieldsCompletions = append(slices.Clone(fieldsCommon), "prompt", "logprobs", "echo", "best_of", "suffix")
 )
@@ -153,12 +157,8 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 		return json.Unmarshal(raw, &m) == nil
 	})
 	p.only("n", "1", isOne)
-	p.only("presence_penalty", "0", isZero)
-	p.only("frequency_penalty", "0", isZero)
-	p.only("logit_bias", "{}", func(raw json.RawMessage) bool {
-		var m map[string]float64
-		return json.Unmarshal(raw, &m) == nil && len(m) == 0
-	})
+	p.penalties(r)
+	r.logitBias = p.logitBias("logit_bias")
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -249,6 +249,43 @@ func (p *parser) sampling(r *request, maxTemperature float64) {
 		u := uint64(seed)
 		r.seed = &u
 	}
+}
+
+// penalties reads presence_penalty and frequency_penalty (-2 to 2, as OpenAI's) and min_p (0 to 1).
+func (p *parser) penalties(r *request) {
+	r.presence = p.float("presence_penalty", -2, 2)
+	r.frequency = p.float("frequency_penalty", -2, 2)
+	r.minP = p.float("min_p", 0, 1)
+}
+
+// maxLogitBiases bounds the token ids of a logit_bias.
+const maxLogitBiases = 1024
+
+// logitBias reads OpenAI's logit_bias: an object from token ids (as strings) to biases in [-100, 100].
+func (p *parser) logitBias(name string) map[int]float64 {
+	var m map[string]float64
+	if !p.decode(name, &m, "an object from token ids to numbers") {
+		return nil
+	}
+	at := p.prefix + name
+	if len(m) > maxLogitBiases {
+		p.err = badField(at, "%s: at most %d token ids, got %d", at, maxLogitBiases, len(m))
+		return nil
+	}
+	bias := make(map[int]float64, len(m))
+	for _, key := range slices.Sorted(maps.Keys(m)) {
+		id, err := strconv.Atoi(key)
+		if err != nil || id < 0 {
+			p.err = badField(at, "%s: key %q is not a token id (an integer ≥ 0)", at, key)
+			return nil
+		}
+		if v := m[key]; !(v >= -engine.MaxLogitBias && v <= engine.MaxLogitBias) {
+			p.err = badField(at, "%s[%q] must be in [-%d, %d], got %g", at, key, engine.MaxLogitBias, engine.MaxLogitBias, v)
+			return nil
+		}
+		bias[id] = m[key]
+	}
+	return bias
 }
 
 // parser decodes fields one after the other, keeping the first error. Errors name a field as prefix+name.
@@ -547,11 +584,6 @@ func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw),
 func isOne(raw json.RawMessage) bool {
 	var v float64
 	return json.Unmarshal(raw, &v) == nil && v == 1
-}
-
-func isZero(raw json.RawMessage) bool {
-	var v float64
-	return json.Unmarshal(raw, &v) == nil && v == 0
 }
 
 func compact(raw json.RawMessage) []byte {

@@ -272,8 +272,13 @@ func TestRequestErrors(t *testing.T) {
 		{chat, `{"messages": [{"role": "user", "content": "` + strings.Repeat("a ", 450) + `"}], "max_completion_tokens": 100}`, 400, "max_completion_tokens", "exceeds the model's context"},
 		{comp, `{"prompt": "` + strings.Repeat("a ", 3000) + `"}`, 413, "", "exceeds 4096 bytes"},
 		{chat, `{` + msgs + `, "n": 2}`, 400, "n", "n is accepted only as 1"},
-		{chat, `{` + msgs + `, "frequency_penalty": 0.5}`, 400, "frequency_penalty", "accepted only as 0"},
-		{chat, `{` + msgs + `, "logit_bias": {"5": 10}}`, 400, "logit_bias", "accepted only as {}"},
+		{chat, `{` + msgs + `, "frequency_penalty": 2.5}`, 400, "frequency_penalty", "frequency_penalty must be in [-2, 2], got 2.5"},
+		{chat, `{` + msgs + `, "presence_penalty": -3}`, 400, "presence_penalty", "presence_penalty must be in [-2, 2], got -3"},
+		{chat, `{` + msgs + `, "min_p": 1.5}`, 400, "min_p", "min_p must be in [0, 1], got 1.5"},
+		{chat, `{` + msgs + `, "logit_bias": {"5": 101}}`, 400, "logit_bias", `logit_bias["5"] must be in [-100, 100], got 101`},
+		{chat, `{` + msgs + `, "logit_bias": {"x": 1}}`, 400, "logit_bias", `logit_bias: key "x" is not a token id`},
+		{chat, `{` + msgs + `, "logit_bias": [1]}`, 400, "logit_bias", "logit_bias: want an object from token ids to numbers"},
+		{chat, `{` + msgs + `, "logit_bias": {"99999": 1}}`, 400, "logit_bias", "logit bias: token id 99999 is outside the vocabulary"},
 		{chat, `{` + msgs + `, "tools": [{"type": "function"}]}`, 400, "tools", "tools is accepted only as []"},
 		{chat, `{` + msgs + `, "response_format": {"type": "json_object"}}`, 400, "response_format", `accepted only as {"type": "text"}`},
 		{chat, `{` + msgs + `, "top_logprobs": 2}`, 400, "top_logprobs", "needs logprobs: true"},
@@ -713,5 +718,41 @@ func TestLogprobsCutWithText(t *testing.T) {
 		if text != ", there was a little " || tokens == "" || !strings.HasPrefix(text, tokens) || strings.Contains(tokens, "girl") {
 			t.Errorf("stream %v: text %q, logprobs' tokens %q; want the tokens of the text, not of the stop string", stream, text, tokens)
 		}
+	}
+}
+
+// TestSamplingFields: presence_penalty, frequency_penalty, logit_bias and min_p change the answer as OpenAI's
+// do: greedy with a bias of 100 on one token answers that token at every step; a penalty moves greedy off its
+// repetitions; Ollama's options take presence_penalty, frequency_penalty and min_p.
+func TestSamplingFields(t *testing.T) {
+	s, ts := newTestServer(t, Config{})
+	tok, _ := s.cfg.Engine.Tokenizer()
+	ids, _ := tok.Encode(" Lily", false)
+	id := ids[len(ids)-1]
+	greedy := func(extra string) string {
+		t.Helper()
+		code, body := post(t, ts.URL+"/v1/completions", `{"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0`+extra+`}`)
+		var c completion
+		if json.Unmarshal(body, &c); code != 200 || len(c.Choices) != 1 {
+			t.Fatalf("%s: %d %s", extra, code, body)
+		}
+		return c.Choices[0].Text
+	}
+	plain := greedy("")
+	if got := greedy(fmt.Sprintf(`, "logit_bias": {"%d": 100}`, id)); got != strings.Repeat(" Lily", 60) {
+		t.Errorf("logit_bias 100 on %d (\" Lily\"): %q, want it at every step", id, got)
+	}
+	if got := greedy(`, "frequency_penalty": 2, "presence_penalty": 2`); got == plain {
+		t.Errorf("penalties change nothing: %q", got)
+	}
+	if got := greedy(`, "min_p": 0.5, "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}`); got != plain {
+		t.Errorf("min_p changed greedy's answer, or zero penalties did: %q, want %q", got, plain)
+	}
+	code, body := post(t, ts.URL+"/api/generate", `{"model": "stories", "prompt": "Once upon a time", "raw": true, "stream": false, "options": {"num_predict": 60, "temperature": 0, "presence_penalty": 2, "frequency_penalty": 2, "min_p": 0.1}}`)
+	var o struct {
+		Response string `json:"response"`
+	}
+	if json.Unmarshal(body, &o); code != 200 || o.Response == plain {
+		t.Errorf("Ollama's options with penalties: %d %s, want an answer other than %q", code, body, plain)
 	}
 }
