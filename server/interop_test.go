@@ -106,8 +106,8 @@ func TestOpenAIPythonClient(t *testing.T) {
 	if want, _, _ := strings.Cut(comp.Text, "Lily"); got.Completion.Text != want || got.Completion.FinishReason != "stop" {
 		t.Errorf("completion with stop: %+v, want %q", got.Completion, want)
 	}
-	if got.Refused == nil || got.Refused.Status != 400 || got.Refused.Param != "min_p" {
-		t.Errorf("min_p: %+v, want a 400 naming it", got.Refused)
+	if got.Refused == nil || got.Refused.Status != 400 || got.Refused.Param != "typical_p" {
+		t.Errorf("typical_p: %+v, want a 400 naming it", got.Refused)
 	}
 	if got.WrongKey != 401 {
 		t.Errorf("wrong key: %d", got.WrongKey)
