@@ -147,3 +147,32 @@ func TestAdmissionBeforeBody(t *testing.T) {
 		t.Errorf("%d bodies read, want the 2 admitted", r)
 	}
 }
+
+// TestLongStreamsOutliveTheReadTimeout: the read deadline bounds the reading of a request, not its answer: a
+// stream generated for longer than the read timeout ends normally, and the pipeline view's stream (a GET) stays
+// open past it.
+func TestLongStreamsOutliveTheReadTimeout(t *testing.T) {
+	s, ts := newTestServer(t, Config{ReadTimeout: 200 * time.Millisecond})
+	s.token = func() { time.Sleep(20 * time.Millisecond) } // 30 tokens: 0.6 s
+	resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 30, "stream": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, done := readStream(t, resp.Body)
+	resp.Body.Close()
+	if _, finish, _ := streamText(events); !done || finish != "length" {
+		t.Errorf("a stream longer than the read timeout: done %v, finish %q", done, finish)
+	}
+	resp, err = http.Get(ts.URL + "/api/pipeline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+	select {
+	case err := <-ended:
+		t.Errorf("/api/pipeline ended after less than 4 read timeouts: %v", err)
+	case <-time.After(800 * time.Millisecond):
+	}
+}

@@ -186,9 +186,13 @@ func (s *Server) Drain() {
 // ServeHTTP checks the API key, serves the request and counts it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	// The body must arrive within ReadTimeout, whatever the answer: a client sending it slowly, or not at all,
-	// holds its connection no longer (readBody ends the deadline once the body is in, for long streams).
-	http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.ReadTimeout))
+	// A body must arrive within ReadTimeout, whatever the answer: a client sending it slowly, or not at all,
+	// holds its connection no longer (readBody ends the deadline once the body is in, for long streams). A
+	// request without one gets no deadline: net/http's read watching for the client leaving would fail at it,
+	// ending a long stream (/api/pipeline).
+	if r.ContentLength != 0 {
+		http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.ReadTimeout))
+	}
 	body := &trackedBody{ReadCloser: r.Body}
 	r = r.WithContext(r.Context()) // a copy, whose body is tracked: net/http's own request keeps its body
 	r.Body = body
