@@ -43,9 +43,9 @@ func (s *Server) policyRefusal(r *http.Request) *requestError {
 	return nil
 }
 
-// hostAllowed reports whether the request's Host names this server: a loopback name (127.0.0.1, localhost, [::1])
-// or Config.Host, on the port the request came in on; or a name of Config.AllowedHosts, on any port ("*": any
-// name).
+// hostAllowed reports whether the request's Host names this server: a loopback name (127.0.0.1, localhost,
+// [::1]), Config.Host or the address the request came in on (a server listening on 0.0.0.0 reached by its IP),
+// on the port the request came in on; or a name of Config.AllowedHosts, on any port ("*": any name).
 func (s *Server) hostAllowed(r *http.Request) bool {
 	name, port, err := net.SplitHostPort(r.Host)
 	if err != nil {
@@ -60,16 +60,15 @@ func (s *Server) hostAllowed(r *http.Request) bool {
 			return true
 		}
 	}
+	localIP, localPort := "", ""
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		localIP, localPort, _ = net.SplitHostPort(local.String())
+	}
 	ip := net.ParseIP(name)
-	if name != "localhost" && !(ip != nil && ip.IsLoopback()) && !strings.EqualFold(name, strings.Trim(s.cfg.Host, "[]")) {
-		return false
-	}
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return true // not served from a listener (a test's recorder): no port to compare
-	}
-	_, localPort, err := net.SplitHostPort(local.String())
-	return err == nil && port == localPort
+	own := name == "localhost" || ip != nil && (ip.IsLoopback() || ip.Equal(net.ParseIP(localIP))) ||
+		strings.EqualFold(name, strings.Trim(s.cfg.Host, "[]"))
+	// Not served from a listener (a test's recorder): no port to compare.
+	return own && (localPort == "" || port == localPort)
 }
 
 // originAllowed reports whether a request from a web page may be served: no Origin (not from a page), the

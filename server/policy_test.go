@@ -1,8 +1,11 @@
 package server
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -86,5 +89,22 @@ func TestPreflight(t *testing.T) {
 	}
 	if code, _ := do(t, "POST", ts.URL+"/v1/chat/completions", "", `{}`, "Origin", "https://app.example", "Content-Type", "application/json"); code != 401 {
 		t.Errorf("an allowed origin without the key: %d, want 401", code)
+	}
+}
+
+// TestHostOfAllInterfaces: a server listening on all interfaces (--host 0.0.0.0) answers a Host naming the
+// address the request came in on, with its port, and no other name.
+func TestHostOfAllInterfaces(t *testing.T) {
+	s := &Server{cfg: Config{Host: "0.0.0.0"}}
+	for _, c := range []struct {
+		host string
+		want bool
+	}{{"192.168.1.5:8080", true}, {"192.168.1.6:8080", false}, {"192.168.1.5:9090", false}, {"box.lan:8080", false}, {"localhost:8080", true}} {
+		r := httptest.NewRequest("GET", "/v1/models", nil)
+		r.Host = c.host
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.ParseIP("192.168.1.5"), Port: 8080}))
+		if got := s.hostAllowed(r); got != c.want {
+			t.Errorf("Host %s: allowed %v, want %v", c.host, got, c.want)
+		}
 	}
 }
