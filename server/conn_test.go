@@ -64,8 +64,26 @@ func TestSlowBodies(t *testing.T) {
 			t.Errorf("%s: status %d, closed %v after %v; want %d and closed within %v", c.name, status, closed, d.Round(time.Millisecond), c.want, c.within)
 		}
 	}
+	// A body still arriving when the server drains is cut at once: answered 503, not waited for.
+	reading := make(chan struct{}, 1)
+	s.reading = func() { reading <- struct{}{} }
+	type result struct {
+		status int
+		closed bool
+	}
+	cut := make(chan result, 1)
+	go func() {
+		status, closed := rawRequest(t, addr, "POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer k\r\n"+partial, ptr(`{`), 3*time.Second)
+		cut <- result{status, closed}
+	}()
+	<-reading
+	s.reading = nil
 	s.Drain()
 	start := time.Now()
+	if r := <-cut; r.status != 503 || !r.closed || time.Since(start) > 200*time.Millisecond {
+		t.Errorf("a body arriving while the server drains: status %d, closed %v after %v; want 503 and closed at once", r.status, r.closed, time.Since(start))
+	}
+	start = time.Now()
 	if status, closed := rawRequest(t, addr, "POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer k\r\n"+partial, ptr(`{`), 3*time.Second); status != 503 || !closed || time.Since(start) > 200*time.Millisecond {
 		t.Errorf("while draining: status %d, closed %v after %v; want 503 and closed at once", status, closed, time.Since(start))
 	}

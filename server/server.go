@@ -82,6 +82,7 @@ type Server struct {
 	draining atomic.Bool
 	drained  chan struct{} // closed by Drain: long-lived streams (/api/pipeline) end
 	drain    sync.Once
+	bodies   sync.Map // the *http.ResponseController of each request whose body is being read
 	metrics  metrics
 	created  int64
 	facts    modelFacts
@@ -176,11 +177,15 @@ func dialectFor(path string) dialect {
 }
 
 // Drain makes the server refuse new generations (503) and report unhealthy, while those in flight go on, and
-// ends the pipeline views' streams (which would otherwise hold the shutdown for its whole grace period): the
-// first step of a graceful shutdown.
+// ends the pipeline views' streams and the reading of bodies still arriving (answered 503), which would
+// otherwise hold the shutdown: the first step of a graceful shutdown.
 func (s *Server) Drain() {
 	s.draining.Store(true)
 	s.drain.Do(func() { close(s.drained) })
+	s.bodies.Range(func(rc, _ any) bool {
+		rc.(*http.ResponseController).SetReadDeadline(time.Now())
+		return true
+	})
 }
 
 // ServeHTTP checks the API key, serves the request and counts it.
@@ -295,20 +300,29 @@ func (s *Server) unknownModel(name string) *requestError {
 // deadline, which would otherwise cancel a long stream (net/http's read watching for the client leaving fails at
 // it; hence not http.Server.ReadTimeout either).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	s.bodies.Store(rc, nil)
+	defer s.bodies.Delete(rc)
+	if s.draining.Load() { // Drain may have passed the requests being read before this one joined them
+		rc.SetReadDeadline(time.Now())
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	var netErr net.Error
+	timeout := errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
 	switch {
 	case errors.As(err, &tooBig):
 		return nil, &requestError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
 			msg: fmt.Sprintf("the request body exceeds %d bytes (serve --max-body)", s.cfg.MaxBodyBytes)}
-	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+	case timeout && s.draining.Load():
+		return nil, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"}
+	case timeout:
 		return nil, &requestError{status: http.StatusRequestTimeout, code: "request_timeout",
 			msg: fmt.Sprintf("the request body did not arrive within %v (serve --read-timeout)", s.cfg.ReadTimeout)}
 	case err != nil:
 		return nil, &requestError{status: http.StatusBadRequest, msg: "reading the request body: " + err.Error()}
 	}
-	http.NewResponseController(w).SetReadDeadline(time.Time{})
+	rc.SetReadDeadline(time.Time{})
 	return body, nil
 }
 
