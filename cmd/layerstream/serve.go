@@ -31,7 +31,7 @@ func init() {
 			fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on; any other than a loopback address needs --api-key")
 			fs.IntVar(&o.port, "port", 8080, "TCP port (0: any free port, printed at start)")
 			fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\") on every request but /health and the chat page's files (default $LAYERSTREAM_API_KEY)")
-			fs.Var(&o.allowedHosts, "allowed-hosts", "more `names` (comma-separated, repeatable; \"*\": any) clients may reach the server by, in the Host header, besides 127.0.0.1, localhost, [::1] and --host on its port: others are answered 421 (DNS rebinding)")
+			fs.Var(&o.allowedHosts, "allowed-hosts", "more `names` (comma-separated, repeatable; \"*\": any) clients may reach the server by, in the Host header, besides 127.0.0.1, localhost, [::1], --host and the address connected to, on its port: others are answered 421 (DNS rebinding)")
 			fs.Var(&o.allowedOrigins, "allowed-origins", "`origins` (scheme://host:port, comma-separated, repeatable; \"*\": any) of the web pages that may use the API besides the server's own chat page: they get CORS headers, other pages 403")
 			fs.IntVar(&o.parallel, "parallel", 16, "most sequences generated together (the batch); more requests wait in the queue")
 			fs.IntVar(&o.queue, "max-queue", 64, "most requests waiting beyond the batch; one more is answered 429")
