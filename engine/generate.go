@@ -139,7 +139,7 @@ var ErrClosed = errors.New("engine: closed")
 func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) error) (*Result, error) {
 	s, err := e.newSequence(req)
 	if err != nil {
-		return nil, &RequestError{fmt.Errorf("engine: %w", err)}
+		return nil, prefixed("engine: ", err)
 	}
 	j := newJob(ctx, s, req.Session, onToken)
 	if err := e.batch.submit(j); err != nil {
@@ -191,9 +191,9 @@ func (e *Engine) GenerateEach(ctx context.Context, reqs []Request, onToken func(
 		s, err := e.newSequence(req)
 		if err != nil {
 			if len(reqs) > 1 {
-				return &RequestError{fmt.Errorf("engine: request %d: %w", i, err)}
+				return prefixed(fmt.Sprintf("engine: request %d: ", i), err)
 			}
-			return &RequestError{fmt.Errorf("engine: %w", err)}
+			return prefixed("engine: ", err)
 		}
 		seqs[i] = s
 	}
@@ -264,31 +264,46 @@ type sequence struct {
 	res         *Result
 }
 
-// newSequence validates req against the model's context and prepares its state.
+// prefixed is the *RequestError of a refusal err (a *RequestError keeps its Field), its message prefixed.
+func prefixed(prefix string, err error) *RequestError {
+	field := ""
+	var re *RequestError
+	if errors.As(err, &re) {
+		field = re.Field
+	}
+	return &RequestError{Err: fmt.Errorf("%s%w", prefix, err), Field: field}
+}
+
+// newSequence validates req against the model's context and prepares its state. Its refusals are
+// *RequestError naming the field at fault.
 func (e *Engine) newSequence(req Request) (*sequence, error) {
 	if err := e.checkIDs(req.PromptIDs); err != nil {
-		return nil, err
+		return nil, refuse(FieldPrompt, err)
 	}
 	n := len(req.PromptIDs)
 	maxPos := e.plan.Context
 	maxNew := req.MaxNewTokens
 	switch {
 	case maxNew < 0:
-		return nil, fmt.Errorf("max new tokens must be ≥ 0, got %d", maxNew)
+		return nil, refuse(FieldMaxNewTokens, fmt.Errorf("max new tokens must be ≥ 0, got %d", maxNew))
 	case n >= maxPos:
-		return nil, fmt.Errorf("the prompt's %d tokens leave no room in %s", n, e.contextName())
+		return nil, refuse(FieldPrompt, fmt.Errorf("the prompt's %d tokens leave no room in %s", n, e.contextName()))
 	case maxNew == 0:
 		maxNew = maxPos - n
 	case n+maxNew > maxPos:
-		return nil, fmt.Errorf("prompt (%d tokens) + max new tokens (%d) = %d exceeds %s", n, maxNew, n+maxNew, e.contextName())
+		return nil, refuse(FieldMaxNewTokens, fmt.Errorf("prompt (%d tokens) + max new tokens (%d) = %d exceeds %s", n, maxNew, n+maxNew, e.contextName()))
 	}
 	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs {
-		return nil, fmt.Errorf("top logprobs must be in [0, %d], got %d", MaxTopLogprobs, req.TopLogprobs)
+		return nil, refuse(FieldTopLogprobs, fmt.Errorf("top logprobs must be in [0, %d], got %d", MaxTopLogprobs, req.TopLogprobs))
 	}
 	sm, err := newSampler(req.Sampling)
 	if err != nil {
-		return nil, err
+		return nil, refuse(FieldSampling, err)
 	}
+	if err := req.Sampling.checkVocab(e.cfg.VocabSize); err != nil {
+		return nil, refuse(FieldLogitBias, err)
+	}
+	sm.prompt = len(req.PromptIDs)
 	s := &sequence{maxNew: maxNew, untilFull: req.MaxNewTokens == 0, stop: req.StopIDs, chunk: req.PrefillChunk, sm: sm, monitor: req.Monitor,
 		logprobs: req.Logprobs || req.TopLogprobs > 0, topLogprobs: req.TopLogprobs,
 		history: slices.Clone(req.PromptIDs), res: &Result{PromptIDs: slices.Clone(req.PromptIDs)}}
@@ -302,7 +317,7 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 		s.chunk = n
 	}
 	if s.draftTokens, err = e.draftTokens(req.DraftTokens); err != nil {
-		return nil, err
+		return nil, refuse(FieldDraftTokens, err)
 	}
 	return s, nil
 }

@@ -9,8 +9,9 @@ import (
 
 // Sampling chooses the next token from the logits. The zero value is greedy decoding.
 //
-// The steps follow Hugging Face's order: repetition penalty, temperature, top-k, top-p, then a draw from
-// the remaining distribution (or the argmax when Temperature is 0).
+// The steps follow Hugging Face's order: repetition penalty (then OpenAI's presence and frequency penalties
+// and logit bias), temperature, top-k, top-p, min-p, then a draw from the remaining distribution (or the argmax
+// when Temperature is 0). Speculative decoding verifies drafts against that same distribution.
 type Sampling struct {
 	// Temperature divides the logits; 0 means greedy (argmax, the first one on ties).
 	Temperature float64
@@ -22,9 +23,22 @@ type Sampling struct {
 	// RepetitionPenalty divides positive (multiplies negative) logits of tokens already in the sequence;
 	// 0 or 1 is off.
 	RepetitionPenalty float64
+	// PresencePenalty is subtracted once from the logit of every token generated so far (not the prompt's), and
+	// FrequencyPenalty as many times as it was generated: OpenAI's presence_penalty and frequency_penalty
+	// (logit -= count·frequency + (count > 0)·presence). 0 is off; negative values favour repeating.
+	PresencePenalty  float64
+	FrequencyPenalty float64
+	// LogitBias is added to the logits of its token ids (OpenAI's logit_bias: in [-100, 100]; -100 all but bans
+	// a token, 100 all but forces it).
+	LogitBias map[int]float64
+	// MinP keeps the candidates whose probability is at least MinP times the most likely one's; 0 is off.
+	MinP float64
 	// Seed makes sampling reproducible.
 	Seed uint64
 }
+
+// MaxLogitBias bounds the values of Sampling.LogitBias, as OpenAI's API does.
+const MaxLogitBias = 100
 
 // DefaultSampling is the model's own sampling settings from generation_config.json: its temperature, top-k and
 // top-p when it sets do_sample (else greedy), and its repetition penalty. Seed is left 0.
@@ -70,6 +84,27 @@ func (s Sampling) validate() error {
 		return fmt.Errorf("top-p must be in [0, 1], got %v", s.TopP)
 	case s.RepetitionPenalty < 0 || math.IsNaN(s.RepetitionPenalty) || math.IsInf(s.RepetitionPenalty, 0):
 		return fmt.Errorf("repetition penalty must be finite and ≥ 0, got %v", s.RepetitionPenalty)
+	case math.IsNaN(s.PresencePenalty) || math.IsInf(s.PresencePenalty, 0):
+		return fmt.Errorf("presence penalty must be finite, got %v", s.PresencePenalty)
+	case math.IsNaN(s.FrequencyPenalty) || math.IsInf(s.FrequencyPenalty, 0):
+		return fmt.Errorf("frequency penalty must be finite, got %v", s.FrequencyPenalty)
+	case !(s.MinP >= 0 && s.MinP <= 1):
+		return fmt.Errorf("min-p must be in [0, 1], got %v", s.MinP)
+	}
+	for id, b := range s.LogitBias {
+		if id < 0 || !(b >= -MaxLogitBias && b <= MaxLogitBias) {
+			return fmt.Errorf("logit bias: token id %d: want an id ≥ 0 and a bias in [-%d, %d], got %v", id, MaxLogitBias, MaxLogitBias, b)
+		}
+	}
+	return nil
+}
+
+// checkVocab refuses a logit bias for a token id outside a vocabulary of n tokens.
+func (s Sampling) checkVocab(n int) error {
+	for id := range s.LogitBias {
+		if id >= n {
+			return fmt.Errorf("logit bias: token id %d is outside the vocabulary (vocab_size %d)", id, n)
+		}
 	}
 	return nil
 }
@@ -80,6 +115,7 @@ type sampler struct {
 	rng    *rand.Rand
 	scores []float64
 	order  []int
+	prompt int // the history's first prompt ids, which the presence and frequency penalties do not count
 }
 
 func newSampler(s Sampling) (*sampler, error) {
@@ -119,7 +155,8 @@ func (sm *sampler) verify(logits []float32, history []int, x int) (tok int, acce
 	return sm.draw(order, probs, sum, at), false
 }
 
-// penalized returns the logits as float64, with the repetition penalty applied.
+// penalized returns the logits as float64, with the repetition penalty, the presence and frequency penalties
+// and the logit bias applied: what next and verify sample from alike.
 func (sm *sampler) penalized(logits []float32, history []int) []float64 {
 	scores := sm.scores[:0]
 	for _, l := range logits {
@@ -129,7 +166,29 @@ func (sm *sampler) penalized(logits []float32, history []int) []float64 {
 	if p := sm.s.RepetitionPenalty; p > 0 && p != 1 {
 		penalize(scores, history, p)
 	}
+	if sm.s.PresencePenalty != 0 || sm.s.FrequencyPenalty != 0 {
+		penalizeGenerated(scores, history[min(sm.prompt, len(history)):], sm.s.PresencePenalty, sm.s.FrequencyPenalty)
+	}
+	for id, b := range sm.s.LogitBias {
+		if id < len(scores) {
+			scores[id] += b
+		}
+	}
 	return scores
+}
+
+// penalizeGenerated applies OpenAI's presence and frequency penalties for the tokens generated:
+// score -= count·frequency + (count > 0)·presence.
+func penalizeGenerated(scores []float64, generated []int, presence, frequency float64) {
+	counts := make(map[int]int, len(generated))
+	for _, id := range generated {
+		if id >= 0 && id < len(scores) {
+			counts[id]++
+		}
+	}
+	for id, n := range counts {
+		scores[id] -= float64(n)*frequency + presence
+	}
 }
 
 // dist is the distribution a sampled token is drawn from: the candidates after temperature, top-k and top-p
@@ -140,7 +199,25 @@ func (sm *sampler) dist(scores []float64) (order []int, probs []float64, sum flo
 	}
 	order = sm.candidates(scores, sm.s.TopK)
 	probs, sum = nucleus(scores, order, sm.s.TopP)
+	if sm.s.MinP > 0 {
+		probs, sum = minP(probs, sm.s.MinP)
+	}
 	return order[:len(probs)], probs, sum
+}
+
+// minP cuts the candidates (most likely first) whose probability is below minP times the first's, and returns
+// those kept and the sum of their probabilities.
+func minP(probs []float64, minP float64) ([]float64, float64) {
+	floor := probs[0] * minP
+	n := 1
+	for n < len(probs) && probs[n] >= floor {
+		n++
+	}
+	sum := 0.0
+	for _, p := range probs[:n] {
+		sum += p
+	}
+	return probs[:n], sum
 }
 
 // draw draws a candidate with probability probs[i]/sum, never skip (-1: none; sum excludes its probability).

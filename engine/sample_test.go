@@ -61,3 +61,49 @@ func TestSampling(t *testing.T) {
 		}
 	}
 }
+
+// TestSamplingPenaltiesAndBias: OpenAI's presence and frequency penalties (counting generated tokens only),
+// logit bias and min-p, applied where next and verify (speculative decoding) both see them.
+func TestSamplingPenaltiesAndBias(t *testing.T) {
+	logits := []float32{0.1, 2.0, 1.9, -1, 2.0}
+	// History: the prompt [1], then 4 generated twice and 2 once.
+	history := []int{1, 4, 2, 4}
+	sm, _ := newSampler(Sampling{PresencePenalty: 0.5, FrequencyPenalty: 0.25})
+	sm.prompt = 1
+	got := slices.Clone(sm.penalized(logits, history))
+	want := []float64{0.1, 2.0, 1.9 - 0.25 - 0.5, -1, 2.0 - 2*0.25 - 0.5}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-6 {
+			t.Fatalf("penalized %v, want %v (token 1 is the prompt's: not counted)", got, want)
+		}
+	}
+	// A large bias on one token makes greedy pick it, in next and in verify alike.
+	biased, _ := newSampler(Sampling{LogitBias: map[int]float64{3: 100}})
+	if got := biased.next(logits, nil); got != 3 {
+		t.Errorf("greedy with logit bias 100 on token 3 picked %d", got)
+	}
+	if tok, ok := biased.verify(logits, nil, 1); tok != 3 || ok {
+		t.Errorf("verify with logit bias 100 on token 3: %d, %v; want 3 and the draft 1 refused", tok, ok)
+	}
+	banned, _ := newSampler(Sampling{LogitBias: map[int]float64{1: -100, 4: -100}})
+	if got := banned.next(logits, nil); got != 2 {
+		t.Errorf("greedy with tokens 1 and 4 banned picked %d, want 2", got)
+	}
+	// min-p 0.5 keeps 1, 4 and 2 (probabilities within half the best's), never 0 or 3.
+	mp, _ := newSampler(Sampling{Temperature: 1, MinP: 0.5, Seed: 3})
+	for range 200 {
+		if got := mp.next(logits, nil); got == 0 || got == 3 {
+			t.Fatalf("min-p 0.5 drew %d", got)
+		}
+	}
+	order, probs, sum := mp.dist(mp.penalized(logits, nil))
+	if len(order) != 3 || math.Abs(sum-(probs[0]+probs[1]+probs[2])) > 1e-12 {
+		t.Errorf("min-p 0.5: candidates %v %v (sum %v), want 3", order, probs, sum)
+	}
+	for _, bad := range []Sampling{{MinP: 1.5}, {MinP: -0.1}, {PresencePenalty: math.NaN()}, {FrequencyPenalty: math.Inf(-1)},
+		{LogitBias: map[int]float64{1: 101}}, {LogitBias: map[int]float64{-1: 1}}} {
+		if _, err := newSampler(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}

@@ -43,9 +43,14 @@ type TextChunk struct {
 	// Text is the new text (possibly empty): the chunks concatenate to TextResult.Text. Text that may be the
 	// start of a stop string, or an incomplete UTF-8 character, is held back until it is known not to be.
 	Text string
-	// Token is the token generated at this step; nil for the last chunk, which carries only the text held back
-	// until the end.
+	// Token is the token generated at this step (even one whose text a stop string cuts off); nil for the last
+	// chunk, which carries only what was held back until the end.
 	Token *TextToken
+	// Tokens are the generated tokens whose text this chunk's Text completes (a token that is part of a UTF-8
+	// character comes with the one completing it; a token without text, the stop token, with the last chunk):
+	// over the chunks, the tokens of TextResult.Text. A token whose text a stop string cut off, wholly or in
+	// part, never comes. Report logprobs from these.
+	Tokens []*TextToken
 }
 
 // TextToken is a generated token with its text and, when asked for, log-probabilities (Token).
@@ -76,7 +81,26 @@ const StopString = "stop_string"
 
 // RequestError is a request the engine refuses before any work (empty prompt, context overflow, bad sampling
 // parameters, a chat the template rejects...): the caller's mistake, not the engine's.
-type RequestError struct{ Err error }
+type RequestError struct {
+	Err error
+	// Field names what is at fault, one of the Field constants ("" when none is): a server names its own
+	// request field after it.
+	Field string
+}
+
+// The fields a RequestError names.
+const (
+	FieldPrompt       = "prompt"         // the prompt: its ids, its text or messages, its length
+	FieldMaxNewTokens = "max_new_tokens" // MaxNewTokens, or the prompt and it together past the context
+	FieldTopLogprobs  = "top_logprobs"
+	FieldSampling     = "sampling"
+	FieldLogitBias    = "logit_bias" // Sampling.LogitBias's token ids
+	FieldStop         = "stop"
+	FieldDraftTokens  = "draft_tokens"
+)
+
+// refuse is a RequestError naming field.
+func refuse(field string, err error) *RequestError { return &RequestError{Err: err, Field: field} }
 
 func (e *RequestError) Error() string { return e.Err.Error() }
 func (e *RequestError) Unwrap() error { return e.Err }
@@ -110,21 +134,21 @@ func (e *Engine) EncodePrompt(prompt string, messages []tokenizer.Message) ([]in
 		return nil, err
 	}
 	if (prompt == "") == (messages == nil) {
-		return nil, &RequestError{errors.New("give a prompt or messages, not both or neither")}
+		return nil, refuse(FieldPrompt, errors.New("give a prompt or messages, not both or neither"))
 	}
 	addSpecial := true
 	if messages != nil {
 		if !tok.HasChatTemplate() {
-			return nil, &RequestError{errors.New("the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): give a plain prompt")}
+			return nil, refuse(FieldPrompt, errors.New("the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): give a plain prompt"))
 		}
 		if prompt, err = tok.ApplyChatTemplate(messages, true); err != nil {
-			return nil, &RequestError{err}
+			return nil, refuse(FieldPrompt, err)
 		}
 		addSpecial = false // the template writes the special tokens itself
 	}
 	ids, err := tok.Encode(prompt, addSpecial)
 	if err != nil {
-		return nil, &RequestError{fmt.Errorf("tokenize prompt: %w", err)}
+		return nil, refuse(FieldPrompt, fmt.Errorf("tokenize prompt: %w", err))
 	}
 	return ids, nil
 }
@@ -144,11 +168,11 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 			return nil, err
 		}
 	} else if len(ids) == 0 {
-		return nil, &RequestError{errors.New("engine: empty prompt")}
+		return nil, refuse(FieldPrompt, errors.New("engine: empty prompt"))
 	}
 	for _, s := range req.Stop {
 		if s == "" {
-			return nil, &RequestError{errors.New("a stop string is empty")}
+			return nil, refuse(FieldStop, errors.New("a stop string is empty"))
 		}
 	}
 	r := Request{PromptIDs: ids, MaxNewTokens: req.MaxNewTokens, Sampling: req.Sampling, StopIDs: req.StopIDs,
@@ -156,10 +180,12 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 	dec := tok.NewStreamDecoder(true)
 	dec.Prime(ids) // the first generated word keeps its leading space
 	m := stopMatcher{stops: req.Stop}
+	var held heldTokens
 	stop := ""
 	prev := ids[len(ids)-1]
 	res, err := e.Generate(ctx, r, func(t Token) error {
 		piece := dec.Next(t.ID)
+		at := len(m.text)
 		text, hit := m.add(piece)
 		if onText != nil {
 			tt := &TextToken{ID: t.ID, Text: tokenText(tok, prev, t.ID), Logprob: t.Logprob}
@@ -167,7 +193,8 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 				tt.TopLogprobs = append(tt.TopLogprobs, TextLogprob{ID: c.ID, Text: tokenText(tok, prev, c.ID), Logprob: c.Logprob})
 			}
 			prev = t.ID
-			if err := onText(TextChunk{Text: text, Token: tt}); err != nil {
+			held.add(tt, at, piece)
+			if err := onText(TextChunk{Text: text, Token: tt, Tokens: held.release(m.emitted)}); err != nil {
 				return err
 			}
 		}
@@ -186,13 +213,15 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 	out := &TextResult{Result: *res}
 	if stop == "" {
 		tail, hit := m.add(dec.Flush())
+		rest := held.release(m.emitted)
 		if hit {
 			stop = m.stop
 		} else {
 			tail += m.flush()
+			rest = append(rest, held.release(-1)...) // tokens without text (the stop token) too
 		}
-		if onText != nil && tail != "" && err == nil {
-			if cerr := onText(TextChunk{Text: tail}); cerr != nil && !errors.Is(cerr, ErrStopped) {
+		if onText != nil && (tail != "" || len(rest) > 0) && err == nil {
+			if cerr := onText(TextChunk{Text: tail, Tokens: rest}); cerr != nil && !errors.Is(cerr, ErrStopped) {
 				err = cerr
 			}
 		}
@@ -212,6 +241,39 @@ func tokenText(tok *tokenizer.Tokenizer, prev, id int) string {
 		return both[len(before):]
 	}
 	return tok.Decode([]int{id}, false)
+}
+
+// heldTokens are the generated tokens whose text is not all given out yet (held back as the possible start of a
+// stop string), each with the position in the text where its own ends: a token whose piece is empty (part of a
+// UTF-8 character) ends where the next piece with text does.
+type heldTokens struct {
+	tokens []*TextToken
+	end    []int // -1: not known yet
+}
+
+// add holds t, whose piece of text was appended at position at.
+func (h *heldTokens) add(t *TextToken, at int, piece string) {
+	end := -1
+	if piece != "" {
+		end = at + len(piece)
+		for i := len(h.end) - 1; i >= 0 && h.end[i] < 0; i-- {
+			h.end[i] = end
+		}
+	}
+	h.tokens = append(h.tokens, t)
+	h.end = append(h.end, end)
+}
+
+// release returns the tokens whose text ends at or before the position emitted (-1: all of them), and forgets
+// them.
+func (h *heldTokens) release(emitted int) []*TextToken {
+	n := 0
+	for n < len(h.end) && (emitted < 0 || h.end[n] >= 0 && h.end[n] <= emitted) {
+		n++
+	}
+	out := h.tokens[:n:n]
+	h.tokens, h.end = h.tokens[n:], h.end[n:]
+	return out
 }
 
 // stopMatcher finds stop strings in text arriving piece by piece, holding back the end of the text while it

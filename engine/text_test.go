@@ -130,16 +130,49 @@ func TestGenerateText(t *testing.T) {
 	if stopped.Text != ", there was a little " || strings.Join(chunks, "") != stopped.Text || stopped.StopReason != StopString || stopped.Stop != "girl" {
 		t.Errorf("with stop strings: %q (%s %q), chunks %q", stopped.Text, stopped.StopReason, stopped.Stop, chunks)
 	}
-	// Refusals are RequestErrors.
+	// Refusals are RequestErrors naming the field at fault.
 	var re *RequestError
-	for _, req := range []TextRequest{
-		{Messages: []tokenizer.Message{{Role: "user", Content: "hi"}}}, // no chat template
-		{Prompt: "x", MaxNewTokens: 10000},
-		{Prompt: "x", Stop: []string{""}},
-		{},
+	for _, c := range []struct {
+		req   TextRequest
+		field string
+	}{
+		{TextRequest{Messages: []tokenizer.Message{{Role: "user", Content: "hi"}}}, FieldPrompt}, // no chat template
+		{TextRequest{Prompt: "x", MaxNewTokens: 10000}, FieldMaxNewTokens},
+		{TextRequest{Prompt: "x", Stop: []string{""}}, FieldStop},
+		{TextRequest{PromptIDs: []int{1, 1 << 20}}, FieldPrompt},
+		{TextRequest{}, FieldPrompt},
 	} {
-		if _, err := e.GenerateText(ctx, req, nil); !errors.As(err, &re) {
-			t.Errorf("%+v: got %v, want a RequestError", req, err)
+		if _, err := e.GenerateText(ctx, c.req, nil); !errors.As(err, &re) || re.Field != c.field {
+			t.Errorf("%+v: got %v, want a RequestError naming %q", c.req, err, c.field)
+		}
+	}
+}
+
+// TestGenerateTextLogprobsCut (issue #36 case 7): the tokens reported with logprobs are those of the text
+// given out: the tokens of a stop string the text leaves out are not, streamed or at the end.
+func TestGenerateTextLogprobsCut(t *testing.T) {
+	e := open(t, testutil.SharedPath(t, "models", "stories260K-hf"), Options{})
+	for _, stop := range [][]string{nil, {"girl"}, {"ittle"}, {"Lily"}} {
+		var tokens []*TextToken
+		var text, joined string
+		res, err := e.GenerateText(context.Background(), TextRequest{Prompt: "Once upon a time", MaxNewTokens: 40, Stop: stop, Logprobs: true}, func(c TextChunk) error {
+			text += c.Text
+			for _, t := range c.Tokens {
+				if joined += t.Text; !strings.HasPrefix(text, joined) {
+					return fmt.Errorf("token %q comes before its text (text so far %q)", t.Text, text)
+				}
+			}
+			tokens = append(tokens, c.Tokens...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case stop == nil && (joined != res.Text || len(tokens) != len(res.GeneratedIDs)):
+			t.Errorf("no stop string: tokens %q (%d), want the text %q (%d tokens)", joined, len(tokens), res.Text, len(res.GeneratedIDs))
+		case stop != nil && (res.StopReason != StopString || !strings.HasPrefix(res.Text, joined) || strings.Contains(joined, stop[0]) || len(tokens) >= len(res.GeneratedIDs)):
+			t.Errorf("stop %q: text %q (%s), tokens %q (%d of %d): want the tokens of the text, without the stop string's", stop, res.Text, res.StopReason, joined, len(tokens), len(res.GeneratedIDs))
 		}
 	}
 }

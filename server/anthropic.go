@@ -127,8 +127,10 @@ func (anthropic) errorBody(e *requestError) any {
 		kind = "authentication_error"
 	case http.StatusNotFound:
 		kind = "not_found_error"
-	case http.StatusMethodNotAllowed:
+	case http.StatusMethodNotAllowed, http.StatusRequestTimeout, http.StatusUnsupportedMediaType, http.StatusMisdirectedRequest:
 		kind = "invalid_request_error"
+	case http.StatusForbidden:
+		kind = "permission_error"
 	case http.StatusRequestEntityTooLarge:
 		kind = "request_too_large"
 	case http.StatusTooManyRequests:

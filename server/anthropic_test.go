@@ -145,6 +145,7 @@ func TestAuthHeaders(t *testing.T) {
 	_, ts := newTestServer(t, Config{APIKey: "s3cret"})
 	do := func(method, path string, h map[string]string, body string) (int, string) {
 		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		for k, v := range h {
 			req.Header.Set(k, v)
 		}

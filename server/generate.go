@@ -14,17 +14,13 @@ import (
 	"github.com/layerstream/layerstream/internal/sections"
 )
 
-// generate serves a generation request of any dialect: the body read and parsed, the model checked, the
-// request admitted (429 past MaxInFlight), generated in the engine's batch loop with its own health checks, and
-// answered in one body or streamed.
+// generate serves a generation request of any dialect: the request admitted (429 past MaxInFlight, its body
+// unread), its body read and parsed, the model checked, the prompt tokenized, generated in the engine's batch
+// loop with its own health checks, and answered in one body or streamed. Admission comes first, so that the
+// bodies being read, parsed and tokenized at once are bounded by MaxInFlight too.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 	if s.draining.Load() {
 		writeErrorAs(w, d, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"})
-		return
-	}
-	req, tr, err := s.prepare(w, r, d)
-	if err != nil {
-		writeErrorAs(w, d, err.(*requestError))
 		return
 	}
 	if n := s.inFlight.Add(1); n > int64(s.cfg.MaxInFlight) {
@@ -36,6 +32,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 	defer s.inFlight.Add(-1)
 	if s.admitted != nil {
 		s.admitted()
+	}
+	req, tr, err := s.prepare(w, r, d)
+	if err != nil {
+		writeErrorAs(w, d, err.(*requestError))
+		return
 	}
 	g := &generation{s: s, d: d, req: req, text: tr, id: newID(d.idPrefix()), created: time.Now().Unix(), start: time.Now()}
 	// The request's own health checks (residual stream, logits, output text), warning once per kind with its id.
@@ -49,6 +50,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 
 // prepare reads, parses and checks a request, and makes the engine's request of it.
 func (s *Server) prepare(w http.ResponseWriter, r *http.Request, d dialect) (*request, engine.TextRequest, error) {
+	if s.reading != nil {
+		s.reading()
+	}
 	body, err := s.readBody(w, r)
 	if err != nil {
 		return nil, engine.TextRequest{}, err
@@ -75,7 +79,7 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	if ids == nil {
 		var err error
 		if ids, err = e.EncodePrompt(req.prompt, req.messages); err != nil {
-			return engine.TextRequest{}, engineError(err)
+			return engine.TextRequest{}, engineError(req, err)
 		}
 	}
 	sm := e.DefaultSampling()
@@ -85,6 +89,12 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	}
 	setIf(&sm.TopK, req.topK)
 	setIf(&sm.RepetitionPenalty, req.repetition)
+	setIf(&sm.PresencePenalty, req.presence)
+	setIf(&sm.FrequencyPenalty, req.frequency)
+	setIf(&sm.MinP, req.minP)
+	if req.logitBias != nil {
+		sm.LogitBias = req.logitBias
+	}
 	if req.seed != nil {
 		sm.Seed = *req.seed
 	} else {
@@ -113,11 +123,12 @@ func setIf[T any](dst *T, v *T) {
 	}
 }
 
-// engineError maps an engine error: a refused request is 400, anything else 500.
-func engineError(err error) *requestError {
+// engineError maps an engine error about req: a refused request is 400 naming req's field at fault, anything
+// else 500.
+func engineError(req *request, err error) *requestError {
 	var re *engine.RequestError
 	if errors.As(err, &re) {
-		return &requestError{status: http.StatusBadRequest, msg: err.Error()}
+		return &requestError{status: http.StatusBadRequest, param: req.param(re.Field), msg: err.Error()}
 	}
 	return &requestError{status: http.StatusInternalServerError, msg: err.Error()}
 }
@@ -164,15 +175,15 @@ func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*
 		return res, &requestError{status: http.StatusInternalServerError, code: "health_check_failed",
 			msg: "generation stopped by a health check: " + err.Error()}
 	}
-	return res, engineError(err)
+	return res, engineError(g.req, err)
 }
 
 // complete answers a request in one JSON body.
 func (g *generation) complete(w http.ResponseWriter, r *http.Request) {
 	var tokens []*engine.TextToken
 	res, rerr := g.run(r.Context(), func(c engine.TextChunk) {
-		if c.Token != nil && g.text.Logprobs {
-			tokens = append(tokens, c.Token)
+		if g.text.Logprobs {
+			tokens = append(tokens, c.Tokens...)
 		}
 	})
 	if rerr != nil {
@@ -209,6 +220,10 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := <-done
+	if sw.failed || out.rerr != nil && out.rerr.status == StatusClientClosedRequest {
+		// The client left mid-stream: counted as 499, as an answer not streamed is, though 200 was sent.
+		countAs(w, StatusClientClosedRequest)
+	}
 	switch {
 	case sw.failed:
 	case out.rerr != nil && !sw.started:

@@ -106,8 +106,8 @@ func TestOpenAIPythonClient(t *testing.T) {
 	if want, _, _ := strings.Cut(comp.Text, "Lily"); got.Completion.Text != want || got.Completion.FinishReason != "stop" {
 		t.Errorf("completion with stop: %+v, want %q", got.Completion, want)
 	}
-	if got.Refused == nil || got.Refused.Status != 400 || got.Refused.Param != "min_p" {
-		t.Errorf("min_p: %+v, want a 400 naming it", got.Refused)
+	if got.Refused == nil || got.Refused.Status != 400 || got.Refused.Param != "typical_p" {
+		t.Errorf("typical_p: %+v, want a 400 naming it", got.Refused)
 	}
 	if got.WrongKey != 401 {
 		t.Errorf("wrong key: %d", got.WrongKey)
@@ -234,6 +234,7 @@ func TestAnthropicPythonClient(t *testing.T) {
 func openAIChatAuth(t *testing.T, url, key, body string) greedy {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -24,7 +24,7 @@ type ollama struct {
 var (
 	fieldsOllamaChat     = []string{"model", "messages", "stream", "options", "format", "keep_alive", "tools", "think"}
 	fieldsOllamaGenerate = []string{"model", "prompt", "system", "stream", "options", "format", "keep_alive", "raw", "suffix", "think"}
-	fieldsOllamaOptions  = []string{"num_predict", "temperature", "top_k", "top_p", "seed", "stop"}
+	fieldsOllamaOptions  = []string{"num_predict", "temperature", "top_k", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "min_p"}
 )
 
 // ollamaMessages: roles system, user and assistant, content a string.
@@ -102,7 +102,7 @@ func (o ollama) prompt(p *parser, r *request) {
 }
 
 // ollamaOptions reads Ollama's options: num_predict (-1 and -2: until the context ends, bounded by serve
-// --max-tokens), temperature, top_k, top_p, seed and stop.
+// --max-tokens), temperature, top_k, top_p, seed, stop, presence_penalty, frequency_penalty and min_p.
 func ollamaOptions(raw json.RawMessage, r *request, maxTokens int) error {
 	fields, err := parseFields(raw, "options.", fieldsOllamaOptions)
 	if err != nil {
@@ -115,7 +115,9 @@ func ollamaOptions(raw json.RawMessage, r *request, maxTokens int) error {
 		p.err = badField("options.num_predict", "options.num_predict must be at least 1 (or -1: to the context's end), got 0")
 	}
 	r.maxTokens = max(n, 0)
+	r.maxTokensField = "options.num_predict"
 	p.sampling(r, 2)
+	p.penalties(r)
 	r.stop = p.stops("stop")
 	return p.err
 }

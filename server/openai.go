@@ -74,23 +74,29 @@ func (o *openAIEvents) open() []event {
 }
 
 func (o *openAIEvents) chunk(c engine.TextChunk) []event {
-	logprobs := o.g.text.Logprobs && c.Token != nil
+	logprobs := o.g.text.Logprobs && len(c.Tokens) > 0
 	if c.Text == "" && !logprobs {
 		return nil
 	}
 	var lp any
 	if o.chat {
 		if logprobs {
-			lp = map[string]any{"content": []chatLogprob{chatLogprobOf(c.Token)}}
+			content := make([]chatLogprob, len(c.Tokens))
+			for i, t := range c.Tokens {
+				content[i] = chatLogprobOf(t)
+			}
+			lp = map[string]any{"content": content}
 		}
 		return []event{{data: o.chatChunk(map[string]any{"content": c.Text}, lp, nil)}}
 	}
 	if logprobs {
 		var l completionLogprobs
-		l.add(c.Token, o.offset)
+		for _, t := range c.Tokens {
+			l.add(t, o.offset)
+			o.offset += len(t.Text)
+		}
 		lp = l
 	}
-	o.offset += len(c.Text)
 	return []event{{data: o.completionChunk(c.Text, lp, nil)}}
 }
 

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
@@ -30,6 +31,10 @@ type request struct {
 	topP          *float64
 	topK          *int
 	repetition    *float64
+	presence      *float64
+	frequency     *float64
+	minP          *float64
+	logitBias     map[int]float64
 	seed          *uint64
 	stop          []string
 	logprobs      bool
@@ -37,6 +42,25 @@ type request struct {
 	stream        bool
 	usage         bool // stream_options.include_usage
 	raw           bool // Ollama's generate: the prompt as it is, not rendered with the chat template
+	// maxTokensField names the field giving maxTokens in the dialect's request, for errors about it ("":
+	// "max_tokens").
+	maxTokensField string
+}
+
+// param is the request field an engine refusal's Field (engine.RequestError) is about; "" when none.
+func (r *request) param(field string) string {
+	switch field {
+	case engine.FieldPrompt:
+		return r.promptField()
+	case engine.FieldMaxNewTokens:
+		if r.maxTokensField != "" {
+			return r.maxTokensField
+		}
+		return "max_tokens"
+	case engine.FieldTopLogprobs, engine.FieldStop, engine.FieldLogitBias:
+		return field
+	}
+	return ""
 }
 
 // promptField names the field holding the prompt, for errors about it.
@@ -65,15 +89,14 @@ func badField(param, format string, args ...any) *requestError {
 //   - supported: it changes the result and is implemented (fieldsChat, fieldsCompletions below);
 //   - harmless: accepted and ignored because it does not change the generated text (user, metadata, store,
 //     service_tier, parallel_tool_calls), or accepted only at the value that changes nothing (n 1,
-//     presence_penalty and frequency_penalty 0, logit_bias {}, response_format {"type": "text"}, tools [],
-//     tool_choice "none", echo false, best_of 1, suffix "");
+//     response_format {"type": "text"}, tools [], tool_choice "none", echo false, best_of 1, suffix "");
 //   - anything else: refused with 400 naming the field.
 //
 // A field whose value is JSON null counts as absent (several clients send nulls for unset options).
 var (
 	fieldsCommon = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed",
 		"stop", "stream", "stream_options", "user", "metadata", "store", "service_tier", "n", "presence_penalty",
-		"frequency_penalty", "logit_bias"}
+		"frequency_penalty", "logit_bias", "min_p"}
 	fieldsChat        = append(slices.Clone(fieldsCommon), "messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls")
 	fieldsCompletions = append(slices.Clone(fieldsCommon), "prompt", "logprobs", "echo", "best_of", "suffix")
 )
@@ -134,12 +157,8 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 		return json.Unmarshal(raw, &m) == nil
 	})
 	p.only("n", "1", isOne)
-	p.only("presence_penalty", "0", isZero)
-	p.only("frequency_penalty", "0", isZero)
-	p.only("logit_bias", "{}", func(raw json.RawMessage) bool {
-		var m map[string]float64
-		return json.Unmarshal(raw, &m) == nil && len(m) == 0
-	})
+	p.penalties(r)
+	r.logitBias = p.logitBias("logit_bias")
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -180,7 +199,9 @@ func parseFields(body []byte, prefix string, allowed []string) (map[string]json.
 func (p *parser) openAIChat(r *request, maxTokens int) {
 	r.messages = p.messages(openAIMessages)
 	p.intRange("max_completion_tokens", &r.maxTokens, 1, maxTokens)
-	if !p.has("max_completion_tokens") {
+	if p.has("max_completion_tokens") {
+		r.maxTokensField = "max_completion_tokens"
+	} else {
 		p.intRange("max_tokens", &r.maxTokens, 1, maxTokens)
 	}
 	p.boolean("logprobs", &r.logprobs)
@@ -228,6 +249,43 @@ func (p *parser) sampling(r *request, maxTemperature float64) {
 		u := uint64(seed)
 		r.seed = &u
 	}
+}
+
+// penalties reads presence_penalty and frequency_penalty (-2 to 2, as OpenAI's) and min_p (0 to 1).
+func (p *parser) penalties(r *request) {
+	r.presence = p.float("presence_penalty", -2, 2)
+	r.frequency = p.float("frequency_penalty", -2, 2)
+	r.minP = p.float("min_p", 0, 1)
+}
+
+// maxLogitBiases bounds the token ids of a logit_bias.
+const maxLogitBiases = 1024
+
+// logitBias reads OpenAI's logit_bias: an object from token ids (as strings) to biases in [-100, 100].
+func (p *parser) logitBias(name string) map[int]float64 {
+	var m map[string]float64
+	if !p.decode(name, &m, "an object from token ids to numbers") {
+		return nil
+	}
+	at := p.prefix + name
+	if len(m) > maxLogitBiases {
+		p.err = badField(at, "%s: at most %d token ids, got %d", at, maxLogitBiases, len(m))
+		return nil
+	}
+	bias := make(map[int]float64, len(m))
+	for _, key := range slices.Sorted(maps.Keys(m)) {
+		id, err := strconv.Atoi(key)
+		if err != nil || id < 0 {
+			p.err = badField(at, "%s: key %q is not a token id (an integer ≥ 0)", at, key)
+			return nil
+		}
+		if v := m[key]; !(v >= -engine.MaxLogitBias && v <= engine.MaxLogitBias) {
+			p.err = badField(at, "%s[%q] must be in [-%d, %d], got %g", at, key, engine.MaxLogitBias, engine.MaxLogitBias, v)
+			return nil
+		}
+		bias[id] = m[key]
+	}
+	return bias
 }
 
 // parser decodes fields one after the other, keeping the first error. Errors name a field as prefix+name.
@@ -433,7 +491,7 @@ func messageContent(raw json.RawMessage) (string, error) {
 }
 
 // prompt reads completions' prompt: a string, an array of one string, token ids, or an array of one array of
-// token ids.
+// token ids. Errors say which of these shapes is wrong, and where.
 func (p *parser) prompt(r *request) {
 	raw, ok := p.fields["prompt"]
 	if p.err != nil {
@@ -444,31 +502,64 @@ func (p *parser) prompt(r *request) {
 		return
 	}
 	var s string
-	var ss []string
-	var ids []int
-	var idss [][]int
-	switch {
-	case json.Unmarshal(raw, &s) == nil:
-	case json.Unmarshal(raw, &ss) == nil && len(ss) == 1:
-		s = ss[0]
-	case json.Unmarshal(raw, &ids) == nil && len(ids) > 0:
-		r.ids = ids
+	if json.Unmarshal(raw, &s) == nil {
+		p.promptText(r, s)
 		return
-	case json.Unmarshal(raw, &idss) == nil && len(idss) == 1 && len(idss[0]) > 0:
-		r.ids = idss[0]
-		return
-	case ss != nil || idss != nil:
-		p.err = badField("prompt", "prompt: one prompt per request (got %d); send several requests, they share the batch", max(len(ss), len(idss)))
-		return
-	default:
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
 		p.err = badField("prompt", "prompt: want a string, or an array of token ids, got %s", excerpt(raw))
 		return
 	}
+	switch first := bytes.TrimSpace(firstOf(items)); {
+	case len(items) == 0:
+		p.err = badField("prompt", "prompt is empty: want a string, or an array of token ids")
+	case first[0] == '"' && len(items) == 1:
+		json.Unmarshal(items[0], &s)
+		p.promptText(r, s)
+	case first[0] == '"' || first[0] == '[' && len(items) > 1:
+		p.err = badField("prompt", "prompt: one prompt per request (got %d); send several requests, they share the batch", len(items))
+	case first[0] == '[':
+		r.ids, p.err = tokenIDs("prompt[0]", items[0])
+	default:
+		r.ids, p.err = tokenIDs("prompt", raw)
+	}
+}
+
+// promptText sets a text prompt, refusing an empty one.
+func (p *parser) promptText(r *request, s string) {
 	if s == "" {
 		p.err = badField("prompt", "prompt is empty")
 		return
 	}
 	r.prompt = s
+}
+
+func firstOf(items []json.RawMessage) json.RawMessage {
+	if len(items) == 0 {
+		return nil
+	}
+	return items[0]
+}
+
+// tokenIDs reads a non-empty array of token ids (at names it in errors; the error names the field "prompt").
+func tokenIDs(at string, raw json.RawMessage) ([]int, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badField("prompt", "%s: want an array of token ids, got %s", at, excerpt(raw))
+	}
+	if len(items) == 0 {
+		return nil, badField("prompt", "%s is empty: want at least one token id", at)
+	}
+	ids := make([]int, len(items))
+	for i, item := range items {
+		var id int64
+		if err := json.Unmarshal(item, &id); err != nil || id < 0 || id > math.MaxInt32 {
+			return nil, badField("prompt", "%s[%d]: a token id is an integer ≥ 0, got %s", at, i, excerpt(item))
+		}
+		ids[i] = int(id)
+	}
+	return ids, nil
 }
 
 func strictDecode(raw json.RawMessage, dst any) error {
@@ -493,11 +584,6 @@ func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw),
 func isOne(raw json.RawMessage) bool {
 	var v float64
 	return json.Unmarshal(raw, &v) == nil && v == 1
-}
-
-func isZero(raw json.RawMessage) bool {
-	var v float64
-	return json.Unmarshal(raw, &v) == nil && v == 0
 }
 
 func compact(raw json.RawMessage) []byte {

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,20 @@ type Config struct {
 	MaxInFlight int
 	// MaxBodyBytes bounds a request body; a larger one is answered 413 (default 4 MiB).
 	MaxBodyBytes int64
+	// ReadTimeout bounds the reading of a request: its headers (Serve's http.Server.ReadHeaderTimeout), then its
+	// body, each must arrive within it, else the connection closes (a body late: 408). Default 30 s.
+	ReadTimeout time.Duration
 	// MaxTokens bounds max_tokens, and is the default of chat requests that give none (default 2048; the
 	// model's context bounds it too). Completions requests default to 16 tokens, as OpenAI's.
 	MaxTokens int
+	// Host is the address the server listens on (serve --host): a request's Host naming it, on the server's
+	// port, is the server's own, as the loopback names are. AllowedHosts are more names it may be reached by,
+	// on any port ("*": any name); others are answered 421 (policy.go).
+	Host         string
+	AllowedHosts []string
+	// AllowedOrigins are the origins (scheme://host[:port]) of the web pages that may use the API besides the
+	// server's own (the chat page); "*": any. Their requests get CORS headers; requests from other pages, 403.
+	AllowedOrigins []string
 	// APIKey, when set, is required as "Authorization: Bearer KEY" (or Anthropic's "x-api-key: KEY") on every
 	// path but /health and the chat page's files.
 	APIKey string
@@ -59,6 +71,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultReadTimeout is Config.ReadTimeout's default.
+const DefaultReadTimeout = 30 * time.Second
+
 // Server serves the API. Use it as an http.Handler.
 type Server struct {
 	cfg      Config
@@ -67,13 +82,15 @@ type Server struct {
 	draining atomic.Bool
 	drained  chan struct{} // closed by Drain: long-lived streams (/api/pipeline) end
 	drain    sync.Once
+	bodies   sync.Map // the *http.ResponseController of each request whose body is being read
 	metrics  metrics
 	created  int64
 	facts    modelFacts
 
-	// Test hooks: admitted runs once a generation request holds its place, before generating; token runs on
-	// the engine's goroutine for every chunk.
+	// Test hooks: admitted runs once a generation request holds its place, before its body is read; reading
+	// as its body starts to be read; token runs on the engine's goroutine for every chunk.
 	admitted func()
+	reading  func()
 	token    func()
 }
 
@@ -93,6 +110,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxTokens <= 0 {
 		cfg.MaxTokens = 2048
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -157,20 +177,34 @@ func dialectFor(path string) dialect {
 }
 
 // Drain makes the server refuse new generations (503) and report unhealthy, while those in flight go on, and
-// ends the pipeline views' streams (which would otherwise hold the shutdown for its whole grace period): the
-// first step of a graceful shutdown.
+// ends the pipeline views' streams and the reading of bodies still arriving (answered 503), which would
+// otherwise hold the shutdown: the first step of a graceful shutdown.
 func (s *Server) Drain() {
 	s.draining.Store(true)
 	s.drain.Do(func() { close(s.drained) })
+	s.bodies.Range(func(rc, _ any) bool {
+		rc.(*http.ResponseController).SetReadDeadline(time.Now())
+		return true
+	})
 }
 
 // ServeHTTP checks the API key, serves the request and counts it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-	if s.cfg.APIKey != "" && r.URL.Path != "/health" && !isPage(r.URL.Path) && !s.authorized(r) {
-		writeErrorAs(rec, dialectFor(r.URL.Path), &requestError{status: http.StatusUnauthorized, msg: "missing or wrong API key: send the header \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\")", code: "invalid_api_key"})
-	} else {
+	// A body must arrive within ReadTimeout, whatever the answer: a client sending it slowly, or not at all,
+	// holds its connection no longer (readBody ends the deadline once the body is in, for long streams). A
+	// request without one gets no deadline: net/http's read watching for the client leaving would fail at it,
+	// ending a long stream (/api/pipeline).
+	if r.ContentLength != 0 {
+		http.NewResponseController(w).SetReadDeadline(start.Add(s.cfg.ReadTimeout))
+	}
+	body := &trackedBody{ReadCloser: r.Body}
+	r = r.WithContext(r.Context()) // a copy, whose body is tracked: net/http's own request keeps its body
+	r.Body = body
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, body: body, hasBody: r.ContentLength != 0}
+	if e := s.policyRefusal(r); e != nil {
+		writeErrorAs(rec, dialectFor(r.URL.Path), e)
+	} else if !s.cors(rec, r) {
 		s.mux.ServeHTTP(rec, r)
 	}
 	endpoint := r.URL.Path
@@ -186,14 +220,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.cfg.Logger.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "seconds", fmt.Sprintf("%.3f", time.Since(start).Seconds()))
 }
 
-// authorized reports whether a request carries the API key: as "Authorization: Bearer KEY", or as
-// Anthropic's clients send it, "x-api-key: KEY".
+// authorized reports whether a request carries the API key: as "Authorization: Bearer KEY" (the scheme's name
+// in any case, as RFC 7235 says), or as Anthropic's clients send it, "x-api-key: KEY".
 func (s *Server) authorized(r *http.Request) bool {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	key, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		key = r.Header.Get("X-Api-Key")
 	}
 	return key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) == 1
+}
+
+// bearer returns the credentials of an Authorization header of the Bearer scheme, whose name is
+// case-insensitive (RFC 7235 section 2.1), separated from them by one or more spaces.
+func bearer(header string) (string, bool) {
+	scheme, cred, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(cred, " "), true
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -251,22 +295,49 @@ func (s *Server) unknownModel(name string) *requestError {
 		msg: fmt.Sprintf("the model %q does not exist: this server serves %q (GET /v1/models)", name, s.cfg.ModelID)}
 }
 
-// readBody reads a request body bounded by MaxBodyBytes, within a minute. (Not http.Server.ReadTimeout: its
-// deadline stays on the connection, and its expiry would cancel a long stream's context.)
+// readBody reads a request body bounded by MaxBodyBytes, which must arrive within ReadTimeout of the request's
+// start (ServeHTTP's deadline: a body late is answered 408, and its connection closes); then it ends the
+// deadline, which would otherwise cancel a long stream (net/http's read watching for the client leaving fails at
+// it; hence not http.Server.ReadTimeout either).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(time.Minute))
-	defer rc.SetReadDeadline(time.Time{})
+	s.bodies.Store(rc, nil)
+	defer s.bodies.Delete(rc)
+	if s.draining.Load() { // Drain may have passed the requests being read before this one joined them
+		rc.SetReadDeadline(time.Now())
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	var netErr net.Error
+	timeout := errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
+	switch {
+	case errors.As(err, &tooBig):
 		return nil, &requestError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
 			msg: fmt.Sprintf("the request body exceeds %d bytes (serve --max-body)", s.cfg.MaxBodyBytes)}
-	}
-	if err != nil {
+	case timeout && s.draining.Load():
+		return nil, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"}
+	case timeout:
+		return nil, &requestError{status: http.StatusRequestTimeout, code: "request_timeout",
+			msg: fmt.Sprintf("the request body did not arrive within %v (serve --read-timeout)", s.cfg.ReadTimeout)}
+	case err != nil:
 		return nil, &requestError{status: http.StatusBadRequest, msg: "reading the request body: " + err.Error()}
 	}
+	rc.SetReadDeadline(time.Time{})
 	return body, nil
+}
+
+// trackedBody is a request body that remembers whether it was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 // errorJSON is OpenAI's error body.
@@ -312,28 +383,54 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// statusRecorder remembers the status written, for metrics, and passes flushes through for streaming.
+// statusRecorder remembers the status written, for metrics, and passes flushes through for streaming. An
+// answer given before the request's body was read to its end (a refusal) closes the connection.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
-	wrote  bool
+	status  int
+	wrote   bool
+	body    *trackedBody
+	hasBody bool // the request has a body (Content-Length not 0)
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	if !r.wrote {
 		r.status, r.wrote = code, true
+		r.dropUnreadBody()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
-	r.wrote = true
+	if !r.wrote {
+		r.wrote = true
+		r.dropUnreadBody()
+	}
 	return r.ResponseWriter.Write(b)
+}
+
+// dropUnreadBody closes the connection after the answer when the request's body was not read to its end:
+// net/http would otherwise read what is left of it after the answer, as slowly as the client sends it. The read
+// deadline passes at once, so that what net/http reads of it fails at once.
+func (r *statusRecorder) dropUnreadBody() {
+	if !r.hasBody || r.body == nil || r.body.eof {
+		return
+	}
+	r.Header().Set("Connection", "close")
+	http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now())
 }
 
 func (r *statusRecorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+// countAs makes /metrics and the request log count a request with status, whatever was sent (a stream its
+// client abandoned after its 200: StatusClientClosedRequest).
+func countAs(w http.ResponseWriter, status int) {
+	if r, ok := w.(*statusRecorder); ok {
+		r.status, r.wrote = status, true
 	}
 }
 
@@ -366,7 +463,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	// Requests' contexts derive from generations: cancelling it ends every generation in flight.
 	generations, cancelGenerations := context.WithCancelCause(context.Background())
 	defer cancelGenerations(errShuttingDown)
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.cfg.ReadTimeout, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return generations }}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

@@ -260,11 +260,25 @@ func TestRequestErrors(t *testing.T) {
 		{comp, `{"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "at most 4"},
 		{comp, `{"prompt": "x", "stream_options": {"include_usage": true}}`, 400, "stream_options", "only allowed with stream"},
 		{comp, `{"prompt": "x", "model": "gpt-4"}`, 404, "model", `the model "gpt-4" does not exist`},
-		{comp, `{"prompt": [1, 99999]}`, 400, "", "outside the vocabulary"},
+		{comp, `{"prompt": [1, 99999]}`, 400, "prompt", "outside the vocabulary"},
+		{comp, `{"prompt": [1.5]}`, 400, "prompt", "prompt[0]: a token id is an integer ≥ 0, got 1.5"},
+		{comp, `{"prompt": [[]]}`, 400, "prompt", "prompt[0] is empty: want at least one token id"},
+		{comp, `{"prompt": []}`, 400, "prompt", "prompt is empty: want a string, or an array of token ids"},
+		{comp, `{"prompt": [[1, -2]]}`, 400, "prompt", "prompt[0][1]: a token id is an integer ≥ 0, got -2"},
+		{comp, `{"prompt": [[1], [2]]}`, 400, "prompt", "one prompt per request (got 2)"},
+		{comp, `{"prompt": [""]}`, 400, "prompt", "prompt is empty"},
+		{comp, `{"prompt": "` + strings.Repeat("a ", 600) + `"}`, 400, "prompt", "leave no room"},
+		{comp, `{"prompt": "` + strings.Repeat("a ", 450) + `", "max_tokens": 100}`, 400, "max_tokens", "exceeds the model's context"},
+		{chat, `{"messages": [{"role": "user", "content": "` + strings.Repeat("a ", 450) + `"}], "max_completion_tokens": 100}`, 400, "max_completion_tokens", "exceeds the model's context"},
 		{comp, `{"prompt": "` + strings.Repeat("a ", 3000) + `"}`, 413, "", "exceeds 4096 bytes"},
 		{chat, `{` + msgs + `, "n": 2}`, 400, "n", "n is accepted only as 1"},
-		{chat, `{` + msgs + `, "frequency_penalty": 0.5}`, 400, "frequency_penalty", "accepted only as 0"},
-		{chat, `{` + msgs + `, "logit_bias": {"5": 10}}`, 400, "logit_bias", "accepted only as {}"},
+		{chat, `{` + msgs + `, "frequency_penalty": 2.5}`, 400, "frequency_penalty", "frequency_penalty must be in [-2, 2], got 2.5"},
+		{chat, `{` + msgs + `, "presence_penalty": -3}`, 400, "presence_penalty", "presence_penalty must be in [-2, 2], got -3"},
+		{chat, `{` + msgs + `, "min_p": 1.5}`, 400, "min_p", "min_p must be in [0, 1], got 1.5"},
+		{chat, `{` + msgs + `, "logit_bias": {"5": 101}}`, 400, "logit_bias", `logit_bias["5"] must be in [-100, 100], got 101`},
+		{chat, `{` + msgs + `, "logit_bias": {"x": 1}}`, 400, "logit_bias", `logit_bias: key "x" is not a token id`},
+		{chat, `{` + msgs + `, "logit_bias": [1]}`, 400, "logit_bias", "logit_bias: want an object from token ids to numbers"},
+		{chat, `{` + msgs + `, "logit_bias": {"99999": 1}}`, 400, "logit_bias", "logit bias: token id 99999 is outside the vocabulary"},
 		{chat, `{` + msgs + `, "tools": [{"type": "function"}]}`, 400, "tools", "tools is accepted only as []"},
 		{chat, `{` + msgs + `, "response_format": {"type": "json_object"}}`, 400, "response_format", `accepted only as {"type": "text"}`},
 		{chat, `{` + msgs + `, "top_logprobs": 2}`, 400, "top_logprobs", "needs logprobs: true"},
@@ -305,13 +319,16 @@ func TestRequestErrors(t *testing.T) {
 	}
 }
 
-// TestAPIKey: with a key, every path but /health needs it.
+// TestAPIKey: with a key, every path but /health needs it; the scheme's name is case-insensitive (RFC 7235).
 func TestAPIKey(t *testing.T) {
 	_, ts := newTestServer(t, Config{APIKey: "s3cret"})
 	get := func(path, key string) int {
 		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		if key != "" && !strings.Contains(key, " ") {
+			key = "Bearer " + key
+		}
 		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Authorization", key)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -323,7 +340,8 @@ func TestAPIKey(t *testing.T) {
 	for _, c := range []struct {
 		path, key string
 		code      int
-	}{{"/v1/models", "", 401}, {"/v1/models", "wrong", 401}, {"/v1/models", "s3cret", 200}, {"/metrics", "", 401}, {"/health", "", 200}, {"/v1/models/stories", "s3cret", 200}, {"/v1/models/other", "s3cret", 404}} {
+	}{{"/v1/models", "", 401}, {"/v1/models", "wrong", 401}, {"/v1/models", "s3cret", 200}, {"/metrics", "", 401}, {"/health", "", 200}, {"/v1/models/stories", "s3cret", 200}, {"/v1/models/other", "s3cret", 404},
+		{"/v1/models", "bearer s3cret", 200}, {"/v1/models", "BEARER s3cret", 200}, {"/v1/models", "Basic s3cret", 401}, {"/v1/models", "Bearers3cret", 401}} {
 		if got := get(c.path, c.key); got != c.code {
 			t.Errorf("%s with key %q: %d, want %d", c.path, c.key, got, c.code)
 		}
@@ -380,12 +398,14 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestDisconnectCancels: a client that goes away mid-stream ends its generation at the next step.
+// TestDisconnectCancels: a client that goes away mid-stream ends its generation at the next step, and its
+// request is counted as 499, as one not streamed is (issue #36: it was counted as 200).
 func TestDisconnectCancels(t *testing.T) {
 	s, ts := newTestServer(t, Config{})
 	s.token = func() { time.Sleep(5 * time.Millisecond) } // 400 tokens would take 2 s
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 400, "stream": true}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -406,12 +426,27 @@ func TestDisconnectCancels(t *testing.T) {
 			if strings.Contains(m, "layerstream_generation_tokens_total 400") {
 				t.Error("all 400 tokens were generated for a client that left")
 			}
+			if m := waitMetric(t, ts.URL, `layerstream_requests_total{endpoint="/v1/completions"`); !strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions",code="499"} 1`) {
+				t.Errorf("an abandoned stream is not counted as 499:\n%s", m)
+			}
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	_, m := get(t, ts.URL+"/metrics")
 	t.Fatalf("no cancelled generation after the client left:\n%s", m)
+}
+
+// waitMetric polls /metrics for up to 10 s until it holds want, and returns it.
+func waitMetric(t *testing.T, url, want string) string {
+	t.Helper()
+	var m string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, m = get(t, url+"/metrics"); strings.Contains(m, want) {
+			break
+		}
+	}
+	return m
 }
 
 // TestDisconnectIsNotAServerError: a non-streaming client that leaves before its answer is counted as 499
@@ -425,6 +460,7 @@ func TestDisconnectIsNotAServerError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 400}`))
+	req.Header.Set("Content-Type", "application/json")
 	answered := make(chan error, 1)
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
@@ -438,14 +474,7 @@ func TestDisconnectIsNotAServerError(t *testing.T) {
 	if err := <-answered; err == nil {
 		t.Fatal("the request was answered before the client left")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	var m string
-	for time.Now().Before(deadline) {
-		if _, m = get(t, ts.URL+"/metrics"); strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions"`) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	m := waitMetric(t, ts.URL, `layerstream_requests_total{endpoint="/v1/completions"`)
 	if !strings.Contains(m, `layerstream_requests_total{endpoint="/v1/completions",code="499"} 1`) {
 		t.Errorf("the disconnect is not counted as 499:\n%s", m)
 	}
@@ -492,6 +521,7 @@ func TestConcurrentStreams(t *testing.T) {
 			defer wg.Done()
 			body := fmt.Sprintf(`{"prompt": %q, "max_tokens": 48, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`, prompts[i%len(prompts)])
 			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)
@@ -654,5 +684,75 @@ func TestMetricsFormat(t *testing.T) {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q:\n%s", want, m)
 		}
+	}
+}
+
+// TestLogprobsCutWithText (issue #36 case 7): logprobs hold the tokens of the text answered, not those of the
+// stop string it leaves out, streamed or not.
+func TestLogprobsCutWithText(t *testing.T) {
+	_, ts := newTestServer(t, Config{})
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stop": ["girl"], "logprobs": 1, "stream": %v}`, stream)
+		resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var events []completion
+		if stream {
+			events, _ = readStream(t, resp.Body)
+		} else {
+			var c completion
+			json.NewDecoder(resp.Body).Decode(&c)
+			events = []completion{c}
+		}
+		resp.Body.Close()
+		text, _, _ := streamText(events)
+		var tokens string
+		for _, ev := range events {
+			for _, ch := range ev.Choices {
+				var l completionLogprobs
+				json.Unmarshal(ch.Logprobs, &l)
+				tokens += strings.Join(l.Tokens, "")
+			}
+		}
+		if text != ", there was a little " || tokens == "" || !strings.HasPrefix(text, tokens) || strings.Contains(tokens, "girl") {
+			t.Errorf("stream %v: text %q, logprobs' tokens %q; want the tokens of the text, not of the stop string", stream, text, tokens)
+		}
+	}
+}
+
+// TestSamplingFields: presence_penalty, frequency_penalty, logit_bias and min_p change the answer as OpenAI's
+// do: greedy with a bias of 100 on one token answers that token at every step; a penalty moves greedy off its
+// repetitions; Ollama's options take presence_penalty, frequency_penalty and min_p.
+func TestSamplingFields(t *testing.T) {
+	s, ts := newTestServer(t, Config{})
+	tok, _ := s.cfg.Engine.Tokenizer()
+	ids, _ := tok.Encode(" Lily", false)
+	id := ids[len(ids)-1]
+	greedy := func(extra string) string {
+		t.Helper()
+		code, body := post(t, ts.URL+"/v1/completions", `{"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0`+extra+`}`)
+		var c completion
+		if json.Unmarshal(body, &c); code != 200 || len(c.Choices) != 1 {
+			t.Fatalf("%s: %d %s", extra, code, body)
+		}
+		return c.Choices[0].Text
+	}
+	plain := greedy("")
+	if got := greedy(fmt.Sprintf(`, "logit_bias": {"%d": 100}`, id)); got != strings.Repeat(" Lily", 60) {
+		t.Errorf("logit_bias 100 on %d (\" Lily\"): %q, want it at every step", id, got)
+	}
+	if got := greedy(`, "frequency_penalty": 2, "presence_penalty": 2`); got == plain {
+		t.Errorf("penalties change nothing: %q", got)
+	}
+	if got := greedy(`, "min_p": 0.5, "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}`); got != plain {
+		t.Errorf("min_p changed greedy's answer, or zero penalties did: %q, want %q", got, plain)
+	}
+	code, body := post(t, ts.URL+"/api/generate", `{"model": "stories", "prompt": "Once upon a time", "raw": true, "stream": false, "options": {"num_predict": 60, "temperature": 0, "presence_penalty": 2, "frequency_penalty": 2, "min_p": 0.1}}`)
+	var o struct {
+		Response string `json:"response"`
+	}
+	if json.Unmarshal(body, &o); code != 200 || o.Response == plain {
+		t.Errorf("Ollama's options with penalties: %d %s, want an answer other than %q", code, body, plain)
 	}
 }

@@ -538,8 +538,29 @@ func TestSplitRejectsBadCheckpoints(t *testing.T) {
 		t.Fatalf("layer count mismatch: %v", err)
 	}
 	cfg.NumHiddenLayers = 5
-	if _, err := Split(context.Background(), &bad, SplitOptions{Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no tensors for unit layer.4") {
+	if _, err := Split(context.Background(), &bad, SplitOptions{Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no tensors for unit layer.4 (config.json's num_hidden_layers: 5)") {
 		t.Fatalf("missing layer: %v", err)
+	}
+	// Issue #36 case 8: a config contradicting its weights is refused before the split starts, naming
+	// config.json's key and the tensor, and leaves no folder behind.
+	for _, c := range []struct {
+		edit func(*checkpoint.Config)
+		want string
+	}{
+		{func(c *checkpoint.Config) { c.VocabSize = 1 << 40 }, "config.json's vocab_size and hidden_size (1099511627776, 64) contradict the tensor model.embed_tokens.weight of shape [256 64]"},
+		{func(c *checkpoint.Config) { c.HiddenSize = 32 }, "contradict the tensor model.embed_tokens.weight"},
+	} {
+		cfg := *ck.Config
+		c.edit(&cfg)
+		bad = *ck
+		bad.Config = &cfg
+		out := filepath.Join(t.TempDir(), "split")
+		if _, err := Ensure(context.Background(), &bad, SplitOptions{Out: out}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("config contradicting its weights: %v; want %q", err, c.want)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("a refused split left %s behind (%v)", out, err)
+		}
 	}
 	if _, err := Split(context.Background(), ck, SplitOptions{Out: t.TempDir(), Encoding: "lz4"}); err == nil || !strings.Contains(err.Error(), `"lz4"`) {
 		t.Fatalf("bad encoding: %v", err)

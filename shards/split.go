@@ -115,6 +115,9 @@ func planUnits(ck *checkpoint.Checkpoint) ([]unitPlan, error) {
 		}
 		p.tensors = append(p.tensors, t)
 	}
+	if err := checkHeadShapes(ck); err != nil {
+		return nil, err
+	}
 	layers := ck.Config.NumHiddenLayers
 	order := []string{"embed"}
 	for l := range layers {
@@ -128,7 +131,7 @@ func planUnits(ck *checkpoint.Checkpoint) ([]unitPlan, error) {
 			if name == "lm_head" {
 				continue
 			}
-			return nil, fmt.Errorf("shards: checkpoint %s has no tensors for unit %s (config: %d layers)", ck.Dir, name, layers)
+			return nil, fmt.Errorf("shards: checkpoint %s has no tensors for unit %s (config.json's num_hidden_layers: %d)", ck.Dir, name, layers)
 		}
 		plans = append(plans, *p)
 		delete(byUnit, name)
@@ -137,6 +140,31 @@ func planUnits(ck *checkpoint.Checkpoint) ([]unitPlan, error) {
 		return nil, fmt.Errorf("shards: checkpoint %s has tensors for %s but config.json says num_hidden_layers=%d", ck.Dir, name, layers)
 	}
 	return plans, nil
+}
+
+// checkHeadShapes checks the config against the shapes of the embedding, the final norm and the output
+// projection before any work, so that a config.json contradicting its weights (a vocab_size of 2^40) is refused
+// naming the key and the tensor, rather than after a whole split whose shards the engine cannot load.
+func checkHeadShapes(ck *checkpoint.Checkpoint) error {
+	c := ck.Config
+	v, h := int64(c.VocabSize), int64(c.HiddenSize)
+	for _, want := range []struct {
+		tensor string
+		shape  []int64
+		keys   string
+	}{
+		{"model.embed_tokens.weight", []int64{v, h}, "vocab_size and hidden_size"},
+		{"lm_head.weight", []int64{v, h}, "vocab_size and hidden_size"},
+		{"model.norm.weight", []int64{h}, "hidden_size"},
+	} {
+		t, ok := ck.Tensor(want.tensor)
+		if !ok || slices.Equal(t.Shape, want.shape) {
+			continue
+		}
+		return fmt.Errorf("shards: checkpoint %s: config.json's %s (%d, %d) contradict the tensor %s of shape %v (in %s): want %v; "+
+			"the config does not describe these weights", ck.Dir, want.keys, v, h, want.tensor, t.Shape, t.File, want.shape)
+	}
+	return nil
 }
 
 // Split writes the checkpoint's shards, copies its config and tokenizer files, then writes the manifest with a

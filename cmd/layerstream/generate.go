@@ -339,15 +339,14 @@ func generateText(ctx context.Context, e *engine.Engine, promptIDs []int, o gene
 				return err
 			}
 		}
-		if c.Token == nil {
-			return nil
-		}
 		if o.logprobs || o.topLogprobs > 0 {
-			lp := logprobJSON{ID: c.Token.ID, Token: c.Token.Text, Logprob: c.Token.Logprob}
-			for _, t := range c.Token.TopLogprobs {
-				lp.TopLogprobs = append(lp.TopLogprobs, logprobJSON{ID: t.ID, Token: t.Text, Logprob: t.Logprob})
+			for _, tok := range c.Tokens {
+				lp := logprobJSON{ID: tok.ID, Token: tok.Text, Logprob: tok.Logprob}
+				for _, t := range tok.TopLogprobs {
+					lp.TopLogprobs = append(lp.TopLogprobs, logprobJSON{ID: t.ID, Token: t.Text, Logprob: t.Logprob})
+				}
+				out.Logprobs = append(out.Logprobs, lp)
 			}
-			out.Logprobs = append(out.Logprobs, lp)
 		}
 		return nil
 	})

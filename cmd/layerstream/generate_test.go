@@ -122,8 +122,13 @@ func TestGenerateCLIHabits(t *testing.T) {
 		}
 	}
 	stopped, _ := runJSON("--prompt", "Once upon a time", "--max-new-tokens", "40", "--stop", "Lily", "--logprobs")
+	// The logprobs are those of the text's tokens: not of " Lily", the stop string's, which ended generation.
+	var logprobsText string
+	for _, lp := range stopped.Logprobs {
+		logprobsText += lp.Token
+	}
 	if stopped.Text != ", there was a little girl named " || stopped.StopReason != "stop_string" || stopped.Stop != "Lily" ||
-		len(stopped.Logprobs) != len(stopped.GeneratedIDs) {
+		len(stopped.Logprobs) != len(stopped.GeneratedIDs)-1 || logprobsText != ", there was a little girl named" {
 		t.Errorf("--stop Lily: %+v", stopped)
 	}
 

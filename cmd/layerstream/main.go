@@ -116,6 +116,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), signals...)
 	defer stop()
+	defer exitOnSecondSignal(stderr, c.name, signals)()
 	if err := runFn(ctx, fs.Args()); err != nil {
 		if errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "layerstream %s: %s\n%s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "), hint)
@@ -133,6 +134,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// exitOnSecondSignal makes a second of signals end the process at once, with status 130, while the first
+// one's graceful end (a server draining its requests, a generation printing its result) is under way. It
+// returns the function that stops watching.
+func exitOnSecondSignal(stderr io.Writer, name string, signals []os.Signal) (stop func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, signals...) // the first signal comes here too, besides ending the context
+	done := make(chan struct{})
+	go func() {
+		for seen := 0; ; seen++ {
+			select {
+			case <-done:
+				return
+			case sig := <-ch:
+				if seen == 1 {
+					fmt.Fprintf(stderr, "layerstream %s: second signal (%v): exiting at once\n", name, sig)
+					os.Exit(130)
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
 }
 
 // printCommandUsage is a subcommand's --help.

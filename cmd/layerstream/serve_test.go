@@ -88,6 +88,7 @@ func TestServeAPIsAndPage(t *testing.T) {
 		{"POST", "/v1/messages", `{"model": "` + name + `", "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]}`, `"type":"message"`},
 	} {
 		req, _ := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -133,6 +134,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"serve", "--model", "m", "--max-body", "huge"}, `invalid value "huge" for flag -max-body`},
 		{[]string{"serve", "--model", "m", "--prefill-budget", "16"}, "--prefill-budget must be 0 (no bound) or at least 64 tokens, got 16"},
 		{[]string{"serve", "--model", "m", "--shutdown-timeout", "-1s"}, "--shutdown-timeout must be at least 0, got -1s"},
+		{[]string{"serve", "--model", "m", "--read-timeout", "0s"}, "--read-timeout must be positive, got 0s"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {

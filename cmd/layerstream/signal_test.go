@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,5 +86,59 @@ func TestInterruptKeepsTheResult(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "layerstream generate: interrupted (interrupt signal received)") {
 		t.Errorf("text mode after SIGINT: stderr does not say it was interrupted: %s", stderr)
+	}
+}
+
+// Issue #36 case 4: a second SIGTERM while serve drains (a request holding it, with a long --shutdown-timeout)
+// ends the process at once, with status 130.
+func TestServeSecondSignalExits(t *testing.T) {
+	model := testutil.ChatModel(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLayerstream$")
+	cmd.Env = append(os.Environ(), "LAYERSTREAM_HELPER_ARGS="+strings.Join([]string{"serve", "--model", model, "--port", "0", "--shutdown-timeout", "2m"}, "\n"))
+	e := &testutil.SyncBuffer{}
+	cmd.Stderr = e
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	waitFor := func(what string) string {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if s := e.String(); strings.Contains(s, what) {
+				return s
+			}
+		}
+		t.Fatalf("serve did not say %q: %s", what, e.String())
+		return ""
+	}
+	_, rest, _ := strings.Cut(waitFor("/v1 (OpenAI)"), " at http://")
+	addr, _, _ := strings.Cut(rest, "/v1")
+	// A request whose headers are not all sent yet holds the graceful shutdown (for some seconds: net/http's
+	// Shutdown waits that long for a new connection to send its request).
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: %s\r\n", addr)
+	time.Sleep(200 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	waitFor("shutting down")
+	select {
+	case err := <-exited:
+		t.Fatalf("serve exited before the request held it: %v: %s", err, e.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(e.String(), "second signal") {
+			t.Errorf("after a second SIGTERM: %v; want exit status 130 saying so: %s", err, e.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("serve still draining 5 s after a second SIGTERM: %s", e.String())
 	}
 }

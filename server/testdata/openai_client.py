@@ -49,7 +49,7 @@ for chunk in client.completions.create(model=model, prompt="Once upon a time", m
 out["completion_stream"] = {"text": text}
 
 try:
-    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], extra_body={"min_p": 0.1})
+    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], extra_body={"typical_p": 0.9})
     out["refused"] = None
 except openai.BadRequestError as e:
     out["refused"] = {"status": e.status_code, "param": e.body.get("param") if isinstance(e.body, dict) else None}
