@@ -21,19 +21,59 @@ import (
 // sampling with a deterministic proposal x accepts it with probability p(x), else draws from p without x
 // (sampler.verify), which gives each token with probability p (Leviathan et al. 2023, Chen et al. 2023).
 
-// drafter proposes continuations of sequences: draft returns, for each request, up to its n tokens that may
-// follow its history. A drafter may keep state per sequence between steps; forget drops a sequence's.
+// drafter proposes continuations of sequences: draft returns, for each request, a draft of up to its n tokens
+// that may follow its history (a chain, and up to its leaves more as a tree). A drafter may keep state per
+// sequence between steps; forget drops a sequence's.
 type drafter interface {
-	draft(ctx context.Context, reqs []draftRequest) ([][]int, error)
+	draft(ctx context.Context, reqs []draftRequest) ([]draftTree, error)
 	forget(s *sequence)
 	close()
 }
 
-// draftRequest asks for up to n (> 0) tokens following history, the ids of sequence seq so far.
+// draftRequest asks for up to n (> 0) tokens following history, the ids of sequence seq so far, and up to leaves
+// second choices beside them.
 type draftRequest struct {
 	seq     *sequence
 	history []int
 	n       int
+	leaves  int
+}
+
+// draftTree is a draft: a chain of tokens (each the child of the one before it, the first the child of the
+// sequence's last token), then leaves, each a sibling of a chain token — another candidate at its position. Leaf
+// i is ids[chain+i], the child of chain token leafParent[i] (-1: of the last token). One pass verifies the whole
+// tree: the chain is written to the cache ahead of its attention, a leaf attends to its ancestors there and to
+// itself (hostOps.Attention).
+type draftTree struct {
+	ids        []int
+	chain      int
+	leafParent []int
+}
+
+// chainDraft is a draft without leaves.
+func chainDraft(ids []int) draftTree { return draftTree{ids: ids, chain: len(ids)} }
+
+// children returns the draft tokens (indices into ids) that may follow node: chain token node (-1: the last
+// token): the next chain token first, then the leaves hanging from it.
+func (d draftTree) children(node int) []int {
+	var kids []int
+	if node+1 < d.chain {
+		kids = append(kids, node+1)
+	}
+	for i, p := range d.leafParent {
+		if p == node {
+			kids = append(kids, d.chain+i)
+		}
+	}
+	return kids
+}
+
+// depth is draft token i's distance from the last token (1 for its children).
+func (d draftTree) depth(i int) int {
+	if i < d.chain {
+		return i + 1
+	}
+	return d.leafParent[i-d.chain] + 2
 }
 
 // DraftNgram is the Options.Draft value of prompt-lookup drafting (draftNgram).
@@ -47,10 +87,10 @@ var ngramSizes = []int{4, 3, 2, 1}
 // the output repeats its input (rewriting code, quoting, filling forms).
 type ngramDrafter struct{}
 
-func (ngramDrafter) draft(_ context.Context, reqs []draftRequest) ([][]int, error) {
-	out := make([][]int, len(reqs))
+func (ngramDrafter) draft(_ context.Context, reqs []draftRequest) ([]draftTree, error) {
+	out := make([]draftTree, len(reqs))
 	for i, r := range reqs {
-		out[i] = draftNgram(r.history, r.n)
+		out[i] = chainDraft(draftNgram(r.history, r.n))
 	}
 	return out, nil
 }
@@ -119,10 +159,10 @@ func sameVocabulary(draft, target *Engine) error {
 }
 
 // draft runs the draft model's greedy continuations of every request together (its batch loop shares each of
-// its passes among them), each in the sequence's own session. A history the draft model's context cannot extend
-// gets no draft.
-func (m *modelDrafter) draft(ctx context.Context, reqs []draftRequest) ([][]int, error) {
-	out := make([][]int, len(reqs))
+// its passes among them), each in the sequence's own session: the chain, and as leaves its second choices at the
+// first positions (request.leaves). A history the draft model's context cannot extend gets no draft.
+func (m *modelDrafter) draft(ctx context.Context, reqs []draftRequest) ([]draftTree, error) {
+	out := make([]draftTree, len(reqs))
 	var batch []Request
 	var at []int
 	for i, r := range reqs {
@@ -135,18 +175,43 @@ func (m *modelDrafter) draft(ctx context.Context, reqs []draftRequest) ([][]int,
 			s = m.e.NewSession()
 			m.sessions[r.seq] = s
 		}
-		batch = append(batch, Request{PromptIDs: r.history, MaxNewTokens: n, StopIDs: []int{}, Session: s})
+		req := Request{PromptIDs: r.history, MaxNewTokens: n, StopIDs: []int{}, Session: s}
+		if r.leaves > 0 {
+			req.TopLogprobs = 2
+		}
+		batch = append(batch, req)
 		at = append(at, i)
 	}
 	if len(batch) == 0 {
 		return out, nil
 	}
-	res, err := m.e.GenerateBatch(ctx, batch, nil)
+	seconds := make([][]int, len(batch)) // each step's second choice
+	res, err := m.e.GenerateBatch(ctx, batch, func(k int, t Token) error {
+		second := -1
+		for _, c := range t.TopLogprobs {
+			if c.ID != t.ID {
+				second = c.ID
+				break
+			}
+		}
+		seconds[k] = append(seconds[k], second)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("draft model: %w", err)
 	}
 	for k, r := range res {
-		out[at[k]] = r.GeneratedIDs
+		d := chainDraft(r.GeneratedIDs)
+		for depth, second := range seconds[k] {
+			if len(d.leafParent) == reqs[at[k]].leaves || depth >= d.chain {
+				break
+			}
+			if second >= 0 {
+				d.ids = append(d.ids, second)
+				d.leafParent = append(d.leafParent, depth-1)
+			}
+		}
+		out[at[k]] = d
 	}
 	return out, nil
 }

@@ -128,14 +128,16 @@ func TestDraftRefused(t *testing.T) {
 func TestSpeculativeSamplingDistribution(t *testing.T) {
 	logits := []float32{2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0}
 	for _, c := range []struct {
-		s Sampling
-		x int
+		s  Sampling
+		xs []int
 	}{
-		{Sampling{Temperature: 1}, 0},
-		{Sampling{Temperature: 1}, 5},
-		{Sampling{Temperature: 0.7, TopK: 4}, 6}, // the draft outside the top-k
-		{Sampling{Temperature: 1.3, TopP: 0.8}, 1},
-		{Sampling{Temperature: 1, RepetitionPenalty: 1.3}, 2},
+		{Sampling{Temperature: 1}, []int{0}},
+		{Sampling{Temperature: 1}, []int{5}},
+		{Sampling{Temperature: 0.7, TopK: 4}, []int{6}}, // the draft outside the top-k
+		{Sampling{Temperature: 1.3, TopP: 0.8}, []int{1}},
+		{Sampling{Temperature: 1, RepetitionPenalty: 1.3}, []int{2}},
+		{Sampling{Temperature: 1}, []int{1, 0}},      // a tree's two candidates
+		{Sampling{Temperature: 0.8, TopK: 5}, []int{4, 7, 2}}, // one of three cut by top-k
 	} {
 		const draws = 40000
 		ref, err := newSampler(c.s)
@@ -152,9 +154,9 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 		sm, _ := newSampler(c.s)
 		counts := make([]float64, len(logits))
 		for range draws {
-			tok, ok := sm.verify(logits, history, c.x)
-			if ok != (tok == c.x) {
-				t.Fatalf("%+v: verify gave %d, accepted %v", c, tok, ok)
+			tok, which := sm.verify(logits, history, c.xs)
+			if which >= 0 && tok != c.xs[which] || which < 0 && slices.Contains(c.xs, tok) {
+				t.Fatalf("%+v: verify gave %d, candidate %d", c, tok, which)
 			}
 			counts[tok]++
 		}
@@ -162,7 +164,7 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 		for id, n := range counts {
 			if p[id] == 0 {
 				if n > 0 {
-					t.Fatalf("%+v draft %d: token %d drawn %v times, probability 0", c.s, c.x, id, n)
+					t.Fatalf("%+v draft %v: token %d drawn %v times, probability 0", c.s, c.xs, id, n)
 				}
 				continue
 			}
@@ -171,7 +173,7 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 			df++
 		}
 		if crit := chi2Critical001(df); chi2 > crit {
-			t.Errorf("%+v draft %d: chi-square %.1f over %d degrees of freedom > %.1f (p < 0.001): counts %v, expected %v", c.s, c.x, chi2, df, crit, counts, p)
+			t.Errorf("%+v draft %v: chi-square %.1f over %d degrees of freedom > %.1f (p < 0.001): counts %v, expected %v", c.s, c.xs, chi2, df, crit, counts, p)
 		}
 	}
 }

@@ -126,6 +126,30 @@ type feed struct {
 	// every: the logits of every new position, not only of the last (a draft's verification; host kernels). Its
 	// positions are computed as decode steps compute them, bit for bit (never tiled).
 	every bool
+	// tree, for a verification whose draft has leaves: ids are the last token then tree.ids; the last token and
+	// the chain are committed to the cache, each leaf attends to its ancestors and itself (hostOps.Attention).
+	tree *draftTree
+}
+
+// commit is how many of the feed's new positions the pass writes to the cache: all but a draft tree's leaves.
+func (f feed) commit() int {
+	if f.tree != nil {
+		return 1 + f.tree.chain
+	}
+	return len(f.ids)
+}
+
+// positions are the positions of the feed's new tokens after pos0 new ones: consecutive, but for a draft tree's
+// leaves, each at its depth.
+func (f feed) positions(pos0 int) []int {
+	p := make([]int, len(f.ids))
+	for i := range p {
+		p[i] = pos0 + i
+		if f.tree != nil && i > 0 {
+			p[i] = pos0 + f.tree.depth(i-1)
+		}
+	}
+	return p
 }
 
 // forward runs new tokens of some sequences of kv through the model, one load of each unit serving them all,
@@ -140,7 +164,7 @@ type feed struct {
 // longest input's bucket: a row without new tokens is computed but neither written nor returned.
 func (r *runner) forward(ctx context.Context, st *stream, kv *kvcache.Store, feeds []feed, all bool) ([][]float32, error) {
 	for _, f := range feeds {
-		if err := kv.CheckRoom(f.row, len(f.ids)); err != nil {
+		if err := kv.CheckRoom(f.row, f.commit()); err != nil {
 			return nil, err
 		}
 	}
@@ -429,6 +453,22 @@ func writeKV(view *kvcache.View, lens []int, tb int, k, v *tensors.Tensor) error
 		werr = errors.Join(werr, err)
 	})
 	return errors.Join(werr, err)
+}
+
+// decodeTables are the rotary tables of a verification's rows: each position's as a decode step at it builds
+// them (rotaryTable with that position's own sequence length, which dynamic NTK scaling depends on).
+func (r *runner) decodeTables(pos [][]int) passTables {
+	p := r.plan
+	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes))}
+	for ri, rope := range p.Ropes {
+		for _, row := range pos {
+			for _, at := range row {
+				cs, sn := rotaryTable(rope, at, 1, at+1)
+				pt.cos[ri], pt.sin[ri] = append(pt.cos[ri], cs...), append(pt.sin[ri], sn...)
+			}
+		}
+	}
+	return pt
 }
 
 // rotaryTable returns cos and sin [1, tb, r.Dims] for positions pos0..pos0+tb-1 in Hugging Face's layout (the

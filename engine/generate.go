@@ -252,7 +252,8 @@ type sequence struct {
 	tiledPrompt bool
 	sm          *sampler
 	draftTokens int            // the most draft tokens a pass verifies (0: no drafting)
-	drafted     []int          // the draft the next pass verifies, after the last generated token
+	draftLeaves int            // the most leaves (second choices) a draft tree adds (Options.DraftLeaves)
+	draft       draftTree      // the draft the next pass verifies, after the last generated token
 	monitor     *guard.Monitor // Request.Monitor, else Options.Monitor; may be nil
 	logprobs    bool
 	topLogprobs int
@@ -372,25 +373,25 @@ func (s *sequence) checkActivations(health []float32, compute checkpoint.DType) 
 }
 
 // choose samples the sequence's token of this step from its last logits, reports it to onToken and sets the
-// stop reason when the sequence ends with it. With a draft token x (≥ 0; -1: none) it verifies it instead
-// (sampler.verify) and reports whether the token chosen is x. Logits holding NaN or ±Inf end the sequence with
-// an error (a *guard.Problem) instead: whatever a sampler made of them would be garbage. The sampling is profiled
-// in prof.
-func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler, x int) (accepted bool, err error) {
+// stop reason when the sequence ends with it. With draft candidates xs it verifies them instead (sampler.verify)
+// and reports which the token chosen is (-1: none). Logits holding NaN or ±Inf end the sequence with an error (a
+// *guard.Problem) instead: whatever a sampler made of them would be garbage. The sampling is profiled in prof.
+func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler, xs []int) (which int, err error) {
+	which = -1
 	step := len(s.res.GeneratedIDs) + 1
 	if s.monitor != nil {
 		if err := s.monitor.CheckLogits(step-1, s.logits); err != nil {
-			return false, fmt.Errorf("engine: step %d: %w", step-1, err)
+			return which, fmt.Errorf("engine: step %d: %w", step-1, err)
 		}
 	}
 	if guard.NonFinite(s.logits) {
-		return false, fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: sections.NaN,
+		return which, fmt.Errorf("engine: step %d: %w", step-1, &guard.Problem{Kind: guard.KindNaN, Step: step - 1, Section: sections.NaN,
 			Message: "the logits hold NaN or ±Inf, so no token can be chosen"})
 	}
 	span := prof.Begin(profiler.Sample, step-1, -1)
 	tok := Token{Step: step}
-	if x >= 0 {
-		tok.ID, accepted = s.sm.verify(s.logits, s.history, x)
+	if xs != nil {
+		tok.ID, which = s.sm.verify(s.logits, s.history, xs)
 	} else {
 		tok.ID = s.sm.next(s.logits, s.history)
 	}
@@ -403,10 +404,10 @@ func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler, x 
 	if onToken != nil {
 		if err := onToken(tok); err != nil {
 			if !errors.Is(err, ErrStopped) {
-				return accepted, err
+				return which, err
 			}
 			s.res.StopReason = StopCaller
-			return accepted, nil
+			return which, nil
 		}
 	}
 	switch {
@@ -417,7 +418,7 @@ func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler, x 
 	case step == s.maxNew:
 		s.res.StopReason = StopMaxNewTokens
 	}
-	return accepted, nil
+	return which, nil
 }
 
 // logprobs returns ln p(id) under softmax(logits) and the top most likely tokens (most likely first, ties by

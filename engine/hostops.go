@@ -26,6 +26,10 @@ type hostOps struct {
 	observe  func(tensor string, x []float32, cols int)
 	cos, sin []float32     // [B, T, rotary dims]
 	past     []int         // [B]: positions each row has in the cache (its first query's position)
+	pos      [][]int       // [B][T]: each query's position (past[b]+t, but a draft tree's leaves at their depths)
+	// tree, for a group that verifies a draft tree (one row): its leaves attend to their ancestors and to
+	// themselves, and only the last token and the chain are written to the cache.
+	tree *draftTree
 	window   int           // the layer's sliding window (0: none)
 	kv       *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S = kv.Slots(), headDim])
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
@@ -248,45 +252,72 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 		o.kv.Round(ka.data)
 		o.kv.Round(va.data)
 	}
-	slot, _ := o.kv.Layer(0)
-	kvHeads := ka.dims[1]
-	group := heads / kvHeads
-	s := o.kv.Slots()
 	y := o.arena.array(b, t, heads*d)
-	p := kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}
+	kvHeads := ka.dims[1]
 	jobs := make([]kernels.AttentionJob, 0, b*kvHeads)
 	for bi := range b {
-		row, held := o.row(bi), o.past[bi]
-		if ahead {
-			held += t
+		n := t // the queries attending to the cache and, not written ahead, to the new keys: all but a tree's leaves
+		if o.tree != nil {
+			n = 1 + o.tree.chain
 		}
-		cached := o.kv.Runs(row, held)
+		held := o.past[bi]
+		if ahead {
+			held += n
+		}
 		for g := range kvHeads {
-			past, nw := (row*kvHeads+g)*s*d, (bi*kvHeads+g)*t*d // this head's slots in the cache, new keys in k
-			runs := make([]kernels.KeyRun, 0, len(cached)+1)
-			for _, c := range cached {
-				lo, hi := past+c.Slot*d, past+(c.Slot+c.N)*d
-				if slot.K16 != nil {
-					runs = append(runs, kernels.KeyRun{K16: slot.K16[lo:hi], V16: slot.V16[lo:hi], Pos: c.Pos, N: c.N})
-				} else {
-					runs = append(runs, kernels.KeyRun{K: slot.K[lo:hi], V: slot.V[lo:hi], Pos: c.Pos, N: c.N})
-				}
-			}
+			runs := o.cacheRuns(bi, g, kvHeads, d, held)
 			if !ahead {
+				nw := (bi*kvHeads + g) * t * d // this head's new keys in k
 				runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
 			}
-			jobs = append(jobs, kernels.AttentionJob{
-				Q: qa.data[(bi*heads+g*group)*t*d:], QHead: t * d, QPos: d,
-				Out: y.data[bi*t*heads*d+g*group*d:], OutHead: d, OutPos: heads * d,
-				Heads: group, T: t, Pos0: o.past[bi], Runs: runs,
-			})
+			jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, 0, n, runs))
+			for leaf := n; leaf < t; leaf++ { // a tree's leaves: the cache up to their parent, then themselves
+				at := o.pos[bi][leaf]
+				nw := ((bi*kvHeads+g)*t + leaf) * d
+				own := kernels.KeyRun{K: ka.data[nw : nw+d], V: va.data[nw : nw+d], Pos: at, N: 1}
+				o.kv.Round(own.K) // as the cache would give it back, had it been written
+				o.kv.Round(own.V)
+				jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, leaf, 1, append(o.cacheRuns(bi, g, kvHeads, d, at), own)))
+			}
 		}
 	}
-	kernels.Attention(p, d, jobs)
+	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}, d, jobs)
 	if !ahead {
 		o.commit(ka, va)
 	}
 	return y
+}
+
+// cacheRuns are the runs of key/value head g (of kvHeads, d elements each) of row bi's cache slots holding its
+// first held positions.
+func (o hostOps) cacheRuns(bi, g, kvHeads, d, held int) []kernels.KeyRun {
+	slot, _ := o.kv.Layer(0)
+	s := o.kv.Slots()
+	row := o.row(bi)
+	past := (row*kvHeads + g) * s * d // this head's slots in the cache
+	cached := o.kv.Runs(row, held)
+	runs := make([]kernels.KeyRun, 0, len(cached)+1)
+	for _, c := range cached {
+		lo, hi := past+c.Slot*d, past+(c.Slot+c.N)*d
+		if slot.K16 != nil {
+			runs = append(runs, kernels.KeyRun{K16: slot.K16[lo:hi], V16: slot.V16[lo:hi], Pos: c.Pos, N: c.N})
+		} else {
+			runs = append(runs, kernels.KeyRun{K: slot.K[lo:hi], V: slot.V[lo:hi], Pos: c.Pos, N: c.N})
+		}
+	}
+	return runs
+}
+
+// job is the attention of row bi's queries t0 … t0+n−1 of the query heads sharing key/value head g, over runs,
+// writing into y.
+func (o hostOps) job(q, y *hostArray, bi, g, kvHeads, t0, n int, runs []kernels.KeyRun) kernels.AttentionJob {
+	heads, t, d := q.dims[1], q.dims[2], q.dims[3]
+	group := heads / kvHeads
+	return kernels.AttentionJob{
+		Q: q.data[(bi*heads+g*group)*t*d+t0*d:], QHead: t * d, QPos: d,
+		Out: y.data[bi*t*heads*d+g*group*d+t0*heads*d:], OutHead: d, OutPos: heads * d,
+		Heads: group, T: n, Pos0: o.pos[bi][t0], Runs: runs,
+	}
 }
 
 // row is the cache row of the activations' batch index bi.
@@ -301,9 +332,13 @@ func (o hostOps) row(bi int) int {
 // its positions past[bi].. (committed by the pass's kvcache.Store.Advance), keeping the first error in o.err.
 func (o hostOps) commit(k, v *hostArray) {
 	b, t := k.dims[0], k.dims[2]
+	n := t
+	if o.tree != nil {
+		n = 1 + o.tree.chain // a tree's leaves are not written: they would overwrite the chain's positions
+	}
 	size := len(k.data) / b
 	for bi := range b {
-		err := o.kv.Write(o.row(bi), t, t, k.data[bi*size:(bi+1)*size], v.data[bi*size:(bi+1)*size])
+		err := o.kv.Write(o.row(bi), n, t, k.data[bi*size:(bi+1)*size], v.data[bi*size:(bi+1)*size])
 		switch {
 		case err != nil && o.err == nil:
 			panic(fmt.Sprintf("engine: key/value cache: %v", err)) // every pass's hostOps has err (hostPass.layer)
@@ -393,7 +428,7 @@ func (o hostOps) ScaleQueries(q model.Value) model.Value {
 	y := o.arena.array(qa.dims...)
 	for bi := range b {
 		for ti := range t {
-			f := o.qscale.At(o.past[bi] + ti)
+			f := o.qscale.At(o.pos[bi][ti])
 			for h := range heads {
 				at := ((bi*heads+h)*t + ti) * d
 				for j, v := range qa.data[at : at+d] {

@@ -27,6 +27,9 @@ type hostGroup struct {
 	at     []int // their indices in forward's feeds: where their logits go
 	t      int
 	tiled  bool        // the quantized products are tiled (forward)
+	every  bool        // verifications: every position computed as a decode step would
+	tree   *draftTree  // a draft tree's verification (one row)
+	pos    [][]int     // each row's positions
 	x      model.Value // [len(rows), t, hidden]
 	tables passTables  // rotary tables and masks of the group's rows
 }
@@ -40,47 +43,66 @@ func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed func(dst []f
 	return &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups))}, nil
 }
 
-// hostGroups embeds each feed's ids and groups the feeds by their number of new positions and whether their
-// products are tiled (forward), in order of first appearance: decode steps (one position each) share one group,
-// a prompt forms its own unless another of the same length comes with it. Every row of a group is computed
-// exactly as alone (the host kernels sum each row in the same order whatever the rows beside it), so grouping
-// changes no result.
+// hostGroups embeds each feed's ids and groups the feeds by their number of new positions, whether their
+// products are tiled (forward) and whether they are verifications, in order of first appearance: decode steps
+// (one position each) share one group, a prompt forms its own unless another of the same length comes with it,
+// a draft tree always its own. Every row of a group is computed exactly as alone (the host kernels sum each row in
+// the same order whatever the rows beside it), so grouping changes no result.
 func (r *runner) hostGroups(kv *kvcache.Store, feeds []feed, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
-	h := r.cfg.HiddenSize
 	type key struct {
-		t     int
-		tiled bool
+		t            int
+		tiled, every bool
+		tree         int // the feed's index for a draft tree, else -1
 	}
 	var groups []*hostGroup
 	byKey := map[key]*hostGroup{}
 	for i, f := range feeds {
 		// A verification (every) computes its positions as decode steps do: never tiled.
-		k := key{len(f.ids), !f.every && (len(f.ids) >= kernels.PromptTileRows || f.tiled)}
+		k := key{len(f.ids), !f.every && (len(f.ids) >= kernels.PromptTileRows || f.tiled), f.every, -1}
+		if f.tree != nil {
+			k.tree = i
+		}
 		g := byKey[k]
 		if g == nil {
-			g = &hostGroup{t: k.t, tiled: k.tiled}
+			g = &hostGroup{t: k.t, tiled: k.tiled, every: f.every, tree: f.tree}
 			byKey[k] = g
 			groups = append(groups, g)
 		}
 		g.rows, g.at = append(g.rows, f.row), append(g.at, i)
 	}
 	for _, g := range groups {
-		x := newHostArray(len(g.rows), g.t, h)
-		lens := make([]int, len(g.rows))
-		g.past = make([]int, len(g.rows))
-		for j, row := range g.rows {
-			pos0 := kv.Len(row)
-			g.past[j] = pos0
-			lens[j] = g.t
-			for k, id := range feeds[g.at[j]].ids {
-				if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, pos0+k); err != nil {
-					return nil, err
-				}
-			}
+		if err := r.embedGroup(kv, g, feeds, embed); err != nil {
+			return nil, err
 		}
-		g.x, g.tables = x, r.passTables(kv, g.rows, lens, g.t, false)
 	}
 	return groups, nil
+}
+
+// embedGroup embeds a group's ids and builds its tables: for a verification, the rotary table of each position
+// as a decode step at that position builds it (a tree's leaves at their depths).
+func (r *runner) embedGroup(kv *kvcache.Store, g *hostGroup, feeds []feed, embed func(dst []float32, id, pos int) error) error {
+	h := r.cfg.HiddenSize
+	x := newHostArray(len(g.rows), g.t, h)
+	lens := make([]int, len(g.rows))
+	g.past = make([]int, len(g.rows))
+	for j, row := range g.rows {
+		f := feeds[g.at[j]]
+		pos0 := kv.Len(row)
+		g.past[j], lens[j] = pos0, g.t
+		g.pos = append(g.pos, f.positions(pos0))
+		for k, id := range f.ids {
+			if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, g.pos[j][k]); err != nil {
+				return err
+			}
+		}
+	}
+	g.x = x
+	if g.every {
+		g.tables = r.decodeTables(g.pos)
+		return nil
+	}
+	g.tables = r.passTables(kv, g.rows, lens, g.t, false)
+	return nil
 }
 
 // prepare recycles the previous layer's arrays, but its outputs: this layer's inputs.
@@ -111,7 +133,7 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 	r := p.r
 	kind := r.plan.Layers[i]
 	var err error
-	ops := hostOps{past: g.past, window: kind.Window, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
+	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
 		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe}
 	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
 		ops.rowByRow = llamaCppOutputRows(weights)
@@ -148,7 +170,7 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 	for _, g := range p.groups {
 		x := arr(g.x).data
 		for j, row := range g.rows {
-			if err := p.kv.Advance(row, g.t); err != nil {
+			if err := p.kv.Advance(row, p.feeds[g.at[j]].commit()); err != nil {
 				return nil, err
 			}
 			at := g.at[j]

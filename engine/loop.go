@@ -335,7 +335,10 @@ func (b *batcher) runStep(st *stream, active []*job) error {
 	if err == nil {
 		feeds := make([]feed, len(ids))
 		for i := range feeds {
-			feeds[i] = feed{row: f.rows[i], ids: ids[i], tiled: f.tiled[i], every: f.every[i]}
+			feeds[i] = feed{row: f.rows[i], ids: ids[i], tiled: f.tiled[i], every: f.trees[i] != nil}
+			if d := f.trees[i]; d != nil && d.chain < len(d.ids) {
+				feeds[i].tree = d
+			}
 		}
 		logits, err = b.run.forward(ctx, st, b.kv, feeds, false)
 	}
@@ -364,7 +367,7 @@ type stepFeeds struct {
 	rows  []int
 	ids   [][]int
 	tiled []bool
-	every []bool // a draft's verification: the logits of every position
+	trees []*draftTree // a draft's verification (nil: none): the logits of every position
 	label int
 }
 
@@ -402,12 +405,16 @@ func (b *batcher) feeds(active []*job) stepFeeds {
 			}
 			f.ids = append(f.ids, s.res.PromptIDs[s.fed:s.fed+k])
 			f.tiled = append(f.tiled, s.tiledPrompt)
-			f.every = append(f.every, false)
+			f.trees = append(f.trees, nil)
 		} else {
 			gen := s.res.GeneratedIDs
-			f.ids = append(f.ids, append(slices.Clone(gen[len(gen)-1:]), s.drafted...))
+			f.ids = append(f.ids, append(slices.Clone(gen[len(gen)-1:]), s.draft.ids...))
 			f.tiled = append(f.tiled, false)
-			f.every = append(f.every, len(s.drafted) > 0)
+			var d *draftTree
+			if len(s.draft.ids) > 0 {
+				d = &s.draft
+			}
+			f.trees = append(f.trees, d)
 			f.label = max(f.label, len(gen))
 		}
 		f.rows = append(f.rows, j.row)
@@ -455,11 +462,11 @@ func (b *batcher) choose(active []*job, ids [][]int, logits [][]float32) {
 		}
 		s.res.Passes++
 		var err error
-		if len(s.drafted) > 0 {
+		if len(s.draft.ids) > 0 {
 			err = b.accept(j, logits[i])
 		} else {
 			s.logits = logits[i]
-			_, err = s.choose(j.onToken, b.run.prof, -1)
+			_, err = s.choose(j.onToken, b.run.prof, nil)
 			b.chosen(j)
 		}
 		if err != nil {
@@ -496,7 +503,7 @@ func (b *batcher) propose(active []*job) {
 		if s.fed < len(s.res.PromptIDs) || len(s.res.GeneratedIDs) == 0 || n <= 0 {
 			continue
 		}
-		reqs = append(reqs, draftRequest{seq: s, history: s.history, n: n})
+		reqs = append(reqs, draftRequest{seq: s, history: s.history, n: n, leaves: min(s.draftLeaves, n)})
 	}
 	if len(reqs) == 0 {
 		return
@@ -507,40 +514,43 @@ func (b *batcher) propose(active []*job) {
 		return
 	}
 	for i, r := range reqs {
-		r.seq.drafted = drafts[i]
+		r.seq.draft = drafts[i]
 	}
 }
 
 // accept verifies the draft of j's sequence against the pass's logits of its last token and its draft (every
-// position): it takes the draft's tokens while the sequence's own choice agrees, then that choice (at the first
-// disagreement, or after the whole draft), and makes the cache forget the positions of the tokens not taken.
+// position): from the last token down the draft tree it takes a child while the sequence's own choice is one of
+// the candidates there (sampler.verify), then that choice (at the first disagreement, after a leaf, or past the
+// chain's end), and makes the cache forget the positions of the tokens not taken.
 func (b *batcher) accept(j *job, logits []float32) error {
 	s := j.seq
+	d := s.draft
+	s.draft = draftTree{}
 	v := b.run.cfg.VocabSize
-	n := len(s.drafted)
-	held := b.kv.Len(j.row) - n - 1 // the cache held this much before the pass: the last token is at held
+	held := b.kv.Len(j.row) - d.chain - 1 // the pass wrote the last token (at held) and the chain after it
 	taken := 0
-	for a := 0; a <= n; a++ {
-		x := -1
-		if a < n {
-			x = s.drafted[a]
+	for node := -1; ; {
+		kids := d.children(node)
+		var xs []int
+		for _, k := range kids {
+			xs = append(xs, d.ids[k])
 		}
-		s.logits = logits[a*v : (a+1)*v]
-		ok, err := s.choose(j.onToken, b.run.prof, x)
+		s.logits = logits[(node+1)*v : (node+2)*v] // node's row: the last token's is 0, chain token i's i+1
+		which, err := s.choose(j.onToken, b.run.prof, xs)
 		if err != nil {
 			return err
 		}
 		taken++
 		b.chosen(j)
-		if ok {
-			s.res.Draft.Accepted++
+		if which < 0 || s.res.StopReason != "" {
+			break
 		}
-		if !ok || s.res.StopReason != "" {
+		s.res.Draft.Accepted++
+		if node = kids[which]; node >= d.chain { // a leaf: its keys are not in the cache, so it ends the walk
 			break
 		}
 	}
-	s.res.Draft.Proposed += n
-	s.drafted = nil
+	s.res.Draft.Proposed += len(d.ids)
 	return b.kv.Truncate(j.row, held+taken) // the last token taken is fed to the next pass
 }
 
@@ -616,7 +626,7 @@ func (b *batcher) leave(j *job, err error) {
 	if b.draft != nil {
 		b.draft.forget(j.seq)
 	}
-	j.seq.drafted = nil
+	j.seq.draft = draftTree{}
 	if j.row >= 0 {
 		if j.session != nil && !j.session.closed.Load() {
 			j.session.ids = slices.Clone(j.seq.history[:b.kv.Len(j.row)])

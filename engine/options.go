@@ -116,6 +116,10 @@ type Options struct {
 	// DraftTokens is the most draft tokens a pass verifies per sequence (Request.DraftTokens overrides it; at most
 	// MaxDraftTokens); 0: DefaultDraftTokens for a model, DefaultNgramTokens for ngram.
 	DraftTokens int
+	// DraftLeaves makes a draft model's draft a tree: besides its chain of DraftTokens, up to this many of the
+	// draft model's second choices at the chain's first positions, verified in the same pass (a leaf the target
+	// chooses ends the step with one more token than the chain would have given). At most MaxDraftTokens.
+	DraftLeaves int
 
 	// PrefixCache keeps the keys and values of finished sequences in their rows of the batch loop's cache until
 	// the rows are needed again, and gives a request whose prompt starts with ids a free row holds that row: only
@@ -225,8 +229,12 @@ const (
 // checkDraft validates Options.Draft and resolves DraftTokens.
 func (o *Options) checkDraft() error {
 	switch {
-	case o.Draft == "" && o.DraftTokens != 0:
-		return fmt.Errorf("draft tokens (--draft-tokens) %d without a draft (--draft MODEL or ngram)", o.DraftTokens)
+	case o.Draft == "" && (o.DraftTokens != 0 || o.DraftLeaves != 0):
+		return fmt.Errorf("draft tokens (--draft-tokens %d, --draft-leaves %d) without a draft (--draft MODEL or ngram)", o.DraftTokens, o.DraftLeaves)
+	case o.DraftLeaves < 0 || o.DraftLeaves > MaxDraftTokens:
+		return fmt.Errorf("draft leaves (--draft-leaves) must be in [0, %d], got %d", MaxDraftTokens, o.DraftLeaves)
+	case o.DraftLeaves > 0 && o.Draft == DraftNgram:
+		return errors.New("draft leaves (--draft-leaves) need a draft model's second choices: --draft ngram drafts a chain")
 	case o.Draft == "":
 		return nil
 	case o.DraftTokens < 0 || o.DraftTokens > MaxDraftTokens:

@@ -135,24 +135,31 @@ func (sm *sampler) next(logits []float32, history []int) int {
 	return sm.draw(order, probs, sum, -1)
 }
 
-// verify chooses the token of a position whose draft proposes x (speculative decoding). Greedy, it is next's
-// choice, accepted when it is x. Sampling, it is x with probability p(x) under the distribution next draws from,
-// else a draw from that distribution without x: each token comes with probability p all the same.
-func (sm *sampler) verify(logits []float32, history []int, x int) (tok int, accepted bool) {
+// verify chooses the token of a position whose draft proposes the candidates xs, in order (speculative decoding;
+// a draft tree proposes several). Greedy, it is next's choice. Sampling, each candidate in turn is taken with its
+// probability under what remains of the distribution next draws from, and removed from it when not taken; with
+// none taken, the token is drawn from the rest: each token comes with probability p all the same. which is the
+// index of the candidate chosen, -1 for none.
+func (sm *sampler) verify(logits []float32, history []int, xs []int) (tok, which int) {
 	scores := sm.penalized(logits, history)
 	if sm.s.Temperature == 0 {
 		tok = firstMax(scores)
-		return tok, tok == x
+		return tok, slices.Index(xs, tok)
 	}
 	order, probs, sum := sm.dist(scores)
-	at := slices.Index(order, x)
-	if at >= 0 && sm.rng.Float64()*sum < probs[at] {
-		return x, true
-	}
-	if at >= 0 {
+	probs = slices.Clone(probs)
+	for i, x := range xs {
+		at := slices.Index(order, x)
+		if at < 0 || probs[at] == 0 {
+			continue
+		}
+		if sm.rng.Float64()*sum < probs[at] {
+			return x, i
+		}
 		sum -= probs[at]
+		probs[at] = 0
 	}
-	return sm.draw(order, probs, sum, at), false
+	return sm.draw(order, probs, sum, -1), -1
 }
 
 // penalized returns the logits as float64, with the repetition penalty, the presence and frequency penalties
@@ -225,7 +232,7 @@ func (sm *sampler) draw(order []int, probs []float64, sum float64, skip int) int
 	r := sm.rng.Float64() * sum
 	last := -1
 	for i, p := range probs {
-		if i == skip {
+		if i == skip || p == 0 {
 			continue
 		}
 		last = i

@@ -82,8 +82,8 @@ func TestSamplingPenaltiesAndBias(t *testing.T) {
 	if got := biased.next(logits, nil); got != 3 {
 		t.Errorf("greedy with logit bias 100 on token 3 picked %d", got)
 	}
-	if tok, ok := biased.verify(logits, nil, 1); tok != 3 || ok {
-		t.Errorf("verify with logit bias 100 on token 3: %d, %v; want 3 and the draft 1 refused", tok, ok)
+	if tok, which := biased.verify(logits, nil, []int{1}); tok != 3 || which != -1 {
+		t.Errorf("verify with logit bias 100 on token 3: %d, candidate %d; want 3 and the draft 1 refused", tok, which)
 	}
 	banned, _ := newSampler(Sampling{LogitBias: map[int]float64{1: -100, 4: -100}})
 	if got := banned.next(logits, nil); got != 2 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -112,4 +113,76 @@ func TestPassTime(t *testing.T) {
 	if err != nil || fmt.Sprint(got.GeneratedIDs) != fmt.Sprint(want.GeneratedIDs) {
 		t.Errorf("after PassTime: %v (%v), before %v", got.GeneratedIDs, err, want.GeneratedIDs)
 	}
+}
+
+// TestVerifyTreeMatchesDecode: a pass over a draft tree (a chain, and leaves beside it) gives each leaf's logits
+// bit for bit as decode steps along its own path (the chain up to its parent, then the leaf) do, and the chain's
+// as before; the cache then holds the last token and the chain only. Full and sliding-window layers, float32 and
+// float16 caches, float and block-quantized weights.
+func TestVerifyTreeMatchesDecode(t *testing.T) {
+	mistral := familyBase("MistralForCausalLM", "mistral")
+	mistral["sliding_window"] = 5
+	mistral["max_position_embeddings"] = 1024
+	models := map[string]string{
+		"mistral-sliding": writeFamily(t, mistral, nil),
+		"gguf-q4_k":       filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-Q4_K.gguf"),
+	}
+	for name, model := range models {
+		for _, cache := range []KVCache{KVCacheF32, KVCacheF16} {
+			t.Run(fmt.Sprintf("%s/%s", name, cache), func(t *testing.T) {
+				e := open(t, model, Options{KVCache: cache, ShardDir: filepath.Join(t.TempDir(), "s")})
+				v := e.cfg.VocabSize
+				ids := make([]int, 90)
+				for i := range ids {
+					ids[i] = (i*7919 + 13) % v
+				}
+				prompt, last, chain := ids[:80], ids[80], ids[81:86]
+				leaves := []int{(chain[0] + 1) % v, (chain[2] + 5) % v, (last + 3) % v}
+				tree := draftTree{ids: append(slices.Clone(chain), leaves...), chain: len(chain), leafParent: []int{-1, 1, 0}}
+				got := treePass(t, e, prompt, last, tree)
+				for i := range tree.ids {
+					path := []int{last}
+					if i < tree.chain {
+						path = append(path, chain[:i+1]...)
+					} else {
+						p := tree.leafParent[i-tree.chain]
+						path = append(append(path, chain[:p+1]...), tree.ids[i])
+					}
+					want := verifyPass(t, e, prompt, append(path, 0), 1)
+					row := got[(i+1)*v : (i+2)*v]
+					for j, x := range want[len(want)-1] {
+						if math.Float32bits(row[j]) != math.Float32bits(x) {
+							t.Fatalf("draft token %d (path %v): logit %d %v, decode steps %v", i, path, j, row[j], x)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// treePass computes prompt, then one verification pass of last and the tree, and returns that pass's logits (every
+// row), checking the cache committed the last token and the chain only.
+func treePass(t *testing.T, e *Engine, prompt []int, last int, tree draftTree) []float32 {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := e.run.kvStore(bucket(len(prompt)+1+len(tree.ids)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.store.newStream(ctx, -1, false)
+	if st != nil {
+		defer st.stop()
+	}
+	if _, err := e.run.forward(ctx, st, kv, []feed{{row: 0, ids: prompt}}, false); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.run.forward(ctx, st, kv, []feed{{row: 0, ids: append([]int{last}, tree.ids...), every: true, tree: &tree}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kv.Len(0); got != len(prompt)+1+tree.chain {
+		t.Fatalf("the cache holds %d positions after the tree, want %d", got, len(prompt)+1+tree.chain)
+	}
+	return out[0]
 }

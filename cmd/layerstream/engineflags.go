@@ -36,6 +36,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.BoolVar(&o.VerifyEveryLoad, "verify-every-load", false, "checksum every streamed shard on every load (default: on first load, and again when the file changes)")
 	fs.StringVar(&o.Draft, "draft", "", "speculative decoding: `MODEL`, a smaller model with the same tokenizer (kept resident; its greedy continuation is the draft), or ngram (drafts from the context itself); each pass then verifies several tokens, greedy output unchanged (cpu, without --graph-decode)")
 	fs.IntVar(&o.DraftTokens, "draft-tokens", 0, fmt.Sprintf("the most draft tokens a pass verifies per sequence, 1-%d (default %d with a draft model, %d with ngram)", engine.MaxDraftTokens, engine.DefaultDraftTokens, engine.DefaultNgramTokens))
+	fs.IntVar(&o.DraftLeaves, "draft-leaves", 0, "with a draft model, up to `n` of its second choices at the draft's first positions, verified in the same pass as a tree (0: a chain)")
 	fs.BoolVar(&o.GraphDecode, "graph-decode", false, "compute decode steps with GoMLX graphs instead of the host kernels (slower; for comparison)")
 	fs.StringVar(&o.Hub.Revision, "revision", "", "Hub revision (branch, tag or commit) for a repo id (default main)")
 	fs.StringVar(&o.Hub.Token, "token", "", "Hugging Face token for gated repos (default $HF_TOKEN, then $HF_HOME/token)")

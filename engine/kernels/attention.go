@@ -96,6 +96,8 @@ type attnScratch struct {
 	qp, sc, o, kpad []float32
 	kpad16          []uint16
 	kw, vw          []float32
+	gk, gv          []float32 // a block gathered from several runs (gather)
+	gk16, gv16      []uint16
 	m, l            []float32
 	qpos            []int
 }
@@ -108,18 +110,38 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 	asm := useAVX512 && d%16 == 0
 	s.start(d, job, t0, rows, asm)
 	qlo, qhi := s.qpos[0], s.qpos[rows-1]
-	for _, run := range job.Runs {
-		for j0, n := 0, 0; j0 < run.N; j0 += n {
-			// Blocks are aligned to key positions (multiples of attnBlock), whatever the runs: a key is summed in
-			// the same block at the same place whether it comes from the cache or from the pass.
-			n = min(attnBlock-(run.Pos+j0)%attnBlock, run.N-j0)
-			klo, khi := run.Pos+j0, run.Pos+j0+n-1
-			if klo > qhi || (p.Window > 0 && khi <= qlo-p.Window) {
-				continue // no query of the tile sees a key of the block
-			}
+	// Blocks are aligned to key positions (multiples of attnBlock), whatever the runs: a key is summed in the same
+	// block at the same place whether it comes from the cache or from the pass, and the pieces of one block that
+	// consecutive runs hold are gathered into one (a draft tree's leaf: the cache up to its parent, then itself).
+	var pending []keyPiece
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		klo := pending[0].pos()
+		last := pending[len(pending)-1]
+		khi := last.pos() + last.n - 1
+		if klo <= qhi && (p.Window == 0 || khi > qlo-p.Window) { // else no query of the tile sees a key of it
+			run, j0, n := s.gather(d, pending)
 			s.block(p, d, job, t0, rows, asm, run, j0, n)
 		}
+		pending = pending[:0]
 	}
+	for i := range job.Runs {
+		run := &job.Runs[i]
+		for j0, n := 0, 0; j0 < run.N; j0 += n {
+			n = min(attnBlock-(run.Pos+j0)%attnBlock, run.N-j0)
+			pc := keyPiece{run, j0, n}
+			if len(pending) > 0 {
+				prev := pending[len(pending)-1]
+				if prev.pos()+prev.n != pc.pos() || pc.pos()%attnBlock == 0 {
+					flush()
+				}
+			}
+			pending = append(pending, pc)
+		}
+	}
+	flush()
 	for r := range rows {
 		h, t := r%job.Heads, t0+r/job.Heads
 		out := job.Out[h*job.OutHead+t*job.OutPos:][:d]
@@ -131,6 +153,57 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 			out[i] = v * inv
 		}
 	}
+}
+
+// keyPiece is n keys of a run from its j0-th: part of one block.
+type keyPiece struct {
+	run   *KeyRun
+	j0, n int
+}
+
+func (k keyPiece) pos() int { return k.run.Pos + k.j0 }
+
+// gather returns the keys of one block's pieces as a run: the piece's own run when there is one piece, else a
+// copy of them in the scratch, as float16 bits when any piece is (float32 keys there are ones the cache would
+// round to float16: hostOps rounds them), so that the block computes as the same keys from one run would.
+func (s *attnScratch) gather(d int, pieces []keyPiece) (run KeyRun, j0, n int) {
+	if len(pieces) == 1 {
+		return *pieces[0].run, pieces[0].j0, pieces[0].n
+	}
+	half := false
+	for _, pc := range pieces {
+		n += pc.n
+		half = half || pc.run.K16 != nil
+	}
+	run = KeyRun{Pos: pieces[0].pos(), N: n}
+	if half {
+		s.gk16, s.gv16 = grow.Slice(s.gk16, n*d), grow.Slice(s.gv16, n*d)
+		run.K16, run.V16 = s.gk16[:n*d], s.gv16[:n*d]
+	} else {
+		s.gk, s.gv = grow.Slice(s.gk, n*d), grow.Slice(s.gv, n*d)
+		run.K, run.V = s.gk[:n*d], s.gv[:n*d]
+	}
+	at := 0
+	for _, pc := range pieces {
+		lo, hi := pc.j0*d, (pc.j0+pc.n)*d
+		switch {
+		case !half:
+			copy(run.K[at:], pc.run.K[lo:hi])
+			copy(run.V[at:], pc.run.V[lo:hi])
+		case pc.run.K16 != nil:
+			copy(run.K16[at:], pc.run.K16[lo:hi])
+			copy(run.V16[at:], pc.run.V16[lo:hi])
+		default:
+			for i, v := range pc.run.K[lo:hi] {
+				run.K16[at+i] = quant.Float32ToHalf(v)
+			}
+			for i, v := range pc.run.V[lo:hi] {
+				run.V16[at+i] = quant.Float32ToHalf(v)
+			}
+		}
+		at += hi - lo
+	}
+	return run, 0, n
 }
 
 // start readies the scratch for a tile of rows query rows (from t0): cleared sums, each row's position, and
