@@ -79,6 +79,23 @@ type Config struct {
 	SavedSlidingWindowPattern *int     `json:"_sliding_window_pattern"`
 	UseBidirectionalAttention *bool    `json:"use_bidirectional_attention"`
 
+	// Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE). NumExperts is the number of routed experts:
+	// num_experts or num_local_experts, two spellings transformers' configs map onto each other (Mixtral's key is
+	// num_local_experts, Qwen2-MoE's and OLMoE's num_experts; transformers 5 saves Qwen3-MoE's as
+	// num_local_experts, 4 as num_experts); both given must agree (ParseConfig). NormTopKProb renormalizes the
+	// chosen experts' weights; DecoderSparseStep and MLPOnlyLayers (Qwen-MoE) say which layers are dense;
+	// QKVBias is Qwen2-MoE's switch for q/k/v_proj biases; ClipQKV (OLMoE) clamps q, k and v, nil when null.
+	NumExperts                   int      `json:"num_experts"`
+	NumLocalExperts              int      `json:"num_local_experts"`
+	NumExpertsPerTok             int      `json:"num_experts_per_tok"`
+	NormTopKProb                 bool     `json:"norm_topk_prob"`
+	MoEIntermediateSize          int      `json:"moe_intermediate_size"`
+	SharedExpertIntermediateSize int      `json:"shared_expert_intermediate_size"`
+	DecoderSparseStep            int      `json:"decoder_sparse_step"`
+	MLPOnlyLayers                []int    `json:"mlp_only_layers"`
+	QKVBias                      bool     `json:"qkv_bias"`
+	ClipQKV                      *float64 `json:"clip_qkv"`
+
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
 }
@@ -221,7 +238,25 @@ func ParseConfig(b []byte) (*Config, error) {
 	if c.Rope, c.RopeByLayerType, err = parseRope(filled, c); err != nil {
 		return nil, err
 	}
+	if err := c.experts(); err != nil {
+		return nil, err
+	}
+	if c.SlidingWindow != nil && *c.SlidingWindow == 0 && arch.ModelType == "qwen2_moe" && !c.UseSlidingWindow {
+		// Qwen2MoeConfig (transformers 5) saves sliding_window 0 for "none" when use_sliding_window is false.
+		c.SlidingWindow = nil
+	}
 	return c, c.Validate()
+}
+
+// experts reads the number of routed experts from either spelling into NumExperts (and NumLocalExperts), refusing
+// two that disagree.
+func (c *Config) experts() error {
+	if c.NumExperts != 0 && c.NumLocalExperts != 0 && c.NumExperts != c.NumLocalExperts {
+		return fmt.Errorf("config: num_experts %d and num_local_experts %d disagree (transformers reads them as one setting)", c.NumExperts, c.NumLocalExperts)
+	}
+	c.NumExperts = max(c.NumExperts, c.NumLocalExperts)
+	c.NumLocalExperts = c.NumExperts
+	return nil
 }
 
 // decoderKeys returns the keys that describe the decoder: the top level's, or a nested text_config's with the
