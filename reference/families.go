@@ -32,6 +32,8 @@ type model struct {
 	window []int
 	rope   []int
 	ropes  []rotation
+	// experts, when set, replaces the MLP of its sparse layers (moe.go).
+	experts *experts
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -59,7 +61,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 				}
 			}
 			if s {
-				if cfg.SlidingWindow == nil || (cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" || cfg.ModelType == "smollm3") && !cfg.UseSlidingWindow {
+				if cfg.SlidingWindow == nil || (cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" || cfg.ModelType == "smollm3" || cfg.ModelType == "qwen2_moe" || cfg.ModelType == "qwen3_moe") && !cfg.UseSlidingWindow {
 					return fmt.Errorf("layer %d slides but sliding_window is null or use_sliding_window false", l)
 				}
 				m.window[l] = *cfg.SlidingWindow
@@ -154,6 +156,29 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			}
 		}
 		local = &l
+	case "mixtral": // Mistral's attention
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+		}
+	case "qwen2_moe": // Qwen2's attention, q/k/v biases as qkv_bias says
+		m.qkvBias, m.oBias = cfg.QKVBias, false
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && l >= cfg.MaxWindowLayers })
+		}
+	case "qwen3_moe": // Qwen3's attention; use_sliding_window slides every layer (Qwen3MoeConfig)
+		m.qkNorm = "head"
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(int) bool { return cfg.UseSlidingWindow })
+		}
+	case "olmoe": // OLMo 2's q/k norms over the whole projections, Llama's pre-norms
+		if cfg.ClipQKV != nil {
+			return nil, fmt.Errorf("clip_qkv is not implemented by the reference")
+		}
+		m.qkNorm = "whole"
+		err = m.newExperts()
 	case "phi3":
 		// Phi3Model: fused projections, partial rotary, longrope; every layer within sliding_window when set.
 		m.fused, partial, longrope = true, true, true
@@ -336,11 +361,23 @@ func (m *model) layerTensors(l int) map[string][]int {
 	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
 	p := fmt.Sprintf("model.layers.%d.", l)
 	t := map[string][]int{p + "self_attn.o_proj.weight": {h, nq * hd}, p + "mlp.down_proj.weight": {h, ff}}
+	if m.experts != nil {
+		moe := map[string][]int{}
+		if m.experts.tensors(l, h, moe) {
+			delete(t, p+"mlp.down_proj.weight")
+			for name, shape := range moe {
+				t[p+name] = shape
+			}
+		}
+	}
+	sparse := m.experts != nil && m.experts.sparse[l]
 	if m.fused {
 		t[p+"self_attn.qkv_proj.weight"], t[p+"mlp.gate_up_proj.weight"] = []int{(nq + 2*nkv) * hd, h}, []int{2 * ff, h}
 	} else {
 		t[p+"self_attn.q_proj.weight"], t[p+"self_attn.k_proj.weight"], t[p+"self_attn.v_proj.weight"] = []int{nq * hd, h}, []int{nkv * hd, h}, []int{nkv * hd, h}
-		t[p+"mlp.gate_proj.weight"], t[p+"mlp.up_proj.weight"] = []int{ff, h}, []int{ff, h}
+		if !sparse {
+			t[p+"mlp.gate_proj.weight"], t[p+"mlp.up_proj.weight"] = []int{ff, h}, []int{ff, h}
+		}
 	}
 	switch m.norms {
 	case "pre":
@@ -556,6 +593,10 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 	}
 	parallel(T, func(p int) {
 		h := in(p, preMLP)
+		if m.experts != nil && m.experts.sparse[l] {
+			add(p, m.moe(w, h), postMLP)
+			return
+		}
 		ff := cfg.IntermediateSize
 		g, u := make([]float64, ff), make([]float64, ff)
 		if m.fused { // gate_up_proj's rows: gate, then up
