@@ -161,7 +161,7 @@ func init() {
 		Defaults: map[string]any{"decoder_sparse_step": 1, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
 			"num_experts_per_tok": 4, "norm_topk_prob": false, "qkv_bias": true, "sliding_window": 4096, "max_window_layers": 28}})
 	RegisterArchitecture(Architecture{Name: "Qwen3MoeForCausalLM", ModelType: "qwen3_moe",
-		Keys: append(append([]string{"attention_bias", "use_sliding_window", "sliding_window", "max_window_layers"}, qwenMoE...)),
+		Keys: append([]string{"attention_bias", "use_sliding_window", "sliding_window", "max_window_layers"}, qwenMoE...),
 		Defaults: map[string]any{"decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
 			"norm_topk_prob": false, "sliding_window": 4096}})
 	RegisterArchitecture(Architecture{Name: "OlmoeForCausalLM", ModelType: "olmoe",

@@ -95,8 +95,11 @@ func writeFamily(t *testing.T, cfg map[string]any, extra map[string][]int) strin
 	add("model.norm.weight", c.HiddenSize)
 	add("lm_head.weight", c.VocabSize, c.HiddenSize)
 	for l := range c.NumHiddenLayers {
-		for _, s := range a.Plan().Weights {
-			add(fmt.Sprintf("model.layers.%d.%s", l, s.Name), s.Shape...)
+		p := a.Plan()
+		for i, s := range p.Weights {
+			if p.Holds(p.Layers[l], i) { // a dense layer of a mixture of experts holds no experts, and so on
+				add(fmt.Sprintf("model.layers.%d.%s", l, s.Name), s.Shape...)
+			}
 		}
 		for name, shape := range extra {
 			add(fmt.Sprintf("model.layers.%d.%s", l, name), shape...)
@@ -179,6 +182,19 @@ func TestFamiliesMatchReference(t *testing.T) {
 			c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
 			return c
 		}(), false},
+		{"mixtral window", func() map[string]any {
+			c := mixtralConfig()
+			c["sliding_window"] = 5
+			return c
+		}(), false},
+		{"qwen2_moe dense layer, shared expert", qwen2MoeConfig(), false},
+		{"qwen2_moe sparse step, renormalized", func() map[string]any {
+			c := qwen2MoeConfig()
+			c["mlp_only_layers"], c["decoder_sparse_step"], c["norm_topk_prob"], c["qkv_bias"] = []int{}, 2, true, false
+			return c
+		}(), false},
+		{"qwen3_moe", qwen3MoeConfig(), false},
+		{"olmoe", olmoeConfig(), false},
 		// The prompt (12 positions) outgrows original_max_position_embeddings (8): one pass rotates with the long
 		// factors; a token-by-token decode uses the short ones until it does (TestLongRopeRecompute).
 		{"phi3 longrope", phi3LongRopeConfig(), true},
@@ -238,6 +254,36 @@ func gemma3Config() map[string]any {
 		"full_attention":    map[string]any{"rope_type": "linear", "factor": 8.0, "rope_theta": 100000.0},
 		"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": 3000.0},
 	}
+	return c
+}
+
+// mixtralConfig is a tiny Mixtral: 5 experts of 16, 2 per token.
+func mixtralConfig() map[string]any {
+	c := familyBase("MixtralForCausalLM", "mixtral")
+	c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"] = 5, 2, 16
+	return c
+}
+
+// qwen2MoeConfig is a tiny Qwen2-MoE: 6 experts of 12, 3 per token, not renormalized, a shared expert of 20,
+// layer 1 dense (intermediate_size 40), q/k/v biases; transformers 4's spelling of the expert count.
+func qwen2MoeConfig() map[string]any {
+	c := familyBase("Qwen2MoeForCausalLM", "qwen2_moe")
+	c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"] = 6, 3, 12, 20
+	c["mlp_only_layers"], c["norm_topk_prob"], c["qkv_bias"] = []int{1}, false, true
+	return c
+}
+
+// qwen3MoeConfig is a tiny Qwen3-MoE: 8 experts of 12, 4 per token, renormalized; transformers 5's spelling.
+func qwen3MoeConfig() map[string]any {
+	c := familyBase("Qwen3MoeForCausalLM", "qwen3_moe")
+	c["num_local_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["norm_topk_prob"] = 8, 4, 12, true
+	return c
+}
+
+// olmoeConfig is a tiny OLMoE: 4 experts of 16, 2 per token.
+func olmoeConfig() map[string]any {
+	c := familyBase("OlmoeForCausalLM", "olmoe")
+	c["num_experts"], c["num_experts_per_tok"], c["intermediate_size"] = 4, 2, 16
 	return c
 }
 
@@ -355,6 +401,13 @@ func TestUnusedTensorsRefused(t *testing.T) {
 		{gemma2Config(), map[string][]int{"self_attn.k_norm.weight": {8}}, "self_attn.k_norm.weight"},
 		{phi3LongRopeConfig(), map[string][]int{"self_attn.q_proj.weight": {32, 24}}, "self_attn.q_proj.weight"},
 		{phi3LongRopeConfig(), map[string][]int{"mlp.up_proj.weight": {40, 24}}, "mlp.up_proj.weight"},
+		// A dense MLP beside the experts, an expert more than num_experts, a shared expert Qwen3-MoE does not
+		// have, experts saved fused (transformers 5's in-memory layout), a router bias Mixtral does not read.
+		{mixtralConfig(), map[string][]int{"mlp.gate_proj.weight": {16, 24}}, "mlp.gate_proj.weight"},
+		{olmoeConfig(), map[string][]int{"mlp.experts.4.up_proj.weight": {16, 24}}, "mlp.experts.4.up_proj.weight"},
+		{qwen3MoeConfig(), map[string][]int{"mlp.shared_expert.up_proj.weight": {12, 24}}, "mlp.shared_expert.up_proj.weight"},
+		{qwen3MoeConfig(), map[string][]int{"mlp.experts.gate_up_proj": {8, 24, 24}}, "mlp.experts.gate_up_proj"},
+		{mixtralConfig(), map[string][]int{"block_sparse_moe.e_score_correction_bias": {5}}, "block_sparse_moe.e_score_correction_bias"},
 	} {
 		dir := writeFamily(t, tc.base, tc.extra)
 		arch := tc.base["architectures"].([]string)[0]
@@ -453,6 +506,14 @@ func TestNotImplementedRefused(t *testing.T) {
 		{"phi3 rope type", phi3LongRopeConfig(), map[string]any{"rope_parameters": map[string]any{"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0}}, `rope type "linear"`},
 		{"phi3 longrope factors", phi3LongRopeConfig(), longrope(map[string]any{"short_factor": []float64{1, 1, 1}}), "short_factor has 3 entries, want 2"},
 		{"phi3 longrope factor", phi3LongRopeConfig(), longrope(map[string]any{"factor": 2.0}), "longrope factor 2"},
+		{"olmoe clip_qkv", olmoeConfig(), map[string]any{"clip_qkv": 8.0}, "clip_qkv 8"},
+		{"experts disagree", qwen3MoeConfig(), map[string]any{"num_experts": 4}, "num_experts 4 and num_local_experts 8 disagree"},
+		{"more experts per token", mixtralConfig(), map[string]any{"num_experts_per_tok": 6}, "num_experts_per_tok 6"},
+		{"qwen2_moe sparse step", qwen2MoeConfig(), map[string]any{"decoder_sparse_step": 0}, "decoder_sparse_step 0"},
+		// Keys of the MoE families layerstream does not implement: refused by name.
+		{"mixtral router bias", mixtralConfig(), map[string]any{"router_bias": true}, "router_bias"},
+		{"qwen3_moe shared expert", qwen3MoeConfig(), map[string]any{"shared_expert_intermediate_size": 12}, "shared_expert_intermediate_size"},
+		{"olmoe routed scaling", olmoeConfig(), map[string]any{"routed_scaling_factor": 2.5}, "routed_scaling_factor"},
 	} {
 		c := maps.Clone(tc.base)
 		for k, v := range tc.edit {
@@ -640,6 +701,37 @@ func TestReleasedConfigs(t *testing.T) {
 		}
 		if !tc.check(a.Plan()) {
 			t.Errorf("%s: plan %+v", tc.name, a.Plan())
+		}
+	}
+}
+
+// TestMoEBatchMatchesAlone: on the host kernels a mixture of experts computes each expert on the rows routed to
+// it, so a batch gathers different rows per expert than a sequence alone; each sequence's log-probabilities must
+// still be bit for bit its solo run's (the products sum each row in an order fixed by its length alone).
+func TestMoEBatchMatchesAlone(t *testing.T) {
+	dir := writeFamily(t, qwen2MoeConfig(), nil)
+	ctx := context.Background()
+	reqs := []Request{
+		{PromptIDs: familyIDs, MaxNewTokens: 7, StopIDs: []int{}, Logprobs: true},
+		{PromptIDs: familyIDs[:2], MaxNewTokens: 12, StopIDs: []int{}, Logprobs: true},
+		{PromptIDs: familyIDs[3:9], MaxNewTokens: 5, StopIDs: []int{}, Logprobs: true, PrefillChunk: 4},
+	}
+	e := open(t, dir, Options{})
+	logprobs := func(run func(onToken func(seq int, tk Token) error) error) [][]float64 {
+		out := make([][]float64, len(reqs))
+		if err := run(func(seq int, tk Token) error { out[seq] = append(out[seq], tk.Logprob); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	batch := logprobs(func(on func(int, Token) error) error { _, err := e.GenerateBatch(ctx, reqs, on); return err })
+	for i, r := range reqs {
+		alone := logprobs(func(on func(int, Token) error) error {
+			_, err := e.Generate(ctx, r, func(tk Token) error { return on(i, tk) })
+			return err
+		})
+		if !slices.Equal(alone[i], batch[i]) {
+			t.Errorf("request %d: log-probabilities batched %v, alone %v", i, batch[i], alone[i])
 		}
 	}
 }
