@@ -95,6 +95,17 @@ type Config struct {
 	MLPOnlyLayers                []int    `json:"mlp_only_layers"`
 	QKVBias                      bool     `json:"qkv_bias"`
 	ClipQKV                      *float64 `json:"clip_qkv"`
+	// GLM-4.5 (DeepSeek-V3's router): n_routed_experts is a third spelling of the expert count; n_shared_experts
+	// shared experts of moe_intermediate_size form one of n_shared_experts times that width; the routing weights
+	// are multiplied by routed_scaling_factor; n_group/topk_group limit the choice to the best groups of experts;
+	// the first first_k_dense_replace layers are dense; use_qk_norm puts RMSNorms over each head of q and k.
+	NRoutedExperts      int     `json:"n_routed_experts"`
+	NSharedExperts      int     `json:"n_shared_experts"`
+	RoutedScalingFactor float64 `json:"routed_scaling_factor"`
+	NGroup              int     `json:"n_group"`
+	TopKGroup           int     `json:"topk_group"`
+	FirstKDenseReplace  int     `json:"first_k_dense_replace"`
+	UseQKNorm           bool    `json:"use_qk_norm"`
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
@@ -251,11 +262,17 @@ func ParseConfig(b []byte) (*Config, error) {
 // experts reads the number of routed experts from either spelling into NumExperts (and NumLocalExperts), refusing
 // two that disagree.
 func (c *Config) experts() error {
-	if c.NumExperts != 0 && c.NumLocalExperts != 0 && c.NumExperts != c.NumLocalExperts {
-		return fmt.Errorf("config: num_experts %d and num_local_experts %d disagree (transformers reads them as one setting)", c.NumExperts, c.NumLocalExperts)
+	n := 0
+	for _, v := range []struct {
+		key string
+		n   int
+	}{{"num_experts", c.NumExperts}, {"num_local_experts", c.NumLocalExperts}, {"n_routed_experts", c.NRoutedExperts}} {
+		if v.n != 0 && n != 0 && v.n != n {
+			return fmt.Errorf("config: num_experts %d, num_local_experts %d and n_routed_experts %d disagree (transformers reads them as one setting)", c.NumExperts, c.NumLocalExperts, c.NRoutedExperts)
+		}
+		n = max(n, v.n)
 	}
-	c.NumExperts = max(c.NumExperts, c.NumLocalExperts)
-	c.NumLocalExperts = c.NumExperts
+	c.NumExperts, c.NumLocalExperts, c.NRoutedExperts = n, n, n
 	return nil
 }
 

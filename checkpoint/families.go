@@ -164,6 +164,17 @@ func init() {
 		Keys: append([]string{"attention_bias", "use_sliding_window", "sliding_window", "max_window_layers"}, qwenMoE...),
 		Defaults: map[string]any{"decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
 			"norm_topk_prob": false, "sliding_window": 4096}})
+	// GLM-4.5 and 4.6 (Glm4MoeConfig). num_nextn_predict_layers (num_mtp_layers) counts the multi-token-prediction
+	// layers, which transformers' Glm4MoeForCausalLM does not compute.
+	RegisterArchitecture(Architecture{Name: "Glm4MoeForCausalLM", ModelType: "glm4_moe",
+		Keys: append([]string{"attention_bias", "partial_rotary_factor", "moe_intermediate_size", "n_routed_experts", "n_shared_experts",
+			"routed_scaling_factor", "n_group", "topk_group", "first_k_dense_replace", "norm_topk_prob", "use_qk_norm",
+			"num_nextn_predict_layers", "num_mtp_layers"}, moeKeys...),
+		Defaults: map[string]any{"rms_norm_eps": 1e-5, "moe_intermediate_size": 1408, "num_experts_per_tok": 8, "n_shared_experts": 1,
+			"routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "norm_topk_prob": true}})
+	// MiniMax-M2 (MiniMaxM2Config, transformers 5 only).
+	RegisterArchitecture(Architecture{Name: "MiniMaxM2ForCausalLM", ModelType: "minimax_m2", Keys: moeKeys,
+		Defaults: map[string]any{"head_dim": 128, "num_experts_per_tok": 8}, DefaultRopeTheta: 5000000.0})
 	RegisterArchitecture(Architecture{Name: "OlmoeForCausalLM", ModelType: "olmoe",
 		Keys:     append([]string{"attention_bias", "clip_qkv", "norm_topk_prob"}, moeKeys...),
 		Defaults: map[string]any{"rms_norm_eps": 1e-5, "num_experts_per_tok": 8, "norm_topk_prob": false}})

@@ -23,6 +23,8 @@ type moeMLP struct {
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
 	sharedInter        int
+	// bias is the router's choice bias, e_score_correction_bias ("" for none).
+	bias string
 }
 
 // newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
@@ -49,6 +51,9 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field, In: sparse})
 	}
 	add(m.router+".weight", func(w *LayerWeights) *Value { return &w.Router.W }, m.experts, hidden)
+	if m.bias != "" {
+		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
+	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
 		add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
