@@ -262,15 +262,21 @@ func ParseConfig(b []byte) (*Config, error) {
 // experts reads the number of routed experts from either spelling into NumExperts (and NumLocalExperts), refusing
 // two that disagree.
 func (c *Config) experts() error {
-	n := 0
+	n, agree := 0, true
+	var given []string
 	for _, v := range []struct {
 		key string
 		n   int
 	}{{"num_experts", c.NumExperts}, {"num_local_experts", c.NumLocalExperts}, {"n_routed_experts", c.NRoutedExperts}} {
-		if v.n != 0 && n != 0 && v.n != n {
-			return fmt.Errorf("config: num_experts %d, num_local_experts %d and n_routed_experts %d disagree (transformers reads them as one setting)", c.NumExperts, c.NumLocalExperts, c.NRoutedExperts)
+		if v.n == 0 {
+			continue
 		}
-		n = max(n, v.n)
+		given = append(given, fmt.Sprintf("%s %d", v.key, v.n))
+		agree = agree && (n == 0 || v.n == n)
+		n = v.n
+	}
+	if !agree {
+		return fmt.Errorf("config: %s disagree (transformers reads them as one setting)", strings.Join(given, " and "))
 	}
 	c.NumExperts, c.NumLocalExperts, c.NRoutedExperts = n, n, n
 	return nil

@@ -195,6 +195,8 @@ func TestFamiliesMatchReference(t *testing.T) {
 		}(), false},
 		{"qwen3_moe", qwen3MoeConfig(), false},
 		{"olmoe", olmoeConfig(), false},
+		{"glm4_moe dense first layer, shared experts", glm4MoeConfig(), false},
+		{"minimax_m2", minimaxM2Config(), false},
 		// The prompt (12 positions) outgrows original_max_position_embeddings (8): one pass rotates with the long
 		// factors; a token-by-token decode uses the short ones until it does (TestLongRopeRecompute).
 		{"phi3 longrope", phi3LongRopeConfig(), true},
@@ -284,6 +286,25 @@ func qwen3MoeConfig() map[string]any {
 func olmoeConfig() map[string]any {
 	c := familyBase("OlmoeForCausalLM", "olmoe")
 	c["num_experts"], c["num_experts_per_tok"], c["intermediate_size"] = 4, 2, 16
+	return c
+}
+
+// glm4MoeConfig is a tiny GLM-4.5: layer 0 dense, 6 experts of 12 with sigmoid scores, a choice bias, 3 per
+// token renormalized × 2.5, two shared experts, q/k/v biases, per-head q/k norms, half the head rotated.
+func glm4MoeConfig() map[string]any {
+	c := familyBase("Glm4MoeForCausalLM", "glm4_moe")
+	c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["n_shared_experts"] = 6, 3, 12, 2
+	c["routed_scaling_factor"], c["first_k_dense_replace"], c["attention_bias"], c["use_qk_norm"] = 2.5, 1, true, true
+	c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
+	return c
+}
+
+// minimaxM2Config is a tiny MiniMax-M2: 6 experts of 16 with sigmoid scores and a choice bias, 2 per token,
+// whole-projection q/k norms, half the head rotated.
+func minimaxM2Config() map[string]any {
+	c := familyBase("MiniMaxM2ForCausalLM", "minimax_m2")
+	c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"] = 6, 2, 16
+	c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
 	return c
 }
 
@@ -514,6 +535,8 @@ func TestNotImplementedRefused(t *testing.T) {
 		{"mixtral router bias", mixtralConfig(), map[string]any{"router_bias": true}, "router_bias"},
 		{"qwen3_moe shared expert", qwen3MoeConfig(), map[string]any{"shared_expert_intermediate_size": 12}, "shared_expert_intermediate_size"},
 		{"olmoe routed scaling", olmoeConfig(), map[string]any{"routed_scaling_factor": 2.5}, "routed_scaling_factor"},
+		{"glm4_moe groups", glm4MoeConfig(), map[string]any{"n_group": 2, "topk_group": 1}, "n_group 2"},
+		{"minimax_m2 shared expert", minimaxM2Config(), map[string]any{"shared_intermediate_size": 16}, "shared_intermediate_size"},
 	} {
 		c := maps.Clone(tc.base)
 		for k, v := range tc.edit {

@@ -179,6 +179,15 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		}
 		m.qkNorm = "whole"
 		err = m.newExperts()
+	case "glm4_moe": // q/k/v biases, per-head q/k norms with use_qk_norm, partial rotary
+		m.qkvBias, m.oBias, partial = cfg.AttentionBias, false, true
+		if cfg.UseQKNorm {
+			m.qkNorm = "head"
+		}
+		err = m.newExperts()
+	case "minimax_m2": // q/k norms over the whole projections, partial rotary
+		m.qkNorm, partial = "whole", true
+		err = m.newExperts()
 	case "phi3":
 		// Phi3Model: fused projections, partial rotary, longrope; every layer within sliding_window when set.
 		m.fused, partial, longrope = true, true, true

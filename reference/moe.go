@@ -7,12 +7,19 @@ import (
 )
 
 // experts is a mixture-of-experts MLP as transformers' sparse MoE blocks compute it (Mixtral, Qwen2-MoE,
-// Qwen3-MoE, OLMoE), written from their modeling code: router logits r = W_gate·h, probabilities p = softmax(r)
-// over the experts, the k experts of highest p, weights p_i (divided by Σ_topk p when renormalized), the output
-// Σ_i w_i·expert_i(h) with expert(h) = down(silu(gate(h)) ⊙ up(h)); plus, for Qwen2-MoE, sigmoid(g·h)·shared(h).
+// Qwen3-MoE, OLMoE, GLM-4.5, MiniMax-M2), written from their modeling code: router logits r = W_gate·h, scores
+// p = softmax(r) over the experts (GLM-4.5, MiniMax-M2: sigmoid(r_i)), the k experts of highest p (+ the
+// e_score_correction_bias), weights p_i (divided by Σ_topk p when renormalized, times routed_scaling_factor), the
+// output Σ_i w_i·expert_i(h) with expert(h) = down(silu(gate(h)) ⊙ up(h)); plus a shared expert, for Qwen2-MoE
+// times sigmoid(g·h).
 type experts struct {
 	n, k, inter int
 	renorm      bool
+	// sigmoid: scores are each logit's sigmoid (GLM-4.5, MiniMax-M2), chosen by score + the bias tensor (""
+	// for none), the weights times scale.
+	sigmoid bool
+	bias    string
+	scale   float64
 	// Tensor names relative to the layer: router weight, expert e's gate, up and down weights.
 	router             string
 	gate, up, down     func(e int) string
@@ -27,7 +34,7 @@ func (m *model) newExperts() error {
 	c := m.cfg
 	L := c.NumHiddenLayers
 	x := &experts{n: c.NumExperts, k: c.NumExpertsPerTok, inter: c.IntermediateSize, renorm: c.NormTopKProb,
-		router: "mlp.gate.weight", sparse: make([]bool, L)}
+		router: "mlp.gate.weight", sparse: make([]bool, L), scale: 1}
 	named := func(prefix, g, u, d string) {
 		x.gate = func(e int) string { return fmt.Sprintf("%s.%d.%s.weight", prefix, e, g) }
 		x.up = func(e int) string { return fmt.Sprintf("%s.%d.%s.weight", prefix, e, u) }
@@ -53,6 +60,20 @@ func (m *model) newExperts() error {
 			x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
 		}
 	case "olmoe":
+	case "glm4_moe": // Glm4MoeTopkRouter with one group; ungated shared experts; dense first layers
+		if c.NGroup != 1 || c.TopKGroup != 1 {
+			return fmt.Errorf("group-limited routing is not implemented by the reference")
+		}
+		x.inter, x.sigmoid, x.bias, x.scale = c.MoEIntermediateSize, true, "mlp.gate.e_score_correction_bias", c.RoutedScalingFactor
+		if c.NSharedExperts > 0 {
+			x.shared, x.sharedInter = "mlp.shared_experts", c.NSharedExperts*c.MoEIntermediateSize
+		}
+		for l := range L {
+			x.sparse[l] = l >= c.FirstKDenseReplace
+		}
+	case "minimax_m2": // MiniMaxM2TopKRouter: sigmoid, biased choice, always renormalized
+		x.renorm, x.sigmoid, x.bias, x.router = true, true, "block_sparse_moe.e_score_correction_bias", "block_sparse_moe.gate.weight"
+		named("block_sparse_moe.experts", "w1", "w3", "w2")
 	default:
 		return fmt.Errorf("experts of %s are not implemented by the reference", c.ModelType)
 	}
@@ -69,12 +90,18 @@ func (x *experts) tensors(l, hidden int, t map[string][]int) bool {
 		return false
 	}
 	t[x.router] = []int{x.n, hidden}
+	if x.bias != "" {
+		t[x.bias] = []int{x.n}
+	}
 	for e := range x.n {
 		t[x.gate(e)], t[x.up(e)], t[x.down(e)] = []int{x.inter, hidden}, []int{x.inter, hidden}, []int{hidden, x.inter}
 	}
 	if x.shared != "" {
 		t[x.shared+".gate_proj.weight"], t[x.shared+".up_proj.weight"] = []int{x.sharedInter, hidden}, []int{x.sharedInter, hidden}
-		t[x.shared+".down_proj.weight"], t[x.sharedGate] = []int{hidden, x.sharedInter}, []int{1, hidden}
+		t[x.shared+".down_proj.weight"] = []int{hidden, x.sharedInter}
+		if x.sharedGate != "" {
+			t[x.sharedGate] = []int{1, hidden}
+		}
 	}
 	return true
 }
@@ -84,26 +111,38 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	x := m.experts
 	r := make([]float64, x.n)
 	linear(r, w.get(x.router), nil, h)
-	top := slices.Max(r)
-	var sum float64
 	p := make([]float64, x.n)
-	for i, v := range r {
-		p[i] = math.Exp(v - top)
-		sum += p[i]
+	if x.sigmoid {
+		for i, v := range r {
+			p[i] = 1 / (1 + math.Exp(-v))
+		}
+	} else {
+		top := slices.Max(r)
+		var sum float64
+		for i, v := range r {
+			p[i] = math.Exp(v - top)
+			sum += p[i]
+		}
+		for i := range p {
+			p[i] /= sum
+		}
 	}
-	for i := range p {
-		p[i] /= sum
+	choice := slices.Clone(p)
+	if x.bias != "" {
+		for i, b := range w.vec(x.bias) {
+			choice[i] += float64(b)
+		}
 	}
-	// The k largest probabilities, the lower index first among equal ones.
+	// The k best choice scores, the lower index first among equal ones.
 	order := make([]int, x.n)
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
 		switch {
-		case p[a] > p[b]:
+		case choice[a] > choice[b]:
 			return -1
-		case p[a] < p[b]:
+		case choice[a] < choice[b]:
 			return 1
 		}
 		return 0
@@ -120,13 +159,16 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	for _, e := range chosen {
 		y := m.gatedMLP(w, h, x.gate(e), x.up(e), x.down(e), x.inter)
 		for i, v := range y {
-			out[i] += p[e] / norm * v
+			out[i] += p[e] / norm * x.scale * v
 		}
 	}
 	if x.shared != "" {
-		g := make([]float64, 1)
-		linear(g, w.get(x.sharedGate), nil, h)
-		s := 1 / (1 + math.Exp(-g[0]))
+		s := 1.0
+		if x.sharedGate != "" {
+			g := make([]float64, 1)
+			linear(g, w.get(x.sharedGate), nil, h)
+			s = 1 / (1 + math.Exp(-g[0]))
+		}
 		y := m.gatedMLP(w, h, x.shared+".gate_proj.weight", x.shared+".up_proj.weight", x.shared+".down_proj.weight", x.sharedInter)
 		for i, v := range y {
 			out[i] += s * v
