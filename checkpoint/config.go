@@ -252,15 +252,11 @@ func ParseConfig(b []byte) (*Config, error) {
 	if err := c.experts(); err != nil {
 		return nil, err
 	}
-	if c.SlidingWindow != nil && *c.SlidingWindow == 0 && arch.ModelType == "qwen2_moe" && !c.UseSlidingWindow {
-		// Qwen2MoeConfig (transformers 5) saves sliding_window 0 for "none" when use_sliding_window is false.
-		c.SlidingWindow = nil
-	}
 	return c, c.Validate()
 }
 
-// experts reads the number of routed experts from either spelling into NumExperts (and NumLocalExperts), refusing
-// two that disagree.
+// experts reads the number of routed experts from any of its spellings into NumExperts (and NumLocalExperts,
+// NRoutedExperts), refusing two that disagree; and Qwen2-MoE's sliding_window 0 as none.
 func (c *Config) experts() error {
 	n, agree := 0, true
 	var given []string
@@ -279,6 +275,10 @@ func (c *Config) experts() error {
 		return fmt.Errorf("config: %s disagree (transformers reads them as one setting)", strings.Join(given, " and "))
 	}
 	c.NumExperts, c.NumLocalExperts, c.NRoutedExperts = n, n, n
+	if c.SlidingWindow != nil && *c.SlidingWindow == 0 && c.Arch.ModelType == "qwen2_moe" && !c.UseSlidingWindow {
+		// Qwen2MoeConfig (transformers 5) saves sliding_window 0 for "none" when use_sliding_window is false.
+		c.SlidingWindow = nil
+	}
 	return nil
 }
 

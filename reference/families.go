@@ -156,38 +156,6 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			}
 		}
 		local = &l
-	case "mixtral": // Mistral's attention
-		err = m.newExperts()
-		if err == nil {
-			err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
-		}
-	case "qwen2_moe": // Qwen2's attention, q/k/v biases as qkv_bias says
-		m.qkvBias, m.oBias = cfg.QKVBias, false
-		err = m.newExperts()
-		if err == nil {
-			err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && l >= cfg.MaxWindowLayers })
-		}
-	case "qwen3_moe": // Qwen3's attention; use_sliding_window slides every layer (Qwen3MoeConfig)
-		m.qkNorm = "head"
-		err = m.newExperts()
-		if err == nil {
-			err = sliding(func(int) bool { return cfg.UseSlidingWindow })
-		}
-	case "olmoe": // OLMo 2's q/k norms over the whole projections, Llama's pre-norms
-		if cfg.ClipQKV != nil {
-			return nil, fmt.Errorf("clip_qkv is not implemented by the reference")
-		}
-		m.qkNorm = "whole"
-		err = m.newExperts()
-	case "glm4_moe": // q/k/v biases, per-head q/k norms with use_qk_norm, partial rotary
-		m.qkvBias, m.oBias, partial = cfg.AttentionBias, false, true
-		if cfg.UseQKNorm {
-			m.qkNorm = "head"
-		}
-		err = m.newExperts()
-	case "minimax_m2": // q/k norms over the whole projections, partial rotary
-		m.qkNorm, partial = "whole", true
-		err = m.newExperts()
 	case "phi3":
 		// Phi3Model: fused projections, partial rotary, longrope; every layer within sliding_window when set.
 		m.fused, partial, longrope = true, true, true
@@ -196,7 +164,10 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		}
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	default:
-		return nil, fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
+		var known bool
+		if known, partial, err = m.moeFamily(sliding); !known {
+			return nil, fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
+		}
 	}
 	if err != nil {
 		return nil, err

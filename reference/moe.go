@@ -189,3 +189,47 @@ func (m *model) gatedMLP(w *layerWeights, h []float64, gate, up, down string, in
 	linear(d, w.get(down), nil, g)
 	return d
 }
+
+// moeFamily configures the attention of the mixture-of-experts families and their experts; known is false for
+// another model_type. sliding sets the sliding layers by the family's rule; partial says whether the family
+// rotates part of each head.
+func (m *model) moeFamily(sliding func(rule func(l int) bool) error) (known, partial bool, err error) {
+	c := m.cfg
+	switch c.ModelType {
+	case "mixtral": // Mistral's attention
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(int) bool { return c.SlidingWindow != nil })
+		}
+	case "qwen2_moe": // Qwen2's attention, q/k/v biases as qkv_bias says
+		m.qkvBias, m.oBias = c.QKVBias, false
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(l int) bool { return c.UseSlidingWindow && c.SlidingWindow != nil && l >= c.MaxWindowLayers })
+		}
+	case "qwen3_moe": // Qwen3's attention; use_sliding_window slides every layer (Qwen3MoeConfig)
+		m.qkNorm = "head"
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(int) bool { return c.UseSlidingWindow })
+		}
+	case "olmoe": // OLMo 2's q/k norms over the whole projections, Llama's pre-norms
+		if c.ClipQKV != nil {
+			return true, false, fmt.Errorf("clip_qkv is not implemented by the reference")
+		}
+		m.qkNorm = "whole"
+		err = m.newExperts()
+	case "glm4_moe": // q/k/v biases, per-head q/k norms with use_qk_norm, partial rotary
+		m.qkvBias, m.oBias, partial = c.AttentionBias, false, true
+		if c.UseQKNorm {
+			m.qkNorm = "head"
+		}
+		err = m.newExperts()
+	case "minimax_m2": // q/k norms over the whole projections, partial rotary
+		m.qkNorm, partial = "whole", true
+		err = m.newExperts()
+	default:
+		return false, false, nil
+	}
+	return true, partial, err
+}
