@@ -106,6 +106,10 @@ type Config struct {
 	TopKGroup           int     `json:"topk_group"`
 	FirstKDenseReplace  int     `json:"first_k_dense_replace"`
 	UseQKNorm           bool    `json:"use_qk_norm"`
+	// NumNextNPredictLayers (num_mtp_layers) multi-token-prediction layers follow the decoder's in a GLM-4.5
+	// checkpoint (model.layers.num_hidden_layers.*): transformers' Glm4MoeForCausalLM does not compute them.
+	NumNextNPredictLayers int `json:"num_nextn_predict_layers"`
+	NumMTPLayers          int `json:"num_mtp_layers"`
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
@@ -280,6 +284,19 @@ func (c *Config) experts() error {
 		c.SlidingWindow = nil
 	}
 	return nil
+}
+
+// UnreadLayers are the tensor name prefixes of the layers a checkpoint holds beyond the decoder's that the
+// architecture's transformers class does not compute: GLM-4.5's multi-token-prediction layers
+// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected).
+func (c *Config) UnreadLayers() []string {
+	var out []string
+	if c.Arch.ModelType == "glm4_moe" {
+		for i := range max(c.NumNextNPredictLayers, c.NumMTPLayers) {
+			out = append(out, fmt.Sprintf("model.layers.%d.", c.NumHiddenLayers+i))
+		}
+	}
+	return out
 }
 
 // decoderKeys returns the keys that describe the decoder: the top level's, or a nested text_config's with the

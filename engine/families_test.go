@@ -781,3 +781,47 @@ func moeBatchMatchesAlone(t *testing.T, e *Engine, reqs []Request) {
 		}
 	}
 }
+
+// TestGLM4MoEPredictionLayers: GLM-4.5 checkpoints hold their multi-token-prediction layer after the decoder's
+// (model.layers.num_hidden_layers.*, num_nextn_predict_layers of them), which transformers does not compute: left
+// out, the model computes as the float64 reference; without num_nextn_predict_layers the layer is refused by name.
+func TestGLM4MoEPredictionLayers(t *testing.T) {
+	dir := writeFamily(t, glm4MoeConfig(), nil) // three layers; the last becomes the prediction layer
+	for _, n := range []int{1, 0} {
+		c := glm4MoeConfig()
+		c["num_hidden_layers"], c["num_nextn_predict_layers"] = 2, n
+		b, _ := json.Marshal(c)
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e, err := Open(context.Background(), dir, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+		if n == 0 {
+			if err == nil || !strings.Contains(err.Error(), "layer.2") {
+				t.Errorf("without num_nextn_predict_layers: got %v, want layer 2's tensors refused by name", err)
+			}
+			if e != nil {
+				e.Close()
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.Logits(context.Background(), familyIDs)
+		e.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := reference.Forward(ck, familyIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(got, toF32(ref.Logits)); d > 1e-4 {
+			t.Errorf("logits differ from the reference by %g", d)
+		}
+	}
+}
