@@ -70,13 +70,18 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, err
 	}
 	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, byName: map[string]int{}}
-	var skipped, skippedBytes int64
+	var skipped, skippedBytes, unread, unreadBytes int64
+	unreadLayers := cfg.UnreadLayers()
 	for _, f := range files {
 		infos, err := readHeader(f)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
 		for _, t := range infos {
+			if slices.ContainsFunc(unreadLayers, func(p string) bool { return strings.HasPrefix(t.Name, p) }) {
+				unread, unreadBytes = unread+1, unreadBytes+t.Length
+				continue
+			}
 			name, skip, ok := cfg.Arch.tensorName(t.Name)
 			if !ok {
 				return nil, fmt.Errorf("checkpoint %s: tensor %q in %s is neither the decoder's (%s) nor known to be image-only (%s): refusing a %s checkpoint laid out in a way layerstream does not know",
@@ -102,6 +107,10 @@ func Open(dir string) (*Checkpoint, error) {
 		slog.Info("checkpoint: leaving out the vision tower and projector (text in, text out: images are not supported); they are never read nor split",
 			"architecture", cfg.Arch.Name, "tensors", skipped, "bytes", bytesize.Format(skippedBytes),
 			"prefixes", strings.Join(cfg.Arch.SkippedTensorPrefixes, " "))
+	}
+	if unread > 0 {
+		slog.Info("checkpoint: leaving out the multi-token-prediction layers, which transformers does not compute either; they are never read nor split",
+			"architecture", cfg.Arch.Name, "tensors", unread, "bytes", bytesize.Format(unreadBytes), "prefixes", strings.Join(unreadLayers, " "))
 	}
 	return c, nil
 }

@@ -79,6 +79,38 @@ type Config struct {
 	SavedSlidingWindowPattern *int     `json:"_sliding_window_pattern"`
 	UseBidirectionalAttention *bool    `json:"use_bidirectional_attention"`
 
+	// Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE). NumExperts is the number of routed experts:
+	// num_experts or num_local_experts, two spellings transformers' configs map onto each other (Mixtral's key is
+	// num_local_experts, Qwen2-MoE's and OLMoE's num_experts; transformers 5 saves Qwen3-MoE's as
+	// num_local_experts, 4 as num_experts); both given must agree (ParseConfig). NormTopKProb renormalizes the
+	// chosen experts' weights; DecoderSparseStep and MLPOnlyLayers (Qwen-MoE) say which layers are dense;
+	// QKVBias is Qwen2-MoE's switch for q/k/v_proj biases; ClipQKV (OLMoE) clamps q, k and v, nil when null.
+	NumExperts                   int      `json:"num_experts"`
+	NumLocalExperts              int      `json:"num_local_experts"`
+	NumExpertsPerTok             int      `json:"num_experts_per_tok"`
+	NormTopKProb                 bool     `json:"norm_topk_prob"`
+	MoEIntermediateSize          int      `json:"moe_intermediate_size"`
+	SharedExpertIntermediateSize int      `json:"shared_expert_intermediate_size"`
+	DecoderSparseStep            int      `json:"decoder_sparse_step"`
+	MLPOnlyLayers                []int    `json:"mlp_only_layers"`
+	QKVBias                      bool     `json:"qkv_bias"`
+	ClipQKV                      *float64 `json:"clip_qkv"`
+	// GLM-4.5 (DeepSeek-V3's router): n_routed_experts is a third spelling of the expert count; n_shared_experts
+	// shared experts of moe_intermediate_size form one of n_shared_experts times that width; the routing weights
+	// are multiplied by routed_scaling_factor; n_group/topk_group limit the choice to the best groups of experts;
+	// the first first_k_dense_replace layers are dense; use_qk_norm puts RMSNorms over each head of q and k.
+	NRoutedExperts      int     `json:"n_routed_experts"`
+	NSharedExperts      int     `json:"n_shared_experts"`
+	RoutedScalingFactor float64 `json:"routed_scaling_factor"`
+	NGroup              int     `json:"n_group"`
+	TopKGroup           int     `json:"topk_group"`
+	FirstKDenseReplace  int     `json:"first_k_dense_replace"`
+	UseQKNorm           bool    `json:"use_qk_norm"`
+	// NumNextNPredictLayers (num_mtp_layers) multi-token-prediction layers follow the decoder's in a GLM-4.5
+	// checkpoint (model.layers.num_hidden_layers.*): transformers' Glm4MoeForCausalLM does not compute them.
+	NumNextNPredictLayers int `json:"num_nextn_predict_layers"`
+	NumMTPLayers          int `json:"num_mtp_layers"`
+
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
 }
@@ -221,7 +253,50 @@ func ParseConfig(b []byte) (*Config, error) {
 	if c.Rope, c.RopeByLayerType, err = parseRope(filled, c); err != nil {
 		return nil, err
 	}
+	if err := c.experts(); err != nil {
+		return nil, err
+	}
 	return c, c.Validate()
+}
+
+// experts reads the number of routed experts from any of its spellings into NumExperts (and NumLocalExperts,
+// NRoutedExperts), refusing two that disagree; and Qwen2-MoE's sliding_window 0 as none.
+func (c *Config) experts() error {
+	n, agree := 0, true
+	var given []string
+	for _, v := range []struct {
+		key string
+		n   int
+	}{{"num_experts", c.NumExperts}, {"num_local_experts", c.NumLocalExperts}, {"n_routed_experts", c.NRoutedExperts}} {
+		if v.n == 0 {
+			continue
+		}
+		given = append(given, fmt.Sprintf("%s %d", v.key, v.n))
+		agree = agree && (n == 0 || v.n == n)
+		n = v.n
+	}
+	if !agree {
+		return fmt.Errorf("config: %s disagree (transformers reads them as one setting)", strings.Join(given, " and "))
+	}
+	c.NumExperts, c.NumLocalExperts, c.NRoutedExperts = n, n, n
+	if c.SlidingWindow != nil && *c.SlidingWindow == 0 && c.Arch.ModelType == "qwen2_moe" && !c.UseSlidingWindow {
+		// Qwen2MoeConfig (transformers 5) saves sliding_window 0 for "none" when use_sliding_window is false.
+		c.SlidingWindow = nil
+	}
+	return nil
+}
+
+// UnreadLayers are the tensor name prefixes of the layers a checkpoint holds beyond the decoder's that the
+// architecture's transformers class does not compute: GLM-4.5's multi-token-prediction layers
+// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected).
+func (c *Config) UnreadLayers() []string {
+	var out []string
+	if c.Arch.ModelType == "glm4_moe" {
+		for i := range max(c.NumNextNPredictLayers, c.NumMTPLayers) {
+			out = append(out, fmt.Sprintf("model.layers.%d.", c.NumHiddenLayers+i))
+		}
+	}
+	return out
 }
 
 // decoderKeys returns the keys that describe the decoder: the top level's, or a nested text_config's with the

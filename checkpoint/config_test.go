@@ -383,3 +383,45 @@ func TestNewestDenseConfigs(t *testing.T) {
 		t.Errorf("olmo3 default thetas %g, %g, want 500000", f, s)
 	}
 }
+
+// TestMoEConfigs: the mixtures of experts read the expert count in either spelling (num_experts,
+// num_local_experts: transformers 4 and 5 save Qwen3-MoE's differently), refuse two that disagree, accept the
+// training-only router keys, read Qwen2-MoE's sliding_window 0 as none, and refuse keys they do not implement by
+// name.
+func TestMoEConfigs(t *testing.T) {
+	moe := func(arch, modelType string, edit map[string]any) []byte {
+		e := map[string]any{"architectures": []string{arch}, "model_type": modelType, "attention_bias": nil,
+			"mlp_bias": nil, "pretraining_tp": nil, "num_experts_per_tok": 2,
+			"output_router_logits": false, "router_aux_loss_coef": 0.001}
+		maps.Copy(e, edit)
+		return llamaConfig(t, e)
+	}
+	for _, key := range []string{"num_experts", "num_local_experts"} {
+		c, err := ParseConfig(moe("Qwen3MoeForCausalLM", "qwen3_moe", map[string]any{key: 8}))
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if c.NumExperts != 8 || c.NumExpertsPerTok != 2 || c.MoEIntermediateSize != 768 || c.DecoderSparseStep != 1 {
+			t.Errorf("%s: experts %d, per token %d, moe_intermediate_size %d, decoder_sparse_step %d", key, c.NumExperts, c.NumExpertsPerTok, c.MoEIntermediateSize, c.DecoderSparseStep)
+		}
+	}
+	if _, err := ParseConfig(moe("Qwen3MoeForCausalLM", "qwen3_moe", map[string]any{"num_experts": 8, "num_local_experts": 4})); err == nil || !strings.Contains(err.Error(), "disagree") {
+		t.Errorf("num_experts 8, num_local_experts 4: got %v", err)
+	}
+	c, err := ParseConfig(moe("Qwen2MoeForCausalLM", "qwen2_moe", map[string]any{"num_experts": 4, "sliding_window": 0, "use_sliding_window": false}))
+	if err != nil || c.SlidingWindow != nil || !c.QKVBias || c.SharedExpertIntermediateSize != 5632 {
+		t.Errorf("qwen2_moe sliding_window 0: %v, %+v", err, c)
+	}
+	c, err = ParseConfig(moe("MixtralForCausalLM", "mixtral", map[string]any{"num_local_experts": 8, "router_jitter_noise": 0.1}))
+	if err != nil || c.SlidingWindow != nil || c.RMSNormEps != 1e-6 {
+		t.Errorf("mixtral: %v, %+v", err, c)
+	}
+	for arch, key := range map[string]string{"MixtralForCausalLM/mixtral": "n_shared_experts", "OlmoeForCausalLM/olmoe": "routed_scaling_factor",
+		"Qwen3MoeForCausalLM/qwen3_moe": "shared_expert_intermediate_size", "Qwen2MoeForCausalLM/qwen2_moe": "first_k_dense_replace"} {
+		name, mt, _ := strings.Cut(arch, "/")
+		_, err := ParseConfig(moe(name, mt, map[string]any{"num_experts": 8, key: 1}))
+		if err == nil || !strings.Contains(err.Error(), "does not implement key "+key) {
+			t.Errorf("%s with %s: got %v, want it refused by name", name, key, err)
+		}
+	}
+}

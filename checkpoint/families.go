@@ -75,6 +75,9 @@ var HarmlessKeys = []string{
 	// training only, or an execution choice with the same result
 	"initializer_range", "attention_dropout", "use_cache", "pretraining_tp", "use_bfloat16", "tf_legacy_loss",
 	"torchscript", "resid_pdrop", "embd_pdrop", "cache_implementation",
+	// mixture of experts, training only: the load-balancing loss and its switch, and the router's input noise
+	// (applied only while training: MixtralSparseMoeBlock.forward)
+	"output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
 	// Python API switches and encoder-decoder fields a decoder-only model leaves unused
 	"output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "is_decoder",
 	"is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "cross_attention_hidden_size",
@@ -149,6 +152,35 @@ func init() {
 		// Phi3Config always has original_max_position_embeddings (4096 by default), and transformers prefers it
 		// to the rope dict's.
 		Defaults: map[string]any{"rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096}})
+	// The mixtures of experts, with their transformers config classes' defaults (the number of experts has none
+	// here: transformers 5 and 4 save it under different keys, read as one by Config.experts, and a checkpoint
+	// gives it).
+	moeKeys := []string{"num_experts", "num_local_experts", "num_experts_per_tok"}
+	RegisterArchitecture(Architecture{Name: "MixtralForCausalLM", ModelType: "mixtral", Keys: append([]string{"sliding_window"}, moeKeys...),
+		Defaults: map[string]any{"rms_norm_eps": 1e-5, "num_experts_per_tok": 2, "sliding_window": nil}})
+	qwenMoE := append([]string{"moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"}, moeKeys...)
+	RegisterArchitecture(Architecture{Name: "Qwen2MoeForCausalLM", ModelType: "qwen2_moe",
+		Keys: append(append([]string{"qkv_bias", "shared_expert_intermediate_size"}, qwenMoE...), slidingKeys...),
+		Defaults: map[string]any{"decoder_sparse_step": 1, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+			"num_experts_per_tok": 4, "norm_topk_prob": false, "qkv_bias": true, "sliding_window": 4096, "max_window_layers": 28}})
+	RegisterArchitecture(Architecture{Name: "Qwen3MoeForCausalLM", ModelType: "qwen3_moe",
+		Keys: append([]string{"attention_bias", "use_sliding_window", "sliding_window", "max_window_layers"}, qwenMoE...),
+		Defaults: map[string]any{"decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
+			"norm_topk_prob": false, "sliding_window": 4096}})
+	// GLM-4.5 and 4.6 (Glm4MoeConfig). num_nextn_predict_layers (num_mtp_layers) counts the multi-token-prediction
+	// layers, which transformers' Glm4MoeForCausalLM does not compute.
+	RegisterArchitecture(Architecture{Name: "Glm4MoeForCausalLM", ModelType: "glm4_moe",
+		Keys: append([]string{"attention_bias", "partial_rotary_factor", "moe_intermediate_size", "n_routed_experts", "n_shared_experts",
+			"routed_scaling_factor", "n_group", "topk_group", "first_k_dense_replace", "norm_topk_prob", "use_qk_norm",
+			"num_nextn_predict_layers", "num_mtp_layers"}, moeKeys...),
+		Defaults: map[string]any{"rms_norm_eps": 1e-5, "moe_intermediate_size": 1408, "num_experts_per_tok": 8, "n_shared_experts": 1,
+			"routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "norm_topk_prob": true}})
+	// MiniMax-M2 (MiniMaxM2Config, transformers 5 only).
+	RegisterArchitecture(Architecture{Name: "MiniMaxM2ForCausalLM", ModelType: "minimax_m2", Keys: moeKeys,
+		Defaults: map[string]any{"head_dim": 128, "num_experts_per_tok": 8}, DefaultRopeTheta: 5000000.0})
+	RegisterArchitecture(Architecture{Name: "OlmoeForCausalLM", ModelType: "olmoe",
+		Keys:     append([]string{"attention_bias", "clip_qkv", "norm_topk_prob"}, moeKeys...),
+		Defaults: map[string]any{"rms_norm_eps": 1e-5, "num_experts_per_tok": 8, "norm_topk_prob": false}})
 }
 
 // visionLanguage is the Architecture of a vision-language wrapper (transformers' *ForConditionalGeneration) run as

@@ -17,6 +17,7 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/reference"
+	"github.com/layerstream/layerstream/shards"
 )
 
 // writeSafetensors writes float32 tensors as a safetensors file.
@@ -95,8 +96,11 @@ func writeFamily(t *testing.T, cfg map[string]any, extra map[string][]int) strin
 	add("model.norm.weight", c.HiddenSize)
 	add("lm_head.weight", c.VocabSize, c.HiddenSize)
 	for l := range c.NumHiddenLayers {
-		for _, s := range a.Plan().Weights {
-			add(fmt.Sprintf("model.layers.%d.%s", l, s.Name), s.Shape...)
+		p := a.Plan()
+		for i, s := range p.Weights {
+			if p.Holds(p.Layers[l], i) { // a dense layer of a mixture of experts holds no experts, and so on
+				add(fmt.Sprintf("model.layers.%d.%s", l, s.Name), s.Shape...)
+			}
 		}
 		for name, shape := range extra {
 			add(fmt.Sprintf("model.layers.%d.%s", l, name), shape...)
@@ -191,6 +195,21 @@ func TestFamiliesMatchReference(t *testing.T) {
 			c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
 			return c
 		}(), false},
+		{"mixtral window", func() map[string]any {
+			c := mixtralConfig()
+			c["sliding_window"] = 5
+			return c
+		}(), false},
+		{"qwen2_moe dense layer, shared expert", qwen2MoeConfig(), false},
+		{"qwen2_moe sparse step, renormalized", func() map[string]any {
+			c := qwen2MoeConfig()
+			c["mlp_only_layers"], c["decoder_sparse_step"], c["norm_topk_prob"], c["qkv_bias"] = []int{}, 2, true, false
+			return c
+		}(), false},
+		{"qwen3_moe", qwen3MoeConfig(), false},
+		{"olmoe", olmoeConfig(), false},
+		{"glm4_moe dense first layer, shared experts", glm4MoeConfig(), false},
+		{"minimax_m2", minimaxM2Config(), false},
 		// The prompt (12 positions) outgrows original_max_position_embeddings (8): one pass rotates with the long
 		// factors; a token-by-token decode uses the short ones until it does (TestLongRopeRecompute).
 		{"phi3 longrope", phi3LongRopeConfig(), true},
@@ -273,6 +292,55 @@ func ministral3Config() map[string]any {
 	c["rope_parameters"] = map[string]any{"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 4,
 		"max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5}
 	c["sliding_window"] = nil
+	return c
+}
+
+// mixtralConfig is a tiny Mixtral: 5 experts of 16, 2 per token.
+func mixtralConfig() map[string]any {
+	c := familyBase("MixtralForCausalLM", "mixtral")
+	c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"] = 5, 2, 16
+	return c
+}
+
+// qwen2MoeConfig is a tiny Qwen2-MoE: 6 experts of 12, 3 per token, not renormalized, a shared expert of 20,
+// layer 1 dense (intermediate_size 40), q/k/v biases; transformers 4's spelling of the expert count.
+func qwen2MoeConfig() map[string]any {
+	c := familyBase("Qwen2MoeForCausalLM", "qwen2_moe")
+	c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"] = 6, 3, 12, 20
+	c["mlp_only_layers"], c["norm_topk_prob"], c["qkv_bias"] = []int{1}, false, true
+	return c
+}
+
+// qwen3MoeConfig is a tiny Qwen3-MoE: 8 experts of 12, 4 per token, renormalized; transformers 5's spelling.
+func qwen3MoeConfig() map[string]any {
+	c := familyBase("Qwen3MoeForCausalLM", "qwen3_moe")
+	c["num_local_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["norm_topk_prob"] = 8, 4, 12, true
+	return c
+}
+
+// olmoeConfig is a tiny OLMoE: 4 experts of 16, 2 per token.
+func olmoeConfig() map[string]any {
+	c := familyBase("OlmoeForCausalLM", "olmoe")
+	c["num_experts"], c["num_experts_per_tok"], c["intermediate_size"] = 4, 2, 16
+	return c
+}
+
+// glm4MoeConfig is a tiny GLM-4.5: layer 0 dense, 6 experts of 12 with sigmoid scores, a choice bias, 3 per
+// token renormalized × 2.5, two shared experts, q/k/v biases, per-head q/k norms, half the head rotated.
+func glm4MoeConfig() map[string]any {
+	c := familyBase("Glm4MoeForCausalLM", "glm4_moe")
+	c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["n_shared_experts"] = 6, 3, 12, 2
+	c["routed_scaling_factor"], c["first_k_dense_replace"], c["attention_bias"], c["use_qk_norm"] = 2.5, 1, true, true
+	c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
+	return c
+}
+
+// minimaxM2Config is a tiny MiniMax-M2: 6 experts of 16 with sigmoid scores and a choice bias, 2 per token,
+// whole-projection q/k norms, half the head rotated.
+func minimaxM2Config() map[string]any {
+	c := familyBase("MiniMaxM2ForCausalLM", "minimax_m2")
+	c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"] = 6, 2, 16
+	c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
 	return c
 }
 
@@ -390,6 +458,13 @@ func TestUnusedTensorsRefused(t *testing.T) {
 		{gemma2Config(), map[string][]int{"self_attn.k_norm.weight": {8}}, "self_attn.k_norm.weight"},
 		{phi3LongRopeConfig(), map[string][]int{"self_attn.q_proj.weight": {32, 24}}, "self_attn.q_proj.weight"},
 		{phi3LongRopeConfig(), map[string][]int{"mlp.up_proj.weight": {40, 24}}, "mlp.up_proj.weight"},
+		// A dense MLP beside the experts, an expert more than num_experts, a shared expert Qwen3-MoE does not
+		// have, experts saved fused (transformers 5's in-memory layout), a router bias Mixtral does not read.
+		{mixtralConfig(), map[string][]int{"mlp.gate_proj.weight": {16, 24}}, "mlp.gate_proj.weight"},
+		{olmoeConfig(), map[string][]int{"mlp.experts.4.up_proj.weight": {16, 24}}, "mlp.experts.4.up_proj.weight"},
+		{qwen3MoeConfig(), map[string][]int{"mlp.shared_expert.up_proj.weight": {12, 24}}, "mlp.shared_expert.up_proj.weight"},
+		{qwen3MoeConfig(), map[string][]int{"mlp.experts.gate_up_proj": {8, 24, 24}}, "mlp.experts.gate_up_proj"},
+		{mixtralConfig(), map[string][]int{"block_sparse_moe.e_score_correction_bias": {5}}, "block_sparse_moe.e_score_correction_bias"},
 	} {
 		dir := writeFamily(t, tc.base, tc.extra)
 		arch := tc.base["architectures"].([]string)[0]
@@ -491,6 +566,16 @@ func TestNotImplementedRefused(t *testing.T) {
 		{"phi3 rope type", phi3LongRopeConfig(), map[string]any{"rope_parameters": map[string]any{"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0}}, `rope type "linear"`},
 		{"phi3 longrope factors", phi3LongRopeConfig(), longrope(map[string]any{"short_factor": []float64{1, 1, 1}}), "short_factor has 3 entries, want 2"},
 		{"phi3 longrope factor", phi3LongRopeConfig(), longrope(map[string]any{"factor": 2.0}), "longrope factor 2"},
+		{"olmoe clip_qkv", olmoeConfig(), map[string]any{"clip_qkv": 8.0}, "clip_qkv 8"},
+		{"experts disagree", qwen3MoeConfig(), map[string]any{"num_experts": 4}, "num_experts 4 and num_local_experts 8 disagree"},
+		{"more experts per token", mixtralConfig(), map[string]any{"num_experts_per_tok": 6}, "num_experts_per_tok 6"},
+		{"qwen2_moe sparse step", qwen2MoeConfig(), map[string]any{"decoder_sparse_step": 0}, "decoder_sparse_step 0"},
+		// Keys of the MoE families layerstream does not implement: refused by name.
+		{"mixtral router bias", mixtralConfig(), map[string]any{"router_bias": true}, "router_bias"},
+		{"qwen3_moe shared expert", qwen3MoeConfig(), map[string]any{"shared_expert_intermediate_size": 12}, "shared_expert_intermediate_size"},
+		{"olmoe routed scaling", olmoeConfig(), map[string]any{"routed_scaling_factor": 2.5}, "routed_scaling_factor"},
+		{"glm4_moe groups", glm4MoeConfig(), map[string]any{"n_group": 2, "topk_group": 1}, "n_group 2"},
+		{"minimax_m2 shared expert", minimaxM2Config(), map[string]any{"shared_intermediate_size": 16}, "shared_intermediate_size"},
 	} {
 		c := maps.Clone(tc.base)
 		for k, v := range tc.edit {
@@ -678,6 +763,103 @@ func TestReleasedConfigs(t *testing.T) {
 		}
 		if !tc.check(a.Plan()) {
 			t.Errorf("%s: plan %+v", tc.name, a.Plan())
+		}
+	}
+}
+
+// TestMoEBatchMatchesAlone: on the host kernels a mixture of experts computes each expert on the rows routed to
+// it, so a batch gathers different rows per expert than a sequence alone; each sequence's log-probabilities must
+// still be bit for bit its solo run's (the products sum each row in an order fixed by its length alone), from the
+// checkpoint's f32 matrices and from q8 shards (a prompt of 20 tokens takes the tiled block products).
+func TestMoEBatchMatchesAlone(t *testing.T) {
+	c := qwen2MoeConfig() // widths that Q8_0's 32-value blocks divide
+	c["hidden_size"], c["head_dim"], c["intermediate_size"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"] = 64, 16, 64, 32, 32
+	dir := writeFamily(t, c, nil)
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8 := filepath.Join(t.TempDir(), "q8")
+	if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
+		t.Fatal(err)
+	}
+	long := append(slices.Clone(familyIDs), 5, 6, 7, 8, 9, 10, 11, 13)
+	reversed := slices.Clone(long)
+	slices.Reverse(reversed)
+	reqs := []Request{
+		{PromptIDs: familyIDs, MaxNewTokens: 7, StopIDs: []int{}, Logprobs: true},
+		{PromptIDs: familyIDs[:2], MaxNewTokens: 12, StopIDs: []int{}, Logprobs: true},
+		{PromptIDs: familyIDs[3:9], MaxNewTokens: 5, StopIDs: []int{}, Logprobs: true, PrefillChunk: 4},
+		{PromptIDs: long, MaxNewTokens: 4, StopIDs: []int{}, Logprobs: true},
+		{PromptIDs: reversed, MaxNewTokens: 4, StopIDs: []int{}, Logprobs: true},
+	}
+	for _, model := range []string{dir, q8} {
+		moeBatchMatchesAlone(t, open(t, model, Options{}), reqs)
+	}
+}
+
+func moeBatchMatchesAlone(t *testing.T, e *Engine, reqs []Request) {
+	t.Helper()
+	ctx := context.Background()
+	logprobs := func(run func(onToken func(seq int, tk Token) error) error) [][]float64 {
+		out := make([][]float64, len(reqs))
+		if err := run(func(seq int, tk Token) error { out[seq] = append(out[seq], tk.Logprob); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	batch := logprobs(func(on func(int, Token) error) error { _, err := e.GenerateBatch(ctx, reqs, on); return err })
+	for i, r := range reqs {
+		alone := logprobs(func(on func(int, Token) error) error {
+			_, err := e.Generate(ctx, r, func(tk Token) error { return on(i, tk) })
+			return err
+		})
+		if len(alone[i]) == 0 || !slices.Equal(alone[i], batch[i]) {
+			t.Errorf("request %d: log-probabilities batched %v, alone %v", i, batch[i], alone[i])
+		}
+	}
+}
+
+// TestGLM4MoEPredictionLayers: GLM-4.5 checkpoints hold their multi-token-prediction layer after the decoder's
+// (model.layers.num_hidden_layers.*, num_nextn_predict_layers of them), which transformers does not compute: left
+// out, the model computes as the float64 reference; without num_nextn_predict_layers the layer is refused by name.
+func TestGLM4MoEPredictionLayers(t *testing.T) {
+	dir := writeFamily(t, glm4MoeConfig(), nil) // three layers; the last becomes the prediction layer
+	for _, n := range []int{1, 0} {
+		c := glm4MoeConfig()
+		c["num_hidden_layers"], c["num_nextn_predict_layers"] = 2, n
+		b, _ := json.Marshal(c)
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e, err := Open(context.Background(), dir, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+		if n == 0 {
+			if err == nil || !strings.Contains(err.Error(), "layer.2") {
+				t.Errorf("without num_nextn_predict_layers: got %v, want layer 2's tensors refused by name", err)
+			}
+			if e != nil {
+				e.Close()
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.Logits(context.Background(), familyIDs)
+		e.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := reference.Forward(ck, familyIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(got, toF32(ref.Logits)); d > 1e-4 {
+			t.Errorf("logits differ from the reference by %g", d)
 		}
 	}
 }

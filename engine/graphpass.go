@@ -44,9 +44,11 @@ func (r *runner) layerExec(kind model.LayerKind) (*graph.Exec, error) {
 			ops.qscale, rest = rest[0], rest[1:]
 		}
 		ops.mask, ops.pastK, ops.pastV, rest = rest[0], rest[1], rest[2], rest[3:]
-		weights := make([]model.Value, len(rest))
-		for i, n := range rest {
-			weights[i] = n
+		weights := make([]model.Value, len(r.plan.Weights)) // the layer's inputs are the specs its kind holds
+		for i := range weights {
+			if r.plan.Holds(kind, i) {
+				weights[i], rest = rest[0], rest[1:]
+			}
 		}
 		out := r.arch.Layer(ops, model.LayerInputs{Kind: kind, X: x, W: r.plan.Bind(weights)})
 		return []*graph.Node{node(out.X), node(out.K), node(out.V)}
@@ -157,7 +159,7 @@ func (p *graphPass) compute(i int, w *weightSet) error {
 	if kind.QueryScale.Beta != 0 {
 		args = append(args, p.qscales[kind.QueryScale])
 	}
-	args = append(append(args, p.masks[kind.Window], p.k.t, p.v.t), w.args()...)
+	args = append(append(args, p.masks[kind.Window], p.k.t, p.v.t), w.args(p.r.plan)...)
 	lx, err := p.r.layerExec(kind)
 	if err != nil {
 		return err

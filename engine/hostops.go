@@ -362,6 +362,8 @@ func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 		kernels.GELUTanh(y.data, xa.data)
 	case f == model.GELU:
 		kernels.GELU(y.data, xa.data)
+	case f == model.Sigmoid:
+		sigmoid(y.data, xa.data)
 	default:
 		panic(fmt.Sprintf("engine: activation %d", f))
 	}

@@ -71,6 +71,8 @@ func (g graphOps) Act(x model.Value, f model.Activation) model.Value {
 	case model.GELUTanh: // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 		inner := MulScalar(Add(n, MulScalar(Mul(n, Mul(n, n)), 0.044715)), math.Sqrt(2/math.Pi))
 		return Mul(MulScalar(n, 0.5), OnePlus(Tanh(inner)))
+	case model.Sigmoid:
+		return Sigmoid(n)
 	case model.GELU: // 0.5·x·(1 + erf(x/√2))
 		return Mul(MulScalar(n, 0.5), OnePlus(Erf(MulScalar(n, 1/math.Sqrt2))))
 	}

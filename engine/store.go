@@ -133,19 +133,30 @@ func (s *weightStore) checkUnits() error {
 // without them. A tensor the model reads must have the shape the configuration implies (from the manifest, so
 // that a config.json disagreeing with the weights is refused now rather than when generation reaches the layer).
 func (s *weightStore) checkTensors() error {
-	layer := map[string][]int{}
-	for _, w := range s.plan.Weights {
-		layer[w.Name] = w.Shape
-	}
-	for _, name := range model.SkippedLayerTensors {
-		layer[name] = nil
+	layers := map[model.LayerKind]map[string][]int{} // by kind of layer: the tensors it holds
+	for _, k := range s.plan.Layers {
+		if layers[k] != nil {
+			continue
+		}
+		layer := map[string][]int{}
+		for i, w := range s.plan.Weights {
+			if s.plan.Holds(k, i) {
+				layer[w.Name] = w.Shape
+			}
+		}
+		for _, name := range model.SkippedLayerTensors {
+			layer[name] = nil
+		}
+		layers[k] = layer
 	}
 	for _, u := range s.set.Units() {
 		for _, t := range u.Tensors {
 			var shape []int
 			var used bool
-			if u.Layer >= 0 {
-				shape, used = layer[strings.TrimPrefix(t.Name, unitPrefix(u.Name))]
+			if u.Layer >= 0 && u.Layer < len(s.plan.Layers) {
+				shape, used = layers[s.plan.Layers[u.Layer]][strings.TrimPrefix(t.Name, unitPrefix(u.Name))]
+			} else if u.Layer >= 0 {
+				used = false
 			} else if used = t.Name == embedWeight || t.Name == normWeight || t.Name == lmHeadWeight; used {
 				shape = s.headSpecs(u.Name)[0].shape
 			}

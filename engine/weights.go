@@ -223,21 +223,45 @@ func (w *weightSet) bound(p *model.Plan) *model.LayerWeights {
 	if w.layer == nil {
 		ts := w.hostTensors()
 		values := make([]model.Value, len(ts))
+		holds := w.holds(p)
 		for i, t := range ts {
-			values[i] = t
+			if t != nil && holds(i) { // nil: a tensor this kind of layer does not hold
+				values[i] = t
+			}
 		}
 		w.layer = p.Bind(values)
 	}
 	return w.layer
 }
 
-// args returns the device tensors in spec order, as graph inputs.
-func (w *weightSet) args() []any {
-	out := make([]any, len(w.tensors))
+// holds returns whether the decoder layer w holds has each spec (model.Plan.Holds); a head unit holds all.
+func (w *weightSet) holds(p *model.Plan) func(i int) bool {
+	l := layerIndex(w.unit)
+	if w.kind != kindLayer || l < 0 || l >= len(p.Layers) {
+		return func(int) bool { return true }
+	}
+	return func(i int) bool { return p.Holds(p.Layers[l], i) }
+}
+
+// args returns the device tensors of the specs the layer holds, in spec order, as graph inputs.
+func (w *weightSet) args(p *model.Plan) []any {
+	out := make([]any, 0, len(w.tensors))
+	holds := w.holds(p)
 	for i, t := range w.tensors {
-		out[i] = t.t
+		if holds(i) {
+			out = append(out, t.t)
+		}
 	}
 	return out
+}
+
+// held returns whether the unit holds each layer spec (all, for a head unit).
+func (s *weightStore) held(unit string) func(i int) bool {
+	l := layerIndex(unit)
+	if l < 0 || l >= len(s.plan.Layers) {
+		return func(int) bool { return true }
+	}
+	return func(i int) bool { return i >= len(s.plan.Weights) || s.plan.Holds(s.plan.Layers[l], i) }
 }
 
 // fill puts a loaded unit's weights into w's device buffers (the transfer stage), recording the time spent
@@ -245,7 +269,7 @@ func (w *weightSet) args() []any {
 // h2d time is that of the copies to the device.
 func (s *weightStore) fill(w *weightSet, l *shards.Loaded) error {
 	start := time.Now()
-	conv, convTime, copied, err := w.fill(l, unitPrefix(l.Unit.Name))
+	conv, convTime, copied, err := w.fill(l, unitPrefix(l.Unit.Name), s.held(l.Unit.Name))
 	step, layer := int(s.step.Load()), layerIndex(l.Unit.Name)
 	elapsed := time.Since(start)
 	if conv > 0 {
@@ -273,7 +297,11 @@ func (s *weightStore) alias(w *weightSet, l *shards.Loaded) error {
 	w.unit = unit
 	w.view, w.layer = make([]*deviceTensor, len(w.specs)), nil
 	var converted int64
+	held := s.held(unit)
 	for i, spec := range w.specs {
+		if !held(i) { // a tensor other kinds of layer hold (a dense layer's MLP, a sparse layer's experts)
+			continue
+		}
 		raw, err := w.raw(l, prefix, spec)
 		if err != nil {
 			return err
@@ -335,11 +363,14 @@ func (w *weightSet) staged() bool { return !w.backend.HasSharedBuffers() }
 // staging copy), except the embedding's, whose host copy the engine reads for token lookups; the others are
 // converted into their staging buffers and copied from there. It returns the bytes converted between dtypes and
 // the time converting them (host work only), and the bytes copied as they are.
-func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, convTime time.Duration, copied int64, err error) {
+func (w *weightSet) fill(l *shards.Loaded, prefix string, held func(i int) bool) (converted int64, convTime time.Duration, copied int64, err error) {
 	unit := l.Unit.Name
 	w.unit = unit
 	w.view, w.layer = nil, nil
 	for i, s := range w.specs {
+		if !held(i) {
+			continue
+		}
 		name := prefix + s.suffix
 		raw, err := w.raw(l, prefix, s)
 		if err != nil {

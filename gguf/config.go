@@ -203,7 +203,7 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 		if v, ok, err := g.Uint(key(k)); err != nil {
 			return nil, nil, err
 		} else if ok && v != 0 {
-			return nil, nil, fmt.Errorf("metadata %s is %d: mixture-of-experts models are not supported", key(k), v)
+			return nil, nil, fmt.Errorf("metadata %s is %d: mixture-of-experts GGUF files are not supported yet (llama.cpp's ffn_*_exps tensors; the safetensors checkpoints of Mixtral, Qwen2/3-MoE, OLMoE, GLM-4.5 and MiniMax-M2 are)", key(k), v)
 		}
 	}
 	// llama.cpp's pooling types: 0 none (a language model), 1 mean, 2 cls, 3 last, 4 rank. A pooled file is an

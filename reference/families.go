@@ -34,6 +34,8 @@ type model struct {
 	ropes  []rotation
 	// qScale, when set, multiplies the queries at position p after rotation (Ministral 3).
 	qScale func(p int) float64
+	// experts, when set, replaces the MLP of its sparse layers (moe.go).
+	experts *experts
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -61,7 +63,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 				}
 			}
 			if s {
-				if cfg.SlidingWindow == nil || (cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" || cfg.ModelType == "smollm3") && !cfg.UseSlidingWindow {
+				if cfg.SlidingWindow == nil || (cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" || cfg.ModelType == "smollm3" || cfg.ModelType == "qwen2_moe" || cfg.ModelType == "qwen3_moe") && !cfg.UseSlidingWindow {
 					return fmt.Errorf("layer %d slides but sliding_window is null or use_sliding_window false", l)
 				}
 				m.window[l] = *cfg.SlidingWindow
@@ -195,7 +197,10 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		}
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	default:
-		return nil, fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
+		var known bool
+		if known, partial, err = m.moeFamily(sliding); !known {
+			return nil, fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -369,11 +374,23 @@ func (m *model) layerTensors(l int) map[string][]int {
 	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
 	p := fmt.Sprintf("model.layers.%d.", l)
 	t := map[string][]int{p + "self_attn.o_proj.weight": {h, nq * hd}, p + "mlp.down_proj.weight": {h, ff}}
+	if m.experts != nil {
+		moe := map[string][]int{}
+		if m.experts.tensors(l, h, moe) {
+			delete(t, p+"mlp.down_proj.weight")
+			for name, shape := range moe {
+				t[p+name] = shape
+			}
+		}
+	}
+	sparse := m.experts != nil && m.experts.sparse[l]
 	if m.fused {
 		t[p+"self_attn.qkv_proj.weight"], t[p+"mlp.gate_up_proj.weight"] = []int{(nq + 2*nkv) * hd, h}, []int{2 * ff, h}
 	} else {
 		t[p+"self_attn.q_proj.weight"], t[p+"self_attn.k_proj.weight"], t[p+"self_attn.v_proj.weight"] = []int{nq * hd, h}, []int{nkv * hd, h}, []int{nkv * hd, h}
-		t[p+"mlp.gate_proj.weight"], t[p+"mlp.up_proj.weight"] = []int{ff, h}, []int{ff, h}
+		if !sparse {
+			t[p+"mlp.gate_proj.weight"], t[p+"mlp.up_proj.weight"] = []int{ff, h}, []int{ff, h}
+		}
 	}
 	switch m.norms {
 	case "pre":
@@ -594,6 +611,10 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 	}
 	parallel(T, func(p int) {
 		h := in(p, preMLP)
+		if m.experts != nil && m.experts.sparse[l] {
+			add(p, m.moe(w, h), postMLP)
+			return
+		}
 		ff := cfg.IntermediateSize
 		g, u := make([]float64, ff), make([]float64, ff)
 		if m.fused { // gate_up_proj's rows: gate, then up

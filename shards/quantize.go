@@ -51,6 +51,9 @@ func (q Quantization) Target(t checkpoint.TensorInfo) checkpoint.DType {
 	if q == None || t.DType.Quantized() || len(t.Shape) != 2 || !strings.HasSuffix(t.Name, ".weight") {
 		return t.DType
 	}
+	if isRouter(t.Name) {
+		return t.DType
+	}
 	unit, _, _ := unitOf(t.Name)
 	var want quant.Type
 	switch {
@@ -70,6 +73,15 @@ func (q Quantization) Target(t checkpoint.TensorInfo) checkpoint.DType {
 		return t.DType // rows too short for whole blocks: kept as they are
 	}
 	return checkpoint.DTypeOf(want)
+}
+
+// routerSuffixes name a mixture of experts' router projections: kept in their dtype by every quantization, as
+// llama.cpp keeps ffn_gate_inp: a few KB a layer, whose rounding would change which experts a token goes to.
+var routerSuffixes = []string{".mlp.gate.weight", ".block_sparse_moe.gate.weight", ".mlp.shared_expert_gate.weight"}
+
+// isRouter reports whether a tensor is a router projection (routerSuffixes).
+func isRouter(name string) bool {
+	return slices.ContainsFunc(routerSuffixes, func(s string) bool { return strings.HasSuffix(name, s) })
 }
 
 // encoder names how q encodes with importance matrix imp (nil: none) (Source.Quantizer), so that shards quantized

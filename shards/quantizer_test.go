@@ -243,3 +243,20 @@ func TestSplitRequantizeResumed(t *testing.T) {
 		t.Errorf("the resumed split: verify %v, %d problems %q", err, len(rep.Problems), rep.Problems[:min(3, len(rep.Problems))])
 	}
 }
+
+// TestRoutersKeepTheirDType: a mixture of experts' routers are not quantized (their rounding would change which
+// experts a token goes to), its experts are.
+func TestRoutersKeepTheirDType(t *testing.T) {
+	for name, kept := range map[string]bool{
+		"model.layers.0.mlp.gate.weight": true, "model.layers.3.block_sparse_moe.gate.weight": true,
+		"model.layers.1.mlp.shared_expert_gate.weight": true, "model.layers.0.mlp.gate_proj.weight": false,
+		"model.layers.0.mlp.experts.5.gate_proj.weight": false, "model.layers.2.block_sparse_moe.experts.0.w1.weight": false,
+	} {
+		ti := checkpoint.TensorInfo{Name: name, DType: checkpoint.F32, Shape: []int64{256, 256}}
+		for _, q := range []Quantization{Q8, Q4} {
+			if got := q.Target(ti) == checkpoint.F32; got != kept {
+				t.Errorf("%s %s: kept %v, want %v", q, name, got, kept)
+			}
+		}
+	}
+}

@@ -78,6 +78,10 @@ type LayerKind struct {
 	// QueryScale multiplies the layer's queries by a factor of their position (Ops.ScaleQueries); the zero
 	// value: none.
 	QueryScale QueryScale
+	// MoE says that the layer's MLP is a mixture of experts (a router, routed experts, maybe a shared expert)
+	// rather than one dense MLP: Qwen2-MoE's mlp_only_layers and GLM-4.5's first_k_dense_replace layers are
+	// dense, the others sparse. The layer's weights differ accordingly (WeightSpec.In).
+	MoE bool
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
@@ -112,7 +116,13 @@ type WeightSpec struct {
 	Shape []int
 	// Field returns the place in a LayerWeights that holds this tensor.
 	Field func(*LayerWeights) *Value
+	// In says which kinds of layer hold the tensor (a sparse layer its experts, a dense one its MLP); nil: every
+	// layer.
+	In func(LayerKind) bool
 }
+
+// Holds reports whether a layer of kind k holds Weights[i].
+func (p *Plan) Holds(k LayerKind, i int) bool { return p.Weights[i].In == nil || p.Weights[i].In(k) }
 
 // Linear is a projection: its weight matrix [out, in] in the Hugging Face layout and its bias [out], nil when
 // the layer has none.
@@ -130,13 +140,37 @@ type LayerWeights struct {
 	QNorm, KNorm Value
 	// The gated MLP: separate gate and up projections or one fused GateUp, then Down.
 	Gate, Up, GateUp, Down Linear
+	// A mixture-of-experts layer (LayerKind.MoE): the router's projection to one logit per expert, the bias
+	// added to its scores for the choice only (e_score_correction_bias; nil: none), the routed experts, and the
+	// shared expert every row goes through (nil weights: none), scaled by sigmoid(SharedGate·x) where SharedGate
+	// is set (Qwen2-MoE's shared_expert_gate, [1, hidden]).
+	Router     Linear
+	RouterBias Value
+	Experts    []Expert
+	Shared     Expert
+	SharedGate Linear
 }
 
-// Bind puts values (one per Plan.Weights entry, in that order) into a LayerWeights.
+// Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
+// [hidden, moe_inter].
+type Expert struct{ Gate, Up, Down Linear }
+
+// expert returns expert e of w, growing w.Experts to hold it (WeightSpec.Field of an expert's tensor).
+func (w *LayerWeights) expert(e int) *Expert {
+	for len(w.Experts) <= e {
+		w.Experts = append(w.Experts, Expert{})
+	}
+	return &w.Experts[e]
+}
+
+// Bind puts values (one per Plan.Weights entry, in that order; nil for a tensor the layer does not hold) into
+// a LayerWeights.
 func (p *Plan) Bind(values []Value) *LayerWeights {
 	w := new(LayerWeights)
 	for i, s := range p.Weights {
-		*s.Field(w) = values[i]
+		if values[i] != nil {
+			*s.Field(w) = values[i]
+		}
 	}
 	return w
 }
@@ -153,6 +187,7 @@ const (
 	SiLU     Activation = iota // "silu", "swish": x·σ(x)
 	GELUTanh                   // "gelu_pytorch_tanh", "gelu_new": the tanh approximation of GELU
 	GELU                       // "gelu": x·Φ(x) with the exact normal CDF
+	Sigmoid                    // σ(x) = 1/(1 + e^-x): Qwen2-MoE's shared-expert gate (no hidden_act names it)
 )
 
 var activations = map[string]Activation{"silu": SiLU, "swish": SiLU, "gelu_pytorch_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu": GELU}
@@ -210,7 +245,47 @@ type Ops interface {
 	SoftCap(x Value, c float64) Value
 	// ScaleQueries multiplies q [B, heads, T, d] at each new position p by the layer's LayerKind.QueryScale.At(p).
 	ScaleQueries(q Value) Value
+	// MulRows multiplies each row of x [..., n] by its one value in s [..., 1].
+	MulRows(x, s Value) Value
+
+	// The mixture of experts. Route chooses each row's experts from its router logits [B, T, experts]; Rows
+	// gives the rows of x [B, T, hidden] routed to expert e, which the family's expert MLP computes with the ops
+	// above; Combine sums each row's experts' outputs times its routing weights. The host kernels compute each
+	// expert on its own rows only (Rows is [n, hidden], nil when no row chose e); the graphs compute every expert
+	// on every row (Rows is x) and weigh them by the routing weights, zero for the experts a row did not choose.
+	Route(logits Value, opts RouteOptions) Value
+	Rows(x, routing Value, e int) Value
+	// Combine is Σ_j w_j·ys[e_j] for each row, over its k chosen experts e_j in the order of their scores
+	// (transformers sums the k weighted outputs in that order); ys[e] is expert e's output on Rows(x, routing,
+	// e), nil when Rows was.
+	Combine(ys []Value, routing Value) Value
 }
+
+// RouteOptions parameterise Ops.Route: how router logits become each row's K experts and their weights. Scores
+// and weights are float32, as transformers computes them.
+type RouteOptions struct {
+	// K is the number of experts each row goes to (num_experts_per_tok).
+	K int
+	// Score turns the logits into scores: softmax over the experts, or sigmoid of each.
+	Score RouteScore
+	// Bias, when set ([experts], e_score_correction_bias), is added to the scores for the choice only: the
+	// weights are the unbiased scores.
+	Bias Value
+	// Norm divides the K chosen scores by their sum (norm_topk_prob; Mixtral always); else they are the weights.
+	Norm bool
+	// Scale, when not 0 or 1, multiplies the weights (routed_scaling_factor).
+	Scale float64
+}
+
+// RouteScore is how a router turns logits into scores.
+type RouteScore int
+
+const (
+	// SoftmaxScores: softmax over the experts (Mixtral, Qwen-MoE, OLMoE).
+	SoftmaxScores RouteScore = iota
+	// SigmoidScores: sigmoid of each logit (DeepSeek-V3, GLM-4.5, MiniMax-M2).
+	SigmoidScores
+)
 
 // LayerInputs are the inputs of one decoder layer.
 type LayerInputs struct {

@@ -31,6 +31,8 @@ type decoder struct {
 	residual float64
 	// logitScale multiplies the logits (Granite: 1/logits_scaling); logitSoftCap, when positive, caps them.
 	logitScale, logitSoftCap float64
+	// moe, when set, is the mixture of experts that replaces the MLP of the layers whose kind says MoE (moe.go).
+	moe *moeMLP
 }
 
 // qkNorm says where the q and k projections are RMS-normalised before rotary embeddings.
@@ -123,6 +125,7 @@ func (d *decoder) finish() *decoder {
 		add("self_attn.q_norm.weight", qNorm, q)
 		add("self_attn.k_norm.weight", kNorm, kv)
 	}
+	mlp := len(ws)
 	if d.fusedGateUp {
 		linear("mlp.gate_up_proj", func(w *LayerWeights) *Linear { return &w.GateUp }, d.mlpBias, 2*d.inter, d.hidden)
 	} else {
@@ -130,6 +133,15 @@ func (d *decoder) finish() *decoder {
 		linear("mlp.up_proj", func(w *LayerWeights) *Linear { return &w.Up }, d.mlpBias, d.inter, d.hidden)
 	}
 	linear("mlp.down_proj", func(w *LayerWeights) *Linear { return &w.Down }, d.mlpBias, d.hidden, d.inter)
+	if d.moe != nil { // the dense MLP in dense layers only (if any), the experts in the others
+		for i := mlp; i < len(ws); i++ {
+			ws[i].In = func(k LayerKind) bool { return !k.MoE }
+		}
+		if !slices.ContainsFunc(d.plan.Layers, func(k LayerKind) bool { return !k.MoE }) {
+			ws = ws[:mlp]
+		}
+		ws = append(ws, d.moe.weights(d.hidden)...)
+	}
 	d.plan.Weights = ws
 	return d
 }
@@ -168,16 +180,28 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
 	h = d.norm(ops, x, w.MLPNorm)
-	var gate, up Value
-	if d.fusedGateUp {
-		gu := ops.Split(linear(ops, h, w.GateUp), d.inter, d.inter)
-		gate, up = gu[0], gu[1]
+	var m Value
+	if in.Kind.MoE {
+		m = d.moe.apply(ops, h, w, d.act)
 	} else {
-		gate, up = linear(ops, h, w.Gate), linear(ops, h, w.Up)
+		m = d.mlp(ops, h, w)
 	}
-	m := linear(ops, ops.Mul(ops.Act(gate, d.act), up), w.Down)
 	x = d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
 	return LayerOutputs{X: x, K: k, V: v}
+}
+
+// mlp is the dense gated MLP: down(act(gate(h)) ⊙ up(h)), with separate or fused gate and up projections.
+func (d *decoder) mlp(ops Ops, h Value, w *LayerWeights) Value {
+	if !d.fusedGateUp {
+		return gatedMLP(ops, h, Expert{Gate: w.Gate, Up: w.Up, Down: w.Down}, d.act)
+	}
+	gu := ops.Split(linear(ops, h, w.GateUp), d.inter, d.inter)
+	return linear(ops, ops.Mul(ops.Act(gu[0], d.act), gu[1]), w.Down)
+}
+
+// gatedMLP is down(act(gate(h)) ⊙ up(h)): the dense MLP, an expert, a shared expert.
+func gatedMLP(ops Ops, h Value, e Expert, act Activation) Value {
+	return linear(ops, ops.Mul(ops.Act(linear(ops, h, e.Gate), act), linear(ops, h, e.Up)), e.Down)
 }
 
 // project computes the query, key and value heads of h, q/k-normalised where the family does.

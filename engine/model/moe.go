@@ -1,0 +1,117 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/layerstream/layerstream/checkpoint"
+)
+
+// moeMLP is the mixture of experts that replaces the dense MLP of a sparse layer (LayerKind.MoE): a router (a
+// projection to one logit per expert, Ops.Route), num_experts gated MLPs each computing the rows routed to it,
+// summed with their routing weights (Ops.Combine), and optionally a shared expert every row goes through, gated by
+// sigmoid(shared_expert_gate·x) where the family has that gate (Qwen2-MoE).
+//
+// Each expert's weights are bound to LayerWeights.Experts[e], so that a later step can stream a layer's experts
+// apart from it and load only those the router chose: the computation already asks for one expert at a time.
+type moeMLP struct {
+	experts, inter int // the routed experts and their intermediate size
+	route          RouteOptions
+	// Tensor names, relative to the layer: the router ("mlp.gate"), the experts ("mlp.experts", expert e under
+	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
+	router, prefix, gate, up, down string
+	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
+	shared, sharedGate string
+	sharedInter        int
+	// bias is the router's choice bias, e_score_correction_bias ("" for none).
+	bias string
+}
+
+// newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
+// width inter; names are Qwen-MoE's (mlp.gate, mlp.experts.e.{gate,up,down}_proj), which families change.
+func newMoE(c *checkpoint.Config, inter int, norm bool) (*moeMLP, error) {
+	if c.NumExperts <= 0 {
+		return nil, fmt.Errorf("num_experts (or num_local_experts) is %d: a mixture of experts needs at least one", c.NumExperts)
+	}
+	if c.NumExpertsPerTok <= 0 || c.NumExpertsPerTok > c.NumExperts {
+		return nil, fmt.Errorf("num_experts_per_tok %d is not between 1 and num_experts %d", c.NumExpertsPerTok, c.NumExperts)
+	}
+	if inter <= 0 {
+		return nil, fmt.Errorf("the experts' intermediate size is %d", inter)
+	}
+	return &moeMLP{experts: c.NumExperts, inter: inter, route: RouteOptions{K: c.NumExpertsPerTok, Score: SoftmaxScores, Norm: norm},
+		router: "mlp.gate", prefix: "mlp.experts", gate: "gate_proj", up: "up_proj", down: "down_proj"}, nil
+}
+
+// weights lists the router's, the experts' and the shared expert's tensors, held by the sparse layers.
+func (m *moeMLP) weights(hidden int) []WeightSpec {
+	sparse := func(k LayerKind) bool { return k.MoE }
+	var ws []WeightSpec
+	add := func(name string, field func(*LayerWeights) *Value, shape ...int) {
+		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field, In: sparse})
+	}
+	add(m.router+".weight", func(w *LayerWeights) *Value { return &w.Router.W }, m.experts, hidden)
+	if m.bias != "" {
+		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
+	}
+	for e := range m.experts {
+		p := fmt.Sprintf("%s.%d.", m.prefix, e)
+		add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
+		add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		add(p+m.down+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Down.W }, hidden, m.inter)
+	}
+	if m.shared != "" {
+		add(m.shared+".gate_proj.weight", func(w *LayerWeights) *Value { return &w.Shared.Gate.W }, m.sharedInter, hidden)
+		add(m.shared+".up_proj.weight", func(w *LayerWeights) *Value { return &w.Shared.Up.W }, m.sharedInter, hidden)
+		add(m.shared+".down_proj.weight", func(w *LayerWeights) *Value { return &w.Shared.Down.W }, hidden, m.sharedInter)
+	}
+	if m.sharedGate != "" {
+		add(m.sharedGate+".weight", func(w *LayerWeights) *Value { return &w.SharedGate.W }, 1, hidden)
+	}
+	return ws
+}
+
+// apply is the mixture of experts on h [B, T, hidden]: Σ over each row's chosen experts of weight · expert(h),
+// plus the (gated) shared expert.
+func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value {
+	opts := m.route
+	opts.Bias = w.RouterBias
+	routing := ops.Route(linear(ops, h, w.Router), opts)
+	ys := make([]Value, len(w.Experts))
+	for e, ex := range w.Experts {
+		if rows := ops.Rows(h, routing, e); rows != nil {
+			ys[e] = gatedMLP(ops, rows, ex, act)
+		}
+	}
+	y := ops.Combine(ys, routing)
+	if w.Shared.Down.W == nil {
+		return y
+	}
+	s := gatedMLP(ops, h, w.Shared, act)
+	if w.SharedGate.W != nil {
+		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
+	}
+	return ops.Add(y, s)
+}
+
+// sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.
+func (d *decoder) sparseLayers(m *moeMLP, sparse func(i int) bool) {
+	d.moe = m
+	for i := range d.plan.Layers {
+		d.plan.Layers[i].MoE = sparse(i)
+	}
+}
+
+// qwenSparse is Qwen-MoE's rule (Qwen2MoeDecoderLayer): layer i is sparse unless mlp_only_layers lists it or
+// (i+1) is not a multiple of decoder_sparse_step.
+func qwenSparse(c *checkpoint.Config) (func(i int) bool, error) {
+	if c.DecoderSparseStep <= 0 {
+		return nil, fmt.Errorf("decoder_sparse_step %d is not positive", c.DecoderSparseStep)
+	}
+	for _, l := range c.MLPOnlyLayers {
+		if l < 0 || l >= c.NumHiddenLayers {
+			return nil, fmt.Errorf("mlp_only_layers lists layer %d of %d", l, c.NumHiddenLayers)
+		}
+	}
+	return func(i int) bool { return !slices.Contains(c.MLPOnlyLayers, i) && (i+1)%c.DecoderSparseStep == 0 }, nil
+}

@@ -1,0 +1,220 @@
+package engine
+
+import (
+	"math"
+	"slices"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
+
+	"github.com/layerstream/layerstream/engine/model"
+)
+
+// The mixture of experts on the two paths (model.Ops.Route, Rows, Combine). The host kernels compute each
+// expert on the rows routed to it only; the graphs compute every expert on every row and weigh the outputs by
+// dense routing weights (zero for the experts a row did not choose), since they serve Logits and XLA, where one
+// fixed-shape graph per layer kind matters more than the work.
+
+// hostRouting is each row's choice of experts: rows are the activations' positions (B·T of them).
+type hostRouting struct {
+	k       int
+	experts []int     // [rows·k]: each row's experts, in the order of their choice scores (best first)
+	weights []float32 // [rows·k]: their weights
+	byE     [][]int   // per expert: the rows routed to it, in order
+	slot    []int     // [rows·k]: where row r is in byE[experts[r·k+j]]
+	dims    []int     // the activations' dims without the last axis
+}
+
+func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
+	la := arr(logits)
+	n := la.dims[len(la.dims)-1]
+	rows := len(la.data) / n
+	r := &hostRouting{k: opts.K, experts: make([]int, rows*opts.K), weights: make([]float32, rows*opts.K),
+		byE: make([][]int, n), slot: make([]int, rows*opts.K), dims: slices.Clone(la.dims[:len(la.dims)-1])}
+	var bias []float32
+	if opts.Bias != nil {
+		bias = weightData(opts.Bias).([]float32)
+	}
+	scores, choice := make([]float32, n), make([]float32, n)
+	for row := range rows {
+		at := row * opts.K
+		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
+		for j, e := range r.experts[at : at+opts.K] {
+			r.slot[at+j] = len(r.byE[e])
+			r.byE[e] = append(r.byE[e], row)
+		}
+	}
+	return r
+}
+
+// routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
+// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias), ties to the lower expert
+// index, their unbiased scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
+func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
+	switch opts.Score {
+	case model.SoftmaxScores:
+		top := float32(math.Inf(-1))
+		for _, v := range logits {
+			top = max(top, v)
+		}
+		var sum float32
+		for i, v := range logits {
+			scores[i] = float32(math.Exp(float64(v - top)))
+			sum += scores[i]
+		}
+		for i := range scores {
+			scores[i] /= sum
+		}
+	case model.SigmoidScores:
+		for i, v := range logits {
+			scores[i] = float32(1 / (1 + math.Exp(-float64(v))))
+		}
+	}
+	copy(choice, scores)
+	for i := range bias {
+		choice[i] += bias[i]
+	}
+	for j := range experts {
+		best := -1
+		for e, c := range choice {
+			if !slices.Contains(experts[:j], e) && (best < 0 || c > choice[best]) {
+				best = e
+			}
+		}
+		experts[j], weights[j] = best, scores[best]
+	}
+	if opts.Norm {
+		var sum float32
+		for _, w := range weights {
+			sum += w
+		}
+		for j := range weights {
+			weights[j] /= sum
+		}
+	}
+	if opts.Scale != 0 && opts.Scale != 1 {
+		for j := range weights {
+			weights[j] *= float32(opts.Scale)
+		}
+	}
+}
+
+func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
+	r := routing.(*hostRouting)
+	if len(r.byE[e]) == 0 {
+		return nil
+	}
+	xa := arr(x)
+	h := xa.dims[len(xa.dims)-1]
+	y := o.arena.array(len(r.byE[e]), h)
+	for i, row := range r.byE[e] {
+		copy(y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h])
+	}
+	return y
+}
+
+func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
+	r := routing.(*hostRouting)
+	h := 0
+	for _, y := range ys {
+		if y != nil {
+			h = arr(y).dims[1]
+			break
+		}
+	}
+	out := o.arena.array(append(slices.Clone(r.dims), h)...)
+	for row := range len(r.experts) / r.k {
+		acc := out.data[row*h : (row+1)*h]
+		for j := range r.k {
+			at := row*r.k + j
+			w, y := r.weights[at], arr(ys[r.experts[at]]).data[r.slot[at]*h:][:h]
+			if j == 0 {
+				for i, v := range y {
+					acc[i] = w * v
+				}
+				continue
+			}
+			for i, v := range y {
+				acc[i] += float32(w * v) // each weighted output rounded, then summed, as transformers does
+			}
+		}
+	}
+	return out
+}
+
+func (o hostOps) MulRows(x, s model.Value) model.Value {
+	xa, sa := arr(x), arr(s)
+	y := o.arena.array(xa.dims...)
+	n := xa.dims[len(xa.dims)-1]
+	for r, f := range sa.data {
+		for i, v := range xa.data[r*n : (r+1)*n] {
+			y.data[r*n+i] = v * f
+		}
+	}
+	return y
+}
+
+// sigmoid is σ(x) in float32, elementwise.
+func sigmoid(y, x []float32) {
+	for i, v := range x {
+		y[i] = float32(1 / (1 + math.Exp(-float64(v))))
+	}
+}
+
+// Route on the graphs: the dense routing weights [B, T, experts], zero for the experts a row did not choose.
+// The k experts are chosen one at a time by ArgMax (ties to the lower index) over the choice scores, the chosen
+// ones pushed out of the way.
+func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
+	l := node(logits)
+	n := l.Shape().Dimensions[l.Rank()-1]
+	var scores *Node
+	switch opts.Score {
+	case model.SoftmaxScores:
+		scores = Softmax(l, -1)
+	case model.SigmoidScores:
+		scores = Sigmoid(l)
+	}
+	choice := scores
+	if opts.Bias != nil {
+		choice = Add(choice, broadcastLike(f32(node(opts.Bias)), choice))
+	}
+	var chosen *Node
+	for range opts.K {
+		oh := OneHot(ArgMax(choice, -1), n, dtypes.Float32)
+		if chosen == nil {
+			chosen = oh
+		} else {
+			chosen = Add(chosen, oh)
+		}
+		choice = Sub(choice, MulScalar(oh, 1e30))
+	}
+	w := Mul(scores, chosen)
+	if opts.Norm {
+		w = Div(w, ReduceAndKeep(w, ReduceSum, -1))
+	}
+	if opts.Scale != 0 && opts.Scale != 1 {
+		w = MulScalar(w, float64(float32(opts.Scale)))
+	}
+	return w
+}
+
+func (g graphOps) Rows(x, routing model.Value, e int) model.Value { return x }
+
+func (g graphOps) Combine(ys []model.Value, routing model.Value) model.Value {
+	w := node(routing)
+	var out *Node
+	for e, y := range ys {
+		t := mulRows(node(y), SliceAxis(w, -1, AxisRange(e, e+1)))
+		if out == nil {
+			out = t
+		} else {
+			out = Add(out, t)
+		}
+	}
+	return out
+}
+
+func (g graphOps) MulRows(x, s model.Value) model.Value { return mulRows(node(x), node(s)) }
+
+// mulRows multiplies each row of x [..., n] by s [..., 1].
+func mulRows(x, s *Node) *Node { return Mul(x, BroadcastToDims(s, x.Shape().Dimensions...)) }

@@ -1,0 +1,235 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// experts is a mixture-of-experts MLP as transformers' sparse MoE blocks compute it (Mixtral, Qwen2-MoE,
+// Qwen3-MoE, OLMoE, GLM-4.5, MiniMax-M2), written from their modeling code: router logits r = W_gate·h, scores
+// p = softmax(r) over the experts (GLM-4.5, MiniMax-M2: sigmoid(r_i)), the k experts of highest p (+ the
+// e_score_correction_bias), weights p_i (divided by Σ_topk p when renormalized, times routed_scaling_factor), the
+// output Σ_i w_i·expert_i(h) with expert(h) = down(silu(gate(h)) ⊙ up(h)); plus a shared expert, for Qwen2-MoE
+// times sigmoid(g·h).
+type experts struct {
+	n, k, inter int
+	renorm      bool
+	// sigmoid: scores are each logit's sigmoid (GLM-4.5, MiniMax-M2), chosen by score + the bias tensor (""
+	// for none), the weights times scale.
+	sigmoid bool
+	bias    string
+	scale   float64
+	// Tensor names relative to the layer: router weight, expert e's gate, up and down weights.
+	router             string
+	gate, up, down     func(e int) string
+	shared, sharedGate string // "" for none
+	sharedInter        int
+	// sparse[l]: layer l has the experts (else a dense MLP of intermediate_size).
+	sparse []bool
+}
+
+// newExperts reads the mixture of experts of the families the reference implements.
+func (m *model) newExperts() error {
+	c := m.cfg
+	L := c.NumHiddenLayers
+	x := &experts{n: c.NumExperts, k: c.NumExpertsPerTok, inter: c.IntermediateSize, renorm: c.NormTopKProb,
+		router: "mlp.gate.weight", sparse: make([]bool, L), scale: 1}
+	named := func(prefix, g, u, d string) {
+		x.gate = func(e int) string { return fmt.Sprintf("%s.%d.%s.weight", prefix, e, g) }
+		x.up = func(e int) string { return fmt.Sprintf("%s.%d.%s.weight", prefix, e, u) }
+		x.down = func(e int) string { return fmt.Sprintf("%s.%d.%s.weight", prefix, e, d) }
+	}
+	named("mlp.experts", "gate_proj", "up_proj", "down_proj")
+	for l := range L {
+		x.sparse[l] = true
+	}
+	switch c.ModelType {
+	case "mixtral": // MixtralTopKRouter always renormalizes
+		x.renorm, x.router = true, "block_sparse_moe.gate.weight"
+		named("block_sparse_moe.experts", "w1", "w3", "w2")
+	case "qwen2_moe", "qwen3_moe": // Qwen2MoeDecoderLayer: mlp_only_layers and decoder_sparse_step
+		x.inter = c.MoEIntermediateSize
+		if c.DecoderSparseStep <= 0 {
+			return fmt.Errorf("decoder_sparse_step %d is not implemented by the reference", c.DecoderSparseStep)
+		}
+		for l := range L {
+			x.sparse[l] = !slices.Contains(c.MLPOnlyLayers, l) && (l+1)%c.DecoderSparseStep == 0
+		}
+		if c.ModelType == "qwen2_moe" {
+			x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
+		}
+	case "olmoe":
+	case "glm4_moe": // Glm4MoeTopkRouter with one group; ungated shared experts; dense first layers
+		if c.NGroup != 1 || c.TopKGroup != 1 {
+			return fmt.Errorf("group-limited routing is not implemented by the reference")
+		}
+		x.inter, x.sigmoid, x.bias, x.scale = c.MoEIntermediateSize, true, "mlp.gate.e_score_correction_bias", c.RoutedScalingFactor
+		if c.NSharedExperts > 0 {
+			x.shared, x.sharedInter = "mlp.shared_experts", c.NSharedExperts*c.MoEIntermediateSize
+		}
+		for l := range L {
+			x.sparse[l] = l >= c.FirstKDenseReplace
+		}
+	case "minimax_m2": // MiniMaxM2TopKRouter: sigmoid, biased choice, always renormalized
+		x.renorm, x.sigmoid, x.bias, x.router = true, true, "block_sparse_moe.e_score_correction_bias", "block_sparse_moe.gate.weight"
+		named("block_sparse_moe.experts", "w1", "w3", "w2")
+	default:
+		return fmt.Errorf("experts of %s are not implemented by the reference", c.ModelType)
+	}
+	if x.n <= 0 || x.k <= 0 || x.k > x.n {
+		return fmt.Errorf("%d of %d experts per token is not implemented by the reference", x.k, x.n)
+	}
+	m.experts = x
+	return nil
+}
+
+// tensors adds layer l's router and expert tensors (names relative to the layer) to t, when the layer is sparse.
+func (x *experts) tensors(l, hidden int, t map[string][]int) bool {
+	if !x.sparse[l] {
+		return false
+	}
+	t[x.router] = []int{x.n, hidden}
+	if x.bias != "" {
+		t[x.bias] = []int{x.n}
+	}
+	for e := range x.n {
+		t[x.gate(e)], t[x.up(e)], t[x.down(e)] = []int{x.inter, hidden}, []int{x.inter, hidden}, []int{hidden, x.inter}
+	}
+	if x.shared != "" {
+		t[x.shared+".gate_proj.weight"], t[x.shared+".up_proj.weight"] = []int{x.sharedInter, hidden}, []int{x.sharedInter, hidden}
+		t[x.shared+".down_proj.weight"] = []int{hidden, x.sharedInter}
+		if x.sharedGate != "" {
+			t[x.sharedGate] = []int{1, hidden}
+		}
+	}
+	return true
+}
+
+// moe computes the mixture of experts of one position's normalized hidden state h, in float64.
+func (m *model) moe(w *layerWeights, h []float64) []float64 {
+	x := m.experts
+	r := make([]float64, x.n)
+	linear(r, w.get(x.router), nil, h)
+	p := make([]float64, x.n)
+	if x.sigmoid {
+		for i, v := range r {
+			p[i] = 1 / (1 + math.Exp(-v))
+		}
+	} else {
+		top := slices.Max(r)
+		var sum float64
+		for i, v := range r {
+			p[i] = math.Exp(v - top)
+			sum += p[i]
+		}
+		for i := range p {
+			p[i] /= sum
+		}
+	}
+	choice := slices.Clone(p)
+	if x.bias != "" {
+		for i, b := range w.vec(x.bias) {
+			choice[i] += float64(b)
+		}
+	}
+	// The k best choice scores, the lower index first among equal ones.
+	order := make([]int, x.n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case choice[a] > choice[b]:
+			return -1
+		case choice[a] < choice[b]:
+			return 1
+		}
+		return 0
+	})
+	chosen := order[:x.k]
+	var norm float64 = 1
+	if x.renorm {
+		norm = 0
+		for _, e := range chosen {
+			norm += p[e]
+		}
+	}
+	out := make([]float64, len(h))
+	for _, e := range chosen {
+		y := m.gatedMLP(w, h, x.gate(e), x.up(e), x.down(e), x.inter)
+		for i, v := range y {
+			out[i] += p[e] / norm * x.scale * v
+		}
+	}
+	if x.shared != "" {
+		s := 1.0
+		if x.sharedGate != "" {
+			g := make([]float64, 1)
+			linear(g, w.get(x.sharedGate), nil, h)
+			s = 1 / (1 + math.Exp(-g[0]))
+		}
+		y := m.gatedMLP(w, h, x.shared+".gate_proj.weight", x.shared+".up_proj.weight", x.shared+".down_proj.weight", x.sharedInter)
+		for i, v := range y {
+			out[i] += s * v
+		}
+	}
+	return out
+}
+
+// gatedMLP is down(act(gate·h) ⊙ up·h) with the named weights (no biases) of intermediate size inter.
+func (m *model) gatedMLP(w *layerWeights, h []float64, gate, up, down string, inter int) []float64 {
+	g, u := make([]float64, inter), make([]float64, inter)
+	linear(g, w.get(gate), nil, h)
+	linear(u, w.get(up), nil, h)
+	for i := range g {
+		g[i] = m.activate(g[i]) * u[i]
+	}
+	d := make([]float64, len(h))
+	linear(d, w.get(down), nil, g)
+	return d
+}
+
+// moeFamily configures the attention of the mixture-of-experts families and their experts; known is false for
+// another model_type. sliding sets the sliding layers by the family's rule; partial says whether the family
+// rotates part of each head.
+func (m *model) moeFamily(sliding func(rule func(l int) bool) error) (known, partial bool, err error) {
+	c := m.cfg
+	switch c.ModelType {
+	case "mixtral": // Mistral's attention
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(int) bool { return c.SlidingWindow != nil })
+		}
+	case "qwen2_moe": // Qwen2's attention, q/k/v biases as qkv_bias says
+		m.qkvBias, m.oBias = c.QKVBias, false
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(l int) bool { return c.UseSlidingWindow && c.SlidingWindow != nil && l >= c.MaxWindowLayers })
+		}
+	case "qwen3_moe": // Qwen3's attention; use_sliding_window slides every layer (Qwen3MoeConfig)
+		m.qkNorm = "head"
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(int) bool { return c.UseSlidingWindow })
+		}
+	case "olmoe": // OLMo 2's q/k norms over the whole projections, Llama's pre-norms
+		if c.ClipQKV != nil {
+			return true, false, fmt.Errorf("clip_qkv is not implemented by the reference")
+		}
+		m.qkNorm = "whole"
+		err = m.newExperts()
+	case "glm4_moe": // q/k/v biases, per-head q/k norms with use_qk_norm, partial rotary
+		m.qkvBias, m.oBias, partial = c.AttentionBias, false, true
+		if c.UseQKNorm {
+			m.qkNorm = "head"
+		}
+		err = m.newExperts()
+	case "minimax_m2": // q/k norms over the whole projections, partial rotary
+		m.qkNorm, partial = "whole", true
+		err = m.newExperts()
+	default:
+		return false, false, nil
+	}
+	return true, partial, err
+}
