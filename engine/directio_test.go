@@ -243,7 +243,7 @@ func TestMemoryBudget(t *testing.T) {
 	defer func(f func() (memavail.Available, error)) { availableMemory = f }(availableMemory)
 	// A machine whose memory the shards just do not fit in (nine tenths of it): the automatic budget.
 	small := files * 10 / 9
-	autoLayers := int((small/10*9 - 3*3*layer - min(residencyMargin, small/4)) / layer)
+	autoLayers := int((small/10*9 - 3*3*layer - all.store.kvEstimate() - min(residencyMargin, small/4)) / layer)
 	for _, c := range []struct {
 		name     string
 		opts     Options

@@ -167,8 +167,8 @@ func (m *modelDrafter) draft(ctx context.Context, reqs []draftRequest) ([]draftT
 	var at []int
 	for i, r := range reqs {
 		n := min(r.n, m.e.ContextLength()-len(r.history))
-		if n <= 0 {
-			continue
+		if n <= 0 || slices.ContainsFunc(r.history, func(id int) bool { return id >= m.e.cfg.VocabSize }) {
+			continue // the draft model's context is full, or the target chose an id past its vocabulary's rows
 		}
 		s := m.sessions[r.seq]
 		if s == nil {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,7 +138,7 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 		{Sampling{Temperature: 0.7, TopK: 4}, []int{6}}, // the draft outside the top-k
 		{Sampling{Temperature: 1.3, TopP: 0.8}, []int{1}},
 		{Sampling{Temperature: 1, RepetitionPenalty: 1.3}, []int{2}},
-		{Sampling{Temperature: 1}, []int{1, 0}},      // a tree's two candidates
+		{Sampling{Temperature: 1}, []int{1, 0}},               // a tree's two candidates
 		{Sampling{Temperature: 0.8, TopK: 5}, []int{4, 7, 2}}, // one of three cut by top-k
 	} {
 		const draws = 40000
@@ -181,4 +183,78 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 // chi2Critical001 is the chi-square distribution's 0.999 quantile for df degrees of freedom (1-7).
 func chi2Critical001(df int) float64 {
 	return []float64{0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32}[df]
+}
+
+// TestDraftEndsMidVerification: a sequence that ends while its draft is verified (its callback fails on a token
+// the draft proposed) leaves its cache holding its history only: a session's next turn, and the prefix cache's
+// next request, compute what a plain engine computes (found by review: the draft's unverified positions stayed
+// in the row).
+func TestDraftEndsMidVerification(t *testing.T) {
+	ctx := context.Background()
+	prompt := []int{1, 300, 301, 302, 303, 300, 301, 302, 303, 300, 301}
+	plain := open(t, tinyGGUF("F32"), Options{ShardDir: filepath.Join(t.TempDir(), "s")})
+	boom := errors.New("boom")
+	for _, prefix := range []bool{false, true} {
+		e := open(t, tinyGGUF("F32"), Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: tinyGGUF("Q8_0"), PrefixCache: prefix})
+		for stopAt := 2; stopAt <= 9; stopAt++ {
+			var s *Session
+			if !prefix {
+				s = e.NewSession()
+			}
+			n := 0
+			res, err := e.Generate(ctx, Request{PromptIDs: prompt, MaxNewTokens: 30, StopIDs: []int{}, Session: s}, func(Token) error {
+				if n++; n == stopAt {
+					return boom
+				}
+				return nil
+			})
+			if !errors.Is(err, boom) || res.Draft.Proposed == 0 {
+				t.Fatalf("stop at %d: %v, draft %+v", stopAt, err, res.Draft)
+			}
+			next := slices.Concat(prompt, res.GeneratedIDs, []int{17, 18})
+			got, err := e.Generate(ctx, Request{PromptIDs: next, MaxNewTokens: 10, StopIDs: []int{}, Session: s}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := plain.Generate(ctx, Request{PromptIDs: next, MaxNewTokens: 10, StopIDs: []int{}}, nil)
+			if !slices.Equal(got.GeneratedIDs, want.GeneratedIDs) || got.CachedPromptTokens == 0 {
+				t.Errorf("prefix cache %v, stop at %d: next %v (cached %d), alone %v", prefix, stopAt, got.GeneratedIDs, got.CachedPromptTokens, want.GeneratedIDs)
+			}
+			if s != nil {
+				s.Close()
+			}
+		}
+	}
+}
+
+// TestDraftDynamicRope: with dynamic NTK rope, whose frequencies follow a pass's length past the original
+// context, drafts leave every token and its log-probability as decode steps give them (a verification builds each
+// position's table as a decode step at it would; found by review).
+func TestDraftDynamicRope(t *testing.T) {
+	c := familyBase("LlamaForCausalLM", "llama")
+	maps.Copy(c, map[string]any{"max_position_embeddings": 16, "rope_parameters": map[string]any{"rope_type": "dynamic", "rope_theta": 1000.0, "factor": 4.0}})
+	dir := writeFamily(t, c, nil)
+	prompt := []int{1, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6}
+	run := func(draft string) ([]Token, *Result) {
+		e := open(t, dir, Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: draft})
+		var toks []Token
+		res, err := e.Generate(context.Background(), Request{PromptIDs: prompt, MaxNewTokens: 30, StopIDs: []int{}, Logprobs: true}, func(tk Token) error {
+			toks = append(toks, tk)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks, res
+	}
+	plain, _ := run("")
+	drafted, res := run(DraftNgram)
+	if res.Draft.Accepted == 0 {
+		t.Fatalf("no draft token accepted (%+v): the test exercises nothing", res.Draft)
+	}
+	for i := range plain {
+		if plain[i].ID != drafted[i].ID || plain[i].Logprob != drafted[i].Logprob {
+			t.Fatalf("token %d: %d (logprob %v) without a draft, %d (logprob %v) with", i+1, plain[i].ID, plain[i].Logprob, drafted[i].ID, drafted[i].Logprob)
+		}
+	}
 }

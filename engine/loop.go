@@ -347,6 +347,9 @@ func (b *batcher) runStep(st *stream, active []*job) error {
 	b.steps.Add(1)
 	if err != nil {
 		for _, j := range active {
+			// A pass that failed may have written some layers' keys ahead (hostOps.Attention), over ring slots
+			// the committed positions still need: what the row holds is no longer known, so it holds nothing.
+			b.kv.Truncate(j.row, 0)
 			if cerr := j.ctx.Err(); cerr != nil {
 				b.leave(j, cerr)
 			} else {
@@ -525,7 +528,6 @@ func (b *batcher) propose(active []*job) {
 func (b *batcher) accept(j *job, logits []float32) error {
 	s := j.seq
 	d := s.draft
-	s.draft = draftTree{}
 	v := b.run.cfg.VocabSize
 	held := b.kv.Len(j.row) - d.chain - 1 // the pass wrote the last token (at held) and the chain after it
 	taken := 0
@@ -538,7 +540,7 @@ func (b *batcher) accept(j *job, logits []float32) error {
 		s.logits = logits[(node+1)*v : (node+2)*v] // node's row: the last token's is 0, chain token i's i+1
 		which, err := s.choose(j.onToken, b.run.prof, xs)
 		if err != nil {
-			return err
+			return err // leave counts the draft and cuts the cache back to the history
 		}
 		taken++
 		b.chosen(j)
@@ -551,6 +553,7 @@ func (b *batcher) accept(j *job, logits []float32) error {
 		}
 	}
 	s.res.Draft.Proposed += len(d.ids)
+	s.draft = draftTree{}
 	return b.kv.Truncate(j.row, held+taken) // the last token taken is fed to the next pass
 }
 
@@ -626,8 +629,16 @@ func (b *batcher) leave(j *job, err error) {
 	if b.draft != nil {
 		b.draft.forget(j.seq)
 	}
-	j.seq.draft = draftTree{}
+	if d := j.seq.draft; len(d.ids) > 0 { // ended during a verification (accept did not finish)
+		j.seq.res.Draft.Proposed += len(d.ids)
+		j.seq.draft = draftTree{}
+	}
 	if j.row >= 0 {
+		// The cache holds the history but its last token, never more: a sequence ending mid-verification leaves
+		// draft positions beyond it, which a session or the prefix cache must not take for the history's.
+		if n := len(j.seq.history) - 1; b.kv.Len(j.row) > n && b.kv.Truncate(j.row, n) != nil {
+			b.kv.Truncate(j.row, 0)
+		}
 		if j.session != nil && !j.session.closed.Load() {
 			j.session.ids = slices.Clone(j.seq.history[:b.kv.Len(j.row)])
 		} else {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -14,6 +15,9 @@ import (
 func (e *Engine) PassTime(ctx context.Context, prompt []int, rows, runs int) ([]time.Duration, error) {
 	if rows < 1 || rows > MaxDraftTokens+1 || runs < 1 {
 		return nil, fmt.Errorf("engine: pass time of %d rows, %d runs: want 1-%d rows and a run at least", rows, runs, MaxDraftTokens+1)
+	}
+	if rows > 1 && !e.run.onHost(false) {
+		return nil, errors.New("engine: timing a pass of several positions needs the host kernels (device cpu without graph decode)")
 	}
 	if err := e.checkIDs(prompt); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)

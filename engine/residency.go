@@ -49,7 +49,22 @@ func (s *weightStore) residentBudget() int64 {
 	// on the Llama-3-70B shape's q4 shards, 480 MB a layer: 4.75 GB resident while streaming every layer with
 	// three buffers, the Go heap's growth beside its live buffers included).
 	stream := 3 * int64(o.Prefetch+1) * s.layerBytes()
-	return max(0, avail.Bytes/10*9-stream-min(residencyMargin, avail.Bytes/4))
+	return max(0, avail.Bytes/10*9-stream-s.kvEstimate()-min(residencyMargin, avail.Bytes/4))
+}
+
+// residencyKVPositions is the context the automatic budget keeps room for in the key/value cache: one
+// sequence of the model's context, at most this many positions.
+const residencyKVPositions = 4096
+
+// kvEstimate is the memory of one sequence's key/value cache at min(context, residencyKVPositions) positions,
+// every layer full (the batch loop allocates its cache after the budget is spent).
+func (s *weightStore) kvEstimate() int64 {
+	elem := int64(4)
+	if s.opts.KVCache == KVCacheF16 {
+		elem = 2
+	}
+	positions := int64(min(s.plan.Context, residencyKVPositions))
+	return 2 * elem * int64(s.plan.KVHeads*s.plan.HeadDim) * int64(len(s.plan.Layers)) * positions
 }
 
 // residentLayers returns which decoder layers the store keeps resident for a budget of bytes: as many as fit,

@@ -119,6 +119,9 @@ func (m memoryBudget) Set(s string) error {
 	if err != nil {
 		return fmt.Errorf("want auto, off or a size: %w", err)
 	}
+	if n == 0 {
+		n = engine.MemoryBudgetOff // "0GiB" as "0": no layer kept
+	}
 	*m.p = n
 	return nil
 }
