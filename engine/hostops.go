@@ -24,14 +24,14 @@ type hostOps struct {
 	// observe, when set, is called with the input rows of every product and its weight's name
 	// (Options.ObserveInputs).
 	observe  func(tensor string, x []float32, cols int)
-	cos, sin []float32     // [B, T, rotary dims]
-	past     []int         // [B]: positions each row has in the cache (its first query's position)
-	pos      [][]int       // [B][T]: each query's position (past[b]+t, but a draft tree's leaves at their depths)
+	cos, sin []float32 // [B, T, rotary dims]
+	past     []int     // [B]: positions each row has in the cache (its first query's position)
+	pos      [][]int   // [B][T]: each query's position (past[b]+t, but a draft tree's leaves at their depths)
 	// tree, for a group that verifies a draft tree (one row): its leaves attend to their ancestors and to
 	// themselves, and only the last token and the chain are written to the cache.
-	tree *draftTree
-	window   int           // the layer's sliding window (0: none)
-	kv       *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S = kv.Slots(), headDim])
+	tree   *draftTree
+	window int           // the layer's sliding window (0: none)
+	kv     *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S = kv.Slots(), headDim])
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
 	// arena, when set, supplies the arrays the ops return (else they are fresh).
