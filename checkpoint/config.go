@@ -79,6 +79,14 @@ type Config struct {
 	SavedSlidingWindowPattern *int     `json:"_sliding_window_pattern"`
 	UseBidirectionalAttention *bool    `json:"use_bidirectional_attention"`
 
+	// Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next: layer_types "linear_attention"): key and value heads
+	// and their sizes, and the depthwise causal conv1d's kernel.
+	LinearNumKeyHeads   int `json:"linear_num_key_heads"`
+	LinearNumValueHeads int `json:"linear_num_value_heads"`
+	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
+	LinearValueHeadDim  int `json:"linear_value_head_dim"`
+	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
+
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
 }

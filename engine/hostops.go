@@ -327,6 +327,10 @@ func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 		kernels.GELUTanh(y.data, xa.data)
 	case f == model.GELU:
 		kernels.GELU(y.data, xa.data)
+	case f == model.Sigmoid:
+		for i, v := range xa.data {
+			y.data[i] = sigmoid32(v)
+		}
 	default:
 		panic(fmt.Sprintf("engine: activation %d", f))
 	}

@@ -20,6 +20,7 @@ type graphOps struct {
 	mask         *Node // [B, T, S+T], additive
 	pastK, pastV *Node // [B, kvHeads, S, headDim]
 	qscale       *Node // [B, T]: the layer's query scale at each new position (LayerKind.QueryScale)
+	valid        *Node // [B, T]: 1 at each row's new positions, 0 at padding (recurrent layers; recurrent_graph.go)
 }
 
 func node(v model.Value) *Node {
@@ -73,6 +74,8 @@ func (g graphOps) Act(x model.Value, f model.Activation) model.Value {
 		return Mul(MulScalar(n, 0.5), OnePlus(Tanh(inner)))
 	case model.GELU: // 0.5·x·(1 + erf(x/√2))
 		return Mul(MulScalar(n, 0.5), OnePlus(Erf(MulScalar(n, 1/math.Sqrt2))))
+	case model.Sigmoid:
+		return Sigmoid(n)
 	}
 	panic(fmt.Sprintf("engine: activation %d", f))
 }

@@ -84,7 +84,7 @@ func newWeightStore(set *shards.Set, b backends.Backend, plan *model.Plan, opts 
 		if len(w.Shape) == 2 {
 			dt = s.dtype
 		}
-		s.layerSpecs = append(s.layerSpecs, tensorSpec{suffix: w.Name, shape: w.Shape, dtype: dt})
+		s.layerSpecs = append(s.layerSpecs, tensorSpec{suffix: w.Name, shape: w.Shape, dtype: dt, layers: heldBy(plan, w)})
 	}
 	if opts.DeviceBudget > 0 {
 		layerBytes := s.layerBytes()

@@ -115,6 +115,27 @@ type tensorSpec struct {
 	suffix string // name after the unit's prefix ("model.layers.N." for layers, "" otherwise)
 	shape  []int  // as stored in the checkpoint
 	dtype  dtypes.DType
+	// layers, when not nil, says which decoder layers hold the tensor (model.WeightSpec.Only): the others leave
+	// its buffer as it is, unread.
+	layers []bool
+}
+
+// heldBy is which layers hold w (nil: every layer).
+func heldBy(plan *model.Plan, w model.WeightSpec) []bool {
+	if w.Only == nil {
+		return nil
+	}
+	held := make([]bool, len(plan.Layers))
+	for i, k := range plan.Layers {
+		held[i] = w.Only(k)
+	}
+	return held
+}
+
+// absent reports whether the layer unit does not hold the spec's tensor (a hybrid's layers of the other kind).
+func (s tensorSpec) absent(unit string) bool {
+	i := layerIndex(unit)
+	return s.layers != nil && i >= 0 && i < len(s.layers) && !s.layers[i]
 }
 
 // deviceDims is the shape of the device buffer: a matrix [out, in] is held as [chunks, out/chunks, in], the
@@ -224,7 +245,9 @@ func (w *weightSet) bound(p *model.Plan) *model.LayerWeights {
 		ts := w.hostTensors()
 		values := make([]model.Value, len(ts))
 		for i, t := range ts {
-			values[i] = t
+			if t != nil {
+				values[i] = t
+			}
 		}
 		w.layer = p.Bind(values)
 	}
@@ -274,6 +297,9 @@ func (s *weightStore) alias(w *weightSet, l *shards.Loaded) error {
 	w.view, w.layer = make([]*deviceTensor, len(w.specs)), nil
 	var converted int64
 	for i, spec := range w.specs {
+		if spec.absent(unit) {
+			continue
+		}
 		raw, err := w.raw(l, prefix, spec)
 		if err != nil {
 			return err
@@ -341,6 +367,12 @@ func (w *weightSet) fill(l *shards.Loaded, prefix string) (converted int64, conv
 	w.view, w.layer = nil, nil
 	for i, s := range w.specs {
 		name := prefix + s.suffix
+		if s.absent(unit) {
+			if _, err := w.tensor(i); err != nil { // allocated: a graph takes every spec as an input
+				return converted, convTime, copied, err
+			}
+			continue
+		}
 		raw, err := w.raw(l, prefix, s)
 		if err != nil {
 			return converted, convTime, copied, err

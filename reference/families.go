@@ -34,6 +34,8 @@ type model struct {
 	ropes  []rotation
 	// qScale, when set, multiplies the queries at position p after rotation (Ministral 3).
 	qScale func(p int) float64
+	// linear, for the Gated DeltaNet hybrids (deltanet.go), says which layers are linear attention; nil otherwise.
+	linear []bool
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -194,6 +196,9 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			return nil, fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
 		}
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+	case "qwen3_5_text":
+		m.normOffset, m.qkNorm, partial = 1, "head", true
+		err = m.deltaNetLayers()
 	default:
 		return nil, fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
 	}
@@ -365,6 +370,9 @@ func ropeFrequencies(r checkpoint.Rope, cfg *checkpoint.Config, n int, partial b
 
 // layerTensors lists the tensors of decoder layer l (full names) with their shapes.
 func (m *model) layerTensors(l int) map[string][]int {
+	if m.linear != nil {
+		return m.hybridTensors(l)
+	}
 	c := m.cfg
 	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
 	p := fmt.Sprintf("model.layers.%d.", l)
@@ -494,6 +502,10 @@ func (m *model) activate(g float64) float64 {
 // or, post-norm (OLMo 2), x += rmsnorm(branch(x)) for each branch, or both (Gemma), x += rmsnorm(branch(rmsnorm(x)));
 // r is Granite's residual multiplier (else 1). Attention scores are scaled, soft-capped (Gemma 2), then masked.
 func (m *model) layer(l int, w *layerWeights, x [][]float64) {
+	if m.linear != nil {
+		m.hybridLayer(l, w, x)
+		return
+	}
 	cfg := m.cfg
 	T, hd, nq, nkv := len(x), cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	in := func(p int, name string) []float64 {

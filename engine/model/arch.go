@@ -64,6 +64,8 @@ type Plan struct {
 	// generate drops the cache there (Phi3ForCausalLM.prepare_inputs_for_generation), so that every position is
 	// rotated with the long factors from then on. 0: never.
 	Recompute int
+	// State sizes the per-sequence state of the Recurrent layers (recurrent.go); zero without any.
+	State RecurrentState
 }
 
 // LayerKind is what distinguishes decoder layers from each other: the engine compiles one graph per kind, builds
@@ -78,6 +80,9 @@ type LayerKind struct {
 	// QueryScale multiplies the layer's queries by a factor of their position (Ops.ScaleQueries); the zero
 	// value: none.
 	QueryScale QueryScale
+	// Recurrent: a Gated DeltaNet linear-attention layer, holding a fixed-size state per sequence (Plan.State)
+	// instead of keys and values (recurrent.go).
+	Recurrent bool
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
@@ -112,6 +117,9 @@ type WeightSpec struct {
 	Shape []int
 	// Field returns the place in a LayerWeights that holds this tensor.
 	Field func(*LayerWeights) *Value
+	// Only, when set, says which kinds of layers hold the tensor (a hybrid's attention or recurrent layers);
+	// nil: every layer.
+	Only func(LayerKind) bool
 }
 
 // Linear is a projection: its weight matrix [out, in] in the Hugging Face layout and its bias [out], nil when
@@ -130,6 +138,8 @@ type LayerWeights struct {
 	QNorm, KNorm Value
 	// The gated MLP: separate gate and up projections or one fused GateUp, then Down.
 	Gate, Up, GateUp, Down Linear
+	// DeltaNet are a Gated DeltaNet layer's weights (recurrent.go).
+	DeltaNet DeltaNetWeights
 }
 
 // Bind puts values (one per Plan.Weights entry, in that order) into a LayerWeights.
@@ -153,6 +163,7 @@ const (
 	SiLU     Activation = iota // "silu", "swish": x·σ(x)
 	GELUTanh                   // "gelu_pytorch_tanh", "gelu_new": the tanh approximation of GELU
 	GELU                       // "gelu": x·Φ(x) with the exact normal CDF
+	Sigmoid                    // σ(x): gates (Qwen3.5's attention output gate); no hidden_act names it
 )
 
 var activations = map[string]Activation{"silu": SiLU, "swish": SiLU, "gelu_pytorch_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu": GELU}
@@ -210,6 +221,8 @@ type Ops interface {
 	SoftCap(x Value, c float64) Value
 	// ScaleQueries multiplies q [B, heads, T, d] at each new position p by the layer's LayerKind.QueryScale.At(p).
 	ScaleQueries(q Value) Value
+	// RecurrentOps are the operations of the recurrent layers (recurrent.go).
+	RecurrentOps
 }
 
 // LayerInputs are the inputs of one decoder layer.
@@ -224,6 +237,8 @@ type LayerInputs struct {
 type LayerOutputs struct {
 	X    Value // [B, T, hidden]
 	K, V Value // [B, kvHeads, T, headDim]: the new positions' keys (after rotary) and values
+	// A Recurrent layer returns its new state in K and V instead (the conv state and the delta state, [B, 1, 1,
+	// size] as the cache holds them), which only graphs need: the host kernels update the cache in place.
 }
 
 var families = map[string]Family{}
