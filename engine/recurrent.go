@@ -144,3 +144,14 @@ func softplus32(x float32) float32 {
 	}
 	return float32(math.Log1p(math.Exp(float64(x))))
 }
+
+// recurrentPlan reports whether a model has recurrent layers, whose cache cannot be cut back to fewer positions
+// (kvcache.ErrRecurrent): speculative decoding refuses it.
+func recurrentPlan(p *model.Plan) bool {
+	for _, l := range p.Layers {
+		if l.Recurrent {
+			return true
+		}
+	}
+	return false
+}

@@ -31,6 +31,9 @@ func (s *Store) newState(i int, alloc Allocator) error {
 	if sl.V, sl.VHandle, err = alloc([]int{s.cfg.Batch, 1, 1, max(st.V, 1)}); err != nil {
 		return fmt.Errorf("kvcache: layer %d state: %w", i, err)
 	}
+	// A state is read whatever the sequence's length: zero it even where the allocator reuses memory.
+	clear(sl.K)
+	clear(sl.V)
 	return nil
 }
 
