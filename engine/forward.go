@@ -373,9 +373,6 @@ func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		if _, ok := pt.slots[kind.Window]; ok || kind.Recurrent { // a recurrent layer attends to nothing
 			continue
 		}
-		if _, ok := pt.slots[kind.Window]; ok {
-			continue
-		}
 		view := kv.View(l)
 		pt.slots[kind.Window] = view.Slots()
 		if !masks {
