@@ -79,12 +79,12 @@ func newWeightStore(set *shards.Set, b backends.Backend, plan *model.Plan, opts 
 	if err := s.checkTensors(); err != nil {
 		return nil, err
 	}
-	for _, w := range plan.Weights {
+	for i, w := range plan.Weights {
 		dt := dtypes.Float32
 		if len(w.Shape) == 2 {
 			dt = s.dtype
 		}
-		s.layerSpecs = append(s.layerSpecs, tensorSpec{suffix: w.Name, shape: w.Shape, dtype: dt, layers: heldBy(plan, w)})
+		s.layerSpecs = append(s.layerSpecs, tensorSpec{suffix: w.Name, shape: w.Shape, dtype: dt, layers: heldBy(plan, i)})
 	}
 	if opts.DeviceBudget > 0 {
 		layerBytes := s.layerBytes()

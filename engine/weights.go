@@ -115,19 +115,19 @@ type tensorSpec struct {
 	suffix string // name after the unit's prefix ("model.layers.N." for layers, "" otherwise)
 	shape  []int  // as stored in the checkpoint
 	dtype  dtypes.DType
-	// layers, when not nil, says which decoder layers hold the tensor (model.WeightSpec.Only): the others leave
+	// layers, when not nil, says which decoder layers hold the tensor (model.WeightSpec.In): the others leave
 	// its buffer as it is, unread.
 	layers []bool
 }
 
-// heldBy is which layers hold w (nil: every layer).
-func heldBy(plan *model.Plan, w model.WeightSpec) []bool {
-	if w.Only == nil {
+// heldBy is which layers hold Weights[w] (nil: every layer).
+func heldBy(plan *model.Plan, w int) []bool {
+	if plan.Weights[w].In == nil {
 		return nil
 	}
 	held := make([]bool, len(plan.Layers))
 	for i, k := range plan.Layers {
-		held[i] = w.Only(k)
+		held[i] = plan.Holds(k, w)
 	}
 	return held
 }

@@ -117,10 +117,12 @@ type WeightSpec struct {
 	Shape []int
 	// Field returns the place in a LayerWeights that holds this tensor.
 	Field func(*LayerWeights) *Value
-	// Only, when set, says which kinds of layers hold the tensor (a hybrid's attention or recurrent layers);
-	// nil: every layer.
-	Only func(LayerKind) bool
+	// In says which kinds of layer hold the tensor (a hybrid's attention or recurrent layers); nil: every layer.
+	In func(LayerKind) bool
 }
+
+// Holds reports whether a layer of kind k holds Weights[i].
+func (p *Plan) Holds(k LayerKind, i int) bool { return p.Weights[i].In == nil || p.Weights[i].In(k) }
 
 // Linear is a projection: its weight matrix [out, in] in the Hugging Face layout and its bias [out], nil when
 // the layer has none.
@@ -163,7 +165,7 @@ const (
 	SiLU     Activation = iota // "silu", "swish": x·σ(x)
 	GELUTanh                   // "gelu_pytorch_tanh", "gelu_new": the tanh approximation of GELU
 	GELU                       // "gelu": x·Φ(x) with the exact normal CDF
-	Sigmoid                    // σ(x): gates (Qwen3.5's attention output gate); no hidden_act names it
+	Sigmoid                    // σ(x) = 1/(1 + e^-x): gates (Qwen3.5's attention output gate; no hidden_act names it)
 )
 
 var activations = map[string]Activation{"silu": SiLU, "swish": SiLU, "gelu_pytorch_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu": GELU}

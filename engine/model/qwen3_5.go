@@ -88,7 +88,7 @@ func (n *deltaNet) weights() {
 	full, rec := func(k LayerKind) bool { return !k.Recurrent }, func(k LayerKind) bool { return k.Recurrent }
 	var ws []WeightSpec
 	add := func(only func(LayerKind) bool, name string, field func(*LayerWeights) *Value, shape ...int) {
-		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field, Only: only})
+		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field, In: only})
 	}
 	lin := func(only func(LayerKind) bool, name string, l func(*LayerWeights) *Linear, out, in int) {
 		add(only, name+".weight", func(w *LayerWeights) *Value { return &l(w).W }, out, in)
