@@ -86,6 +86,8 @@ type Config struct {
 	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
 	LinearValueHeadDim  int `json:"linear_value_head_dim"`
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
+	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
+	HybridExperts
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 
 	"github.com/layerstream/layerstream/engine/model"
 )
@@ -154,4 +155,24 @@ func recurrentPlan(p *model.Plan) bool {
 		}
 	}
 	return false
+}
+
+func (o hostOps) Concat(xs ...model.Value) model.Value {
+	first := arr(xs[0])
+	lead := first.dims[:len(first.dims)-1]
+	rows, width := elems(lead), 0
+	for _, x := range xs {
+		width += arr(x).dims[len(arr(x).dims)-1]
+	}
+	y := o.arena.array(append(slices.Clone(lead), width)...)
+	at := 0
+	for _, x := range xs {
+		xa := arr(x)
+		n := xa.dims[len(xa.dims)-1]
+		for r := range rows {
+			copy(y.data[r*width+at:r*width+at+n], xa.data[r*n:(r+1)*n])
+		}
+		at += n
+	}
+	return y
 }

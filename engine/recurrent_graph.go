@@ -24,6 +24,14 @@ func (g graphOps) MergeHeads(x model.Value) model.Value {
 	return Reshape(TransposeAllAxes(n, 0, 2, 1, 3), d[0], d[2], d[1]*d[3])
 }
 
+func (g graphOps) Concat(xs ...model.Value) model.Value {
+	ns := make([]*Node, len(xs))
+	for i, x := range xs {
+		ns[i] = node(x)
+	}
+	return Concatenate(ns, ns[0].Rank()-1)
+}
+
 func (g graphOps) CausalConv(x, w model.Value) (model.Value, model.Value) {
 	xn, wn := node(x), f32(node(w))
 	d := xn.Shape().Dimensions

@@ -2,12 +2,18 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
 )
@@ -154,5 +160,111 @@ func TestRecurrentStateConstant(t *testing.T) {
 	}
 	if err := kv.Truncate(0, 3); !errors.Is(err, kvcache.ErrRecurrent) || !errors.Is(err, kvcache.ErrRingOverwritten) {
 		t.Errorf("truncating a recurrent store: %v", err)
+	}
+}
+
+// qwen3NextDense writes the qwen3_5 fixture as a dense Qwen3-Next checkpoint (every layer in mlp_only_layers):
+// the same weights, in_proj_qkv/z and in_proj_b/a regrouped per key head into in_proj_qkvz and in_proj_ba. Its
+// logits are the fixture's.
+func qwen3NextDense(t *testing.T) string {
+	t.Helper()
+	src, _ := hybridCheckpoint(t)
+	ck, err := checkpoint.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	ts, sh := map[string][]float32{}, map[string][]int{}
+	for _, ti := range ck.Tensors {
+		v, err := ck.ReadF32(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[ti.Name], sh[ti.Name] = v, ints64(ti.Shape)
+	}
+	nk, nv, dk, dv, h := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.HiddenSize
+	per := nv / nk
+	rows := func(name string, from, n int) []float32 { return ts[name][from*h : (from+n)*h] }
+	for l, lt := range c.LayerTypes {
+		if lt != "linear_attention" {
+			continue
+		}
+		p := fmt.Sprintf("model.layers.%d.linear_attn.", l)
+		var qkvz, ba []float32
+		for g := range nk {
+			qkvz = append(qkvz, rows(p+"in_proj_qkv.weight", g*dk, dk)...)
+			qkvz = append(qkvz, rows(p+"in_proj_qkv.weight", nk*dk+g*dk, dk)...)
+			qkvz = append(qkvz, rows(p+"in_proj_qkv.weight", 2*nk*dk+g*per*dv, per*dv)...)
+			qkvz = append(qkvz, rows(p+"in_proj_z.weight", g*per*dv, per*dv)...)
+			ba = append(append(ba, rows(p+"in_proj_b.weight", g*per, per)...), rows(p+"in_proj_a.weight", g*per, per)...)
+		}
+		for _, n := range []string{"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"} {
+			delete(ts, p+n+".weight")
+		}
+		ts[p+"in_proj_qkvz.weight"], sh[p+"in_proj_qkvz.weight"] = qkvz, []int{len(qkvz) / h, h}
+		ts[p+"in_proj_ba.weight"], sh[p+"in_proj_ba.weight"] = ba, []int{2 * nv, h}
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(cfg, map[string]any{"architectures": []string{"Qwen3NextForCausalLM"}, "model_type": "qwen3_next",
+		"num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": []int{0, 1, 2, 3},
+		"moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "norm_topk_prob": true})
+	dir := t.TempDir()
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeSafetensors(t, filepath.Join(dir, "model.safetensors"), ts, sh)
+	return dir
+}
+
+func ints64(s []int64) []int {
+	out := make([]int, len(s))
+	for i, v := range s {
+		out[i] = int(v)
+	}
+	return out
+}
+
+// TestQwen3NextLayout: Qwen3-Next's grouped in_proj_qkvz / in_proj_ba (dense layers) compute what Qwen3.5's
+// separate projections do: the qwen3_5 fixture regrouped gives transformers' logits and greedy ids, on the graphs
+// and the host kernels; a sparse layer (the MoE MLP) is refused by name.
+func TestQwen3NextLayout(t *testing.T) {
+	dir := qwen3NextDense(t)
+	ref := hffixture.MustReference(t, "qwen3_5")
+	ids := ints(ref.InputIDs)
+	want := make([][]float32, len(ids))
+	for p := range want {
+		want[p] = ref.Row(p)
+	}
+	e := open(t, dir, Options{})
+	got, err := e.Logits(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(got, want); d > hybridTolerance {
+		t.Errorf("Logits: %.3g from transformers' qwen3_5", d)
+	}
+	if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
+		t.Errorf("decode: %.3g from transformers' qwen3_5", d)
+	}
+	res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range ref.GreedyIDs {
+		if i >= len(res.GeneratedIDs) || res.GeneratedIDs[i] != int(g) {
+			t.Fatalf("greedy %v, transformers %v", res.GeneratedIDs, ref.GreedyIDs)
+		}
+	}
+	_, err = Open(context.Background(), hffixture.Checkpoint(t, "qwen3_next", hffixture.V5), Options{})
+	if !errors.Is(err, checkpoint.ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), "mixture-of-experts") {
+		t.Errorf("qwen3_next with experts: %v", err)
 	}
 }

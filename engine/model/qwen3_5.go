@@ -12,7 +12,7 @@ import (
 // but the DeltaNet's gated one is zero-centred (x·(1 + w)); a SwiGLU MLP on every layer. docs/family-notes.md,
 // "Qwen3-Next and Qwen3.5".
 func init() {
-	Register("Qwen3_5ForCausalLM", func(c *checkpoint.Config) (Architecture, error) { return newQwen3_5(c) })
+	Register("Qwen3_5ForCausalLM", func(c *checkpoint.Config) (Architecture, error) { return newDeltaNet(c, false) })
 }
 
 // deltaNet is the hybrid decoder: the decoder's norms, MLP and head (normOffset 1), a gated full attention, and
@@ -21,9 +21,12 @@ type deltaNet struct {
 	*decoder
 	rule DeltaRule
 	conv int // linear_conv_kernel_dim
+	// grouped: Qwen3-Next's in_proj_qkvz and in_proj_ba, grouped per key head (qwen3_next.go).
+	grouped bool
 }
 
-func newQwen3_5(c *checkpoint.Config) (*deltaNet, error) {
+// newDeltaNet is the hybrid of c; grouped: Qwen3-Next's projections.
+func newDeltaNet(c *checkpoint.Config, grouped bool) (*deltaNet, error) {
 	act, err := ActivationFor("hidden_act", c.HiddenAct)
 	if err != nil {
 		return nil, err
@@ -35,7 +38,7 @@ func newQwen3_5(c *checkpoint.Config) (*deltaNet, error) {
 	if c.AttentionBias {
 		return nil, fmt.Errorf("attention_bias true is not implemented for this family")
 	}
-	n := &deltaNet{decoder: newDecoderWith(c, act, rope), conv: c.LinearConvKernelDim, rule: DeltaRule{
+	n := &deltaNet{decoder: newDecoderWith(c, act, rope), conv: c.LinearConvKernelDim, grouped: grouped, rule: DeltaRule{
 		KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
 	n.normOffset, n.qkNorm = 1, qkNormPerHead
 	if err := n.layerTypes(c); err != nil {
@@ -107,10 +110,15 @@ func (n *deltaNet) weights() {
 	add(full, "self_attn.k_norm.weight", func(w *LayerWeights) *Value { return &w.KNorm }, hd)
 	dn := func(w *LayerWeights) *DeltaNetWeights { return &w.DeltaNet }
 	vd := r.ValueHeads * r.ValueDim
-	lin(rec, "linear_attn.in_proj_qkv", func(w *LayerWeights) *Linear { return &dn(w).InQKV }, n.channels(), h)
-	lin(rec, "linear_attn.in_proj_z", func(w *LayerWeights) *Linear { return &dn(w).InZ }, vd, h)
-	lin(rec, "linear_attn.in_proj_b", func(w *LayerWeights) *Linear { return &dn(w).InB }, r.ValueHeads, h)
-	lin(rec, "linear_attn.in_proj_a", func(w *LayerWeights) *Linear { return &dn(w).InA }, r.ValueHeads, h)
+	if n.grouped {
+		lin(rec, "linear_attn.in_proj_qkvz", func(w *LayerWeights) *Linear { return &dn(w).InQKVZ }, n.channels()+vd, h)
+		lin(rec, "linear_attn.in_proj_ba", func(w *LayerWeights) *Linear { return &dn(w).InBA }, 2*r.ValueHeads, h)
+	} else {
+		lin(rec, "linear_attn.in_proj_qkv", func(w *LayerWeights) *Linear { return &dn(w).InQKV }, n.channels(), h)
+		lin(rec, "linear_attn.in_proj_z", func(w *LayerWeights) *Linear { return &dn(w).InZ }, vd, h)
+		lin(rec, "linear_attn.in_proj_b", func(w *LayerWeights) *Linear { return &dn(w).InB }, r.ValueHeads, h)
+		lin(rec, "linear_attn.in_proj_a", func(w *LayerWeights) *Linear { return &dn(w).InA }, r.ValueHeads, h)
+	}
 	add(rec, "linear_attn.conv1d.weight", func(w *LayerWeights) *Value { return &dn(w).Conv }, n.channels(), 1, n.conv)
 	add(rec, "linear_attn.A_log", func(w *LayerWeights) *Value { return &dn(w).ALog }, r.ValueHeads)
 	add(rec, "linear_attn.dt_bias", func(w *LayerWeights) *Value { return &dn(w).DTBias }, r.ValueHeads)
@@ -153,10 +161,25 @@ func (n *deltaNet) gatedAttention(ops Ops, h Value, w *LayerWeights) (y, k, v Va
 func (n *deltaNet) linearAttention(ops Ops, h Value, w *DeltaNetWeights) (y, conv, state Value) {
 	r := n.rule
 	r.ALog, r.DTBias = w.ALog, w.DTBias
-	u, conv := ops.CausalConv(linear(ops, h, w.InQKV), w.Conv)
+	in, z, a, b := n.projections(ops, h, w)
+	u, conv := ops.CausalConv(in, w.Conv)
 	qkv := ops.Split(ops.Act(u, SiLU), r.KeyHeads*r.KeyDim, r.KeyHeads*r.KeyDim, r.ValueHeads*r.ValueDim)
-	o, state := ops.GatedDeltaRule(qkv[0], qkv[1], qkv[2], linear(ops, h, w.InA), linear(ops, h, w.InB), r)
+	o, state := ops.GatedDeltaRule(qkv[0], qkv[1], qkv[2], a, b, r)
 	o = ops.RMSNorm(ops.Heads(o, r.ValueHeads, r.ValueDim), w.Norm, n.eps, 0)
-	z := ops.Act(ops.Heads(linear(ops, h, w.InZ), r.ValueHeads, r.ValueDim), SiLU)
+	z = ops.Act(ops.Heads(z, r.ValueHeads, r.ValueDim), SiLU)
 	return linear(ops, ops.MergeHeads(ops.Mul(o, z)), w.Out), conv, state
+}
+
+// projections gives the conv's input (q, k, v of every head, each contiguous), z [B, T, valueHeads·valueDim],
+// and a, b [B, T, valueHeads]: separate projections (Qwen3.5), or Qwen3-Next's grouped per key head, reordered.
+func (n *deltaNet) projections(ops Ops, h Value, w *DeltaNetWeights) (in, z, a, b Value) {
+	r := n.rule
+	if !n.grouped {
+		return linear(ops, h, w.InQKV), linear(ops, h, w.InZ), linear(ops, h, w.InA), linear(ops, h, w.InB)
+	}
+	per := r.ValueHeads / r.KeyHeads // value heads per key head
+	g := ops.Split(ops.Heads(linear(ops, h, w.InQKVZ), r.KeyHeads, 2*r.KeyDim+2*per*r.ValueDim), r.KeyDim, r.KeyDim, per*r.ValueDim, per*r.ValueDim)
+	in = ops.Concat(ops.MergeHeads(g[0]), ops.MergeHeads(g[1]), ops.MergeHeads(g[2]))
+	ba := ops.Split(ops.Heads(linear(ops, h, w.InBA), r.KeyHeads, 2*per), per, per)
+	return in, ops.MergeHeads(g[3]), ops.MergeHeads(ba[1]), ops.MergeHeads(ba[0])
 }

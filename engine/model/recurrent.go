@@ -15,7 +15,10 @@ type RecurrentState struct{ Conv, Delta int }
 // [valueDim]; the output projection.
 type DeltaNetWeights struct {
 	InQKV, InZ, InB, InA, Out Linear
-	Conv, ALog, DTBias, Norm  Value
+	// Qwen3-Next's grouped projections: in_proj_qkvz gives per key head [q, k, v, z] of its value heads,
+	// in_proj_ba per key head [b, a] (model.deltaNet.grouped).
+	InQKVZ, InBA             Linear
+	Conv, ALog, DTBias, Norm Value
 }
 
 // DeltaRule parameterises Ops.GatedDeltaRule: the heads and their sizes, and A_log and dt_bias [valueHeads].
@@ -29,6 +32,8 @@ type DeltaRule struct {
 type RecurrentOps interface {
 	// MergeHeads is the inverse of Heads: [B, heads, T, d] to [B, T, heads·d].
 	MergeHeads(x Value) Value
+	// Concat joins arrays of equal leading axes along their last axis (the inverse of Split).
+	Concat(xs ...Value) Value
 	// CausalConv is the depthwise causal conv1d of x [B, T, C] with w [C, 1, K] over each row's last K-1 inputs
 	// (the conv state) and its new ones, without bias or activation: y[t, c] = Σ_j w[c, 0, j]·u[t-K+1+j, c]. It
 	// returns y [B, T, C] and, for graphs, the new conv state.
