@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/layerstream/layerstream/engine/kernels"
+
 	"github.com/layerstream/layerstream/engine/model"
 )
 
@@ -77,23 +79,29 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 	nk, nv, dk, dv := p.KeyHeads, p.ValueHeads, p.KeyDim, p.ValueDim
 	aLog, dtBias := weightData(p.ALog).([]float32), weightData(p.DTBias).([]float32)
 	y := o.arena.array(rows, t, nv*dv)
-	qn, kn := make([]float32, nk*dk), make([]float32, nk*dk)
 	scale := float32(1 / math.Sqrt(float64(dk)))
+	states := make([][]float32, rows)
 	for bi := range rows {
-		s := o.state(bi, true) // [nv, dk, dv]
-		for ti := range t {
-			at := bi*t + ti
-			l2norm(qn, qa.data[at*nk*dk:][:nk*dk], dk, scale)
-			l2norm(kn, ka.data[at*nk*dk:][:nk*dk], dk, 1)
-			for h := range nv {
-				kh := h / (nv / nk)
-				beta := sigmoid32(ba.data[at*nv+h])
-				g := -float32(math.Exp(float64(aLog[h]))) * softplus32(aa.data[at*nv+h]+dtBias[h])
-				deltaStep(s[h*dk*dv:][:dk*dv], qn[kh*dk:][:dk], kn[kh*dk:][:dk], va.data[at*nv*dv+h*dv:][:dv],
-					y.data[at*nv*dv+h*dv:][:dv], float32(math.Exp(float64(g))), beta)
+		states[bi] = o.state(bi, true) // [nv, dk, dv]
+	}
+	// Value heads are independent: each range of them runs its positions in order.
+	kernels.ParallelFor(nv, func(lo, hi int) {
+		qn, kn := make([]float32, dk), make([]float32, dk)
+		for h := lo; h < hi; h++ {
+			kh := h / (nv / nk)
+			for bi := range rows {
+				s := states[bi][h*dk*dv:][:dk*dv]
+				for ti := range t {
+					at := bi*t + ti
+					l2norm(qn, qa.data[at*nk*dk+kh*dk:][:dk], dk, scale)
+					l2norm(kn, ka.data[at*nk*dk+kh*dk:][:dk], dk, 1)
+					beta := sigmoid32(ba.data[at*nv+h])
+					g := -float32(math.Exp(float64(aLog[h]))) * softplus32(aa.data[at*nv+h]+dtBias[h])
+					deltaStep(s, qn, kn, va.data[at*nv*dv+h*dv:][:dv], y.data[at*nv*dv+h*dv:][:dv], float32(math.Exp(float64(g))), beta)
+				}
 			}
 		}
-	}
+	})
 	return y, nil
 }
 
