@@ -16,6 +16,7 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
+	"github.com/layerstream/layerstream/reference"
 )
 
 // hybridCheckpoint is the qwen3_5 fixture (Gated DeltaNet layers 0-2, full attention on layer 3) and its prompt.
@@ -262,6 +263,17 @@ func TestQwen3NextLayout(t *testing.T) {
 		if i >= len(res.GeneratedIDs) || res.GeneratedIDs[i] != int(g) {
 			t.Fatalf("greedy %v, transformers %v", res.GeneratedIDs, ref.GreedyIDs)
 		}
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reference.Forward(ck, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
+		t.Errorf("float64 reference: %.3g from transformers' qwen3_5", d)
 	}
 	_, err = Open(context.Background(), hffixture.Checkpoint(t, "qwen3_next", hffixture.V5), Options{})
 	if !errors.Is(err, checkpoint.ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), "mixture-of-experts") {

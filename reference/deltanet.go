@@ -3,6 +3,7 @@ package reference
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // The Gated DeltaNet hybrids (Qwen3.5): linear-attention layers (a depthwise causal conv1d, then the gated delta
@@ -21,6 +22,11 @@ func (m *model) deltaNetLayers() error {
 		return fmt.Errorf("linear attention sizes not implemented by the reference")
 	}
 	m.linear = make([]bool, c.NumHiddenLayers)
+	for l := range c.NumHiddenLayers { // Qwen3NextDecoderLayer: a mixture of experts unless dense
+		if c.ModelType == "qwen3_next" && c.NumExperts > 0 && c.DecoderSparseStep > 0 && (l+1)%c.DecoderSparseStep == 0 && !slices.Contains(c.MLPOnlyLayers, l) {
+			return fmt.Errorf("qwen3_next's mixture-of-experts layer %d is not implemented by the reference", l)
+		}
+	}
 	for l, t := range c.LayerTypes {
 		switch t {
 		case "linear_attention":
@@ -49,8 +55,12 @@ func (m *model) hybridTensors(l int) map[string][]int {
 	}
 	a := p + "linear_attn."
 	kd, vd, nv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
-	t[a+"in_proj_qkv.weight"], t[a+"in_proj_z.weight"] = []int{2*kd + vd, h}, []int{vd, h}
-	t[a+"in_proj_b.weight"], t[a+"in_proj_a.weight"] = []int{nv, h}, []int{nv, h}
+	if c.ModelType == "qwen3_next" {
+		t[a+"in_proj_qkvz.weight"], t[a+"in_proj_ba.weight"] = []int{2*kd + 2*vd, h}, []int{2 * nv, h}
+	} else {
+		t[a+"in_proj_qkv.weight"], t[a+"in_proj_z.weight"] = []int{2*kd + vd, h}, []int{vd, h}
+		t[a+"in_proj_b.weight"], t[a+"in_proj_a.weight"] = []int{nv, h}, []int{nv, h}
+	}
 	t[a+"conv1d.weight"] = []int{2*kd + vd, 1, c.LinearConvKernelDim}
 	t[a+"A_log"], t[a+"dt_bias"], t[a+"norm.weight"] = []int{nv}, []int{nv}, []int{c.LinearValueHeadDim}
 	t[a+"out_proj.weight"] = []int{h, vd}
@@ -158,12 +168,8 @@ func (m *model) deltaNet(w *layerWeights, hs [][]float64) [][]float64 {
 	S := make([]float64, nv*dk*dv)  // [nv, dk, dv]
 	out := make([][]float64, len(hs))
 	for p, h := range hs {
-		u[p] = make([]float64, ch)
-		linear(u[p], w.get("linear_attn.in_proj_qkv.weight"), nil, h)
-		z, a, b := make([]float64, nv*dv), make([]float64, nv), make([]float64, nv)
-		linear(z, w.get("linear_attn.in_proj_z.weight"), nil, h)
-		linear(a, w.get("linear_attn.in_proj_a.weight"), nil, h)
-		linear(b, w.get("linear_attn.in_proj_b.weight"), nil, h)
+		var z, a, b []float64
+		u[p], z, a, b = m.deltaNetInputs(w, h)
 		x := make([]float64, ch) // silu(conv)
 		for i := range ch {
 			for j := range K {
@@ -226,4 +232,35 @@ func unit(x []float64, scale float64) []float64 {
 		y[i] = v / math.Sqrt(ss+1e-6) * scale
 	}
 	return y
+}
+
+// deltaNetInputs projects h to the conv's input (q, k, v of all heads), z, a and b: from Qwen3.5's separate
+// projections, or from Qwen3-Next's grouped per key head (in_proj_qkvz: per key head q, k, then v and z of its
+// value heads; in_proj_ba: per key head b then a of its value heads).
+func (m *model) deltaNetInputs(w *layerWeights, h []float64) (u, z, a, b []float64) {
+	c := m.cfg
+	nk, nv, dk, dv := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim
+	z, a, b = make([]float64, nv*dv), make([]float64, nv), make([]float64, nv)
+	if c.ModelType != "qwen3_next" {
+		u = make([]float64, 2*nk*dk+nv*dv)
+		linear(u, w.get("linear_attn.in_proj_qkv.weight"), nil, h)
+		linear(z, w.get("linear_attn.in_proj_z.weight"), nil, h)
+		linear(a, w.get("linear_attn.in_proj_a.weight"), nil, h)
+		linear(b, w.get("linear_attn.in_proj_b.weight"), nil, h)
+		return u, z, a, b
+	}
+	r := nv / nk
+	qkvz, ba := make([]float64, 2*nk*dk+2*nv*dv), make([]float64, 2*nv)
+	linear(qkvz, w.get("linear_attn.in_proj_qkvz.weight"), nil, h)
+	linear(ba, w.get("linear_attn.in_proj_ba.weight"), nil, h)
+	var q, k, v []float64
+	for g := range nk {
+		grp := qkvz[g*(2*dk+2*r*dv) : (g+1)*(2*dk+2*r*dv)]
+		q, k = append(q, grp[:dk]...), append(k, grp[dk:2*dk]...)
+		v = append(v, grp[2*dk:2*dk+r*dv]...)
+		copy(z[g*r*dv:], grp[2*dk+r*dv:])
+		copy(b[g*r:], ba[g*2*r:g*2*r+r])
+		copy(a[g*r:], ba[g*2*r+r:(g+1)*2*r])
+	}
+	return append(append(q, k...), v...), z, a, b
 }
