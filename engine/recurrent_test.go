@@ -90,14 +90,27 @@ func TestRecurrentBatchesAndSessions(t *testing.T) {
 		}
 	}
 	e := open(t, dir, Options{PrefixCache: true})
+	first, err := e.Generate(ctx, Request{PromptIDs: prompt[:30], MaxNewTokens: 8, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := append(slices.Clone(prompt[:30]), first.GeneratedIDs[:7]...) // what the freed row holds
+	longer := append(slices.Clone(held), prompt[50:60]...)
+	got, err := e.Generate(ctx, Request{PromptIDs: longer, MaxNewTokens: 6, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CachedPromptTokens != len(held) {
+		t.Errorf("prefix cache: a prompt extending a free row's %d positions reused %d", len(held), got.CachedPromptTokens)
+	}
 	s := e.NewSession()
 	defer s.Close()
-	first, err := e.Generate(ctx, Request{PromptIDs: prompt[:30], MaxNewTokens: 8, StopIDs: []int{}, Session: s}, nil)
+	first, err = e.Generate(ctx, Request{PromptIDs: prompt[:30], MaxNewTokens: 8, StopIDs: []int{}, Session: s}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	turn := append(append(slices.Clone(prompt[:30]), first.GeneratedIDs...), prompt[60:70]...)
-	got, err := e.Generate(ctx, Request{PromptIDs: turn, MaxNewTokens: 10, StopIDs: []int{}, Session: s}, nil)
+	got, err = e.Generate(ctx, Request{PromptIDs: turn, MaxNewTokens: 10, StopIDs: []int{}, Session: s}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
