@@ -110,6 +110,15 @@ type Config struct {
 	// checkpoint (model.layers.num_hidden_layers.*): transformers' Glm4MoeForCausalLM does not compute them.
 	NumNextNPredictLayers int `json:"num_nextn_predict_layers"`
 	NumMTPLayers          int `json:"num_mtp_layers"`
+	// Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next: layer_types "linear_attention"): key and value heads
+	// and their sizes, and the depthwise causal conv1d's kernel.
+	LinearNumKeyHeads   int `json:"linear_num_key_heads"`
+	LinearNumValueHeads int `json:"linear_num_value_heads"`
+	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
+	LinearValueHeadDim  int `json:"linear_value_head_dim"`
+	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
+	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
+	HybridExperts
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`

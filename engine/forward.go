@@ -317,6 +317,13 @@ func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim,
 		Half: host && r.kvHalf, RingSlack: ringSlack}
 	for i, l := range p.Layers {
+		if l.Recurrent {
+			if cfg.State == nil {
+				cfg.State = make([]kvcache.State, len(p.Layers))
+			}
+			cfg.State[i] = kvcache.State{K: p.State.Conv, V: p.State.Delta}
+			continue
+		}
 		if l.Window > 0 {
 			if cfg.Ring == nil {
 				cfg.Ring = make([]int, len(p.Layers))
@@ -387,7 +394,7 @@ func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		if masks {
 			pt.addQueryScale(kv, kind.QueryScale, rows, t)
 		}
-		if _, ok := pt.slots[kind.Window]; ok {
+		if _, ok := pt.slots[kind.Window]; ok || kind.Recurrent { // a recurrent layer attends to nothing
 			continue
 		}
 		view := kv.View(l)

@@ -43,7 +43,12 @@ func (r *runner) layerExec(kind model.LayerKind) (*graph.Exec, error) {
 		if kind.QueryScale.Beta != 0 {
 			ops.qscale, rest = rest[0], rest[1:]
 		}
-		ops.mask, ops.pastK, ops.pastV, rest = rest[0], rest[1], rest[2], rest[3:]
+		if kind.Recurrent { // valid [B, T] in the mask's place, the states as pastK and pastV
+			ops.valid = rest[0]
+		} else {
+			ops.mask = rest[0]
+		}
+		ops.pastK, ops.pastV, rest = rest[1], rest[2], rest[3:]
 		weights := make([]model.Value, len(r.plan.Weights)) // the layer's inputs are the specs its kind holds
 		for i := range weights {
 			if r.plan.Holds(kind, i) {
@@ -89,7 +94,8 @@ type graphPass struct {
 	cos, sin []*tensors.Tensor // by Plan.Ropes index
 	qscales  map[model.QueryScale]*tensors.Tensor
 	masks    map[int]*tensors.Tensor
-	health   [][]float32 // by row of the store: the runner's health rows of forward's rows, nil for the others
+	valid    *tensors.Tensor // [batch, tb]: 1 at each row's new positions (recurrent layers)
+	health   [][]float32     // by row of the store: the runner's health rows of forward's rows, nil for the others
 	k, v     *deviceTensor
 }
 
@@ -129,6 +135,7 @@ func (r *runner) newGraphPass(kv *kvcache.Store, feeds []feed, embed func(dst []
 	for w, m := range pt.masks {
 		p.masks[w] = tensors.FromFlatDataAndDimensions(m, b, tb, pt.slots[w]+tb)
 	}
+	p.valid = validTensor(p.lens, tb)
 	p.qscales = map[model.QueryScale]*tensors.Tensor{}
 	for s, f := range pt.qscales {
 		p.qscales[s] = tensors.FromFlatDataAndDimensions(f, b, tb)
@@ -159,7 +166,11 @@ func (p *graphPass) compute(i int, w *weightSet) error {
 	if kind.QueryScale.Beta != 0 {
 		args = append(args, p.qscales[kind.QueryScale])
 	}
-	args = append(append(args, p.masks[kind.Window], p.k.t, p.v.t), w.args(p.r.plan)...)
+	mask := p.masks[kind.Window]
+	if kind.Recurrent {
+		mask = p.valid
+	}
+	args = append(append(args, mask, p.k.t, p.v.t), w.args(p.r.plan)...)
 	lx, err := p.r.layerExec(kind)
 	if err != nil {
 		return err
@@ -180,7 +191,7 @@ func (p *graphPass) compute(i int, w *weightSet) error {
 				p.health[row][i] = guard.MaxAbs(f[row*p.tb*h : (row*p.tb+t)*h])
 			}
 		}
-	}), writeKV(p.kv.View(i), p.lens, p.tb, outs[1], outs[2]))
+	}), p.write(p.kv.View(i), outs[1], outs[2]))
 }
 
 func (p *graphPass) head(st *stream) ([][]float32, error) {
@@ -214,6 +225,9 @@ func (p *graphPass) free() {
 	}
 	for _, t := range p.masks {
 		t.FinalizeAll()
+	}
+	if p.valid != nil {
+		p.valid.FinalizeAll()
 	}
 }
 

@@ -17,6 +17,13 @@ import (
 // hfTolerance is how close the logits must be to transformers' (float32, CPU) at every position.
 const hfTolerance = 1e-4
 
+// hybridTolerance bounds the hybrid linear-attention fixtures' differences (testdata/hf/README.md: transformers'
+// chunked prefill and its token-by-token recurrence differ by up to 5.3e-5, so 2e-4 rather than 1e-4).
+const hybridTolerance = 2e-4
+
+// hybridFixtures are the fixtures of Gated DeltaNet hybrids.
+var hybridFixtures = map[string]bool{"qwen3_5": true, "qwen3_5_moe": true, "qwen3_next": true}
+
 // TestHFFixtures checks every fixture transformers made (testdata/hf: tiny random checkpoints of each family, in
 // both config spellings) against transformers' own outputs: the logits of the 40-token prompt within 1e-4 at
 // every position, through Engine.Logits (graphs), through prefill + decode on the host kernels (every position
@@ -104,6 +111,9 @@ func forHFFixtures(t *testing.T, spellings []string, opts Options, f func(t *tes
 					t.Skipf("no %s config: transformers 4.57 has no class for this family (testdata/hf/manifest.json no_v4)", spelling)
 				}
 				c := &hfCase{t: t, name: name, spelling: spelling, ref: ref, dir: hffixture.Checkpoint(t, name, spelling)}
+				if hybridFixtures[name] {
+					c.tolerance = hybridTolerance
+				}
 				e, err := Open(context.Background(), c.dir, opts)
 				if errors.Is(err, checkpoint.ErrUnsupportedArchitecture) {
 					c.refused = err

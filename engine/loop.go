@@ -614,6 +614,9 @@ func (b *batcher) rowFor(j *job) (row, cached int) {
 			continue
 		}
 		n := min(commonPrefix(b.rowIDs[r], prompt), len(prompt)-1)
+		if n < len(b.rowIDs[r]) && recurrentPlan(b.run.plan) {
+			n = 0 // a recurrent state cannot be cut back (kvcache.ErrRecurrent): only a row holding a prefix serves
+		}
 		if row < 0 || n > cached || n == cached && b.rowFreed[r] < b.rowFreed[row] {
 			row, cached = r, n
 		}

@@ -20,6 +20,7 @@ type graphOps struct {
 	mask         *Node // [B, T, S+T], additive
 	pastK, pastV *Node // [B, kvHeads, S, headDim]
 	qscale       *Node // [B, T]: the layer's query scale at each new position (LayerKind.QueryScale)
+	valid        *Node // [B, T]: 1 at each row's new positions, 0 at padding (recurrent layers; recurrent_graph.go)
 }
 
 func node(v model.Value) *Node {

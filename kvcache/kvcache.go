@@ -42,6 +42,9 @@ type Config struct {
 	// Half stores keys and values as float16 (Slot.K16, V16) instead of float32 (Slot.K, V): Write rounds each to
 	// the nearest float16 and clamps one beyond float16's range (±65504) to it, counting it (TakeClamped).
 	Half bool
+	// State, when not nil, has one entry per layer: a non-zero entry makes the layer recurrent (Gated DeltaNet
+	// linear attention), holding per sequence a fixed-size state instead of positions (recurrent.go).
+	State []State
 }
 
 // RingAlign is what ring sizes are multiples of: the attention kernel's block of keys, so that a ring's wrap
@@ -59,6 +62,9 @@ func RingSlots(window, slack int) int {
 
 // Slots is the number of positions layer keeps per sequence.
 func (c Config) Slots(layer int) int {
+	if c.Recurrent(layer) {
+		return 1
+	}
 	if c.ring(layer) {
 		return RingSlots(c.Ring[layer], c.RingSlack)
 	}
@@ -80,6 +86,10 @@ func (c Config) Bytes() int64 {
 	}
 	var n int64
 	for l := range c.Layers {
+		if c.Recurrent(l) {
+			n += int64(c.Batch) * int64(c.State[l].K+c.State[l].V) * 4
+			continue
+		}
 		n += 2 * int64(c.Size(l)) * elem
 	}
 	return n
@@ -88,7 +98,8 @@ func (c Config) Bytes() int64 {
 // Equal reports whether two configs size stores the same way.
 func (c Config) Equal(o Config) bool {
 	return c.Layers == o.Layers && c.Batch == o.Batch && c.KVHeads == o.KVHeads && c.Capacity == o.Capacity &&
-		c.HeadDim == o.HeadDim && slices.Equal(c.Ring, o.Ring) && c.Half == o.Half
+		c.HeadDim == o.HeadDim && slices.Equal(c.Ring, o.Ring) && c.Half == o.Half &&
+		slices.Equal(c.State, o.State)
 }
 
 // Allocator returns zeroed float32 elements for an array of dims ([batch, kvHeads, slots, headDim]) and an
@@ -119,6 +130,9 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 	if cfg.Ring != nil && len(cfg.Ring) != cfg.Layers {
 		return nil, fmt.Errorf("kvcache: %d ring sizes for %d layers", len(cfg.Ring), cfg.Layers)
 	}
+	if cfg.State != nil && len(cfg.State) != cfg.Layers {
+		return nil, fmt.Errorf("kvcache: %d state sizes for %d layers", len(cfg.State), cfg.Layers)
+	}
 	if alloc == nil {
 		alloc = func(dims []int) ([]float32, any, error) {
 			return make([]float32, dims[0]*dims[1]*dims[2]*dims[3]), nil, nil
@@ -128,6 +142,12 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 	for i := range s.slots {
 		var err error
 		sl := &s.slots[i]
+		if cfg.Recurrent(i) {
+			if err := s.newState(i, alloc); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if cfg.Half {
 			sl.K16, sl.V16 = make([]uint16, cfg.Size(i)), make([]uint16, cfg.Size(i))
 			continue
@@ -153,7 +173,12 @@ func (s *Store) Config() Config { return s.cfg }
 func (s *Store) Len(b int) int { return s.lens[b] }
 
 // Reset forgets every position (the memory is kept; stale values are masked by Len).
-func (s *Store) Reset() { clear(s.lens) }
+func (s *Store) Reset() {
+	clear(s.lens)
+	for b := range s.cfg.Batch {
+		s.clearState(b)
+	}
+}
 
 // CheckRoom returns an error when n more positions do not fit sequence b.
 func (s *Store) CheckRoom(b, n int) error {
@@ -174,7 +199,7 @@ func (s *Store) Advance(b, n int) error {
 
 // View returns layer's storage as a one-layer cache: the view's only layer is index 0.
 func (s *Store) View(layer int) *View {
-	return &View{store: s, slot: &s.slots[layer], slots: s.cfg.Slots(layer), ring: s.cfg.ring(layer)}
+	return &View{store: s, slot: &s.slots[layer], slots: s.cfg.Slots(layer), ring: s.cfg.ring(layer), layer: layer}
 }
 
 // View is a one-layer window of a Store. The layer computation addresses it as layer 0.
@@ -183,6 +208,7 @@ type View struct {
 	slot  *Slot
 	slots int
 	ring  bool
+	layer int
 }
 
 // Layer returns the storage of layer i of the view; a view has exactly one layer, index 0.
@@ -314,6 +340,9 @@ func (s *Store) Truncate(b, n int) error {
 	if n < 0 || n > s.lens[b] {
 		return fmt.Errorf("kvcache: truncate sequence %d to %d positions: it holds %d", b, n, s.lens[b])
 	}
+	if err := s.truncateState(b, n); err != nil {
+		return err
+	}
 	for l := range s.slots {
 		if !s.cfg.ring(l) || n == 0 {
 			continue
@@ -332,7 +361,7 @@ func (s *Store) Truncate(b, n int) error {
 // (a ring holds its last Ring). It fails when a sequence of src holds more positions than s has room for.
 func (s *Store) CopyFrom(src *Store) error {
 	c, o := s.cfg, src.cfg
-	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim || c.Half != o.Half {
+	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim || c.Half != o.Half || !slices.Equal(c.State, o.State) {
 		return fmt.Errorf("kvcache: copy from a store of other dimensions (%+v into %+v)", o, c)
 	}
 	rows := min(c.Batch, o.Batch)
@@ -343,6 +372,10 @@ func (s *Store) CopyFrom(src *Store) error {
 	}
 	d := c.HeadDim
 	for l := range s.slots {
+		if c.Recurrent(l) {
+			s.copyState(src, l, rows)
+			continue
+		}
 		to, from := s.View(l), src.View(l)
 		for b := range rows {
 			n := src.lens[b]

@@ -36,6 +36,8 @@ type model struct {
 	qScale func(p int) float64
 	// experts, when set, replaces the MLP of its sparse layers (moe.go).
 	experts *experts
+	// linear, for the Gated DeltaNet hybrids (deltanet.go), says which layers are linear attention; nil otherwise.
+	linear []bool
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -196,6 +198,9 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			return nil, fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
 		}
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+	case "qwen3_5_text", "qwen3_next":
+		m.normOffset, m.qkNorm, partial = 1, "head", true
+		err = m.deltaNetLayers()
 	default:
 		var known bool
 		if known, partial, err = m.moeFamily(sliding); !known {
@@ -370,6 +375,9 @@ func ropeFrequencies(r checkpoint.Rope, cfg *checkpoint.Config, n int, partial b
 
 // layerTensors lists the tensors of decoder layer l (full names) with their shapes.
 func (m *model) layerTensors(l int) map[string][]int {
+	if m.linear != nil {
+		return m.hybridTensors(l)
+	}
 	c := m.cfg
 	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
 	p := fmt.Sprintf("model.layers.%d.", l)
@@ -511,6 +519,10 @@ func (m *model) activate(g float64) float64 {
 // or, post-norm (OLMo 2), x += rmsnorm(branch(x)) for each branch, or both (Gemma), x += rmsnorm(branch(rmsnorm(x)));
 // r is Granite's residual multiplier (else 1). Attention scores are scaled, soft-capped (Gemma 2), then masked.
 func (m *model) layer(l int, w *layerWeights, x [][]float64) {
+	if m.linear != nil {
+		m.hybridLayer(l, w, x)
+		return
+	}
 	cfg := m.cfg
 	T, hd, nq, nkv := len(x), cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	in := func(p int, name string) []float64 {

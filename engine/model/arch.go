@@ -64,6 +64,8 @@ type Plan struct {
 	// generate drops the cache there (Phi3ForCausalLM.prepare_inputs_for_generation), so that every position is
 	// rotated with the long factors from then on. 0: never.
 	Recompute int
+	// State sizes the per-sequence state of the Recurrent layers (recurrent.go); zero without any.
+	State RecurrentState
 }
 
 // LayerKind is what distinguishes decoder layers from each other: the engine compiles one graph per kind, builds
@@ -82,6 +84,9 @@ type LayerKind struct {
 	// rather than one dense MLP: Qwen2-MoE's mlp_only_layers and GLM-4.5's first_k_dense_replace layers are
 	// dense, the others sparse. The layer's weights differ accordingly (WeightSpec.In).
 	MoE bool
+	// Recurrent: a Gated DeltaNet linear-attention layer, holding a fixed-size state per sequence (Plan.State)
+	// instead of keys and values (recurrent.go).
+	Recurrent bool
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
@@ -116,8 +121,8 @@ type WeightSpec struct {
 	Shape []int
 	// Field returns the place in a LayerWeights that holds this tensor.
 	Field func(*LayerWeights) *Value
-	// In says which kinds of layer hold the tensor (a sparse layer its experts, a dense one its MLP); nil: every
-	// layer.
+	// In says which kinds of layer hold the tensor (a sparse layer its experts, a dense one its MLP, a hybrid's
+	// attention or recurrent layers); nil: every layer.
 	In func(LayerKind) bool
 }
 
@@ -149,6 +154,8 @@ type LayerWeights struct {
 	Experts    []Expert
 	Shared     Expert
 	SharedGate Linear
+	// DeltaNet are a Gated DeltaNet layer's weights (recurrent.go).
+	DeltaNet DeltaNetWeights
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
@@ -187,7 +194,7 @@ const (
 	SiLU     Activation = iota // "silu", "swish": x·σ(x)
 	GELUTanh                   // "gelu_pytorch_tanh", "gelu_new": the tanh approximation of GELU
 	GELU                       // "gelu": x·Φ(x) with the exact normal CDF
-	Sigmoid                    // σ(x) = 1/(1 + e^-x): Qwen2-MoE's shared-expert gate (no hidden_act names it)
+	Sigmoid                    // σ(x) = 1/(1 + e^-x): gates (Qwen2-MoE's shared expert, Qwen3.5's attention output; no hidden_act names it)
 )
 
 var activations = map[string]Activation{"silu": SiLU, "swish": SiLU, "gelu_pytorch_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu": GELU}
@@ -259,6 +266,9 @@ type Ops interface {
 	// (transformers sums the k weighted outputs in that order); ys[e] is expert e's output on Rows(x, routing,
 	// e), nil when Rows was.
 	Combine(ys []Value, routing Value) Value
+
+	// RecurrentOps are the operations of the recurrent layers (recurrent.go).
+	RecurrentOps
 }
 
 // RouteOptions parameterise Ops.Route: how router logits become each row's K experts and their weights. Scores
@@ -299,6 +309,8 @@ type LayerInputs struct {
 type LayerOutputs struct {
 	X    Value // [B, T, hidden]
 	K, V Value // [B, kvHeads, T, headDim]: the new positions' keys (after rotary) and values
+	// A Recurrent layer returns its new state in K and V instead (the conv state and the delta state, [B, 1, 1,
+	// size] as the cache holds them), which only graphs need: the host kernels update the cache in place.
 }
 
 var families = map[string]Family{}

@@ -1,0 +1,295 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/hffixture"
+	"github.com/layerstream/layerstream/kvcache"
+	"github.com/layerstream/layerstream/reference"
+)
+
+// hybridCheckpoint is the qwen3_5 fixture (Gated DeltaNet layers 0-2, full attention on layer 3) and its prompt.
+func hybridCheckpoint(t *testing.T) (dir string, prompt []int) {
+	t.Helper()
+	ref := hffixture.MustReference(t, "qwen3_5")
+	return hffixture.Checkpoint(t, "qwen3_5", hffixture.V5), ints(ref.InputIDs)
+}
+
+// hybridIDs is the fixture's 80-token prompt continued with seeded ids to n positions.
+func hybridIDs(prompt []int, n int) []int {
+	r := rand.New(rand.NewPCG(35, 5))
+	ids := slices.Clone(prompt)
+	for len(ids) < n {
+		ids = append(ids, 3+r.IntN(250))
+	}
+	return ids[:n]
+}
+
+// TestRecurrentDecodeMatchesLogits: 150 positions decoded one at a time on the host kernels (the recurrent state
+// carried through 150 steps, streamed and resident) give the logits of one Engine.Logits pass (the graphs' scan
+// over the whole sequence) within the hybrid tolerance.
+func TestRecurrentDecodeMatchesLogits(t *testing.T) {
+	dir, prompt := hybridCheckpoint(t)
+	ids := hybridIDs(prompt, 150)
+	for _, resident := range []bool{false, true} {
+		e := open(t, dir, Options{Resident: resident})
+		want, err := e.Logits(context.Background(), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tokenByToken(t, e, ids)
+		if d := maxDiff(got, want); d > hybridTolerance {
+			t.Errorf("resident %v: token-by-token decode of %d positions differs from one pass by %.3g", resident, len(ids), d)
+		} else {
+			t.Logf("resident %v: token by token vs one pass over %d positions: max |logit diff| %.2g", resident, len(ids), d)
+		}
+		chunked := prefillDecode(t, e, ids, 100)
+		if d := maxDiff(chunked[99:], want[99:]); d > hybridTolerance {
+			t.Errorf("resident %v: 100-token prefill then decode differs from one pass by %.3g", resident, d)
+		}
+	}
+}
+
+// TestRecurrentBatchesAndSessions: sequences of a recurrent model batched together (different lengths, joining
+// the running batch) generate what each generates alone, on the host kernels and the graphs; a session whose
+// next prompt extends what its row holds continues its recurrent state (its cached tokens counted), and one that
+// diverges is computed again (Truncate cannot cut a recurrent state back: kvcache.ErrRecurrent).
+func TestRecurrentBatchesAndSessions(t *testing.T) {
+	dir, prompt := hybridCheckpoint(t)
+	ctx := context.Background()
+	reqs := []Request{
+		{PromptIDs: prompt[:80], MaxNewTokens: 12, StopIDs: []int{}},
+		{PromptIDs: prompt[:23], MaxNewTokens: 20, StopIDs: []int{}},
+		{PromptIDs: prompt[40:47], MaxNewTokens: 16, StopIDs: []int{}},
+	}
+	for _, opts := range []Options{{PrefixCache: true}, {GraphDecode: true}} {
+		e := open(t, dir, opts)
+		batch, err := e.GenerateBatch(ctx, reqs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range reqs {
+			alone, err := e.Generate(ctx, r, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(batch[i].GeneratedIDs, alone.GeneratedIDs) {
+				t.Errorf("graphs %v: sequence %d batched %v, alone %v", opts.GraphDecode, i, batch[i].GeneratedIDs, alone.GeneratedIDs)
+			}
+		}
+	}
+	e := open(t, dir, Options{PrefixCache: true})
+	first, err := e.Generate(ctx, Request{PromptIDs: prompt[:30], MaxNewTokens: 8, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := append(slices.Clone(prompt[:30]), first.GeneratedIDs[:7]...) // what the freed row holds
+	longer := append(slices.Clone(held), prompt[50:60]...)
+	got, err := e.Generate(ctx, Request{PromptIDs: longer, MaxNewTokens: 6, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CachedPromptTokens != len(held) {
+		t.Errorf("prefix cache: a prompt extending a free row's %d positions reused %d", len(held), got.CachedPromptTokens)
+	}
+	s := e.NewSession()
+	defer s.Close()
+	first, err = e.Generate(ctx, Request{PromptIDs: prompt[:30], MaxNewTokens: 8, StopIDs: []int{}, Session: s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := append(append(slices.Clone(prompt[:30]), first.GeneratedIDs...), prompt[60:70]...)
+	got, err = e.Generate(ctx, Request{PromptIDs: turn, MaxNewTokens: 10, StopIDs: []int{}, Session: s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.Generate(ctx, Request{PromptIDs: turn, MaxNewTokens: 10, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.GeneratedIDs, want.GeneratedIDs) || got.CachedPromptTokens != 30+8-1 {
+		t.Errorf("session's second turn: %v (%d cached), alone: %v", got.GeneratedIDs, got.CachedPromptTokens, want.GeneratedIDs)
+	}
+	diverged := append(slices.Clone(prompt[:12]), 7, 9, 11)
+	got, err = e.Generate(ctx, Request{PromptIDs: diverged, MaxNewTokens: 8, StopIDs: []int{}, Session: s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err = e.Generate(ctx, Request{PromptIDs: diverged, MaxNewTokens: 8, StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.GeneratedIDs, want.GeneratedIDs) || got.CachedPromptTokens != 0 {
+		t.Errorf("diverging session: %v (%d cached), alone: %v", got.GeneratedIDs, got.CachedPromptTokens, want.GeneratedIDs)
+	}
+}
+
+// TestRecurrentDraftRefused: speculative decoding, which cuts a rejected draft's positions from the cache, is
+// refused by name for a model with recurrent layers.
+func TestRecurrentDraftRefused(t *testing.T) {
+	dir, _ := hybridCheckpoint(t)
+	_, err := Open(context.Background(), dir, Options{Draft: DraftNgram})
+	if err == nil || !strings.Contains(err.Error(), "Qwen3_5ForCausalLM") || !strings.Contains(err.Error(), "restore the recurrent state") {
+		t.Fatalf("draft on a recurrent model: %v", err)
+	}
+}
+
+// TestRecurrentStateConstant: a recurrent layer's cache is the same size at 1k and 16k positions (the full
+// layer's keys and values grow), on a synthetic Qwen3.5-like shape (16 key heads of 128, 32 value heads of 128,
+// kernel 4).
+func TestRecurrentStateConstant(t *testing.T) {
+	state := kvcache.State{K: 3 * (2*16*128 + 32*128), V: 32 * 128 * 128}
+	bytes := func(capacity int) (recurrent, full int64) {
+		c := kvcache.Config{Layers: 2, Batch: 1, KVHeads: 2, Capacity: capacity, HeadDim: 256, State: []kvcache.State{state, {}}}
+		all := c.Bytes()
+		c.State, c.Layers = nil, 1
+		return all - c.Bytes(), c.Bytes()
+	}
+	r1, f1 := bytes(1024)
+	r16, f16 := bytes(16384)
+	t.Logf("recurrent layer state: %d bytes at 1k and %d at 16k positions; full layer: %d and %d", r1, r16, f1, f16)
+	if r1 != r16 || r1 != 4*int64(state.K+state.V) || f16 != 16*f1 {
+		t.Errorf("recurrent state %d → %d bytes, full layer %d → %d", r1, r16, f1, f16)
+	}
+	kv, err := kvcache.New(kvcache.Config{Layers: 1, Batch: 1, KVHeads: 1, Capacity: 16384, HeadDim: 8, State: []kvcache.State{{K: 4, V: 6}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := kv.View(0).Layer(0); len(s.K)+len(s.V) != 10 {
+		t.Errorf("a recurrent layer of a 16k-position store holds %d elements, want 10", len(s.K)+len(s.V))
+	}
+	if err := kv.Advance(0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Truncate(0, 3); !errors.Is(err, kvcache.ErrRecurrent) || !errors.Is(err, kvcache.ErrRingOverwritten) {
+		t.Errorf("truncating a recurrent store: %v", err)
+	}
+}
+
+// qwen3NextDense writes the qwen3_5 fixture as a dense Qwen3-Next checkpoint (every layer in mlp_only_layers):
+// the same weights, in_proj_qkv/z and in_proj_b/a regrouped per key head into in_proj_qkvz and in_proj_ba. Its
+// logits are the fixture's.
+func qwen3NextDense(t *testing.T) string {
+	t.Helper()
+	src, _ := hybridCheckpoint(t)
+	ck, err := checkpoint.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	ts, sh := map[string][]float32{}, map[string][]int{}
+	for _, ti := range ck.Tensors {
+		v, err := ck.ReadF32(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[ti.Name], sh[ti.Name] = v, ints64(ti.Shape)
+	}
+	nk, nv, dk, dv, h := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.HiddenSize
+	per := nv / nk
+	rows := func(name string, from, n int) []float32 { return ts[name][from*h : (from+n)*h] }
+	for l, lt := range c.LayerTypes {
+		if lt != "linear_attention" {
+			continue
+		}
+		p := fmt.Sprintf("model.layers.%d.linear_attn.", l)
+		var qkvz, ba []float32
+		for g := range nk {
+			qkvz = append(qkvz, rows(p+"in_proj_qkv.weight", g*dk, dk)...)
+			qkvz = append(qkvz, rows(p+"in_proj_qkv.weight", nk*dk+g*dk, dk)...)
+			qkvz = append(qkvz, rows(p+"in_proj_qkv.weight", 2*nk*dk+g*per*dv, per*dv)...)
+			qkvz = append(qkvz, rows(p+"in_proj_z.weight", g*per*dv, per*dv)...)
+			ba = append(append(ba, rows(p+"in_proj_b.weight", g*per, per)...), rows(p+"in_proj_a.weight", g*per, per)...)
+		}
+		for _, n := range []string{"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"} {
+			delete(ts, p+n+".weight")
+		}
+		ts[p+"in_proj_qkvz.weight"], sh[p+"in_proj_qkvz.weight"] = qkvz, []int{len(qkvz) / h, h}
+		ts[p+"in_proj_ba.weight"], sh[p+"in_proj_ba.weight"] = ba, []int{2 * nv, h}
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(cfg, map[string]any{"architectures": []string{"Qwen3NextForCausalLM"}, "model_type": "qwen3_next",
+		"num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": []int{0, 1, 2, 3},
+		"moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "norm_topk_prob": true})
+	dir := t.TempDir()
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeSafetensors(t, filepath.Join(dir, "model.safetensors"), ts, sh)
+	return dir
+}
+
+func ints64(s []int64) []int {
+	out := make([]int, len(s))
+	for i, v := range s {
+		out[i] = int(v)
+	}
+	return out
+}
+
+// TestQwen3NextLayout: Qwen3-Next's grouped in_proj_qkvz / in_proj_ba (dense layers) compute what Qwen3.5's
+// separate projections do: the qwen3_5 fixture regrouped gives transformers' logits and greedy ids, on the graphs
+// and the host kernels; a sparse layer (the MoE MLP) is refused by name.
+func TestQwen3NextLayout(t *testing.T) {
+	dir := qwen3NextDense(t)
+	ref := hffixture.MustReference(t, "qwen3_5")
+	ids := ints(ref.InputIDs)
+	want := make([][]float32, len(ids))
+	for p := range want {
+		want[p] = ref.Row(p)
+	}
+	e := open(t, dir, Options{})
+	got, err := e.Logits(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(got, want); d > hybridTolerance {
+		t.Errorf("Logits: %.3g from transformers' qwen3_5", d)
+	}
+	if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
+		t.Errorf("decode: %.3g from transformers' qwen3_5", d)
+	}
+	res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range ref.GreedyIDs {
+		if i >= len(res.GeneratedIDs) || res.GeneratedIDs[i] != int(g) {
+			t.Fatalf("greedy %v, transformers %v", res.GeneratedIDs, ref.GreedyIDs)
+		}
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reference.Forward(ck, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
+		t.Errorf("float64 reference: %.3g from transformers' qwen3_5", d)
+	}
+	_, err = Open(context.Background(), hffixture.Checkpoint(t, "qwen3_next", hffixture.V5), Options{})
+	if !errors.Is(err, checkpoint.ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), "mixture-of-experts") {
+		t.Errorf("qwen3_next with experts: %v", err)
+	}
+}
