@@ -225,7 +225,7 @@ func (sm *sampler) draw(order []int, probs []float64, sum float64, skip int) int
 	r := sm.rng.Float64() * sum
 	last := -1
 	for i, p := range probs {
-		if i == skip {
+		if i == skip || p == 0 {
 			continue
 		}
 		last = i
@@ -233,6 +233,9 @@ func (sm *sampler) draw(order []int, probs []float64, sum float64, skip int) int
 		if r < 0 {
 			return order[i]
 		}
+	}
+	if last < 0 { // nothing else had any probability
+		return order[max(skip, 0)]
 	}
 	return order[last]
 }

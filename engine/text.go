@@ -36,6 +36,8 @@ type TextRequest struct {
 	// generated token too (guard.Monitor.ObserveToken: degenerate repetition, punctuation); in strict mode a
 	// problem ends the request with its *guard.Problem.
 	Monitor *guard.Monitor
+	// Constraint restricts the generated tokens (Request.Constraint).
+	Constraint Constraint
 }
 
 // TextChunk is text that became available during GenerateText.
@@ -176,7 +178,7 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 		}
 	}
 	r := Request{PromptIDs: ids, MaxNewTokens: req.MaxNewTokens, Sampling: req.Sampling, StopIDs: req.StopIDs,
-		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Session: req.Session, Monitor: req.Monitor}
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Session: req.Session, Monitor: req.Monitor, Constraint: req.Constraint}
 	dec := tok.NewStreamDecoder(true)
 	dec.Prime(ids) // the first generated word keeps its leading space
 	m := stopMatcher{stops: req.Stop}

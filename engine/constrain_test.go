@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/layerstream/layerstream/grammar"
+	"github.com/layerstream/layerstream/internal/testutil"
+)
+
+// TestJSONConstraint generates under JSON schemas with stories260K, which knows no JSON: every text that ends
+// with the stop token is a whole value of its schema, and the sequences of one batch keep their own constraints.
+func TestJSONConstraint(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	e := open(t, model, Options{})
+	schemas := []string{
+		`{"type": "object", "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"}, "n": {"type": "integer"}}, "required": ["name", "ok"], "additionalProperties": false}`,
+		`{"type": "array", "items": {"enum": ["cat", "dog", 3]}}`,
+		`{"anyOf": [{"type": "null"}, {"type": "number"}]}`,
+		`{"type": "object"}`,
+	}
+	var reqs []Request
+	var checks []*grammar.Schema
+	for _, s := range schemas {
+		g, err := grammar.Compile([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seed := range 3 {
+			c, err := e.JSONConstraint(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, err := e.EncodePrompt("Once upon a time", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sm := Sampling{Temperature: 1, Seed: uint64(seed)}
+			if seed == 0 {
+				sm = Sampling{} // greedy
+			}
+			reqs = append(reqs, Request{PromptIDs: ids, MaxNewTokens: 120, Sampling: sm, Constraint: c})
+			checks = append(checks, g)
+		}
+	}
+	results, err := e.GenerateBatch(context.Background(), reqs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := e.Tokenizer()
+	ended := 0
+	for i, res := range results {
+		text := tok.Decode(res.GeneratedIDs, true)
+		if res.StopReason != StopEOS {
+			if !checks[i].Prefix(text) {
+				t.Errorf("request %d: %q is no prefix of a value", i, text)
+			}
+			continue
+		}
+		ended++
+		t.Logf("%d: %q", i, text)
+		if !json.Valid([]byte(text)) || !checks[i].Match(text) {
+			t.Errorf("request %d: %q is not a value of %s", i, text, schemas[i/3])
+		}
+	}
+	if ended < 3 {
+		t.Errorf("only %d of %d sequences ended with their value", ended, len(results))
+	}
+}
