@@ -35,16 +35,16 @@ func TestMatch(t *testing.T) {
 		}
 	}
 	bad := []string{
-		`{"name":"Ann","age":3}`,                             // kind missing
-		`{"name":"Ann","age":3.5,"kind":"person"}`,           // not an integer
-		`{"name":"Ann","age":3,"kind":"person","zzz":1}`,     // not declared
-		`{"name":"Ann","name":"B","age":3,"kind":"person"}`,  // twice
-		`{"name":"Ann","age":03,"kind":"person"}`,            // leading zero
-		`{"name":"A` + "\n" + `","age":3,"kind":"person"}`,   // control character
+		`{"name":"Ann","age":3}`,                              // kind missing
+		`{"name":"Ann","age":3.5,"kind":"person"}`,            // not an integer
+		`{"name":"Ann","age":3,"kind":"person","zzz":1}`,      // not declared
+		`{"name":"Ann","name":"B","age":3,"kind":"person"}`,   // twice
+		`{"name":"Ann","age":03,"kind":"person"}`,             // leading zero
+		`{"name":"A` + "\n" + `","age":3,"kind":"person"}`,    // control character
 		`{"name":"Ann","age":3,"kind":"person","tags":["x"]}`, // not in the enum
-		`{"name":"Ann","age":3,"kind":"person","pet":{}}`,    // legs required
-		`{"name":"\xff","age":3,"kind":"person"}`,            // not UTF-8
-		`{"name":"Ann","age":3,"kind":"person"} `,            // trailing
+		`{"name":"Ann","age":3,"kind":"person","pet":{}}`,     // legs required
+		`{"name":"\xff","age":3,"kind":"person"}`,             // not UTF-8
+		`{"name":"Ann","age":3,"kind":"person"} `,             // trailing
 		` {"name":"Ann","age":3,"kind":"person"}`,
 		`{"name":"Ann","age":3,"kind":"person",}`,
 	}

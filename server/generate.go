@@ -111,6 +111,13 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	}
 	tr := engine.TextRequest{PromptIDs: ids, MaxNewTokens: maxNew, Sampling: sm, Stop: req.stop,
 		Logprobs: req.logprobs, TopLogprobs: req.topLogprobs}
+	if req.schema != nil {
+		c, err := e.JSONConstraint(req.schema)
+		if err != nil {
+			return tr, engineError(req, err)
+		}
+		tr.Constraint = c
+	}
 	if maxNew < 1 {
 		return tr, badField(req.promptField(), "the prompt's %d tokens fill the model's context of %d positions", len(ids), e.ContextLength())
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/grammar"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -62,7 +63,7 @@ func (o ollama) parse(body []byte, maxTokens int) (*request, error) {
 		o.prompt(&p, r)
 	}
 	p.boolean("stream", &r.stream)
-	p.only("format", `""`, is(`""`))
+	r.schema = p.ollamaFormat("format")
 	p.only("think", "false", is("false"))
 	var keep any
 	p.decode("keep_alive", &keep, "a duration")
@@ -75,6 +76,26 @@ func (o ollama) parse(body []byte, maxTokens int) (*request, error) {
 		}
 	}
 	return r, nil
+}
+
+// ollamaFormat reads Ollama's format: "" (free text), "json" (any JSON value) or a JSON schema.
+func (p *parser) ollamaFormat(name string) *grammar.Schema {
+	raw, ok := p.fields[name]
+	if !ok || p.err != nil {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "":
+			return nil
+		case "json":
+			return grammar.AnyJSON
+		}
+		p.err = badField(name, "%s: want \"\", \"json\" or a JSON schema, got %q", name, s)
+		return nil
+	}
+	return p.schema(name, raw)
 }
 
 // prompt reads /api/generate's prompt, system and raw: rendered as a chat with the model's template unless raw

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/grammar"
 	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/tokenizer"
 )
@@ -42,6 +43,8 @@ type request struct {
 	stream        bool
 	usage         bool // stream_options.include_usage
 	raw           bool // Ollama's generate: the prompt as it is, not rendered with the chat template
+	// schema constrains the output to JSON values (response_format, Ollama's format); nil: free text.
+	schema *grammar.Schema
 	// maxTokensField names the field giving maxTokens in the dialect's request, for errors about it ("":
 	// "max_tokens").
 	maxTokensField string
@@ -209,16 +212,64 @@ func (p *parser) openAIChat(r *request, maxTokens int) {
 	if r.topLogprobs > 0 && !r.logprobs && p.err == nil {
 		p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
 	}
-	p.only("response_format", `{"type": "text"}`, func(raw json.RawMessage) bool {
-		var f struct {
-			Type string `json:"type"`
-		}
-		return strictDecode(raw, &f) == nil && f.Type == "text"
-	})
+	r.schema = p.responseFormat("response_format")
 	p.only("tools", "[]", is("[]"))
 	p.only("tool_choice", `"none"`, is(`"none"`))
 	var parallel bool
 	p.boolean("parallel_tool_calls", &parallel)
+}
+
+// responseFormat reads OpenAI's response_format: {"type": "text"} (free text), {"type": "json_object"} (a JSON
+// object) or {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}} (a value of
+// the schema, whose keywords outside the subset the grammar package implements are refused by name).
+func (p *parser) responseFormat(name string) *grammar.Schema {
+	raw, ok := p.fields[name]
+	if !ok || p.err != nil {
+		return nil
+	}
+	at := p.prefix + name
+	var f struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Schema      json.RawMessage `json:"schema"`
+			Strict      *bool           `json:"strict"`
+		} `json:"json_schema"`
+	}
+	if err := strictDecode(raw, &f); err != nil {
+		p.err = badField(at, "%s: want {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}: %s", at, jsonError(err))
+		return nil
+	}
+	switch f.Type {
+	case "text":
+		return nil
+	case "json_object":
+		return grammar.AnyObject
+	case "json_schema":
+		if f.JSONSchema == nil || f.JSONSchema.Schema == nil || isNull(f.JSONSchema.Schema) {
+			p.err = badField(at+".json_schema.schema", "%s.json_schema.schema is required with type json_schema", at)
+			return nil
+		}
+		return p.schema(at+".json_schema.schema", f.JSONSchema.Schema)
+	}
+	p.err = badField(at+".type", "%s.type %q is not supported (text, json_object, json_schema)", at, f.Type)
+	return nil
+}
+
+// schema compiles a JSON schema given in the field at.
+func (p *parser) schema(at string, raw json.RawMessage) *grammar.Schema {
+	s, err := grammar.Compile(raw)
+	if err != nil {
+		var ge *grammar.Error
+		param := at
+		if errors.As(err, &ge) && ge.Path != "" {
+			param = at + "." + ge.Path
+		}
+		p.err = badField(param, "%s: %v (see %s)", at, err, sections.Anchor(sections.Server))
+		return nil
+	}
+	return s
 }
 
 // openAICompletion reads the completions endpoint's own fields.
