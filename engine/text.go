@@ -131,6 +131,20 @@ func (e *Engine) Tokenizer() (*tokenizer.Tokenizer, error) {
 // (rendered with the model's chat template, generation prompt added). Errors are *RequestError, except a
 // missing tokenizer.
 func (e *Engine) EncodePrompt(prompt string, messages []tokenizer.Message) ([]int, error) {
+	return e.encode(prompt, messages, nil)
+}
+
+// EncodeChat is EncodePrompt for a chat, with more variables for the chat template: "tools" (the tools offered,
+// as transformers passes them: a list of {"type": "function", "function": {"name", "description",
+// "parameters"}}), Qwen3's "enable_thinking"...
+func (e *Engine) EncodeChat(messages []tokenizer.Message, vars map[string]any) ([]int, error) {
+	if messages == nil {
+		messages = []tokenizer.Message{}
+	}
+	return e.encode("", messages, vars)
+}
+
+func (e *Engine) encode(prompt string, messages []tokenizer.Message, vars map[string]any) ([]int, error) {
 	tok, err := e.Tokenizer()
 	if err != nil {
 		return nil, err
@@ -143,7 +157,7 @@ func (e *Engine) EncodePrompt(prompt string, messages []tokenizer.Message) ([]in
 		if !tok.HasChatTemplate() {
 			return nil, refuse(FieldPrompt, errors.New("the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): give a plain prompt"))
 		}
-		if prompt, err = tok.ApplyChatTemplate(messages, true); err != nil {
+		if prompt, err = tok.ApplyChatTemplateWith(messages, true, vars); err != nil {
 			return nil, refuse(FieldPrompt, err)
 		}
 		addSpecial = false // the template writes the special tokens itself

@@ -14,6 +14,14 @@ const (
 	fNumber               // inside a number
 	fLiteral              // inside one of a set of literal texts
 	fDone                 // the top-level value is complete
+	fCall                 // inside a tool call: its name (lit), its arguments (prop), its end
+)
+
+// Call phases.
+const (
+	cName uint8 = iota
+	cArgs
+	cClose
 )
 
 // Object phases.
@@ -169,6 +177,25 @@ func (st State) Step(c byte) (State, bool) {
 		return st.stepObject(c)
 	case fArray:
 		return st.stepArray(c)
+	case fCall:
+		switch f.phase {
+		case cName:
+			next := f.lit.child(c)
+			if next == nil {
+				return st, false
+			}
+			f.lit = next
+			if next.end {
+				f.phase, f.prop = cArgs, int32(next.index)
+			}
+			return st, true
+		case cArgs:
+			return st.push(f.n.alts[f.prop], c)
+		case cClose:
+			if c == '}' {
+				return st.pop(), true
+			}
+		}
 	}
 	return st, false
 }
@@ -198,6 +225,8 @@ func (st State) pop() State {
 	case fArray:
 		f.phase = aAfter
 		f.cnt++
+	case fCall:
+		f.phase = cClose
 	}
 	return st
 }
@@ -250,6 +279,8 @@ func open(n *node, c byte) (frame, bool) {
 		return f, true
 	case kLiteral:
 		return frame{k: fLiteral, n: n, lit: n.lits.child(c)}, true
+	case kCall:
+		return frame{k: fCall, n: n, lit: n.lits.child(c)}, true
 	case kUnion:
 		for _, a := range n.alts {
 			if a.first[c] {

@@ -277,3 +277,22 @@ func FuzzCompile(f *testing.F) {
 		}
 	})
 }
+
+func TestCall(t *testing.T) {
+	s, err := Call([]string{"get_weather", "f"}, []*Schema{MustCompile(`{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}`), nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string]bool{
+		`{"name": "get_weather", "arguments": {"city":"Paris"}}`: true,
+		`{"name": "get_weather", "arguments": {}}`:               false,
+		`{"name": "f", "arguments": {"x":[1]}}`:                  true,
+		`{"name": "g", "arguments": {}}`:                         false,
+		`{"name": "f", "arguments": 3}`:                          false,
+		`{"name": "f", "arguments": {}} `:                        false,
+	} {
+		if s.Match(text) != want {
+			t.Errorf("%s: %v", text, !want)
+		}
+	}
+}

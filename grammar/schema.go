@@ -48,6 +48,7 @@ const (
 	kInteger
 	kLiteral // enum, const, boolean, null: one of a set of JSON texts
 	kUnion   // anyOf, a type list: the alternative is chosen by the value's first byte
+	kCall    // a tool call: {"name": NAME, "arguments": the arguments of NAME's schema}
 )
 
 // node is a compiled schema.
@@ -63,7 +64,7 @@ type node struct {
 	items *node
 	// literal
 	lits *lit
-	// union
+	// union; call: the arguments of each name
 	alts  []*node
 	first [256]bool // the bytes a value may begin with
 }
@@ -188,7 +189,7 @@ func withFirst(n *node) *node {
 		for _, c := range "{[\"-0123456789tfn" {
 			n.first[c] = true
 		}
-	case kObject:
+	case kObject, kCall:
 		n.first['{'] = true
 	case kArray:
 		n.first['['] = true
@@ -489,4 +490,23 @@ func litTexts(l *lit, prefix string) []string {
 		out = append(out, litTexts(e.next, prefix+string([]byte{e.b}))...)
 	}
 	return out
+}
+
+// Call is a tool call's grammar: {"name": "NAME", "arguments": ARGS} with NAME one of names and ARGS a value
+// of the schema of that name (args, in the same order; nil: any object). The arguments' schema follows the
+// name, which comes first: a call of any of several tools keeps to its own tool's parameters.
+func Call(names []string, args []*Schema) (*Schema, error) {
+	if len(names) == 0 || len(names) != len(args) {
+		return nil, &Error{Msg: "a call needs one arguments schema per tool name"}
+	}
+	n := &node{kind: kCall, lits: &lit{}}
+	for i, name := range names {
+		n.lits.add(`{"name": `+encode(name)+`, "arguments": `, i)
+		a := freeObject
+		if args[i] != nil {
+			a = args[i].root
+		}
+		n.alts = append(n.alts, a)
+	}
+	return &Schema{root: withFirst(n)}, nil
 }

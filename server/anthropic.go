@@ -166,8 +166,8 @@ func (anthropic) message(g *generation, text string, res *engine.TextResult) map
 	return m
 }
 
-func (a anthropic) answer(g *generation, res *engine.TextResult, _ []*engine.TextToken) any {
-	return a.message(g, res.Text, res)
+func (a anthropic) answer(g *generation, res []*engine.TextResult, _ [][]*engine.TextToken) any {
+	return a.message(g, res[0].Text, res[0])
 }
 
 func (anthropic) events(g *generation) eventWriter { return anthropicEvents{g: g} }
@@ -189,14 +189,15 @@ func (e anthropicEvents) open() []event {
 	}
 }
 
-func (e anthropicEvents) chunk(c engine.TextChunk) []event {
+func (e anthropicEvents) chunk(_ int, c engine.TextChunk) []event {
 	if c.Text == "" {
 		return nil
 	}
 	return []event{named(map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]string{"type": "text_delta", "text": c.Text}})}
 }
 
-func (e anthropicEvents) end(res *engine.TextResult) []event {
+func (e anthropicEvents) end(results []*engine.TextResult) []event {
+	res := results[0]
 	reason, seq := stopReason(res)
 	return []event{
 		named(map[string]any{"type": "content_block_stop", "index": 0}),

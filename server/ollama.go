@@ -184,8 +184,8 @@ func (o ollama) last(g *generation, res *engine.TextResult, text string) map[str
 	return m
 }
 
-func (o ollama) answer(g *generation, res *engine.TextResult, _ []*engine.TextToken) any {
-	return o.last(g, res, res.Text)
+func (o ollama) answer(g *generation, res []*engine.TextResult, _ [][]*engine.TextToken) any {
+	return o.last(g, res[0], res[0].Text)
 }
 
 func (o ollama) events(g *generation) eventWriter { return ollamaEvents{o: o, g: g} }
@@ -200,15 +200,15 @@ type ollamaEvents struct {
 func (ollamaEvents) ndjson() bool  { return true }
 func (ollamaEvents) open() []event { return nil }
 
-func (e ollamaEvents) chunk(c engine.TextChunk) []event {
+func (e ollamaEvents) chunk(_ int, c engine.TextChunk) []event {
 	if c.Text == "" {
 		return nil
 	}
 	return []event{{data: e.o.part(e.g, c.Text)}}
 }
 
-func (e ollamaEvents) end(res *engine.TextResult) []event {
-	return []event{{data: e.o.last(e.g, res, "")}}
+func (e ollamaEvents) end(res []*engine.TextResult) []event {
+	return []event{{data: e.o.last(e.g, res[0], "")}}
 }
 
 func (e ollamaEvents) fail(err *requestError) []event { return []event{{data: e.o.errorBody(err)}} }

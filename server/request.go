@@ -45,6 +45,14 @@ type request struct {
 	raw           bool // Ollama's generate: the prompt as it is, not rendered with the chat template
 	// schema constrains the output to JSON values (response_format, Ollama's format); nil: free text.
 	schema *grammar.Schema
+	// n is the choices asked for (OpenAI's n; 0: one).
+	n int
+	// tools offered (OpenAI's chat), toolsVar as the chat template gets them, toolChoice "none", "auto",
+	// "required" or "function" (toolName).
+	tools      []tool
+	toolsVar   []any
+	toolChoice string
+	toolName   string
 	// maxTokensField names the field giving maxTokens in the dialect's request, for errors about it ("":
 	// "max_tokens").
 	maxTokensField string
@@ -110,6 +118,7 @@ const (
 	maxStopLen    = 256 // bytes per stop string
 	maxMessages   = 4096
 	maxLegacyTops = 5 // completions' logprobs, as OpenAI
+	maxChoices    = 8 // n
 )
 
 // parseRequest reads a request body for the chat (chat true) or completions endpoint. maxTokens bounds
@@ -159,7 +168,7 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 		var m map[string]any
 		return json.Unmarshal(raw, &m) == nil
 	})
-	p.only("n", "1", isOne)
+	p.intRange("n", &r.n, 1, maxChoices)
 	p.penalties(r)
 	r.logitBias = p.logitBias("logit_bias")
 	if p.err != nil {
@@ -213,8 +222,8 @@ func (p *parser) openAIChat(r *request, maxTokens int) {
 		p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
 	}
 	r.schema = p.responseFormat("response_format")
-	p.only("tools", "[]", is("[]"))
-	p.only("tool_choice", `"none"`, is(`"none"`))
+	p.tools(r)
+	p.toolChoice(r)
 	var parallel bool
 	p.boolean("parallel_tool_calls", &parallel)
 }
@@ -435,14 +444,16 @@ type messagePolicy struct {
 	roles   map[string]string                     // accepted role → the role the chat template gets
 	content func(json.RawMessage) (string, error) // reads a message's content
 	other   string                                // why a key other than role and content is refused
+	tools   bool                                  // tool_calls, tool_call_id and a tool's name are read too
 }
 
-// openAIMessages: roles system (or developer, OpenAI's newer name for it), user and assistant, content a string
-// or text parts.
+// openAIMessages: roles system (or developer, OpenAI's newer name for it), user, assistant (with tool_calls)
+// and tool (with tool_call_id), content a string or text parts.
 var openAIMessages = messagePolicy{
-	roles:   map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant"},
+	roles:   map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"},
 	content: messageContent,
-	other:   "layerstream renders only role and content with the model's chat template",
+	other:   "layerstream renders only role, content, tool_calls and tool_call_id with the model's chat template",
+	tools:   true,
 }
 
 // messages reads a chat from the field "messages".
@@ -481,6 +492,9 @@ func (pol messagePolicy) message(at string, m map[string]json.RawMessage) (token
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
+		if pol.tools && (k == "tool_calls" || k == "tool_call_id" || k == "name") {
+			continue
+		}
 		if k != "role" && k != "content" && !isNull(m[k]) {
 			return tokenizer.Message{}, badField(at+"."+k, "%s.%s is not supported: %s", at, k, pol.other)
 		}
@@ -494,11 +508,21 @@ func (pol messagePolicy) message(at string, m map[string]json.RawMessage) (token
 	if !ok {
 		return tokenizer.Message{}, badField(at+".role", "%s.role %q is not supported (%s)", at, role, strings.Join(roles, ", "))
 	}
+	msg := tokenizer.Message{Role: as}
+	if pol.tools {
+		if err := toolMessage(at, &msg, m); err != nil {
+			return tokenizer.Message{}, err
+		}
+		if len(msg.ToolCalls) > 0 && (m["content"] == nil || isNull(m["content"])) {
+			return msg, nil // an assistant's calls without text
+		}
+	}
 	content, err := pol.content(m["content"])
 	if err != nil {
 		return tokenizer.Message{}, badField(at+".content", "%s.content: %v", at, err)
 	}
-	return tokenizer.Message{Role: as, Content: content}, nil
+	msg.Content = content
+	return msg, nil
 }
 
 // messageContent reads a message's content: a string, or an array of {"type": "text", "text": ...} parts

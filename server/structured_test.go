@@ -62,8 +62,8 @@ func TestResponseFormat(t *testing.T) {
 	}
 	code, b := post(t, ts.URL+"/api/chat", `{"model": "stories", `+msgs+`, "stream": false, "format": "json", "options": {"temperature": 0, "num_predict": 100}}`)
 	var o struct {
-		Message struct{ Content string } `json:"message"`
-		DoneReason string               `json:"done_reason"`
+		Message    struct{ Content string } `json:"message"`
+		DoneReason string                   `json:"done_reason"`
 	}
 	if code != 200 || json.Unmarshal(b, &o) != nil || o.DoneReason == "stop" && !json.Valid([]byte(o.Message.Content)) {
 		t.Errorf("/api/chat format json: %d %s", code, b)

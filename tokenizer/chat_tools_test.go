@@ -1,0 +1,67 @@
+package tokenizer
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/layerstream/layerstream/internal/hffixture"
+)
+
+// TestChatTemplateTools renders a tool round trip (tools offered, the assistant's call, the tool's result) with
+// the templates of the families whose tool formats the server parses: each shows the tool's definition, the
+// call and the result in its own format.
+func TestChatTemplateTools(t *testing.T) {
+	tools := []any{map[string]any{"type": "function", "function": map[string]any{
+		"name": "get_weather", "description": "Weather of a city",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []any{"city"}}}}}
+	msgs := []Message{
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", ToolCalls: []ToolCall{{ID: "abcdefghi", Name: "get_weather", Arguments: map[string]any{"city": "Paris"}}}},
+		{Role: "tool", ToolCallID: "abcdefghi", Name: "get_weather", Content: `{"temp": 21}`},
+	}
+	for model, want := range map[string][]string{
+		"qwen2.5-instruct":   {"<tools>", `"name": "get_weather"`, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "<tool_response>\n{\"temp\": 21}\n</tool_response>"},
+		"llama-3.1-instruct": {`"name": "get_weather"`, `{"name": "get_weather", "parameters": {"city": "Paris"}}`, "<|start_header_id|>ipython<|end_header_id|>\n\n\"{\\\"temp\\\": 21}\""},
+	} {
+		f, err := hffixture.LoadChat(model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tpl, err := NewChatTemplate(f.Template, f.SpecialTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tpl = tpl.WithClock(func() time.Time { return time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC) })
+		got, err := tpl.Render(msgs, true, map[string]any{"tools": tools})
+		if err != nil {
+			t.Errorf("%s: %v", model, err)
+			continue
+		}
+		check(t, model, got, want)
+	}
+	// Mistral 7B v0.3's template (this version) offers the tools before the last user message, and knows no tool
+	// messages. (gonja's x[-1] misses the item of a one-item list: the conversation has two user messages.)
+	f, err := hffixture.LoadChat("mistral-7b-instruct-v0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := NewChatTemplate(f.Template, f.SpecialTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tpl.Render([]Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello"}, {Role: "user", Content: "Weather in Paris?"}}, true, map[string]any{"tools": tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "mistral-7b-instruct-v0.3", got, []string{"[AVAILABLE_TOOLS][{'function': {", "'name': 'get_weather'", "[/AVAILABLE_TOOLS][INST]Weather in Paris?[/INST]"})
+}
+
+func check(t *testing.T, model, got string, want []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s: no %q in\n%s", model, w, got)
+		}
+	}
+}
