@@ -282,3 +282,60 @@ func TestCurl(t *testing.T) {
 		t.Errorf("curl stream: done %v, %q (%s), want %q", done, text, finish, chat.Text)
 	}
 }
+
+// TestOpenAIPythonTools drives tool calls and structured output with the openai Python package
+// (testdata/openai_tools_client.py): a call that tool_choice "required" constrains, its result sent back for the
+// answer, the call streamed, n choices, and a json_schema response_format parsed by the client.
+func TestOpenAIPythonTools(t *testing.T) {
+	python := pythonWith(t, "openai")
+	_, ts := newTestServer(t, Config{APIKey: "k3y"})
+	var got struct {
+		Call struct {
+			FinishReason string         `json:"finish_reason"`
+			Name         string         `json:"name"`
+			Arguments    map[string]any `json:"arguments"`
+			ID           string         `json:"id"`
+			Content      *string        `json:"content"`
+		}
+		Answer struct {
+			Content      string `json:"content"`
+			FinishReason string `json:"finish_reason"`
+		}
+		Stream struct {
+			Calls []struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"calls"`
+			FinishReason string `json:"finish_reason"`
+		}
+		N          []int `json:"n"`
+		Structured struct {
+			Content      string `json:"content"`
+			FinishReason string `json:"finish_reason"`
+		}
+	}
+	runClient(t, python, "openai_tools_client.py", &got, ts.URL+"/v1", "k3y", "stories")
+	if c := got.Call; c.FinishReason != "tool_calls" || c.Name != "get_weather" || c.Content != nil || c.ID == "" {
+		t.Errorf("call: %+v", c)
+	}
+	if _, ok := got.Call.Arguments["city"].(string); !ok || (got.Call.Arguments["unit"] != "c" && got.Call.Arguments["unit"] != "f") {
+		t.Errorf("arguments: %v", got.Call.Arguments)
+	}
+	if got.Answer.Content == "" || got.Answer.FinishReason == "tool_calls" {
+		t.Errorf("answer after the tool's result: %+v", got.Answer)
+	}
+	var args map[string]any
+	if s := got.Stream; s.FinishReason != "tool_calls" || len(s.Calls) != 1 || s.Calls[0].Name != "get_weather" || json.Unmarshal([]byte(s.Calls[0].Arguments), &args) != nil || args["city"] != got.Call.Arguments["city"] {
+		t.Errorf("streamed call: %+v, want %+v", got.Stream, got.Call)
+	}
+	if len(got.N) != 3 || got.N[0] != 0 || got.N[2] != 2 {
+		t.Errorf("n 3: indexes %v", got.N)
+	}
+	var person struct {
+		Name *string `json:"name"`
+		Age  *int    `json:"age"`
+	}
+	if got.Structured.FinishReason == "stop" && (json.Unmarshal([]byte(got.Structured.Content), &person) != nil || person.Name == nil || person.Age == nil) {
+		t.Errorf("structured: %+v", got.Structured)
+	}
+}
