@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/layerstream/layerstream/grammar"
@@ -66,5 +67,37 @@ func TestJSONConstraint(t *testing.T) {
 	}
 	if ended < 3 {
 		t.Errorf("only %d of %d sequences ended with their value", ended, len(results))
+	}
+}
+
+// TestJSONConstraintDraft: a constraint masks the logits before a draft token is verified too, so greedy
+// constrained output with n-gram drafting is the output without drafting.
+func TestJSONConstraintDraft(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	plain := open(t, model, Options{ShardDir: t.TempDir()})
+	drafted := open(t, model, Options{ShardDir: t.TempDir(), Draft: DraftNgram})
+	g := grammar.MustCompile(`{"type": "array", "items": {"type": "string"}}`)
+	var got [2][]int
+	for k, e := range []*Engine{plain, drafted} {
+		c, err := e.JSONConstraint(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, _ := e.EncodePrompt("Once upon a time", nil)
+		res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: 80, Constraint: c}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[k] = res.GeneratedIDs
+		if k == 1 && res.Draft.Proposed == 0 {
+			t.Error("no draft token was proposed: the check checked nothing")
+		}
+	}
+	if !slices.Equal(got[0], got[1]) {
+		t.Errorf("with a draft %v, without %v", got[1], got[0])
+	}
+	tok, _ := plain.Tokenizer()
+	if text := tok.Decode(got[0], true); !g.Prefix(text) {
+		t.Errorf("%q", text)
 	}
 }
