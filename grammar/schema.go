@@ -121,7 +121,14 @@ const (
 var annotations = []string{"title", "description", "default", "examples", "$schema", "$id", "$comment"}
 var known = []string{"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf"}
 
-var cache sync.Map // compact schema JSON → *Schema
+// cache holds the schemas compiled, by their compact text; schemas come from requests, so it is bounded
+// (emptied when full).
+var cache = struct {
+	sync.Mutex
+	m map[string]*Schema
+}{m: map[string]*Schema{}}
+
+const maxCachedSchemas = 256
 
 // Compile compiles a JSON schema (the JSON text). Schemas are cached by their compact text.
 func Compile(schema []byte) (*Schema, error) {
@@ -133,8 +140,11 @@ func Compile(schema []byte) (*Schema, error) {
 		return nil, &Error{Msg: "not JSON: " + err.Error()}
 	}
 	key := buf.String()
-	if s, ok := cache.Load(key); ok {
-		return s.(*Schema), nil
+	cache.Lock()
+	s, ok := cache.m[key]
+	cache.Unlock()
+	if ok {
+		return s, nil
 	}
 	d := json.NewDecoder(bytes.NewReader(schema))
 	d.UseNumber()
@@ -146,8 +156,13 @@ func Compile(schema []byte) (*Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Schema{root: root}
-	cache.Store(key, s)
+	s = &Schema{root: root}
+	cache.Lock()
+	if len(cache.m) >= maxCachedSchemas {
+		clear(cache.m)
+	}
+	cache.m[key] = s
+	cache.Unlock()
 	return s, nil
 }
 
@@ -243,14 +258,14 @@ func compileObject(m map[string]any, path string, depth int) (*node, error) {
 		}
 	}
 	if c, ok := m["const"]; ok {
-		return literalNode([]any{c}, join(path, "const"))
+		return literalNode([]any{c})
 	}
 	if e, ok := m["enum"]; ok {
 		list, ok := e.([]any)
 		if !ok || len(list) == 0 {
 			return nil, &Error{Path: join(path, "enum"), Msg: "enum is a non-empty array"}
 		}
-		return literalNode(list, join(path, "enum"))
+		return literalNode(list)
 	}
 	if a, ok := m["anyOf"]; ok {
 		list, ok := a.([]any)
@@ -424,7 +439,7 @@ func encode(v any) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-func literalNode(values []any, path string) (*node, error) {
+func literalNode(values []any) (*node, error) {
 	texts := make([]string, 0, len(values))
 	for _, v := range values {
 		t := encode(v)

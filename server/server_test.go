@@ -570,6 +570,8 @@ func FuzzParseRequest(f *testing.F) {
 		`{"prompt": [1, 2, 3], "logprobs": 2, "temperature": 0.5, "top_p": 0.9, "top_k": 3, "seed": 7}`,
 		`{"prompt": "x", "n": null, "logit_bias": {}}`,
 		`{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "logprobs": true, "top_logprobs": 20}`,
+		`{"messages": [{"role": "user", "content": "w"}, {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{"x": 1}"}}]}, {"role": "tool", "tool_call_id": "a", "content": "1"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}], "tool_choice": "required", "n": 3}`,
+		`{"messages": [{"role": "user", "content": "w"}], "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}}`,
 	} {
 		f.Add([]byte(s), true)
 		f.Add([]byte(s), false)
@@ -585,6 +587,9 @@ func FuzzParseRequest(f *testing.F) {
 		if r.maxTokens < 0 || r.maxTokens > 100 || r.topLogprobs < 0 || r.topLogprobs > engine.MaxTopLogprobs || len(r.stop) > maxStops ||
 			(chat && len(r.messages) == 0) || (!chat && r.prompt == "" && len(r.ids) == 0) {
 			t.Fatalf("accepted out of bounds: %+v", r)
+		}
+		if r.n < 0 || r.n > maxChoices || r.toolChoice != "" && r.toolChoice != "none" && len(r.tools) == 0 {
+			t.Fatalf("accepted n %d, tool_choice %q with %d tools", r.n, r.toolChoice, len(r.tools))
 		}
 		if r.temperature != nil && !(*r.temperature >= 0 && *r.temperature <= 2) {
 			t.Fatalf("temperature %v accepted", *r.temperature)
