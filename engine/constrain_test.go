@@ -13,8 +13,12 @@ import (
 // TestJSONConstraint generates under JSON schemas with stories260K, which knows no JSON: every text that ends
 // with the stop token is a whole value of its schema, and the sequences of one batch keep their own constraints.
 func TestJSONConstraint(t *testing.T) {
-	model := testutil.SharedPath(t, "models", "stories260K-hf")
-	e := open(t, model, Options{})
+	t.Run("stories260K", func(t *testing.T) { checkJSONConstraint(t, testutil.SharedPath(t, "models", "stories260K-hf")) })
+	t.Run("synthetic", func(t *testing.T) { checkJSONConstraint(t, tinyGGUF("F32")) }) // random weights, a GGUF tokenizer
+}
+
+func checkJSONConstraint(t *testing.T, model string) {
+	e := open(t, model, Options{ShardDir: t.TempDir()})
 	schemas := []string{
 		`{"type": "object", "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"}, "n": {"type": "integer"}}, "required": ["name", "ok"], "additionalProperties": false}`,
 		`{"type": "array", "items": {"enum": ["cat", "dog", 3]}}`,

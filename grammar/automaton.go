@@ -346,7 +346,7 @@ func (f *frame) stepNumber(c byte) bool {
 		}
 		f.phase, f.cnt = nExpDigits, 1
 	case nExpDigits:
-		if !isDigit(c) || f.cnt >= 3 {
+		if !isDigit(c) || f.cnt >= 2 { // e99 at most: every number fits a float64
 			return false
 		}
 		f.cnt++

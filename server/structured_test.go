@@ -60,7 +60,18 @@ func TestResponseFormat(t *testing.T) {
 	if ended == 0 {
 		t.Error("no answer ended by itself")
 	}
-	code, b := post(t, ts.URL+"/api/chat", `{"model": "stories", `+msgs+`, "stream": false, "format": "json", "options": {"temperature": 0, "num_predict": 100}}`)
+	// n choices: each its own constrained sequence.
+	code, b := post(t, ts.URL+"/v1/chat/completions", `{`+msgs+`, "max_tokens": 150, "temperature": 1, "seed": 1, "n": 4, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": `+testSchema+`}}}`)
+	var c completion
+	if code != 200 || json.Unmarshal(b, &c) != nil || len(c.Choices) != 4 {
+		t.Fatalf("n 4: %d %s", code, b)
+	}
+	for i, ch := range c.Choices {
+		if text := ch.Message.Content; *ch.FinishReason == "stop" && !schema.Match(text) || !schema.Prefix(text) {
+			t.Errorf("n 4, choice %d: %q", i, text)
+		}
+	}
+	code, b = post(t, ts.URL+"/api/chat", `{"model": "stories", `+msgs+`, "stream": false, "format": "json", "options": {"temperature": 0, "num_predict": 100}}`)
 	var o struct {
 		Message    struct{ Content string } `json:"message"`
 		DoneReason string                   `json:"done_reason"`
