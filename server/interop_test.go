@@ -173,7 +173,7 @@ func TestOllamaPythonClient(t *testing.T) {
 
 // TestAnthropicPythonClient drives /v1/messages with the official anthropic Python package
 // (server/testdata/anthropic_client.py): a message, its stream through the package's stream helper and as raw
-// events, a stop sequence, refused tools, a wrong key, and the models listed and retrieved; every greedy answer is the OpenAI endpoint's.
+// events, a stop sequence, a tool call forced by tool_choice any and its tool_result, a tool's schema refused, a wrong key, and the models listed and retrieved; every greedy answer is the OpenAI endpoint's.
 func TestAnthropicPythonClient(t *testing.T) {
 	python := pythonWith(t, "anthropic")
 	_, ts := newTestServer(t, Config{APIKey: "k3y"})
@@ -202,6 +202,15 @@ func TestAnthropicPythonClient(t *testing.T) {
 			Message string
 		}
 		WrongKey int `json:"wrong_key"`
+		ToolUse  struct {
+			StopReason string         `json:"stop_reason"`
+			Name       string         `json:"name"`
+			Input      map[string]any `json:"input"`
+		} `json:"tool_use"`
+		ToolAnswer struct {
+			StopReason string `json:"stop_reason"`
+			Text       string `json:"text"`
+		} `json:"tool_answer"`
 	}
 	runClient(t, python, "anthropic_client.py", &got, ts.URL, "k3y", "stories")
 	t.Logf("anthropic %s", got.Version)
@@ -222,8 +231,14 @@ func TestAnthropicPythonClient(t *testing.T) {
 	if before, _, _ := strings.Cut(want.text, "storm"); got.Stop.Text != before || got.Stop.StopReason != "stop_sequence" || got.Stop.StopSequence != "storm" {
 		t.Errorf("stop sequence %+v, want %q", got.Stop, before)
 	}
-	if got.Refused == nil || got.Refused.Status != 400 || !strings.Contains(got.Refused.Message, "tool use is not supported yet") {
-		t.Errorf("tools: %+v", got.Refused)
+	if got.Refused == nil || got.Refused.Status != 400 || !strings.Contains(got.Refused.Message, `the keyword "pattern" is not supported`) {
+		t.Errorf("a tool's schema with pattern: %+v", got.Refused)
+	}
+	if u := got.ToolUse; u.StopReason != "tool_use" || u.Name != "get_weather" || u.Input["city"] == nil {
+		t.Errorf("tool_use: %+v", u)
+	}
+	if a := got.ToolAnswer; a.Text == "" || a.StopReason == "tool_use" {
+		t.Errorf("the answer after the tool_result: %+v", a)
 	}
 	if got.WrongKey != 401 {
 		t.Errorf("wrong key: %d", got.WrongKey)
