@@ -172,6 +172,7 @@ func compileTemplate(src string) (_ *exec.Template, err error) {
 	if src, err = rewriteConditionals(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(src)); err != nil {
 		return nil, err
 	}
+	src = rewriteNegativeIndexes(src)
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true

@@ -40,8 +40,8 @@ func TestChatTemplateTools(t *testing.T) {
 		}
 		check(t, model, got, want)
 	}
-	// Mistral 7B v0.3's template (this version) offers the tools before the last user message, and knows no tool
-	// messages. (gonja's x[-1] misses the item of a one-item list: the conversation has two user messages.)
+	// Mistral 7B v0.3's template (this version) offers the tools before the last user message (user_messages[-1],
+	// the only one here), and knows no tool messages.
 	f, err := hffixture.LoadChat("mistral-7b-instruct-v0.3")
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestChatTemplateTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := tpl.Render([]Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello"}, {Role: "user", Content: "Weather in Paris?"}}, true, map[string]any{"tools": tools})
+	got, err := tpl.Render([]Message{{Role: "user", Content: "Weather in Paris?"}}, true, map[string]any{"tools": tools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,5 +63,22 @@ func check(t *testing.T, model, got string, want []string) {
 		if !strings.Contains(got, w) {
 			t.Errorf("%s: no %q in\n%s", model, w, got)
 		}
+	}
+}
+
+// TestNegativeIndex: x[-n] finds the item of a list of exactly n items (gonja's own bound check misses it),
+// in subscripts only; list literals and text stay.
+func TestNegativeIndex(t *testing.T) {
+	src := `{{ messages[-1]['content'] }}|{{ 'a</think>b'.split('</think>')[-1] }}|{{ 'ab'.split('</think>')[ -1 ] }}|{% set l = [-1] %}{{ l[0] }}|{{ "[-1]" }}|[-1]`
+	if got := rewriteNegativeIndexes(src); got != `{{ messages[-1:][0]['content'] }}|{{ 'a</think>b'.split('</think>')[-1:][0] }}|{{ 'ab'.split('</think>')[-1:][0] }}|{% set l = [-1] %}{{ l[0] }}|{{ "[-1]" }}|[-1]` {
+		t.Errorf("rewritten: %s", got)
+	}
+	tpl, err := NewChatTemplate(src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tpl.Render([]Message{{Role: "user", Content: "hi"}}, true, nil)
+	if want := "hi|b|ab|-1|[-1]|[-1]"; err != nil || got != want {
+		t.Errorf("got %q, %v; want %q", got, err, want)
 	}
 }
