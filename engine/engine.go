@@ -49,6 +49,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/grammar"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/tokenizer"
@@ -75,9 +76,11 @@ type Engine struct {
 	// passes serialises forward passes: the batch loop holds it for each step, Logits between two steps.
 	passes passLock
 
-	tokOnce sync.Once // Tokenizer
-	tok     *tokenizer.Tokenizer
-	tokErr  error
+	tokOnce      sync.Once // Tokenizer
+	grammarOnce  sync.Once // GrammarIndex
+	grammarIndex *grammar.Index
+	tok          *tokenizer.Tokenizer
+	tokErr       error
 
 	backend backends.Backend
 }

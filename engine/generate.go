@@ -45,6 +45,19 @@ type Request struct {
 	// opened with Options.Draft): 0 takes Options.DraftTokens, a negative value turns drafting off. At most
 	// MaxDraftTokens.
 	DraftTokens int
+	// Constraint, when set, restricts the tokens the sequence may generate (structured output: the grammar
+	// package's JSON schemas): its Allow masks the logits of each step before sampling, and before the
+	// verification of a draft token too, so that speculative decoding keeps the constrained distribution; its
+	// Accept takes the token chosen. One per request: it follows one sequence.
+	Constraint Constraint
+}
+
+// Constraint restricts a sequence's tokens. Allow sets to -Inf the logits of the tokens that may not come
+// next, given the ids that end the sequence (stop: allowed only where the constrained text may end); Accept
+// advances by the token chosen, an error ending the sequence with it.
+type Constraint interface {
+	Allow(logits []float32, stop []int)
+	Accept(id int) error
 }
 
 // MaxDraftTokens bounds Request.DraftTokens and Options.DraftTokens.
@@ -257,7 +270,9 @@ type sequence struct {
 	monitor     *guard.Monitor // Request.Monitor, else Options.Monitor; may be nil
 	logprobs    bool
 	topLogprobs int
-	history     []int // prompt and generated ids, for the repetition penalty
+	constraint  Constraint
+	masked      []float32 // the logits the constraint masked
+	history     []int     // prompt and generated ids, for the repetition penalty
 	logits      []float32
 	joined      time.Time // into the batch
 	prefilled   time.Time // the prompt's last pass ended
@@ -306,7 +321,7 @@ func (e *Engine) newSequence(req Request) (*sequence, error) {
 	}
 	sm.prompt = len(req.PromptIDs)
 	s := &sequence{maxNew: maxNew, untilFull: req.MaxNewTokens == 0, stop: req.StopIDs, chunk: req.PrefillChunk, sm: sm, monitor: req.Monitor,
-		logprobs: req.Logprobs || req.TopLogprobs > 0, topLogprobs: req.TopLogprobs,
+		logprobs: req.Logprobs || req.TopLogprobs > 0, topLogprobs: req.TopLogprobs, constraint: req.Constraint,
 		history: slices.Clone(req.PromptIDs), res: &Result{PromptIDs: slices.Clone(req.PromptIDs)}}
 	if s.stop == nil {
 		s.stop = checkpoint.EOSTokenIDs(e.cfg, e.gen)
@@ -390,10 +405,22 @@ func (s *sequence) choose(onToken func(Token) error, prof *profiler.Profiler, xs
 	}
 	span := prof.Begin(profiler.Sample, step-1, -1)
 	tok := Token{Step: step}
+	logits := s.logits
+	if s.constraint != nil {
+		s.masked = append(s.masked[:0], s.logits...)
+		logits = s.masked
+		s.constraint.Allow(logits, s.stop)
+	}
 	if xs != nil {
-		tok.ID, which = s.sm.verify(s.logits, s.history, xs)
+		tok.ID, which = s.sm.verify(logits, s.history, xs)
 	} else {
-		tok.ID = s.sm.next(s.logits, s.history)
+		tok.ID = s.sm.next(logits, s.history)
+	}
+	if s.constraint != nil {
+		if err := s.constraint.Accept(tok.ID); err != nil {
+			span.End(0)
+			return which, fmt.Errorf("engine: step %d: %w", step-1, err)
+		}
 	}
 	if s.logprobs {
 		tok.Logprob, tok.TopLogprobs = logprobs(s.logits, tok.ID, s.topLogprobs)

@@ -241,6 +241,9 @@ func (sm *sampler) draw(order []int, probs []float64, sum float64, skip int) int
 			return order[i]
 		}
 	}
+	if last < 0 { // nothing else had any probability
+		return order[max(skip, 0)]
+	}
 	return order[last]
 }
 

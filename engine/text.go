@@ -36,6 +36,8 @@ type TextRequest struct {
 	// generated token too (guard.Monitor.ObserveToken: degenerate repetition, punctuation); in strict mode a
 	// problem ends the request with its *guard.Problem.
 	Monitor *guard.Monitor
+	// Constraint restricts the generated tokens (Request.Constraint).
+	Constraint Constraint
 }
 
 // TextChunk is text that became available during GenerateText.
@@ -129,6 +131,20 @@ func (e *Engine) Tokenizer() (*tokenizer.Tokenizer, error) {
 // (rendered with the model's chat template, generation prompt added). Errors are *RequestError, except a
 // missing tokenizer.
 func (e *Engine) EncodePrompt(prompt string, messages []tokenizer.Message) ([]int, error) {
+	return e.encode(prompt, messages, nil)
+}
+
+// EncodeChat is EncodePrompt for a chat, with more variables for the chat template: "tools" (the tools offered,
+// as transformers passes them: a list of {"type": "function", "function": {"name", "description",
+// "parameters"}}), Qwen3's "enable_thinking"...
+func (e *Engine) EncodeChat(messages []tokenizer.Message, vars map[string]any) ([]int, error) {
+	if messages == nil {
+		messages = []tokenizer.Message{}
+	}
+	return e.encode("", messages, vars)
+}
+
+func (e *Engine) encode(prompt string, messages []tokenizer.Message, vars map[string]any) ([]int, error) {
 	tok, err := e.Tokenizer()
 	if err != nil {
 		return nil, err
@@ -141,7 +157,7 @@ func (e *Engine) EncodePrompt(prompt string, messages []tokenizer.Message) ([]in
 		if !tok.HasChatTemplate() {
 			return nil, refuse(FieldPrompt, errors.New("the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja): give a plain prompt"))
 		}
-		if prompt, err = tok.ApplyChatTemplate(messages, true); err != nil {
+		if prompt, err = tok.ApplyChatTemplateWith(messages, true, vars); err != nil {
 			return nil, refuse(FieldPrompt, err)
 		}
 		addSpecial = false // the template writes the special tokens itself
@@ -176,7 +192,7 @@ func (e *Engine) GenerateText(ctx context.Context, req TextRequest, onText func(
 		}
 	}
 	r := Request{PromptIDs: ids, MaxNewTokens: req.MaxNewTokens, Sampling: req.Sampling, StopIDs: req.StopIDs,
-		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Session: req.Session, Monitor: req.Monitor}
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Session: req.Session, Monitor: req.Monitor, Constraint: req.Constraint}
 	dec := tok.NewStreamDecoder(true)
 	dec.Prime(ids) // the first generated word keeps its leading space
 	m := stopMatcher{stops: req.Stop}

@@ -121,14 +121,16 @@ func TestAnthropicErrors(t *testing.T) {
 	}{
 		{`{"model": "stories", "messages": [{"role": "user", "content": "hi"}]}`, 400, "invalid_request_error", "max_tokens is required"},
 		{`{"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}`, 400, "invalid_request_error", "model is required"},
-		{`{` + msgs + `, "tools": [{"name": "f"}]}`, 400, "invalid_request_error", "tools: tool use is not supported yet"},
+		{`{` + msgs + `, "tools": [{"name": "f", "type": "web_search_20250305"}]}`, 400, "invalid_request_error", "server tools are not supported"},
+		{`{` + msgs + `, "tools": [{"name": "f"}], "tool_choice": {"type": "sometimes"}}`, 400, "invalid_request_error", `type "sometimes" is not one of auto, any, tool, none`},
 		{`{` + msgs + `, "thinking": {"type": "enabled"}}`, 400, "invalid_request_error", `unsupported field "thinking"`},
 		{`{` + msgs + `, "temperature": 1.5}`, 400, "invalid_request_error", "temperature must be in [0, 1]"},
 		{`{` + msgs + `, "max_tokens": 101}`, 400, "invalid_request_error", "max_tokens must be in [1, 100]"},
 		{`{"model": "stories", "max_tokens": 5, "messages": [{"role": "system", "content": "hi"}]}`, 400, "invalid_request_error", `messages[0].role "system" is not supported`},
 		{`{"model": "stories", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "The"}]}`, 400, "invalid_request_error", "final assistant message"},
 		{`{"model": "stories", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}`, 400, "invalid_request_error", "images and documents are not supported"},
-		{`{"model": "stories", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]}`, 400, "invalid_request_error", "tool use is not supported yet"},
+		{`{"model": "stories", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]}`, 400, "invalid_request_error", `want {"type": "tool_result", "tool_use_id", "content"}`},
+		{`{"model": "stories", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]}`, 400, "invalid_request_error", "tool_use blocks belong in an assistant's message"},
 		{`{"model": "claude-3", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}`, 404, "not_found_error", `the model "claude-3" does not exist`},
 	} {
 		code, body := post(t, ts.URL+"/v1/messages", c.body)
@@ -181,5 +183,50 @@ func TestAuthHeaders(t *testing.T) {
 		if code != c.code || !strings.Contains(body, c.want) {
 			t.Errorf("%s %s %v: %d %.200s; want %d with %q", c.method, c.path, c.h, code, body, c.code, c.want)
 		}
+	}
+}
+
+// TestAnthropicTools: tool_choice any constrains the answer to a call, a tool_use block (stop reason tool_use),
+// streamed as a tool_use block with its input as one input_json_delta; the call and a tool_result block go back
+// through the template.
+func TestAnthropicTools(t *testing.T) {
+	_, ts := newTestServer(t, Config{MaxTokens: 300})
+	req := `{"model": "stories", "max_tokens": 200, "temperature": 0, "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}], "tool_choice": {"type": "any"}`
+	code, body := post(t, ts.URL+"/v1/messages", req+`}`)
+	var m struct {
+		Content []struct {
+			Type  string         `json:"type"`
+			ID    string         `json:"id"`
+			Name  string         `json:"name"`
+			Input map[string]any `json:"input"`
+		} `json:"content"`
+		StopReason string `json:"stop_reason"`
+	}
+	if err := json.Unmarshal(body, &m); code != 200 || err != nil || m.StopReason != "tool_use" || len(m.Content) != 1 ||
+		m.Content[0].Type != "tool_use" || m.Content[0].Name != "get_weather" || m.Content[0].Input["city"] == nil || !strings.HasPrefix(m.Content[0].ID, "toolu_") {
+		t.Fatalf("%d %s", code, body)
+	}
+	evs := anthropicStream(t, ts.URL+"/v1/messages", req+`, "stream": true}`)
+	var partial, stop string
+	for _, ev := range evs {
+		switch ev.name {
+		case "content_block_delta":
+			if d := ev.data["delta"].(map[string]any); d["type"] == "input_json_delta" {
+				partial += d["partial_json"].(string)
+			} else if d["text"] != "" {
+				t.Errorf("text streamed: %v", d)
+			}
+		case "message_delta":
+			stop, _ = ev.data["delta"].(map[string]any)["stop_reason"].(string)
+		}
+	}
+	var input map[string]any
+	if json.Unmarshal([]byte(partial), &input) != nil || input["city"] != m.Content[0].Input["city"] || stop != "tool_use" {
+		t.Errorf("stream: input %q, stop %q; want %v", partial, stop, m.Content[0].Input)
+	}
+	use, _ := json.Marshal(m.Content[0])
+	next := `{"model": "stories", "max_tokens": 20, "temperature": 0, "messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": [` + string(use) + `]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "` + m.Content[0].ID + `", "content": [{"type": "text", "text": "21 degrees"}]}]}], "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}`
+	if code, body := post(t, ts.URL+"/v1/messages", next); code != 200 || !strings.Contains(string(body), `"type":"text"`) {
+		t.Errorf("after the tool_result: %d %s", code, body)
 	}
 }

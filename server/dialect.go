@@ -19,9 +19,9 @@ type dialect interface {
 	idPrefix() string
 	// errorBody is the JSON body of a refused or failed request.
 	errorBody(e *requestError) any
-	// answer is the JSON body of a response not streamed; tokens are the generated tokens when the request
-	// asked for logprobs.
-	answer(g *generation, res *engine.TextResult, tokens []*engine.TextToken) any
+	// answer is the JSON body of a response not streamed: one result per choice (OpenAI's n; one for the other
+	// dialects); tokens are each choice's generated tokens when the request asked for logprobs.
+	answer(g *generation, res []*engine.TextResult, tokens [][]*engine.TextToken) any
 	// events returns the writer of a streamed response's events.
 	events(g *generation) eventWriter
 }
@@ -30,11 +30,11 @@ type dialect interface {
 type eventWriter interface {
 	// ndjson: events are JSON lines (Ollama); otherwise server-sent events.
 	ndjson() bool
-	// open is what precedes the first text; chunk what a piece of text adds (none: nothing to send); end what
-	// closes a finished stream, fail what closes a failed one.
+	// open is what precedes the first text; chunk what a piece of text of choice i adds (none: nothing to
+	// send); end what closes a finished stream (one result per choice), fail what closes a failed one.
 	open() []event
-	chunk(c engine.TextChunk) []event
-	end(res *engine.TextResult) []event
+	chunk(i int, c engine.TextChunk) []event
+	end(res []*engine.TextResult) []event
 	fail(e *requestError) []event
 }
 

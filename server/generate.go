@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
@@ -39,8 +40,23 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, d dialect) {
 		return
 	}
 	g := &generation{s: s, d: d, req: req, text: tr, id: newID(d.idPrefix()), created: time.Now().Unix(), start: time.Now()}
-	// The request's own health checks (residual stream, logits, output text), warning once per kind with its id.
-	g.text.Monitor = guard.NewMonitor(guard.MonitorOptions{Strict: s.cfg.Strict, Logger: s.cfg.Logger.With("request_id", g.id)})
+	// n choices: as many sequences, each with its own seed (the request's plus its index), constraint and
+	// health checks (residual stream, logits, output text), warning once per kind with the request's id.
+	for i := range max(req.n, 1) {
+		t := tr
+		t.Sampling.Seed += uint64(i)
+		t.Monitor = guard.NewMonitor(guard.MonitorOptions{Strict: s.cfg.Strict, Logger: s.cfg.Logger.With("request_id", g.id)})
+		if i > 0 && req.schema != nil {
+			c, err := s.cfg.Engine.JSONConstraint(req.schema)
+			if err != nil {
+				writeErrorAs(w, d, engineError(req, err))
+				return
+			}
+			t.Constraint = c
+		}
+		g.texts = append(g.texts, t)
+	}
+	g.text = g.texts[0]
 	if req.stream {
 		g.stream(w, r)
 	} else {
@@ -78,7 +94,12 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	ids := req.ids
 	if ids == nil {
 		var err error
-		if ids, err = e.EncodePrompt(req.prompt, req.messages); err != nil {
+		if req.toolChoice != "" && req.toolChoice != "none" {
+			ids, err = e.EncodeChat(req.messages, map[string]any{"tools": req.toolsVar})
+		} else {
+			ids, err = e.EncodePrompt(req.prompt, req.messages)
+		}
+		if err != nil {
 			return engine.TextRequest{}, engineError(req, err)
 		}
 	}
@@ -111,6 +132,13 @@ func (s *Server) textRequest(req *request) (engine.TextRequest, error) {
 	}
 	tr := engine.TextRequest{PromptIDs: ids, MaxNewTokens: maxNew, Sampling: sm, Stop: req.stop,
 		Logprobs: req.logprobs, TopLogprobs: req.topLogprobs}
+	if req.schema != nil {
+		c, err := e.JSONConstraint(req.schema)
+		if err != nil {
+			return tr, engineError(req, err)
+		}
+		tr.Constraint = c
+	}
 	if maxNew < 1 {
 		return tr, badField(req.promptField(), "the prompt's %d tokens fill the model's context of %d positions", len(ids), e.ContextLength())
 	}
@@ -138,52 +166,89 @@ type generation struct {
 	s       *Server
 	d       dialect
 	req     *request
-	text    engine.TextRequest
+	text    engine.TextRequest   // the first choice's
+	texts   []engine.TextRequest // every choice's
 	id      string
 	created int64
 	start   time.Time
 	first   time.Time // first token
 }
 
-// run generates, passing every chunk to onChunk (on the engine's goroutine: it must not block). It returns the
-// result, or the error to answer with.
-func (g *generation) run(ctx context.Context, onChunk func(engine.TextChunk)) (*engine.TextResult, *requestError) {
-	res, err := g.s.cfg.Engine.GenerateText(ctx, g.text, func(c engine.TextChunk) error {
-		if c.Token != nil && g.first.IsZero() {
-			g.first = time.Now()
+// run generates every choice, their sequences together in the batch loop, passing every chunk to onChunk with
+// its choice's index (on the engine's goroutine: it must not block). It returns the results, or the first
+// error to answer with (which ends the other choices).
+func (g *generation) run(parent context.Context, onChunk func(int, engine.TextChunk)) ([]*engine.TextResult, *requestError) {
+	results := make([]*engine.TextResult, len(g.texts))
+	errs := make([]error, len(g.texts))
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var mu sync.Mutex // the choices' callbacks come from one goroutine, but results and first are shared
+	for i, t := range g.texts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := g.s.cfg.Engine.GenerateText(ctx, t, func(c engine.TextChunk) error {
+				mu.Lock()
+				if c.Token != nil && g.first.IsZero() {
+					g.first = time.Now()
+				}
+				mu.Unlock()
+				if g.s.token != nil {
+					g.s.token()
+				}
+				onChunk(i, c)
+				return nil
+			})
+			mu.Lock()
+			g.s.metrics.generation(res, g.start, g.first, t.Monitor.Problems())
+			mu.Unlock()
+			results[i], errs[i] = res, err
+			if err != nil {
+				cancel(err) // ends the other choices
+			}
+		}()
+	}
+	wg.Wait()
+	// The error to answer with: a choice's own, rather than the cancellation it caused in the others.
+	var first error
+	for _, err := range errs {
+		caused := errors.Is(err, context.Canceled) && parent.Err() == nil
+		if err != nil && (first == nil || errors.Is(first, context.Canceled) && parent.Err() == nil && !caused) {
+			first = err
 		}
-		if g.s.token != nil {
-			g.s.token()
-		}
-		onChunk(c)
-		return nil
-	})
-	g.s.metrics.generation(res, g.start, g.first, g.text.Monitor.Problems())
+	}
+	if first == nil {
+		return results, nil
+	}
+	return results, g.failure(parent, first)
+}
+
+// failure is the error to answer with for a generation error err (ctx: the request's).
+func (g *generation) failure(ctx context.Context, err error) *requestError {
 	var problem *guard.Problem
 	switch {
-	case err == nil:
-		return res, nil
 	case cancelled(ctx, err) && errors.Is(context.Cause(ctx), errShuttingDown):
-		return res, &requestError{status: http.StatusServiceUnavailable, msg: "the request was cancelled: the server is shutting down", code: "shutting_down"}
+		return &requestError{status: http.StatusServiceUnavailable, msg: "the request was cancelled: the server is shutting down", code: "shutting_down"}
 	case cancelled(ctx, err):
 		// The client left: no one reads this answer, and it is no failure of the server's (counted as 499).
-		return res, &requestError{status: StatusClientClosedRequest, msg: "the request was cancelled: the client closed the connection", code: "client_closed_request"}
+		return &requestError{status: StatusClientClosedRequest, msg: "the request was cancelled: the client closed the connection", code: "client_closed_request"}
 	case errors.Is(err, engine.ErrClosed):
-		return res, &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"}
+		return &requestError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", code: "shutting_down"}
 	case errors.As(err, &problem):
 		g.s.cfg.Logger.Error("generation stopped by a health check", "request_id", g.id, "kind", string(problem.Kind), "err", err)
-		return res, &requestError{status: http.StatusInternalServerError, code: "health_check_failed",
+		return &requestError{status: http.StatusInternalServerError, code: "health_check_failed",
 			msg: "generation stopped by a health check: " + err.Error()}
 	}
-	return res, engineError(g.req, err)
+	return engineError(g.req, err)
 }
 
 // complete answers a request in one JSON body.
 func (g *generation) complete(w http.ResponseWriter, r *http.Request) {
-	var tokens []*engine.TextToken
-	res, rerr := g.run(r.Context(), func(c engine.TextChunk) {
+	tokens := make([][]*engine.TextToken, len(g.texts))
+	res, rerr := g.run(r.Context(), func(i int, c engine.TextChunk) {
 		if g.text.Logprobs {
-			tokens = append(tokens, c.Tokens...)
+			tokens[i] = append(tokens[i], c.Tokens...)
 		}
 	})
 	if rerr != nil {
@@ -201,21 +266,25 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// The engine calls back on its own goroutine, which must not wait for this client: chunks go through a
 	// channel with room for all of them (one per token, and the last).
-	chunks := make(chan engine.TextChunk, g.text.MaxNewTokens+2)
+	type indexed struct {
+		i int
+		c engine.TextChunk
+	}
+	chunks := make(chan indexed, len(g.texts)*(g.text.MaxNewTokens+2))
 	type outcome struct {
-		res  *engine.TextResult
+		res  []*engine.TextResult
 		rerr *requestError
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, rerr := g.run(ctx, func(c engine.TextChunk) { chunks <- c })
+		res, rerr := g.run(ctx, func(i int, c engine.TextChunk) { chunks <- indexed{i, c} })
 		close(chunks)
 		done <- outcome{res, rerr}
 	}()
 	ew := g.d.events(g)
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w), ndjson: ew.ndjson()}
 	for c := range chunks {
-		if evs := ew.chunk(c); len(evs) > 0 && !sw.failed {
+		if evs := ew.chunk(c.i, c.c); len(evs) > 0 && !sw.failed {
 			sw.send(ew.open, evs)
 		}
 	}

@@ -173,7 +173,7 @@ func TestOllamaPythonClient(t *testing.T) {
 
 // TestAnthropicPythonClient drives /v1/messages with the official anthropic Python package
 // (server/testdata/anthropic_client.py): a message, its stream through the package's stream helper and as raw
-// events, a stop sequence, refused tools, a wrong key, and the models listed and retrieved; every greedy answer is the OpenAI endpoint's.
+// events, a stop sequence, a tool call forced by tool_choice any and its tool_result, a tool's schema refused, a wrong key, and the models listed and retrieved; every greedy answer is the OpenAI endpoint's.
 func TestAnthropicPythonClient(t *testing.T) {
 	python := pythonWith(t, "anthropic")
 	_, ts := newTestServer(t, Config{APIKey: "k3y"})
@@ -202,6 +202,15 @@ func TestAnthropicPythonClient(t *testing.T) {
 			Message string
 		}
 		WrongKey int `json:"wrong_key"`
+		ToolUse  struct {
+			StopReason string         `json:"stop_reason"`
+			Name       string         `json:"name"`
+			Input      map[string]any `json:"input"`
+		} `json:"tool_use"`
+		ToolAnswer struct {
+			StopReason string `json:"stop_reason"`
+			Text       string `json:"text"`
+		} `json:"tool_answer"`
 	}
 	runClient(t, python, "anthropic_client.py", &got, ts.URL, "k3y", "stories")
 	t.Logf("anthropic %s", got.Version)
@@ -222,8 +231,14 @@ func TestAnthropicPythonClient(t *testing.T) {
 	if before, _, _ := strings.Cut(want.text, "storm"); got.Stop.Text != before || got.Stop.StopReason != "stop_sequence" || got.Stop.StopSequence != "storm" {
 		t.Errorf("stop sequence %+v, want %q", got.Stop, before)
 	}
-	if got.Refused == nil || got.Refused.Status != 400 || !strings.Contains(got.Refused.Message, "tool use is not supported yet") {
-		t.Errorf("tools: %+v", got.Refused)
+	if got.Refused == nil || got.Refused.Status != 400 || !strings.Contains(got.Refused.Message, `the keyword "pattern" is not supported`) {
+		t.Errorf("a tool's schema with pattern: %+v", got.Refused)
+	}
+	if u := got.ToolUse; u.StopReason != "tool_use" || u.Name != "get_weather" || u.Input["city"] == nil {
+		t.Errorf("tool_use: %+v", u)
+	}
+	if a := got.ToolAnswer; a.Text == "" || a.StopReason == "tool_use" {
+		t.Errorf("the answer after the tool_result: %+v", a)
 	}
 	if got.WrongKey != 401 {
 		t.Errorf("wrong key: %d", got.WrongKey)
@@ -280,5 +295,62 @@ func TestCurl(t *testing.T) {
 	}
 	if !done || text != chat.Text || finish != "length" {
 		t.Errorf("curl stream: done %v, %q (%s), want %q", done, text, finish, chat.Text)
+	}
+}
+
+// TestOpenAIPythonTools drives tool calls and structured output with the openai Python package
+// (testdata/openai_tools_client.py): a call that tool_choice "required" constrains, its result sent back for the
+// answer, the call streamed, n choices, and a json_schema response_format parsed by the client.
+func TestOpenAIPythonTools(t *testing.T) {
+	python := pythonWith(t, "openai")
+	_, ts := newTestServer(t, Config{APIKey: "k3y"})
+	var got struct {
+		Call struct {
+			FinishReason string         `json:"finish_reason"`
+			Name         string         `json:"name"`
+			Arguments    map[string]any `json:"arguments"`
+			ID           string         `json:"id"`
+			Content      *string        `json:"content"`
+		}
+		Answer struct {
+			Content      string `json:"content"`
+			FinishReason string `json:"finish_reason"`
+		}
+		Stream struct {
+			Calls []struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"calls"`
+			FinishReason string `json:"finish_reason"`
+		}
+		N          []int `json:"n"`
+		Structured struct {
+			Content      string `json:"content"`
+			FinishReason string `json:"finish_reason"`
+		}
+	}
+	runClient(t, python, "openai_tools_client.py", &got, ts.URL+"/v1", "k3y", "stories")
+	if c := got.Call; c.FinishReason != "tool_calls" || c.Name != "get_weather" || c.Content != nil || c.ID == "" {
+		t.Errorf("call: %+v", c)
+	}
+	if _, ok := got.Call.Arguments["city"].(string); !ok || (got.Call.Arguments["unit"] != "c" && got.Call.Arguments["unit"] != "f") {
+		t.Errorf("arguments: %v", got.Call.Arguments)
+	}
+	if got.Answer.Content == "" || got.Answer.FinishReason == "tool_calls" {
+		t.Errorf("answer after the tool's result: %+v", got.Answer)
+	}
+	var args map[string]any
+	if s := got.Stream; s.FinishReason != "tool_calls" || len(s.Calls) != 1 || s.Calls[0].Name != "get_weather" || json.Unmarshal([]byte(s.Calls[0].Arguments), &args) != nil || args["city"] != got.Call.Arguments["city"] {
+		t.Errorf("streamed call: %+v, want %+v", got.Stream, got.Call)
+	}
+	if len(got.N) != 3 || got.N[0] != 0 || got.N[2] != 2 {
+		t.Errorf("n 3: indexes %v", got.N)
+	}
+	var person struct {
+		Name *string `json:"name"`
+		Age  *int    `json:"age"`
+	}
+	if got.Structured.FinishReason == "stop" && (json.Unmarshal([]byte(got.Structured.Content), &person) != nil || person.Name == nil || person.Age == nil) {
+		t.Errorf("structured: %+v", got.Structured)
 	}
 }

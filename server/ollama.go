@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/grammar"
 	"github.com/layerstream/layerstream/tokenizer"
 )
 
@@ -62,7 +63,7 @@ func (o ollama) parse(body []byte, maxTokens int) (*request, error) {
 		o.prompt(&p, r)
 	}
 	p.boolean("stream", &r.stream)
-	p.only("format", `""`, is(`""`))
+	r.schema = p.ollamaFormat("format")
 	p.only("think", "false", is("false"))
 	var keep any
 	p.decode("keep_alive", &keep, "a duration")
@@ -75,6 +76,26 @@ func (o ollama) parse(body []byte, maxTokens int) (*request, error) {
 		}
 	}
 	return r, nil
+}
+
+// ollamaFormat reads Ollama's format: "" (free text), "json" (any JSON value) or a JSON schema.
+func (p *parser) ollamaFormat(name string) *grammar.Schema {
+	raw, ok := p.fields[name]
+	if !ok || p.err != nil {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "":
+			return nil
+		case "json":
+			return grammar.AnyJSON
+		}
+		p.err = badField(name, "%s: want \"\", \"json\" or a JSON schema, got %q", name, s)
+		return nil
+	}
+	return p.schema(name, raw)
 }
 
 // prompt reads /api/generate's prompt, system and raw: rendered as a chat with the model's template unless raw
@@ -163,8 +184,8 @@ func (o ollama) last(g *generation, res *engine.TextResult, text string) map[str
 	return m
 }
 
-func (o ollama) answer(g *generation, res *engine.TextResult, _ []*engine.TextToken) any {
-	return o.last(g, res, res.Text)
+func (o ollama) answer(g *generation, res []*engine.TextResult, _ [][]*engine.TextToken) any {
+	return o.last(g, res[0], res[0].Text)
 }
 
 func (o ollama) events(g *generation) eventWriter { return ollamaEvents{o: o, g: g} }
@@ -179,15 +200,15 @@ type ollamaEvents struct {
 func (ollamaEvents) ndjson() bool  { return true }
 func (ollamaEvents) open() []event { return nil }
 
-func (e ollamaEvents) chunk(c engine.TextChunk) []event {
+func (e ollamaEvents) chunk(_ int, c engine.TextChunk) []event {
 	if c.Text == "" {
 		return nil
 	}
 	return []event{{data: e.o.part(e.g, c.Text)}}
 }
 
-func (e ollamaEvents) end(res *engine.TextResult) []event {
-	return []event{{data: e.o.last(e.g, res, "")}}
+func (e ollamaEvents) end(res []*engine.TextResult) []event {
+	return []event{{data: e.o.last(e.g, res[0], "")}}
 }
 
 func (e ollamaEvents) fail(err *requestError) []event { return []event{{data: e.o.errorBody(err)}} }

@@ -170,7 +170,8 @@ func TestOllamaErrors(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"/api/chat", `{` + msgs + `, "format": "json"}`, 400, `format is accepted only as ""`},
+		{"/api/chat", `{` + msgs + `, "format": "yaml"}`, 400, `format: want "", "json" or a JSON schema`},
+		{"/api/chat", `{` + msgs + `, "format": {"type": "object", "minProperties": 1}}`, 400, `the keyword "minProperties" is not supported`},
 		{"/api/chat", `{` + msgs + `, "options": {"num_ctx": 4096}}`, 400, `unsupported field "options.num_ctx"`},
 		{"/api/chat", `{` + msgs + `, "options": {"num_predict": 101}}`, 400, "options.num_predict must be in [-2, 100]"},
 		{"/api/chat", `{` + msgs + `, "options": {"temperature": "hot"}}`, 400, "options.temperature: want a number"},

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"strings"
+
 	"github.com/layerstream/layerstream/engine"
 )
 
@@ -21,47 +23,79 @@ func (o openAI) idPrefix() string {
 
 func (openAI) errorBody(e *requestError) any { return newErrorJSON(e) }
 
-func (o openAI) answer(g *generation, res *engine.TextResult, tokens []*engine.TextToken) any {
-	choice := map[string]any{"index": 0, "finish_reason": finishReason(res.StopReason), "logprobs": nil}
+func (o openAI) answer(g *generation, results []*engine.TextResult, tokens [][]*engine.TextToken) any {
+	choices := make([]any, len(results))
+	for i, res := range results {
+		choice := map[string]any{"index": i, "finish_reason": finishReason(res.StopReason), "logprobs": nil}
+		if o.chat {
+			msg := map[string]any{"role": "assistant", "content": res.Text}
+			if g.req.toolChoice != "none" && g.req.toolChoice != "" {
+				if content, calls := parseCalls(res.Text, g.req.toolNames()); len(calls) > 0 {
+					msg["content"] = nil
+					if content != "" {
+						msg["content"] = content
+					}
+					msg["tool_calls"] = callsJSON(calls, false)
+					choice["finish_reason"] = "tool_calls"
+				}
+			}
+			choice["message"] = msg
+			if g.text.Logprobs {
+				content := []chatLogprob{}
+				for _, t := range tokens[i] {
+					content = append(content, chatLogprobOf(t))
+				}
+				choice["logprobs"] = map[string]any{"content": content}
+			}
+		} else {
+			choice["text"] = res.Text
+			if g.text.Logprobs {
+				var l completionLogprobs
+				offset := 0
+				for _, t := range tokens[i] {
+					l.add(t, offset)
+					offset += len(t.Text)
+				}
+				choice["logprobs"] = l
+			}
+		}
+		choices[i] = choice
+	}
 	object := "text_completion"
 	if o.chat {
 		object = "chat.completion"
-		choice["message"] = map[string]any{"role": "assistant", "content": res.Text}
-		if g.text.Logprobs {
-			content := []chatLogprob{}
-			for _, t := range tokens {
-				content = append(content, chatLogprobOf(t))
-			}
-			choice["logprobs"] = map[string]any{"content": content}
-		}
-	} else {
-		choice["text"] = res.Text
-		if g.text.Logprobs {
-			var l completionLogprobs
-			offset := 0
-			for _, t := range tokens {
-				l.add(t, offset)
-				offset += len(t.Text)
-			}
-			choice["logprobs"] = l
-		}
 	}
 	return map[string]any{"id": g.id, "object": object, "created": g.created, "model": g.s.cfg.ModelID,
-		"system_fingerprint": systemFingerprint, "choices": []any{choice}, "usage": usageOf(res)}
+		"system_fingerprint": systemFingerprint, "choices": choices, "usage": usageOf(results)}
 }
 
 // systemFingerprint names the backend in responses.
 const systemFingerprint = "layerstream"
 
-func (o openAI) events(g *generation) eventWriter { return &openAIEvents{g: g, chat: o.chat} }
+func (o openAI) events(g *generation) eventWriter {
+	e := &openAIEvents{g: g, chat: o.chat, offset: make([]int, len(g.texts))}
+	if o.chat && g.req.toolChoice != "none" && g.req.toolChoice != "" {
+		e.calls = make([]callStream, len(g.texts))
+	}
+	return e
+}
 
-// openAIEvents writes a stream: for chat, a first chunk with the assistant's role; one chunk per piece of text
-// (with its token's logprobs when asked for); the finish reason, the usage (stream_options.include_usage) and
-// "data: [DONE]".
+// openAIEvents writes a stream: for chat, a first chunk with the assistant's role per choice; one chunk per
+// piece of text of a choice, with its index (and its token's logprobs when asked for); each choice's finish
+// reason, the usage (stream_options.include_usage) and "data: [DONE]". With tools, a choice's text is held back
+// from where a tool call may begin: at the end, the calls are sent as delta.tool_calls (finish reason
+// "tool_calls"), or the text held as content when it holds none.
 type openAIEvents struct {
 	g      *generation
 	chat   bool
-	offset int // completions' text_offset
+	offset []int        // completions' text_offset, per choice
+	calls  []callStream // per choice, when tools may be called
+}
+
+// callStream is a choice's text while tools may be called: all of it, and the bytes sent as content.
+type callStream struct {
+	text string
+	sent int
 }
 
 func (*openAIEvents) ndjson() bool { return false }
@@ -70,43 +104,71 @@ func (o *openAIEvents) open() []event {
 	if !o.chat {
 		return nil
 	}
-	return []event{{data: o.chatChunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)}}
+	var evs []event
+	for i := range o.g.texts {
+		evs = append(evs, event{data: o.chatChunk(i, map[string]any{"role": "assistant", "content": ""}, nil, nil)})
+	}
+	return evs
 }
 
-func (o *openAIEvents) chunk(c engine.TextChunk) []event {
+func (o *openAIEvents) chunk(i int, c engine.TextChunk) []event {
+	text := c.Text
+	if o.calls != nil {
+		cs := &o.calls[i]
+		cs.text += c.Text
+		safe := max(contentSafe(cs.text), cs.sent)
+		text, cs.sent = cs.text[cs.sent:safe], safe
+	}
 	logprobs := o.g.text.Logprobs && len(c.Tokens) > 0
-	if c.Text == "" && !logprobs {
+	if text == "" && !logprobs {
 		return nil
 	}
 	var lp any
 	if o.chat {
 		if logprobs {
 			content := make([]chatLogprob, len(c.Tokens))
-			for i, t := range c.Tokens {
-				content[i] = chatLogprobOf(t)
+			for k, t := range c.Tokens {
+				content[k] = chatLogprobOf(t)
 			}
 			lp = map[string]any{"content": content}
 		}
-		return []event{{data: o.chatChunk(map[string]any{"content": c.Text}, lp, nil)}}
+		return []event{{data: o.chatChunk(i, map[string]any{"content": text}, lp, nil)}}
 	}
 	if logprobs {
 		var l completionLogprobs
 		for _, t := range c.Tokens {
-			l.add(t, o.offset)
-			o.offset += len(t.Text)
+			l.add(t, o.offset[i])
+			o.offset[i] += len(t.Text)
 		}
 		lp = l
 	}
-	return []event{{data: o.completionChunk(c.Text, lp, nil)}}
+	return []event{{data: o.completionChunk(i, text, lp, nil)}}
 }
 
-func (o *openAIEvents) end(res *engine.TextResult) []event {
-	reason := finishReason(res.StopReason)
+func (o *openAIEvents) end(results []*engine.TextResult) []event {
 	var evs []event
-	if o.chat {
-		evs = append(evs, event{data: o.chatChunk(map[string]any{}, nil, &reason)})
-	} else {
-		evs = append(evs, event{data: o.completionChunk("", nil, &reason)})
+	for i, res := range results {
+		reason := finishReason(res.StopReason)
+		switch {
+		case o.calls != nil:
+			cs := &o.calls[i]
+			content, calls := parseCalls(cs.text, o.g.req.toolNames())
+			if len(calls) == 0 {
+				content = cs.text
+			}
+			if rest, ok := strings.CutPrefix(content, cs.text[:cs.sent]); ok && rest != "" {
+				evs = append(evs, event{data: o.chatChunk(i, map[string]any{"content": rest}, nil, nil)})
+			}
+			if len(calls) > 0 {
+				evs = append(evs, event{data: o.chatChunk(i, map[string]any{"tool_calls": callsJSON(calls, true)}, nil, nil)})
+				reason = "tool_calls"
+			}
+			evs = append(evs, event{data: o.chatChunk(i, map[string]any{}, nil, &reason)})
+		case o.chat:
+			evs = append(evs, event{data: o.chatChunk(i, map[string]any{}, nil, &reason)})
+		default:
+			evs = append(evs, event{data: o.completionChunk(i, "", nil, &reason)})
+		}
 	}
 	if o.g.req.usage {
 		object := "text_completion"
@@ -114,7 +176,7 @@ func (o *openAIEvents) end(res *engine.TextResult) []event {
 			object = "chat.completion.chunk"
 		}
 		evs = append(evs, event{data: map[string]any{"id": o.g.id, "object": object, "created": o.g.created, "model": o.g.s.cfg.ModelID,
-			"system_fingerprint": systemFingerprint, "choices": []any{}, "usage": usageOf(res)}})
+			"system_fingerprint": systemFingerprint, "choices": []any{}, "usage": usageOf(results)}})
 	}
 	return append(evs, event{raw: "[DONE]"})
 }
@@ -122,18 +184,18 @@ func (o *openAIEvents) end(res *engine.TextResult) []event {
 // fail ends the stream with the error, without [DONE].
 func (o *openAIEvents) fail(e *requestError) []event { return []event{{data: newErrorJSON(e)}} }
 
-func (o *openAIEvents) chatChunk(delta map[string]any, logprobs any, finish *string) map[string]any {
+func (o *openAIEvents) chatChunk(i int, delta map[string]any, logprobs any, finish *string) map[string]any {
 	g := o.g
 	return map[string]any{"id": g.id, "object": "chat.completion.chunk", "created": g.created, "model": g.s.cfg.ModelID,
 		"system_fingerprint": systemFingerprint,
-		"choices":            []any{map[string]any{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}}}
+		"choices":            []any{map[string]any{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}}}
 }
 
-func (o *openAIEvents) completionChunk(text string, logprobs any, finish *string) map[string]any {
+func (o *openAIEvents) completionChunk(i int, text string, logprobs any, finish *string) map[string]any {
 	g := o.g
 	return map[string]any{"id": g.id, "object": "text_completion", "created": g.created, "model": g.s.cfg.ModelID,
 		"system_fingerprint": systemFingerprint,
-		"choices":            []any{map[string]any{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}}}
+		"choices":            []any{map[string]any{"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}}}
 }
 
 // finishReason is OpenAI's name for a stop reason.
@@ -152,8 +214,12 @@ type usageJSON struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-func usageOf(res *engine.TextResult) *usageJSON {
-	p, c := len(res.PromptIDs), len(res.GeneratedIDs)
+// usageOf counts the prompt once and the tokens generated for every choice.
+func usageOf(results []*engine.TextResult) *usageJSON {
+	p, c := len(results[0].PromptIDs), 0
+	for _, res := range results {
+		c += len(res.GeneratedIDs)
+	}
 	return &usageJSON{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c}
 }
 

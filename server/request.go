@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/grammar"
 	"github.com/layerstream/layerstream/internal/sections"
 	"github.com/layerstream/layerstream/tokenizer"
 )
@@ -42,6 +43,16 @@ type request struct {
 	stream        bool
 	usage         bool // stream_options.include_usage
 	raw           bool // Ollama's generate: the prompt as it is, not rendered with the chat template
+	// schema constrains the output to JSON values (response_format, Ollama's format); nil: free text.
+	schema *grammar.Schema
+	// n is the choices asked for (OpenAI's n; 0: one).
+	n int
+	// tools offered (OpenAI's chat), toolsVar as the chat template gets them, toolChoice "none", "auto",
+	// "required" or "function" (toolName).
+	tools      []tool
+	toolsVar   []any
+	toolChoice string
+	toolName   string
 	// maxTokensField names the field giving maxTokens in the dialect's request, for errors about it ("":
 	// "max_tokens").
 	maxTokensField string
@@ -107,6 +118,7 @@ const (
 	maxStopLen    = 256 // bytes per stop string
 	maxMessages   = 4096
 	maxLegacyTops = 5 // completions' logprobs, as OpenAI
+	maxChoices    = 8 // n
 )
 
 // parseRequest reads a request body for the chat (chat true) or completions endpoint. maxTokens bounds
@@ -156,7 +168,7 @@ func parseRequest(body []byte, chat bool, maxTokens int) (*request, error) {
 		var m map[string]any
 		return json.Unmarshal(raw, &m) == nil
 	})
-	p.only("n", "1", isOne)
+	p.intRange("n", &r.n, 1, maxChoices)
 	p.penalties(r)
 	r.logitBias = p.logitBias("logit_bias")
 	if p.err != nil {
@@ -209,16 +221,64 @@ func (p *parser) openAIChat(r *request, maxTokens int) {
 	if r.topLogprobs > 0 && !r.logprobs && p.err == nil {
 		p.err = badField("top_logprobs", "top_logprobs needs logprobs: true")
 	}
-	p.only("response_format", `{"type": "text"}`, func(raw json.RawMessage) bool {
-		var f struct {
-			Type string `json:"type"`
-		}
-		return strictDecode(raw, &f) == nil && f.Type == "text"
-	})
-	p.only("tools", "[]", is("[]"))
-	p.only("tool_choice", `"none"`, is(`"none"`))
+	r.schema = p.responseFormat("response_format")
+	p.tools(r)
+	p.toolChoice(r)
 	var parallel bool
 	p.boolean("parallel_tool_calls", &parallel)
+}
+
+// responseFormat reads OpenAI's response_format: {"type": "text"} (free text), {"type": "json_object"} (a JSON
+// object) or {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}} (a value of
+// the schema, whose keywords outside the subset the grammar package implements are refused by name).
+func (p *parser) responseFormat(name string) *grammar.Schema {
+	raw, ok := p.fields[name]
+	if !ok || p.err != nil {
+		return nil
+	}
+	at := p.prefix + name
+	var f struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Schema      json.RawMessage `json:"schema"`
+			Strict      *bool           `json:"strict"`
+		} `json:"json_schema"`
+	}
+	if err := strictDecode(raw, &f); err != nil {
+		p.err = badField(at, "%s: want {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}: %s", at, jsonError(err))
+		return nil
+	}
+	switch f.Type {
+	case "text":
+		return nil
+	case "json_object":
+		return grammar.AnyObject
+	case "json_schema":
+		if f.JSONSchema == nil || f.JSONSchema.Schema == nil || isNull(f.JSONSchema.Schema) {
+			p.err = badField(at+".json_schema.schema", "%s.json_schema.schema is required with type json_schema", at)
+			return nil
+		}
+		return p.schema(at+".json_schema.schema", f.JSONSchema.Schema)
+	}
+	p.err = badField(at+".type", "%s.type %q is not supported (text, json_object, json_schema)", at, f.Type)
+	return nil
+}
+
+// schema compiles a JSON schema given in the field at.
+func (p *parser) schema(at string, raw json.RawMessage) *grammar.Schema {
+	s, err := grammar.Compile(raw)
+	if err != nil {
+		var ge *grammar.Error
+		param := at
+		if errors.As(err, &ge) && ge.Path != "" {
+			param = at + "." + ge.Path
+		}
+		p.err = badField(param, "%s: %v (see %s)", at, err, sections.Anchor(sections.Server))
+		return nil
+	}
+	return s
 }
 
 // openAICompletion reads the completions endpoint's own fields.
@@ -384,14 +444,16 @@ type messagePolicy struct {
 	roles   map[string]string                     // accepted role → the role the chat template gets
 	content func(json.RawMessage) (string, error) // reads a message's content
 	other   string                                // why a key other than role and content is refused
+	tools   bool                                  // tool_calls, tool_call_id and a tool's name are read too
 }
 
-// openAIMessages: roles system (or developer, OpenAI's newer name for it), user and assistant, content a string
-// or text parts.
+// openAIMessages: roles system (or developer, OpenAI's newer name for it), user, assistant (with tool_calls)
+// and tool (with tool_call_id), content a string or text parts.
 var openAIMessages = messagePolicy{
-	roles:   map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant"},
+	roles:   map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"},
 	content: messageContent,
-	other:   "layerstream renders only role and content with the model's chat template",
+	other:   "layerstream renders only role, content, tool_calls and tool_call_id with the model's chat template",
+	tools:   true,
 }
 
 // messages reads a chat from the field "messages".
@@ -430,6 +492,9 @@ func (pol messagePolicy) message(at string, m map[string]json.RawMessage) (token
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
+		if pol.tools && (k == "tool_calls" || k == "tool_call_id" || k == "name") {
+			continue
+		}
 		if k != "role" && k != "content" && !isNull(m[k]) {
 			return tokenizer.Message{}, badField(at+"."+k, "%s.%s is not supported: %s", at, k, pol.other)
 		}
@@ -443,11 +508,21 @@ func (pol messagePolicy) message(at string, m map[string]json.RawMessage) (token
 	if !ok {
 		return tokenizer.Message{}, badField(at+".role", "%s.role %q is not supported (%s)", at, role, strings.Join(roles, ", "))
 	}
+	msg := tokenizer.Message{Role: as}
+	if pol.tools {
+		if err := toolMessage(at, &msg, m); err != nil {
+			return tokenizer.Message{}, err
+		}
+		if len(msg.ToolCalls) > 0 && (m["content"] == nil || isNull(m["content"])) {
+			return msg, nil // an assistant's calls without text
+		}
+	}
 	content, err := pol.content(m["content"])
 	if err != nil {
 		return tokenizer.Message{}, badField(at+".content", "%s.content: %v", at, err)
 	}
-	return tokenizer.Message{Role: as, Content: content}, nil
+	msg.Content = content
+	return msg, nil
 }
 
 // messageContent reads a message's content: a string, or an array of {"type": "text", "text": ...} parts

@@ -271,7 +271,8 @@ func TestRequestErrors(t *testing.T) {
 		{comp, `{"prompt": "` + strings.Repeat("a ", 450) + `", "max_tokens": 100}`, 400, "max_tokens", "exceeds the model's context"},
 		{chat, `{"messages": [{"role": "user", "content": "` + strings.Repeat("a ", 450) + `"}], "max_completion_tokens": 100}`, 400, "max_completion_tokens", "exceeds the model's context"},
 		{comp, `{"prompt": "` + strings.Repeat("a ", 3000) + `"}`, 413, "", "exceeds 4096 bytes"},
-		{chat, `{` + msgs + `, "n": 2}`, 400, "n", "n is accepted only as 1"},
+		{chat, `{` + msgs + `, "n": 9}`, 400, "n", "n must be in [1, 8], got 9"},
+		{comp, `{"prompt": "x", "n": 0}`, 400, "n", "n must be in [1, 8], got 0"},
 		{chat, `{` + msgs + `, "frequency_penalty": 2.5}`, 400, "frequency_penalty", "frequency_penalty must be in [-2, 2], got 2.5"},
 		{chat, `{` + msgs + `, "presence_penalty": -3}`, 400, "presence_penalty", "presence_penalty must be in [-2, 2], got -3"},
 		{chat, `{` + msgs + `, "min_p": 1.5}`, 400, "min_p", "min_p must be in [0, 1], got 1.5"},
@@ -279,13 +280,21 @@ func TestRequestErrors(t *testing.T) {
 		{chat, `{` + msgs + `, "logit_bias": {"x": 1}}`, 400, "logit_bias", `logit_bias: key "x" is not a token id`},
 		{chat, `{` + msgs + `, "logit_bias": [1]}`, 400, "logit_bias", "logit_bias: want an object from token ids to numbers"},
 		{chat, `{` + msgs + `, "logit_bias": {"99999": 1}}`, 400, "logit_bias", "logit bias: token id 99999 is outside the vocabulary"},
-		{chat, `{` + msgs + `, "tools": [{"type": "function"}]}`, 400, "tools", "tools is accepted only as []"},
-		{chat, `{` + msgs + `, "response_format": {"type": "json_object"}}`, 400, "response_format", `accepted only as {"type": "text"}`},
+		{chat, `{` + msgs + `, "tools": [{"type": "function"}]}`, 400, "tools[0].type", `only tools of type "function", with a function, are supported`},
+		{chat, `{` + msgs + `, "tool_choice": "required"}`, 400, "tool_choice", `tool_choice "required" needs tools`},
+		{chat, `{` + msgs + `, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}`, 400, "tool_choice.function.name", `"g" is none of the tools`},
+		{chat, `{` + msgs + `, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}}}], "tool_choice": "required"}`, 400, "tools[0].function.parameters.properties.a.format", `the keyword "format" is not supported`},
+		{chat, `{"messages": [{"role": "assistant", "tool_calls": [{"id": "x", "function": {"name": "f", "arguments": 3}}]}]}`, 400, "messages[0].tool_calls", `want [{"id", "type": "function"`},
+		{chat, `{` + msgs + `, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}}}`, 400, "response_format.json_schema.schema.pattern", `the keyword "pattern" is not supported`},
+		{chat, `{` + msgs + `, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}`, 400, "response_format.json_schema.schema", `is required with type json_schema`},
+		{chat, `{` + msgs + `, "response_format": {"type": "yaml"}}`, 400, "response_format.type", `"yaml" is not supported`},
 		{chat, `{` + msgs + `, "top_logprobs": 2}`, 400, "top_logprobs", "needs logprobs: true"},
 		{chat, `{` + msgs + `, "max_tokens": 0}`, 400, "max_tokens", "must be in [1, 100]"},
 		{chat, `{"messages": []}`, 400, "messages", "1 to 4096 messages"},
-		{chat, `{"messages": [{"role": "user", "content": "hi", "name": "bob"}]}`, 400, "messages[0].name", "messages[0].name is not supported"},
-		{chat, `{"messages": [{"role": "tool", "content": "hi"}]}`, 400, "messages[0].role", `role "tool" is not supported`},
+		{chat, `{"messages": [{"role": "user", "content": "hi", "name": "bob"}]}`, 400, "messages[0].name", "messages[0].name is only supported in a tool's message"},
+		{chat, `{"messages": [{"role": "user", "content": "hi", "refusal": "x"}]}`, 400, "messages[0].refusal", "messages[0].refusal is not supported"},
+		{chat, `{"messages": [{"role": "tool", "content": "hi"}]}`, 400, "messages[0].tool_call_id", `tool_call_id is required in a tool's message`},
+		{chat, `{"messages": [{"role": "critic", "content": "hi"}]}`, 400, "messages[0].role", `role "critic" is not supported`},
 		{chat, `{"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]}]}`, 400, "messages[0].content", `part 1 has type "image_url": images, audio and files are not supported`},
 		{chat, `{"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "x"}}]}]}`, 400, "messages[0].content", "images, audio and files are not supported"},
 		{chat, `{"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}]}]}`, 400, "messages[0].content", "part 0: want"},
@@ -561,6 +570,8 @@ func FuzzParseRequest(f *testing.F) {
 		`{"prompt": [1, 2, 3], "logprobs": 2, "temperature": 0.5, "top_p": 0.9, "top_k": 3, "seed": 7}`,
 		`{"prompt": "x", "n": null, "logit_bias": {}}`,
 		`{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "logprobs": true, "top_logprobs": 20}`,
+		`{"messages": [{"role": "user", "content": "w"}, {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{"x": 1}"}}]}, {"role": "tool", "tool_call_id": "a", "content": "1"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}], "tool_choice": "required", "n": 3}`,
+		`{"messages": [{"role": "user", "content": "w"}], "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}}`,
 	} {
 		f.Add([]byte(s), true)
 		f.Add([]byte(s), false)
@@ -576,6 +587,9 @@ func FuzzParseRequest(f *testing.F) {
 		if r.maxTokens < 0 || r.maxTokens > 100 || r.topLogprobs < 0 || r.topLogprobs > engine.MaxTopLogprobs || len(r.stop) > maxStops ||
 			(chat && len(r.messages) == 0) || (!chat && r.prompt == "" && len(r.ids) == 0) {
 			t.Fatalf("accepted out of bounds: %+v", r)
+		}
+		if r.n < 0 || r.n > maxChoices || r.toolChoice != "" && r.toolChoice != "none" && len(r.tools) == 0 {
+			t.Fatalf("accepted n %d, tool_choice %q with %d tools", r.n, r.toolChoice, len(r.tools))
 		}
 		if r.temperature != nil && !(*r.temperature >= 0 && *r.temperature <= 2) {
 			t.Fatalf("temperature %v accepted", *r.temperature)

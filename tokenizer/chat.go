@@ -20,6 +20,20 @@ import (
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// ToolCalls are an assistant's calls of tools; ToolCallID names the call a tool message answers, Name the
+	// tool. Templates see them as transformers passes them: message.tool_calls (each {"id", "type": "function",
+	// "function": {"name", "arguments"}}, arguments an object), message.tool_call_id, message.name.
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+}
+
+// ToolCall is a call of a tool in an assistant's message: Arguments are the decoded JSON arguments (an object,
+// as transformers' templates expect; a string when they were not JSON).
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments any    `json:"arguments"`
 }
 
 // ErrNoChatTemplate is returned by ApplyChatTemplate for a tokenizer without a chat template.
@@ -103,7 +117,21 @@ func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool, vars map
 	}()
 	messages := make([]any, len(msgs))
 	for i, m := range msgs {
-		messages[i] = map[string]any{"role": m.Role, "content": m.Content}
+		msg := map[string]any{"role": m.Role, "content": m.Content}
+		if len(m.ToolCalls) > 0 {
+			calls := make([]any, len(m.ToolCalls))
+			for j, c := range m.ToolCalls {
+				calls[j] = map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
+			}
+			msg["tool_calls"] = calls
+		}
+		if m.ToolCallID != "" {
+			msg["tool_call_id"] = m.ToolCallID
+		}
+		if m.Name != "" {
+			msg["name"] = m.Name
+		}
+		messages[i] = msg
 	}
 	var raised error
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
@@ -144,6 +172,7 @@ func compileTemplate(src string) (_ *exec.Template, err error) {
 	if src, err = rewriteConditionals(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(src)); err != nil {
 		return nil, err
 	}
+	src = rewriteNegativeIndexes(src)
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true

@@ -127,6 +127,6 @@ func FuzzChatTemplate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		tpl.Render([]Message{{"system", "s"}, {"user", "u"}, {"assistant", "a"}}, true, nil)
+		tpl.Render([]Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u"}, {Role: "assistant", Content: "a"}}, true, nil)
 	})
 }

@@ -37,28 +37,28 @@ func TestChatTemplateQwen3(t *testing.T) {
 		gen  bool
 		want string
 	}{
-		{"system and user", []Message{{"system", "You are helpful."}, {"user", "Hi"}}, true,
+		{"system and user", []Message{{Role: "system", Content: "You are helpful."}, {Role: "user", Content: "Hi"}}, true,
 			"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
 		// An assistant turn before the last user turn loses its reasoning.
-		{"old reasoning dropped", []Message{{"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}, {"user", "and 3+3?"}}, false,
+		{"old reasoning dropped", []Message{{Role: "user", Content: "2+2?"}, {Role: "assistant", Content: "<think>\nadd\n</think>\n\n4"}, {Role: "user", Content: "and 3+3?"}}, false,
 			"<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nand 3+3?<|im_end|>\n"},
 		// The last assistant turn after the last user turn keeps it, rewritten.
-		{"last reasoning kept", []Message{{"user", "Hi"}, {"assistant", "<think>\nhmm\n</think>\n\nHello!"}}, false,
+		{"last reasoning kept", []Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "<think>\nhmm\n</think>\n\nHello!"}}, false,
 			"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nHello!<|im_end|>\n"},
 		// Consecutive tool results share one user turn.
-		{"tool results", []Message{{"user", "q"}, {"assistant", "calling"}, {"tool", "42"}, {"tool", "43"}}, true,
+		{"tool results", []Message{{Role: "user", Content: "q"}, {Role: "assistant", Content: "calling"}, {Role: "tool", Content: "42"}, {Role: "tool", Content: "43"}}, true,
 			"<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\ncalling<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response>\n<tool_response>\n43\n</tool_response><|im_end|>\n<|im_start|>assistant\n"},
 	} {
 		if got := render(t, tok, c.msgs, c.gen); got != c.want {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
 	}
-	noThink, err := tok.ApplyChatTemplateWith([]Message{{"user", "Hi"}}, true, map[string]any{"enable_thinking": false})
+	noThink, err := tok.ApplyChatTemplateWith([]Message{{Role: "user", Content: "Hi"}}, true, map[string]any{"enable_thinking": false})
 	if want := "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"; err != nil || noThink != want {
 		t.Errorf("enable_thinking false:\n got %q, %v\nwant %q", noThink, err, want)
 	}
 	// The rendered prompt encodes its markers as special tokens.
-	ids := encode(t, tok, render(t, tok, []Message{{"user", "Hi"}}, true), false)
+	ids := encode(t, tok, render(t, tok, []Message{{Role: "user", Content: "Hi"}}, true), false)
 	if ids[0] != 151644 || ids[len(ids)-3] != 151644 {
 		t.Errorf("ids %v: want <|im_start|> (151644) as first and third-last", ids)
 	}
@@ -68,12 +68,12 @@ const llama2Template = `{% if messages[0]['role'] == 'system' %}{% set loop_mess
 
 func TestChatTemplateLlama2(t *testing.T) {
 	tok := withTemplate(t, llama2Template, "<s>", "</s>")
-	got := render(t, tok, []Message{{"system", "S"}, {"user", " Hi "}, {"assistant", "Yo"}, {"user", "Q"}}, true)
+	got := render(t, tok, []Message{{Role: "system", Content: "S"}, {Role: "user", Content: " Hi "}, {Role: "assistant", Content: "Yo"}, {Role: "user", Content: "Q"}}, true)
 	want := "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\n Hi [/INST] Yo </s><s>[INST] Q [/INST]"
 	if got != want {
 		t.Errorf("\n got %q\nwant %q", got, want)
 	}
-	_, err := tok.ApplyChatTemplate([]Message{{"assistant", "first"}}, true)
+	_, err := tok.ApplyChatTemplate([]Message{{Role: "assistant", Content: "first"}}, true)
 	if err == nil || !strings.Contains(err.Error(), "Conversation roles must alternate") {
 		t.Errorf("raise_exception: err %v", err)
 	}
@@ -83,7 +83,7 @@ const llama3Template = `{% set loop_messages = messages %}{% for message in loop
 
 func TestChatTemplateLlama3(t *testing.T) {
 	tok := withTemplate(t, llama3Template, "<|begin_of_text|>", "<|eot_id|>")
-	got := render(t, tok, []Message{{"system", "Be brief."}, {"user", " Hi "}}, true)
+	got := render(t, tok, []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: " Hi "}}, true)
 	want := "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>" +
 		"<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 	if got != want {
@@ -104,7 +104,7 @@ func TestChatTemplateBlocks(t *testing.T) {
 		"    {{- '<|im_start|>assistant\\n' }}\n" +
 		"{% endif %}"
 	tok := withTemplate(t, tpl, "", "<|im_end|>")
-	got := render(t, tok, []Message{{"user", "Hi"}}, true)
+	got := render(t, tok, []Message{{Role: "user", Content: "Hi"}}, true)
 	want := "<|im_start|>system\nDefault<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\n<|im_start|>assistant\n\n"
 	if got != want {
 		t.Errorf("\n got %q\nwant %q", got, want)
@@ -113,7 +113,7 @@ func TestChatTemplateBlocks(t *testing.T) {
 
 func TestChatTemplateToJSON(t *testing.T) {
 	tok := withTemplate(t, `{{ {"b": [1, 2.5, "é\"<>"], "a": none, "c": true} | tojson }}|{{ messages[0] | tojson }}`, "", "")
-	got := render(t, tok, []Message{{"user", "x\ny"}}, false)
+	got := render(t, tok, []Message{{Role: "user", Content: "x\ny"}}, false)
 	want := `{"b": [1, 2.5, "é\"<>"], "a": null, "c": true}|{"content": "x\ny", "role": "user"}`
 	if got != want {
 		t.Errorf("\n got %s\nwant %s", got, want)
@@ -122,7 +122,7 @@ func TestChatTemplateToJSON(t *testing.T) {
 
 func TestNoChatTemplate(t *testing.T) {
 	tok := mustParse(t, tiny(t, []string{"a"}, []string{}, nil, nil), nil)
-	if _, err := tok.ApplyChatTemplate([]Message{{"user", "hi"}}, true); !errors.Is(err, ErrNoChatTemplate) {
+	if _, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "hi"}}, true); !errors.Is(err, ErrNoChatTemplate) {
 		t.Errorf("err %v, want ErrNoChatTemplate", err)
 	}
 	bad := withTemplate(t, "{% for %}", "", "")
@@ -133,12 +133,12 @@ func TestNoChatTemplate(t *testing.T) {
 
 func TestChatTemplateConcurrent(t *testing.T) {
 	tok := withTemplate(t, llama3Template, "<|begin_of_text|>", "<|eot_id|>")
-	want := render(t, tok, []Message{{"user", "Hi"}}, true)
+	want := render(t, tok, []Message{{Role: "user", Content: "Hi"}}, true)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for range 20 {
-				if got, err := tok.ApplyChatTemplate([]Message{{"user", "Hi"}}, true); err != nil || got != want {
+				if got, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "Hi"}}, true); err != nil || got != want {
 					t.Errorf("got %q, %v", got, err)
 					return
 				}

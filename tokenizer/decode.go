@@ -469,3 +469,40 @@ func (d *StreamDecoder) Flush() string {
 	d.state = d.t.decoder.newState()
 	return text
 }
+
+// TokenBytes returns the bytes token id adds to a text it does not begin (decoded after other tokens), or false
+// for added tokens (special or not: their text is markup, not content) and ids outside the vocabulary. A
+// byte-level or byte-fallback token that is part of a UTF-8 character gives that part.
+func (t *Tokenizer) TokenBytes(id int) ([]byte, bool) {
+	if _, ok := t.addedByID[id]; ok {
+		return nil, false
+	}
+	if id < 0 || id >= len(t.model.tokens) || t.model.tokens[id] == "" {
+		return nil, false
+	}
+	tok := t.model.tokens[id]
+	fused := false
+	for _, step := range t.decoder.steps {
+		switch step.kind {
+		case stepReplace:
+			tok = replaceAll(step.pattern, tok, step.content)
+		case stepByteFallback:
+			if b, ok := fallbackByte(tok); ok {
+				tok = string([]byte{b})
+			}
+		case stepFuse:
+			fused = true
+		case stepStrip: // after Fuse, it strips the text's ends, which a token in the middle is not
+			if !fused {
+				tok = stripToken(tok, step.char, step.start, step.stop)
+			}
+		case stepMetaspace:
+			tok = strings.ReplaceAll(tok, step.replacement, " ")
+		case stepByteLevel:
+			tok, fused = string(byteLevelDecode([]string{tok})), true
+		case stepJoinSpaces:
+			tok = " " + tok
+		}
+	}
+	return []byte(tok), true
+}

@@ -61,7 +61,7 @@ func FuzzLoad(f *testing.F) {
 		tok.Decode([]int{-1, 0, 1, 2, 3, 1 << 30}, true)
 		tok.IDToken(-5)
 		tok.VocabSize()
-		if _, err := tok.ApplyChatTemplate([]Message{{"user", "hi"}}, true); err != nil {
+		if _, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "hi"}}, true); err != nil {
 			t.Errorf("ApplyChatTemplate: %v", err)
 		}
 	})

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 
@@ -19,6 +20,9 @@ import (
 //     is rewritten into ((c) and [x] or [y])[0], which gonja's and/or evaluate as Python does: lazily, and to an
 //     operand's value (the one-element lists keep a falsy x from falling through to y);
 //   - transformers' {% generation %} block (SmolLM3), which renders its body (controlStructures);
+//   - x[-n] where x has exactly n items: gonja v2.9.1 finds nothing (its bound check is off by one), so a
+//     one-message chat's messages[-1], or Qwen3's content.split('</think>')[-1] of a content without the tag,
+//     came out empty. Each x[-n] is rewritten into x[-n:][0] (rewriteNegativeIndexes), which gonja slices right;
 //   - str.replace(old, new) without a count (SmolLM3), which gonja's requires, and strip, lstrip, rstrip and
 //     split without arguments, which gonja's refuse (methods).
 
@@ -308,4 +312,67 @@ func tagConditional(tag []*tokens.Token, block bool) (conditional, bool) {
 		return c, true
 	}
 	return conditional{}, false
+}
+
+// negativeIndex is a subscript by a negative integer literal: [-1], [ -2 ].
+var negativeIndex = regexp.MustCompile(`^\[\s*-\s*([0-9]+)\s*\]`)
+
+// subscripted reports whether a "[" after out subscripts what out ends with (a name, a call, a subscript, a
+// string) rather than opening a list.
+func subscripted(out string) bool {
+	if out == "" {
+		return false
+	}
+	c := out[len(out)-1]
+	return c == '_' || c == ')' || c == ']' || c == '\'' || c == '"' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// rewriteNegativeIndexes rewrites every subscript x[-n] (n a literal) inside the template's tags ({{ }}, {% %};
+// not in their string literals, nor in comments or the text between tags) into x[-n:][0].
+func rewriteNegativeIndexes(src string) string {
+	var b strings.Builder
+	inTag := false
+	for i := 0; i < len(src); {
+		switch {
+		case !inTag && (strings.HasPrefix(src[i:], "{{") || strings.HasPrefix(src[i:], "{%")):
+			inTag = true
+			b.WriteString(src[i : i+2])
+			i += 2
+		case !inTag && strings.HasPrefix(src[i:], "{#"):
+			end := strings.Index(src[i:], "#}")
+			if end < 0 {
+				end = len(src) - i - 2
+			}
+			b.WriteString(src[i : i+end+2])
+			i += end + 2
+		case !inTag:
+			b.WriteByte(src[i])
+			i++
+		case strings.HasPrefix(src[i:], "}}") || strings.HasPrefix(src[i:], "%}"):
+			inTag = false
+			b.WriteString(src[i : i+2])
+			i += 2
+		case src[i] == '\'' || src[i] == '"':
+			q := src[i]
+			j := i + 1
+			for j < len(src) && src[j] != q {
+				if src[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			j = min(j+1, len(src))
+			b.WriteString(src[i:j])
+			i = j
+		default:
+			if m := negativeIndex.FindStringSubmatch(src[i:]); m != nil && subscripted(b.String()) {
+				b.WriteString("[-" + m[1] + ":][0]")
+				i += len(m[0])
+				continue
+			}
+			b.WriteByte(src[i])
+			i++
+		}
+	}
+	return b.String()
 }

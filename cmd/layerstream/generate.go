@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/grammar"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/tokenizer"
 )
@@ -36,6 +37,8 @@ func init() {
 			fs.Var(&o.stop, "stop", "stop when the text contains this `string`, which is left out (repeatable)")
 			fs.BoolVar(&o.logprobs, "logprobs", false, "with --json: the log-probability of every generated token")
 			fs.IntVar(&o.topLogprobs, "top-logprobs", 0, "with --json: the `n` most likely tokens of every step with their log-probabilities (at most 20)")
+			fs.StringVar(&o.jsonSchema, "json-schema", "", "constrain the output to a JSON value of the JSON Schema in this `file` (a subset: see docs/serving.md#structured-output)")
+			fs.StringVar(&o.grammar, "grammar", "", "constrain the output to this grammar: json (any JSON value)")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object (ids, text, stop reason, seed, timings) instead of streaming text")
 			fs.StringVar(&o.batchFile, "batch-file", "", "throughput mode: generate every line of this JSONL file ({\"prompt\": TEXT} or {\"ids\": [...]}, optional \"max_new_tokens\", \"temperature\", \"top_k\", \"top_p\", \"repetition_penalty\", \"seed\"), several sequences per layer load; prints one JSON object per line, in input order")
 			fs.IntVar(&o.batchSize, "batch-size", 16, "with --batch-file: most sequences generated together (a line joins as soon as another ends)")
@@ -98,6 +101,27 @@ type generateOptions struct {
 	topLogprobs        int
 	eng                engine.Options
 	emptyPrompt        bool // --prompt "" was given
+	jsonSchema         string
+	grammar            string
+}
+
+// schema is the grammar of --json-schema or --grammar (nil: none).
+func (o *generateOptions) schema() (*grammar.Schema, error) {
+	switch {
+	case o.jsonSchema != "":
+		b, err := os.ReadFile(o.jsonSchema)
+		if err != nil {
+			return nil, usageErrorf("--json-schema: %v", err)
+		}
+		s, err := grammar.Compile(b)
+		if err != nil {
+			return nil, usageErrorf("--json-schema %s: %v", o.jsonSchema, err)
+		}
+		return s, nil
+	case o.grammar == "json":
+		return grammar.AnyJSON, nil
+	}
+	return nil, nil
 }
 
 // check refuses flag combinations that do not go together.
@@ -124,6 +148,12 @@ func (o *generateOptions) check() error {
 		return usageErrorf("--chat, --system and --stop work on text: give --prompt or --prompt-file instead of --ids")
 	case (o.logprobs || o.topLogprobs > 0) && !o.json:
 		return usageErrorf("--logprobs and --top-logprobs print with --json")
+	case o.grammar != "" && o.grammar != "json":
+		return usageErrorf("--grammar: the grammars are json, got %q", o.grammar)
+	case o.grammar != "" && o.jsonSchema != "":
+		return usageErrorf("give --grammar or --json-schema, not both")
+	case o.batchFile != "" && (o.grammar != "" || o.jsonSchema != ""):
+		return usageErrorf("--grammar and --json-schema are not available with --batch-file")
 	case o.topLogprobs < 0 || o.topLogprobs > engine.MaxTopLogprobs:
 		return usageErrorf("--top-logprobs must be in [0, %d], got %d", engine.MaxTopLogprobs, o.topLogprobs)
 	}
@@ -241,6 +271,10 @@ type timingsJSON struct {
 
 func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error {
 	monitor := guard.NewMonitor(guard.MonitorOptions{Strict: o.strict})
+	schema, err := o.schema()
+	if err != nil {
+		return err
+	}
 	hint := ""
 	if o.ids == "" || !o.json {
 		hint = "give --ids and --json to run without one"
@@ -265,11 +299,14 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 			return usageErrorf("%v", err)
 		}
 	}
+	if tokErr != nil && schema != nil {
+		return tokErr // the grammar reads the tokens' texts
+	}
 	if tokErr != nil { // no tokenizer (so --ids): ids only
 		res, err = generateIDs(ctx, e, promptIDs, o, sampling, monitor, stdout, &out)
 	} else {
 		var tr *engine.TextResult
-		tr, err = generateText(ctx, e, promptIDs, o, sampling, monitor, stdout, &out)
+		tr, err = generateText(ctx, e, promptIDs, o, sampling, monitor, schema, stdout, &out)
 		if tr != nil {
 			res, out.Text, out.Stop = &tr.Result, tr.Text, tr.Stop
 		}
@@ -306,9 +343,16 @@ func runGenerate(ctx context.Context, o generateOptions, stdout io.Writer) error
 // generateText runs a text prompt (a chat with --chat), or promptIDs when not nil (--ids), through
 // Engine.GenerateText: streamed to stdout in text mode (a text prompt first, except for a chat, whose reply is
 // printed alone), collected into out with --json.
-func generateText(ctx context.Context, e *engine.Engine, promptIDs []int, o generateOptions, s engine.Sampling, monitor *guard.Monitor, stdout io.Writer, out *generateJSON) (*engine.TextResult, error) {
+func generateText(ctx context.Context, e *engine.Engine, promptIDs []int, o generateOptions, s engine.Sampling, monitor *guard.Monitor, schema *grammar.Schema, stdout io.Writer, out *generateJSON) (*engine.TextResult, error) {
 	req := engine.TextRequest{Prompt: o.prompt, PromptIDs: promptIDs, MaxNewTokens: o.maxNew, Sampling: s, Stop: o.stop,
 		Logprobs: o.logprobs, TopLogprobs: o.topLogprobs, Monitor: monitor}
+	if schema != nil {
+		c, err := e.JSONConstraint(schema)
+		if err != nil {
+			return nil, err
+		}
+		req.Constraint = c
+	}
 	if o.chat {
 		req.Prompt = ""
 		if o.system != "" {

@@ -275,3 +275,37 @@ func TestRefusedRequestPrintsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateJSONSchema: --json-schema and --grammar json constrain the text to a JSON value of the schema.
+func TestGenerateJSONSchema(t *testing.T) {
+	model := testutil.SharedPath(t, "models", "stories260K-hf")
+	t.Setenv("LAYERSTREAM_CACHE", t.TempDir())
+	schema := t.TempDir() + "/schema.json"
+	os.WriteFile(schema, []byte(`{"type": "object", "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"}}, "required": ["name", "ok"], "additionalProperties": false}`), 0o644)
+	for _, o := range []generateOptions{{jsonSchema: schema}, {grammar: "json"}} {
+		var out bytes.Buffer
+		o.model, o.prompt, o.maxNew, o.json = model, "Once upon a time", 120, true
+		o.temperature, o.topK, o.topP, o.repetitionPenalty = 0, -1, -1, -1
+		if err := runGenerate(context.Background(), o, &out); err != nil {
+			t.Fatal(err)
+		}
+		var got generateJSON
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatalf("--json output %q: %v", out.String(), err)
+		}
+		var v any
+		if got.StopReason != "eos" || json.Unmarshal([]byte(got.Text), &v) != nil {
+			t.Errorf("%+v: %s", o, out.String())
+		}
+		m, _ := v.(map[string]any)
+		if _, ok := m["ok"].(bool); o.jsonSchema != "" && (!ok || len(m) != 2) {
+			t.Errorf("--json-schema: %s", got.Text)
+		}
+	}
+	bad := t.TempDir() + "/bad.json"
+	os.WriteFile(bad, []byte(`{"type": "string", "pattern": "a+"}`), 0o644)
+	err := runGenerate(context.Background(), generateOptions{model: model, prompt: "x", jsonSchema: bad}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `"pattern"`) {
+		t.Errorf("a schema with pattern: %v", err)
+	}
+}

@@ -42,9 +42,23 @@ stop = client.messages.create(model=model, max_tokens=20, extra_body={"temperatu
                               stop_sequences=["storm"])
 out["stop"] = {"text": stop.content[0].text, "stop_reason": stop.stop_reason, "stop_sequence": stop.stop_sequence}
 
+weather = {"name": "get_weather", "description": "The weather of a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+call = client.messages.create(model=model, max_tokens=200, extra_body={"temperature": 0}, messages=ask,
+                              tools=[weather], tool_choice={"type": "any"})
+use = [b for b in call.content if b.type == "tool_use"]
+out["tool_use"] = {"stop_reason": call.stop_reason, "name": use[0].name if use else None,
+                   "input": use[0].input if use else None}
+if use:
+    ask = ask + [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in call.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0].id, "content": "21 degrees"}]}]
+    answer = client.messages.create(model=model, max_tokens=20, extra_body={"temperature": 0}, messages=ask, tools=[weather])
+    out["tool_answer"] = {"stop_reason": answer.stop_reason, "text": "".join(b.text for b in answer.content if b.type == "text")}
+
 try:
-    client.messages.create(model=model, max_tokens=20, messages=messages,
-                           tools=[{"name": "f", "input_schema": {"type": "object"}}])
+    client.messages.create(model=model, max_tokens=20, messages=messages, tool_choice={"type": "any"},
+                           tools=[{"name": "f", "input_schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}}])
 except anthropic.BadRequestError as e:
     out["refused"] = {"status": e.status_code, "message": e.body["error"]["message"] if isinstance(e.body, dict) else str(e)}
 
