@@ -220,9 +220,12 @@ func (o *Options) checkArithmetic() error {
 	return nil
 }
 
-// The defaults of Options.DraftTokens.
+// The defaults of Options.DraftTokens. Measured on the real Qwen2.5-Coder pair, the 1.5B streamed with O_DIRECT
+// and the 0.5B as draft, greedy, 96 tokens of two prompts: chains of 6 gave 6.0-6.4 tokens per pass, of 10 8.7
+// (0.039-0.040 s/token against 0.047-0.075), and 3-4 leaves beside them nothing more (the draft already agrees
+// on ~90% of its tokens). On a model that fits in memory a longer draft costs more compute per pass.
 const (
-	DefaultDraftTokens = 6
+	DefaultDraftTokens = 10
 	DefaultNgramTokens = 8
 )
 
