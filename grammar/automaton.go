@@ -1,5 +1,7 @@
 package grammar
 
+import "github.com/layerstream/layerstream/internal/utf8x"
+
 // The automaton reads the JSON text byte by byte. Its state is the frame of the innermost value being read and a
 // stack of the frames around it (immutable, shared between states): a State is a small comparable value, so
 // that stepping it allocates only when a value opens inside another, and states can key a cache.
@@ -369,7 +371,7 @@ func (st State) stepString(c byte) (State, bool) {
 			return st, false
 		case c < 0x80:
 		default:
-			lo, hi, n := utf8Second(c)
+			lo, hi, n := utf8x.SecondByte(c)
 			if n == 0 {
 				return st, false
 			}
@@ -401,27 +403,6 @@ func (st State) stepString(c byte) (State, bool) {
 		}
 	}
 	return st, true
-}
-
-// utf8Second gives the valid range of the byte after a lead byte and the sequence's length (0: not a lead).
-func utf8Second(lead byte) (lo, hi byte, n int) {
-	switch {
-	case lead >= 0xC2 && lead <= 0xDF:
-		return 0x80, 0xBF, 2
-	case lead == 0xE0:
-		return 0xA0, 0xBF, 3
-	case lead == 0xED:
-		return 0x80, 0x9F, 3
-	case lead >= 0xE1 && lead <= 0xEF:
-		return 0x80, 0xBF, 3
-	case lead == 0xF0:
-		return 0x90, 0xBF, 4
-	case lead >= 0xF1 && lead <= 0xF3:
-		return 0x80, 0xBF, 4
-	case lead == 0xF4:
-		return 0x80, 0x8F, 4
-	}
-	return 0, 0, 0
 }
 
 // remaining reports whether an object may take another key.

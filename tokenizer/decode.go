@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/layerstream/layerstream/internal/utf8x"
 )
 
 // decoder turns tokens back into text: the decoder chain of tokenizer.json, written so that it can run on a stream
@@ -319,31 +321,10 @@ func byteLevelDecode(tokens []string) []byte {
 	return b
 }
 
-// utf8Second gives the valid range of the byte after each lead byte (the later ones are always 0x80..0xBF).
-func utf8Second(lead byte) (lo, hi byte, n int) {
-	switch {
-	case lead >= 0xC2 && lead <= 0xDF:
-		return 0x80, 0xBF, 2
-	case lead == 0xE0:
-		return 0xA0, 0xBF, 3
-	case lead == 0xED:
-		return 0x80, 0x9F, 3
-	case lead >= 0xE1 && lead <= 0xEF:
-		return 0x80, 0xBF, 3
-	case lead == 0xF0:
-		return 0x90, 0xBF, 4
-	case lead >= 0xF1 && lead <= 0xF3:
-		return 0x80, 0xBF, 4
-	case lead == 0xF4:
-		return 0x80, 0x8F, 4
-	}
-	return 0, 0, 0
-}
-
 // validPrefix returns how many bytes of b (b[0] a lead byte) form a valid start of its sequence, and the
 // sequence's full length (0 when b[0] cannot start one).
 func validPrefix(b []byte) (int, int) {
-	lo, hi, n := utf8Second(b[0])
+	lo, hi, n := utf8x.SecondByte(b[0])
 	if n == 0 {
 		return 0, 0
 	}
