@@ -50,6 +50,16 @@ type draftTree struct {
 	leafParent []int
 }
 
+// written is how many of a pass's t new positions — the last token, then the draft — are written to the cache:
+// all of them for a chain (d nil), the last token and the chain for a tree (its leaves would overwrite the
+// chain's positions).
+func (d *draftTree) written(t int) int {
+	if d == nil {
+		return t
+	}
+	return 1 + d.chain
+}
+
 // chainDraft is a draft without leaves.
 func chainDraft(ids []int) draftTree { return draftTree{ids: ids, chain: len(ids)} }
 

@@ -132,12 +132,7 @@ type feed struct {
 }
 
 // commit is how many of the feed's new positions the pass writes to the cache: all but a draft tree's leaves.
-func (f feed) commit() int {
-	if f.tree != nil {
-		return 1 + f.tree.chain
-	}
-	return len(f.ids)
-}
+func (f feed) commit() int { return f.tree.written(len(f.ids)) }
 
 // positions are the positions of the feed's new tokens after pos0 new ones: consecutive, but for a draft tree's
 // leaves, each at its depth.

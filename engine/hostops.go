@@ -256,10 +256,7 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	kvHeads := ka.dims[1]
 	jobs := make([]kernels.AttentionJob, 0, b*kvHeads)
 	for bi := range b {
-		n := t // the queries attending to the cache and, not written ahead, to the new keys: all but a tree's leaves
-		if o.tree != nil {
-			n = 1 + o.tree.chain
-		}
+		n := o.tree.written(t) // the queries attending to the cache and, not written ahead, to the new keys: all but a tree's leaves
 		held := o.past[bi]
 		if ahead {
 			held += n
@@ -332,10 +329,7 @@ func (o hostOps) row(bi int) int {
 // its positions past[bi].. (committed by the pass's kvcache.Store.Advance), keeping the first error in o.err.
 func (o hostOps) commit(k, v *hostArray) {
 	b, t := k.dims[0], k.dims[2]
-	n := t
-	if o.tree != nil {
-		n = 1 + o.tree.chain // a tree's leaves are not written: they would overwrite the chain's positions
-	}
+	n := o.tree.written(t)
 	size := len(k.data) / b
 	for bi := range b {
 		err := o.kv.Write(o.row(bi), n, t, k.data[bi*size:(bi+1)*size], v.data[bi*size:(bi+1)*size])

@@ -529,7 +529,7 @@ func (b *batcher) accept(j *job, logits []float32) error {
 	s := j.seq
 	d := s.draft
 	v := b.run.cfg.VocabSize
-	held := b.kv.Len(j.row) - d.chain - 1 // the pass wrote the last token (at held) and the chain after it
+	held := b.kv.Len(j.row) - d.written(1+len(d.ids)) // the pass wrote the last token (at held) and the chain after it
 	taken := 0
 	for node := -1; ; {
 		kids := d.children(node)
