@@ -98,14 +98,18 @@ func TestPassTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rows := range []int{1, 8, MaxDraftTokens + 1} {
-		times, err := e.PassTime(ctx, req.PromptIDs, rows, 2)
-		if err != nil || len(times) != 2 || times[0] <= 0 {
-			t.Fatalf("%d rows: %v, %v", rows, times, err)
+	rows := []int{1, 8, MaxDraftTokens + 1}
+	times, err := e.PassTime(ctx, req.PromptIDs, rows, 2)
+	if err != nil || len(times) != len(rows) {
+		t.Fatalf("%v, %v", times, err)
+	}
+	for i, ts := range times {
+		if len(ts) != 2 || ts[0] <= 0 || ts[1] <= 0 {
+			t.Fatalf("%d rows: %v", rows[i], ts)
 		}
 	}
 	for _, rows := range []int{0, MaxDraftTokens + 2} {
-		if _, err := e.PassTime(ctx, req.PromptIDs, rows, 1); err == nil {
+		if _, err := e.PassTime(ctx, req.PromptIDs, []int{1, rows}, 1); err == nil {
 			t.Errorf("%d rows: accepted", rows)
 		}
 	}

@@ -343,25 +343,23 @@ type passRows struct {
 	Ratio   float64 `json:"ratio"`   // against the first entry's
 }
 
-// passTimes measures --pass-rows: o.runs passes of each number of rows after the prompt (engine.PassTime), the
-// sizes interleaved run by run so that a machine's drift affects them alike.
+// passTimes measures --pass-rows: o.runs passes of each number of rows after the prompt (engine.PassTime, the
+// sizes interleaved run by run), after a round that warms up.
 func passTimes(ctx context.Context, e *engine.Engine, prompt []int, o benchOptions) ([]passRows, error) {
 	if len(o.passRows) == 0 {
 		return nil, nil
 	}
-	times := make([][]float64, len(o.passRows))
-	for range o.runs + 1 { // the first round warms up
-		for i, k := range o.passRows {
-			d, err := e.PassTime(ctx, prompt, k, 1)
-			if err != nil {
-				return nil, fmt.Errorf("--pass-rows %d: %w", k, err)
-			}
-			times[i] = append(times[i], d[0].Seconds())
-		}
+	times, err := e.PassTime(ctx, prompt, o.passRows, o.runs+1)
+	if err != nil {
+		return nil, fmt.Errorf("--pass-rows: %w", err)
 	}
 	out := make([]passRows, len(o.passRows))
 	for i, k := range o.passRows {
-		out[i] = passRows{Rows: k, Runs: o.runs, Seconds: stats.Median(times[i][1:])}
+		secs := make([]float64, o.runs)
+		for j, d := range times[i][1:] { // the first round warms up
+			secs[j] = d.Seconds()
+		}
+		out[i] = passRows{Rows: k, Runs: o.runs, Seconds: stats.Median(secs)}
 		out[i].Ratio = out[i].Seconds / out[0].Seconds
 	}
 	return out, nil
