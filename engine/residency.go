@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/layerstream/layerstream/internal/bytesize"
+	"github.com/layerstream/layerstream/kvcache"
 )
 
 // Memory-aware residency. A model streamed from disk (past the page cache: Options.DirectIO) reads every layer
@@ -59,12 +60,9 @@ const residencyKVPositions = 4096
 // kvEstimate is the memory of one sequence's key/value cache at min(context, residencyKVPositions) positions,
 // every layer full (the batch loop allocates its cache after the budget is spent).
 func (s *weightStore) kvEstimate() int64 {
-	elem := int64(4)
-	if s.opts.KVCache == KVCacheF16 {
-		elem = 2
-	}
-	positions := int64(min(s.plan.Context, residencyKVPositions))
-	return 2 * elem * int64(s.plan.KVHeads*s.plan.HeadDim) * int64(len(s.plan.Layers)) * positions
+	p := s.plan
+	return kvcache.Config{Layers: len(p.Layers), Batch: 1, KVHeads: p.KVHeads, Capacity: min(p.Context, residencyKVPositions),
+		HeadDim: p.HeadDim, Half: s.opts.KVCache == KVCacheF16}.Bytes()
 }
 
 // residentLayers returns which decoder layers the store keeps resident for a budget of bytes: as many as fit,
