@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -75,43 +74,29 @@ func (anthropic) parse(body []byte, maxTokens int) (*request, error) {
 // anthropicContent reads a message's content or the system prompt: a string, or text blocks (joined; a
 // block's cache_control changes nothing). Other blocks are refused by type.
 func anthropicContent(raw json.RawMessage) (string, error) {
-	if raw == nil || isNull(raw) {
-		return "", errors.New("required")
+	refuse := func(j int, typ string) error {
+		switch typ {
+		case "text":
+			return nil
+		case "image", "document", "search_result":
+			return fmt.Errorf("block %d has type %q: images and documents are not supported (text in, text out)", j, typ)
+		case "tool_use", "tool_result":
+			return fmt.Errorf("block %d has type %q: tool_use blocks belong in an assistant's message, tool_result blocks in a user's", j, typ)
+		case "server_tool_use":
+			return fmt.Errorf("block %d has type %q: server tools are not supported", j, typ)
+		}
+		return fmt.Errorf("block %d has type %q: only text blocks are supported", j, typ)
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var blocks []json.RawMessage
-	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", fmt.Errorf("want a string or an array of {\"type\": \"text\", \"text\": ...} blocks, got %s", excerpt(raw))
-	}
-	var b strings.Builder
-	for j, raw := range blocks {
+	return textContent(raw, "block", refuse, func(raw json.RawMessage) (string, bool) {
 		var block struct {
 			Type         string          `json:"type"`
 			Text         string          `json:"text"`
 			CacheControl json.RawMessage `json:"cache_control"`
 			Citations    json.RawMessage `json:"citations"`
 		}
-		json.Unmarshal(raw, &block)
-		switch block.Type {
-		case "text":
-		case "image", "document", "search_result":
-			return "", fmt.Errorf("block %d has type %q: images and documents are not supported (text in, text out)", j, block.Type)
-		case "tool_use", "tool_result":
-			return "", fmt.Errorf("block %d has type %q: tool_use blocks belong in an assistant's message, tool_result blocks in a user's", j, block.Type)
-		case "server_tool_use":
-			return "", fmt.Errorf("block %d has type %q: server tools are not supported", j, block.Type)
-		default:
-			return "", fmt.Errorf("block %d has type %q: only text blocks are supported", j, block.Type)
-		}
-		if err := strictDecode(raw, &block); err != nil || (block.Citations != nil && !isNull(block.Citations)) {
-			return "", fmt.Errorf("block %d: want {\"type\": \"text\", \"text\": ...}, got %s", j, excerpt(raw))
-		}
-		b.WriteString(block.Text)
-	}
-	return b.String(), nil
+		ok := strictDecode(raw, &block) == nil && (block.Citations == nil || isNull(block.Citations))
+		return block.Text, ok
+	})
 }
 
 func (anthropic) idPrefix() string { return "msg_" }

@@ -529,6 +529,28 @@ func (pol messagePolicy) message(at string, m map[string]json.RawMessage) (token
 // (joined). Image, audio and file parts are refused by type: layerstream generates text from text, and runs
 // vision-language checkpoints (Gemma 3 4B and up, Mistral Small 3.1/3.2) as text models.
 func messageContent(raw json.RawMessage) (string, error) {
+	refuse := func(j int, typ string) error {
+		switch typ {
+		case "text":
+			return nil
+		case "image_url", "image", "input_image", "input_audio", "audio", "file", "input_file", "video_url":
+			return fmt.Errorf("part %d has type %q: images, audio and files are not supported (text in, text out; a vision-language model's vision tower is not loaded)", j, typ)
+		}
+		return fmt.Errorf("part %d has type %q: only text parts are supported", j, typ)
+	}
+	return textContent(raw, "part", refuse, func(raw json.RawMessage) (string, bool) {
+		var part struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		return part.Text, strictDecode(raw, &part) == nil
+	})
+}
+
+// textContent reads content that is a string or an array of typed items (noun: "part" or "block", as the API
+// names them), joining the texts of the text items. refuse says why item j of another type than "text" is refused
+// (nil: it is text); text decodes a text item strictly, reporting whether it has only the fields allowed.
+func textContent(raw json.RawMessage, noun string, refuse func(j int, typ string) error, text func(json.RawMessage) (string, bool)) (string, error) {
 	if raw == nil || isNull(raw) {
 		return "", errors.New("required")
 	}
@@ -536,31 +558,24 @@ func messageContent(raw json.RawMessage) (string, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil
 	}
-	var parts []json.RawMessage
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("want a string or an array of {\"type\": \"text\", \"text\": ...} parts, got %s", excerpt(raw))
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return "", fmt.Errorf("want a string or an array of {\"type\": \"text\", \"text\": ...} %ss, got %s", noun, excerpt(raw))
 	}
 	var b strings.Builder
-	for j, raw := range parts {
+	for j, raw := range items {
 		var typed struct {
 			Type string `json:"type"`
 		}
 		json.Unmarshal(raw, &typed)
-		switch typed.Type {
-		case "text":
-		case "image_url", "image", "input_image", "input_audio", "audio", "file", "input_file", "video_url":
-			return "", fmt.Errorf("part %d has type %q: images, audio and files are not supported (text in, text out; a vision-language model's vision tower is not loaded)", j, typed.Type)
-		default:
-			return "", fmt.Errorf("part %d has type %q: only text parts are supported", j, typed.Type)
+		if err := refuse(j, typed.Type); err != nil {
+			return "", err
 		}
-		var part struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
+		t, ok := text(raw)
+		if !ok {
+			return "", fmt.Errorf("%s %d: want {\"type\": \"text\", \"text\": ...}, got %s", noun, j, excerpt(raw))
 		}
-		if err := strictDecode(raw, &part); err != nil {
-			return "", fmt.Errorf("part %d: want {\"type\": \"text\", \"text\": ...}, got %s", j, excerpt(raw))
-		}
-		b.WriteString(part.Text)
+		b.WriteString(t)
 	}
 	return b.String(), nil
 }
