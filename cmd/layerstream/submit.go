@@ -16,12 +16,10 @@ func init() {
 		usage:   "--queue nats://HOST:PORT --batch-file PROMPTS.jsonl --out RESULTS.jsonl",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o submitOptions
-			fs.StringVar(&o.url, "queue", "", "NATS server `url` (nats://HOST:PORT; several, comma-separated, for a cluster) with JetStream enabled")
-			fs.StringVar(&o.q.Stream, "stream", queue.DefaultStream, "the prompt stream's `name` (the results stream is NAME_RESULTS); made when absent")
+			addQueueFlags(fs, &o.url, &o.q)
 			fs.StringVar(&o.batchFile, "batch-file", "", "JSONL `file` of prompts, as generate --batch-file reads it")
 			fs.StringVar(&o.out, "out", "", "results `file`: one JSON object per line of the batch file, in input order, as generate --batch-file prints them, with the line's \"id\"")
 			fs.BoolVar(&o.resume, "resume", false, "continue an --out that an interrupted submit of the same file and settings left")
-			fs.IntVar(&o.q.Replicas, "replicas", 1, "how many servers of a NATS cluster hold each stream, when this command makes them (3 in a cluster of 3: a server lost loses nothing)")
 			fs.DurationVar(&o.q.ResultsMaxAge, "results-max-age", queue.DefaultResultsMaxAge, "how long the results stream keeps results (when submit makes it)")
 			fs.IntVar(&o.gen.maxNew, "max-new-tokens", 256, "most tokens to generate per line, unless the line says")
 			addSamplingFlags(fs, &o.gen)
@@ -92,4 +90,11 @@ func runSubmit(ctx context.Context, o submitOptions) error {
 		err = fmt.Errorf("--batch-file %s: %d of %d lines ended with an error (their \"error\" in %s says why)", o.batchFile, sum.Failed, sum.Lines, o.out)
 	}
 	return err
+}
+
+// addQueueFlags defines the flags worker and submit share: the NATS server and the streams they make.
+func addQueueFlags(fs *flag.FlagSet, url *string, q *queue.Config) {
+	fs.StringVar(url, "queue", "", "NATS server `url` (nats://HOST:PORT; several, comma-separated, for a cluster) with JetStream enabled")
+	fs.StringVar(&q.Stream, "stream", queue.DefaultStream, "the prompt stream's `name` (the results stream is NAME_RESULTS); made when absent, with file storage")
+	fs.IntVar(&q.Replicas, "replicas", 1, "how many servers of a NATS cluster hold each stream, when this command makes them (3 in a cluster of 3: a server lost loses nothing)")
 }

@@ -22,10 +22,8 @@ func init() {
 		usage:   "--queue nats://HOST:PORT --model MODEL",
 		setup: func(fs *flag.FlagSet) func(ctx context.Context, args []string) error {
 			var o workerOptions
-			fs.StringVar(&o.url, "queue", "", "NATS server `url` (nats://HOST:PORT; several, comma-separated, for a cluster) with JetStream enabled")
+			addQueueFlags(fs, &o.url, &o.q)
 			fs.StringVar(&o.model, "model", "", modelFlagHelp)
-			fs.StringVar(&o.q.Stream, "stream", queue.DefaultStream, "the prompt stream's `name` (the results stream is NAME_RESULTS); made when absent, with file storage")
-			fs.IntVar(&o.q.Replicas, "replicas", 1, "how many servers of a NATS cluster hold each stream, when this command makes them (3 in a cluster of 3: a server lost loses nothing)")
 			fs.IntVar(&o.batchSize, "batch-size", 16, "most prompts generated together (a prompt is pulled as soon as another ends)")
 			fs.DurationVar(&o.q.AckWait, "ack-wait", queue.DefaultAckWait, "how long the queue waits for a prompt's acknowledgement or heartbeat (sent every third of it) before delivering it to another worker (the consumer's, set by the last worker started)")
 			fs.DurationVar(&o.grace, "shutdown-timeout", time.Minute, "on SIGTERM or Ctrl-C: how long the prompts held may take to finish before they go back to the queue")
