@@ -261,8 +261,13 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 		if ahead {
 			held += n
 		}
+		cached := o.kv.Runs(o.row(bi), held)
+		leafCached := make([][]kvcache.Run, t-n) // a tree leaf's: the cache up to its parent
+		for leaf := n; leaf < t; leaf++ {
+			leafCached[leaf-n] = o.kv.Runs(o.row(bi), o.pos[bi][leaf])
+		}
 		for g := range kvHeads {
-			runs := o.cacheRuns(bi, g, kvHeads, d, held)
+			runs := o.cacheRuns(cached, bi, g, kvHeads, d)
 			if !ahead {
 				nw := (bi*kvHeads + g) * t * d // this head's new keys in k
 				runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
@@ -274,7 +279,7 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 				own := kernels.KeyRun{K: ka.data[nw : nw+d], V: va.data[nw : nw+d], Pos: at, N: 1}
 				o.kv.Round(own.K) // as the cache would give it back, had it been written
 				o.kv.Round(own.V)
-				jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, leaf, 1, append(o.cacheRuns(bi, g, kvHeads, d, at), own)))
+				jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, leaf, 1, append(o.cacheRuns(leafCached[leaf-n], bi, g, kvHeads, d), own)))
 			}
 		}
 	}
@@ -285,14 +290,11 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	return y
 }
 
-// cacheRuns are the runs of key/value head g (of kvHeads, d elements each) of row bi's cache slots holding its
-// first held positions.
-func (o hostOps) cacheRuns(bi, g, kvHeads, d, held int) []kernels.KeyRun {
+// cacheRuns are key/value head g's (of kvHeads, d elements each) keys and values in the runs cached of row bi's
+// cache slots (kvcache.View.Runs), with room for one run more.
+func (o hostOps) cacheRuns(cached []kvcache.Run, bi, g, kvHeads, d int) []kernels.KeyRun {
 	slot, _ := o.kv.Layer(0)
-	s := o.kv.Slots()
-	row := o.row(bi)
-	past := (row*kvHeads + g) * s * d // this head's slots in the cache
-	cached := o.kv.Runs(row, held)
+	past := (o.row(bi)*kvHeads + g) * o.kv.Slots() * d // this head's slots in the cache
 	runs := make([]kernels.KeyRun, 0, len(cached)+1)
 	for _, c := range cached {
 		lo, hi := past+c.Slot*d, past+(c.Slot+c.N)*d
