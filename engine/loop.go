@@ -294,11 +294,11 @@ func (b *batcher) joinAll(active, joining []*job) []*job {
 }
 
 // prefillAlign is where a prompt chunk that Options.PrefillBudget cuts short may end: a multiple of it, in
-// positions. The host kernels' attention (kernels.Attention) sums keys in blocks of 64 positions from the start
-// of each run of keys, the cached ones and the new ones: a chunk ending at a multiple of 64 leaves every key in
-// the block where one pass over the whole prompt puts it, so the chunked prompt's logits are bit-identical to the
-// one-pass prefill's; simplego's graphs too, as measured (TestPrefillBudget checks both, and fails for unaligned
-// cuts). Chunks ending elsewhere (Request.PrefillChunk, a Session's cached prefix) differ from it by rounding.
+// positions. The host kernels' attention (kernels.Attention) sums keys in blocks aligned to multiples of 64
+// positions, gathering a block's keys from the cached and the new runs, so their sums do not depend on where a
+// chunk ends; simplego's graphs give the one-pass prefill's bits at cuts on multiples of 64, as measured
+// (TestPrefillBudget checks both). Chunks ending elsewhere (Request.PrefillChunk, a Session's cached prefix) may
+// differ from it by rounding.
 const prefillAlign = 64
 
 // llamaCppChunk is how much of a prompt with left tokens still to compute a chunk cut short by a budget of
