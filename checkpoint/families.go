@@ -18,6 +18,9 @@ type Architecture struct {
 	// DefaultRopeTheta is the rotary base when neither spelling gives one (transformers' default_theta); 0 means
 	// 10000.
 	DefaultRopeTheta float64
+	// DefaultRope is the rope dict the family's config class gives a config.json with neither rope_parameters
+	// nor rope_scaling (gpt-oss: yarn); unlike a Defaults entry it yields to either spelling. nil: default rope.
+	DefaultRope map[string]any
 	// DefaultLayerTypeRopeTheta overrides DefaultRopeTheta for an entry of rope_parameters nested by layer type
 	// (Gemma 3's local layers: 10000).
 	DefaultLayerTypeRopeTheta map[string]float64

@@ -48,8 +48,9 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 }
 
 // routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
-// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias), ties to the lower expert
-// index, their unbiased scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
+// (softmax over the experts, each logit's sigmoid, or the logits themselves), the k best by score (+ bias), ties
+// to the lower expert index, their unbiased scores as weights (TopKSoftmax: the softmax of the k chosen logits),
+// renormalized to sum 1 with opts.Norm, times opts.Scale.
 func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
 	switch opts.Score {
 	case model.SoftmaxScores:
@@ -69,6 +70,8 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 		for i, v := range logits {
 			scores[i] = float32(1 / (1 + math.Exp(-float64(v))))
 		}
+	case model.TopKSoftmax:
+		copy(scores, logits)
 	}
 	copy(choice, scores)
 	for i := range bias {
@@ -82,6 +85,17 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 			}
 		}
 		experts[j], weights[j] = best, scores[best]
+	}
+	if opts.Score == model.TopKSoftmax { // experts[0] has the largest logit
+		top := weights[0]
+		var sum float32
+		for j, w := range weights {
+			weights[j] = float32(math.Exp(float64(w - top)))
+			sum += weights[j]
+		}
+		for j := range weights {
+			weights[j] /= sum
+		}
 	}
 	if opts.Norm {
 		var sum float32
@@ -173,6 +187,8 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 		scores = Softmax(l, -1)
 	case model.SigmoidScores:
 		scores = Sigmoid(l)
+	case model.TopKSoftmax:
+		scores = l
 	}
 	choice := scores
 	if opts.Bias != nil {
@@ -188,7 +204,13 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 		}
 		choice = Sub(choice, MulScalar(oh, 1e30))
 	}
-	w := Mul(scores, chosen)
+	var w *Node
+	if opts.Score == model.TopKSoftmax { // the softmax over the chosen logits, the largest of which is the row's
+		e := Mul(Exp(Sub(l, ReduceAndKeep(l, ReduceMax, -1))), chosen)
+		w = Div(e, ReduceAndKeep(e, ReduceSum, -1))
+	} else {
+		w = Mul(scores, chosen)
+	}
 	if opts.Norm {
 		w = Div(w, ReduceAndKeep(w, ReduceSum, -1))
 	}

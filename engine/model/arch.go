@@ -143,6 +143,8 @@ type LayerWeights struct {
 	Q, K, V, QKV, O Linear
 	// QNorm and KNorm are RMSNorm weights over each head (or the whole projection) of q and k.
 	QNorm, KNorm Value
+	// Sinks are the attention sinks, one logit per query head (AttentionOptions.Sinks); nil: none.
+	Sinks Value
 	// The gated MLP: separate gate and up projections or one fused GateUp, then Down.
 	Gate, Up, GateUp, Down Linear
 	// A mixture-of-experts layer (LayerKind.MoE): the router's projection to one logit per expert, the bias
@@ -159,8 +161,9 @@ type LayerWeights struct {
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
-// [hidden, moe_inter].
-type Expert struct{ Gate, Up, Down Linear }
+// [hidden, moe_inter]; or with GateUp ([2·moe_inter, hidden], the gate rows then the up rows) instead of Gate
+// and Up, one projection giving both (gpt-oss's experts, as checkpoint.Open expands its fused tensors).
+type Expert struct{ Gate, Up, GateUp, Down Linear }
 
 // expert returns expert e of w, growing w.Experts to hold it (WeightSpec.Field of an expert's tensor).
 func (w *LayerWeights) expert(e int) *Expert {
@@ -217,6 +220,10 @@ type AttentionOptions struct {
 	Scale float64
 	// SoftCap, when positive, caps the scaled scores as SoftCap·tanh(s/SoftCap) before the mask (Gemma 2).
 	SoftCap float64
+	// Sinks, when set, are the layer's attention sinks ([heads], gpt-oss's self_attn.sinks): head h's learned
+	// logit joins the softmax's denominator and is then dropped, so that its weights sum to less than 1:
+	// e^(s_j) / (Σ_j e^(s_j) + e^(Sinks[h])).
+	Sinks Value
 }
 
 // Ops are the operations layers are written in. B is the batch, T the number of new positions (with graphOps
@@ -254,6 +261,9 @@ type Ops interface {
 	ScaleQueries(q Value) Value
 	// MulRows multiplies each row of x [..., n] by its one value in s [..., 1].
 	MulRows(x, s Value) Value
+	// ClampedSwiGLU is gpt-oss's gated activation of an expert's gate and up projections, elementwise: with
+	// g = min(gate, limit) and u = clamp(up, −limit, limit), (u + 1)·g·σ(alpha·g).
+	ClampedSwiGLU(gate, up Value, alpha, limit float64) Value
 
 	// The mixture of experts. Route chooses each row's experts from its router logits [B, T, experts]; Rows
 	// gives the rows of x [B, T, hidden] routed to expert e, which the family's expert MLP computes with the ops
@@ -295,6 +305,9 @@ const (
 	SoftmaxScores RouteScore = iota
 	// SigmoidScores: sigmoid of each logit (DeepSeek-V3, GLM-4.5, MiniMax-M2).
 	SigmoidScores
+	// TopKSoftmax: the k largest logits chosen, their softmax (over those k only) the weights (gpt-oss's
+	// GptOssTopKRouter).
+	TopKSoftmax
 )
 
 // LayerInputs are the inputs of one decoder layer.

@@ -25,8 +25,10 @@ type decoder struct {
 	// fusedQKV: one qkv_proj [q+2kv, hidden]; fusedGateUp: one gate_up_proj [2·inter, hidden] (Phi-3).
 	fusedQKV, fusedGateUp   bool
 	qkvBias, oBias, mlpBias bool
-	act                     Activation
-	attn                    AttentionOptions
+	// sinks: the attention has sinks (self_attn.sinks [heads], gpt-oss).
+	sinks bool
+	act   Activation
+	attn  AttentionOptions
 	// residual multiplies each branch before it is added to the residual stream (Granite); 1: none.
 	residual float64
 	// logitScale multiplies the logits (Granite: 1/logits_scaling); logitSoftCap, when positive, caps them.
@@ -116,6 +118,9 @@ func (d *decoder) finish() *decoder {
 		linear("self_attn.v_proj", func(w *LayerWeights) *Linear { return &w.V }, d.qkvBias, kv, d.hidden)
 	}
 	linear("self_attn.o_proj", func(w *LayerWeights) *Linear { return &w.O }, d.oBias, d.hidden, q)
+	if d.sinks {
+		add("self_attn.sinks", func(w *LayerWeights) *Value { return &w.Sinks }, d.heads)
+	}
 	qNorm, kNorm := func(w *LayerWeights) *Value { return &w.QNorm }, func(w *LayerWeights) *Value { return &w.KNorm }
 	switch d.qkNorm {
 	case qkNormPerHead:
@@ -177,7 +182,9 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	if in.Kind.QueryScale.Beta != 0 {
 		q = ops.ScaleQueries(q)
 	}
-	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
+	attn := d.attn
+	attn.Sinks = w.Sinks
+	a := linear(ops, ops.Attention(q, k, v, attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
 	h = d.norm(ops, x, w.MLPNorm)
 	var m Value

@@ -25,6 +25,12 @@ type moeMLP struct {
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
+	// routerBias: the router's projection has a bias (gpt-oss's mlp.router.bias). fusedGateUp: each expert has
+	// one gate_up_proj ([2·inter, hidden], named by gate) instead of separate gate and up projections;
+	// expertBias: the experts' projections have biases.
+	routerBias, fusedGateUp, expertBias bool
+	// glu, when set, replaces act(gate) ⊙ up in the routed experts (gpt-oss's clamped SwiGLU).
+	glu func(ops Ops, gate, up Value) Value
 }
 
 // newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
@@ -50,15 +56,26 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	add := func(name string, field func(*LayerWeights) *Value, shape ...int) {
 		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field, In: sparse})
 	}
-	add(m.router+".weight", func(w *LayerWeights) *Value { return &w.Router.W }, m.experts, hidden)
+	// proj adds a projection's weight [out, in] and, with bias, its bias [out].
+	proj := func(name string, l func(*LayerWeights) *Linear, bias bool, out, in int) {
+		add(name+".weight", func(w *LayerWeights) *Value { return &l(w).W }, out, in)
+		if bias {
+			add(name+".bias", func(w *LayerWeights) *Value { return &l(w).B }, out)
+		}
+	}
+	proj(m.router, func(w *LayerWeights) *Linear { return &w.Router }, m.routerBias, m.experts, hidden)
 	if m.bias != "" {
 		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
 	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
-		add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
-		add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
-		add(p+m.down+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Down.W }, hidden, m.inter)
+		if m.fusedGateUp {
+			proj(p+m.gate, func(w *LayerWeights) *Linear { return &w.expert(e).GateUp }, m.expertBias, 2*m.inter, hidden)
+		} else {
+			proj(p+m.gate, func(w *LayerWeights) *Linear { return &w.expert(e).Gate }, m.expertBias, m.inter, hidden)
+			proj(p+m.up, func(w *LayerWeights) *Linear { return &w.expert(e).Up }, m.expertBias, m.inter, hidden)
+		}
+		proj(p+m.down, func(w *LayerWeights) *Linear { return &w.expert(e).Down }, m.expertBias, hidden, m.inter)
 	}
 	if m.shared != "" {
 		add(m.shared+".gate_proj.weight", func(w *LayerWeights) *Value { return &w.Shared.Gate.W }, m.sharedInter, hidden)
@@ -80,7 +97,7 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 	ys := make([]Value, len(w.Experts))
 	for e, ex := range w.Experts {
 		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, ex, act)
+			ys[e] = m.expert(ops, rows, ex, act)
 		}
 	}
 	y := ops.Combine(ys, routing)
@@ -92,6 +109,28 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
 	return ops.Add(y, s)
+}
+
+// expert computes one routed expert on its rows h: gatedMLP, or with a fused gate/up projection and the
+// family's glu.
+func (m *moeMLP) expert(ops Ops, h Value, ex Expert, act Activation) Value {
+	if !m.fusedGateUp && m.glu == nil {
+		return gatedMLP(ops, h, ex, act)
+	}
+	var gate, up Value
+	if m.fusedGateUp {
+		gu := ops.Split(linear(ops, h, ex.GateUp), m.inter, m.inter)
+		gate, up = gu[0], gu[1]
+	} else {
+		gate, up = linear(ops, h, ex.Gate), linear(ops, h, ex.Up)
+	}
+	var a Value
+	if m.glu != nil {
+		a = m.glu(ops, gate, up)
+	} else {
+		a = ops.Mul(ops.Act(gate, act), up)
+	}
+	return linear(ops, a, ex.Down)
 }
 
 // sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.
