@@ -13,6 +13,14 @@ func init() {
 		Defaults: map[string]any{"rms_norm_eps": 1e-5, "head_dim": 64, "num_experts_per_tok": 4, "sliding_window": 128,
 			"attention_bias": true, "swiglu_alpha": 1.702, "swiglu_limit": 7.0},
 		DefaultRopeTheta: 150000.0,
+		// The experts saved fused and input-major ([E, hidden, 2·inter], [E, inter, hidden]), gate and up columns
+		// interleaved (GptOssExperts): opened as one [out, in] tensor per expert, gate rows then up rows.
+		FusedExperts: []FusedExperts{
+			{Name: "mlp.experts.gate_up_proj", Expert: "mlp.experts.%d.gate_up_proj.weight", Transposed: true, Interleaved: true},
+			{Name: "mlp.experts.gate_up_proj_bias", Expert: "mlp.experts.%d.gate_up_proj.bias", Interleaved: true},
+			{Name: "mlp.experts.down_proj", Expert: "mlp.experts.%d.down_proj.weight", Transposed: true},
+			{Name: "mlp.experts.down_proj_bias", Expert: "mlp.experts.%d.down_proj.bias"},
+		},
 		DefaultRope: map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
 			"original_max_position_embeddings": 4096}})
 }
