@@ -21,17 +21,17 @@ type experts struct {
 	bias    string
 	scale   float64
 	// Tensor names relative to the layer: router weight, expert e's gate, up and down weights.
-	router             string
-	gate, up, down     func(e int) string
+	router         string
+	gate, up, down func(e int) string
 	// gpt-oss: the router's bias (routerBias, "" for none) added to its logits, the k largest logits chosen and
 	// weighted by their softmax (topKSoftmax); each expert one gate_up_proj (gateUp: [2·inter, hidden], the gate
 	// rows then the up rows) with biases on its projections, combined by the clamped SwiGLU
 	// (up + 1)·g·σ(alpha·g), g = min(gate, limit), up clamped to ±limit (glu).
-	routerBias  string
-	topKSoftmax bool
-	gateUp      func(e int) string
-	alpha       float64
-	limit       float64
+	routerBias         string
+	topKSoftmax        bool
+	gateUp             func(e int) string
+	alpha              float64
+	limit              float64
 	shared, sharedGate string // "" for none
 	sharedInter        int
 	// sparse[l]: layer l has the experts (else a dense MLP of intermediate_size).
