@@ -388,6 +388,10 @@ func checkKeys(m map[string]json.RawMessage, arch Architecture) error {
 		case harmlessValues[k] != "" && strings.TrimSpace(string(m[k])) == harmlessValues[k]:
 		case ignore[k]:
 			slog.Warn("config.json: skipping a key layerstream does not implement, as "+IgnoreKeysEnv+" asks", "key", k, "value", short(m[k]))
+		case k == "quantization_config" && len(arch.QuantMethods) > 0:
+			if err := checkQuantization(m[k], arch); err != nil {
+				return err
+			}
 		case k == "quantization_config":
 			return fmt.Errorf("config: quantization_config %s: quantized checkpoints are not supported (layerstream reads f32, bf16 and f16 safetensors)", short(m[k]))
 		default:

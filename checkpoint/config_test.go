@@ -457,4 +457,17 @@ func TestGptOssConfig(t *testing.T) {
 			t.Errorf("%v: %v, %+v: want the config's rope", edit, err, c.Rope)
 		}
 	}
+	// The released checkpoints' quantization_config: MXFP4 experts (the tensors say which), nothing else.
+	released := map[string]any{"quant_method": "mxfp4", "modules_to_not_convert": []string{"model.layers.*.self_attn", "lm_head"}}
+	if _, err := ParseConfig(gptOss(map[string]any{"quantization_config": released})); err != nil {
+		t.Errorf("quantization_config mxfp4: %v", err)
+	}
+	for _, q := range []map[string]any{{"quant_method": "gptq"}, {"quant_method": "mxfp4", "group_size": 32}} {
+		if _, err := ParseConfig(gptOss(map[string]any{"quantization_config": q})); err == nil {
+			t.Errorf("quantization_config %v: accepted", q)
+		}
+	}
+	if _, err := ParseConfig(llamaConfig(t, map[string]any{"quantization_config": released})); err == nil {
+		t.Error("Llama with quantization_config mxfp4: accepted")
+	}
 }

@@ -40,6 +40,9 @@ type Architecture struct {
 	// FusedExperts are the tensors holding all of a layer's routed experts at once, which Open replaces by one
 	// tensor per expert (see FusedExperts).
 	FusedExperts []FusedExperts
+	// QuantMethods are the quantization_config quant_method values the family reads (gpt-oss: "mxfp4"): the
+	// checkpoint's tensors then say which weights are quantized (FusedExperts.Scales); any other is refused.
+	QuantMethods []string
 }
 
 var architectures = map[string]Architecture{}

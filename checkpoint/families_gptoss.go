@@ -20,7 +20,12 @@ func init() {
 			{Name: "mlp.experts.gate_up_proj_bias", Expert: "mlp.experts.%d.gate_up_proj.bias", Interleaved: true},
 			{Name: "mlp.experts.down_proj", Expert: "mlp.experts.%d.down_proj.weight", Transposed: true},
 			{Name: "mlp.experts.down_proj_bias", Expert: "mlp.experts.%d.down_proj.bias"},
+			// OpenAI's released checkpoints: the two matrices in MXFP4, [out, in] already (gate and up rows
+			// interleaved), read as ggml's MXFP4 blocks.
+			{Name: "mlp.experts.gate_up_proj_blocks", Scales: "mlp.experts.gate_up_proj_scales", Expert: "mlp.experts.%d.gate_up_proj.weight", Interleaved: true},
+			{Name: "mlp.experts.down_proj_blocks", Scales: "mlp.experts.down_proj_scales", Expert: "mlp.experts.%d.down_proj.weight"},
 		},
+		QuantMethods: []string{"mxfp4"},
 		DefaultRope: map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
 			"original_max_position_embeddings": 4096}})
 }

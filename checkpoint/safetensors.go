@@ -37,17 +37,40 @@ type TensorInfo struct {
 	// InterleavedGateUp says the rows (after Transposed) alternate gate and up rows: ReadTensorAt puts the gate
 	// rows first, then the up rows.
 	InterleavedGateUp bool
+	// Scales, for an MXFP4 matrix paired from Hugging Face's split blocks and scales (FusedExperts.Scales), is
+	// where its scales lie in File: Offset locates the blocks, Length counts both (its MXFP4 size), the blocks
+	// being its first Length − Scales.Length bytes. Ranges lists them; Transform makes ggml's MXFP4 blocks of
+	// the two (quant.MXFP4FromSplit). Zero for any other tensor.
+	Scales Range
+}
+
+// Range is Length bytes from Offset of a file.
+type Range struct{ Offset, Length int64 }
+
+// Ranges are the byte ranges of File holding t's stored bytes, in the order Transform takes them: one, or an
+// MXFP4 pair's blocks then its scales.
+func (t TensorInfo) Ranges() []Range {
+	if t.Scales.Length == 0 {
+		return []Range{{t.Offset, t.Length}}
+	}
+	return []Range{{t.Offset, t.Length - t.Scales.Length}, t.Scales}
 }
 
 // Transformed reports whether reading t changes its stored bytes (Transform).
 func (t TensorInfo) Transformed() bool {
-	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Scales.Length > 0
 }
 
-// Transform turns b, t's stored bytes, into the tensor's values: a fused expert's matrix transposed and its
+// Transform turns b, t's stored bytes, into the tensor's values: an MXFP4 pair's blocks and scales made ggml's
+// blocks (Scales), a fused expert's matrix transposed and its
 // gate/up rows put in halves (Transposed, InterleavedGateUp), the rows put back in Hugging Face's rotary order
 // (InterleavedRotaryHeads), Shift added.
 func (t TensorInfo) Transform(b []byte) error {
+	if t.Scales.Length > 0 {
+		if err := pairMXFP4(b, t.Scales.Length); err != nil {
+			return err
+		}
+	}
 	if t.Transposed {
 		transpose2D(b, int(t.Shape[0]), int(t.Shape[1]), t.DType.Size())
 	}
@@ -126,6 +149,9 @@ func parseHeader(hdr []byte, dataStart, size int64, name string) ([]TensorInfo, 
 			return nil, fmt.Errorf("safetensors %s: tensor %q: malformed entry: %w", name, key, err)
 		}
 		dt, err := ParseDType(rt.DType)
+		if rt.DType == string(U8) { // MXFP4 blocks and scales (Open refuses any other)
+			dt, err = U8, nil
+		}
 		if err == nil && dt.Size() == 0 {
 			err = fmt.Errorf("unsupported dtype %q (supported: F32, BF16, F16)", rt.DType)
 		}
