@@ -2,7 +2,8 @@
 
 // The MXFP4 kernels (mxfp4.go): per block, the scale from ·mxfp4Scales, the 16 bytes of codes widened to dwords,
 // low nibbles (elements 0..15) and high nibbles (16..31) looked up in ·mxfp4Values (VPERMPS), times the scale,
-// then each input row's x[l]·w[l] and x[16+l]·w[16+l] added to its 16 lanes (VMULPS then VADDPS: never fused).
+// then each input row's x[l]·w[l] added to its first set of 16 lanes and x[16+l]·w[16+l] to its second (VMULPS
+// then VADDPS: never fused); at the end the second set is added to the first.
 
 // func mxfp4Dot1AVX512(w *byte, blocks int, x *float32, acc *float32)
 TEXT ·mxfp4Dot1AVX512(SB), NOSPLIT, $0-32
@@ -15,6 +16,7 @@ TEXT ·mxfp4Dot1AVX512(SB), NOSPLIT, $0-32
 	MOVL $0x0f, AX
 	VPBROADCASTD AX, Z14
 	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
 
 one:
 	MOVBLZX (SI), AX
@@ -28,13 +30,14 @@ one:
 	VMULPS Z13, Z6, Z6
 	VMULPS (DI), Z5, Z7
 	VADDPS Z7, Z0, Z0
-	VMULPS 64(DI), Z6, Z7
-	VADDPS Z7, Z0, Z0
+	VMULPS 64(DI), Z6, Z8
+	VADDPS Z8, Z1, Z1
 	ADDQ $17, SI
 	ADDQ $128, DI
 	DECQ CX
 	JNZ  one
 
+	VADDPS Z1, Z0, Z0
 	VMOVUPS Z0, (DX)
 	VZEROUPPER
 	RET
@@ -58,6 +61,10 @@ TEXT ·mxfp4Dot4AVX512(SB), NOSPLIT, $0-40
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
 	VXORPS Z3, Z3, Z3
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
 
 four:
 	MOVBLZX (SI), AX
@@ -71,20 +78,20 @@ four:
 	VMULPS Z13, Z6, Z6
 	VMULPS (DI), Z5, Z7
 	VADDPS Z7, Z0, Z0
-	VMULPS 64(DI), Z6, Z7
-	VADDPS Z7, Z0, Z0
+	VMULPS 64(DI), Z6, Z12
+	VADDPS Z12, Z8, Z8
 	VMULPS (R10), Z5, Z7
 	VADDPS Z7, Z1, Z1
-	VMULPS 64(R10), Z6, Z7
-	VADDPS Z7, Z1, Z1
+	VMULPS 64(R10), Z6, Z12
+	VADDPS Z12, Z9, Z9
 	VMULPS (R11), Z5, Z7
 	VADDPS Z7, Z2, Z2
-	VMULPS 64(R11), Z6, Z7
-	VADDPS Z7, Z2, Z2
+	VMULPS 64(R11), Z6, Z12
+	VADDPS Z12, Z10, Z10
 	VMULPS (R12), Z5, Z7
 	VADDPS Z7, Z3, Z3
-	VMULPS 64(R12), Z6, Z7
-	VADDPS Z7, Z3, Z3
+	VMULPS 64(R12), Z6, Z12
+	VADDPS Z12, Z11, Z11
 	ADDQ $17, SI
 	ADDQ $128, DI
 	ADDQ $128, R10
@@ -93,6 +100,10 @@ four:
 	DECQ CX
 	JNZ  four
 
+	VADDPS Z8, Z0, Z0
+	VADDPS Z9, Z1, Z1
+	VADDPS Z10, Z2, Z2
+	VADDPS Z11, Z3, Z3
 	VMOVUPS Z0, (DX)
 	VMOVUPS Z1, 64(DX)
 	VMOVUPS Z2, 128(DX)

@@ -10,7 +10,7 @@ import (
 
 // randomMXFP4 is a [rows, cols] MXFP4 matrix of random codes and scales around 2^0 (and a block of the smallest
 // scale, 2^-127, whose values are subnormal).
-func randomMXFP4(t *testing.T, rng *rand.Rand, rows, cols int) QuantMatrix {
+func randomMXFP4(t testing.TB, rng *rand.Rand, rows, cols int) QuantMatrix {
 	t.Helper()
 	data := make([]byte, rows*cols/32*mxfp4BlockBytes)
 	for i := range data {
@@ -28,18 +28,21 @@ func randomMXFP4(t *testing.T, rng *rand.Rand, rows, cols int) QuantMatrix {
 }
 
 // mxfp4Scalar is the product of MXFP4 weight row w and x written out from the definition of the kernels' order
-// (mxfp4.go), one element at a time: 16 lanes, lane l taking element l then 16+l of every block, then summed
-// halves first.
+// (mxfp4.go), one element at a time: two sets of 16 lanes, lane l of the first taking element l of every block
+// and of the second element 16+l, the sets added, then the lanes summed halves first.
 func mxfp4Scalar(w []byte, x []float32) float32 {
-	var lanes [16]float32
+	var lanes, second [16]float32
 	for b := range len(x) / 32 {
 		e := w[b*17]
 		d := float32(math.Ldexp(0.5, int(e)-127)) // half the scale: the values below are doubled
 		for l := range 16 {
 			q := w[b*17+1+l]
 			lanes[l] += float32(x[b*32+l] * (float32(quant.MXFP4Values[q&15]) * d))
-			lanes[l] += float32(x[b*32+16+l] * (float32(quant.MXFP4Values[q>>4]) * d))
+			second[l] += float32(x[b*32+16+l] * (float32(quant.MXFP4Values[q>>4]) * d))
 		}
+	}
+	for l := range lanes {
+		lanes[l] += second[l]
 	}
 	for n := 8; n >= 1; n /= 2 {
 		for i := range n {
