@@ -18,7 +18,8 @@ type moeMLP struct {
 	experts, inter int // the routed experts and their intermediate size
 	route          RouteOptions
 	// Tensor names, relative to the layer: the router ("mlp.gate"), the experts ("mlp.experts", expert e under
-	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
+	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2; with gate ""
+	// the fused gate and up projection up, [2·inter, hidden]: Llama 4's gate_up_proj).
 	router, prefix, gate, up, down string
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
@@ -56,8 +57,12 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
-		add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
-		add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		if m.gate == "" {
+			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
+		} else {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
+			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		}
 		add(p+m.down+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Down.W }, hidden, m.inter)
 	}
 	if m.shared != "" {
@@ -80,14 +85,14 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 	ys := make([]Value, len(w.Experts))
 	for e, ex := range w.Experts {
 		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, ex, act)
+			ys[e] = gatedMLP(ops, rows, ex, m.inter, act)
 		}
 	}
 	y := ops.Combine(ys, routing)
 	if w.Shared.Down.W == nil {
 		return y
 	}
-	s := gatedMLP(ops, h, w.Shared, act)
+	s := gatedMLP(ops, h, w.Shared, m.sharedInter, act)
 	if w.SharedGate.W != nil {
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
