@@ -1,6 +1,10 @@
 package checkpoint
 
-import "regexp"
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+)
 
 // Llama 4 (text): Llama4ForCausalLM, and the text decoder of Llama4ForConditionalGeneration (Scout, Maverick).
 // Their registrations live here, apart from families.go, so that families added beside them touch different lines.
@@ -44,7 +48,7 @@ type Llama4Text struct {
 	AttentionChunkSize *int `json:"attention_chunk_size"`
 	// AttnTemperatureTuning scales the no-rope layers' queries at position p by
 	// 1 + AttnScale·ln(1 + ⌊(p + 1) / FloorScale⌋).
-	AttnTemperatureTuning bool    `json:"attn_temperature_tuning"`
+	AttnTemperatureTuning Truthy  `json:"attn_temperature_tuning"`
 	FloorScale            int     `json:"floor_scale"`
 	AttnScale             float64 `json:"attn_scale"`
 	// MoELayers lists the layers with a mixture of experts (nil when absent or null: every
@@ -71,4 +75,26 @@ func (c *Config) markRotaryPairs(t *TensorInfo) {
 	if m[1] == "k" {
 		t.InterleavedRotaryHeads = c.NumKeyValueHeads
 	}
+}
+
+// Truthy is a switch that config.json writes as true or false, or as a number that Python reads as a bool
+// (non-zero: on): Llama 4 Scout's released config says "attn_temperature_tuning": 4, which transformers 4 tests
+// for truth.
+type Truthy bool
+
+// UnmarshalJSON accepts true, false or a number.
+func (t *Truthy) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case bool:
+		*t = Truthy(v)
+	case float64:
+		*t = v != 0
+	default:
+		return fmt.Errorf("want true, false or a number, got %s", b)
+	}
+	return nil
 }
