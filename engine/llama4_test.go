@@ -2,9 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,22 +18,7 @@ import (
 func llama4Fixture(t *testing.T, edit func(c map[string]any)) string {
 	t.Helper()
 	dir := hffixture.Checkpoint(t, "llama4_text", hffixture.V5)
-	path := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatal(err)
-	}
-	edit(c)
-	if b, err = json.Marshal(c); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editConfig(t, dir, edit)
 	return dir
 }
 

@@ -586,7 +586,7 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 					heads int
 				}{{q[p], nq}, {k[p], nkv}} {
 					for h := range t.heads {
-						copy(t.vec[h*hd:(h+1)*hd], unweightedNorm(t.vec[h*hd:(h+1)*hd], cfg.RMSNormEps))
+						copy(t.vec[h*hd:(h+1)*hd], rmsNorm(t.vec[h*hd:(h+1)*hd], nil, cfg.RMSNormEps, 0))
 					}
 				}
 			}

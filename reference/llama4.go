@@ -60,17 +60,3 @@ func (m *model) llama4Sparse(l int) bool {
 	}
 	return m.cfg.InterleaveMoELayerStep > 0 && (l+1)%m.cfg.InterleaveMoELayerStep == 0
 }
-
-// unweightedNorm is x / sqrt(mean(x²) + eps): Llama 4's q/k norm, without weight.
-func unweightedNorm(x []float64, eps float64) []float64 {
-	var ss float64
-	for _, v := range x {
-		ss += v * v
-	}
-	scale := 1 / math.Sqrt(ss/float64(len(x))+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v * scale
-	}
-	return out
-}
