@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,6 +194,63 @@ func TestLlama4Refused(t *testing.T) {
 		dir := llama4Fixture(t, tc.edit)
 		if _, err := Open(context.Background(), dir, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestLlama4ConditionalGeneration: the llama4_text fixture laid out as Scout's and Maverick's checkpoints are
+// (Llama4ForConditionalGeneration: the decoder's config in text_config and its tensors under language_model, a
+// vision model and projector beside it), as transformers saves them and as its modules name them, in both
+// config spellings, computes transformers' logits and greedy tokens; the vision tensors are left out.
+func TestLlama4ConditionalGeneration(t *testing.T) {
+	ref := hffixture.MustReference(t, "llama4_text")
+	ids := ints(ref.InputIDs)
+	want := make([][]float32, len(ids))
+	for p := range want {
+		want[p] = ref.Row(p)
+	}
+	layouts := []struct {
+		name   string
+		rename func(string) string
+		vision string // the prefix of the vision model and projector
+	}{
+		{"saved", func(name string) string { return "language_model." + name }, ""},
+		{"modules", func(name string) string {
+			if rest, ok := strings.CutPrefix(name, "model."); ok {
+				return "model.language_model." + rest
+			}
+			return name // lm_head.weight
+		}, "model."},
+	}
+	for _, spelling := range hffixture.Spellings {
+		for _, layout := range layouts {
+			t.Run(spelling+"/"+layout.name, func(t *testing.T) {
+				dir := hffixture.Checkpoint(t, "llama4_text", spelling)
+				relayout(t, dir, layout.rename, map[string][]int{layout.vision + "vision_model.patch_embedding.linear.weight": {8, 12},
+					layout.vision + "multi_modal_projector.linear_1.weight": {4, 8}})
+				editConfig(t, dir, func(c map[string]any) {
+					text := maps.Clone(c)
+					clear(c)
+					c["architectures"], c["model_type"], c["text_config"] = []string{"Llama4ForConditionalGeneration"}, "llama4", text
+					c["boi_token_index"], c["eoi_token_index"], c["image_token_index"] = 200, 201, 202
+					c["tie_word_embeddings"], c["vision_config"] = false, map[string]any{"hidden_size": 8, "model_type": "llama4_vision_model"}
+				})
+				e := open(t, dir, Options{})
+				got, err := e.Logits(context.Background(), ids)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := maxDiff(got, want); d > hfTolerance {
+					t.Errorf("logits differ from transformers' by %g", d)
+				}
+				res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+					t.Errorf("greedy %v, transformers %v", res.GeneratedIDs, ref.GreedyIDs)
+				}
+			})
 		}
 	}
 }
