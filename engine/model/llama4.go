@@ -56,7 +56,8 @@ func llama4(c *checkpoint.Config) (Architecture, error) {
 		return nil, err
 	}
 	m.route.Score, m.route.WeighInputs = LogitSigmoidScores, true
-	m.router, m.prefix, m.gate, m.up, m.down = "feed_forward.router", "feed_forward.experts", "", "gate_up_proj", "down_proj"
+	m.router, m.prefix, m.gate, m.up, m.down = "feed_forward.router", "feed_forward.experts", "gate_up_proj", "", "down_proj"
+	m.fusedGateUp = true
 	m.shared, m.sharedInter = "feed_forward.shared_expert", c.IntermediateSize
 	d.sparseLayers(m, sparse)
 	return d.finish(), nil

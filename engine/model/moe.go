@@ -18,9 +18,11 @@ type moeMLP struct {
 	experts, inter int // the routed experts and their intermediate size
 	route          RouteOptions
 	// Tensor names, relative to the layer: the router ("mlp.gate"), the experts ("mlp.experts", expert e under
-	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2; with gate ""
-	// the fused gate and up projection up, [2·inter, hidden]: Llama 4's gate_up_proj).
+	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
 	router, prefix, gate, up, down string
+	// fusedGateUp: each expert has one gate_up_proj ([2·inter, hidden], the gate rows then the up rows; named by
+	// gate) instead of separate gate and up projections (Llama 4's, as checkpoint.Open expands its fused tensor).
+	fusedGateUp bool
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
 	sharedInter        int
@@ -57,8 +59,8 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
-		if m.gate == "" {
-			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
+		if m.fusedGateUp {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
 		} else {
 			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
 			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
