@@ -22,11 +22,11 @@ type experts struct {
 	scale   float64
 	// Tensor names relative to the layer: router weight, expert e's gate, up and down weights (gate nil: up is
 	// the gate and up projections in one, [2·inter, hidden], gate rows first).
-	router             string
-	gate, up, down     func(e int) string
+	router         string
+	gate, up, down func(e int) string
 	// onInput (Llama 4): the experts are the top k of the logits themselves, and expert e computes on
 	// sigmoid(logit_e)·h, its output added as it is.
-	onInput bool
+	onInput            bool
 	shared, sharedGate string // "" for none
 	sharedInter        int
 	// sparse[l]: layer l has the experts (else a dense MLP of intermediate_size).
