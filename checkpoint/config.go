@@ -121,6 +121,8 @@ type Config struct {
 	HybridExperts
 	// GptOss: gpt-oss's keys (families_gptoss.go).
 	GptOss
+	// Llama4Text: Llama 4's keys (families_llama4.go).
+	Llama4Text
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`

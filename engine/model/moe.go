@@ -20,15 +20,18 @@ type moeMLP struct {
 	// Tensor names, relative to the layer: the router ("mlp.gate"), the experts ("mlp.experts", expert e under
 	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
 	router, prefix, gate, up, down string
+	// fusedGateUp: each expert has one gate_up_proj ([2·inter, hidden], the gate rows then the up rows; named by
+	// gate) instead of separate gate and up projections (Llama 4's and gpt-oss's, as checkpoint.Open expands
+	// their fused tensors).
+	fusedGateUp bool
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
-	// routerBias: the router's projection has a bias (gpt-oss's mlp.router.bias). fusedGateUp: each expert has
-	// one gate_up_proj ([2·inter, hidden], named by gate) instead of separate gate and up projections;
-	// expertBias: the experts' projections have biases.
-	routerBias, fusedGateUp, expertBias bool
+	// routerBias: the router's projection has a bias (gpt-oss's mlp.router.bias); expertBias: the experts'
+	// projections have biases (gpt-oss's).
+	routerBias, expertBias bool
 	// glu, when set, replaces act(gate) ⊙ up in the routed experts (gpt-oss's clamped SwiGLU).
 	glu func(ops Ops, gate, up Value) Value
 }
@@ -104,33 +107,21 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 	if w.Shared.Down.W == nil {
 		return y
 	}
-	s := gatedMLP(ops, h, w.Shared, act)
+	s := gatedMLP(ops, h, w.Shared, m.sharedInter, act)
 	if w.SharedGate.W != nil {
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
 	return ops.Add(y, s)
 }
 
-// expert computes one routed expert on its rows h: gatedMLP, or with a fused gate/up projection and the
-// family's glu.
+// expert computes one routed expert on its rows h: gatedMLP, or with the family's glu in place of
+// act(gate) ⊙ up.
 func (m *moeMLP) expert(ops Ops, h Value, ex Expert, act Activation) Value {
-	if !m.fusedGateUp && m.glu == nil {
-		return gatedMLP(ops, h, ex, act)
+	if m.glu == nil {
+		return gatedMLP(ops, h, ex, m.inter, act)
 	}
-	var gate, up Value
-	if m.fusedGateUp {
-		gu := ops.Split(linear(ops, h, ex.GateUp), m.inter, m.inter)
-		gate, up = gu[0], gu[1]
-	} else {
-		gate, up = linear(ops, h, ex.Gate), linear(ops, h, ex.Up)
-	}
-	var a Value
-	if m.glu != nil {
-		a = m.glu(ops, gate, up)
-	} else {
-		a = ops.Mul(ops.Act(gate, act), up)
-	}
-	return linear(ops, a, ex.Down)
+	gate, up := gateUp(ops, h, ex, m.inter)
+	return linear(ops, m.glu(ops, gate, up), ex.Down)
 }
 
 // sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.
