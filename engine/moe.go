@@ -55,18 +55,7 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
 	switch opts.Score {
 	case model.SoftmaxScores:
-		top := float32(math.Inf(-1))
-		for _, v := range logits {
-			top = max(top, v)
-		}
-		var sum float32
-		for i, v := range logits {
-			scores[i] = float32(math.Exp(float64(v - top)))
-			sum += scores[i]
-		}
-		for i := range scores {
-			scores[i] /= sum
-		}
+		softmax32(scores, logits)
 	case model.SigmoidScores, model.LogitSigmoidScores:
 		sigmoid(scores, logits)
 	case model.TopKSoftmax:
@@ -88,16 +77,8 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 		}
 		experts[j], weights[j] = best, scores[best]
 	}
-	if opts.Score == model.TopKSoftmax { // experts[0] has the largest logit
-		top := weights[0]
-		var sum float32
-		for j, w := range weights {
-			weights[j] = float32(math.Exp(float64(w - top)))
-			sum += weights[j]
-		}
-		for j := range weights {
-			weights[j] /= sum
-		}
+	if opts.Score == model.TopKSoftmax {
+		softmax32(weights, weights)
 	}
 	if opts.Norm {
 		var sum float32
@@ -112,6 +93,22 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 		for j := range weights {
 			weights[j] *= float32(opts.Scale)
 		}
+	}
+}
+
+// softmax32 sets dst to the softmax of src in float32 (dst may be src): e^(v − max) each, divided by their sum.
+func softmax32(dst, src []float32) {
+	top := float32(math.Inf(-1))
+	for _, v := range src {
+		top = max(top, v)
+	}
+	var sum float32
+	for i, v := range src {
+		dst[i] = float32(math.Exp(float64(v - top)))
+		sum += dst[i]
+	}
+	for i := range dst {
+		dst[i] /= sum
 	}
 }
 
