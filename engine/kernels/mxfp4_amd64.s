@@ -5,29 +5,37 @@
 // then each input row's x[l]·w[l] added to its first set of 16 lanes and x[16+l]·w[16+l] to its second (VMULPS
 // then VADDPS: never fused); at the end the second set is added to the first.
 
+// MXFP4_SETUP loads the code values (Z15), the nibble mask (Z14) and the scale table's address (R8).
+#define MXFP4_SETUP \
+	VMOVUPS ·mxfp4Values(SB), Z15 \
+	LEAQ    ·mxfp4Scales(SB), R8  \
+	MOVL    $0x0f, AX             \
+	VPBROADCASTD AX, Z14
+
+// MXFP4_DECODE decodes the block at SI: its weights 0..15 into Z5 and 16..31 into Z6 (Z4, Z13, AX clobbered).
+#define MXFP4_DECODE \
+	MOVBLZX (SI), AX              \
+	VBROADCASTSS (R8)(AX*4), Z13  \
+	VPMOVZXBD 1(SI), Z4           \
+	VPANDD Z14, Z4, Z5            \
+	VPSRLD $4, Z4, Z6             \
+	VPERMPS Z15, Z5, Z5           \
+	VPERMPS Z15, Z6, Z6           \
+	VMULPS Z13, Z5, Z5            \
+	VMULPS Z13, Z6, Z6
+
 // func mxfp4Dot1AVX512(w *byte, blocks int, x *float32, acc *float32)
 TEXT ·mxfp4Dot1AVX512(SB), NOSPLIT, $0-32
 	MOVQ w+0(FP), SI
 	MOVQ blocks+8(FP), CX
 	MOVQ x+16(FP), DI
 	MOVQ acc+24(FP), DX
-	VMOVUPS ·mxfp4Values(SB), Z15
-	LEAQ ·mxfp4Scales(SB), R8
-	MOVL $0x0f, AX
-	VPBROADCASTD AX, Z14
+	MXFP4_SETUP
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 
 one:
-	MOVBLZX (SI), AX
-	VBROADCASTSS (R8)(AX*4), Z13
-	VPMOVZXBD 1(SI), Z4
-	VPANDD Z14, Z4, Z5
-	VPSRLD $4, Z4, Z6
-	VPERMPS Z15, Z5, Z5
-	VPERMPS Z15, Z6, Z6
-	VMULPS Z13, Z5, Z5
-	VMULPS Z13, Z6, Z6
+	MXFP4_DECODE
 	VMULPS (DI), Z5, Z7
 	VADDPS Z7, Z0, Z0
 	VMULPS 64(DI), Z6, Z8
@@ -53,10 +61,7 @@ TEXT ·mxfp4Dot4AVX512(SB), NOSPLIT, $0-40
 	LEAQ (DI)(R9*1), R10
 	LEAQ (R10)(R9*1), R11
 	LEAQ (R11)(R9*1), R12
-	VMOVUPS ·mxfp4Values(SB), Z15
-	LEAQ ·mxfp4Scales(SB), R8
-	MOVL $0x0f, AX
-	VPBROADCASTD AX, Z14
+	MXFP4_SETUP
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
@@ -67,15 +72,7 @@ TEXT ·mxfp4Dot4AVX512(SB), NOSPLIT, $0-40
 	VXORPS Z11, Z11, Z11
 
 four:
-	MOVBLZX (SI), AX
-	VBROADCASTSS (R8)(AX*4), Z13
-	VPMOVZXBD 1(SI), Z4
-	VPANDD Z14, Z4, Z5
-	VPSRLD $4, Z4, Z6
-	VPERMPS Z15, Z5, Z5
-	VPERMPS Z15, Z6, Z6
-	VMULPS Z13, Z5, Z5
-	VMULPS Z13, Z6, Z6
+	MXFP4_DECODE
 	VMULPS (DI), Z5, Z7
 	VADDPS Z7, Z0, Z0
 	VMULPS 64(DI), Z6, Z12
