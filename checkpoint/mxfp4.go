@@ -11,7 +11,7 @@ import (
 
 // mxfp4Pairs pairs, as Open meets them, the blocks and scales tensors of the MXFP4 pairs an Architecture's
 // FusedExperts declare, layer by layer: each pair becomes one MXFP4 tensor per expert, which reads as ggml's
-// MXFP4 blocks of the two (TensorInfo.Scales).
+// MXFP4 blocks of the two (TensorInfo.Second, MXFP4Pair).
 type mxfp4Pairs struct {
 	fused []FusedExperts
 	// waiting holds the half met first, by its layer's prefix and the pair's blocks name.
@@ -86,7 +86,7 @@ func pairExperts(blocks, scales TensorInfo, name string, interleaved bool) ([]Te
 	for e := range n {
 		out[e] = TensorInfo{Name: fmt.Sprintf(name, e), DType: MXFP4, Shape: []int64{bs[1], bs[2] * quant.QK}, File: blocks.File,
 			Offset: blocks.Offset + e*(blocks.Length/n), Length: blocks.Length/n + perScales,
-			Scales: Range{scales.Offset + e*perScales, perScales}, InterleavedGateUp: interleaved}
+			Second: Range{scales.Offset + e*perScales, perScales}, MXFP4Pair: true, InterleavedGateUp: interleaved}
 	}
 	return out, nil
 }

@@ -37,37 +37,39 @@ type TensorInfo struct {
 	// InterleavedGateUp says the rows (after Transposed) alternate gate and up rows: ReadTensorAt puts the gate
 	// rows first, then the up rows.
 	InterleavedGateUp bool
-	// Scales, for an MXFP4 matrix paired from Hugging Face's split blocks and scales (FusedExperts.Scales), is
-	// where its scales lie in File: Offset locates the blocks, Length counts both (its MXFP4 size), the blocks
-	// being its first Length − Scales.Length bytes. Ranges lists them; Transform makes ggml's MXFP4 blocks of
-	// the two (quant.MXFP4FromSplit). Zero for any other tensor.
-	Scales Range
+	// Second, when its Length is not 0, is a second range of File holding the tensor's last Second.Length stored
+	// bytes: Offset locates the first part and Length counts both. Ranges lists the parts. An expert's gate and up
+	// projections stored apart (a GGUF file's ffn_gate_exps and ffn_up_exps) read so as one gate_up tensor.
+	Second Range
+	// MXFP4Pair says the two parts are an MXFP4 matrix's blocks and scales as Hugging Face's checkpoints store
+	// them (FusedExperts.Scales): Transform makes ggml's MXFP4 blocks of them (quant.MXFP4FromSplit).
+	MXFP4Pair bool
 }
 
 // Range is Length bytes from Offset of a file.
 type Range struct{ Offset, Length int64 }
 
-// Ranges are the byte ranges of File holding t's stored bytes, in the order Transform takes them: one, or an
-// MXFP4 pair's blocks then its scales.
+// Ranges are the byte ranges of File holding t's stored bytes, in order: one, or two (Second).
 func (t TensorInfo) Ranges() []Range {
-	if t.Scales.Length == 0 {
+	if t.Second.Length == 0 {
 		return []Range{{t.Offset, t.Length}}
 	}
-	return []Range{{t.Offset, t.Length - t.Scales.Length}, t.Scales}
+	return []Range{{t.Offset, t.Length - t.Second.Length}, t.Second}
 }
 
-// Transformed reports whether reading t changes its stored bytes (Transform).
+// Transformed reports whether t's values are not one range of its file as stored: reading t changes its stored
+// bytes (Transform) or joins two ranges (Second).
 func (t TensorInfo) Transformed() bool {
-	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Scales.Length > 0
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Second.Length > 0
 }
 
 // Transform turns b, t's stored bytes, into the tensor's values: an MXFP4 pair's blocks and scales made ggml's
-// blocks (Scales), a fused expert's matrix transposed and its
+// blocks (MXFP4Pair), a fused expert's matrix transposed and its
 // gate/up rows put in halves (Transposed, InterleavedGateUp), the rows put back in Hugging Face's rotary order
 // (InterleavedRotaryHeads), Shift added.
 func (t TensorInfo) Transform(b []byte) error {
-	if t.Scales.Length > 0 {
-		if err := pairMXFP4(b, t.Scales.Length); err != nil {
+	if t.MXFP4Pair {
+		if err := pairMXFP4(b, t.Second.Length); err != nil {
 			return err
 		}
 	}
