@@ -55,6 +55,11 @@ type hostOps struct {
 	rowByRow []model.Value
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
+	// shared: the layer attends with an earlier layer's keys and values (kv is that layer's view), which it does
+	// not write. deferWrite: the layer's keys and values are attended with by later layers, so that a pass too
+	// long to write them ahead leaves them to hostPass.writeDeferred rather than overwriting the ring before those
+	// layers attend.
+	shared, deferWrite bool
 }
 
 // hostArray is a float32 array on the host.
@@ -180,8 +185,20 @@ func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 		ggml.RMSNorm(y.data, xa.data, weightData(w).([]float32), float32(eps))
 		return y
 	}
-	kernels.RMSNorm(y.data, xa.data, weightData(w).([]float32), eps, float32(offset)) // Gemma's (1 + w), formed in float32
+	var wf []float32
+	if w != nil {
+		wf = weightData(w).([]float32)
+	} else { // no weight: offset + 0
+		wf, offset = make([]float32, xa.dims[len(xa.dims)-1]), offset+1
+	}
+	kernels.RMSNorm(y.data, xa.data, wf, eps, float32(offset)) // Gemma's (1 + w), formed in float32
 	return y
+}
+
+// ScaleBy multiplies x by the one value of the weight s.
+func (o hostOps) ScaleBy(x, s model.Value) model.Value {
+	f := weightData(s).([]float32)[0]
+	return o.each(x, func(v float32) float32 { return v * f })
 }
 
 func (o hostOps) Heads(x model.Value, heads, d int) model.Value {
@@ -245,7 +262,9 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
 	ahead := o.kv.WritesAhead(t)
 	if ahead {
-		o.commit(ka, va)
+		if !o.shared {
+			o.commit(ka, va)
+		}
 	} else {
 		// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a
 		// prompt sees its own positions alike computed in one pass or a token at a time.
@@ -284,7 +303,7 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 		}
 	}
 	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}, d, jobs)
-	if !ahead {
+	if !ahead && !o.shared && !o.deferWrite {
 		o.commit(ka, va)
 	}
 	return y

@@ -66,6 +66,11 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 			x[p][i] = float64(v) * m.embedScale
 		}
 	}
+	if m.g4 != nil {
+		if err := m.gemma4Inputs(ck, ids, x); err != nil {
+			return nil, fmt.Errorf("reference %s: %w", ck.Dir, err)
+		}
+	}
 	out := &Output{Hidden: make([][][]float64, cfg.NumHiddenLayers)}
 	for l := range cfg.NumHiddenLayers {
 		if err := ctx.Err(); err != nil {
@@ -181,7 +186,7 @@ func linear(dst []float64, m matrix, b []float32, x []float64) {
 	}
 }
 
-// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps).
+// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps); w nil is a norm without weight (x / sqrt(mean(x²) + eps)).
 func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	var ss float64
 	for _, v := range x {
@@ -190,6 +195,10 @@ func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	scale := 1 / math.Sqrt(ss/float64(len(x))+eps)
 	out := make([]float64, len(x))
 	for i, v := range x {
+		if w == nil {
+			out[i] = v * scale
+			continue
+		}
 		out[i] = (offset + float64(w[i])) * v * scale
 	}
 	return out

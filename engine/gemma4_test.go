@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/hffixture"
+	"github.com/layerstream/layerstream/reference"
+)
+
+// TestGemma4SharedKVRing checks Gemma 4's shared keys and values where the sliding layers keep a ring (240
+// positions: a ring of 192 slots in a cache of 256) against the float64 reference: a 20-token prompt, then a
+// 190-token chunk whose keys wrap the ring over positions its first queries see (the layers sharing the ring
+// must attend to it as it was before the chunk), then decode steps, on the host kernels and the graphs.
+func TestGemma4SharedKVRing(t *testing.T) {
+	dir := hffixture.Checkpoint(t, "gemma4_text", hffixture.V5)
+	rng := rand.New(rand.NewPCG(4, 35))
+	ids := make([]int, 240)
+	for i := range ids {
+		ids[i] = 3 + rng.IntN(253)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := reference.Forward(ck, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cuts := []int{20, 210}
+	for i := 211; i <= len(ids); i++ {
+		cuts = append(cuts, i)
+	}
+	for _, graph := range []bool{false, true} {
+		opts := Options{GraphDecode: graph}
+		if !graph { // every position's logits from the host kernels (Options.ObserveInputs keeps Logits' passes there)
+			opts.ObserveInputs = func(string, []float32, int) {}
+		}
+		got := passesAt(t, open(t, dir, opts), ids, cuts)
+		var worst float64
+		for p, l := range got {
+			for j, v := range l {
+				worst = max(worst, abs(float64(v)-ref.Logits[p][j]))
+			}
+		}
+		t.Logf("graphs %v: max |logit diff| %.2g over %d positions in %d passes", graph, worst, len(got), len(cuts))
+		if worst > hfTolerance {
+			t.Errorf("graphs %v: logits differ from the reference by %.2g (> %g)", graph, worst, hfTolerance)
+		}
+	}
+}
+
+// passesAt feeds ids in passes ending at each of cuts and returns the logits of every position.
+func passesAt(t *testing.T, e *Engine, ids, cuts []int) [][]float32 {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := e.run.kvStore(bucket(len(ids)), e.run.onHost(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.store.newStream(ctx, len(cuts), e.opts.GraphDecode)
+	if st != nil {
+		defer st.stop()
+	}
+	var out [][]float32
+	from := 0
+	for _, c := range cuts {
+		l, err := e.run.pass(ctx, st, kv, ids[from:c], true)
+		if err != nil {
+			t.Fatalf("pass to %d: %v", c, err)
+		}
+		out, from = append(out, l...), c
+	}
+	return out
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
