@@ -26,7 +26,10 @@ func init() {
 			"rope_parameters": map[string]any{
 				"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": 10000.0},
 				"full_attention":    map[string]any{"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0},
-			}}}
+			}},
+		// The experts beside each layer's MLP (enable_moe_block), saved fused and output-major, gate rows first.
+		FusedExperts: []FusedExperts{{Name: "experts.gate_up_proj", Expert: "experts.%d.gate_up_proj.weight"},
+			{Name: "experts.down_proj", Expert: "experts.%d.down_proj.weight"}}}
 	RegisterArchitecture(text)
 	// Gemma 4's vision-language (and audio) checkpoints: the text decoder of Gemma4ForConditionalGeneration, its
 	// towers and embedders left out. Its text-only forward maps the image, video and audio token ids to the pad

@@ -3,6 +3,7 @@ package reference
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/layerstream/layerstream/checkpoint"
 )
@@ -26,8 +27,8 @@ type gemma4 struct {
 func (m *model) gemma4Model() error {
 	c := m.cfg
 	switch {
-	case c.EnableMoEBlock:
-		return fmt.Errorf("enable_moe_block is not implemented by the reference")
+	case c.EnableMoEBlock && (c.NumExperts <= 0 || c.TopKExperts <= 0 || c.TopKExperts > c.NumExperts || c.MoEIntermediateSize <= 0):
+		return fmt.Errorf("enable_moe_block with num_experts %d, top_k_experts %d, moe_intermediate_size %d is not implemented by the reference", c.NumExperts, c.TopKExperts, c.MoEIntermediateSize)
 	case c.AttentionBias || c.UseBidirectionalAttention != nil && *c.UseBidirectionalAttention != "vision":
 		return fmt.Errorf("attention_bias or use_bidirectional_attention is not implemented by the reference for Gemma 4")
 	}
@@ -122,7 +123,69 @@ func (m *model) gemma4Tensors(l int) map[string][]int {
 		t[p+"per_layer_input_gate.weight"], t[p+"per_layer_projection.weight"] = []int{P, h}, []int{h, P}
 		t[p+"post_per_layer_input_norm.weight"] = []int{h}
 	}
+	if c.EnableMoEBlock {
+		E, I := c.NumExperts, c.MoEIntermediateSize
+		t[p+"router.proj.weight"], t[p+"router.scale"], t[p+"router.per_expert_scale"] = []int{E, h}, []int{h}, []int{E}
+		for _, n := range []string{"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"} {
+			t[p+n+".weight"] = []int{h}
+		}
+		for e := range E {
+			t[fmt.Sprintf("%sexperts.%d.gate_up_proj.weight", p, e)] = []int{2 * I, h}
+			t[fmt.Sprintf("%sexperts.%d.down_proj.weight", p, e)] = []int{h, I}
+		}
+	}
 	return t
+}
+
+// gemma4Experts is the experts' branch on the residual r (Gemma4TextRouter, Gemma4TextExperts): softmax of
+// proj(RMSNorm(r)·scale/√hidden), the top_k_experts by probability (ties to the lower index), renormalized and
+// times per_expert_scale, each expert down(gelu_tanh(gate)·up) on pre_feedforward_layernorm_2(r), then
+// post_feedforward_layernorm_2.
+func (m *model) gemma4Experts(w *layerWeights, r []float64) []float64 {
+	c := m.cfg
+	E, I, h := c.NumExperts, c.MoEIntermediateSize, c.HiddenSize
+	in := rmsNorm(r, nil, c.RMSNormEps, 0)
+	for i, s := range w.vec("router.scale") {
+		in[i] *= float64(s) / math.Sqrt(float64(h))
+	}
+	logits := make([]float64, E)
+	linear(logits, w.get("router.proj.weight"), nil, in)
+	top := math.Inf(-1)
+	for _, v := range logits {
+		top = max(top, v)
+	}
+	var sum float64
+	for i, v := range logits {
+		logits[i] = math.Exp(v - top)
+		sum += logits[i]
+	}
+	chosen := make([]int, 0, c.TopKExperts)
+	var chosenSum float64
+	for range c.TopKExperts {
+		best := -1
+		for e, p := range logits {
+			if !slices.Contains(chosen, e) && (best < 0 || p > logits[best]) {
+				best = e
+			}
+		}
+		chosen, chosenSum = append(chosen, best), chosenSum+logits[best]/sum
+	}
+	x := m.norm(r, w.vec("pre_feedforward_layernorm_2.weight"))
+	out := make([]float64, h)
+	for _, e := range chosen {
+		weight := logits[e] / sum / chosenSum * float64(w.vec("router.per_expert_scale")[e])
+		gu := make([]float64, 2*I)
+		linear(gu, w.get(fmt.Sprintf("experts.%d.gate_up_proj.weight", e)), nil, x)
+		for i := range I {
+			gu[i] = m.activate(gu[i]) * gu[I+i]
+		}
+		y := make([]float64, h)
+		linear(y, w.get(fmt.Sprintf("experts.%d.down_proj.weight", e)), nil, gu[:I])
+		for i := range out {
+			out[i] += weight * y[i]
+		}
+	}
+	return m.norm(out, w.vec("post_feedforward_layernorm_2.weight"))
 }
 
 // gemma4ModelTensors are the tensors of the per-layer inputs, beside the embedding.
@@ -236,6 +299,10 @@ func (m *model) gemma4Layer(l int, w *layerWeights, x [][]float64) {
 		}
 		d := make([]float64, c.HiddenSize)
 		linear(d, w.get("mlp.down_proj.weight"), nil, gt)
+		if c.EnableMoEBlock { // the experts beside the MLP, both on the residual stream
+			d = m.norm(d, w.vec("post_feedforward_layernorm_1.weight"))
+			addTo(d, m.gemma4Experts(w, x[p]))
+		}
 		addTo(x[p], m.norm(d, w.vec("post_feedforward_layernorm.weight")))
 		if g.pli != nil {
 			gate := make([]float64, c.HiddenSizePerLayerInput)

@@ -204,8 +204,8 @@ type LayerWeights struct {
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
-// [hidden, moe_inter].
-type Expert struct{ Gate, Up, Down Linear }
+// [hidden, moe_inter], or gate and up fused in GateUp [2·moe_inter, hidden] (gate rows first).
+type Expert struct{ Gate, Up, GateUp, Down Linear }
 
 // expert returns expert e of w, growing w.Experts to hold it (WeightSpec.Field of an expert's tensor).
 func (w *LayerWeights) expert(e int) *Expert {
@@ -332,6 +332,9 @@ type RouteOptions struct {
 	Norm bool
 	// Scale, when not 0 or 1, multiplies the weights (routed_scaling_factor).
 	Scale float64
+	// ExpertScale, when set ([experts], Gemma 4's router.per_expert_scale), multiplies each chosen expert's
+	// weight, after Norm and Scale.
+	ExpertScale Value
 }
 
 // RouteScore is how a router turns logits into scores.

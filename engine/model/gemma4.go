@@ -29,6 +29,8 @@ func init() {
 type gemma4 struct {
 	*decoder
 	kEqV bool // attention_k_eq_v: the full layers' values are their k_proj outputs
+	// moe, with enable_moe_block, are the experts beside every layer's MLP (nil: none).
+	moe *moeMLP
 	// perLayer is hidden_size_per_layer_input (0: no per-layer inputs), tableRows the per-layer table's rows,
 	// tableScale √perLayer rounded to the model's dtype, as the table's scaled embedding multiplies by it.
 	perLayer, tableRows int
@@ -75,6 +77,14 @@ func newGemma4(c *checkpoint.Config) (Architecture, error) {
 	if err := g.shareKV(c, dims); err != nil {
 		return nil, err
 	}
+	if c.EnableMoEBlock {
+		if g.moe, err = gemma4MoE(c); err != nil {
+			return nil, err
+		}
+		for i := range g.plan.Layers {
+			g.plan.Layers[i].MoE = true
+		}
+	}
 	g.plan.PerLayerInput, g.plan.PerLayerTensors = g.perLayer, g.perLayerTensors()
 	g.plan.Weights = g.weights(c)
 	return g, nil
@@ -89,8 +99,6 @@ func gemma4Refusals(c *checkpoint.Config) error {
 		return fmt.Errorf("use_bidirectional_attention %q is not implemented: layerstream runs causal decoders (\"vision\" only concerns image tokens)", *c.UseBidirectionalAttention)
 	case c.AttentionBias:
 		return fmt.Errorf("attention_bias true is not implemented for Gemma 4")
-	case c.EnableMoEBlock:
-		return fmt.Errorf("%w: enable_moe_block true (experts beside every layer's MLP) is not implemented yet", checkpoint.ErrUnsupportedArchitecture)
 	case c.HiddenSizePerLayerInput < 0 || c.HiddenSizePerLayerInput > 0 && c.VocabSizePerLayerInput <= 0:
 		return fmt.Errorf("hidden_size_per_layer_input %d with vocab_size_per_layer_input %d", c.HiddenSizePerLayerInput, c.VocabSizePerLayerInput)
 	case c.NumKVSharedLayers < 0 || c.NumKVSharedLayers >= c.NumHiddenLayers:
@@ -100,6 +108,22 @@ func gemma4Refusals(c *checkpoint.Config) error {
 		return fmt.Errorf("layer_types ends with %q: Gemma4TextConfig makes the last layer full_attention whatever it says; give full_attention", c.LayerTypes[len(c.LayerTypes)-1])
 	}
 	return nil
+}
+
+// gemma4MoE are the experts of enable_moe_block (Gemma4TextRouter, Gemma4TextExperts): top_k_experts of
+// num_experts by softmax, renormalized, times router.per_expert_scale; each expert's gate and up fused.
+func gemma4MoE(c *checkpoint.Config) (*moeMLP, error) {
+	if c.TopKExperts <= 0 {
+		return nil, fmt.Errorf("enable_moe_block with top_k_experts %d: want at least 1", c.TopKExperts)
+	}
+	k := *c
+	k.NumExpertsPerTok = c.TopKExperts
+	m, err := newMoE(&k, c.MoEIntermediateSize, true)
+	if err != nil {
+		return nil, fmt.Errorf("enable_moe_block: %w (top_k_experts, moe_intermediate_size)", err)
+	}
+	m.router, m.prefix, m.gateUp, m.expertScale = "router.proj", "experts", "gate_up_proj", "router.per_expert_scale"
+	return m, nil
 }
 
 // gemma4Ropes are the full-attention and sliding layers' rotary embeddings, each for its type's head size (all
@@ -236,6 +260,13 @@ func (g *gemma4) kindWeights(c *checkpoint.Config, k LayerKind) []WeightSpec {
 		add("post_per_layer_input_norm.weight", func(w *LayerWeights) *Value { return &w.PerLayerNorm }, h)
 	}
 	add("layer_scalar", func(w *LayerWeights) *Value { return &w.LayerScalar }, 1)
+	if g.moe != nil {
+		add("router.scale", func(w *LayerWeights) *Value { return &w.RouterScale }, h)
+		add("pre_feedforward_layernorm_2.weight", func(w *LayerWeights) *Value { return &w.ExpertsNorm }, h)
+		add("post_feedforward_layernorm_1.weight", func(w *LayerWeights) *Value { return &w.MLPPostNorm1 }, h)
+		add("post_feedforward_layernorm_2.weight", func(w *LayerWeights) *Value { return &w.ExpertsPostNorm }, h)
+		ws = append(ws, g.moe.weights(h)...)
+	}
 	return ws
 }
 
@@ -260,6 +291,9 @@ func (g *gemma4) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	a := linear(ops, ops.Attention(q, keys, values, g.attn), w.O)
 	x = ops.Add(x, ops.RMSNorm(a, w.AttnPostNorm, g.eps, 0))
 	m := gatedMLP(ops, ops.RMSNorm(x, w.MLPNorm, g.eps, 0), Expert{Gate: w.Gate, Up: w.Up, Down: w.Down}, g.act)
+	if g.moe != nil {
+		m = ops.Add(ops.RMSNorm(m, w.MLPPostNorm1, g.eps, 0), g.experts(ops, x, w))
+	}
 	x = ops.Add(x, ops.RMSNorm(m, w.MLPPostNorm, g.eps, 0))
 	if in.PerLayer != nil {
 		gate := ops.Mul(ops.Act(linear(ops, x, w.PerLayerGate), g.act), in.PerLayer)
@@ -270,6 +304,15 @@ func (g *gemma4) Layer(ops Ops, in LayerInputs) LayerOutputs {
 		return LayerOutputs{X: x}
 	}
 	return LayerOutputs{X: x, K: keys, V: values}
+}
+
+// experts is the experts' branch of the MLP sub-block on its input r (the residual stream): routed by
+// RMSNorm(r)·router.scale/√hidden, computed on pre_feedforward_layernorm_2(r), normalised by
+// post_feedforward_layernorm_2 (Gemma4TextDecoderLayer.forward).
+func (g *gemma4) experts(ops Ops, r Value, w *LayerWeights) Value {
+	routing := g.moe.choose(ops, ops.Scale(ops.RMSNorm(r, w.RouterScale, g.eps, 0), math.Pow(float64(g.hidden), -0.5)), w)
+	y := g.moe.routed(ops, ops.RMSNorm(r, w.ExpertsNorm, g.eps, 0), routing, w, g.act)
+	return ops.RMSNorm(y, w.ExpertsPostNorm, g.eps, 0)
 }
 
 // kindDims are a kind's key/value heads and head size.

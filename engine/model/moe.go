@@ -25,6 +25,12 @@ type moeMLP struct {
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
+	// gateUp, when set, names each expert's fused gate and up projection [2·inter, hidden] (gate rows first)
+	// in place of gate and up (Gemma 4, whose fused experts checkpoint.FusedExperts splits per expert).
+	gateUp string
+	// expertScale, when set, names the router's per-expert factor on the routing weights [experts]
+	// (RouteOptions.ExpertScale: Gemma 4's router.per_expert_scale).
+	expertScale string
 }
 
 // newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
@@ -54,10 +60,17 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	if m.bias != "" {
 		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
 	}
+	if m.expertScale != "" {
+		add(m.expertScale, func(w *LayerWeights) *Value { return &w.ExpertScale }, m.experts)
+	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
-		add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
-		add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		if m.gateUp != "" {
+			add(p+m.gateUp+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
+		} else {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
+			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		}
 		add(p+m.down+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Down.W }, hidden, m.inter)
 	}
 	if m.shared != "" {
@@ -74,16 +87,7 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 // apply is the mixture of experts on h [B, T, hidden]: Σ over each row's chosen experts of weight · expert(h),
 // plus the (gated) shared expert.
 func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value {
-	opts := m.route
-	opts.Bias = w.RouterBias
-	routing := ops.Route(linear(ops, h, w.Router), opts)
-	ys := make([]Value, len(w.Experts))
-	for e, ex := range w.Experts {
-		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, ex, act)
-		}
-	}
-	y := ops.Combine(ys, routing)
+	y := m.routed(ops, h, m.choose(ops, h, w), w, act)
 	if w.Shared.Down.W == nil {
 		return y
 	}
@@ -92,6 +96,30 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
 	return ops.Add(y, s)
+}
+
+// choose routes each row of the router's input h to its experts (Ops.Route).
+func (m *moeMLP) choose(ops Ops, h Value, w *LayerWeights) Value {
+	opts := m.route
+	opts.Bias, opts.ExpertScale = w.RouterBias, w.ExpertScale
+	return ops.Route(linear(ops, h, w.Router), opts)
+}
+
+// routed is Σ over each row of h's chosen experts (routing) of weight · expert(h).
+func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activation) Value {
+	ys := make([]Value, len(w.Experts))
+	for e, ex := range w.Experts {
+		rows := ops.Rows(h, routing, e)
+		switch {
+		case rows == nil:
+		case ex.GateUp.W != nil:
+			gu := ops.Split(linear(ops, rows, ex.GateUp), m.inter, m.inter)
+			ys[e] = linear(ops, ops.Mul(ops.Act(gu[0], act), gu[1]), ex.Down)
+		default:
+			ys[e] = gatedMLP(ops, rows, ex, act)
+		}
+	}
+	return ops.Combine(ys, routing)
 }
 
 // sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.
