@@ -82,3 +82,12 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// TestGemma4DraftBatch: greedy output with an n-gram draft (its verifications computing the shared layers over
+// draft trees) is the output without, alone, batched and in a session's next turn, on the dense and the MoE
+// fixture.
+func TestGemma4DraftBatch(t *testing.T) {
+	for _, name := range []string{"gemma4_text", "gemma4_text-moe"} {
+		t.Run(name, func(t *testing.T) { checkDraftGreedy(t, hffixture.Checkpoint(t, name, hffixture.V5), DraftNgram) })
+	}
+}
