@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,8 @@ func init() {
 		"boa_token_id", "eoa_token_index", "audio_token_id")
 	vl.SkippedTensorPrefixes = append(vl.SkippedTensorPrefixes, "audio_tower.", "embed_vision.", "embed_audio.",
 		"model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
+	vl.Defaults = maps.Clone(text.Defaults) // Gemma4Config's token ids
+	vl.Defaults["image_token_id"], vl.Defaults["video_token_id"], vl.Defaults["audio_token_id"] = 258880, 258884, 258881
 	RegisterArchitecture(vl)
 }
 
@@ -62,6 +65,12 @@ type Gemma4 struct {
 	PerLayerConfig         map[string]map[string]json.RawMessage `json:"per_layer_config"`
 	GlobalHeadDim          *int                                  `json:"global_head_dim"`
 	NumGlobalKeyValueHeads *int                                  `json:"num_global_key_value_heads"`
+	// Gemma4ForConditionalGeneration's image, video and audio placeholder ids, which a text-only forward embeds
+	// as the pad token (pad_token_id, Gemma4TextConfig's default 0).
+	ImageTokenID *int `json:"image_token_id"`
+	VideoTokenID *int `json:"video_token_id"`
+	AudioTokenID *int `json:"audio_token_id"`
+	PadTokenID   int  `json:"pad_token_id"`
 }
 
 // LayerDims are one layer's attention head size and key/value heads.

@@ -236,7 +236,7 @@ func (r *runner) embedder(ew *weightSet) func(dst []float32, id, pos int) error 
 		if id < 0 || id >= c.VocabSize {
 			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
 		}
-		embedRow(dst, ew.hostTensors()[0].flat, id, c.HiddenSize)
+		embedRow(dst, ew.hostTensors()[0].flat, r.embedID(id), c.HiddenSize)
 		if scale != 1 {
 			for i := range dst {
 				dst[i] *= scale
@@ -264,6 +264,9 @@ func (r *runner) perLayerInputs(ew *weightSet, x *hostArray, ids [][]int) (*host
 	tok := newHostArray(b, t, n)
 	for bi, row := range ids {
 		for ti, id := range row {
+			if id >= 0 {
+				id = r.embedID(id)
+			}
 			if id >= rows {
 				return nil, fmt.Errorf("token id %d has no row in %s (%d rows)", id, p.PerLayerTensors[0].Name, rows)
 			}
@@ -277,6 +280,14 @@ func (r *runner) perLayerInputs(ew *weightSet, x *hostArray, ids [][]int) (*host
 		ws[i] = ts[i+2]
 	}
 	return arr(pl.PerLayerInputs(hostOps{bf16Products: r.bf16Products, batch: 1}, x, tok, ws)), nil
+}
+
+// embedID is the token whose embedding token id takes (model.Plan.EmbedAs).
+func (r *runner) embedID(id int) int {
+	if to, ok := r.plan.EmbedAs[id]; ok {
+		return to
+	}
+	return id
 }
 
 // layerInput is layer l's slice [B, T, P] of per-layer inputs pli [B, layers, T, P] (nil: nil), into an array of

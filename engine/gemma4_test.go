@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
@@ -89,5 +92,53 @@ func abs(x float64) float64 {
 func TestGemma4DraftBatch(t *testing.T) {
 	for _, name := range []string{"gemma4_text", "gemma4_text-moe"} {
 		t.Run(name, func(t *testing.T) { checkDraftGreedy(t, hffixture.Checkpoint(t, name, hffixture.V5), DraftNgram) })
+	}
+}
+
+// TestGemma4ConditionalGeneration: Gemma 4's multimodal checkpoints (Gemma4ForConditionalGeneration, its decoder
+// in text_config and under model.language_model.*, towers beside it) run as the text model, their image, video and
+// audio placeholders embedded as the pad token, as Gemma4Model.forward does without images (checked against
+// transformers 5.24 when this was written: the wrapper's logits on ids holding placeholders equal
+// Gemma4ForCausalLM's on the same ids with the pad token in their place, to 3.3e-6), in the engine and the
+// reference alike.
+func TestGemma4ConditionalGeneration(t *testing.T) {
+	ctx := context.Background()
+	dir := hffixture.Checkpoint(t, "gemma4_text", hffixture.V5)
+	ids := ints(hffixture.MustReference(t, "gemma4_text").InputIDs)
+	ids[3], ids[10], ids[11], ids[30] = 5, 6, 7, 5
+	padded := slices.Clone(ids)
+	for _, p := range []int{3, 10, 11, 30} {
+		padded[p] = 0 // pad_token_id
+	}
+	want, err := open(t, dir, Options{}).Logits(ctx, padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayout(t, dir, func(name string) string { return "model.language_model." + strings.TrimPrefix(name, "model.") },
+		map[string][]int{"model.vision_tower.encoder.weight": {4, 4}, "model.embed_audio.weight": {4}})
+	editConfig(t, dir, func(cfg map[string]any) {
+		text := maps.Clone(cfg)
+		delete(text, "architectures")
+		clear(cfg)
+		cfg["architectures"], cfg["model_type"], cfg["text_config"] = []string{"Gemma4ForConditionalGeneration"}, "gemma4", text
+		cfg["image_token_id"], cfg["video_token_id"], cfg["audio_token_id"], cfg["vision_config"] = 5, 6, 7, nil
+	})
+	got, err := open(t, dir, Options{}).Logits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(got, want); d > 1e-6 {
+		t.Errorf("wrapper logits differ from the text model's with pad tokens by %g", d)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reference.Forward(ck, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(toF32(r.Logits), want); d > hfTolerance {
+		t.Errorf("the float64 reference differs by %g", d)
 	}
 }

@@ -21,6 +21,8 @@ type gemma4 struct {
 	pli [][][]float64
 	// kv[l] are layer l's keys and values by position, kept for the layers sharing them.
 	kv map[int][2][][]float64
+	// embedAs are the token ids embedded as the pad token (Gemma4ForConditionalGeneration's placeholders).
+	embedAs map[int]int
 }
 
 // gemma4Model configures m for Gemma 4's text decoder.
@@ -66,6 +68,14 @@ func (m *model) gemma4Model() error {
 		}
 		if g.source[l] < 0 {
 			return fmt.Errorf("layer %d shares keys and values that no earlier layer of its type computes", l)
+		}
+	}
+	if c.Arch.Name == "Gemma4ForConditionalGeneration" { // Gemma4Model.forward without images, video or audio
+		g.embedAs = map[int]int{}
+		for _, id := range []*int{c.ImageTokenID, c.VideoTokenID, c.AudioTokenID} {
+			if id != nil {
+				g.embedAs[*id] = c.PadTokenID
+			}
 		}
 	}
 	m.g4, m.norms, m.act = g, "both", "gelu_tanh"
@@ -227,6 +237,7 @@ func (m *model) gemma4Inputs(ck *checkpoint.Checkpoint, ids []int, x [][]float64
 	}
 	m.g4.pli = make([][][]float64, len(ids))
 	for p, id := range ids {
+		id = m.embedID(id)
 		if id >= table.rows {
 			return fmt.Errorf("token id %d has no row in model.embed_tokens_per_layer.weight", id)
 		}
@@ -246,6 +257,17 @@ func (m *model) gemma4Inputs(ck *checkpoint.Checkpoint, ids []int, x [][]float64
 		}
 	}
 	return nil
+}
+
+// embedID is the token whose embeddings token id takes.
+func (m *model) embedID(id int) int {
+	if m.g4 == nil {
+		return id
+	}
+	if to, ok := m.g4.embedAs[id]; ok {
+		return to
+	}
+	return id
 }
 
 // gemma4Layer updates x with Gemma 4's decoder layer l (Gemma4TextDecoderLayer.forward).

@@ -76,6 +76,9 @@ type Plan struct {
 	// table [rows, layers·PerLayerInput] looked up by token id.
 	PerLayerInput   int
 	PerLayerTensors []WeightSpec
+	// EmbedAs are token ids embedded as another token (Gemma4ForConditionalGeneration's image, video and audio
+	// placeholders: as the pad token), in the embedding and the per-layer inputs alike; nil: none.
+	EmbedAs map[int]int
 }
 
 // CacheDims are layer l's key/value heads and head size: its kind's, else the Plan's.

@@ -19,10 +19,25 @@ import (
 // after its MLP); each layer's output times its layer_scalar; embeddings × √hidden, logits soft-capped.
 //
 // Gemma4ForConditionalGeneration is the same decoder in text_config, its tensors under language_model
-// (checkpoint.Architecture.TensorPrefixes); the vision and audio towers are not read.
+// (checkpoint.Architecture.TensorPrefixes); the vision and audio towers are not read, and the image, video and
+// audio placeholder ids embed as the pad token, as its text-only forward does (Plan.EmbedAs).
 func init() {
 	Register("Gemma4ForCausalLM", newGemma4)
-	Register("Gemma4ForConditionalGeneration", newGemma4)
+	Register("Gemma4ForConditionalGeneration", func(c *checkpoint.Config) (Architecture, error) {
+		a, err := newGemma4(c)
+		if err != nil {
+			return nil, err
+		}
+		// Gemma4Model.forward: without images, video or audio, their placeholders embed as the pad token.
+		p := a.Plan()
+		p.EmbedAs = map[int]int{}
+		for _, id := range []*int{c.ImageTokenID, c.VideoTokenID, c.AudioTokenID} {
+			if id != nil {
+				p.EmbedAs[*id] = c.PadTokenID
+			}
+		}
+		return a, nil
+	})
 }
 
 // gemma4 is the Gemma 4 decoder: the decoder's plan, norms and head, with its own layer.
