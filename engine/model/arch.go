@@ -81,9 +81,8 @@ type Plan struct {
 	EmbedAs map[int]int
 }
 
-// CacheDims are layer l's key/value heads and head size: its kind's, else the Plan's.
-func (p *Plan) CacheDims(l int) (kvHeads, headDim int) {
-	k := p.Layers[l]
+// KindDims are a kind of layer's key/value heads and head size: its own, else the Plan's.
+func (p *Plan) KindDims(k LayerKind) (kvHeads, headDim int) {
 	kvHeads, headDim = p.KVHeads, p.HeadDim
 	if k.KVHeads > 0 {
 		kvHeads = k.KVHeads

@@ -54,19 +54,23 @@ func gemmaDecoder(c *checkpoint.Config, ropes ...Rope) (*decoder, error) {
 	}
 	d := newDecoderWith(c, act, ropes...)
 	d.normOffset = 1
+	d.attn.Scale = 1 / math.Sqrt(c.QueryPreAttnScalar)
+	return d, gemmaShared(d, c)
+}
+
+// gemmaShared configures what every Gemma's decoder has: norms before and after both branches, the final logit
+// soft-cap and the √hidden_size embedding scale.
+func gemmaShared(d *decoder, c *checkpoint.Config) (err error) {
 	d.preAttnNorm, d.postAttnNorm = "input_layernorm.weight", "post_attention_layernorm.weight"
 	d.preMLPNorm, d.postMLPNorm = "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"
-	d.attn.Scale = 1 / math.Sqrt(c.QueryPreAttnScalar)
 	if c.FinalLogitSoftcapping != nil {
 		if !(*c.FinalLogitSoftcapping > 0) {
-			return nil, fmt.Errorf("final_logit_softcapping must be positive or null, got %g", *c.FinalLogitSoftcapping)
+			return fmt.Errorf("final_logit_softcapping must be positive or null, got %g", *c.FinalLogitSoftcapping)
 		}
 		d.logitSoftCap = *c.FinalLogitSoftcapping
 	}
-	if d.plan.EmbedScale, err = gemmaEmbedScale(c); err != nil {
-		return nil, err
-	}
-	return d, nil
+	d.plan.EmbedScale, err = gemmaEmbedScale(c)
+	return err
 }
 
 // gemmaEmbedScale is √hidden_size as transformers multiplies the embeddings by it: a float32 tensor converted

@@ -69,16 +69,8 @@ func newGemma4(c *checkpoint.Config) (Architecture, error) {
 		return nil, err
 	}
 	d := newDecoderWith(c, act, full, sliding)
-	d.preAttnNorm, d.postAttnNorm = "input_layernorm.weight", "post_attention_layernorm.weight"
-	d.preMLPNorm, d.postMLPNorm = "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"
 	d.attn.Scale = 1
-	if c.FinalLogitSoftcapping != nil {
-		if !(*c.FinalLogitSoftcapping > 0) {
-			return nil, fmt.Errorf("final_logit_softcapping must be positive or null, got %g", *c.FinalLogitSoftcapping)
-		}
-		d.logitSoftCap = *c.FinalLogitSoftcapping
-	}
-	if d.plan.EmbedScale, err = gemmaEmbedScale(c); err != nil {
+	if err := gemmaShared(d, c); err != nil {
 		return nil, err
 	}
 	if err := d.slidingLayers(c, c.SlidingWindow, true, func(int) bool { return false }); err != nil {
@@ -240,7 +232,7 @@ func (g *gemma4) weights(c *checkpoint.Config) []WeightSpec {
 
 // kindWeights are the tensors of a layer of kind k.
 func (g *gemma4) kindWeights(c *checkpoint.Config, k LayerKind) []WeightSpec {
-	kvHeads, hd := g.kindDims(k)
+	kvHeads, hd := g.plan.KindDims(k)
 	h, inter := g.hidden, g.inter
 	if k.SharedKV && c.UseDoubleWideMLP {
 		inter *= 2
@@ -290,7 +282,7 @@ func (g *gemma4) valuesAreKeys(k LayerKind) bool { return g.kEqV && k.Window == 
 
 func (g *gemma4) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	w, x, k := in.W, in.X, in.Kind
-	kvHeads, hd := g.kindDims(k)
+	kvHeads, hd := g.plan.KindDims(k)
 	h := ops.RMSNorm(x, w.AttnNorm, g.eps, 0)
 	q := ops.Rotary(ops.RMSNorm(ops.Heads(linear(ops, h, w.Q), g.heads, hd), w.QNorm, g.eps, 0))
 	keys, values := in.K, in.V
@@ -328,18 +320,6 @@ func (g *gemma4) experts(ops Ops, r Value, w *LayerWeights) Value {
 	routing := g.moe.choose(ops, ops.Scale(ops.RMSNorm(r, w.RouterScale, g.eps, 0), math.Pow(float64(g.hidden), -0.5)), w)
 	y := g.moe.routed(ops, ops.RMSNorm(r, w.ExpertsNorm, g.eps, 0), routing, w, g.act)
 	return ops.RMSNorm(y, w.ExpertsPostNorm, g.eps, 0)
-}
-
-// kindDims are a kind's key/value heads and head size.
-func (g *gemma4) kindDims(k LayerKind) (kvHeads, headDim int) {
-	kvHeads, headDim = g.plan.KVHeads, g.plan.HeadDim
-	if k.KVHeads > 0 {
-		kvHeads = k.KVHeads
-	}
-	if k.HeadDim > 0 {
-		headDim = k.HeadDim
-	}
-	return kvHeads, headDim
 }
 
 // perLayerTensors are the per-layer table [vocab_size_per_layer_input, layers·P], the projection of the
