@@ -142,3 +142,45 @@ func TestGemma4ConditionalGeneration(t *testing.T) {
 		t.Errorf("the float64 reference differs by %g", d)
 	}
 }
+
+// TestGemma4Refusals: tensors Gemma 4's config gives no role (keys and values of a layer that shares them, a
+// v_proj where attention_k_eq_v takes the values from k_proj) and config values it does not implement are
+// refused by name, by the engine and the reference.
+func TestGemma4Refusals(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		fixture string
+		extra   map[string][]int
+		edit    func(cfg map[string]any)
+		want    string
+	}{
+		{fixture: "gemma4_text", extra: map[string][]int{"model.layers.2.self_attn.k_proj.weight": {32, 64}}, want: "model.layers.2.self_attn.k_proj.weight"},
+		{fixture: "gemma4_text-moe", extra: map[string][]int{"model.layers.2.self_attn.v_proj.weight": {32, 64}}, want: "model.layers.2.self_attn.v_proj.weight"},
+		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["use_bidirectional_attention"] = "all" }, want: `use_bidirectional_attention "all"`},
+		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["per_layer_config"].(map[string]any)["1"].(map[string]any)["rope_theta"] = 1 }, want: "per_layer_config.1.rope_theta"},
+		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["num_kv_shared_layers"] = 3 }, want: "no earlier layer of its type"},
+		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["query_pre_attn_scalar"] = 16 }, want: "query_pre_attn_scalar"},
+	} {
+		dir := hffixture.Checkpoint(t, tc.fixture, hffixture.V5)
+		if tc.extra != nil {
+			relayout(t, dir, func(name string) string { return name }, tc.extra)
+		}
+		if tc.edit != nil {
+			editConfig(t, dir, tc.edit)
+		}
+		e, err := Open(ctx, dir, Options{})
+		if err == nil {
+			e.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error naming %s", tc.want, err, tc.want)
+		}
+		ck, err := checkpoint.Open(dir)
+		if err == nil {
+			_, err = reference.Forward(ck, []int{3, 4, 5})
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("reference, %s: got %v, want an error naming it", tc.want, err)
+		}
+	}
+}

@@ -31,8 +31,12 @@ func (m *model) gemma4Model() error {
 	switch {
 	case c.EnableMoEBlock && (c.NumExperts <= 0 || c.TopKExperts <= 0 || c.TopKExperts > c.NumExperts || c.MoEIntermediateSize <= 0):
 		return fmt.Errorf("enable_moe_block with num_experts %d, top_k_experts %d, moe_intermediate_size %d is not implemented by the reference", c.NumExperts, c.TopKExperts, c.MoEIntermediateSize)
-	case c.AttentionBias || c.UseBidirectionalAttention != nil && *c.UseBidirectionalAttention != "vision":
-		return fmt.Errorf("attention_bias or use_bidirectional_attention is not implemented by the reference for Gemma 4")
+	case c.AttentionBias:
+		return fmt.Errorf("attention_bias is not implemented by the reference for Gemma 4")
+	case c.LayerTypes == nil || c.SlidingWindow == nil:
+		return fmt.Errorf("Gemma 4 without layer_types or sliding_window is not implemented by the reference")
+	case c.UseBidirectionalAttention != nil && *c.UseBidirectionalAttention != "vision":
+		return fmt.Errorf("use_bidirectional_attention %q is not implemented by the reference for Gemma 4", *c.UseBidirectionalAttention)
 	}
 	dims, err := c.Gemma4LayerDims()
 	if err != nil {
