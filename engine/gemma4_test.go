@@ -157,7 +157,9 @@ func TestGemma4Refusals(t *testing.T) {
 		{fixture: "gemma4_text", extra: map[string][]int{"model.layers.2.self_attn.k_proj.weight": {32, 64}}, want: "model.layers.2.self_attn.k_proj.weight"},
 		{fixture: "gemma4_text-moe", extra: map[string][]int{"model.layers.2.self_attn.v_proj.weight": {32, 64}}, want: "model.layers.2.self_attn.v_proj.weight"},
 		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["use_bidirectional_attention"] = "all" }, want: `use_bidirectional_attention "all"`},
-		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["per_layer_config"].(map[string]any)["1"].(map[string]any)["rope_theta"] = 1 }, want: "per_layer_config.1.rope_theta"},
+		{fixture: "gemma4_text", edit: func(cfg map[string]any) {
+			cfg["per_layer_config"].(map[string]any)["1"].(map[string]any)["rope_theta"] = 1
+		}, want: "per_layer_config.1.rope_theta"},
 		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["num_kv_shared_layers"] = 3 }, want: "no earlier layer of its type"},
 		{fixture: "gemma4_text", edit: func(cfg map[string]any) { cfg["query_pre_attn_scalar"] = 16 }, want: "query_pre_attn_scalar"},
 	} {
