@@ -36,25 +36,33 @@ done
 mkdir -p "$out"
 work=${GPU_CHECK_WORK:-$(mktemp -d -t gpu-check.XXXXXX)}
 summary=$out/summary.md
+# The device tool brings back at most 8 files: the summary, the profile and timeline of step 3, and logs.tar,
+# to which every step's log is appended as it ends (what a killed run leaves is still there).
+logs=$work/logs
+mkdir -p "$logs"
+keep() { tar -rf "$out/logs.tar" -C "$logs" "$@" 2>/dev/null; }
 start=$(date +%s)
 wanted() { [[ ,$steps, == *,$1,* ]]; }
 echo "# GPU check ($device, $(date -u +%FT%TZ))" >"$summary"
+rm -f "$out/logs.tar"
 
 note() { echo "$*" | tee -a "$summary"; }
-# step NAME SECONDS CMD...: runs CMD under a time limit with its output in $out/NAME.log; records the outcome.
+# step NAME SECONDS CMD...: runs CMD under a time limit with its output in $logs/NAME.log (kept in logs.tar);
+# records the outcome.
 step() {
 	local name=$1 limit=$2
 	shift 2
 	local t0=$(date +%s)
 	echo "== $name (limit ${limit}s)" >&2
-	timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+	timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
 	local rc=$? took=$(($(date +%s) - t0))
+	keep "$name.log"
 	if ((rc == 0)); then
 		note "- $name: ok (${took}s)"
 	elif ((rc == 124 || rc == 137)); then
 		note "- $name: **timed out** after ${took}s (log: $name.log)"
 	else
-		note "- $name: **failed**, status $rc (${took}s): $(grep -v '^time=' "$out/$name.log" | tail -n 1)"
+		note "- $name: **failed**, status $rc (${took}s): $(grep -v '^time=' "$logs/$name.log" | tail -n 1)"
 	fi
 	return $rc
 }
@@ -76,7 +84,8 @@ fi
 	nproc
 	free -g | head -n 2
 	python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1
-} >"$out/machine.txt" 2>&1
+} >"$logs/machine.txt" 2>&1
+keep machine.txt
 if [[ $device == cuda ]]; then
 	plugin=$(python3 -c 'import glob, site; print(next(iter(glob.glob(site.getsitepackages()[0] + "/jax_plugins/xla_cuda*/xla_cuda_plugin.so")), ""))' 2>/dev/null)
 	[[ -z $plugin ]] && plugin=$(ls /usr/local/lib/python3*/*-packages/jax_plugins/xla_cuda*/xla_cuda_plugin.so 2>/dev/null | head -n 1)
@@ -105,7 +114,7 @@ if wanted 1 && [[ -d $stories && -f $golden ]]; then
 	steps=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["cases"][0]; print(len(c["generated_ids"]))' "$golden")
 	if step 1-stories-generate 120 "${ls[@]}" generate -q "${dev[@]}" --dtype f32 --model "$stories" --ids "$ids" \
 		--temperature 0 --max-new-tokens "$steps" --json; then
-		python3 - "$golden" "$out/1-stories-generate.log" <<'EOF' | tee -a "$summary"
+		python3 - "$golden" "$logs/1-stories-generate.log" <<'EOF' | tee -a "$summary"
 import json, sys
 want = json.load(open(sys.argv[1]))["cases"][0]["generated_ids"]
 got = None
@@ -130,12 +139,13 @@ if wanted 2 && step 2-synth 120 "${ls[@]}" synth -q --shape smollm2-135m --layer
 		short=${dt/float32/f32}
 		short=${short/bfloat16/bf16}
 		step "2-transformers-$short" 180 python3 scripts/gpu_reference.py --model "$small" --device "$torch_device" \
-			--dtype "$dt" --out "$work/ref-$short.safetensors" --json "$out/2-transformers-$short.json" || continue
+			--dtype "$dt" --out "$work/ref-$short.safetensors" --json "$logs/2-transformers-$short.json" || continue
+		keep "2-transformers-$short.json"
 		step "2-verify-$short" 180 "${ls[@]}" verify "${dev[@]}" --dtype "$short" --model "$small" \
 			--reference "$work/ref-$short.safetensors" --decode-steps 4
 		step "2-bench-$short" 180 "${ls[@]}" bench -q "${dev[@]}" --dtype "$short" --model "$small" --resident \
 			--prompt-tokens "$ptok" --new-tokens 64 --runs 3 --json
-		python3 - "$out/2-transformers-$short.json" "$out/2-bench-$short.log" "$short" <<'EOF' | tee -a "$summary"
+		python3 - "$logs/2-transformers-$short.json" "$logs/2-bench-$short.log" "$short" <<'EOF' | tee -a "$summary"
 import json, sys
 t = json.load(open(sys.argv[1]))
 b = next((json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")), {})
@@ -156,7 +166,7 @@ if wanted 3 && step 3-synth 200 "${ls[@]}" synth -q --shape llama2-7b --layers "
 	step 3-split 200 "${ls[@]}" bench -q "${dev[@]}" --model "$big" --prompt-tokens 8 --new-tokens 1 --runs 1 --warmup 0
 	step 3-stream 240 "${ls[@]}" bench -q "${dev[@]}" --model "$big" --device-budget "$budget" --prompt-tokens 16 \
 		--new-tokens 8 --runs 1 --json --profile --profile-out "$out/3-profile.parquet" --profile-timeline "$out/3-timeline.svg"
-	python3 - "$out/3-stream.log" "$out/3-copy-rate.log" <<'EOF' | tee -a "$summary"
+	python3 - "$logs/3-stream.log" "$logs/3-copy-rate.log" <<'EOF' | tee -a "$summary"
 import json, sys
 b = next((json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")), None)
 try:
@@ -181,7 +191,7 @@ mid=$work/tinyllama
 if wanted 4 && step 4-synth 120 "${ls[@]}" synth -q --shape tinyllama-1.1b --layers "$layers" --out "$mid"; then
 	step 4-prefill-gpu 180 "${ls[@]}" bench -q "${dev[@]}" --model "$mid" --resident --prompt-tokens "$ptok" --new-tokens 1 --runs 2 --json
 	step 4-prefill-cpu 180 "${ls[@]}" bench -q --device cpu --model "$mid" --resident --prompt-tokens "$ptok" --new-tokens 1 --runs 2 --json
-	python3 - "$out/4-prefill-gpu.log" "$out/4-prefill-cpu.log" "$ptok" <<'EOF' | tee -a "$summary"
+	python3 - "$logs/4-prefill-gpu.log" "$logs/4-prefill-cpu.log" "$ptok" <<'EOF' | tee -a "$summary"
 import json, sys
 def rate(p):
     try:
@@ -195,7 +205,7 @@ fi
 
 # --- 5. the CPU/XLA/CUDA benchmark table ---
 if wanted 5 && step 5-benchmark 180 scripts/benchmark_cpu_vs_cuda.sh --bin "$bin" --runs 2 --work "$work/bench5"; then
-	sed -n '/^model /,$p' "$out/5-benchmark.log" | sed 's/^/    /' >>"$summary"
+	sed -n '/^model /,$p' "$logs/5-benchmark.log" | sed 's/^/    /' >>"$summary"
 fi
 
 note "total: $(($(date +%s) - start))s"
