@@ -121,6 +121,8 @@ type Config struct {
 	HybridExperts
 	// Gemma4: Gemma 4's keys (families_gemma4.go).
 	Gemma4
+	// Llama4Text: Llama 4's keys (families_llama4.go).
+	Llama4Text
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`

@@ -186,7 +186,7 @@ func linear(dst []float64, m matrix, b []float32, x []float64) {
 	}
 }
 
-// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps); w nil is a norm without weight (x / sqrt(mean(x²) + eps)).
+// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps), or without weight (w nil) x / sqrt(mean(x²) + eps).
 func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	var ss float64
 	for _, v := range x {

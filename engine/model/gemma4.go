@@ -44,6 +44,8 @@ func init() {
 type gemma4 struct {
 	*decoder
 	kEqV bool // attention_k_eq_v: the full layers' values are their k_proj outputs
+	// doubleWide: use_double_wide_mlp.
+	doubleWide bool
 	// moe, with enable_moe_block, are the experts beside every layer's MLP (nil: none).
 	moe *moeMLP
 	// perLayer is hidden_size_per_layer_input (0: no per-layer inputs), tableRows the per-layer table's rows,
@@ -77,7 +79,7 @@ func newGemma4(c *checkpoint.Config) (Architecture, error) {
 		return nil, err
 	}
 	d.ropePerWindow(1)
-	g := &gemma4{decoder: d, kEqV: c.AttentionKEqV, perLayer: c.HiddenSizePerLayerInput, tableRows: c.VocabSizePerLayerInput}
+	g := &gemma4{decoder: d, kEqV: c.AttentionKEqV, doubleWide: c.UseDoubleWideMLP, perLayer: c.HiddenSizePerLayerInput, tableRows: c.VocabSizePerLayerInput}
 	if g.tableScale, err = gemmaScale(c, g.perLayer); err != nil {
 		return nil, err
 	}
@@ -93,7 +95,7 @@ func newGemma4(c *checkpoint.Config) (Architecture, error) {
 		}
 	}
 	g.plan.PerLayerInput, g.plan.PerLayerTensors = g.perLayer, g.perLayerTensors()
-	g.plan.Weights = g.weights(c)
+	g.plan.Weights = g.weights()
 	return g, nil
 }
 
@@ -129,7 +131,7 @@ func gemma4MoE(c *checkpoint.Config) (*moeMLP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enable_moe_block: %w (top_k_experts, moe_intermediate_size)", err)
 	}
-	m.router, m.prefix, m.gateUp, m.expertScale = "router.proj", "experts", "gate_up_proj", "router.per_expert_scale"
+	m.router, m.prefix, m.gate, m.fusedGateUp, m.expertScale = "router.proj", "experts", "gate_up_proj", true, "router.per_expert_scale"
 	return m, nil
 }
 
@@ -209,11 +211,11 @@ func (g *gemma4) shareKV(c *checkpoint.Config, dims []checkpoint.LayerDims) erro
 
 // weights lists every kind of layer's tensors: the same name with the same shape is one WeightSpec held by every
 // kind that has it, with different shapes (a full layer's q_proj, a shared layer's wider MLP) one per shape.
-func (g *gemma4) weights(c *checkpoint.Config) []WeightSpec {
+func (g *gemma4) weights() []WeightSpec {
 	var ws []WeightSpec
 	kinds := map[int]map[LayerKind]bool{} // by index in ws: the kinds holding it
 	for _, k := range g.plan.Layers {
-		for _, s := range g.kindWeights(c, k) {
+		for _, s := range g.kindWeights(k) {
 			i := slices.IndexFunc(ws, func(w WeightSpec) bool { return w.Name == s.Name && slices.Equal(w.Shape, s.Shape) })
 			if i < 0 {
 				i = len(ws)
@@ -231,12 +233,9 @@ func (g *gemma4) weights(c *checkpoint.Config) []WeightSpec {
 }
 
 // kindWeights are the tensors of a layer of kind k.
-func (g *gemma4) kindWeights(c *checkpoint.Config, k LayerKind) []WeightSpec {
+func (g *gemma4) kindWeights(k LayerKind) []WeightSpec {
 	kvHeads, hd := g.plan.KindDims(k)
-	h, inter := g.hidden, g.inter
-	if k.SharedKV && c.UseDoubleWideMLP {
-		inter *= 2
-	}
+	h, inter := g.hidden, g.mlpWidth(k)
 	var ws []WeightSpec
 	add := func(name string, field func(*LayerWeights) *Value, shape ...int) {
 		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field})
@@ -277,6 +276,14 @@ func (g *gemma4) kindWeights(c *checkpoint.Config, k LayerKind) []WeightSpec {
 	return ws
 }
 
+// mlpWidth is a kind's MLP width: intermediate_size, twice it in a shared layer with use_double_wide_mlp.
+func (g *gemma4) mlpWidth(k LayerKind) int {
+	if k.SharedKV && g.doubleWide {
+		return 2 * g.inter
+	}
+	return g.inter
+}
+
 // valuesAreKeys reports whether a layer of kind k takes its values from its k_proj (attention_k_eq_v: full layers).
 func (g *gemma4) valuesAreKeys(k LayerKind) bool { return g.kEqV && k.Window == 0 }
 
@@ -297,7 +304,7 @@ func (g *gemma4) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	}
 	a := linear(ops, ops.Attention(q, keys, values, g.attn), w.O)
 	x = ops.Add(x, ops.RMSNorm(a, w.AttnPostNorm, g.eps, 0))
-	m := gatedMLP(ops, ops.RMSNorm(x, w.MLPNorm, g.eps, 0), Expert{Gate: w.Gate, Up: w.Up, Down: w.Down}, g.act)
+	m := gatedMLP(ops, ops.RMSNorm(x, w.MLPNorm, g.eps, 0), Expert{Gate: w.Gate, Up: w.Up, Down: w.Down}, g.mlpWidth(k), g.act)
 	if g.moe != nil {
 		m = ops.Add(ops.RMSNorm(m, w.MLPPostNorm1, g.eps, 0), g.experts(ops, x, w))
 	}

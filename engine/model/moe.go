@@ -20,14 +20,14 @@ type moeMLP struct {
 	// Tensor names, relative to the layer: the router ("mlp.gate"), the experts ("mlp.experts", expert e under
 	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
 	router, prefix, gate, up, down string
+	// fusedGateUp: each expert has one gate_up_proj ([2·inter, hidden], the gate rows then the up rows; named by
+	// gate) instead of separate gate and up projections (Llama 4's, as checkpoint.Open expands its fused tensor).
+	fusedGateUp bool
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
-	// gateUp, when set, names each expert's fused gate and up projection [2·inter, hidden] (gate rows first)
-	// in place of gate and up (Gemma 4, whose fused experts checkpoint.FusedExperts splits per expert).
-	gateUp string
 	// expertScale, when set, names the router's per-expert factor on the routing weights [experts]
 	// (RouteOptions.ExpertScale: Gemma 4's router.per_expert_scale).
 	expertScale string
@@ -65,8 +65,8 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
-		if m.gateUp != "" {
-			add(p+m.gateUp+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
+		if m.fusedGateUp {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
 		} else {
 			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
 			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
@@ -91,7 +91,7 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 	if w.Shared.Down.W == nil {
 		return y
 	}
-	s := gatedMLP(ops, h, w.Shared, act)
+	s := gatedMLP(ops, h, w.Shared, m.sharedInter, act)
 	if w.SharedGate.W != nil {
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
@@ -109,14 +109,8 @@ func (m *moeMLP) choose(ops Ops, h Value, w *LayerWeights) Value {
 func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activation) Value {
 	ys := make([]Value, len(w.Experts))
 	for e, ex := range w.Experts {
-		rows := ops.Rows(h, routing, e)
-		switch {
-		case rows == nil:
-		case ex.GateUp.W != nil:
-			gu := ops.Split(linear(ops, rows, ex.GateUp), m.inter, m.inter)
-			ys[e] = linear(ops, ops.Mul(ops.Act(gu[0], act), gu[1]), ex.Down)
-		default:
-			ys[e] = gatedMLP(ops, rows, ex, act)
+		if rows := ops.Rows(h, routing, e); rows != nil {
+			ys[e] = gatedMLP(ops, rows, ex, m.inter, act)
 		}
 	}
 	return ops.Combine(ys, routing)
