@@ -86,25 +86,14 @@ func gemma4Config(m archMeta, cfg map[string]any) error {
 func gemma4LayerTypes(m archMeta, cfg map[string]any, n int) (swa []bool, err error) {
 	key := m.key("attention.sliding_window_pattern")
 	v, ok := m.Get(key)
-	if flags, isArray := v.V.([]bool); !ok || !isArray || len(flags) != n {
+	swa, isArray := v.V.([]bool)
+	if !ok || !isArray || len(swa) != n {
 		return nil, fmt.Errorf("metadata %s: want one flag per layer (%d; llama.cpp requires them), got %v", key, n, v.V)
 	}
-	swa = v.V.([]bool)
 	if _, ok := cfg["sliding_window"]; !ok && slices.Contains(swa, true) {
 		return nil, fmt.Errorf("metadata %s is missing or 0: sliding layers need a window", m.key("attention.sliding_window"))
 	}
-	if _, ok := cfg["sliding_window"]; !ok {
-		cfg["sliding_window"] = 1 // unused: no layer slides
-	}
-	types := make([]string, n)
-	for i, s := range swa {
-		types[i] = "full_attention"
-		if s {
-			types[i] = "sliding_attention"
-		}
-	}
-	cfg["layer_types"] = types
-	return swa, nil
+	return swa, slidingLayerTypes(m, cfg, 0)
 }
 
 // gemma4Shared reads attention.shared_kv_layers, refusing a file where llama.cpp's choice of the layer a shared
