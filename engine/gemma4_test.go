@@ -186,3 +186,20 @@ func TestGemma4Refusals(t *testing.T) {
 		}
 	}
 }
+
+// TestGemma4WeightModes: the per-layer inputs' tensors travel with the embedding unit however it reaches the
+// passes (streamed with the embedding under StreamAll, every layer resident, graphs' device buffers): the same
+// greedy tokens as transformers'.
+func TestGemma4WeightModes(t *testing.T) {
+	ref := hffixture.MustReference(t, "gemma4_text")
+	dir := hffixture.Checkpoint(t, "gemma4_text", hffixture.V5)
+	for _, opts := range []Options{{StreamAll: true, Prefetch: 1, MaxLayerBuffers: 1}, {Resident: true}, {GraphDecode: true, StreamAll: true}} {
+		res, err := open(t, dir, opts).Generate(context.Background(), Request{PromptIDs: ints(ref.InputIDs), MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+			t.Errorf("%+v: greedy %v, transformers %v", opts, res.GeneratedIDs, ref.GreedyIDs)
+		}
+	}
+}
