@@ -34,6 +34,9 @@ type moeMLP struct {
 	routerBias, expertBias bool
 	// glu, when set, replaces act(gate) ⊙ up in the routed experts (gpt-oss's clamped SwiGLU).
 	glu func(ops Ops, gate, up Value) Value
+	// expertScale, when set, names the router's per-expert factor on the routing weights [experts]
+	// (RouteOptions.ExpertScale: Gemma 4's router.per_expert_scale).
+	expertScale string
 }
 
 // newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
@@ -70,6 +73,9 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	if m.bias != "" {
 		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
 	}
+	if m.expertScale != "" {
+		add(m.expertScale, func(w *LayerWeights) *Value { return &w.ExpertScale }, m.experts)
+	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
 		if m.fusedGateUp {
@@ -94,16 +100,7 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 // apply is the mixture of experts on h [B, T, hidden]: Σ over each row's chosen experts of weight · expert(h),
 // plus the (gated) shared expert.
 func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value {
-	opts := m.route
-	opts.Bias = w.RouterBias
-	routing := ops.Route(linear(ops, h, w.Router), opts)
-	ys := make([]Value, len(w.Experts))
-	for e, ex := range w.Experts {
-		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = m.expert(ops, rows, ex, act)
-		}
-	}
-	y := ops.Combine(ys, routing)
+	y := m.routed(ops, h, m.choose(ops, h, w), w, act)
 	if w.Shared.Down.W == nil {
 		return y
 	}
@@ -112,6 +109,24 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
 	return ops.Add(y, s)
+}
+
+// choose routes each row of the router's input h to its experts (Ops.Route).
+func (m *moeMLP) choose(ops Ops, h Value, w *LayerWeights) Value {
+	opts := m.route
+	opts.Bias, opts.ExpertScale = w.RouterBias, w.ExpertScale
+	return ops.Route(linear(ops, h, w.Router), opts)
+}
+
+// routed is Σ over each row of h's chosen experts (routing) of weight · expert(h).
+func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activation) Value {
+	ys := make([]Value, len(w.Experts))
+	for e, ex := range w.Experts {
+		if rows := ops.Rows(h, routing, e); rows != nil {
+			ys[e] = m.expert(ops, rows, ex, act)
+		}
+	}
+	return ops.Combine(ys, routing)
 }
 
 // expert computes one routed expert on its rows h: gatedMLP, or with the family's glu in place of
