@@ -61,6 +61,15 @@ func mxfp4Dot4Go(w []byte, x []float32, ldx int, acc *[4]mxfp4Lanes) {
 	}
 }
 
+// mxfp4Rows4Go sets acc[i] to the lanes of weight row i of four (row i at w[i·stride:]) times x, each as
+// mxfp4Dot1Go computes it.
+func mxfp4Rows4Go(w []byte, stride int, x []float32, acc *[4]mxfp4Lanes) {
+	n := len(x) / quant.QK * mxfp4BlockBytes
+	for i := range acc {
+		mxfp4Dot1Go(w[i*stride:][:n], x, &acc[i])
+	}
+}
+
 // hsum16 sums the 16 lanes pairwise, halves first: (a[i] + a[i+8]), then those four apart, two apart, one apart.
 func hsum16(a *mxfp4Lanes) float32 {
 	var s [8]float32
@@ -74,14 +83,16 @@ func hsum16(a *mxfp4Lanes) float32 {
 	return s[0] + s[1]
 }
 
-// mxfp4Kernels are the one-row and four-row kernels linearMXFP4 uses: the assembly ones where the CPU has
-// AVX-512, else the Go ones (which they equal bit for bit).
+// mxfp4Kernels are the kernels linearMXFP4 uses: one weight row times one input row, four weight rows times one
+// input row (rows4: a decode step's), one weight row times four input rows (four: a prompt's); the assembly ones
+// where the CPU has AVX-512, else the Go ones (which they equal bit for bit).
 type mxfp4Kernels struct {
-	one  func(w []byte, x []float32, acc *mxfp4Lanes)
-	four func(w []byte, x []float32, ldx int, acc *[4]mxfp4Lanes)
+	one   func(w []byte, x []float32, acc *mxfp4Lanes)
+	rows4 func(w []byte, stride int, x []float32, acc *[4]mxfp4Lanes)
+	four  func(w []byte, x []float32, ldx int, acc *[4]mxfp4Lanes)
 }
 
-var mxfp4Go = mxfp4Kernels{one: mxfp4Dot1Go, four: mxfp4Dot4Go}
+var mxfp4Go = mxfp4Kernels{one: mxfp4Dot1Go, rows4: mxfp4Rows4Go, four: mxfp4Dot4Go}
 
 // mxfp4TileRows is the number of weight rows each group of four input rows sweeps before the next group: a
 // few tens of KB, so that the group's inputs stay in L1 over the tile and the tile's rows in L2 over the groups
@@ -90,7 +101,7 @@ var mxfp4Go = mxfp4Kernels{one: mxfp4Dot1Go, four: mxfp4Dot4Go}
 const mxfp4TileRows = 16
 
 // linearMXFP4 is LinearQuant for an MXFP4 matrix (see the top of this file), with kernels k: tiles of weight
-// rows, each swept by the input rows four at a time, then one at a time.
+// rows, each swept by the input rows four at a time, then one at a time (four weight rows at a time).
 func linearMXFP4(y, x []float32, w QuantMatrix, bias []float32, k mxfp4Kernels) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
@@ -108,8 +119,16 @@ func linearMXFP4(y, x []float32, w QuantMatrix, bias []float32, k mxfp4Kernels) 
 				}
 			}
 			for ; r < rows; r++ {
-				for o := o0; o < o1; o++ {
-					k.one(w.Row(o), x[r*in:(r+1)*in], &acc[0])
+				xr := x[r*in : (r+1)*in]
+				o := o0
+				for ; o+4 <= o1; o += 4 {
+					k.rows4(w.Data[o*w.rowBytes:], w.rowBytes, xr, &acc)
+					for i := range acc {
+						y[r*out+o+i] = hsum16(&acc[i])
+					}
+				}
+				for ; o < o1; o++ {
+					k.one(w.Row(o), xr, &acc[0])
 					y[r*out+o] = hsum16(&acc[0])
 				}
 			}

@@ -23,6 +23,12 @@ func mxfp4Dot1AVX512(w *byte, blocks int, x *float32, acc *float32)
 //go:noescape
 func mxfp4Dot4AVX512(w *byte, blocks int, x *float32, ldx int, acc *float32)
 
+// mxfp4Rows4AVX512 is mxfp4Rows4Go: four weight rows stride bytes apart times one input row, acc holding their
+// 4·16 lanes.
+//
+//go:noescape
+func mxfp4Rows4AVX512(w *byte, stride int, blocks int, x *float32, acc *float32)
+
 // mxfp4AVX512 are the assembly kernels.
 var mxfp4AVX512 = mxfp4Kernels{
 	one: func(w []byte, x []float32, acc *mxfp4Lanes) {
@@ -31,6 +37,14 @@ var mxfp4AVX512 = mxfp4Kernels{
 			mxfp4Dot1AVX512(&w[0], n, &x[0], &acc[0])
 		} else {
 			*acc = mxfp4Lanes{}
+		}
+	},
+	rows4: func(w []byte, stride int, x []float32, acc *[4]mxfp4Lanes) {
+		if n := len(x) / 32; n > 0 {
+			_ = w[3*stride+n*mxfp4BlockBytes-1] // the fourth row's last byte: in bounds
+			mxfp4Rows4AVX512(&w[0], stride, n, &x[0], &acc[0][0])
+		} else {
+			*acc = [4]mxfp4Lanes{}
 		}
 	},
 	four: func(w []byte, x []float32, ldx int, acc *[4]mxfp4Lanes) {

@@ -13,16 +13,27 @@
 	VPBROADCASTD AX, Z14
 
 // MXFP4_DECODE decodes the block at SI: its weights 0..15 into Z5 and 16..31 into Z6 (Z4, Z13, AX clobbered).
-#define MXFP4_DECODE \
-	MOVBLZX (SI), AX              \
+#define MXFP4_DECODE MXFP4_DECODE_AT(SI, Z4, Z5, Z6)
+
+// MXFP4_DECODE_AT decodes the block at src: its weights 0..15 into lo and 16..31 into hi (tmp, Z13, AX clobbered).
+#define MXFP4_DECODE_AT(src, tmp, lo, hi) \
+	MOVBLZX (src), AX             \
 	VBROADCASTSS (R8)(AX*4), Z13  \
-	VPMOVZXBD 1(SI), Z4           \
-	VPANDD Z14, Z4, Z5            \
-	VPSRLD $4, Z4, Z6             \
-	VPERMPS Z15, Z5, Z5           \
-	VPERMPS Z15, Z6, Z6           \
-	VMULPS Z13, Z5, Z5            \
-	VMULPS Z13, Z6, Z6
+	VPMOVZXBD 1(src), tmp         \
+	VPANDD Z14, tmp, lo           \
+	VPSRLD $4, tmp, hi            \
+	VPERMPS Z15, lo, lo           \
+	VPERMPS Z15, hi, hi           \
+	VMULPS Z13, lo, lo            \
+	VMULPS Z13, hi, hi
+
+// MXFP4_ROW adds the block at src times the input's two halves (Z8, Z9) to the lane sets a and b.
+#define MXFP4_ROW(src, a, b) \
+	MXFP4_DECODE_AT(src, Z10, Z11, Z12) \
+	VMULPS Z8, Z11, Z11           \
+	VADDPS Z11, a, a              \
+	VMULPS Z9, Z12, Z12           \
+	VADDPS Z12, b, b
 
 // func mxfp4Dot1AVX512(w *byte, blocks int, x *float32, acc *float32)
 TEXT ·mxfp4Dot1AVX512(SB), NOSPLIT, $0-32
@@ -105,5 +116,53 @@ four:
 	VMOVUPS Z1, 64(DX)
 	VMOVUPS Z2, 128(DX)
 	VMOVUPS Z3, 192(DX)
+	VZEROUPPER
+	RET
+
+// func mxfp4Rows4AVX512(w *byte, stride int, blocks int, x *float32, acc *float32)
+// Four weight rows (stride bytes apart) times one input row: the input's halves loaded once per block, eight
+// addition chains at once; each row's lanes as mxfp4Dot1AVX512 computes them.
+TEXT ·mxfp4Rows4AVX512(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), R9
+	MOVQ blocks+16(FP), CX
+	MOVQ x+24(FP), DI
+	MOVQ acc+32(FP), DX
+	LEAQ (SI)(R9*1), R10
+	LEAQ (R10)(R9*1), R11
+	LEAQ (R11)(R9*1), R12
+	MXFP4_SETUP
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+
+rows4:
+	VMOVUPS (DI), Z8
+	VMOVUPS 64(DI), Z9
+	MXFP4_ROW(SI, Z0, Z1)
+	MXFP4_ROW(R10, Z2, Z3)
+	MXFP4_ROW(R11, Z4, Z5)
+	MXFP4_ROW(R12, Z6, Z7)
+	ADDQ $17, SI
+	ADDQ $17, R10
+	ADDQ $17, R11
+	ADDQ $17, R12
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  rows4
+
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z5, Z4, Z4
+	VADDPS Z7, Z6, Z6
+	VMOVUPS Z0, (DX)
+	VMOVUPS Z2, 64(DX)
+	VMOVUPS Z4, 128(DX)
+	VMOVUPS Z6, 192(DX)
 	VZEROUPPER
 	RET
