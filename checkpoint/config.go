@@ -119,6 +119,8 @@ type Config struct {
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
 	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
 	HybridExperts
+	// LatentAttention: DeepSeek-V3's multi-head latent attention keys (families_deepseek.go).
+	LatentAttention
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
@@ -296,11 +298,12 @@ func (c *Config) experts() error {
 }
 
 // UnreadLayers are the tensor name prefixes of the layers a checkpoint holds beyond the decoder's that the
-// architecture's transformers class does not compute: GLM-4.5's multi-token-prediction layers
-// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected).
+// architecture's transformers class does not compute: GLM-4.5's and DeepSeek-V3's multi-token-prediction layers
+// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected; DeepseekV3ForCausalLM's names model.layers.61, the
+// layer after DeepSeek-V3's 61).
 func (c *Config) UnreadLayers() []string {
 	var out []string
-	if c.Arch.ModelType == "glm4_moe" {
+	if c.Arch.ModelType == "glm4_moe" || c.Arch.ModelType == "deepseek_v3" {
 		for i := range max(c.NumNextNPredictLayers, c.NumMTPLayers) {
 			out = append(out, fmt.Sprintf("model.layers.%d.", c.NumHiddenLayers+i))
 		}

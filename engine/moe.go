@@ -48,8 +48,9 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 }
 
 // routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
-// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias), ties to the lower expert
-// index, their unbiased scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
+// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias) among the experts of the
+// groups kept (opts.Groups), ties to the lower expert index, their unbiased scores as weights, renormalized to
+// sum 1 with opts.Norm, times opts.Scale.
 func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
 	switch opts.Score {
 	case model.SoftmaxScores:
@@ -74,6 +75,9 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	for i := range bias {
 		choice[i] += bias[i]
 	}
+	if opts.Groups > 1 {
+		limitGroups(choice, opts.Groups, opts.TopGroups)
+	}
 	for j := range experts {
 		best := -1
 		for e, c := range choice {
@@ -95,6 +99,42 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	if opts.Scale != 0 && opts.Scale != 1 {
 		for j := range weights {
 			weights[j] *= float32(opts.Scale)
+		}
+	}
+}
+
+// limitGroups sets the choice scores of every expert outside the top best of groups groups of consecutive
+// experts to -∞ (DeepseekV3TopkRouter): a group's score is the sum of its two best choice scores, and ties go to
+// the lower group index.
+func limitGroups(choice []float32, groups, top int) {
+	size := len(choice) / groups
+	score := make([]float32, groups)
+	for g := range score {
+		first, second := float32(math.Inf(-1)), float32(math.Inf(-1))
+		for _, c := range choice[g*size : (g+1)*size] {
+			if c > first {
+				first, second = c, first
+			} else if c > second {
+				second = c
+			}
+		}
+		score[g] = first + second
+	}
+	kept := make([]bool, groups)
+	for range top {
+		best := -1
+		for g, s := range score {
+			if !kept[g] && (best < 0 || s > score[best]) {
+				best = g
+			}
+		}
+		kept[best] = true
+	}
+	for g, k := range kept {
+		if !k {
+			for i := range size {
+				choice[g*size+i] = float32(math.Inf(-1))
+			}
 		}
 	}
 }
@@ -178,6 +218,9 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 	if opts.Bias != nil {
 		choice = Add(choice, broadcastLike(f32(node(opts.Bias)), choice))
 	}
+	if opts.Groups > 1 {
+		choice = limitGroupsGraph(choice, opts.Groups, opts.TopGroups)
+	}
 	var chosen *Node
 	for range opts.K {
 		oh := OneHot(ArgMax(choice, -1), n, dtypes.Float32)
@@ -196,6 +239,29 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 		w = MulScalar(w, float64(float32(opts.Scale)))
 	}
 	return w
+}
+
+// limitGroupsGraph is limitGroups on the graphs: the choice scores [..., experts] of the experts outside the top
+// best groups lowered by 1e30, as Route pushes chosen experts out of the way.
+func limitGroupsGraph(choice *Node, groups, top int) *Node {
+	d := choice.Shape().Dimensions
+	lead, size := slices.Clone(d[:len(d)-1]), d[len(d)-1]/groups
+	byGroup := Reshape(choice, append(slices.Clone(lead), groups, size)...)
+	first := ReduceMax(byGroup, -1)
+	second := ReduceMax(Sub(byGroup, MulScalar(OneHot(ArgMax(byGroup, -1), size, dtypes.Float32), 1e30)), -1)
+	score := Add(first, second) // [..., groups]
+	var kept *Node
+	for range top {
+		oh := OneHot(ArgMax(score, -1), groups, dtypes.Float32)
+		if kept == nil {
+			kept = oh
+		} else {
+			kept = Add(kept, oh)
+		}
+		score = Sub(score, MulScalar(oh, 1e30))
+	}
+	mask := Reshape(BroadcastToDims(InsertAxes(kept, -1), append(slices.Clone(lead), groups, size)...), d...)
+	return Sub(choice, MulScalar(OneMinus(mask), 1e30))
 }
 
 func (g graphOps) Rows(x, routing model.Value, e int) model.Value { return x }

@@ -62,7 +62,7 @@ const residencyKVPositions = 4096
 func (s *weightStore) kvEstimate() int64 {
 	p := s.plan
 	return kvcache.Config{Layers: len(p.Layers), Batch: 1, KVHeads: p.KVHeads, Capacity: min(p.Context, residencyKVPositions),
-		HeadDim: p.HeadDim, Half: s.opts.KVCache == KVCacheF16}.Bytes()
+		HeadDim: p.HeadDim, Half: s.opts.KVCache == KVCacheF16, Latent: latentLayers(p)}.Bytes()
 }
 
 // residentLayers returns which decoder layers the store keeps resident for a budget of bytes: as many as fit,

@@ -87,6 +87,10 @@ type LayerKind struct {
 	// Recurrent: a Gated DeltaNet linear-attention layer, holding a fixed-size state per sequence (Plan.State)
 	// instead of keys and values (recurrent.go).
 	Recurrent bool
+	// Latent: the layer's values are its keys (multi-head latent attention, deepseek.go: one key/value head
+	// holding the compressed latent and the shared rotary key, which serve as keys and, the latent, as
+	// values), so its cache keeps one array per position rather than two (kvcache.Config.Latent).
+	Latent bool
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
@@ -156,6 +160,8 @@ type LayerWeights struct {
 	SharedGate Linear
 	// DeltaNet are a Gated DeltaNet layer's weights (recurrent.go).
 	DeltaNet DeltaNetWeights
+	// MLA are a multi-head latent attention layer's weights (deepseek.go).
+	MLA LatentWeights
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
@@ -267,6 +273,16 @@ type Ops interface {
 	// e), nil when Rows was.
 	Combine(ys []Value, routing Value) Value
 
+	// HeadLinear multiplies each head h of x [B, heads, T, ·] by its rows of w [heads·per, in], a projection
+	// whose outputs are laid out head by head: W_h is rows [h·per+from, h·per+from+n). Plain, y_h = x_h·W_hᵀ
+	// (x's last axis in, y's n); transposed, y_h = x_h·W_h (x's last axis n, y's in). Multi-head latent attention
+	// absorbs kv_b_proj into its queries and outputs with it (deepseek.go).
+	HeadLinear(x, w Value, from, n int, transposed bool) Value
+	// Deinterleave reorders the last axis of x from interleaved pairs x0, x1, x2, x3, … to the pairs' first
+	// elements, then their second ones: x0, x2, …, x1, x3, … (DeepSeek's rope_interleave, turned into the halves
+	// Rotary rotates).
+	Deinterleave(x Value) Value
+
 	// RecurrentOps are the operations of the recurrent layers (recurrent.go).
 	RecurrentOps
 }
@@ -285,6 +301,10 @@ type RouteOptions struct {
 	Norm bool
 	// Scale, when not 0 or 1, multiplies the weights (routed_scaling_factor).
 	Scale float64
+	// Groups, when above 1, splits the experts into that many groups of consecutive experts (n_group) and
+	// limits the choice to the TopGroups best (topk_group), a group scored by the sum of its two best choice
+	// scores (DeepSeek-V3's group-limited routing).
+	Groups, TopGroups int
 }
 
 // RouteScore is how a router turns logits into scores.
