@@ -16,6 +16,8 @@ import (
 
 // HeadLinear on the host: head h's rows of w as float32 (widened from bf16 or dequantized into a scratch
 // matrix, transposed for the transposed product), multiplied with kernels.Linear by that head's rows of x.
+// Options.ObserveInputs sees the plain products' inputs: for kv_b_proj the attention-weighted latents its value
+// rows multiply (the absorbed form never multiplies the latent itself by it).
 func (o hostOps) HeadLinear(x, w model.Value, from, n int, transposed bool) model.Value {
 	xa, wt := arr(x), w.(*deviceTensor)
 	b, heads, t := xa.dims[0], xa.dims[1], xa.dims[2]
@@ -24,6 +26,9 @@ func (o hostOps) HeadLinear(x, w model.Value, from, n int, transposed bool) mode
 	out, k := n, in                     // y's last axis, x's
 	if transposed {
 		out, k = in, n
+	}
+	if o.observe != nil && !transposed && wt.name != "" { // the input the weight's rows multiply (imatrix)
+		o.observe(wt.name, xa.data, in)
 	}
 	y := o.arena.array(b, heads, t, out)
 	rows, m := make([]float32, n*in), make([]float32, n*in)
