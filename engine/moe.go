@@ -202,11 +202,9 @@ func sigmoid(y, x []float32) {
 }
 
 // Route on the graphs: the dense routing weights [B, T, experts], zero for the experts a row did not choose.
-// The k experts are chosen one at a time by ArgMax (ties to the lower index) over the choice scores, the chosen
-// ones pushed out of the way.
+// The k experts are the k best choice scores (topOneHot), within the groups kept (limitGroupsGraph).
 func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
 	l := node(logits)
-	n := l.Shape().Dimensions[l.Rank()-1]
 	var scores *Node
 	switch opts.Score {
 	case model.SoftmaxScores:
@@ -221,17 +219,7 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 	if opts.Groups > 1 {
 		choice = limitGroupsGraph(choice, opts.Groups, opts.TopGroups)
 	}
-	var chosen *Node
-	for range opts.K {
-		oh := OneHot(ArgMax(choice, -1), n, dtypes.Float32)
-		if chosen == nil {
-			chosen = oh
-		} else {
-			chosen = Add(chosen, oh)
-		}
-		choice = Sub(choice, MulScalar(oh, 1e30))
-	}
-	w := Mul(scores, chosen)
+	w := Mul(scores, topOneHot(choice, opts.K))
 	if opts.Norm {
 		w = Div(w, ReduceAndKeep(w, ReduceSum, -1))
 	}
@@ -239,6 +227,23 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 		w = MulScalar(w, float64(float32(opts.Scale)))
 	}
 	return w
+}
+
+// topOneHot is 1 at the k largest of x's last axis and 0 elsewhere, chosen one at a time by ArgMax (ties to the
+// lower index), each chosen one pushed out of the way (lowered by 1e30).
+func topOneHot(x *Node, k int) *Node {
+	n := x.Shape().Dimensions[x.Rank()-1]
+	var chosen *Node
+	for range k {
+		oh := OneHot(ArgMax(x, -1), n, dtypes.Float32)
+		if chosen == nil {
+			chosen = oh
+		} else {
+			chosen = Add(chosen, oh)
+		}
+		x = Sub(x, MulScalar(oh, 1e30))
+	}
+	return chosen
 }
 
 // limitGroupsGraph is limitGroups on the graphs: the choice scores [..., experts] of the experts outside the top
@@ -249,17 +254,7 @@ func limitGroupsGraph(choice *Node, groups, top int) *Node {
 	byGroup := Reshape(choice, append(slices.Clone(lead), groups, size)...)
 	first := ReduceMax(byGroup, -1)
 	second := ReduceMax(Sub(byGroup, MulScalar(OneHot(ArgMax(byGroup, -1), size, dtypes.Float32), 1e30)), -1)
-	score := Add(first, second) // [..., groups]
-	var kept *Node
-	for range top {
-		oh := OneHot(ArgMax(score, -1), groups, dtypes.Float32)
-		if kept == nil {
-			kept = oh
-		} else {
-			kept = Add(kept, oh)
-		}
-		score = Sub(score, MulScalar(oh, 1e30))
-	}
+	kept := topOneHot(Add(first, second), top) // of the groups' scores [..., groups]
 	mask := Reshape(BroadcastToDims(InsertAxes(kept, -1), append(slices.Clone(lead), groups, size)...), d...)
 	return Sub(choice, MulScalar(OneMinus(mask), 1e30))
 }

@@ -88,23 +88,17 @@ func (m *model) latentLayer(l int, w *layerWeights, x [][]float64) {
 		att := make([]float64, H*a.v)
 		s := make([]float64, p+1)
 		for hd := range H {
-			top := math.Inf(-1)
 			for t := range s {
 				s[t] = 0
 				for i := range dqk {
 					s[t] += q[p][hd*dqk+i] * k[t][hd*dqk+i]
 				}
 				s[t] *= a.scale
-				top = max(top, s[t])
 			}
-			var sum float64
-			for t := range s {
-				s[t] = math.Exp(s[t] - top)
-				sum += s[t]
-			}
+			softmax(s)
 			for t := range s {
 				for i := range a.v {
-					att[hd*a.v+i] += s[t] / sum * v[t][hd*a.v+i]
+					att[hd*a.v+i] += s[t] * v[t][hd*a.v+i]
 				}
 			}
 		}

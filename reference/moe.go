@@ -122,15 +122,8 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 			p[i] = 1 / (1 + math.Exp(-v))
 		}
 	} else {
-		top := slices.Max(r)
-		var sum float64
-		for i, v := range r {
-			p[i] = math.Exp(v - top)
-			sum += p[i]
-		}
-		for i := range p {
-			p[i] /= sum
-		}
+		copy(p, r)
+		softmax(p)
 	}
 	choice := slices.Clone(p)
 	if x.bias != "" {
