@@ -2,12 +2,25 @@ package engine
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 	"unsafe"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
+	"github.com/layerstream/layerstream/quant"
+	"github.com/layerstream/layerstream/reference"
+	"github.com/layerstream/layerstream/shards"
+	"github.com/layerstream/layerstream/synth"
 )
 
 // TestLatentCache: DeepSeek-V3's layers keep the compressed latent and the rotated shared key in the cache, one
@@ -84,4 +97,116 @@ func valueData(s *kvcache.Slot, half bool) unsafe.Pointer {
 // out of the cache; batched; a session's next turn continuing the cache) keeps greedy output unchanged.
 func TestLatentDraftGreedyUnchanged(t *testing.T) {
 	checkDraftGreedy(t, hffixture.Checkpoint(t, "deepseek_v3", hffixture.V5), DraftNgram)
+}
+
+// TestDeepSeekSynth: synth's DeepSeek-V3 shape, shrunk, opens and computes as the float64 reference does (one
+// pass on the graphs, token by token on the host kernels); split into q4 shards (block-quantized kv_b_proj, which
+// HeadLinear dequantizes per head), the host kernels' logits stay near the graphs' (which widen the blocks to
+// float32 and multiply in float32).
+func TestDeepSeekSynth(t *testing.T) {
+	shape := synth.Shape{HiddenSize: 64, IntermediateSize: 96, NumLayers: 3, NumHeads: 4, VocabSize: 300,
+		MaxPositionEmbeddings: 64, RMSNormEps: 1e-6, BOSTokenID: 1, EOSTokenID: 2,
+		DeepSeek: &synth.DeepSeek{QLoraRank: 32, KVLoraRank: 64, QKNopeHeadDim: 16, QKRopeHeadDim: 8, VHeadDim: 16,
+			Experts: 8, ExpertsPerTok: 2, MoEIntermediateSize: 32, SharedExperts: 1, Groups: 4, TopGroups: 2, FirstDense: 1,
+			RoutedScaling: 2.5, Factor: 4, OriginalContext: 16}}
+	dir := writeTiny(t, synth.Options{Shape: shape, Seed: 11})
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := reference.Forward(ck, familyIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := toF32(ref.Logits)
+	e := open(t, dir, Options{})
+	got, err := e.Logits(context.Background(), familyIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(got, want); d > 1e-4 {
+		t.Errorf("one pass (graphs) differs from the float64 reference by %g", d)
+	}
+	if d := maxDiff(tokenByToken(t, e, familyIDs), want); d > 1e-4 {
+		t.Errorf("token by token (host kernels) differs from the float64 reference by %g", d)
+	}
+	q4 := filepath.Join(t.TempDir(), "q4")
+	qck, err := synth.Quantized(q4, synth.Options{Shape: shape, Seed: 11, Std: 0.2}, shards.Q4.Target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shards.Split(context.Background(), qck, shards.SplitOptions{Out: q4}); err != nil {
+		t.Fatal(err)
+	}
+	host, graphs := tokenByToken(t, open(t, q4, Options{}), familyIDs), tokenByToken(t, open(t, q4, Options{GraphDecode: true}), familyIDs)
+	d := maxDiff(host, graphs)
+	t.Logf("q4 shards: host kernels against graphs %.2g", d)
+	if d > 0.5 { // a Llama of the same size and q4 shards: 0.32 (the host kernels round activations to 8 bits)
+		t.Errorf("q4 shards: the host kernels' logits differ from the graphs' by %g", d)
+	}
+}
+
+// TestHeadLinear: hostOps.HeadLinear, plain and transposed, multiplies each head by its rows of a float32, bf16
+// and Q8_0 weight as a float64 product of the (dequantized) weight does.
+func TestHeadLinear(t *testing.T) {
+	const heads, per, in, from, n, b, tt = 3, 5, 64, 1, 3, 2, 2
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := make([]float32, heads*per*in)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	q := make([]byte, heads*per*in/32*34)
+	if err := quant.Quantize(quant.Q8_0, q, w); err != nil {
+		t.Fatal(err)
+	}
+	qm, err := kernels.NewQuantMatrix(quant.Q8_0, q, heads*per, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wq := make([]float32, len(w))
+	if err := quant.Dequantize(quant.Q8_0, wq, q); err != nil {
+		t.Fatal(err)
+	}
+	bf := make([]bfloat16.BFloat16, len(w))
+	wb := make([]float32, len(w))
+	for i, v := range w {
+		bf[i] = bfloat16.FromFloat32(v)
+		wb[i] = bf[i].Float32()
+	}
+	shape := shapes.Make(dtypes.Float32, heads*per, in)
+	for _, c := range []struct {
+		name  string
+		flat  any
+		exact []float32 // the weights it holds, as float32
+	}{{"f32", w, w}, {"bf16", bf, wb}, {"q8_0", qm, wq}} {
+		for _, transposed := range []bool{false, true} {
+			k, out := in, n
+			if transposed {
+				k, out = n, in
+			}
+			x := newHostArray(b, heads, tt, k)
+			for i := range x.data {
+				x.data[i] = float32(rng.NormFloat64())
+			}
+			y := arr(hostOps{}.HeadLinear(x, &deviceTensor{flat: c.flat, shape: shape}, from, n, transposed))
+			worst := 0.0
+			for r := range b * heads * tt {
+				h := r / tt % heads
+				for o := range out {
+					var want float64
+					for i := range k {
+						row, col := h*per+from+o, i // plain: y_o = Σ_i W[o, i]·x_i
+						if transposed {
+							row, col = h*per+from+i, o // transposed: y_o = Σ_j W[j, o]·x_j
+						}
+						want += float64(c.exact[row*in+col]) * float64(x.data[r*k+i])
+					}
+					worst = max(worst, math.Abs(float64(y.data[r*out+o])-want))
+				}
+			}
+			if worst > 1e-4 {
+				t.Errorf("%s, transposed %v: differs from the float64 product by %g", c.name, transposed, worst)
+			}
+		}
+	}
 }
