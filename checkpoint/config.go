@@ -121,6 +121,8 @@ type Config struct {
 	HybridExperts
 	// LatentAttention: DeepSeek-V3's multi-head latent attention keys (families_deepseek.go).
 	LatentAttention
+	// Llama4Text: Llama 4's keys (families_llama4.go).
+	Llama4Text
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
