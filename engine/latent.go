@@ -14,10 +14,12 @@ import (
 // The ops of multi-head latent attention (model/deepseek.go) on the two paths: HeadLinear, each head by its own
 // rows of a projection (kv_b_proj absorbed into the queries and the outputs), and Deinterleave (rope_interleave).
 
-// HeadLinear on the host: head h's rows of w as float32 (widened from bf16 or dequantized into a scratch
-// matrix, transposed for the transposed product), multiplied with kernels.Linear by that head's rows of x.
-// Options.ObserveInputs sees the plain products' inputs: for kv_b_proj the attention-weighted latents its value
-// rows multiply (the absorbed form never multiplies the latent itself by it).
+// HeadLinear on the host, the heads spread over the cores. Plain: head h's rows of w as a matrix of their own
+// (a slice, or kernels.QuantMatrix.RowRange), multiplied as Linear multiplies, block-quantized rows in place.
+// Transposed: y_h = Σ_j x_h[j]·W_h[j], each row of W_h read once (widened from bf16 or dequantized into a
+// scratch row) and added into every position's output. Options.ObserveInputs sees the plain products' inputs:
+// for kv_b_proj the attention-weighted latents its value rows multiply (the absorbed form never multiplies the
+// latent itself by it).
 func (o hostOps) HeadLinear(x, w model.Value, from, n int, transposed bool) model.Value {
 	xa, wt := arr(x), w.(*deviceTensor)
 	b, heads, t := xa.dims[0], xa.dims[1], xa.dims[2]
@@ -31,43 +33,74 @@ func (o hostOps) HeadLinear(x, w model.Value, from, n int, transposed bool) mode
 		o.observe(wt.name, xa.data, in)
 	}
 	y := o.arena.array(b, heads, t, out)
-	rows, m := make([]float32, n*in), make([]float32, n*in)
-	for h := range heads {
-		headRows(rows, wt.flat, h*per+from, n, in)
-		if transposed { // m [in, n]
-			for i := range n {
-				for j, v := range rows[i*in : (i+1)*in] {
-					m[j*n+i] = v
+	kernels.ParallelFor(heads, func(lo, hi int) {
+		row := make([]float32, in)
+		for h := lo; h < hi; h++ {
+			r0 := h*per + from
+			if !transposed {
+				for bi := range b {
+					at := (bi*heads + h) * t
+					o.headProduct(y.data[at*out:(at+t)*out], xa.data[at*k:(at+t)*k], wt.flat, r0, n, in)
+				}
+				continue
+			}
+			for bi := range b {
+				at := (bi*heads + h) * t
+				clear(y.data[at*out : (at+t)*out])
+			}
+			for j := range n {
+				wr := weightRow(row, wt.flat, r0+j, in)
+				for bi := range b {
+					at := (bi*heads + h) * t
+					for ti := range t {
+						kernels.AxpyF32(y.data[(at+ti)*in:][:in], xa.data[(at+ti)*n+j], wr)
+					}
 				}
 			}
-		} else {
-			copy(m, rows)
 		}
-		for bi := range b {
-			at := (bi*heads + h) * t
-			kernels.Linear(y.data[at*out:(at+t)*out], xa.data[at*k:(at+t)*k], m, nil, k)
-		}
-	}
+	})
 	return y
 }
 
-// headRows writes rows [r0, r0+n) of a weight matrix of in columns (float32, bf16 or block-quantized) into dst
-// as float32.
-func headRows(dst []float32, w any, r0, n, in int) {
+// headProduct is y = x·Wᵀ for W rows [r0, r0+n) of a weight matrix of in columns, computed as Linear computes
+// it for the weight's type.
+func (o hostOps) headProduct(y, x []float32, w any, r0, n, in int) {
 	switch f := w.(type) {
 	case []float32:
-		copy(dst, f[r0*in:(r0+n)*in])
+		kernels.Linear(y, x, f[r0*in:(r0+n)*in], nil, in)
 	case []bfloat16.BFloat16:
-		for i, v := range f[r0*in : (r0+n)*in] {
-			dst[i] = v.Float32()
+		if o.bf16Products {
+			kernels.LinearBF16(y, x, f[r0*in:(r0+n)*in], nil, in)
+		} else {
+			kernels.Linear(y, x, f[r0*in:(r0+n)*in], nil, in)
 		}
 	case kernels.QuantMatrix:
-		for i := range n {
-			f.DequantizeRow(dst[i*in:(i+1)*in], r0+i)
+		if o.tiled {
+			kernels.LinearQuantPrompt(y, x, f.RowRange(r0, n), nil)
+		} else {
+			kernels.LinearQuant(y, x, f.RowRange(r0, n), nil)
 		}
 	default:
 		panic(fmt.Sprintf("engine: HeadLinear of a %T weight", w))
 	}
+}
+
+// weightRow is row r of a weight matrix of in columns (float32, bf16 or block-quantized) as float32: the row
+// itself, or widened or dequantized into buf.
+func weightRow(buf []float32, w any, r, in int) []float32 {
+	switch f := w.(type) {
+	case []float32:
+		return f[r*in : (r+1)*in]
+	case []bfloat16.BFloat16:
+		for i, v := range f[r*in : (r+1)*in] {
+			buf[i] = v.Float32()
+		}
+	case kernels.QuantMatrix:
+		f.DequantizeRow(buf, r)
+	default:
+		panic(fmt.Sprintf("engine: HeadLinear of a %T weight", w))
+	}
+	return buf
 }
 
 func (o hostOps) Deinterleave(x model.Value) model.Value {

@@ -147,7 +147,9 @@ func TestDeepSeekSynth(t *testing.T) {
 }
 
 // TestHeadLinear: hostOps.HeadLinear, plain and transposed, multiplies each head by its rows of a float32, bf16
-// and Q8_0 weight as a float64 product of the (dequantized) weight does.
+// and Q8_0 weight as a float64 product of the (dequantized) weight does; plain products of Q8_0 rows, which
+// round their inputs to 8 bits as every product of a block-quantized weight on the host kernels, give bit for
+// bit what Linear gives with those rows.
 func TestHeadLinear(t *testing.T) {
 	const heads, per, in, from, n, b, tt = 3, 5, 64, 1, 3, 2, 2
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -189,6 +191,19 @@ func TestHeadLinear(t *testing.T) {
 				x.data[i] = float32(rng.NormFloat64())
 			}
 			y := arr(hostOps{}.HeadLinear(x, &deviceTensor{flat: c.flat, shape: shape}, from, n, transposed))
+			if c.name == "q8_0" && !transposed {
+				for h := range heads {
+					rows := &deviceTensor{flat: qm.RowRange(h*per+from, n), shape: shapes.Make(dtypes.Float32, n, in)}
+					for bi := range b {
+						at := (bi*heads + h) * tt
+						xh := &hostArray{data: x.data[at*k : (at+tt)*k], dims: []int{tt, k}}
+						if want := arr(hostOps{}.Linear(xh, rows, nil)).data; !slices.Equal(y.data[at*out:(at+tt)*out], want) {
+							t.Errorf("q8_0 head %d row %d: %v, Linear of its rows %v", h, bi, y.data[at*out:(at+tt)*out], want)
+						}
+					}
+				}
+				continue
+			}
 			worst := 0.0
 			for r := range b * heads * tt {
 				h := r / tt % heads
@@ -209,4 +224,38 @@ func TestHeadLinear(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkHeadLinear is the absorbed kv_b_proj of one DeepSeek-V3 layer at one decode step (128 heads; its key
+// rows, 128 per head, transposed; its value rows, 128 per head; kv_lora_rank 512), in Q4_K as q4 shards hold it.
+func BenchmarkHeadLinear(b *testing.B) {
+	const heads, nope, v, rank = 128, 128, 128, 512
+	rows := heads * (nope + v)
+	w := make([]float32, rows*rank)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range w {
+		w[i] = float32(rng.NormFloat64()) * 0.02
+	}
+	f, _ := quant.Q4_K.Format()
+	q := make([]byte, rows*rank/f.BlockElems*f.BlockBytes)
+	if err := quant.Quantize(quant.Q4_K, q, w); err != nil {
+		b.Fatal(err)
+	}
+	qm, err := kernels.NewQuantMatrix(quant.Q4_K, q, rows, rank)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wt := &deviceTensor{flat: qm, shape: shapes.Make(dtypes.Float32, rows, rank)}
+	b.Run("keys", func(b *testing.B) {
+		x := newHostArray(1, heads, 1, nope)
+		for b.Loop() {
+			hostOps{}.HeadLinear(x, wt, 0, nope, true)
+		}
+	})
+	b.Run("values", func(b *testing.B) {
+		x := newHostArray(1, heads, 1, rank)
+		for b.Loop() {
+			hostOps{}.HeadLinear(x, wt, nope, v, false)
+		}
+	})
 }
