@@ -29,7 +29,9 @@ var deepseekV3 = Shape{HiddenSize: 7168, IntermediateSize: 18432, NumLayers: 61,
 func (s *Shape) deepseekLayer(p string, l int) []tensorSpec {
 	h, y := int64(s.HiddenSize), s.DeepSeek
 	m := func(name string, shape ...int64) tensorSpec { return tensorSpec{name: p + name, shape: shape} }
-	norm := func(name string, n int64) tensorSpec { return tensorSpec{name: p + name, shape: []int64{n}, ones: true} }
+	norm := func(name string, n int64) tensorSpec {
+		return tensorSpec{name: p + name, shape: []int64{n}, ones: true}
+	}
 	heads, qk := int64(s.NumHeads), int64(y.QKNopeHeadDim+y.QKRopeHeadDim)
 	out := []tensorSpec{norm("input_layernorm.weight", h), norm("post_attention_layernorm.weight", h),
 		m("self_attn.q_a_proj.weight", int64(y.QLoraRank), h), norm("self_attn.q_a_layernorm.weight", int64(y.QLoraRank)),
