@@ -215,6 +215,11 @@ func TestFamiliesMatchReference(t *testing.T) {
 			return c
 		}(), false},
 		{"deepseek_v3 latent attention, yarn, groups", deepseekV3Config(), false},
+		{"deepseek_v3 q_proj (q_lora_rank null), no groups", func() map[string]any {
+			c := deepseekV3Config()
+			c["q_lora_rank"], c["n_group"], c["topk_group"] = json.RawMessage("null"), 1, 1
+			return c
+		}(), false},
 		{"deepseek_v3 rotate-half rope, default rope", func() map[string]any {
 			c := deepseekV3Config()
 			c["rope_interleave"] = false
@@ -603,7 +608,6 @@ func TestNotImplementedRefused(t *testing.T) {
 		{"olmoe routed scaling", olmoeConfig(), map[string]any{"routed_scaling_factor": 2.5}, "routed_scaling_factor"},
 		{"glm4_moe groups", glm4MoeConfig(), map[string]any{"n_group": 2, "topk_group": 3}, "topk_group 3 is not between 1 and n_group 2"},
 		{"glm4_moe group size", glm4MoeConfig(), map[string]any{"n_group": 4}, "n_group 4 does not divide"},
-		{"deepseek_v3 q_proj", deepseekV3Config(), map[string]any{"q_lora_rank": json.RawMessage("null")}, "q_lora_rank null"},
 		{"deepseek_v3 biases", deepseekV3Config(), map[string]any{"attention_bias": true}, "attention_bias true"},
 		{"deepseek_v3 key/value heads", deepseekV3Config(), map[string]any{"num_key_value_heads": 2}, "num_key_value_heads 2"},
 		{"deepseek_v3 scoring", deepseekV3Config(), map[string]any{"scoring_func": "softmax"}, `scoring_func "softmax"`},

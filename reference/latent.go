@@ -11,7 +11,7 @@ import (
 // independent answer.
 
 // latent holds the attention's sizes: qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank,
-// q_lora_rank; whether the rotated dimensions are interleaved pairs; the scores' scale.
+// q_lora_rank (0: null, a q_proj); whether the rotated dimensions are interleaved pairs; the scores' scale.
 type latent struct {
 	nope, rope, v, rank, qRank int
 	interleave                 bool
@@ -21,12 +21,14 @@ type latent struct {
 // newLatent reads the attention's settings, refusing what the reference does not implement.
 func (m *model) newLatent() error {
 	c := m.cfg
-	if c.AttentionBias || c.QLoraRank == nil || c.ScoringFunc != "sigmoid" || c.TopKMethod != "noaux_tc" || c.MoELayerFreq != 1 ||
+	if c.AttentionBias || c.ScoringFunc != "sigmoid" || c.TopKMethod != "noaux_tc" || c.MoELayerFreq != 1 ||
 		c.NumKeyValueHeads != c.NumAttentionHeads {
-		return fmt.Errorf("deepseek_v3 with attention_bias, q_lora_rank null, scoring_func other than sigmoid, topk_method other than noaux_tc, moe_layer_freq other than 1 or fewer key/value heads than heads is not implemented by the reference")
+		return fmt.Errorf("deepseek_v3 with attention_bias, scoring_func other than sigmoid, topk_method other than noaux_tc, moe_layer_freq other than 1 or fewer key/value heads than heads is not implemented by the reference")
 	}
-	a := &latent{nope: c.QKNopeHeadDim, rope: c.QKRopeHeadDim, v: c.VHeadDim, rank: c.KVLoraRank, qRank: *c.QLoraRank,
-		interleave: c.RopeInterleave}
+	a := &latent{nope: c.QKNopeHeadDim, rope: c.QKRopeHeadDim, v: c.VHeadDim, rank: c.KVLoraRank, interleave: c.RopeInterleave}
+	if c.QLoraRank != nil { // else one q_proj
+		a.qRank = *c.QLoraRank
+	}
 	// yarn_apply_mscale: (nope + rope)^-½, times mscale(factor, mscale_all_dim)² for a scaled rope.
 	a.scale = 1 / math.Sqrt(float64(a.nope+a.rope))
 	if r := c.Rope; r.Type != "default" && r.MscaleAllDim != 0 && r.Factor > 1 {
@@ -53,7 +55,11 @@ func (m *model) latentTensors(l int) map[string][]int {
 		t[p+name] = shape
 	}
 	s := p + "self_attn."
-	t[s+"q_a_proj.weight"], t[s+"q_a_layernorm.weight"], t[s+"q_b_proj.weight"] = []int{a.qRank, h}, []int{a.qRank}, []int{H * (a.nope + a.rope), a.qRank}
+	if a.qRank == 0 {
+		t[s+"q_proj.weight"] = []int{H * (a.nope + a.rope), h}
+	} else {
+		t[s+"q_a_proj.weight"], t[s+"q_a_layernorm.weight"], t[s+"q_b_proj.weight"] = []int{a.qRank, h}, []int{a.qRank}, []int{H * (a.nope + a.rope), a.qRank}
+	}
 	t[s+"kv_a_proj_with_mqa.weight"], t[s+"kv_a_layernorm.weight"] = []int{a.rank + a.rope, h}, []int{a.rank}
 	t[s+"kv_b_proj.weight"], t[s+"o_proj.weight"] = []int{H * (a.nope + a.v), a.rank}, []int{h, H * a.v}
 	return t
@@ -66,10 +72,14 @@ func (m *model) latentLayer(l int, w *layerWeights, x [][]float64) {
 	q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 	parallel(T, func(p int) {
 		h := m.norm(x[p], w.vec("input_layernorm.weight"))
-		qa := make([]float64, a.qRank)
-		linear(qa, w.get("self_attn.q_a_proj.weight"), nil, h)
 		q[p] = make([]float64, H*dqk)
-		linear(q[p], w.get("self_attn.q_b_proj.weight"), nil, rmsNorm(qa, w.vec("self_attn.q_a_layernorm.weight"), 1e-6, 0))
+		if a.qRank == 0 {
+			linear(q[p], w.get("self_attn.q_proj.weight"), nil, h)
+		} else {
+			qa := make([]float64, a.qRank)
+			linear(qa, w.get("self_attn.q_a_proj.weight"), nil, h)
+			linear(q[p], w.get("self_attn.q_b_proj.weight"), nil, rmsNorm(qa, w.vec("self_attn.q_a_layernorm.weight"), 1e-6, 0))
+		}
 		ckv := make([]float64, a.rank+a.rope)
 		linear(ckv, w.get("self_attn.kv_a_proj_with_mqa.weight"), nil, h)
 		kv := make([]float64, H*(a.nope+a.v))

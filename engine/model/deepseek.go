@@ -24,7 +24,7 @@ func init() { Register("DeepseekV3ForCausalLM", newDeepseekV3) }
 type latentAttention struct {
 	*decoder
 	nope, rope, v, rank int // qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank
-	qRank               int // q_lora_rank
+	qRank               int // q_lora_rank; 0: null, one q_proj
 	interleave          bool
 }
 
@@ -45,7 +45,10 @@ func newDeepseekV3(c *checkpoint.Config) (Architecture, error) {
 		return nil, err
 	}
 	a := &latentAttention{decoder: newDecoderWith(c, act, rope), nope: c.QKNopeHeadDim, rope: c.QKRopeHeadDim,
-		v: c.VHeadDim, rank: c.KVLoraRank, qRank: *c.QLoraRank, interleave: c.RopeInterleave}
+		v: c.VHeadDim, rank: c.KVLoraRank, interleave: c.RopeInterleave}
+	if c.QLoraRank != nil {
+		a.qRank = *c.QLoraRank
+	}
 	a.qkvBias, a.oBias = false, false
 	if a.attn.Scale, err = latentScale(c); err != nil {
 		return nil, err
@@ -71,8 +74,6 @@ func checkLatent(c *checkpoint.Config) error {
 		return fmt.Errorf("rope_parameters nested by layer type is not implemented for DeepSeek-V3")
 	case c.AttentionBias:
 		return fmt.Errorf("attention_bias true (biases on q_a_proj, kv_a_proj_with_mqa and o_proj) is not implemented")
-	case c.QLoraRank == nil:
-		return fmt.Errorf("q_lora_rank null (one q_proj instead of q_a_proj and q_b_proj) is not implemented")
 	case c.NumKeyValueHeads != c.NumAttentionHeads:
 		return fmt.Errorf("num_key_value_heads %d differs from num_attention_heads %d (multi-head latent attention has one key and value per head)", c.NumKeyValueHeads, c.NumAttentionHeads)
 	case c.ScoringFunc != "sigmoid":
@@ -87,11 +88,14 @@ func checkLatent(c *checkpoint.Config) error {
 	for _, v := range []struct {
 		key string
 		v   int
-	}{{"kv_lora_rank", c.KVLoraRank}, {"q_lora_rank", *c.QLoraRank}, {"qk_rope_head_dim", c.QKRopeHeadDim},
-		{"qk_nope_head_dim", c.QKNopeHeadDim}, {"v_head_dim", c.VHeadDim}} {
+	}{{"kv_lora_rank", c.KVLoraRank}, {"qk_rope_head_dim", c.QKRopeHeadDim}, {"qk_nope_head_dim", c.QKNopeHeadDim},
+		{"v_head_dim", c.VHeadDim}} {
 		if v.v <= 0 {
 			return fmt.Errorf("%s must be positive, got %d", v.key, v.v)
 		}
+	}
+	if c.QLoraRank != nil && *c.QLoraRank <= 0 {
+		return fmt.Errorf("q_lora_rank must be positive or null, got %d", *c.QLoraRank)
 	}
 	return nil
 }
@@ -116,7 +120,7 @@ func latentScale(c *checkpoint.Config) (float64, error) {
 
 // LatentWeights are a multi-head latent attention layer's projections (DeepseekV3Attention's names under
 // self_attn.): the query's down projection QA [q_lora_rank, hidden], its norm QANorm and up projection QB
-// [heads·(nope+rope), q_lora_rank]; kv_a_proj_with_mqa KVA [kv_lora_rank+rope, hidden], the latent's norm KVANorm,
+// [heads·(nope+rope), q_lora_rank] (with q_lora_rank null, LayerWeights.Q, q_proj, instead); kv_a_proj_with_mqa KVA [kv_lora_rank+rope, hidden], the latent's norm KVANorm,
 // and kv_b_proj KVB [heads·(nope+v), kv_lora_rank]: per head, the key part's rows then the value's.
 type LatentWeights struct {
 	QA, QB, KVA, KVB Linear
@@ -136,9 +140,13 @@ func (a *latentAttention) weights() {
 	}
 	m := func(w *LayerWeights) *LatentWeights { return &w.MLA }
 	h, heads := a.hidden, a.heads
-	add("q_a_proj.weight", func(w *LayerWeights) *Value { return &m(w).QA.W }, a.qRank, h)
-	add("q_a_layernorm.weight", func(w *LayerWeights) *Value { return &m(w).QANorm }, a.qRank)
-	add("q_b_proj.weight", func(w *LayerWeights) *Value { return &m(w).QB.W }, heads*(a.nope+a.rope), a.qRank)
+	if a.qRank == 0 {
+		add("q_proj.weight", func(w *LayerWeights) *Value { return &w.Q.W }, heads*(a.nope+a.rope), h)
+	} else {
+		add("q_a_proj.weight", func(w *LayerWeights) *Value { return &m(w).QA.W }, a.qRank, h)
+		add("q_a_layernorm.weight", func(w *LayerWeights) *Value { return &m(w).QANorm }, a.qRank)
+		add("q_b_proj.weight", func(w *LayerWeights) *Value { return &m(w).QB.W }, heads*(a.nope+a.rope), a.qRank)
+	}
 	add("kv_a_proj_with_mqa.weight", func(w *LayerWeights) *Value { return &m(w).KVA.W }, a.rank+a.rope, h)
 	add("kv_a_layernorm.weight", func(w *LayerWeights) *Value { return &m(w).KVANorm }, a.rank)
 	add("kv_b_proj.weight", func(w *LayerWeights) *Value { return &m(w).KVB.W }, heads*(a.nope+a.v), a.rank)
@@ -149,7 +157,12 @@ func (a *latentAttention) weights() {
 func (a *latentAttention) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	w := &in.W.MLA
 	h := a.norm(ops, in.X, in.W.AttnNorm)
-	q := linear(ops, ops.RMSNorm(linear(ops, h, w.QA), w.QANorm, latentNormEps, 0), w.QB)
+	var q Value
+	if a.qRank == 0 {
+		q = linear(ops, h, in.W.Q)
+	} else {
+		q = linear(ops, ops.RMSNorm(linear(ops, h, w.QA), w.QANorm, latentNormEps, 0), w.QB)
+	}
 	qs := ops.Split(ops.Heads(q, a.heads, a.nope+a.rope), a.nope, a.rope)
 	ckv := ops.Split(linear(ops, h, w.KVA), a.rank, a.rope)
 	qr, kr := qs[1], ops.Heads(ckv[1], 1, a.rope)
