@@ -32,6 +32,7 @@ type latentAttention struct {
 // transformers gives them whatever rms_norm_eps says.
 const latentNormEps = 1e-6
 
+// newDeepseekV3 is the Architecture of a DeepseekV3ForCausalLM config, refusing what it does not implement.
 func newDeepseekV3(c *checkpoint.Config) (Architecture, error) {
 	act, err := ActivationFor("hidden_act", c.HiddenAct)
 	if err != nil {
