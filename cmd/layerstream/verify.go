@@ -83,17 +83,17 @@ func init() {
 
 // verifyOptions are verify's flags.
 type verifyOptions struct {
-	model        string
-	ids          []int
-	dtype        string
-	device       engine.Device
+	model  string
+	ids    []int
+	dtype  string
+	device engine.Device
 	// computeCapability is the GPU's, for the dtype policy on cuda.
 	computeCapability float64
 	shardDir          string
-	perLayer     bool
-	atol, minCos float64
-	transformers string // reference outputs made by transformers, if any
-	decodeSteps  int
+	perLayer          bool
+	atol, minCos      float64
+	transformers      string // reference outputs made by transformers, if any
+	decodeSteps       int
 	// broken, when set (tests), replaces the engine of the decode check by what it returns.
 	broken func(*engine.Engine) decoder
 }
