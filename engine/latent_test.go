@@ -15,6 +15,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
+	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/quant"
@@ -258,4 +259,39 @@ func BenchmarkHeadLinear(b *testing.B) {
 			hostOps{}.HeadLinear(x, wt, nope, v, false)
 		}
 	})
+}
+
+// BenchmarkLatentAttention is one decode step's attention of a DeepSeek-V3 layer over a latent cache of 4,095
+// positions in float16: 128 query heads of kv_lora_rank + qk_rope_head_dim = 576 against one key/value head.
+func BenchmarkLatentAttention(b *testing.B) {
+	const heads, d, past = 128, 576, 4095
+	kv, err := kvcache.New(kvcache.Config{Layers: 1, Batch: 1, KVHeads: 1, Capacity: past + 1, HeadDim: d, Latent: []bool{true}, Half: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	fill := func(x []float32) {
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+	}
+	keys := make([]float32, past*d)
+	fill(keys)
+	if err := kv.View(0).Write(0, past, past, keys, keys); err != nil {
+		b.Fatal(err)
+	}
+	if err := kv.Advance(0, past); err != nil {
+		b.Fatal(err)
+	}
+	q, k := newHostArray(1, heads, 1, d), newHostArray(1, 1, 1, d)
+	fill(q.data)
+	fill(k.data)
+	var werr error
+	for b.Loop() {
+		o := hostOps{kv: kv.View(0), past: []int{past}, pos: [][]int{{past}}, err: &werr}
+		o.Attention(q, k, k, model.AttentionOptions{Scale: 1 / math.Sqrt(192)})
+		if werr != nil {
+			b.Fatal(werr)
+		}
+	}
 }
