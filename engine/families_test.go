@@ -16,6 +16,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -804,9 +805,12 @@ func TestReleasedConfigs(t *testing.T) {
 			"scoring_func": "sigmoid", "seq_aux": true, "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
 			"torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280}`,
 			func(p *model.Plan) bool {
-				// The cache: one latent of 512 and one rotary key of 64 per layer and position.
+				// The cache: one latent of 512 and one rotary key of 64 per layer and position, 70,272 bytes a
+				// token in float16 (docs/models.md).
+				perToken := kvcache.Config{Layers: 61, Batch: 1, KVHeads: p.KVHeads, Capacity: 1, HeadDim: p.HeadDim,
+					Half: true, Latent: latentLayers(p)}.Bytes()
 				return len(p.Layers) == 61 && !p.Layers[2].MoE && p.Layers[3].MoE && p.Layers[60].Latent && p.KVHeads == 1 &&
-					p.HeadDim == 576 && p.Ropes[0].Dims == 64 && p.Context == 163840
+					p.HeadDim == 576 && p.Ropes[0].Dims == 64 && p.Context == 163840 && perToken == 70272
 			}},
 	} {
 		c, err := checkpoint.ParseConfig([]byte(tc.config))
