@@ -187,12 +187,12 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	}
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
-	return LayerOutputs{X: d.feedForward(ops, in, x), K: k, V: v}
+	return LayerOutputs{X: d.mlpBranch(ops, in, x), K: k, V: v}
 }
 
-// feedForward is the MLP's residual branch on x: the dense MLP, or the mixture of experts of a sparse layer,
+// mlpBranch is the MLP's residual branch on x: the dense MLP, or the mixture of experts of a sparse layer,
 // between its norms.
-func (d *decoder) feedForward(ops Ops, in LayerInputs, x Value) Value {
+func (d *decoder) mlpBranch(ops Ops, in LayerInputs, x Value) Value {
 	w := in.W
 	h := d.norm(ops, x, w.MLPNorm)
 	var m Value

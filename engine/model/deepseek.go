@@ -177,5 +177,5 @@ func (a *latentAttention) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	o := ops.Heads(ops.Attention(qLat, kv, kv, a.attn), a.heads, a.rank+a.rope)
 	o = ops.Split(o, a.rank, a.rope)[0] // Σ p·c per head (the rest is Σ p·k_r, which no value holds)
 	y := linear(ops, ops.MergeHeads(ops.HeadLinear(o, w.KVB.W, a.nope, a.v, false)), in.W.O)
-	return LayerOutputs{X: a.feedForward(ops, in, a.branch(ops, in.X, y)), K: kv, V: kv}
+	return LayerOutputs{X: a.mlpBranch(ops, in, a.branch(ops, in.X, y)), K: kv, V: kv}
 }
