@@ -282,6 +282,20 @@ func ints(v []int64) []int {
 	return out
 }
 
+// referenceLogits opens the checkpoint in dir and returns the float64 reference's logits of ids, as float32.
+func referenceLogits(t testing.TB, dir string, ids []int) [][]float32 {
+	t.Helper()
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reference.Forward(ck, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toF32(r.Logits)
+}
+
 func toF32(rows [][]float64) [][]float32 {
 	out := make([][]float32, len(rows))
 	for i, r := range rows {
