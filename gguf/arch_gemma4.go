@@ -52,13 +52,8 @@ func gemma4Config(m archMeta, cfg map[string]any) error {
 	}
 	delete(cfg, "hidden_act")
 	cfg["model_type"], cfg["hidden_activation"], cfg["dtype"] = "gemma4_text", "gelu_pytorch_tanh", "float32"
-	if v, ok, err := m.Float(m.key("final_logit_softcapping")); err != nil {
+	if err := finalSoftCap(m, cfg); err != nil {
 		return err
-	} else if ok && v != 0 {
-		if !(v > 0) {
-			return fmt.Errorf("metadata %s is %g: want a positive soft-cap (or 0 for none)", m.key("final_logit_softcapping"), v)
-		}
-		cfg["final_logit_softcapping"] = float32JSON(v)
 	}
 	swa, err := gemma4LayerTypes(m, cfg, n)
 	if err != nil {
