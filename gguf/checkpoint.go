@@ -69,12 +69,34 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 		if slices.Contains(info.configTensors, t.Name) {
 			continue
 		}
+		ct := checkpoint.TensorInfo{DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
+			Offset: t.Offset, Length: t.Size}
+		if n, part, ok := layerOf(t.Name); ok {
+			if info.moe != nil && info.moe.nextn && n >= cfg.NumHiddenLayers {
+				continue // a multi-token-prediction layer (moeInfo.nextn)
+			}
+			experts, fused, err := info.moeTensors(t, ct, fmt.Sprintf("model.layers.%d.", n), part)
+			if err != nil {
+				return nil, err
+			}
+			if fused {
+				for _, e := range experts {
+					if err := info.checkShape(e.Name, e.Shape, cfg); err != nil {
+						return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, e.Name, err)
+					}
+				}
+				tensors = append(tensors, experts...)
+				continue
+			}
+		}
 		hf, err := info.hfName(t.Name)
 		if err != nil {
 			return nil, err
 		}
-		ct := checkpoint.TensorInfo{Name: hf, DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
-			Offset: t.Offset, Length: t.Size}
+		ct.Name = hf
+		if strings.HasSuffix(hf, ".shared_expert_gate.weight") && len(ct.Shape) == 1 {
+			ct.Shape = []int64{1, ct.Shape[0]} // llama.cpp's ffn_gate_inp_shexp is a vector: one output row
+		}
 		if err := info.checkShape(hf, ct.Shape, cfg); err != nil {
 			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
 		}
@@ -121,8 +143,9 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 // its metadata is refused before any work.
 func (a archInfo) checkShape(hf string, shape []int64, c *checkpoint.Config) error {
 	h, q, kv, ff := int64(c.HiddenSize), int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim), int64(c.IntermediateSize)
-	var want []int64
+	want := moeShape(hf, c)
 	switch {
+	case want != nil:
 	case hf == "model.embed_tokens.weight", hf == "lm_head.weight":
 		want = []int64{int64(c.VocabSize), h}
 	case strings.HasSuffix(hf, ".self_attn.q_norm.weight"), strings.HasSuffix(hf, ".self_attn.k_norm.weight"):
