@@ -94,3 +94,101 @@ func checkGGUFGreedy(t *testing.T, what string, e *Engine, ids, want []int) {
 		t.Errorf("greedy ids (%s) %v, llama.cpp %v", what, res.GeneratedIDs, want)
 	}
 }
+
+// TestLlamaCppArithmeticMoE: with Arithmetic llama.cpp, the mixture-of-experts files of the architectures it
+// covers (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE: softmax routing; F32 and the Q4_K_M Qwen3-MoE) give llama.cpp's
+// logits of the 40 ids bit for bit (the fixtures were made with llama.cpp's cache in float32, KVCache f32) and its
+// 20 greedy ids after them, each generation step keeping only the last position's logits as llama.cpp does. GLM-4.5
+// and MiniMax-M2 (sigmoid routing with a choice bias, partial rotary embeddings) are refused by name.
+func TestLlamaCppArithmeticMoE(t *testing.T) {
+	refused := map[string]string{"glm4_moe": "architecture Glm4MoeForCausalLM is not covered",
+		"minimax_m2": "architecture MiniMaxM2ForCausalLM is not covered"}
+	files, err := filepath.Glob("../gguf/testdata/moe/*.gguf")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no GGUF files in gguf/testdata/moe (made by scripts/fixtures/gguf_moe.py): %v", err)
+	}
+	exact := 0
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".gguf")
+		t.Run(name, func(t *testing.T) {
+			llama, err := reference.ReadTensors(strings.TrimSuffix(file, ".gguf") + ".llamacpp.safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := ints(llama["input_ids"].I64)
+			var got [][]float32
+			e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
+			if err == nil {
+				defer e.Close()
+				got, err = e.Logits(context.Background(), ids)
+			}
+			if want, ok := refused[name]; ok {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("%v; want it refused saying %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := llama["logits"].F32
+			for p, row := range got {
+				for j, v := range row {
+					if v != want[p*len(row)+j] {
+						t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g (largest difference %.2g)", p, j, v, want[p*len(row)+j], maxLogitDiff(got, want))
+					}
+				}
+			}
+			checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
+			exact++
+		})
+	}
+	if want := len(files) - len(refused); exact != want {
+		t.Errorf("%d files bit for bit, want %d", exact, want)
+	}
+}
+
+// TestLlamaCppArithmeticMoEBatched: with Arithmetic llama.cpp, a sequence of the Q4_K_M mixture of experts computed
+// in a batch with 15 others (the 40-token prompt and short ones, decoding together) gets the bits it gets alone: each expert multiplies the rows of one sequence routed to it as llama.cpp's mul_mat_id does
+// for that sequence alone (its tiled kernel from 8 rows of the sequence, not of the batch).
+func TestLlamaCppArithmeticMoEBatched(t *testing.T) {
+	llama, err := reference.ReadTensors("../gguf/testdata/moe/qwen3moe-q4km.llamacpp.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(context.Background(), "../gguf/testdata/moe/qwen3moe-q4km.gguf",
+		Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32, MaxBatch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	// 16 sequences decoding at once route about 8 rows to each of the 4 experts: a batch's rows, never one
+	// sequence's, reach the tiled kernel's 8.
+	reqs := []Request{{PromptIDs: ints(llama["input_ids"].I64), MaxNewTokens: 6}}
+	for i := range 15 {
+		reqs = append(reqs, Request{PromptIDs: []int{1, 40 + i, 41 + 2*i}, MaxNewTokens: 10 + i%3})
+	}
+	for i := range reqs {
+		reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true
+	}
+	batched := make([][]Token, len(reqs))
+	if _, err := e.GenerateBatch(context.Background(), reqs, func(seq int, tk Token) error {
+		batched[seq] = append(batched[seq], tk)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		var alone []Token
+		if _, err := e.Generate(context.Background(), r, func(tk Token) error { alone = append(alone, tk); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		same := len(alone) == len(batched[i])
+		for j := 0; same && j < len(alone); j++ {
+			same = alone[j].ID == batched[i][j].ID && alone[j].Logprob == batched[i][j].Logprob
+		}
+		if !same {
+			t.Errorf("request %d: alone %v, batched %v", i, alone, batched[i])
+		}
+	}
+}

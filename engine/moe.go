@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
 
+	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/engine/model"
 )
 
@@ -38,7 +39,11 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	scores, choice := make([]float32, n), make([]float32, n)
 	for row := range rows {
 		at := row * opts.K
-		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
+		if o.llamaCpp != nil {
+			routeRowLlamaCpp(la.data[row*n:(row+1)*n], opts, scores, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
+		} else {
+			routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
+		}
 		for j, e := range r.experts[at : at+opts.K] {
 			r.slot[at+j] = len(r.byE[e])
 			r.byE[e] = append(r.byE[e], row)
@@ -99,10 +104,49 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	}
 }
 
+// routeRowLlamaCpp is routeRow as llama.cpp's build_moe_ffn computes softmax routing on the CPU: ggml's soft_max
+// (ggml.SoftMax), the k best by score (argsort, descending), their scores as weights, renormalized with
+// opts.Norm by their sum in double precision (ggml_vec_sum_f32) rounded to float32 and clamped below at
+// 6.103515625e-5 (llama.cpp's guard against a zero sum), each weight divided by it. checkLlamaCppModel admits
+// no other routing (no sigmoid scores, choice bias or scale).
+func routeRowLlamaCpp(logits []float32, opts model.RouteOptions, scores []float32, experts []int, weights []float32) {
+	ggml.SoftMax(scores, logits, 1, nil)
+	for j := range experts {
+		best := -1
+		for e, c := range scores {
+			if !slices.Contains(experts[:j], e) && (best < 0 || c > scores[best]) {
+				best = e
+			}
+		}
+		experts[j], weights[j] = best, scores[best]
+	}
+	if !opts.Norm {
+		return
+	}
+	sum := 0.0
+	for _, w := range weights {
+		sum += float64(w)
+	}
+	s := max(float32(sum), 6.103515625e-5)
+	for j := range weights {
+		weights[j] /= s
+	}
+}
+
 func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	r := routing.(*hostRouting)
 	if len(r.byE[e]) == 0 {
 		return nil
+	}
+	if o.experts != nil { // llama.cpp's mul_mat_id takes each sequence's rows routed to e as one batch
+		t := r.dims[len(r.dims)-1]
+		o.experts.runs = o.experts.runs[:0]
+		for i, row := range r.byE[e] {
+			if i == 0 || row/t != r.byE[e][i-1]/t {
+				o.experts.runs = append(o.experts.runs, 0)
+			}
+			o.experts.runs[len(o.experts.runs)-1]++
+		}
 	}
 	xa := arr(x)
 	h := xa.dims[len(xa.dims)-1]
