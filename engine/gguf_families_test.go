@@ -94,9 +94,16 @@ func TestGGUFFamilies(t *testing.T) {
 // scripts/fixtures/gguf_families.py) with its name and llama.cpp's outputs on it.
 func forEachGGUFFamily(t *testing.T, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
 	t.Helper()
-	files, err := filepath.Glob("../gguf/testdata/families/*.gguf")
+	return forEachGGUFIn(t, "families", "scripts/fixtures/gguf_families.py", f)
+}
+
+// forEachGGUFIn runs f as a subtest for every GGUF file of gguf/testdata/<dir> (made by script) with its name and
+// llama.cpp's outputs on it (<name>.llamacpp.safetensors).
+func forEachGGUFIn(t *testing.T, dir, script string, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
+	t.Helper()
+	files, err := filepath.Glob("../gguf/testdata/" + dir + "/*.gguf")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no GGUF files in gguf/testdata/families (made by scripts/fixtures/gguf_families.py): %v", err)
+		t.Fatalf("no GGUF files in gguf/testdata/%s (made by %s): %v", dir, script, err)
 	}
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".gguf")

@@ -13,9 +13,15 @@ import (
 
 // ggufMoEQuantTolerance bounds the logit differences from llama.cpp's on the K-quant mixture-of-experts file in the
 // engine's arithmetic: both multiply the same Q4_K/Q6_K blocks by activations rounded to 8 bits (Q8_K) with the
-// same integer products and sum them in other orders (3.8e-06 apart on this file), so the bound leaves room for
-// an activation rounded to the other side of an 8-bit step on another CPU's order, not for a wrong expert.
+// same integer products and sum them in other orders (1e-05 apart on this file), so the bound leaves room for an
+// activation rounded to the other side of an 8-bit step on another CPU's order, not for a wrong expert.
 const ggufMoEQuantTolerance = 1e-3
+
+// forEachGGUFMoE runs f for every mixture-of-experts GGUF file (gguf/testdata/moe).
+func forEachGGUFMoE(t *testing.T, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
+	t.Helper()
+	return forEachGGUFIn(t, "moe", "scripts/fixtures/gguf_moe.py", f)
+}
 
 // TestGGUFMoE opens every mixture-of-experts GGUF file llama.cpp made (gguf/testdata/moe, from the transformers
 // fixtures of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5 and MiniMax-M2, and a Q4_K_M Qwen3-MoE:
@@ -27,60 +33,49 @@ const ggufMoEQuantTolerance = 1e-3
 // quantized file's weights by activations not rounded to 8 bits as llama.cpp's are, so their greedy ids part from
 // llama.cpp's on the tiny K-quant model's small margins).
 func TestGGUFMoE(t *testing.T) {
-	files, err := filepath.Glob("../gguf/testdata/moe/*.gguf")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no GGUF files in gguf/testdata/moe (made by scripts/fixtures/gguf_moe.py): %v", err)
-	}
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".gguf")
-		t.Run(name, func(t *testing.T) {
-			llama, err := reference.ReadTensors(strings.TrimSuffix(file, ".gguf") + ".llamacpp.safetensors")
+	forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
+		ids := ints(llama["input_ids"].I64)
+		e, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		got, err := e.Logits(context.Background(), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tol := ggufFamilyTolerance
+		meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
+		if _, err := os.Stat(meaning); err == nil {
+			m, err := reference.ReadTensors(meaning)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids := ints(llama["input_ids"].I64)
-			e, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "shards")})
-			if err != nil {
-				t.Fatal(err)
+			d := maxLogitDiff(got, m["logits"].F32)
+			t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
+			if d > ggufFamilyTolerance {
+				t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
 			}
-			defer e.Close()
-			got, err := e.Logits(context.Background(), ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tol := ggufFamilyTolerance
-			meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
-			if _, err := os.Stat(meaning); err == nil {
-				m, err := reference.ReadTensors(meaning)
-				if err != nil {
-					t.Fatal(err)
-				}
-				d := maxLogitDiff(got, m["logits"].F32)
-				t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
-				if d > ggufFamilyTolerance {
-					t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
-				}
-			} else {
-				tol = ggufMoEQuantTolerance
-			}
-			d := maxLogitDiff(got, llama["logits"].F32)
-			t.Logf("largest logit difference from llama.cpp %.2g (tolerance %g)", d, tol)
-			if d > tol {
-				t.Errorf("logits differ from llama.cpp's on the same file by %.3g (tolerance %g)", d, tol)
-			}
-			want := ints(llama["greedy_ids"].I64)
-			checkGGUFGreedy(t, "host kernels", e, ids, want)
-			if tol != ggufFamilyTolerance {
-				return // the graphs multiply quantized weights by activations not rounded to 8 bits, unlike llama.cpp
-			}
-			g, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "graph"), GraphDecode: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			checkGGUFGreedy(t, "graphs", g, ids, want)
-		})
-	}
+		} else {
+			tol = ggufMoEQuantTolerance
+		}
+		d := maxLogitDiff(got, llama["logits"].F32)
+		t.Logf("largest logit difference from llama.cpp %.2g (tolerance %g)", d, tol)
+		if d > tol {
+			t.Errorf("logits differ from llama.cpp's on the same file by %.3g (tolerance %g)", d, tol)
+		}
+		want := ints(llama["greedy_ids"].I64)
+		checkGGUFGreedy(t, "host kernels", e, ids, want)
+		if tol != ggufFamilyTolerance {
+			return
+		}
+		g, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "graph"), GraphDecode: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		checkGGUFGreedy(t, "graphs", g, ids, want)
+	})
 }
 
 // checkGGUFGreedy generates len(want) tokens after ids (no stop tokens) and compares them with want.
@@ -103,92 +98,59 @@ func checkGGUFGreedy(t *testing.T, what string, e *Engine, ids, want []int) {
 func TestLlamaCppArithmeticMoE(t *testing.T) {
 	refused := map[string]string{"glm4_moe": "architecture Glm4MoeForCausalLM is not covered",
 		"minimax_m2": "architecture MiniMaxM2ForCausalLM is not covered"}
-	files, err := filepath.Glob("../gguf/testdata/moe/*.gguf")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no GGUF files in gguf/testdata/moe (made by scripts/fixtures/gguf_moe.py): %v", err)
-	}
 	exact := 0
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".gguf")
-		t.Run(name, func(t *testing.T) {
-			llama, err := reference.ReadTensors(strings.TrimSuffix(file, ".gguf") + ".llamacpp.safetensors")
-			if err != nil {
-				t.Fatal(err)
+	files := forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
+		ids := ints(llama["input_ids"].I64)
+		var got [][]float32
+		e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
+		if err == nil {
+			defer e.Close()
+			got, err = e.Logits(context.Background(), ids)
+		}
+		if want, ok := refused[name]; ok {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%v; want it refused saying %q", err, want)
 			}
-			ids := ints(llama["input_ids"].I64)
-			var got [][]float32
-			e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
-			if err == nil {
-				defer e.Close()
-				got, err = e.Logits(context.Background(), ids)
-			}
-			if want, ok := refused[name]; ok {
-				if err == nil || !strings.Contains(err.Error(), want) {
-					t.Fatalf("%v; want it refused saying %q", err, want)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := llama["logits"].F32
-			for p, row := range got {
-				for j, v := range row {
-					if v != want[p*len(row)+j] {
-						t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g (largest difference %.2g)", p, j, v, want[p*len(row)+j], maxLogitDiff(got, want))
-					}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := llama["logits"].F32
+		for p, row := range got {
+			for j, v := range row {
+				if v != want[p*len(row)+j] {
+					t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g (largest difference %.2g)", p, j, v, want[p*len(row)+j], maxLogitDiff(got, want))
 				}
 			}
-			checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
-			exact++
-		})
-	}
-	if want := len(files) - len(refused); exact != want {
+		}
+		checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
+		exact++
+	})
+	if want := files - len(refused); exact != want {
 		t.Errorf("%d files bit for bit, want %d", exact, want)
 	}
 }
 
 // TestLlamaCppArithmeticMoEBatched: with Arithmetic llama.cpp, a sequence of the Q4_K_M mixture of experts computed
-// in a batch with 15 others (the 40-token prompt and short ones, decoding together) gets the bits it gets alone: each expert multiplies the rows of one sequence routed to it as llama.cpp's mul_mat_id does
-// for that sequence alone (its tiled kernel from 8 rows of the sequence, not of the batch).
+// in a batch with 15 others (the 40-token prompt and short ones, decoding together) gets the bits it gets alone:
+// each expert multiplies the rows of one sequence routed to it as llama.cpp's mul_mat_id does for that sequence
+// alone (its tiled kernel from 8 rows of the sequence, not of the batch: 16 sequences decoding at once route
+// about 8 rows to each of the 4 experts, and layer 2's Q6_K experts are not repacked).
 func TestLlamaCppArithmeticMoEBatched(t *testing.T) {
-	llama, err := reference.ReadTensors("../gguf/testdata/moe/qwen3moe-q4km.llamacpp.safetensors")
+	file := "../gguf/testdata/moe/qwen3moe-q4km.gguf"
+	llama, err := reference.ReadTensors(strings.TrimSuffix(file, ".gguf") + ".llamacpp.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := Open(context.Background(), "../gguf/testdata/moe/qwen3moe-q4km.gguf",
-		Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32, MaxBatch: 16})
+	e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32, MaxBatch: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	// 16 sequences decoding at once route about 8 rows to each of the 4 experts: a batch's rows, never one
-	// sequence's, reach the tiled kernel's 8.
 	reqs := []Request{{PromptIDs: ints(llama["input_ids"].I64), MaxNewTokens: 6}}
 	for i := range 15 {
 		reqs = append(reqs, Request{PromptIDs: []int{1, 40 + i, 41 + 2*i}, MaxNewTokens: 10 + i%3})
 	}
-	for i := range reqs {
-		reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true
-	}
-	batched := make([][]Token, len(reqs))
-	if _, err := e.GenerateBatch(context.Background(), reqs, func(seq int, tk Token) error {
-		batched[seq] = append(batched[seq], tk)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range reqs {
-		var alone []Token
-		if _, err := e.Generate(context.Background(), r, func(tk Token) error { alone = append(alone, tk); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		same := len(alone) == len(batched[i])
-		for j := 0; same && j < len(alone); j++ {
-			same = alone[j].ID == batched[i][j].ID && alone[j].Logprob == batched[i][j].Logprob
-		}
-		if !same {
-			t.Errorf("request %d: alone %v, batched %v", i, alone, batched[i])
-		}
-	}
+	batchedAsAlone(t, file, e, reqs)
 }

@@ -223,31 +223,38 @@ func TestLlamaCppArithmeticBatched(t *testing.T) {
 			{PromptIDs: []int{1, 449, 300, 301, 302, 303, 304}, MaxNewTokens: 15},
 			{PromptIDs: long, MaxNewTokens: 5}, // joins when the first ends, while the others decode
 		}
-		for i := range reqs {
-			reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true
-		}
-		batched := make([][]Token, len(reqs))
-		if _, err := e.GenerateBatch(context.Background(), reqs, func(seq int, tk Token) error {
-			batched[seq] = append(batched[seq], tk)
-			return nil
-		}); err != nil {
+		batchedAsAlone(t, file, e, reqs)
+		e.Close()
+	}
+}
+
+// batchedAsAlone generates reqs (no stop tokens, with log-probabilities) in one batch on e, then each alone, and
+// requires every token and log-probability equal.
+func batchedAsAlone(t *testing.T, file string, e *Engine, reqs []Request) {
+	t.Helper()
+	for i := range reqs {
+		reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true
+	}
+	batched := make([][]Token, len(reqs))
+	if _, err := e.GenerateBatch(context.Background(), reqs, func(seq int, tk Token) error {
+		batched[seq] = append(batched[seq], tk)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		var alone []Token
+		if _, err := e.Generate(context.Background(), r, func(tk Token) error { alone = append(alone, tk); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		for i, r := range reqs {
-			var alone []Token
-			if _, err := e.Generate(context.Background(), r, func(tk Token) error { alone = append(alone, tk); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if len(alone) != len(batched[i]) {
-				t.Fatalf("%s request %d: %d tokens alone, %d batched", file, i, len(alone), len(batched[i]))
-			}
-			for j := range alone {
-				if alone[j].ID != batched[i][j].ID || alone[j].Logprob != batched[i][j].Logprob {
-					t.Fatalf("%s request %d token %d: alone %d (%v), batched %d (%v)", file, i, j, alone[j].ID, alone[j].Logprob, batched[i][j].ID, batched[i][j].Logprob)
-				}
+		if len(alone) != len(batched[i]) {
+			t.Fatalf("%s request %d: %d tokens alone, %d batched", file, i, len(alone), len(batched[i]))
+		}
+		for j := range alone {
+			if alone[j].ID != batched[i][j].ID || alone[j].Logprob != batched[i][j].Logprob {
+				t.Fatalf("%s request %d token %d: alone %d (%v), batched %d (%v)", file, i, j, alone[j].ID, alone[j].Logprob, batched[i][j].ID, batched[i][j].Logprob)
 			}
 		}
-		e.Close()
 	}
 }
 

@@ -79,15 +79,7 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	for i := range bias {
 		choice[i] += bias[i]
 	}
-	for j := range experts {
-		best := -1
-		for e, c := range choice {
-			if !slices.Contains(experts[:j], e) && (best < 0 || c > choice[best]) {
-				best = e
-			}
-		}
-		experts[j], weights[j] = best, scores[best]
-	}
+	topK(choice, scores, experts, weights)
 	if opts.Norm {
 		var sum float32
 		for _, w := range weights {
@@ -111,15 +103,7 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 // no other routing (no sigmoid scores, choice bias or scale).
 func routeRowLlamaCpp(logits []float32, opts model.RouteOptions, scores []float32, experts []int, weights []float32) {
 	ggml.SoftMax(scores, logits, 1, nil)
-	for j := range experts {
-		best := -1
-		for e, c := range scores {
-			if !slices.Contains(experts[:j], e) && (best < 0 || c > scores[best]) {
-				best = e
-			}
-		}
-		experts[j], weights[j] = best, scores[best]
-	}
+	topK(scores, scores, experts, weights)
 	if !opts.Norm {
 		return
 	}
@@ -130,6 +114,20 @@ func routeRowLlamaCpp(logits []float32, opts model.RouteOptions, scores []float3
 	s := max(float32(sum), 6.103515625e-5)
 	for j := range weights {
 		weights[j] /= s
+	}
+}
+
+// topK sets experts to the len(experts) best by choice, best first (ties to the lower index), and weights to
+// their scores.
+func topK(choice, scores []float32, experts []int, weights []float32) {
+	for j := range experts {
+		best := -1
+		for e, c := range choice {
+			if !slices.Contains(experts[:j], e) && (best < 0 || c > choice[best]) {
+				best = e
+			}
+		}
+		experts[j], weights[j] = best, scores[best]
 	}
 }
 

@@ -65,9 +65,10 @@ func scalef(j, n float32) float32 {
 	return float32(math.Ldexp(float64(j), int(n)))
 }
 
-// LibcExpf is glibc's expf, which ggml calls outside its vector loops: e^x correctly rounded (glibc's is within
-// 0.502 ulp, computed in double precision: it rounds otherwise only for arguments within about 2⁻²⁰ ulp of a
-// halfway point, none met on the MoE fixtures' routers, TestLlamaCppArithmeticMoE).
+// LibcExpf is the C library's expf, which ggml calls outside its vector loops: e^x rounded to float32. glibc's
+// rounds a double-precision approximation (within 0.502 ulp), so it can differ from the correctly rounded value
+// only for arguments next to a halfway point between two floats; it equals it on every router score of the MoE
+// fixtures (TestLlamaCppArithmeticMoE).
 func LibcExpf(x float32) float32 { return float32(math.Exp(float64(x))) }
 
 // Silu is one lane of ggml_v_silu: x / (1 + Expf(-x)).
