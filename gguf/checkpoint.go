@@ -132,7 +132,7 @@ func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint
 	if strings.HasSuffix(hf, ".shared_expert_gate.weight") && len(ct.Shape) == 1 {
 		ct.Shape = []int64{1, ct.Shape[0]} // llama.cpp's ffn_gate_inp_shexp is a vector: one output row
 	}
-	if err := info.checkShape(hf, ct.Shape, cfg); err != nil {
+	if err := info.checkShape(hf, ct.Shape, cfg); err != nil && !info.layerShapes {
 		return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
 	}
 	if info.interleavedRotary {
