@@ -24,7 +24,8 @@ func forEachGGUFMoE(t *testing.T, f func(t *testing.T, name, file string, llama 
 }
 
 // TestGGUFMoE opens every mixture-of-experts GGUF file llama.cpp made (gguf/testdata/moe, from the transformers
-// fixtures of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5 and MiniMax-M2, and a Q4_K_M Qwen3-MoE:
+// fixtures of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5 (also with group-limited routing) and MiniMax-M2,
+// and a Q4_K_M Qwen3-MoE:
 // scripts/fixtures/gguf_moe.py), its fused experts read as one tensor per expert, and compares layerstream's
 // logits of the 40 ids with llama.cpp's on the same file (ggufFamilyTolerance: float32 weights and arithmetic on
 // both sides; ggufMoEQuantTolerance for the K-quant file) and with transformers' on the checkpoint converted,
@@ -97,7 +98,7 @@ func checkGGUFGreedy(t *testing.T, what string, e *Engine, ids, want []int) {
 // and MiniMax-M2 (sigmoid routing with a choice bias, partial rotary embeddings) are refused by name.
 func TestLlamaCppArithmeticMoE(t *testing.T) {
 	refused := map[string]string{"glm4_moe": "architecture Glm4MoeForCausalLM is not covered",
-		"minimax_m2": "architecture MiniMaxM2ForCausalLM is not covered"}
+		"glm4_moe-groups": "architecture Glm4MoeForCausalLM is not covered", "minimax_m2": "architecture MiniMaxM2ForCausalLM is not covered"}
 	exact := 0
 	files := forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		ids := ints(llama["input_ids"].I64)

@@ -13,7 +13,8 @@ const (
 // sigmoid router scores (expert_gating_func, sigmoid where absent), the choice biased by exp_probs_b
 // (e_score_correction_bias), the chosen experts' weights renormalized where expert_weights_norm says so and
 // multiplied by expert_weights_scale (routed_scaling_factor; 0 or absent: 1), plus expert_shared_count shared
-// experts fused as one MLP of that many times expert_feed_forward_length. The norm before the MLP is
+// experts fused as one MLP of that many times expert_feed_forward_length; group-limited routing from
+// expert_group_count and expert_group_used_count (n_group, topk_group). The norm before the MLP is
 // post_attention_norm; q/k biases and per-head q/k norms where the file has them; partial rotary embeddings in
 // Hugging Face's rotate-half order (llama.cpp ropes glm4moe NEOX-style). The nextn_predict_layers blocks after
 // the model's are multi-token-prediction layers, left out (moeInfo.nextn); rope.dimension_sections (multimodal
@@ -31,14 +32,17 @@ func init() {
 		"ffn_down_shexp.weight":      "mlp.shared_experts.down_proj.weight",
 	}, keys: []string{"expert_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
 		"expert_weights_scale", "expert_weights_norm", "expert_gating_func"},
-		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, nextn: true}, config: glm4moeConfig})
+		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, nextn: true, groups: true}, config: glm4moeConfig})
 }
 
 // glm4moeConfig reads GLM-4.5's expert keys into Glm4MoeConfig's.
 func glm4moeConfig(m archMeta, cfg map[string]any) error {
 	_, bias := m.Tensor("blk.0.attn_q.bias")
 	_, qkNorm := m.Tensor("blk.0.attn_q_norm.weight")
-	cfg["model_type"], cfg["attention_bias"], cfg["use_qk_norm"], cfg["n_group"], cfg["topk_group"] = "glm4_moe", bias, qkNorm, 1, 1
+	cfg["model_type"], cfg["attention_bias"], cfg["use_qk_norm"] = "glm4_moe", bias, qkNorm
+	if _, ok := cfg["n_group"]; !ok { // one group unless expertGroups read more
+		cfg["n_group"], cfg["topk_group"] = 1, 1
+	}
 	for hf, k := range map[string]string{"moe_intermediate_size": "expert_feed_forward_length", "n_shared_experts": "expert_shared_count"} {
 		v, ok, err := m.Int(m.key(k))
 		if err != nil {

@@ -37,7 +37,10 @@ func TestMoEMapping(t *testing.T) {
 		{"qwen3_moe", "Qwen3MoeForCausalLM", "mlp.experts.%d.gate_proj.weight", 8, 2, true, map[string]any{"MoEIntermediateSize": 32}},
 		{"olmoe", "OlmoeForCausalLM", "mlp.experts.%d.gate_proj.weight", 8, 2, false, nil},
 		{"glm4_moe", "Glm4MoeForCausalLM", "mlp.experts.%d.gate_proj.weight", 8, 2, true,
-			map[string]any{"FirstKDenseReplace": 1, "NSharedExperts": 1, "NumHiddenLayers": 3, "RoutedScalingFactor": 2.5, "UseQKNorm": true}},
+			map[string]any{"FirstKDenseReplace": 1, "NSharedExperts": 1, "NumHiddenLayers": 3, "RoutedScalingFactor": 2.5, "UseQKNorm": true,
+				"NGroup": 1, "TopKGroup": 1}},
+		{"glm4_moe-groups", "Glm4MoeForCausalLM", "mlp.experts.%d.gate_proj.weight", 8, 2, true,
+			map[string]any{"NGroup": 4, "TopKGroup": 2}},
 		{"minimax_m2", "MiniMaxM2ForCausalLM", "block_sparse_moe.experts.%d.w1.weight", 8, 2, nil, nil},
 		{"qwen3moe-q4km", "Qwen3MoeForCausalLM", "mlp.experts.%d.gate_proj.weight", 4, 2, true, nil},
 	} {
@@ -82,7 +85,8 @@ func TestMoEMapping(t *testing.T) {
 func configField(c *checkpoint.Config, name string) any {
 	return map[string]any{"SharedExpertIntermediateSize": c.SharedExpertIntermediateSize, "MoEIntermediateSize": c.MoEIntermediateSize,
 		"QKVBias": c.QKVBias, "FirstKDenseReplace": c.FirstKDenseReplace, "NSharedExperts": c.NSharedExperts,
-		"NumHiddenLayers": c.NumHiddenLayers, "RoutedScalingFactor": c.RoutedScalingFactor, "UseQKNorm": c.UseQKNorm}[name]
+		"NumHiddenLayers": c.NumHiddenLayers, "RoutedScalingFactor": c.RoutedScalingFactor, "UseQKNorm": c.UseQKNorm,
+		"NGroup": c.NGroup, "TopKGroup": c.TopKGroup}[name]
 }
 
 // sparseLayers says which layers hold experts: all but GLM-4.5's leading dense ones.
@@ -94,8 +98,9 @@ func sparseLayers(c *checkpoint.Config) []bool {
 	return s
 }
 
-// TestMoERefuses: the expert keys and tensors layerstream does not implement are refused by name, and GLM-4.5's
-// multi-token-prediction blocks are left out.
+// TestMoERefuses: the expert keys and tensors layerstream does not implement are refused by name (group-limited
+// routing outside GLM-4.5, and there with llama.cpp's bounds), and GLM-4.5's multi-token-prediction blocks are
+// left out.
 func TestMoERefuses(t *testing.T) {
 	u32 := func(v uint32) *Value { return &Value{Type: TypeUint32, V: v} }
 	for _, c := range []struct {
@@ -105,7 +110,8 @@ func TestMoERefuses(t *testing.T) {
 	}{
 		{"glm4_moe", "glm4moe.expert_gating_func", u32(gatingSoftmax), "glm4moe.expert_gating_func is 1 (softmax)"},
 		{"glm4_moe", "glm4moe.expert_gating_func", u32(4), "glm4moe.expert_gating_func is 4"},
-		{"glm4_moe", "glm4moe.expert_group_count", u32(4), "group-limited expert routing"},
+		{"qwen3_moe", "qwen3moe.expert_group_count", u32(4), "group-limited expert routing is not supported for qwen3moe"},
+		{"glm4_moe-groups", "glm4moe.expert_group_used_count", u32(4), "want at least 1 and fewer than the groups"},
 		{"glm4_moe", "glm4moe.expert_shared_count", nil, "glm4moe.expert_shared_count is missing"},
 		{"glm4_moe", "glm4moe.rope.dimension_sections", &Value{Type: TypeArray, Elem: TypeInt32, V: []int32{8, 8, 0, 0}}, "glm4moe.rope.dimension_sections is not supported"},
 		{"minimax_m2", "minimax-m2.expert_gating_func", nil, "minimax-m2.expert_gating_func is missing"},

@@ -27,6 +27,9 @@ type moeInfo struct {
 	// nextn: blocks past block_count - nextn_predict_layers are multi-token-prediction layers, which llama.cpp
 	// computes only for its speculative drafts (GLM-4.5): their tensors are left out; elsewhere the key is refused.
 	nextn bool
+	// groups: expert_group_count and expert_group_used_count (group-limited routing, which llama.cpp applies to
+	// any architecture) are the family's n_group and topk_group; elsewhere more than one group is refused.
+	groups bool
 }
 
 // Expert names of the two spellings the families use.
@@ -66,15 +69,8 @@ func (g *File) moeConfig(arch string, info archInfo, cfg map[string]any) error {
 		}
 		cfg[info.moe.countKey], cfg["num_experts_per_tok"] = int(n), int(used)
 	}
-	if v, ok, err := g.Uint(key("expert_group_count")); err != nil {
+	if err := g.expertGroups(arch, info, cfg); err != nil {
 		return err
-	} else if ok && v > 1 {
-		return fmt.Errorf("metadata %s is %d: group-limited expert routing is not supported (only 1 group)", key("expert_group_count"), v)
-	}
-	if v, ok, err := g.Uint(key("expert_group_used_count")); err != nil {
-		return err
-	} else if ok && v > 1 {
-		return fmt.Errorf("metadata %s is %d: group-limited expert routing is not supported (only 1 group)", key("expert_group_used_count"), v)
 	}
 	if v, ok, err := g.Int(key("nextn_predict_layers")); err != nil {
 		return err
@@ -86,6 +82,33 @@ func (g *File) moeConfig(arch string, info archInfo, cfg map[string]any) error {
 		cfg["num_hidden_layers"] = layers - v
 		cfg["num_nextn_predict_layers"] = v
 	}
+	return nil
+}
+
+// expertGroups reads group-limited routing, llama.cpp's expert_group_count groups of consecutive experts of
+// which the expert_group_used_count best (by the sum of their two best biased scores) hold the choice, into
+// n_group and topk_group for a family that implements it (moeInfo.groups); elsewhere more than one group is
+// refused. llama.cpp requires 0 < used < groups where groups > 1.
+func (g *File) expertGroups(arch string, info archInfo, cfg map[string]any) error {
+	key := func(k string) string { return arch + "." + k }
+	groups, _, err := g.Uint(key("expert_group_count"))
+	if err != nil {
+		return err
+	}
+	used, _, err := g.Uint(key("expert_group_used_count"))
+	if err != nil {
+		return err
+	}
+	if groups <= 1 && used <= 1 {
+		return nil
+	}
+	if info.moe == nil || !info.moe.groups {
+		return fmt.Errorf("metadata %s is %d, %s %d: group-limited expert routing is not supported for %s", key("expert_group_count"), groups, key("expert_group_used_count"), used, arch)
+	}
+	if used == 0 || used >= groups {
+		return fmt.Errorf("metadata %s is %d of %s %d groups: want at least 1 and fewer than the groups (llama.cpp requires it)", key("expert_group_used_count"), used, key("expert_group_count"), groups)
+	}
+	cfg["n_group"], cfg["topk_group"] = int(groups), int(used)
 	return nil
 }
 
