@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -46,18 +45,7 @@ func TestGGUFMoE(t *testing.T) {
 			t.Fatal(err)
 		}
 		tol := ggufFamilyTolerance
-		meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
-		if _, err := os.Stat(meaning); err == nil {
-			m, err := reference.ReadTensors(meaning)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := maxLogitDiff(got, m["logits"].F32)
-			t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
-			if d > ggufFamilyTolerance {
-				t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
-			}
-		} else {
+		if !checkFileMeaning(t, file, got) {
 			tol = ggufMoEQuantTolerance
 		}
 		d := maxLogitDiff(got, llama["logits"].F32)
@@ -102,31 +90,10 @@ func TestLlamaCppArithmeticMoE(t *testing.T) {
 	exact := 0
 	files := forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		ids := ints(llama["input_ids"].I64)
-		var got [][]float32
-		e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
-		if err == nil {
-			defer e.Close()
-			got, err = e.Logits(context.Background(), ids)
+		if e := llamaCppExact(t, file, ids, llama["logits"].F32, refused[name]); e != nil {
+			checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
+			exact++
 		}
-		if want, ok := refused[name]; ok {
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("%v; want it refused saying %q", err, want)
-			}
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := llama["logits"].F32
-		for p, row := range got {
-			for j, v := range row {
-				if v != want[p*len(row)+j] {
-					t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g (largest difference %.2g)", p, j, v, want[p*len(row)+j], maxLogitDiff(got, want))
-				}
-			}
-		}
-		checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
-		exact++
 	})
 	if want := files - len(refused); exact != want {
 		t.Errorf("%d files bit for bit, want %d", exact, want)

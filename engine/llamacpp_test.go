@@ -168,34 +168,43 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 	}
 	exact := 0
 	files := forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
-		var got [][]float32
-		e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
-		if err == nil {
-			defer e.Close()
-			got, err = e.Logits(context.Background(), ints(hffixture.MustReference(t, name).InputIDs))
+		if llamaCppExact(t, file, ints(hffixture.MustReference(t, name).InputIDs), llama["logits"].F32, refused[name]) != nil {
+			exact++
 		}
-		if want, ok := refused[name]; ok {
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("%v; want it refused saying %q", err, want)
-			}
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := llama["logits"].F32
-		for p, row := range got {
-			for j, v := range row {
-				if v != want[p*len(row)+j] {
-					t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g", p, j, v, want[p*len(row)+j])
-				}
-			}
-		}
-		exact++
 	})
 	if want := files - len(refused); exact != want {
 		t.Errorf("%d files bit for bit, want %d", exact, want)
 	}
+}
+
+// llamaCppExact opens file with Arithmetic llama.cpp (a float32 cache, as the fixtures were made) and requires the
+// logits of ids equal to want as floats, returning the engine (closed when the test ends); or, where refusal is not empty, requires it refused
+// with an error saying so, returning nil.
+func llamaCppExact(t *testing.T, file string, ids []int, want []float32, refusal string) *Engine {
+	t.Helper()
+	var got [][]float32
+	e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
+	if err == nil {
+		t.Cleanup(func() { e.Close() })
+		got, err = e.Logits(context.Background(), ids)
+	}
+	if refusal != "" {
+		if err == nil || !strings.Contains(err.Error(), refusal) {
+			t.Fatalf("%v; want it refused saying %q", err, refusal)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, row := range got {
+		for j, v := range row {
+			if v != want[p*len(row)+j] {
+				t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g (largest difference %.2g)", p, j, v, want[p*len(row)+j], maxLogitDiff(got, want))
+			}
+		}
+	}
+	return e
 }
 
 // TestLlamaCppArithmeticBatched: a sequence computed in a batch with others (continuous batching, prompts of

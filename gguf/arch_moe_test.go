@@ -2,7 +2,6 @@ package gguf
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,11 +12,7 @@ import (
 // openMoE parses a mixture-of-experts file made by llama.cpp's converter (scripts/fixtures/gguf_moe.py).
 func openMoE(t *testing.T, name string) *File {
 	t.Helper()
-	g, err := Open(filepath.Join("testdata", "moe", name+".gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return openTestdata(t, "moe", name)
 }
 
 // TestMoEMapping: each mixture-of-experts file's fused experts become one tensor per expert under the family's
