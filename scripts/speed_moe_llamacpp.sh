@@ -16,6 +16,11 @@
 # memory group of the limit (v1 memory.limit_in_bytes or v2 memory.max, the page cache charged to it), an
 # 8-token prompt and --new-tokens tokens; the medians over --runs runs.
 #
+# layerstream needs the limit to hold its stream's buffers (a few units: on this branch a layer with all its
+# experts) and the head; below that the memory group's OOM killer ends it and the script says so. llama.cpp's
+# threads spin-wait (OpenMP), so on a busy machine its decode slows and swings: the line above the runs prints the
+# load average.
+#
 # Needs: root or a delegated cgroup (to make the memory group), $LAYERSTREAM_PEER_PYTHON (default
 # /work/venvs/llama/bin/python: llama-cpp-python), and for the conversion $TF_PYTHON and $LLAMA_CPP_SRC as
 # scripts/checkpoint_to_gguf.py says. Exit status: 0 goal met, 1 missed, 2 an error.
@@ -32,7 +37,7 @@ while [ $# -gt 0 ]; do
 	--new-tokens) new=$2; shift 2 ;;
 	--runs) runs=$2; shift 2 ;;
 	--threads) threads=$2; shift 2 ;;
-	-h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "speed_moe_llamacpp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -110,7 +115,7 @@ measure() {
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 field() { "$py" -c 'import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"; }
 
-echo "model: $gguf ($((size >> 20)) MiB), memory limit $((limit >> 20)) MiB, $prompt-token prompt, $new new tokens, $runs runs, $threads threads" >&2
+echo "model: $gguf ($((size >> 20)) MiB), memory limit $((limit >> 20)) MiB, $prompt-token prompt, $new new tokens, $runs runs, $threads threads, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 ls_runs="" lc_runs=""
 for r in $(seq "$runs"); do
 	ls=$(measure layerstream "$bin" bench --model "$gguf" --prompt-tokens "$prompt" --new-tokens "$new" --runs 1 --warmup 0 --json)
