@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
 	--new-tokens) new=$2; shift 2 ;;
 	--runs) runs=$2; shift 2 ;;
 	--threads) threads=$2; shift 2 ;;
-	-h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "speed_moe_llamacpp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
