@@ -79,25 +79,17 @@ func checkGGUFGreedy(t *testing.T, what string, e *Engine, ids, want []int) {
 	}
 }
 
-// TestLlamaCppArithmeticMoE: with Arithmetic llama.cpp, the mixture-of-experts files of the architectures it
-// covers (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE: softmax routing; F32 and the Q4_K_M Qwen3-MoE) give llama.cpp's
-// logits of the 40 ids bit for bit (the fixtures were made with llama.cpp's cache in float32, KVCache f32) and its
-// 20 greedy ids after them, each generation step keeping only the last position's logits as llama.cpp does. GLM-4.5
-// and MiniMax-M2 (sigmoid routing with a choice bias, partial rotary embeddings) are refused by name.
+// TestLlamaCppArithmeticMoE: with Arithmetic llama.cpp, every mixture-of-experts file (Mixtral, Qwen2-MoE,
+// Qwen3-MoE, OLMoE: softmax routing; GLM-4.5, also with expert groups, and MiniMax-M2: sigmoid routing with a choice
+// bias, partial rotary embeddings; F32, and the Q4_K_M Qwen3-MoE) gives llama.cpp's logits of the 40 ids bit for
+// bit (the fixtures were made with llama.cpp's cache in float32, KVCache f32) and its 20 greedy ids after them,
+// each generation step keeping only the last position's logits as llama.cpp does.
 func TestLlamaCppArithmeticMoE(t *testing.T) {
-	refused := map[string]string{"glm4_moe": "architecture Glm4MoeForCausalLM is not covered",
-		"glm4_moe-groups": "architecture Glm4MoeForCausalLM is not covered", "minimax_m2": "architecture MiniMaxM2ForCausalLM is not covered"}
-	exact := 0
-	files := forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
+	forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		ids := ints(llama["input_ids"].I64)
-		if e := llamaCppExact(t, file, ids, llama["logits"].F32, refused[name]); e != nil {
-			checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
-			exact++
-		}
+		e := llamaCppExact(t, file, ids, llama["logits"].F32, "")
+		checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
 	})
-	if want := files - len(refused); exact != want {
-		t.Errorf("%d files bit for bit, want %d", exact, want)
-	}
 }
 
 // TestLlamaCppArithmeticMoEBatched: with Arithmetic llama.cpp, a sequence of the Q4_K_M mixture of experts computed

@@ -43,12 +43,13 @@ var llamaCppGraphs = map[string]*llamaCppGraph{
 	"Qwen2ForCausalLM":   {},
 	"Qwen3ForCausalLM":   {},
 	"Olmo2ForCausalLM":   {},
-	// The mixtures of experts with softmax routing (llama.cpp's build_moe_ffn: routeRowLlamaCpp; its mul_mat_id:
-	// llamaCppExperts).
-	"MixtralForCausalLM":  {interleaved: true},
-	"Qwen2MoeForCausalLM": {},
-	"Qwen3MoeForCausalLM": {},
-	"OlmoeForCausalLM":    {},
+	// The mixtures of experts (llama.cpp's build_moe_ffn: routeRowLlamaCpp; its mul_mat_id: llamaCppExperts).
+	"MixtralForCausalLM":   {interleaved: true},
+	"Qwen2MoeForCausalLM":  {},
+	"Qwen3MoeForCausalLM":  {},
+	"OlmoeForCausalLM":     {},
+	"Glm4MoeForCausalLM":   {},
+	"MiniMaxM2ForCausalLM": {},
 }
 
 // checkLlamaCpp refuses, by name, what Arithmetic llama.cpp does not reproduce.
@@ -132,8 +133,8 @@ func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkp
 		default:
 			return fmt.Errorf("rope type %q is not covered (covered: default, linear, and frequency factors)", p.Type)
 		}
-		if r.Dims != c.HeadDim {
-			return fmt.Errorf("partial rotary embeddings (%d of %d dimensions) are not covered", r.Dims, c.HeadDim)
+		if r.Dims != c.HeadDim && llamaCppGraphs[name].interleaved {
+			return fmt.Errorf("partial rotary embeddings (%d of %d dimensions) are not covered in rotary pairs", r.Dims, c.HeadDim)
 		}
 	}
 	for _, w := range []struct {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -44,7 +45,7 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	for row := range rows {
 		at := row * opts.K
 		if o.llamaCpp != nil {
-			routeRowLlamaCpp(la.data[row*n:(row+1)*n], opts, scores, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
+			routeRowLlamaCpp(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
 		} else {
 			routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
 		}
@@ -108,24 +109,45 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	}
 }
 
-// routeRowLlamaCpp is routeRow as llama.cpp's build_moe_ffn computes softmax routing on the CPU: ggml's soft_max
-// (ggml.SoftMax), the k best by score (argsort, descending), their scores as weights, renormalized with
+// routeRowLlamaCpp is routeRow as llama.cpp's build_moe_ffn computes it on the CPU: scores by ggml's soft_max
+// (ggml.SoftMax) or its sigmoid, 1/(1 + expf(-x)) with the C library's expf; the choice scores biased (bias, the
+// file's exp_probs_b) and limited to the best groups (its group scores, the sum of a group's two best, are
+// limitGroups'); the k best by choice (argsort, descending), their unbiased scores as weights, renormalized with
 // opts.Norm by their sum in double precision (ggml_vec_sum_f32) rounded to float32 and clamped below at
-// 6.103515625e-5 (llama.cpp's guard against a zero sum), each weight divided by it. checkLlamaCppModel admits
-// no other routing (no sigmoid scores, choice bias or scale).
-func routeRowLlamaCpp(logits []float32, opts model.RouteOptions, scores []float32, experts []int, weights []float32) {
-	ggml.SoftMax(scores, logits, 1, nil)
-	topK(scores, scores, experts, weights)
-	if !opts.Norm {
-		return
+// 6.103515625e-5 (llama.cpp's guard against a zero sum), then times opts.Scale (ggml_scale). choice is scratch.
+func routeRowLlamaCpp(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
+	switch opts.Score {
+	case model.SoftmaxScores:
+		ggml.SoftMax(scores, logits, 1, nil)
+	case model.SigmoidScores:
+		for i, v := range logits {
+			scores[i] = 1 / (1 + ggml.LibcExpf(-v))
+		}
+	default:
+		panic(fmt.Sprintf("engine: arithmetic llama.cpp: router scores %d", opts.Score)) // checkLlamaCppModel admits no other
 	}
-	sum := 0.0
-	for _, w := range weights {
-		sum += float64(w)
+	copy(choice, scores)
+	for i := range bias {
+		choice[i] += bias[i]
 	}
-	s := max(float32(sum), 6.103515625e-5)
-	for j := range weights {
-		weights[j] /= s
+	if opts.Groups > 1 {
+		limitGroups(choice, opts.Groups, opts.TopGroups)
+	}
+	topK(choice, scores, experts, weights)
+	if opts.Norm {
+		sum := 0.0
+		for _, w := range weights {
+			sum += float64(w)
+		}
+		s := max(float32(sum), 6.103515625e-5)
+		for j := range weights {
+			weights[j] /= s
+		}
+	}
+	if opts.Scale != 0 && opts.Scale != 1 {
+		for j := range weights {
+			weights[j] *= float32(opts.Scale)
+		}
 	}
 }
 
