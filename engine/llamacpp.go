@@ -43,7 +43,7 @@ var llamaCppGraphs = map[string]*llamaCppGraph{
 	"Qwen2ForCausalLM":   {},
 	"Qwen3ForCausalLM":   {},
 	"Olmo2ForCausalLM":   {},
-	// The mixtures of experts (llama.cpp's build_moe_ffn: routeRowLlamaCpp; its mul_mat_id: llamaCppExperts).
+	// The mixtures of experts (llama.cpp's build_moe_ffn: routeRow; its mul_mat_id: llamaCppExperts).
 	"MixtralForCausalLM":   {interleaved: true},
 	"Qwen2MoeForCausalLM":  {},
 	"Qwen3MoeForCausalLM":  {},

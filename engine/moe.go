@@ -44,11 +44,7 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	scores, choice := make([]float32, n), make([]float32, n)
 	for row := range rows {
 		at := row * opts.K
-		if o.llamaCpp != nil {
-			routeRowLlamaCpp(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
-		} else {
-			routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
-		}
+		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K], o.llamaCpp != nil)
 		for j, e := range r.experts[at : at+opts.K] {
 			if scale != nil {
 				r.weights[at+j] *= scale[e]
@@ -60,28 +56,14 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	return r
 }
 
-// routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
-// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by
-// logit) among the experts of the groups kept (opts.Groups), ties to the lower expert index, their unbiased
-// scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
-func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
-	switch opts.Score {
-	case model.SoftmaxScores:
-		top := float32(math.Inf(-1))
-		for _, v := range logits {
-			top = max(top, v)
-		}
-		var sum float32
-		for i, v := range logits {
-			scores[i] = float32(math.Exp(float64(v - top)))
-			sum += scores[i]
-		}
-		for i := range scores {
-			scores[i] /= sum
-		}
-	case model.SigmoidScores, model.LogitSigmoidScores:
-		sigmoid(scores, logits)
-	}
+// routeRow chooses one row's experts from its router logits as transformers' routers do, in float32 (llamaCpp:
+// as llama.cpp's build_moe_ffn does on the CPU; routeScores, renormalize): scores (softmax over the experts, or
+// each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by logit) among the experts of the
+// groups kept (opts.Groups: a group's score is the sum of its two best, in llama.cpp too), ties to the lower
+// expert index (llama.cpp's argsort: descending), their unbiased scores as weights, renormalized to sum 1 with
+// opts.Norm, times opts.Scale (ggml_scale). choice is scratch.
+func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32, llamaCpp bool) {
+	routeScores(logits, opts, scores, llamaCpp)
 	copy(choice, scores)
 	if opts.Score == model.LogitSigmoidScores {
 		copy(choice, logits)
@@ -94,13 +76,7 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	}
 	topK(choice, scores, experts, weights)
 	if opts.Norm {
-		var sum float32
-		for _, w := range weights {
-			sum += w
-		}
-		for j := range weights {
-			weights[j] /= sum
-		}
+		renormalize(weights, llamaCpp)
 	}
 	if opts.Scale != 0 && opts.Scale != 1 {
 		for j := range weights {
@@ -109,45 +85,55 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	}
 }
 
-// routeRowLlamaCpp is routeRow as llama.cpp's build_moe_ffn computes it on the CPU: scores by ggml's soft_max
-// (ggml.SoftMax) or its sigmoid, 1/(1 + expf(-x)) with the C library's expf; the choice scores biased (bias, the
-// file's exp_probs_b) and limited to the best groups (its group scores, the sum of a group's two best, are
-// limitGroups'); the k best by choice (argsort, descending), their unbiased scores as weights, renormalized with
-// opts.Norm by their sum in double precision (ggml_vec_sum_f32) rounded to float32 and clamped below at
-// 6.103515625e-5 (llama.cpp's guard against a zero sum), then times opts.Scale (ggml_scale). choice is scratch.
-func routeRowLlamaCpp(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
-	switch opts.Score {
-	case model.SoftmaxScores:
+// routeScores sets scores from a row's router logits: softmax in float32, or each logit's sigmoid; with llamaCpp,
+// ggml's soft_max (ggml.SoftMax) or its sigmoid, 1/(1 + expf(-x)) with the C library's expf (checkLlamaCppModel
+// admits no other scores).
+func routeScores(logits []float32, opts model.RouteOptions, scores []float32, llamaCpp bool) {
+	switch {
+	case llamaCpp && opts.Score == model.SoftmaxScores:
 		ggml.SoftMax(scores, logits, 1, nil)
-	case model.SigmoidScores:
+	case llamaCpp && opts.Score == model.SigmoidScores:
 		for i, v := range logits {
 			scores[i] = 1 / (1 + ggml.LibcExpf(-v))
 		}
-	default:
-		panic(fmt.Sprintf("engine: arithmetic llama.cpp: router scores %d", opts.Score)) // checkLlamaCppModel admits no other
+	case llamaCpp:
+		panic(fmt.Sprintf("engine: arithmetic llama.cpp: router scores %d", opts.Score))
+	case opts.Score == model.SoftmaxScores:
+		top := float32(math.Inf(-1))
+		for _, v := range logits {
+			top = max(top, v)
+		}
+		var sum float32
+		for i, v := range logits {
+			scores[i] = float32(math.Exp(float64(v - top)))
+			sum += scores[i]
+		}
+		for i := range scores {
+			scores[i] /= sum
+		}
+	case opts.Score == model.SigmoidScores, opts.Score == model.LogitSigmoidScores:
+		sigmoid(scores, logits)
 	}
-	copy(choice, scores)
-	for i := range bias {
-		choice[i] += bias[i]
-	}
-	if opts.Groups > 1 {
-		limitGroups(choice, opts.Groups, opts.TopGroups)
-	}
-	topK(choice, scores, experts, weights)
-	if opts.Norm {
+}
+
+// renormalize divides the chosen experts' weights by their sum: in float32, or with llamaCpp as llama.cpp does,
+// the sum in double precision (ggml_vec_sum_f32) rounded to float32 and clamped below at 6.103515625e-5 (its
+// guard against a zero sum).
+func renormalize(weights []float32, llamaCpp bool) {
+	var s float32
+	if llamaCpp {
 		sum := 0.0
 		for _, w := range weights {
 			sum += float64(w)
 		}
-		s := max(float32(sum), 6.103515625e-5)
-		for j := range weights {
-			weights[j] /= s
+		s = max(float32(sum), 6.103515625e-5)
+	} else {
+		for _, w := range weights {
+			s += w
 		}
 	}
-	if opts.Scale != 0 && opts.Scale != 1 {
-		for j := range weights {
-			weights[j] *= float32(opts.Scale)
-		}
+	for j := range weights {
+		weights[j] /= s
 	}
 }
 
