@@ -117,8 +117,6 @@ type Config struct {
 	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
 	LinearValueHeadDim  int `json:"linear_value_head_dim"`
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
-	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
-	HybridExperts
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
@@ -296,10 +294,14 @@ func (c *Config) experts() error {
 }
 
 // UnreadLayers are the tensor name prefixes of the layers a checkpoint holds beyond the decoder's that the
-// architecture's transformers class does not compute: GLM-4.5's multi-token-prediction layers
-// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected).
+// architecture's transformers class does not compute: GLM-4.5's multi-token-prediction layers, Qwen3-Next's and
+// Qwen3.5's (mtp.*) (their classes' _keys_to_ignore_on_load_unexpected).
 func (c *Config) UnreadLayers() []string {
 	var out []string
+	switch c.ModelType {
+	case "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next": // _keys_to_ignore_on_load_unexpected: ^mtp.*
+		out = append(out, "mtp.")
+	}
 	if c.Arch.ModelType == "glm4_moe" {
 		for i := range max(c.NumNextNPredictLayers, c.NumMTPLayers) {
 			out = append(out, fmt.Sprintf("model.layers.%d.", c.NumHiddenLayers+i))

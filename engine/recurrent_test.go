@@ -17,6 +17,7 @@ import (
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/reference"
+	"github.com/layerstream/layerstream/shards"
 )
 
 // hybridCheckpoint is the qwen3_5 fixture (Gated DeltaNet layers 0-2, full attention on layer 3) and its prompt.
@@ -248,7 +249,7 @@ func ints64(s []int64) []int {
 
 // TestQwen3NextLayout: Qwen3-Next's grouped in_proj_qkvz / in_proj_ba (dense layers) compute what Qwen3.5's
 // separate projections do: the qwen3_5 fixture regrouped gives transformers' logits and greedy ids, on the graphs
-// and the host kernels; a sparse layer (the MoE MLP) is refused by name.
+// and the host kernels.
 func TestQwen3NextLayout(t *testing.T) {
 	dir := qwen3NextDense(t)
 	ref := hffixture.MustReference(t, "qwen3_5")
@@ -288,8 +289,30 @@ func TestQwen3NextLayout(t *testing.T) {
 	if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
 		t.Errorf("float64 reference: %.3g from transformers' qwen3_5", d)
 	}
-	_, err = Open(context.Background(), hffixture.Checkpoint(t, "qwen3_next", hffixture.V5), Options{})
-	if !errors.Is(err, checkpoint.ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), "mixture-of-experts") {
-		t.Errorf("qwen3_next with experts: %v", err)
+}
+
+// TestHybridMoEBatchMatchesAlone: the Gated DeltaNet hybrids with a mixture of experts on every layer (the
+// qwen3_next and qwen3_5_moe fixtures), from the checkpoint and from q8 shards (the routed experts bound one by
+// one, LayerWeights.Experts), generate in a batch bit for bit what each sequence generates alone.
+func TestHybridMoEBatchMatchesAlone(t *testing.T) {
+	for _, name := range []string{"qwen3_next", "qwen3_5_moe"} {
+		dir := hffixture.Checkpoint(t, name, hffixture.V5)
+		prompt := ints(hffixture.MustReference(t, name).InputIDs)
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q8 := filepath.Join(t.TempDir(), "q8")
+		if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
+			t.Fatal(err)
+		}
+		reqs := []Request{
+			{PromptIDs: prompt[:40], MaxNewTokens: 7, StopIDs: []int{}, Logprobs: true},
+			{PromptIDs: prompt[:3], MaxNewTokens: 12, StopIDs: []int{}, Logprobs: true},
+			{PromptIDs: prompt[50:70], MaxNewTokens: 5, StopIDs: []int{}, Logprobs: true, PrefillChunk: 8},
+		}
+		for _, model := range []string{dir, q8} {
+			moeBatchMatchesAlone(t, open(t, model, Options{}), reqs)
+		}
 	}
 }

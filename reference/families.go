@@ -198,7 +198,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			return nil, fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
 		}
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
-	case "qwen3_5_text", "qwen3_next":
+	case "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next":
 		m.normOffset, m.qkNorm, partial = 1, "head", true
 		err = m.deltaNetLayers()
 	default:

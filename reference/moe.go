@@ -59,6 +59,19 @@ func (m *model) newExperts() error {
 		if c.ModelType == "qwen2_moe" {
 			x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
 		}
+	case "qwen3_next", "qwen3_5_moe_text": // Qwen3NextDecoderLayer as Qwen2-MoE's; Qwen3.5-MoE: every layer, renormalized
+		x.inter = c.MoEIntermediateSize
+		x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
+		if c.ModelType == "qwen3_5_moe_text" {
+			x.renorm = true
+			break
+		}
+		if c.DecoderSparseStep <= 0 {
+			return fmt.Errorf("decoder_sparse_step %d is not implemented by the reference", c.DecoderSparseStep)
+		}
+		for l := range L {
+			x.sparse[l] = !slices.Contains(c.MLPOnlyLayers, l) && (l+1)%c.DecoderSparseStep == 0
+		}
 	case "olmoe":
 	case "glm4_moe": // Glm4MoeTopkRouter with one group; ungated shared experts; dense first layers
 		if c.NGroup != 1 || c.TopKGroup != 1 {

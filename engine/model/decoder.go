@@ -179,15 +179,17 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	}
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
-	h = d.norm(ops, x, w.MLPNorm)
-	var m Value
-	if in.Kind.MoE {
-		m = d.moe.apply(ops, h, w, d.act)
-	} else {
-		m = d.mlp(ops, h, w)
-	}
+	m := d.feedForward(ops, d.norm(ops, x, w.MLPNorm), w, in.Kind)
 	x = d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
 	return LayerOutputs{X: x, K: k, V: v}
+}
+
+// feedForward is the layer's MLP on h: the mixture of experts on a sparse layer, else the dense MLP.
+func (d *decoder) feedForward(ops Ops, h Value, w *LayerWeights, kind LayerKind) Value {
+	if kind.MoE {
+		return d.moe.apply(ops, h, w, d.act)
+	}
+	return d.mlp(ops, h, w)
 }
 
 // mlp is the dense gated MLP: down(act(gate(h)) ⊙ up(h)), with separate or fused gate and up projections.
