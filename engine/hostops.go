@@ -55,6 +55,10 @@ type hostOps struct {
 	rowByRow []model.Value
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
+	// journal, for a recurrent layer (number layer) of a group verifying drafts, receives what restores its
+	// states to those after any of the pass's positions (recurrent_draft.go).
+	journal *stateJournal
+	layer   int
 }
 
 // hostArray is a float32 array on the host.

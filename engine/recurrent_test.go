@@ -136,13 +136,51 @@ func TestRecurrentBatchesAndSessions(t *testing.T) {
 	}
 }
 
-// TestRecurrentDraftRefused: speculative decoding, which cuts a rejected draft's positions from the cache, is
-// refused by name for a model with recurrent layers.
-func TestRecurrentDraftRefused(t *testing.T) {
-	dir, _ := hybridCheckpoint(t)
-	_, err := Open(context.Background(), dir, Options{Draft: DraftNgram})
-	if err == nil || !strings.Contains(err.Error(), "Qwen3_5ForCausalLM") || !strings.Contains(err.Error(), "restore the recurrent state") {
-		t.Fatalf("draft on a recurrent model: %v", err)
+// TestRecurrentDraft: speculative decoding on the Gated DeltaNet hybrids (qwen3_5, qwen3_next) leaves greedy
+// output unchanged, token for token: alone, batched and in a session's next turn (checkDraftGreedy), drafted by
+// the context's n-grams and by the same model's q8 shards (which disagree now and then, so that rejected drafts
+// restore the recurrent states: stateJournal); a generation ending mid-verification leaves its row's states at
+// its history for the session and the prefix cache (checkDraftEndsMid). Draft trees are refused by name.
+func TestRecurrentDraft(t *testing.T) {
+	for _, name := range []string{"qwen3_5", "qwen3_next"} {
+		dir := hffixture.Checkpoint(t, name, hffixture.V5)
+		writeTokenizer(t, dir, 256)
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q8 := filepath.Join(t.TempDir(), "q8")
+		if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
+			t.Fatal(err)
+		}
+		prompt := ints(hffixture.MustReference(t, name).InputIDs)
+		// {1, 138, 139...}: a prompt whose continuation qwen3_5's random weights repeat (found by a search), so
+		// that n-grams draft some accepted tokens.
+		prompts := [][]int{prompt[:20], {1, 138, 139, 138, 139, 138, 139}, {1, 17}, prompt[40:44]}
+		t.Run(name+"/ngram", func(t *testing.T) { checkDraftGreedy(t, dir, DraftNgram, prompts) })
+		t.Run(name+"/model", func(t *testing.T) { checkDraftGreedy(t, dir, q8, prompts) })
+		t.Run(name+"/ends", func(t *testing.T) { checkDraftEndsMid(t, dir, q8, prompt[:11]) })
+		_, err = Open(context.Background(), dir, Options{Draft: q8, DraftLeaves: 2})
+		if err == nil || !strings.Contains(err.Error(), ck.Config.Arch.Name) || !strings.Contains(err.Error(), "--draft-leaves") {
+			t.Errorf("draft tree on %s: %v", name, err)
+		}
+	}
+}
+
+// writeTokenizer writes into dir a tokenizer.json of n tokens ("<0>", "<1>"...: a BPE without merges), which a
+// draft model's vocabulary check compares.
+func writeTokenizer(t *testing.T, dir string, n int) {
+	t.Helper()
+	vocab := map[string]int{}
+	for i := range n {
+		vocab[fmt.Sprintf("<%d>", i)] = i
+	}
+	b, err := json.Marshal(map[string]any{"version": "1.0", "model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}}})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
