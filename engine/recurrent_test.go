@@ -186,7 +186,7 @@ func writeTokenizer(t *testing.T, dir string, n int) {
 
 // TestRecurrentStateConstant: a recurrent layer's cache is the same size at 1k and 16k positions (the full
 // layer's keys and values grow), on a synthetic Qwen3.5-like shape (16 key heads of 128, 32 value heads of 128,
-// kernel 4).
+// kernel 4); and Engine.CacheFootprint of the qwen3_5 fixture at 16 and 256 positions.
 func TestRecurrentStateConstant(t *testing.T) {
 	state := kvcache.State{K: 3 * (2*16*128 + 32*128), V: 32 * 128 * 128}
 	bytes := func(capacity int) (recurrent, full int64) {
@@ -213,6 +213,19 @@ func TestRecurrentStateConstant(t *testing.T) {
 	}
 	if err := kv.Truncate(0, 3); !errors.Is(err, kvcache.ErrRecurrent) || !errors.Is(err, kvcache.ErrRingOverwritten) {
 		t.Errorf("truncating a recurrent store: %v", err)
+	}
+	dir, _ := hybridCheckpoint(t) // 3 Gated DeltaNet layers, 1 attention layer, context 256
+	e := open(t, dir, Options{})
+	short, err := e.CacheFootprint(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := e.CacheFootprint(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.State != 3*4*int64(3*128+4*16*16) || long.State != short.State || long.KV != 16*short.KV || short.KV != 2*4*16*2*32 {
+		t.Errorf("cache footprint at 16 positions %+v, at 256 %+v", short, long)
 	}
 }
 
