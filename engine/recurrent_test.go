@@ -367,3 +367,68 @@ func TestHybridMoEBatchMatchesAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestQwen35VisionLanguage: the released Qwen3.5 checkpoints are Qwen3_5ForConditionalGeneration and
+// Qwen3_5MoeForConditionalGeneration, laid out as transformers 5.24's save_pretrained writes them (checked on the
+// qwen3_5_moe fixture's weights: the decoder under model.language_model.*, lm_head.weight, the vision tower
+// under model.visual.*, the decoder's config in text_config beside vision_config and the image/video token ids;
+// its text-only logits are Qwen3_5MoeForCausalLM's, 0 difference), and carry multi-token-prediction layers
+// (mtp.*) that transformers does not load. The qwen3_5 and qwen3_5_moe fixtures rewritten so compute
+// transformers' logits and greedy ids as text models, and the float64 reference agrees.
+func TestQwen35VisionLanguage(t *testing.T) {
+	ctx := context.Background()
+	for name, wrapper := range map[string][2]string{"qwen3_5": {"Qwen3_5ForConditionalGeneration", "qwen3_5"},
+		"qwen3_5_moe": {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"}} {
+		ref := hffixture.MustReference(t, name)
+		ids := ints(ref.InputIDs)
+		want := make([][]float32, len(ids))
+		for p := range want {
+			want[p] = ref.Row(p)
+		}
+		dir := hffixture.Checkpoint(t, name, hffixture.V5)
+		relayout(t, dir, func(n string) string {
+			if rest, ok := strings.CutPrefix(n, "model."); ok {
+				return "model.language_model." + rest
+			}
+			return n
+		}, map[string][]int{"model.visual.patch_embed.proj.weight": {32, 3, 2, 4, 4}, "model.visual.merger.linear_fc2.weight": {64, 128},
+			"mtp.fc.weight": {64, 128}, "mtp.layers.0.mlp.gate_proj.weight": {128, 64}})
+		editConfig(t, dir, func(cfg map[string]any) {
+			text := maps.Clone(cfg)
+			for _, k := range []string{"architectures", "transformers_version", "dtype"} {
+				delete(text, k)
+			}
+			clear(cfg)
+			maps.Copy(cfg, map[string]any{"architectures": []string{wrapper[0]}, "model_type": wrapper[1], "dtype": "float32",
+				"text_config": text, "tie_word_embeddings": false, "image_token_id": 248056, "video_token_id": 248057,
+				"vision_start_token_id": 248053, "vision_end_token_id": 248054, "transformers_version": "5.24.0",
+				"vision_config": map[string]any{"depth": 1, "hidden_size": 32, "model_type": wrapper[1] + "_vision"}})
+		})
+		e := open(t, dir, Options{})
+		got, err := e.Logits(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(got, want); d > hybridTolerance {
+			t.Errorf("%s: logits differ from transformers' by %g", wrapper[0], d)
+		}
+		res, err := e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+			t.Errorf("%s: greedy %v, transformers %v", wrapper[0], res.GeneratedIDs, ref.GreedyIDs)
+		}
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := reference.Forward(ck, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
+			t.Errorf("%s: the float64 reference differs from transformers' by %g", wrapper[0], d)
+		}
+	}
+}

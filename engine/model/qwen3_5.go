@@ -11,19 +11,22 @@ import (
 // "linear_attention": recurrent, recurrent.go) and full-attention layers whose q_proj also gives, per head, a
 // gate on the attention output (σ(gate) before o_proj), with per-head q/k norms and partial rotary; every RMSNorm
 // but the DeltaNet's gated one is zero-centred (x·(1 + w)); a SwiGLU MLP on every layer. docs/family-notes.md,
-// "Qwen3-Next and Qwen3.5".
+// "Qwen3-Next and Qwen3.5". The released checkpoints are Qwen3_5ForConditionalGeneration and
+// Qwen3_5MoeForConditionalGeneration, whose decoder is read as a text model (checkpoint/families_hybrid.go).
 func init() {
-	Register("Qwen3_5ForCausalLM", func(c *checkpoint.Config) (Architecture, error) {
+	dense := func(c *checkpoint.Config) (Architecture, error) {
 		n, err := newDeltaNet(c, false)
 		if err != nil {
 			return nil, err
 		}
 		return n.finish(), nil
-	})
+	}
+	Register("Qwen3_5ForCausalLM", dense)
+	Register("Qwen3_5ForConditionalGeneration", dense) // the released checkpoints, read as text models
 	// Qwen3.5-MoE (Qwen3_5MoeForCausalLM, text): the same hybrid with a mixture of experts on every layer
 	// (Qwen3_5MoeSparseMoeBlock: softmax, top num_experts_per_tok of num_experts, always renormalized) and a
 	// shared expert gated by sigmoid(shared_expert_gate·x), as Qwen3-Next's.
-	Register("Qwen3_5MoeForCausalLM", func(c *checkpoint.Config) (Architecture, error) {
+	sparse := func(c *checkpoint.Config) (Architecture, error) {
 		n, err := newDeltaNet(c, false)
 		if err != nil {
 			return nil, err
@@ -32,7 +35,9 @@ func init() {
 			return nil, err
 		}
 		return n.finish(), nil
-	})
+	}
+	Register("Qwen3_5MoeForCausalLM", sparse)
+	Register("Qwen3_5MoeForConditionalGeneration", sparse)
 }
 
 // deltaNet is the hybrid decoder: the decoder's norms, MLP and head (normOffset 1), a gated full attention, and
