@@ -34,6 +34,9 @@ type Architecture struct {
 	// projector, the image token ids), which layerstream does not take: accepted by name as not changing what a
 	// text-only forward computes.
 	ImageKeys []string
+	// FusedExperts are the tensors holding all of a layer's routed experts at once, which Open replaces by one
+	// tensor per expert (see FusedExperts).
+	FusedExperts []FusedExperts
 }
 
 var architectures = map[string]Architecture{}
