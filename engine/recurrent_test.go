@@ -145,14 +145,7 @@ func TestRecurrentDraft(t *testing.T) {
 	for _, name := range []string{"qwen3_5", "qwen3_next"} {
 		dir := hffixture.Checkpoint(t, name, hffixture.V5)
 		writeTokenizer(t, dir, 256)
-		ck, err := checkpoint.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q8 := filepath.Join(t.TempDir(), "q8")
-		if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
-			t.Fatal(err)
-		}
+		q8 := q8Shards(t, dir)
 		prompt := ints(hffixture.MustReference(t, name).InputIDs)
 		// {1, 138, 139...}: a prompt whose continuation qwen3_5's random weights repeat (found by a search), so
 		// that n-grams draft some accepted tokens.
@@ -160,8 +153,8 @@ func TestRecurrentDraft(t *testing.T) {
 		t.Run(name+"/ngram", func(t *testing.T) { checkDraftGreedy(t, dir, DraftNgram, prompts) })
 		t.Run(name+"/model", func(t *testing.T) { checkDraftGreedy(t, dir, q8, prompts) })
 		t.Run(name+"/ends", func(t *testing.T) { checkDraftEndsMid(t, dir, q8, prompt[:11]) })
-		_, err = Open(context.Background(), dir, Options{Draft: q8, DraftLeaves: 2})
-		if err == nil || !strings.Contains(err.Error(), ck.Config.Arch.Name) || !strings.Contains(err.Error(), "--draft-leaves") {
+		_, err := Open(context.Background(), dir, Options{Draft: q8, DraftLeaves: 2})
+		if err == nil || !strings.Contains(err.Error(), "ForCausalLM") || !strings.Contains(err.Error(), "--draft-leaves") {
 			t.Errorf("draft tree on %s: %v", name, err)
 		}
 	}
@@ -310,24 +303,35 @@ func TestQwen3NextLayout(t *testing.T) {
 		want[p] = ref.Row(p)
 	}
 	e := open(t, dir, Options{})
-	got, err := e.Logits(context.Background(), ids)
+	if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
+		t.Errorf("decode: %.3g from transformers' qwen3_5", d)
+	}
+	checkTransformers(t, "Qwen3-Next's layout", e, dir, ref)
+}
+
+// checkTransformers checks e (opened on dir) against transformers' reference ref of a hybrid fixture within the
+// hybrid tolerance: Engine.Logits, the greedy ids, and the float64 reference.
+func checkTransformers(t *testing.T, label string, e *Engine, dir string, ref *hffixture.Reference) {
+	t.Helper()
+	ctx := context.Background()
+	ids := ints(ref.InputIDs)
+	want := make([][]float32, len(ids))
+	for p := range want {
+		want[p] = ref.Row(p)
+	}
+	got, err := e.Logits(ctx, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := maxDiff(got, want); d > hybridTolerance {
-		t.Errorf("Logits: %.3g from transformers' qwen3_5", d)
+		t.Errorf("%s: logits differ from transformers' by %.3g", label, d)
 	}
-	if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
-		t.Errorf("decode: %.3g from transformers' qwen3_5", d)
-	}
-	res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+	res, err := e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, g := range ref.GreedyIDs {
-		if i >= len(res.GeneratedIDs) || res.GeneratedIDs[i] != int(g) {
-			t.Fatalf("greedy %v, transformers %v", res.GeneratedIDs, ref.GreedyIDs)
-		}
+	if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+		t.Errorf("%s: greedy %v, transformers %v", label, res.GeneratedIDs, ref.GreedyIDs)
 	}
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
@@ -338,8 +342,22 @@ func TestQwen3NextLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
-		t.Errorf("float64 reference: %.3g from transformers' qwen3_5", d)
+		t.Errorf("%s: the float64 reference differs from transformers' by %.3g", label, d)
 	}
+}
+
+// q8Shards splits the checkpoint in dir into q8 shards in a temporary folder, and returns it.
+func q8Shards(t *testing.T, dir string) string {
+	t.Helper()
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8 := filepath.Join(t.TempDir(), "q8")
+	if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
+		t.Fatal(err)
+	}
+	return q8
 }
 
 // TestHybridMoEBatchMatchesAlone: the Gated DeltaNet hybrids with a mixture of experts on every layer (the
@@ -349,14 +367,7 @@ func TestHybridMoEBatchMatchesAlone(t *testing.T) {
 	for _, name := range []string{"qwen3_next", "qwen3_5_moe"} {
 		dir := hffixture.Checkpoint(t, name, hffixture.V5)
 		prompt := ints(hffixture.MustReference(t, name).InputIDs)
-		ck, err := checkpoint.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q8 := filepath.Join(t.TempDir(), "q8")
-		if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
-			t.Fatal(err)
-		}
+		q8 := q8Shards(t, dir)
 		reqs := []Request{
 			{PromptIDs: prompt[:40], MaxNewTokens: 7, StopIDs: []int{}, Logprobs: true},
 			{PromptIDs: prompt[:3], MaxNewTokens: 12, StopIDs: []int{}, Logprobs: true},
@@ -376,15 +387,9 @@ func TestHybridMoEBatchMatchesAlone(t *testing.T) {
 // (mtp.*) that transformers does not load. The qwen3_5 and qwen3_5_moe fixtures rewritten so compute
 // transformers' logits and greedy ids as text models, and the float64 reference agrees.
 func TestQwen35VisionLanguage(t *testing.T) {
-	ctx := context.Background()
 	for name, wrapper := range map[string][2]string{"qwen3_5": {"Qwen3_5ForConditionalGeneration", "qwen3_5"},
 		"qwen3_5_moe": {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"}} {
 		ref := hffixture.MustReference(t, name)
-		ids := ints(ref.InputIDs)
-		want := make([][]float32, len(ids))
-		for p := range want {
-			want[p] = ref.Row(p)
-		}
 		dir := hffixture.Checkpoint(t, name, hffixture.V5)
 		relayout(t, dir, func(n string) string {
 			if rest, ok := strings.CutPrefix(n, "model."); ok {
@@ -404,31 +409,6 @@ func TestQwen35VisionLanguage(t *testing.T) {
 				"vision_start_token_id": 248053, "vision_end_token_id": 248054, "transformers_version": "5.24.0",
 				"vision_config": map[string]any{"depth": 1, "hidden_size": 32, "model_type": wrapper[1] + "_vision"}})
 		})
-		e := open(t, dir, Options{})
-		got, err := e.Logits(ctx, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := maxDiff(got, want); d > hybridTolerance {
-			t.Errorf("%s: logits differ from transformers' by %g", wrapper[0], d)
-		}
-		res, err := e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
-			t.Errorf("%s: greedy %v, transformers %v", wrapper[0], res.GeneratedIDs, ref.GreedyIDs)
-		}
-		ck, err := checkpoint.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := reference.Forward(ck, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
-			t.Errorf("%s: the float64 reference differs from transformers' by %g", wrapper[0], d)
-		}
+		checkTransformers(t, wrapper[0], open(t, dir, Options{}), dir, ref)
 	}
 }
