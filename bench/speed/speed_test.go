@@ -177,7 +177,7 @@ var peerTargets = map[int]bool{6: true, 7: true, 9: true, 13: true}
 var pairTargets = map[int]bool{15: true, 16: true, 17: true}
 
 // hybridTargets need a hybrid model of 16k positions, which the tiny Llama has not (TestRunHybrid gives them one).
-var hybridTargets = map[int]bool{18: true}
+var hybridTargets = map[int]bool{20: true}
 
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
@@ -438,7 +438,7 @@ func TestRunSpeculation(t *testing.T) {
 }
 
 // TestRunHybrid runs the stream-only harness on a tiny Qwen3.5 shape (q4 shards): targets 2 and 10 measured, and
-// target 18: its recurrent layers' cache the same at 1k and 16k positions (a PASS at 1), its attention layer's 16
+// target 20: its recurrent layers' cache the same at 1k and 16k positions (a PASS at 1), its attention layer's 16
 // times larger.
 func TestRunHybrid(t *testing.T) {
 	ctx := context.Background()
@@ -456,12 +456,12 @@ func TestRunHybrid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	t18 := r.target(18)
-	if t18.Measured == nil || *t18.Measured != 1 || t18.Verdict != pass {
-		t.Fatalf("target 18: %s %v (%s)", t18.Verdict, t18.Measured, t18.Reason)
+	t20 := r.target(20)
+	if t20.Measured == nil || *t20.Measured != 1 || t20.Verdict != pass {
+		t.Fatalf("target 20: %s %v (%s)", t20.Verdict, t20.Measured, t20.Reason)
 	}
 	raw := map[string]float64{}
-	for _, v := range t18.Raw {
+	for _, v := range t20.Raw {
 		raw[v.Name] = v.Value
 	}
 	if kv1, kv16 := raw["attention keys and values at 1024 positions"], raw["attention keys and values at 16384 positions"]; kv1 <= 0 || kv16 != 16*kv1 {
