@@ -99,6 +99,7 @@ func Open(dir string) (*Checkpoint, error) {
 				return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, filepath.Base(t.File), err)
 			}
 			for _, t := range expanded {
+				cfg.markRotaryPairs(&t)
 				if _, dup := c.byName[t.Name]; dup {
 					if name != stored {
 						return nil, fmt.Errorf("checkpoint %s: tensor %q (in %s) is %q for the decoder, which another tensor already is (both layouts of %s in one checkpoint?)", dir, stored, filepath.Base(t.File), t.Name, cfg.Arch.Name)

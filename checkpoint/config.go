@@ -117,6 +117,8 @@ type Config struct {
 	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
 	LinearValueHeadDim  int `json:"linear_value_head_dim"`
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
+	// Llama4Text: Llama 4's keys (families_llama4.go).
+	Llama4Text
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
