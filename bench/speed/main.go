@@ -74,7 +74,6 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		"the GGUF file of target 13 (scripts/fetch-smollm2.sh fetches it), run resident beside llama.cpp (--peer-python)")
 	pairDir := fs.String("pair-dir", filepath.Join("testdata", "models"), "the folder of the real Qwen2.5-Coder "+
 		"0.5B/1.5B GGUF pair of targets 15-17 (scripts/fetch-qwen-pair.sh fetches them; absent: not measured)")
-	prefetch := fs.Int("prefetch", 0, "units the O_DIRECT engine reads ahead (engine.Options.Prefetch; 0: the engine's default)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
 	cache := fs.String("cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
 		"models, reused across runs")
@@ -106,8 +105,6 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		return usage("--layers must be positive, got %d", *layers)
 	case *newTokens < 2:
 		return usage("--new-tokens must be at least 2 (decode speed is measured after the first token), got %d", *newTokens)
-	case *prefetch < 0:
-		return usage("--prefetch must be positive, got %d", *prefetch)
 	case *runs < 1:
 		return usage("--runs must be at least 1, got %d", *runs)
 	case *prefill < 1:
@@ -151,7 +148,7 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		fmt.Fprintf(stderr, "speed: synthetic model ready in %s\n", shardDir)
 		return exitOK
 	}
-	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs, prefetch: *prefetch,
+	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
 		prefillTokens: *prefill, batchNewTokens: 64, dtype: engine.DType(*dtype), seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
 		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache, streamOnly: q != shards.None,
 		pairTarget: filepath.Join(*pairDir, pairTarget), pairDraft: filepath.Join(*pairDir, pairDraft)}

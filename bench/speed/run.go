@@ -66,8 +66,6 @@ type options struct {
 	// streamOnly measures streaming from disk only (targets 2 and 10): a model written as quantized shards
 	// (--quantize), which may be too large to hold resident or prefill in any time.
 	streamOnly bool
-	// prefetch is the O_DIRECT engine's read-ahead (engine.Options.Prefetch; 0: its default).
-	prefetch int
 }
 
 // machine holds the bandwidths measured in the run.
@@ -510,7 +508,7 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	releaseMemory()
 	peak := resetPeakRSS()
 	prof := profiler.New()
-	opts := engine.Options{DType: o.dtype, Profiler: prof, Prefetch: o.prefetch}
+	opts := engine.Options{DType: o.dtype, Profiler: prof}
 	directIO(&opts)
 	e, err := engine.Open(ctx, o.shards, opts)
 	if err != nil {
