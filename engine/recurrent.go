@@ -92,7 +92,7 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 	}
 	// Value heads are independent: each range of them runs its positions in order.
 	kernels.ParallelFor(nv, func(lo, hi int) {
-		qn, kn := make([]float32, dk), make([]float32, dk)
+		qn, kn, mem := make([]float32, dk), make([]float32, dk), make([]float32, dv)
 		for h := lo; h < hi; h++ {
 			kh := h / (nv / nk)
 			for bi := range rows {
@@ -107,7 +107,7 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 					if e := journal[bi]; e != nil {
 						e.recordDelta(ti, h, kn, v, decay, beta)
 					}
-					deltaUpdate(s, kn, v, decay, beta)
+					deltaUpdate(s, kn, v, mem, decay, beta)
 					deltaOutput(s, qn, y.data[at*nv*dv+h*dv:][:dv])
 				}
 			}
@@ -117,21 +117,22 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 }
 
 // deltaUpdate advances one head's state s [dk, dv] by one position: decay, then the delta rule's write of v
-// under key k with strength beta.
-func deltaUpdate(s, k, v []float32, decay, beta float32) {
-	dk, dv := len(k), len(v)
+// under key k with strength beta. mem [dv] is scratch. Row by row (kernels.AxpyF32), so that every pass over s
+// is sequential.
+func deltaUpdate(s, k, v, mem []float32, decay, beta float32) {
+	dv := len(v)
 	for i := range s {
 		s[i] *= decay
 	}
-	for j := range dv {
-		var mem float32
-		for i := range dk {
-			mem += s[i*dv+j] * k[i]
-		}
-		delta := (v[j] - mem) * beta
-		for i := range dk {
-			s[i*dv+j] += k[i] * delta
-		}
+	clear(mem)
+	for i, ki := range k { // mem = sᵀk
+		kernels.AxpyF32(mem, ki, s[i*dv:(i+1)*dv])
+	}
+	for j := range mem { // the write's strength per value: β·(v - sᵀk)
+		mem[j] = (v[j] - mem[j]) * beta
+	}
+	for i, ki := range k {
+		kernels.AxpyF32(s[i*dv:(i+1)*dv], ki, mem)
 	}
 }
 
@@ -139,10 +140,8 @@ func deltaUpdate(s, k, v []float32, decay, beta float32) {
 func deltaOutput(s, q, o []float32) {
 	dv := len(o)
 	clear(o)
-	for i := range q {
-		for j := range dv {
-			o[j] += s[i*dv+j] * q[i]
-		}
+	for i, qi := range q {
+		kernels.AxpyF32(o, qi, s[i*dv:(i+1)*dv])
 	}
 }
 

@@ -134,11 +134,11 @@ func (e *stateEntry) replay(conv, delta []float32, n int) {
 		return
 	}
 	copy(delta, e.delta)
-	per, size := e.nv/e.nk, e.dk*e.dv
+	per, size, mem := e.nv/e.nk, e.dk*e.dv, make([]float32, e.dv)
 	for ti := range n {
 		for h := range e.nv {
 			at := ti*e.nv + h
-			deltaUpdate(delta[h*size:][:size], e.k[(ti*e.nk+h/per)*e.dk:][:e.dk], e.v[at*e.dv:][:e.dv], e.decay[at], e.beta[at])
+			deltaUpdate(delta[h*size:][:size], e.k[(ti*e.nk+h/per)*e.dk:][:e.dk], e.v[at*e.dv:][:e.dv], mem, e.decay[at], e.beta[at])
 		}
 	}
 }
