@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/layerstream/layerstream/internal/bytesize"
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/internal/bytesize"
 )
 
 // Issue 35's memory target: a Gated DeltaNet layer's cache is a state of fixed size, so a hybrid model's
