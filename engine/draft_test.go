@@ -27,14 +27,17 @@ var draftPrompts = [][]int{
 // the context's own n-grams (on stories260K, whose stories repeat themselves) — is the output without it, token
 // for token, alone, batched and in a session's next turn, while the passes are fewer than the tokens.
 func TestDraftGreedyUnchanged(t *testing.T) {
-	t.Run("model", func(t *testing.T) { checkDraftGreedy(t, tinyGGUF("F32"), tinyGGUF("Q8_0"), draftPrompts) })
+	t.Run("model", func(t *testing.T) { checkDraftGreedy(t, tinyGGUF("F32"), tinyGGUF("Q8_0")) })
 	t.Run("ngram", func(t *testing.T) {
-		checkDraftGreedy(t, testutil.SharedPath(t, "models", "stories260K-hf"), DraftNgram, draftPrompts)
+		checkDraftGreedy(t, testutil.SharedPath(t, "models", "stories260K-hf"), DraftNgram)
 	})
 }
 
-// checkDraftGreedy generates from prompts with target drafted by draft and without (TestDraftGreedyUnchanged).
-func checkDraftGreedy(t *testing.T, target, draft string, prompts [][]int) {
+// checkDraftGreedy generates from draftPrompts with target drafted by draft and without (TestDraftGreedyUnchanged).
+func checkDraftGreedy(t *testing.T, target, draft string) { checkDraftGreedyOn(t, target, draft, draftPrompts) }
+
+// checkDraftGreedyOn is checkDraftGreedy on the given prompts.
+func checkDraftGreedyOn(t *testing.T, target, draft string, prompts [][]int) {
 	ctx := context.Background()
 	plain := open(t, target, Options{ShardDir: filepath.Join(t.TempDir(), "s")})
 	reqs := make([]Request, len(prompts))

@@ -137,7 +137,7 @@ func TestRecurrentBatchesAndSessions(t *testing.T) {
 }
 
 // TestRecurrentDraft: speculative decoding on the Gated DeltaNet hybrids (qwen3_5, qwen3_next) leaves greedy
-// output unchanged, token for token: alone, batched and in a session's next turn (checkDraftGreedy), drafted by
+// output unchanged, token for token: alone, batched and in a session's next turn (checkDraftGreedyOn), drafted by
 // the context's n-grams and by the same model's q8 shards (which disagree now and then, so that rejected drafts
 // restore the recurrent states: stateJournal); a generation ending mid-verification leaves its row's states at
 // its history for the session and the prefix cache (checkDraftEndsMid). Draft trees are refused by name.
@@ -150,8 +150,8 @@ func TestRecurrentDraft(t *testing.T) {
 		// {1, 138, 139...}: a prompt whose continuation qwen3_5's random weights repeat (found by a search), so
 		// that n-grams draft some accepted tokens.
 		prompts := [][]int{prompt[:20], {1, 138, 139, 138, 139, 138, 139}, {1, 17}, prompt[40:44]}
-		t.Run(name+"/ngram", func(t *testing.T) { checkDraftGreedy(t, dir, DraftNgram, prompts) })
-		t.Run(name+"/model", func(t *testing.T) { checkDraftGreedy(t, dir, q8, prompts) })
+		t.Run(name+"/ngram", func(t *testing.T) { checkDraftGreedyOn(t, dir, DraftNgram, prompts) })
+		t.Run(name+"/model", func(t *testing.T) { checkDraftGreedyOn(t, dir, q8, prompts) })
 		t.Run(name+"/ends", func(t *testing.T) { checkDraftEndsMid(t, dir, q8, prompt[:11]) })
 		_, err := Open(context.Background(), dir, Options{Draft: q8, DraftLeaves: 2})
 		if err == nil || !strings.Contains(err.Error(), "ForCausalLM") || !strings.Contains(err.Error(), "--draft-leaves") {

@@ -187,9 +187,15 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	}
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
+	return LayerOutputs{X: d.mlpBranch(ops, in, x), K: k, V: v}
+}
+
+// mlpBranch is the MLP's residual branch on x: the dense MLP, or the mixture of experts of a sparse layer
+// (feedForward), between its norms.
+func (d *decoder) mlpBranch(ops Ops, in LayerInputs, x Value) Value {
+	w := in.W
 	m := d.feedForward(ops, d.norm(ops, x, w.MLPNorm), w, in.Kind)
-	x = d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
-	return LayerOutputs{X: x, K: k, V: v}
+	return d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
 }
 
 // feedForward is the layer's MLP on h: the mixture of experts on a sparse layer, else the dense MLP.
