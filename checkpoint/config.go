@@ -117,6 +117,9 @@ type Config struct {
 	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
 	LinearValueHeadDim  int `json:"linear_value_head_dim"`
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
+	// LinearTiledValueHeads: the value heads are in llama.cpp's tiled order (value head h reads key head h mod
+	// linear_num_key_heads) rather than grouped by key head; the GGUF reader writes it (gguf/arch_qwen35.go).
+	LinearTiledValueHeads bool `json:"linear_tiled_value_heads"`
 	// Gemma4: Gemma 4's keys (families_gemma4.go).
 	Gemma4
 	// LatentAttention: DeepSeek-V3's multi-head latent attention keys (families_deepseek.go).

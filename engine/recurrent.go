@@ -87,14 +87,14 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 	for bi := range rows {
 		states[bi] = o.state(bi, true) // [nv, dk, dv]
 		if journal[bi] = o.journal.entry(o.layer, o.row(bi), t); journal[bi] != nil {
-			journal[bi].beginDelta(states[bi], nk, nv, dk, dv)
+			journal[bi].beginDelta(states[bi], nv, dk, dv)
 		}
 	}
 	// Value heads are independent: each range of them runs its positions in order.
 	kernels.ParallelFor(nv, func(lo, hi int) {
 		qn, kn, mem := make([]float32, dk), make([]float32, dk), make([]float32, dv)
 		for h := lo; h < hi; h++ {
-			kh := h / (nv / nk)
+			kh := p.KeyHead(h)
 			for bi := range rows {
 				s := states[bi][h*dk*dv:][:dk*dv]
 				for ti := range t {

@@ -35,10 +35,10 @@ type stateEntry struct {
 	t           int       // the pass's positions
 	conv, delta []float32 // the states before the pass
 	x           []float32 // the conv's inputs [t, channels]
-	// The delta rule's inputs: l2-normed keys [t, key heads, d_k], values [t, value heads, d_v], decays and
-	// strengths (β) [t, value heads].
+	// The delta rule's inputs: each value head's l2-normed key [t, value heads, d_k], its value [t, value heads,
+	// d_v], decay and strength (β) [t, value heads].
 	k, v, decay, beta []float32
-	nk, nv, dk, dv    int
+	nv, dk, dv        int
 }
 
 // begin starts the journal of a pass over kv whose verifying feeds are feeds with every set; the journal of the
@@ -107,19 +107,17 @@ func (e *stateEntry) recordConv(st, x []float32) {
 }
 
 // beginDelta journals the delta rule's state before the pass and sizes its inputs' arrays.
-func (e *stateEntry) beginDelta(s []float32, nk, nv, dk, dv int) {
+func (e *stateEntry) beginDelta(s []float32, nv, dk, dv int) {
 	e.delta = append(e.delta[:0], s...)
-	e.nk, e.nv, e.dk, e.dv = nk, nv, dk, dv
-	e.k = resize(e.k, e.t*nk*dk)
+	e.nv, e.dk, e.dv = nv, dk, dv
+	e.k = resize(e.k, e.t*nv*dk)
 	e.v = resize(e.v, e.t*nv*dv)
 	e.decay, e.beta = resize(e.decay, e.t*nv), resize(e.beta, e.t*nv)
 }
 
-// recordDelta journals value head h's inputs at position ti (and its key head's key, once per key head).
+// recordDelta journals value head h's inputs at position ti.
 func (e *stateEntry) recordDelta(ti, h int, k, v []float32, decay, beta float32) {
-	if per := e.nv / e.nk; h%per == 0 {
-		copy(e.k[(ti*e.nk+h/per)*e.dk:][:e.dk], k)
-	}
+	copy(e.k[(ti*e.nv+h)*e.dk:][:e.dk], k)
 	copy(e.v[(ti*e.nv+h)*e.dv:][:e.dv], v)
 	e.decay[ti*e.nv+h], e.beta[ti*e.nv+h] = decay, beta
 }
@@ -134,11 +132,11 @@ func (e *stateEntry) replay(conv, delta []float32, n int) {
 		return
 	}
 	copy(delta, e.delta)
-	per, size, mem := e.nv/e.nk, e.dk*e.dv, make([]float32, e.dv)
+	size, mem := e.dk*e.dv, make([]float32, e.dv)
 	for ti := range n {
 		for h := range e.nv {
 			at := ti*e.nv + h
-			deltaUpdate(delta[h*size:][:size], e.k[(ti*e.nk+h/per)*e.dk:][:e.dk], e.v[at*e.dv:][:e.dv], mem, e.decay[at], e.beta[at])
+			deltaUpdate(delta[h*size:][:size], e.k[at*e.dk:][:e.dk], e.v[at*e.dv:][:e.dv], mem, e.decay[at], e.beta[at])
 		}
 	}
 }

@@ -412,3 +412,32 @@ func TestQwen35VisionLanguage(t *testing.T) {
 		checkTransformers(t, wrapper[0], open(t, dir, Options{}), dir, ref)
 	}
 }
+
+// TestQwen35GGUF: the qwen3_5 fixture converted by llama.cpp's converter (gguf/testdata/families/qwen3_5.gguf:
+// value heads tiled, A_log as -exp(A_log), norms plus one; TestGGUFFamilies checks its Engine.Logits against
+// llama.cpp's and transformers') decodes on the host kernels position by position within the hybrid tolerance
+// of transformers' logits, and generates transformers' 20 greedy ids, with and without an n-gram draft.
+func TestQwen35GGUF(t *testing.T) {
+	ref := hffixture.MustReference(t, "qwen3_5")
+	ids := ints(ref.InputIDs)
+	want := make([][]float32, len(ids))
+	for p := range want {
+		want[p] = ref.Row(p)
+	}
+	file := filepath.Join("..", "gguf", "testdata", "families", "qwen3_5.gguf")
+	for _, draft := range []string{"", DraftNgram} {
+		e := open(t, file, Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: draft})
+		if draft == "" {
+			if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
+				t.Errorf("decode: %.3g from transformers' logits", d)
+			}
+		}
+		res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+			t.Errorf("draft %q: greedy %v, transformers %v", draft, res.GeneratedIDs, ref.GreedyIDs)
+		}
+	}
+}

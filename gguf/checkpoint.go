@@ -81,7 +81,13 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 		if info.interleavedRotary {
 			ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
 		}
-		if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") {
+		if info.tensor != nil {
+			if err := info.tensor(&ct); err != nil {
+				return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+			}
+		}
+		plain := slices.ContainsFunc(info.plainNorms, func(s string) bool { return strings.HasSuffix(hf, s) })
+		if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") && !plain {
 			if ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
 				return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
 			}

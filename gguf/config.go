@@ -48,6 +48,12 @@ type archInfo struct {
 	// layerShapes: the layers' shapes differ by layer (Gemma 4's full layers), so the tensors are checked
 	// against the engine's plan (weightStore.checkTensors) rather than against the config here.
 	layerShapes bool
+	// plainNorms are the Hugging Face name suffixes of norms normsPlusOne leaves as stored (Qwen3.5's gated
+	// ssm_norm, which Hugging Face applies as x·w).
+	plainNorms []string
+	// tensor, when set, adjusts a mapped tensor (its Hugging Face name set) to the architecture's storage: a
+	// transform on reading, a shape.
+	tensor func(ct *checkpoint.TensorInfo) error
 }
 
 // archMeta reads one architecture's metadata: key("x") is "<arch>.x".

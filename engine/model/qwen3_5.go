@@ -65,7 +65,11 @@ func newDeltaNet(c *checkpoint.Config, grouped bool) (*deltaNet, error) {
 		return nil, fmt.Errorf("attention_bias true is not implemented for this family")
 	}
 	n := &deltaNet{decoder: newDecoderWith(c, act, rope), conv: c.LinearConvKernelDim, grouped: grouped, rule: DeltaRule{
-		KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
+		KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim,
+		Tiled: c.LinearTiledValueHeads}}
+	if grouped && n.rule.Tiled {
+		return nil, fmt.Errorf("linear_tiled_value_heads with Qwen3-Next's grouped projections is not implemented")
+	}
 	n.normOffset, n.qkNorm = 1, qkNormPerHead
 	if err := n.layerTypes(c); err != nil {
 		return nil, err
