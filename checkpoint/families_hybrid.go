@@ -7,7 +7,10 @@ import "slices"
 // families.go, so that families added beside them touch different lines.
 func init() {
 	linear := []string{"attention_bias", "layer_types", "linear_num_key_heads", "linear_num_value_heads",
-		"linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "linear_tiled_value_heads"}
+		"linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "linear_tiled_value_heads",
+		// The released checkpoints' multi-token-prediction layers (mtp.*, left unread: UnreadLayers), which
+		// transformers' classes do not compute.
+		"mtp_num_hidden_layers"}
 	// Qwen3.5 (dense MLP; Qwen3_5TextConfig). Its partial_rotary_factor lives in rope_parameters; its mrope keys
 	// give text positions plain rope.
 	qwen35 := Architecture{Name: "Qwen3_5ForCausalLM", ModelType: "qwen3_5_text", Keys: linear,

@@ -16,9 +16,10 @@ import (
 // checkpoint.TensorInfo.NegExp); every zero-centred norm's weight w as 1 + w (normsPlusOne) but the gated
 // ssm_norm's. The full layers' q_proj keeps its per-head [query, gate] rows. ssm.* give the DeltaNet's sizes,
 // attention.recurrent_layers the layer types; rope.dimension_sections (Qwen3.5's interleaved mrope) turn text
-// positions' rotary into plain rope over rope.dimension_count dimensions, as transformers' does. A file holding
-// multi-token-prediction blocks (nextn_predict_layers) is refused by name; the MoE variant (qwen35moe) and
-// Qwen3-Next (qwen3next) are not registered: their experts are in ffn_*_exps tensors.
+// positions' rotary into plain rope over rope.dimension_count dimensions, as transformers' does. The
+// multi-token-prediction blocks a file may hold after the decoder's (nextn_predict_layers of block_count; the
+// converter's default where the checkpoint has mtp.*) are left unread, as transformers leaves mtp.*. The MoE
+// variant (qwen35moe) and Qwen3-Next (qwen3next) are not registered: their experts are in ffn_*_exps tensors.
 func init() {
 	register("qwen35", archInfo{hf: "Qwen3_5ForCausalLM", normsPlusOne: true, partialRotary: true, layerShapes: true,
 		plainNorms: []string{".linear_attn.norm.weight"},
@@ -44,10 +45,15 @@ func init() {
 
 // qwen35Config reads the DeltaNet's sizes and the layer types into Qwen3_5TextConfig's keys.
 func qwen35Config(m archMeta, cfg map[string]any) error {
+	layers := cfg["num_hidden_layers"].(int)
 	if n, ok, err := m.Int(m.key("nextn_predict_layers")); err != nil {
 		return err
 	} else if ok && n > 0 {
-		return fmt.Errorf("metadata %s is %d: multi-token-prediction blocks are not supported (convert with --no-mtp)", m.key("nextn_predict_layers"), n)
+		if n >= layers {
+			return fmt.Errorf("metadata %s is %d of %d blocks", m.key("nextn_predict_layers"), n, layers)
+		}
+		layers -= n // the last n blocks are the MTP head (unreadBlocks)
+		cfg["num_hidden_layers"] = layers
 	}
 	sizes := map[string]int{}
 	for _, k := range []string{"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size"} {
@@ -66,9 +72,10 @@ func qwen35Config(m archMeta, cfg map[string]any) error {
 	}
 	recurrent, ok := m.Get(m.key("attention.recurrent_layers"))
 	flags, isBools := recurrent.V.([]bool)
-	if n := cfg["num_hidden_layers"].(int); !ok || !isBools || len(flags) != n {
-		return fmt.Errorf("metadata %s: want one bool per layer (%d)", m.key("attention.recurrent_layers"), n)
+	if !ok || !isBools || len(flags) < layers {
+		return fmt.Errorf("metadata %s: want one bool per layer (%d)", m.key("attention.recurrent_layers"), layers)
 	}
+	flags = flags[:layers]
 	types := make([]string, len(flags))
 	for i, r := range flags {
 		types[i] = "full_attention"

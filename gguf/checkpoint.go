@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -65,9 +66,18 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	arch, _, _ := g.String("general.architecture")
 	info := archs[arch]
 	var tensors []checkpoint.TensorInfo
+	var unread int
 	for _, t := range g.Tensors {
 		if slices.Contains(info.configTensors, t.Name) {
 			continue
+		}
+		if b, ok := blockOf(t.Name); ok && b >= cfg.NumHiddenLayers {
+			// Blocks past the decoder's that the architecture's config left out (Qwen3.5's
+			// multi-token-prediction head): never read nor split; a block past block_count is refused below.
+			if blocks, _, _ := g.Int(arch + ".block_count"); b < blocks {
+				unread++
+				continue
+			}
 		}
 		hf, err := info.hfName(t.Name)
 		if err != nil {
@@ -94,6 +104,10 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 			ct.Shift = -1
 		}
 		tensors = append(tensors, ct)
+	}
+	if unread > 0 {
+		slog.Info("gguf: leaving out the blocks after the decoder's (multi-token prediction), which transformers does not compute either",
+			"architecture", arch, "tensors", unread, "layers", cfg.NumHiddenLayers)
 	}
 	slices.SortStableFunc(tensors, func(a, b checkpoint.TensorInfo) int {
 		switch {

@@ -49,17 +49,15 @@ func (a archInfo) hfName(name string) (string, error) {
 	if why, ok := refusedNames[name]; ok {
 		return "", fmt.Errorf("tensor %q: %s", name, why)
 	}
-	if rest, ok := strings.CutPrefix(name, "blk."); ok {
-		num, part, found := strings.Cut(rest, ".")
-		n, err := strconv.Atoi(num)
-		if found && err == nil && n >= 0 && strconv.Itoa(n) == num {
-			hf, ok := a.names[part]
-			if !ok {
-				hf, ok = layerNames[part]
-			}
-			if ok && hf != "" {
-				return "model.layers." + num + "." + hf, nil
-			}
+	if n, ok := blockOf(name); ok {
+		num := strconv.Itoa(n)
+		part := strings.TrimPrefix(name, "blk."+num+".")
+		hf, ok := a.names[part]
+		if !ok {
+			hf, ok = layerNames[part]
+		}
+		if ok && hf != "" {
+			return "model.layers." + num + "." + hf, nil
 		}
 	}
 	return "", fmt.Errorf("tensor %q is not supported (not one of a %s model's tensors)", name, a.hf)
@@ -75,4 +73,15 @@ func isRotaryRows(hf string, heads, kvHeads int) int {
 		return kvHeads
 	}
 	return 0
+}
+
+// blockOf is the block number of a per-layer tensor (blk.N.*).
+func blockOf(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "blk.")
+	if !ok {
+		return 0, false
+	}
+	num, _, found := strings.Cut(rest, ".")
+	n, err := strconv.Atoi(num)
+	return n, found && err == nil && n >= 0 && strconv.Itoa(n) == num
 }
