@@ -11,9 +11,10 @@ import (
 // leave the state as it was after the last position kept. Rather than keep a copy of the state after every
 // position (a state is [value heads, d_k, d_v] per layer: 2 MiB at Qwen3.5's sizes, times the draft's length,
 // per row), the pass journals the state before it and each position's inputs to the state — the conv's input
-// row, and the delta rule's normalized key, value, decay and strength, a few KiB per position — and going back
-// replays the kept positions from the state before the pass (stateJournal.restore): the same operations on the
-// same values as the pass, so the same bits as decode steps give.
+// row, and each value head's normalized key, value, decay and strength: 33 KB per position and layer at
+// Qwen3.5-9B's sizes — and going back replays the kept positions from the state before the pass
+// (stateJournal.restore): the same operations on the same values as the pass, so the same bits as decode steps
+// give.
 
 // stateJournal is the journal of the last host pass that verified drafts, per cache row and recurrent layer. The
 // runner owns it; the batch loop restores from it after the pass (batcher.cut). Entries keep their arrays from
