@@ -34,7 +34,9 @@ func TestDraftGreedyUnchanged(t *testing.T) {
 }
 
 // checkDraftGreedy generates from draftPrompts with target drafted by draft and without (TestDraftGreedyUnchanged).
-func checkDraftGreedy(t *testing.T, target, draft string) { checkDraftGreedyOn(t, target, draft, draftPrompts) }
+func checkDraftGreedy(t *testing.T, target, draft string) {
+	checkDraftGreedyOn(t, target, draft, draftPrompts)
+}
 
 // checkDraftGreedyOn is checkDraftGreedy on the given prompts.
 func checkDraftGreedyOn(t *testing.T, target, draft string, prompts [][]int) {
