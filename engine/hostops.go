@@ -55,6 +55,10 @@ type hostOps struct {
 	rowByRow []model.Value
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
+	// experts, for a streamed sparse layer whose experts are read when routed to, reads them (Route) and binds
+	// them into weights, the layer's (Rows).
+	experts *routedLayer
+	weights *model.LayerWeights
 }
 
 // hostArray is a float32 array on the host.

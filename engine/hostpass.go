@@ -119,7 +119,7 @@ func (p *hostPass) compute(i int, w *weightSet) error {
 	view := p.kv.View(i)
 	return p.r.store.guardMapped(func() error { // the weights may be read from a mapped shard
 		for _, g := range p.groups {
-			if err := p.layer(i, g, view, weights); err != nil {
+			if err := p.layer(i, g, view, weights, w.routed); err != nil {
 				return err
 			}
 		}
@@ -129,12 +129,12 @@ func (p *hostPass) compute(i int, w *weightSet) error {
 
 // layer computes decoder layer i for group g; its attention (hostOps.Attention) writes the keys and values to
 // the layer's cache view.
-func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model.LayerWeights) error {
+func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model.LayerWeights, experts *routedLayer) error {
 	r := p.r
 	kind := r.plan.Layers[i]
 	var err error
 	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
-		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe}
+		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe, experts: experts, weights: weights}
 	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
 		ops.rowByRow = llamaCppOutputRows(weights)
 	}

@@ -23,6 +23,7 @@ type hostRouting struct {
 	byE     [][]int   // per expert: the rows routed to it, in order
 	slot    []int     // [rows·k]: where row r is in byE[experts[r·k+j]]
 	dims    []int     // the activations' dims without the last axis
+	hidden  int       // the width of the rows (set by Rows)
 }
 
 func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
@@ -43,6 +44,9 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 			r.slot[at+j] = len(r.byE[e])
 			r.byE[e] = append(r.byE[e], row)
 		}
+	}
+	if o.experts != nil {
+		o.experts.want(r.byE) // a streamed layer's routed experts: read now, bound by Rows
 	}
 	return r
 }
@@ -106,6 +110,15 @@ func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	}
 	xa := arr(x)
 	h := xa.dims[len(xa.dims)-1]
+	r.hidden = h
+	if o.experts != nil {
+		if err := o.experts.bind(e, o.weights); err != nil {
+			if *o.err == nil {
+				*o.err = err // the pass fails with it; Combine leaves the expert out meanwhile
+			}
+			return nil
+		}
+	}
 	y := o.arena.array(len(r.byE[e]), h)
 	for i, row := range r.byE[e] {
 		copy(y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h])
@@ -115,14 +128,11 @@ func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 
 func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
 	r := routing.(*hostRouting)
-	h := 0
-	for _, y := range ys {
-		if y != nil {
-			h = arr(y).dims[1]
-			break
-		}
+	out := o.arena.array(append(slices.Clone(r.dims), r.hidden)...)
+	if o.err != nil && *o.err != nil {
+		return out // an expert's read failed (Rows): the pass returns the error
 	}
-	out := o.arena.array(append(slices.Clone(r.dims), h)...)
+	h := r.hidden
 	for row := range len(r.experts) / r.k {
 		acc := out.data[row*h : (row+1)*h]
 		for j := range r.k {

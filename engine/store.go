@@ -57,6 +57,13 @@ type weightStore struct {
 	head     *weightSet
 
 	decodeBound decodeWatch // warns once when decoding encoded shards, not the disk, bounds the stream
+
+	// experts reads the routed experts of streamed mixture-of-experts layers apart (nil: none; experts.go);
+	// expertSpec is, per layer spec, the expert it belongs to (-1: none).
+	experts    *expertStore
+	expertSpec []int
+	// readBytes counts the bytes read from shard files: units streamed and experts.
+	readBytes atomic.Int64
 }
 
 // newWeightStore checks that set holds every unit and tensor the plan needs, and nothing it does not, and sizes
@@ -85,6 +92,7 @@ func newWeightStore(set *shards.Set, b backends.Backend, plan *model.Plan, opts 
 			dt = s.dtype
 		}
 		s.layerSpecs = append(s.layerSpecs, tensorSpec{suffix: w.Name, shape: w.Shape, dtype: dt})
+		s.expertSpec = append(s.expertSpec, w.Expert())
 	}
 	if opts.DeviceBudget > 0 {
 		layerBytes := s.layerBytes()
@@ -217,6 +225,7 @@ func (s *weightStore) allocate(ctx context.Context) error {
 		}
 	} else {
 		budget := s.residentBudget()
+		budget -= s.allocateExperts(budget)
 		s.keep = s.residentLayers(budget)
 		s.describeResidency(s.keep, budget)
 	}
@@ -270,6 +279,31 @@ func (s *weightStore) allocate(ctx context.Context) error {
 		return nil
 	}
 	return s.loadHead(ctx)
+}
+
+// allocateExperts sets up routed-only streaming where a streamed layer lays its experts out apart, taking the
+// expert cache's budget (Options.ExpertCache) from the memory budget; it returns what it took.
+func (s *weightStore) allocateExperts(budget int64) int64 {
+	x := newExpertStore(s, 0)
+	if x == nil {
+		return 0
+	}
+	routed := false
+	for i := range s.cfg.NumHiddenLayers {
+		routed = routed || x.routed(layerUnit(i))
+	}
+	if !routed {
+		return 0
+	}
+	s.experts = x
+	switch c := s.opts.ExpertCache; {
+	case c > 0:
+		x.budget = c
+	case c == 0:
+		x.budget = budget / 2
+	}
+	x.describe()
+	return min(x.budget, max(budget, 0))
 }
 
 // addSets adds a pool of n sets of kind for the stream.
@@ -433,6 +467,10 @@ func (s *weightStore) headWeights(st *stream) (norm, head *weightSet, release fu
 // releaseSet hands a device set back to its pool (the release stage), and the shard buffer an aliased set
 // was reading back to the host pool.
 func (s *weightStore) releaseSet(w *weightSet) {
+	if w.routed != nil {
+		w.routed.release()
+		w.routed = nil
+	}
 	if w.buf != nil {
 		s.pools.host <- w.buf
 		w.buf, w.view, w.layer = nil, nil, nil
@@ -446,8 +484,14 @@ func (s *weightStore) releaseSet(w *weightSet) {
 // stats returns the device-buffer counters.
 func (s *weightStore) stats() Stats {
 	st := Stats{PeakLayerBuffersInUse: int(s.pools.peakInUse.Load()), LayerBuffers: cap(s.pools.sets[kindLayer])}
+	st.ReadBytes = s.readBytes.Load()
+	if x := s.experts; x != nil {
+		st.Experts = ExpertStats{Hits: x.hits.Load(), Misses: x.misses.Load(), Predicted: x.predicted.Load(),
+			PredictedUsed: x.predictedOK.Load(), CacheBytes: x.cached(), BudgetBytes: x.budget}
+	}
 	for i, keep := range s.keep {
 		u, _ := s.set.Unit(layerUnit(i))
+		st.LayerBytes += u.FileSize
 		if keep {
 			st.ResidentLayers++
 			st.ResidentBytes += u.BufferSize()

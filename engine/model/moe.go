@@ -78,9 +78,9 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 	opts.Bias = w.RouterBias
 	routing := ops.Route(linear(ops, h, w.Router), opts)
 	ys := make([]Value, len(w.Experts))
-	for e, ex := range w.Experts {
+	for e := range w.Experts {
 		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, ex, act)
+			ys[e] = gatedMLP(ops, rows, w.Experts[e], act) // read after Rows, which may bind the expert
 		}
 	}
 	y := ops.Combine(ys, routing)

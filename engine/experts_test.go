@@ -1,0 +1,189 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/internal/hffixture"
+	"github.com/layerstream/layerstream/shards"
+)
+
+// moeFixtures are the mixture-of-experts fixtures of testdata/hf that routed-only streaming is checked on.
+var moeFixtures = []string{"qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "glm4_moe", "minimax_m2"}
+
+// moeRequests are several sequences of different lengths generated together: decode steps share a group, the
+// prompts form groups of their own, so a layer's experts serve several groups of one pass.
+func moeRequests() []Request {
+	return []Request{
+		{PromptIDs: []int{1, 43, 47, 61, 78, 32, 83}, MaxNewTokens: 12, StopIDs: []int{}},
+		{PromptIDs: []int{5, 77}, MaxNewTokens: 9, StopIDs: []int{}},
+		{PromptIDs: []int{9, 200, 12, 44, 6}, MaxNewTokens: 14, StopIDs: []int{}},
+		{PromptIDs: []int{2}, MaxNewTokens: 6, StopIDs: []int{}},
+	}
+}
+
+// TestRoutedExpertsMatchResident: streaming a mixture-of-experts layer's routed experts only (with a small expert
+// cache, with none, and with the whole layer read, mapped or read) gives exactly the logits and greedy tokens of
+// the resident model, for one sequence and for a batch of several; and it reads fewer bytes than whole layers.
+func TestRoutedExpertsMatchResident(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range moeFixtures {
+		t.Run(name, func(t *testing.T) {
+			dir := hffixture.Checkpoint(t, name, hffixture.V5)
+			ref := hffixture.MustReference(t, name)
+			ids := ints(ref.InputIDs)[:16]
+			res := open(t, dir, Options{Resident: true})
+			want := tokenByToken(t, res, ids)
+			wantBatch, err := res.GenerateBatch(ctx, moeRequests(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mode := range []struct {
+				name   string
+				opts   Options
+				routed bool
+			}{
+				{"cache of 1 KiB", Options{NoMap: true, ExpertCache: 1 << 10}, true},
+				{"no cache, lru", Options{ExpertCache: -1, ExpertPolicy: ExpertLRU}, true},
+				{"cache of 1 MiB", Options{NoMap: true, ExpertCache: 1 << 20, MaxLayerBuffers: 1, Prefetch: 1}, true},
+				{"whole layers", Options{NoMap: true, WholeExperts: true}, false},
+			} {
+				t.Run(mode.name, func(t *testing.T) {
+					e := open(t, dir, mode.opts)
+					if (e.store.experts != nil) != mode.routed {
+						t.Fatalf("routed-only streaming: %v, want %v", e.store.experts != nil, mode.routed)
+					}
+					if d := maxDiff(tokenByToken(t, e, ids), want); d != 0 {
+						t.Errorf("logits differ from the resident model's by %g", d)
+					}
+					batch, err := e.GenerateBatch(ctx, moeRequests(), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range batch {
+						if !slices.Equal(batch[i].GeneratedIDs, wantBatch[i].GeneratedIDs) {
+							t.Errorf("sequence %d: %v, resident %v", i, batch[i].GeneratedIDs, wantBatch[i].GeneratedIDs)
+						}
+					}
+					if x := e.store.experts; x != nil {
+						if c := x.cached(); c > x.budget {
+							t.Errorf("the expert cache holds %d bytes over its budget of %d", c, x.budget)
+						}
+						if x.misses.Load() == 0 {
+							t.Error("no expert was read")
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestRoutedExpertsReadLess: a decode step of one sequence reads the layers' other tensors and its routed
+// experts only, as Stats.ReadBytes counts and the process's read system calls confirm (/proc/self/io rchar),
+// well under the decoder layers' bytes.
+func TestRoutedExpertsReadLess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/io"); err != nil {
+		t.Skip("no /proc/self/io")
+	}
+	dir := hffixture.Checkpoint(t, "qwen3_moe", hffixture.V5)
+	e := open(t, dir, Options{NoMap: true, ExpertCache: -1})
+	ctx := context.Background()
+	ids := []int{1, 43, 47, 61}
+	kv, err := e.run.kvStore(bucket(len(ids)), e.run.onHost(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, rchar := e.Stats().ReadBytes, readChars(t)
+	st := e.store.newStream(ctx, 2, false)
+	if _, err := e.run.pass(ctx, st, kv, ids[:3], false); err != nil {
+		t.Fatal(err)
+	}
+	misses := e.Stats().Experts.Misses
+	if _, err := e.run.pass(ctx, st, kv, ids[3:], false); err != nil {
+		t.Fatal(err)
+	}
+	st.stop()
+	stats := e.Stats()
+	read, sys := stats.ReadBytes-start, readChars(t)-rchar
+	// The read calls also count the first reading of /proc/self/io, a few hundred bytes.
+	if sys < read || sys-read >= 4096 {
+		t.Errorf("two passes read %d bytes by system calls, Stats.ReadBytes counts %d", sys, read)
+	}
+	cfg := e.Config()
+	var dense, expert int64
+	for l := range cfg.NumHiddenLayers {
+		u, _ := e.store.set.Unit(layerUnit(l))
+		dense += u.PartBytes(shards.NoExpert)
+		expert = u.PartBytes(0)
+	}
+	if want := 2*dense + stats.Experts.Misses*expert; read != want {
+		t.Errorf("two passes read %d bytes; want twice the layers' other tensors (%d) and %d experts of %d bytes: %d",
+			read, dense, stats.Experts.Misses, expert, want)
+	}
+	if got, want := stats.Experts.Misses-misses, int64(cfg.NumHiddenLayers*cfg.NumExpertsPerTok); got != want {
+		t.Errorf("a decode step of one sequence read %d experts, want %d (top %d in each of %d layers)", got, want, cfg.NumExpertsPerTok, cfg.NumHiddenLayers)
+	}
+	if perStep := dense + int64(cfg.NumHiddenLayers*cfg.NumExpertsPerTok)*expert; perStep >= stats.LayerBytes {
+		t.Errorf("a decode step reads %d bytes, the decoder layers are %d", perStep, stats.LayerBytes)
+	}
+}
+
+// readChars is the bytes this process read by system calls (/proc/self/io rchar).
+func readChars(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return statusField(t, string(b), "rchar")
+}
+
+func statusField(t *testing.T, s, key string) int64 {
+	for line := range strings.Lines(s) {
+		if v, ok := strings.CutPrefix(line, key+": "); ok {
+			var n int64
+			for _, c := range strings.TrimSpace(v) {
+				n = 10*n + int64(c-'0')
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in %q", key, s)
+	return 0
+}
+
+// TestCorruptExpertNamed: a byte of one expert's tensor changed on disk fails the pass that routes to it, naming
+// the expert, its layer and the tensor.
+func TestCorruptExpertNamed(t *testing.T) {
+	dir := hffixture.Checkpoint(t, "qwen3_moe", hffixture.V5)
+	out := filepath.Join(t.TempDir(), "shards")
+	e := open(t, dir, Options{ShardDir: out, NoMap: true, ExpertCache: -1})
+	u, _ := e.store.set.Unit("layer.0")
+	e.Close()
+	cfg := e.Config()
+	path := filepath.Join(out, u.File)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := make([]bool, cfg.NumExperts) // every expert's first tensor: whichever the router picks fails
+	for _, ti := range u.Tensors {
+		if x := ti.Expert(); x >= 0 && !corrupt[x] {
+			corrupt[x] = true
+			b[ti.Offset+ti.EncodedLength/2] ^= 0x40
+		}
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, out, Options{NoMap: true, ExpertCache: -1})
+	_, err = e.Generate(context.Background(), Request{PromptIDs: []int{1, 2, 3}, MaxNewTokens: 2}, nil)
+	if err == nil || !strings.Contains(err.Error(), "checksum mismatch") || !strings.Contains(err.Error(), "expert ") ||
+		!strings.Contains(err.Error(), "layer.0") || !strings.Contains(err.Error(), "mlp.experts.") {
+		t.Fatalf("corrupted expert: %v", err)
+	}
+}
