@@ -227,7 +227,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 17 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 19 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -272,7 +272,7 @@ func TestRunWithEngineFeatures(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	for _, tg := range r.Targets {
-		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] {
+		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] && !isMoETarget(tg.ID) {
 			t.Errorf("target %d not measured: %s (%s)", tg.ID, tg.Verdict, tg.Reason)
 		}
 	}
@@ -431,5 +431,41 @@ func TestRunSpeculation(t *testing.T) {
 	}
 	if tg := r.target(15); tg.Measured != nil && *tg.Measured <= 1 {
 		t.Errorf("target 15: %.2f tokens per pass with a draft of the same weights", *tg.Measured)
+	}
+}
+
+// tinyMoE is a tiny Qwen3-MoE shape: 8 experts of which each token takes 2; its matrices' input widths are
+// multiples of 256, as Q4_K blocks need.
+var tinyMoE = synth.Shape{HiddenSize: 256, IntermediateSize: 256, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+	HeadDim: 64, VocabSize: 64, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2, NumExperts: 8,
+	NumExpertsPerTok: 2, MoEIntermediateSize: 256}
+
+// TestRunMoE: on a mixture of experts written as q4 shards, the stream-only run measures targets 18 and 19, and
+// a decode step reads no more than its active bytes (target 18 passes: the stream reads the routed experts only).
+func TestRunMoE(t *testing.T) {
+	if directIO == nil {
+		t.Skip("the engine offers no O_DIRECT")
+	}
+	ctx := context.Background()
+	var log bytes.Buffer
+	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "moe"), tinyMoE, checkpoint.BF16, 1, shards.Q4, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{shards: dir, shapeName: "tiny-moe", newTokens: 4, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
+		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
+	r, err := run(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !r.Machine.DirectRead.Supported {
+		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
+	}
+	t18, t19 := r.target(18), r.target(19)
+	if t18.Measured == nil || t19.Measured == nil {
+		t.Fatalf("targets 18 and 19 not measured: %s (%s), %s (%s)", t18.Verdict, t18.Reason, t19.Verdict, t19.Reason)
+	}
+	if *t18.Measured > moeReadGoal || *t18.Measured < 0.5 {
+		t.Errorf("a decode step read %.2f× its active bytes, want at most %.1f×: %+v", *t18.Measured, moeReadGoal, t18.Raw)
 	}
 }
