@@ -211,12 +211,13 @@ type Stats struct {
 }
 
 // ExpertStats count the routed experts passes asked for: found in the cache (or already being read: Hits) or
-// read then (Misses), and those read ahead on a prediction (Predicted), of which a pass then asked for
-// PredictedUsed. CacheBytes is what the cache holds now, within BudgetBytes.
+// read then (Misses); the experts predicted for the next layer (Predicted), of which its rows were then routed to
+// PredictedUsed, and those read ahead on a prediction (ReadAhead: once the predictions proved accurate).
+// CacheBytes is what the cache holds now, within BudgetBytes.
 type ExpertStats struct {
-	Hits, Misses             int64
-	Predicted, PredictedUsed int64
-	CacheBytes, BudgetBytes  int64
+	Hits, Misses                        int64
+	Predicted, PredictedUsed, ReadAhead int64
+	CacheBytes, BudgetBytes             int64
 }
 
 // HitRate is Hits / (Hits + Misses), 0 when no expert was asked for.
@@ -227,7 +228,8 @@ func (s ExpertStats) HitRate() float64 {
 	return float64(s.Hits) / float64(s.Hits+s.Misses)
 }
 
-// PredictionAccuracy is PredictedUsed / Predicted, 0 when nothing was predicted.
+// PredictionAccuracy is PredictedUsed / Predicted: the share of the predicted experts routed to, 0 when nothing
+// was predicted.
 func (s ExpertStats) PredictionAccuracy() float64 {
 	if s.Predicted == 0 {
 		return 0

@@ -57,8 +57,6 @@ type expertEntry struct {
 	pins   int   // layers computing with it; a pinned entry is never evicted
 	last   int64 // the cache's clock at its last use (LRU)
 	uses   int64 // its uses (LFU)
-	// predicted: read ahead on a prediction, not yet asked for by a pass.
-	predicted bool
 }
 
 // expertStore reads routed experts and keeps the cache of them.
@@ -70,14 +68,20 @@ type expertStore struct {
 	policy ExpertPolicy
 	reads  chan struct{} // bounds the expert reads in flight
 
+	// pred predicts the next layer's experts (nil: no prediction; predict.go).
+	pred *predictor
+
 	mu      sync.Mutex
 	entries map[expertKey]*expertEntry
-	held    int64 // bytes of the entries
+	ahead   map[int][]*expertEntry // by layer: experts read ahead on a prediction, pinned until the layer computed
+	held    int64                  // bytes of the entries
 	clock   int64
 	free    []*shards.Buffer // buffers of evicted entries, reused
 
-	hits, misses           atomic.Int64 // experts asked for by a pass: found (or being read), or read then
-	predicted, predictedOK atomic.Int64 // experts read ahead on a prediction, and those a pass then asked for
+	hits, misses atomic.Int64 // experts asked for by a pass: found (or being read), or read then
+	// predicted and predictedOK count the experts predicted for a layer and those of them its rows were then
+	// routed to (predict.go), whether read ahead or not; readAhead the experts read on a prediction.
+	predicted, predictedOK, readAhead atomic.Int64
 }
 
 // expertReads is the number of expert reads in flight at once.
@@ -106,7 +110,7 @@ func newExpertStore(s *weightStore, budget int64) *expertStore {
 		policy = ExpertLFU
 	}
 	return &expertStore{s: s, specs: specs, budget: max(budget, 0), policy: policy, reads: make(chan struct{}, expertReads),
-		entries: map[expertKey]*expertEntry{}}
+		entries: map[expertKey]*expertEntry{}, ahead: map[int][]*expertEntry{}}
 }
 
 // routed reports whether the stream reads unit's experts apart: a decoder layer whose shard lays out as many
@@ -129,17 +133,13 @@ func (x *expertStore) acquire(key expertKey, asked bool) *expertEntry {
 	switch {
 	case e != nil && asked:
 		x.hits.Add(1)
-		if e.predicted {
-			e.predicted = false
-			x.predictedOK.Add(1)
-		}
 	case e == nil:
 		if asked {
 			x.misses.Add(1)
 		} else {
-			x.predicted.Add(1)
+			x.readAhead.Add(1)
 		}
-		e = &expertEntry{key: key, done: make(chan struct{}), predicted: !asked}
+		e = &expertEntry{key: key, done: make(chan struct{})}
 		if n := len(x.free); n > 0 {
 			e.buf, x.free = x.free[n-1], x.free[:n-1]
 		} else {
@@ -258,6 +258,21 @@ func (x *expertStore) cached() int64 {
 	return n
 }
 
+// dropAhead releases the experts read ahead for layers no pass took them for (the stream stopped).
+func (x *expertStore) dropAhead() {
+	if x == nil {
+		return
+	}
+	x.mu.Lock()
+	var entries []*expertEntry
+	for l, ahead := range x.ahead {
+		entries = append(entries, ahead...)
+		delete(x.ahead, l)
+	}
+	x.mu.Unlock()
+	x.release(entries)
+}
+
 // describe logs the expert cache's budget and policy.
 func (x *expertStore) describe() {
 	slog.Info(fmt.Sprintf("mixture of experts: streamed layers read only their routed experts; expert cache %s (%s)", bytesize.Format(x.budget), x.policy),
@@ -270,6 +285,7 @@ type routedLayer struct {
 	x     *expertStore
 	layer int
 	taken map[int]*expertEntry // by expert: pinned until release
+	ahead []*expertEntry       // read ahead for the layer (a prediction): pinned until release
 }
 
 // newRoutedLayer returns layer's routed experts for a pass.
@@ -277,8 +293,37 @@ func (x *expertStore) newRoutedLayer(layer int) *routedLayer {
 	return &routedLayer{x: x, layer: layer, taken: map[int]*expertEntry{}}
 }
 
+// adopt takes the experts read ahead for layer (the stream makes a layer's routedLayer as it reads the layer,
+// which may be before the layer before it computed and predicted: the prediction is taken when routing).
+func (x *expertStore) adopt(layer int) []*expertEntry {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ahead := x.ahead[layer]
+	delete(x.ahead, layer)
+	return ahead
+}
+
+// prefetch reads ahead experts of layer (a prediction), pinned until layer's next routedLayer is released; a
+// prediction for a layer replaces the one before it.
+func (x *expertStore) prefetch(layer int, experts []int) {
+	var entries []*expertEntry
+	for _, e := range experts {
+		entries = append(entries, x.acquire(expertKey{layer, e}, false))
+	}
+	x.mu.Lock()
+	old := x.ahead[layer]
+	x.ahead[layer] = entries
+	x.mu.Unlock()
+	if old != nil {
+		x.release(old)
+	}
+}
+
 // want starts reading the experts that any row was routed to (byE[e] not empty), in expert order.
 func (r *routedLayer) want(byE [][]int) {
+	if len(r.taken) == 0 {
+		r.ahead = append(r.ahead, r.x.adopt(r.layer)...)
+	}
 	for e, rows := range byE {
 		if len(rows) > 0 && r.taken[e] == nil {
 			r.taken[e] = r.x.acquire(expertKey{r.layer, e}, true)
@@ -314,8 +359,12 @@ func (r *routedLayer) bind(e int, w *model.LayerWeights) error {
 	return nil
 }
 
-// release unpins the layer's experts (and the predictions it made), which the cache may then evict.
+// release unpins the layer's experts (and those read ahead for it), which the cache may then evict, and scores
+// the prediction made for the layer against the experts its rows were routed to.
 func (r *routedLayer) release() {
+	if p := r.x.pred; p != nil {
+		p.score(r.layer, r.taken)
+	}
 	entries := slices.Collect(func(yield func(*expertEntry) bool) {
 		for _, e := range r.taken {
 			if !yield(e) {
@@ -323,6 +372,6 @@ func (r *routedLayer) release() {
 			}
 		}
 	})
-	r.x.release(entries)
-	r.taken = nil
+	r.x.release(append(entries, r.ahead...))
+	r.taken, r.ahead = nil, nil
 }

@@ -50,10 +50,19 @@ func TestRoutedExpertsMatchResident(t *testing.T) {
 				{"cache of 1 KiB", Options{NoMap: true, ExpertCache: 1 << 10}, true},
 				{"no cache, lru", Options{ExpertCache: -1, ExpertPolicy: ExpertLRU}, true},
 				{"cache of 1 MiB", Options{NoMap: true, ExpertCache: 1 << 20, MaxLayerBuffers: 1, Prefetch: 1}, true},
+				{"read ahead", Options{NoMap: true, ExpertCache: -1}, true},
 				{"whole layers", Options{NoMap: true, WholeExperts: true}, false},
 			} {
 				t.Run(mode.name, func(t *testing.T) {
 					e := open(t, dir, mode.opts)
+					if mode.name == "read ahead" {
+						e.store.experts.pred.warmup, e.store.experts.pred.minAccuracy = 0, 0 // read every prediction ahead
+						defer func() {
+							if e.Stats().Experts.ReadAhead == 0 {
+								t.Error("nothing was read ahead")
+							}
+						}()
+					}
 					if (e.store.experts != nil) != mode.routed {
 						t.Fatalf("routed-only streaming: %v, want %v", e.store.experts != nil, mode.routed)
 					}
@@ -76,6 +85,9 @@ func TestRoutedExpertsMatchResident(t *testing.T) {
 						if x.misses.Load() == 0 {
 							t.Error("no expert was read")
 						}
+						if x.pred != nil && x.predicted.Load() == 0 {
+							t.Error("no expert was predicted")
+						}
 					}
 				})
 			}
@@ -91,7 +103,7 @@ func TestRoutedExpertsReadLess(t *testing.T) {
 		t.Skip("no /proc/self/io")
 	}
 	dir := hffixture.Checkpoint(t, "qwen3_moe", hffixture.V5)
-	e := open(t, dir, Options{NoMap: true, ExpertCache: -1})
+	e := open(t, dir, Options{NoMap: true, ExpertCache: -1, NoExpertPrefetch: true})
 	ctx := context.Background()
 	ids := []int{1, 43, 47, 61}
 	kv, err := e.run.kvStore(bucket(len(ids)), e.run.onHost(false))

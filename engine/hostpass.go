@@ -117,7 +117,7 @@ func (p *hostPass) prepare(int, *weightSet) error {
 func (p *hostPass) compute(i int, w *weightSet) error {
 	weights := w.bound(p.r.plan)
 	view := p.kv.View(i)
-	return p.r.store.guardMapped(func() error { // the weights may be read from a mapped shard
+	err := p.r.store.guardMapped(func() error { // the weights may be read from a mapped shard
 		for _, g := range p.groups {
 			if err := p.layer(i, g, view, weights, w.routed); err != nil {
 				return err
@@ -125,6 +125,14 @@ func (p *hostPass) compute(i int, w *weightSet) error {
 		}
 		return nil
 	})
+	if x := p.r.store.experts; err == nil && x != nil && x.pred != nil {
+		xs := make([]*hostArray, len(p.groups))
+		for j, g := range p.groups {
+			xs[j] = arr(g.x)
+		}
+		x.pred.predict(i+1, xs) // the next layer's experts, read while its attention computes
+	}
+	return err
 }
 
 // layer computes decoder layer i for group g; its attention (hostOps.Attention) writes the keys and values to

@@ -44,6 +44,9 @@ type Options struct {
 	// WholeExperts makes the host kernels' passes read every expert of a streamed mixture-of-experts layer, as
 	// the graphs do, instead of only those its rows were routed to: for comparison.
 	WholeExperts bool
+	// NoExpertPrefetch turns off reading ahead the experts predicted for the next streamed sparse layer (its
+	// router applied to this layer's output; predict.go): its experts are then read only once routed to.
+	NoExpertPrefetch bool
 	// largerThanMemory: DirectIOAuto chose O_DIRECT, the shards not fitting in the memory available (Open).
 	largerThanMemory bool
 	// GraphDecode computes prompts and decode steps with the compiled GoMLX graphs instead of the host kernels (hostOps):

@@ -228,6 +228,12 @@ func (s *weightStore) allocate(ctx context.Context) error {
 		budget -= s.allocateExperts(budget)
 		s.keep = s.residentLayers(budget)
 		s.describeResidency(s.keep, budget)
+		if s.experts != nil && !s.opts.NoExpertPrefetch {
+			var err error
+			if s.experts.pred, err = newPredictor(ctx, s.experts, s.keep); err != nil {
+				return err
+			}
+		}
 	}
 	// The pooled buffers hold the streamed units: sized for the largest (Load grows a buffer for a bigger one).
 	hostBuffers, hostSize := s.opts.Prefetch, 0
@@ -487,7 +493,7 @@ func (s *weightStore) stats() Stats {
 	st.ReadBytes = s.readBytes.Load()
 	if x := s.experts; x != nil {
 		st.Experts = ExpertStats{Hits: x.hits.Load(), Misses: x.misses.Load(), Predicted: x.predicted.Load(),
-			PredictedUsed: x.predictedOK.Load(), CacheBytes: x.cached(), BudgetBytes: x.budget}
+			PredictedUsed: x.predictedOK.Load(), ReadAhead: x.readAhead.Load(), CacheBytes: x.cached(), BudgetBytes: x.budget}
 	}
 	for i, keep := range s.keep {
 		u, _ := s.set.Unit(layerUnit(i))

@@ -282,6 +282,7 @@ func (s *stream) stop() {
 	for w := range s.ready {
 		s.store.releaseSet(w)
 	}
+	s.store.experts.dropAhead()
 }
 
 const kindLayer = "layer"

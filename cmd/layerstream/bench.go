@@ -156,9 +156,10 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 	if st.Experts != (engine.ExpertStats{}) {
 		x := st.Experts
 		b := startStats.Experts
-		d := engine.ExpertStats{Hits: x.Hits - b.Hits, Misses: x.Misses - b.Misses, Predicted: x.Predicted - b.Predicted, PredictedUsed: x.PredictedUsed - b.PredictedUsed}
+		d := engine.ExpertStats{Hits: x.Hits - b.Hits, Misses: x.Misses - b.Misses, Predicted: x.Predicted - b.Predicted,
+			PredictedUsed: x.PredictedUsed - b.PredictedUsed, ReadAhead: x.ReadAhead - b.ReadAhead}
 		rep.Experts = &benchExperts{HitRate: d.HitRate(), PredictionAccuracy: d.PredictionAccuracy(), Hits: d.Hits, Misses: d.Misses,
-			Predicted: d.Predicted, CacheBytes: x.CacheBytes, BudgetBytes: x.BudgetBytes}
+			Predicted: d.Predicted, ReadAhead: d.ReadAhead, CacheBytes: x.CacheBytes, BudgetBytes: x.BudgetBytes}
 	}
 	if rep.Passes, err = passTimes(ctx, e, prompt, o); err != nil {
 		return nil, err
@@ -272,6 +273,7 @@ type benchExperts struct {
 	Hits               int64   `json:"hits"`
 	Misses             int64   `json:"misses"`
 	Predicted          int64   `json:"predicted"`
+	ReadAhead          int64   `json:"read_ahead"`
 	CacheBytes         int64   `json:"cache_bytes"`
 	BudgetBytes        int64   `json:"budget_bytes"`
 }
@@ -362,8 +364,8 @@ func (r *benchReport) writeTable(w io.Writer) error {
 		ew.Printf("shard bytes read per decoded token: %s of %s of decoder layers\n", bytesize.Format(r.ReadBytesPerToken), bytesize.Format(r.LayerBytes))
 	}
 	if x := r.Experts; x != nil {
-		ew.Printf("expert cache: %.1f%% hits (%d of %d), %s held of %s; prediction accuracy %.1f%% (%d read ahead)\n", 100*x.HitRate, x.Hits, x.Hits+x.Misses,
-			bytesize.Format(x.CacheBytes), bytesize.Format(x.BudgetBytes), 100*x.PredictionAccuracy, x.Predicted)
+		ew.Printf("expert cache: %.1f%% hits (%d of %d), %s held of %s; prediction accuracy %.1f%% (of %d predicted; %d read ahead)\n", 100*x.HitRate, x.Hits, x.Hits+x.Misses,
+			bytesize.Format(x.CacheBytes), bytesize.Format(x.BudgetBytes), 100*x.PredictionAccuracy, x.Predicted, x.ReadAhead)
 	}
 	if r.Draft != nil {
 		ew.Printf("speculative decoding: %.2f tokens per pass; %d of %d draft tokens accepted (the last run)\n", r.TokensPerPass, r.Draft.Accepted, r.Draft.Proposed)

@@ -37,6 +37,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 		o.ExpertPolicy = p
 		return err
 	})
+	fs.BoolVar(&o.NoExpertPrefetch, "no-expert-prefetch", false, "mixture-of-experts models: do not read ahead the experts predicted for the next layer (its router applied to this layer's output)")
 	fs.BoolVar(&o.WholeExperts, "whole-experts", false, "mixture-of-experts models: read every expert of a streamed layer, not only those its tokens were routed to (for comparison)")
 	fs.Var(&o.DirectIO, "direct-io", "read shards with O_DIRECT, bypassing the page cache: auto (the default: when they do not fit in the memory available), true or false (--direct-io alone: true)")
 	fs.BoolVar(&o.NoMap, "no-mmap", false, "read streamed shards into buffers instead of mapping them from the page cache (mapping saves a copy per layer; see TROUBLESHOOTING.md '"+sections.SIGBUS+"')")
