@@ -27,7 +27,10 @@ import (
 // ExpertPolicy is how the expert cache chooses what to evict.
 type ExpertPolicy string
 
-// The expert cache's policies: least recently used, or least frequently used (ties to the least recent).
+// The expert cache's policies: least recently used, or least frequently used (ties to the least recent). LRU is
+// the default: on the routing of the synthetic Qwen3-30B-A3B shape (8 layers, 48 new tokens after a 32-token
+// prompt) it hit 49.9% and 87.8% of the experts asked for with caches of 256 and 512 MB, LFU 31.4% and 81.9%
+// (docs/performance-log.md; no trained mixture of experts was at hand to record a real routing).
 const (
 	ExpertLRU ExpertPolicy = "lru"
 	ExpertLFU ExpertPolicy = "lfu"
@@ -110,7 +113,7 @@ func newExpertStore(s *weightStore, budget int64) *expertStore {
 	}
 	policy := s.opts.ExpertPolicy
 	if policy == "" {
-		policy = ExpertLFU
+		policy = ExpertLRU
 	}
 	return &expertStore{s: s, specs: specs, budget: max(budget, 0), policy: policy, reads: make(chan struct{}, expertReads),
 		entries: map[expertKey]*expertEntry{}, ahead: map[int][]*expertEntry{}}

@@ -48,7 +48,7 @@ func TestRoutedExpertsMatchResident(t *testing.T) {
 				routed bool
 			}{
 				{"cache of 1 KiB", Options{NoMap: true, ExpertCache: 1 << 10}, true},
-				{"no cache, lru", Options{ExpertCache: -1, ExpertPolicy: ExpertLRU}, true},
+				{"no cache, lfu", Options{ExpertCache: -1, ExpertPolicy: ExpertLFU}, true},
 				{"cache of 1 MiB", Options{NoMap: true, ExpertCache: 1 << 20, MaxLayerBuffers: 1, Prefetch: 1}, true},
 				{"read ahead", Options{NoMap: true, ExpertCache: -1}, true},
 				{"whole layers", Options{NoMap: true, WholeExperts: true}, false},

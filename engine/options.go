@@ -38,8 +38,8 @@ type Options struct {
 	// 0 (auto) takes half of the memory budget (MemoryBudget) where a mixture-of-experts model streams, leaving
 	// the other half to resident layers; negative keeps none (each pass reads its experts again).
 	ExpertCache int64
-	// ExpertPolicy chooses which experts the cache evicts: ExpertLFU (the default, by measurement: see
-	// docs/performance-log.md) or ExpertLRU.
+	// ExpertPolicy chooses which experts the cache evicts: ExpertLRU (the default, by measurement: see
+	// docs/performance-log.md) or ExpertLFU.
 	ExpertPolicy ExpertPolicy
 	// WholeExperts makes the host kernels' passes read every expert of a streamed mixture-of-experts layer, as
 	// the graphs do, instead of only those its rows were routed to: for comparison.

@@ -132,6 +132,9 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 		if i == o.warmup+o.runs-1 {
 			p.Reset() // the profile covers the last run only
 		}
+		if i == o.warmup {
+			startStats = e.Stats() // the expert counters cover the measured runs
+		}
 		r, err := measureRun(ctx, gen, o.promptTokens)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("run %d: %w", i+1, err), finish())
@@ -139,9 +142,6 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 		if i < o.warmup {
 			slog.Debug("bench: warm-up run", "run", i+1, "total", r.Total)
 			continue
-		}
-		if i == o.warmup {
-			startStats = e.Stats()
 		}
 		reads.count()
 		slog.Debug("bench: run", "run", i+1-o.warmup, "ttft", r.TTFT, "decode tok/s", r.DecodeTokS)

@@ -32,7 +32,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
 	fs.Var(memoryBudget{&o.MemoryBudget}, "memory-budget", "memory for decoder layers kept resident beside the stream when reading past the page cache (--direct-io, --no-mmap): a `size` such as 12GiB, auto (the default: nine tenths of the memory available, cgroup-aware, less the stream's buffers and a margin, when the model does not fit in memory) or off")
 	fs.Var(memoryBudget{&o.ExpertCache}, "expert-cache", "mixture-of-experts models: memory for routed experts kept between tokens (the streamed layers read only the experts their tokens were routed to): a `size`, auto (the default: half of --memory-budget) or off")
-	fs.Func("expert-cache-policy", "which experts the expert cache evicts: lfu (the default: least frequently used) or lru", func(s string) error {
+	fs.Func("expert-cache-policy", "which experts the expert cache evicts: lru (the default: least recently used) or lfu (least frequently used)", func(s string) error {
 		p, err := engine.ParseExpertPolicy(s)
 		o.ExpertPolicy = p
 		return err
