@@ -199,3 +199,46 @@ func TestCorruptExpertNamed(t *testing.T) {
 		t.Fatalf("corrupted expert: %v", err)
 	}
 }
+
+// TestExpertCacheEvicts: over its budget the cache evicts unpinned experts, the least recently used first (LRU)
+// or the least used (LFU, ties to the least recent), never a pinned one or one still being read, and keeps what
+// fits the budget.
+func TestExpertCacheEvicts(t *testing.T) {
+	for _, c := range []struct {
+		policy ExpertPolicy
+		keep   []int
+	}{{ExpertLRU, []int{2, 3}}, {ExpertLFU, []int{0, 3}}} {
+		x := &expertStore{budget: 2 << 20, policy: c.policy, entries: map[expertKey]*expertEntry{}}
+		done := make(chan struct{})
+		close(done)
+		// Expert e used uses[e] times, last at e+1; expert 3 pinned, expert 4 still being read (no bytes yet).
+		uses := []int64{5, 1, 2, 1}
+		for e := range 5 {
+			en := &expertEntry{key: expertKey{0, e}, done: done, bytes: 1 << 20, last: int64(e + 1), buf: shards.NewBuffer(0)}
+			if e < len(uses) {
+				en.uses = uses[e]
+			}
+			if e == 3 {
+				en.pins = 1
+			}
+			if e == 4 {
+				en.done, en.bytes = make(chan struct{}), 0
+			}
+			x.entries[en.key] = en
+		}
+		x.release(nil)
+		var kept []int
+		for k := range x.entries {
+			if k.expert < 4 {
+				kept = append(kept, k.expert)
+			}
+		}
+		slices.Sort(kept)
+		if !slices.Equal(kept, c.keep) || x.cached() > x.budget {
+			t.Errorf("%s: kept experts %v (%d bytes), want %v within %d bytes", c.policy, kept, x.cached(), c.keep, x.budget)
+		}
+		if _, ok := x.entries[expertKey{0, 4}]; !ok {
+			t.Errorf("%s: evicted an expert still being read", c.policy)
+		}
+	}
+}
