@@ -119,6 +119,8 @@ type Config struct {
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
 	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
 	HybridExperts
+	// Llama4Text: Llama 4's keys (families_llama4.go).
+	Llama4Text
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`

@@ -319,11 +319,11 @@ func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 			cfg.State[i] = kvcache.State{K: p.State.Conv, V: p.State.Delta}
 			continue
 		}
-		if l.Window > 0 {
+		if reach := l.Reach(); reach > 0 { // a sliding window, or a chunk: kept as a window of its size
 			if cfg.Ring == nil {
 				cfg.Ring = make([]int, len(p.Layers))
 			}
-			cfg.Ring[i] = l.Window
+			cfg.Ring[i] = reach
 		}
 	}
 	return cfg
@@ -359,11 +359,11 @@ func freeKVStore(kv *kvcache.Store) {
 
 // passTables are the per-kind inputs of one forward pass over some rows of the store, each bringing t new
 // positions (padding included): a rotary table per rope of the plan, and for the graphs an additive attention
-// mask per window (the host kernels mask by positions: hostOps.Attention).
+// mask per window and chunk (the host kernels mask by positions: hostOps.Attention).
 type passTables struct {
 	cos, sin [][]float32 // by Plan.Ropes index: [rows, t, rope dims]
-	masks    map[int][]float32
-	slots    map[int]int // by window: the cache slots of its layers (S)
+	masks    map[maskKind][]float32
+	slots    map[maskKind]int // the cache slots of the layers of a window and chunk (S)
 	// qscales are the graphs' query scales by LayerKind.QueryScale (Beta ≠ 0): [rows, t].
 	qscales map[model.QueryScale][]float32
 }
@@ -372,7 +372,7 @@ type passTables struct {
 // up to t) start at kv.Len(rows[i]). masks asks for the graphs' masks.
 func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bool) passTables {
 	p := r.plan
-	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, slots: map[int]int{}}
+	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[maskKind][]float32{}, slots: map[maskKind]int{}}
 	for ri, rope := range p.Ropes {
 		for i, row := range rows {
 			pos0 := kv.Len(row)
@@ -389,16 +389,17 @@ func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		if masks {
 			pt.addQueryScale(kv, kind.QueryScale, rows, t)
 		}
-		if _, ok := pt.slots[kind.Window]; ok || kind.Recurrent { // a recurrent layer attends to nothing
+		mk := maskOf(kind)
+		if _, ok := pt.slots[mk]; ok || kind.Recurrent { // a recurrent layer attends to nothing
 			continue
 		}
 		view := kv.View(l)
-		pt.slots[kind.Window] = view.Slots()
+		pt.slots[mk] = view.Slots()
 		if !masks {
 			continue
 		}
 		for _, row := range rows {
-			pt.masks[kind.Window] = append(pt.masks[kind.Window], attentionMask(view, row, t, kind.Window)...)
+			pt.masks[mk] = append(pt.masks[mk], attentionMask(view, row, t, kind)...)
 		}
 	}
 	return pt
@@ -499,11 +500,17 @@ func rotaryTable(r model.Rope, pos0, tb, seqLen int) (cos, sin []float32) {
 	return cos, sin
 }
 
+// maskKind is what decides a layer's attention mask: its window and chunk.
+type maskKind struct{ window, chunk int }
+
+func maskOf(k model.LayerKind) maskKind { return maskKind{k.Window, k.Chunk} }
+
 // attentionMask is the additive attention mask [1, tb, S+tb] of cache row row of a layer's view (S = its
-// slots): query t, at position Len(row)+t, sees the cached positions and the new positions up to itself, and
-// with a window (> 0) only those less than window positions before it. The first S columns are the cache slots,
-// the position each holds given by the view (a ring holds the latest positions), the last tb the new positions.
-func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
+// slots) for a layer of kind: query t, at position Len(row)+t, sees the cached positions and the new positions
+// up to itself, from the start of its window or chunk on (model.LayerKind.First). The first S columns are the
+// cache slots, the position each holds given by the view (a ring holds the latest positions), the last tb the
+// new positions.
+func attentionMask(view *kvcache.View, row, tb int, kind model.LayerKind) []float32 {
 	s, pos0 := view.Slots(), view.Len(row)
 	n := s + tb
 	m := make([]float32, tb*n)
@@ -514,13 +521,14 @@ func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
 	for t := range tb {
 		q := pos0 + t
 		out := m[t*n : (t+1)*n]
+		first := kind.First(q)
 		for j, p := range held {
-			if p < 0 || (window > 0 && q-p >= window) {
+			if p < first { // a free slot holds -1
 				out[j] = maskedOut
 			}
 		}
 		for i := range tb {
-			if i > t || (window > 0 && t-i >= window) {
+			if i > t || pos0+i < first {
 				out[s+i] = maskedOut
 			}
 		}

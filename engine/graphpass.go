@@ -93,7 +93,7 @@ type graphPass struct {
 	x        *tensors.Tensor
 	cos, sin []*tensors.Tensor // by Plan.Ropes index
 	qscales  map[model.QueryScale]*tensors.Tensor
-	masks    map[int]*tensors.Tensor
+	masks    map[maskKind]*tensors.Tensor
 	valid    *tensors.Tensor // [batch, tb]: 1 at each row's new positions (recurrent layers)
 	health   [][]float32     // by row of the store: the runner's health rows of forward's rows, nil for the others
 	k, v     *deviceTensor
@@ -110,7 +110,7 @@ func (r *runner) newGraphPass(kv *kvcache.Store, feeds []feed, embed func(dst []
 		tmax = max(tmax, len(f.ids))
 	}
 	tb := bucket(tmax)
-	p := &graphPass{r: r, kv: kv, lens: make([]int, b), tb: tb, all: all, masks: map[int]*tensors.Tensor{}, health: make([][]float32, b)}
+	p := &graphPass{r: r, kv: kv, lens: make([]int, b), tb: tb, all: all, masks: map[maskKind]*tensors.Tensor{}, health: make([][]float32, b)}
 	xHost := make([]float32, b*tb*h)
 	for i, f := range feeds {
 		p.rows = append(p.rows, f.row)
@@ -166,7 +166,7 @@ func (p *graphPass) compute(i int, w *weightSet) error {
 	if kind.QueryScale.Beta != 0 {
 		args = append(args, p.qscales[kind.QueryScale])
 	}
-	mask := p.masks[kind.Window]
+	mask := p.masks[maskOf(kind)]
 	if kind.Recurrent {
 		mask = p.valid
 	}

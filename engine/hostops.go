@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 
@@ -31,6 +32,7 @@ type hostOps struct {
 	// themselves, and only the last token and the chain are written to the cache.
 	tree   *draftTree
 	window int           // the layer's sliding window (0: none)
+	chunk  int           // the layer's attention chunk (0: none)
 	kv     *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S = kv.Slots(), headDim])
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
@@ -184,9 +186,28 @@ func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 		ggml.RMSNorm(y.data, xa.data, weightData(w).([]float32), float32(eps))
 		return y
 	}
-	kernels.RMSNorm(y.data, xa.data, weightData(w).([]float32), eps, float32(offset)) // Gemma's (1 + w), formed in float32
+	kernels.RMSNorm(y.data, xa.data, normValues(w, xa.dims[len(xa.dims)-1]), eps, float32(offset)) // Gemma's (1 + w), formed in float32
 	return y
 }
+
+// normValues is a norm's weight as the kernels take it: w's values, or n ones for a norm without weight (w nil).
+func normValues(w model.Value, n int) []float32 {
+	if w != nil {
+		return weightData(w).([]float32)
+	}
+	if ones, ok := onesOf.Load(n); ok {
+		return ones.([]float32)
+	}
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	onesOf.Store(n, ones)
+	return ones
+}
+
+// onesOf holds the weights of the norms without weight, by width: n ones, made once.
+var onesOf sync.Map
 
 func (o hostOps) Heads(x model.Value, heads, d int) model.Value {
 	xa := arr(x)
@@ -287,7 +308,7 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 			}
 		}
 	}
-	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}, d, jobs)
+	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window, Chunk: o.chunk}, d, jobs)
 	if !ahead {
 		o.commit(ka, va)
 	}

@@ -141,7 +141,7 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 	r := p.r
 	kind := r.plan.Layers[i]
 	var err error
-	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
+	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, chunk: kind.Chunk, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
 		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe, experts: experts, weights: weights}
 	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
 		ops.rowByRow = llamaCppOutputRows(weights)

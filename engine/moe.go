@@ -23,6 +23,7 @@ type hostRouting struct {
 	byE     [][]int   // per expert: the rows routed to it, in order
 	slot    []int     // [rows·k]: where row r is in byE[experts[r·k+j]]
 	dims    []int     // the activations' dims without the last axis
+	inputs  bool      // the weights multiply the experts' inputs (model.RouteOptions.WeighInputs)
 	hidden  int       // the width of the rows (set by Rows)
 }
 
@@ -31,7 +32,7 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	n := la.dims[len(la.dims)-1]
 	rows := len(la.data) / n
 	r := &hostRouting{k: opts.K, experts: make([]int, rows*opts.K), weights: make([]float32, rows*opts.K),
-		byE: make([][]int, n), slot: make([]int, rows*opts.K), dims: slices.Clone(la.dims[:len(la.dims)-1])}
+		byE: make([][]int, n), slot: make([]int, rows*opts.K), dims: slices.Clone(la.dims[:len(la.dims)-1]), inputs: opts.WeighInputs}
 	var bias []float32
 	if opts.Bias != nil {
 		bias = weightData(opts.Bias).([]float32)
@@ -52,8 +53,9 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 }
 
 // routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
-// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias), ties to the lower expert
-// index, their unbiased scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
+// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by
+// logit), ties to the lower expert index, their unbiased scores as weights, renormalized to sum 1 with
+// opts.Norm, times opts.Scale.
 func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
 	switch opts.Score {
 	case model.SoftmaxScores:
@@ -69,12 +71,13 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 		for i := range scores {
 			scores[i] /= sum
 		}
-	case model.SigmoidScores:
-		for i, v := range logits {
-			scores[i] = float32(1 / (1 + math.Exp(-float64(v))))
-		}
+	case model.SigmoidScores, model.LogitSigmoidScores:
+		sigmoid(scores, logits)
 	}
 	copy(choice, scores)
+	if opts.Score == model.LogitSigmoidScores {
+		copy(choice, logits)
+	}
 	for i := range bias {
 		choice[i] += bias[i]
 	}
@@ -121,9 +124,23 @@ func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	}
 	y := o.arena.array(len(r.byE[e]), h)
 	for i, row := range r.byE[e] {
-		copy(y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h])
+		dst, src := y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h]
+		if !r.inputs {
+			copy(dst, src)
+			continue
+		}
+		w := r.weight(row, e)
+		for c, v := range src {
+			dst[c] = v * w
+		}
 	}
 	return y
+}
+
+// weight is row's routing weight for expert e, one of its chosen experts.
+func (r *hostRouting) weight(row, e int) float32 {
+	at := row * r.k
+	return r.weights[at+slices.Index(r.experts[at:at+r.k], e)]
 }
 
 func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
@@ -138,6 +155,9 @@ func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
 		for j := range r.k {
 			at := row*r.k + j
 			w, y := r.weights[at], arr(ys[r.experts[at]]).data[r.slot[at]*h:][:h]
+			if r.inputs { // weighed on the way in
+				w = 1
+			}
 			if j == 0 {
 				for i, v := range y {
 					acc[i] = w * v
@@ -171,9 +191,15 @@ func sigmoid(y, x []float32) {
 	}
 }
 
-// Route on the graphs: the dense routing weights [B, T, experts], zero for the experts a row did not choose.
-// The k experts are chosen one at a time by ArgMax (ties to the lower index) over the choice scores, the chosen
-// ones pushed out of the way.
+// graphRouting is the graphs' routing: the dense weights [B, T, experts], zero for the experts a row did not
+// choose, and whether they multiply the experts' inputs (model.RouteOptions.WeighInputs) or their outputs.
+type graphRouting struct {
+	w      *Node
+	inputs bool
+}
+
+// Route on the graphs: the dense routing weights. The k experts are chosen one at a time by ArgMax (ties to the
+// lower index) over the choice scores, the chosen ones pushed out of the way.
 func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
 	l := node(logits)
 	n := l.Shape().Dimensions[l.Rank()-1]
@@ -181,10 +207,13 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 	switch opts.Score {
 	case model.SoftmaxScores:
 		scores = Softmax(l, -1)
-	case model.SigmoidScores:
+	case model.SigmoidScores, model.LogitSigmoidScores:
 		scores = Sigmoid(l)
 	}
 	choice := scores
+	if opts.Score == model.LogitSigmoidScores {
+		choice = l
+	}
 	if opts.Bias != nil {
 		choice = Add(choice, broadcastLike(f32(node(opts.Bias)), choice))
 	}
@@ -205,16 +234,27 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 	if opts.Scale != 0 && opts.Scale != 1 {
 		w = MulScalar(w, float64(float32(opts.Scale)))
 	}
-	return w
+	return &graphRouting{w: w, inputs: opts.WeighInputs}
 }
 
-func (g graphOps) Rows(x, routing model.Value, e int) model.Value { return x }
+// Rows is every row: x, or x times each row's weight for e where the weights multiply the inputs (zero for the
+// rows that did not choose e, which an expert without biases turns into zero).
+func (g graphOps) Rows(x, routing model.Value, e int) model.Value {
+	r := routing.(*graphRouting)
+	if !r.inputs {
+		return x
+	}
+	return mulRows(node(x), SliceAxis(r.w, -1, AxisRange(e, e+1)))
+}
 
 func (g graphOps) Combine(ys []model.Value, routing model.Value) model.Value {
-	w := node(routing)
+	r := routing.(*graphRouting)
 	var out *Node
 	for e, y := range ys {
-		t := mulRows(node(y), SliceAxis(w, -1, AxisRange(e, e+1)))
+		t := node(y)
+		if !r.inputs {
+			t = mulRows(t, SliceAxis(r.w, -1, AxisRange(e, e+1)))
+		}
 		if out == nil {
 			out = t
 		} else {

@@ -118,10 +118,13 @@ func f32(x *Node) *Node {
 	return ConvertDType(x, dtypes.Float32)
 }
 
-// rmsNorm normalises the last axis of x: x / sqrt(mean(x²) + eps) * (offset + w).
+// rmsNorm normalises the last axis of x: x / sqrt(mean(x²) + eps) * (offset + w), or without w (nil) x / sqrt(mean(x²) + eps).
 func rmsNorm(x, w *Node, eps, offset float64) *Node {
 	ms := ReduceAndKeep(Square(x), ReduceMean, -1)
 	y := Mul(x, Rsqrt(AddScalar(ms, eps)))
+	if w == nil { // a norm without weight
+		return y
+	}
 	wf := f32(w)
 	if offset != 0 {
 		wf = AddScalar(wf, offset)

@@ -181,7 +181,7 @@ func linear(dst []float64, m matrix, b []float32, x []float64) {
 	}
 }
 
-// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps).
+// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps), or without weight (w nil) x / sqrt(mean(x²) + eps).
 func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	var ss float64
 	for _, v := range x {
@@ -190,6 +190,10 @@ func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	scale := 1 / math.Sqrt(ss/float64(len(x))+eps)
 	out := make([]float64, len(x))
 	for i, v := range x {
+		if w == nil {
+			out[i] = v * scale
+			continue
+		}
 		out[i] = (offset + float64(w[i])) * v * scale
 	}
 	return out

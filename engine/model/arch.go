@@ -76,6 +76,10 @@ type LayerKind struct {
 	// Window is the sliding window: a query sees itself and the Window-1 positions before it. 0: every earlier
 	// position (full causal attention).
 	Window int
+	// Chunk is chunked attention (Llama 4's attention_chunk_size): a query at position p sees the positions from
+	// ⌊p/Chunk⌋·Chunk to p, a window that restarts at every multiple of Chunk. The cache keeps such a layer as a
+	// sliding window of Chunk positions (all a chunk's queries need, and more). 0: none.
+	Chunk int
 	// Rope is the index of the layer's rotary embedding in Plan.Ropes, or NoRope.
 	Rope int
 	// QueryScale multiplies the layer's queries by a factor of their position (Ops.ScaleQueries); the zero
@@ -91,11 +95,12 @@ type LayerKind struct {
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
-// 1 + Beta·ln(1 + ⌊p / Floor⌋), computed in float32 as transformers does (Ministral 3's llama_4_scaling_beta,
-// Floor its rope's original_max_position_embeddings). Beta 0: no scaling.
+// 1 + Beta·ln(1 + ⌊(p + Shift) / Floor⌋), computed in float32 as transformers does (Ministral 3's
+// llama_4_scaling_beta, Floor its rope's original_max_position_embeddings; Llama 4's attn_temperature_tuning,
+// Beta its attn_scale, Floor its floor_scale, Shift 1). Beta 0: no scaling.
 type QueryScale struct {
-	Beta  float64
-	Floor int
+	Beta         float64
+	Floor, Shift int
 }
 
 // At is the factor at position pos.
@@ -103,7 +108,7 @@ func (s QueryScale) At(pos int) float32 {
 	if s.Beta == 0 {
 		return 1
 	}
-	steps := float32(math.Floor(float64(float32(pos) / float32(s.Floor))))
+	steps := float32(math.Floor(float64(float32(pos+s.Shift) / float32(s.Floor))))
 	return 1 + float32(s.Beta)*float32(math.Log(float64(1+steps)))
 }
 
@@ -141,6 +146,28 @@ func (s WeightSpec) Expert() int {
 	return -1
 }
 
+// First is the earliest position a query at position q of a layer of kind k sees (its window's or chunk's
+// start; 0 for full attention).
+func (k LayerKind) First(q int) int {
+	first := 0
+	if k.Window > 0 {
+		first = max(first, q-k.Window+1)
+	}
+	if k.Chunk > 0 {
+		first = max(first, q/k.Chunk*k.Chunk)
+	}
+	return first
+}
+
+// Reach is the most positions a query of a layer of kind k sees, itself included: its window or its chunk
+// (what its cache must hold); 0 for full attention.
+func (k LayerKind) Reach() int {
+	if k.Window > 0 && k.Chunk > 0 {
+		return min(k.Window, k.Chunk)
+	}
+	return max(k.Window, k.Chunk)
+}
+
 // Holds reports whether a layer of kind k holds Weights[i].
 func (p *Plan) Holds(k LayerKind, i int) bool { return p.Weights[i].In == nil || p.Weights[i].In(k) }
 
@@ -174,8 +201,9 @@ type LayerWeights struct {
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
-// [hidden, moe_inter].
-type Expert struct{ Gate, Up, Down Linear }
+// [hidden, moe_inter], gate and up separate or fused in GateUp ([2·moe_inter, hidden]: the gate rows, then the
+// up rows).
+type Expert struct{ Gate, Up, GateUp, Down Linear }
 
 // expert returns expert e of w, growing w.Experts to hold it (WeightSpec.Field of an expert's tensor).
 func (w *LayerWeights) expert(e int) *Expert {
@@ -244,7 +272,7 @@ type Ops interface {
 	// Face layout, giving [B, T, out].
 	Linear(x, w, b Value) Value
 	// RMSNorm normalises the last axis: x / sqrt(mean(x²) + eps) · (offset + w). offset is 0, or 1 for the
-	// (1 + w) norms of Gemma.
+	// (1 + w) norms of Gemma. A nil w is a norm without weight: x / sqrt(mean(x²) + eps).
 	RMSNorm(x, w Value, eps, offset float64) Value
 	// Heads splits [B, T, heads·headDim] into [B, heads, T, headDim].
 	Heads(x Value, heads, headDim int) Value
@@ -302,6 +330,11 @@ type RouteOptions struct {
 	Norm bool
 	// Scale, when not 0 or 1, multiplies the weights (routed_scaling_factor).
 	Scale float64
+	// WeighInputs applies each row's weights to its experts' inputs rather than their outputs (Llama 4:
+	// expert(w·x), which a gated MLP does not turn into w·expert(x)): Rows gives the rows routed to an expert
+	// multiplied by their weights for it, and Combine sums the outputs as they are. The experts must have no
+	// biases: the graphs compute every expert on every row, zero where a row did not choose it.
+	WeighInputs bool
 }
 
 // RouteScore is how a router turns logits into scores.
@@ -312,6 +345,9 @@ const (
 	SoftmaxScores RouteScore = iota
 	// SigmoidScores: sigmoid of each logit (DeepSeek-V3, GLM-4.5, MiniMax-M2).
 	SigmoidScores
+	// LogitSigmoidScores: sigmoid of each logit, the choice by the logits themselves (Llama 4: top-k of the
+	// logits, then their sigmoids), which differ where float32 sigmoids of large logits round to equal values.
+	LogitSigmoidScores
 )
 
 // LayerInputs are the inputs of one decoder layer.

@@ -20,6 +20,9 @@ type moeMLP struct {
 	// Tensor names, relative to the layer: the router ("mlp.gate"), the experts ("mlp.experts", expert e under
 	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
 	router, prefix, gate, up, down string
+	// fusedGateUp: each expert has one gate_up_proj ([2·inter, hidden], the gate rows then the up rows; named by
+	// gate) instead of separate gate and up projections (Llama 4's, as checkpoint.Open expands its fused tensor).
+	fusedGateUp bool
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
 	sharedInter        int
@@ -56,8 +59,12 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
-		add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
-		add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		if m.fusedGateUp {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
+		} else {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
+			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		}
 		add(p+m.down+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Down.W }, hidden, m.inter)
 	}
 	if m.shared != "" {
@@ -80,14 +87,14 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 	ys := make([]Value, len(w.Experts))
 	for e := range w.Experts {
 		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, w.Experts[e], act) // read after Rows, which may bind the expert
+			ys[e] = gatedMLP(ops, rows, w.Experts[e], m.inter, act) // read after Rows, which may bind the expert
 		}
 	}
 	y := ops.Combine(ys, routing)
 	if w.Shared.Down.W == nil {
 		return y
 	}
-	s := gatedMLP(ops, h, w.Shared, act)
+	s := gatedMLP(ops, h, w.Shared, m.sharedInter, act)
 	if w.SharedGate.W != nil {
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
