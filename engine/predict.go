@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/layerstream/layerstream/engine/kernels"
@@ -126,8 +125,11 @@ func (p *predictor) predict(layer int, xs []*hostArray) {
 	if rows > predictRows {
 		return
 	}
-	chosen := make([]bool, len(p.x.specs))
-	normed, logits := make([]float32, h), make([]float32, len(p.x.specs))
+	n := len(p.x.specs)
+	chosen := make([]bool, n)
+	normed, logits, scores, choice := make([]float32, h), make([]float32, n), make([]float32, n), make([]float32, n)
+	top, weights := make([]int, p.k), make([]float32, p.k)
+	opts := model.RouteOptions{K: p.k, Score: model.SoftmaxScores} // the top k by logit, whatever the scores
 	for _, x := range xs {
 		for r := 0; r < len(x.data); r += h {
 			row := x.data[r : r+h]
@@ -136,9 +138,10 @@ func (p *predictor) predict(layer int, xs []*hostArray) {
 				row = normed
 			}
 			for e := range logits {
-				logits[e] = dot(lr.w[e*h:(e+1)*h], row)
+				logits[e] = kernels.DotF32(lr.w[e*h:(e+1)*h], row)
 			}
-			for _, e := range topK(logits, p.k) {
+			routeRow(logits, opts, nil, scores, choice, top, weights)
+			for _, e := range top {
 				chosen[e] = true
 			}
 		}
@@ -186,29 +189,3 @@ const (
 	predictWarmup   = 64
 	predictAccuracy = 0.85
 )
-
-func dot(a, b []float32) float32 {
-	var s float32
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
-}
-
-// topK returns the indices of the k largest values (ties to the lower index).
-func topK(v []float32, k int) []int {
-	idx := make([]int, len(v))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		switch {
-		case v[a] > v[b]:
-			return -1
-		case v[a] < v[b]:
-			return 1
-		}
-		return 0
-	})
-	return idx[:min(k, len(idx))]
-}

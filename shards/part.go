@@ -27,15 +27,11 @@ func (s *Set) LoadPart(ctx context.Context, unit string, e int, buf *Buffer) (*L
 		return nil, fmt.Errorf("shards %s: unit %s holds no tensors of %s", s.Dir, unit, what)
 	}
 	start := time.Now()
-	r, err := s.openShard(u.Name, path)
-	if err != nil {
-		return nil, openError(path, u, err)
-	}
-	defer r.close()
-	st, err := statShard(r.f, path, u)
+	r, st, err := s.openChecked(u, path)
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
 	key := fmt.Sprintf("%s#%d", u.Name, e)
 	verify := VerifyPolicy(s.policy.Load()) != VerifyOnce || !(s.verifiedAs(key, st) || s.verifiedAs(u.Name, st))
 	lo, hi := partRange(tensors)
