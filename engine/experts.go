@@ -129,6 +129,15 @@ func (x *expertStore) routed(unit string) bool {
 	return ok && u.Experts() == len(x.specs)
 }
 
+// streamedSize is the buffer the stream needs for unit u: on the host kernels, a layer whose experts are read
+// apart is read without them (its tensors of no expert: a tenth of a Qwen3-30B-A3B layer).
+func (x *expertStore) streamedSize(u shards.UnitInfo) int64 {
+	if !x.routed(u.Name) {
+		return u.BufferSize()
+	}
+	return u.PartBytes(shards.NoExpert) + u.DecodeSize
+}
+
 // acquire returns expert key's entry pinned, starting its read when it is neither cached nor being read; asked
 // says whether a pass asks for it (counted as a hit or a miss), rather than a prediction.
 func (x *expertStore) acquire(key expertKey, asked bool) *expertEntry {

@@ -239,7 +239,7 @@ func (s *weightStore) allocate(ctx context.Context) error {
 	hostBuffers, hostSize := s.opts.Prefetch, 0
 	for _, name := range s.schedule() {
 		if u, ok := s.set.Unit(name); ok {
-			hostSize = max(hostSize, int(u.BufferSize()))
+			hostSize = max(hostSize, int(s.experts.streamedSize(u)))
 		}
 	}
 	if s.mapShards() {
