@@ -224,8 +224,11 @@ func (x *expertStore) evict() {
 	x.held = 0
 	var victims []*expertEntry
 	for _, e := range x.entries {
+		if !isDone(e) {
+			continue // still being read: its bytes are not known yet (nor safe to read)
+		}
 		x.held += e.bytes
-		if e.pins == 0 && isDone(e) {
+		if e.pins == 0 {
 			victims = append(victims, e)
 		}
 	}
@@ -268,7 +271,9 @@ func (x *expertStore) cached() int64 {
 	defer x.mu.Unlock()
 	var n int64
 	for _, e := range x.entries {
-		n += e.bytes
+		if isDone(e) {
+			n += e.bytes
+		}
 	}
 	return n
 }
