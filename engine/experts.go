@@ -171,9 +171,21 @@ func (x *expertStore) acquire(key expertKey, asked bool) *expertEntry {
 	return e
 }
 
-// read reads entry e's expert from its layer's shard and makes its host views.
+// read reads entry e's expert from its layer's shard and makes its host views (load); an entry no layer holds
+// any more by then (a prediction dropped) is evicted as its release would have.
 func (x *expertStore) read(e *expertEntry) {
-	defer close(e.done)
+	x.load(e)
+	close(e.done)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e.pins == 0 {
+		x.unpinned(e)
+		x.evict()
+	}
+}
+
+// load reads entry e's expert and makes its host views, or sets e.err.
+func (x *expertStore) load(e *expertEntry) {
 	x.reads <- struct{}{}
 	defer func() { <-x.reads }()
 	s, unit := x.s, layerUnit(e.key.layer)
@@ -211,11 +223,19 @@ func (x *expertStore) release(entries []*expertEntry) {
 	defer x.mu.Unlock()
 	for _, e := range entries {
 		e.pins--
-		if e.err != nil && e.pins == 0 && x.entries[e.key] == e {
-			delete(x.entries, e.key) // a failed read is not cached: the next pass reads it again
+		if e.pins == 0 && isDone(e) {
+			x.unpinned(e)
 		}
 	}
 	x.evict()
+}
+
+// unpinned drops entry e, read and held by no layer, when its read failed: the next pass reads it again. The
+// caller holds mu.
+func (x *expertStore) unpinned(e *expertEntry) {
+	if e.err != nil && x.entries[e.key] == e {
+		delete(x.entries, e.key)
+	}
 }
 
 // evict drops unpinned entries that have been read, by the policy, until what they hold fits the budget; the
