@@ -360,7 +360,10 @@ func (x *expertStore) prefetch(layer int, experts []int) {
 }
 
 // want starts reading the experts that any row was routed to (byE[e] not empty), in expert order.
-func (r *routedLayer) want(byE [][]int) {
+func (r *routedLayer) want(byE [][]int, k int) {
+	if p := r.x.pred; p != nil {
+		p.k.Store(int64(k))
+	}
 	if len(r.taken) == 0 {
 		r.ahead = append(r.ahead, r.x.adopt(r.layer)...)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
@@ -30,13 +31,15 @@ type layerRouter struct {
 
 // predictor predicts the experts of the streamed sparse layers.
 type predictor struct {
-	x      *expertStore
+	x *expertStore
+	// k is the experts a row is routed to, as the layers' routing chose them (routedLayer.want; 0 until then):
+	// configurations name it differently (num_experts_per_tok, Gemma 4's top_k_experts).
+	k      atomic.Int64
 	mu     sync.Mutex
 	shadow map[int][]int // by layer: the experts last predicted, until the layer computed (score)
 	// warmup and minAccuracy are predictWarmup and predictAccuracy (tests lower them to read ahead at once).
 	warmup      int64
 	minAccuracy float64
-	k           int
 	eps         float64
 	routers     []*layerRouter // per layer; nil where the layer's experts are not read apart
 }
@@ -58,7 +61,7 @@ func newPredictor(ctx context.Context, x *expertStore, keep []bool) (*predictor,
 	if router < 0 {
 		return nil, nil
 	}
-	p := &predictor{x: x, shadow: map[int][]int{}, warmup: predictWarmup, minAccuracy: predictAccuracy, k: s.cfg.NumExpertsPerTok, eps: s.cfg.RMSNormEps, routers: make([]*layerRouter, s.cfg.NumHiddenLayers)}
+	p := &predictor{x: x, shadow: map[int][]int{}, warmup: predictWarmup, minAccuracy: predictAccuracy, eps: s.cfg.RMSNormEps, routers: make([]*layerRouter, s.cfg.NumHiddenLayers)}
 	buf := shards.NewBuffer(0)
 	defer buf.Release()
 	for l := range p.routers {
@@ -113,9 +116,10 @@ func (s *weightStore) readRouter(ctx context.Context, l, router, norm int, buf *
 // layer's routedLayer is released; it does nothing when layer's experts are not read apart or there are more
 // rows than predictRows.
 func (p *predictor) predict(layer int, xs []*hostArray) {
-	if p == nil || layer >= len(p.routers) || p.routers[layer] == nil {
+	if p == nil || layer >= len(p.routers) || p.routers[layer] == nil || p.k.Load() == 0 {
 		return
 	}
+	k := int(p.k.Load())
 	lr := p.routers[layer]
 	h := len(lr.w) / len(p.x.specs)
 	rows := 0
@@ -128,8 +132,8 @@ func (p *predictor) predict(layer int, xs []*hostArray) {
 	n := len(p.x.specs)
 	chosen := make([]bool, n)
 	normed, logits, scores, choice := make([]float32, h), make([]float32, n), make([]float32, n), make([]float32, n)
-	top, weights := make([]int, p.k), make([]float32, p.k)
-	opts := model.RouteOptions{K: p.k, Score: model.SoftmaxScores} // the top k by logit, whatever the scores
+	top, weights := make([]int, k), make([]float32, k)
+	opts := model.RouteOptions{K: k, Score: model.SoftmaxScores} // the top k by logit, whatever the scores
 	for _, x := range xs {
 		for r := 0; r < len(x.data); r += h {
 			row := x.data[r : r+h]

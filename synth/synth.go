@@ -42,6 +42,9 @@ type Shape struct {
 	// A mixture of experts (NumExperts > 0) is a Qwen3-MoE model: q/k norms, and every layer's MLP a router and
 	// NumExperts experts of width MoEIntermediateSize, each token routed to NumExpertsPerTok of them.
 	NumExperts, NumExpertsPerTok, MoEIntermediateSize int
+	// DeepSeek, when set, makes the shape a DeepSeek-V3 rather than a Llama (deepseek.go); NumKVHeads is then
+	// NumHeads and HeadDim unused.
+	DeepSeek *DeepSeek
 }
 
 // Shapes are the named real-model shapes the `synth` command knows.
@@ -59,6 +62,7 @@ var Shapes = map[string]Shape{
 		EOSTokenID: 151645, NumExperts: 128, NumExpertsPerTok: 8, MoEIntermediateSize: 768},
 	"llama2-7b": {HiddenSize: 4096, IntermediateSize: 11008, NumLayers: 32, NumHeads: 32, NumKVHeads: 32,
 		VocabSize: 32000, MaxPositionEmbeddings: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
+	"deepseek-v3-671b": deepseekV3,
 }
 
 // ShapeNames lists the names in Shapes, sorted.
@@ -115,6 +119,10 @@ func (o *Options) tensors() []tensorSpec {
 	out := []tensorSpec{{name: "model.embed_tokens.weight", shape: []int64{int64(s.VocabSize), h}}}
 	for l := range s.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", l)
+		if s.DeepSeek != nil {
+			out = append(out, s.deepseekLayer(p, l)...)
+			continue
+		}
 		out = append(out,
 			tensorSpec{name: p + "input_layernorm.weight", shape: []int64{h}, ones: true},
 			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int64{int64(s.NumHeads) * hd, h}},
@@ -292,6 +300,9 @@ func (o *Options) config() map[string]any {
 		cfg["architectures"], cfg["model_type"], cfg["head_dim"] = []string{"Qwen3MoeForCausalLM"}, "qwen3_moe", s.HeadDim
 		cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"] = s.NumExperts, s.NumExpertsPerTok, s.MoEIntermediateSize
 		cfg["norm_topk_prob"], cfg["decoder_sparse_step"], cfg["mlp_only_layers"] = true, 1, []int{}
+	}
+	if s.DeepSeek != nil {
+		s.deepseekConfig(cfg)
 	}
 	return cfg
 }

@@ -26,20 +26,27 @@ func moeTargets() []*target {
 // isMoETarget reports whether target id is one of moeTargets.
 func isMoETarget(id int) bool { return id == 18 || id == 19 }
 
-// activeBytes is the shard bytes a decode step of one sequence needs from the layers in units: each layer's
-// tensors of no expert, and k of its experts (of the mean expert size); 0 when no layer lays out experts.
+// activeBytes is the shard bytes a decode step of one sequence needs from the layers in units: a dense layer's
+// whole shard, a sparse layer's tensors of no expert and k of its experts (of the mean expert size); 0 when no
+// layer lays out experts.
 func activeBytes(units []shards.UnitInfo, k int) int64 {
 	var n int64
+	sparse := false
 	for _, u := range units {
 		experts := u.Experts()
 		if experts == 0 {
+			n += u.FileSize
 			continue
 		}
+		sparse = true
 		var all int64
 		for e := range experts {
 			all += u.PartBytes(e)
 		}
 		n += u.PartBytes(shards.NoExpert) + int64(k)*all/int64(experts)
+	}
+	if !sparse {
+		return 0
 	}
 	return n
 }

@@ -28,6 +28,9 @@ type moeMLP struct {
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
+	// expertScale, when set, names the router's per-expert factor on the routing weights [experts]
+	// (RouteOptions.ExpertScale: Gemma 4's router.per_expert_scale).
+	expertScale string
 }
 
 // newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
@@ -46,6 +49,42 @@ func newMoE(c *checkpoint.Config, inter int, norm bool) (*moeMLP, error) {
 		router: "mlp.gate", prefix: "mlp.experts", gate: "gate_proj", up: "up_proj", down: "down_proj"}, nil
 }
 
+// newSigmoidMoE is DeepSeek-V3's mixture of experts, which GLM-4.5 shares (Glm4MoeTopkRouter and
+// DeepseekV3TopkRouter are one computation): each expert's sigmoid score, the choice on score +
+// e_score_correction_bias limited to the topk_group best of n_group groups, the chosen experts' unbiased
+// scores as weights (renormalized with norm_topk_prob) times routed_scaling_factor; n_shared_experts shared
+// experts as one ungated MLP (mlp.shared_experts) of n_shared_experts × moe_intermediate_size; dense layers
+// before first_k_dense_replace.
+func newSigmoidMoE(c *checkpoint.Config) (*moeMLP, func(i int) bool, error) {
+	m, err := newMoE(c, c.MoEIntermediateSize, c.NormTopKProb)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.NSharedExperts < 0 {
+		return nil, nil, fmt.Errorf("n_shared_experts %d is negative", c.NSharedExperts)
+	}
+	if c.FirstKDenseReplace < 0 {
+		return nil, nil, fmt.Errorf("first_k_dense_replace %d is negative", c.FirstKDenseReplace)
+	}
+	g, top := c.NGroup, c.TopKGroup
+	switch {
+	case g < 1 || c.NumExperts%g != 0:
+		return nil, nil, fmt.Errorf("n_group %d does not divide the %d experts into groups", g, c.NumExperts)
+	case g > 1 && c.NumExperts/g < 2:
+		return nil, nil, fmt.Errorf("n_group %d leaves groups of %d expert: a group's score is the sum of its best two", g, c.NumExperts/g)
+	case top < 1 || top > g:
+		return nil, nil, fmt.Errorf("topk_group %d is not between 1 and n_group %d", top, g)
+	case c.NumExpertsPerTok > top*c.NumExperts/g:
+		return nil, nil, fmt.Errorf("num_experts_per_tok %d exceeds the %d experts of the topk_group %d groups kept", c.NumExpertsPerTok, top*c.NumExperts/g, top)
+	}
+	m.route.Score, m.route.Scale, m.bias = SigmoidScores, c.RoutedScalingFactor, "mlp.gate.e_score_correction_bias"
+	m.route.Groups, m.route.TopGroups = g, top
+	if c.NSharedExperts > 0 {
+		m.shared, m.sharedInter = "mlp.shared_experts", c.NSharedExperts*c.MoEIntermediateSize
+	}
+	return m, func(i int) bool { return i >= c.FirstKDenseReplace }, nil
+}
+
 // weights lists the router's, the experts' and the shared expert's tensors, held by the sparse layers.
 func (m *moeMLP) weights(hidden int) []WeightSpec {
 	sparse := func(k LayerKind) bool { return k.MoE }
@@ -56,6 +95,9 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	add(m.router+".weight", func(w *LayerWeights) *Value { return &w.Router.W }, m.experts, hidden)
 	if m.bias != "" {
 		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
+	}
+	if m.expertScale != "" {
+		add(m.expertScale, func(w *LayerWeights) *Value { return &w.ExpertScale }, m.experts)
 	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
@@ -81,16 +123,7 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 // apply is the mixture of experts on h [B, T, hidden]: Σ over each row's chosen experts of weight · expert(h),
 // plus the (gated) shared expert.
 func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value {
-	opts := m.route
-	opts.Bias = w.RouterBias
-	routing := ops.Route(linear(ops, h, w.Router), opts)
-	ys := make([]Value, len(w.Experts))
-	for e := range w.Experts {
-		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, w.Experts[e], m.inter, act) // read after Rows, which may bind the expert
-		}
-	}
-	y := ops.Combine(ys, routing)
+	y := m.routed(ops, h, m.choose(ops, h, w), w, act)
 	if w.Shared.Down.W == nil {
 		return y
 	}
@@ -99,6 +132,24 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
 	return ops.Add(y, s)
+}
+
+// choose routes each row of the router's input h to its experts (Ops.Route).
+func (m *moeMLP) choose(ops Ops, h Value, w *LayerWeights) Value {
+	opts := m.route
+	opts.Bias, opts.ExpertScale = w.RouterBias, w.ExpertScale
+	return ops.Route(linear(ops, h, w.Router), opts)
+}
+
+// routed is Σ over each row of h's chosen experts (routing) of weight · expert(h).
+func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activation) Value {
+	ys := make([]Value, len(w.Experts))
+	for e := range w.Experts {
+		if rows := ops.Rows(h, routing, e); rows != nil {
+			ys[e] = gatedMLP(ops, rows, w.Experts[e], m.inter, act) // read after Rows, which may bind the expert
+		}
+	}
+	return ops.Combine(ys, routing)
 }
 
 // sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.
