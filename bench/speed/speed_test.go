@@ -469,3 +469,22 @@ func TestRunMoE(t *testing.T) {
 		t.Errorf("a decode step read %.2f× its active bytes, want at most %.1f×: %+v", *t18.Measured, moeReadGoal, t18.Raw)
 	}
 }
+
+// TestActiveBytes: a dense layer counts whole, a sparse one its tensors of no expert and k mean experts; a model
+// without experts has none.
+func TestActiveBytes(t *testing.T) {
+	tensor := func(name string, off, n int64, e int) shards.TensorInfo {
+		return shards.TensorInfo{Name: name, Offset: off, Length: n, EncodedLength: n}.WithExpert(e)
+	}
+	dense := shards.UnitInfo{Name: "layer.0", FileSize: 3 << 12, Tensors: []shards.TensorInfo{tensor("a", 64, 100, shards.NoExpert)}}
+	sparse := shards.UnitInfo{Name: "layer.1", FileSize: 10 << 12, Tensors: []shards.TensorInfo{
+		tensor("attn", 64, 5000, shards.NoExpert), // 2 pages
+		tensor("e0", 2<<12, 4096, 0), tensor("e1", 3<<12, 8192, 1), tensor("e2", 5<<12, 12288, 2), // 1, 2 and 3 pages
+	}}
+	if got, want := activeBytes([]shards.UnitInfo{dense, sparse}, 2), int64(3<<12+2<<12+2*(6<<12)/3); got != want {
+		t.Errorf("active bytes %d, want %d", got, want)
+	}
+	if got := activeBytes([]shards.UnitInfo{dense}, 2); got != 0 {
+		t.Errorf("a dense model has %d active bytes, want 0", got)
+	}
+}
