@@ -478,7 +478,7 @@ func TestActiveBytes(t *testing.T) {
 	}
 	dense := shards.UnitInfo{Name: "layer.0", FileSize: 3 << 12, Tensors: []shards.TensorInfo{tensor("a", 64, 100, shards.NoExpert)}}
 	sparse := shards.UnitInfo{Name: "layer.1", FileSize: 10 << 12, Tensors: []shards.TensorInfo{
-		tensor("attn", 64, 5000, shards.NoExpert), // 2 pages
+		tensor("attn", 64, 5000, shards.NoExpert),                                                 // 2 pages
 		tensor("e0", 2<<12, 4096, 0), tensor("e1", 3<<12, 8192, 1), tensor("e2", 5<<12, 12288, 2), // 1, 2 and 3 pages
 	}}
 	if got, want := activeBytes([]shards.UnitInfo{dense, sparse}, 2), int64(3<<12+2<<12+2*(6<<12)/3); got != want {
