@@ -129,6 +129,39 @@ func (x *expertStore) routed(unit string) bool {
 	return ok && u.Experts() == len(x.specs)
 }
 
+// takeBudget sets the expert cache's budget (Options.ExpertCache; auto: half of budget, the memory budget) and
+// returns what it took from budget.
+func (x *expertStore) takeBudget(budget int64) int64 {
+	if x == nil {
+		return 0
+	}
+	switch c := x.s.opts.ExpertCache; {
+	case c > 0:
+		x.budget = c
+	case c == 0:
+		x.budget = budget / 2
+	}
+	x.describe()
+	return min(x.budget, max(budget, 0))
+}
+
+// footprint is the memory the stream takes beside the memory budget where layers stream their routed experts:
+// the host buffers of their tensors but their experts, counted three times over as residentBudget counts whole
+// layers', a pass's experts of one layer (all of them, for a long prompt) twice over (read and computing), and
+// the resident embedding and output projection, which the budget for whole layers leaves to its margin.
+func (x *expertStore) footprint() int64 {
+	s := x.s
+	var part, head int64
+	for _, u := range s.set.Units() {
+		if u.Layer >= 0 {
+			part = max(part, x.streamedSize(u))
+		} else if !s.opts.StreamAll {
+			head += u.BufferSize()
+		}
+	}
+	return 3*int64(s.opts.Prefetch+1)*part + 2*s.layerBytes() + head
+}
+
 // streamedSize is the buffer the stream needs for unit u: on the host kernels, a layer whose experts are read
 // apart is read without them (its tensors of no expert: a tenth of a Qwen3-30B-A3B layer).
 func (x *expertStore) streamedSize(u shards.UnitInfo) int64 {

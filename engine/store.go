@@ -236,8 +236,9 @@ func (s *weightStore) allocate(ctx context.Context) error {
 			s.keep[i] = true
 		}
 	} else {
+		s.experts = s.routedExperts()
 		budget := s.residentBudget()
-		budget -= s.allocateExperts(budget)
+		budget -= s.experts.takeBudget(budget)
 		s.keep = s.residentLayers(budget)
 		s.describeResidency(s.keep, budget)
 		if s.experts != nil && !s.opts.NoExpertPrefetch {
@@ -299,29 +300,19 @@ func (s *weightStore) allocate(ctx context.Context) error {
 	return s.loadHead(ctx)
 }
 
-// allocateExperts sets up routed-only streaming where a streamed layer lays its experts out apart, taking the
-// expert cache's budget (Options.ExpertCache) from the memory budget; it returns what it took.
-func (s *weightStore) allocateExperts(budget int64) int64 {
+// routedExperts returns the expert store where a streamed layer lays its experts out apart (nil otherwise):
+// routed-only streaming on the host kernels.
+func (s *weightStore) routedExperts() *expertStore {
 	x := newExpertStore(s, 0)
 	if x == nil {
-		return 0
+		return nil
 	}
-	routed := false
 	for i := range s.cfg.NumHiddenLayers {
-		routed = routed || x.routed(layerUnit(i))
+		if x.routed(layerUnit(i)) {
+			return x
+		}
 	}
-	if !routed {
-		return 0
-	}
-	s.experts = x
-	switch c := s.opts.ExpertCache; {
-	case c > 0:
-		x.budget = c
-	case c == 0:
-		x.budget = budget / 2
-	}
-	x.describe()
-	return min(x.budget, max(budget, 0))
+	return nil
 }
 
 // addSets adds a pool of n sets of kind for the stream.
