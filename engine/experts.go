@@ -94,10 +94,10 @@ type expertStore struct {
 const expertReads = 8
 
 // newExpertStore returns the expert store of s, or nil when no streamed layer lays its experts out apart or the
-// passes read whole layers (Options.WholeExperts).
+// passes read whole layers (Options.WholeExperts, the graphs, Options.Arithmetic llama.cpp).
 func newExpertStore(s *weightStore, budget int64) *expertStore {
-	if s.opts.WholeExperts || s.opts.GraphDecode {
-		return nil
+	if s.opts.WholeExperts || s.opts.GraphDecode || s.opts.Arithmetic == ArithmeticLlamaCpp {
+		return nil // llama.cpp's arithmetic lists a layer's expert matrices before it routes (llamaCppExperts)
 	}
 	var specs [][]int
 	for i, w := range s.plan.Weights {

@@ -144,7 +144,7 @@ func (p *predictor) predict(layer int, xs []*hostArray) {
 			for e := range logits {
 				logits[e] = kernels.DotF32(lr.w[e*h:(e+1)*h], row)
 			}
-			routeRow(logits, opts, nil, scores, choice, top, weights)
+			routeRow(logits, opts, nil, scores, choice, top, weights, false)
 			for _, e := range top {
 				chosen[e] = true
 			}
