@@ -266,3 +266,25 @@ func TestExpertCacheEvicts(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutedExpertsGGUF: a mixture-of-experts GGUF file (its fused experts read as one tensor per expert, split
+// expert by expert) streams its routed experts only, with the resident model's logits exactly.
+func TestRoutedExpertsGGUF(t *testing.T) {
+	file := "../gguf/testdata/moe/qwen3moe-q4km.gguf"
+	if _, err := os.Stat(file); err != nil {
+		t.Skip(err)
+	}
+	ids := []int{1, 43, 47, 61, 78, 32}
+	dir := t.TempDir()
+	res := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), Resident: true})
+	e := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), NoMap: true, ExpertCache: -1})
+	if e.store.experts == nil {
+		t.Fatal("the GGUF's experts are not streamed apart")
+	}
+	if d := maxDiff(tokenByToken(t, e, ids), tokenByToken(t, res, ids)); d != 0 {
+		t.Errorf("logits differ from the resident model's by %g", d)
+	}
+	if e.Stats().Experts.Misses == 0 {
+		t.Error("no expert was read")
+	}
+}
