@@ -55,13 +55,24 @@ type hostOps struct {
 	batch    int
 	// rowByRow are the weights llama.cpp multiplies by each row alone whatever the batch (llamaCppOutputRows).
 	rowByRow []model.Value
+	// experts, with llamaCpp, are the layer's routed experts, which llama.cpp multiplies with mul_mat_id
+	// (llamaCppExperts).
+	experts *llamaCppExperts
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
+	// routed, for a streamed sparse layer whose experts are read when routed to, reads them (Route) and binds
+	// them into weights, the layer's (Rows).
+	routed  *routedLayer
+	weights *model.LayerWeights
 	// shared: the layer attends with an earlier layer's keys and values (kv is that layer's view), which it does
 	// not write. deferWrite: the layer's keys and values are attended with by later layers, so that a pass too
 	// long to write them ahead leaves them to hostPass.writeDeferred rather than overwriting the ring before those
 	// layers attend.
 	shared, deferWrite bool
+	// journal, for a recurrent layer (number layer) of a group verifying drafts, receives what restores its
+	// states to those after any of the pass's positions (recurrent_draft.go).
+	journal *stateJournal
+	layer   int
 }
 
 // hostArray is a float32 array on the host.
@@ -392,6 +403,13 @@ func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 	switch {
 	case o.llamaCpp != nil && f == model.SiLU:
 		ggml.Silus(y.data, xa.data)
+	case o.llamaCpp != nil && f == model.Sigmoid:
+		// The one sigmoid of the architectures Arithmetic llama.cpp covers, Qwen2-MoE's shared-expert gate, which
+		// llama.cpp's qwen2moe graph computes as silu(x)/x over rows of one value (ggml_silu_f32: the C library's
+		// expf).
+		for i, v := range xa.data {
+			y.data[i] = v / (1 + ggml.LibcExpf(-v)) / v
+		}
 	case o.llamaCpp != nil:
 		panic(fmt.Sprintf("engine: arithmetic llama.cpp: activation %d", f)) // checkLlamaCpp admits SiLU only
 	case f == model.SiLU:

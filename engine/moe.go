@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
 
+	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/engine/model"
 )
 
@@ -24,6 +26,7 @@ type hostRouting struct {
 	slot    []int     // [rows·k]: where row r is in byE[experts[r·k+j]]
 	dims    []int     // the activations' dims without the last axis
 	inputs  bool      // the weights multiply the experts' inputs (model.RouteOptions.WeighInputs)
+	hidden  int       // the width of the rows (set by Rows)
 }
 
 func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
@@ -42,7 +45,7 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	scores, choice := make([]float32, n), make([]float32, n)
 	for row := range rows {
 		at := row * opts.K
-		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
+		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K], o.llamaCpp != nil)
 		for j, e := range r.experts[at : at+opts.K] {
 			if scale != nil {
 				r.weights[at+j] *= scale[e]
@@ -51,23 +54,21 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 			r.byE[e] = append(r.byE[e], row)
 		}
 	}
+	if o.routed != nil {
+		o.routed.want(r.byE, r.k) // a streamed layer's routed experts: read now, bound by Rows
+	}
 	return r
 }
 
-// routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
-// (softmax over the experts, each logit's sigmoid, or the logits themselves), the k best by score (+ bias;
-// LogitSigmoidScores: by logit) among the experts of the groups kept (opts.Groups), ties to the lower expert
-// index, their unbiased scores as weights (TopKSoftmax: the softmax of the k chosen logits), renormalized to sum 1
-// with opts.Norm, times opts.Scale.
-func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
-	switch opts.Score {
-	case model.SoftmaxScores:
-		softmax32(scores, logits)
-	case model.SigmoidScores, model.LogitSigmoidScores:
-		sigmoid(scores, logits)
-	case model.TopKSoftmax:
-		copy(scores, logits)
-	}
+// routeRow chooses one row's experts from its router logits as transformers' routers do, in float32 (llamaCpp:
+// as llama.cpp's build_moe_ffn does on the CPU; routeScores, renormalize): scores (softmax over the experts, each
+// logit's sigmoid, or the logits themselves), the k best by score (+ bias; LogitSigmoidScores: by logit) among the
+// experts of the groups kept (opts.Groups: a group's score is the sum of its two best, in llama.cpp too), ties to
+// the lower expert index (llama.cpp's argsort: descending), their unbiased scores as weights (TopKSoftmax: the
+// softmax of the k chosen logits), renormalized to sum 1 with opts.Norm, times opts.Scale (ggml_scale). choice is
+// scratch.
+func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32, llamaCpp bool) {
+	routeScores(logits, opts, scores, llamaCpp)
 	copy(choice, scores)
 	if opts.Score == model.LogitSigmoidScores {
 		copy(choice, logits)
@@ -78,6 +79,67 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	if opts.Groups > 1 {
 		limitGroups(choice, opts.Groups, opts.TopGroups)
 	}
+	topK(choice, scores, experts, weights)
+	if opts.Score == model.TopKSoftmax {
+		softmax32(weights, weights)
+	}
+	if opts.Norm {
+		renormalize(weights, llamaCpp)
+	}
+	if opts.Scale != 0 && opts.Scale != 1 {
+		for j := range weights {
+			weights[j] *= float32(opts.Scale)
+		}
+	}
+}
+
+// routeScores sets scores from a row's router logits: softmax in float32, each logit's sigmoid, or the logits
+// (TopKSoftmax); with llamaCpp,
+// ggml's soft_max (ggml.SoftMax) or its sigmoid, 1/(1 + expf(-x)) with the C library's expf (checkLlamaCppModel
+// admits no other scores).
+func routeScores(logits []float32, opts model.RouteOptions, scores []float32, llamaCpp bool) {
+	switch {
+	case llamaCpp && opts.Score == model.SoftmaxScores:
+		ggml.SoftMax(scores, logits, 1, nil)
+	case llamaCpp && opts.Score == model.SigmoidScores:
+		for i, v := range logits {
+			scores[i] = 1 / (1 + ggml.LibcExpf(-v))
+		}
+	case llamaCpp:
+		panic(fmt.Sprintf("engine: arithmetic llama.cpp: router scores %d", opts.Score))
+	case opts.Score == model.SoftmaxScores:
+		softmax32(scores, logits)
+	case opts.Score == model.SigmoidScores, opts.Score == model.LogitSigmoidScores:
+		sigmoid(scores, logits)
+	case opts.Score == model.TopKSoftmax:
+		copy(scores, logits)
+	}
+}
+
+// renormalize divides the chosen experts' weights by their sum: in float32, or with llamaCpp as llama.cpp does,
+// the sum in double precision (ggml_vec_sum_f32) rounded to float32 and clamped below at 6.103515625e-5 (its
+// guard against a zero sum).
+func renormalize(weights []float32, llamaCpp bool) {
+	var s float32
+	if llamaCpp {
+		sum := 0.0
+		for _, w := range weights {
+			sum += float64(w)
+		}
+		s = max(float32(sum), 6.103515625e-5)
+	} else {
+		for _, w := range weights {
+			s += w
+		}
+	}
+	for j := range weights {
+		weights[j] /= s
+	}
+}
+
+// topK sets experts to the len(experts) best by choice, best first (ties to the lower index), and weights to
+// their scores.
+func topK(choice, scores []float32, experts []int, weights []float32) {
 	for j := range experts {
 		best := -1
 		for e, c := range choice {
@@ -86,23 +148,6 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 			}
 		}
 		experts[j], weights[j] = best, scores[best]
-	}
-	if opts.Score == model.TopKSoftmax {
-		softmax32(weights, weights)
-	}
-	if opts.Norm {
-		var sum float32
-		for _, w := range weights {
-			sum += w
-		}
-		for j := range weights {
-			weights[j] /= sum
-		}
-	}
-	if opts.Scale != 0 && opts.Scale != 1 {
-		for j := range weights {
-			weights[j] *= float32(opts.Scale)
-		}
 	}
 }
 
@@ -163,8 +208,27 @@ func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	if len(r.byE[e]) == 0 {
 		return nil
 	}
+	if o.experts != nil { // llama.cpp's mul_mat_id takes each sequence's rows routed to e as one batch
+		t := r.dims[len(r.dims)-1]
+		o.experts.runs = o.experts.runs[:0]
+		for i, row := range r.byE[e] {
+			if i == 0 || row/t != r.byE[e][i-1]/t {
+				o.experts.runs = append(o.experts.runs, 0)
+			}
+			o.experts.runs[len(o.experts.runs)-1]++
+		}
+	}
 	xa := arr(x)
 	h := xa.dims[len(xa.dims)-1]
+	r.hidden = h
+	if o.routed != nil {
+		if err := o.routed.bind(e, o.weights); err != nil {
+			if *o.err == nil {
+				*o.err = err // the pass fails with it; Combine leaves the expert out meanwhile
+			}
+			return nil
+		}
+	}
 	y := o.arena.array(len(r.byE[e]), h)
 	for i, row := range r.byE[e] {
 		dst, src := y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h]
@@ -188,14 +252,11 @@ func (r *hostRouting) weight(row, e int) float32 {
 
 func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
 	r := routing.(*hostRouting)
-	h := 0
-	for _, y := range ys {
-		if y != nil {
-			h = arr(y).dims[1]
-			break
-		}
+	out := o.arena.array(append(slices.Clone(r.dims), r.hidden)...)
+	if o.err != nil && *o.err != nil {
+		return out // an expert's read failed (Rows): the pass returns the error
 	}
-	out := o.arena.array(append(slices.Clone(r.dims), h)...)
+	h := r.hidden
 	for row := range len(r.experts) / r.k {
 		acc := out.data[row*h : (row+1)*h]
 		for j := range r.k {

@@ -15,6 +15,12 @@ import (
 // file (arch_<name>.go) with register.
 type archInfo struct {
 	hf string // the Hugging Face architectures entry (and the family layerstream computes it with)
+	// nextn: the blocks past block_count - nextn_predict_layers are multi-token-prediction layers, which llama.cpp
+	// computes only for its speculative drafts (GLM-4.5, Qwen3.5) and transformers not at all: their tensors are
+	// left out; nextnKey, when set, is the config key that records how many there were. Elsewhere the key is
+	// refused.
+	nextn    bool
+	nextnKey string
 	// interleavedRotary: llama.cpp's converter reorders the rows of q/k so rotary pairs are adjacent (the
 	// "normal" rope layout); layerstream undoes it to get Hugging Face's rotate-half layout back.
 	interleavedRotary bool
@@ -40,6 +46,8 @@ type archInfo struct {
 	// config, when set, reads the architecture's own metadata into config.json (Hugging Face's spelling), after
 	// the shared keys are in cfg. It refuses, by name, what layerstream does not implement.
 	config func(m archMeta, cfg map[string]any) error
+	// moe, for an architecture with routed experts, names them (moe.go); nil refuses expert_count.
+	moe *moeInfo
 	// globals maps this architecture's own global tensors to Hugging Face's names, besides globalNames.
 	globals map[string]string
 	// layerArrays: feed_forward_length and attention.head_count_kv may give one value per layer; the shared code
@@ -48,6 +56,12 @@ type archInfo struct {
 	// layerShapes: the layers' shapes differ by layer (Gemma 4's full layers), so the tensors are checked
 	// against the engine's plan (weightStore.checkTensors) rather than against the config here.
 	layerShapes bool
+	// plainNorms are the Hugging Face name suffixes of norms normsPlusOne leaves as stored (Qwen3.5's gated
+	// ssm_norm, which Hugging Face applies as x·w).
+	plainNorms []string
+	// tensor, when set, adjusts a mapped tensor (its Hugging Face name set) to the architecture's storage: a
+	// transform on reading, a shape.
+	tensor func(ct *checkpoint.TensorInfo) error
 }
 
 // archMeta reads one architecture's metadata: key("x") is "<arch>.x".
@@ -77,7 +91,8 @@ var knownArchKeys = map[string]bool{
 	"attention.layer_norm_rms_epsilon": true, "attention.key_length": true, "attention.value_length": true,
 	"rope.dimension_count": true, "rope.freq_base": true, "rope.scaling.type": true, "rope.scaling.factor": true,
 	"rope.scaling.original_context_length": true, "rope.scaling.finetuned": true, "rope.scale_linear": true,
-	"expert_count": true, "expert_used_count": true, "attention.causal": true, "attention.sliding_window": true,
+	"expert_count": true, "expert_used_count": true, "expert_group_count": true, "expert_group_used_count": true,
+	"nextn_predict_layers": true, "attention.causal": true, "attention.sliding_window": true,
 	"pooling_type": true, "rope.scaling.yarn_beta_fast": true, "rope.scaling.yarn_beta_slow": true,
 	"rope.scaling.attn_factor": true,
 }
@@ -214,12 +229,8 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	if err := g.ropeScaling(arch, cfg); err != nil {
 		return nil, nil, err
 	}
-	for _, k := range []string{"expert_count", "expert_used_count"} {
-		if v, ok, err := g.Uint(key(k)); err != nil {
-			return nil, nil, err
-		} else if ok && v != 0 {
-			return nil, nil, fmt.Errorf("metadata %s is %d: mixture-of-experts GGUF files are not supported yet (llama.cpp's ffn_*_exps tensors; the safetensors checkpoints of Mixtral, Qwen2/3-MoE, OLMoE, GLM-4.5 and MiniMax-M2 are)", key(k), v)
-		}
+	if err := g.moeConfig(arch, info, cfg); err != nil {
+		return nil, nil, err
 	}
 	// llama.cpp's pooling types: 0 none (a language model), 1 mean, 2 cls, 3 last, 4 rank. A pooled file is an
 	// embedding or reranking model (Qwen3-Embedding: causal, but without a language-model head), whose "text"
