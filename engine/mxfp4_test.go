@@ -14,8 +14,8 @@ import (
 // apart, quantization_config mxfp4: testdata/mxfp4/gpt_oss, made by scripts/fixtures/make_mxfp4_fixture.py)
 // matches transformers, which dequantizes them, as TestHFFixtures checks a fixture: the prompt's logits within
 // 1e-4 through Engine.Logits (graphs), host decode steps and a 25-token prefill, and the float64 reference; the
-// 20 greedy ids on the host kernels and the graphs. The experts open as ggml MXFP4 tensors, which the host
-// kernels multiply in place (kernels.LinearQuant).
+// 20 greedy ids on the host kernels and the graphs. The experts open as ggml MXFP4 tensors, streamed expert by
+// expert (routed-only), which the host kernels multiply in place (kernels.LinearQuant).
 func TestGptOssMXFP4(t *testing.T) {
 	src, err := hffixture.Testdata("mxfp4", "gpt_oss")
 	if err != nil {
@@ -45,6 +45,9 @@ func TestGptOssMXFP4(t *testing.T) {
 		}
 	}
 	c := &hfCase{t: t, name: "gpt_oss (MXFP4)", dir: dir, ref: ref, e: open(t, dir, Options{}), ids: ints(ref.InputIDs)}
+	if c.e.store.experts == nil {
+		t.Fatal("the experts are not streamed apart (each expert's paired blocks and scales a unit of its own)")
+	}
 	c.want = make([][]float32, len(c.ids))
 	for p := range c.want {
 		c.want[p] = ref.Row(p)
