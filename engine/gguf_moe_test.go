@@ -92,10 +92,15 @@ func checkGGUFGreedy(t *testing.T, what string, e *Engine, ids, want []int) {
 // Qwen3-MoE, OLMoE: softmax routing; GLM-4.5, also with expert groups, and MiniMax-M2: sigmoid routing with a choice
 // bias, partial rotary embeddings; F32, and the Q4_K_M Qwen3-MoE) gives llama.cpp's logits of the 40 ids bit for
 // bit (the fixtures were made with llama.cpp's cache in float32, KVCache f32) and its 20 greedy ids after them,
-// each generation step keeping only the last position's logits as llama.cpp does.
+// each generation step keeping only the last position's logits as llama.cpp does. gpt-oss's files are refused by
+// name (its sinks and clamped SwiGLU are not reproduced).
 func TestLlamaCppArithmeticMoE(t *testing.T) {
 	forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		ids := ints(llama["input_ids"].I64)
+		if strings.HasPrefix(name, "gpt_oss") { // attention sinks, clamped SwiGLU: not reproduced, refused by name
+			llamaCppExact(t, file, ids, nil, "architecture GptOssForCausalLM is not covered")
+			return
+		}
 		e := llamaCppExact(t, file, ids, llama["logits"].F32, "")
 		checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
 	})
