@@ -725,6 +725,10 @@ func decodeQ3_KInts(k *kInts, b []byte) {
 // input rows (the matrix is never expanded), and each output is computed by the same dot product whatever the
 // number of rows, so a sequence gives the same bits alone and in a batch.
 func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
+	if f := rowsKernels[w.Type]; f != nil {
+		linearQuantRows(y, x, w, bias, f)
+		return
+	}
 	if w.TwoPart && w.Type == quant.Q8_0 {
 		linearTwoPart(y, x, w, bias, linearQuant)
 		return

@@ -1,0 +1,126 @@
+package kernels
+
+import (
+	"math"
+	"sync"
+
+	"github.com/layerstream/layerstream/internal/grow"
+	"github.com/layerstream/layerstream/quant"
+)
+
+// Products of a few input rows (a decode step, a batch step of several sequences, a draft's verification) in
+// the tiled kernels' order.
+//
+// LinearQuantPrompt's tiled products (tiled.go) sum each super-block in integers and take one float update per
+// super-block and output, y += ((float(isb)·d) − (float(imin)·dm))·dx, in block order. That order does not
+// depend on how the weights are laid out, so kernels that read the weight rows as they are stored can follow it
+// too: for the types of rowsKernels, the rows kernels compute every output of LinearQuant, one row or many, in
+// that order, bit for bit as the tiled kernels and their Go twins (tileGo) do, and LinearQuant and
+// LinearQuantPrompt give the same bits at any number of rows. A decode step, a batch step and a draft's
+// verification then compute the same bits as a prompt's pass, and a verification of k positions reads each
+// weight block once for all of them instead of once per position.
+//
+// A rows kernel decodes one weight row's super-block into registers once (the codes as 64 bytes per register,
+// the sub-block scales as a register of int16 pairs per 64 codes) and multiplies it with the input rows four at
+// a time: per row, VPMADDUBSW (code·x pairs) then VPDPWSSD with the scales sums each sub-block's products times
+// its scale into 16 int32 lanes, which a transposing reduction folds into the four rows' isb; imin is the
+// minimum factors (pairs of int16) times the rows' sums of 16 or 32 (VPDPWSSD), and the float update is the
+// tiled one on the four rows' lanes. Integer sums are exact, so only the float update fixes the bits.
+
+// rowsQuad is the number of input rows a rows kernel multiplies together; a product's rows are padded to a
+// multiple of it with zero rows.
+const rowsQuad = 4
+
+// rowsTiledFrom is the number of input rows from which LinearQuant takes the tiled kernels for a type of
+// rowsKernels (the same bits): from there unpacking 16 weight rows into panels costs less than the rows
+// kernels' reductions.
+const rowsTiledFrom = 12
+
+// quantRowsKernel multiplies the nout weight rows from w (nsb super-blocks each, stored one after the other) with nq
+// quads of input rows, qs (row r at r·xstride, 256 values per super-block) and ameta (per super-block and quad:
+// the rows' pairs of sums and scales, rowsInputs.pack), and sets y[r·ystride + o] for o < nout and r < rows;
+// acc is scratch of 4·nq floats.
+type quantRowsKernel func(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+// rowsFormat is a type's rows kernel and the layout of the input parts it reads.
+type rowsFormat struct {
+	tiled  *tiledFormat // the type's tiled format: its pairs of sums (sub: 32 or 16 elements per sub-block)
+	kernel quantRowsKernel
+}
+
+// metaBytes is the size of the input parts of one super-block of one quad: the pairs of sums [npair][4]int32,
+// then the scales [4]float32.
+func (f *rowsFormat) metaBytes() int { return (f.tiled.npair() + 1) * 4 * rowsQuad }
+
+// rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has
+// no rows kernels: there LinearQuant keeps its lanes order, quant.go).
+var rowsKernels = func() map[quant.Type]*rowsFormat {
+	m := map[quant.Type]*rowsFormat{}
+	for t, k := range rowsAsm() {
+		if f := tiledFormats[t]; f != nil && f.asmKernel != nil {
+			m[t] = &rowsFormat{tiled: f, kernel: k}
+		}
+	}
+	return m
+}()
+
+// rowsInputs is input rows quantized and packed for a rows kernel: qs padded with zero rows to whole quads,
+// and the parts of each super-block and quad.
+type rowsInputs struct {
+	qs   []int8
+	meta []byte
+}
+
+var rowsPool = sync.Pool{New: func() any { return new(rowsInputs) }}
+
+// pack packs the rows of a (n values each) for format f: nq quads.
+func (p *rowsInputs) pack(f *rowsFormat, a *qAct, rows, nq int) {
+	n := a.n
+	p.qs = grow.Slice(p.qs, nq*rowsQuad*n)
+	copy(p.qs, a.qs[:rows*n])
+	clear(p.qs[rows*n:])
+	nsb, mb := n/quant.QKK, f.metaBytes()
+	p.meta = grow.Slice(p.meta, nsb*nq*mb)
+	clear(p.meta)
+	np := f.tiled.npair()
+	for r := range rows {
+		x := a.row(r)
+		q, c := r/rowsQuad, r%rowsQuad
+		for b := range nsb {
+			m := p.meta[(b*nq+q)*mb:]
+			f.tiled.packPairs(m, rowsQuad, c, x, b)
+			put32(m, np*4*rowsQuad+4*c, math.Float32bits(x.d[b]))
+		}
+	}
+}
+
+// linearQuantRows is LinearQuant for a type of rowsKernels: its rows kernel, or for many rows the tiled kernels (the
+// same bits).
+func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsFormat) {
+	in, out := w.Cols, w.Rows
+	rows := len(x) / in
+	if rows >= rowsTiledFrom {
+		linearTiled(y, x, w, bias, f.tiled, f.tiled.asmKernel)
+		return
+	}
+	a := actPool.Get().(*qAct)
+	defer actPool.Put(a)
+	a.quantize(actQ8_K, x[:rows*in], in)
+	p := rowsPool.Get().(*rowsInputs)
+	defer rowsPool.Put(p)
+	nq := (rows + rowsQuad - 1) / rowsQuad
+	p.pack(f, a, rows, nq)
+	nsb := in / quant.QKK
+	ParallelFor(out, func(lo, hi int) {
+		var acc [rowsTiledFrom + rowsQuad]float32 // the kernel's sums of up to rowsTiledFrom-1 rows, in quads
+		f.kernel(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
+		if bias != nil {
+			for r := range rows {
+				yr := y[r*out : (r+1)*out]
+				for o := lo; o < hi; o++ {
+					yr[o] += bias[o]
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,20 @@
+package kernels
+
+import "github.com/layerstream/layerstream/quant"
+
+//go:noescape
+func rowsQ4_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowsQ5_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowsQ6_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+// rowsAsm returns the rows kernels (rows.go) the CPU can run: AVX-512 VNNI (and BW, for the word operations).
+func rowsAsm() map[quant.Type]quantRowsKernel {
+	if !useVNNI {
+		return nil
+	}
+	return map[quant.Type]quantRowsKernel{quant.Q4_K: rowsQ4_KVNNI, quant.Q5_K: rowsQ5_KVNNI, quant.Q6_K: rowsQ6_KVNNI}
+}

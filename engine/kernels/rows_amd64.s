@@ -1,0 +1,548 @@
+#include "textflag.h"
+
+// The rows kernels (rows.go): one weight row's super-block decoded into registers, multiplied with four input
+// rows at a time, in the tiled kernels' float order. Registers: Z0-Z3 the super-block's codes (64 bytes each),
+// Z4-Z7 the sub-block scales of each code's int32 lane as int16 pairs, X8 d (four lanes), X9-X13, X22, X23, X28
+// the minimum factors' int16 pairs, each in every lane (Q4_K: X9 dmin, X10-X13), Z16-Z19 the four rows' sums,
+// Z20, Z21 scratch, Z24-Z27 the scales' word indexes, Z30 0x30 bytes, Z31 0x0f bytes, K1 the high 16 words.
+// SI: the super-block; DX: the inputs' super-block (row 0); R8: the quad's row 0, R9 the rows' stride, R10 three
+// times it; R11: the quad's input parts; R14: the quad's four sums in acc.
+
+// rowsq4idx, rowsq6idx: per 64 codes (g), the word index of each int32 lane's scale, twice (a pair).
+DATA rowsq4idx<>+0(SB)/2, $0
+DATA rowsq4idx<>+2(SB)/2, $0
+DATA rowsq4idx<>+4(SB)/2, $0
+DATA rowsq4idx<>+6(SB)/2, $0
+DATA rowsq4idx<>+8(SB)/2, $0
+DATA rowsq4idx<>+10(SB)/2, $0
+DATA rowsq4idx<>+12(SB)/2, $0
+DATA rowsq4idx<>+14(SB)/2, $0
+DATA rowsq4idx<>+16(SB)/2, $0
+DATA rowsq4idx<>+18(SB)/2, $0
+DATA rowsq4idx<>+20(SB)/2, $0
+DATA rowsq4idx<>+22(SB)/2, $0
+DATA rowsq4idx<>+24(SB)/2, $0
+DATA rowsq4idx<>+26(SB)/2, $0
+DATA rowsq4idx<>+28(SB)/2, $0
+DATA rowsq4idx<>+30(SB)/2, $0
+DATA rowsq4idx<>+32(SB)/2, $1
+DATA rowsq4idx<>+34(SB)/2, $1
+DATA rowsq4idx<>+36(SB)/2, $1
+DATA rowsq4idx<>+38(SB)/2, $1
+DATA rowsq4idx<>+40(SB)/2, $1
+DATA rowsq4idx<>+42(SB)/2, $1
+DATA rowsq4idx<>+44(SB)/2, $1
+DATA rowsq4idx<>+46(SB)/2, $1
+DATA rowsq4idx<>+48(SB)/2, $1
+DATA rowsq4idx<>+50(SB)/2, $1
+DATA rowsq4idx<>+52(SB)/2, $1
+DATA rowsq4idx<>+54(SB)/2, $1
+DATA rowsq4idx<>+56(SB)/2, $1
+DATA rowsq4idx<>+58(SB)/2, $1
+DATA rowsq4idx<>+60(SB)/2, $1
+DATA rowsq4idx<>+62(SB)/2, $1
+DATA rowsq4idx<>+64(SB)/2, $2
+DATA rowsq4idx<>+66(SB)/2, $2
+DATA rowsq4idx<>+68(SB)/2, $2
+DATA rowsq4idx<>+70(SB)/2, $2
+DATA rowsq4idx<>+72(SB)/2, $2
+DATA rowsq4idx<>+74(SB)/2, $2
+DATA rowsq4idx<>+76(SB)/2, $2
+DATA rowsq4idx<>+78(SB)/2, $2
+DATA rowsq4idx<>+80(SB)/2, $2
+DATA rowsq4idx<>+82(SB)/2, $2
+DATA rowsq4idx<>+84(SB)/2, $2
+DATA rowsq4idx<>+86(SB)/2, $2
+DATA rowsq4idx<>+88(SB)/2, $2
+DATA rowsq4idx<>+90(SB)/2, $2
+DATA rowsq4idx<>+92(SB)/2, $2
+DATA rowsq4idx<>+94(SB)/2, $2
+DATA rowsq4idx<>+96(SB)/2, $3
+DATA rowsq4idx<>+98(SB)/2, $3
+DATA rowsq4idx<>+100(SB)/2, $3
+DATA rowsq4idx<>+102(SB)/2, $3
+DATA rowsq4idx<>+104(SB)/2, $3
+DATA rowsq4idx<>+106(SB)/2, $3
+DATA rowsq4idx<>+108(SB)/2, $3
+DATA rowsq4idx<>+110(SB)/2, $3
+DATA rowsq4idx<>+112(SB)/2, $3
+DATA rowsq4idx<>+114(SB)/2, $3
+DATA rowsq4idx<>+116(SB)/2, $3
+DATA rowsq4idx<>+118(SB)/2, $3
+DATA rowsq4idx<>+120(SB)/2, $3
+DATA rowsq4idx<>+122(SB)/2, $3
+DATA rowsq4idx<>+124(SB)/2, $3
+DATA rowsq4idx<>+126(SB)/2, $3
+DATA rowsq4idx<>+128(SB)/2, $4
+DATA rowsq4idx<>+130(SB)/2, $4
+DATA rowsq4idx<>+132(SB)/2, $4
+DATA rowsq4idx<>+134(SB)/2, $4
+DATA rowsq4idx<>+136(SB)/2, $4
+DATA rowsq4idx<>+138(SB)/2, $4
+DATA rowsq4idx<>+140(SB)/2, $4
+DATA rowsq4idx<>+142(SB)/2, $4
+DATA rowsq4idx<>+144(SB)/2, $4
+DATA rowsq4idx<>+146(SB)/2, $4
+DATA rowsq4idx<>+148(SB)/2, $4
+DATA rowsq4idx<>+150(SB)/2, $4
+DATA rowsq4idx<>+152(SB)/2, $4
+DATA rowsq4idx<>+154(SB)/2, $4
+DATA rowsq4idx<>+156(SB)/2, $4
+DATA rowsq4idx<>+158(SB)/2, $4
+DATA rowsq4idx<>+160(SB)/2, $5
+DATA rowsq4idx<>+162(SB)/2, $5
+DATA rowsq4idx<>+164(SB)/2, $5
+DATA rowsq4idx<>+166(SB)/2, $5
+DATA rowsq4idx<>+168(SB)/2, $5
+DATA rowsq4idx<>+170(SB)/2, $5
+DATA rowsq4idx<>+172(SB)/2, $5
+DATA rowsq4idx<>+174(SB)/2, $5
+DATA rowsq4idx<>+176(SB)/2, $5
+DATA rowsq4idx<>+178(SB)/2, $5
+DATA rowsq4idx<>+180(SB)/2, $5
+DATA rowsq4idx<>+182(SB)/2, $5
+DATA rowsq4idx<>+184(SB)/2, $5
+DATA rowsq4idx<>+186(SB)/2, $5
+DATA rowsq4idx<>+188(SB)/2, $5
+DATA rowsq4idx<>+190(SB)/2, $5
+DATA rowsq4idx<>+192(SB)/2, $6
+DATA rowsq4idx<>+194(SB)/2, $6
+DATA rowsq4idx<>+196(SB)/2, $6
+DATA rowsq4idx<>+198(SB)/2, $6
+DATA rowsq4idx<>+200(SB)/2, $6
+DATA rowsq4idx<>+202(SB)/2, $6
+DATA rowsq4idx<>+204(SB)/2, $6
+DATA rowsq4idx<>+206(SB)/2, $6
+DATA rowsq4idx<>+208(SB)/2, $6
+DATA rowsq4idx<>+210(SB)/2, $6
+DATA rowsq4idx<>+212(SB)/2, $6
+DATA rowsq4idx<>+214(SB)/2, $6
+DATA rowsq4idx<>+216(SB)/2, $6
+DATA rowsq4idx<>+218(SB)/2, $6
+DATA rowsq4idx<>+220(SB)/2, $6
+DATA rowsq4idx<>+222(SB)/2, $6
+DATA rowsq4idx<>+224(SB)/2, $7
+DATA rowsq4idx<>+226(SB)/2, $7
+DATA rowsq4idx<>+228(SB)/2, $7
+DATA rowsq4idx<>+230(SB)/2, $7
+DATA rowsq4idx<>+232(SB)/2, $7
+DATA rowsq4idx<>+234(SB)/2, $7
+DATA rowsq4idx<>+236(SB)/2, $7
+DATA rowsq4idx<>+238(SB)/2, $7
+DATA rowsq4idx<>+240(SB)/2, $7
+DATA rowsq4idx<>+242(SB)/2, $7
+DATA rowsq4idx<>+244(SB)/2, $7
+DATA rowsq4idx<>+246(SB)/2, $7
+DATA rowsq4idx<>+248(SB)/2, $7
+DATA rowsq4idx<>+250(SB)/2, $7
+DATA rowsq4idx<>+252(SB)/2, $7
+DATA rowsq4idx<>+254(SB)/2, $7
+GLOBL rowsq4idx<>(SB), RODATA|NOPTR, $256
+
+DATA rowsq6idx<>+0(SB)/2, $0
+DATA rowsq6idx<>+2(SB)/2, $0
+DATA rowsq6idx<>+4(SB)/2, $0
+DATA rowsq6idx<>+6(SB)/2, $0
+DATA rowsq6idx<>+8(SB)/2, $0
+DATA rowsq6idx<>+10(SB)/2, $0
+DATA rowsq6idx<>+12(SB)/2, $0
+DATA rowsq6idx<>+14(SB)/2, $0
+DATA rowsq6idx<>+16(SB)/2, $1
+DATA rowsq6idx<>+18(SB)/2, $1
+DATA rowsq6idx<>+20(SB)/2, $1
+DATA rowsq6idx<>+22(SB)/2, $1
+DATA rowsq6idx<>+24(SB)/2, $1
+DATA rowsq6idx<>+26(SB)/2, $1
+DATA rowsq6idx<>+28(SB)/2, $1
+DATA rowsq6idx<>+30(SB)/2, $1
+DATA rowsq6idx<>+32(SB)/2, $2
+DATA rowsq6idx<>+34(SB)/2, $2
+DATA rowsq6idx<>+36(SB)/2, $2
+DATA rowsq6idx<>+38(SB)/2, $2
+DATA rowsq6idx<>+40(SB)/2, $2
+DATA rowsq6idx<>+42(SB)/2, $2
+DATA rowsq6idx<>+44(SB)/2, $2
+DATA rowsq6idx<>+46(SB)/2, $2
+DATA rowsq6idx<>+48(SB)/2, $3
+DATA rowsq6idx<>+50(SB)/2, $3
+DATA rowsq6idx<>+52(SB)/2, $3
+DATA rowsq6idx<>+54(SB)/2, $3
+DATA rowsq6idx<>+56(SB)/2, $3
+DATA rowsq6idx<>+58(SB)/2, $3
+DATA rowsq6idx<>+60(SB)/2, $3
+DATA rowsq6idx<>+62(SB)/2, $3
+DATA rowsq6idx<>+64(SB)/2, $4
+DATA rowsq6idx<>+66(SB)/2, $4
+DATA rowsq6idx<>+68(SB)/2, $4
+DATA rowsq6idx<>+70(SB)/2, $4
+DATA rowsq6idx<>+72(SB)/2, $4
+DATA rowsq6idx<>+74(SB)/2, $4
+DATA rowsq6idx<>+76(SB)/2, $4
+DATA rowsq6idx<>+78(SB)/2, $4
+DATA rowsq6idx<>+80(SB)/2, $5
+DATA rowsq6idx<>+82(SB)/2, $5
+DATA rowsq6idx<>+84(SB)/2, $5
+DATA rowsq6idx<>+86(SB)/2, $5
+DATA rowsq6idx<>+88(SB)/2, $5
+DATA rowsq6idx<>+90(SB)/2, $5
+DATA rowsq6idx<>+92(SB)/2, $5
+DATA rowsq6idx<>+94(SB)/2, $5
+DATA rowsq6idx<>+96(SB)/2, $6
+DATA rowsq6idx<>+98(SB)/2, $6
+DATA rowsq6idx<>+100(SB)/2, $6
+DATA rowsq6idx<>+102(SB)/2, $6
+DATA rowsq6idx<>+104(SB)/2, $6
+DATA rowsq6idx<>+106(SB)/2, $6
+DATA rowsq6idx<>+108(SB)/2, $6
+DATA rowsq6idx<>+110(SB)/2, $6
+DATA rowsq6idx<>+112(SB)/2, $7
+DATA rowsq6idx<>+114(SB)/2, $7
+DATA rowsq6idx<>+116(SB)/2, $7
+DATA rowsq6idx<>+118(SB)/2, $7
+DATA rowsq6idx<>+120(SB)/2, $7
+DATA rowsq6idx<>+122(SB)/2, $7
+DATA rowsq6idx<>+124(SB)/2, $7
+DATA rowsq6idx<>+126(SB)/2, $7
+DATA rowsq6idx<>+128(SB)/2, $8
+DATA rowsq6idx<>+130(SB)/2, $8
+DATA rowsq6idx<>+132(SB)/2, $8
+DATA rowsq6idx<>+134(SB)/2, $8
+DATA rowsq6idx<>+136(SB)/2, $8
+DATA rowsq6idx<>+138(SB)/2, $8
+DATA rowsq6idx<>+140(SB)/2, $8
+DATA rowsq6idx<>+142(SB)/2, $8
+DATA rowsq6idx<>+144(SB)/2, $9
+DATA rowsq6idx<>+146(SB)/2, $9
+DATA rowsq6idx<>+148(SB)/2, $9
+DATA rowsq6idx<>+150(SB)/2, $9
+DATA rowsq6idx<>+152(SB)/2, $9
+DATA rowsq6idx<>+154(SB)/2, $9
+DATA rowsq6idx<>+156(SB)/2, $9
+DATA rowsq6idx<>+158(SB)/2, $9
+DATA rowsq6idx<>+160(SB)/2, $10
+DATA rowsq6idx<>+162(SB)/2, $10
+DATA rowsq6idx<>+164(SB)/2, $10
+DATA rowsq6idx<>+166(SB)/2, $10
+DATA rowsq6idx<>+168(SB)/2, $10
+DATA rowsq6idx<>+170(SB)/2, $10
+DATA rowsq6idx<>+172(SB)/2, $10
+DATA rowsq6idx<>+174(SB)/2, $10
+DATA rowsq6idx<>+176(SB)/2, $11
+DATA rowsq6idx<>+178(SB)/2, $11
+DATA rowsq6idx<>+180(SB)/2, $11
+DATA rowsq6idx<>+182(SB)/2, $11
+DATA rowsq6idx<>+184(SB)/2, $11
+DATA rowsq6idx<>+186(SB)/2, $11
+DATA rowsq6idx<>+188(SB)/2, $11
+DATA rowsq6idx<>+190(SB)/2, $11
+DATA rowsq6idx<>+192(SB)/2, $12
+DATA rowsq6idx<>+194(SB)/2, $12
+DATA rowsq6idx<>+196(SB)/2, $12
+DATA rowsq6idx<>+198(SB)/2, $12
+DATA rowsq6idx<>+200(SB)/2, $12
+DATA rowsq6idx<>+202(SB)/2, $12
+DATA rowsq6idx<>+204(SB)/2, $12
+DATA rowsq6idx<>+206(SB)/2, $12
+DATA rowsq6idx<>+208(SB)/2, $13
+DATA rowsq6idx<>+210(SB)/2, $13
+DATA rowsq6idx<>+212(SB)/2, $13
+DATA rowsq6idx<>+214(SB)/2, $13
+DATA rowsq6idx<>+216(SB)/2, $13
+DATA rowsq6idx<>+218(SB)/2, $13
+DATA rowsq6idx<>+220(SB)/2, $13
+DATA rowsq6idx<>+222(SB)/2, $13
+DATA rowsq6idx<>+224(SB)/2, $14
+DATA rowsq6idx<>+226(SB)/2, $14
+DATA rowsq6idx<>+228(SB)/2, $14
+DATA rowsq6idx<>+230(SB)/2, $14
+DATA rowsq6idx<>+232(SB)/2, $14
+DATA rowsq6idx<>+234(SB)/2, $14
+DATA rowsq6idx<>+236(SB)/2, $14
+DATA rowsq6idx<>+238(SB)/2, $14
+DATA rowsq6idx<>+240(SB)/2, $15
+DATA rowsq6idx<>+242(SB)/2, $15
+DATA rowsq6idx<>+244(SB)/2, $15
+DATA rowsq6idx<>+246(SB)/2, $15
+DATA rowsq6idx<>+248(SB)/2, $15
+DATA rowsq6idx<>+250(SB)/2, $15
+DATA rowsq6idx<>+252(SB)/2, $15
+DATA rowsq6idx<>+254(SB)/2, $15
+GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
+
+// ROW(acc, m0, m1, m2, m3): acc = Σ over the four registers of codes (Z0-Z3) of scale·(code·x), x the row's
+// 256 values at m0..m3: VPMADDUBSW sums pairs of code·x in int16 (at most 2·63·127: no saturation), VPDPWSSD
+// multiplies each int32 lane's two by the lane's sub-block scale and adds them.
+#define ROW(acc, m0, m1, m2, m3) \
+	VPMADDUBSW m0, Z0, Z20; VPMADDWD Z4, Z20, acc \
+	VPMADDUBSW m1, Z1, Z21; VPDPWSSD Z5, Z21, acc \
+	VPMADDUBSW m2, Z2, Z20; VPDPWSSD Z6, Z20, acc \
+	VPMADDUBSW m3, Z3, Z21; VPDPWSSD Z7, Z21, acc
+
+// QUAD: the four rows from R8 (stride R9) into Z16-Z19, folded into X16 = the four rows' isb.
+#define QUAD \
+	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)) \
+	ROW(Z17, 0(R8)(R9*1), 64(R8)(R9*1), 128(R8)(R9*1), 192(R8)(R9*1)) \
+	ROW(Z18, 0(R8)(R9*2), 64(R8)(R9*2), 128(R8)(R9*2), 192(R8)(R9*2)) \
+	ROW(Z19, 0(R8)(R10*1), 64(R8)(R10*1), 128(R8)(R10*1), 192(R8)(R10*1)) \
+	VPUNPCKLDQ Z17, Z16, Z20; VPUNPCKHDQ Z17, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VPUNPCKLDQ Z19, Z18, Z20; VPUNPCKHDQ Z19, Z18, Z18; VPADDD Z20, Z18, Z18 \
+	VPUNPCKLQDQ Z18, Z16, Z20; VPUNPCKHQDQ Z18, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VEXTRACTI64X4 $1, Z16, Y20; VPADDD Y20, Y16, Y16 \
+	VEXTRACTI32X4 $1, Y16, X20; VPADDD X20, X16, X16
+
+// UPDATE(dm, dx): the tiled float update of the quad's four sums (X16) and minimum sums (X21): acc (R14) +=
+// ((float(isb)·d) − (float(imin)·dm))·dx, dx at dx(R11); no fused operation.
+#define UPDATE(dm, dx) \
+	VCVTDQ2PS X16, X16; VMULPS X8, X16, X16 \
+	VCVTDQ2PS X21, X21; VMULPS dm, X21, X21 \
+	VSUBPS X21, X16, X16; VMULPS dx(R11), X16, X16 \
+	VADDPS (R14), X16, X16; VMOVUPS X16, (R14)
+
+// Q4CODES(off, z): 32 bytes of Q4_K nibbles at off(SI) as 64 codes: the low nibbles, then the high ones.
+#define Q4CODES(off, z) VBROADCASTI64X4 off(SI), z; VPSRLW $4, z, K1, z; VPANDD Z31, z, z
+
+// Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4-Z7, X8 (d), X9 (dmin), X10-X13 (minimum pairs):
+// the 6-bit scales and minimums unpacked as ggml does (kmask1-3); Q4DECODE: a Q4_K super-block into those and
+// Z0-Z3.
+#define Q4SCALES \
+	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8 \
+	VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, X9 \
+	MOVL 4(SI), AX; MOVL 8(SI), BX; MOVL 12(SI), CX \
+	MOVL CX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI \
+	MOVL BX, R12; SHRL $6, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
+	ANDL $0x3f3f3f3f, BX \
+	ANDL $0x0f0f0f0f, CX; MOVL AX, R12; SHRL $6, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, CX \
+	ANDL $0x3f3f3f3f, AX \
+	VMOVD AX, X14; VPINSRD $1, CX, X14, X14; VPMOVZXBW X14, X14 \
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
+	VMOVD BX, X15; VPINSRD $1, DI, X15, X15; VPMOVZXBW X15, X15 \
+	VPSHUFD $0x00, X15, X10; VPSHUFD $0x55, X15, X11; VPSHUFD $0xaa, X15, X12; VPSHUFD $0xff, X15, X13
+#define Q4DECODE Q4SCALES; Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
+
+// Q5CODES(off, z): Q4CODES with the qh bits (Z20: qh shifted so that bit 2g of each byte is at bit 4) as bit 4,
+// bit 2g of the low nibbles' codes and 2g+1 of the high ones' (Z29: 0x10 bytes).
+#define Q5CODES(off, z) Q4CODES(off, z); VPSRLW $1, Z20, K1, Z20; VPTERNLOGD $0xF8, Z29, Z20, z
+
+// Q5DECODE: a Q5_K super-block (SI) into Z0-Z7, X8-X13 as Q4DECODE.
+#define Q5DECODE \
+	Q4SCALES \
+	VBROADCASTI64X4 16(SI), Z15 \
+	VPSLLW $4, Z15, Z20; Q5CODES(48, Z0) \
+	VPSLLW $2, Z15, Z20; Q5CODES(80, Z1) \
+	VMOVDQU64 Z15, Z20; Q5CODES(112, Z2) \
+	VPSRLW $2, Z15, Z20; Q5CODES(144, Z3)
+
+// Q4MIN: X21 = the quad's imin (pairs of sums of 32 at 0..48(R11)).
+#define Q4MIN \
+	VPMADDWD 0(R11), X10, X21; VPDPWSSD 16(R11), X11, X21; VPDPWSSD 32(R11), X12, X21; VPDPWSSD 48(R11), X13, X21
+
+// Q6HALF(ql, qh, g0, g1): 128 Q6_K codes (0..63) from ql bytes ql..ql+63 and qh bytes qh..qh+31 of SI: g0 the
+// low nibbles with qh's bits 0-1 (then 2-3) as bits 4-5, g1 the high nibbles with bits 4-5 (then 6-7).
+#define Q6HALF(ql, qh, g0, g1) \
+	VMOVDQU64 ql(SI), Z14; VBROADCASTI64X4 qh(SI), Z15; VPSRLW $2, Z15, K1, Z15 \
+	VPSLLW $4, Z15, Z20; VPANDD Z31, Z14, g0; VPTERNLOGD $0xF8, Z30, Z20, g0 \
+	VPSRLW $4, Z14, g1; VPANDD Z31, g1, g1; VPTERNLOGD $0xF8, Z30, Z15, g1
+
+// Q6DECODE: a Q6_K super-block (SI) into Z0-Z7, X8 (d), X9-X13, X22, X23, X28 (pairs of 32 times the signed
+// scales: the minimum factors of codes 0..63, whose −32 they carry).
+#define Q6DECODE \
+	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, X8 \
+	VPMOVSXBW 192(SI), Y14 \
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
+	VPSLLW $5, Y14, Y15 \
+	VPSHUFD $0x00, X15, X9; VPSHUFD $0x55, X15, X10; VPSHUFD $0xaa, X15, X11; VPSHUFD $0xff, X15, X12 \
+	VEXTRACTI128 $1, Y15, X15 \
+	VPSHUFD $0x00, X15, X13; VPSHUFD $0x55, X15, X22; VPSHUFD $0xaa, X15, X23; VPSHUFD $0xff, X15, X28 \
+	Q6HALF(0, 128, Z0, Z1); Q6HALF(64, 160, Z2, Z3)
+
+// Q6MIN: X21 = the quad's imin (pairs of sums of 16 at 0..112(R11)).
+#define Q6MIN \
+	VPMADDWD 0(R11), X9, X21; VPDPWSSD 16(R11), X10, X21; VPDPWSSD 32(R11), X11, X21; VPDPWSSD 48(R11), X12, X21 \
+	VPDPWSSD 64(R11), X13, X21; VPDPWSSD 80(R11), X22, X21; VPDPWSSD 96(R11), X23, X21; VPDPWSSD 112(R11), X28, X21
+
+// ENTRY(idx): the arguments and constants into their registers.
+#define ENTRY(idx) \
+	MOVQ w+0(FP), SI; MOVQ xstride+32(FP), R9; LEAQ (R9)(R9*2), R10; MOVQ nout+8(FP), R15 \
+	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
+	MOVL $-65536, AX; KMOVD AX, K1 \
+	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
+
+// func rowsQ4_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ4_KVNNI(SB), NOSPLIT, $0-88
+	ENTRY(rowsq4idx)
+
+output:
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+	VPXORD X20, X20, X20
+
+zero:
+	VMOVDQU32 X20, (R14)
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  zero
+	MOVQ qs+24(FP), DX
+	MOVQ ameta+48(FP), R11
+	MOVQ nsb+16(FP), R13
+
+superblock:
+	Q4DECODE
+	MOVQ DX, R8
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+
+quad:
+	QUAD
+	Q4MIN
+	UPDATE(X9, 64)
+	LEAQ (R8)(R9*4), R8
+	ADDQ $80, R11
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  quad
+	ADDQ $144, SI
+	ADDQ $256, DX
+	DECQ R13
+	JNZ  superblock
+
+	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
+	MOVQ acc+80(FP), R14
+	MOVQ rows+56(FP), CX
+	MOVQ ystride+72(FP), BX
+	SHLQ $2, BX
+	MOVQ y+64(FP), AX
+	MOVQ AX, DI
+
+store:
+	MOVL (R14), R12
+	MOVL R12, (DI)
+	ADDQ $4, R14
+	ADDQ BX, DI
+	DECQ CX
+	JNZ  store
+	ADDQ $4, AX
+	MOVQ AX, y+64(FP)
+	DECQ R15
+	JNZ  output
+	VZEROUPPER
+	RET
+
+// func rowsQ5_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ5_KVNNI(SB), NOSPLIT, $0-88
+	ENTRY(rowsq4idx)
+
+output:
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+	VPXORD X20, X20, X20
+
+zero:
+	VMOVDQU32 X20, (R14)
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  zero
+	MOVQ qs+24(FP), DX
+	MOVQ ameta+48(FP), R11
+	MOVQ nsb+16(FP), R13
+
+superblock:
+	Q5DECODE
+	MOVQ DX, R8
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+
+quad:
+	QUAD
+	Q4MIN
+	UPDATE(X9, 64)
+	LEAQ (R8)(R9*4), R8
+	ADDQ $80, R11
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  quad
+	ADDQ $176, SI
+	ADDQ $256, DX
+	DECQ R13
+	JNZ  superblock
+
+	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
+	MOVQ acc+80(FP), R14
+	MOVQ rows+56(FP), CX
+	MOVQ ystride+72(FP), BX
+	SHLQ $2, BX
+	MOVQ y+64(FP), AX
+	MOVQ AX, DI
+
+store:
+	MOVL (R14), R12
+	MOVL R12, (DI)
+	ADDQ $4, R14
+	ADDQ BX, DI
+	DECQ CX
+	JNZ  store
+	ADDQ $4, AX
+	MOVQ AX, y+64(FP)
+	DECQ R15
+	JNZ  output
+	VZEROUPPER
+	RET
+
+// func rowsQ6_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ6_KVNNI(SB), NOSPLIT, $0-88
+	ENTRY(rowsq6idx)
+
+output:
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+	VPXORD X20, X20, X20
+
+zero:
+	VMOVDQU32 X20, (R14)
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  zero
+	MOVQ qs+24(FP), DX
+	MOVQ ameta+48(FP), R11
+	MOVQ nsb+16(FP), R13
+
+superblock:
+	Q6DECODE
+	MOVQ DX, R8
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+
+quad:
+	QUAD
+	Q6MIN
+	UPDATE(X8, 128)
+	LEAQ (R8)(R9*4), R8
+	ADDQ $144, R11
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  quad
+	ADDQ $210, SI
+	ADDQ $256, DX
+	DECQ R13
+	JNZ  superblock
+
+	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
+	MOVQ acc+80(FP), R14
+	MOVQ rows+56(FP), CX
+	MOVQ ystride+72(FP), BX
+	SHLQ $2, BX
+	MOVQ y+64(FP), AX
+	MOVQ AX, DI
+
+store:
+	MOVL (R14), R12
+	MOVL R12, (DI)
+	ADDQ $4, R14
+	ADDQ BX, DI
+	DECQ CX
+	JNZ  store
+	ADDQ $4, AX
+	MOVQ AX, y+64(FP)
+	DECQ R15
+	JNZ  output
+	VZEROUPPER
+	RET
