@@ -28,6 +28,10 @@ import (
 // accumulator. The codebook i-quants (IQ1-IQ3, grid.go) instead sum each super-block's integers whole and take
 // one float update per super-block. llama.cpp adds each block's scaled lanes with one fused multiply-add instead; LinearQuantGGML
 // (ggml_quant.go) does too, for Options.Arithmetic llama.cpp.
+//
+// Where the CPU has rows kernels for a type (Q4_K, Q5_K, Q6_K with AVX-512 VNNI: rowsKernels, rows.go), LinearQuant
+// takes the tiled kernels' order instead, at any number of rows: one float update per super-block and output,
+// the same bits as LinearQuantPrompt's, so that a k-row product reads each weight block once for all rows.
 
 // QuantMatrix is a [Rows, Cols] weight matrix (the Hugging Face [out, in] layout) stored in a ggml block format,
 // row by row, each row Cols/BlockElems whole blocks: read in place from the shard it was loaded from.
@@ -721,7 +725,7 @@ func decodeQ3_KInts(k *kInts, b []byte) {
 // LinearQuant sets y[r·out+o] = x[r·in:(r+1)·in] · w's row o (+ bias[o] when bias is not nil) for every input row
 // r of x and every output o, where in = w.Cols and out = w.Rows: Linear for a block-quantized matrix, computed as
 // llama.cpp computes it (see the top of this file), except that a Q8_0 matrix with TwoPart takes its inputs in
-// two parts (linearTwoPart). The input rows are quantized once; then each weight row, read once, serves the block of
+// two parts (linearTwoPart) and the types of rowsKernels take the tiled order (linearQuantRows). The input rows are quantized once; then each weight row, read once, serves the block of
 // input rows (the matrix is never expanded), and each output is computed by the same dot product whatever the
 // number of rows, so a sequence gives the same bits alone and in a batch.
 func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {

@@ -42,15 +42,24 @@ const rowsTiledFrom = 12
 // acc is scratch of 4·nq floats.
 type quantRowsKernel func(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
-// rowsFormat is a type's rows kernel and the layout of the input parts it reads.
-type rowsFormat struct {
-	tiled  *tiledFormat // the type's tiled format: its pairs of sums (sub: 32 or 16 elements per sub-block)
-	kernel quantRowsKernel
+// quantRowKernel is quantRowsKernel for one input row (its parts packed with one lane): y[o] for o < nout.
+type quantRowKernel func(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+
+// rowsKernelPair are a type's rows kernels: for several rows, and for one.
+type rowsKernelPair struct {
+	rows quantRowsKernel
+	one  quantRowKernel
 }
 
-// metaBytes is the size of the input parts of one super-block of one quad: the pairs of sums [npair][4]int32,
-// then the scales [4]float32.
-func (f *rowsFormat) metaBytes() int { return (f.tiled.npair() + 1) * 4 * rowsQuad }
+// rowsFormat is a type's rows kernels and the layout of the input parts they read.
+type rowsFormat struct {
+	tiled *tiledFormat // the type's tiled format: its pairs of sums (sub: 32 or 16 elements per sub-block)
+	rowsKernelPair
+}
+
+// metaBytes is the size of the input parts of one super-block of lanes rows (a quad, or one row): the pairs of
+// sums [npair][lanes]int32, then the scales [lanes]float32.
+func (f *rowsFormat) metaBytes(lanes int) int { return (f.tiled.npair() + 1) * 4 * lanes }
 
 // rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has
 // no rows kernels: there LinearQuant keeps its lanes order, quant.go).
@@ -58,7 +67,7 @@ var rowsKernels = func() map[quant.Type]*rowsFormat {
 	m := map[quant.Type]*rowsFormat{}
 	for t, k := range rowsAsm() {
 		if f := tiledFormats[t]; f != nil && f.asmKernel != nil {
-			m[t] = &rowsFormat{tiled: f, kernel: k}
+			m[t] = &rowsFormat{tiled: f, rowsKernelPair: k}
 		}
 	}
 	return m
@@ -73,23 +82,24 @@ type rowsInputs struct {
 
 var rowsPool = sync.Pool{New: func() any { return new(rowsInputs) }}
 
-// pack packs the rows of a (n values each) for format f: nq quads.
-func (p *rowsInputs) pack(f *rowsFormat, a *qAct, rows, nq int) {
+// pack packs the rows of a (n values each) for format f, lanes rows together (rowsQuad, or 1 for a single row):
+// nq groups of lanes rows.
+func (p *rowsInputs) pack(f *rowsFormat, a *qAct, rows, lanes, nq int) {
 	n := a.n
-	p.qs = grow.Slice(p.qs, nq*rowsQuad*n)
+	p.qs = grow.Slice(p.qs, nq*lanes*n)
 	copy(p.qs, a.qs[:rows*n])
 	clear(p.qs[rows*n:])
-	nsb, mb := n/quant.QKK, f.metaBytes()
+	nsb, mb := n/quant.QKK, f.metaBytes(lanes)
 	p.meta = grow.Slice(p.meta, nsb*nq*mb)
 	clear(p.meta)
 	np := f.tiled.npair()
 	for r := range rows {
 		x := a.row(r)
-		q, c := r/rowsQuad, r%rowsQuad
+		q, c := r/lanes, r%lanes
 		for b := range nsb {
 			m := p.meta[(b*nq+q)*mb:]
-			f.tiled.packPairs(m, rowsQuad, c, x, b)
-			put32(m, np*4*rowsQuad+4*c, math.Float32bits(x.d[b]))
+			f.tiled.packPairs(m, lanes, c, x, b)
+			put32(m, np*4*lanes+4*c, math.Float32bits(x.d[b]))
 		}
 	}
 }
@@ -108,12 +118,20 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	a.quantize(actQ8_K, x[:rows*in], in)
 	p := rowsPool.Get().(*rowsInputs)
 	defer rowsPool.Put(p)
-	nq := (rows + rowsQuad - 1) / rowsQuad
-	p.pack(f, a, rows, nq)
+	lanes := rowsQuad
+	if rows == 1 {
+		lanes = 1
+	}
+	nq := (rows + lanes - 1) / lanes
+	p.pack(f, a, rows, lanes, nq)
 	nsb := in / quant.QKK
 	ParallelFor(out, func(lo, hi int) {
-		var acc [rowsTiledFrom + rowsQuad]float32 // the kernel's sums of up to rowsTiledFrom-1 rows, in quads
-		f.kernel(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
+		if rows == 1 {
+			f.one(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], &p.meta[0], &y[lo])
+		} else {
+			var acc [rowsTiledFrom + rowsQuad]float32 // the kernel's sums of up to rowsTiledFrom-1 rows, in quads
+			f.rows(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
+		}
 		if bias != nil {
 			for r := range rows {
 				yr := y[r*out : (r+1)*out]

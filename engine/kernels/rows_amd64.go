@@ -11,10 +11,24 @@ func rowsQ5_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte
 //go:noescape
 func rowsQ6_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
-// rowsAsm returns the rows kernels (rows.go) the CPU can run: AVX-512 VNNI (and BW, for the word operations).
-func rowsAsm() map[quant.Type]quantRowsKernel {
+//go:noescape
+func rowQ4_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowQ5_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowQ6_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+
+// rowsAsm returns the rows kernels (rows.go) the CPU can run, several rows and one: AVX-512 VNNI (and BW, for the
+// word operations).
+func rowsAsm() map[quant.Type]rowsKernelPair {
 	if !useVNNI {
 		return nil
 	}
-	return map[quant.Type]quantRowsKernel{quant.Q4_K: rowsQ4_KVNNI, quant.Q5_K: rowsQ5_KVNNI, quant.Q6_K: rowsQ6_KVNNI}
+	return map[quant.Type]rowsKernelPair{
+		quant.Q4_K: {rowsQ4_KVNNI, rowQ4_KVNNI},
+		quant.Q5_K: {rowsQ5_KVNNI, rowQ5_KVNNI},
+		quant.Q6_K: {rowsQ6_KVNNI, rowQ6_KVNNI},
+	}
 }

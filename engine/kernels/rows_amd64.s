@@ -301,9 +301,9 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 // Q4CODES(off, z): 32 bytes of Q4_K nibbles at off(SI) as 64 codes: the low nibbles, then the high ones.
 #define Q4CODES(off, z) VBROADCASTI64X4 off(SI), z; VPSRLW $4, z, K1, z; VPANDD Z31, z, z
 
-// Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4-Z7, X8 (d), X9 (dmin), X10-X13 (minimum pairs):
-// the 6-bit scales and minimums unpacked as ggml does (kmask1-3); Q4DECODE: a Q4_K super-block into those and
-// Z0-Z3.
+// Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4-Z7, X8 (d), X9 (dmin), X15 (the minimums, eight
+// words): the 6-bit scales and minimums unpacked as ggml does (kmask1-3); Q4SPLAT: X15's pairs into X10-X13;
+// Q4DECODE: a Q4_K super-block into Z0-Z7, X8-X13, Q4CODES1 its codes alone.
 #define Q4SCALES \
 	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8 \
 	VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, X9 \
@@ -315,22 +315,23 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 	ANDL $0x3f3f3f3f, AX \
 	VMOVD AX, X14; VPINSRD $1, CX, X14, X14; VPMOVZXBW X14, X14 \
 	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
-	VMOVD BX, X15; VPINSRD $1, DI, X15, X15; VPMOVZXBW X15, X15 \
-	VPSHUFD $0x00, X15, X10; VPSHUFD $0x55, X15, X11; VPSHUFD $0xaa, X15, X12; VPSHUFD $0xff, X15, X13
-#define Q4DECODE Q4SCALES; Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
+	VMOVD BX, X15; VPINSRD $1, DI, X15, X15; VPMOVZXBW X15, X15
+#define Q4SPLAT VPSHUFD $0x00, X15, X10; VPSHUFD $0x55, X15, X11; VPSHUFD $0xaa, X15, X12; VPSHUFD $0xff, X15, X13
+#define Q4CODES4 Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
+#define Q4DECODE Q4SCALES; Q4SPLAT; Q4CODES4
 
 // Q5CODES(off, z): Q4CODES with the qh bits (Z20: qh shifted so that bit 2g of each byte is at bit 4) as bit 4,
 // bit 2g of the low nibbles' codes and 2g+1 of the high ones' (Z29: 0x10 bytes).
 #define Q5CODES(off, z) Q4CODES(off, z); VPSRLW $1, Z20, K1, Z20; VPTERNLOGD $0xF8, Z29, Z20, z
 
-// Q5DECODE: a Q5_K super-block (SI) into Z0-Z7, X8-X13 as Q4DECODE.
-#define Q5DECODE \
-	Q4SCALES \
-	VBROADCASTI64X4 16(SI), Z15 \
-	VPSLLW $4, Z15, Z20; Q5CODES(48, Z0) \
-	VPSLLW $2, Z15, Z20; Q5CODES(80, Z1) \
-	VMOVDQU64 Z15, Z20; Q5CODES(112, Z2) \
-	VPSRLW $2, Z15, Z20; Q5CODES(144, Z3)
+// Q5DECODE: a Q5_K super-block (SI) into Z0-Z7, X8-X13 as Q4DECODE; Q5CODES4 its codes alone (Z14: the qh bytes).
+#define Q5DECODE Q4SCALES; Q4SPLAT; Q5CODES4
+#define Q5CODES4 \
+	VBROADCASTI64X4 16(SI), Z14 \
+	VPSLLW $4, Z14, Z20; Q5CODES(48, Z0) \
+	VPSLLW $2, Z14, Z20; Q5CODES(80, Z1) \
+	VMOVDQU64 Z14, Z20; Q5CODES(112, Z2) \
+	VPSRLW $2, Z14, Z20; Q5CODES(144, Z3)
 
 // Q4MIN: X21 = the quad's imin (pairs of sums of 32 at 0..48(R11)).
 #define Q4MIN \
@@ -339,21 +340,24 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 // Q6HALF(ql, qh, g0, g1): 128 Q6_K codes (0..63) from ql bytes ql..ql+63 and qh bytes qh..qh+31 of SI: g0 the
 // low nibbles with qh's bits 0-1 (then 2-3) as bits 4-5, g1 the high nibbles with bits 4-5 (then 6-7).
 #define Q6HALF(ql, qh, g0, g1) \
-	VMOVDQU64 ql(SI), Z14; VBROADCASTI64X4 qh(SI), Z15; VPSRLW $2, Z15, K1, Z15 \
-	VPSLLW $4, Z15, Z20; VPANDD Z31, Z14, g0; VPTERNLOGD $0xF8, Z30, Z20, g0 \
-	VPSRLW $4, Z14, g1; VPANDD Z31, g1, g1; VPTERNLOGD $0xF8, Z30, Z15, g1
+	VMOVDQU64 ql(SI), Z14; VBROADCASTI64X4 qh(SI), Z21; VPSRLW $2, Z21, K1, Z21 \
+	VPSLLW $4, Z21, Z20; VPANDD Z31, Z14, g0; VPTERNLOGD $0xF8, Z30, Z20, g0 \
+	VPSRLW $4, Z14, g1; VPANDD Z31, g1, g1; VPTERNLOGD $0xF8, Z30, Z21, g1
 
-// Q6DECODE: a Q6_K super-block (SI) into Z0-Z7, X8 (d), X9-X13, X22, X23, X28 (pairs of 32 times the signed
-// scales: the minimum factors of codes 0..63, whose −32 they carry).
-#define Q6DECODE \
+// Q6SCALES: a Q6_K super-block's (SI) scales into Z4-Z7, X8 (d) and Y15 (32 times the signed scales, 16 words:
+// the minimum factors of codes 0..63, whose −32 they carry); Q6SPLAT: Y15's pairs into X9-X13, X22, X23, X28;
+// Q6DECODE: the whole super-block into Z0-Z7, X8-X13, X22, X23, X28, Q6CODES4 its codes alone.
+#define Q6SCALES \
 	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, X8 \
 	VPMOVSXBW 192(SI), Y14 \
 	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
-	VPSLLW $5, Y14, Y15 \
+	VPSLLW $5, Y14, Y15
+#define Q6SPLAT \
 	VPSHUFD $0x00, X15, X9; VPSHUFD $0x55, X15, X10; VPSHUFD $0xaa, X15, X11; VPSHUFD $0xff, X15, X12 \
-	VEXTRACTI128 $1, Y15, X15 \
-	VPSHUFD $0x00, X15, X13; VPSHUFD $0x55, X15, X22; VPSHUFD $0xaa, X15, X23; VPSHUFD $0xff, X15, X28 \
-	Q6HALF(0, 128, Z0, Z1); Q6HALF(64, 160, Z2, Z3)
+	VEXTRACTI128 $1, Y15, X14 \
+	VPSHUFD $0x00, X14, X13; VPSHUFD $0x55, X14, X22; VPSHUFD $0xaa, X14, X23; VPSHUFD $0xff, X14, X28
+#define Q6CODES4 Q6HALF(0, 128, Z0, Z1); Q6HALF(64, 160, Z2, Z3)
+#define Q6DECODE Q6SCALES; Q6SPLAT; Q6CODES4
 
 // Q6MIN: X21 = the quad's imin (pairs of sums of 16 at 0..112(R11)).
 #define Q6MIN \
@@ -363,6 +367,32 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 // ENTRY(idx): the arguments and constants into their registers.
 #define ENTRY(idx) \
 	MOVQ w+0(FP), SI; MOVQ xstride+32(FP), R9; LEAQ (R9)(R9*2), R10; MOVQ nout+8(FP), R15 \
+	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
+	MOVL $-65536, AX; KMOVD AX, K1 \
+	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
+
+// The one-row kernels: the same products for a single input row, whose sums a horizontal reduction folds (no
+// padding rows), the row's pairs of sums contiguous (rowsInputs.pack with one lane).
+
+// RED1: X16 = the sum of Z16's lanes (in every lane).
+#define RED1 \
+	VEXTRACTI64X4 $1, Z16, Y20; VPADDD Y20, Y16, Y16; VEXTRACTI32X4 $1, Y16, X20; VPADDD X20, X16, X16 \
+	VPSHUFD $0x4e, X16, X20; VPADDD X20, X16, X16; VPSHUFD $0xb1, X16, X20; VPADDD X20, X16, X16
+
+// MIN1Q4, MIN1Q6: X21 = imin, the minimum factors (X15, Y15) times the row's pairs of sums (R11), in every lane.
+#define HSUM21 VPSHUFD $0x4e, X21, X20; VPADDD X20, X21, X21; VPSHUFD $0xb1, X21, X20; VPADDD X20, X21, X21
+#define MIN1Q4 VPMADDWD 0(R11), X15, X21; HSUM21
+#define MIN1Q6 VPMADDWD 0(R11), Y15, Y21; VEXTRACTI32X4 $1, Y21, X20; VPADDD X20, X21, X21; HSUM21
+
+// UPDATE1(dm, dx): lane 0 of X17 += ((float(isb)·d) − (float(imin)·dm))·dx, as UPDATE.
+#define UPDATE1(dm, dx) \
+	VCVTDQ2PS X16, X16; VMULPS X8, X16, X16 \
+	VCVTDQ2PS X21, X21; VMULPS dm, X21, X21 \
+	VSUBPS X21, X16, X16; VMULSS dx(R11), X16, X16; VADDSS X16, X17, X17
+
+// ENTRY1(idx): the one-row kernels' arguments and constants.
+#define ENTRY1(idx) \
+	MOVQ w+0(FP), SI; MOVQ nout+8(FP), R15; MOVQ y+40(FP), R14 \
 	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
 	MOVL $-65536, AX; KMOVD AX, K1 \
 	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
@@ -544,5 +574,92 @@ store:
 	MOVQ AX, y+64(FP)
 	DECQ R15
 	JNZ  output
+	VZEROUPPER
+	RET
+
+// func rowQ4_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ4_KVNNI(SB), NOSPLIT, $0-48
+	ENTRY1(rowsq4idx)
+
+output:
+	VXORPS X17, X17, X17
+	MOVQ   qs+24(FP), R8
+	MOVQ   ameta+32(FP), R11
+	MOVQ   nsb+16(FP), R13
+
+superblock:
+	Q4SCALES
+	Q4CODES4
+	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8))
+	RED1
+	MIN1Q4
+	UPDATE1(X9, 16)
+	ADDQ $144, SI
+	ADDQ $256, R8
+	ADDQ $20, R11
+	DECQ R13
+	JNZ  superblock
+	VMOVSS X17, (R14)
+	ADDQ   $4, R14
+	DECQ   R15
+	JNZ    output
+	VZEROUPPER
+	RET
+
+// func rowQ5_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ5_KVNNI(SB), NOSPLIT, $0-48
+	ENTRY1(rowsq4idx)
+
+output:
+	VXORPS X17, X17, X17
+	MOVQ   qs+24(FP), R8
+	MOVQ   ameta+32(FP), R11
+	MOVQ   nsb+16(FP), R13
+
+superblock:
+	Q4SCALES
+	Q5CODES4
+	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8))
+	RED1
+	MIN1Q4
+	UPDATE1(X9, 16)
+	ADDQ $176, SI
+	ADDQ $256, R8
+	ADDQ $20, R11
+	DECQ R13
+	JNZ  superblock
+	VMOVSS X17, (R14)
+	ADDQ   $4, R14
+	DECQ   R15
+	JNZ    output
+	VZEROUPPER
+	RET
+
+// func rowQ6_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ6_KVNNI(SB), NOSPLIT, $0-48
+	ENTRY1(rowsq6idx)
+
+output:
+	VXORPS X17, X17, X17
+	MOVQ   qs+24(FP), R8
+	MOVQ   ameta+32(FP), R11
+	MOVQ   nsb+16(FP), R13
+
+superblock:
+	Q6SCALES
+	Q6CODES4
+	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8))
+	RED1
+	MIN1Q6
+	UPDATE1(X8, 32)
+	ADDQ $210, SI
+	ADDQ $256, R8
+	ADDQ $36, R11
+	DECQ R13
+	JNZ  superblock
+	VMOVSS X17, (R14)
+	ADDQ   $4, R14
+	DECQ   R15
+	JNZ    output
 	VZEROUPPER
 	RET

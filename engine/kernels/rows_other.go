@@ -5,4 +5,4 @@ package kernels
 import "github.com/layerstream/layerstream/quant"
 
 // rowsAsm returns no kernels: this architecture's LinearQuant keeps its lanes order.
-func rowsAsm() map[quant.Type]quantRowsKernel { return nil }
+func rowsAsm() map[quant.Type]rowsKernelPair { return nil }

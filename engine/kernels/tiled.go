@@ -32,7 +32,8 @@ import (
 // minimum, y += ((float(isum)·d)·dx) + m·s, against Q8_1 inputs. Every output's float operations depend on its
 // own weight row and input row only, so a prompt gives the same bits alone and batched with others' prompts, and
 // the Go kernels (tileGo, tileQ8Go, tileQ81Go) give them too. The order differs from LinearQuant's, so a prompt
-// row and a decode row differ in their last bits (as llama.cpp's batched and one-row paths do). The engine
+// row and a decode row differ in their last bits (as llama.cpp's batched and one-row paths do), except for the
+// types of rowsKernels (rows.go), whose LinearQuant products follow this order at any number of rows. The engine
 // decides per sequence, never per batch: a prompt of PromptTileRows new tokens or more takes LinearQuantPrompt in
 // every pass of it (each chunk, however short), as does any pass feeding that many positions (a Recompute feed);
 // shorter prompts, decode steps and the head take LinearQuant.
@@ -490,8 +491,8 @@ var (
 )
 
 // LinearQuantPrompt is LinearQuant for the rows of prompts (see the top of this file): on CPUs with AVX-512 VNNI,
-// the tiled products of tiledFormats (every block type LinearQuant multiplies), whose float order is their own;
-// otherwise LinearQuant itself.
+// the tiled products of tiledFormats (every block type LinearQuant multiplies), whose float order is their own
+// (for the types of rowsKernels, LinearQuant's too: LinearQuant itself); otherwise LinearQuant itself.
 func LinearQuantPrompt(y, x []float32, w QuantMatrix, bias []float32) {
 	if f := rowsKernels[w.Type]; f != nil {
 		linearQuantRows(y, x, w, bias, f) // LinearQuant's products are the tiled ones: the same bits
