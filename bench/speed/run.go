@@ -180,6 +180,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		if err := measureSpeculation(ctx, o, r); err != nil {
 			return nil, err
 		}
+		releaseMemory()
+		if err := measureRows(ctx, o, r); err != nil {
+			return nil, err
+		}
 	}
 	for _, t := range r.Targets {
 		if t.missed() {

@@ -174,7 +174,7 @@ func runTinyWith(t *testing.T, set func(*options)) *report {
 var peerTargets = map[int]bool{6: true, 7: true, 9: true, 13: true}
 
 // pairTargets run the real Qwen2.5-Coder pair, which the tests have not (TestRunSpeculation gives them a tiny one).
-var pairTargets = map[int]bool{15: true, 16: true, 17: true}
+var pairTargets = map[int]bool{15: true, 16: true, 17: true, 18: true, 19: true, 20: true}
 
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
@@ -227,7 +227,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 17 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 20 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -413,6 +413,28 @@ func TestRunStreamOnly(t *testing.T) {
 	}
 }
 
+// speculationIDs are the targets of measureSpeculation.
+var speculationIDs = map[int]bool{15: true, 16: true, 17: true}
+
+// TestRunRows runs targets 18-20 on a tiny Q4_K model without llama.cpp: the passes' ratios measured, the
+// batch against llama.cpp not measurable.
+func TestRunRows(t *testing.T) {
+	r := &report{Targets: newTargets(8, 4)}
+	o := options{runs: 1, newTokens: 4, batchNewTokens: 4, log: io.Discard, cacheDir: t.TempDir(),
+		pairTarget: filepath.Join("..", "..", "gguf", "testdata", "tiny", "tiny-llama-Q4_K.gguf")}
+	if err := measureRows(context.Background(), o, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{18, 19} {
+		if tg := r.target(id); tg.Measured == nil || *tg.Measured <= 0 {
+			t.Errorf("target %d: %s %v (%s)", id, tg.Verdict, tg.Measured, tg.Reason)
+		}
+	}
+	if tg := r.target(20); tg.Verdict != notMeasurable || tg.missed() {
+		t.Errorf("target 20 without llama.cpp: %s (%s)", tg.Verdict, tg.Reason)
+	}
+}
+
 // TestRunSpeculation runs targets 15-17 on a tiny pair of one tokenizer (a random GGUF model in float32 and its
 // Q8_0 copy as the draft): measured, the greedy output unchanged by the draft.
 func TestRunSpeculation(t *testing.T) {
@@ -423,7 +445,7 @@ func TestRunSpeculation(t *testing.T) {
 	if err := measureSpeculation(context.Background(), o, r); err != nil {
 		t.Fatal(err)
 	}
-	for id := range pairTargets {
+	for id := range speculationIDs {
 		tg := r.target(id)
 		if tg.Measured == nil || *tg.Measured <= 0 || strings.Contains(tg.Reason, "differs") {
 			t.Errorf("target %d: %s %v (%s)", id, tg.Verdict, tg.Measured, tg.Reason)
