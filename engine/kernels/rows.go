@@ -31,10 +31,9 @@ import (
 // multiple of it with zero rows.
 const rowsQuad = 4
 
-// rowsTiledFrom is the number of input rows from which LinearQuant takes the tiled kernels for a type of
-// rowsKernels (the same bits): from there unpacking 16 weight rows into panels costs less than the rows
-// kernels' reductions.
-const rowsTiledFrom = 12
+// rowsMost is the most input rows a rows kernel multiplies in one call (its sums' scratch): from a type's
+// rowsKernelPair.tiledFrom (at most rowsMost) LinearQuant takes the tiled kernels (the same bits).
+const rowsMost = 32
 
 // quantRowsKernel multiplies the nout weight rows from w (nsb super-blocks each, stored one after the other) with nq
 // quads of input rows, qs (row r at r·xstride, 256 values per super-block) and ameta (per super-block and quad:
@@ -45,10 +44,13 @@ type quantRowsKernel func(w *byte, nout, nsb int, qs *int8, xstride, nq int, ame
 // quantRowKernel is quantRowsKernel for one input row (its parts packed with one lane): y[o] for o < nout.
 type quantRowKernel func(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
 
-// rowsKernelPair are a type's rows kernels: for several rows, and for one.
+// rowsKernelPair are a type's rows kernels: for several rows, and for one; from tiledFrom rows, unpacking 16 weight
+// rows into the tiled kernels' panels costs less than the rows kernels' reductions (thread CPU time of
+// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md).
 type rowsKernelPair struct {
-	rows quantRowsKernel
-	one  quantRowKernel
+	rows      quantRowsKernel
+	one       quantRowKernel
+	tiledFrom int
 }
 
 // rowsFormat is a type's rows kernels and the layout of the input parts they read.
@@ -109,7 +111,7 @@ func (p *rowsInputs) pack(f *rowsFormat, a *qAct, rows, lanes, nq int) {
 func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsFormat) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
-	if rows >= rowsTiledFrom {
+	if rows >= f.tiledFrom {
 		linearTiled(y, x, w, bias, f.tiled, f.tiled.asmKernel)
 		return
 	}
@@ -129,7 +131,7 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 		if rows == 1 {
 			f.one(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], &p.meta[0], &y[lo])
 		} else {
-			var acc [rowsTiledFrom + rowsQuad]float32 // the kernel's sums of up to rowsTiledFrom-1 rows, in quads
+			var acc [rowsMost]float32 // the kernel's sums, in quads
 			f.rows(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
 		}
 		if bias != nil {

@@ -27,8 +27,8 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		return nil
 	}
 	return map[quant.Type]rowsKernelPair{
-		quant.Q4_K: {rowsQ4_KVNNI, rowQ4_KVNNI},
-		quant.Q5_K: {rowsQ5_KVNNI, rowQ5_KVNNI},
-		quant.Q6_K: {rowsQ6_KVNNI, rowQ6_KVNNI},
+		quant.Q4_K: {rowsQ4_KVNNI, rowQ4_KVNNI, 28},
+		quant.Q5_K: {rowsQ5_KVNNI, rowQ5_KVNNI, 28},
+		quant.Q6_K: {rowsQ6_KVNNI, rowQ6_KVNNI, 14},
 	}
 }

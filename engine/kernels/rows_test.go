@@ -19,6 +19,9 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(13, 17))
 	for typ, f := range rowsKernels {
+		if f.tiledFrom > rowsMost {
+			t.Errorf("%v: the rows kernel up to %d rows, its scratch holds %d", typ, f.tiledFrom-1, rowsMost)
+		}
 		for _, shape := range [][2]int{{13, 256}, {5, 1536}} {
 			out, in := shape[0], shape[1]
 			mats := []QuantMatrix{randomKBlocks(t, rng, typ, out, in), randomQuantMatrix(t, rng, typ, out, in)}
