@@ -729,15 +729,15 @@ func decodeQ3_KInts(k *kInts, b []byte) {
 // input rows (the matrix is never expanded), and each output is computed by the same dot product whatever the
 // number of rows, so a sequence gives the same bits alone and in a batch.
 func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
+	one := linearQuant
 	if f := rowsKernels[w.Type]; f != nil {
-		linearQuantRows(y, x, w, bias, f)
-		return
+		one = func(y, x []float32, w QuantMatrix, bias []float32) { linearQuantRows(y, x, w, bias, f) }
 	}
 	if w.TwoPart && w.Type == quant.Q8_0 {
-		linearTwoPart(y, x, w, bias, linearQuant)
+		linearTwoPart(y, x, w, bias, one)
 		return
 	}
-	linearQuant(y, x, w, bias)
+	one(y, x, w, bias)
 }
 
 // Two-part inputs. Rounding the inputs to 8 bits costs a Q8_0 matrix most of its accuracy: on SmolLM2-135M with

@@ -35,14 +35,14 @@ const rowsQuad = 4
 // rowsKernelPair.tiledFrom (at most rowsMost) LinearQuant takes the tiled kernels (the same bits).
 const rowsMost = 32
 
-// quantRowsKernel multiplies the nout weight rows from w (nsb super-blocks each, stored one after the other) with nq
-// quads of input rows, qs (row r at r·xstride, 256 values per super-block) and ameta (per super-block and quad:
-// the rows' pairs of sums and scales, rowsInputs.pack), and sets y[r·ystride + o] for o < nout and r < rows;
-// acc is scratch of 4·nq floats.
-type quantRowsKernel func(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+// quantRowsKernel multiplies the nout weight rows from w (nst steps each, stored one after the other: a step is
+// a K-quant super-block, or two 32-element blocks) with nq quads of input rows, qs (row r at r·xstride) and
+// ameta (per step and quad: the rows' parts, rowsFormat.packStep), and sets y[r·ystride + o] for o < nout and
+// r < rows; acc is scratch of 4·nq floats.
+type quantRowsKernel func(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 // quantRowKernel is quantRowsKernel for one input row (its parts packed with one lane): y[o] for o < nout.
-type quantRowKernel func(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+type quantRowKernel func(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 // rowsKernelPair are a type's rows kernels: for several rows, and for one; from tiledFrom rows, unpacking 16 weight
 // rows into the tiled kernels' panels costs less than the rows kernels' reductions (thread CPU time of
@@ -55,13 +55,39 @@ type rowsKernelPair struct {
 
 // rowsFormat is a type's rows kernels and the layout of the input parts they read.
 type rowsFormat struct {
-	tiled *tiledFormat // the type's tiled format: its pairs of sums (sub: 32 or 16 elements per sub-block)
+	tiled *tiledFormat // the type's tiled format (block: 256 or 32 elements; sub: a K-quant's sums of 16 or 32)
 	rowsKernelPair
 }
 
-// metaBytes is the size of the input parts of one super-block of lanes rows (a quad, or one row): the pairs of
-// sums [npair][lanes]int32, then the scales [lanes]float32.
-func (f *rowsFormat) metaBytes(lanes int) int { return (f.tiled.npair() + 1) * 4 * lanes }
+// step is the number of elements a kernel takes per step: a K-quant super-block, or two 32-element blocks.
+func (f *rowsFormat) step() int { return max(f.tiled.block, 2*quant.QK) }
+
+// metaBytes is the size of the input parts of one step of lanes rows (a quad, or one row): for a K-quant the
+// pairs of sums [npair][lanes]int32 then the scales [lanes]float32; for two 32-element blocks their 128·Σx
+// [2][lanes]int32 (the weights' codes are w + 128, as the tiled kernels'), then their scales [2][lanes]float32.
+func (f *rowsFormat) metaBytes(lanes int) int {
+	if f.tiled.block == quant.QK {
+		return 4 * 4 * lanes
+	}
+	return (f.tiled.npair() + 1) * 4 * lanes
+}
+
+// packStep writes input c's parts of step b into the step's meta m (lanes inputs).
+func (f *rowsFormat) packStep(m []byte, lanes, c int, x qActRow, b int) {
+	if f.tiled.block == quant.QK {
+		for k := range 2 {
+			var sum int32
+			for _, v := range x.qs[64*b+32*k : 64*b+32*k+32] {
+				sum += int32(v)
+			}
+			put32(m, 4*(k*lanes+c), uint32(128*sum))
+			put32(m, 4*((2+k)*lanes+c), math.Float32bits(x.d[2*b+k]))
+		}
+		return
+	}
+	f.tiled.packPairs(m, lanes, c, x, b)
+	put32(m, f.tiled.npair()*4*lanes+4*c, math.Float32bits(x.d[b]))
+}
 
 // rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has
 // no rows kernels: there LinearQuant keeps its lanes order, quant.go).
@@ -91,17 +117,14 @@ func (p *rowsInputs) pack(f *rowsFormat, a *qAct, rows, lanes, nq int) {
 	p.qs = grow.Slice(p.qs, nq*lanes*n)
 	copy(p.qs, a.qs[:rows*n])
 	clear(p.qs[rows*n:])
-	nsb, mb := n/quant.QKK, f.metaBytes(lanes)
-	p.meta = grow.Slice(p.meta, nsb*nq*mb)
+	nst, mb := n/f.step(), f.metaBytes(lanes)
+	p.meta = grow.Slice(p.meta, nst*nq*mb)
 	clear(p.meta)
-	np := f.tiled.npair()
 	for r := range rows {
 		x := a.row(r)
 		q, c := r/lanes, r%lanes
-		for b := range nsb {
-			m := p.meta[(b*nq+q)*mb:]
-			f.tiled.packPairs(m, lanes, c, x, b)
-			put32(m, np*4*lanes+4*c, math.Float32bits(x.d[b]))
+		for b := range nst {
+			f.packStep(p.meta[(b*nq+q)*mb:], lanes, c, x, b)
 		}
 	}
 }
@@ -111,13 +134,13 @@ func (p *rowsInputs) pack(f *rowsFormat, a *qAct, rows, lanes, nq int) {
 func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsFormat) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
-	if rows >= f.tiledFrom {
+	if rows >= f.tiledFrom || in%f.step() != 0 { // many rows, or an odd number of 32-element blocks
 		linearTiled(y, x, w, bias, f.tiled, f.tiled.asmKernel)
 		return
 	}
 	a := actPool.Get().(*qAct)
 	defer actPool.Put(a)
-	a.quantize(actQ8_K, x[:rows*in], in)
+	a.quantize(w.k.act, x[:rows*in], in)
 	p := rowsPool.Get().(*rowsInputs)
 	defer rowsPool.Put(p)
 	lanes := rowsQuad
@@ -126,13 +149,13 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	}
 	nq := (rows + lanes - 1) / lanes
 	p.pack(f, a, rows, lanes, nq)
-	nsb := in / quant.QKK
+	nst := in / f.step()
 	ParallelFor(out, func(lo, hi int) {
 		if rows == 1 {
-			f.one(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], &p.meta[0], &y[lo])
+			f.one(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], &p.meta[0], &y[lo])
 		} else {
 			var acc [rowsMost]float32 // the kernel's sums, in quads
-			f.rows(&w.Row(lo)[0], hi-lo, nsb, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
+			f.rows(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
 		}
 		if bias != nil {
 			for r := range rows {

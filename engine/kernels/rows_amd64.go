@@ -12,6 +12,30 @@ func rowsQ5_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte
 func rowsQ6_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
+func rowsQ8_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ8_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ4_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ4_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ5_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ5_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
 func rowQ4_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
@@ -27,8 +51,12 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		return nil
 	}
 	return map[quant.Type]rowsKernelPair{
-		quant.Q4_K: {rowsQ4_KVNNI, rowQ4_KVNNI, 28},
-		quant.Q5_K: {rowsQ5_KVNNI, rowQ5_KVNNI, 28},
-		quant.Q6_K: {rowsQ6_KVNNI, rowQ6_KVNNI, 14},
+		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 28},
+		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 28},
+		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 14},
+		quant.Q8_0:   {rowsQ8_0VNNI, rowQ8_0VNNI, 10},
+		quant.Q4_0:   {rowsQ4_0VNNI, rowQ4_0VNNI, 10},
+		quant.Q5_0:   {rowsQ5_0VNNI, rowQ5_0VNNI, 10},
+		quant.IQ4_NL: {rowsIQ4_NLVNNI, rowIQ4_NLVNNI, 10},
 	}
 }

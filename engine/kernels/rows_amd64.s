@@ -663,3 +663,473 @@ superblock:
 	JNZ    output
 	VZEROUPPER
 	RET
+
+// The kernels of 32-element blocks (Q8_0, and Q4_0, Q5_0, IQ4_NL as the tiled kernels widen them to Q8_0), two
+// blocks a step: Z0 their codes w + 128 (unsigned), X8 and X9 their scales d (four lanes each). Per step and quad,
+// a row's 16 int32 lanes are VPDPBUSD sums (lanes 0-7: the first block), folded into the four rows' Σ(w + 128)·x
+// per block; less 128·Σx (ameta) that is Σ w·x, exact, and the tiled update per block follows: acc +=
+// (float(Σ w·x)·d)·dx, the first block then the second. Constants: Z28 0x80 bytes, Z23 0x0f bytes, Z24 0x10
+// bytes, Z25 the type's code offset (Q4_0: 120, Q5_0: 112) or grid values + 128 (IQ4_NL), K2 the words of the
+// odd 128-bit lanes.
+
+// Q8CODES: two Q8_0 blocks' codes (SI, 34 bytes each) into Z0.
+#define Q8CODES VMOVDQU 2(SI), Y0; VINSERTI64X4 $1, 36(SI), Z0, Z0; VPXORD Z28, Z0, Z0
+
+// NIBBLES(a, b): the 16 nibble bytes of two blocks at a(SI) and b(SI) as Z0's bytes: a's low nibbles, its high
+// ones, then b's.
+#define NIBBLES(a, b) \
+	VMOVDQU a(SI), X0; VINSERTI128 $1, b(SI), Y0, Y0; VSHUFI64X2 $0x50, Z0, Z0, Z0; VPSRLW $4, Z0, K2, Z0; VPANDD Z23, Z0, Z0
+
+// Q40CODES, IQ4NLCODES, Q50CODES: two blocks' codes into Z0 (Q5_0: qh's bits as bit 4, through K3).
+#define Q40CODES NIBBLES(2, 20); VPADDB Z25, Z0, Z0
+#define IQ4NLCODES NIBBLES(2, 20); VPSHUFB Z0, Z25, Z0
+#define Q50CODES \
+	NIBBLES(6, 28); MOVL 2(SI), AX; MOVL 24(SI), BX; SHLQ $32, BX; ORQ BX, AX; KMOVQ AX, K3; VPMOVM2B K3, Z21 \
+	VPTERNLOGD $0xF8, Z24, Z21, Z0; VPADDB Z25, Z0, Z0
+
+// Q8SCALES(b): the two blocks' d (at 0 and b of SI) into X8 and X9.
+#define Q8SCALES(b) VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8; VPBROADCASTW b(SI), X9; VCVTPH2PS X9, X9
+
+// Q8QUAD: the four rows from R8 against Z0, folded into X16 (the first block's sums) and X17 (the second's).
+#define Q8QUAD \
+	VPXORD Z16, Z16, Z16; VPDPBUSD 0(R8), Z0, Z16; VPXORD Z17, Z17, Z17; VPDPBUSD 0(R8)(R9*1), Z0, Z17 \
+	VPXORD Z18, Z18, Z18; VPDPBUSD 0(R8)(R9*2), Z0, Z18; VPXORD Z19, Z19, Z19; VPDPBUSD 0(R8)(R10*1), Z0, Z19 \
+	VPUNPCKLDQ Z17, Z16, Z20; VPUNPCKHDQ Z17, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VPUNPCKLDQ Z19, Z18, Z20; VPUNPCKHDQ Z19, Z18, Z18; VPADDD Z20, Z18, Z18 \
+	VPUNPCKLQDQ Z18, Z16, Z20; VPUNPCKHQDQ Z18, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VEXTRACTI64X4 $1, Z16, Y17; VEXTRACTI32X4 $1, Y16, X20; VPADDD X20, X16, X16 \
+	VEXTRACTI32X4 $1, Y17, X20; VPADDD X20, X17, X17
+
+// Q8UPDATE: acc (R14) += (float(sum − 128·Σx)·d)·dx for the first block (X16), then the second (X17).
+#define Q8UPDATE \
+	VPSUBD 0(R11), X16, X16; VCVTDQ2PS X16, X16; VMULPS X8, X16, X16; VMULPS 32(R11), X16, X16; VADDPS (R14), X16, X16 \
+	VPSUBD 16(R11), X17, X17; VCVTDQ2PS X17, X17; VMULPS X9, X17, X17; VMULPS 48(R11), X17, X17; VADDPS X17, X16, X16 \
+	VMOVUPS X16, (R14)
+
+// Q8ONE: one row (R8) against Z0: the two blocks' sums, less their 128·Σx, as floats in lanes 0 and 1 of X12
+// (ameta R11: the two 128·Σx, then the two dx).
+#define Q8ONE \
+	VPXORD Z10, Z10, Z10; VPDPBUSD (R8), Z0, Z10; VEXTRACTI64X4 $1, Z10, Y11 \
+	VPHADDD Y11, Y10, Y12; VPHADDD Y12, Y12, Y12; VEXTRACTI128 $1, Y12, X11; VPADDD X11, X12, X12 \
+	VPSUBD (R11), X12, X12; VCVTDQ2PS X12, X12
+
+// Q8CONSTS: the constants of the kernels of 32-element blocks (K2's words, Z23-Z25, Z28).
+#define Q8CONSTS \
+	MOVL $0x80808080, AX; VPBROADCASTD AX, Z28; MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z23 \
+	MOVL $0x10101010, AX; VPBROADCASTD AX, Z24; MOVL $0xff00ff00, AX; KMOVD AX, K2
+
+// func rowsQ8_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ8_0VNNI(SB), NOSPLIT, $0-88
+	MOVQ w+0(FP), SI
+	MOVQ xstride+32(FP), R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ nout+8(FP), R15
+	Q8CONSTS
+	// Z25 unused
+
+output:
+	MOVQ   acc+80(FP), R14
+	MOVQ   nq+40(FP), R12
+	VPXORD X20, X20, X20
+
+zero:
+	VMOVDQU32 X20, (R14)
+	ADDQ      $16, R14
+	DECQ      R12
+	JNZ       zero
+	MOVQ      qs+24(FP), DX
+	MOVQ      ameta+48(FP), R11
+	MOVQ      nst+16(FP), R13
+
+step:
+	Q8CODES
+	Q8SCALES(34)
+	MOVQ DX, R8
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+
+quad:
+	Q8QUAD
+	Q8UPDATE
+	LEAQ (R8)(R9*4), R8
+	ADDQ $64, R11
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  quad
+	ADDQ $68, SI
+	ADDQ $64, DX
+	DECQ R13
+	JNZ  step
+
+	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
+	MOVQ acc+80(FP), R14
+	MOVQ rows+56(FP), CX
+	MOVQ ystride+72(FP), BX
+	SHLQ $2, BX
+	MOVQ y+64(FP), AX
+	MOVQ AX, DI
+
+store:
+	MOVL (R14), R12
+	MOVL R12, (DI)
+	ADDQ $4, R14
+	ADDQ BX, DI
+	DECQ CX
+	JNZ  store
+	ADDQ $4, AX
+	MOVQ AX, y+64(FP)
+	DECQ R15
+	JNZ  output
+	VZEROUPPER
+	RET
+
+// func rowsQ4_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ4_0VNNI(SB), NOSPLIT, $0-88
+	MOVQ w+0(FP), SI
+	MOVQ xstride+32(FP), R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ nout+8(FP), R15
+	Q8CONSTS
+	MOVL $0x78787878, AX; VPBROADCASTD AX, Z25
+
+output:
+	MOVQ   acc+80(FP), R14
+	MOVQ   nq+40(FP), R12
+	VPXORD X20, X20, X20
+
+zero:
+	VMOVDQU32 X20, (R14)
+	ADDQ      $16, R14
+	DECQ      R12
+	JNZ       zero
+	MOVQ      qs+24(FP), DX
+	MOVQ      ameta+48(FP), R11
+	MOVQ      nst+16(FP), R13
+
+step:
+	Q40CODES
+	Q8SCALES(18)
+	MOVQ DX, R8
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+
+quad:
+	Q8QUAD
+	Q8UPDATE
+	LEAQ (R8)(R9*4), R8
+	ADDQ $64, R11
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  quad
+	ADDQ $36, SI
+	ADDQ $64, DX
+	DECQ R13
+	JNZ  step
+
+	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
+	MOVQ acc+80(FP), R14
+	MOVQ rows+56(FP), CX
+	MOVQ ystride+72(FP), BX
+	SHLQ $2, BX
+	MOVQ y+64(FP), AX
+	MOVQ AX, DI
+
+store:
+	MOVL (R14), R12
+	MOVL R12, (DI)
+	ADDQ $4, R14
+	ADDQ BX, DI
+	DECQ CX
+	JNZ  store
+	ADDQ $4, AX
+	MOVQ AX, y+64(FP)
+	DECQ R15
+	JNZ  output
+	VZEROUPPER
+	RET
+
+// func rowsQ5_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ5_0VNNI(SB), NOSPLIT, $0-88
+	MOVQ w+0(FP), SI
+	MOVQ xstride+32(FP), R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ nout+8(FP), R15
+	Q8CONSTS
+	MOVL $0x70707070, AX; VPBROADCASTD AX, Z25
+
+output:
+	MOVQ   acc+80(FP), R14
+	MOVQ   nq+40(FP), R12
+	VPXORD X20, X20, X20
+
+zero:
+	VMOVDQU32 X20, (R14)
+	ADDQ      $16, R14
+	DECQ      R12
+	JNZ       zero
+	MOVQ      qs+24(FP), DX
+	MOVQ      ameta+48(FP), R11
+	MOVQ      nst+16(FP), R13
+
+step:
+	Q50CODES
+	Q8SCALES(22)
+	MOVQ DX, R8
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+
+quad:
+	Q8QUAD
+	Q8UPDATE
+	LEAQ (R8)(R9*4), R8
+	ADDQ $64, R11
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  quad
+	ADDQ $44, SI
+	ADDQ $64, DX
+	DECQ R13
+	JNZ  step
+
+	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
+	MOVQ acc+80(FP), R14
+	MOVQ rows+56(FP), CX
+	MOVQ ystride+72(FP), BX
+	SHLQ $2, BX
+	MOVQ y+64(FP), AX
+	MOVQ AX, DI
+
+store:
+	MOVL (R14), R12
+	MOVL R12, (DI)
+	ADDQ $4, R14
+	ADDQ BX, DI
+	DECQ CX
+	JNZ  store
+	ADDQ $4, AX
+	MOVQ AX, y+64(FP)
+	DECQ R15
+	JNZ  output
+	VZEROUPPER
+	RET
+
+// func rowsIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsIQ4_NLVNNI(SB), NOSPLIT, $0-88
+	MOVQ w+0(FP), SI
+	MOVQ xstride+32(FP), R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ nout+8(FP), R15
+	Q8CONSTS
+	VBROADCASTI32X4 ·iq4Bytes(SB), Z25; VPXORD Z28, Z25, Z25
+
+output:
+	MOVQ   acc+80(FP), R14
+	MOVQ   nq+40(FP), R12
+	VPXORD X20, X20, X20
+
+zero:
+	VMOVDQU32 X20, (R14)
+	ADDQ      $16, R14
+	DECQ      R12
+	JNZ       zero
+	MOVQ      qs+24(FP), DX
+	MOVQ      ameta+48(FP), R11
+	MOVQ      nst+16(FP), R13
+
+step:
+	IQ4NLCODES
+	Q8SCALES(18)
+	MOVQ DX, R8
+	MOVQ acc+80(FP), R14
+	MOVQ nq+40(FP), R12
+
+quad:
+	Q8QUAD
+	Q8UPDATE
+	LEAQ (R8)(R9*4), R8
+	ADDQ $64, R11
+	ADDQ $16, R14
+	DECQ R12
+	JNZ  quad
+	ADDQ $36, SI
+	ADDQ $64, DX
+	DECQ R13
+	JNZ  step
+
+	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
+	MOVQ acc+80(FP), R14
+	MOVQ rows+56(FP), CX
+	MOVQ ystride+72(FP), BX
+	SHLQ $2, BX
+	MOVQ y+64(FP), AX
+	MOVQ AX, DI
+
+store:
+	MOVL (R14), R12
+	MOVL R12, (DI)
+	ADDQ $4, R14
+	ADDQ BX, DI
+	DECQ CX
+	JNZ  store
+	ADDQ $4, AX
+	MOVQ AX, y+64(FP)
+	DECQ R15
+	JNZ  output
+	VZEROUPPER
+	RET
+
+// func rowQ8_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
+TEXT ·rowQ8_0VNNI(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ nout+8(FP), R15
+	MOVQ y+40(FP), R14
+	Q8CONSTS
+	// Z25 unused
+
+output:
+	VXORPS X17, X17, X17
+	MOVQ   qs+24(FP), R8
+	MOVQ   ameta+32(FP), R11
+	MOVQ   nst+16(FP), R13
+
+step:
+	Q8CODES
+	Q8ONE
+	VPBROADCASTW (SI), X8
+	VPINSRW      $1, 34(SI), X8, X8
+	VCVTPH2PS    X8, X8
+	VMULPS       X8, X12, X12
+	VMOVQ        8(R11), X13
+	VMULPS       X13, X12, X12
+	VADDSS       X12, X17, X17
+	VMOVSHDUP    X12, X13
+	VADDSS       X13, X17, X17
+	ADDQ         $68, SI
+	ADDQ         $64, R8
+	ADDQ         $16, R11
+	DECQ         R13
+	JNZ          step
+	VMOVSS       X17, (R14)
+	ADDQ         $4, R14
+	DECQ         R15
+	JNZ          output
+	VZEROUPPER
+	RET
+
+// func rowQ4_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
+TEXT ·rowQ4_0VNNI(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ nout+8(FP), R15
+	MOVQ y+40(FP), R14
+	Q8CONSTS
+	MOVL $0x78787878, AX; VPBROADCASTD AX, Z25
+
+output:
+	VXORPS X17, X17, X17
+	MOVQ   qs+24(FP), R8
+	MOVQ   ameta+32(FP), R11
+	MOVQ   nst+16(FP), R13
+
+step:
+	Q40CODES
+	Q8ONE
+	VPBROADCASTW (SI), X8
+	VPINSRW      $1, 18(SI), X8, X8
+	VCVTPH2PS    X8, X8
+	VMULPS       X8, X12, X12
+	VMOVQ        8(R11), X13
+	VMULPS       X13, X12, X12
+	VADDSS       X12, X17, X17
+	VMOVSHDUP    X12, X13
+	VADDSS       X13, X17, X17
+	ADDQ         $36, SI
+	ADDQ         $64, R8
+	ADDQ         $16, R11
+	DECQ         R13
+	JNZ          step
+	VMOVSS       X17, (R14)
+	ADDQ         $4, R14
+	DECQ         R15
+	JNZ          output
+	VZEROUPPER
+	RET
+
+// func rowQ5_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
+TEXT ·rowQ5_0VNNI(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ nout+8(FP), R15
+	MOVQ y+40(FP), R14
+	Q8CONSTS
+	MOVL $0x70707070, AX; VPBROADCASTD AX, Z25
+
+output:
+	VXORPS X17, X17, X17
+	MOVQ   qs+24(FP), R8
+	MOVQ   ameta+32(FP), R11
+	MOVQ   nst+16(FP), R13
+
+step:
+	Q50CODES
+	Q8ONE
+	VPBROADCASTW (SI), X8
+	VPINSRW      $1, 22(SI), X8, X8
+	VCVTPH2PS    X8, X8
+	VMULPS       X8, X12, X12
+	VMOVQ        8(R11), X13
+	VMULPS       X13, X12, X12
+	VADDSS       X12, X17, X17
+	VMOVSHDUP    X12, X13
+	VADDSS       X13, X17, X17
+	ADDQ         $44, SI
+	ADDQ         $64, R8
+	ADDQ         $16, R11
+	DECQ         R13
+	JNZ          step
+	VMOVSS       X17, (R14)
+	ADDQ         $4, R14
+	DECQ         R15
+	JNZ          output
+	VZEROUPPER
+	RET
+
+// func rowIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
+TEXT ·rowIQ4_NLVNNI(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ nout+8(FP), R15
+	MOVQ y+40(FP), R14
+	Q8CONSTS
+	VBROADCASTI32X4 ·iq4Bytes(SB), Z25; VPXORD Z28, Z25, Z25
+
+output:
+	VXORPS X17, X17, X17
+	MOVQ   qs+24(FP), R8
+	MOVQ   ameta+32(FP), R11
+	MOVQ   nst+16(FP), R13
+
+step:
+	IQ4NLCODES
+	Q8ONE
+	VPBROADCASTW (SI), X8
+	VPINSRW      $1, 18(SI), X8, X8
+	VCVTPH2PS    X8, X8
+	VMULPS       X8, X12, X12
+	VMOVQ        8(R11), X13
+	VMULPS       X13, X12, X12
+	VADDSS       X12, X17, X17
+	VMOVSHDUP    X12, X13
+	VADDSS       X13, X17, X17
+	ADDQ         $36, SI
+	ADDQ         $64, R8
+	ADDQ         $16, R11
+	DECQ         R13
+	JNZ          step
+	VMOVSS       X17, (R14)
+	ADDQ         $4, R14
+	DECQ         R15
+	JNZ          output
+	VZEROUPPER
+	RET

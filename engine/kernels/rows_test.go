@@ -22,7 +22,11 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 		if f.tiledFrom > rowsMost {
 			t.Errorf("%v: the rows kernel up to %d rows, its scratch holds %d", typ, f.tiledFrom-1, rowsMost)
 		}
-		for _, shape := range [][2]int{{13, 256}, {5, 1536}} {
+		shapes := [][2]int{{13, 256}, {5, 1536}}
+		if f.tiled.block == quant.QK {
+			shapes = append(shapes, [2]int{7, 160}) // an odd number of blocks: the tiled kernels
+		}
+		for _, shape := range shapes {
 			out, in := shape[0], shape[1]
 			mats := []QuantMatrix{randomKBlocks(t, rng, typ, out, in), randomQuantMatrix(t, rng, typ, out, in)}
 			for _, fill := range []byte{0xff, 0x80} {
@@ -42,7 +46,7 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 						}
 					}
 					var a qAct
-					a.quantize(actQ8_K, x, in)
+					a.quantize(w.k.act, x, in)
 					ref := make([]float32, rows*out)
 					linearTiled(ref, x, w, nil, f.tiled, f.tiled.goKernel)
 					y, yb, yp := make([]float32, rows*out), make([]float32, rows*out), make([]float32, rows*out)

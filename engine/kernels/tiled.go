@@ -494,8 +494,8 @@ var (
 // the tiled products of tiledFormats (every block type LinearQuant multiplies), whose float order is their own
 // (for the types of rowsKernels, LinearQuant's too: LinearQuant itself); otherwise LinearQuant itself.
 func LinearQuantPrompt(y, x []float32, w QuantMatrix, bias []float32) {
-	if f := rowsKernels[w.Type]; f != nil {
-		linearQuantRows(y, x, w, bias, f) // LinearQuant's products are the tiled ones: the same bits
+	if rowsKernels[w.Type] != nil {
+		LinearQuant(y, x, w, bias) // its products are the tiled ones: the same bits
 		return
 	}
 	f := tiledFormats[w.Type]
