@@ -256,10 +256,6 @@ type quantKernel struct {
 	// with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows share each
 	// unpacked block.
 	in4 func(w []byte, x qActRow, y []float32, ystride int)
-	// tile, where an assembly kernel has it, sets y[r·ystride + o] (o, r < 4) to dot of the four rows at w (stride
-	// bytes apart) with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows and
-	// the weight rows share each super-block's unpacked scales.
-	tile func(w []byte, stride int, x qActRow, y []float32, ystride int)
 	// widen, when set, rewrites a row of this format (src) as a row of Q8_0 blocks (dst) holding the same
 	// integers and the same float16 scales: Q8_0's kernels then give the same products, bit for bit (the same
 	// integer lanes, the same float operations per block), with no decoding left in the loop over input rows.
@@ -802,10 +798,10 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 		x4[i] = a.rows(4*i, 4)
 	}
 	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
-	in4, tile, widen := w.k.in4, w.k.tile, w.k.widen
+	in4, widen := w.k.in4, w.k.widen
 	if widen != nil && rows >= widenRows {
-		k := quantKernels[quant.Q8_0]                                               // widened rows are Q8_0 rows: Q8_0's kernels, all of them
-		dot, dot4, in4, tile, rb = k.dot, k.dot4, k.in4, k.tile, w.Cols/quant.QK*34 // every format widened has 32-element blocks
+		k := quantKernels[quant.Q8_0]                                 // widened rows are Q8_0 rows: Q8_0's kernels, all of them
+		dot, dot4, in4, rb = k.dot, k.dot4, k.in4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
 	} else {
 		widen = nil
 	}
@@ -824,23 +820,11 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 			return wide[:n*rb]
 		}
 		o := lo
-		if tile != nil && rows >= 4 || dot4 != nil && (in4 == nil || rows < 4) { // else in4 shares weight rows
+		if dot4 != nil && (in4 == nil || rows < 4) { // else in4 shares weight rows
 			for ; o+4 <= hi; o += 4 {
 				wr := row(o, 4)
-				r := 0
-				if tile != nil {
-					for ; r+4 <= rows; r += 4 {
-						tile(wr, rb, x4[r/4], y[r*out+o:], out)
-					}
-				}
-				for ; r < rows; r++ {
-					if dot4 != nil {
-						dot4(wr, rb, xr[r], y[r*out+o:])
-						continue
-					}
-					for i := range 4 {
-						y[r*out+o+i] = dot(wr[i*rb:(i+1)*rb], xr[r])
-					}
+				for r := range rows {
+					dot4(wr, rb, xr[r], y[r*out+o:])
 				}
 			}
 		}

@@ -186,10 +186,6 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VPMADDUBSW a0(p), Y2, Y10; VPMADDWD Y8, Y10, Y10; VPADDD Y10, yi, yi; \
 	VPMADDUBSW a1(p), Y1, Y10; VPMADDWD Y9, Y10, Y10; VPADDD Y10, yi, yi
 
-// IN4PAIRV: IN4PAIR with VPDPWSSD (AVX-512 VNNI), which adds the same scale·pair products as VPMADDWD then VPADDD.
-#define IN4PAIRV(p, yi, a0, a1) \
-	VPMADDUBSW a0(p), Y2, Y10; VPDPWSSD Y8, Y10, yi; VPMADDUBSW a1(p), Y1, Y10; VPDPWSSD Y9, Y10, yi
-
 // IN4FLOAT(yi, ya, da): Y`a` += (d·d_a)·float(Y`i`), d in Y8 (all lanes), d_a the float32 at da. Clobbers Y9.
 #define IN4FLOAT(yi, ya, da) \
 	VBROADCASTSS da, Y9; VMULPS Y9, Y8, Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
@@ -213,8 +209,7 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	VPBROADCASTD nibmask<>(SB), Y14
 
 // IN4CHUNK(pair, a0, a1, s0, s1): the low (Y2) and high (Y1) weights of a chunk against the four rows'
-// activations at a0 and a1, scaled by the int16 at s0(SP) and s1(SP), into the lanes Y4..Y7 (pair: IN4PAIR or
-// IN4PAIRV).
+// activations at a0 and a1, scaled by the int16 at s0(SP) and s1(SP), into the lanes Y4..Y7 (pair: IN4PAIR).
 #define IN4CHUNK(pair, a0, a1, s0, s1) \
 	VPBROADCASTW s0(SP), Y8; VPBROADCASTW s1(SP), Y9; \
 	pair(SI, Y4, a0, a1); pair(R10, Y5, a0, a1); pair(R11, Y6, a0, a1); pair(R12, Y7, a0, a1)
@@ -254,10 +249,6 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 #define Q6IN4ROW(p, yi, a) \
 	VPMADDUBSW a(p), Y1, Y2; VPMADDWD Y8, Y2, Y2; VPADDD Y2, yi, yi
 
-// Q6IN4ROWV: Q6IN4ROW with VPDPWSSD (see IN4PAIRV).
-#define Q6IN4ROWV(p, yi, a) \
-	VPMADDUBSW a(p), Y1, Y2; VPDPWSSD Y8, Y2, yi
-
 // Q6KOFFSET(bs, yi): Y`i` -= 32·(s_2l·bs[2l] + s_2l+1·bs[2l+1]) in lane l, the super-block's 16 scales as int16 at
 // 0(SP) and its 16 sums of 16 activations at bs: the weights' -32, once per super-block. Clobbers Y2.
 #define Q6KOFFSET(bs, yi) \
@@ -269,84 +260,6 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	HSUMR(Y0, X0); MOVSS X0, (DX); ADDQ AX, DX; HSUMR(Y3, X3); MOVSS X3, (DX); ADDQ AX, DX; \
 	HSUMR(Y11, X11); MOVSS X11, (DX); ADDQ AX, DX; HSUMR(Y12, X12); MOVSS X12, (DX); VZEROUPPER; RET
 
-// Q4_K against four weight rows (decode): the rows' scales, minimums and float factors unpacked together, each
-// row's sums those of dotQ4_KAVX2 (and the portable kernel), bit for bit: its integer lanes (VPDPWSSD adds the
-// same scale·pair products as VPMADDWD then VPADDD), its minimum sums, and the same float operations in the same
-// order. Constants of the vector scale unpacking (ggml's get_scale_min_k4, four rows in the four 128-bit lanes):
-// VPERMB indices that spread each row's scales into int16 pairs (s, s) and its minimums into int16, the
-// per-dword shifts and masks, and the VPERMPS index that puts row r's dmin·d_a across lane r.
-DATA q4kx4sc01<>+0(SB)/8, $0x0001000100000000
-DATA q4kx4sc01<>+8(SB)/8, $0x0003000300020002
-DATA q4kx4sc01<>+16(SB)/8, $0x0005000500040004
-DATA q4kx4sc01<>+24(SB)/8, $0x0007000700060006
-DATA q4kx4sc01<>+32(SB)/8, $0x0011001100100010
-DATA q4kx4sc01<>+40(SB)/8, $0x0013001300120012
-DATA q4kx4sc01<>+48(SB)/8, $0x0015001500140014
-DATA q4kx4sc01<>+56(SB)/8, $0x0017001700160016
-GLOBL q4kx4sc01<>(SB), RODATA|NOPTR, $64
-DATA q4kx4sc23<>+0(SB)/8, $0x0021002100200020
-DATA q4kx4sc23<>+8(SB)/8, $0x0023002300220022
-DATA q4kx4sc23<>+16(SB)/8, $0x0025002500240024
-DATA q4kx4sc23<>+24(SB)/8, $0x0027002700260026
-DATA q4kx4sc23<>+32(SB)/8, $0x0031003100300030
-DATA q4kx4sc23<>+40(SB)/8, $0x0033003300320032
-DATA q4kx4sc23<>+48(SB)/8, $0x0035003500340034
-DATA q4kx4sc23<>+56(SB)/8, $0x0037003700360036
-GLOBL q4kx4sc23<>(SB), RODATA|NOPTR, $64
-DATA q4kx4mn<>+0(SB)/8, $0x000b000a00090008
-DATA q4kx4mn<>+8(SB)/8, $0x000f000e000d000c
-DATA q4kx4mn<>+16(SB)/8, $0x001b001a00190018
-DATA q4kx4mn<>+24(SB)/8, $0x001f001e001d001c
-DATA q4kx4mn<>+32(SB)/8, $0x002b002a00290028
-DATA q4kx4mn<>+40(SB)/8, $0x002f002e002d002c
-DATA q4kx4mn<>+48(SB)/8, $0x003b003a00390038
-DATA q4kx4mn<>+56(SB)/8, $0x003f003e003d003c
-GLOBL q4kx4mn<>(SB), RODATA|NOPTR, $64
-DATA q4kx4shr<>+0(SB)/8, $0x0000000600000000
-DATA q4kx4shr<>+8(SB)/8, $0x0000000600000000
-DATA q4kx4shr<>+16(SB)/8, $0x0000000600000000
-DATA q4kx4shr<>+24(SB)/8, $0x0000000600000000
-DATA q4kx4shr<>+32(SB)/8, $0x0000000600000000
-DATA q4kx4shr<>+40(SB)/8, $0x0000000600000000
-DATA q4kx4shr<>+48(SB)/8, $0x0000000600000000
-DATA q4kx4shr<>+56(SB)/8, $0x0000000600000000
-GLOBL q4kx4shr<>(SB), RODATA|NOPTR, $64
-DATA q4kx4lo<>+0(SB)/8, $0x030303033f3f3f3f
-DATA q4kx4lo<>+8(SB)/8, $0x030303033f3f3f3f
-DATA q4kx4lo<>+16(SB)/8, $0x030303033f3f3f3f
-DATA q4kx4lo<>+24(SB)/8, $0x030303033f3f3f3f
-DATA q4kx4lo<>+32(SB)/8, $0x030303033f3f3f3f
-DATA q4kx4lo<>+40(SB)/8, $0x030303033f3f3f3f
-DATA q4kx4lo<>+48(SB)/8, $0x030303033f3f3f3f
-DATA q4kx4lo<>+56(SB)/8, $0x030303033f3f3f3f
-GLOBL q4kx4lo<>(SB), RODATA|NOPTR, $64
-DATA q4kx4shl<>+0(SB)/8, $0x0000000400000000
-DATA q4kx4shl<>+8(SB)/8, $0x0000000400000000
-DATA q4kx4shl<>+16(SB)/8, $0x0000000400000000
-DATA q4kx4shl<>+24(SB)/8, $0x0000000400000000
-DATA q4kx4shl<>+32(SB)/8, $0x0000000400000000
-DATA q4kx4shl<>+40(SB)/8, $0x0000000400000000
-DATA q4kx4shl<>+48(SB)/8, $0x0000000400000000
-DATA q4kx4shl<>+56(SB)/8, $0x0000000400000000
-GLOBL q4kx4shl<>(SB), RODATA|NOPTR, $64
-DATA q4kx4shr2<>+0(SB)/8, $0x0000000000000000
-DATA q4kx4shr2<>+8(SB)/8, $0x0000000400000000
-DATA q4kx4shr2<>+16(SB)/8, $0x0000000000000000
-DATA q4kx4shr2<>+24(SB)/8, $0x0000000400000000
-DATA q4kx4shr2<>+32(SB)/8, $0x0000000000000000
-DATA q4kx4shr2<>+40(SB)/8, $0x0000000400000000
-DATA q4kx4shr2<>+48(SB)/8, $0x0000000000000000
-DATA q4kx4shr2<>+56(SB)/8, $0x0000000400000000
-GLOBL q4kx4shr2<>(SB), RODATA|NOPTR, $64
-DATA q4kx4hi<>+0(SB)/8, $0x0f0f0f0f00000000
-DATA q4kx4hi<>+8(SB)/8, $0x0f0f0f0f00000000
-DATA q4kx4hi<>+16(SB)/8, $0x0f0f0f0f00000000
-DATA q4kx4hi<>+24(SB)/8, $0x0f0f0f0f00000000
-DATA q4kx4hi<>+32(SB)/8, $0x0f0f0f0f00000000
-DATA q4kx4hi<>+40(SB)/8, $0x0f0f0f0f00000000
-DATA q4kx4hi<>+48(SB)/8, $0x0f0f0f0f00000000
-DATA q4kx4hi<>+56(SB)/8, $0x0f0f0f0f00000000
-GLOBL q4kx4hi<>(SB), RODATA|NOPTR, $64
 DATA q4kx4dmin<>+0(SB)/8, $0x0000000100000001
 DATA q4kx4dmin<>+8(SB)/8, $0x0000000100000001
 DATA q4kx4dmin<>+16(SB)/8, $0x0000000300000003
@@ -357,43 +270,12 @@ DATA q4kx4dmin<>+48(SB)/8, $0x0000000700000007
 DATA q4kx4dmin<>+56(SB)/8, $0x0000000700000007
 GLOBL q4kx4dmin<>(SB), RODATA|NOPTR, $64
 
-// Q4KX4MUL(ya, aoff, soff): Y`a` += the lanes of the low weights in Y10 against the activations at aoff(SI) and
-// of the high ones in Y9 against aoff+32(SI), scaled by the (s, s) pairs at soff(SP) and soff+4(SP).
-#define Q4KX4MUL(ya, aoff, soff) \
-	VPMADDUBSW aoff(SI), Y10, Y10; VPDPWSSD.BCST soff(SP), Y10, ya; \
-	VPMADDUBSW aoff+32(SI), Y9, Y9; VPDPWSSD.BCST soff+4(SP), Y9, ya
-
-// NIBS910(p, off): Y10 = the low nibbles of the 32 bytes at off(p)(BX*1), Y9 the high ones.
-#define NIBS910(p, off) \
-	VMOVDQU off(p)(BX*1), Y9; VPAND Y14, Y9, Y10; VPSRLW $4, Y9, Y9; VPAND Y14, Y9, Y9
-
-// Q4KX4ROW(p, yi, ya, soff, doff): one Q4_K super-block of the row at p: its integer lanes into Y`i` (scales at
-// soff(SP)), then Y`a` += (d·d_a)·float(lanes), d·d_a the float32 at doff(SP). Clobbers Y9, Y10.
-#define Q4KX4ROW(p, yi, ya, soff, doff) \
-	VPXOR yi, yi, yi; \
-	NIBS910(p, 16); Q4KX4MUL(yi, 0, soff); NIBS910(p, 48); Q4KX4MUL(yi, 64, soff+8); \
-	NIBS910(p, 80); Q4KX4MUL(yi, 128, soff+16); NIBS910(p, 112); Q4KX4MUL(yi, 192, soff+24); \
-	X4KFLOAT(yi, ya, doff)
-
 // X4KFLOAT(yi, ya, doff): Y`a` += (d·d_a)·float(Y`i`), d·d_a the float32 at doff(SP). Clobbers Y9.
 #define X4KFLOAT(yi, ya, doff) \
 	VBROADCASTSS doff(SP), Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
 
-// Q5HI(shift, cnt, q): Y`q` |= bit h of each byte of the high bits in Y12, as 0x10 (`shift $cnt` brings bit h to
-// bit 4; VPTERNLOGD: q | (Y11 & 0x10)). Clobbers Y11.
-#define Q5HI(shift, cnt, q) \
-	shift $cnt, Y12, Y11; VPTERNLOGD.BCST $0xf8, sixteens<>(SB), Y11, q
-
-// Q5KX4ROW(p, yi, ya, soff, doff): Q4KX4ROW for a Q5_K super-block (the high bits at 16(p), the nibbles at 48(p)),
-// as dotQ5_KAVX2 takes them. Clobbers Y9..Y12.
-#define Q5KX4ROW(p, yi, ya, soff, doff) \
-	VPXOR yi, yi, yi; VMOVDQU 16(p)(BX*1), Y12; \
-	NIBS910(p, 48); Q5HI(VPSLLW, 4, Y10); Q5HI(VPSLLW, 3, Y9); Q4KX4MUL(yi, 0, soff); \
-	NIBS910(p, 80); Q5HI(VPSLLW, 2, Y10); Q5HI(VPSLLW, 1, Y9); Q4KX4MUL(yi, 64, soff+8); \
-	NIBS910(p, 112); Q5HI(VPSRLW, 0, Y10); Q5HI(VPSRLW, 1, Y9); Q4KX4MUL(yi, 128, soff+16); \
-	NIBS910(p, 144); Q5HI(VPSRLW, 2, Y10); Q5HI(VPSRLW, 3, Y9); Q4KX4MUL(yi, 192, soff+24); \
-	X4KFLOAT(yi, ya, doff)
-
+// X4OUTMIN writes a four-row kernel's results, hsum8 of Y0..Y3 less the minimum terms in lane r of Z31, to y[0..3]
+// at DX, and returns.
 // X4OUTMIN writes a four-row kernel's results, hsum8 of Y0..Y3 less the minimum terms in lane r of Z31, to y[0..3]
 // at DX, and returns.
 #define X4OUTMIN \
@@ -401,173 +283,6 @@ GLOBL q4kx4dmin<>(SB), RODATA|NOPTR, $64
 	VEXTRACTF32X4 $1, Z31, X9; HSUMR(Y1, X1); VSUBSS X9, X1, X1; MOVSS X1, 4(DX); \
 	VEXTRACTF32X4 $2, Z31, X9; HSUMR(Y2, X2); VSUBSS X9, X2, X2; MOVSS X2, 8(DX); \
 	VEXTRACTF32X4 $3, Z31, X9; HSUMR(Y3, X3); VSUBSS X9, X3, X3; MOVSS X3, 12(DX); VZEROUPPER; RET
-
-// X4K(ROW, size, loop): the body of a four-row K-quant kernel with Q4_K's scales, minimums and d, dmin (Q4_K,
-// Q5_K): ROW(p, yi, ya, soff, doff) multiplies one super-block (size bytes) of the row at p.
-#define X4K(ROW, size, loop) \
-	ROWS4; \
-	LEAQ (R12)(AX*1), R13; \
-	MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ bsums_base+80(FP), R9; \
-	MOVQ y+104(FP), DX; \
-	XORQ BX, BX; \
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; VPXORD Z31, Z31, Z31; \
-	VPBROADCASTD nibmask<>(SB), Y14; VPBROADCASTD onesw<>(SB), Y15; \
-	VMOVDQU64 q4kx4shr<>(SB), Z16; VMOVDQU64 q4kx4lo<>(SB), Z17; VMOVDQU64 q4kx4shl<>(SB), Z18; \
-	VMOVDQU64 q4kx4shr2<>(SB), Z19; VMOVDQU64 q4kx4hi<>(SB), Z20; VMOVDQU64 q4kx4sc01<>(SB), Z21; \
-	VMOVDQU64 q4kx4sc23<>(SB), Z22; VMOVDQU64 q4kx4mn<>(SB), Z23; VMOVDQU64 q4kx4dmin<>(SB), Z24; \
-	MOVQ $0x5555555555555555, AX; KMOVQ AX, K1; \
-loop: \
-	PREFETCHT0 (R13)(BX*4); PREFETCHT0 64(R13)(BX*4); PREFETCHT0 128(R13)(BX*4); PREFETCHT0 192(R13)(BX*4); \
-	PREFETCHT0 256(R13)(BX*4); PREFETCHT0 320(R13)(BX*4); PREFETCHT0 384(R13)(BX*4); PREFETCHT0 448(R13)(BX*4); \
-	PREFETCHT0 512(R13)(BX*4); PREFETCHT0 576(R13)(BX*4); PREFETCHT0 640(R13)(BX*4); \
-	VMOVDQU 4(DI)(BX*1), X11; \
-	VINSERTI32X4 $1, 4(R10)(BX*1), Z11, Z11; \
-	VINSERTI32X4 $2, 4(R11)(BX*1), Z11, Z11; \
-	VINSERTI32X4 $3, 4(R12)(BX*1), Z11, Z11; \
-	VPSHUFD $0x50, Z11, Z12; VPSHUFD $0xaa, Z11, Z13; \
-	VPSRLVD Z16, Z12, Z12; VPANDD Z17, Z12, Z12; VPSLLVD Z18, Z12, Z12; \
-	VPSRLVD Z19, Z13, Z13; VPANDD Z20, Z13, Z13; VPORD Z13, Z12, Z11; \
-	VPERMB.Z Z11, Z21, K1, Z12; VMOVDQU64 Z12, 0(SP); \
-	VPERMB.Z Z11, Z22, K1, Z12; VMOVDQU64 Z12, 64(SP); \
-	VPERMB.Z Z11, Z23, K1, Z12; \
-	VMOVDQU (R9), Y13; VPMADDWD Y15, Y13, Y13; VPMOVDW Y13, X13; VSHUFI32X4 $0, Z13, Z13, Z13; \
-	VPMADDWD Z13, Z12, Z12; \
-	VPSHUFD $0x4e, Z12, Z13; VPADDD Z13, Z12, Z12; VPSHUFD $0xb1, Z12, Z13; VPADDD Z13, Z12, Z12; \
-	VCVTDQ2PS Z12, Z12; \
-	VMOVD 0(DI)(BX*1), X13; \
-	VPINSRD $1, 0(R10)(BX*1), X13, X13; VPINSRD $2, 0(R11)(BX*1), X13, X13; VPINSRD $3, 0(R12)(BX*1), X13, X13; \
-	VCVTPH2PS X13, Y13; VBROADCASTSS (R8), Y9; VMULPS Y9, Y13, Y13; VMOVUPS Y13, 128(SP); \
-	VPERMPS Z13, Z24, Z13; VMULPS Z12, Z13, Z12; VADDPS Z12, Z31, Z31; \
-	ROW(DI, Y5, Y0, 0, 128); \
-	ROW(R10, Y6, Y1, 32, 136); \
-	ROW(R11, Y7, Y2, 64, 144); \
-	ROW(R12, Y8, Y3, 96, 152); \
-	ADDQ $size, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ loop; \
-	X4OUTMIN
-
-// Q4_K and Q5_K against four weight rows and four input rows (a prompt): the four weight rows' scales, minimums
-// and d, dmin unpacked once per super-block for the four input rows, each weight row's nibbles once for them; each
-// of the 16 products bit for bit the one-row kernels' (the same integer lanes, minimum sums and float operations
-// in the same order). Frame: the weight rows' (s, s) scale pairs at 0(SP) (as in X4K); at 128+32r(SP), input r's
-// [d·d_a, dmin·d_a] of the four weight rows. Registers: Y16+4o+r the float lanes of weight row o and input r,
-// Z15's dword 4o+r its minimum terms; Y0..Y3 the integer lanes of the weight row at hand.
-DATA onesw32<>+0(SB)/8, $0x0001000100010001
-DATA onesw32<>+8(SB)/8, $0x0001000100010001
-DATA onesw32<>+16(SB)/8, $0x0001000100010001
-DATA onesw32<>+24(SB)/8, $0x0001000100010001
-GLOBL onesw32<>(SB), RODATA|NOPTR, $32
-
-// X44MINS(poff, da, bs, k): input r's part of a super-block's shared work: [d, dmin]·d_a of the four weight rows
-// (Y10 times the input's scale at da) to 128+poff(SP); lanes k (dword r of each weight row's lane) of Z15 +=
-// (dmin·d_a)·Σ_j m_j·(bs[2j] + bs[2j+1]), the minimums as words in Z9. Clobbers Y8, Y12, Y13.
-#define X44MINS(poff, da, bs, k) \
-	VBROADCASTSS da, Y12; VMULPS Y12, Y10, Y12; VMOVUPS Y12, 128+poff(SP); \
-	VMOVDQU bs, Y13; VPMADDWD onesw32<>(SB), Y13, Y13; VPMOVDW Y13, X13; VSHUFI32X4 $0, Z13, Z13, Z13; \
-	VPMADDWD Z13, Z9, Z13; VPSHUFD $0x4e, Z13, Z8; VPADDD Z8, Z13, Z13; VPSHUFD $0xb1, Z13, Z8; VPADDD Z8, Z13, Z13; \
-	VCVTDQ2PS Z13, Z13; VMOVDQU64 q4kx4dmin<>(SB), Z8; VPERMPS Z12, Z8, Z8; VMULPS Z13, Z8, Z13; VADDPS Z13, Z15, k, Z15
-
-// X44SHARED: a super-block's work shared by the 16 products: the weight rows' scales unpacked as X4K does (the
-// pairs to 0(SP), the minimums as words to Z9), their d, dmin to Y10, then each input's X44MINS.
-#define X44SHARED \
-	VMOVDQU 4(DI)(BX*1), X11; VINSERTI32X4 $1, 4(R10)(BX*1), Z11, Z11; \
-	VINSERTI32X4 $2, 4(R11)(BX*1), Z11, Z11; VINSERTI32X4 $3, 4(R12)(BX*1), Z11, Z11; \
-	VPSHUFD $0x50, Z11, Z12; VPSHUFD $0xaa, Z11, Z13; \
-	VPSRLVD q4kx4shr<>(SB), Z12, Z12; VPANDD q4kx4lo<>(SB), Z12, Z12; VPSLLVD q4kx4shl<>(SB), Z12, Z12; \
-	VPSRLVD q4kx4shr2<>(SB), Z13, Z13; VPANDD q4kx4hi<>(SB), Z13, Z13; VPORD Z13, Z12, Z11; \
-	VMOVDQU64 q4kx4sc01<>(SB), Z8; VPERMB.Z Z11, Z8, K1, Z12; VMOVDQU64 Z12, 0(SP); \
-	VMOVDQU64 q4kx4sc23<>(SB), Z8; VPERMB.Z Z11, Z8, K1, Z12; VMOVDQU64 Z12, 64(SP); \
-	VMOVDQU64 q4kx4mn<>(SB), Z8; VPERMB.Z Z11, Z8, K1, Z9; \
-	VMOVD 0(DI)(BX*1), X10; VPINSRD $1, 0(R10)(BX*1), X10, X10; VPINSRD $2, 0(R11)(BX*1), X10, X10; \
-	VPINSRD $3, 0(R12)(BX*1), X10, X10; VCVTPH2PS X10, Y10; \
-	X44MINS(0, (R8), (R9), K2); X44MINS(32, (R8)(R14*1), (R9)(R14*8), K3); \
-	X44MINS(64, (R8)(R14*2), (R9)(AX*1), K4); X44MINS(96, (R8)(R15*1), (R9)(R15*8), K5)
-
-// NIBS45(p, off): Y4 = the low nibbles of the 32 bytes at off(p)(BX*1), Y5 the high ones.
-#define NIBS45(p, off) \
-	VMOVDQU off(p)(BX*1), Y5; VPAND Y14, Y5, Y4; VPSRLW $4, Y5, Y5; VPAND Y14, Y5, Y5
-
-// X44CHUNK(aoff, soff): the low (Y4) and high (Y5) weights of a chunk against the four inputs' activations at
-// aoff and aoff+32 (inputs at SI, SI+R13, SI+2·R13, SI+DX), scaled by the (s, s) pairs at soff(SP) and
-// soff+4(SP), into Y0..Y3. Clobbers Y6.
-#define X44CHUNK(aoff, soff) \
-	VPMADDUBSW aoff(SI), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y0; \
-	VPMADDUBSW aoff+32(SI), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y0; \
-	VPMADDUBSW aoff(SI)(R13*1), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y1; \
-	VPMADDUBSW aoff+32(SI)(R13*1), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y1; \
-	VPMADDUBSW aoff(SI)(R13*2), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y2; \
-	VPMADDUBSW aoff+32(SI)(R13*2), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y2; \
-	VPMADDUBSW aoff(SI)(DX*1), Y4, Y6; VPDPWSSD.BCST soff(SP), Y6, Y3; \
-	VPMADDUBSW aoff+32(SI)(DX*1), Y5, Y6; VPDPWSSD.BCST soff+4(SP), Y6, Y3
-
-// X44FLOAT(dof, a0, a1, a2, a3): Y`a`r += (d·d_a)·float(Y`r`) for the four inputs r, d·d_a at 128+32r+dof(SP).
-// Clobbers Y9 (the minimums' words in Z9 are used up by then).
-#define X44FLOAT(dof, a0, a1, a2, a3) \
-	X4KFLOAT(Y0, a0, 128+dof); X4KFLOAT(Y1, a1, 160+dof); X4KFLOAT(Y2, a2, 192+dof); X4KFLOAT(Y3, a3, 224+dof)
-
-// Q4KX44ROW(p, soff, dof, a0, a1, a2, a3): one Q4_K super-block of the weight row at p against the four inputs.
-#define Q4KX44ROW(p, soff, dof, a0, a1, a2, a3) \
-	VPXOR Y0, Y0, Y0; VPXOR Y1, Y1, Y1; VPXOR Y2, Y2, Y2; VPXOR Y3, Y3, Y3; \
-	NIBS45(p, 16); X44CHUNK(0, soff); NIBS45(p, 48); X44CHUNK(64, soff+8); \
-	NIBS45(p, 80); X44CHUNK(128, soff+16); NIBS45(p, 112); X44CHUNK(192, soff+24); \
-	X44FLOAT(dof, a0, a1, a2, a3)
-
-// Q5KX44ROW: Q4KX44ROW for a Q5_K super-block.
-#define Q5KX44ROW(p, soff, dof, a0, a1, a2, a3) \
-	VPXOR Y0, Y0, Y0; VPXOR Y1, Y1, Y1; VPXOR Y2, Y2, Y2; VPXOR Y3, Y3, Y3; VMOVDQU 16(p)(BX*1), Y12; \
-	NIBS45(p, 48); Q5HI(VPSLLW, 4, Y4); Q5HI(VPSLLW, 3, Y5); X44CHUNK(0, soff); \
-	NIBS45(p, 80); Q5HI(VPSLLW, 2, Y4); Q5HI(VPSLLW, 1, Y5); X44CHUNK(64, soff+8); \
-	NIBS45(p, 112); Q5HI(VPSRLW, 0, Y4); Q5HI(VPSRLW, 1, Y5); X44CHUNK(128, soff+16); \
-	NIBS45(p, 144); Q5HI(VPSRLW, 2, Y4); Q5HI(VPSRLW, 3, Y5); X44CHUNK(192, soff+24); \
-	X44FLOAT(dof, a0, a1, a2, a3)
-
-// X44OUT(ya, moff, out): out = hsum8(Y`a`) - the minimum terms at moff(SP).
-#define X44OUT(ya, moff, out) \
-	VMOVAPS ya, Y0; HSUMR(Y0, X0); VSUBSS moff(SP), X0, X0; MOVSS X0, out
-
-// X44K(ROW, size, loop): the body of a four-by-four K-quant kernel (b, stride, qs, d, bsums, y, ystride): ROW
-// multiplies one super-block (size bytes) of a weight row by the four inputs.
-#define X44K(ROW, size, loop) \
-	MOVQ b_base+0(FP), DI; MOVQ stride+24(FP), AX; LEAQ (DI)(AX*1), R10; LEAQ (R10)(AX*1), R11; \
-	LEAQ (R11)(AX*1), R12; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; \
-	MOVQ bsums_base+80(FP), R9; SHRQ $2, CX; MOVQ CX, R14; SHLQ $2, R14; LEAQ (R14)(R14*2), R15; \
-	MOVQ CX, R13; SHLQ $8, R13; LEAQ (R13)(R13*2), DX; \
-	MOVQ $0x5555555555555555, AX; KMOVQ AX, K1; MOVQ $0x1111, AX; KMOVW AX, K2; MOVQ $0x2222, AX; KMOVW AX, K3; \
-	MOVQ $0x4444, AX; KMOVW AX, K4; MOVQ $0x8888, AX; KMOVW AX, K5; MOVQ R14, AX; SHLQ $4, AX; XORQ BX, BX; \
-	VPXORD Z15, Z15, Z15; VPXORD Z16, Z16, Z16; VPXORD Z17, Z17, Z17; VPXORD Z18, Z18, Z18; VPXORD Z19, Z19, Z19; \
-	VPXORD Z20, Z20, Z20; VPXORD Z21, Z21, Z21; VPXORD Z22, Z22, Z22; VPXORD Z23, Z23, Z23; VPXORD Z24, Z24, Z24; \
-	VPXORD Z25, Z25, Z25; VPXORD Z26, Z26, Z26; VPXORD Z27, Z27, Z27; VPXORD Z28, Z28, Z28; VPXORD Z29, Z29, Z29; \
-	VPXORD Z30, Z30, Z30; VPXORD Z31, Z31, Z31; VPBROADCASTD nibmask<>(SB), Y14; \
-loop: \
-	X44SHARED; \
-	ROW(DI, 0, 0, Y16, Y17, Y18, Y19); ROW(R10, 32, 8, Y20, Y21, Y22, Y23); \
-	ROW(R11, 64, 16, Y24, Y25, Y26, Y27); ROW(R12, 96, 24, Y28, Y29, Y30, Y31); \
-	ADDQ $size, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ loop; \
-	VMOVUPS Z15, 0(SP); MOVQ y+104(FP), DX; MOVQ ystride+112(FP), AX; SHLQ $2, AX; LEAQ (DX)(AX*1), R10; \
-	LEAQ (R10)(AX*1), R11; LEAQ (R11)(AX*1), R12; \
-	X44OUT(Y16, 0, 0(DX)); X44OUT(Y17, 4, 0(R10)); X44OUT(Y18, 8, 0(R11)); X44OUT(Y19, 12, 0(R12)); \
-	X44OUT(Y20, 16, 4(DX)); X44OUT(Y21, 20, 4(R10)); X44OUT(Y22, 24, 4(R11)); X44OUT(Y23, 28, 4(R12)); \
-	X44OUT(Y24, 32, 8(DX)); X44OUT(Y25, 36, 8(R10)); X44OUT(Y26, 40, 8(R11)); X44OUT(Y27, 44, 8(R12)); \
-	X44OUT(Y28, 48, 12(DX)); X44OUT(Y29, 52, 12(R10)); X44OUT(Y30, 56, 12(R11)); X44OUT(Y31, 60, 12(R12)); \
-	VZEROUPPER; RET
-
-// Q8_0 against four weight rows and four input rows (a prompt), each product bit for bit dotQ8_0AVX2's: the
-// same integer lanes per block (VPDPBUSD of |w| with a·sign(w)) and the same float operations in the same order.
-// The weight rows' |w| and the sixteen d·d_a (at 16r+4o(SP)) once per block for the 16 products.
-
-// Q80X44(yi, ya, soff, acc): input r's product with the weight block in Y5 (|w| in Y4): acc += (d·d_a)·lanes,
-// the input's activations in Y`a`, d·d_a at soff(SP). Clobbers Y6, Y`i`.
-#define Q80X44(yi, ya, soff, acc) \
-	VPSIGNB Y5, ya, Y6; VPXOR yi, yi, yi; VPDPBUSD Y6, Y4, yi; VCVTDQ2PS yi, yi; VMULPS.BCST soff(SP), yi, yi; \
-	VADDPS yi, acc, acc
-
-// Q80X44ROW(p, o4, a0, a1, a2, a3): the block of the weight row at p against the four inputs (o4: 4·o).
-#define Q80X44ROW(p, o4, a0, a1, a2, a3) \
-	VMOVDQU 2(p)(BX*1), Y5; VPABSB Y5, Y4; \
-	Q80X44(Y7, Y0, o4, a0); Q80X44(Y8, Y1, 16+o4, a1); Q80X44(Y9, Y2, 32+o4, a2); Q80X44(Y10, Y3, 48+o4, a3)
-
-// X44HSUM(ya, out): out = hsum8(Y`a`).
-#define X44HSUM(ya, out) \
-	VMOVAPS ya, Y0; HSUMR(Y0, X0); MOVSS X0, out
 
 // Q3_K against four weight rows (decode), each row's sums dotQ3_KAVX2's, bit for bit: per group of 32 weights the
 // same integer lanes, S·((q'-4)·a) pairs as maddubs(q', a) - maddubs(4, a) with q' = the two bits | the hmask bit
@@ -946,8 +661,9 @@ q3kloop:
 	MOVSS X0, ret+72(FP)
 	RET
 
-// The In4 kernels' bodies, by the macro that multiplies a pair of chunks (IN4PAIR, or IN4PAIRV with VNNI) or a Q6_K
-// group (Q6IN4ROW or Q6IN4ROWV); loop names the loop's label.
+// The In4 kernels' bodies (CPUs without AVX-512 VNNI: with it, the rows kernels of rows_amd64.s multiply these
+// types), by the macro that multiplies a pair of chunks (IN4PAIR) or a Q6_K group (Q6IN4ROW); loop names the
+// loop's label.
 #define Q4KIN4(pair, loop) \
 	IN4ARGS; \
 loop: \
@@ -986,27 +702,15 @@ loop: \
 TEXT ·dotQ4_KIn4AVX2(SB), NOSPLIT, $80-112
 	Q4KIN4(IN4PAIR, q4kin4loop)
 
-// func dotQ4_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-TEXT ·dotQ4_KIn4VNNI(SB), NOSPLIT, $80-112
-	Q4KIN4(IN4PAIRV, q4kin4vloop)
-
 // func dotQ5_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 // dotQ4_KIn4AVX2 for Q5_K super-blocks, the high bits or'ed in as dotQ5_KAVX2 does.
 TEXT ·dotQ5_KIn4AVX2(SB), NOSPLIT, $80-112
 	Q5KIN4(IN4PAIR, q5kin4loop)
 
-// func dotQ5_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-TEXT ·dotQ5_KIn4VNNI(SB), NOSPLIT, $80-112
-	Q5KIN4(IN4PAIRV, q5kin4vloop)
-
 // func dotQ6_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 // dotQ4_KIn4AVX2 for Q6_K super-blocks (bsums unused: Q6_K has no minimums), each row's sums dotQ6_KAVX2's.
 TEXT ·dotQ6_KIn4AVX2(SB), NOSPLIT, $80-112
 	Q6KIN4(Q6IN4ROW, q6kin4loop)
-
-// func dotQ6_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-TEXT ·dotQ6_KIn4VNNI(SB), NOSPLIT, $80-112
-	Q6KIN4(Q6IN4ROWV, q6kin4vloop)
 
 // func dotQ6_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 // b: len(d) Q6_K super-blocks (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales,
@@ -1137,8 +841,6 @@ q6kloop:
 // VPMADDWD (no pair saturates: |w| ≤ 128, |a| ≤ 127), and each row keeps its own lanes, in block order. The four
 // rows share the activation loads and the loop, and their four dependency chains overlap.
 
-
-
 #define PFSHIFT 3
 
 DATA nibshift<>+0(SB)/8, $0
@@ -1158,18 +860,6 @@ GLOBL nibshift<>(SB), RODATA|NOPTR, $32
 // the hardware prefetchers, which follow sequential runs longer than a row, would fetch them late.
 #define PREFETCH4 \
 	PREFETCHT0 (R13)(BX*4); PREFETCHT0 64(R13)(BX*4)
-
-// X4SIGNED(ROW, size, loop): the body of a four-row kernel of a format with signed weights and Q8_0 activations
-// (b, stride, qs, d, y): ROW(p, ya) adds one block of the row at p (size bytes) into Y`a`.
-#define X4SIGNED(ROW, size, loop) \
-	ROWS4; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ y+80(FP), DX; \
-	XORQ BX, BX; VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
-	VPBROADCASTD nibmask<>(SB), Y14; VMOVDQU nibshift<>(SB), Y15; \
-loop: \
-	VMOVDQU (SI), Y12; VMOVSS (R8), X13; PREFETCH4; \
-	ROW(DI, Y0); ROW(R10, Y1); ROW(R11, Y2); ROW(R12, Y3); \
-	ADDQ $size, BX; ADDQ $32, SI; ADDQ $4, R8; DECQ CX; JNZ loop; \
-	Q80OUT(Y0, X0, 0); Q80OUT(Y1, X1, 4); Q80OUT(Y2, X2, 8); Q80OUT(Y3, X3, 12); VZEROUPPER; RET
 
 // X4MIN(ROW, size, loop): the body of a four-row kernel of a format with a minimum and Q8_1 activations (b,
 // stride, qs, d, s, y): ROW(p, ya, xs) adds one block of the row at p (size bytes) into Y`a`, its m·s into X`s`.
@@ -1208,14 +898,6 @@ TEXT ·dotQ4_1x4VNNI(SB), NOSPLIT, $0-112
 	VCVTDQ2PS Y6, Y6; VPBROADCASTW 0(p)(BX*1), X7; VCVTPH2PS X7, X7; VMULSS X13, X7, X7; \
 	VBROADCASTSS X7, Y7; VMULPS Y6, Y7, Y6; VADDPS Y6, ya, ya
 
-// Q80OUT(ya, xa, off): y[off/4] = hsum8(acc).
-#define Q80OUT(ya, xa, off) \
-	HSUMR(ya, xa); MOVSS xa, off(DX)
-
-// func dotQ8_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
-TEXT ·dotQ8_0x4VNNI(SB), NOSPLIT, $0-88
-	X4SIGNED(Q80ROW, 34, q80x4loop)
-
 // 32-byte forms of the Q5 constants, for the four-row kernels (which have no register to spare for them).
 DATA bitsel32<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
 DATA bitsel32<>+8(SB)/8, $0x7fbfdfeff7fbfdfe
@@ -1227,11 +909,7 @@ DATA ones32<>+8(SB)/8, $-1
 DATA ones32<>+16(SB)/8, $-1
 DATA ones32<>+24(SB)/8, $-1
 GLOBL ones32<>(SB), RODATA|NOPTR, $32
-DATA f0s32<>+0(SB)/8, $0xf0f0f0f0f0f0f0f0
-DATA f0s32<>+8(SB)/8, $0xf0f0f0f0f0f0f0f0
-DATA f0s32<>+16(SB)/8, $0xf0f0f0f0f0f0f0f0
-DATA f0s32<>+24(SB)/8, $0xf0f0f0f0f0f0f0f0
-GLOBL f0s32<>(SB), RODATA|NOPTR, $32
+
 DATA sixteens32<>+0(SB)/8, $0x1010101010101010
 DATA sixteens32<>+8(SB)/8, $0x1010101010101010
 DATA sixteens32<>+16(SB)/8, $0x1010101010101010
@@ -1244,18 +922,6 @@ GLOBL sixteens32<>(SB), RODATA|NOPTR, $32
 #define Q5BITS(p, off, op, mask) \
 	VPBROADCASTD off(p)(BX*1), Y6; VPSHUFB ·bitSpread(SB), Y6, Y6; VPOR bitsel32<>(SB), Y6, Y6; \
 	VPCMPEQB ones32<>(SB), Y6, Y6; op mask<>(SB), Y6, Y6; VPOR Y6, Y4, Y4
-
-// Q50ROW(p, ya): one Q5_0 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes; |w| times a·sign(w) as in
-// SIGNEDDOT. Y12 holds the activations, X13 d_a.
-#define Q50ROW(p, ya) \
-	VBROADCASTI128 6(p)(BX*1), Y4; VPSRLVW Y15, Y4, Y4; VPAND Y14, Y4, Y4; Q5BITS(p, 2, VPANDN, f0s32); \
-	VPSIGNB Y4, Y12, Y5; VPABSB Y4, Y4; VPXOR Y6, Y6, Y6; VPDPBUSD Y5, Y4, Y6; \
-	VCVTDQ2PS Y6, Y6; VPBROADCASTW 0(p)(BX*1), X7; VCVTPH2PS X7, X7; VMULSS X13, X7, X7; \
-	VBROADCASTSS X7, Y7; VMULPS Y6, Y7, Y6; VADDPS Y6, ya, ya
-
-// func dotQ5_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
-TEXT ·dotQ5_0x4VNNI(SB), NOSPLIT, $0-88
-	X4SIGNED(Q50ROW, 22, q50x4loop)
 
 // Q51ROW(p, ya, xs): one Q5_1 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes, X`s` lane 1 += m·s.
 // Y12 holds the activations, X13 [d_a, s, 0, 0].
@@ -1354,22 +1020,6 @@ q8zero:
 q8done:
 	VZEROUPPER
 	RET
-
-// func dotQ4_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
-// b: four rows of stride bytes, len(d) Q4_K super-blocks each; qs, d, bsums: the Q8_K activations. Frame: the
-// rows' (s, s) scale pairs (32 bytes a row) at 0(SP), their d·d_a and dmin·d_a at 128(SP). The rows' scale bytes
-// go to one lane each (dwords u0, u1, u2 of get_scale_min_k4's 12 bytes), are unpacked to lane bytes [scales 0-7,
-// minimums 0-7] (u0&0x3f.., (u2&0x0f..) | ((u0>>6)&0x03..)<<4, u1&0x3f.., ((u2>>4)&0x0f..) | ((u1>>6)&0x03..)<<4),
-// spread by VPERMB into the scale pairs and the minimums, whose sums (lane r: Σ_j m_j·(bsums[2j] + bsums[2j+1]))
-// go as floats times dmin·d_a into Z31. The next four rows are prefetched (measured 5-15% faster here than PFSHIFT
-// groups ahead).
-TEXT ·dotQ4_Kx4VNNI(SB), NOSPLIT, $160-112
-	X4K(Q4KX4ROW, 144, q4kx4loop)
-
-// func dotQ5_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
-// dotQ4_Kx4VNNI for Q5_K super-blocks (176 bytes).
-TEXT ·dotQ5_Kx4VNNI(SB), NOSPLIT, $160-112
-	X4K(Q5KX4ROW, 176, q5kx4loop)
 
 DATA q8kconsts<>+0(SB)/4, $-127.0
 DATA q8kconsts<>+4(SB)/4, $1.0
@@ -1523,57 +1173,12 @@ q8kdone:
 	VZEROUPPER
 	RET
 
-// func dotQ4_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-// b: four weight rows of stride bytes, len(d)/4 Q4_K super-blocks each; qs, d, bsums: four consecutive Q8_K
-// input rows; y[r·ystride + o]: weight row o times input r.
-TEXT ·dotQ4_Kx4In4VNNI(SB), NOSPLIT, $256-120
-	X44K(Q4KX44ROW, 144, q4kx44loop)
-
-// func dotQ5_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-TEXT ·dotQ5_Kx4In4VNNI(SB), NOSPLIT, $256-120
-	X44K(Q5KX44ROW, 176, q5kx44loop)
-
-// func dotQ8_0x4In4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32, ystride int)
-// b: four weight rows of stride bytes, len(d)/4 Q8_0 blocks each; qs, d: four consecutive Q8_0 input rows;
-// y[r·ystride + o]: weight row o times input r.
-TEXT ·dotQ8_0x4In4VNNI(SB), NOSPLIT, $64-96
-	MOVQ b_base+0(FP), DI; MOVQ stride+24(FP), AX; LEAQ (DI)(AX*1), R10; LEAQ (R10)(AX*1), R11
-	LEAQ (R11)(AX*1), R12; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX
-	SHRQ $2, CX; MOVQ CX, R14; SHLQ $2, R14; LEAQ (R14)(R14*2), R15; MOVQ CX, R13; SHLQ $5, R13
-	LEAQ (R13)(R13*2), DX; XORQ BX, BX
-	VPXORD Z16, Z16, Z16; VPXORD Z17, Z17, Z17; VPXORD Z18, Z18, Z18; VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20; VPXORD Z21, Z21, Z21; VPXORD Z22, Z22, Z22; VPXORD Z23, Z23, Z23
-	VPXORD Z24, Z24, Z24; VPXORD Z25, Z25, Z25; VPXORD Z26, Z26, Z26; VPXORD Z27, Z27, Z27
-	VPXORD Z28, Z28, Z28; VPXORD Z29, Z29, Z29; VPXORD Z30, Z30, Z30; VPXORD Z31, Z31, Z31
-
-q80x44loop:
-	MOVWLZX 0(DI)(BX*1), AX; VMOVD AX, X11; VPINSRW $1, 0(R10)(BX*1), X11, X11
-	VPINSRW $2, 0(R11)(BX*1), X11, X11; VPINSRW $3, 0(R12)(BX*1), X11, X11; VCVTPH2PS X11, X11
-	VBROADCASTSS (R8), X12; VMULPS X12, X11, X12; VMOVUPS X12, 0(SP)
-	VBROADCASTSS (R8)(R14*1), X12; VMULPS X12, X11, X12; VMOVUPS X12, 16(SP)
-	VBROADCASTSS (R8)(R14*2), X12; VMULPS X12, X11, X12; VMOVUPS X12, 32(SP)
-	VBROADCASTSS (R8)(R15*1), X12; VMULPS X12, X11, X12; VMOVUPS X12, 48(SP)
-	VMOVDQU (SI), Y0; VMOVDQU (SI)(R13*1), Y1; VMOVDQU (SI)(R13*2), Y2; VMOVDQU (SI)(DX*1), Y3
-	Q80X44ROW(DI, 0, Y16, Y17, Y18, Y19)
-	Q80X44ROW(R10, 4, Y20, Y21, Y22, Y23)
-	Q80X44ROW(R11, 8, Y24, Y25, Y26, Y27)
-	Q80X44ROW(R12, 12, Y28, Y29, Y30, Y31)
-	ADDQ $34, BX; ADDQ $32, SI; ADDQ $4, R8; DECQ CX; JNZ q80x44loop
-	MOVQ y+80(FP), DX; MOVQ ystride+88(FP), AX; SHLQ $2, AX; LEAQ (DX)(AX*1), R10; LEAQ (R10)(AX*1), R11
-	LEAQ (R11)(AX*1), R12
-	X44HSUM(Y16, 0(DX)); X44HSUM(Y17, 0(R10)); X44HSUM(Y18, 0(R11)); X44HSUM(Y19, 0(R12))
-	X44HSUM(Y20, 4(DX)); X44HSUM(Y21, 4(R10)); X44HSUM(Y22, 4(R11)); X44HSUM(Y23, 4(R12))
-	X44HSUM(Y24, 8(DX)); X44HSUM(Y25, 8(R10)); X44HSUM(Y26, 8(R11)); X44HSUM(Y27, 8(R12))
-	X44HSUM(Y28, 12(DX)); X44HSUM(Y29, 12(R10)); X44HSUM(Y30, 12(R11)); X44HSUM(Y31, 12(R12))
-	VZEROUPPER
-	RET
-
 // func dotQ3_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
 // b: four rows of stride bytes, len(d) Q3_K super-blocks (110 bytes: hmask 32, qs 64, scales 12, float16 d) each;
 // qs, d: the Q8_K activations. Frame: the rows' scales as int16 at 0(SP), their d·d_a at 128(SP).
 TEXT ·dotQ3_Kx4VNNI(SB), NOSPLIT, $144-88
 	ROWS4
-	LEAQ (R12)(AX*1), R13 // the next four rows, prefetched as in dotQ4_Kx4VNNI
+	LEAQ (R12)(AX*1), R13 // the next four rows, prefetched
 	MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ y+80(FP), DX
 	XORQ BX, BX
 	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
@@ -1611,7 +1216,7 @@ q3kx4loop:
 // scales as int16 at 0(SP), their [d·d_a, dmin·d_a] at 128(SP); Z31 lane r: row r's minimum terms.
 TEXT ·dotQ2_Kx4VNNI(SB), NOSPLIT, $160-112
 	ROWS4
-	LEAQ (R12)(AX*1), R13 // the next four rows, prefetched as in dotQ4_Kx4VNNI
+	LEAQ (R12)(AX*1), R13 // the next four rows, prefetched
 	MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ bsums_base+80(FP), R9
 	MOVQ y+104(FP), DX
 	XORQ BX, BX
