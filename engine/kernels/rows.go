@@ -134,6 +134,9 @@ func (p *rowsInputs) pack(f *rowsFormat, a *qAct, rows, lanes, nq int) {
 func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsFormat) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
+	if rows == 0 {
+		return
+	}
 	if rows >= f.tiledFrom || in%f.step() != 0 { // many rows, or an odd number of 32-element blocks
 		linearTiled(y, x, w, bias, f.tiled, f.tiled.asmKernel)
 		return

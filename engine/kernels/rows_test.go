@@ -37,7 +37,7 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 				bias[i] = float32(rng.NormFloat64())
 			}
 			for mi, w := range mats {
-				for rows := 1; rows <= 40; rows++ {
+				for rows := 0; rows <= 40; rows++ {
 					x := make([]float32, rows*in)
 					for i := range x {
 						x[i] = float32(rng.NormFloat64())
