@@ -3,13 +3,13 @@ package kernels
 import "github.com/layerstream/layerstream/quant"
 
 //go:noescape
-func rowsQ4_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
-func rowsQ5_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
-func rowsQ6_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+func rowsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
 func rowsQ8_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
@@ -36,13 +36,13 @@ func rowsIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *by
 func rowIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
-func rowQ4_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+func rowQ4_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
-func rowQ5_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+func rowQ5_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
-func rowQ6_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
+func rowQ6_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 // rowsAsm returns the rows kernels (rows.go) the CPU can run, several rows and one: AVX-512 VNNI (and BW, for the
 // word operations).

@@ -303,7 +303,7 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 
 // Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4-Z7, X8 (d), X9 (dmin), X15 (the minimums, eight
 // words): the 6-bit scales and minimums unpacked as ggml does (kmask1-3); Q4SPLAT: X15's pairs into X10-X13;
-// Q4DECODE: a Q4_K super-block into Z0-Z7, X8-X13, Q4CODES1 its codes alone.
+// Q4DECODE: a Q4_K super-block into Z0-Z7, X8-X13, Q4CODES4 its codes alone.
 #define Q4SCALES \
 	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8 \
 	VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, X9 \
@@ -364,12 +364,6 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 	VPMADDWD 0(R11), X9, X21; VPDPWSSD 16(R11), X10, X21; VPDPWSSD 32(R11), X11, X21; VPDPWSSD 48(R11), X12, X21 \
 	VPDPWSSD 64(R11), X13, X21; VPDPWSSD 80(R11), X22, X21; VPDPWSSD 96(R11), X23, X21; VPDPWSSD 112(R11), X28, X21
 
-// ENTRY(idx): the arguments and constants into their registers.
-#define ENTRY(idx) \
-	MOVQ w+0(FP), SI; MOVQ xstride+32(FP), R9; LEAQ (R9)(R9*2), R10; MOVQ nout+8(FP), R15 \
-	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
-	MOVL $-65536, AX; KMOVD AX, K1 \
-	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
 
 // The one-row kernels: the same products for a single input row, whose sums a horizontal reduction folds (no
 // padding rows), the row's pairs of sums contiguous (rowsInputs.pack with one lane).
@@ -389,280 +383,6 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 	VCVTDQ2PS X16, X16; VMULPS X8, X16, X16 \
 	VCVTDQ2PS X21, X21; VMULPS dm, X21, X21 \
 	VSUBPS X21, X16, X16; VMULSS dx(R11), X16, X16; VADDSS X16, X17, X17
-
-// ENTRY1(idx): the one-row kernels' arguments and constants.
-#define ENTRY1(idx) \
-	MOVQ w+0(FP), SI; MOVQ nout+8(FP), R15; MOVQ y+40(FP), R14 \
-	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
-	MOVL $-65536, AX; KMOVD AX, K1 \
-	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
-
-// func rowsQ4_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-TEXT ·rowsQ4_KVNNI(SB), NOSPLIT, $0-88
-	ENTRY(rowsq4idx)
-
-output:
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-	VPXORD X20, X20, X20
-
-zero:
-	VMOVDQU32 X20, (R14)
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  zero
-	MOVQ qs+24(FP), DX
-	MOVQ ameta+48(FP), R11
-	MOVQ nsb+16(FP), R13
-
-superblock:
-	Q4DECODE
-	MOVQ DX, R8
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-
-quad:
-	QUAD
-	Q4MIN
-	UPDATE(X9, 64)
-	LEAQ (R8)(R9*4), R8
-	ADDQ $80, R11
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  quad
-	ADDQ $144, SI
-	ADDQ $256, DX
-	DECQ R13
-	JNZ  superblock
-
-	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
-	MOVQ acc+80(FP), R14
-	MOVQ rows+56(FP), CX
-	MOVQ ystride+72(FP), BX
-	SHLQ $2, BX
-	MOVQ y+64(FP), AX
-	MOVQ AX, DI
-
-store:
-	MOVL (R14), R12
-	MOVL R12, (DI)
-	ADDQ $4, R14
-	ADDQ BX, DI
-	DECQ CX
-	JNZ  store
-	ADDQ $4, AX
-	MOVQ AX, y+64(FP)
-	DECQ R15
-	JNZ  output
-	VZEROUPPER
-	RET
-
-// func rowsQ5_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-TEXT ·rowsQ5_KVNNI(SB), NOSPLIT, $0-88
-	ENTRY(rowsq4idx)
-
-output:
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-	VPXORD X20, X20, X20
-
-zero:
-	VMOVDQU32 X20, (R14)
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  zero
-	MOVQ qs+24(FP), DX
-	MOVQ ameta+48(FP), R11
-	MOVQ nsb+16(FP), R13
-
-superblock:
-	Q5DECODE
-	MOVQ DX, R8
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-
-quad:
-	QUAD
-	Q4MIN
-	UPDATE(X9, 64)
-	LEAQ (R8)(R9*4), R8
-	ADDQ $80, R11
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  quad
-	ADDQ $176, SI
-	ADDQ $256, DX
-	DECQ R13
-	JNZ  superblock
-
-	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
-	MOVQ acc+80(FP), R14
-	MOVQ rows+56(FP), CX
-	MOVQ ystride+72(FP), BX
-	SHLQ $2, BX
-	MOVQ y+64(FP), AX
-	MOVQ AX, DI
-
-store:
-	MOVL (R14), R12
-	MOVL R12, (DI)
-	ADDQ $4, R14
-	ADDQ BX, DI
-	DECQ CX
-	JNZ  store
-	ADDQ $4, AX
-	MOVQ AX, y+64(FP)
-	DECQ R15
-	JNZ  output
-	VZEROUPPER
-	RET
-
-// func rowsQ6_KVNNI(w *byte, nout, nsb int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-TEXT ·rowsQ6_KVNNI(SB), NOSPLIT, $0-88
-	ENTRY(rowsq6idx)
-
-output:
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-	VPXORD X20, X20, X20
-
-zero:
-	VMOVDQU32 X20, (R14)
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  zero
-	MOVQ qs+24(FP), DX
-	MOVQ ameta+48(FP), R11
-	MOVQ nsb+16(FP), R13
-
-superblock:
-	Q6DECODE
-	MOVQ DX, R8
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-
-quad:
-	QUAD
-	Q6MIN
-	UPDATE(X8, 128)
-	LEAQ (R8)(R9*4), R8
-	ADDQ $144, R11
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  quad
-	ADDQ $210, SI
-	ADDQ $256, DX
-	DECQ R13
-	JNZ  superblock
-
-	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
-	MOVQ acc+80(FP), R14
-	MOVQ rows+56(FP), CX
-	MOVQ ystride+72(FP), BX
-	SHLQ $2, BX
-	MOVQ y+64(FP), AX
-	MOVQ AX, DI
-
-store:
-	MOVL (R14), R12
-	MOVL R12, (DI)
-	ADDQ $4, R14
-	ADDQ BX, DI
-	DECQ CX
-	JNZ  store
-	ADDQ $4, AX
-	MOVQ AX, y+64(FP)
-	DECQ R15
-	JNZ  output
-	VZEROUPPER
-	RET
-
-// func rowQ4_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
-TEXT ·rowQ4_KVNNI(SB), NOSPLIT, $0-48
-	ENTRY1(rowsq4idx)
-
-output:
-	VXORPS X17, X17, X17
-	MOVQ   qs+24(FP), R8
-	MOVQ   ameta+32(FP), R11
-	MOVQ   nsb+16(FP), R13
-
-superblock:
-	Q4SCALES
-	Q4CODES4
-	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8))
-	RED1
-	MIN1Q4
-	UPDATE1(X9, 16)
-	ADDQ $144, SI
-	ADDQ $256, R8
-	ADDQ $20, R11
-	DECQ R13
-	JNZ  superblock
-	VMOVSS X17, (R14)
-	ADDQ   $4, R14
-	DECQ   R15
-	JNZ    output
-	VZEROUPPER
-	RET
-
-// func rowQ5_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
-TEXT ·rowQ5_KVNNI(SB), NOSPLIT, $0-48
-	ENTRY1(rowsq4idx)
-
-output:
-	VXORPS X17, X17, X17
-	MOVQ   qs+24(FP), R8
-	MOVQ   ameta+32(FP), R11
-	MOVQ   nsb+16(FP), R13
-
-superblock:
-	Q4SCALES
-	Q5CODES4
-	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8))
-	RED1
-	MIN1Q4
-	UPDATE1(X9, 16)
-	ADDQ $176, SI
-	ADDQ $256, R8
-	ADDQ $20, R11
-	DECQ R13
-	JNZ  superblock
-	VMOVSS X17, (R14)
-	ADDQ   $4, R14
-	DECQ   R15
-	JNZ    output
-	VZEROUPPER
-	RET
-
-// func rowQ6_KVNNI(w *byte, nout, nsb int, qs *int8, ameta *byte, y *float32)
-TEXT ·rowQ6_KVNNI(SB), NOSPLIT, $0-48
-	ENTRY1(rowsq6idx)
-
-output:
-	VXORPS X17, X17, X17
-	MOVQ   qs+24(FP), R8
-	MOVQ   ameta+32(FP), R11
-	MOVQ   nsb+16(FP), R13
-
-superblock:
-	Q6SCALES
-	Q6CODES4
-	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8))
-	RED1
-	MIN1Q6
-	UPDATE1(X8, 32)
-	ADDQ $210, SI
-	ADDQ $256, R8
-	ADDQ $36, R11
-	DECQ R13
-	JNZ  superblock
-	VMOVSS X17, (R14)
-	ADDQ   $4, R14
-	DECQ   R15
-	JNZ    output
-	VZEROUPPER
-	RET
 
 // The kernels of 32-element blocks (Q8_0, and Q4_0, Q5_0, IQ4_NL as the tiled kernels widen them to Q8_0), two
 // blocks a step: Z0 their codes w + 128 (unsigned), X8 and X9 their scales d (four lanes each). Per step and quad,
@@ -718,418 +438,132 @@ superblock:
 	MOVL $0x80808080, AX; VPBROADCASTD AX, Z28; MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z23 \
 	MOVL $0x10101010, AX; VPBROADCASTD AX, Z24; MOVL $0xff00ff00, AX; KMOVD AX, K2
 
+// KCONSTS(idx): the K-quant kernels' constants (Z24-Z27 the scales' word indexes at idx, Z29-Z31, K1).
+#define KCONSTS(idx) \
+	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
+	MOVL $-65536, AX; KMOVD AX, K1 \
+	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
+
+// The kernels' bodies. ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta): for each output (R15 of them, the rows
+// one after the other from SI) its 4·nq sums in acc zeroed; for each step (a super-block, or two 32-element
+// blocks: block bytes of the row, xstep values of each input row, meta bytes of input parts per quad) DECODE,
+// then QUADOPS for each quad (R8 its first row, R11 its parts, R14 its sums); then the sums of the rows (< rows)
+// to y[r·ystride], y one float on. ONE(CONSTS, DECODE, ONEOPS, block, xstep, meta): the same for one row, whose
+// sum is lane 0 of X17, ONEOPS adding the step's update to it.
+#define ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta) \
+	MOVQ w+0(FP), SI; MOVQ xstride+32(FP), R9; LEAQ (R9)(R9*2), R10; MOVQ nout+8(FP), R15; \
+	CONSTS; \
+output: \
+	MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; VPXORD X20, X20, X20; \
+zero: \
+	VMOVDQU32 X20, (R14); ADDQ $16, R14; DECQ R12; JNZ zero; \
+	MOVQ qs+24(FP), DX; MOVQ ameta+48(FP), R11; MOVQ nst+16(FP), R13; \
+step: \
+	DECODE; \
+	MOVQ DX, R8; MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; \
+quad: \
+	QUADOPS; \
+	LEAQ (R8)(R9*4), R8; ADDQ $meta, R11; ADDQ $16, R14; DECQ R12; JNZ quad; \
+	ADDQ $block, SI; ADDQ $xstep, DX; DECQ R13; JNZ step; \
+	MOVQ acc+80(FP), R14; MOVQ rows+56(FP), CX; MOVQ ystride+72(FP), BX; SHLQ $2, BX; MOVQ y+64(FP), AX; MOVQ AX, DI; \
+store: \
+	MOVL (R14), R12; MOVL R12, (DI); ADDQ $4, R14; ADDQ BX, DI; DECQ CX; JNZ store; \
+	ADDQ $4, AX; MOVQ AX, y+64(FP); DECQ R15; JNZ output; \
+	VZEROUPPER; RET
+
+#define ONE(CONSTS, DECODE, ONEOPS, block, xstep, meta) \
+	MOVQ w+0(FP), SI; MOVQ nout+8(FP), R15; MOVQ y+40(FP), R14; \
+	CONSTS; \
+output: \
+	VXORPS X17, X17, X17; MOVQ qs+24(FP), R8; MOVQ ameta+32(FP), R11; MOVQ nst+16(FP), R13; \
+step: \
+	DECODE; \
+	ONEOPS; \
+	ADDQ $block, SI; ADDQ $xstep, R8; ADDQ $meta, R11; DECQ R13; JNZ step; \
+	VMOVSS X17, (R14); ADDQ $4, R14; DECQ R15; JNZ output; \
+	VZEROUPPER; RET
+
+// Each type's work per quad (QUADOPS) and per row (ONEOPS), and its constants.
+#define Q4OPS QUAD; Q4MIN; UPDATE(X9, 64)
+#define Q6OPS QUAD; Q6MIN; UPDATE(X8, 128)
+#define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
+#define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
+#define Q4CONSTS KCONSTS(rowsq4idx)
+#define Q6CONSTS KCONSTS(rowsq6idx)
+#define Q8OPS Q8QUAD; Q8UPDATE
+#define Q80CONSTS Q8CONSTS
+#define Q40CONSTS Q8CONSTS; MOVL $0x78787878, AX; VPBROADCASTD AX, Z25
+#define Q50CONSTS Q8CONSTS; MOVL $0x70707070, AX; VPBROADCASTD AX, Z25
+#define IQ4NLCONSTS Q8CONSTS; VBROADCASTI32X4 ·iq4Bytes(SB), Z25; VPXORD Z28, Z25, Z25
+
+// Q8ONEUPDATE(b): the one-row update of two 32-element blocks (their d at 0 and b of SI): X17 += t0·dx0, then
+// t1·dx1 (lanes 0 and 1 of X12, Q8ONE's).
+#define Q8ONEUPDATE(b) \
+	VPBROADCASTW (SI), X8; VPINSRW $1, b(SI), X8, X8; VCVTPH2PS X8, X8; VMULPS X8, X12, X12; \
+	VMOVQ 8(R11), X13; VMULPS X13, X12, X12; VADDSS X12, X17, X17; VMOVSHDUP X12, X13; VADDSS X13, X17, X17
+#define Q80DEC Q8CODES; Q8SCALES(34)
+#define Q40DEC Q40CODES; Q8SCALES(18)
+#define Q50DEC Q50CODES; Q8SCALES(22)
+#define IQ4NLDEC IQ4NLCODES; Q8SCALES(18)
+#define Q80ONE Q8ONE; Q8ONEUPDATE(34)
+#define Q40ONE Q8ONE; Q8ONEUPDATE(18)
+#define Q50ONE Q8ONE; Q8ONEUPDATE(22)
+#define Q5DEC1 Q4SCALES; Q5CODES4
+#define Q4DEC1 Q4SCALES; Q4CODES4
+#define Q6DEC1 Q6SCALES; Q6CODES4
+
+// func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ4_KVNNI(SB), NOSPLIT, $0-88
+	ROWS(Q4CONSTS, Q4DECODE, Q4OPS, 144, 256, 80)
+
+// func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ5_KVNNI(SB), NOSPLIT, $0-88
+	ROWS(Q4CONSTS, Q5DECODE, Q4OPS, 176, 256, 80)
+
+// func rowsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ6_KVNNI(SB), NOSPLIT, $0-88
+	ROWS(Q6CONSTS, Q6DECODE, Q6OPS, 210, 256, 144)
+
 // func rowsQ8_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ8_0VNNI(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
-	MOVQ xstride+32(FP), R9
-	LEAQ (R9)(R9*2), R10
-	MOVQ nout+8(FP), R15
-	Q8CONSTS
-	// Z25 unused
-
-output:
-	MOVQ   acc+80(FP), R14
-	MOVQ   nq+40(FP), R12
-	VPXORD X20, X20, X20
-
-zero:
-	VMOVDQU32 X20, (R14)
-	ADDQ      $16, R14
-	DECQ      R12
-	JNZ       zero
-	MOVQ      qs+24(FP), DX
-	MOVQ      ameta+48(FP), R11
-	MOVQ      nst+16(FP), R13
-
-step:
-	Q8CODES
-	Q8SCALES(34)
-	MOVQ DX, R8
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-
-quad:
-	Q8QUAD
-	Q8UPDATE
-	LEAQ (R8)(R9*4), R8
-	ADDQ $64, R11
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  quad
-	ADDQ $68, SI
-	ADDQ $64, DX
-	DECQ R13
-	JNZ  step
-
-	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
-	MOVQ acc+80(FP), R14
-	MOVQ rows+56(FP), CX
-	MOVQ ystride+72(FP), BX
-	SHLQ $2, BX
-	MOVQ y+64(FP), AX
-	MOVQ AX, DI
-
-store:
-	MOVL (R14), R12
-	MOVL R12, (DI)
-	ADDQ $4, R14
-	ADDQ BX, DI
-	DECQ CX
-	JNZ  store
-	ADDQ $4, AX
-	MOVQ AX, y+64(FP)
-	DECQ R15
-	JNZ  output
-	VZEROUPPER
-	RET
+	ROWS(Q80CONSTS, Q80DEC, Q8OPS, 68, 64, 64)
 
 // func rowsQ4_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ4_0VNNI(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
-	MOVQ xstride+32(FP), R9
-	LEAQ (R9)(R9*2), R10
-	MOVQ nout+8(FP), R15
-	Q8CONSTS
-	MOVL $0x78787878, AX; VPBROADCASTD AX, Z25
-
-output:
-	MOVQ   acc+80(FP), R14
-	MOVQ   nq+40(FP), R12
-	VPXORD X20, X20, X20
-
-zero:
-	VMOVDQU32 X20, (R14)
-	ADDQ      $16, R14
-	DECQ      R12
-	JNZ       zero
-	MOVQ      qs+24(FP), DX
-	MOVQ      ameta+48(FP), R11
-	MOVQ      nst+16(FP), R13
-
-step:
-	Q40CODES
-	Q8SCALES(18)
-	MOVQ DX, R8
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-
-quad:
-	Q8QUAD
-	Q8UPDATE
-	LEAQ (R8)(R9*4), R8
-	ADDQ $64, R11
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  quad
-	ADDQ $36, SI
-	ADDQ $64, DX
-	DECQ R13
-	JNZ  step
-
-	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
-	MOVQ acc+80(FP), R14
-	MOVQ rows+56(FP), CX
-	MOVQ ystride+72(FP), BX
-	SHLQ $2, BX
-	MOVQ y+64(FP), AX
-	MOVQ AX, DI
-
-store:
-	MOVL (R14), R12
-	MOVL R12, (DI)
-	ADDQ $4, R14
-	ADDQ BX, DI
-	DECQ CX
-	JNZ  store
-	ADDQ $4, AX
-	MOVQ AX, y+64(FP)
-	DECQ R15
-	JNZ  output
-	VZEROUPPER
-	RET
+	ROWS(Q40CONSTS, Q40DEC, Q8OPS, 36, 64, 64)
 
 // func rowsQ5_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ5_0VNNI(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
-	MOVQ xstride+32(FP), R9
-	LEAQ (R9)(R9*2), R10
-	MOVQ nout+8(FP), R15
-	Q8CONSTS
-	MOVL $0x70707070, AX; VPBROADCASTD AX, Z25
-
-output:
-	MOVQ   acc+80(FP), R14
-	MOVQ   nq+40(FP), R12
-	VPXORD X20, X20, X20
-
-zero:
-	VMOVDQU32 X20, (R14)
-	ADDQ      $16, R14
-	DECQ      R12
-	JNZ       zero
-	MOVQ      qs+24(FP), DX
-	MOVQ      ameta+48(FP), R11
-	MOVQ      nst+16(FP), R13
-
-step:
-	Q50CODES
-	Q8SCALES(22)
-	MOVQ DX, R8
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-
-quad:
-	Q8QUAD
-	Q8UPDATE
-	LEAQ (R8)(R9*4), R8
-	ADDQ $64, R11
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  quad
-	ADDQ $44, SI
-	ADDQ $64, DX
-	DECQ R13
-	JNZ  step
-
-	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
-	MOVQ acc+80(FP), R14
-	MOVQ rows+56(FP), CX
-	MOVQ ystride+72(FP), BX
-	SHLQ $2, BX
-	MOVQ y+64(FP), AX
-	MOVQ AX, DI
-
-store:
-	MOVL (R14), R12
-	MOVL R12, (DI)
-	ADDQ $4, R14
-	ADDQ BX, DI
-	DECQ CX
-	JNZ  store
-	ADDQ $4, AX
-	MOVQ AX, y+64(FP)
-	DECQ R15
-	JNZ  output
-	VZEROUPPER
-	RET
+	ROWS(Q50CONSTS, Q50DEC, Q8OPS, 44, 64, 64)
 
 // func rowsIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsIQ4_NLVNNI(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
-	MOVQ xstride+32(FP), R9
-	LEAQ (R9)(R9*2), R10
-	MOVQ nout+8(FP), R15
-	Q8CONSTS
-	VBROADCASTI32X4 ·iq4Bytes(SB), Z25; VPXORD Z28, Z25, Z25
+	ROWS(IQ4NLCONSTS, IQ4NLDEC, Q8OPS, 36, 64, 64)
 
-output:
-	MOVQ   acc+80(FP), R14
-	MOVQ   nq+40(FP), R12
-	VPXORD X20, X20, X20
+// func rowQ4_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ4_KVNNI(SB), NOSPLIT, $0-48
+	ONE(Q4CONSTS, Q4DEC1, Q4ONE, 144, 256, 20)
 
-zero:
-	VMOVDQU32 X20, (R14)
-	ADDQ      $16, R14
-	DECQ      R12
-	JNZ       zero
-	MOVQ      qs+24(FP), DX
-	MOVQ      ameta+48(FP), R11
-	MOVQ      nst+16(FP), R13
+// func rowQ5_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ5_KVNNI(SB), NOSPLIT, $0-48
+	ONE(Q4CONSTS, Q5DEC1, Q4ONE, 176, 256, 20)
 
-step:
-	IQ4NLCODES
-	Q8SCALES(18)
-	MOVQ DX, R8
-	MOVQ acc+80(FP), R14
-	MOVQ nq+40(FP), R12
-
-quad:
-	Q8QUAD
-	Q8UPDATE
-	LEAQ (R8)(R9*4), R8
-	ADDQ $64, R11
-	ADDQ $16, R14
-	DECQ R12
-	JNZ  quad
-	ADDQ $36, SI
-	ADDQ $64, DX
-	DECQ R13
-	JNZ  step
-
-	// The rows' outputs to y[r·ystride] (r < rows), then the next output.
-	MOVQ acc+80(FP), R14
-	MOVQ rows+56(FP), CX
-	MOVQ ystride+72(FP), BX
-	SHLQ $2, BX
-	MOVQ y+64(FP), AX
-	MOVQ AX, DI
-
-store:
-	MOVL (R14), R12
-	MOVL R12, (DI)
-	ADDQ $4, R14
-	ADDQ BX, DI
-	DECQ CX
-	JNZ  store
-	ADDQ $4, AX
-	MOVQ AX, y+64(FP)
-	DECQ R15
-	JNZ  output
-	VZEROUPPER
-	RET
+// func rowQ6_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ6_KVNNI(SB), NOSPLIT, $0-48
+	ONE(Q6CONSTS, Q6DEC1, Q6ONE, 210, 256, 36)
 
 // func rowQ8_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
-// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
 TEXT ·rowQ8_0VNNI(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ nout+8(FP), R15
-	MOVQ y+40(FP), R14
-	Q8CONSTS
-	// Z25 unused
-
-output:
-	VXORPS X17, X17, X17
-	MOVQ   qs+24(FP), R8
-	MOVQ   ameta+32(FP), R11
-	MOVQ   nst+16(FP), R13
-
-step:
-	Q8CODES
-	Q8ONE
-	VPBROADCASTW (SI), X8
-	VPINSRW      $1, 34(SI), X8, X8
-	VCVTPH2PS    X8, X8
-	VMULPS       X8, X12, X12
-	VMOVQ        8(R11), X13
-	VMULPS       X13, X12, X12
-	VADDSS       X12, X17, X17
-	VMOVSHDUP    X12, X13
-	VADDSS       X13, X17, X17
-	ADDQ         $68, SI
-	ADDQ         $64, R8
-	ADDQ         $16, R11
-	DECQ         R13
-	JNZ          step
-	VMOVSS       X17, (R14)
-	ADDQ         $4, R14
-	DECQ         R15
-	JNZ          output
-	VZEROUPPER
-	RET
+	ONE(Q80CONSTS, Q8CODES, Q80ONE, 68, 64, 16)
 
 // func rowQ4_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
-// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
 TEXT ·rowQ4_0VNNI(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ nout+8(FP), R15
-	MOVQ y+40(FP), R14
-	Q8CONSTS
-	MOVL $0x78787878, AX; VPBROADCASTD AX, Z25
-
-output:
-	VXORPS X17, X17, X17
-	MOVQ   qs+24(FP), R8
-	MOVQ   ameta+32(FP), R11
-	MOVQ   nst+16(FP), R13
-
-step:
-	Q40CODES
-	Q8ONE
-	VPBROADCASTW (SI), X8
-	VPINSRW      $1, 18(SI), X8, X8
-	VCVTPH2PS    X8, X8
-	VMULPS       X8, X12, X12
-	VMOVQ        8(R11), X13
-	VMULPS       X13, X12, X12
-	VADDSS       X12, X17, X17
-	VMOVSHDUP    X12, X13
-	VADDSS       X13, X17, X17
-	ADDQ         $36, SI
-	ADDQ         $64, R8
-	ADDQ         $16, R11
-	DECQ         R13
-	JNZ          step
-	VMOVSS       X17, (R14)
-	ADDQ         $4, R14
-	DECQ         R15
-	JNZ          output
-	VZEROUPPER
-	RET
+	ONE(Q40CONSTS, Q40CODES, Q40ONE, 36, 64, 16)
 
 // func rowQ5_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
-// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
 TEXT ·rowQ5_0VNNI(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ nout+8(FP), R15
-	MOVQ y+40(FP), R14
-	Q8CONSTS
-	MOVL $0x70707070, AX; VPBROADCASTD AX, Z25
-
-output:
-	VXORPS X17, X17, X17
-	MOVQ   qs+24(FP), R8
-	MOVQ   ameta+32(FP), R11
-	MOVQ   nst+16(FP), R13
-
-step:
-	Q50CODES
-	Q8ONE
-	VPBROADCASTW (SI), X8
-	VPINSRW      $1, 22(SI), X8, X8
-	VCVTPH2PS    X8, X8
-	VMULPS       X8, X12, X12
-	VMOVQ        8(R11), X13
-	VMULPS       X13, X12, X12
-	VADDSS       X12, X17, X17
-	VMOVSHDUP    X12, X13
-	VADDSS       X13, X17, X17
-	ADDQ         $44, SI
-	ADDQ         $64, R8
-	ADDQ         $16, R11
-	DECQ         R13
-	JNZ          step
-	VMOVSS       X17, (R14)
-	ADDQ         $4, R14
-	DECQ         R15
-	JNZ          output
-	VZEROUPPER
-	RET
+	ONE(Q50CONSTS, Q50CODES, Q50ONE, 44, 64, 16)
 
 // func rowIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
-// X17 (lane 0): the output's sum; per step acc += t0·dx0, then t1·dx1 (lanes 0 and 1 of X12).
 TEXT ·rowIQ4_NLVNNI(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ nout+8(FP), R15
-	MOVQ y+40(FP), R14
-	Q8CONSTS
-	VBROADCASTI32X4 ·iq4Bytes(SB), Z25; VPXORD Z28, Z25, Z25
-
-output:
-	VXORPS X17, X17, X17
-	MOVQ   qs+24(FP), R8
-	MOVQ   ameta+32(FP), R11
-	MOVQ   nst+16(FP), R13
-
-step:
-	IQ4NLCODES
-	Q8ONE
-	VPBROADCASTW (SI), X8
-	VPINSRW      $1, 18(SI), X8, X8
-	VCVTPH2PS    X8, X8
-	VMULPS       X8, X12, X12
-	VMOVQ        8(R11), X13
-	VMULPS       X13, X12, X12
-	VADDSS       X12, X17, X17
-	VMOVSHDUP    X12, X13
-	VADDSS       X13, X17, X17
-	ADDQ         $36, SI
-	ADDQ         $64, R8
-	ADDQ         $16, R11
-	DECQ         R13
-	JNZ          step
-	VMOVSS       X17, (R14)
-	ADDQ         $4, R14
-	DECQ         R15
-	JNZ          output
-	VZEROUPPER
-	RET
+	ONE(IQ4NLCONSTS, IQ4NLCODES, Q40ONE, 36, 64, 16)
