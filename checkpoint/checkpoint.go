@@ -92,15 +92,23 @@ func Open(dir string) (*Checkpoint, error) {
 				skipped, skippedBytes = skipped+1, skippedBytes+t.Length
 				continue
 			}
-			if _, dup := c.byName[name]; dup {
-				if name != t.Name {
-					return nil, fmt.Errorf("checkpoint %s: tensor %q (in %s) is %q for the decoder, which another tensor already is (both layouts of %s in one checkpoint?)", dir, t.Name, filepath.Base(t.File), name, cfg.Arch.Name)
-				}
-				return nil, fmt.Errorf("checkpoint %s: tensor %q appears in more than one file", dir, t.Name)
-			}
+			stored := t.Name
 			t.Name = name
-			c.byName[t.Name] = len(c.Tensors)
-			c.Tensors = append(c.Tensors, t)
+			expanded, err := expandFused(t, cfg.Arch.FusedExperts)
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, filepath.Base(t.File), err)
+			}
+			for _, t := range expanded {
+				cfg.markRotaryPairs(&t)
+				if _, dup := c.byName[t.Name]; dup {
+					if name != stored {
+						return nil, fmt.Errorf("checkpoint %s: tensor %q (in %s) is %q for the decoder, which another tensor already is (both layouts of %s in one checkpoint?)", dir, stored, filepath.Base(t.File), t.Name, cfg.Arch.Name)
+					}
+					return nil, fmt.Errorf("checkpoint %s: tensor %q appears in more than one file (or as a fused experts tensor and per expert)", dir, t.Name)
+				}
+				c.byName[t.Name] = len(c.Tensors)
+				c.Tensors = append(c.Tensors, t)
+			}
 		}
 	}
 	if skipped > 0 {

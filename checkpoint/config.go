@@ -70,14 +70,14 @@ type Config struct {
 	// rope_local_base_freq is the local (sliding) layers' rotary base in transformers 4's spelling of Gemma 3;
 	// sliding_window_pattern (Gemma 3 without layer_types): every pattern-th layer is global. Config classes
 	// save _sliding_window_pattern beside layer_types, which then decide.
-	HiddenActivation          string   `json:"hidden_activation"`
-	QueryPreAttnScalar        float64  `json:"query_pre_attn_scalar"`
-	AttnLogitSoftcapping      *float64 `json:"attn_logit_softcapping"`
-	FinalLogitSoftcapping     *float64 `json:"final_logit_softcapping"`
-	RopeLocalBaseFreq         *float64 `json:"rope_local_base_freq"`
-	SlidingWindowPattern      *int     `json:"sliding_window_pattern"`
-	SavedSlidingWindowPattern *int     `json:"_sliding_window_pattern"`
-	UseBidirectionalAttention *bool    `json:"use_bidirectional_attention"`
+	HiddenActivation          string         `json:"hidden_activation"`
+	QueryPreAttnScalar        float64        `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcapping      *float64       `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping     *float64       `json:"final_logit_softcapping"`
+	RopeLocalBaseFreq         *float64       `json:"rope_local_base_freq"`
+	SlidingWindowPattern      *int           `json:"sliding_window_pattern"`
+	SavedSlidingWindowPattern *int           `json:"_sliding_window_pattern"`
+	UseBidirectionalAttention *Bidirectional `json:"use_bidirectional_attention"`
 
 	// Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE). NumExperts is the number of routed experts:
 	// num_experts or num_local_experts, two spellings transformers' configs map onto each other (Mixtral's key is
@@ -119,6 +119,12 @@ type Config struct {
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
 	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
 	HybridExperts
+	// Gemma4: Gemma 4's keys (families_gemma4.go).
+	Gemma4
+	// LatentAttention: DeepSeek-V3's multi-head latent attention keys (families_deepseek.go).
+	LatentAttention
+	// Llama4Text: Llama 4's keys (families_llama4.go).
+	Llama4Text
 
 	// Arch is the resolved architecture (set by ParseConfig).
 	Arch Architecture `json:"-"`
@@ -296,11 +302,12 @@ func (c *Config) experts() error {
 }
 
 // UnreadLayers are the tensor name prefixes of the layers a checkpoint holds beyond the decoder's that the
-// architecture's transformers class does not compute: GLM-4.5's multi-token-prediction layers
-// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected).
+// architecture's transformers class does not compute: GLM-4.5's and DeepSeek-V3's multi-token-prediction layers
+// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected; DeepseekV3ForCausalLM's names model.layers.61, the
+// layer after DeepSeek-V3's 61).
 func (c *Config) UnreadLayers() []string {
 	var out []string
-	if c.Arch.ModelType == "glm4_moe" {
+	if c.Arch.ModelType == "glm4_moe" || c.Arch.ModelType == "deepseek_v3" {
 		for i := range max(c.NumNextNPredictLayers, c.NumMTPLayers) {
 			out = append(out, fmt.Sprintf("model.layers.%d.", c.NumHiddenLayers+i))
 		}

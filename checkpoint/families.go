@@ -34,6 +34,14 @@ type Architecture struct {
 	// projector, the image token ids), which layerstream does not take: accepted by name as not changing what a
 	// text-only forward computes.
 	ImageKeys []string
+	// FusedExperts are the tensors holding all of a layer's routed experts at once, which Open replaces by one
+	// tensor per expert (see FusedExperts).
+	FusedExperts []FusedExperts
+	// RotaryPairs says the q and k projections' rows hold each head's rotary pairs side by side (dimensions 2i
+	// and 2i+1 turn together: Meta's layout, which Llama 4 keeps and rotates as complex numbers): Open marks
+	// them (TensorInfo.InterleavedRotaryHeads) so that they read in Hugging Face's rotate-half order, which the
+	// engine rotates. The attention is unchanged: q and k get the same permutation within each head.
+	RotaryPairs bool
 }
 
 var architectures = map[string]Architecture{}

@@ -31,14 +31,29 @@ type TensorInfo struct {
 	// converter stores Gemma's RMSNorm weights w, which Hugging Face applies as x·(1 + w), as 1 + w, and
 	// ReadTensorAt gives back w with Shift -1 (exact for stored values in [0.5, 2]).
 	Shift float32
+	// Transposed, for one expert's matrix cut from a fused experts tensor (SplitExperts), says its bytes are
+	// stored [Shape[1], Shape[0]]: ReadTensorAt gives them in Shape's order.
+	Transposed bool
+	// InterleavedGateUp says the rows (after Transposed) alternate gate and up rows: ReadTensorAt puts the gate
+	// rows first, then the up rows.
+	InterleavedGateUp bool
 }
 
 // Transformed reports whether reading t changes its stored bytes (Transform).
-func (t TensorInfo) Transformed() bool { return t.InterleavedRotaryHeads > 0 || t.Shift != 0 }
+func (t TensorInfo) Transformed() bool {
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp
+}
 
-// Transform turns b, t's stored bytes, into the tensor's values: the rows put back in Hugging Face's rotary
-// order (InterleavedRotaryHeads), Shift added.
+// Transform turns b, t's stored bytes, into the tensor's values: a fused expert's matrix transposed and its
+// gate/up rows put in halves (Transposed, InterleavedGateUp), the rows put back in Hugging Face's rotary order
+// (InterleavedRotaryHeads), Shift added.
 func (t TensorInfo) Transform(b []byte) error {
+	if t.Transposed {
+		transpose2D(b, int(t.Shape[0]), int(t.Shape[1]), t.DType.Size())
+	}
+	if t.InterleavedGateUp {
+		uninterleaveHalves(b, int(t.Shape[0]))
+	}
 	if t.InterleavedRotaryHeads > 0 {
 		if err := UninterleaveRotaryRows(b, t.Shape, t.InterleavedRotaryHeads); err != nil {
 			return err

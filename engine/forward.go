@@ -208,17 +208,24 @@ func (r *runner) newPass(st *stream, kv *kvcache.Store, feeds []feed, all bool) 
 		return nil, err
 	}
 	defer release()
-	embed := r.embedder(ew)
+	em := embedding{token: r.embedder(ew), perLayer: func(x *hostArray, ids [][]int) (*hostArray, error) { return r.perLayerInputs(ew, x, ids) }}
 	var p pass
 	err = r.store.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
 		if r.onHost(all) {
-			p, err = r.newHostPass(kv, feeds, embed, all)
+			p, err = r.newHostPass(kv, feeds, em, all)
 		} else {
-			p, err = r.newGraphPass(kv, feeds, embed, all)
+			p, err = r.newGraphPass(kv, feeds, em, all)
 		}
 		return err
 	})
 	return p, err
+}
+
+// embedding is what a pass embeds its tokens with: token writes the (scaled) embedding of token id at position
+// pos into dst; perLayer computes the per-layer inputs of embedded tokens (runner.perLayerInputs).
+type embedding struct {
+	token    func(dst []float32, id, pos int) error
+	perLayer func(x *hostArray, ids [][]int) (*hostArray, error)
 }
 
 // embedder returns the function writing the (scaled) embedding of token id, at position pos, into dst.
@@ -229,7 +236,7 @@ func (r *runner) embedder(ew *weightSet) func(dst []float32, id, pos int) error 
 		if id < 0 || id >= c.VocabSize {
 			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
 		}
-		embedRow(dst, ew.hostTensors()[0].flat, id, c.HiddenSize)
+		embedRow(dst, ew.hostTensors()[0].flat, r.embedID(id), c.HiddenSize)
 		if scale != 1 {
 			for i := range dst {
 				dst[i] *= scale
@@ -237,6 +244,75 @@ func (r *runner) embedder(ew *weightSet) func(dst []float32, id, pos int) error 
 		}
 		return nil
 	}
+}
+
+// perLayerInputs computes on the host the per-layer inputs (model.PerLayerInputs) of the embedded tokens x
+// [B, T, hidden] whose ids are ids[b][t] (-1 at padding, whose inputs are zero), from the embedding unit's
+// per-layer tensors: [B, layers, T, Plan.PerLayerInput]; nil when the model has none.
+func (r *runner) perLayerInputs(ew *weightSet, x *hostArray, ids [][]int) (*hostArray, error) {
+	p := r.plan
+	if p.PerLayerInput == 0 {
+		return nil, nil
+	}
+	pl, ok := r.arch.(model.PerLayerInputs)
+	if !ok {
+		return nil, fmt.Errorf("the model's layers take per-layer inputs, which its architecture does not compute")
+	}
+	ts := ew.hostTensors()
+	n, rows := len(p.Layers)*p.PerLayerInput, p.PerLayerTensors[0].Shape[0]
+	b, t := x.dims[0], x.dims[1]
+	tok := newHostArray(b, t, n)
+	for bi, row := range ids {
+		for ti, id := range row {
+			if id >= 0 {
+				id = r.embedID(id)
+			}
+			if id >= rows {
+				return nil, fmt.Errorf("token id %d has no row in %s (%d rows)", id, p.PerLayerTensors[0].Name, rows)
+			}
+			if id >= 0 {
+				embedRow(tok.data[(bi*t+ti)*n:(bi*t+ti+1)*n], ts[1].flat, id, n)
+			}
+		}
+	}
+	ws := make([]model.Value, len(ts)-2)
+	for i := range ws {
+		ws[i] = ts[i+2]
+	}
+	return arr(pl.PerLayerInputs(hostOps{bf16Products: r.bf16Products, batch: 1}, x, tok, ws)), nil
+}
+
+// embedID is the token whose embedding token id takes (model.Plan.EmbedAs).
+func (r *runner) embedID(id int) int {
+	if to, ok := r.plan.EmbedAs[id]; ok {
+		return to
+	}
+	return id
+}
+
+// layerInput is layer l's slice [B, T, P] of per-layer inputs pli [B, layers, T, P] (nil: nil), into an array of
+// the arena.
+func layerInput(arena *hostArena, pli *hostArray, l int) model.Value {
+	if pli == nil {
+		return nil
+	}
+	b, layers, t, n := pli.dims[0], pli.dims[1], pli.dims[2], pli.dims[3]
+	y := arena.array(b, t, n)
+	for bi := range b {
+		copy(y.data[bi*t*n:(bi+1)*t*n], pli.data[(bi*layers+l)*t*n:])
+	}
+	return y
+}
+
+// kvSources are the layers whose keys and values a later layer attends with (model.Plan.KVSource).
+func kvSources(p *model.Plan) map[int]bool {
+	src := map[int]bool{}
+	for i, j := range p.KVSource {
+		if j != i {
+			src[j] = true
+		}
+	}
+	return src
 }
 
 // onHost reports whether a forward pass runs on the host kernels rather than as graphs: always on cpu unless
@@ -310,7 +386,8 @@ func (r *runner) kvStoreBatch(batch, capacity int, host bool) (*kvcache.Store, e
 func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 	p := r.plan
 	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim,
-		Half: host && r.kvHalf, RingSlack: ringSlack}
+		Half: host && r.kvHalf, RingSlack: ringSlack, Latent: latentLayers(p)}
+	cfg.Dims, cfg.Share = cacheLayout(p)
 	for i, l := range p.Layers {
 		if l.Recurrent {
 			if cfg.State == nil {
@@ -319,14 +396,44 @@ func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 			cfg.State[i] = kvcache.State{K: p.State.Conv, V: p.State.Delta}
 			continue
 		}
-		if l.Window > 0 {
+		if reach := l.Reach(); reach > 0 { // a sliding window, or a chunk: kept as a window of its size
 			if cfg.Ring == nil {
 				cfg.Ring = make([]int, len(p.Layers))
 			}
-			cfg.Ring[i] = l.Window
+			cfg.Ring[i] = reach
 		}
 	}
 	return cfg
+}
+
+// cacheLayout are the per-layer key/value dims of a plan whose layers differ in them, and the layers each reads
+// (Plan.KVSource); nil where every layer has the plan's and its own.
+func cacheLayout(p *model.Plan) (dims []kvcache.Dims, share []int) {
+	for i, l := range p.Layers {
+		if l.HeadDim == 0 && l.KVHeads == 0 {
+			continue
+		}
+		if dims == nil {
+			dims = make([]kvcache.Dims, len(p.Layers))
+		}
+		dims[i] = kvcache.Dims{KVHeads: l.KVHeads, HeadDim: l.HeadDim}
+	}
+	return dims, p.KVSource
+}
+
+// latentLayers is kvcache.Config.Latent for p: which layers' values are their keys (LayerKind.Latent); nil for
+// none.
+func latentLayers(p *model.Plan) []bool {
+	var l []bool
+	for i, k := range p.Layers {
+		if k.Latent {
+			if l == nil {
+				l = make([]bool, len(p.Layers))
+			}
+			l[i] = true
+		}
+	}
+	return l
 }
 
 // newKV allocates a Store in device buffers (shared with the host where the backend has them).
@@ -347,6 +454,9 @@ func freeKVStore(kv *kvcache.Store) {
 		return
 	}
 	for i := range kv.Config().Layers {
+		if kv.Config().Shared(i) { // its source's, freed there
+			continue
+		}
 		s, _ := kv.View(i).Layer(0)
 		if d, ok := s.KHandle.(*deviceTensor); ok {
 			d.free()
@@ -359,11 +469,11 @@ func freeKVStore(kv *kvcache.Store) {
 
 // passTables are the per-kind inputs of one forward pass over some rows of the store, each bringing t new
 // positions (padding included): a rotary table per rope of the plan, and for the graphs an additive attention
-// mask per window (the host kernels mask by positions: hostOps.Attention).
+// mask per window and chunk (the host kernels mask by positions: hostOps.Attention).
 type passTables struct {
 	cos, sin [][]float32 // by Plan.Ropes index: [rows, t, rope dims]
-	masks    map[int][]float32
-	slots    map[int]int // by window: the cache slots of its layers (S)
+	masks    map[maskKind][]float32
+	slots    map[maskKind]int // the cache slots of the layers of a window and chunk (S)
 	// qscales are the graphs' query scales by LayerKind.QueryScale (Beta ≠ 0): [rows, t].
 	qscales map[model.QueryScale][]float32
 }
@@ -372,7 +482,7 @@ type passTables struct {
 // up to t) start at kv.Len(rows[i]). masks asks for the graphs' masks.
 func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bool) passTables {
 	p := r.plan
-	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[int][]float32{}, slots: map[int]int{}}
+	pt := passTables{cos: make([][]float32, len(p.Ropes)), sin: make([][]float32, len(p.Ropes)), masks: map[maskKind][]float32{}, slots: map[maskKind]int{}}
 	for ri, rope := range p.Ropes {
 		for i, row := range rows {
 			pos0 := kv.Len(row)
@@ -389,16 +499,17 @@ func (r *runner) passTables(kv *kvcache.Store, rows, lens []int, t int, masks bo
 		if masks {
 			pt.addQueryScale(kv, kind.QueryScale, rows, t)
 		}
-		if _, ok := pt.slots[kind.Window]; ok || kind.Recurrent { // a recurrent layer attends to nothing
+		mk := maskOf(kind)
+		if _, ok := pt.slots[mk]; ok || kind.Recurrent { // a recurrent layer attends to nothing
 			continue
 		}
 		view := kv.View(l)
-		pt.slots[kind.Window] = view.Slots()
+		pt.slots[mk] = view.Slots()
 		if !masks {
 			continue
 		}
 		for _, row := range rows {
-			pt.masks[kind.Window] = append(pt.masks[kind.Window], attentionMask(view, row, t, kind.Window)...)
+			pt.masks[mk] = append(pt.masks[mk], attentionMask(view, row, t, kind)...)
 		}
 	}
 	return pt
@@ -499,11 +610,17 @@ func rotaryTable(r model.Rope, pos0, tb, seqLen int) (cos, sin []float32) {
 	return cos, sin
 }
 
+// maskKind is what decides a layer's attention mask: its window and chunk.
+type maskKind struct{ window, chunk int }
+
+func maskOf(k model.LayerKind) maskKind { return maskKind{k.Window, k.Chunk} }
+
 // attentionMask is the additive attention mask [1, tb, S+tb] of cache row row of a layer's view (S = its
-// slots): query t, at position Len(row)+t, sees the cached positions and the new positions up to itself, and
-// with a window (> 0) only those less than window positions before it. The first S columns are the cache slots,
-// the position each holds given by the view (a ring holds the latest positions), the last tb the new positions.
-func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
+// slots) for a layer of kind: query t, at position Len(row)+t, sees the cached positions and the new positions
+// up to itself, from the start of its window or chunk on (model.LayerKind.First). The first S columns are the
+// cache slots, the position each holds given by the view (a ring holds the latest positions), the last tb the
+// new positions.
+func attentionMask(view *kvcache.View, row, tb int, kind model.LayerKind) []float32 {
 	s, pos0 := view.Slots(), view.Len(row)
 	n := s + tb
 	m := make([]float32, tb*n)
@@ -514,13 +631,14 @@ func attentionMask(view *kvcache.View, row, tb, window int) []float32 {
 	for t := range tb {
 		q := pos0 + t
 		out := m[t*n : (t+1)*n]
+		first := kind.First(q)
 		for j, p := range held {
-			if p < 0 || (window > 0 && q-p >= window) {
+			if p < first { // a free slot holds -1
 				out[j] = maskedOut
 			}
 		}
 		for i := range tb {
-			if i > t || (window > 0 && t-i >= window) {
+			if i > t || pos0+i < first {
 				out[s+i] = maskedOut
 			}
 		}

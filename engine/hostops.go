@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 
@@ -31,6 +32,7 @@ type hostOps struct {
 	// themselves, and only the last token and the chain are written to the cache.
 	tree   *draftTree
 	window int           // the layer's sliding window (0: none)
+	chunk  int           // the layer's attention chunk (0: none)
 	kv     *kvcache.View // the layer's cache: Slot.K/V, or K16/V16 ([B, kvHeads, S = kv.Slots(), headDim])
 	// rows maps the activations' batch index to the cache's (the sequences still decoding); nil is the identity.
 	rows []int
@@ -55,6 +57,11 @@ type hostOps struct {
 	rowByRow []model.Value
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
+	// shared: the layer attends with an earlier layer's keys and values (kv is that layer's view), which it does
+	// not write. deferWrite: the layer's keys and values are attended with by later layers, so that a pass too
+	// long to write them ahead leaves them to hostPass.writeDeferred rather than overwriting the ring before those
+	// layers attend.
+	shared, deferWrite bool
 }
 
 // hostArray is a float32 array on the host.
@@ -180,8 +187,33 @@ func (o hostOps) RMSNorm(x, w model.Value, eps, offset float64) model.Value {
 		ggml.RMSNorm(y.data, xa.data, weightData(w).([]float32), float32(eps))
 		return y
 	}
-	kernels.RMSNorm(y.data, xa.data, weightData(w).([]float32), eps, float32(offset)) // Gemma's (1 + w), formed in float32
+	kernels.RMSNorm(y.data, xa.data, normValues(w, xa.dims[len(xa.dims)-1]), eps, float32(offset)) // Gemma's (1 + w), formed in float32
 	return y
+}
+
+// normValues is a norm's weight as the kernels take it: w's values, or n ones for a norm without weight (w nil).
+func normValues(w model.Value, n int) []float32 {
+	if w != nil {
+		return weightData(w).([]float32)
+	}
+	if ones, ok := onesOf.Load(n); ok {
+		return ones.([]float32)
+	}
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	onesOf.Store(n, ones)
+	return ones
+}
+
+// onesOf holds the weights of the norms without weight, by width: n ones, made once.
+var onesOf sync.Map
+
+// ScaleBy multiplies x by the one value of the weight s.
+func (o hostOps) ScaleBy(x, s model.Value) model.Value {
+	f := weightData(s).([]float32)[0]
+	return o.each(x, func(v float32) float32 { return v * f })
 }
 
 func (o hostOps) Heads(x model.Value, heads, d int) model.Value {
@@ -245,7 +277,9 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
 	ahead := o.kv.WritesAhead(t)
 	if ahead {
-		o.commit(ka, va)
+		if !o.shared {
+			o.commit(ka, va)
+		}
 	} else {
 		// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a
 		// prompt sees its own positions alike computed in one pass or a token at a time.
@@ -283,8 +317,8 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 			}
 		}
 	}
-	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window}, d, jobs)
-	if !ahead {
+	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window, Chunk: o.chunk}, d, jobs)
+	if !ahead && !o.shared && !o.deferWrite {
 		o.commit(ka, va)
 	}
 	return y

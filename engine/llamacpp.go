@@ -107,6 +107,9 @@ func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkp
 		layers, ropes = plan.Layers, plan.Ropes
 	}
 	for i, k := range layers {
+		if k.Chunk != 0 {
+			return fmt.Errorf("layer %d attends within chunks of %d: llama.cpp's chunked attention is not reproduced", i, k.Chunk)
+		}
 		if k.Window != 0 {
 			return fmt.Errorf("layer %d has a sliding window of %d: llama.cpp's sliding-window cache is not reproduced", i, k.Window)
 		}

@@ -23,6 +23,7 @@ type hostRouting struct {
 	byE     [][]int   // per expert: the rows routed to it, in order
 	slot    []int     // [rows·k]: where row r is in byE[experts[r·k+j]]
 	dims    []int     // the activations' dims without the last axis
+	inputs  bool      // the weights multiply the experts' inputs (model.RouteOptions.WeighInputs)
 }
 
 func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
@@ -30,16 +31,22 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	n := la.dims[len(la.dims)-1]
 	rows := len(la.data) / n
 	r := &hostRouting{k: opts.K, experts: make([]int, rows*opts.K), weights: make([]float32, rows*opts.K),
-		byE: make([][]int, n), slot: make([]int, rows*opts.K), dims: slices.Clone(la.dims[:len(la.dims)-1])}
-	var bias []float32
+		byE: make([][]int, n), slot: make([]int, rows*opts.K), dims: slices.Clone(la.dims[:len(la.dims)-1]), inputs: opts.WeighInputs}
+	var bias, scale []float32
 	if opts.Bias != nil {
 		bias = weightData(opts.Bias).([]float32)
+	}
+	if opts.ExpertScale != nil {
+		scale = weightData(opts.ExpertScale).([]float32)
 	}
 	scores, choice := make([]float32, n), make([]float32, n)
 	for row := range rows {
 		at := row * opts.K
 		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
 		for j, e := range r.experts[at : at+opts.K] {
+			if scale != nil {
+				r.weights[at+j] *= scale[e]
+			}
 			r.slot[at+j] = len(r.byE[e])
 			r.byE[e] = append(r.byE[e], row)
 		}
@@ -48,8 +55,9 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 }
 
 // routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
-// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias), ties to the lower expert
-// index, their unbiased scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
+// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by
+// logit) among the experts of the groups kept (opts.Groups), ties to the lower expert index, their unbiased
+// scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
 func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
 	switch opts.Score {
 	case model.SoftmaxScores:
@@ -65,14 +73,18 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 		for i := range scores {
 			scores[i] /= sum
 		}
-	case model.SigmoidScores:
-		for i, v := range logits {
-			scores[i] = float32(1 / (1 + math.Exp(-float64(v))))
-		}
+	case model.SigmoidScores, model.LogitSigmoidScores:
+		sigmoid(scores, logits)
 	}
 	copy(choice, scores)
+	if opts.Score == model.LogitSigmoidScores {
+		copy(choice, logits)
+	}
 	for i := range bias {
 		choice[i] += bias[i]
+	}
+	if opts.Groups > 1 {
+		limitGroups(choice, opts.Groups, opts.TopGroups)
 	}
 	for j := range experts {
 		best := -1
@@ -99,6 +111,42 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	}
 }
 
+// limitGroups sets the choice scores of every expert outside the top best of groups groups of consecutive
+// experts to -∞ (DeepseekV3TopkRouter): a group's score is the sum of its two best choice scores, and ties go to
+// the lower group index.
+func limitGroups(choice []float32, groups, top int) {
+	size := len(choice) / groups
+	score := make([]float32, groups)
+	for g := range score {
+		first, second := float32(math.Inf(-1)), float32(math.Inf(-1))
+		for _, c := range choice[g*size : (g+1)*size] {
+			if c > first {
+				first, second = c, first
+			} else if c > second {
+				second = c
+			}
+		}
+		score[g] = first + second
+	}
+	kept := make([]bool, groups)
+	for range top {
+		best := -1
+		for g, s := range score {
+			if !kept[g] && (best < 0 || s > score[best]) {
+				best = g
+			}
+		}
+		kept[best] = true
+	}
+	for g, k := range kept {
+		if !k {
+			for i := range size {
+				choice[g*size+i] = float32(math.Inf(-1))
+			}
+		}
+	}
+}
+
 func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	r := routing.(*hostRouting)
 	if len(r.byE[e]) == 0 {
@@ -108,9 +156,23 @@ func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	h := xa.dims[len(xa.dims)-1]
 	y := o.arena.array(len(r.byE[e]), h)
 	for i, row := range r.byE[e] {
-		copy(y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h])
+		dst, src := y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h]
+		if !r.inputs {
+			copy(dst, src)
+			continue
+		}
+		w := r.weight(row, e)
+		for c, v := range src {
+			dst[c] = v * w
+		}
 	}
 	return y
+}
+
+// weight is row's routing weight for expert e, one of its chosen experts.
+func (r *hostRouting) weight(row, e int) float32 {
+	at := row * r.k
+	return r.weights[at+slices.Index(r.experts[at:at+r.k], e)]
 }
 
 func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
@@ -128,6 +190,9 @@ func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
 		for j := range r.k {
 			at := row*r.k + j
 			w, y := r.weights[at], arr(ys[r.experts[at]]).data[r.slot[at]*h:][:h]
+			if r.inputs { // weighed on the way in
+				w = 1
+			}
 			if j == 0 {
 				for i, v := range y {
 					acc[i] = w * v
@@ -161,50 +226,95 @@ func sigmoid(y, x []float32) {
 	}
 }
 
-// Route on the graphs: the dense routing weights [B, T, experts], zero for the experts a row did not choose.
-// The k experts are chosen one at a time by ArgMax (ties to the lower index) over the choice scores, the chosen
-// ones pushed out of the way.
+// graphRouting is the graphs' routing: the dense weights [B, T, experts], zero for the experts a row did not
+// choose, and whether they multiply the experts' inputs (model.RouteOptions.WeighInputs) or their outputs.
+type graphRouting struct {
+	w      *Node
+	inputs bool
+}
+
+// Route on the graphs: the dense routing weights. The k experts are the k best choice scores (topOneHot), within
+// the groups kept (limitGroupsGraph).
 func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
 	l := node(logits)
-	n := l.Shape().Dimensions[l.Rank()-1]
 	var scores *Node
 	switch opts.Score {
 	case model.SoftmaxScores:
 		scores = Softmax(l, -1)
-	case model.SigmoidScores:
+	case model.SigmoidScores, model.LogitSigmoidScores:
 		scores = Sigmoid(l)
 	}
 	choice := scores
+	if opts.Score == model.LogitSigmoidScores {
+		choice = l
+	}
 	if opts.Bias != nil {
 		choice = Add(choice, broadcastLike(f32(node(opts.Bias)), choice))
 	}
-	var chosen *Node
-	for range opts.K {
-		oh := OneHot(ArgMax(choice, -1), n, dtypes.Float32)
-		if chosen == nil {
-			chosen = oh
-		} else {
-			chosen = Add(chosen, oh)
-		}
-		choice = Sub(choice, MulScalar(oh, 1e30))
+	if opts.Groups > 1 {
+		choice = limitGroupsGraph(choice, opts.Groups, opts.TopGroups)
 	}
-	w := Mul(scores, chosen)
+	w := Mul(scores, topOneHot(choice, opts.K))
 	if opts.Norm {
 		w = Div(w, ReduceAndKeep(w, ReduceSum, -1))
 	}
 	if opts.Scale != 0 && opts.Scale != 1 {
 		w = MulScalar(w, float64(float32(opts.Scale)))
 	}
-	return w
+	if opts.ExpertScale != nil {
+		w = Mul(w, broadcastLike(f32(node(opts.ExpertScale)), w))
+	}
+	return &graphRouting{w: w, inputs: opts.WeighInputs}
 }
 
-func (g graphOps) Rows(x, routing model.Value, e int) model.Value { return x }
+// topOneHot is 1 at the k largest of x's last axis and 0 elsewhere, chosen one at a time by ArgMax (ties to the
+// lower index), each chosen one pushed out of the way (lowered by 1e30).
+func topOneHot(x *Node, k int) *Node {
+	n := x.Shape().Dimensions[x.Rank()-1]
+	var chosen *Node
+	for range k {
+		oh := OneHot(ArgMax(x, -1), n, dtypes.Float32)
+		if chosen == nil {
+			chosen = oh
+		} else {
+			chosen = Add(chosen, oh)
+		}
+		x = Sub(x, MulScalar(oh, 1e30))
+	}
+	return chosen
+}
+
+// limitGroupsGraph is limitGroups on the graphs: the choice scores [..., experts] of the experts outside the top
+// best groups lowered by 1e30, as Route pushes chosen experts out of the way.
+func limitGroupsGraph(choice *Node, groups, top int) *Node {
+	d := choice.Shape().Dimensions
+	lead, size := slices.Clone(d[:len(d)-1]), d[len(d)-1]/groups
+	byGroup := Reshape(choice, append(slices.Clone(lead), groups, size)...)
+	first := ReduceMax(byGroup, -1)
+	second := ReduceMax(Sub(byGroup, MulScalar(OneHot(ArgMax(byGroup, -1), size, dtypes.Float32), 1e30)), -1)
+	kept := topOneHot(Add(first, second), top) // of the groups' scores [..., groups]
+	mask := Reshape(BroadcastToDims(InsertAxes(kept, -1), append(slices.Clone(lead), groups, size)...), d...)
+	return Sub(choice, MulScalar(OneMinus(mask), 1e30))
+}
+
+// Rows is every row: x, or x times each row's weight for e where the weights multiply the inputs (zero for the
+// rows that did not choose e, which an expert without biases turns into zero).
+func (g graphOps) Rows(x, routing model.Value, e int) model.Value {
+	r := routing.(*graphRouting)
+	if !r.inputs {
+		return x
+	}
+	return mulRows(node(x), SliceAxis(r.w, -1, AxisRange(e, e+1)))
+}
 
 func (g graphOps) Combine(ys []model.Value, routing model.Value) model.Value {
-	w := node(routing)
+	r := routing.(*graphRouting)
 	var out *Node
 	for e, y := range ys {
-		t := mulRows(node(y), SliceAxis(w, -1, AxisRange(e, e+1)))
+		t := node(y)
+		if !r.inputs {
+			t = mulRows(t, SliceAxis(r.w, -1, AxisRange(e, e+1)))
+		}
 		if out == nil {
 			out = t
 		} else {

@@ -44,6 +44,10 @@ func (g graphOps) Scale(x model.Value, s float64) model.Value {
 	return MulScalar(node(x), float64(float32(s)))
 }
 func (g graphOps) SoftCap(x model.Value, c float64) model.Value { return softCap(node(x), c) }
+func (g graphOps) ScaleBy(x, s model.Value) model.Value {
+	n := node(x)
+	return Mul(n, BroadcastToDims(Reshape(f32(node(s))), n.Shape().Dimensions...))
+}
 func (g graphOps) ScaleQueries(q model.Value) model.Value {
 	d := g.qscale.Shape().Dimensions
 	n := node(q)
@@ -118,10 +122,13 @@ func f32(x *Node) *Node {
 	return ConvertDType(x, dtypes.Float32)
 }
 
-// rmsNorm normalises the last axis of x: x / sqrt(mean(x²) + eps) * (offset + w).
+// rmsNorm normalises the last axis of x: x / sqrt(mean(x²) + eps) * (offset + w), or without w (nil) x / sqrt(mean(x²) + eps).
 func rmsNorm(x, w *Node, eps, offset float64) *Node {
 	ms := ReduceAndKeep(Square(x), ReduceMean, -1)
 	y := Mul(x, Rsqrt(AddScalar(ms, eps)))
+	if w == nil { // a norm without weight
+		return y
+	}
 	wf := f32(w)
 	if offset != 0 {
 		wf = AddScalar(wf, offset)

@@ -12,8 +12,12 @@ import (
 type model struct {
 	cfg                     *checkpoint.Config
 	qkvBias, oBias, mlpBias bool
-	// qkNorm: "" none, "head" over each head (Qwen3, Gemma 3), "whole" over the whole projection (OLMo 2).
+	// qkNorm: "" none, "head" over each head (Qwen3, Gemma 3), "whole" over the whole projection (OLMo 2),
+	// "rotated" over each head without weight after rotation, on the rotated layers only (Llama 4).
 	qkNorm string
+	// mlp is the dense MLP's module ("mlp"; Llama 4: "feed_forward"), of width denseInter.
+	mlp        string
+	denseInter int
 	// norms: "pre" normalises each branch's input (Llama), "post" its output (OLMo 2), "both" both (Gemma, with
 	// pre_feedforward_layernorm before the MLP and post_attention_layernorm after attention).
 	norms string
@@ -32,12 +36,18 @@ type model struct {
 	window []int
 	rope   []int
 	ropes  []rotation
-	// qScale, when set, multiplies the queries at position p after rotation (Ministral 3).
-	qScale func(p int) float64
+	// qScale, when set, multiplies layer l's queries at position p after rotation (Ministral 3, Llama 4).
+	qScale func(l, p int) float64
+	// chunk[l]: layer l's queries see only the positions of their own chunk of chunk[l] (0: none; Llama 4).
+	chunk []int
 	// experts, when set, replaces the MLP of its sparse layers (moe.go).
 	experts *experts
 	// linear, for the Gated DeltaNet hybrids (deltanet.go), says which layers are linear attention; nil otherwise.
 	linear []bool
+	// g4 is Gemma 4's layers (gemma4.go); nil for the other families.
+	g4 *gemma4
+	// latent, for DeepSeek-V3 (latent.go), is its multi-head latent attention; nil otherwise.
+	latent *latent
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -49,10 +59,15 @@ type rotation struct {
 
 // newModel reads cfg for a forward pass over n positions, refusing what the reference does not implement.
 func newModel(cfg *checkpoint.Config, n int) (*model, error) {
+	if cfg.ModelType == "deepseek_v3" { // DeepseekV3Config: head_dim is qk_rope_head_dim, the rotary dimensions
+		c := *cfg
+		c.HeadDim = cfg.QKRopeHeadDim
+		cfg = &c
+	}
 	L := cfg.NumHiddenLayers
 	m := &model{cfg: cfg, qkvBias: cfg.AttentionBias, oBias: cfg.AttentionBias, mlpBias: cfg.MLPBias, norms: "pre",
 		embedScale: 1, attnScale: 1 / math.Sqrt(float64(cfg.HeadDim)), residual: 1, logitsScaling: 1,
-		window: make([]int, L), rope: make([]int, L)}
+		window: make([]int, L), rope: make([]int, L), chunk: make([]int, L), mlp: "mlp", denseInter: cfg.IntermediateSize}
 	act := cfg.HiddenAct
 	// sliding says which layers the config's layer_types (or the family's rule, when absent) make sliding.
 	sliding := func(rule func(l int) bool) error {
@@ -88,7 +103,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		if beta == nil || orig <= 0 {
 			return nil, fmt.Errorf("ministral3 without llama_4_scaling_beta and original_max_position_embeddings is not implemented by the reference")
 		}
-		m.qScale = func(p int) float64 { return 1 + *beta*math.Log(1+math.Floor(float64(p)/orig)) }
+		m.qScale = func(_, p int) float64 { return 1 + *beta*math.Log(1+math.Floor(float64(p)/orig)) }
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	case "qwen2", "qwen3":
 		if cfg.ModelType == "qwen2" {
@@ -134,7 +149,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	case "gemma2", "gemma3_text":
 		// Gemma2Model / Gemma3TextModel: embeddings × √hidden_size in the model's dtype, (1 + w) norms around both
 		// branches, hidden_activation, scores × query_pre_attn_scalar^-½, final logits soft-capped.
-		if cfg.UseBidirectionalAttention != nil && *cfg.UseBidirectionalAttention {
+		if cfg.UseBidirectionalAttention.True() {
 			return nil, fmt.Errorf("use_bidirectional_attention is not implemented by the reference")
 		}
 		m.norms, m.normOffset, act = "both", 1, cfg.HiddenActivation
@@ -198,6 +213,13 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			return nil, fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
 		}
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+	case "gemma4_text":
+		if err := m.gemma4Model(); err != nil {
+			return nil, err
+		}
+		return m, nil
+	case "llama4_text":
+		err = m.llama4()
 	case "qwen3_5_text", "qwen3_next":
 		m.normOffset, m.qkNorm, partial = 1, "head", true
 		err = m.deltaNetLayers()
@@ -378,14 +400,21 @@ func (m *model) layerTensors(l int) map[string][]int {
 	if m.linear != nil {
 		return m.hybridTensors(l)
 	}
+	if m.g4 != nil {
+		return m.gemma4Tensors(l)
+	}
+	if m.latent != nil {
+		return m.latentTensors(l)
+	}
 	c := m.cfg
-	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
+	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, m.denseInter
 	p := fmt.Sprintf("model.layers.%d.", l)
-	t := map[string][]int{p + "self_attn.o_proj.weight": {h, nq * hd}, p + "mlp.down_proj.weight": {h, ff}}
+	mlp := p + m.mlp + "."
+	t := map[string][]int{p + "self_attn.o_proj.weight": {h, nq * hd}, mlp + "down_proj.weight": {h, ff}}
 	if m.experts != nil {
 		moe := map[string][]int{}
 		if m.experts.tensors(l, h, moe) {
-			delete(t, p+"mlp.down_proj.weight")
+			delete(t, mlp+"down_proj.weight")
 			for name, shape := range moe {
 				t[p+name] = shape
 			}
@@ -397,7 +426,7 @@ func (m *model) layerTensors(l int) map[string][]int {
 	} else {
 		t[p+"self_attn.q_proj.weight"], t[p+"self_attn.k_proj.weight"], t[p+"self_attn.v_proj.weight"] = []int{nq * hd, h}, []int{nkv * hd, h}, []int{nkv * hd, h}
 		if !sparse {
-			t[p+"mlp.gate_proj.weight"], t[p+"mlp.up_proj.weight"] = []int{ff, h}, []int{ff, h}
+			t[mlp+"gate_proj.weight"], t[mlp+"up_proj.weight"] = []int{ff, h}, []int{ff, h}
 		}
 	}
 	switch m.norms {
@@ -430,6 +459,11 @@ func (m *model) layerTensors(l int) map[string][]int {
 // checkTensors refuses a checkpoint tensor the reference would not read: it would compute without it.
 func (m *model) checkTensors(ck *checkpoint.Checkpoint) error {
 	used := map[string]bool{"model.embed_tokens.weight": true, "model.norm.weight": true, "lm_head.weight": true}
+	if m.g4 != nil {
+		for name := range m.gemma4ModelTensors() {
+			used[name] = true
+		}
+	}
 	for l := range m.cfg.NumHiddenLayers {
 		for name := range m.layerTensors(l) {
 			used[name] = true
@@ -523,22 +557,17 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		m.hybridLayer(l, w, x)
 		return
 	}
+	if m.g4 != nil {
+		m.gemma4Layer(l, w, x)
+		return
+	}
+	if m.latent != nil {
+		m.latentLayer(l, w, x)
+		return
+	}
 	cfg := m.cfg
 	T, hd, nq, nkv := len(x), cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
-	in := func(p int, name string) []float64 {
-		if m.norms == "post" {
-			return x[p]
-		}
-		return m.norm(x[p], w.vec(name))
-	}
-	add := func(p int, y []float64, name string) {
-		if m.norms != "pre" {
-			y = m.norm(y, w.vec(name))
-		}
-		for i := range y {
-			x[p][i] += m.residual * y[i]
-		}
-	}
+	in, add := m.branches(w, x)
 	q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 	parallel(T, func(p int) {
 		h := in(p, "input_layernorm.weight")
@@ -571,17 +600,30 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		if r := m.rope[l]; r >= 0 {
 			m.rotate(q[p], nq, p, m.ropes[r])
 			m.rotate(k[p], nkv, p, m.ropes[r])
+			if m.qkNorm == "rotated" {
+				for _, t := range []struct {
+					vec   []float64
+					heads int
+				}{{q[p], nq}, {k[p], nkv}} {
+					for h := range t.heads {
+						copy(t.vec[h*hd:(h+1)*hd], rmsNorm(t.vec[h*hd:(h+1)*hd], nil, cfg.RMSNormEps, 0))
+					}
+				}
+			}
 		}
 		if m.qScale != nil {
 			for i := range q[p] {
-				q[p][i] *= m.qScale(p)
+				q[p][i] *= m.qScale(l, p)
 			}
 		}
 	})
 	group := nq / nkv          // query heads per key/value head (grouped-query attention)
 	first := func(p int) int { // the earliest position p attends to
-		if m.window[l] > 0 {
+		switch {
+		case m.window[l] > 0:
 			return max(0, p-m.window[l]+1)
+		case m.chunk[l] > 0: // its chunk's first
+			return p / m.chunk[l] * m.chunk[l]
 		}
 		return 0
 	}
@@ -617,17 +659,45 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		linear(o, w.get("self_attn.o_proj.weight"), w.vec("self_attn.o_proj.bias"), att)
 		add(p, o, "post_attention_layernorm.weight")
 	})
+	m.mlpBranch(l, w, x)
+}
+
+// branches are a layer's residual branches on x: in is a branch's input at position p (x, normalised by the
+// named norm unless the family post-norms), add adds a branch's output (normalised by the named norm unless the
+// family pre-norms, times the residual multiplier).
+func (m *model) branches(w *layerWeights, x [][]float64) (in func(p int, name string) []float64, add func(p int, y []float64, name string)) {
+	in = func(p int, name string) []float64 {
+		if m.norms == "post" {
+			return x[p]
+		}
+		return m.norm(x[p], w.vec(name))
+	}
+	add = func(p int, y []float64, name string) {
+		if m.norms != "pre" {
+			y = m.norm(y, w.vec(name))
+		}
+		for i := range y {
+			x[p][i] += m.residual * y[i]
+		}
+	}
+	return in, add
+}
+
+// mlpBranch adds layer l's MLP (dense, or its mixture of experts) to x.
+func (m *model) mlpBranch(l int, w *layerWeights, x [][]float64) {
+	cfg := m.cfg
+	in, add := m.branches(w, x)
 	preMLP, postMLP := "post_attention_layernorm.weight", "post_feedforward_layernorm.weight"
 	if m.norms == "both" {
 		preMLP = "pre_feedforward_layernorm.weight"
 	}
-	parallel(T, func(p int) {
+	parallel(len(x), func(p int) {
 		h := in(p, preMLP)
 		if m.experts != nil && m.experts.sparse[l] {
 			add(p, m.moe(w, h), postMLP)
 			return
 		}
-		ff := cfg.IntermediateSize
+		ff := m.denseInter
 		g, u := make([]float64, ff), make([]float64, ff)
 		if m.fused { // gate_up_proj's rows: gate, then up
 			gu := make([]float64, 2*ff)
@@ -635,14 +705,14 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 			copy(g, gu[:ff])
 			copy(u, gu[ff:])
 		} else {
-			linear(g, w.get("mlp.gate_proj.weight"), w.vec("mlp.gate_proj.bias"), h)
-			linear(u, w.get("mlp.up_proj.weight"), w.vec("mlp.up_proj.bias"), h)
+			linear(g, w.get(m.mlp+".gate_proj.weight"), w.vec(m.mlp+".gate_proj.bias"), h)
+			linear(u, w.get(m.mlp+".up_proj.weight"), w.vec(m.mlp+".up_proj.bias"), h)
 		}
 		for i := range g {
 			g[i] = m.activate(g[i]) * u[i]
 		}
 		d := make([]float64, cfg.HiddenSize)
-		linear(d, w.get("mlp.down_proj.weight"), w.vec("mlp.down_proj.bias"), g)
+		linear(d, w.get(m.mlp+".down_proj.weight"), w.vec(m.mlp+".down_proj.bias"), g)
 		add(p, d, postMLP)
 	})
 }

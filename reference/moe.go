@@ -20,9 +20,16 @@ type experts struct {
 	sigmoid bool
 	bias    string
 	scale   float64
-	// Tensor names relative to the layer: router weight, expert e's gate, up and down weights.
-	router             string
-	gate, up, down     func(e int) string
+	// groups > 1: the choice is among the experts of the topGroups groups (of consecutive experts) whose two best
+	// choice scores sum highest (DeepSeek-V3).
+	groups, topGroups int
+	// Tensor names relative to the layer: router weight, expert e's gate, up and down weights (gate nil: up is
+	// the gate and up projections in one, [2·inter, hidden], gate rows first).
+	router         string
+	gate, up, down func(e int) string
+	// onInput (Llama 4): the experts are the top k of the logits themselves, and expert e computes on
+	// sigmoid(logit_e)·h, its output added as it is.
+	onInput            bool
 	shared, sharedGate string // "" for none
 	sharedInter        int
 	// sparse[l]: layer l has the experts (else a dense MLP of intermediate_size).
@@ -60,10 +67,12 @@ func (m *model) newExperts() error {
 			x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
 		}
 	case "olmoe":
-	case "glm4_moe": // Glm4MoeTopkRouter with one group; ungated shared experts; dense first layers
-		if c.NGroup != 1 || c.TopKGroup != 1 {
-			return fmt.Errorf("group-limited routing is not implemented by the reference")
+	case "glm4_moe", "deepseek_v3": // Glm4MoeTopkRouter, DeepseekV3TopkRouter: groups; ungated shared experts; dense first layers
+		if c.NGroup < 1 || c.NumExperts%c.NGroup != 0 || c.TopKGroup < 1 || c.TopKGroup > c.NGroup ||
+			(c.NGroup > 1 && c.NumExperts/c.NGroup < 2) || c.NumExpertsPerTok > c.TopKGroup*c.NumExperts/c.NGroup {
+			return fmt.Errorf("n_group %d, topk_group %d of %d experts is not implemented by the reference", c.NGroup, c.TopKGroup, c.NumExperts)
 		}
+		x.groups, x.topGroups = c.NGroup, c.TopKGroup
 		x.inter, x.sigmoid, x.bias, x.scale = c.MoEIntermediateSize, true, "mlp.gate.e_score_correction_bias", c.RoutedScalingFactor
 		if c.NSharedExperts > 0 {
 			x.shared, x.sharedInter = "mlp.shared_experts", c.NSharedExperts*c.MoEIntermediateSize
@@ -74,6 +83,14 @@ func (m *model) newExperts() error {
 	case "minimax_m2": // MiniMaxM2TopKRouter: sigmoid, biased choice, always renormalized
 		x.renorm, x.sigmoid, x.bias, x.router = true, true, "block_sparse_moe.e_score_correction_bias", "block_sparse_moe.gate.weight"
 		named("block_sparse_moe.experts", "w1", "w3", "w2")
+	case "llama4_text": // Llama4TextMoe
+		x.router, x.onInput, x.gate = "feed_forward.router.weight", true, nil
+		x.up = func(e int) string { return fmt.Sprintf("feed_forward.experts.%d.gate_up_proj.weight", e) }
+		x.down = func(e int) string { return fmt.Sprintf("feed_forward.experts.%d.down_proj.weight", e) }
+		x.shared, x.sharedInter = "feed_forward.shared_expert", c.IntermediateSize
+		for l := range L {
+			x.sparse[l] = m.llama4Sparse(l)
+		}
 	default:
 		return fmt.Errorf("experts of %s are not implemented by the reference", c.ModelType)
 	}
@@ -94,6 +111,10 @@ func (x *experts) tensors(l, hidden int, t map[string][]int) bool {
 		t[x.bias] = []int{x.n}
 	}
 	for e := range x.n {
+		if x.gate == nil {
+			t[x.up(e)], t[x.down(e)] = []int{2 * x.inter, hidden}, []int{hidden, x.inter}
+			continue
+		}
 		t[x.gate(e)], t[x.up(e)], t[x.down(e)] = []int{x.inter, hidden}, []int{x.inter, hidden}, []int{hidden, x.inter}
 	}
 	if x.shared != "" {
@@ -112,26 +133,25 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	r := make([]float64, x.n)
 	linear(r, w.get(x.router), nil, h)
 	p := make([]float64, x.n)
-	if x.sigmoid {
+	if x.sigmoid || x.onInput {
 		for i, v := range r {
 			p[i] = 1 / (1 + math.Exp(-v))
 		}
 	} else {
-		top := slices.Max(r)
-		var sum float64
-		for i, v := range r {
-			p[i] = math.Exp(v - top)
-			sum += p[i]
-		}
-		for i := range p {
-			p[i] /= sum
-		}
+		copy(p, r)
+		softmax(p)
 	}
 	choice := slices.Clone(p)
+	if x.onInput {
+		choice = slices.Clone(r)
+	}
 	if x.bias != "" {
 		for i, b := range w.vec(x.bias) {
 			choice[i] += float64(b)
 		}
+	}
+	if x.groups > 1 {
+		keepGroups(choice, x.groups, x.topGroups)
 	}
 	// The k best choice scores, the lower index first among equal ones.
 	order := make([]int, x.n)
@@ -157,9 +177,20 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	}
 	out := make([]float64, len(h))
 	for _, e := range chosen {
-		y := m.gatedMLP(w, h, x.gate(e), x.up(e), x.down(e), x.inter)
+		in, weight := h, p[e]/norm*x.scale
+		if x.onInput {
+			in, weight = make([]float64, len(h)), 1
+			for i, v := range h {
+				in[i] = p[e] * v
+			}
+		}
+		gate := ""
+		if x.gate != nil {
+			gate = x.gate(e)
+		}
+		y := m.gatedMLP(w, in, gate, x.up(e), x.down(e), x.inter)
 		for i, v := range y {
-			out[i] += p[e] / norm * x.scale * v
+			out[i] += weight * v
 		}
 	}
 	if x.shared != "" {
@@ -177,11 +208,46 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	return out
 }
 
-// gatedMLP is down(act(gate·h) ⊙ up·h) with the named weights (no biases) of intermediate size inter.
+// keepGroups sets the choice scores outside the top best of groups groups to -∞: a group scored by the sum of
+// its two highest choice scores (DeepseekV3TopkRouter), the lower group first among equal ones.
+func keepGroups(choice []float64, groups, top int) {
+	size := len(choice) / groups
+	score := make([]float64, groups)
+	order := make([]int, groups)
+	for g := range groups {
+		c := slices.Clone(choice[g*size : (g+1)*size])
+		slices.Sort(c)
+		score[g], order[g] = c[size-1]+c[size-2], g
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case score[a] > score[b]:
+			return -1
+		case score[a] < score[b]:
+			return 1
+		}
+		return 0
+	})
+	for _, g := range order[top:] {
+		for i := range size {
+			choice[g*size+i] = math.Inf(-1)
+		}
+	}
+}
+
+// gatedMLP is down(act(gate·h) ⊙ up·h) with the named weights (no biases) of intermediate size inter; gate ""
+// when up is the gate and up projections in one (gate rows first).
 func (m *model) gatedMLP(w *layerWeights, h []float64, gate, up, down string, inter int) []float64 {
 	g, u := make([]float64, inter), make([]float64, inter)
-	linear(g, w.get(gate), nil, h)
-	linear(u, w.get(up), nil, h)
+	if gate == "" {
+		gu := make([]float64, 2*inter)
+		linear(gu, w.get(up), nil, h)
+		copy(g, gu[:inter])
+		copy(u, gu[inter:])
+	} else {
+		linear(g, w.get(gate), nil, h)
+		linear(u, w.get(up), nil, h)
+	}
 	for i := range g {
 		g[i] = m.activate(g[i]) * u[i]
 	}
@@ -228,6 +294,10 @@ func (m *model) moeFamily(sliding func(rule func(l int) bool) error) (known, par
 	case "minimax_m2": // q/k norms over the whole projections, partial rotary
 		m.qkNorm, partial = "whole", true
 		err = m.newExperts()
+	case "deepseek_v3":
+		if err = m.newLatent(); err == nil {
+			err = m.newExperts()
+		}
 	default:
 		return false, false, nil
 	}

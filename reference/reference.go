@@ -62,8 +62,13 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 	x := make([][]float64, len(ids))
 	for p, id := range ids {
 		x[p] = make([]float64, cfg.HiddenSize)
-		for i, v := range emb.row(id) {
+		for i, v := range emb.row(m.embedID(id)) {
 			x[p][i] = float64(v) * m.embedScale
+		}
+	}
+	if m.g4 != nil {
+		if err := m.gemma4Inputs(ck, ids, x); err != nil {
+			return nil, fmt.Errorf("reference %s: %w", ck.Dir, err)
 		}
 	}
 	out := &Output{Hidden: make([][][]float64, cfg.NumHiddenLayers)}
@@ -181,7 +186,7 @@ func linear(dst []float64, m matrix, b []float32, x []float64) {
 	}
 }
 
-// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps).
+// rmsNorm returns (offset + w) ⊙ x / sqrt(mean(x²) + eps), or without weight (w nil) x / sqrt(mean(x²) + eps).
 func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	var ss float64
 	for _, v := range x {
@@ -190,9 +195,29 @@ func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	scale := 1 / math.Sqrt(ss/float64(len(x))+eps)
 	out := make([]float64, len(x))
 	for i, v := range x {
+		if w == nil {
+			out[i] = v * scale
+			continue
+		}
 		out[i] = (offset + float64(w[i])) * v * scale
 	}
 	return out
+}
+
+// softmax turns scores s into e^(s_i − max s) / Σ_j e^(s_j − max s), in place.
+func softmax(s []float64) {
+	top := math.Inf(-1)
+	for _, v := range s {
+		top = max(top, v)
+	}
+	var sum float64
+	for i, v := range s {
+		s[i] = math.Exp(v - top)
+		sum += s[i]
+	}
+	for i := range s {
+		s[i] /= sum
+	}
 }
 
 // parallel runs f(0..n-1) on up to GOMAXPROCS goroutines. Each f writes only its own position's outputs.

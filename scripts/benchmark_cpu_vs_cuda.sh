@@ -7,14 +7,17 @@
 # Defaults to a small synthetic model (SmolLM2-135M shape, 4 layers) so it runs anywhere in a few minutes.
 #
 #   scripts/benchmark_cpu_vs_cuda.sh [--model DIR] [--runs R] [--prompt-tokens N] [--new-tokens M]
-#                                    [--shape NAME --layers L] [--work DIR] [-- extra bench flags]
+#                                    [--shape NAME --layers L] [--work DIR] [--bin PATH] [-- extra bench flags]
+#
+# --bin PATH runs a binary built with -tags xla (CGO_ENABLED=1) for every backend instead of building two: for a
+# machine without a Go toolchain (the GPU check, scripts/gpu-check.sh).
 #
 # Environment: PJRT_PLUGIN_LIBRARY_PATH (folders with pjrt_c_api_cpu_plugin.so / pjrt_c_api_cuda_plugin.so),
 # XLA_FLAGS (passed through). docs/cuda.md says where the plugins come from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model="" runs=3 prompt_tokens=64 new_tokens=16 shape=smollm2-135m layers=4 work=""
+model="" runs=3 prompt_tokens=64 new_tokens=16 shape=smollm2-135m layers=4 work="" bin=""
 extra=()
 while (($#)); do
 	case "$1" in
@@ -25,8 +28,9 @@ while (($#)); do
 	--shape) shape=$2; shift 2 ;;
 	--layers) layers=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
+	--bin) bin=$(realpath "$2"); shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "benchmark_cpu_vs_cuda.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -38,8 +42,13 @@ mkdir -p "$work"
 
 log() { echo "== $*" >&2; }
 
-log "building the CPU binary (CGO_ENABLED=0)"
-CGO_ENABLED=0 go build -o "$work/layerstream" ./cmd/layerstream
+if [[ -n $bin ]]; then
+	ln -sf "$bin" "$work/layerstream"
+	ln -sf "$bin" "$work/layerstream-xla"
+else
+	log "building the CPU binary (CGO_ENABLED=0)"
+	CGO_ENABLED=0 go build -o "$work/layerstream" ./cmd/layerstream
+fi
 
 if [[ -z $model ]]; then
 	model=$work/model

@@ -35,6 +35,8 @@ func init() {
 			ids := fs.String("ids", "", "comma-separated token ids to run, e.g. 1,403,407,261,378")
 			prompt := fs.String("prompt", "", "text to run, encoded with the model's tokenizer.json (instead of --ids)")
 			fs.StringVar(&o.dtype, "dtype", "auto", "engine compute dtype: auto, f32 or bf16 (sets the tolerance)")
+			fs.Var(&o.device, "device", "the engine's compute device: cpu, cuda or xla-cpu (a binary built with -tags xla); the references always run on the CPU")
+			fs.Float64Var(&o.computeCapability, "compute-capability", 0, "CUDA compute capability of the GPU (9.0 H100/H200) for --dtype auto, as generate's")
 			fs.StringVar(&o.shardDir, "shards", "", "where the engine splits the checkpoint and streams from (default: the engine's)")
 			fs.BoolVar(&o.perLayer, "per-layer", false, "also compare the logits after every decoder layer (runs "+
 				"the engine once per depth on a truncated copy of the config: slow for deep models)")
@@ -81,14 +83,17 @@ func init() {
 
 // verifyOptions are verify's flags.
 type verifyOptions struct {
-	model        string
-	ids          []int
-	dtype        string
-	shardDir     string
-	perLayer     bool
-	atol, minCos float64
-	transformers string // reference outputs made by transformers, if any
-	decodeSteps  int
+	model  string
+	ids    []int
+	dtype  string
+	device engine.Device
+	// computeCapability is the GPU's, for the dtype policy on cuda.
+	computeCapability float64
+	shardDir          string
+	perLayer          bool
+	atol, minCos      float64
+	transformers      string // reference outputs made by transformers, if any
+	decodeSteps       int
 	// broken, when set (tests), replaces the engine of the decode check by what it returns.
 	broken func(*engine.Engine) decoder
 }
@@ -128,7 +133,8 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		return err
 	}
 	// The engine applies the same policy (and logs it); verify needs the choice for the tolerance.
-	choice, err := guard.ChooseDType(o.dtype, ck.Config.TorchDType, guard.CPU)
+	eopts := engine.Options{DType: engine.DType(o.dtype), ShardDir: o.shardDir, Device: o.device, ComputeCapability: o.computeCapability}
+	choice, err := engine.ChooseDType(eopts, ck.Config.TorchDType)
 	if err != nil {
 		return err
 	}
@@ -170,7 +176,7 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	eopts := engine.Options{DType: engDType, ShardDir: o.shardDir}
+	eopts.DType = engDType
 	e, err := engine.Open(ctx, o.model, eopts)
 	if err != nil {
 		return fmt.Errorf("engine (streamed): %w", err)

@@ -15,6 +15,19 @@ type AttentionParams struct {
 	Scale   float32 // multiplies q·k: 1/√headDim, or a model's own (query_pre_attn_scalar)
 	SoftCap float32 // > 0: a scaled score s becomes SoftCap·tanh(s/SoftCap) (Gemma 2's soft-capping)
 	Window  int     // > 0: a query at position p sees only keys at positions p−Window+1 … p (sliding window)
+	Chunk   int     // > 0: a query at position p sees only keys at positions ⌊p/Chunk⌋·Chunk … p (chunked attention)
+}
+
+// first is the earliest key position a query at position q sees (its window's or chunk's start, else 0).
+func (p AttentionParams) first(q int) int {
+	first := 0
+	if p.Window > 0 {
+		first = q - p.Window + 1
+	}
+	if p.Chunk > 0 {
+		first = max(first, q/p.Chunk*p.Chunk)
+	}
+	return first
 }
 
 // KeyRun is keys and values of one key/value head at consecutive positions: rows of headDim elements, row i
@@ -37,7 +50,8 @@ type AttentionJob struct {
 }
 
 // Attention computes, for every query of every job, softmax(scores)·V over the keys of its job's runs that it
-// sees: a query at position p sees a key at position k when k ≤ p (causal) and, with a window, k > p − Window.
+// sees: a query at position p sees a key at position k when k ≤ p (causal) and, with a window, k > p − Window
+// (with a chunk, ⌊k/Chunk⌋ = ⌊p/Chunk⌋).
 // A score is Scale·q·k, soft-capped when SoftCap > 0. It works flash-attention style: per tile of queries
 // (up to attnTileRows rows: every head of a few positions) and block of attnBlock keys, the scores, their
 // exponentials (a running maximum per query rescales what was summed before) and the weighted values, so
@@ -121,7 +135,7 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 		klo := pending[0].pos()
 		last := pending[len(pending)-1]
 		khi := last.pos() + last.n - 1
-		if klo <= qhi && (p.Window == 0 || khi > qlo-p.Window) { // else no query of the tile sees a key of it
+		if klo <= qhi && khi >= p.first(qlo) { // else no query of the tile sees a key of it
 			run, j0, n := s.gather(d, pending)
 			s.block(p, d, job, t0, rows, asm, run, j0, n)
 		}
@@ -291,10 +305,7 @@ func (s *attnScratch) block(p AttentionParams, d int, job *AttentionJob, t0, row
 func (s *attnScratch) softmax(p AttentionParams, r, n, klo int) {
 	row := s.sc[r*attnBlock : r*attnBlock+n]
 	q := s.qpos[r]
-	a, b := 0, min(n, q-klo+1) // keys at positions ≤ q
-	if p.Window > 0 {
-		a = max(0, q-p.Window+1-klo) // and > q − Window
-	}
+	a, b := max(0, p.first(q)-klo), min(n, q-klo+1) // keys at positions ≤ q, within the window or chunk
 	if a >= b {
 		clear(row)
 		return

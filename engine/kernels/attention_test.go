@@ -54,7 +54,7 @@ func (c *attnCase) reference(p AttentionParams) []float64 {
 				if j >= c.past {
 					kp, k, v, row = c.pos0+j-c.past, c.k, c.v, j-c.past
 				}
-				if kp > qp || (p.Window > 0 && kp <= qp-p.Window) {
+				if kp > qp || (p.Window > 0 && kp <= qp-p.Window) || (p.Chunk > 0 && kp/p.Chunk != qp/p.Chunk) {
 					continue
 				}
 				keys = append(keys, kv{k[row*d:][:d], v[row*d:][:d]})
@@ -88,7 +88,7 @@ func (c *attnCase) reference(p AttentionParams) []float64 {
 }
 
 // TestAttention: on every kernel path, Attention agrees with a float64 computation from the definition, with
-// and without a cache, a sliding window and soft-capping, across head sizes (the portable fallback included
+// and without a cache, a sliding window, chunks and soft-capping, across head sizes (the portable fallback included
 // where the head is not a multiple of 16) and lengths around the tile and block sizes.
 func TestAttention(t *testing.T) {
 	kernelPaths(t, func(t *testing.T) {
@@ -106,6 +106,10 @@ func TestAttention(t *testing.T) {
 			{4, 9, 17, 80, AttentionParams{Window: 10, SoftCap: 2}},
 			{2, 5, 3, 8, AttentionParams{}},
 			{1, 3, 70, 96, AttentionParams{Window: 1}},
+			{4, 90, 40, 64, AttentionParams{Chunk: 16}},   // chunks restarting within a tile and a block
+			{2, 1, 150, 64, AttentionParams{Chunk: 64}},   // a decode step, its chunk begun at 128
+			{2, 3, 127, 64, AttentionParams{Chunk: 64}},   // a chunk's last query, then the next chunk's first two
+			{3, 20, 100, 80, AttentionParams{Chunk: 100}}, // a chunk starting with the pass: no cached key seen
 		} {
 			c := newAttnCase(rng, tc.heads, tc.t, tc.past, tc.d)
 			p := tc.p

@@ -66,6 +66,41 @@ type Plan struct {
 	Recompute int
 	// State sizes the per-sequence state of the Recurrent layers (recurrent.go); zero without any.
 	State RecurrentState
+	// KVSource, when not nil, is for each layer the layer whose keys and values it attends with: itself, or for a
+	// SharedKV layer an earlier layer, whose cache it reads and whose new keys and values of the pass it is given
+	// (LayerInputs.K, V). A shared layer stores none of its own (Gemma 4's num_kv_shared_layers).
+	KVSource []int
+	// PerLayerInput, when positive, is the width of the input each decoder layer takes beside the residual
+	// stream (LayerInputs.PerLayer), which the Architecture computes from the tokens (PerLayerInputs) with
+	// PerLayerTensors: tensors the embedding unit holds beside the embedding (full names, shapes), the first a
+	// table [rows, layers·PerLayerInput] looked up by token id.
+	PerLayerInput   int
+	PerLayerTensors []WeightSpec
+	// EmbedAs are token ids embedded as another token (Gemma4ForConditionalGeneration's image, video and audio
+	// placeholders: as the pad token), in the embedding and the per-layer inputs alike; nil: none.
+	EmbedAs map[int]int
+}
+
+// KindDims are a kind of layer's key/value heads and head size: its own, else the Plan's.
+func (p *Plan) KindDims(k LayerKind) (kvHeads, headDim int) {
+	kvHeads, headDim = p.KVHeads, p.HeadDim
+	if k.KVHeads > 0 {
+		kvHeads = k.KVHeads
+	}
+	if k.HeadDim > 0 {
+		headDim = k.HeadDim
+	}
+	return kvHeads, headDim
+}
+
+// PerLayerInputs is implemented by an Architecture whose decoder layers take an input of their own beside the
+// residual stream (Plan.PerLayerInput; Gemma 4's per-layer embeddings), computed once per pass on the host from
+// the tokens and their embeddings.
+type PerLayerInputs interface {
+	// PerLayerInputs computes every layer's input [B, layers, T, PerLayerInput] from the scaled embeddings x
+	// [B, T, hidden] and the table rows of the tokens tok [B, T, layers·PerLayerInput], with ws the
+	// PerLayerTensors after the table.
+	PerLayerInputs(ops Ops, x, tok Value, ws []Value) Value
 }
 
 // LayerKind is what distinguishes decoder layers from each other: the engine compiles one graph per kind, builds
@@ -75,6 +110,10 @@ type LayerKind struct {
 	// Window is the sliding window: a query sees itself and the Window-1 positions before it. 0: every earlier
 	// position (full causal attention).
 	Window int
+	// Chunk is chunked attention (Llama 4's attention_chunk_size): a query at position p sees the positions from
+	// ⌊p/Chunk⌋·Chunk to p, a window that restarts at every multiple of Chunk. The cache keeps such a layer as a
+	// sliding window of Chunk positions (all a chunk's queries need, and more). 0: none.
+	Chunk int
 	// Rope is the index of the layer's rotary embedding in Plan.Ropes, or NoRope.
 	Rope int
 	// QueryScale multiplies the layer's queries by a factor of their position (Ops.ScaleQueries); the zero
@@ -87,14 +126,24 @@ type LayerKind struct {
 	// Recurrent: a Gated DeltaNet linear-attention layer, holding a fixed-size state per sequence (Plan.State)
 	// instead of keys and values (recurrent.go).
 	Recurrent bool
+	// HeadDim and KVHeads, when positive, are the layer's own head size and key/value heads, which size its cache
+	// (Gemma 4's full-attention layers); 0: the Plan's.
+	HeadDim, KVHeads int
+	// SharedKV: the layer computes no keys and values: it attends with those of the layer Plan.KVSource names.
+	SharedKV bool
+	// Latent: the layer's values are its keys (multi-head latent attention, deepseek.go: one key/value head
+	// holding the compressed latent and the shared rotary key, which serve as keys and, the latent, as
+	// values), so its cache keeps one array per position rather than two (kvcache.Config.Latent).
+	Latent bool
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
-// 1 + Beta·ln(1 + ⌊p / Floor⌋), computed in float32 as transformers does (Ministral 3's llama_4_scaling_beta,
-// Floor its rope's original_max_position_embeddings). Beta 0: no scaling.
+// 1 + Beta·ln(1 + ⌊(p + Shift) / Floor⌋), computed in float32 as transformers does (Ministral 3's
+// llama_4_scaling_beta, Floor its rope's original_max_position_embeddings; Llama 4's attn_temperature_tuning,
+// Beta its attn_scale, Floor its floor_scale, Shift 1). Beta 0: no scaling.
 type QueryScale struct {
-	Beta  float64
-	Floor int
+	Beta         float64
+	Floor, Shift int
 }
 
 // At is the factor at position pos.
@@ -102,7 +151,7 @@ func (s QueryScale) At(pos int) float32 {
 	if s.Beta == 0 {
 		return 1
 	}
-	steps := float32(math.Floor(float64(float32(pos) / float32(s.Floor))))
+	steps := float32(math.Floor(float64(float32(pos+s.Shift) / float32(s.Floor))))
 	return 1 + float32(s.Beta)*float32(math.Log(float64(1+steps)))
 }
 
@@ -124,6 +173,28 @@ type WeightSpec struct {
 	// In says which kinds of layer hold the tensor (a sparse layer its experts, a dense one its MLP, a hybrid's
 	// attention or recurrent layers); nil: every layer.
 	In func(LayerKind) bool
+}
+
+// First is the earliest position a query at position q of a layer of kind k sees (its window's or chunk's
+// start; 0 for full attention).
+func (k LayerKind) First(q int) int {
+	first := 0
+	if k.Window > 0 {
+		first = max(first, q-k.Window+1)
+	}
+	if k.Chunk > 0 {
+		first = max(first, q/k.Chunk*k.Chunk)
+	}
+	return first
+}
+
+// Reach is the most positions a query of a layer of kind k sees, itself included: its window or its chunk
+// (what its cache must hold); 0 for full attention.
+func (k LayerKind) Reach() int {
+	if k.Window > 0 && k.Chunk > 0 {
+		return min(k.Window, k.Chunk)
+	}
+	return max(k.Window, k.Chunk)
 }
 
 // Holds reports whether a layer of kind k holds Weights[i].
@@ -156,11 +227,21 @@ type LayerWeights struct {
 	SharedGate Linear
 	// DeltaNet are a Gated DeltaNet layer's weights (recurrent.go).
 	DeltaNet DeltaNetWeights
+	// Gemma 4 (gemma4.go): the per-layer input's gate and projection and the norm after it; the layer's scalar
+	// [1]; the experts' block beside the MLP: its norms and the router's input scale [hidden] and per-expert
+	// scale [experts].
+	PerLayerGate, PerLayerProj                 Linear
+	PerLayerNorm, LayerScalar                  Value
+	MLPPostNorm1, ExpertsNorm, ExpertsPostNorm Value
+	RouterScale, ExpertScale                   Value
+	// MLA are a multi-head latent attention layer's weights (deepseek.go).
+	MLA LatentWeights
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
-// [hidden, moe_inter].
-type Expert struct{ Gate, Up, Down Linear }
+// [hidden, moe_inter], gate and up separate or fused in GateUp ([2·moe_inter, hidden]: the gate rows, then the
+// up rows).
+type Expert struct{ Gate, Up, GateUp, Down Linear }
 
 // expert returns expert e of w, growing w.Experts to hold it (WeightSpec.Field of an expert's tensor).
 func (w *LayerWeights) expert(e int) *Expert {
@@ -229,7 +310,7 @@ type Ops interface {
 	// Face layout, giving [B, T, out].
 	Linear(x, w, b Value) Value
 	// RMSNorm normalises the last axis: x / sqrt(mean(x²) + eps) · (offset + w). offset is 0, or 1 for the
-	// (1 + w) norms of Gemma.
+	// (1 + w) norms of Gemma. A nil w is a norm without weight: x / sqrt(mean(x²) + eps).
 	RMSNorm(x, w Value, eps, offset float64) Value
 	// Heads splits [B, T, heads·headDim] into [B, heads, T, headDim].
 	Heads(x Value, heads, headDim int) Value
@@ -254,6 +335,8 @@ type Ops interface {
 	ScaleQueries(q Value) Value
 	// MulRows multiplies each row of x [..., n] by its one value in s [..., 1].
 	MulRows(x, s Value) Value
+	// ScaleBy multiplies every element of x by the one value of the weight s [1] (Gemma 4's layer_scalar).
+	ScaleBy(x, s Value) Value
 
 	// The mixture of experts. Route chooses each row's experts from its router logits [B, T, experts]; Rows
 	// gives the rows of x [B, T, hidden] routed to expert e, which the family's expert MLP computes with the ops
@@ -266,6 +349,16 @@ type Ops interface {
 	// (transformers sums the k weighted outputs in that order); ys[e] is expert e's output on Rows(x, routing,
 	// e), nil when Rows was.
 	Combine(ys []Value, routing Value) Value
+
+	// HeadLinear multiplies each head h of x [B, heads, T, ·] by its rows of w [heads·per, in], a projection
+	// whose outputs are laid out head by head: W_h is rows [h·per+from, h·per+from+n). Plain, y_h = x_h·W_hᵀ
+	// (x's last axis in, y's n); transposed, y_h = x_h·W_h (x's last axis n, y's in). Multi-head latent attention
+	// absorbs kv_b_proj into its queries and outputs with it (deepseek.go).
+	HeadLinear(x, w Value, from, n int, transposed bool) Value
+	// Deinterleave reorders the last axis of x from interleaved pairs x0, x1, x2, x3, … to the pairs' first
+	// elements, then their second ones: x0, x2, …, x1, x3, … (DeepSeek's rope_interleave, turned into the halves
+	// Rotary rotates).
+	Deinterleave(x Value) Value
 
 	// RecurrentOps are the operations of the recurrent layers (recurrent.go).
 	RecurrentOps
@@ -285,6 +378,18 @@ type RouteOptions struct {
 	Norm bool
 	// Scale, when not 0 or 1, multiplies the weights (routed_scaling_factor).
 	Scale float64
+	// Groups, when above 1, splits the experts into that many groups of consecutive experts (n_group) and
+	// limits the choice to the TopGroups best (topk_group), a group scored by the sum of its two best choice
+	// scores (DeepSeek-V3's group-limited routing).
+	Groups, TopGroups int
+	// WeighInputs applies each row's weights to its experts' inputs rather than their outputs (Llama 4:
+	// expert(w·x), which a gated MLP does not turn into w·expert(x)): Rows gives the rows routed to an expert
+	// multiplied by their weights for it, and Combine sums the outputs as they are. The experts must have no
+	// biases: the graphs compute every expert on every row, zero where a row did not choose it.
+	WeighInputs bool
+	// ExpertScale, when set ([experts], Gemma 4's router.per_expert_scale), multiplies each chosen expert's
+	// weight, after Norm and Scale.
+	ExpertScale Value
 }
 
 // RouteScore is how a router turns logits into scores.
@@ -295,6 +400,9 @@ const (
 	SoftmaxScores RouteScore = iota
 	// SigmoidScores: sigmoid of each logit (DeepSeek-V3, GLM-4.5, MiniMax-M2).
 	SigmoidScores
+	// LogitSigmoidScores: sigmoid of each logit, the choice by the logits themselves (Llama 4: top-k of the
+	// logits, then their sigmoids), which differ where float32 sigmoids of large logits round to equal values.
+	LogitSigmoidScores
 )
 
 // LayerInputs are the inputs of one decoder layer.
@@ -303,6 +411,11 @@ type LayerInputs struct {
 	X    Value // [B, T, hidden] residual stream
 	// W are the layer's weights (Plan.Bind).
 	W *LayerWeights
+	// PerLayer is the layer's own input [B, T, Plan.PerLayerInput] (nil without).
+	PerLayer Value
+	// K and V, for a SharedKV layer, are the new positions' keys and values of the layer it attends with
+	// [B, kvHeads, T, headDim], as that layer returned them.
+	K, V Value
 }
 
 // LayerOutputs are the outputs of one decoder layer.

@@ -23,7 +23,9 @@ type decoder struct {
 	preAttnNorm, postAttnNorm, preMLPNorm, postMLPNorm string
 	qkNorm                                             qkNorm
 	// fusedQKV: one qkv_proj [q+2kv, hidden]; fusedGateUp: one gate_up_proj [2·inter, hidden] (Phi-3).
-	fusedQKV, fusedGateUp   bool
+	fusedQKV, fusedGateUp bool
+	// mlpName is the dense MLP's module ("mlp"; Llama 4: "feed_forward").
+	mlpName                 string
 	qkvBias, oBias, mlpBias bool
 	act                     Activation
 	attn                    AttentionOptions
@@ -35,13 +37,16 @@ type decoder struct {
 	moe *moeMLP
 }
 
-// qkNorm says where the q and k projections are RMS-normalised before rotary embeddings.
+// qkNorm says where the q and k projections are RMS-normalised.
 type qkNorm int
 
 const (
 	noQKNorm      qkNorm = iota
-	qkNormPerHead        // over each head's head_dim values (Qwen3, Gemma 3): weights [head_dim]
-	qkNormWhole          // over the whole projection (OLMo 2): weights [heads·head_dim]
+	qkNormPerHead        // over each head's head_dim values, before rotary (Qwen3, Gemma 3): weights [head_dim]
+	qkNormWhole          // over the whole projection, before rotary (OLMo 2): weights [heads·head_dim]
+	// qkNormRotated: over each head, without weight, after rotary, on the rotary layers only (Llama 4's
+	// use_qk_norm).
+	qkNormRotated
 )
 
 // newDecoder is the Llama decoder for c: pre-norms input_layernorm and post_attention_layernorm, attention_bias
@@ -69,7 +74,7 @@ func newDecoderWith(c *checkpoint.Config, act Activation, ropes ...Rope) *decode
 		hidden: c.HiddenSize, heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: c.HeadDim,
 		inter: c.IntermediateSize, eps: c.RMSNormEps,
 		preAttnNorm: "input_layernorm.weight", preMLPNorm: "post_attention_layernorm.weight",
-		qkvBias: c.AttentionBias, oBias: c.AttentionBias, mlpBias: c.MLPBias, act: act,
+		qkvBias: c.AttentionBias, oBias: c.AttentionBias, mlpBias: c.MLPBias, act: act, mlpName: "mlp",
 		attn:     AttentionOptions{Scale: 1 / math.Sqrt(float64(c.HeadDim))},
 		residual: 1, logitScale: 1,
 	}
@@ -127,12 +132,12 @@ func (d *decoder) finish() *decoder {
 	}
 	mlp := len(ws)
 	if d.fusedGateUp {
-		linear("mlp.gate_up_proj", func(w *LayerWeights) *Linear { return &w.GateUp }, d.mlpBias, 2*d.inter, d.hidden)
+		linear(d.mlpName+".gate_up_proj", func(w *LayerWeights) *Linear { return &w.GateUp }, d.mlpBias, 2*d.inter, d.hidden)
 	} else {
-		linear("mlp.gate_proj", func(w *LayerWeights) *Linear { return &w.Gate }, d.mlpBias, d.inter, d.hidden)
-		linear("mlp.up_proj", func(w *LayerWeights) *Linear { return &w.Up }, d.mlpBias, d.inter, d.hidden)
+		linear(d.mlpName+".gate_proj", func(w *LayerWeights) *Linear { return &w.Gate }, d.mlpBias, d.inter, d.hidden)
+		linear(d.mlpName+".up_proj", func(w *LayerWeights) *Linear { return &w.Up }, d.mlpBias, d.inter, d.hidden)
 	}
-	linear("mlp.down_proj", func(w *LayerWeights) *Linear { return &w.Down }, d.mlpBias, d.hidden, d.inter)
+	linear(d.mlpName+".down_proj", func(w *LayerWeights) *Linear { return &w.Down }, d.mlpBias, d.hidden, d.inter)
 	if d.moe != nil { // the dense MLP in dense layers only (if any), the experts in the others
 		for i := mlp; i < len(ws); i++ {
 			ws[i].In = func(k LayerKind) bool { return !k.MoE }
@@ -173,34 +178,44 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	q, k, v := d.project(ops, h, w)
 	if in.Kind.Rope != NoRope {
 		q, k = ops.Rotary(q), ops.Rotary(k)
+		if d.qkNorm == qkNormRotated {
+			q, k = ops.RMSNorm(q, nil, d.eps, 0), ops.RMSNorm(k, nil, d.eps, 0)
+		}
 	}
 	if in.Kind.QueryScale.Beta != 0 {
 		q = ops.ScaleQueries(q)
 	}
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
-	h = d.norm(ops, x, w.MLPNorm)
+	return LayerOutputs{X: d.mlpBranch(ops, in, x), K: k, V: v}
+}
+
+// mlpBranch is the MLP's residual branch on x: the dense MLP, or the mixture of experts of a sparse layer,
+// between its norms.
+func (d *decoder) mlpBranch(ops Ops, in LayerInputs, x Value) Value {
+	w := in.W
+	h := d.norm(ops, x, w.MLPNorm)
 	var m Value
 	if in.Kind.MoE {
 		m = d.moe.apply(ops, h, w, d.act)
 	} else {
 		m = d.mlp(ops, h, w)
 	}
-	x = d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
-	return LayerOutputs{X: x, K: k, V: v}
+	return d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
 }
 
 // mlp is the dense gated MLP: down(act(gate(h)) ⊙ up(h)), with separate or fused gate and up projections.
 func (d *decoder) mlp(ops Ops, h Value, w *LayerWeights) Value {
-	if !d.fusedGateUp {
-		return gatedMLP(ops, h, Expert{Gate: w.Gate, Up: w.Up, Down: w.Down}, d.act)
-	}
-	gu := ops.Split(linear(ops, h, w.GateUp), d.inter, d.inter)
-	return linear(ops, ops.Mul(ops.Act(gu[0], d.act), gu[1]), w.Down)
+	return gatedMLP(ops, h, Expert{Gate: w.Gate, Up: w.Up, GateUp: w.GateUp, Down: w.Down}, d.inter, d.act)
 }
 
-// gatedMLP is down(act(gate(h)) ⊙ up(h)): the dense MLP, an expert, a shared expert.
-func gatedMLP(ops Ops, h Value, e Expert, act Activation) Value {
+// gatedMLP is down(act(gate(h)) ⊙ up(h)) of intermediate size inter, gate and up separate or fused (GateUp):
+// the dense MLP, an expert, a shared expert.
+func gatedMLP(ops Ops, h Value, e Expert, inter int, act Activation) Value {
+	if e.GateUp.W != nil {
+		gu := ops.Split(linear(ops, h, e.GateUp), inter, inter)
+		return linear(ops, ops.Mul(ops.Act(gu[0], act), gu[1]), e.Down)
+	}
 	return linear(ops, ops.Mul(ops.Act(linear(ops, h, e.Gate), act), linear(ops, h, e.Up)), e.Down)
 }
 

@@ -20,11 +20,17 @@ type moeMLP struct {
 	// Tensor names, relative to the layer: the router ("mlp.gate"), the experts ("mlp.experts", expert e under
 	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
 	router, prefix, gate, up, down string
+	// fusedGateUp: each expert has one gate_up_proj ([2·inter, hidden], the gate rows then the up rows; named by
+	// gate) instead of separate gate and up projections (Llama 4's, as checkpoint.Open expands its fused tensor).
+	fusedGateUp bool
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
+	// expertScale, when set, names the router's per-expert factor on the routing weights [experts]
+	// (RouteOptions.ExpertScale: Gemma 4's router.per_expert_scale).
+	expertScale string
 }
 
 // newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
@@ -43,6 +49,42 @@ func newMoE(c *checkpoint.Config, inter int, norm bool) (*moeMLP, error) {
 		router: "mlp.gate", prefix: "mlp.experts", gate: "gate_proj", up: "up_proj", down: "down_proj"}, nil
 }
 
+// newSigmoidMoE is DeepSeek-V3's mixture of experts, which GLM-4.5 shares (Glm4MoeTopkRouter and
+// DeepseekV3TopkRouter are one computation): each expert's sigmoid score, the choice on score +
+// e_score_correction_bias limited to the topk_group best of n_group groups, the chosen experts' unbiased
+// scores as weights (renormalized with norm_topk_prob) times routed_scaling_factor; n_shared_experts shared
+// experts as one ungated MLP (mlp.shared_experts) of n_shared_experts × moe_intermediate_size; dense layers
+// before first_k_dense_replace.
+func newSigmoidMoE(c *checkpoint.Config) (*moeMLP, func(i int) bool, error) {
+	m, err := newMoE(c, c.MoEIntermediateSize, c.NormTopKProb)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.NSharedExperts < 0 {
+		return nil, nil, fmt.Errorf("n_shared_experts %d is negative", c.NSharedExperts)
+	}
+	if c.FirstKDenseReplace < 0 {
+		return nil, nil, fmt.Errorf("first_k_dense_replace %d is negative", c.FirstKDenseReplace)
+	}
+	g, top := c.NGroup, c.TopKGroup
+	switch {
+	case g < 1 || c.NumExperts%g != 0:
+		return nil, nil, fmt.Errorf("n_group %d does not divide the %d experts into groups", g, c.NumExperts)
+	case g > 1 && c.NumExperts/g < 2:
+		return nil, nil, fmt.Errorf("n_group %d leaves groups of %d expert: a group's score is the sum of its best two", g, c.NumExperts/g)
+	case top < 1 || top > g:
+		return nil, nil, fmt.Errorf("topk_group %d is not between 1 and n_group %d", top, g)
+	case c.NumExpertsPerTok > top*c.NumExperts/g:
+		return nil, nil, fmt.Errorf("num_experts_per_tok %d exceeds the %d experts of the topk_group %d groups kept", c.NumExpertsPerTok, top*c.NumExperts/g, top)
+	}
+	m.route.Score, m.route.Scale, m.bias = SigmoidScores, c.RoutedScalingFactor, "mlp.gate.e_score_correction_bias"
+	m.route.Groups, m.route.TopGroups = g, top
+	if c.NSharedExperts > 0 {
+		m.shared, m.sharedInter = "mlp.shared_experts", c.NSharedExperts*c.MoEIntermediateSize
+	}
+	return m, func(i int) bool { return i >= c.FirstKDenseReplace }, nil
+}
+
 // weights lists the router's, the experts' and the shared expert's tensors, held by the sparse layers.
 func (m *moeMLP) weights(hidden int) []WeightSpec {
 	sparse := func(k LayerKind) bool { return k.MoE }
@@ -54,10 +96,17 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	if m.bias != "" {
 		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
 	}
+	if m.expertScale != "" {
+		add(m.expertScale, func(w *LayerWeights) *Value { return &w.ExpertScale }, m.experts)
+	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
-		add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
-		add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		if m.fusedGateUp {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
+		} else {
+			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
+			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+		}
 		add(p+m.down+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Down.W }, hidden, m.inter)
 	}
 	if m.shared != "" {
@@ -74,24 +123,33 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 // apply is the mixture of experts on h [B, T, hidden]: Σ over each row's chosen experts of weight · expert(h),
 // plus the (gated) shared expert.
 func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value {
-	opts := m.route
-	opts.Bias = w.RouterBias
-	routing := ops.Route(linear(ops, h, w.Router), opts)
-	ys := make([]Value, len(w.Experts))
-	for e, ex := range w.Experts {
-		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, ex, act)
-		}
-	}
-	y := ops.Combine(ys, routing)
+	y := m.routed(ops, h, m.choose(ops, h, w), w, act)
 	if w.Shared.Down.W == nil {
 		return y
 	}
-	s := gatedMLP(ops, h, w.Shared, act)
+	s := gatedMLP(ops, h, w.Shared, m.sharedInter, act)
 	if w.SharedGate.W != nil {
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
 	return ops.Add(y, s)
+}
+
+// choose routes each row of the router's input h to its experts (Ops.Route).
+func (m *moeMLP) choose(ops Ops, h Value, w *LayerWeights) Value {
+	opts := m.route
+	opts.Bias, opts.ExpertScale = w.RouterBias, w.ExpertScale
+	return ops.Route(linear(ops, h, w.Router), opts)
+}
+
+// routed is Σ over each row of h's chosen experts (routing) of weight · expert(h).
+func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activation) Value {
+	ys := make([]Value, len(w.Experts))
+	for e, ex := range w.Experts {
+		if rows := ops.Rows(h, routing, e); rows != nil {
+			ys[e] = gatedMLP(ops, rows, ex, m.inter, act)
+		}
+	}
+	return ops.Combine(ys, routing)
 }
 
 // sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.
