@@ -301,21 +301,34 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 // Q4CODES(off, z): 32 bytes of Q4_K nibbles at off(SI) as 64 codes: the low nibbles, then the high ones.
 #define Q4CODES(off, z) VBROADCASTI64X4 off(SI), z; VPSRLW $4, z, K1, z; VPANDD Z31, z, z
 
+// Q4_K's 12 bytes s of 6-bit scales and minimums, unpacked as ggml's get_scale_min_k4 reads them: scale j < 4 is
+// s[j] & 63, minimum j < 4 s[j+4] & 63; for j ≥ 4 the scale is s[j+4] & 15 | (s[j-4] >> 6) << 4 and the minimum
+// s[j+4] >> 4 | (s[j] >> 6) << 4. rowsq4p gathers [s0-3, s8-11, s4-7, s8-11], rowsq4q [0, s0-3, 0, s4-7] (for the
+// high bits), rowsq4m1 and rowsq4m2 mask the low parts.
+DATA rowsq4p<>+0(SB)/8, $0x0b0a090803020100
+DATA rowsq4p<>+8(SB)/8, $0x0b0a090807060504
+GLOBL rowsq4p<>(SB), RODATA|NOPTR, $16
+DATA rowsq4q<>+0(SB)/8, $0x0302010080808080
+DATA rowsq4q<>+8(SB)/8, $0x0706050480808080
+GLOBL rowsq4q<>(SB), RODATA|NOPTR, $16
+DATA rowsq4m1<>+0(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA rowsq4m1<>+8(SB)/8, $0x000000003f3f3f3f
+GLOBL rowsq4m1<>(SB), RODATA|NOPTR, $16
+DATA rowsq4m2<>+0(SB)/8, $0x0000000000000000
+DATA rowsq4m2<>+8(SB)/8, $0x0f0f0f0f00000000
+GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
+
 // Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4-Z7, X8 (d), X9 (dmin), X15 (the minimums, eight
-// words): the 6-bit scales and minimums unpacked as ggml does (kmask1-3); Q4SPLAT: X15's pairs into X10-X13;
-// Q4DECODE: a Q4_K super-block into Z0-Z7, X8-X13, Q4CODES4 its codes alone.
+// words), the bytes [scales 0-7, minimums 0-7] as (P & m1) | ((P >> 4) & m2) | ((Q >> 2) & 0x30) with P, Q the
+// gathers above (Z30: 0x30 bytes); Q4SPLAT: X15's pairs into X10-X13; Q4DECODE: a Q4_K super-block into Z0-Z7,
+// X8-X13, Q4CODES4 its codes alone.
 #define Q4SCALES \
-	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8 \
-	VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, X9 \
-	MOVL 4(SI), AX; MOVL 8(SI), BX; MOVL 12(SI), CX \
-	MOVL CX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI \
-	MOVL BX, R12; SHRL $6, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
-	ANDL $0x3f3f3f3f, BX \
-	ANDL $0x0f0f0f0f, CX; MOVL AX, R12; SHRL $6, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, CX \
-	ANDL $0x3f3f3f3f, AX \
-	VMOVD AX, X14; VPINSRD $1, CX, X14, X14; VPMOVZXBW X14, X14 \
+	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8; VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, X9 \
+	VMOVDQU 4(SI), X14; VPSHUFB rowsq4p<>(SB), X14, X20; VPSHUFB rowsq4q<>(SB), X14, X21 \
+	VPSRLW $2, X21, X21; VPANDD X30, X21, X21; VPSRLW $4, X20, X14; VPANDD rowsq4m2<>(SB), X14, X14 \
+	VPANDD rowsq4m1<>(SB), X20, X20; VPTERNLOGD $0xFE, X21, X14, X20; VPMOVZXBW X20, Y14 \
 	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
-	VMOVD BX, X15; VPINSRD $1, DI, X15, X15; VPMOVZXBW X15, X15
+	VEXTRACTI128 $1, Y14, X15
 #define Q4SPLAT VPSHUFD $0x00, X15, X10; VPSHUFD $0x55, X15, X11; VPSHUFD $0xaa, X15, X12; VPSHUFD $0xff, X15, X13
 #define Q4CODES4 Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
 #define Q4DECODE Q4SCALES; Q4SPLAT; Q4CODES4
