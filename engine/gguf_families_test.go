@@ -65,19 +65,8 @@ func TestGGUFFamilies(t *testing.T) {
 			tol = v
 		}
 		compareGGUFLogits(t, "", got, llama["logits"].F32, hf.Logits, tol)
-		meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
-		if _, err := os.Stat(meaning); err == nil {
-			m, err := reference.ReadTensors(meaning)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := maxLogitDiff(got, m["logits"].F32)
-			t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
-			if d > ggufFamilyTolerance {
-				t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
-			}
-		} else if _, known := ggufFamilyLlamaCPPTolerance[name]; known {
-			t.Fatalf("%s is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", meaning, name)
+		if _, known := ggufFamilyLlamaCPPTolerance[name]; !checkFileMeaning(t, file, got) && known {
+			t.Fatalf("%s.transformers.safetensors is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", strings.TrimSuffix(file, ".gguf"), name)
 		}
 		// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
 		// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).
@@ -91,13 +80,41 @@ func TestGGUFFamilies(t *testing.T) {
 	})
 }
 
+// checkFileMeaning compares got, the logits of a GGUF file's fixture ids, with transformers' logits of its
+// checkpoint with the settings llama.cpp reads from the file (<file>.transformers.safetensors) within
+// ggufFamilyTolerance, and reports whether that reference exists.
+func checkFileMeaning(t *testing.T, file string, got [][]float32) bool {
+	t.Helper()
+	meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
+	if _, err := os.Stat(meaning); err != nil {
+		return false
+	}
+	m, err := reference.ReadTensors(meaning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := maxLogitDiff(got, m["logits"].F32)
+	t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
+	if d > ggufFamilyTolerance {
+		t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
+	}
+	return true
+}
+
 // forEachGGUFFamily runs f as a subtest for every family GGUF file (gguf/testdata/families, made by
 // scripts/fixtures/gguf_families.py) with its name and llama.cpp's outputs on it.
 func forEachGGUFFamily(t *testing.T, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
 	t.Helper()
-	files, err := filepath.Glob("../gguf/testdata/families/*.gguf")
+	return forEachGGUFIn(t, "families", "scripts/fixtures/gguf_families.py", f)
+}
+
+// forEachGGUFIn runs f as a subtest for every GGUF file of gguf/testdata/<dir> (made by script) with its name and
+// llama.cpp's outputs on it (<name>.llamacpp.safetensors).
+func forEachGGUFIn(t *testing.T, dir, script string, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
+	t.Helper()
+	files, err := filepath.Glob("../gguf/testdata/" + dir + "/*.gguf")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no GGUF files in gguf/testdata/families (made by scripts/fixtures/gguf_families.py): %v", err)
+		t.Fatalf("no GGUF files in gguf/testdata/%s (made by %s): %v", dir, script, err)
 	}
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".gguf")
