@@ -113,12 +113,6 @@ func quantizeQ8KBlocks(q []int8, bsums []int16, x []float32, d []float32) bool {
 }
 
 //go:noescape
-func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
-
-//go:noescape
-func dotQ5_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
-
-//go:noescape
 func dotQ3_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
 
 //go:noescape
@@ -187,14 +181,6 @@ func asmKernels() map[quant.Type]*quantKernel {
 		m[quant.Q2_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
 			dotQ2_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
-		}
-		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d, s []float32, y *float32){
-			quant.Q4_1: dotQ4_1x4VNNI, quant.Q5_1: dotQ5_1x4VNNI,
-		} {
-			m[t].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-				_ = y[3]
-				f(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
-			}
 		}
 	}
 	return m

@@ -835,7 +835,13 @@ q6kloop:
 	MOVSS X0, ret+96(FP)
 	RET
 
-// Four-row kernels (AVX-512 VNNI and VL, on 256-bit registers): four consecutive weight rows (stride bytes apart)
+DATA q8consts<>+0(SB)/4, $0x7fffffff // |x| mask
+DATA q8consts<>+4(SB)/4, $127.0
+DATA q8consts<>+8(SB)/4, $127
+DATA q8consts<>+12(SB)/4, $-128
+GLOBL q8consts<>(SB), RODATA|NOPTR, $16
+
+// Four-row kernels of Q3_K and Q2_K (AVX-512 VNNI and VL, on 256-bit registers): four consecutive weight rows (stride bytes apart)
 // times one quantized input row, the outputs written to y[0..3]. Each row's sums are the one-row kernels' (and
 // the portable ones'), bit for bit: VPDPBUSD adds the same four byte products per int32 lane as VPMADDUBSW and
 // VPMADDWD (no pair saturates: |w| ≤ 128, |a| ≤ 127), and each row keeps its own lanes, in block order. The four
@@ -843,103 +849,11 @@ q6kloop:
 
 #define PFSHIFT 3
 
-DATA nibshift<>+0(SB)/8, $0
-DATA nibshift<>+8(SB)/8, $0
-DATA nibshift<>+16(SB)/8, $0x0004000400040004
-DATA nibshift<>+24(SB)/8, $0x0004000400040004
-GLOBL nibshift<>(SB), RODATA|NOPTR, $32
-
 // ROWS4 loads the four row pointers from b and stride: DI, R10, R11, R12; and R13, the rows PFSHIFT groups of
-// four ahead, which PREFETCH4 reads ahead of use.
+// four ahead.
 #define ROWS4 \
 	MOVQ b_base+0(FP), DI; MOVQ stride+24(FP), AX; LEAQ (DI)(AX*1), R10; LEAQ (R10)(AX*1), R11; \
 	LEAQ (R11)(AX*1), R12; MOVQ AX, R13; SHLQ $PFSHIFT, R13; ADDQ DI, R13
-
-// PREFETCH4 asks for the block of the rows ahead that this block's place (BX) stands for: the four rows ahead
-// are as many bytes as the four rows here, so R13 + 4·BX walks through them, 4 blocks' bytes per block, while
-// the hardware prefetchers, which follow sequential runs longer than a row, would fetch them late.
-#define PREFETCH4 \
-	PREFETCHT0 (R13)(BX*4); PREFETCHT0 64(R13)(BX*4)
-
-// X4MIN(ROW, size, loop): the body of a four-row kernel of a format with a minimum and Q8_1 activations (b,
-// stride, qs, d, s, y): ROW(p, ya, xs) adds one block of the row at p (size bytes) into Y`a`, its m·s into X`s`.
-#define X4MIN(ROW, size, loop) \
-	ROWS4; MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ s_base+80(FP), R9; \
-	MOVQ y+104(FP), DX; XORQ BX, BX; \
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
-	VXORPS X8, X8, X8; VXORPS X9, X9, X9; VXORPS X10, X10, X10; VXORPS X11, X11, X11; \
-	VPBROADCASTD nibmask<>(SB), Y14; VMOVDQU nibshift<>(SB), Y15; \
-loop: \
-	VMOVDQU (SI), Y12; VMOVSS (R8), X13; VINSERTPS $0x10, (R9), X13, X13; PREFETCH4; \
-	ROW(DI, Y0, X8); ROW(R10, Y1, X9); ROW(R11, Y2, X10); ROW(R12, Y3, X11); \
-	ADDQ $size, BX; ADDQ $32, SI; ADDQ $4, R8; ADDQ $4, R9; DECQ CX; JNZ loop; \
-	Q41OUT(Y0, X0, X8, 0); Q41OUT(Y1, X1, X9, 4); Q41OUT(Y2, X2, X10, 8); Q41OUT(Y3, X3, X11, 12); VZEROUPPER; RET
-
-// Q41ROW(p, ya, xs): one Q4_1 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes, X`s` lane 1 += m·s.
-// Y12 holds the activations, X13 [d_a, s, 0, 0].
-#define Q41ROW(p, ya, xs) \
-	VBROADCASTI128 4(p)(BX*1), Y4; VPSRLVW Y15, Y4, Y4; VPAND Y14, Y4, Y4; VPXOR Y5, Y5, Y5; \
-	VPDPBUSD Y12, Y4, Y5; VCVTDQ2PS Y5, Y5; \
-	VPBROADCASTD 0(p)(BX*1), X6; VCVTPH2PS X6, X6; VMULPS X13, X6, X6; VADDPS X6, xs, xs; \
-	VBROADCASTSS X6, Y6; VMULPS Y5, Y6, Y5; VADDPS Y5, ya, ya
-
-// Q41OUT(ya, xa, xs, off): y[off/4] = hsum8(acc) + summs.
-#define Q41OUT(ya, xa, xs, off) \
-	HSUMR(ya, xa); VMOVSHDUP xs, X4; VADDSS X4, xa, xa; MOVSS xa, off(DX)
-
-// func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
-TEXT ·dotQ4_1x4VNNI(SB), NOSPLIT, $0-112
-	X4MIN(Q41ROW, 20, q41x4loop)
-
-// Q80ROW(p, ya): one Q8_0 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes; |w| times a·sign(w) as in
-// SIGNEDDOT. Y12 holds the activations, X13 d_a.
-#define Q80ROW(p, ya) \
-	VMOVDQU 2(p)(BX*1), Y4; VPSIGNB Y4, Y12, Y5; VPABSB Y4, Y4; VPXOR Y6, Y6, Y6; VPDPBUSD Y5, Y4, Y6; \
-	VCVTDQ2PS Y6, Y6; VPBROADCASTW 0(p)(BX*1), X7; VCVTPH2PS X7, X7; VMULSS X13, X7, X7; \
-	VBROADCASTSS X7, Y7; VMULPS Y6, Y7, Y6; VADDPS Y6, ya, ya
-
-// 32-byte forms of the Q5 constants, for the four-row kernels (which have no register to spare for them).
-DATA bitsel32<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
-DATA bitsel32<>+8(SB)/8, $0x7fbfdfeff7fbfdfe
-DATA bitsel32<>+16(SB)/8, $0x7fbfdfeff7fbfdfe
-DATA bitsel32<>+24(SB)/8, $0x7fbfdfeff7fbfdfe
-GLOBL bitsel32<>(SB), RODATA|NOPTR, $32
-DATA ones32<>+0(SB)/8, $-1
-DATA ones32<>+8(SB)/8, $-1
-DATA ones32<>+16(SB)/8, $-1
-DATA ones32<>+24(SB)/8, $-1
-GLOBL ones32<>(SB), RODATA|NOPTR, $32
-
-DATA sixteens32<>+0(SB)/8, $0x1010101010101010
-DATA sixteens32<>+8(SB)/8, $0x1010101010101010
-DATA sixteens32<>+16(SB)/8, $0x1010101010101010
-DATA sixteens32<>+24(SB)/8, $0x1010101010101010
-GLOBL sixteens32<>(SB), RODATA|NOPTR, $32
-
-// Q5BITS(p, off, op, mask): Y4 (the block's nibbles, element order) |= its 32 high bits at off(p), each as a
-// byte of mask: op is VPANDN for Q5_0 (0xf0 where the bit is clear: signed weights) and VPAND for Q5_1 (0x10
-// where it is set). Clobbers Y6.
-#define Q5BITS(p, off, op, mask) \
-	VPBROADCASTD off(p)(BX*1), Y6; VPSHUFB ·bitSpread(SB), Y6, Y6; VPOR bitsel32<>(SB), Y6, Y6; \
-	VPCMPEQB ones32<>(SB), Y6, Y6; op mask<>(SB), Y6, Y6; VPOR Y6, Y4, Y4
-
-// Q51ROW(p, ya, xs): one Q5_1 block of the row at p (offset BX): Y`a` += (d·d_a)·lanes, X`s` lane 1 += m·s.
-// Y12 holds the activations, X13 [d_a, s, 0, 0].
-#define Q51ROW(p, ya, xs) \
-	VBROADCASTI128 8(p)(BX*1), Y4; VPSRLVW Y15, Y4, Y4; VPAND Y14, Y4, Y4; Q5BITS(p, 4, VPAND, sixteens32); \
-	VPXOR Y5, Y5, Y5; VPDPBUSD Y12, Y4, Y5; VCVTDQ2PS Y5, Y5; \
-	VPBROADCASTD 0(p)(BX*1), X6; VCVTPH2PS X6, X6; VMULPS X13, X6, X6; VADDPS X6, xs, xs; \
-	VBROADCASTSS X6, Y6; VMULPS Y5, Y6, Y5; VADDPS Y5, ya, ya
-
-// func dotQ5_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
-TEXT ·dotQ5_1x4VNNI(SB), NOSPLIT, $0-112
-	X4MIN(Q51ROW, 24, q51x4loop)
-
-DATA q8consts<>+0(SB)/4, $0x7fffffff // |x| mask
-DATA q8consts<>+4(SB)/4, $127.0
-DATA q8consts<>+8(SB)/4, $127
-DATA q8consts<>+12(SB)/4, $-128
-GLOBL q8consts<>(SB), RODATA|NOPTR, $16
 
 // func quantizeQ8BlocksAVX512(q []int8, x []float32, d []float32, sums []int32)
 // For each block b of 32 values (len(d) blocks): d[b] = max|x|/127 (unrounded), q = x·(127/max|x|) rounded half

@@ -29,7 +29,7 @@ import (
 // 32-element types (Q8_0, and Q4_0, Q5_0, IQ4_NL, which the tiled kernels widen to Q8_0's integers) take two
 // blocks a step: their codes w + 128 against the rows by VPDPBUSD, less 128·Σx, then per block the tiled update
 // y += (float(Σ w·x)·d)·dx. A single row (a decode step) has kernels of its own that fold its lanes horizontally
-// instead of padding it to four rows. The other types (Q2_K, Q3_K, Q4_1, Q5_1, IQ4_XS, the codebook i-quants)
+// instead of padding it to four rows. The other types (Q2_K, Q3_K, IQ4_XS, the codebook i-quants)
 // have no rows kernels yet: their LinearQuant keeps its lanes order.
 
 // rowsQuad is the number of input rows a rows kernel multiplies together; a product's rows are padded to a
@@ -68,8 +68,8 @@ type rowsFormat struct {
 func (f *rowsFormat) step() int { return max(f.tiled.block, 2*quant.QK) }
 
 // metaBytes is the size of the input parts of one step of lanes rows (a quad, or one row): for a K-quant the
-// pairs of sums [npair][lanes]int32 then the scales [lanes]float32; for two 32-element blocks their 128·Σx
-// [2][lanes]int32 (the weights' codes are w + 128, as the tiled kernels'), then their scales [2][lanes]float32.
+// pairs of sums [npair][lanes]int32 then the scales [lanes]float32; for two 32-element blocks their blockPart
+// [2][lanes], then their scales [2][lanes]float32.
 func (f *rowsFormat) metaBytes(lanes int) int {
 	if f.tiled.block == quant.QK {
 		return 4 * 4 * lanes
@@ -81,17 +81,27 @@ func (f *rowsFormat) metaBytes(lanes int) int {
 func (f *rowsFormat) packStep(m []byte, lanes, c int, x qActRow, b int) {
 	if f.tiled.block == quant.QK {
 		for k := range 2 {
-			var sum int32
-			for _, v := range x.qs[64*b+32*k : 64*b+32*k+32] {
-				sum += int32(v)
-			}
-			put32(m, 4*(k*lanes+c), uint32(128*sum))
+			put32(m, 4*(k*lanes+c), f.blockPart(x, 2*b+k))
 			put32(m, 4*((2+k)*lanes+c), math.Float32bits(x.d[2*b+k]))
 		}
 		return
 	}
 	f.tiled.packPairs(m, lanes, c, x, b)
 	put32(m, f.tiled.npair()*4*lanes+4*c, math.Float32bits(x.d[b]))
+}
+
+// blockPart is what a 32-element block's update takes from the input besides its scale: Q8_1's scaled sum s for
+// the types with a minimum (Q4_1, Q5_1: y += ((float(Σ code·x)·d)·dx) + m·s), else 128·Σx, the part of the
+// integer sum that the weights' codes w + 128 add.
+func (f *rowsFormat) blockPart(x qActRow, b int) uint32 {
+	if f.tiled.min {
+		return math.Float32bits(x.s[b])
+	}
+	var sum int32
+	for _, v := range x.qs[32*b : 32*b+32] {
+		sum += int32(v)
+	}
+	return uint32(128 * sum)
 }
 
 // rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has

@@ -36,6 +36,18 @@ func rowsIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *by
 func rowIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
+func rowsQ4_1VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ4_1VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ5_1VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ5_1VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
 func rowQ4_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
@@ -58,5 +70,7 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		quant.Q4_0:   {rowsQ4_0VNNI, rowQ4_0VNNI, 10},
 		quant.Q5_0:   {rowsQ5_0VNNI, rowQ5_0VNNI, 10},
 		quant.IQ4_NL: {rowsIQ4_NLVNNI, rowIQ4_NLVNNI, 10},
+		quant.Q4_1:   {rowsQ4_1VNNI, rowQ4_1VNNI, 10},
+		quant.Q5_1:   {rowsQ5_1VNNI, rowQ5_1VNNI, 10},
 	}
 }

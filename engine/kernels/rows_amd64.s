@@ -420,6 +420,17 @@ GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 	NIBBLES(6, 28); MOVL 2(SI), AX; MOVL 24(SI), BX; SHLQ $32, BX; ORQ BX, AX; KMOVQ AX, K3; VPMOVM2B K3, Z21 \
 	VPTERNLOGD $0xF8, Z24, Z21, Z0; VPADDB Z25, Z0, Z0
 
+// Q41CODES, Q51CODES: two Q4_1 or Q5_1 blocks' codes into Z0, as they are (no offset: Q8_1's s carries the
+// minimum).
+#define Q41CODES NIBBLES(4, 24)
+#define Q51CODES \
+	NIBBLES(8, 32); MOVL 4(SI), AX; MOVL 28(SI), BX; SHLQ $32, BX; ORQ BX, AX; KMOVQ AX, K3; VPMOVM2B K3, Z21 \
+	VPTERNLOGD $0xF8, Z24, Z21, Z0
+
+// Q81SCALES(b): Q8SCALES, and the two blocks' minimums m (at 2 and b+2) into X10 and X11.
+#define Q81SCALES(b) \
+	Q8SCALES(b); VPBROADCASTW 2(SI), X10; VCVTPH2PS X10, X10; VPBROADCASTW b+2(SI), X11; VCVTPH2PS X11, X11
+
 // Q8SCALES(b): the two blocks' d (at 0 and b of SI) into X8 and X9.
 #define Q8SCALES(b) VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8; VPBROADCASTW b(SI), X9; VCVTPH2PS X9, X9
 
@@ -438,6 +449,24 @@ GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 	VPSUBD 0(R11), X16, X16; VCVTDQ2PS X16, X16; VMULPS X8, X16, X16; VMULPS 32(R11), X16, X16; VADDPS (R14), X16, X16 \
 	VPSUBD 16(R11), X17, X17; VCVTDQ2PS X17, X17; VMULPS X9, X17, X17; VMULPS 48(R11), X17, X17; VADDPS X17, X16, X16 \
 	VMOVUPS X16, (R14)
+
+// Q81UPDATE: the tiled update of blocks with a minimum, acc (R14) += ((float(sum)·d)·dx) + m·s, for the first
+// block (X16), then the second (X17); ameta: the two blocks' s, then their dx.
+#define Q81UPDATE \
+	VCVTDQ2PS X16, X16; VMULPS X8, X16, X16; VMULPS 32(R11), X16, X16; VMULPS 0(R11), X10, X21; VADDPS X21, X16, X16 \
+	VADDPS (R14), X16, X16 \
+	VCVTDQ2PS X17, X17; VMULPS X9, X17, X17; VMULPS 48(R11), X17, X17; VMULPS 16(R11), X11, X21; VADDPS X21, X17, X17 \
+	VADDPS X17, X16, X16; VMOVUPS X16, (R14)
+
+// Q81ONE(b): one row (R8) against Z0, blocks with a minimum (their d at 0 and b, m at 2 and b+2 of SI; ameta:
+// the two s, then the two dx): X17 += ((t0·d0)·dx0 + m0·s0), then the second block's.
+#define Q81ONE(b) \
+	VPXORD Z10, Z10, Z10; VPDPBUSD (R8), Z0, Z10; VEXTRACTI64X4 $1, Z10, Y11 \
+	VPHADDD Y11, Y10, Y12; VPHADDD Y12, Y12, Y12; VEXTRACTI128 $1, Y12, X11; VPADDD X11, X12, X12; VCVTDQ2PS X12, X12 \
+	VPBROADCASTW (SI), X8; VPINSRW $1, b(SI), X8, X8; VCVTPH2PS X8, X8; VMULPS X8, X12, X12 \
+	VMOVQ 8(R11), X13; VMULPS X13, X12, X12 \
+	VPBROADCASTW 2(SI), X14; VPINSRW $1, b+2(SI), X14, X14; VCVTPH2PS X14, X14; VMOVQ (R11), X13; VMULPS X13, X14, X14 \
+	VADDPS X14, X12, X12; VADDSS X12, X17, X17; VMOVSHDUP X12, X13; VADDSS X13, X17, X17
 
 // Q8ONE: one row (R8) against Z0: the two blocks' sums, less their 128·Σx, as floats in lanes 0 and 1 of X12
 // (ameta R11: the two 128·Σx, then the two dx).
@@ -514,6 +543,11 @@ step: \
 #define Q8ONEUPDATE(b) \
 	VPBROADCASTW (SI), X8; VPINSRW $1, b(SI), X8, X8; VCVTPH2PS X8, X8; VMULPS X8, X12, X12; \
 	VMOVQ 8(R11), X13; VMULPS X13, X12, X12; VADDSS X12, X17, X17; VMOVSHDUP X12, X13; VADDSS X13, X17, X17
+#define Q81OPS Q8QUAD; Q81UPDATE
+#define Q41DEC Q41CODES; Q81SCALES(20)
+#define Q51DEC Q51CODES; Q81SCALES(24)
+#define Q41ONE Q81ONE(20)
+#define Q51ONE Q81ONE(24)
 #define Q80DEC Q8CODES; Q8SCALES(34)
 #define Q40DEC Q40CODES; Q8SCALES(18)
 #define Q50DEC Q50CODES; Q8SCALES(22)
@@ -580,3 +614,19 @@ TEXT ·rowQ5_0VNNI(SB), NOSPLIT, $0-48
 // func rowIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 TEXT ·rowIQ4_NLVNNI(SB), NOSPLIT, $0-48
 	ONE(IQ4NLCONSTS, IQ4NLCODES, Q40ONE, 36, 64, 16)
+
+// func rowsQ4_1VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ4_1VNNI(SB), NOSPLIT, $0-88
+	ROWS(Q80CONSTS, Q41DEC, Q81OPS, 40, 64, 64)
+
+// func rowsQ5_1VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ5_1VNNI(SB), NOSPLIT, $0-88
+	ROWS(Q80CONSTS, Q51DEC, Q81OPS, 48, 64, 64)
+
+// func rowQ4_1VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ4_1VNNI(SB), NOSPLIT, $0-48
+	ONE(Q80CONSTS, Q41CODES, Q41ONE, 40, 64, 16)
+
+// func rowQ5_1VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ5_1VNNI(SB), NOSPLIT, $0-48
+	ONE(Q80CONSTS, Q51CODES, Q51ONE, 48, 64, 16)
