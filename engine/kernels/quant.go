@@ -30,9 +30,9 @@ import (
 // (ggml_quant.go) does too, for Options.Arithmetic llama.cpp.
 //
 // Where the CPU has rows kernels for a type (with AVX-512 VNNI: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and
-// IQ4_NL; rowsKernels, rows.go), LinearQuant
-// takes the tiled kernels' order instead, at any number of rows: one float update per super-block and output,
-// the same bits as LinearQuantPrompt's, so that a k-row product reads each weight block once for all rows.
+// IQ4_NL; rowsKernels, rows.go), LinearQuant takes the tiled kernels' order instead, at any number of rows: one
+// float update per super-block (or 32-element block) and output, the same bits as LinearQuantPrompt's, so that a
+// k-row product reads each weight block once for all rows.
 
 // QuantMatrix is a [Rows, Cols] weight matrix (the Hugging Face [out, in] layout) stored in a ggml block format,
 // row by row, each row Cols/BlockElems whole blocks: read in place from the shard it was loaded from.
