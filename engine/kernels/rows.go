@@ -25,11 +25,12 @@ import (
 // a time: per row, VPMADDUBSW (code·x pairs) then VPDPWSSD with the scales sums each sub-block's products times
 // its scale into 16 int32 lanes, which a transposing reduction folds into the four rows' isb; imin is the
 // minimum factors (pairs of int16) times the rows' sums of 16 or 32 (VPDPWSSD), and the float update is the
-// tiled one on the four rows' lanes. Integer sums are exact, so only the float update fixes the bits. The
+// tiled one on the four rows' lanes (IQ4_XS, whose codes reach 255, takes VPDPBUSD then VPMULLD by the scales
+// instead, ROWD). Integer sums are exact, so only the float update fixes the bits. The
 // 32-element types (Q8_0, and Q4_0, Q5_0, IQ4_NL, which the tiled kernels widen to Q8_0's integers) take two
 // blocks a step: their codes w + 128 against the rows by VPDPBUSD, less 128·Σx, then per block the tiled update
 // y += (float(Σ w·x)·d)·dx. A single row (a decode step) has kernels of its own that fold its lanes horizontally
-// instead of padding it to four rows. The other types (Q2_K, Q3_K, IQ4_XS, the codebook i-quants)
+// instead of padding it to four rows. The other types (Q2_K, Q3_K, the codebook i-quants)
 // have no rows kernels yet: their LinearQuant keeps its lanes order.
 
 // rowsQuad is the number of input rows a rows kernel multiplies together; a product's rows are padded to a

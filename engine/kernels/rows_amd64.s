@@ -269,6 +269,15 @@ DATA rowsq6idx<>+252(SB)/2, $15
 DATA rowsq6idx<>+254(SB)/2, $15
 GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 
+// ROWD(acc, m0, m1, m2, m3): ROW for codes up to 255 (IQ4_XS's grid values + 128), whose pairs of products could
+// saturate VPMADDUBSW: per 64 codes a VPDPBUSD of their own, times the lanes' sub-block scales (Z4-Z7, int32) by
+// VPMULLD.
+#define ROWD(acc, m0, m1, m2, m3) \
+	VPXORD acc, acc, acc; VPDPBUSD m0, Z0, acc; VPMULLD Z4, acc, acc \
+	VPXORD Z20, Z20, Z20; VPDPBUSD m1, Z1, Z20; VPMULLD Z5, Z20, Z20; VPADDD Z20, acc, acc \
+	VPXORD Z21, Z21, Z21; VPDPBUSD m2, Z2, Z21; VPMULLD Z6, Z21, Z21; VPADDD Z21, acc, acc \
+	VPXORD Z20, Z20, Z20; VPDPBUSD m3, Z3, Z20; VPMULLD Z7, Z20, Z20; VPADDD Z20, acc, acc
+
 // ROW(acc, m0, m1, m2, m3): acc = Σ over the four registers of codes (Z0-Z3) of scale·(code·x), x the row's
 // 256 values at m0..m3: VPMADDUBSW sums pairs of code·x in int16 (at most 2·63·127: no saturation), VPDPWSSD
 // multiplies each int32 lane's two by the lane's sub-block scale and adds them.
@@ -278,12 +287,14 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 	VPMADDUBSW m2, Z2, Z20; VPDPWSSD Z6, Z20, acc \
 	VPMADDUBSW m3, Z3, Z21; VPDPWSSD Z7, Z21, acc
 
-// QUAD: the four rows from R8 (stride R9) into Z16-Z19, folded into X16 = the four rows' isb.
-#define QUAD \
-	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)) \
-	ROW(Z17, 0(R8)(R9*1), 64(R8)(R9*1), 128(R8)(R9*1), 192(R8)(R9*1)) \
-	ROW(Z18, 0(R8)(R9*2), 64(R8)(R9*2), 128(R8)(R9*2), 192(R8)(R9*2)) \
-	ROW(Z19, 0(R8)(R10*1), 64(R8)(R10*1), 128(R8)(R10*1), 192(R8)(R10*1)) \
+// QUAD: the four rows from R8 (stride R9) into Z16-Z19, folded into X16 = the four rows' isb; QUADR(R) the same
+// with the row macro R (ROW, or ROWD).
+#define QUAD QUADR(ROW)
+#define QUADR(R) \
+	R(Z16, 0(R8), 64(R8), 128(R8), 192(R8)) \
+	R(Z17, 0(R8)(R9*1), 64(R8)(R9*1), 128(R8)(R9*1), 192(R8)(R9*1)) \
+	R(Z18, 0(R8)(R9*2), 64(R8)(R9*2), 128(R8)(R9*2), 192(R8)(R9*2)) \
+	R(Z19, 0(R8)(R10*1), 64(R8)(R10*1), 128(R8)(R10*1), 192(R8)(R10*1)) \
 	VPUNPCKLDQ Z17, Z16, Z20; VPUNPCKHDQ Z17, Z16, Z16; VPADDD Z20, Z16, Z16 \
 	VPUNPCKLDQ Z19, Z18, Z20; VPUNPCKHDQ Z19, Z18, Z18; VPADDD Z20, Z18, Z18 \
 	VPUNPCKLQDQ Z18, Z16, Z20; VPUNPCKHQDQ Z18, Z16, Z16; VPADDD Z20, Z16, Z16 \
@@ -345,6 +356,93 @@ GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 	VPSLLW $2, Z14, Z20; Q5CODES(80, Z1) \
 	VMOVDQU64 Z14, Z20; Q5CODES(112, Z2) \
 	VPSRLW $2, Z14, Z20; Q5CODES(144, Z3)
+
+// IQ4_XS: a super-block of 8 sub-blocks of 32, codes IQ4Values + 128 (Z28: that table, as VPSHUFB looks it up),
+// signed 6-bit scales ls − 32 (ls: a nibble of scales_l and two bits of scales_h, spread into bytes by PDEP) and
+// 128 times them as minimum factors, dm = d. rowsxsidx: per 64 codes, the dword index of each lane's scale.
+DATA rowsxsidx<>+0(SB)/4, $0
+DATA rowsxsidx<>+4(SB)/4, $0
+DATA rowsxsidx<>+8(SB)/4, $0
+DATA rowsxsidx<>+12(SB)/4, $0
+DATA rowsxsidx<>+16(SB)/4, $0
+DATA rowsxsidx<>+20(SB)/4, $0
+DATA rowsxsidx<>+24(SB)/4, $0
+DATA rowsxsidx<>+28(SB)/4, $0
+DATA rowsxsidx<>+32(SB)/4, $1
+DATA rowsxsidx<>+36(SB)/4, $1
+DATA rowsxsidx<>+40(SB)/4, $1
+DATA rowsxsidx<>+44(SB)/4, $1
+DATA rowsxsidx<>+48(SB)/4, $1
+DATA rowsxsidx<>+52(SB)/4, $1
+DATA rowsxsidx<>+56(SB)/4, $1
+DATA rowsxsidx<>+60(SB)/4, $1
+DATA rowsxsidx<>+64(SB)/4, $2
+DATA rowsxsidx<>+68(SB)/4, $2
+DATA rowsxsidx<>+72(SB)/4, $2
+DATA rowsxsidx<>+76(SB)/4, $2
+DATA rowsxsidx<>+80(SB)/4, $2
+DATA rowsxsidx<>+84(SB)/4, $2
+DATA rowsxsidx<>+88(SB)/4, $2
+DATA rowsxsidx<>+92(SB)/4, $2
+DATA rowsxsidx<>+96(SB)/4, $3
+DATA rowsxsidx<>+100(SB)/4, $3
+DATA rowsxsidx<>+104(SB)/4, $3
+DATA rowsxsidx<>+108(SB)/4, $3
+DATA rowsxsidx<>+112(SB)/4, $3
+DATA rowsxsidx<>+116(SB)/4, $3
+DATA rowsxsidx<>+120(SB)/4, $3
+DATA rowsxsidx<>+124(SB)/4, $3
+DATA rowsxsidx<>+128(SB)/4, $4
+DATA rowsxsidx<>+132(SB)/4, $4
+DATA rowsxsidx<>+136(SB)/4, $4
+DATA rowsxsidx<>+140(SB)/4, $4
+DATA rowsxsidx<>+144(SB)/4, $4
+DATA rowsxsidx<>+148(SB)/4, $4
+DATA rowsxsidx<>+152(SB)/4, $4
+DATA rowsxsidx<>+156(SB)/4, $4
+DATA rowsxsidx<>+160(SB)/4, $5
+DATA rowsxsidx<>+164(SB)/4, $5
+DATA rowsxsidx<>+168(SB)/4, $5
+DATA rowsxsidx<>+172(SB)/4, $5
+DATA rowsxsidx<>+176(SB)/4, $5
+DATA rowsxsidx<>+180(SB)/4, $5
+DATA rowsxsidx<>+184(SB)/4, $5
+DATA rowsxsidx<>+188(SB)/4, $5
+DATA rowsxsidx<>+192(SB)/4, $6
+DATA rowsxsidx<>+196(SB)/4, $6
+DATA rowsxsidx<>+200(SB)/4, $6
+DATA rowsxsidx<>+204(SB)/4, $6
+DATA rowsxsidx<>+208(SB)/4, $6
+DATA rowsxsidx<>+212(SB)/4, $6
+DATA rowsxsidx<>+216(SB)/4, $6
+DATA rowsxsidx<>+220(SB)/4, $6
+DATA rowsxsidx<>+224(SB)/4, $7
+DATA rowsxsidx<>+228(SB)/4, $7
+DATA rowsxsidx<>+232(SB)/4, $7
+DATA rowsxsidx<>+236(SB)/4, $7
+DATA rowsxsidx<>+240(SB)/4, $7
+DATA rowsxsidx<>+244(SB)/4, $7
+DATA rowsxsidx<>+248(SB)/4, $7
+DATA rowsxsidx<>+252(SB)/4, $7
+GLOBL rowsxsidx<>(SB), RODATA|NOPTR, $256
+
+// XSSCALES: an IQ4_XS super-block's (SI) d into X8, its scales as int32 lanes into Z4-Z7, its minimum factors
+// (128·sc, eight words) into X15.
+#define XSSCALES \
+	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8 \
+	MOVWLZX 2(SI), AX; MOVL 4(SI), BX; MOVQ $0x0f0f0f0f0f0f0f0f, CX; PDEPQ CX, BX, BX \
+	MOVQ $0x3030303030303030, CX; PDEPQ CX, AX, AX; ORQ AX, BX \
+	VMOVQ BX, X14; VPSUBB rowsxs32<>(SB), X14, X14; VPMOVSXBW X14, X15; VPSLLW $7, X15, X15; VPMOVSXBD X14, Y14 \
+	VPERMD Z14, Z24, Z4; VPERMD Z14, Z25, Z5; VPERMD Z14, Z26, Z6; VPERMD Z14, Z27, Z7
+
+// XSCODES: an IQ4_XS super-block's codes into Z0-Z3: each 32 bytes of nibbles as [low 16, high 16] of two
+// sub-blocks, looked up in Z28 (K2: the words of the odd 128-bit lanes).
+#define XSCODE(off, z) \
+	VMOVDQU32 off(SI), Y21; VSHUFI64X2 $0x50, Z21, Z21, Z21; VPSRLW $4, Z21, K2, Z21; VPANDD Z31, Z21, Z21; VPSHUFB Z21, Z28, z
+#define XSCODES XSCODE(8, Z0); XSCODE(40, Z1); XSCODE(72, Z2); XSCODE(104, Z3)
+DATA rowsxs32<>+0(SB)/8, $0x2020202020202020
+DATA rowsxs32<>+8(SB)/8, $0x2020202020202020
+GLOBL rowsxs32<>(SB), RODATA|NOPTR, $16
 
 // Q4MIN: X21 = the quad's imin (pairs of sums of 32 at 0..48(R11)).
 #define Q4MIN \
@@ -531,6 +629,11 @@ step: \
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q4CONSTS KCONSTS(rowsq4idx)
+#define XSCONSTS KCONSTS(rowsxsidx); MOVL $0xff00ff00, AX; KMOVD AX, K2; VBROADCASTI32X4 ·iq4Bytes(SB), Z28; MOVL $0x80808080, AX; VPBROADCASTD AX, Z21; VPXORD Z21, Z28, Z28
+#define XSOPS QUADR(ROWD); Q4MIN; UPDATE(X8, 64)
+#define XSDECODE XSSCALES; Q4SPLAT; XSCODES
+#define XSDEC1 XSSCALES; XSCODES
+#define XSONE ROWD(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X8, 16)
 #define Q6CONSTS KCONSTS(rowsq6idx)
 #define Q8OPS Q8QUAD; Q8UPDATE
 #define Q80CONSTS Q8CONSTS
@@ -630,3 +733,11 @@ TEXT ·rowQ4_1VNNI(SB), NOSPLIT, $0-48
 // func rowQ5_1VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 TEXT ·rowQ5_1VNNI(SB), NOSPLIT, $0-48
 	ONE(Q80CONSTS, Q51CODES, Q51ONE, 48, 64, 16)
+
+// func rowsIQ4_XSVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsIQ4_XSVNNI(SB), NOSPLIT, $0-88
+	ROWS(XSCONSTS, XSDECODE, XSOPS, 136, 256, 80)
+
+// func rowIQ4_XSVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowIQ4_XSVNNI(SB), NOSPLIT, $0-48
+	ONE(XSCONSTS, XSDEC1, XSONE, 136, 256, 20)
