@@ -29,8 +29,8 @@ import (
 // one float update per super-block. llama.cpp adds each block's scaled lanes with one fused multiply-add instead; LinearQuantGGML
 // (ggml_quant.go) does too, for Options.Arithmetic llama.cpp.
 //
-// Where the CPU has rows kernels for a type (with AVX-512 VNNI: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
-// IQ4_NL and IQ4_XS; rowsKernels, rows.go), LinearQuant takes the tiled kernels' order instead, at any number of rows: one
+// Where the CPU has rows kernels for a type (with AVX-512 VNNI: Q2_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0, Q4_1,
+// Q5_1, IQ4_NL and IQ4_XS; rowsKernels, rows.go), LinearQuant takes the tiled kernels' order instead, at any number of rows: one
 // float update per super-block (or 32-element block) and output, the same bits as LinearQuantPrompt's, so that a
 // k-row product reads each weight block once for all rows.
 

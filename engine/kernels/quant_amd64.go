@@ -116,9 +116,6 @@ func quantizeQ8KBlocks(q []int8, bsums []int16, x []float32, d []float32) bool {
 func dotQ3_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
 
 //go:noescape
-func dotQ2_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
-
-//go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -173,14 +170,10 @@ func asmKernels() map[quant.Type]*quantKernel {
 		}
 	}
 	if useVNNI {
-		// The four-row kernels of the types without rows kernels (rows.go).
+		// The four-row kernel of Q3_K, which has no rows kernels (rows.go).
 		m[quant.Q3_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
 			_ = y[3]
 			dotQ3_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
-		}
-		m[quant.Q2_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ2_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
 		}
 	}
 	return m

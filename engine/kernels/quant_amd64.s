@@ -260,29 +260,9 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	HSUMR(Y0, X0); MOVSS X0, (DX); ADDQ AX, DX; HSUMR(Y3, X3); MOVSS X3, (DX); ADDQ AX, DX; \
 	HSUMR(Y11, X11); MOVSS X11, (DX); ADDQ AX, DX; HSUMR(Y12, X12); MOVSS X12, (DX); VZEROUPPER; RET
 
-DATA q4kx4dmin<>+0(SB)/8, $0x0000000100000001
-DATA q4kx4dmin<>+8(SB)/8, $0x0000000100000001
-DATA q4kx4dmin<>+16(SB)/8, $0x0000000300000003
-DATA q4kx4dmin<>+24(SB)/8, $0x0000000300000003
-DATA q4kx4dmin<>+32(SB)/8, $0x0000000500000005
-DATA q4kx4dmin<>+40(SB)/8, $0x0000000500000005
-DATA q4kx4dmin<>+48(SB)/8, $0x0000000700000007
-DATA q4kx4dmin<>+56(SB)/8, $0x0000000700000007
-GLOBL q4kx4dmin<>(SB), RODATA|NOPTR, $64
-
 // X4KFLOAT(yi, ya, doff): Y`a` += (d·d_a)·float(Y`i`), d·d_a the float32 at doff(SP). Clobbers Y9.
 #define X4KFLOAT(yi, ya, doff) \
 	VBROADCASTSS doff(SP), Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
-
-// X4OUTMIN writes a four-row kernel's results, hsum8 of Y0..Y3 less the minimum terms in lane r of Z31, to y[0..3]
-// at DX, and returns.
-// X4OUTMIN writes a four-row kernel's results, hsum8 of Y0..Y3 less the minimum terms in lane r of Z31, to y[0..3]
-// at DX, and returns.
-#define X4OUTMIN \
-	HSUMR(Y0, X0); VSUBSS X31, X0, X0; MOVSS X0, 0(DX); \
-	VEXTRACTF32X4 $1, Z31, X9; HSUMR(Y1, X1); VSUBSS X9, X1, X1; MOVSS X1, 4(DX); \
-	VEXTRACTF32X4 $2, Z31, X9; HSUMR(Y2, X2); VSUBSS X9, X2, X2; MOVSS X2, 8(DX); \
-	VEXTRACTF32X4 $3, Z31, X9; HSUMR(Y3, X3); VSUBSS X9, X3, X3; MOVSS X3, 12(DX); VZEROUPPER; RET
 
 // Q3_K against four weight rows (decode), each row's sums dotQ3_KAVX2's, bit for bit: per group of 32 weights the
 // same integer lanes, S·((q'-4)·a) pairs as maddubs(q', a) - maddubs(4, a) with q' = the two bits | the hmask bit
@@ -358,27 +338,6 @@ GLOBL q3kx4shr2<>(SB), RODATA|NOPTR, $64
 	VMOVDQU 64(p)(BX*1), Y13; \
 	Q3X4G(yi, 0, VPSRLW, 2, 128, Y20, Y28, soff); Q3X4G(yi, 2, VPSRLW, 3, 160, Y21, Y29, soff); \
 	Q3X4G(yi, 4, VPSRLW, 4, 192, Y22, Y30, soff); Q3X4G(yi, 6, VPSRLW, 5, 224, Y23, Y31, soff); \
-	X4KFLOAT(yi, ya, doff)
-
-// Q2_K against four weight rows (decode), each row's sums dotQ2_KAVX2's, bit for bit: the rows' 16 scale bytes in
-// one 128-bit lane each (scales: low nibbles, as int16 at 32r(SP); minimums: high nibbles, whose sums with the
-// activations' sums of 16 come out of two VPMADDWD for the four rows), group scales by VPERMW (k16idx), the same
-// float operations in the same order. Y14: 0x03 bytes.
-
-// Q2X4G(yi, src, sh, aoff, yidx, soff): Y`i` += S·(q·a) for the 32 two-bit weights at bit sh of each byte of
-// Y`src` and the activations at aoff(SI), S the row's scales at soff(SP) permuted by yidx. Clobbers Y8, Y10.
-#define Q2X4G(yi, src, sh, aoff, yidx, soff) \
-	VPSRLW $sh, src, Y8; VPAND Y14, Y8, Y8; VPMADDUBSW aoff(SI), Y8, Y8; VPERMW soff(SP), yidx, Y10; \
-	VPDPWSSD Y10, Y8, yi
-
-// Q2KX4ROW(p, yi, ya, soff, doff): one Q2_K super-block of the row at p: lanes into Y`i`, then Y`a` +=
-// (d·d_a)·float(lanes), d·d_a at doff(SP).
-#define Q2KX4ROW(p, yi, ya, soff, doff) \
-	VPXOR yi, yi, yi; VMOVDQU 16(p)(BX*1), Y12; VMOVDQU 48(p)(BX*1), Y13; \
-	Q2X4G(yi, Y12, 0, 0, Y16, soff); Q2X4G(yi, Y12, 2, 32, Y17, soff); \
-	Q2X4G(yi, Y12, 4, 64, Y18, soff); Q2X4G(yi, Y12, 6, 96, Y19, soff); \
-	Q2X4G(yi, Y13, 0, 128, Y20, soff); Q2X4G(yi, Y13, 2, 160, Y21, soff); \
-	Q2X4G(yi, Y13, 4, 192, Y22, soff); Q2X4G(yi, Y13, 6, 224, Y23, soff); \
 	X4KFLOAT(yi, ya, doff)
 
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
@@ -841,9 +800,9 @@ DATA q8consts<>+8(SB)/4, $127
 DATA q8consts<>+12(SB)/4, $-128
 GLOBL q8consts<>(SB), RODATA|NOPTR, $16
 
-// Four-row kernels of Q3_K and Q2_K (AVX-512 VNNI and VL, on 256-bit registers): four consecutive weight rows (stride bytes apart)
-// times one quantized input row, the outputs written to y[0..3]. Each row's sums are the one-row kernels' (and
-// the portable ones'), bit for bit: VPDPBUSD adds the same four byte products per int32 lane as VPMADDUBSW and
+// The four-row kernel of Q3_K (AVX-512 VNNI and VL, on 256-bit registers): four consecutive weight rows (stride
+// bytes apart) times one quantized input row, the outputs written to y[0..3]. Each row's sums are the one-row
+// kernels' (and the portable ones'), bit for bit: VPDPBUSD adds the same four byte products per int32 lane as VPMADDUBSW and
 // VPMADDWD (no pair saturates: |w| ≤ 128, |a| ≤ 127), and each row keeps its own lanes, in block order. The four
 // rows share the activation loads and the loop, and their four dependency chains overlap.
 
@@ -1124,41 +1083,6 @@ q3kx4loop:
 	HSUMR(Y2, X2); MOVSS X2, 8(DX); HSUMR(Y3, X3); MOVSS X3, 12(DX)
 	VZEROUPPER
 	RET
-
-// func dotQ2_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
-// b: four rows of stride bytes, len(d) Q2_K super-blocks each; qs, d, bsums: the Q8_K activations. Frame: the rows'
-// scales as int16 at 0(SP), their [d·d_a, dmin·d_a] at 128(SP); Z31 lane r: row r's minimum terms.
-TEXT ·dotQ2_Kx4VNNI(SB), NOSPLIT, $160-112
-	ROWS4
-	LEAQ (R12)(AX*1), R13 // the next four rows, prefetched
-	MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ bsums_base+80(FP), R9
-	MOVQ y+104(FP), DX
-	XORQ BX, BX
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; VPXORD Z31, Z31, Z31
-	VPBROADCASTD threemask<>(SB), Y14; VMOVDQU64 q4kx4dmin<>(SB), Z24
-	VMOVDQU64 k16idx<>+0(SB), Y16; VMOVDQU64 k16idx<>+32(SB), Y17; VMOVDQU64 k16idx<>+64(SB), Y18; VMOVDQU64 k16idx<>+96(SB), Y19; VMOVDQU64 k16idx<>+128(SB), Y20; VMOVDQU64 k16idx<>+160(SB), Y21; VMOVDQU64 k16idx<>+192(SB), Y22; VMOVDQU64 k16idx<>+224(SB), Y23
-
-q2kx4loop:
-	PREFETCHT0 0(R13)(BX*4); PREFETCHT0 64(R13)(BX*4); PREFETCHT0 128(R13)(BX*4); PREFETCHT0 192(R13)(BX*4); PREFETCHT0 256(R13)(BX*4); PREFETCHT0 320(R13)(BX*4)
-	VMOVDQU32 0(DI)(BX*1), X25; VINSERTI32X4 $1, 0(R10)(BX*1), Z25, Z25
-	VINSERTI32X4 $2, 0(R11)(BX*1), Z25, Z25; VINSERTI32X4 $3, 0(R12)(BX*1), Z25, Z25
-	VPANDD.BCST nibmask<>(SB), Z25, Z26; VPSRLW $4, Z25, Z27; VPANDD.BCST nibmask<>(SB), Z27, Z27
-	VPMOVZXBW Y26, Z28; VMOVDQU64 Z28, 0(SP); VEXTRACTI64X4 $1, Z26, Y26; VPMOVZXBW Y26, Z28; VMOVDQU64 Z28, 64(SP)
-	// Minimum sums: Σ_j m_j·bsums[j], rows 0-1 in Z28 and 2-3 in Z29, then lane r = row r's.
-	VPMOVZXBW Y27, Z28; VEXTRACTI64X4 $1, Z27, Y27; VPMOVZXBW Y27, Z29; VBROADCASTI64X4 (R9), Z30
-	VPMADDWD Z30, Z28, Z28; VPMADDWD Z30, Z29, Z29
-	VPSHUFD $0x4e, Z28, Z25; VPADDD Z25, Z28, Z28; VPSHUFD $0xb1, Z28, Z25; VPADDD Z25, Z28, Z28
-	VPSHUFD $0x4e, Z29, Z25; VPADDD Z25, Z29, Z29; VPSHUFD $0xb1, Z29, Z25; VPADDD Z25, Z29, Z29
-	VSHUFI32X4 $0x88, Z29, Z28, Z25; VSHUFI32X4 $0xdd, Z29, Z28, Z26; VPADDD Z26, Z25, Z25; VCVTDQ2PS Z25, Z25
-	VMOVD 80(DI)(BX*1), X26; VPINSRD $1, 80(R10)(BX*1), X26, X26; VPINSRD $2, 80(R11)(BX*1), X26, X26
-	VPINSRD $3, 80(R12)(BX*1), X26, X26; VCVTPH2PS X26, Y26; VBROADCASTSS (R8), Y9; VMULPS Y9, Y26, Y26
-	VMOVUPS Y26, 128(SP); VPERMPS Z26, Z24, Z26; VMULPS Z25, Z26, Z25; VADDPS Z25, Z31, Z31
-	Q2KX4ROW(DI, Y4, Y0, 0, 128)
-	Q2KX4ROW(R10, Y5, Y1, 32, 136)
-	Q2KX4ROW(R11, Y6, Y2, 64, 144)
-	Q2KX4ROW(R12, Y7, Y3, 96, 152)
-	ADDQ $84, BX; ADDQ $256, SI; ADDQ $4, R8; ADDQ $32, R9; DECQ CX; JNZ q2kx4loop
-	X4OUTMIN
 
 // func dotIQ4_NLAVX2(b []byte, qs []int8, d []float32) float32
 // b: len(d) IQ4_NL blocks (18 bytes: float16 d, 16 bytes of nibbles indexing quant.IQ4Values, low nibbles the

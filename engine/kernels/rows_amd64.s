@@ -444,6 +444,25 @@ DATA rowsxs32<>+0(SB)/8, $0x2020202020202020
 DATA rowsxs32<>+8(SB)/8, $0x2020202020202020
 GLOBL rowsxs32<>(SB), RODATA|NOPTR, $16
 
+// Q2_K: 16 sub-blocks of 16, codes 0..3 (qs's bit pairs), scales and minimums the nibbles of 16 bytes, d and dmin.
+// Q2SCALES: its d into X8, scales into Z4-Z7 (as Q6_K's), minimums (16 words) into Y15; Q2CODES: its codes into
+// Z0-Z3 (64 codes: a 32-byte run of qs in both halves, shifted by 0 and 2 or 4 and 6 bits, & 3) and dmin into
+// X14.
+DATA rowsw0f<>+0(SB)/4, $0x000f000f
+GLOBL rowsw0f<>(SB), RODATA|NOPTR, $4
+DATA rowsb03<>+0(SB)/4, $0x03030303
+GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
+#define Q2SCALES \
+	VPBROADCASTW 80(SI), X8; VCVTPH2PS X8, X8 \
+	VPMOVZXBW 0(SI), Y14; VPSRLW $4, Y14, Y15; VPANDD.BCST rowsw0f<>(SB), Y14, Y14 \
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7
+#define Q2CODES \
+	VBROADCASTI64X4 16(SI), Z0; VPSRLW $2, Z0, K1, Z0; VPANDD.BCST rowsb03<>(SB), Z0, Z0 \
+	VBROADCASTI64X4 16(SI), Z1; VPSRLW $4, Z1, Z1; VPSRLW $2, Z1, K1, Z1; VPANDD.BCST rowsb03<>(SB), Z1, Z1 \
+	VBROADCASTI64X4 48(SI), Z2; VPSRLW $2, Z2, K1, Z2; VPANDD.BCST rowsb03<>(SB), Z2, Z2 \
+	VBROADCASTI64X4 48(SI), Z3; VPSRLW $4, Z3, Z3; VPSRLW $2, Z3, K1, Z3; VPANDD.BCST rowsb03<>(SB), Z3, Z3 \
+	VPBROADCASTW 82(SI), X14; VCVTPH2PS X14, X14
+
 // Q4MIN: X21 = the quad's imin (pairs of sums of 32 at 0..48(R11)).
 #define Q4MIN \
 	VPMADDWD 0(R11), X10, X21; VPDPWSSD 16(R11), X11, X21; VPDPWSSD 32(R11), X12, X21; VPDPWSSD 48(R11), X13, X21
@@ -629,6 +648,10 @@ step: \
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q4CONSTS KCONSTS(rowsq4idx)
+#define Q2OPS QUAD; Q6MIN; UPDATE(X14, 128)
+#define Q2DECODE Q2SCALES; Q6SPLAT; Q2CODES
+#define Q2DEC1 Q2SCALES; Q2CODES
+#define Q2ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X14, 32)
 #define XSCONSTS KCONSTS(rowsxsidx); MOVL $0xff00ff00, AX; KMOVD AX, K2; VBROADCASTI32X4 ·iq4Bytes(SB), Z28; MOVL $0x80808080, AX; VPBROADCASTD AX, Z21; VPXORD Z21, Z28, Z28
 #define XSOPS QUADR(ROWD); Q4MIN; UPDATE(X8, 64)
 #define XSDECODE XSSCALES; Q4SPLAT; XSCODES
@@ -741,3 +764,11 @@ TEXT ·rowsIQ4_XSVNNI(SB), NOSPLIT, $0-88
 // func rowIQ4_XSVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 TEXT ·rowIQ4_XSVNNI(SB), NOSPLIT, $0-48
 	ONE(XSCONSTS, XSDEC1, XSONE, 136, 256, 20)
+
+// func rowsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ2_KVNNI(SB), NOSPLIT, $0-88
+	ROWS(Q6CONSTS, Q2DECODE, Q2OPS, 84, 256, 144)
+
+// func rowQ2_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ2_KVNNI(SB), NOSPLIT, $0-48
+	ONE(Q6CONSTS, Q2DEC1, Q2ONE, 84, 256, 36)
