@@ -29,8 +29,8 @@ import (
 // one float update per super-block. llama.cpp adds each block's scaled lanes with one fused multiply-add instead; LinearQuantGGML
 // (ggml_quant.go) does too, for Options.Arithmetic llama.cpp.
 //
-// Where the CPU has rows kernels for a type (with AVX-512 VNNI: Q2_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0, Q4_1,
-// Q5_1, IQ4_NL and IQ4_XS; rowsKernels, rows.go), LinearQuant takes the tiled kernels' order instead, at any number of rows: one
+// Where the CPU has rows kernels for a type (with AVX-512 VNNI: the K-quants, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
+// IQ4_NL and IQ4_XS; rowsKernels, rows.go), LinearQuant takes the tiled kernels' order instead, at any number of rows: one
 // float update per super-block (or 32-element block) and output, the same bits as LinearQuantPrompt's, so that a
 // k-row product reads each weight block once for all rows.
 
@@ -254,12 +254,10 @@ func hsum8(a *[8]float32) float32 {
 }
 
 // quantKernel is one block format's product: its activation format and dot(row, x), the dot product of a weight
-// row with a quantized input row; dot4, where an assembly kernel has it, sets y[0..3] to dot of the four rows at
-// w (stride bytes apart) with x, bit for bit as dot would.
+// row with a quantized input row.
 type quantKernel struct {
-	act  actFormat
-	dot  func(w []byte, x qActRow) float32
-	dot4 func(w []byte, stride int, x qActRow, y []float32)
+	act actFormat
+	dot func(w []byte, x qActRow) float32
 	// in4, where an assembly kernel has it, sets y[0], y[ystride], y[2·ystride] and y[3·ystride] to dot of the row w
 	// with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows share each
 	// unpacked block.
@@ -805,39 +803,25 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	for i := range x4 {
 		x4[i] = a.rows(4*i, 4)
 	}
-	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
+	dot, rb := w.k.dot, w.rowBytes
 	in4, widen := w.k.in4, w.k.widen
 	if widen != nil && rows >= widenRows {
-		k := quantKernels[quant.Q8_0]                                 // widened rows are Q8_0 rows: Q8_0's kernels, all of them
-		dot, dot4, in4, rb = k.dot, k.dot4, k.in4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
+		k := quantKernels[quant.Q8_0]                   // widened rows are Q8_0 rows: Q8_0's kernels, all of them
+		dot, in4, rb = k.dot, k.in4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
 	} else {
 		widen = nil
 	}
 	ParallelFor(out, func(lo, hi int) {
-		var wide []byte // the rows of this group widened to Q8_0
+		var wide []byte // the row at hand widened to Q8_0
 		if widen != nil {
-			wide = make([]byte, 4*rb)
+			wide = make([]byte, rb)
 		}
-		row := func(o, n int) []byte { // n rows from o, widened where they are
-			if widen == nil {
-				return w.Data[o*rb : (o+n)*rb]
+		for o := lo; o < hi; o++ {
+			wr := w.Row(o)
+			if widen != nil {
+				widen(wide, wr)
+				wr = wide
 			}
-			for i := range n {
-				widen(wide[i*rb:(i+1)*rb], w.Row(o+i))
-			}
-			return wide[:n*rb]
-		}
-		o := lo
-		if dot4 != nil && (in4 == nil || rows < 4) { // else in4 shares weight rows
-			for ; o+4 <= hi; o += 4 {
-				wr := row(o, 4)
-				for r := range rows {
-					dot4(wr, rb, xr[r], y[r*out+o:])
-				}
-			}
-		}
-		for ; o < hi; o++ {
-			wr := row(o, 1)
 			r := 0
 			if in4 != nil {
 				for ; r+4 <= rows; r += 4 {

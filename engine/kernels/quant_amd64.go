@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// useVNNI selects the four-row kernels (VPDPBUSD on 256-bit registers: AVX-512 VNNI and VL).
+// useVNNI selects the rows and tiled kernels (rows.go, tiled.go: VPDPBUSD and VPDPWSSD, AVX-512 VNNI).
 var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
 
 // The assembly kernels (quant_amd64.s) need AVX2 and F16C (every CPU with AVX2 and FMA has F16C).
@@ -113,9 +113,6 @@ func quantizeQ8KBlocks(q []int8, bsums []int16, x []float32, d []float32) bool {
 }
 
 //go:noescape
-func dotQ3_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
-
-//go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -140,7 +137,7 @@ func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 func dotQ6_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 // asmKernels returns the assembly kernels the CPU can run. Each reads len(x.d) blocks; the callers guarantee
-// that the row holds that many (NewQuantMatrix checked the sizes), and dot4's four rows of stride bytes.
+// that the row holds that many (NewQuantMatrix checked the sizes).
 func asmKernels() map[quant.Type]*quantKernel {
 	if !useAVX2 {
 		return nil
@@ -167,13 +164,6 @@ func asmKernels() map[quant.Type]*quantKernel {
 		m[t].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
 			_ = y[3*ystride]
 			f(w, x.qs, x.d, x.bsums, &y[0], ystride)
-		}
-	}
-	if useVNNI {
-		// The four-row kernel of Q3_K, which has no rows kernels (rows.go).
-		m[quant.Q3_K].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-			_ = y[3]
-			dotQ3_Kx4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0])
 		}
 	}
 	return m

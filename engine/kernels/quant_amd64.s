@@ -260,86 +260,6 @@ GLOBL bitsel<>(SB), RODATA|NOPTR, $8
 	HSUMR(Y0, X0); MOVSS X0, (DX); ADDQ AX, DX; HSUMR(Y3, X3); MOVSS X3, (DX); ADDQ AX, DX; \
 	HSUMR(Y11, X11); MOVSS X11, (DX); ADDQ AX, DX; HSUMR(Y12, X12); MOVSS X12, (DX); VZEROUPPER; RET
 
-// X4KFLOAT(yi, ya, doff): Y`a` += (d·d_a)·float(Y`i`), d·d_a the float32 at doff(SP). Clobbers Y9.
-#define X4KFLOAT(yi, ya, doff) \
-	VBROADCASTSS doff(SP), Y9; VCVTDQ2PS yi, yi; VMULPS yi, Y9, yi; VADDPS yi, ya, ya
-
-// Q3_K against four weight rows (decode), each row's sums dotQ3_KAVX2's, bit for bit: per group of 32 weights the
-// same integer lanes, S·((q'-4)·a) pairs as maddubs(q', a) - maddubs(4, a) with q' = the two bits | the hmask bit
-// << 2 in 0..7 (dotQ3_KAVX2 takes |q| times a·sign(q): the same pair sums), the 4·a terms once for the four rows,
-// and the same float operations in the same order. The rows' scales are unpacked in one 128-bit lane each (ggml's
-// x86 unpacking, minus 32) and sign-extended to 16 int16 a row at 0(SP); k16idx: the VPERMW indices that put group
-// g's two scales (2g, 2g+1) over its two halves.
-DATA k16idx<>+0(SB)/8, $0x0000000000000000
-DATA k16idx<>+8(SB)/8, $0x0000000000000000
-DATA k16idx<>+16(SB)/8, $0x0001000100010001
-DATA k16idx<>+24(SB)/8, $0x0001000100010001
-DATA k16idx<>+32(SB)/8, $0x0002000200020002
-DATA k16idx<>+40(SB)/8, $0x0002000200020002
-DATA k16idx<>+48(SB)/8, $0x0003000300030003
-DATA k16idx<>+56(SB)/8, $0x0003000300030003
-DATA k16idx<>+64(SB)/8, $0x0004000400040004
-DATA k16idx<>+72(SB)/8, $0x0004000400040004
-DATA k16idx<>+80(SB)/8, $0x0005000500050005
-DATA k16idx<>+88(SB)/8, $0x0005000500050005
-DATA k16idx<>+96(SB)/8, $0x0006000600060006
-DATA k16idx<>+104(SB)/8, $0x0006000600060006
-DATA k16idx<>+112(SB)/8, $0x0007000700070007
-DATA k16idx<>+120(SB)/8, $0x0007000700070007
-DATA k16idx<>+128(SB)/8, $0x0008000800080008
-DATA k16idx<>+136(SB)/8, $0x0008000800080008
-DATA k16idx<>+144(SB)/8, $0x0009000900090009
-DATA k16idx<>+152(SB)/8, $0x0009000900090009
-DATA k16idx<>+160(SB)/8, $0x000a000a000a000a
-DATA k16idx<>+168(SB)/8, $0x000a000a000a000a
-DATA k16idx<>+176(SB)/8, $0x000b000b000b000b
-DATA k16idx<>+184(SB)/8, $0x000b000b000b000b
-DATA k16idx<>+192(SB)/8, $0x000c000c000c000c
-DATA k16idx<>+200(SB)/8, $0x000c000c000c000c
-DATA k16idx<>+208(SB)/8, $0x000d000d000d000d
-DATA k16idx<>+216(SB)/8, $0x000d000d000d000d
-DATA k16idx<>+224(SB)/8, $0x000e000e000e000e
-DATA k16idx<>+232(SB)/8, $0x000e000e000e000e
-DATA k16idx<>+240(SB)/8, $0x000f000f000f000f
-DATA k16idx<>+248(SB)/8, $0x000f000f000f000f
-GLOBL k16idx<>(SB), RODATA|NOPTR, $256
-DATA q3kx4shr<>+0(SB)/8, $0x0000000000000000
-DATA q3kx4shr<>+8(SB)/8, $0x0000000400000004
-DATA q3kx4shr<>+16(SB)/8, $0x0000000000000000
-DATA q3kx4shr<>+24(SB)/8, $0x0000000400000004
-DATA q3kx4shr<>+32(SB)/8, $0x0000000000000000
-DATA q3kx4shr<>+40(SB)/8, $0x0000000400000004
-DATA q3kx4shr<>+48(SB)/8, $0x0000000000000000
-DATA q3kx4shr<>+56(SB)/8, $0x0000000400000004
-GLOBL q3kx4shr<>(SB), RODATA|NOPTR, $64
-DATA q3kx4shr2<>+0(SB)/8, $0x0000000200000000
-DATA q3kx4shr2<>+8(SB)/8, $0x0000000600000004
-DATA q3kx4shr2<>+16(SB)/8, $0x0000000200000000
-DATA q3kx4shr2<>+24(SB)/8, $0x0000000600000004
-DATA q3kx4shr2<>+32(SB)/8, $0x0000000200000000
-DATA q3kx4shr2<>+40(SB)/8, $0x0000000600000004
-DATA q3kx4shr2<>+48(SB)/8, $0x0000000200000000
-DATA q3kx4shr2<>+56(SB)/8, $0x0000000600000004
-GLOBL q3kx4shr2<>(SB), RODATA|NOPTR, $64
-
-// Q3X4G(yi, qsh, hop, hcnt, aoff, ya4, yidx, soff): group j of the row at hand: q' = ((Y13 >> qsh) & 3) | (the
-// hmask bit of Y12 that `hop $hcnt` brings to bit 2), against the activations at aoff(SI); Y`i` += S·(q'·a - 4·a),
-// 4·a in ya4, S the row's scales at soff(SP) permuted by yidx. Y14: 0x03 bytes, Y15: 0x04. Clobbers Y8..Y11.
-#define Q3X4G(yi, qsh, hop, hcnt, aoff, ya4, yidx, soff) \
-	VPSRLW $qsh, Y13, Y8; hop $hcnt, Y12, Y9; VPANDD Y15, Y9, Y9; VPTERNLOGD $0xec, Y14, Y9, Y8; \
-	VPMADDUBSW aoff(SI), Y8, Y11; VPSUBW ya4, Y11, Y11; VPERMW soff(SP), yidx, Y10; VPDPWSSD Y10, Y11, yi
-
-// Q3KX4ROW(p, yi, ya, soff, doff): one Q3_K super-block of the row at p: its lanes into Y`i`, then Y`a` +=
-// (d·d_a)·float(lanes), d·d_a at doff(SP).
-#define Q3KX4ROW(p, yi, ya, soff, doff) \
-	VPXOR yi, yi, yi; VMOVDQU 0(p)(BX*1), Y12; VMOVDQU 32(p)(BX*1), Y13; \
-	Q3X4G(yi, 0, VPSLLW, 2, 0, Y16, Y24, soff); Q3X4G(yi, 2, VPSLLW, 1, 32, Y17, Y25, soff); \
-	Q3X4G(yi, 4, VPSRLW, 0, 64, Y18, Y26, soff); Q3X4G(yi, 6, VPSRLW, 1, 96, Y19, Y27, soff); \
-	VMOVDQU 64(p)(BX*1), Y13; \
-	Q3X4G(yi, 0, VPSRLW, 2, 128, Y20, Y28, soff); Q3X4G(yi, 2, VPSRLW, 3, 160, Y21, Y29, soff); \
-	Q3X4G(yi, 4, VPSRLW, 4, 192, Y22, Y30, soff); Q3X4G(yi, 6, VPSRLW, 5, 224, Y23, Y31, soff); \
-	X4KFLOAT(yi, ya, doff)
-
 // Dot products of a block-quantized weight row with an input row quantized to 8 bits (see quant.go): AVX2 and
 // F16C. Integers are multiplied by VPMADDUBSW (unsigned weights × signed activations; signed weights go through
 // VPSIGNB, as llama.cpp does) and VPMADDWD, exact; the float32 part is the portable kernels' (a VMULPS then a
@@ -800,20 +720,6 @@ DATA q8consts<>+8(SB)/4, $127
 DATA q8consts<>+12(SB)/4, $-128
 GLOBL q8consts<>(SB), RODATA|NOPTR, $16
 
-// The four-row kernel of Q3_K (AVX-512 VNNI and VL, on 256-bit registers): four consecutive weight rows (stride
-// bytes apart) times one quantized input row, the outputs written to y[0..3]. Each row's sums are the one-row
-// kernels' (and the portable ones'), bit for bit: VPDPBUSD adds the same four byte products per int32 lane as VPMADDUBSW and
-// VPMADDWD (no pair saturates: |w| ≤ 128, |a| ≤ 127), and each row keeps its own lanes, in block order. The four
-// rows share the activation loads and the loop, and their four dependency chains overlap.
-
-#define PFSHIFT 3
-
-// ROWS4 loads the four row pointers from b and stride: DI, R10, R11, R12; and R13, the rows PFSHIFT groups of
-// four ahead.
-#define ROWS4 \
-	MOVQ b_base+0(FP), DI; MOVQ stride+24(FP), AX; LEAQ (DI)(AX*1), R10; LEAQ (R10)(AX*1), R11; \
-	LEAQ (R11)(AX*1), R12; MOVQ AX, R13; SHLQ $PFSHIFT, R13; ADDQ DI, R13
-
 // func quantizeQ8BlocksAVX512(q []int8, x []float32, d []float32, sums []int32)
 // For each block b of 32 values (len(d) blocks): d[b] = max|x|/127 (unrounded), q = x·(127/max|x|) rounded half
 // to even (VCVTPS2DQ under the default rounding) and held to [-128, 127], sums[b] = Σq: quantizeQ8_0Block's
@@ -1043,44 +949,6 @@ q8knext:
 	JNZ  q8kloop
 
 q8kdone:
-	VZEROUPPER
-	RET
-
-// func dotQ3_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
-// b: four rows of stride bytes, len(d) Q3_K super-blocks (110 bytes: hmask 32, qs 64, scales 12, float16 d) each;
-// qs, d: the Q8_K activations. Frame: the rows' scales as int16 at 0(SP), their d·d_a at 128(SP).
-TEXT ·dotQ3_Kx4VNNI(SB), NOSPLIT, $144-88
-	ROWS4
-	LEAQ (R12)(AX*1), R13 // the next four rows, prefetched
-	MOVQ qs_base+32(FP), SI; MOVQ d_base+56(FP), R8; MOVQ d_len+64(FP), CX; MOVQ y+80(FP), DX
-	XORQ BX, BX
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
-	VPBROADCASTD threemask<>(SB), Y14; VPBROADCASTD fours<>(SB), Y15
-	VMOVDQU64 k16idx<>+0(SB), Y24; VMOVDQU64 k16idx<>+32(SB), Y25; VMOVDQU64 k16idx<>+64(SB), Y26; VMOVDQU64 k16idx<>+96(SB), Y27; VMOVDQU64 k16idx<>+128(SB), Y28; VMOVDQU64 k16idx<>+160(SB), Y29; VMOVDQU64 k16idx<>+192(SB), Y30; VMOVDQU64 k16idx<>+224(SB), Y31
-
-q3kx4loop:
-	PREFETCHT0 0(R13)(BX*4); PREFETCHT0 64(R13)(BX*4); PREFETCHT0 128(R13)(BX*4); PREFETCHT0 192(R13)(BX*4); PREFETCHT0 256(R13)(BX*4); PREFETCHT0 320(R13)(BX*4); PREFETCHT0 384(R13)(BX*4)
-	VPMADDUBSW 0(SI), Y15, Y16; VPMADDUBSW 32(SI), Y15, Y17; VPMADDUBSW 64(SI), Y15, Y18; VPMADDUBSW 96(SI), Y15, Y19; VPMADDUBSW 128(SI), Y15, Y20; VPMADDUBSW 160(SI), Y15, Y21; VPMADDUBSW 192(SI), Y15, Y22; VPMADDUBSW 224(SI), Y15, Y23
-	// The four rows' scales (bytes 96..107, loaded from 92 so as not to read past the block): dwords u0, u1, u2
-	// of each lane to [(u0 & 0x0f) | (u2 & 3) << 4, (u1 & 0x0f) | ((u2 >> 2) & 3) << 4, ((u0 >> 4) & 0x0f) |
-	// ((u2 >> 4) & 3) << 4, ((u1 >> 4) & 0x0f) | ((u2 >> 6) & 3) << 4] - 32.
-	VMOVDQU 92(DI)(BX*1), X8; VINSERTI32X4 $1, 92(R10)(BX*1), Z8, Z8
-	VINSERTI32X4 $2, 92(R11)(BX*1), Z8, Z8; VINSERTI32X4 $3, 92(R12)(BX*1), Z8, Z8
-	VPSHUFD $0x99, Z8, Z9; VPSHUFD $0xff, Z8, Z10
-	VPSRLVD q3kx4shr<>(SB), Z9, Z9; VPANDD.BCST nibmask<>(SB), Z9, Z9
-	VPSRLVD q3kx4shr2<>(SB), Z10, Z10; VPANDD.BCST threemask<>(SB), Z10, Z10; VPSLLD $4, Z10, Z10
-	VPORD Z10, Z9, Z8; VPBROADCASTD thirtytwos<>(SB), Z9; VPSUBB Z9, Z8, Z8
-	VPMOVSXBW Y8, Z9; VMOVDQU64 Z9, 0(SP); VEXTRACTI64X4 $1, Z8, Y8; VPMOVSXBW Y8, Z9; VMOVDQU64 Z9, 64(SP)
-	MOVWLZX 108(DI)(BX*1), AX; VMOVD AX, X8; VPINSRW $1, 108(R10)(BX*1), X8, X8
-	VPINSRW $2, 108(R11)(BX*1), X8, X8; VPINSRW $3, 108(R12)(BX*1), X8, X8; VCVTPH2PS X8, X8
-	VBROADCASTSS (R8), X9; VMULPS X9, X8, X8; VMOVUPS X8, 128(SP)
-	Q3KX4ROW(DI, Y4, Y0, 0, 128)
-	Q3KX4ROW(R10, Y5, Y1, 32, 132)
-	Q3KX4ROW(R11, Y6, Y2, 64, 136)
-	Q3KX4ROW(R12, Y7, Y3, 96, 140)
-	ADDQ $110, BX; ADDQ $256, SI; ADDQ $4, R8; DECQ CX; JNZ q3kx4loop
-	HSUMR(Y0, X0); MOVSS X0, 0(DX); HSUMR(Y1, X1); MOVSS X1, 4(DX)
-	HSUMR(Y2, X2); MOVSS X2, 8(DX); HSUMR(Y3, X3); MOVSS X3, 12(DX)
 	VZEROUPPER
 	RET
 

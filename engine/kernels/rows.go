@@ -30,7 +30,7 @@ import (
 // 32-element types (Q8_0, and Q4_0, Q5_0, IQ4_NL, which the tiled kernels widen to Q8_0's integers) take two
 // blocks a step: their codes w + 128 against the rows by VPDPBUSD, less 128·Σx, then per block the tiled update
 // y += (float(Σ w·x)·d)·dx. A single row (a decode step) has kernels of its own that fold its lanes horizontally
-// instead of padding it to four rows. The other types (Q3_K, the codebook i-quants)
+// instead of padding it to four rows. The other types (the codebook i-quants IQ1-IQ3)
 // have no rows kernels yet: their LinearQuant keeps its lanes order.
 
 // rowsQuad is the number of input rows a rows kernel multiplies together; a product's rows are padded to a

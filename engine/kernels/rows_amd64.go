@@ -63,6 +63,12 @@ func rowsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte
 func rowQ2_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
+func rowsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ3_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
 func rowQ4_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 
 //go:noescape
@@ -82,6 +88,7 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 28},
 		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 14},
 		quant.Q2_K:   {rowsQ2_KVNNI, rowQ2_KVNNI, 14},
+		quant.Q3_K:   {rowsQ3_KVNNI, rowQ3_KVNNI, 14},
 		quant.Q8_0:   {rowsQ8_0VNNI, rowQ8_0VNNI, 10},
 		quant.Q4_0:   {rowsQ4_0VNNI, rowQ4_0VNNI, 10},
 		quant.Q5_0:   {rowsQ5_0VNNI, rowQ5_0VNNI, 10},

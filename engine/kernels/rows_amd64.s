@@ -463,6 +463,31 @@ GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
 	VBROADCASTI64X4 48(SI), Z3; VPSRLW $4, Z3, Z3; VPSRLW $2, Z3, K1, Z3; VPANDD.BCST rowsb03<>(SB), Z3, Z3 \
 	VPBROADCASTW 82(SI), X14; VCVTPH2PS X14, X14
 
+// Q3_K: 16 sub-blocks of 16, codes 0..7 (qs's bit pairs as Q2_K's, hmask's bit as bit 2; the −4 goes into the
+// minimum factors as 4·sc), 16 signed 6-bit scales unpacked as ggml does (kmask1, kmask2), dm = d. Q3SCALES: its d
+// into X8, its scales into Z4-Z7 and 4·sc (16 words) into Y15; Q3CODES: its codes into Z0-Z3 (Z21: hmask in both
+// halves, Z20 its bits moved to bit 2: 2g for the low half of group g, 2g+1 for the high one).
+DATA rowsb04<>+0(SB)/4, $0x04040404
+GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
+#define Q3SCALES \
+	VPBROADCASTW 108(SI), X8; VCVTPH2PS X8, X8 \
+	MOVL 96(SI), AX; MOVL 100(SI), BX; MOVL 104(SI), CX \
+	MOVL AX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI; MOVL CX, R12; SHRL $4, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
+	ANDL $0x0f0f0f0f, AX; MOVL CX, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, AX \
+	VMOVD AX, X14; VPINSRD $2, DI, X14, X14 \
+	MOVL BX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI; MOVL CX, R12; SHRL $6, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
+	ANDL $0x0f0f0f0f, BX; MOVL CX, R12; SHRL $2, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, BX \
+	VPINSRD $1, BX, X14, X14; VPINSRD $3, DI, X14, X14; VPSUBB rowsxs32<>(SB), X14, X14; VPMOVSXBW X14, Y14 \
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7; VPSLLW $2, Y14, Y15
+#define Q3HI(z) VPSRLW $1, Z20, K1, Z20; VPTERNLOGD.BCST $0xF8, rowsb04<>(SB), Z20, z
+#define Q3CODES \
+	VBROADCASTI64X4 32(SI), Z0; VPSRLW $2, Z0, K1, Z0; VPANDD.BCST rowsb03<>(SB), Z0, Z0 \
+	VBROADCASTI64X4 32(SI), Z1; VPSRLW $4, Z1, Z1; VPSRLW $2, Z1, K1, Z1; VPANDD.BCST rowsb03<>(SB), Z1, Z1 \
+	VBROADCASTI64X4 64(SI), Z2; VPSRLW $2, Z2, K1, Z2; VPANDD.BCST rowsb03<>(SB), Z2, Z2 \
+	VBROADCASTI64X4 64(SI), Z3; VPSRLW $4, Z3, Z3; VPSRLW $2, Z3, K1, Z3; VPANDD.BCST rowsb03<>(SB), Z3, Z3 \
+	VBROADCASTI64X4 0(SI), Z21 \
+	VPSLLW $2, Z21, Z20; Q3HI(Z0); VMOVDQU64 Z21, Z20; Q3HI(Z1); VPSRLW $2, Z21, Z20; Q3HI(Z2); VPSRLW $4, Z21, Z20; Q3HI(Z3)
+
 // Q4MIN: X21 = the quad's imin (pairs of sums of 32 at 0..48(R11)).
 #define Q4MIN \
 	VPMADDWD 0(R11), X10, X21; VPDPWSSD 16(R11), X11, X21; VPDPWSSD 32(R11), X12, X21; VPDPWSSD 48(R11), X13, X21
@@ -648,6 +673,10 @@ step: \
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q4CONSTS KCONSTS(rowsq4idx)
+#define Q3OPS QUAD; Q6MIN; UPDATE(X8, 128)
+#define Q3DECODE Q3SCALES; Q6SPLAT; Q3CODES
+#define Q3DEC1 Q3SCALES; Q3CODES
+#define Q3ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q2OPS QUAD; Q6MIN; UPDATE(X14, 128)
 #define Q2DECODE Q2SCALES; Q6SPLAT; Q2CODES
 #define Q2DEC1 Q2SCALES; Q2CODES
@@ -772,3 +801,11 @@ TEXT ·rowsQ2_KVNNI(SB), NOSPLIT, $0-88
 // func rowQ2_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 TEXT ·rowQ2_KVNNI(SB), NOSPLIT, $0-48
 	ONE(Q6CONSTS, Q2DEC1, Q2ONE, 84, 256, 36)
+
+// func rowsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·rowsQ3_KVNNI(SB), NOSPLIT, $0-88
+	ROWS(Q6CONSTS, Q3DECODE, Q3OPS, 110, 256, 144)
+
+// func rowQ3_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+TEXT ·rowQ3_KVNNI(SB), NOSPLIT, $0-48
+	ONE(Q6CONSTS, Q3DEC1, Q3ONE, 110, 256, 36)

@@ -33,9 +33,10 @@ func BenchmarkLinearQuantRows(b *testing.B) {
 }
 
 // TestLinearQuantRows: LinearQuant over 1 to 32 input rows, for every block type, gives each output bit for bit
-// the portable one-row dot product (for the types of rowsKernels, the tiled order's: tiledRef): whichever kernels the row count selects (rows kernels, four-row and
-// four-input kernels, widened rows, their tails), a row's result does not depend on the rows beside it — the
-// property that makes a batch step or a draft's verification compute each position as a decode step does.
+// the portable one-row dot product (for the types of rowsKernels, the tiled order's: tiledRef): whichever kernels
+// the row count selects (rows kernels, four-input kernels, widened rows, their tails), a row's result does not
+// depend on the rows beside it — the property that makes a batch step or a draft's verification compute each
+// position as a decode step does.
 func TestLinearQuantRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const out, cols = 13, 256 // an output count that leaves tails after groups of four
