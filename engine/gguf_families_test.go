@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,6 +38,7 @@ var ggufFamilyRefused = map[string]string{
 // and Qwen2's sliding windows, and llama.cpp computes without them): layerstream follows the file, as llama.cpp.
 // Where <name>.transformers.safetensors exists, it holds transformers' logits of the checkpoint with the settings
 // llama.cpp reads from the file (scripts/fixtures/gguf_families.py, FILE_MEANING), and layerstream must match them.
+// Where llama.cpp's outputs hold its greedy continuation (greedy_ids), layerstream's greedy ids must equal it.
 func TestGGUFFamilies(t *testing.T) {
 	forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		hf := hffixture.MustReference(t, name)
@@ -77,6 +79,9 @@ func TestGGUFFamilies(t *testing.T) {
 			}
 		} else if _, known := ggufFamilyLlamaCPPTolerance[name]; known {
 			t.Fatalf("%s is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", meaning, name)
+		}
+		if greedy := llama["greedy_ids"]; greedy != nil {
+			checkGGUFGreedy(t, e, ids, ints(greedy.I64))
 		}
 		// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
 		// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).
@@ -145,5 +150,19 @@ func compareGGUFLogits(t *testing.T, what string, got [][]float32, llama, hf []f
 		if d > tol {
 			t.Errorf("%slogits differ from transformers' on the original checkpoint by %.3g (tolerance %.3g)", what, d, tol)
 		}
+	}
+}
+
+// checkGGUFGreedy decodes greedily from prompt as many ids as llama.cpp's greedy continuation want, one token a
+// step as llama.cpp made them, and requires the same ids.
+func checkGGUFGreedy(t *testing.T, e *Engine, prompt, want []int) {
+	t.Helper()
+	var got []int
+	req := Request{PromptIDs: prompt, MaxNewTokens: len(want), StopIDs: []int{-1}}
+	if _, err := e.Generate(context.Background(), req, func(tk Token) error { got = append(got, tk.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("greedy ids %v, llama.cpp's %v", got, want)
 	}
 }
