@@ -163,8 +163,8 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 		"gemma3-vl": "architecture Gemma3ForCausalLM is not covered", "phi3": "architecture Phi3ForCausalLM is not covered",
 		"phi3-longrope": "architecture Phi3ForCausalLM is not covered", "phi4-mini": "architecture Phi3ForCausalLM is not covered",
 		"llama-rope-yarn":    `rope type "yarn" is not covered`,
-		"llama-rope-dynamic": "40 tokens exceed the model's context", // as with the engine's arithmetic
-		"olmo3":              "architecture Olmo3ForCausalLM is not covered",     // sliding windows and yarn: not reproduced
+		"llama-rope-dynamic": "40 tokens exceed the model's context",              // as with the engine's arithmetic
+		"olmo3":              "architecture Olmo3ForCausalLM is not covered",      // sliding windows and yarn: not reproduced
 		"ministral3":         "architecture Ministral3ForCausalLM is not covered", // yarn and the query scale: not reproduced
 	}
 	exact := 0
