@@ -75,17 +75,28 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 		}
 		ct := checkpoint.TensorInfo{Name: hf, DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
 			Offset: t.Offset, Length: t.Size}
-		if err := info.checkShape(hf, ct.Shape, cfg); err != nil {
-			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
-		}
 		if info.interleavedRotary {
 			ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
 		}
 		if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") {
-			if ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
-				return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
-			}
 			ct.Shift = -1
+		}
+		var want []int64
+		if info.tensor != nil {
+			if want, err = info.tensor(&ct, cfg); err != nil {
+				return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+			}
+		}
+		if want == nil {
+			err = info.checkShape(hf, ct.Shape, cfg)
+		} else if !slices.Equal(ct.Shape, want) {
+			err = fmt.Errorf("shape %v, the metadata implies %v", ct.Shape, want)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+		}
+		if ct.Shift != 0 && ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
+			return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
 		}
 		tensors = append(tensors, ct)
 	}

@@ -40,6 +40,10 @@ type archInfo struct {
 	// config, when set, reads the architecture's own metadata into config.json (Hugging Face's spelling), after
 	// the shared keys are in cfg. It refuses, by name, what layerstream does not implement.
 	config func(m archMeta, cfg map[string]any) error
+	// tensor, when set, sees each mapped tensor (its Hugging Face name, shape and reading flags in t) before
+	// its shape is checked: it sets what reading must undo of the converter's changes, and returns the shape the
+	// config implies for the architecture's own tensors (nil: the shared checkShape's).
+	tensor func(t *checkpoint.TensorInfo, c *checkpoint.Config) (want []int64, err error)
 }
 
 // archMeta reads one architecture's metadata: key("x") is "<arch>.x".

@@ -1,0 +1,195 @@
+package gguf
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/hffixture"
+)
+
+// TestNewFamiliesTensors: each GGUF file llama.cpp's converter made of an issue #35 fixture (OLMo 3, Ministral
+// 3, Qwen3.5) opens as the transformers checkpoint it came from: the same architecture, the same tensor names
+// and shapes, and the same values once reading undoes the converter's changes (q/k rows in rotary pairs,
+// Qwen3.5's tiled value heads, squeezed conv1d and norms stored plus one), bit for bit but for what the converter
+// rounded: a norm stored as float32(1 + w) reads within 2⁻²⁴ of w, an A_log stored as -exp(A_log) within two
+// ulps.
+func TestNewFamiliesTensors(t *testing.T) {
+	for _, name := range []string{"olmo3", "ministral3", "qwen3_5"} {
+		t.Run(name, func(t *testing.T) {
+			ck, err := openFamily(t, name).Checkpoint()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir, err := hffixture.Dir(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hf, err := checkpoint.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ck.Config.Architectures, hf.Config.Architectures) {
+				t.Fatalf("architectures %v, transformers' %v", ck.Config.Architectures, hf.Config.Architectures)
+			}
+			names := func(c *checkpoint.Checkpoint) []string {
+				var n []string
+				for _, ti := range c.Tensors {
+					n = append(n, ti.Name)
+				}
+				return slices.Sorted(slices.Values(n))
+			}
+			if got, want := names(ck), names(hf); !slices.Equal(got, want) {
+				t.Fatalf("tensors %v, transformers' %v", got, want)
+			}
+			for _, ti := range ck.Tensors {
+				w, _ := hf.Tensor(ti.Name)
+				if !slices.Equal(ti.Shape, w.Shape) {
+					t.Errorf("%s: shape %v, transformers' %v", ti.Name, ti.Shape, w.Shape)
+					continue
+				}
+				got, err := ck.ReadF32(ti.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := hf.ReadF32(ti.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					d, bound := math.Abs(float64(got[i]-want[i])), 0.0
+					switch {
+					case ti.Shift != 0:
+						bound = 0x1p-24
+					case ti.LogNeg:
+						bound = 2 * math.Abs(float64(want[i])) * 0x1p-23
+					}
+					if d > bound {
+						t.Fatalf("%s[%d] reads %g, transformers' %g", ti.Name, i, got[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestOLMo3Config: an olmo2 file with a sliding window is OLMo 3 (layer types from the pattern, yarn on the
+// full-attention layers only); the keys llama.cpp's olmo2 graph reads but does not apply are refused when they
+// would change the model.
+func TestOLMo3Config(t *testing.T) {
+	ck, err := openFamily(t, "olmo3").Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if want := []string{"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"}; !slices.Equal(c.LayerTypes, want) || *c.SlidingWindow != 8 {
+		t.Errorf("layer types %v, window %v", c.LayerTypes, c.SlidingWindow)
+	}
+	if full, sliding := c.RopeByLayerType["full_attention"], c.RopeByLayerType["sliding_attention"]; full.Type != "yarn" || full.Factor != 4 || sliding.Type != "default" || sliding.Theta != full.Theta {
+		t.Errorf("rope by layer type %+v", c.RopeByLayerType)
+	}
+	for _, tc := range []struct {
+		key  string
+		v    *Value
+		want string
+	}{
+		{"olmo2.rope.freq_base_swa", &Value{Type: TypeFloat32, V: float32(10000)}, "olmo2.rope.freq_base_swa is 10000"},
+		{"olmo2.attention.sliding_window_pattern", &Value{Type: TypeArray, V: []bool{true, false}}, "has 2 entries for 4 layers"},
+	} {
+		g := openFamily(t, "olmo3")
+		setKV(g, tc.key, tc.v)
+		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.key, err, tc.want)
+		}
+	}
+	g := openFamily(t, "olmo2")
+	setKV(g, "olmo2.rope.freq_base_swa", &Value{Type: TypeFloat32, V: float32(10000)})
+	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), "set without a sliding window") {
+		t.Errorf("olmo2 with freq_base_swa: got %v", err)
+	}
+}
+
+// TestMistral3Config: temperature_scale is Ministral 3's llama_4_scaling_beta over the yarn rope's original
+// context, yarn_log_multiplier its mscale_all_dim; without a temperature scale the file is Mistral's decoder;
+// what llama.cpp's mistral3 graph ignores is refused when set.
+func TestMistral3Config(t *testing.T) {
+	ck, err := openFamily(t, "ministral3").Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ck.Config.Rope
+	if r.Type != "yarn" || r.Llama4ScalingBeta == nil || math.Abs(*r.Llama4ScalingBeta-0.1) > 1e-7 || r.OriginalMaxPositionEmbeddings != 16 || r.Mscale != 1 || r.MscaleAllDim != 1 {
+		t.Errorf("rope %+v", r)
+	}
+	g := openFamily(t, "ministral3")
+	setKV(g, "mistral3.attention.temperature_scale", nil)
+	if ck, err := g.Checkpoint(); err != nil || ck.Config.Architectures[0] != "MistralForCausalLM" {
+		t.Errorf("without a temperature scale: %v", err)
+	}
+	for _, tc := range []struct {
+		key  string
+		v    *Value
+		want string
+	}{
+		{"mistral3.attention.sliding_window", &Value{Type: TypeUint32, V: uint32(4096)}, "ignores it"},
+		{"mistral3.rope.scaling.type", &Value{Type: TypeString, V: "none"}, "without yarn rope scaling"},
+		{"mistral3.attention.scale", &Value{Type: TypeFloat32, V: float32(0.5)}, "mistral3.attention.scale is not supported"},
+	} {
+		g := openFamily(t, "ministral3")
+		setKV(g, tc.key, tc.v)
+		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.key, err, tc.want)
+		}
+	}
+}
+
+// TestQwen35Config: the DeltaNet's sizes, the layer types and the rotary embedding read from the metadata, and
+// what llama.cpp computes differently from transformers, or does not read, refused by name.
+func TestQwen35Config(t *testing.T) {
+	ck, err := openFamily(t, "qwen3_5").Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.LinearNumKeyHeads != 2 || c.LinearNumValueHeads != 4 || c.LinearKeyHeadDim != 16 || c.LinearValueHeadDim != 16 || c.LinearConvKernelDim != 4 ||
+		!slices.Equal(c.LayerTypes, []string{"linear_attention", "linear_attention", "linear_attention", "full_attention"}) || c.Rope.PartialRotaryFactor != 0.25 {
+		t.Errorf("config %+v", c)
+	}
+	g := openFamily(t, "qwen3_5")
+	setKV(g, "qwen35.attention.recurrent_layers", nil)
+	setKV(g, "qwen35.full_attention_interval", &Value{Type: TypeUint32, V: uint32(2)})
+	if ck, err := g.Checkpoint(); err != nil || !slices.Equal(ck.Config.LayerTypes, []string{"linear_attention", "full_attention", "linear_attention", "full_attention"}) {
+		t.Errorf("full_attention_interval 2: %v", err)
+	}
+	for _, tc := range []struct {
+		key  string
+		v    *Value
+		want string
+	}{
+		{"qwen35.ssm.inner_size", &Value{Type: TypeUint32, V: uint32(128)}, "value heads are the size of its key heads"},
+		{"qwen35.attention.layer_norm_rms_epsilon", &Value{Type: TypeFloat32, V: float32(1e-5)}, "only 1e-6 is supported"},
+		{"qwen35.nextn_predict_layers", &Value{Type: TypeUint32, V: uint32(1)}, "multi-token-prediction"},
+		{"qwen35.ssm.group_count", nil, "qwen35.ssm.group_count is missing"},
+		{"qwen35.rope.scaling.type", &Value{Type: TypeString, V: "linear"}, "rope scaling is not supported"},
+	} {
+		g := openFamily(t, "qwen3_5")
+		setKV(g, tc.key, tc.v)
+		if tc.key == "qwen35.rope.scaling.type" {
+			setKV(g, "qwen35.rope.scaling.factor", &Value{Type: TypeFloat32, V: float32(2)})
+		}
+		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.key, err, tc.want)
+		}
+	}
+	g = openFamily(t, "qwen3_5")
+	for i := range g.Tensors {
+		if g.Tensors[i].Name == "blk.0.ssm_a" {
+			g.Tensors[i].Name = "blk.0.ssm_a_log"
+		}
+	}
+	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), `"blk.0.ssm_a_log" is not supported`) {
+		t.Errorf("unknown tensor: got %v", err)
+	}
+}
