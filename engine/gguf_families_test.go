@@ -81,7 +81,7 @@ func TestGGUFFamilies(t *testing.T) {
 			t.Fatalf("%s is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", meaning, name)
 		}
 		if greedy := llama["greedy_ids"]; greedy != nil {
-			checkGGUFGreedy(t, e, ids, ints(greedy.I64))
+			checkLlamaCppGreedy(t, e, ids, ints(greedy.I64))
 		}
 		// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
 		// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).
@@ -153,9 +153,9 @@ func compareGGUFLogits(t *testing.T, what string, got [][]float32, llama, hf []f
 	}
 }
 
-// checkGGUFGreedy decodes greedily from prompt as many ids as llama.cpp's greedy continuation want, one token a
+// checkLlamaCppGreedy decodes greedily from prompt as many ids as llama.cpp's greedy continuation want, one token a
 // step as llama.cpp made them, and requires the same ids.
-func checkGGUFGreedy(t *testing.T, e *Engine, prompt, want []int) {
+func checkLlamaCppGreedy(t *testing.T, e *Engine, prompt, want []int) {
 	t.Helper()
 	var got []int
 	req := Request{PromptIDs: prompt, MaxNewTokens: len(want), StopIDs: []int{-1}}
