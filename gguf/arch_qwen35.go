@@ -25,6 +25,17 @@ import (
 // size): a file whose ssm.inner_size says otherwise is refused. llama.cpp's L2 norms of q and k add the RMS
 // epsilon, transformers' 1e-6: another epsilon is refused. Multi-token-prediction layers (nextn) are refused.
 func init() {
+	register("qwen35", archInfo{hf: "Qwen3_5ForCausalLM", normsPlusOne: true, partialRotary: true, names: qwen35Names(),
+		keys: qwen35Keys, config: qwen35Config, tensor: deltaNetTensor})
+}
+
+// qwen35Keys are the metadata keys of Qwen3.5's files beside the shared ones.
+var qwen35Keys = []string{"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
+	"attention.recurrent_layers", "full_attention_interval", "rope.dimension_sections",
+	"nextn_predict_layers"} // refused by recurrentLayers, naming the converter's flag
+
+// qwen35Names maps Qwen3.5's tensors beside the shared ones (biases and the Llama pre-MLP norm refused).
+func qwen35Names() map[string]string {
 	names := map[string]string{
 		"post_attention_norm.weight": "post_attention_layernorm.weight",
 		"attn_q_norm.weight":         "self_attn.q_norm.weight",
@@ -43,11 +54,7 @@ func init() {
 	for _, b := range []string{"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"} {
 		names[b] = ""
 	}
-	register("qwen35", archInfo{hf: "Qwen3_5ForCausalLM", normsPlusOne: true, partialRotary: true, names: names,
-		keys: []string{"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
-			"attention.recurrent_layers", "full_attention_interval", "rope.dimension_sections",
-			"nextn_predict_layers"}, // refused by qwen35Config, naming the converter's flag
-		config: qwen35Config, tensor: deltaNetTensor})
+	return names
 }
 
 // qwen35Config reads the DeltaNet's sizes and the layer types, and writes the rotary embedding as Qwen3.5's
