@@ -38,7 +38,8 @@ var ggufFamilyRefused = map[string]string{
 // and Qwen2's sliding windows, and llama.cpp computes without them): layerstream follows the file, as llama.cpp.
 // Where <name>.transformers.safetensors exists, it holds transformers' logits of the checkpoint with the settings
 // llama.cpp reads from the file (scripts/fixtures/gguf_families.py, FILE_MEANING), and layerstream must match them.
-// Where llama.cpp's outputs hold its greedy continuation (greedy_ids), layerstream's greedy ids must equal it.
+// Where llama.cpp's outputs hold its greedy continuation (greedy_ids), layerstream's greedy ids must equal it, with
+// the host kernels and with the graphs.
 func TestGGUFFamilies(t *testing.T) {
 	forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		hf := hffixture.MustReference(t, name)
@@ -82,6 +83,12 @@ func TestGGUFFamilies(t *testing.T) {
 		}
 		if greedy := llama["greedy_ids"]; greedy != nil {
 			checkLlamaCppGreedy(t, e, ids, ints(greedy.I64))
+			g, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "graph"), GraphDecode: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			checkLlamaCppGreedy(t, g, ids, ints(greedy.I64))
 		}
 		// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
 		// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).

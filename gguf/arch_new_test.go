@@ -184,6 +184,11 @@ func TestQwen35Config(t *testing.T) {
 		}
 	}
 	g = openFamily(t, "qwen3_5")
+	setKV(g, "general.architecture", &Value{Type: TypeString, V: "qwen3next"})
+	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), "half regrouped") {
+		t.Errorf("qwen3next: got %v", err)
+	}
+	g = openFamily(t, "qwen3_5")
 	for i := range g.Tensors {
 		if g.Tensors[i].Name == "blk.0.ssm_a" {
 			g.Tensors[i].Name = "blk.0.ssm_a_log"

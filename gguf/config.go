@@ -94,7 +94,11 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	info, ok := archs[arch]
 	if !ok {
 		names := slices.Sorted(maps.Keys(archs))
-		return nil, nil, fmt.Errorf("general.architecture %q is not supported (supported: %s)", arch, strings.Join(names, ", "))
+		why := ""
+		if r, ok := refusedArchs[arch]; ok {
+			why = ": " + r
+		}
+		return nil, nil, fmt.Errorf("general.architecture %q is not supported%s (supported: %s)", arch, why, strings.Join(names, ", "))
 	}
 	if t, ok, err := g.String("general.type"); err != nil {
 		return nil, nil, err
