@@ -19,18 +19,7 @@ import (
 func TestNewFamiliesTensors(t *testing.T) {
 	for _, name := range []string{"olmo3", "ministral3", "qwen3_5"} {
 		t.Run(name, func(t *testing.T) {
-			ck, err := openFamily(t, name).Checkpoint()
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir, err := hffixture.Dir(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hf, err := checkpoint.Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ck, hf := familyCheckpoints(t, name)
 			if !slices.Equal(ck.Config.Architectures, hf.Config.Architectures) {
 				t.Fatalf("architectures %v, transformers' %v", ck.Config.Architectures, hf.Config.Architectures)
 			}
@@ -75,6 +64,23 @@ func TestNewFamiliesTensors(t *testing.T) {
 	}
 }
 
+// familyCheckpoints opens the family GGUF file of the transformers fixture name as a checkpoint, and the fixture.
+func familyCheckpoints(t *testing.T, name string) (ck, hf *checkpoint.Checkpoint) {
+	t.Helper()
+	ck, err := openFamily(t, name).Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := hffixture.Dir(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hf, err = checkpoint.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	return ck, hf
+}
+
 // TestOLMo3Config: an olmo2 file with a sliding window is OLMo 3 (layer types from the pattern, yarn on the
 // full-attention layers only); the keys llama.cpp's olmo2 graph reads but does not apply are refused when they
 // would change the model.
@@ -90,20 +96,10 @@ func TestOLMo3Config(t *testing.T) {
 	if full, sliding := c.RopeByLayerType["full_attention"], c.RopeByLayerType["sliding_attention"]; full.Type != "yarn" || full.Factor != 4 || sliding.Type != "default" || sliding.Theta != full.Theta {
 		t.Errorf("rope by layer type %+v", c.RopeByLayerType)
 	}
-	for _, tc := range []struct {
-		key  string
-		v    *Value
-		want string
-	}{
-		{"olmo2.rope.freq_base_swa", &Value{Type: TypeFloat32, V: float32(10000)}, "olmo2.rope.freq_base_swa is 10000"},
-		{"olmo2.attention.sliding_window_pattern", &Value{Type: TypeArray, V: []bool{true, false}}, "has 2 entries for 4 layers"},
-	} {
-		g := openFamily(t, "olmo3")
-		setKV(g, tc.key, tc.v)
-		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want %q", tc.key, err, tc.want)
-		}
-	}
+	checkRefusals(t, "olmo3", []refusal{
+		{map[string]*Value{"olmo2.rope.freq_base_swa": {Type: TypeFloat32, V: float32(10000)}}, "olmo2.rope.freq_base_swa is 10000"},
+		{map[string]*Value{"olmo2.attention.sliding_window_pattern": {Type: TypeArray, V: []bool{true, false}}}, "has 2 entries for 4 layers"},
+	})
 	g := openFamily(t, "olmo2")
 	setKV(g, "olmo2.rope.freq_base_swa", &Value{Type: TypeFloat32, V: float32(10000)})
 	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), "set without a sliding window") {
@@ -128,21 +124,11 @@ func TestMistral3Config(t *testing.T) {
 	if ck, err := g.Checkpoint(); err != nil || ck.Config.Architectures[0] != "MistralForCausalLM" {
 		t.Errorf("without a temperature scale: %v", err)
 	}
-	for _, tc := range []struct {
-		key  string
-		v    *Value
-		want string
-	}{
-		{"mistral3.attention.sliding_window", &Value{Type: TypeUint32, V: uint32(4096)}, "ignores it"},
-		{"mistral3.rope.scaling.type", &Value{Type: TypeString, V: "none"}, "without yarn rope scaling"},
-		{"mistral3.attention.scale", &Value{Type: TypeFloat32, V: float32(0.5)}, "mistral3.attention.scale is not supported"},
-	} {
-		g := openFamily(t, "ministral3")
-		setKV(g, tc.key, tc.v)
-		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want %q", tc.key, err, tc.want)
-		}
-	}
+	checkRefusals(t, "ministral3", []refusal{
+		{map[string]*Value{"mistral3.attention.sliding_window": {Type: TypeUint32, V: uint32(4096)}}, "ignores it"},
+		{map[string]*Value{"mistral3.rope.scaling.type": {Type: TypeString, V: "none"}}, "without yarn rope scaling"},
+		{map[string]*Value{"mistral3.attention.scale": {Type: TypeFloat32, V: float32(0.5)}}, "mistral3.attention.scale is not supported"},
+	})
 }
 
 // TestQwen35Config: the DeltaNet's sizes, the layer types and the rotary embedding read from the metadata, and
@@ -163,31 +149,14 @@ func TestQwen35Config(t *testing.T) {
 	if ck, err := g.Checkpoint(); err != nil || !slices.Equal(ck.Config.LayerTypes, []string{"linear_attention", "full_attention", "linear_attention", "full_attention"}) {
 		t.Errorf("full_attention_interval 2: %v", err)
 	}
-	for _, tc := range []struct {
-		key  string
-		v    *Value
-		want string
-	}{
-		{"qwen35.ssm.inner_size", &Value{Type: TypeUint32, V: uint32(128)}, "value heads are the size of its key heads"},
-		{"qwen35.attention.layer_norm_rms_epsilon", &Value{Type: TypeFloat32, V: float32(1e-5)}, "only 1e-6 is supported"},
-		{"qwen35.nextn_predict_layers", &Value{Type: TypeUint32, V: uint32(1)}, "multi-token-prediction"},
-		{"qwen35.ssm.group_count", nil, "qwen35.ssm.group_count is missing"},
-		{"qwen35.rope.scaling.type", &Value{Type: TypeString, V: "linear"}, "rope scaling is not supported"},
-	} {
-		g := openFamily(t, "qwen3_5")
-		setKV(g, tc.key, tc.v)
-		if tc.key == "qwen35.rope.scaling.type" {
-			setKV(g, "qwen35.rope.scaling.factor", &Value{Type: TypeFloat32, V: float32(2)})
-		}
-		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want %q", tc.key, err, tc.want)
-		}
-	}
-	g = openFamily(t, "qwen3_5")
-	setKV(g, "general.architecture", &Value{Type: TypeString, V: "qwen3next"})
-	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), "half regrouped") {
-		t.Errorf("qwen3next: got %v", err)
-	}
+	checkRefusals(t, "qwen3_5", []refusal{
+		{map[string]*Value{"qwen35.ssm.inner_size": {Type: TypeUint32, V: uint32(128)}}, "value heads are the size of its key heads"},
+		{map[string]*Value{"qwen35.attention.layer_norm_rms_epsilon": {Type: TypeFloat32, V: float32(1e-5)}}, "only 1e-6 is supported"},
+		{map[string]*Value{"qwen35.nextn_predict_layers": {Type: TypeUint32, V: uint32(1)}}, "multi-token-prediction"},
+		{map[string]*Value{"qwen35.ssm.group_count": nil}, "qwen35.ssm.group_count is missing"},
+		{map[string]*Value{"qwen35.rope.scaling.type": {Type: TypeString, V: "linear"}, "qwen35.rope.scaling.factor": {Type: TypeFloat32, V: float32(2)}}, "rope scaling is not supported"},
+		{map[string]*Value{"general.architecture": {Type: TypeString, V: "qwen3next"}}, "half regrouped"},
+	})
 	g = openFamily(t, "qwen3_5")
 	for i := range g.Tensors {
 		if g.Tensors[i].Name == "blk.0.ssm_a" {
@@ -196,5 +165,25 @@ func TestQwen35Config(t *testing.T) {
 	}
 	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), `"blk.0.ssm_a_log" is not supported`) {
 		t.Errorf("unknown tensor: got %v", err)
+	}
+}
+
+// refusal is metadata set (nil: removed) on a family file, and the words of the error it must give.
+type refusal struct {
+	kvs  map[string]*Value
+	want string
+}
+
+// checkRefusals requires each refusal's edit of the family file name to be refused with its words.
+func checkRefusals(t *testing.T, name string, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
+		g := openFamily(t, name)
+		for k, v := range c.kvs {
+			setKV(g, k, v)
+		}
+		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %v: got %v, want %q", name, c.kvs, err, c.want)
+		}
 	}
 }
