@@ -70,14 +70,14 @@ type Config struct {
 	// rope_local_base_freq is the local (sliding) layers' rotary base in transformers 4's spelling of Gemma 3;
 	// sliding_window_pattern (Gemma 3 without layer_types): every pattern-th layer is global. Config classes
 	// save _sliding_window_pattern beside layer_types, which then decide.
-	HiddenActivation          string   `json:"hidden_activation"`
-	QueryPreAttnScalar        float64  `json:"query_pre_attn_scalar"`
-	AttnLogitSoftcapping      *float64 `json:"attn_logit_softcapping"`
-	FinalLogitSoftcapping     *float64 `json:"final_logit_softcapping"`
-	RopeLocalBaseFreq         *float64 `json:"rope_local_base_freq"`
-	SlidingWindowPattern      *int     `json:"sliding_window_pattern"`
-	SavedSlidingWindowPattern *int     `json:"_sliding_window_pattern"`
-	UseBidirectionalAttention *bool    `json:"use_bidirectional_attention"`
+	HiddenActivation          string         `json:"hidden_activation"`
+	QueryPreAttnScalar        float64        `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcapping      *float64       `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping     *float64       `json:"final_logit_softcapping"`
+	RopeLocalBaseFreq         *float64       `json:"rope_local_base_freq"`
+	SlidingWindowPattern      *int           `json:"sliding_window_pattern"`
+	SavedSlidingWindowPattern *int           `json:"_sliding_window_pattern"`
+	UseBidirectionalAttention *Bidirectional `json:"use_bidirectional_attention"`
 
 	// Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE). NumExperts is the number of routed experts:
 	// num_experts or num_local_experts, two spellings transformers' configs map onto each other (Mixtral's key is
@@ -119,6 +119,8 @@ type Config struct {
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
 	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
 	HybridExperts
+	// Gemma4: Gemma 4's keys (families_gemma4.go).
+	Gemma4
 	// Llama4Text: Llama 4's keys (families_llama4.go).
 	Llama4Text
 

@@ -10,7 +10,7 @@ import (
 // Rope holds a rotary embedding's parameters as transformers 5's rope_parameters names them. Zero values mean
 // absent; engine/model computes the frequencies and refuses the types it does not implement.
 type Rope struct {
-	// Type is "default", "linear", "dynamic", "yarn", "llama3" or "longrope".
+	// Type is "default", "linear", "dynamic", "yarn", "llama3", "longrope" or "proportional".
 	Type  string
 	Theta float64
 	// PartialRotaryFactor is the fraction of head_dim that is rotated (0: all of it).
@@ -45,6 +45,8 @@ var ropeKeys = map[string][]string{
 	"yarn":     {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"},
 	"llama3":   {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
 	"longrope": {"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"},
+	// Gemma 4's full-attention layers: the first partial_rotary_factor of the frequencies rotate, the others are 0.
+	"proportional": {"factor"},
 }
 
 // ropeRequired are the keys each type must carry (after the top-level fallbacks).
@@ -248,6 +250,9 @@ func ropeFrom(name string, d map[string]json.RawMessage, c *Config, topOrig int)
 		if r.OriginalMaxPositionEmbeddings <= 0 {
 			return r, fmt.Errorf("config: %s.original_max_position_embeddings must be positive, got %d", name, r.OriginalMaxPositionEmbeddings)
 		}
+	}
+	if r.Type == "proportional" && isAbsentOrNull(d, "factor") {
+		r.Factor = 1 // transformers' default for proportional
 	}
 	if r.Type != "default" && r.Type != "longrope" && r.Type != "yarn" && !(r.Factor > 0) {
 		return r, fmt.Errorf("config: %s: rope type %q needs a positive factor, got %g", name, r.Type, r.Factor)

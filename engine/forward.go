@@ -208,17 +208,24 @@ func (r *runner) newPass(st *stream, kv *kvcache.Store, feeds []feed, all bool) 
 		return nil, err
 	}
 	defer release()
-	embed := r.embedder(ew)
+	em := embedding{token: r.embedder(ew), perLayer: func(x *hostArray, ids [][]int) (*hostArray, error) { return r.perLayerInputs(ew, x, ids) }}
 	var p pass
 	err = r.store.guardMapped(func() (err error) { // the embedding may be read from a mapped shard
 		if r.onHost(all) {
-			p, err = r.newHostPass(kv, feeds, embed, all)
+			p, err = r.newHostPass(kv, feeds, em, all)
 		} else {
-			p, err = r.newGraphPass(kv, feeds, embed, all)
+			p, err = r.newGraphPass(kv, feeds, em, all)
 		}
 		return err
 	})
 	return p, err
+}
+
+// embedding is what a pass embeds its tokens with: token writes the (scaled) embedding of token id at position
+// pos into dst; perLayer computes the per-layer inputs of embedded tokens (runner.perLayerInputs).
+type embedding struct {
+	token    func(dst []float32, id, pos int) error
+	perLayer func(x *hostArray, ids [][]int) (*hostArray, error)
 }
 
 // embedder returns the function writing the (scaled) embedding of token id, at position pos, into dst.
@@ -229,7 +236,7 @@ func (r *runner) embedder(ew *weightSet) func(dst []float32, id, pos int) error 
 		if id < 0 || id >= c.VocabSize {
 			return fmt.Errorf("token id %d at position %d is outside the vocabulary (vocab_size %d)", id, pos, c.VocabSize)
 		}
-		embedRow(dst, ew.hostTensors()[0].flat, id, c.HiddenSize)
+		embedRow(dst, ew.hostTensors()[0].flat, r.embedID(id), c.HiddenSize)
 		if scale != 1 {
 			for i := range dst {
 				dst[i] *= scale
@@ -237,6 +244,75 @@ func (r *runner) embedder(ew *weightSet) func(dst []float32, id, pos int) error 
 		}
 		return nil
 	}
+}
+
+// perLayerInputs computes on the host the per-layer inputs (model.PerLayerInputs) of the embedded tokens x
+// [B, T, hidden] whose ids are ids[b][t] (-1 at padding, whose inputs are zero), from the embedding unit's
+// per-layer tensors: [B, layers, T, Plan.PerLayerInput]; nil when the model has none.
+func (r *runner) perLayerInputs(ew *weightSet, x *hostArray, ids [][]int) (*hostArray, error) {
+	p := r.plan
+	if p.PerLayerInput == 0 {
+		return nil, nil
+	}
+	pl, ok := r.arch.(model.PerLayerInputs)
+	if !ok {
+		return nil, fmt.Errorf("the model's layers take per-layer inputs, which its architecture does not compute")
+	}
+	ts := ew.hostTensors()
+	n, rows := len(p.Layers)*p.PerLayerInput, p.PerLayerTensors[0].Shape[0]
+	b, t := x.dims[0], x.dims[1]
+	tok := newHostArray(b, t, n)
+	for bi, row := range ids {
+		for ti, id := range row {
+			if id >= 0 {
+				id = r.embedID(id)
+			}
+			if id >= rows {
+				return nil, fmt.Errorf("token id %d has no row in %s (%d rows)", id, p.PerLayerTensors[0].Name, rows)
+			}
+			if id >= 0 {
+				embedRow(tok.data[(bi*t+ti)*n:(bi*t+ti+1)*n], ts[1].flat, id, n)
+			}
+		}
+	}
+	ws := make([]model.Value, len(ts)-2)
+	for i := range ws {
+		ws[i] = ts[i+2]
+	}
+	return arr(pl.PerLayerInputs(hostOps{bf16Products: r.bf16Products, batch: 1}, x, tok, ws)), nil
+}
+
+// embedID is the token whose embedding token id takes (model.Plan.EmbedAs).
+func (r *runner) embedID(id int) int {
+	if to, ok := r.plan.EmbedAs[id]; ok {
+		return to
+	}
+	return id
+}
+
+// layerInput is layer l's slice [B, T, P] of per-layer inputs pli [B, layers, T, P] (nil: nil), into an array of
+// the arena.
+func layerInput(arena *hostArena, pli *hostArray, l int) model.Value {
+	if pli == nil {
+		return nil
+	}
+	b, layers, t, n := pli.dims[0], pli.dims[1], pli.dims[2], pli.dims[3]
+	y := arena.array(b, t, n)
+	for bi := range b {
+		copy(y.data[bi*t*n:(bi+1)*t*n], pli.data[(bi*layers+l)*t*n:])
+	}
+	return y
+}
+
+// kvSources are the layers whose keys and values a later layer attends with (model.Plan.KVSource).
+func kvSources(p *model.Plan) map[int]bool {
+	src := map[int]bool{}
+	for i, j := range p.KVSource {
+		if j != i {
+			src[j] = true
+		}
+	}
+	return src
 }
 
 // onHost reports whether a forward pass runs on the host kernels rather than as graphs: always on cpu unless
@@ -311,6 +387,7 @@ func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 	p := r.plan
 	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim,
 		Half: host && r.kvHalf, RingSlack: ringSlack}
+	cfg.Dims, cfg.Share = cacheLayout(p)
 	for i, l := range p.Layers {
 		if l.Recurrent {
 			if cfg.State == nil {
@@ -327,6 +404,21 @@ func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 		}
 	}
 	return cfg
+}
+
+// cacheLayout are the per-layer key/value dims of a plan whose layers differ in them, and the layers each reads
+// (Plan.KVSource); nil where every layer has the plan's and its own.
+func cacheLayout(p *model.Plan) (dims []kvcache.Dims, share []int) {
+	for i, l := range p.Layers {
+		if l.HeadDim == 0 && l.KVHeads == 0 {
+			continue
+		}
+		if dims == nil {
+			dims = make([]kvcache.Dims, len(p.Layers))
+		}
+		dims[i] = kvcache.Dims{KVHeads: l.KVHeads, HeadDim: l.HeadDim}
+	}
+	return dims, p.KVSource
 }
 
 // newKV allocates a Store in device buffers (shared with the host where the backend has them).
@@ -347,6 +439,9 @@ func freeKVStore(kv *kvcache.Store) {
 		return
 	}
 	for i := range kv.Config().Layers {
+		if kv.Config().Shared(i) { // its source's, freed there
+			continue
+		}
 		s, _ := kv.View(i).Layer(0)
 		if d, ok := s.KHandle.(*deviceTensor); ok {
 			d.free()

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -28,8 +29,10 @@ func (r *runner) buildExecs() error {
 }
 
 // layerExec returns the executable of a kind of decoder layer, serving every layer of that kind. Its inputs are
-// x, cos and sin (only for a layer with rotary embeddings), the query scale (only for a layer with one), mask, pastK, pastV, then the weights in Plan order,
-// bound to their roles once, when the graph is built.
+// x, cos and sin (only for a layer with rotary embeddings), the query scale (only for a layer with one), mask,
+// pastK, pastV, the per-layer input (only for a model with them), the new keys and values it attends with (only
+// for a SharedKV layer), then the weights in Plan order, bound to their roles once, when the graph is built. It
+// returns x, and but for a SharedKV layer the new keys and values.
 func (r *runner) layerExec(kind model.LayerKind) (*graph.Exec, error) {
 	if x, ok := r.layerExecs[kind]; ok {
 		return x, nil
@@ -49,13 +52,24 @@ func (r *runner) layerExec(kind model.LayerKind) (*graph.Exec, error) {
 			ops.mask = rest[0]
 		}
 		ops.pastK, ops.pastV, rest = rest[1], rest[2], rest[3:]
+		in := model.LayerInputs{Kind: kind, X: x}
+		if r.plan.PerLayerInput > 0 {
+			in.PerLayer, rest = rest[0], rest[1:]
+		}
+		if kind.SharedKV {
+			in.K, in.V, rest = rest[0], rest[1], rest[2:]
+		}
 		weights := make([]model.Value, len(r.plan.Weights)) // the layer's inputs are the specs its kind holds
 		for i := range weights {
 			if r.plan.Holds(kind, i) {
 				weights[i], rest = rest[0], rest[1:]
 			}
 		}
-		out := r.arch.Layer(ops, model.LayerInputs{Kind: kind, X: x, W: r.plan.Bind(weights)})
+		in.W = r.plan.Bind(weights)
+		out := r.arch.Layer(ops, in)
+		if kind.SharedKV {
+			return []*graph.Node{node(out.X)}
+		}
 		return []*graph.Node{node(out.X), node(out.K), node(out.V)}
 	}
 	x, err := graph.NewExec(r.backend, layerFn)
@@ -97,10 +111,16 @@ type graphPass struct {
 	valid    *tensors.Tensor // [batch, tb]: 1 at each row's new positions (recurrent layers)
 	health   [][]float32     // by row of the store: the runner's health rows of forward's rows, nil for the others
 	k, v     *deviceTensor
+	// pli are the per-layer inputs [batch, layers, tb, P] (nil: none).
+	pli *hostArray
+	// newKV are the new keys and values of the layers others attend with (kvSources), by layer: written to the
+	// cache by head, after those layers attended beside the cache as it was before the pass.
+	newKV   map[int][2]*tensors.Tensor
+	sources map[int]bool
 }
 
 // newGraphPass embeds the new tokens into the padded batch and builds the pass's rotary tables and masks.
-func (r *runner) newGraphPass(kv *kvcache.Store, feeds []feed, embed func(dst []float32, id, pos int) error, all bool) (pass, error) {
+func (r *runner) newGraphPass(kv *kvcache.Store, feeds []feed, embed embedding, all bool) (pass, error) {
 	h, b := r.cfg.HiddenSize, kv.Config().Batch
 	tmax := 0
 	for _, f := range feeds {
@@ -110,17 +130,27 @@ func (r *runner) newGraphPass(kv *kvcache.Store, feeds []feed, embed func(dst []
 		tmax = max(tmax, len(f.ids))
 	}
 	tb := bucket(tmax)
-	p := &graphPass{r: r, kv: kv, lens: make([]int, b), tb: tb, all: all, masks: map[maskKind]*tensors.Tensor{}, health: make([][]float32, b)}
+	p := &graphPass{r: r, kv: kv, lens: make([]int, b), tb: tb, all: all, masks: map[maskKind]*tensors.Tensor{}, health: make([][]float32, b),
+		newKV: map[int][2]*tensors.Tensor{}, sources: kvSources(r.plan)}
 	xHost := make([]float32, b*tb*h)
+	ids := make([][]int, b)
+	for row := range ids {
+		ids[row] = slices.Repeat([]int{-1}, tb) // padding
+	}
 	for i, f := range feeds {
 		p.rows = append(p.rows, f.row)
 		p.lens[f.row] = len(f.ids)
 		p.health[f.row] = r.health[i]
+		copy(ids[f.row], f.ids)
 		for j, id := range f.ids {
-			if err := embed(xHost[(f.row*tb+j)*h:(f.row*tb+j+1)*h], id, kv.Len(f.row)+j); err != nil {
+			if err := embed.token(xHost[(f.row*tb+j)*h:(f.row*tb+j+1)*h], id, kv.Len(f.row)+j); err != nil {
 				return nil, err
 			}
 		}
+	}
+	var err error
+	if p.pli, err = embed.perLayer(&hostArray{data: xHost, dims: []int{b, tb, h}}, ids); err != nil {
+		return nil, err
 	}
 	every := make([]int, b)
 	for row := range every {
@@ -170,7 +200,18 @@ func (p *graphPass) compute(i int, w *weightSet) error {
 	if kind.Recurrent {
 		mask = p.valid
 	}
-	args = append(append(args, mask, p.k.t, p.v.t), w.args(p.r.plan)...)
+	args = append(args, mask, p.k.t, p.v.t)
+	if p.pli != nil {
+		pl := arr(layerInput(nil, p.pli, i))
+		t := tensors.FromFlatDataAndDimensions(pl.data, pl.dims...)
+		defer t.FinalizeAll()
+		args = append(args, t)
+	}
+	if kind.SharedKV {
+		kv := p.newKV[p.r.plan.KVSource[i]]
+		args = append(args, kv[0], kv[1])
+	}
+	args = append(args, w.args(p.r.plan)...)
 	lx, err := p.r.layerExec(kind)
 	if err != nil {
 		return err
@@ -181,20 +222,33 @@ func (p *graphPass) compute(i int, w *weightSet) error {
 	}
 	p.x.FinalizeAll()
 	p.x = outs[0]
-	defer outs[1].FinalizeAll()
-	defer outs[2].FinalizeAll()
+	var werr error
+	switch {
+	case kind.SharedKV:
+	case p.sources[i]: // written by head
+		p.newKV[i] = [2]*tensors.Tensor{outs[1], outs[2]}
+	default:
+		werr = p.write(p.kv.View(i), outs[1], outs[2])
+		outs[1].FinalizeAll()
+		outs[2].FinalizeAll()
+	}
 	h := p.r.cfg.HiddenSize
-	return errors.Join(p.x.ConstFlatData(func(flat any) {
+	return errors.Join(werr, p.x.ConstFlatData(func(flat any) {
 		f := flat.([]float32)
 		for row, t := range p.lens {
 			if t > 0 && p.health[row] != nil {
 				p.health[row][i] = guard.MaxAbs(f[row*p.tb*h : (row*p.tb+t)*h])
 			}
 		}
-	}), p.write(p.kv.View(i), outs[1], outs[2]))
+	}))
 }
 
 func (p *graphPass) head(st *stream) ([][]float32, error) {
+	for l, kv := range p.newKV {
+		if err := p.write(p.kv.View(l), kv[0], kv[1]); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+	}
 	for row, t := range p.lens {
 		if err := p.kv.Advance(row, t); err != nil {
 			return nil, err
@@ -228,6 +282,10 @@ func (p *graphPass) free() {
 	}
 	if p.valid != nil {
 		p.valid.FinalizeAll()
+	}
+	for _, kv := range p.newKV {
+		kv[0].FinalizeAll()
+		kv[1].FinalizeAll()
 	}
 }
 

@@ -57,6 +57,11 @@ type hostOps struct {
 	rowByRow []model.Value
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
+	// shared: the layer attends with an earlier layer's keys and values (kv is that layer's view), which it does
+	// not write. deferWrite: the layer's keys and values are attended with by later layers, so that a pass too
+	// long to write them ahead leaves them to hostPass.writeDeferred rather than overwriting the ring before those
+	// layers attend.
+	shared, deferWrite bool
 }
 
 // hostArray is a float32 array on the host.
@@ -205,6 +210,12 @@ func normValues(w model.Value, n int) []float32 {
 // onesOf holds the weights of the norms without weight, by width: n ones, made once.
 var onesOf sync.Map
 
+// ScaleBy multiplies x by the one value of the weight s.
+func (o hostOps) ScaleBy(x, s model.Value) model.Value {
+	f := weightData(s).([]float32)[0]
+	return o.each(x, func(v float32) float32 { return v * f })
+}
+
 func (o hostOps) Heads(x model.Value, heads, d int) model.Value {
 	xa := arr(x)
 	b, t := xa.dims[0], xa.dims[1]
@@ -266,7 +277,9 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	b, heads, t, d := qa.dims[0], qa.dims[1], qa.dims[2], qa.dims[3]
 	ahead := o.kv.WritesAhead(t)
 	if ahead {
-		o.commit(ka, va)
+		if !o.shared {
+			o.commit(ka, va)
+		}
 	} else {
 		// The new keys and values as the cache will give them back (float16 in a float16 cache), so that a
 		// prompt sees its own positions alike computed in one pass or a token at a time.
@@ -305,7 +318,7 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 		}
 	}
 	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window, Chunk: o.chunk}, d, jobs)
-	if !ahead {
+	if !ahead && !o.shared && !o.deferWrite {
 		o.commit(ka, va)
 	}
 	return y

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
@@ -18,6 +21,8 @@ type hostPass struct {
 	all    bool // every new position's logits (Logits: one sequence)
 	arena  *hostArena
 	keep   []*hostArray // the groups' activations, kept across a recycle of the arena
+	// sources are the layers others attend with (kvSources).
+	sources map[int]bool
 }
 
 // hostGroup is sequences a host pass computes together: each brings the same number t of new positions.
@@ -32,15 +37,20 @@ type hostGroup struct {
 	pos    [][]int     // each row's positions
 	x      model.Value // [len(rows), t, hidden]
 	tables passTables  // rotary tables and masks of the group's rows
+	// pli are the per-layer inputs [len(rows), layers, t, P] (nil: none).
+	pli *hostArray
+	// kv are the new keys and values of the layers others attend with (model.Plan.KVSource), by layer.
+	kv map[int][2]*hostArray
 }
 
 // newHostPass embeds the new tokens into their groups (hostGroups).
-func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed func(dst []float32, id, pos int) error, all bool) (pass, error) {
+func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed embedding, all bool) (pass, error) {
 	groups, err := r.hostGroups(kv, feeds, embed)
 	if err != nil {
 		return nil, err
 	}
-	return &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups))}, nil
+	return &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups)),
+		sources: kvSources(r.plan)}, nil
 }
 
 // hostGroups embeds each feed's ids and groups the feeds by their number of new positions, whether their
@@ -48,7 +58,7 @@ func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed func(dst []f
 // (one position each) share one group, a prompt forms its own unless another of the same length comes with it,
 // a draft tree always its own. Every row of a group is computed exactly as alone (the host kernels sum each row in
 // the same order whatever the rows beside it), so grouping changes no result.
-func (r *runner) hostGroups(kv *kvcache.Store, feeds []feed, embed func(dst []float32, id, pos int) error) ([]*hostGroup, error) {
+func (r *runner) hostGroups(kv *kvcache.Store, feeds []feed, embed embedding) ([]*hostGroup, error) {
 	type key struct {
 		t            int
 		tiled, every bool
@@ -80,23 +90,28 @@ func (r *runner) hostGroups(kv *kvcache.Store, feeds []feed, embed func(dst []fl
 
 // embedGroup embeds a group's ids and builds its tables: for a verification, the rotary table of each position
 // as a decode step at that position builds it (a tree's leaves at their depths).
-func (r *runner) embedGroup(kv *kvcache.Store, g *hostGroup, feeds []feed, embed func(dst []float32, id, pos int) error) error {
+func (r *runner) embedGroup(kv *kvcache.Store, g *hostGroup, feeds []feed, embed embedding) error {
 	h := r.cfg.HiddenSize
 	x := newHostArray(len(g.rows), g.t, h)
 	lens := make([]int, len(g.rows))
 	g.past = make([]int, len(g.rows))
+	ids := make([][]int, len(g.rows))
 	for j, row := range g.rows {
 		f := feeds[g.at[j]]
 		pos0 := kv.Len(row)
-		g.past[j], lens[j] = pos0, g.t
+		g.past[j], lens[j], ids[j] = pos0, g.t, f.ids
 		g.pos = append(g.pos, f.positions(pos0))
 		for k, id := range f.ids {
-			if err := embed(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, g.pos[j][k]); err != nil {
+			if err := embed.token(x.data[(j*g.t+k)*h:(j*g.t+k+1)*h], id, g.pos[j][k]); err != nil {
 				return err
 			}
 		}
 	}
 	g.x = x
+	var err error
+	if g.pli, err = embed.perLayer(x, ids); err != nil {
+		return err
+	}
 	if g.every {
 		g.tables = r.decodeTables(g.pos)
 		return nil
@@ -134,18 +149,30 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 	kind := r.plan.Layers[i]
 	var err error
 	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, chunk: kind.Chunk, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
-		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe}
+		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe,
+		shared: kind.SharedKV, deferWrite: p.sources[i]}
 	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
 		ops.rowByRow = llamaCppOutputRows(weights)
 	}
 	if kind.Rope != model.NoRope {
 		ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]
 	}
-	out := r.arch.Layer(ops, model.LayerInputs{Kind: kind, X: g.x, W: weights}) // its attention writes the cache
+	in := model.LayerInputs{Kind: kind, X: g.x, W: weights, PerLayer: layerInput(p.arena, g.pli, i)}
+	if kind.SharedKV {
+		kv := g.kv[r.plan.KVSource[i]]
+		in.K, in.V = kv[0], kv[1]
+	}
+	out := r.arch.Layer(ops, in) // its attention writes the cache
 	if err != nil {
 		return err
 	}
 	g.x = out.X
+	if p.sources[i] { // kept beyond the arena's recycling, for the layers attending with them and the head
+		if g.kv == nil {
+			g.kv = map[int][2]*hostArray{}
+		}
+		g.kv[i] = [2]*hostArray{cloneArray(arr(out.K)), cloneArray(arr(out.V))}
+	}
 	h := r.cfg.HiddenSize
 	for j, at := range g.at {
 		r.health[at][i] = guard.MaxAbs(arr(g.x).data[j*g.t*h : (j+1)*g.t*h])
@@ -164,6 +191,9 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 		if f.every || p.all {
 			first[i+1] = first[i] + len(f.ids)
 		}
+	}
+	if err := p.writeDeferred(); err != nil {
+		return nil, err
 	}
 	n := first[len(p.feeds)]
 	last := newHostArray(n, 1, h)
@@ -213,3 +243,28 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 }
 
 func (p *hostPass) free() {}
+
+// writeDeferred writes the keys and values of the layers others attend with that their attention did not write
+// (a pass too long to write ahead into a ring, hostOps.deferWrite): the later layers attended beside the ring as
+// it was before the pass.
+func (p *hostPass) writeDeferred() error {
+	for l := range p.sources {
+		view := p.kv.View(l)
+		for _, g := range p.groups {
+			if view.WritesAhead(g.t) {
+				continue // written by its attention
+			}
+			var err error
+			hostOps{kv: view, rows: g.rows, tree: g.tree, err: &err}.commit(g.kv[l][0], g.kv[l][1])
+			if err != nil {
+				return fmt.Errorf("layer %d: %w", l, err)
+			}
+		}
+	}
+	return nil
+}
+
+// cloneArray is a copy of a.
+func cloneArray(a *hostArray) *hostArray {
+	return &hostArray{data: slices.Clone(a.data), dims: slices.Clone(a.dims)}
+}

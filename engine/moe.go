@@ -32,15 +32,21 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	rows := len(la.data) / n
 	r := &hostRouting{k: opts.K, experts: make([]int, rows*opts.K), weights: make([]float32, rows*opts.K),
 		byE: make([][]int, n), slot: make([]int, rows*opts.K), dims: slices.Clone(la.dims[:len(la.dims)-1]), inputs: opts.WeighInputs}
-	var bias []float32
+	var bias, scale []float32
 	if opts.Bias != nil {
 		bias = weightData(opts.Bias).([]float32)
+	}
+	if opts.ExpertScale != nil {
+		scale = weightData(opts.ExpertScale).([]float32)
 	}
 	scores, choice := make([]float32, n), make([]float32, n)
 	for row := range rows {
 		at := row * opts.K
 		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
 		for j, e := range r.experts[at : at+opts.K] {
+			if scale != nil {
+				r.weights[at+j] *= scale[e]
+			}
 			r.slot[at+j] = len(r.byE[e])
 			r.byE[e] = append(r.byE[e], row)
 		}
@@ -223,6 +229,9 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 	}
 	if opts.Scale != 0 && opts.Scale != 1 {
 		w = MulScalar(w, float64(float32(opts.Scale)))
+	}
+	if opts.ExpertScale != nil {
+		w = Mul(w, broadcastLike(f32(node(opts.ExpertScale)), w))
 	}
 	return &graphRouting{w: w, inputs: opts.WeighInputs}
 }

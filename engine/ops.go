@@ -44,6 +44,10 @@ func (g graphOps) Scale(x model.Value, s float64) model.Value {
 	return MulScalar(node(x), float64(float32(s)))
 }
 func (g graphOps) SoftCap(x model.Value, c float64) model.Value { return softCap(node(x), c) }
+func (g graphOps) ScaleBy(x, s model.Value) model.Value {
+	n := node(x)
+	return Mul(n, BroadcastToDims(Reshape(f32(node(s))), n.Shape().Dimensions...))
+}
 func (g graphOps) ScaleQueries(q model.Value) model.Value {
 	d := g.qscale.Shape().Dimensions
 	n := node(q)

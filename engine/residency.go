@@ -61,8 +61,10 @@ const residencyKVPositions = 4096
 // every layer full (the batch loop allocates its cache after the budget is spent).
 func (s *weightStore) kvEstimate() int64 {
 	p := s.plan
-	return kvcache.Config{Layers: len(p.Layers), Batch: 1, KVHeads: p.KVHeads, Capacity: min(p.Context, residencyKVPositions),
-		HeadDim: p.HeadDim, Half: s.opts.KVCache == KVCacheF16}.Bytes()
+	c := kvcache.Config{Layers: len(p.Layers), Batch: 1, KVHeads: p.KVHeads, Capacity: min(p.Context, residencyKVPositions),
+		HeadDim: p.HeadDim, Half: s.opts.KVCache == KVCacheF16}
+	c.Dims, c.Share = cacheLayout(p)
+	return c.Bytes()
 }
 
 // residentLayers returns which decoder layers the store keeps resident for a budget of bytes: as many as fit,

@@ -157,8 +157,12 @@ func (s *weightStore) checkTensors() error {
 				shape, used = layers[s.plan.Layers[u.Layer]][strings.TrimPrefix(t.Name, unitPrefix(u.Name))]
 			} else if u.Layer >= 0 {
 				used = false
-			} else if used = t.Name == embedWeight || t.Name == normWeight || t.Name == lmHeadWeight; used {
-				shape = s.headSpecs(u.Name)[0].shape
+			} else {
+				for _, spec := range s.headSpecs(u.Name) {
+					if spec.suffix == t.Name {
+						shape, used = spec.shape, true
+					}
+				}
 			}
 			if !used {
 				return fmt.Errorf("tensor %q (unit %s) is not used by %s with this config.json: refusing to run without it (a config key that enables it may be missing, e.g. attention_bias or mlp_bias; see TROUBLESHOOTING.md %q)", t.Name, u.Name, s.cfg.Arch.Name, sections.UnusedTensor)
@@ -193,8 +197,16 @@ func (s *weightStore) layerBytes() int64 {
 func (s *weightStore) headSpecs(unit string) []tensorSpec {
 	c := s.cfg
 	switch unit {
-	case unitEmbed:
-		return []tensorSpec{{suffix: embedWeight, shape: []int{c.VocabSize, c.HiddenSize}, dtype: s.dtype}}
+	case unitEmbed: // and the per-layer inputs' tensors (model.Plan.PerLayerTensors)
+		specs := []tensorSpec{{suffix: embedWeight, shape: []int{c.VocabSize, c.HiddenSize}, dtype: s.dtype}}
+		for _, w := range s.plan.PerLayerTensors {
+			dt := dtypes.Float32
+			if len(w.Shape) == 2 {
+				dt = s.dtype
+			}
+			specs = append(specs, tensorSpec{suffix: w.Name, shape: w.Shape, dtype: dt})
+		}
+		return specs
 	case unitNorm:
 		return []tensorSpec{{suffix: normWeight, shape: []int{c.HiddenSize}, dtype: dtypes.Float32}}
 	default:

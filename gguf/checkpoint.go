@@ -87,10 +87,11 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 				return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
 			}
 		}
-		if want == nil {
-			err = info.checkShape(hf, ct.Shape, cfg)
-		} else if !slices.Equal(ct.Shape, want) {
+		switch {
+		case want != nil && !slices.Equal(ct.Shape, want):
 			err = fmt.Errorf("shape %v, the metadata implies %v", ct.Shape, want)
+		case want == nil && !info.layerShapes:
+			err = info.checkShape(hf, ct.Shape, cfg)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)

@@ -44,6 +44,14 @@ type archInfo struct {
 	// its shape is checked: it sets what reading must undo of the converter's changes, and returns the shape the
 	// config implies for the architecture's own tensors (nil: the shared checkShape's).
 	tensor func(t *checkpoint.TensorInfo, c *checkpoint.Config) (want []int64, err error)
+	// globals maps this architecture's own global tensors to Hugging Face's names, besides globalNames.
+	globals map[string]string
+	// layerArrays: feed_forward_length and attention.head_count_kv may give one value per layer; the shared code
+	// reads layer 0's, and config the others.
+	layerArrays bool
+	// layerShapes: the layers' shapes differ by layer (Gemma 4's full layers), so the tensors are checked
+	// against the engine's plan (weightStore.checkTensors) rather than against the config here.
+	layerShapes bool
 }
 
 // archMeta reads one architecture's metadata: key("x") is "<arch>.x".
@@ -137,6 +145,9 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	for hf, k := range map[string]string{"hidden_size": "embedding_length", "intermediate_size": "feed_forward_length",
 		"num_hidden_layers": "block_count", "num_attention_heads": "attention.head_count"} {
 		v, err := must(k)
+		if info.layerArrays && k == "feed_forward_length" {
+			v, err = g.layer0(key(k), true)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -144,10 +155,14 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	}
 	heads, hidden := cfg["num_attention_heads"].(int), cfg["hidden_size"].(int)
 	kvHeads := heads
-	if v, ok, err := g.Int(key("attention.head_count_kv")); err != nil {
+	if v, ok, err := g.Int(key("attention.head_count_kv")); err != nil && !info.layerArrays {
 		return nil, nil, err
-	} else if ok {
+	} else if ok && err == nil {
 		kvHeads = v
+	} else if ok {
+		if kvHeads, err = g.layer0(key("attention.head_count_kv"), false); err != nil {
+			return nil, nil, err
+		}
 	}
 	cfg["num_key_value_heads"] = kvHeads
 	if heads == 0 {
@@ -256,6 +271,23 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 		return nil, nil, fmt.Errorf("derived config.json: %w", err)
 	}
 	return append(b, '\n'), c, nil
+}
+
+// layer0 reads an integer or the first of an array of them (a per-layer value); required: refuse it absent.
+func (g *File) layer0(key string, required bool) (int, error) {
+	if v, ok, err := g.Int(key); err == nil && (ok || !required) {
+		return v, nil
+	}
+	v, ok, err := g.Ints(key)
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok:
+		return 0, fmt.Errorf("metadata %s is missing", key)
+	case len(v) == 0:
+		return 0, fmt.Errorf("metadata %s is an empty array", key)
+	}
+	return v[0], nil
 }
 
 // ropeScaling reads the rope.scaling.* keys (and the older rope.scale_linear) into config.json's rope_scaling,

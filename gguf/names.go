@@ -43,6 +43,9 @@ func (a archInfo) hfName(name string) (string, error) {
 	if hf, ok := globalNames[name]; ok {
 		return hf, nil
 	}
+	if hf, ok := a.globals[name]; ok {
+		return hf, nil
+	}
 	if why, ok := refusedNames[name]; ok {
 		return "", fmt.Errorf("tensor %q: %s", name, why)
 	}

@@ -45,6 +45,12 @@ type Config struct {
 	// State, when not nil, has one entry per layer: a non-zero entry makes the layer recurrent (Gated DeltaNet
 	// linear attention), holding per sequence a fixed-size state instead of positions (recurrent.go).
 	State []State
+	// Dims, when not nil, has one entry per layer: a non-zero entry is the layer's own key/value heads and head
+	// size, in place of KVHeads and HeadDim (shared.go).
+	Dims []Dims
+	// Share, when not nil, has one entry per layer: the layer whose storage it reads, its own index for one
+	// that stores its own (shared.go).
+	Share []int
 }
 
 // RingAlign is what ring sizes are multiples of: the attention kernel's block of keys, so that a ring's wrap
@@ -62,6 +68,7 @@ func RingSlots(window, slack int) int {
 
 // Slots is the number of positions layer keeps per sequence.
 func (c Config) Slots(layer int) int {
+	layer = c.source(layer)
 	if c.Recurrent(layer) {
 		return 1
 	}
@@ -72,11 +79,15 @@ func (c Config) Slots(layer int) int {
 }
 
 func (c Config) ring(layer int) bool {
+	layer = c.source(layer)
 	return c.Ring != nil && c.Ring[layer] > 0 && RingSlots(c.Ring[layer], c.RingSlack) < c.Capacity
 }
 
 // Size is the number of elements of one K (or V) slice of layer.
-func (c Config) Size(layer int) int { return c.Batch * c.KVHeads * c.Slots(layer) * c.HeadDim }
+func (c Config) Size(layer int) int {
+	kvHeads, headDim := c.LayerDims(layer)
+	return c.Batch * kvHeads * c.Slots(layer) * headDim
+}
 
 // Bytes is the memory the keys and values of every layer take.
 func (c Config) Bytes() int64 {
@@ -86,6 +97,9 @@ func (c Config) Bytes() int64 {
 	}
 	var n int64
 	for l := range c.Layers {
+		if c.Shared(l) {
+			continue
+		}
 		if c.Recurrent(l) {
 			n += int64(c.Batch) * int64(c.State[l].K+c.State[l].V) * 4
 			continue
@@ -99,7 +113,7 @@ func (c Config) Bytes() int64 {
 func (c Config) Equal(o Config) bool {
 	return c.Layers == o.Layers && c.Batch == o.Batch && c.KVHeads == o.KVHeads && c.Capacity == o.Capacity &&
 		c.HeadDim == o.HeadDim && slices.Equal(c.Ring, o.Ring) && c.Half == o.Half &&
-		slices.Equal(c.State, o.State)
+		slices.Equal(c.State, o.State) && slices.Equal(c.Dims, o.Dims) && slices.Equal(c.Share, o.Share)
 }
 
 // Allocator returns zeroed float32 elements for an array of dims ([batch, kvHeads, slots, headDim]) and an
@@ -133,6 +147,9 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 	if cfg.State != nil && len(cfg.State) != cfg.Layers {
 		return nil, fmt.Errorf("kvcache: %d state sizes for %d layers", len(cfg.State), cfg.Layers)
 	}
+	if err := cfg.checkShared(); err != nil {
+		return nil, err
+	}
 	if alloc == nil {
 		alloc = func(dims []int) ([]float32, any, error) {
 			return make([]float32, dims[0]*dims[1]*dims[2]*dims[3]), nil, nil
@@ -142,6 +159,9 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 	for i := range s.slots {
 		var err error
 		sl := &s.slots[i]
+		if cfg.Shared(i) { // it reads its source's slot (View)
+			continue
+		}
 		if cfg.Recurrent(i) {
 			if err := s.newState(i, alloc); err != nil {
 				return nil, err
@@ -152,7 +172,8 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 			sl.K16, sl.V16 = make([]uint16, cfg.Size(i)), make([]uint16, cfg.Size(i))
 			continue
 		}
-		dims := []int{cfg.Batch, cfg.KVHeads, cfg.Slots(i), cfg.HeadDim}
+		kvHeads, headDim := cfg.LayerDims(i)
+		dims := []int{cfg.Batch, kvHeads, cfg.Slots(i), headDim}
 		if sl.K, sl.KHandle, err = alloc(dims); err != nil {
 			return nil, fmt.Errorf("kvcache: layer %d keys: %w", i, err)
 		}
@@ -198,17 +219,24 @@ func (s *Store) Advance(b, n int) error {
 }
 
 // View returns layer's storage as a one-layer cache: the view's only layer is index 0.
+// A layer that reads another's storage (Config.Share) gets a read-only view of that layer's.
 func (s *Store) View(layer int) *View {
-	return &View{store: s, slot: &s.slots[layer], slots: s.cfg.Slots(layer), ring: s.cfg.ring(layer), layer: layer}
+	src := s.cfg.source(layer)
+	kvHeads, headDim := s.cfg.LayerDims(src)
+	return &View{store: s, slot: &s.slots[src], slots: s.cfg.Slots(src), ring: s.cfg.ring(src), layer: src,
+		kvHeads: kvHeads, headDim: headDim, readOnly: src != layer}
 }
 
 // View is a one-layer window of a Store. The layer computation addresses it as layer 0.
 type View struct {
-	store *Store
-	slot  *Slot
-	slots int
-	ring  bool
-	layer int
+	store            *Store
+	slot             *Slot
+	slots            int
+	ring             bool
+	layer            int // the layer whose storage it is
+	kvHeads, headDim int
+	// readOnly: the view is a sharing layer's (Config.Share), which writes nothing.
+	readOnly bool
 }
 
 // Layer returns the storage of layer i of the view; a view has exactly one layer, index 0.
@@ -291,17 +319,20 @@ func (s *Store) TakeClamped() int64 { return s.clamped.Swap(0) }
 // bucket of stride ≥ n positions is written as is. A Half store rounds them to float16 (quant.HalvesClamped).
 func (v *View) Write(b, n, stride int, k, val []float32) error {
 	c := v.store.cfg
+	if v.readOnly {
+		return fmt.Errorf("kvcache: a layer reading layer %d's keys and values writes none", v.layer)
+	}
 	if err := v.store.CheckRoom(b, n); err != nil {
 		return err
 	}
 	if n > stride {
 		return fmt.Errorf("kvcache: %d positions do not fit a stride of %d", n, stride)
 	}
-	if want := c.KVHeads * stride * c.HeadDim; len(k) != want || len(val) != want {
+	if want := v.kvHeads * stride * v.headDim; len(k) != want || len(val) != want {
 		return fmt.Errorf("kvcache: write of %d positions (stride %d): got %d/%d elements, want %d", n, stride, len(k), len(val), want)
 	}
 	pos := v.store.lens[b]
-	d := c.HeadDim
+	d := v.headDim
 	put := func(dst, src, m int) { // m elements of k and val from src to the slot's dst
 		if !c.Half {
 			copy(v.slot.K[dst:dst+m], k[src:src+m])
@@ -313,8 +344,8 @@ func (v *View) Write(b, n, stride int, k, val []float32) error {
 			v.store.clamped.Add(int64(clamped))
 		}
 	}
-	for h := range c.KVHeads {
-		base := (b*c.KVHeads + h) * v.slots
+	for h := range v.kvHeads {
+		base := (b*v.kvHeads + h) * v.slots
 		src := h * stride * d
 		if !v.ring {
 			put((base+pos)*d, src, n*d)
@@ -344,7 +375,7 @@ func (s *Store) Truncate(b, n int) error {
 		return err
 	}
 	for l := range s.slots {
-		if !s.cfg.ring(l) || n == 0 {
+		if !s.cfg.ring(l) || n == 0 || s.cfg.Shared(l) {
 			continue
 		}
 		slots, window := s.cfg.Slots(l), s.cfg.Ring[l]
@@ -361,7 +392,8 @@ func (s *Store) Truncate(b, n int) error {
 // (a ring holds its last Ring). It fails when a sequence of src holds more positions than s has room for.
 func (s *Store) CopyFrom(src *Store) error {
 	c, o := s.cfg, src.cfg
-	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim || c.Half != o.Half || !slices.Equal(c.State, o.State) {
+	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim || c.Half != o.Half || !slices.Equal(c.State, o.State) ||
+		!slices.Equal(c.Dims, o.Dims) || !slices.Equal(c.Share, o.Share) {
 		return fmt.Errorf("kvcache: copy from a store of other dimensions (%+v into %+v)", o, c)
 	}
 	rows := min(c.Batch, o.Batch)
@@ -370,20 +402,23 @@ func (s *Store) CopyFrom(src *Store) error {
 			return fmt.Errorf("kvcache: sequence %d holds %d positions, more than the capacity of %d", b, src.lens[b], c.Capacity)
 		}
 	}
-	d := c.HeadDim
 	for l := range s.slots {
+		if c.Shared(l) {
+			continue
+		}
 		if c.Recurrent(l) {
 			s.copyState(src, l, rows)
 			continue
 		}
 		to, from := s.View(l), src.View(l)
+		kvHeads, d := c.LayerDims(l)
 		for b := range rows {
 			n := src.lens[b]
 			for p := max(0, n-min(to.slots, from.slots)); p < n; p++ {
 				dst, at := to.slotOf(p), from.slotOf(p)
-				for h := range c.KVHeads {
-					i := ((b*c.KVHeads+h)*to.slots + dst) * d
-					j := ((b*o.KVHeads+h)*from.slots + at) * d
+				for h := range kvHeads {
+					i := ((b*kvHeads+h)*to.slots + dst) * d
+					j := ((b*kvHeads+h)*from.slots + at) * d
 					if c.Half {
 						copy(to.slot.K16[i:i+d], from.slot.K16[j:j+d])
 						copy(to.slot.V16[i:i+d], from.slot.V16[j:j+d])

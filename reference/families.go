@@ -44,6 +44,8 @@ type model struct {
 	experts *experts
 	// linear, for the Gated DeltaNet hybrids (deltanet.go), says which layers are linear attention; nil otherwise.
 	linear []bool
+	// g4 is Gemma 4's layers (gemma4.go); nil for the other families.
+	g4 *gemma4
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -140,7 +142,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	case "gemma2", "gemma3_text":
 		// Gemma2Model / Gemma3TextModel: embeddings × √hidden_size in the model's dtype, (1 + w) norms around both
 		// branches, hidden_activation, scores × query_pre_attn_scalar^-½, final logits soft-capped.
-		if cfg.UseBidirectionalAttention != nil && *cfg.UseBidirectionalAttention {
+		if cfg.UseBidirectionalAttention.True() {
 			return nil, fmt.Errorf("use_bidirectional_attention is not implemented by the reference")
 		}
 		m.norms, m.normOffset, act = "both", 1, cfg.HiddenActivation
@@ -204,6 +206,11 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 			return nil, fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
 		}
 		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+	case "gemma4_text":
+		if err := m.gemma4Model(); err != nil {
+			return nil, err
+		}
+		return m, nil
 	case "llama4_text":
 		err = m.llama4()
 	case "qwen3_5_text", "qwen3_next":
@@ -386,6 +393,9 @@ func (m *model) layerTensors(l int) map[string][]int {
 	if m.linear != nil {
 		return m.hybridTensors(l)
 	}
+	if m.g4 != nil {
+		return m.gemma4Tensors(l)
+	}
 	c := m.cfg
 	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, m.denseInter
 	p := fmt.Sprintf("model.layers.%d.", l)
@@ -439,6 +449,11 @@ func (m *model) layerTensors(l int) map[string][]int {
 // checkTensors refuses a checkpoint tensor the reference would not read: it would compute without it.
 func (m *model) checkTensors(ck *checkpoint.Checkpoint) error {
 	used := map[string]bool{"model.embed_tokens.weight": true, "model.norm.weight": true, "lm_head.weight": true}
+	if m.g4 != nil {
+		for name := range m.gemma4ModelTensors() {
+			used[name] = true
+		}
+	}
 	for l := range m.cfg.NumHiddenLayers {
 		for name := range m.layerTensors(l) {
 			used[name] = true
@@ -530,6 +545,10 @@ func (m *model) activate(g float64) float64 {
 func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 	if m.linear != nil {
 		m.hybridLayer(l, w, x)
+		return
+	}
+	if m.g4 != nil {
+		m.gemma4Layer(l, w, x)
 		return
 	}
 	cfg := m.cfg

@@ -62,8 +62,13 @@ func ForwardContext(ctx context.Context, ck *checkpoint.Checkpoint, ids []int) (
 	x := make([][]float64, len(ids))
 	for p, id := range ids {
 		x[p] = make([]float64, cfg.HiddenSize)
-		for i, v := range emb.row(id) {
+		for i, v := range emb.row(m.embedID(id)) {
 			x[p][i] = float64(v) * m.embedScale
+		}
+	}
+	if m.g4 != nil {
+		if err := m.gemma4Inputs(ck, ids, x); err != nil {
+			return nil, fmt.Errorf("reference %s: %w", ck.Dir, err)
 		}
 	}
 	out := &Output{Hidden: make([][][]float64, cfg.NumHiddenLayers)}

@@ -4,7 +4,7 @@
 # what passed, failed or was skipped and why. Prepare the binary and inputs here first with scripts/gpu-pack.sh,
 # which also tries this script end to end on XLA's CPU plugin (--device xla-cpu --quick).
 #
-#   scripts/gpu-check.sh [--device cuda|xla-cpu] [--pack DIR] [--out DIR] [--quick]
+#   scripts/gpu-check.sh [--device cuda|xla-cpu] [--pack DIR] [--out DIR] [--quick] [--steps 1,2,3,4,5]
 #
 # Steps (docs/cuda.md, "Checked on a GPU", says what each shows):
 #   1. --device opens; stories260K reproduces llama2.c's golden ids, and its logits are within 1e-4 of the float64
@@ -16,42 +16,53 @@
 #      table and timeline, and the host→device copy rate of the bus (torch, pageable and pinned) in the same run.
 #   4. Prefill of 2,048 tokens (TinyLlama-1.1B shape) on the GPU against the same on the CPU.
 #   5. scripts/benchmark_cpu_vs_cuda.sh's table.
-# --quick shrinks every model to a few layers and the prompts (for the xla-cpu trial on 2 cores).
+# --quick shrinks every model to a few layers and the prompts (for the xla-cpu trial on 2 cores); --steps runs
+# only the listed steps (a rerun of what a first call could not finish).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-device=cuda pack=.gpu out=${OUT:-/tmp/gpu-check} quick=0
+device=cuda pack=.gpu out=${OUT:-/tmp/gpu-check} quick=0 steps=1,2,3,4,5
 while (($#)); do
 	case "$1" in
 	--device) device=$2; shift 2 ;;
 	--pack) pack=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	--quick) quick=1; shift ;;
-	-h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--steps) steps=$2; shift 2 ;;
+	-h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 mkdir -p "$out"
 work=${GPU_CHECK_WORK:-$(mktemp -d -t gpu-check.XXXXXX)}
 summary=$out/summary.md
+# The device tool brings back at most 8 files: the summary, the profile and timeline of step 3, and logs.tar,
+# to which every step's log is appended as it ends (what a killed run leaves is still there).
+logs=$work/logs
+mkdir -p "$logs"
+keep() { tar -rf "$out/logs.tar" -C "$logs" "$@" 2>/dev/null; }
 start=$(date +%s)
+wanted() { [[ ,$steps, == *,$1,* ]]; }
 echo "# GPU check ($device, $(date -u +%FT%TZ))" >"$summary"
+rm -f "$out/logs.tar"
 
 note() { echo "$*" | tee -a "$summary"; }
-# step NAME SECONDS CMD...: runs CMD under a time limit with its output in $out/NAME.log; records the outcome.
+# step NAME SECONDS CMD...: runs CMD under a time limit with its output in $logs/NAME.log (kept in logs.tar);
+# records the outcome.
 step() {
 	local name=$1 limit=$2
 	shift 2
 	local t0=$(date +%s)
 	echo "== $name (limit ${limit}s)" >&2
-	timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+	timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
 	local rc=$? took=$(($(date +%s) - t0))
+	keep "$name.log"
 	if ((rc == 0)); then
 		note "- $name: ok (${took}s)"
 	elif ((rc == 124 || rc == 137)); then
 		note "- $name: **timed out** after ${took}s (log: $name.log)"
 	else
-		note "- $name: **failed**, status $rc (${took}s): $(grep -v '^time=' "$out/$name.log" | tail -n 1)"
+		note "- $name: **failed**, status $rc (${took}s): $(grep -v '^time=' "$logs/$name.log" | tail -n 1)"
 	fi
 	return $rc
 }
@@ -73,7 +84,8 @@ fi
 	nproc
 	free -g | head -n 2
 	python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1
-} >"$out/machine.txt" 2>&1
+} >"$logs/machine.txt" 2>&1
+keep machine.txt
 if [[ $device == cuda ]]; then
 	plugin=$(python3 -c 'import glob, site; print(next(iter(glob.glob(site.getsitepackages()[0] + "/jax_plugins/xla_cuda*/xla_cuda_plugin.so")), ""))' 2>/dev/null)
 	[[ -z $plugin ]] && plugin=$(ls /usr/local/lib/python3*/*-packages/jax_plugins/xla_cuda*/xla_cuda_plugin.so 2>/dev/null | head -n 1)
@@ -96,13 +108,13 @@ ls=("$bin")
 # --- 1. stories260K: golden ids and logits ---
 golden=$pack/golden/stories260K.generate.json
 stories=$pack/stories260K-hf
-if [[ -d $stories && -f $golden ]]; then
+if wanted 1 && [[ -d $stories && -f $golden ]]; then
 	ids=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["cases"][0]; print(",".join(map(str,c["prompt_ids"])))' "$golden")
 	step 1-stories-verify 120 "${ls[@]}" verify -q "${dev[@]}" --dtype f32 --model "$stories" --ids "$ids"
 	steps=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["cases"][0]; print(len(c["generated_ids"]))' "$golden")
 	if step 1-stories-generate 120 "${ls[@]}" generate -q "${dev[@]}" --dtype f32 --model "$stories" --ids "$ids" \
 		--temperature 0 --max-new-tokens "$steps" --json; then
-		python3 - "$golden" "$out/1-stories-generate.log" <<'EOF' | tee -a "$summary"
+		python3 - "$golden" "$logs/1-stories-generate.log" <<'EOF' | tee -a "$summary"
 import json, sys
 want = json.load(open(sys.argv[1]))["cases"][0]["generated_ids"]
 got = None
@@ -114,7 +126,7 @@ n = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got),
 print(f"  - golden ids (llama2.c): {'equal' if got == want else 'DIFFER'}: the first {n} of {len(want)} equal")
 EOF
 	fi
-else
+elif wanted 1; then
 	note "- 1: skipped: $stories or $golden missing (scripts/gpu-pack.sh copies them)"
 fi
 
@@ -122,17 +134,18 @@ fi
 layers=30 ptok=40
 ((quick)) && layers=4
 small=$work/smollm2
-if step 2-synth 120 "${ls[@]}" synth -q --shape smollm2-135m --layers "$layers" --dtype f32 --out "$small"; then
+if wanted 2 && step 2-synth 120 "${ls[@]}" synth -q --shape smollm2-135m --layers "$layers" --dtype f32 --out "$small"; then
 	for dt in float32 bfloat16; do
 		short=${dt/float32/f32}
 		short=${short/bfloat16/bf16}
 		step "2-transformers-$short" 180 python3 scripts/gpu_reference.py --model "$small" --device "$torch_device" \
-			--dtype "$dt" --out "$work/ref-$short.safetensors" --json "$out/2-transformers-$short.json" || continue
+			--dtype "$dt" --out "$work/ref-$short.safetensors" --json "$logs/2-transformers-$short.json" || continue
+		keep "2-transformers-$short.json"
 		step "2-verify-$short" 180 "${ls[@]}" verify "${dev[@]}" --dtype "$short" --model "$small" \
 			--reference "$work/ref-$short.safetensors" --decode-steps 4
 		step "2-bench-$short" 180 "${ls[@]}" bench -q "${dev[@]}" --dtype "$short" --model "$small" --resident \
 			--prompt-tokens "$ptok" --new-tokens 64 --runs 3 --json
-		python3 - "$out/2-transformers-$short.json" "$out/2-bench-$short.log" "$short" <<'EOF' | tee -a "$summary"
+		python3 - "$logs/2-transformers-$short.json" "$logs/2-bench-$short.log" "$short" <<'EOF' | tee -a "$summary"
 import json, sys
 t = json.load(open(sys.argv[1]))
 b = next((json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")), {})
@@ -143,17 +156,17 @@ fi
 
 # --- 3. Llama-2-7B shape, bf16, streamed through a 4 GiB device budget ---
 layers=32 budget=4GiB
-((quick)) && layers=4 budget=600MiB
+((quick)) && layers=4 budget=2GiB # xla-cpu computes in f32: a layer is 0.8 GB there
 big=$work/llama2-7b
-if [[ $device == cuda ]]; then
+if wanted 3 && [[ $device == cuda ]]; then
 	step 3-copy-rate 60 python3 scripts/gpu_copy_rate.py --mib 1024
 fi
-if step 3-synth 200 "${ls[@]}" synth -q --shape llama2-7b --layers "$layers" --out "$big"; then
+if wanted 3 && step 3-synth 200 "${ls[@]}" synth -q --shape llama2-7b --layers "$layers" --out "$big"; then
 	# The first run splits the checkpoint into shards and warms the page cache; the second is measured.
 	step 3-split 200 "${ls[@]}" bench -q "${dev[@]}" --model "$big" --prompt-tokens 8 --new-tokens 1 --runs 1 --warmup 0
 	step 3-stream 240 "${ls[@]}" bench -q "${dev[@]}" --model "$big" --device-budget "$budget" --prompt-tokens 16 \
 		--new-tokens 8 --runs 1 --json --profile --profile-out "$out/3-profile.parquet" --profile-timeline "$out/3-timeline.svg"
-	python3 - "$out/3-stream.log" "$out/3-copy-rate.log" <<'EOF' | tee -a "$summary"
+	python3 - "$logs/3-stream.log" "$logs/3-copy-rate.log" <<'EOF' | tee -a "$summary"
 import json, sys
 b = next((json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")), None)
 try:
@@ -175,10 +188,10 @@ fi
 layers=22 ptok=2048
 ((quick)) && layers=2 ptok=256
 mid=$work/tinyllama
-if step 4-synth 120 "${ls[@]}" synth -q --shape tinyllama-1.1b --layers "$layers" --out "$mid"; then
+if wanted 4 && step 4-synth 120 "${ls[@]}" synth -q --shape tinyllama-1.1b --layers "$layers" --out "$mid"; then
 	step 4-prefill-gpu 180 "${ls[@]}" bench -q "${dev[@]}" --model "$mid" --resident --prompt-tokens "$ptok" --new-tokens 1 --runs 2 --json
 	step 4-prefill-cpu 180 "${ls[@]}" bench -q --device cpu --model "$mid" --resident --prompt-tokens "$ptok" --new-tokens 1 --runs 2 --json
-	python3 - "$out/4-prefill-gpu.log" "$out/4-prefill-cpu.log" "$ptok" <<'EOF' | tee -a "$summary"
+	python3 - "$logs/4-prefill-gpu.log" "$logs/4-prefill-cpu.log" "$ptok" <<'EOF' | tee -a "$summary"
 import json, sys
 def rate(p):
     try:
@@ -191,7 +204,9 @@ EOF
 fi
 
 # --- 5. the CPU/XLA/CUDA benchmark table ---
-step 5-benchmark 180 scripts/benchmark_cpu_vs_cuda.sh --bin "$bin" --runs 2 --work "$work/bench5"
+if wanted 5 && step 5-benchmark 180 scripts/benchmark_cpu_vs_cuda.sh --bin "$bin" --runs 2 --work "$work/bench5"; then
+	sed -n '/^model /,$p' "$logs/5-benchmark.log" | sed 's/^/    /' >>"$summary"
+fi
 
 note "total: $(($(date +%s) - start))s"
 cat "$summary"

@@ -78,7 +78,7 @@ func (p unitPlan) bytes() int64 {
 // unitOf maps a Hugging Face tensor name to its unit.
 func unitOf(tensor string) (unit string, layer int, ok bool) {
 	switch {
-	case strings.HasPrefix(tensor, "model.embed_tokens."):
+	case strings.HasPrefix(tensor, "model.embed_tokens."), isPerLayerInput(tensor):
 		return "embed", -1, true
 	case strings.HasPrefix(tensor, "model.norm."):
 		return "norm", -1, true
@@ -95,6 +95,15 @@ func unitOf(tensor string) (unit string, layer int, ok bool) {
 		return "", 0, false
 	}
 	return "layer." + num, n, true
+}
+
+// perLayerInputs are the tensors of Gemma 4's per-layer inputs, computed with the embedding: the embedding unit
+// holds them.
+var perLayerInputs = []string{"model.embed_tokens_per_layer.", "model.per_layer_model_projection.", "model.per_layer_projection_norm."}
+
+// isPerLayerInput reports whether tensor is one of the per-layer inputs' (perLayerInputs).
+func isPerLayerInput(tensor string) bool {
+	return slices.ContainsFunc(perLayerInputs, func(p string) bool { return strings.HasPrefix(tensor, p) })
 }
 
 // planUnits groups the checkpoint's tensors into units in model order and checks the layers match the config.

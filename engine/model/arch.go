@@ -66,6 +66,41 @@ type Plan struct {
 	Recompute int
 	// State sizes the per-sequence state of the Recurrent layers (recurrent.go); zero without any.
 	State RecurrentState
+	// KVSource, when not nil, is for each layer the layer whose keys and values it attends with: itself, or for a
+	// SharedKV layer an earlier layer, whose cache it reads and whose new keys and values of the pass it is given
+	// (LayerInputs.K, V). A shared layer stores none of its own (Gemma 4's num_kv_shared_layers).
+	KVSource []int
+	// PerLayerInput, when positive, is the width of the input each decoder layer takes beside the residual
+	// stream (LayerInputs.PerLayer), which the Architecture computes from the tokens (PerLayerInputs) with
+	// PerLayerTensors: tensors the embedding unit holds beside the embedding (full names, shapes), the first a
+	// table [rows, layers·PerLayerInput] looked up by token id.
+	PerLayerInput   int
+	PerLayerTensors []WeightSpec
+	// EmbedAs are token ids embedded as another token (Gemma4ForConditionalGeneration's image, video and audio
+	// placeholders: as the pad token), in the embedding and the per-layer inputs alike; nil: none.
+	EmbedAs map[int]int
+}
+
+// KindDims are a kind of layer's key/value heads and head size: its own, else the Plan's.
+func (p *Plan) KindDims(k LayerKind) (kvHeads, headDim int) {
+	kvHeads, headDim = p.KVHeads, p.HeadDim
+	if k.KVHeads > 0 {
+		kvHeads = k.KVHeads
+	}
+	if k.HeadDim > 0 {
+		headDim = k.HeadDim
+	}
+	return kvHeads, headDim
+}
+
+// PerLayerInputs is implemented by an Architecture whose decoder layers take an input of their own beside the
+// residual stream (Plan.PerLayerInput; Gemma 4's per-layer embeddings), computed once per pass on the host from
+// the tokens and their embeddings.
+type PerLayerInputs interface {
+	// PerLayerInputs computes every layer's input [B, layers, T, PerLayerInput] from the scaled embeddings x
+	// [B, T, hidden] and the table rows of the tokens tok [B, T, layers·PerLayerInput], with ws the
+	// PerLayerTensors after the table.
+	PerLayerInputs(ops Ops, x, tok Value, ws []Value) Value
 }
 
 // LayerKind is what distinguishes decoder layers from each other: the engine compiles one graph per kind, builds
@@ -91,6 +126,11 @@ type LayerKind struct {
 	// Recurrent: a Gated DeltaNet linear-attention layer, holding a fixed-size state per sequence (Plan.State)
 	// instead of keys and values (recurrent.go).
 	Recurrent bool
+	// HeadDim and KVHeads, when positive, are the layer's own head size and key/value heads, which size its cache
+	// (Gemma 4's full-attention layers); 0: the Plan's.
+	HeadDim, KVHeads int
+	// SharedKV: the layer computes no keys and values: it attends with those of the layer Plan.KVSource names.
+	SharedKV bool
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
@@ -183,6 +223,13 @@ type LayerWeights struct {
 	SharedGate Linear
 	// DeltaNet are a Gated DeltaNet layer's weights (recurrent.go).
 	DeltaNet DeltaNetWeights
+	// Gemma 4 (gemma4.go): the per-layer input's gate and projection and the norm after it; the layer's scalar
+	// [1]; the experts' block beside the MLP: its norms and the router's input scale [hidden] and per-expert
+	// scale [experts].
+	PerLayerGate, PerLayerProj                 Linear
+	PerLayerNorm, LayerScalar                  Value
+	MLPPostNorm1, ExpertsNorm, ExpertsPostNorm Value
+	RouterScale, ExpertScale                   Value
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
@@ -282,6 +329,8 @@ type Ops interface {
 	ScaleQueries(q Value) Value
 	// MulRows multiplies each row of x [..., n] by its one value in s [..., 1].
 	MulRows(x, s Value) Value
+	// ScaleBy multiplies every element of x by the one value of the weight s [1] (Gemma 4's layer_scalar).
+	ScaleBy(x, s Value) Value
 
 	// The mixture of experts. Route chooses each row's experts from its router logits [B, T, experts]; Rows
 	// gives the rows of x [B, T, hidden] routed to expert e, which the family's expert MLP computes with the ops
@@ -318,6 +367,9 @@ type RouteOptions struct {
 	// multiplied by their weights for it, and Combine sums the outputs as they are. The experts must have no
 	// biases: the graphs compute every expert on every row, zero where a row did not choose it.
 	WeighInputs bool
+	// ExpertScale, when set ([experts], Gemma 4's router.per_expert_scale), multiplies each chosen expert's
+	// weight, after Norm and Scale.
+	ExpertScale Value
 }
 
 // RouteScore is how a router turns logits into scores.
@@ -339,6 +391,11 @@ type LayerInputs struct {
 	X    Value // [B, T, hidden] residual stream
 	// W are the layer's weights (Plan.Bind).
 	W *LayerWeights
+	// PerLayer is the layer's own input [B, T, Plan.PerLayerInput] (nil without).
+	PerLayer Value
+	// K and V, for a SharedKV layer, are the new positions' keys and values of the layer it attends with
+	// [B, kvHeads, T, headDim], as that layer returned them.
+	K, V Value
 }
 
 // LayerOutputs are the outputs of one decoder layer.

@@ -42,7 +42,7 @@ func init() {
 // hidden_activation, the query_pre_attn_scalar attention scale, the final logit soft-cap and the √hidden_size
 // embedding scale; ropes[0] serves every layer until the family assigns others.
 func gemmaDecoder(c *checkpoint.Config, ropes ...Rope) (*decoder, error) {
-	if c.UseBidirectionalAttention != nil && *c.UseBidirectionalAttention {
+	if c.UseBidirectionalAttention.True() {
 		return nil, fmt.Errorf("use_bidirectional_attention true (an encoder such as EmbeddingGemma) is not implemented: layerstream runs causal decoders")
 	}
 	act, err := ActivationFor("hidden_activation", c.HiddenActivation)
@@ -54,19 +54,23 @@ func gemmaDecoder(c *checkpoint.Config, ropes ...Rope) (*decoder, error) {
 	}
 	d := newDecoderWith(c, act, ropes...)
 	d.normOffset = 1
+	d.attn.Scale = 1 / math.Sqrt(c.QueryPreAttnScalar)
+	return d, gemmaShared(d, c)
+}
+
+// gemmaShared configures what every Gemma's decoder has: norms before and after both branches, the final logit
+// soft-cap and the √hidden_size embedding scale.
+func gemmaShared(d *decoder, c *checkpoint.Config) (err error) {
 	d.preAttnNorm, d.postAttnNorm = "input_layernorm.weight", "post_attention_layernorm.weight"
 	d.preMLPNorm, d.postMLPNorm = "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"
-	d.attn.Scale = 1 / math.Sqrt(c.QueryPreAttnScalar)
 	if c.FinalLogitSoftcapping != nil {
 		if !(*c.FinalLogitSoftcapping > 0) {
-			return nil, fmt.Errorf("final_logit_softcapping must be positive or null, got %g", *c.FinalLogitSoftcapping)
+			return fmt.Errorf("final_logit_softcapping must be positive or null, got %g", *c.FinalLogitSoftcapping)
 		}
 		d.logitSoftCap = *c.FinalLogitSoftcapping
 	}
-	if d.plan.EmbedScale, err = gemmaEmbedScale(c); err != nil {
-		return nil, err
-	}
-	return d, nil
+	d.plan.EmbedScale, err = gemmaEmbedScale(c)
+	return err
 }
 
 // gemmaEmbedScale is √hidden_size as transformers multiplies the embeddings by it: a float32 tensor converted
@@ -74,8 +78,11 @@ func gemmaDecoder(c *checkpoint.Config, ropes ...Rope) (*decoder, error) {
 // √3072 = 55.4256 becomes 55.5, as in Google's own implementation). layerstream's activations are float32, so
 // the scale is that rounded value in float32. A config without a dtype (transformers would take the weights')
 // is refused: the scale would be a guess.
-func gemmaEmbedScale(c *checkpoint.Config) (float64, error) {
-	s := float64(float32(math.Sqrt(float64(c.HiddenSize))))
+func gemmaEmbedScale(c *checkpoint.Config) (float64, error) { return gemmaScale(c, c.HiddenSize) }
+
+// gemmaScale is √n rounded as gemmaEmbedScale rounds √hidden_size (Gemma 4's per-layer table: √P).
+func gemmaScale(c *checkpoint.Config, n int) (float64, error) {
+	s := float64(float32(math.Sqrt(float64(n))))
 	switch c.TorchDType {
 	case "float32":
 		return s, nil

@@ -28,6 +28,9 @@ type moeMLP struct {
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
+	// expertScale, when set, names the router's per-expert factor on the routing weights [experts]
+	// (RouteOptions.ExpertScale: Gemma 4's router.per_expert_scale).
+	expertScale string
 }
 
 // newMoE reads the routed experts of c: num_experts (or num_local_experts), num_experts_per_tok, each expert of
@@ -57,6 +60,9 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	if m.bias != "" {
 		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
 	}
+	if m.expertScale != "" {
+		add(m.expertScale, func(w *LayerWeights) *Value { return &w.ExpertScale }, m.experts)
+	}
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
 		if m.fusedGateUp {
@@ -81,16 +87,7 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 // apply is the mixture of experts on h [B, T, hidden]: Σ over each row's chosen experts of weight · expert(h),
 // plus the (gated) shared expert.
 func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value {
-	opts := m.route
-	opts.Bias = w.RouterBias
-	routing := ops.Route(linear(ops, h, w.Router), opts)
-	ys := make([]Value, len(w.Experts))
-	for e, ex := range w.Experts {
-		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, ex, m.inter, act)
-		}
-	}
-	y := ops.Combine(ys, routing)
+	y := m.routed(ops, h, m.choose(ops, h, w), w, act)
 	if w.Shared.Down.W == nil {
 		return y
 	}
@@ -99,6 +96,24 @@ func (m *moeMLP) apply(ops Ops, h Value, w *LayerWeights, act Activation) Value 
 		s = ops.MulRows(s, ops.Act(linear(ops, h, w.SharedGate), Sigmoid))
 	}
 	return ops.Add(y, s)
+}
+
+// choose routes each row of the router's input h to its experts (Ops.Route).
+func (m *moeMLP) choose(ops Ops, h Value, w *LayerWeights) Value {
+	opts := m.route
+	opts.Bias, opts.ExpertScale = w.RouterBias, w.ExpertScale
+	return ops.Route(linear(ops, h, w.Router), opts)
+}
+
+// routed is Σ over each row of h's chosen experts (routing) of weight · expert(h).
+func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activation) Value {
+	ys := make([]Value, len(w.Experts))
+	for e, ex := range w.Experts {
+		if rows := ops.Rows(h, routing, e); rows != nil {
+			ys[e] = gatedMLP(ops, rows, ex, m.inter, act)
+		}
+	}
+	return ops.Combine(ys, routing)
 }
 
 // sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.

@@ -30,12 +30,25 @@ type RopeOptions struct {
 	// Longrope with equal short and long factors does not depend on the length (fixed per-pair divisors: how
 	// a GGUF file's rope_freqs.weight reads), and every family takes it.
 	LongRope bool
+	// Proportional: Gemma 4's proportional rope, which turns the whole head with the frequencies of its first
+	// partial_rotary_factor·head_dim/2 pairs and 0 for the others (those dimensions pass unchanged).
+	Proportional bool
 }
 
 // NewRope checks p for heads of headDim dimensions, refusing what opts does not allow.
 func NewRope(p checkpoint.Rope, headDim, maxPositions int, opts RopeOptions) (Rope, error) {
 	r := Rope{Dims: headDim, Params: p, MaxPositions: maxPositions}
-	if f := p.PartialRotaryFactor; f != 0 && f != 1 {
+	if p.Type == "proportional" {
+		if !opts.Proportional {
+			return r, fmt.Errorf("rope type %q is not implemented for this family", p.Type)
+		}
+		if f := p.PartialRotaryFactor; f < 0 || f > 1 {
+			return r, fmt.Errorf("partial_rotary_factor must be in [0, 1], got %g", f)
+		}
+		if p.Factor < 0 {
+			return r, fmt.Errorf("rope factor must be positive, got %g", p.Factor)
+		}
+	} else if f := p.PartialRotaryFactor; f != 0 && f != 1 {
 		if !opts.Partial {
 			return r, fmt.Errorf("partial_rotary_factor %g is not implemented for this family (it rotates whole heads)", f)
 		}
@@ -48,7 +61,7 @@ func NewRope(p checkpoint.Rope, headDim, maxPositions int, opts RopeOptions) (Ro
 		return r, fmt.Errorf("rotary embeddings need an even number of rotated dimensions, got %d (head_dim %d)", r.Dims, headDim)
 	}
 	switch p.Type {
-	case "default", "linear", "dynamic", "yarn", "llama3":
+	case "default", "linear", "dynamic", "yarn", "llama3", "proportional":
 	case "longrope":
 		if !opts.LongRope && !slices.Equal(p.ShortFactor, p.LongFactor) {
 			return r, fmt.Errorf("rope type %q with different short and long factors is not implemented for this family", p.Type)
@@ -142,6 +155,8 @@ func (r Rope) Frequencies(seqLen int) (inv []float64, scale float64) {
 		inv, scale = yarn(p, dim, r.MaxPositions)
 	case "longrope":
 		scale = r.longRope(inv, seqLen)
+	case "proportional":
+		r.proportional(inv)
 	}
 	return inv, scale
 }
@@ -168,6 +183,25 @@ func (r Rope) longRope(inv []float64, seqLen int) float64 {
 		return 1
 	}
 	return math.Sqrt(1 + math.Log(f)/math.Log(float64(orig)))
+}
+
+// proportional keeps the first partial_rotary_factor·head_dim/2 frequencies (all without the factor) and
+// zeroes the others, then divides them by the rope factor, as transformers' _compute_proportional_rope_parameters.
+func (r Rope) proportional(inv []float64) {
+	p := r.Params
+	f := p.PartialRotaryFactor
+	if f == 0 {
+		f = 1
+	}
+	angles := int(math.Floor(f * float64(r.Dims) / 2))
+	for i := range inv {
+		if i >= angles {
+			inv[i] = 0
+		}
+		if p.Factor != 0 {
+			inv[i] /= p.Factor
+		}
+	}
 }
 
 // yarn computes YaRN's frequencies (interpolated and extrapolated ones blended by a linear ramp over the
