@@ -121,6 +121,8 @@ type Config struct {
 	HybridExperts
 	// Gemma4: Gemma 4's keys (families_gemma4.go).
 	Gemma4
+	// LatentAttention: DeepSeek-V3's multi-head latent attention keys (families_deepseek.go).
+	LatentAttention
 	// Llama4Text: Llama 4's keys (families_llama4.go).
 	Llama4Text
 
@@ -300,11 +302,12 @@ func (c *Config) experts() error {
 }
 
 // UnreadLayers are the tensor name prefixes of the layers a checkpoint holds beyond the decoder's that the
-// architecture's transformers class does not compute: GLM-4.5's multi-token-prediction layers
-// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected).
+// architecture's transformers class does not compute: GLM-4.5's and DeepSeek-V3's multi-token-prediction layers
+// (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected; DeepseekV3ForCausalLM's names model.layers.61, the
+// layer after DeepSeek-V3's 61).
 func (c *Config) UnreadLayers() []string {
 	var out []string
-	if c.Arch.ModelType == "glm4_moe" {
+	if c.Arch.ModelType == "glm4_moe" || c.Arch.ModelType == "deepseek_v3" {
 		for i := range max(c.NumNextNPredictLayers, c.NumMTPLayers) {
 			out = append(out, fmt.Sprintf("model.layers.%d.", c.NumHiddenLayers+i))
 		}

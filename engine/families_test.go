@@ -16,6 +16,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
+	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
 )
@@ -209,6 +210,23 @@ func TestFamiliesMatchReference(t *testing.T) {
 		{"qwen3_moe", qwen3MoeConfig(), false},
 		{"olmoe", olmoeConfig(), false},
 		{"glm4_moe dense first layer, shared experts", glm4MoeConfig(), false},
+		{"glm4_moe groups", func() map[string]any {
+			c := glm4MoeConfig()
+			c["n_group"], c["topk_group"] = 2, 1 // 3 per token from the best group of 3
+			return c
+		}(), false},
+		{"deepseek_v3 latent attention, yarn, groups", deepseekV3Config(), false},
+		{"deepseek_v3 q_proj (q_lora_rank null), no groups", func() map[string]any {
+			c := deepseekV3Config()
+			c["q_lora_rank"], c["n_group"], c["topk_group"] = json.RawMessage("null"), 1, 1
+			return c
+		}(), false},
+		{"deepseek_v3 rotate-half rope, default rope", func() map[string]any {
+			c := deepseekV3Config()
+			c["rope_interleave"] = false
+			c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0}
+			return c
+		}(), false},
 		{"minimax_m2", minimaxM2Config(), false},
 		// The prompt (12 positions) outgrows original_max_position_embeddings (8): one pass rotates with the long
 		// factors; a token-by-token decode uses the short ones until it does (TestLongRopeRecompute).
@@ -332,6 +350,21 @@ func glm4MoeConfig() map[string]any {
 	c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["n_shared_experts"] = 6, 3, 12, 2
 	c["routed_scaling_factor"], c["first_k_dense_replace"], c["attention_bias"], c["use_qk_norm"] = 2.5, 1, true, true
 	c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}
+	return c
+}
+
+// deepseekV3Config is a tiny DeepSeek-V3: multi-head latent attention (q_lora_rank 16, kv_lora_rank 12,
+// qk_nope 6 + qk_rope 4, v_head_dim 5, interleaved rope), yarn with mscale 1 and mscale_all_dim 0.8 (cos and sin
+// × mscale(1)/mscale(0.8), the scores × mscale(0.8)²); layer 0 dense, then 8 experts of 12 in 4 groups, the
+// best 2 groups kept, 3 per token renormalized × 2.5, one shared expert.
+func deepseekV3Config() map[string]any {
+	c := familyBase("DeepseekV3ForCausalLM", "deepseek_v3")
+	c["num_key_value_heads"], c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"] = 4, 8, 3, 12
+	c["n_group"], c["topk_group"], c["n_shared_experts"], c["routed_scaling_factor"], c["first_k_dense_replace"] = 4, 2, 1, 2.5, 1
+	c["q_lora_rank"], c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"] = 16, 12, 6, 4, 5
+	c["head_dim"], c["rope_interleave"] = 4, true
+	c["rope_parameters"] = map[string]any{"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+		"mscale": 1.0, "mscale_all_dim": 0.8}
 	return c
 }
 
@@ -574,7 +607,15 @@ func TestNotImplementedRefused(t *testing.T) {
 		{"mixtral router bias", mixtralConfig(), map[string]any{"router_bias": true}, "router_bias"},
 		{"qwen3_moe shared expert", qwen3MoeConfig(), map[string]any{"shared_expert_intermediate_size": 12}, "shared_expert_intermediate_size"},
 		{"olmoe routed scaling", olmoeConfig(), map[string]any{"routed_scaling_factor": 2.5}, "routed_scaling_factor"},
-		{"glm4_moe groups", glm4MoeConfig(), map[string]any{"n_group": 2, "topk_group": 1}, "n_group 2"},
+		{"glm4_moe groups", glm4MoeConfig(), map[string]any{"n_group": 2, "topk_group": 3}, "topk_group 3 is not between 1 and n_group 2"},
+		{"glm4_moe group size", glm4MoeConfig(), map[string]any{"n_group": 4}, "n_group 4 does not divide"},
+		{"deepseek_v3 biases", deepseekV3Config(), map[string]any{"attention_bias": true}, "attention_bias true"},
+		{"deepseek_v3 key/value heads", deepseekV3Config(), map[string]any{"num_key_value_heads": 2}, "num_key_value_heads 2"},
+		{"deepseek_v3 scoring", deepseekV3Config(), map[string]any{"scoring_func": "softmax"}, `scoring_func "softmax"`},
+		{"deepseek_v3 choice", deepseekV3Config(), map[string]any{"topk_method": "greedy"}, `topk_method "greedy"`},
+		{"deepseek_v3 sparse layers", deepseekV3Config(), map[string]any{"moe_layer_freq": 2}, "moe_layer_freq 2"},
+		{"deepseek_v3 experts in the kept groups", deepseekV3Config(), map[string]any{"num_experts_per_tok": 5}, "num_experts_per_tok 5 exceeds"},
+		{"deepseek_v3 partial rotary", deepseekV3Config(), map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}}, "partial_rotary_factor 0.5"},
 		{"minimax_m2 shared expert", minimaxM2Config(), map[string]any{"shared_intermediate_size": 16}, "shared_intermediate_size"},
 	} {
 		c := maps.Clone(tc.base)
@@ -749,6 +790,27 @@ func TestReleasedConfigs(t *testing.T) {
 			"rope_theta": 10000.0}, "vision_feature_layer": -1}`,
 			func(p *model.Plan) bool {
 				return len(p.Layers) == 40 && p.Ropes[0].Params.Theta == 1e9 && p.HeadDim == 128
+			}},
+		// DeepSeek-V3's config.json less its quantization_config (the published weights are fp8 blocks, refused by
+		// name; this is the config of their bf16 conversions).
+		{"DeepSeek-V3", `{"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+			"aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+			"hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+			"max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+			"n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+			"num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+			"q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+			"rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+			"original_max_position_embeddings": 4096, "type": "yarn"}, "rope_theta": 10000, "routed_scaling_factor": 2.5,
+			"scoring_func": "sigmoid", "seq_aux": true, "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+			"torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280}`,
+			func(p *model.Plan) bool {
+				// The cache: one latent of 512 and one rotary key of 64 per layer and position, 70,272 bytes a
+				// token in float16 (docs/models.md).
+				perToken := kvcache.Config{Layers: 61, Batch: 1, KVHeads: p.KVHeads, Capacity: 1, HeadDim: p.HeadDim,
+					Half: true, Latent: latentLayers(p)}.Bytes()
+				return len(p.Layers) == 61 && !p.Layers[2].MoE && p.Layers[3].MoE && p.Layers[60].Latent && p.KVHeads == 1 &&
+					p.HeadDim == 576 && p.Ropes[0].Dims == 64 && p.Context == 163840 && perToken == 70272
 			}},
 	} {
 		c, err := checkpoint.ParseConfig([]byte(tc.config))

@@ -386,7 +386,7 @@ func (r *runner) kvStoreBatch(batch, capacity int, host bool) (*kvcache.Store, e
 func (r *runner) kvConfig(batch, capacity int, host bool) kvcache.Config {
 	p := r.plan
 	cfg := kvcache.Config{Layers: len(p.Layers), Batch: batch, KVHeads: p.KVHeads, Capacity: capacity, HeadDim: p.HeadDim,
-		Half: host && r.kvHalf, RingSlack: ringSlack}
+		Half: host && r.kvHalf, RingSlack: ringSlack, Latent: latentLayers(p)}
 	cfg.Dims, cfg.Share = cacheLayout(p)
 	for i, l := range p.Layers {
 		if l.Recurrent {
@@ -419,6 +419,21 @@ func cacheLayout(p *model.Plan) (dims []kvcache.Dims, share []int) {
 		dims[i] = kvcache.Dims{KVHeads: l.KVHeads, HeadDim: l.HeadDim}
 	}
 	return dims, p.KVSource
+}
+
+// latentLayers is kvcache.Config.Latent for p: which layers' values are their keys (LayerKind.Latent); nil for
+// none.
+func latentLayers(p *model.Plan) []bool {
+	var l []bool
+	for i, k := range p.Layers {
+		if k.Latent {
+			if l == nil {
+				l = make([]bool, len(p.Layers))
+			}
+			l[i] = true
+		}
+	}
+	return l
 }
 
 // newKV allocates a Store in device buffers (shared with the host where the backend has them).

@@ -181,8 +181,13 @@ func (p *graphPass) prepare(i int, w *weightSet) error {
 	}
 	slot, _ := p.kv.View(i).Layer(0)
 	p.k, p.v = slot.KHandle.(*deviceTensor), slot.VHandle.(*deviceTensor)
-	if err := errors.Join(p.k.upload(), p.v.upload()); err != nil {
+	if err := p.k.upload(); err != nil {
 		return fmt.Errorf("key/value cache: %w", err)
+	}
+	if p.v != p.k { // a latent layer's values are its keys
+		if err := p.v.upload(); err != nil {
+			return fmt.Errorf("key/value cache: %w", err)
+		}
 	}
 	return nil
 }

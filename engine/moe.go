@@ -56,8 +56,8 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 
 // routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
 // (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by
-// logit), ties to the lower expert index, their unbiased scores as weights, renormalized to sum 1 with
-// opts.Norm, times opts.Scale.
+// logit) among the experts of the groups kept (opts.Groups), ties to the lower expert index, their unbiased
+// scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
 func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
 	switch opts.Score {
 	case model.SoftmaxScores:
@@ -83,6 +83,9 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	for i := range bias {
 		choice[i] += bias[i]
 	}
+	if opts.Groups > 1 {
+		limitGroups(choice, opts.Groups, opts.TopGroups)
+	}
 	for j := range experts {
 		best := -1
 		for e, c := range choice {
@@ -104,6 +107,42 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	if opts.Scale != 0 && opts.Scale != 1 {
 		for j := range weights {
 			weights[j] *= float32(opts.Scale)
+		}
+	}
+}
+
+// limitGroups sets the choice scores of every expert outside the top best of groups groups of consecutive
+// experts to -∞ (DeepseekV3TopkRouter): a group's score is the sum of its two best choice scores, and ties go to
+// the lower group index.
+func limitGroups(choice []float32, groups, top int) {
+	size := len(choice) / groups
+	score := make([]float32, groups)
+	for g := range score {
+		first, second := float32(math.Inf(-1)), float32(math.Inf(-1))
+		for _, c := range choice[g*size : (g+1)*size] {
+			if c > first {
+				first, second = c, first
+			} else if c > second {
+				second = c
+			}
+		}
+		score[g] = first + second
+	}
+	kept := make([]bool, groups)
+	for range top {
+		best := -1
+		for g, s := range score {
+			if !kept[g] && (best < 0 || s > score[best]) {
+				best = g
+			}
+		}
+		kept[best] = true
+	}
+	for g, k := range kept {
+		if !k {
+			for i := range size {
+				choice[g*size+i] = float32(math.Inf(-1))
+			}
 		}
 	}
 }
@@ -194,11 +233,10 @@ type graphRouting struct {
 	inputs bool
 }
 
-// Route on the graphs: the dense routing weights. The k experts are chosen one at a time by ArgMax (ties to the
-// lower index) over the choice scores, the chosen ones pushed out of the way.
+// Route on the graphs: the dense routing weights. The k experts are the k best choice scores (topOneHot), within
+// the groups kept (limitGroupsGraph).
 func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
 	l := node(logits)
-	n := l.Shape().Dimensions[l.Rank()-1]
 	var scores *Node
 	switch opts.Score {
 	case model.SoftmaxScores:
@@ -213,17 +251,10 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 	if opts.Bias != nil {
 		choice = Add(choice, broadcastLike(f32(node(opts.Bias)), choice))
 	}
-	var chosen *Node
-	for range opts.K {
-		oh := OneHot(ArgMax(choice, -1), n, dtypes.Float32)
-		if chosen == nil {
-			chosen = oh
-		} else {
-			chosen = Add(chosen, oh)
-		}
-		choice = Sub(choice, MulScalar(oh, 1e30))
+	if opts.Groups > 1 {
+		choice = limitGroupsGraph(choice, opts.Groups, opts.TopGroups)
 	}
-	w := Mul(scores, chosen)
+	w := Mul(scores, topOneHot(choice, opts.K))
 	if opts.Norm {
 		w = Div(w, ReduceAndKeep(w, ReduceSum, -1))
 	}
@@ -234,6 +265,36 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 		w = Mul(w, broadcastLike(f32(node(opts.ExpertScale)), w))
 	}
 	return &graphRouting{w: w, inputs: opts.WeighInputs}
+}
+
+// topOneHot is 1 at the k largest of x's last axis and 0 elsewhere, chosen one at a time by ArgMax (ties to the
+// lower index), each chosen one pushed out of the way (lowered by 1e30).
+func topOneHot(x *Node, k int) *Node {
+	n := x.Shape().Dimensions[x.Rank()-1]
+	var chosen *Node
+	for range k {
+		oh := OneHot(ArgMax(x, -1), n, dtypes.Float32)
+		if chosen == nil {
+			chosen = oh
+		} else {
+			chosen = Add(chosen, oh)
+		}
+		x = Sub(x, MulScalar(oh, 1e30))
+	}
+	return chosen
+}
+
+// limitGroupsGraph is limitGroups on the graphs: the choice scores [..., experts] of the experts outside the top
+// best groups lowered by 1e30, as Route pushes chosen experts out of the way.
+func limitGroupsGraph(choice *Node, groups, top int) *Node {
+	d := choice.Shape().Dimensions
+	lead, size := slices.Clone(d[:len(d)-1]), d[len(d)-1]/groups
+	byGroup := Reshape(choice, append(slices.Clone(lead), groups, size)...)
+	first := ReduceMax(byGroup, -1)
+	second := ReduceMax(Sub(byGroup, MulScalar(OneHot(ArgMax(byGroup, -1), size, dtypes.Float32), 1e30)), -1)
+	kept := topOneHot(Add(first, second), top) // of the groups' scores [..., groups]
+	mask := Reshape(BroadcastToDims(InsertAxes(kept, -1), append(slices.Clone(lead), groups, size)...), d...)
+	return Sub(choice, MulScalar(OneMinus(mask), 1e30))
 }
 
 // Rows is every row: x, or x times each row's weight for e where the weights multiply the inputs (zero for the

@@ -62,7 +62,7 @@ const residencyKVPositions = 4096
 func (s *weightStore) kvEstimate() int64 {
 	p := s.plan
 	c := kvcache.Config{Layers: len(p.Layers), Batch: 1, KVHeads: p.KVHeads, Capacity: min(p.Context, residencyKVPositions),
-		HeadDim: p.HeadDim, Half: s.opts.KVCache == KVCacheF16}
+		HeadDim: p.HeadDim, Half: s.opts.KVCache == KVCacheF16, Latent: latentLayers(p)}
 	c.Dims, c.Share = cacheLayout(p)
 	return c.Bytes()
 }

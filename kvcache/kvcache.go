@@ -12,7 +12,8 @@
 // come from an Allocator so the engine can hand out memory the compute backend reads without a copy (a shared
 // device buffer); the Handle of each slice travels with it. The number of positions is tracked per sequence of
 // the batch: a forward pass writes its new positions into every layer at Len(b).., and Advance commits them
-// once the last layer has run.
+// once the last layer has run. A latent layer (Config.Latent: multi-head latent attention) keeps one array whose
+// values are its keys: V is K, so that each position costs KVHeads·HeadDim elements rather than twice that.
 package kvcache
 
 import (
@@ -51,6 +52,10 @@ type Config struct {
 	// Share, when not nil, has one entry per layer: the layer whose storage it reads, its own index for one
 	// that stores its own (shared.go).
 	Share []int
+	// Latent, when not nil, has one entry per layer: a true entry makes the layer's values its keys (Slot.V is
+	// Slot.K, V16 is K16, and VHandle is KHandle): multi-head latent attention, whose one key/value head holds
+	// the compressed latent (the values, and the keys' first part) and the rotated key shared by every head.
+	Latent []bool
 }
 
 // RingAlign is what ring sizes are multiples of: the attention kernel's block of keys, so that a ring's wrap
@@ -78,6 +83,9 @@ func (c Config) Slots(layer int) int {
 	return c.Capacity
 }
 
+// latent reports whether layer's values are its keys (Config.Latent).
+func (c Config) latent(layer int) bool { return c.Latent != nil && c.Latent[layer] }
+
 func (c Config) ring(layer int) bool {
 	layer = c.source(layer)
 	return c.Ring != nil && c.Ring[layer] > 0 && RingSlots(c.Ring[layer], c.RingSlack) < c.Capacity
@@ -104,7 +112,11 @@ func (c Config) Bytes() int64 {
 			n += int64(c.Batch) * int64(c.State[l].K+c.State[l].V) * 4
 			continue
 		}
-		n += 2 * int64(c.Size(l)) * elem
+		arrays := int64(2)
+		if c.latent(l) {
+			arrays = 1
+		}
+		n += arrays * int64(c.Size(l)) * elem
 	}
 	return n
 }
@@ -113,7 +125,8 @@ func (c Config) Bytes() int64 {
 func (c Config) Equal(o Config) bool {
 	return c.Layers == o.Layers && c.Batch == o.Batch && c.KVHeads == o.KVHeads && c.Capacity == o.Capacity &&
 		c.HeadDim == o.HeadDim && slices.Equal(c.Ring, o.Ring) && c.Half == o.Half &&
-		slices.Equal(c.State, o.State) && slices.Equal(c.Dims, o.Dims) && slices.Equal(c.Share, o.Share)
+		slices.Equal(c.State, o.State) && slices.Equal(c.Dims, o.Dims) && slices.Equal(c.Share, o.Share) &&
+		slices.Equal(c.Latent, o.Latent)
 }
 
 // Allocator returns zeroed float32 elements for an array of dims ([batch, kvHeads, slots, headDim]) and an
@@ -150,6 +163,9 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 	if err := cfg.checkShared(); err != nil {
 		return nil, err
 	}
+	if cfg.Latent != nil && len(cfg.Latent) != cfg.Layers {
+		return nil, fmt.Errorf("kvcache: %d latent flags for %d layers", len(cfg.Latent), cfg.Layers)
+	}
 	if alloc == nil {
 		alloc = func(dims []int) ([]float32, any, error) {
 			return make([]float32, dims[0]*dims[1]*dims[2]*dims[3]), nil, nil
@@ -170,6 +186,9 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 		}
 		if cfg.Half {
 			sl.K16, sl.V16 = make([]uint16, cfg.Size(i)), make([]uint16, cfg.Size(i))
+			if cfg.latent(i) {
+				sl.V16 = sl.K16
+			}
 			continue
 		}
 		kvHeads, headDim := cfg.LayerDims(i)
@@ -177,7 +196,9 @@ func New(cfg Config, alloc Allocator) (*Store, error) {
 		if sl.K, sl.KHandle, err = alloc(dims); err != nil {
 			return nil, fmt.Errorf("kvcache: layer %d keys: %w", i, err)
 		}
-		if sl.V, sl.VHandle, err = alloc(dims); err != nil {
+		if cfg.latent(i) {
+			sl.V, sl.VHandle = sl.K, sl.KHandle
+		} else if sl.V, sl.VHandle, err = alloc(dims); err != nil {
 			return nil, fmt.Errorf("kvcache: layer %d values: %w", i, err)
 		}
 		if n := cfg.Size(i); len(sl.K) != n || len(sl.V) != n {
@@ -317,6 +338,7 @@ func (s *Store) TakeClamped() int64 { return s.clamped.Swap(0) }
 // Len(b)..Len(b)+n-1 (a ring layer keeps the last of them that fit). k and v are laid out
 // [kvHeads, stride, headDim]: position t of head h is at (h*stride+t)*headDim, so a graph output padded to a
 // bucket of stride ≥ n positions is written as is. A Half store rounds them to float16 (quant.HalvesClamped).
+// A latent layer stores k alone (its values are its keys): val is not read.
 func (v *View) Write(b, n, stride int, k, val []float32) error {
 	c := v.store.cfg
 	if v.readOnly {
@@ -333,13 +355,19 @@ func (v *View) Write(b, n, stride int, k, val []float32) error {
 	}
 	pos := v.store.lens[b]
 	d := v.headDim
+	latent := c.latent(v.layer)
 	put := func(dst, src, m int) { // m elements of k and val from src to the slot's dst
 		if !c.Half {
 			copy(v.slot.K[dst:dst+m], k[src:src+m])
-			copy(v.slot.V[dst:dst+m], val[src:src+m])
+			if !latent {
+				copy(v.slot.V[dst:dst+m], val[src:src+m])
+			}
 			return
 		}
-		clamped := quant.HalvesClamped(v.slot.K16[dst:dst+m], k[src:src+m]) + quant.HalvesClamped(v.slot.V16[dst:dst+m], val[src:src+m])
+		clamped := quant.HalvesClamped(v.slot.K16[dst:dst+m], k[src:src+m])
+		if !latent {
+			clamped += quant.HalvesClamped(v.slot.V16[dst:dst+m], val[src:src+m])
+		}
 		if clamped > 0 {
 			v.store.clamped.Add(int64(clamped))
 		}
@@ -393,7 +421,7 @@ func (s *Store) Truncate(b, n int) error {
 func (s *Store) CopyFrom(src *Store) error {
 	c, o := s.cfg, src.cfg
 	if c.Layers != o.Layers || c.KVHeads != o.KVHeads || c.HeadDim != o.HeadDim || c.Half != o.Half || !slices.Equal(c.State, o.State) ||
-		!slices.Equal(c.Dims, o.Dims) || !slices.Equal(c.Share, o.Share) {
+		!slices.Equal(c.Dims, o.Dims) || !slices.Equal(c.Share, o.Share) || !slices.Equal(c.Latent, o.Latent) {
 		return fmt.Errorf("kvcache: copy from a store of other dimensions (%+v into %+v)", o, c)
 	}
 	rows := min(c.Batch, o.Batch)
@@ -419,7 +447,7 @@ func (s *Store) CopyFrom(src *Store) error {
 				for h := range kvHeads {
 					i := ((b*kvHeads+h)*to.slots + dst) * d
 					j := ((b*kvHeads+h)*from.slots + at) * d
-					if c.Half {
+					if c.Half { // a latent layer's V16 is its K16: copied twice, harmlessly
 						copy(to.slot.K16[i:i+d], from.slot.K16[j:j+d])
 						copy(to.slot.V16[i:i+d], from.slot.V16[j:j+d])
 						continue

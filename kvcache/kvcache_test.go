@@ -326,3 +326,66 @@ func TestHalf(t *testing.T) {
 		t.Error("a float32 store took a float16 store's positions")
 	}
 }
+
+// TestLatent: a latent layer keeps one array, its values its keys (float32 and float16, handles included): a
+// write stores the keys and reads no values, the layer costs half the bytes, CopyFrom carries it, and a store of
+// other latent layers is another store.
+func TestLatent(t *testing.T) {
+	for _, half := range []bool{false, true} {
+		cfg := Config{Layers: 2, Batch: 1, KVHeads: 1, Capacity: 4, HeadDim: 3, Latent: []bool{true, false}, Half: half}
+		handles := 0
+		alloc := func(dims []int) ([]float32, any, error) {
+			handles++
+			return make([]float32, dims[0]*dims[1]*dims[2]*dims[3]), handles, nil
+		}
+		s, err := New(cfg, alloc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := cfg
+		plain.Latent = nil
+		if cfg.Equal(plain) || 4*cfg.Bytes() != 3*plain.Bytes() {
+			t.Errorf("half %v: Equal %v, Bytes %d against %d with values apart: want 3/4 (one of two layers latent)", half, cfg.Equal(plain), cfg.Bytes(), plain.Bytes())
+		}
+		k := []float32{1, 2, 3, 4, 5, 6}
+		if err := s.View(0).Write(0, 2, 2, k, make([]float32, len(k))); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.View(1).Write(0, 2, 2, k, []float32{-1, -2, -3, -4, -5, -6}); err != nil {
+			t.Fatal(err)
+		}
+		s.Advance(0, 2)
+		dst, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.CopyFrom(s); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range []*Store{s, dst} {
+			l0, _ := st.View(0).Layer(0)
+			l1, _ := st.View(1).Layer(0)
+			keys, values, other := l0.K, l0.V, l1.V
+			if half {
+				keys, values, other = halves(l0.K16), halves(l0.V16), halves(l1.V16)
+			}
+			if !slices.Equal(keys[:6], k) || !slices.Equal(values[:6], k) || other[0] != -1 {
+				t.Errorf("half %v: latent layer keys %v values %v, plain layer's values %v", half, keys[:6], values[:6], other[:6])
+			}
+		}
+		l0, _ := s.View(0).Layer(0)
+		if !half && (l0.KHandle != l0.VHandle || handles != 3) {
+			t.Errorf("latent layer handles %v and %v, %d arrays allocated: want one handle, 3 arrays", l0.KHandle, l0.VHandle, handles)
+		}
+	}
+	if _, err := New(Config{Layers: 2, Batch: 1, KVHeads: 1, Capacity: 4, HeadDim: 3, Latent: []bool{true}}, nil); err == nil {
+		t.Error("one latent flag for two layers accepted")
+	}
+}
+
+// halves widens float16 bits.
+func halves(h []uint16) []float32 {
+	f := make([]float32, len(h))
+	quant.WidenHalves(f, h)
+	return f
+}

@@ -130,22 +130,16 @@ func (m *model) gatedAttention(w *layerWeights, hs [][]float64) [][]float64 {
 		for h := range nq {
 			kv := h / (nq / nkv)
 			s := make([]float64, p+1)
-			top := math.Inf(-1)
 			for t := range s {
 				for i := range hd {
 					s[t] += q[p][h*hd+i] * k[t][kv*hd+i]
 				}
 				s[t] /= math.Sqrt(float64(hd))
-				top = max(top, s[t])
 			}
-			var sum float64
-			for t := range s {
-				s[t] = math.Exp(s[t] - top)
-				sum += s[t]
-			}
+			softmax(s)
 			for t := range s {
 				for i := range hd {
-					att[h*hd+i] += s[t] / sum * v[t][kv*hd+i]
+					att[h*hd+i] += s[t] * v[t][kv*hd+i]
 				}
 			}
 		}

@@ -46,6 +46,8 @@ type model struct {
 	linear []bool
 	// g4 is Gemma 4's layers (gemma4.go); nil for the other families.
 	g4 *gemma4
+	// latent, for DeepSeek-V3 (latent.go), is its multi-head latent attention; nil otherwise.
+	latent *latent
 }
 
 // rotation is one rotary embedding for a pass: the frequencies of the rotated pairs (the first 2·len(invFreq)
@@ -57,6 +59,11 @@ type rotation struct {
 
 // newModel reads cfg for a forward pass over n positions, refusing what the reference does not implement.
 func newModel(cfg *checkpoint.Config, n int) (*model, error) {
+	if cfg.ModelType == "deepseek_v3" { // DeepseekV3Config: head_dim is qk_rope_head_dim, the rotary dimensions
+		c := *cfg
+		c.HeadDim = cfg.QKRopeHeadDim
+		cfg = &c
+	}
 	L := cfg.NumHiddenLayers
 	m := &model{cfg: cfg, qkvBias: cfg.AttentionBias, oBias: cfg.AttentionBias, mlpBias: cfg.MLPBias, norms: "pre",
 		embedScale: 1, attnScale: 1 / math.Sqrt(float64(cfg.HeadDim)), residual: 1, logitsScaling: 1,
@@ -396,6 +403,9 @@ func (m *model) layerTensors(l int) map[string][]int {
 	if m.g4 != nil {
 		return m.gemma4Tensors(l)
 	}
+	if m.latent != nil {
+		return m.latentTensors(l)
+	}
 	c := m.cfg
 	h, hd, nq, nkv, ff := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads, m.denseInter
 	p := fmt.Sprintf("model.layers.%d.", l)
@@ -551,22 +561,13 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		m.gemma4Layer(l, w, x)
 		return
 	}
+	if m.latent != nil {
+		m.latentLayer(l, w, x)
+		return
+	}
 	cfg := m.cfg
 	T, hd, nq, nkv := len(x), cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
-	in := func(p int, name string) []float64 {
-		if m.norms == "post" {
-			return x[p]
-		}
-		return m.norm(x[p], w.vec(name))
-	}
-	add := func(p int, y []float64, name string) {
-		if m.norms != "pre" {
-			y = m.norm(y, w.vec(name))
-		}
-		for i := range y {
-			x[p][i] += m.residual * y[i]
-		}
-	}
+	in, add := m.branches(w, x)
 	q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 	parallel(T, func(p int) {
 		h := in(p, "input_layernorm.weight")
@@ -658,11 +659,39 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		linear(o, w.get("self_attn.o_proj.weight"), w.vec("self_attn.o_proj.bias"), att)
 		add(p, o, "post_attention_layernorm.weight")
 	})
+	m.mlpBranch(l, w, x)
+}
+
+// branches are a layer's residual branches on x: in is a branch's input at position p (x, normalised by the
+// named norm unless the family post-norms), add adds a branch's output (normalised by the named norm unless the
+// family pre-norms, times the residual multiplier).
+func (m *model) branches(w *layerWeights, x [][]float64) (in func(p int, name string) []float64, add func(p int, y []float64, name string)) {
+	in = func(p int, name string) []float64 {
+		if m.norms == "post" {
+			return x[p]
+		}
+		return m.norm(x[p], w.vec(name))
+	}
+	add = func(p int, y []float64, name string) {
+		if m.norms != "pre" {
+			y = m.norm(y, w.vec(name))
+		}
+		for i := range y {
+			x[p][i] += m.residual * y[i]
+		}
+	}
+	return in, add
+}
+
+// mlpBranch adds layer l's MLP (dense, or its mixture of experts) to x.
+func (m *model) mlpBranch(l int, w *layerWeights, x [][]float64) {
+	cfg := m.cfg
+	in, add := m.branches(w, x)
 	preMLP, postMLP := "post_attention_layernorm.weight", "post_feedforward_layernorm.weight"
 	if m.norms == "both" {
 		preMLP = "pre_feedforward_layernorm.weight"
 	}
-	parallel(T, func(p int) {
+	parallel(len(x), func(p int) {
 		h := in(p, preMLP)
 		if m.experts != nil && m.experts.sparse[l] {
 			add(p, m.moe(w, h), postMLP)

@@ -20,6 +20,9 @@ type experts struct {
 	sigmoid bool
 	bias    string
 	scale   float64
+	// groups > 1: the choice is among the experts of the topGroups groups (of consecutive experts) whose two best
+	// choice scores sum highest (DeepSeek-V3).
+	groups, topGroups int
 	// Tensor names relative to the layer: router weight, expert e's gate, up and down weights (gate nil: up is
 	// the gate and up projections in one, [2·inter, hidden], gate rows first).
 	router         string
@@ -64,10 +67,12 @@ func (m *model) newExperts() error {
 			x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
 		}
 	case "olmoe":
-	case "glm4_moe": // Glm4MoeTopkRouter with one group; ungated shared experts; dense first layers
-		if c.NGroup != 1 || c.TopKGroup != 1 {
-			return fmt.Errorf("group-limited routing is not implemented by the reference")
+	case "glm4_moe", "deepseek_v3": // Glm4MoeTopkRouter, DeepseekV3TopkRouter: groups; ungated shared experts; dense first layers
+		if c.NGroup < 1 || c.NumExperts%c.NGroup != 0 || c.TopKGroup < 1 || c.TopKGroup > c.NGroup ||
+			(c.NGroup > 1 && c.NumExperts/c.NGroup < 2) || c.NumExpertsPerTok > c.TopKGroup*c.NumExperts/c.NGroup {
+			return fmt.Errorf("n_group %d, topk_group %d of %d experts is not implemented by the reference", c.NGroup, c.TopKGroup, c.NumExperts)
 		}
+		x.groups, x.topGroups = c.NGroup, c.TopKGroup
 		x.inter, x.sigmoid, x.bias, x.scale = c.MoEIntermediateSize, true, "mlp.gate.e_score_correction_bias", c.RoutedScalingFactor
 		if c.NSharedExperts > 0 {
 			x.shared, x.sharedInter = "mlp.shared_experts", c.NSharedExperts*c.MoEIntermediateSize
@@ -133,15 +138,8 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 			p[i] = 1 / (1 + math.Exp(-v))
 		}
 	} else {
-		top := slices.Max(r)
-		var sum float64
-		for i, v := range r {
-			p[i] = math.Exp(v - top)
-			sum += p[i]
-		}
-		for i := range p {
-			p[i] /= sum
-		}
+		copy(p, r)
+		softmax(p)
 	}
 	choice := slices.Clone(p)
 	if x.onInput {
@@ -151,6 +149,9 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 		for i, b := range w.vec(x.bias) {
 			choice[i] += float64(b)
 		}
+	}
+	if x.groups > 1 {
+		keepGroups(choice, x.groups, x.topGroups)
 	}
 	// The k best choice scores, the lower index first among equal ones.
 	order := make([]int, x.n)
@@ -205,6 +206,33 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 		}
 	}
 	return out
+}
+
+// keepGroups sets the choice scores outside the top best of groups groups to -∞: a group scored by the sum of
+// its two highest choice scores (DeepseekV3TopkRouter), the lower group first among equal ones.
+func keepGroups(choice []float64, groups, top int) {
+	size := len(choice) / groups
+	score := make([]float64, groups)
+	order := make([]int, groups)
+	for g := range groups {
+		c := slices.Clone(choice[g*size : (g+1)*size])
+		slices.Sort(c)
+		score[g], order[g] = c[size-1]+c[size-2], g
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case score[a] > score[b]:
+			return -1
+		case score[a] < score[b]:
+			return 1
+		}
+		return 0
+	})
+	for _, g := range order[top:] {
+		for i := range size {
+			choice[g*size+i] = math.Inf(-1)
+		}
+	}
 }
 
 // gatedMLP is down(act(gate·h) ⊙ up·h) with the named weights (no biases) of intermediate size inter; gate ""
@@ -266,6 +294,10 @@ func (m *model) moeFamily(sliding func(rule func(l int) bool) error) (known, par
 	case "minimax_m2": // q/k norms over the whole projections, partial rotary
 		m.qkNorm, partial = "whole", true
 		err = m.newExperts()
+	case "deepseek_v3":
+		if err = m.newLatent(); err == nil {
+			err = m.newExperts()
+		}
 	default:
 		return false, false, nil
 	}

@@ -204,6 +204,22 @@ func rmsNorm(x []float64, w []float32, eps, offset float64) []float64 {
 	return out
 }
 
+// softmax turns scores s into e^(s_i − max s) / Σ_j e^(s_j − max s), in place.
+func softmax(s []float64) {
+	top := math.Inf(-1)
+	for _, v := range s {
+		top = max(top, v)
+	}
+	var sum float64
+	for i, v := range s {
+		s[i] = math.Exp(v - top)
+		sum += s[i]
+	}
+	for i := range s {
+		s[i] /= sum
+	}
+}
+
 // parallel runs f(0..n-1) on up to GOMAXPROCS goroutines. Each f writes only its own position's outputs.
 func parallel(n int, f func(i int)) {
 	workers := min(n, runtime.GOMAXPROCS(0))

@@ -39,6 +39,9 @@ type Shape struct {
 	RMSNormEps            float64 // default 1e-5
 	BOSTokenID            int
 	EOSTokenID            int
+	// DeepSeek, when set, makes the shape a DeepSeek-V3 rather than a Llama (deepseek.go); NumKVHeads is then
+	// NumHeads and HeadDim unused.
+	DeepSeek *DeepSeek
 }
 
 // Shapes are the named real-model shapes the `synth` command knows.
@@ -53,6 +56,7 @@ var Shapes = map[string]Shape{
 		EOSTokenID: 128001},
 	"llama2-7b": {HiddenSize: 4096, IntermediateSize: 11008, NumLayers: 32, NumHeads: 32, NumKVHeads: 32,
 		VocabSize: 32000, MaxPositionEmbeddings: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
+	"deepseek-v3-671b": deepseekV3,
 }
 
 // ShapeNames lists the names in Shapes, sorted.
@@ -109,6 +113,10 @@ func (o *Options) tensors() []tensorSpec {
 	out := []tensorSpec{{name: "model.embed_tokens.weight", shape: []int64{int64(s.VocabSize), h}}}
 	for l := range s.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", l)
+		if s.DeepSeek != nil {
+			out = append(out, s.deepseekLayer(p, l)...)
+			continue
+		}
 		out = append(out,
 			tensorSpec{name: p + "input_layernorm.weight", shape: []int64{h}, ones: true},
 			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int64{int64(s.NumHeads) * hd, h}},
@@ -257,6 +265,9 @@ func (o *Options) config() map[string]any {
 	}
 	if s.HeadDim != s.HiddenSize/s.NumHeads {
 		cfg["head_dim"] = s.HeadDim
+	}
+	if s.DeepSeek != nil {
+		s.deepseekConfig(cfg)
 	}
 	return cfg
 }

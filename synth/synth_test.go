@@ -168,6 +168,12 @@ func TestNamedShapes(t *testing.T) {
 	if n != 2*134515008 {
 		t.Fatalf("smollm2 bytes %d", n)
 	}
+	// DeepSeek-V3: 671B parameters besides its multi-token-prediction layer (3 dense layers of 583.5M, 58 sparse
+	// ones of 11.51B, 1.85B of embedding and lm_head).
+	n, _ = TotalBytes(Options{Shape: Shapes["deepseek-v3-671b"]})
+	if n != 2*671026419200 {
+		t.Fatalf("deepseek-v3 bytes %d", n)
+	}
 }
 
 // TestQuantized splits the generated q8 and q4 checkpoints into shard folders and checks their dtypes, that they verify, and that

@@ -62,6 +62,13 @@ func NewQuantMatrix(t quant.Type, data []byte, rows, cols int) (QuantMatrix, err
 // Row returns the bytes of row o.
 func (w QuantMatrix) Row(o int) []byte { return w.Data[o*w.rowBytes : (o+1)*w.rowBytes] }
 
+// RowRange returns rows [r0, r0+n) of w as a matrix of their own, sharing w's bytes.
+func (w QuantMatrix) RowRange(r0, n int) QuantMatrix {
+	v := w
+	v.Data, v.Rows = w.Data[r0*w.rowBytes:(r0+n)*w.rowBytes], n
+	return v
+}
+
 // DequantizeRow writes row o's values into dst (len Cols), bit-exact with quant.Dequantize.
 func (w QuantMatrix) DequantizeRow(dst []float32, o int) {
 	if err := quant.Dequantize(w.Type, dst[:w.Cols], w.Row(o)); err != nil {

@@ -131,6 +131,10 @@ type LayerKind struct {
 	HeadDim, KVHeads int
 	// SharedKV: the layer computes no keys and values: it attends with those of the layer Plan.KVSource names.
 	SharedKV bool
+	// Latent: the layer's values are its keys (multi-head latent attention, deepseek.go: one key/value head
+	// holding the compressed latent and the shared rotary key, which serve as keys and, the latent, as
+	// values), so its cache keeps one array per position rather than two (kvcache.Config.Latent).
+	Latent bool
 }
 
 // QueryScale is a factor on a layer's queries that grows with their absolute position p:
@@ -230,6 +234,8 @@ type LayerWeights struct {
 	PerLayerNorm, LayerScalar                  Value
 	MLPPostNorm1, ExpertsNorm, ExpertsPostNorm Value
 	RouterScale, ExpertScale                   Value
+	// MLA are a multi-head latent attention layer's weights (deepseek.go).
+	MLA LatentWeights
 }
 
 // Expert is one expert's gated MLP: down(act(gate(x)) ⊙ up(x)), its projections [moe_inter, hidden] and
@@ -344,6 +350,16 @@ type Ops interface {
 	// e), nil when Rows was.
 	Combine(ys []Value, routing Value) Value
 
+	// HeadLinear multiplies each head h of x [B, heads, T, ·] by its rows of w [heads·per, in], a projection
+	// whose outputs are laid out head by head: W_h is rows [h·per+from, h·per+from+n). Plain, y_h = x_h·W_hᵀ
+	// (x's last axis in, y's n); transposed, y_h = x_h·W_h (x's last axis n, y's in). Multi-head latent attention
+	// absorbs kv_b_proj into its queries and outputs with it (deepseek.go).
+	HeadLinear(x, w Value, from, n int, transposed bool) Value
+	// Deinterleave reorders the last axis of x from interleaved pairs x0, x1, x2, x3, … to the pairs' first
+	// elements, then their second ones: x0, x2, …, x1, x3, … (DeepSeek's rope_interleave, turned into the halves
+	// Rotary rotates).
+	Deinterleave(x Value) Value
+
 	// RecurrentOps are the operations of the recurrent layers (recurrent.go).
 	RecurrentOps
 }
@@ -362,6 +378,10 @@ type RouteOptions struct {
 	Norm bool
 	// Scale, when not 0 or 1, multiplies the weights (routed_scaling_factor).
 	Scale float64
+	// Groups, when above 1, splits the experts into that many groups of consecutive experts (n_group) and
+	// limits the choice to the TopGroups best (topk_group), a group scored by the sum of its two best choice
+	// scores (DeepSeek-V3's group-limited routing).
+	Groups, TopGroups int
 	// WeighInputs applies each row's weights to its experts' inputs rather than their outputs (Llama 4:
 	// expert(w·x), which a gated MLP does not turn into w·expert(x)): Rows gives the rows routed to an expert
 	// multiplied by their weights for it, and Combine sums the outputs as they are. The experts must have no

@@ -187,15 +187,21 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	}
 	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
-	h = d.norm(ops, x, w.MLPNorm)
+	return LayerOutputs{X: d.mlpBranch(ops, in, x), K: k, V: v}
+}
+
+// mlpBranch is the MLP's residual branch on x: the dense MLP, or the mixture of experts of a sparse layer,
+// between its norms.
+func (d *decoder) mlpBranch(ops Ops, in LayerInputs, x Value) Value {
+	w := in.W
+	h := d.norm(ops, x, w.MLPNorm)
 	var m Value
 	if in.Kind.MoE {
 		m = d.moe.apply(ops, h, w, d.act)
 	} else {
 		m = d.mlp(ops, h, w)
 	}
-	x = d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
-	return LayerOutputs{X: x, K: k, V: v}
+	return d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
 }
 
 // mlp is the dense gated MLP: down(act(gate(h)) ⊙ up(h)), with separate or fused gate and up projections.

@@ -49,6 +49,42 @@ func newMoE(c *checkpoint.Config, inter int, norm bool) (*moeMLP, error) {
 		router: "mlp.gate", prefix: "mlp.experts", gate: "gate_proj", up: "up_proj", down: "down_proj"}, nil
 }
 
+// newSigmoidMoE is DeepSeek-V3's mixture of experts, which GLM-4.5 shares (Glm4MoeTopkRouter and
+// DeepseekV3TopkRouter are one computation): each expert's sigmoid score, the choice on score +
+// e_score_correction_bias limited to the topk_group best of n_group groups, the chosen experts' unbiased
+// scores as weights (renormalized with norm_topk_prob) times routed_scaling_factor; n_shared_experts shared
+// experts as one ungated MLP (mlp.shared_experts) of n_shared_experts × moe_intermediate_size; dense layers
+// before first_k_dense_replace.
+func newSigmoidMoE(c *checkpoint.Config) (*moeMLP, func(i int) bool, error) {
+	m, err := newMoE(c, c.MoEIntermediateSize, c.NormTopKProb)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.NSharedExperts < 0 {
+		return nil, nil, fmt.Errorf("n_shared_experts %d is negative", c.NSharedExperts)
+	}
+	if c.FirstKDenseReplace < 0 {
+		return nil, nil, fmt.Errorf("first_k_dense_replace %d is negative", c.FirstKDenseReplace)
+	}
+	g, top := c.NGroup, c.TopKGroup
+	switch {
+	case g < 1 || c.NumExperts%g != 0:
+		return nil, nil, fmt.Errorf("n_group %d does not divide the %d experts into groups", g, c.NumExperts)
+	case g > 1 && c.NumExperts/g < 2:
+		return nil, nil, fmt.Errorf("n_group %d leaves groups of %d expert: a group's score is the sum of its best two", g, c.NumExperts/g)
+	case top < 1 || top > g:
+		return nil, nil, fmt.Errorf("topk_group %d is not between 1 and n_group %d", top, g)
+	case c.NumExpertsPerTok > top*c.NumExperts/g:
+		return nil, nil, fmt.Errorf("num_experts_per_tok %d exceeds the %d experts of the topk_group %d groups kept", c.NumExpertsPerTok, top*c.NumExperts/g, top)
+	}
+	m.route.Score, m.route.Scale, m.bias = SigmoidScores, c.RoutedScalingFactor, "mlp.gate.e_score_correction_bias"
+	m.route.Groups, m.route.TopGroups = g, top
+	if c.NSharedExperts > 0 {
+		m.shared, m.sharedInter = "mlp.shared_experts", c.NSharedExperts*c.MoEIntermediateSize
+	}
+	return m, func(i int) bool { return i >= c.FirstKDenseReplace }, nil
+}
+
 // weights lists the router's, the experts' and the shared expert's tensors, held by the sparse layers.
 func (m *moeMLP) weights(hidden int) []WeightSpec {
 	sparse := func(k LayerKind) bool { return k.MoE }
