@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -68,28 +67,17 @@ func TestGGUFFamilies(t *testing.T) {
 			tol = v
 		}
 		compareGGUFLogits(t, "", got, llama["logits"].F32, hf.Logits, tol)
-		meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
-		if _, err := os.Stat(meaning); err == nil {
-			m, err := reference.ReadTensors(meaning)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := maxLogitDiff(got, m["logits"].F32)
-			t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
-			if d > ggufFamilyTolerance {
-				t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
-			}
-		} else if _, known := ggufFamilyLlamaCPPTolerance[name]; known {
-			t.Fatalf("%s is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", meaning, name)
+		if _, known := ggufFamilyLlamaCPPTolerance[name]; !checkFileMeaning(t, file, got) && known {
+			t.Fatalf("%s.transformers.safetensors is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", strings.TrimSuffix(file, ".gguf"), name)
 		}
 		if greedy := llama["greedy_ids"]; greedy != nil {
-			checkLlamaCppGreedy(t, e, ids, ints(greedy.I64))
+			checkGGUFGreedy(t, "host kernels", e, ids, ints(greedy.I64))
 			g, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "graph"), GraphDecode: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer g.Close()
-			checkLlamaCppGreedy(t, g, ids, ints(greedy.I64))
+			checkGGUFGreedy(t, "graphs", g, ids, ints(greedy.I64))
 		}
 		// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
 		// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).
@@ -103,13 +91,41 @@ func TestGGUFFamilies(t *testing.T) {
 	})
 }
 
+// checkFileMeaning compares got, the logits of a GGUF file's fixture ids, with transformers' logits of its
+// checkpoint with the settings llama.cpp reads from the file (<file>.transformers.safetensors) within
+// ggufFamilyTolerance, and reports whether that reference exists.
+func checkFileMeaning(t *testing.T, file string, got [][]float32) bool {
+	t.Helper()
+	meaning := strings.TrimSuffix(file, ".gguf") + ".transformers.safetensors"
+	if _, err := os.Stat(meaning); err != nil {
+		return false
+	}
+	m, err := reference.ReadTensors(meaning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := maxLogitDiff(got, m["logits"].F32)
+	t.Logf("largest logit difference from transformers with the file's meaning %.2g", d)
+	if d > ggufFamilyTolerance {
+		t.Errorf("logits differ from transformers' with the settings llama.cpp reads from the file by %.3g (tolerance %g)", d, ggufFamilyTolerance)
+	}
+	return true
+}
+
 // forEachGGUFFamily runs f as a subtest for every family GGUF file (gguf/testdata/families, made by
 // scripts/fixtures/gguf_families.py) with its name and llama.cpp's outputs on it.
 func forEachGGUFFamily(t *testing.T, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
 	t.Helper()
-	files, err := filepath.Glob("../gguf/testdata/families/*.gguf")
+	return forEachGGUFIn(t, "families", "scripts/fixtures/gguf_families.py", f)
+}
+
+// forEachGGUFIn runs f as a subtest for every GGUF file of gguf/testdata/<dir> (made by script) with its name and
+// llama.cpp's outputs on it (<name>.llamacpp.safetensors).
+func forEachGGUFIn(t *testing.T, dir, script string, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
+	t.Helper()
+	files, err := filepath.Glob("../gguf/testdata/" + dir + "/*.gguf")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no GGUF files in gguf/testdata/families (made by scripts/fixtures/gguf_families.py): %v", err)
+		t.Fatalf("no GGUF files in gguf/testdata/%s (made by %s): %v", dir, script, err)
 	}
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".gguf")
@@ -158,19 +174,5 @@ func compareGGUFLogits(t *testing.T, what string, got [][]float32, llama, hf []f
 		if d > tol {
 			t.Errorf("%slogits differ from transformers' on the original checkpoint by %.3g (tolerance %.3g)", what, d, tol)
 		}
-	}
-}
-
-// checkLlamaCppGreedy decodes greedily from prompt as many ids as llama.cpp's greedy continuation want, one token a
-// step as llama.cpp made them, and requires the same ids.
-func checkLlamaCppGreedy(t *testing.T, e *Engine, prompt, want []int) {
-	t.Helper()
-	var got []int
-	req := Request{PromptIDs: prompt, MaxNewTokens: len(want), StopIDs: []int{-1}}
-	if _, err := e.Generate(context.Background(), req, func(tk Token) error { got = append(got, tk.ID); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("greedy ids %v, llama.cpp's %v", got, want)
 	}
 }

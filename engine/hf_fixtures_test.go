@@ -66,15 +66,7 @@ func TestHFFixtures(t *testing.T) {
 			f.check("prefill 25 + decode (host kernels)", prefillDecode(t, f.e, f.ids, 25), f.want, 24)
 		}
 		if f.spelling == hffixture.V5 {
-			ck, err := checkpoint.Open(f.dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := reference.Forward(ck, f.ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.check("float64 reference", toF32(r.Logits), f.want, 0)
+			f.check("float64 reference", referenceLogits(t, f.dir, f.ids), f.want, 0)
 		}
 		f.checkGreedy("greedy (host kernels)", f.e)
 		f.checkGreedy("greedy (graphs)", open(t, f.dir, Options{GraphDecode: true}))
@@ -280,6 +272,20 @@ func ints(v []int64) []int {
 		out[i] = int(x)
 	}
 	return out
+}
+
+// referenceLogits opens the checkpoint in dir and returns the float64 reference's logits of ids, as float32.
+func referenceLogits(t testing.TB, dir string, ids []int) [][]float32 {
+	t.Helper()
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reference.Forward(ck, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toF32(r.Logits)
 }
 
 func toF32(rows [][]float64) [][]float32 {

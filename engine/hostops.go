@@ -55,6 +55,9 @@ type hostOps struct {
 	batch    int
 	// rowByRow are the weights llama.cpp multiplies by each row alone whatever the batch (llamaCppOutputRows).
 	rowByRow []model.Value
+	// experts, with llamaCpp, are the layer's routed experts, which llama.cpp multiplies with mul_mat_id
+	// (llamaCppExperts).
+	experts *llamaCppExperts
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
 	// shared: the layer attends with an earlier layer's keys and values (kv is that layer's view), which it does
@@ -384,6 +387,13 @@ func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 	switch {
 	case o.llamaCpp != nil && f == model.SiLU:
 		ggml.Silus(y.data, xa.data)
+	case o.llamaCpp != nil && f == model.Sigmoid:
+		// The one sigmoid of the architectures Arithmetic llama.cpp covers, Qwen2-MoE's shared-expert gate, which
+		// llama.cpp's qwen2moe graph computes as silu(x)/x over rows of one value (ggml_silu_f32: the C library's
+		// expf).
+		for i, v := range xa.data {
+			y.data[i] = v / (1 + ggml.LibcExpf(-v)) / v
+		}
 	case o.llamaCpp != nil:
 		panic(fmt.Sprintf("engine: arithmetic llama.cpp: activation %d", f)) // checkLlamaCpp admits SiLU only
 	case f == model.SiLU:

@@ -151,8 +151,14 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, chunk: kind.Chunk, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
 		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe,
 		shared: kind.SharedKV, deferWrite: p.sources[i]}
-	if ops.llamaCpp != nil && i == r.cfg.NumHiddenLayers-1 && !p.all {
-		ops.rowByRow = llamaCppOutputRows(weights)
+	if ops.llamaCpp != nil {
+		last := i == r.cfg.NumHiddenLayers-1 && !p.all
+		if last {
+			ops.rowByRow = llamaCppOutputRows(weights)
+		}
+		if len(weights.Experts) > 0 {
+			ops.experts = newLlamaCppExperts(weights, last)
+		}
 	}
 	if kind.Rope != model.NoRope {
 		ops.cos, ops.sin = g.tables.cos[kind.Rope], g.tables.sin[kind.Rope]

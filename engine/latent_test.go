@@ -13,13 +13,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
-	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/quant"
-	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -111,15 +109,7 @@ func TestDeepSeekSynth(t *testing.T) {
 			Experts: 8, ExpertsPerTok: 2, MoEIntermediateSize: 32, SharedExperts: 1, Groups: 4, TopGroups: 2, FirstDense: 1,
 			RoutedScaling: 2.5, Factor: 4, OriginalContext: 16}}
 	dir := writeTiny(t, synth.Options{Shape: shape, Seed: 11})
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := reference.Forward(ck, familyIDs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := toF32(ref.Logits)
+	want := referenceLogits(t, dir, familyIDs)
 	e := open(t, dir, Options{})
 	got, err := e.Logits(context.Background(), familyIDs)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
-	"github.com/layerstream/layerstream/reference"
 )
 
 // llama4Fixture is the llama4_text fixture (v5 spelling) with its config.json changed by edit.
@@ -47,15 +46,7 @@ func llama4IDs(t *testing.T, n int) []int {
 func TestLlama4ChunksAcrossTheRing(t *testing.T) {
 	dir := llama4Long(t)
 	ids := llama4IDs(t, 250)
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := reference.Forward(ck, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := toF32(r.Logits)
+	want := referenceLogits(t, dir, ids)
 	e := open(t, dir, Options{})
 	if k := e.run.plan.Layers[0]; k.Chunk != 16 || k.Window != 0 {
 		t.Fatalf("layer 0: %+v, want chunks of 16", k)

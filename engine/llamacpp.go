@@ -43,6 +43,13 @@ var llamaCppGraphs = map[string]*llamaCppGraph{
 	"Qwen2ForCausalLM":   {},
 	"Qwen3ForCausalLM":   {},
 	"Olmo2ForCausalLM":   {},
+	// The mixtures of experts (llama.cpp's build_moe_ffn: routeRow; its mul_mat_id: llamaCppExperts).
+	"MixtralForCausalLM":   {interleaved: true},
+	"Qwen2MoeForCausalLM":  {},
+	"Qwen3MoeForCausalLM":  {},
+	"OlmoeForCausalLM":     {},
+	"Glm4MoeForCausalLM":   {},
+	"MiniMaxM2ForCausalLM": {},
 }
 
 // checkLlamaCpp refuses, by name, what Arithmetic llama.cpp does not reproduce.
@@ -126,12 +133,17 @@ func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkp
 		default:
 			return fmt.Errorf("rope type %q is not covered (covered: default, linear, and frequency factors)", p.Type)
 		}
-		if r.Dims != c.HeadDim {
-			return fmt.Errorf("partial rotary embeddings (%d of %d dimensions) are not covered", r.Dims, c.HeadDim)
+		if r.Dims != c.HeadDim && llamaCppGraphs[name].interleaved {
+			return fmt.Errorf("partial rotary embeddings (%d of %d dimensions) are not covered in rotary pairs", r.Dims, c.HeadDim)
 		}
 	}
-	if !ggml.SwiGLUWidth(c.IntermediateSize) {
-		return fmt.Errorf("intermediate_size %d is not a multiple of 16: llama.cpp computes the rest of each row with the C library's expf, which is not reproduced", c.IntermediateSize)
+	for _, w := range []struct {
+		key string
+		n   int
+	}{{"intermediate_size", c.IntermediateSize}, {"moe_intermediate_size", c.MoEIntermediateSize}, {"shared_expert_intermediate_size", c.SharedExpertIntermediateSize}} {
+		if w.n != 0 && !ggml.SwiGLUWidth(w.n) {
+			return fmt.Errorf("%s %d is not a multiple of 16: llama.cpp computes the rest of each row with the C library's expf, which is not reproduced", w.key, w.n)
+		}
 	}
 	for _, t := range tensors {
 		if len(t.Shape) != 2 || t.Name == embedWeight && !tied {
@@ -182,11 +194,12 @@ func llamaCppRotaryTable(r model.Rope, pos0, tb int) (cos, sin []float32) {
 
 // llamaCppOutputRows are the weights of the last decoder layer (weights) that llama.cpp multiplies row by row
 // when it keeps only the last position's logits: its graph drops the other rows after the attention's output
-// projection (ggml_get_rows with inp_out_ids), so the MLP of a pass that generates sees one row per sequence,
-// for which it takes its single-row kernels (tinyBLAS and its tiled K-quant path decline it).
+// projection (ggml_get_rows with inp_out_ids), so the MLP of a pass that generates (a mixture of experts' router,
+// experts and shared expert too) sees one row per sequence, for which it takes its single-row kernels (tinyBLAS
+// and its tiled K-quant path decline it).
 func llamaCppOutputRows(w *model.LayerWeights) []model.Value {
 	var rows []model.Value
-	for _, v := range []model.Value{w.Gate.W, w.Up.W, w.Down.W} {
+	for _, v := range []model.Value{w.Gate.W, w.Up.W, w.Down.W, w.Router.W, w.SharedGate.W, w.Shared.Gate.W, w.Shared.Up.W, w.Shared.Down.W} {
 		if v != nil {
 			rows = append(rows, v)
 		}
@@ -194,17 +207,57 @@ func llamaCppOutputRows(w *model.LayerWeights) []model.Value {
 	return rows
 }
 
+// llamaCppExperts are a layer's routed experts' matrices, which llama.cpp multiplies with mul_mat_id: each
+// expert by the rows of a sequence routed to it (runs: their counts per sequence, in order, set by hostOps.Rows
+// for the expert being computed), with its tiled K-quant kernel where those are 8 rows or more and the matrix is
+// not repacked, else each row alone (ggml_vec_dot, or its repacked gemv), never tinyBLAS
+// (kernels.GGMLExpertBatch). alone: the last layer of a pass that keeps only the last position's logits, where
+// llama.cpp routes one row per sequence.
+type llamaCppExperts struct {
+	weights []model.Value
+	runs    []int
+	alone   bool
+}
+
+// newLlamaCppExperts lists the routed experts' matrices of w.
+func newLlamaCppExperts(w *model.LayerWeights, alone bool) *llamaCppExperts {
+	x := &llamaCppExperts{alone: alone}
+	for _, e := range w.Experts {
+		x.weights = append(x.weights, e.Gate.W, e.Up.W, e.Down.W)
+	}
+	return x
+}
+
+// expertLinear is llamaCppLinear of a routed expert's block-quantized matrix (see llamaCppExperts).
+func (o hostOps) expertLinear(y, x *hostArray, f kernels.QuantMatrix, bias []float32) {
+	repacks := kernels.GGMLRepacks(f.Type, f.Rows)
+	at := 0
+	for _, n := range o.experts.runs {
+		batch := 1
+		if !o.experts.alone {
+			batch = kernels.GGMLExpertBatch(f.Type, repacks, n)
+		}
+		kernels.LinearQuantGGML(y.data[at*f.Rows:(at+n)*f.Rows], x.data[at*f.Cols:(at+n)*f.Cols], f, bias, batch, repacks)
+		at += n
+	}
+}
+
 // llamaCppLinear is Linear with llama.cpp's products: block formats as its kernels do (kernels.LinearQuantGGML: its
 // vec_dot, repacked, tinyBLAS and tiled kernels by format, repacking and batch), float32 matrices as
 // ggml_vec_dot_f32 in a batch of one token and tinyBLAS (its sgemm) in more (o.batch).
 func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32) *hostArray {
 	batch := o.batch
-	if slices.Contains(o.rowByRow, weight) {
-		batch = 1
+	expert := o.experts != nil && slices.Contains(o.experts.weights, weight)
+	if expert || slices.Contains(o.rowByRow, weight) {
+		batch = 1 // a float32 matrix: ggml_vec_dot_f32 per row
 	}
 	switch f := weightData(weight).(type) {
 	case kernels.QuantMatrix:
 		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), f.Rows)...)
+		if expert {
+			o.expertLinear(y, x, f, bias)
+			return y
+		}
 		// llama.cpp repacks every matrix it multiplies that it can, a tied head included: it loads the embedding a
 		// second time as the output tensor, into the repacking buffer.
 		kernels.LinearQuantGGML(y.data, x.data, f, bias, batch, kernels.GGMLRepacks(f.Type, f.Rows))

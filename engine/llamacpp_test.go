@@ -171,34 +171,43 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 	}
 	exact := 0
 	files := forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
-		var got [][]float32
-		e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
-		if err == nil {
-			defer e.Close()
-			got, err = e.Logits(context.Background(), ints(hffixture.MustReference(t, name).InputIDs))
+		if llamaCppExact(t, file, ints(hffixture.MustReference(t, name).InputIDs), llama["logits"].F32, refused[name]) != nil {
+			exact++
 		}
-		if want, ok := refused[name]; ok {
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("%v; want it refused saying %q", err, want)
-			}
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := llama["logits"].F32
-		for p, row := range got {
-			for j, v := range row {
-				if v != want[p*len(row)+j] {
-					t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g", p, j, v, want[p*len(row)+j])
-				}
-			}
-		}
-		exact++
 	})
 	if want := files - len(refused); exact != want {
 		t.Errorf("%d files bit for bit, want %d", exact, want)
 	}
+}
+
+// llamaCppExact opens file with Arithmetic llama.cpp (a float32 cache, as the fixtures were made) and requires the
+// logits of ids equal to want as floats, returning the engine (closed when the test ends); or, where refusal is not empty, requires it refused
+// with an error saying so, returning nil.
+func llamaCppExact(t *testing.T, file string, ids []int, want []float32, refusal string) *Engine {
+	t.Helper()
+	var got [][]float32
+	e, err := Open(context.Background(), file, Options{ShardDir: t.TempDir(), Arithmetic: ArithmeticLlamaCpp, KVCache: KVCacheF32})
+	if err == nil {
+		t.Cleanup(func() { e.Close() })
+		got, err = e.Logits(context.Background(), ids)
+	}
+	if refusal != "" {
+		if err == nil || !strings.Contains(err.Error(), refusal) {
+			t.Fatalf("%v; want it refused saying %q", err, refusal)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, row := range got {
+		for j, v := range row {
+			if v != want[p*len(row)+j] {
+				t.Fatalf("position %d, token %d: logit %.9g, llama.cpp %.9g (largest difference %.2g)", p, j, v, want[p*len(row)+j], maxLogitDiff(got, want))
+			}
+		}
+	}
+	return e
 }
 
 // TestLlamaCppArithmeticBatched: a sequence computed in a batch with others (continuous batching, prompts of
@@ -227,31 +236,38 @@ func TestLlamaCppArithmeticBatched(t *testing.T) {
 			{PromptIDs: []int{1, 449, 300, 301, 302, 303, 304}, MaxNewTokens: 15},
 			{PromptIDs: long, MaxNewTokens: 5}, // joins when the first ends, while the others decode
 		}
-		for i := range reqs {
-			reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true
-		}
-		batched := make([][]Token, len(reqs))
-		if _, err := e.GenerateBatch(context.Background(), reqs, func(seq int, tk Token) error {
-			batched[seq] = append(batched[seq], tk)
-			return nil
-		}); err != nil {
+		batchedAsAlone(t, file, e, reqs)
+		e.Close()
+	}
+}
+
+// batchedAsAlone generates reqs (no stop tokens, with log-probabilities) in one batch on e, then each alone, and
+// requires every token and log-probability equal.
+func batchedAsAlone(t *testing.T, file string, e *Engine, reqs []Request) {
+	t.Helper()
+	for i := range reqs {
+		reqs[i].StopIDs, reqs[i].Logprobs = []int{-1}, true
+	}
+	batched := make([][]Token, len(reqs))
+	if _, err := e.GenerateBatch(context.Background(), reqs, func(seq int, tk Token) error {
+		batched[seq] = append(batched[seq], tk)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		var alone []Token
+		if _, err := e.Generate(context.Background(), r, func(tk Token) error { alone = append(alone, tk); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		for i, r := range reqs {
-			var alone []Token
-			if _, err := e.Generate(context.Background(), r, func(tk Token) error { alone = append(alone, tk); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if len(alone) != len(batched[i]) {
-				t.Fatalf("%s request %d: %d tokens alone, %d batched", file, i, len(alone), len(batched[i]))
-			}
-			for j := range alone {
-				if alone[j].ID != batched[i][j].ID || alone[j].Logprob != batched[i][j].Logprob {
-					t.Fatalf("%s request %d token %d: alone %d (%v), batched %d (%v)", file, i, j, alone[j].ID, alone[j].Logprob, batched[i][j].ID, batched[i][j].Logprob)
-				}
+		if len(alone) != len(batched[i]) {
+			t.Fatalf("%s request %d: %d tokens alone, %d batched", file, i, len(alone), len(batched[i]))
+		}
+		for j := range alone {
+			if alone[j].ID != batched[i][j].ID || alone[j].Logprob != batched[i][j].Logprob {
+				t.Fatalf("%s request %d token %d: alone %d (%v), batched %d (%v)", file, i, j, alone[j].ID, alone[j].Logprob, batched[i][j].ID, batched[i][j].Logprob)
 			}
 		}
-		e.Close()
 	}
 }
 

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive,staticcheck // graph ops read like math.
 
+	"github.com/layerstream/layerstream/engine/kernels/ggml"
 	"github.com/layerstream/layerstream/engine/model"
 )
 
@@ -42,7 +44,7 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	scores, choice := make([]float32, n), make([]float32, n)
 	for row := range rows {
 		at := row * opts.K
-		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K])
+		routeRow(la.data[row*n:(row+1)*n], opts, bias, scores, choice, r.experts[at:at+opts.K], r.weights[at:at+opts.K], o.llamaCpp != nil)
 		for j, e := range r.experts[at : at+opts.K] {
 			if scale != nil {
 				r.weights[at+j] *= scale[e]
@@ -54,13 +56,49 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 	return r
 }
 
-// routeRow chooses one row's experts from its router logits as transformers' routers do, in float32: scores
-// (softmax over the experts, or each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by
-// logit) among the experts of the groups kept (opts.Groups), ties to the lower expert index, their unbiased
-// scores as weights, renormalized to sum 1 with opts.Norm, times opts.Scale.
-func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32) {
-	switch opts.Score {
-	case model.SoftmaxScores:
+// routeRow chooses one row's experts from its router logits as transformers' routers do, in float32 (llamaCpp:
+// as llama.cpp's build_moe_ffn does on the CPU; routeScores, renormalize): scores (softmax over the experts, or
+// each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by logit) among the experts of the
+// groups kept (opts.Groups: a group's score is the sum of its two best, in llama.cpp too), ties to the lower
+// expert index (llama.cpp's argsort: descending), their unbiased scores as weights, renormalized to sum 1 with
+// opts.Norm, times opts.Scale (ggml_scale). choice is scratch.
+func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32, llamaCpp bool) {
+	routeScores(logits, opts, scores, llamaCpp)
+	copy(choice, scores)
+	if opts.Score == model.LogitSigmoidScores {
+		copy(choice, logits)
+	}
+	for i := range bias {
+		choice[i] += bias[i]
+	}
+	if opts.Groups > 1 {
+		limitGroups(choice, opts.Groups, opts.TopGroups)
+	}
+	topK(choice, scores, experts, weights)
+	if opts.Norm {
+		renormalize(weights, llamaCpp)
+	}
+	if opts.Scale != 0 && opts.Scale != 1 {
+		for j := range weights {
+			weights[j] *= float32(opts.Scale)
+		}
+	}
+}
+
+// routeScores sets scores from a row's router logits: softmax in float32, or each logit's sigmoid; with llamaCpp,
+// ggml's soft_max (ggml.SoftMax) or its sigmoid, 1/(1 + expf(-x)) with the C library's expf (checkLlamaCppModel
+// admits no other scores).
+func routeScores(logits []float32, opts model.RouteOptions, scores []float32, llamaCpp bool) {
+	switch {
+	case llamaCpp && opts.Score == model.SoftmaxScores:
+		ggml.SoftMax(scores, logits, 1, nil)
+	case llamaCpp && opts.Score == model.SigmoidScores:
+		for i, v := range logits {
+			scores[i] = 1 / (1 + ggml.LibcExpf(-v))
+		}
+	case llamaCpp:
+		panic(fmt.Sprintf("engine: arithmetic llama.cpp: router scores %d", opts.Score))
+	case opts.Score == model.SoftmaxScores:
 		top := float32(math.Inf(-1))
 		for _, v := range logits {
 			top = max(top, v)
@@ -73,19 +111,35 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 		for i := range scores {
 			scores[i] /= sum
 		}
-	case model.SigmoidScores, model.LogitSigmoidScores:
+	case opts.Score == model.SigmoidScores, opts.Score == model.LogitSigmoidScores:
 		sigmoid(scores, logits)
 	}
-	copy(choice, scores)
-	if opts.Score == model.LogitSigmoidScores {
-		copy(choice, logits)
+}
+
+// renormalize divides the chosen experts' weights by their sum: in float32, or with llamaCpp as llama.cpp does,
+// the sum in double precision (ggml_vec_sum_f32) rounded to float32 and clamped below at 6.103515625e-5 (its
+// guard against a zero sum).
+func renormalize(weights []float32, llamaCpp bool) {
+	var s float32
+	if llamaCpp {
+		sum := 0.0
+		for _, w := range weights {
+			sum += float64(w)
+		}
+		s = max(float32(sum), 6.103515625e-5)
+	} else {
+		for _, w := range weights {
+			s += w
+		}
 	}
-	for i := range bias {
-		choice[i] += bias[i]
+	for j := range weights {
+		weights[j] /= s
 	}
-	if opts.Groups > 1 {
-		limitGroups(choice, opts.Groups, opts.TopGroups)
-	}
+}
+
+// topK sets experts to the len(experts) best by choice, best first (ties to the lower index), and weights to
+// their scores.
+func topK(choice, scores []float32, experts []int, weights []float32) {
 	for j := range experts {
 		best := -1
 		for e, c := range choice {
@@ -94,20 +148,6 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 			}
 		}
 		experts[j], weights[j] = best, scores[best]
-	}
-	if opts.Norm {
-		var sum float32
-		for _, w := range weights {
-			sum += w
-		}
-		for j := range weights {
-			weights[j] /= sum
-		}
-	}
-	if opts.Scale != 0 && opts.Scale != 1 {
-		for j := range weights {
-			weights[j] *= float32(opts.Scale)
-		}
 	}
 }
 
@@ -151,6 +191,16 @@ func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	r := routing.(*hostRouting)
 	if len(r.byE[e]) == 0 {
 		return nil
+	}
+	if o.experts != nil { // llama.cpp's mul_mat_id takes each sequence's rows routed to e as one batch
+		t := r.dims[len(r.dims)-1]
+		o.experts.runs = o.experts.runs[:0]
+		for i, row := range r.byE[e] {
+			if i == 0 || row/t != r.byE[e][i-1]/t {
+				o.experts.runs = append(o.experts.runs, 0)
+			}
+			o.experts.runs[len(o.experts.runs)-1]++
+		}
 	}
 	xa := arr(x)
 	h := xa.dims[len(xa.dims)-1]

@@ -12,7 +12,6 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/hffixture"
-	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -144,15 +143,7 @@ func TestVisionLanguageLayouts(t *testing.T) {
 					if d := maxDiff(got, want); d > hfTolerance {
 						t.Errorf("logits differ from transformers' by %g", d)
 					}
-					ck, err := checkpoint.Open(dir)
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := reference.Forward(ck, ids)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if d := maxDiff(toF32(r.Logits), want); d > hfTolerance {
+					if d := maxDiff(referenceLogits(t, dir, ids), want); d > hfTolerance {
 						t.Errorf("the float64 reference differs from transformers' by %g", d)
 					}
 					res, err := e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)

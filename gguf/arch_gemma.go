@@ -64,6 +64,22 @@ func gemma2Config(m archMeta, cfg map[string]any) error {
 	return slidingLayerTypes(m, cfg, 2)
 }
 
+// finalSoftCap writes final_logit_softcapping from the metadata of that name where it is set and not 0 (Gemma 3
+// and 4: the logits soft-capped only where it says so), refusing a negative one.
+func finalSoftCap(m archMeta, cfg map[string]any) error {
+	v, ok, err := m.Float(m.key("final_logit_softcapping"))
+	switch {
+	case err != nil:
+		return err
+	case !ok || v == 0:
+		return nil
+	case !(v > 0):
+		return fmt.Errorf("metadata %s is %g: want a positive soft-cap (or 0 for none)", m.key("final_logit_softcapping"), v)
+	}
+	cfg["final_logit_softcapping"] = float32JSON(v)
+	return nil
+}
+
 // gemma3Config follows llama.cpp's Gemma 3 (src/models/gemma3.cpp): no attention soft-cap, logits soft-capped only
 // where final_logit_softcapping says so, and with a positive attention.sliding_window local layers as
 // attention.sliding_window_pattern says (else five local layers, then a global one) whose rotary base is
@@ -74,13 +90,8 @@ func gemma3Config(m archMeta, cfg map[string]any) error {
 		return err
 	}
 	cfg["model_type"] = "gemma3_text"
-	if v, ok, err := m.Float(m.key("final_logit_softcapping")); err != nil {
+	if err := finalSoftCap(m, cfg); err != nil {
 		return err
-	} else if ok && v != 0 {
-		if !(v > 0) {
-			return fmt.Errorf("metadata %s is %g: want a positive soft-cap (or 0 for none)", m.key("final_logit_softcapping"), v)
-		}
-		cfg["final_logit_softcapping"] = float32JSON(v)
 	}
 	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && rs["rope_type"] != "linear" {
 		// llama.cpp scales only the global layers' frequencies, but applies YaRN's other corrections to every layer.

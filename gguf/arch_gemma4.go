@@ -52,13 +52,8 @@ func gemma4Config(m archMeta, cfg map[string]any) error {
 	}
 	delete(cfg, "hidden_act")
 	cfg["model_type"], cfg["hidden_activation"], cfg["dtype"] = "gemma4_text", "gelu_pytorch_tanh", "float32"
-	if v, ok, err := m.Float(m.key("final_logit_softcapping")); err != nil {
+	if err := finalSoftCap(m, cfg); err != nil {
 		return err
-	} else if ok && v != 0 {
-		if !(v > 0) {
-			return fmt.Errorf("metadata %s is %g: want a positive soft-cap (or 0 for none)", m.key("final_logit_softcapping"), v)
-		}
-		cfg["final_logit_softcapping"] = float32JSON(v)
 	}
 	swa, err := gemma4LayerTypes(m, cfg, n)
 	if err != nil {
@@ -130,8 +125,10 @@ func gemma4Heads(m archMeta, cfg map[string]any, swa []bool, unshared int) (full
 	if err != nil || !ok {
 		return 0, fmt.Errorf("metadata %s is missing (llama.cpp requires it): %v", m.key("attention.key_length_swa"), err)
 	}
-	if v, _, err := m.Int(m.key("attention.value_length_swa")); err != nil || v != local {
-		return 0, fmt.Errorf("metadata %s (%d) differs from %s (%d): not supported", m.key("attention.value_length_swa"), v, m.key("attention.key_length_swa"), local)
+	if v, ok, err := m.Int(m.key("attention.value_length_swa")); err != nil {
+		return 0, err
+	} else if !ok || v != local {
+		return 0, fmt.Errorf("metadata %s is %d (present: %v), %s %d: values of another size than the keys are not supported", m.key("attention.value_length_swa"), v, ok, m.key("attention.key_length_swa"), local)
 	}
 	kvs := slices.Repeat([]int{kv}, len(swa))
 	if v, ok, err := m.Ints(m.key("attention.head_count_kv")); ok && err == nil && v != nil { // else a number

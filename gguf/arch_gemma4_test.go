@@ -76,6 +76,8 @@ func TestGemma4Refuses(t *testing.T) {
 		{kvOf("gemma4.rope.dimension_count_swa", uint32(8)), "partial rotary embeddings are not supported"},
 		{kvOf("gemma4.feed_forward_length", []uint32{96, 96, 96, 192}), "widths other than"},
 		{kvOf("gemma4.attention.head_count_kv", []uint32{2, 1, 1, 1}), "layers of one type with 2 and 1 key/value heads"},
+		{kvOf("gemma4.attention.value_length_swa", uint32(8)), "values of another size than the keys"},
+		{kvOf("gemma4.final_logit_softcapping", float32(-1)), "gemma4.final_logit_softcapping is -1: want a positive soft-cap"},
 	} {
 		g, err := Open("testdata/families/gemma4_text.gguf")
 		if err != nil {

@@ -16,10 +16,19 @@ import (
 // Llama 3.1-style rope scaling arrives as rope_freqs.weight, one divisor per rotated pair that llama.cpp's
 // converter computed from the checkpoint's llama3 parameters; llama.cpp divides each pair's frequency by it. In
 // Hugging Face's terms that is longrope with those divisors as both factor lists and an attention factor of 1.
+//
+// Mixtral is written as llama with expert_count: every layer a mixture of experts (ffn_gate_inp, the fused
+// ffn_*_exps), softmax router scores, the top expert_used_count renormalized (llama.cpp's llama graph passes
+// norm_w true and reads no expert_weights_scale), which is transformers' MixtralForCausalLM.
 func init() {
 	register("llama", archInfo{hf: "LlamaForCausalLM", interleavedRotary: true, configTensors: []string{"rope_freqs.weight"},
+		names: map[string]string{"ffn_gate_inp.weight": "block_sparse_moe.gate.weight"},
+		moe:   &moeInfo{countKey: "num_local_experts", experts: mixtralExperts, optional: true},
 		config: func(m archMeta, cfg map[string]any) error {
 			biasesFromTensors(m, cfg)
+			if _, moe := cfg["num_local_experts"]; moe {
+				cfg["architectures"], cfg["model_type"] = []string{"MixtralForCausalLM"}, "mixtral"
+			}
 			return ropeFreqs(m, cfg)
 		}})
 }

@@ -13,7 +13,13 @@ import (
 // openFamily parses a family fixture made by llama.cpp's converter (scripts/fixtures/gguf_families.py).
 func openFamily(t *testing.T, name string) *File {
 	t.Helper()
-	g, err := Open(filepath.Join("testdata", "families", name+".gguf"))
+	return openTestdata(t, "families", name)
+}
+
+// openTestdata parses testdata/<dir>/<name>.gguf.
+func openTestdata(t *testing.T, dir, name string) *File {
+	t.Helper()
+	g, err := Open(filepath.Join("testdata", dir, name+".gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

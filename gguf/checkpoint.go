@@ -66,40 +66,11 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	info := archs[arch]
 	var tensors []checkpoint.TensorInfo
 	for _, t := range g.Tensors {
-		if slices.Contains(info.configTensors, t.Name) {
-			continue
-		}
-		hf, err := info.hfName(t.Name)
+		ts, err := info.tensors(t, cfg)
 		if err != nil {
 			return nil, err
 		}
-		ct := checkpoint.TensorInfo{Name: hf, DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
-			Offset: t.Offset, Length: t.Size}
-		if info.interleavedRotary {
-			ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
-		}
-		if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") {
-			ct.Shift = -1
-		}
-		var want []int64
-		if info.tensor != nil {
-			if want, err = info.tensor(&ct, cfg); err != nil {
-				return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
-			}
-		}
-		switch {
-		case want != nil && !slices.Equal(ct.Shape, want):
-			err = fmt.Errorf("shape %v, the metadata implies %v", ct.Shape, want)
-		case want == nil && !info.layerShapes:
-			err = info.checkShape(hf, ct.Shape, cfg)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
-		}
-		if ct.Shift != 0 && ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
-			return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
-		}
-		tensors = append(tensors, ct)
+		tensors = append(tensors, ts...)
 	}
 	slices.SortStableFunc(tensors, func(a, b checkpoint.TensorInfo) int {
 		switch {
@@ -129,12 +100,72 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	return checkpoint.New(g.Path, cfg, gen, tensors, files)
 }
 
+// tensors maps the file's tensor t to the checkpoint's: none for a tensor that carries configuration
+// (configTensors) or a multi-token-prediction layer's (moeInfo.nextn), one per expert for fused experts, else t
+// under its Hugging Face name, its shape checked against cfg, marked for reordering where llama.cpp's converter
+// changed its rows or values.
+func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint.TensorInfo, error) {
+	if slices.Contains(info.configTensors, t.Name) {
+		return nil, nil
+	}
+	ct := checkpoint.TensorInfo{DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
+		Offset: t.Offset, Length: t.Size}
+	if n, part, ok := layerOf(t.Name); ok {
+		if info.moe != nil && info.moe.nextn && n >= cfg.NumHiddenLayers {
+			return nil, nil
+		}
+		experts, fused, err := info.moeTensors(t, ct, fmt.Sprintf("model.layers.%d.", n), part)
+		if err != nil || fused {
+			for _, e := range experts {
+				if err := info.checkShape(e.Name, e.Shape, cfg); err != nil {
+					return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, e.Name, err)
+				}
+			}
+			return experts, err
+		}
+	}
+	hf, err := info.hfName(t.Name)
+	if err != nil {
+		return nil, err
+	}
+	ct.Name = hf
+	if strings.HasSuffix(hf, ".shared_expert_gate.weight") && len(ct.Shape) == 1 {
+		ct.Shape = []int64{1, ct.Shape[0]} // llama.cpp's ffn_gate_inp_shexp is a vector: one output row
+	}
+	if info.interleavedRotary {
+		ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
+	}
+	if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") {
+		ct.Shift = -1
+	}
+	var want []int64
+	if info.tensor != nil {
+		if want, err = info.tensor(&ct, cfg); err != nil {
+			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+		}
+	}
+	switch {
+	case want != nil && !slices.Equal(ct.Shape, want):
+		err = fmt.Errorf("shape %v, the metadata implies %v", ct.Shape, want)
+	case want == nil && !info.layerShapes:
+		err = info.checkShape(hf, ct.Shape, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+	}
+	if ct.Shift != 0 && ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
+		return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
+	}
+	return []checkpoint.TensorInfo{ct}, nil
+}
+
 // checkShape checks a tensor's Hugging Face shape against the config, so a file whose tensors disagree with
 // its metadata is refused before any work.
 func (a archInfo) checkShape(hf string, shape []int64, c *checkpoint.Config) error {
 	h, q, kv, ff := int64(c.HiddenSize), int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim), int64(c.IntermediateSize)
-	var want []int64
+	want := moeShape(hf, c)
 	switch {
+	case want != nil:
 	case hf == "model.embed_tokens.weight", hf == "lm_head.weight":
 		want = []int64{int64(c.VocabSize), h}
 	case strings.HasSuffix(hf, ".self_attn.q_norm.weight"), strings.HasSuffix(hf, ".self_attn.k_norm.weight"):

@@ -206,7 +206,9 @@ func TestCheckpointRefuses(t *testing.T) {
 	}{
 		{kv("llama.attention.clamp_kqv", Value{Type: TypeFloat32, V: float32(8)}), "llama.attention.clamp_kqv is not supported"},
 		{kv("llama.logit_scale", Value{Type: TypeFloat32, V: float32(2)}), "llama.logit_scale"},
-		{kv("llama.expert_count", Value{Type: TypeUint32, V: uint32(8)}), "mixture-of-experts"},
+		{kv("llama.expert_count", Value{Type: TypeUint32, V: uint32(8)}), "a mixture of experts needs 1 ≤ experts per token ≤ experts"},
+		{kv("llama.expert_group_count", Value{Type: TypeUint32, V: uint32(4)}), "group-limited expert routing is not supported"},
+		{kv("llama.nextn_predict_layers", Value{Type: TypeUint32, V: uint32(1)}), "multi-token-prediction layers are not supported for llama"},
 		{kv("llama.rope.scaling.type", Value{Type: TypeString, V: "longrope"}), `"longrope" is not supported`},
 		{kv("llama.attention.causal", Value{Type: TypeBool, V: false}), "non-causal"},
 		{kv("llama.pooling_type", Value{Type: TypeUint32, V: uint32(3)}), "llama.pooling_type is 3: an embedding or reranking model"},

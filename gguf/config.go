@@ -44,6 +44,8 @@ type archInfo struct {
 	// its shape is checked: it sets what reading must undo of the converter's changes, and returns the shape the
 	// config implies for the architecture's own tensors (nil: the shared checkShape's).
 	tensor func(t *checkpoint.TensorInfo, c *checkpoint.Config) (want []int64, err error)
+	// moe, for an architecture with routed experts, names them (moe.go); nil refuses expert_count.
+	moe *moeInfo
 	// globals maps this architecture's own global tensors to Hugging Face's names, besides globalNames.
 	globals map[string]string
 	// layerArrays: feed_forward_length and attention.head_count_kv may give one value per layer; the shared code
@@ -81,7 +83,8 @@ var knownArchKeys = map[string]bool{
 	"attention.layer_norm_rms_epsilon": true, "attention.key_length": true, "attention.value_length": true,
 	"rope.dimension_count": true, "rope.freq_base": true, "rope.scaling.type": true, "rope.scaling.factor": true,
 	"rope.scaling.original_context_length": true, "rope.scaling.finetuned": true, "rope.scale_linear": true,
-	"expert_count": true, "expert_used_count": true, "attention.causal": true, "attention.sliding_window": true,
+	"expert_count": true, "expert_used_count": true, "expert_group_count": true, "expert_group_used_count": true,
+	"nextn_predict_layers": true, "attention.causal": true, "attention.sliding_window": true,
 	"pooling_type": true, "rope.scaling.yarn_beta_fast": true, "rope.scaling.yarn_beta_slow": true,
 	"rope.scaling.attn_factor": true,
 }
@@ -222,12 +225,8 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	if err := g.ropeScaling(arch, cfg); err != nil {
 		return nil, nil, err
 	}
-	for _, k := range []string{"expert_count", "expert_used_count"} {
-		if v, ok, err := g.Uint(key(k)); err != nil {
-			return nil, nil, err
-		} else if ok && v != 0 {
-			return nil, nil, fmt.Errorf("metadata %s is %d: mixture-of-experts GGUF files are not supported yet (llama.cpp's ffn_*_exps tensors; the safetensors checkpoints of Mixtral, Qwen2/3-MoE, OLMoE, GLM-4.5 and MiniMax-M2 are)", key(k), v)
-		}
+	if err := g.moeConfig(arch, info, cfg); err != nil {
+		return nil, nil, err
 	}
 	// llama.cpp's pooling types: 0 none (a language model), 1 mean, 2 cls, 3 last, 4 rank. A pooled file is an
 	// embedding or reranking model (Qwen3-Embedding: causal, but without a language-model head), whose "text"

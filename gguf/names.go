@@ -49,17 +49,13 @@ func (a archInfo) hfName(name string) (string, error) {
 	if why, ok := refusedNames[name]; ok {
 		return "", fmt.Errorf("tensor %q: %s", name, why)
 	}
-	if rest, ok := strings.CutPrefix(name, "blk."); ok {
-		num, part, found := strings.Cut(rest, ".")
-		n, err := strconv.Atoi(num)
-		if found && err == nil && n >= 0 && strconv.Itoa(n) == num {
-			hf, ok := a.names[part]
-			if !ok {
-				hf, ok = layerNames[part]
-			}
-			if ok && hf != "" {
-				return "model.layers." + num + "." + hf, nil
-			}
+	if n, part, ok := layerOf(name); ok {
+		hf, ok := a.names[part]
+		if !ok {
+			hf, ok = layerNames[part]
+		}
+		if ok && hf != "" {
+			return "model.layers." + strconv.Itoa(n) + "." + hf, nil
 		}
 	}
 	return "", fmt.Errorf("tensor %q is not supported (not one of a %s model's tensors)", name, a.hf)

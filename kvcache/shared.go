@@ -34,8 +34,8 @@ func (c Config) source(layer int) int {
 	return c.Share[layer]
 }
 
-// checkShared refuses per-layer entries that do not match the layers, and a layer sharing a layer that does not
-// store its own, a later layer, or a recurrent one.
+// checkShared refuses per-layer entries that do not match the layers, a layer sharing a layer that does not
+// store its own, a later layer, or a recurrent one, and a recurrent layer sharing any (New would give it no state).
 func (c Config) checkShared() error {
 	if c.Dims != nil && len(c.Dims) != c.Layers {
 		return fmt.Errorf("kvcache: %d layer dims for %d layers", len(c.Dims), c.Layers)
@@ -52,6 +52,9 @@ func (c Config) checkShared() error {
 		}
 		if src < 0 || src > l || c.Shared(src) || c.Recurrent(src) {
 			return fmt.Errorf("kvcache: layer %d reads layer %d's keys and values, which is not an earlier layer storing its own", l, src)
+		}
+		if c.Recurrent(l) {
+			return fmt.Errorf("kvcache: layer %d is recurrent and reads layer %d's keys and values: a recurrent layer keeps a state of its own", l, src)
 		}
 	}
 	return nil

@@ -164,30 +164,23 @@ func (m *model) gemma4Experts(w *layerWeights, r []float64) []float64 {
 	}
 	logits := make([]float64, E)
 	linear(logits, w.get("router.proj.weight"), nil, in)
-	top := math.Inf(-1)
-	for _, v := range logits {
-		top = max(top, v)
-	}
-	var sum float64
-	for i, v := range logits {
-		logits[i] = math.Exp(v - top)
-		sum += logits[i]
-	}
+	p := logits
+	softmax(p)
 	chosen := make([]int, 0, c.TopKExperts)
 	var chosenSum float64
 	for range c.TopKExperts {
 		best := -1
-		for e, p := range logits {
-			if !slices.Contains(chosen, e) && (best < 0 || p > logits[best]) {
+		for e, v := range p {
+			if !slices.Contains(chosen, e) && (best < 0 || v > p[best]) {
 				best = e
 			}
 		}
-		chosen, chosenSum = append(chosen, best), chosenSum+logits[best]/sum
+		chosen, chosenSum = append(chosen, best), chosenSum+p[best]
 	}
 	x := m.norm(r, w.vec("pre_feedforward_layernorm_2.weight"))
 	out := make([]float64, h)
 	for _, e := range chosen {
-		weight := logits[e] / sum / chosenSum * float64(w.vec("router.per_expert_scale")[e])
+		weight := p[e] / chosenSum * float64(w.vec("router.per_expert_scale")[e])
 		gu := make([]float64, 2*I)
 		linear(gu, w.get(fmt.Sprintf("experts.%d.gate_up_proj.weight", e)), nil, x)
 		for i := range I {

@@ -34,7 +34,13 @@ while (($#)); do
 	esac
 done
 mkdir -p "$out"
-work=${GPU_CHECK_WORK:-$(mktemp -d -t gpu-check.XXXXXX)}
+if [[ -n ${GPU_CHECK_WORK:-} ]]; then # kept: the synthetic checkpoints, references and shards
+	work=$GPU_CHECK_WORK
+	mkdir -p "$work"
+else
+	work=$(mktemp -d -t gpu-check.XXXXXX)
+	trap 'rm -rf "$work"' EXIT
+fi
 summary=$out/summary.md
 # The device tool brings back at most 8 files: the summary, the profile and timeline of step 3, and logs.tar,
 # to which every step's log is appended as it ends (what a killed run leaves is still there).

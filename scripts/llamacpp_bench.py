@@ -5,9 +5,15 @@ per run, one 64-token batch, then N single-token evals; prints the runs' tokens/
 
     python3 scripts/llamacpp_bench.py FILE.gguf [--new-tokens 32] [--threads 2] [--f32-cache]
 
+--prompt-tokens sets the prompt's length; --json prints one JSON object instead: the runs' prefill and decode
+tokens/s and the median seconds per decoded token (s_per_token), as `layerstream bench --json` reports them
+(scripts/speed_moe_llamacpp.sh).
+
 Needs llama-cpp-python and numpy (pip install llama-cpp-python numpy).
 """
 import argparse
+import json
+import statistics
 import time
 
 import llama_cpp
@@ -20,14 +26,17 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--f32-cache", action="store_true")
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    kw = dict(n_ctx=512, n_batch=512, n_ubatch=512, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+    n_ctx = max(512, a.prompt_tokens + a.new_tokens)
+    kw = dict(n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
               flash_attn=False)
     if a.f32_cache:
         kw.update(type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
     llm = llama_cpp.Llama(model_path=a.model, **kw)
     vocab = llm.n_vocab()
-    prompt = [100 + i % (vocab - 100) for i in range(64)]
+    prompt = [100 + i % (vocab - 100) for i in range(a.prompt_tokens)]
     prefill, decode = [], []
     for _ in range(a.runs):
         llm.reset()
@@ -37,8 +46,11 @@ def main():
         for i in range(a.new_tokens):
             llm.eval([(200 + i) % vocab])
         t2 = time.perf_counter()
-        prefill.append(64 / (t1 - t0))
+        prefill.append(a.prompt_tokens / (t1 - t0))
         decode.append(a.new_tokens / (t2 - t1))
+    if a.json:
+        print(json.dumps({"prefill_tok_s": prefill, "decode_tok_s": decode, "s_per_token": 1 / statistics.median(decode)}))
+        return
     print("prefill tok/s", sorted(round(v) for v in prefill), "decode tok/s", sorted(round(v, 1) for v in decode))
 
 

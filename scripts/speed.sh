@@ -7,6 +7,8 @@
 #   scripts/speed.sh                  # all 22 layers (≈ 2.2 GB of shards), under ~10 minutes
 #   scripts/speed.sh --shape smollm2-135m --weights f32
 #   scripts/speed.sh --json > speed.json
+#   scripts/speed.sh moe-llamacpp     # issue 34: a mixture-of-experts GGUF, llama.cpp vs layerstream under one
+#                                     # memory limit (scripts/speed_moe_llamacpp.sh --help)
 #
 # With llama.cpp installed, the same model runs beside layerstream for targets 6, 7 and 9 (never required):
 #   LAYERSTREAM_PEER_PYTHON=python-with-llama-cpp-python \
@@ -18,6 +20,10 @@
 # feature), 2 an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = moe-llamacpp ]; then
+	shift
+	exec scripts/speed_moe_llamacpp.sh "$@"
+fi
 export CGO_ENABLED=${CGO_ENABLED:-0}
 bin_dir="${TMPDIR:-/tmp}/layerstream-speed"
 mkdir -p "$bin_dir"

@@ -251,6 +251,8 @@ func TestRoutersKeepTheirDType(t *testing.T) {
 		"model.layers.0.mlp.gate.weight": true, "model.layers.3.block_sparse_moe.gate.weight": true,
 		"model.layers.1.mlp.shared_expert_gate.weight": true, "model.layers.0.mlp.gate_proj.weight": false,
 		"model.layers.0.mlp.experts.5.gate_proj.weight": false, "model.layers.2.block_sparse_moe.experts.0.w1.weight": false,
+		"model.layers.1.router.proj.weight": true, "model.layers.1.feed_forward.router.weight": true,
+		"model.layers.1.feed_forward.experts.0.gate_up_proj.weight": false,
 	} {
 		ti := checkpoint.TensorInfo{Name: name, DType: checkpoint.F32, Shape: []int64{256, 256}}
 		for _, q := range []Quantization{Q8, Q4} {

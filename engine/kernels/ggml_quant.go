@@ -37,6 +37,9 @@ type ggmlKernel struct {
 	four func(w []byte, x qActRow) float32
 }
 
+// tiledBatchRows is the batch from which llama.cpp takes its tiled K-quant kernel (ggml_tiled_min_batch).
+const tiledBatchRows = 8
+
 // ggmlKernels and ggmlRepacked are the kernels of the matrices llama.cpp multiplies as it loaded them and of those
 // it repacks when it loads them (GGMLRepacks).
 var ggmlKernels, ggmlRepacked = ggmlTables(true)
@@ -64,13 +67,13 @@ func ggmlTables(asm bool) (plain, repacked map[quant.Type]*ggmlKernel) {
 		quant.IQ2_XXS: minsSum, quant.IQ2_XS: minsSum, quant.IQ2_S: minsSum, quant.IQ3_XXS: minsSum, quant.IQ3_S: minsSum} {
 		f := quads(t)
 		plain[t] = &ggmlKernel{act: actQ8_K, one: func(w []byte, x qActRow) float32 { return dotKVec(f, mins, w, x) },
-			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
+			many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: tiledBatchRows}
 	}
 	// IQ1's vec_dot takes the grid values (-1, 0, 1) in the lanes and the ±1/8 shifts apart; its tiled kernel is
 	// the others' (codes 8·v±1).
 	for t, dot := range map[quant.Type]func(w []byte, x qActRow) float32{quant.IQ1_S: dotIQ1SVec, quant.IQ1_M: dotIQ1MVec} {
 		f := quads(t)
-		plain[t] = &ggmlKernel{act: actQ8_K, one: dot, many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: 8}
+		plain[t] = &ggmlKernel{act: actQ8_K, one: dot, many: func(w []byte, x qActRow) float32 { return dotKTiled(f, w, x) }, batchRows: tiledBatchRows}
 	}
 	repacked = map[quant.Type]*ggmlKernel{
 		quant.Q4_0:   {act: actQ8_0, one: dotQ4_0Repacked},
@@ -142,6 +145,18 @@ func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int, r
 			}
 		}
 	})
+}
+
+// GGMLExpertBatch is the batch LinearQuantGGML takes for a routed expert's matrix of type t (repacked as
+// GGMLRepacks says) multiplied by the rows of one sequence routed to it, as llama.cpp's mul_mat_id multiplies
+// them: rows with its tiled K-quant kernel (ggml_compute_forward_mul_mat_id_tiled, for a matrix it does not
+// repack, where the expert has 8 rows or more), else 1: each row alone (vec_dot, or the repacked gemv; mul_mat_id
+// never takes tinyBLAS or the repacked gemm).
+func GGMLExpertBatch(t quant.Type, repacked bool, rows int) int {
+	if k := ggmlKernels[t]; !repacked && k != nil && k.many != nil && k.batchRows == tiledBatchRows {
+		return rows
+	}
+	return 1
 }
 
 // dotQ4_0Repacked is the product of llama.cpp's repacked Q4_0 kernels (gemv/gemm_q4_0_8x8_q8_0): per block,

@@ -65,6 +65,12 @@ func scalef(j, n float32) float32 {
 	return float32(math.Ldexp(float64(j), int(n)))
 }
 
+// LibcExpf is the C library's expf, which ggml calls outside its vector loops: e^x rounded to float32. glibc's
+// rounds a double-precision approximation (within 0.502 ulp), so it can differ from the correctly rounded value
+// only for arguments next to a halfway point between two floats; it equals it on every router score of the MoE
+// fixtures (TestLlamaCppArithmeticMoE).
+func LibcExpf(x float32) float32 { return float32(math.Exp(float64(x))) }
+
 // Silu is one lane of ggml_v_silu: x / (1 + Expf(-x)).
 func Silu(x float32) float32 { return x / (1 + Expf(0-x)) }
 
@@ -201,8 +207,8 @@ func RMSNorm(y, x, w []float32, eps float32) {
 
 // SoftMax is ggml's soft_max_ext for one row without ALiBi or sinks: w = x·scale, or -Inf where masked(i)
 // (masked nil: nowhere), the maximum, Expf(w - max) in groups of 16 whose lane sums (reduce16) are added in double
-// precision, then every value times float32(1/sum). len(x) must be a multiple of 16 (llama.cpp pads the rows of
-// its attention to 256). dst and w may be x.
+// precision, the values past the last group (ggml_vec_soft_max_f32's scalar tail: a router's few experts) with the
+// C library's expf (LibcExpf) added one by one, then every value times float32(1/sum). dst and w may be x.
 func SoftMax(dst, x []float32, scale float32, masked func(i int) bool) {
 	m := float32(math.Inf(-1))
 	for i, v := range x {
@@ -216,10 +222,15 @@ func SoftMax(dst, x []float32, scale float32, masked func(i int) bool) {
 	for i := range dst {
 		dst[i] -= m
 	}
-	expfs(dst, dst)
+	n := len(dst) &^ 15
+	expfs(dst[:n], dst[:n])
 	sum := 0.0
-	for i := 0; i < len(dst); i += 16 {
+	for i := 0; i < n; i += 16 {
 		sum += float64(reduce16((*[16]float32)(dst[i : i+16])))
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] = LibcExpf(dst[i])
+		sum += float64(dst[i])
 	}
 	inv := float32(1 / sum)
 	for i := range dst {
