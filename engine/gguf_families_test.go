@@ -22,7 +22,7 @@ const ggufFamilyTolerance = 1e-4
 // soft-capped at 10) from transformers' with the file's meaning (emulating the table in
 // transformers leaves 3e-4 on gemma2). These fixtures have an exact reference of what the file means,
 // <name>.transformers.safetensors, held to ggufFamilyTolerance.
-var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3e-3, "gemma3-vl": 3e-3, "gemma4_text": 2e-2}
+var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3e-3, "gemma3-vl": 3e-3, "gemma4_text": 2e-2, "gemma4_text-moe": 2e-2}
 
 // ggufFamilyRefused are the family GGUF files layerstream refuses, each with the words its error must contain.
 // Everything else must open and match llama.cpp.

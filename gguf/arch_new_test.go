@@ -17,7 +17,7 @@ import (
 // rounded: a norm stored as float32(1 + w) reads within 2⁻²⁴ of w, an A_log stored as -exp(A_log) within two
 // ulps.
 func TestNewFamiliesTensors(t *testing.T) {
-	for _, name := range []string{"olmo3", "ministral3", "qwen3_5"} {
+	for _, name := range []string{"olmo3", "ministral3", "qwen3_5", "gemma4_text-moe"} {
 		t.Run(name, func(t *testing.T) {
 			ck, hf := familyCheckpoints(t, name)
 			if !slices.Equal(ck.Config.Architectures, hf.Config.Architectures) {
@@ -128,6 +128,24 @@ func TestMistral3Config(t *testing.T) {
 		{map[string]*Value{"mistral3.attention.sliding_window": {Type: TypeUint32, V: uint32(4096)}}, "ignores it"},
 		{map[string]*Value{"mistral3.rope.scaling.type": {Type: TypeString, V: "none"}}, "without yarn rope scaling"},
 		{map[string]*Value{"mistral3.attention.scale": {Type: TypeFloat32, V: float32(0.5)}}, "mistral3.attention.scale is not supported"},
+	})
+}
+
+// TestGemma4MoEConfig: a gemma4 file with experts is Gemma 4 with enable_moe_block, its widths and counts read;
+// the experts' width without experts, or experts without it, is refused.
+func TestGemma4MoEConfig(t *testing.T) {
+	ck, err := openFamily(t, "gemma4_text-moe").Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := ck.Config; !c.EnableMoEBlock || c.NumExperts != 4 || c.TopKExperts != 2 || c.MoEIntermediateSize != 24 {
+		t.Errorf("config %+v", c)
+	}
+	checkRefusals(t, "gemma4_text-moe", []refusal{
+		{map[string]*Value{"gemma4.expert_feed_forward_length": nil}, "gemma4.expert_feed_forward_length is missing"},
+	})
+	checkRefusals(t, "gemma4_text", []refusal{
+		{map[string]*Value{"gemma4.expert_feed_forward_length": {Type: TypeUint32, V: uint32(24)}}, "without gemma4.expert_count"},
 	})
 }
 
