@@ -37,22 +37,16 @@ type TensorInfo struct {
 	// InterleavedGateUp says the rows (after Transposed) alternate gate and up rows: ReadTensorAt puts the gate
 	// rows first, then the up rows.
 	InterleavedGateUp bool
-	// TiledHeads, when set (Groups > 0), says the value heads are in llama.cpp's tiled order: ReadTensorAt puts
-	// them back in Hugging Face's grouped order.
-	TiledHeads TiledHeads
-	// LogNeg says the values are stored as -exp(v) (llama.cpp's ssm_a, of Hugging Face's A_log): ReadTensorAt
-	// gives back log(-stored) (float32 only).
-	LogNeg bool
 }
 
 // Transformed reports whether reading t changes its stored bytes (Transform).
 func (t TensorInfo) Transformed() bool {
-	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.TiledHeads.Groups > 0 || t.LogNeg
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp
 }
 
 // Transform turns b, t's stored bytes, into the tensor's values: a fused expert's matrix transposed and its
 // gate/up rows put in halves (Transposed, InterleavedGateUp), the rows put back in Hugging Face's rotary order
-// (InterleavedRotaryHeads), value heads in grouped order (TiledHeads), log(-a) taken (LogNeg), Shift added.
+// (InterleavedRotaryHeads), Shift added.
 func (t TensorInfo) Transform(b []byte) error {
 	if t.Transposed {
 		transpose2D(b, int(t.Shape[0]), int(t.Shape[1]), t.DType.Size())
@@ -62,16 +56,6 @@ func (t TensorInfo) Transform(b []byte) error {
 	}
 	if t.InterleavedRotaryHeads > 0 {
 		if err := UninterleaveRotaryRows(b, t.Shape, t.InterleavedRotaryHeads); err != nil {
-			return err
-		}
-	}
-	if t.TiledHeads.Groups > 0 {
-		if err := t.TiledHeads.untile(b, t); err != nil {
-			return err
-		}
-	}
-	if t.LogNeg {
-		if err := logNegValues(b, t.DType); err != nil {
 			return err
 		}
 	}

@@ -167,7 +167,6 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 		"llama-rope-dynamic": "40 tokens exceed the model's context",              // as with the engine's arithmetic
 		"olmo3":              "architecture Olmo3ForCausalLM is not covered",      // sliding windows and yarn: not reproduced
 		"ministral3":         "architecture Ministral3ForCausalLM is not covered", // yarn and the query scale: not reproduced
-		"qwen3_5":            "architecture Qwen3_5ForCausalLM is not covered",    // Gated DeltaNet: not reproduced
 	}
 	exact := 0
 	files := forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {

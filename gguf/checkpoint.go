@@ -132,29 +132,17 @@ func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint
 	if strings.HasSuffix(hf, ".shared_expert_gate.weight") && len(ct.Shape) == 1 {
 		ct.Shape = []int64{1, ct.Shape[0]} // llama.cpp's ffn_gate_inp_shexp is a vector: one output row
 	}
+	if err := info.checkShape(hf, ct.Shape, cfg); err != nil && !info.layerShapes {
+		return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+	}
 	if info.interleavedRotary {
 		ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
 	}
 	if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") {
-		ct.Shift = -1
-	}
-	var want []int64
-	if info.tensor != nil {
-		if want, err = info.tensor(&ct, cfg); err != nil {
-			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+		if ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
+			return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
 		}
-	}
-	switch {
-	case want != nil && !slices.Equal(ct.Shape, want):
-		err = fmt.Errorf("shape %v, the metadata implies %v", ct.Shape, want)
-	case want == nil && !info.layerShapes:
-		err = info.checkShape(hf, ct.Shape, cfg)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
-	}
-	if ct.Shift != 0 && ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
-		return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
+		ct.Shift = -1
 	}
 	return []checkpoint.TensorInfo{ct}, nil
 }

@@ -40,10 +40,6 @@ type archInfo struct {
 	// config, when set, reads the architecture's own metadata into config.json (Hugging Face's spelling), after
 	// the shared keys are in cfg. It refuses, by name, what layerstream does not implement.
 	config func(m archMeta, cfg map[string]any) error
-	// tensor, when set, sees each mapped tensor (its Hugging Face name, shape and reading flags in t) before
-	// its shape is checked: it sets what reading must undo of the converter's changes, and returns the shape the
-	// config implies for the architecture's own tensors (nil: the shared checkShape's).
-	tensor func(t *checkpoint.TensorInfo, c *checkpoint.Config) (want []int64, err error)
 	// moe, for an architecture with routed experts, names them (moe.go); nil refuses expert_count.
 	moe *moeInfo
 	// globals maps this architecture's own global tensors to Hugging Face's names, besides globalNames.
