@@ -171,8 +171,8 @@ func (e *Engine) openDrafter(ctx context.Context) (drafter, error) {
 		return nil, nil
 	case e.plan.Recompute > 0:
 		return nil, errors.New("speculative decoding (--draft) is not implemented for a model that recomputes its cache past a length (Phi-3 longrope)")
-	case recurrentPlan(e.plan):
-		return nil, fmt.Errorf("speculative decoding (--draft) is not implemented for %s, a model with recurrent (Gated DeltaNet linear-attention) layers: a rejected draft would have to restore the recurrent state", e.cfg.Arch.Name)
+	case recurrentPlan(e.plan) && e.opts.DraftLeaves > 0:
+		return nil, fmt.Errorf("draft trees (--draft-leaves %d) are not implemented for %s, a model with recurrent (Gated DeltaNet linear-attention) layers: each leaf would need its own branch of the recurrent state; a chain (--draft-leaves 0) is", e.opts.DraftLeaves, e.cfg.Arch.Name)
 	case e.opts.Draft == DraftNgram:
 		return ngramDrafter{}, nil
 	}

@@ -65,6 +65,10 @@ type hostOps struct {
 	// long to write them ahead leaves them to hostPass.writeDeferred rather than overwriting the ring before those
 	// layers attend.
 	shared, deferWrite bool
+	// journal, for a recurrent layer (number layer) of a group verifying drafts, receives what restores its
+	// states to those after any of the pass's positions (recurrent_draft.go).
+	journal *stateJournal
+	layer   int
 }
 
 // hostArray is a float32 array on the host.

@@ -49,6 +49,9 @@ func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed embedding, a
 	if err != nil {
 		return nil, err
 	}
+	if recurrentPlan(r.plan) {
+		r.journal.begin(kv, feeds)
+	}
 	return &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups)),
 		sources: kvSources(r.plan)}, nil
 }
@@ -151,6 +154,9 @@ func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model
 	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, chunk: kind.Chunk, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
 		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe,
 		shared: kind.SharedKV, deferWrite: p.sources[i]}
+	if g.every && kind.Recurrent {
+		ops.journal, ops.layer = &r.journal, i
+	}
 	if ops.llamaCpp != nil {
 		last := i == r.cfg.NumHiddenLayers-1 && !p.all
 		if last {

@@ -1,5 +1,5 @@
-// Package synth writes seeded synthetic Hugging Face checkpoints (Llama layout, random weights) at real model
-// shapes, for benchmarks and for tests that need a model of a given size but not a trained one.
+// Package synth writes seeded synthetic Hugging Face checkpoints (Llama layout, or Qwen3.5's hybrid; random
+// weights) at real model shapes, for benchmarks and for tests that need a model of a given size but not a trained one.
 //
 // Weights are N(0, Std) (norm weights 1.0), generated in fixed-size chunks, each chunk from its own PRNG seeded
 // by (seed, tensor, chunk). The output therefore depends only on the options, never on the number of goroutines,
@@ -42,6 +42,8 @@ type Shape struct {
 	// DeepSeek, when set, makes the shape a DeepSeek-V3 rather than a Llama (deepseek.go); NumKVHeads is then
 	// NumHeads and HeadDim unused.
 	DeepSeek *DeepSeek
+	// Hybrid, when set, makes the shape a Qwen3.5 text model (Qwen3_5ForCausalLM) rather than a Llama (qwen35.go).
+	Hybrid *Hybrid
 }
 
 // Shapes are the named real-model shapes the `synth` command knows.
@@ -57,6 +59,7 @@ var Shapes = map[string]Shape{
 	"llama2-7b": {HiddenSize: 4096, IntermediateSize: 11008, NumLayers: 32, NumHeads: 32, NumKVHeads: 32,
 		VocabSize: 32000, MaxPositionEmbeddings: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
 	"deepseek-v3-671b": deepseekV3,
+	"qwen3.5-9b":       qwen35Dense,
 }
 
 // ShapeNames lists the names in Shapes, sorted.
@@ -115,6 +118,10 @@ func (o *Options) tensors() []tensorSpec {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		if s.DeepSeek != nil {
 			out = append(out, s.deepseekLayer(p, l)...)
+			continue
+		}
+		if s.Hybrid != nil {
+			out = append(out, s.hybridLayer(p, l)...)
 			continue
 		}
 		out = append(out,
@@ -263,11 +270,14 @@ func (o *Options) config() map[string]any {
 		"bos_token_id":            s.BOSTokenID,
 		"eos_token_id":            s.EOSTokenID,
 	}
-	if s.HeadDim != s.HiddenSize/s.NumHeads {
+	if s.HeadDim != s.HiddenSize/s.NumHeads || s.Hybrid != nil {
 		cfg["head_dim"] = s.HeadDim
 	}
 	if s.DeepSeek != nil {
 		s.deepseekConfig(cfg)
+	}
+	if s.Hybrid != nil {
+		s.hybridConfig(cfg)
 	}
 	return cfg
 }

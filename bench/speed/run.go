@@ -145,11 +145,15 @@ func run(ctx context.Context, o options) (*report, error) {
 		MaxNewTokens: o.newTokens, StopIDs: []int{}} // empty StopIDs: every run generates MaxNewTokens tokens
 	if o.streamOnly {
 		for _, t := range r.Targets {
-			if t.ID != 2 && t.ID != 10 {
-				t.setNotMeasurable("--quantize measures streaming from disk only (targets 2 and 10)")
+			if t.ID != 2 && t.ID != 10 && t.ID != 20 {
+				t.setNotMeasurable("--quantize measures streaming from disk only (targets 2 and 10, and 20's cache sizes)")
 			}
 		}
 		if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureRecurrentState(ctx, o, r); err != nil {
 			return nil, err
 		}
 	} else {
@@ -178,6 +182,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 		releaseMemory()
 		if err := measureSpeculation(ctx, o, r); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureRecurrentState(ctx, o, r); err != nil {
 			return nil, err
 		}
 	}

@@ -176,6 +176,9 @@ var peerTargets = map[int]bool{6: true, 7: true, 9: true, 13: true}
 // pairTargets run the real Qwen2.5-Coder pair, which the tests have not (TestRunSpeculation gives them a tiny one).
 var pairTargets = map[int]bool{15: true, 16: true, 17: true}
 
+// hybridTargets need a hybrid model of 16k positions, which the tiny Llama has not (TestRunHybrid gives them one).
+var hybridTargets = map[int]bool{20: true}
+
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
 func TestRunWithoutEngineFeatures(t *testing.T) {
@@ -189,7 +192,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, want[tg.ID], tg.Verdict, tg.Reason)
 		}
 		switch {
-		case peerTargets[tg.ID] || pairTargets[tg.ID]:
+		case peerTargets[tg.ID] || pairTargets[tg.ID] || hybridTargets[tg.ID]:
 			if tg.Verdict != notMeasurable || tg.missed() {
 				t.Errorf("target %d without llama.cpp: %s (%s); want NOT MEASURABLE HERE, not missed", tg.ID, tg.Verdict, tg.Reason)
 			}
@@ -227,7 +230,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 17 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 18 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -272,7 +275,7 @@ func TestRunWithEngineFeatures(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	for _, tg := range r.Targets {
-		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] {
+		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] && !hybridTargets[tg.ID] {
 			t.Errorf("target %d not measured: %s (%s)", tg.ID, tg.Verdict, tg.Reason)
 		}
 	}
@@ -431,5 +434,40 @@ func TestRunSpeculation(t *testing.T) {
 	}
 	if tg := r.target(15); tg.Measured != nil && *tg.Measured <= 1 {
 		t.Errorf("target 15: %.2f tokens per pass with a draft of the same weights", *tg.Measured)
+	}
+}
+
+// TestRunHybrid runs the stream-only harness on a tiny Qwen3.5 shape (q4 shards): targets 2 and 10 measured, and
+// target 20: its recurrent layers' cache the same at 1k and 16k positions (a PASS at 1), its attention layer's 16
+// times larger.
+func TestRunHybrid(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer
+	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 512, NumLayers: 4, NumHeads: 4, NumKVHeads: 2, HeadDim: 64,
+		VocabSize: 64, MaxPositionEmbeddings: 16384, BOSTokenID: 1, EOSTokenID: 2, Hybrid: &synth.Hybrid{LinearKeyHeads: 2,
+			LinearValueHeads: 4, LinearKeyDim: 32, LinearValueDim: 32, ConvKernel: 4, FullAttentionInterval: 4, PartialRotary: 0.25}}
+	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "q4"), shape, checkpoint.BF16, 1, shards.Q4, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{shards: dir, shapeName: "hybrid", newTokens: 3, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
+		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
+	r, err := run(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t20 := r.target(20)
+	if t20.Measured == nil || *t20.Measured != 1 || t20.Verdict != pass {
+		t.Fatalf("target 20: %s %v (%s)", t20.Verdict, t20.Measured, t20.Reason)
+	}
+	raw := map[string]float64{}
+	for _, v := range t20.Raw {
+		raw[v.Name] = v.Value
+	}
+	if kv1, kv16 := raw["attention keys and values at 1024 positions"], raw["attention keys and values at 16384 positions"]; kv1 <= 0 || kv16 != 16*kv1 {
+		t.Errorf("attention cache %v → %v bytes", kv1, kv16)
+	}
+	if r.Machine.DirectRead.Supported && (r.target(2).Measured == nil || r.target(10).Measured == nil) {
+		t.Errorf("targets 2 and 10 not measured: %s, %s", r.target(2).Reason, r.target(10).Reason)
 	}
 }
