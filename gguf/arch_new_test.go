@@ -140,6 +140,26 @@ func TestGemma4MoEConfig(t *testing.T) {
 	})
 }
 
+// TestQwen35MoEConfig: a qwen35moe file is Qwen3.5-MoE with its experts' widths and counts, llama.cpp's tiled
+// value heads, and every expert cut from the fused tensors; a file without experts is refused by name.
+func TestQwen35MoEConfig(t *testing.T) {
+	ck, err := openFamily(t, "qwen3_5_moe").Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.Architectures[0] != "Qwen3_5MoeForCausalLM" || c.NumExperts != 8 || c.NumExpertsPerTok != 2 || c.MoEIntermediateSize != 32 ||
+		c.SharedExpertIntermediateSize != 48 || !c.LinearTiledValueHeads {
+		t.Errorf("config %+v", c)
+	}
+	if _, ok := ck.Tensor("model.layers.3.mlp.experts.7.down_proj.weight"); !ok {
+		t.Error("expert 7 of layer 3 not cut from ffn_down_exps")
+	}
+	checkRefusals(t, "qwen3_5_moe", []refusal{
+		{map[string]*Value{"qwen35moe.expert_count": nil}, "a mixture of experts needs"},
+	})
+}
+
 // TestQwen3NextRefused: a qwen3next file is refused saying why.
 func TestQwen3NextRefused(t *testing.T) {
 	checkRefusals(t, "qwen3", []refusal{

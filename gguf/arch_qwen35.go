@@ -19,9 +19,14 @@ import (
 // positions' rotary into plain rope over rope.dimension_count dimensions, as transformers' does. The
 // multi-token-prediction blocks a file may hold after the decoder's (nextn_predict_layers of block_count; the
 // converter's default where the checkpoint has mtp.*) are left unread, as transformers leaves mtp.*. The MoE
-// variant (qwen35moe) and Qwen3-Next (qwen3next) are not registered: their experts are in ffn_*_exps tensors.
+// variant is qwen35moe (arch_qwen35moe.go); Qwen3-Next (qwen3next) is refused (arch_qwen3next.go).
 func init() {
-	register("qwen35", archInfo{hf: "Qwen3_5ForCausalLM", normsPlusOne: true, partialRotary: true, layerShapes: true,
+	register("qwen35", qwen35Info())
+}
+
+// qwen35Info is what Qwen3.5's files and Qwen3.5-MoE's share.
+func qwen35Info() archInfo {
+	return archInfo{hf: "Qwen3_5ForCausalLM", normsPlusOne: true, partialRotary: true, layerShapes: true,
 		plainNorms: []string{".linear_attn.norm.weight"},
 		names: map[string]string{
 			"attn_qkv.weight":            "linear_attn.in_proj_qkv.weight",
@@ -40,7 +45,7 @@ func init() {
 		},
 		keys: []string{"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
 			"attention.recurrent_layers", "full_attention_interval", "rope.dimension_sections", "nextn_predict_layers"},
-		config: qwen35Config, tensor: qwen35Tensor, nextn: true})
+		config: qwen35Config, tensor: qwen35Tensor, nextn: true}
 }
 
 // qwen35Config reads the DeltaNet's sizes and the layer types into Qwen3_5TextConfig's keys.
