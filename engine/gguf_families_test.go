@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/layerstream/layerstream/gguf"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/reference"
 )
@@ -174,5 +175,29 @@ func compareGGUFLogits(t *testing.T, what string, got [][]float32, llama, hf []f
 		if d > tol {
 			t.Errorf("%slogits differ from transformers' on the original checkpoint by %.3g (tolerance %.3g)", what, d, tol)
 		}
+	}
+}
+
+// TestGGUFHybridReference: the float64 reference reads the Gated DeltaNet GGUF files as the engine does (Qwen3.5's
+// and Qwen3.5-MoE's value heads in llama.cpp's tiled order, Qwen3-Next's projections as llama.cpp's converter
+// leaves them) and computes transformers' logits of the original checkpoints, within 1e-4.
+func TestGGUFHybridReference(t *testing.T) {
+	for _, name := range []string{"qwen3_5", "qwen3_5_moe", "qwen3_next"} {
+		t.Run(name, func(t *testing.T) {
+			ck, err := gguf.OpenCheckpoint(filepath.Join("..", "gguf", "testdata", "families", name+".gguf"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hf := hffixture.MustReference(t, name)
+			r, err := reference.Forward(ck, ints(hf.InputIDs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := maxLogitDiff(toF32(r.Logits), hf.Logits)
+			t.Logf("largest logit difference from transformers %.2g", d)
+			if d > ggufFamilyTolerance {
+				t.Errorf("the reference's logits differ from transformers' by %.3g (tolerance %g)", d, ggufFamilyTolerance)
+			}
+		})
 	}
 }

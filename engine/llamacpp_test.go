@@ -163,6 +163,7 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 		"gemma3-vl": "architecture Gemma3ForCausalLM is not covered", "gemma4_text": "architecture Gemma4ForCausalLM is not covered", "gemma4_text-moe": "architecture Gemma4ForCausalLM is not covered",
 		"qwen3_5":       "architecture Qwen3_5ForCausalLM is not covered",
 		"qwen3_5_moe":   "architecture Qwen3_5MoeForCausalLM is not covered",
+		"qwen3_next":    "architecture Qwen3NextForCausalLM is not covered",
 		"phi3":          "architecture Phi3ForCausalLM is not covered",
 		"phi3-longrope": "architecture Phi3ForCausalLM is not covered", "phi4-mini": "architecture Phi3ForCausalLM is not covered",
 		"llama-rope-yarn":    `rope type "yarn" is not covered`,

@@ -160,11 +160,32 @@ func TestQwen35MoEConfig(t *testing.T) {
 	})
 }
 
-// TestQwen3NextRefused: a qwen3next file is refused saying why.
-func TestQwen3NextRefused(t *testing.T) {
-	checkRefusals(t, "qwen3", []refusal{
-		{map[string]*Value{"general.architecture": {Type: TypeString, V: "qwen3next"}}, "half regrouped"},
-	})
+// TestQwen3NextConfig: a qwen3next file is Qwen3-Next with llama.cpp's projections (linear_grouped_ba: qkv and z
+// separate, ba grouped), its value heads in Hugging Face's order, every layer sparse and renormalized; a file with
+// both the legacy ssm_in and the split projections is refused.
+func TestQwen3NextConfig(t *testing.T) {
+	ck, err := openFamily(t, "qwen3_next").Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.Architectures[0] != "Qwen3NextForCausalLM" || !c.LinearGroupedBA || c.LinearTiledValueHeads || !c.NormTopKProb || c.NumExperts != 8 {
+		t.Errorf("config %+v", c)
+	}
+	for _, name := range []string{"model.layers.0.linear_attn.in_proj_ba.weight", "model.layers.0.linear_attn.in_proj_qkv.weight", "model.layers.0.linear_attn.in_proj_z.weight"} {
+		if _, ok := ck.Tensor(name); !ok {
+			t.Errorf("no %s", name)
+		}
+	}
+	g := openFamily(t, "qwen3_next")
+	for i := range g.Tensors {
+		if g.Tensors[i].Name == "blk.0.attn_qkv.weight" {
+			g.Tensors[i].Name = "blk.0.ssm_in.weight"
+		}
+	}
+	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), "one layout or the other") {
+		t.Errorf("ssm_in beside attn_gate: %v", err)
+	}
 }
 
 // refusal is metadata set (nil: removed) on a family file, and the words of the error it must give.

@@ -19,7 +19,7 @@ import (
 // positions' rotary into plain rope over rope.dimension_count dimensions, as transformers' does. The
 // multi-token-prediction blocks a file may hold after the decoder's (nextn_predict_layers of block_count; the
 // converter's default where the checkpoint has mtp.*) are left unread, as transformers leaves mtp.*. The MoE
-// variant is qwen35moe (arch_qwen35moe.go); Qwen3-Next (qwen3next) is refused (arch_qwen3next.go).
+// variant is qwen35moe (arch_qwen35moe.go), Qwen3-Next qwen3next (arch_qwen3next.go).
 func init() {
 	register("qwen35", qwen35Info())
 }

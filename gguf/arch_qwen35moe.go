@@ -9,6 +9,11 @@ import "fmt"
 // expert_used_count) cut from ffn_*_exps, a shared expert of expert_shared_feed_forward_length (default
 // feed_forward_length) gated by sigmoid(ffn_gate_inp_shexp·x). No layer has a dense MLP.
 func init() {
+	register("qwen35moe", qwen35MoEInfo())
+}
+
+// qwen35MoEInfo is what Qwen3.5-MoE's files and Qwen3-Next's share.
+func qwen35MoEInfo() archInfo {
 	a := qwen35Info()
 	a.hf = "Qwen3_5MoeForCausalLM"
 	for k, v := range map[string]string{
@@ -26,7 +31,7 @@ func init() {
 	a.keys = append(a.keys, "expert_feed_forward_length", "expert_shared_feed_forward_length")
 	a.moe = &moeInfo{countKey: "num_experts", experts: qwenExperts}
 	a.config = qwen35MoEConfig
-	register("qwen35moe", a)
+	return a
 }
 
 // qwen35MoEConfig is qwen35Config with the experts' widths.

@@ -113,11 +113,7 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	info, ok := archs[arch]
 	if !ok {
 		names := slices.Sorted(maps.Keys(archs))
-		why := ""
-		if r, ok := refusedArchs[arch]; ok {
-			why = ": " + r
-		}
-		return nil, nil, fmt.Errorf("general.architecture %q is not supported%s (supported: %s)", arch, why, strings.Join(names, ", "))
+		return nil, nil, fmt.Errorf("general.architecture %q is not supported (supported: %s)", arch, strings.Join(names, ", "))
 	}
 	if t, ok, err := g.String("general.type"); err != nil {
 		return nil, nil, err
