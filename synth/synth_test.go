@@ -283,3 +283,30 @@ func TestHybridShape(t *testing.T) {
 		t.Errorf("qwen3.5-9b: %d parameters", n/2)
 	}
 }
+
+// TestWriteMoE: a shape with experts is a Qwen3-MoE checkpoint: the config names the experts, and every layer
+// holds q/k norms, a router and each expert's three projections instead of a dense MLP.
+func TestWriteMoE(t *testing.T) {
+	s := tiny()
+	s.NumLayers, s.NumExperts, s.NumExpertsPerTok, s.MoEIntermediateSize = 2, 4, 2, 32
+	dir := t.TempDir()
+	if err := Write(dir, Options{Shape: s, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.Architectures[0] != "Qwen3MoeForCausalLM" || c.NumExperts != 4 || c.NumExpertsPerTok != 2 {
+		t.Fatalf("config %+v", c)
+	}
+	if got, want := len(ck.Tensors), 1+2*(6+2+1+4*3)+2; got != want {
+		t.Fatalf("%d tensors, want %d", got, want)
+	}
+	for _, name := range []string{"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.3.down_proj.weight", "model.layers.0.self_attn.q_norm.weight"} {
+		if _, ok := ck.Tensor(name); !ok {
+			t.Errorf("no tensor %s", name)
+		}
+	}
+}

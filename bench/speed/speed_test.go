@@ -230,7 +230,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 18 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 20 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -275,7 +275,7 @@ func TestRunWithEngineFeatures(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	for _, tg := range r.Targets {
-		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] && !hybridTargets[tg.ID] {
+		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] && !hybridTargets[tg.ID] && !isMoETarget(tg.ID) {
 			t.Errorf("target %d not measured: %s (%s)", tg.ID, tg.Verdict, tg.Reason)
 		}
 	}
@@ -469,5 +469,60 @@ func TestRunHybrid(t *testing.T) {
 	}
 	if r.Machine.DirectRead.Supported && (r.target(2).Measured == nil || r.target(10).Measured == nil) {
 		t.Errorf("targets 2 and 10 not measured: %s, %s", r.target(2).Reason, r.target(10).Reason)
+	}
+}
+
+// tinyMoE is a tiny Qwen3-MoE shape: 8 experts of which each token takes 2; its matrices' input widths are
+// multiples of 256, as Q4_K blocks need.
+var tinyMoE = synth.Shape{HiddenSize: 256, IntermediateSize: 256, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+	HeadDim: 64, VocabSize: 64, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2, NumExperts: 8,
+	NumExpertsPerTok: 2, MoEIntermediateSize: 256}
+
+// TestRunMoE: on a mixture of experts written as q4 shards, the stream-only run measures targets 18 and 19, and
+// a decode step reads no more than its active bytes (target 18 passes: the stream reads the routed experts only).
+func TestRunMoE(t *testing.T) {
+	if directIO == nil {
+		t.Skip("the engine offers no O_DIRECT")
+	}
+	ctx := context.Background()
+	var log bytes.Buffer
+	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "moe"), tinyMoE, checkpoint.BF16, 1, shards.Q4, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{shards: dir, shapeName: "tiny-moe", newTokens: 4, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
+		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
+	r, err := run(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !r.Machine.DirectRead.Supported {
+		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
+	}
+	t18, t19 := r.target(18), r.target(19)
+	if t18.Measured == nil || t19.Measured == nil {
+		t.Fatalf("targets 18 and 19 not measured: %s (%s), %s (%s)", t18.Verdict, t18.Reason, t19.Verdict, t19.Reason)
+	}
+	if *t18.Measured > moeReadGoal || *t18.Measured < 0.5 {
+		t.Errorf("a decode step read %.2f× its active bytes, want at most %.1f×: %+v", *t18.Measured, moeReadGoal, t18.Raw)
+	}
+}
+
+// TestActiveBytes: a dense layer counts whole, a sparse one its tensors of no expert and k mean experts; a model
+// without experts has none.
+func TestActiveBytes(t *testing.T) {
+	tensor := func(name string, off, n int64, e int) shards.TensorInfo {
+		return shards.TensorInfo{Name: name, Offset: off, Length: n, EncodedLength: n}.WithExpert(e)
+	}
+	dense := shards.UnitInfo{Name: "layer.0", FileSize: 3 << 12, Tensors: []shards.TensorInfo{tensor("a", 64, 100, shards.NoExpert)}}
+	sparse := shards.UnitInfo{Name: "layer.1", FileSize: 10 << 12, Tensors: []shards.TensorInfo{
+		tensor("attn", 64, 5000, shards.NoExpert),                                                 // 2 pages
+		tensor("e0", 2<<12, 4096, 0), tensor("e1", 3<<12, 8192, 1), tensor("e2", 5<<12, 12288, 2), // 1, 2 and 3 pages
+	}}
+	if got, want := activeBytes([]shards.UnitInfo{dense, sparse}, 2), int64(3<<12+2<<12+2*(6<<12)/3); got != want {
+		t.Errorf("active bytes %d, want %d", got, want)
+	}
+	if got := activeBytes([]shards.UnitInfo{dense}, 2); got != 0 {
+		t.Errorf("a dense model has %d active bytes, want 0", got)
 	}
 }
