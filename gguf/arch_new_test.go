@@ -157,6 +157,8 @@ func TestQwen35MoEConfig(t *testing.T) {
 	}
 	checkRefusals(t, "qwen3_5_moe", []refusal{
 		{map[string]*Value{"qwen35moe.expert_count": nil}, "a mixture of experts needs"},
+		{map[string]*Value{"qwen35moe.ssm.inner_size": {Type: TypeUint32, V: uint32(128)}}, "value heads are the size of its key heads"},
+		{map[string]*Value{"qwen35moe.attention.layer_norm_rms_epsilon": {Type: TypeFloat32, V: float32(1e-5)}}, "only 1e-6 is supported"},
 	})
 }
 

@@ -63,8 +63,15 @@ func qwen35Config(m archMeta, cfg map[string]any) error {
 		sizes[k] = v
 	}
 	nv := sizes["ssm.time_step_rank"]
-	if sizes["ssm.inner_size"]%nv != 0 {
-		return fmt.Errorf("metadata %s (%d) is not a multiple of %s (%d)", m.key("ssm.inner_size"), sizes["ssm.inner_size"], m.key("ssm.time_step_rank"), nv)
+	if sizes["ssm.inner_size"] != nv*sizes["ssm.state_size"] {
+		// llama.cpp sizes the value heads by ssm.state_size, the key heads' size (src/models/qwen35.cpp).
+		return fmt.Errorf("metadata %s (%d) is not %s × %s (%d × %d): llama.cpp's value heads are the size of its key heads", m.key("ssm.inner_size"), sizes["ssm.inner_size"], m.key("ssm.time_step_rank"), m.key("ssm.state_size"), nv, sizes["ssm.state_size"])
+	}
+	if eps, _, err := m.Float(m.key("attention.layer_norm_rms_epsilon")); err != nil {
+		return err
+	} else if float32(eps) != float32(1e-6) {
+		// llama.cpp adds the RMS epsilon in the DeltaNet's L2 norms of q and k, transformers (and layerstream) 1e-6.
+		return fmt.Errorf("metadata %s is %g: llama.cpp's %s adds it in the DeltaNet's L2 norms of q and k, where transformers adds 1e-6; only 1e-6 is supported", m.key("attention.layer_norm_rms_epsilon"), eps, m.arch)
 	}
 	recurrent, ok := m.Get(m.key("attention.recurrent_layers"))
 	flags, isBools := recurrent.V.([]bool)
