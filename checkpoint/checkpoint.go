@@ -72,6 +72,7 @@ func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, byName: map[string]int{}}
 	var skipped, skippedBytes, unread, unreadBytes int64
 	unreadLayers := cfg.UnreadLayers()
+	pairs := newMXFP4Pairs(cfg.Arch.FusedExperts)
 	for _, f := range files {
 		infos, err := readHeader(f)
 		if err != nil {
@@ -94,7 +95,10 @@ func Open(dir string) (*Checkpoint, error) {
 			}
 			stored := t.Name
 			t.Name = name
-			expanded, err := expandFused(t, cfg.Arch.FusedExperts)
+			expanded, paired, err := pairs.add(t)
+			if !paired && err == nil {
+				expanded, err = expandFused(t, cfg.Arch.FusedExperts)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, filepath.Base(t.File), err)
 			}
@@ -110,6 +114,9 @@ func Open(dir string) (*Checkpoint, error) {
 				c.Tensors = append(c.Tensors, t)
 			}
 		}
+	}
+	if err := pairs.unpaired(); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	if skipped > 0 {
 		slog.Info("checkpoint: leaving out the vision tower and projector (text in, text out: images are not supported); they are never read nor split",
@@ -224,11 +231,15 @@ func ReadTensorAt(t TensorInfo, dst []byte) error {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	defer f.Close()
-	if _, err := f.ReadAt(dst, t.Offset); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	at := dst
+	for _, r := range t.Ranges() {
+		if _, err := f.ReadAt(at[:r.Length], r.Offset); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
 		}
-		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
+		at = at[r.Length:]
 	}
 	if err := t.Transform(dst); err != nil {
 		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)

@@ -322,7 +322,7 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 	s := o.kv.Slots()
 	y := o.arena.array(b, t, heads*d)
 	// What checkLlamaCpp keeps out: a window, soft-capping, another scale than llama.cpp's.
-	if o.window != 0 || opts.SoftCap != 0 || !o.llamaCpp.configScale && math.Abs(opts.Scale*math.Sqrt(float64(d))-1) > 1e-12 {
+	if o.window != 0 || opts.SoftCap != 0 || opts.Sinks != nil || !o.llamaCpp.configScale && math.Abs(opts.Scale*math.Sqrt(float64(d))-1) > 1e-12 {
 		panic(fmt.Sprintf("engine: arithmetic llama.cpp: attention with window %d, soft cap %g, scale %g is not reproduced", o.window, opts.SoftCap, opts.Scale))
 	}
 	scale := 1 / float32(math.Sqrt(float64(d))) // 1.0f/sqrtf(n_embd_head)

@@ -685,16 +685,18 @@ func (w *splitter) fingerprint(p unitPlan) (string, []uint32, error) {
 			return "", nil, fmt.Errorf("shards: %w", err)
 		}
 		w.hasher.begin(t)
-		for off := int64(0); off < t.Length; off += chunkSize {
-			if err := w.ctx.Err(); err != nil {
-				return "", nil, err
+		for _, r := range t.Ranges() { // the stored bytes, in order (an MXFP4 pair's blocks, then its scales)
+			for off := int64(0); off < r.Length; off += chunkSize {
+				if err := w.ctx.Err(); err != nil {
+					return "", nil, err
+				}
+				b := w.chunk[:min(chunkSize, r.Length-off)]
+				if err := readAt(src, b, r.Offset+off, t.File); err != nil {
+					return "", nil, fmt.Errorf("shards: %w", err)
+				}
+				crcs[i] = crc32.Update(crcs[i], castagnoli, b)
+				w.hasher.Write(b)
 			}
-			b := w.chunk[:min(chunkSize, t.Length-off)]
-			if err := readAt(src, b, t.Offset+off, t.File); err != nil {
-				return "", nil, fmt.Errorf("shards: %w", err)
-			}
-			crcs[i] = crc32.Update(crcs[i], castagnoli, b)
-			w.hasher.Write(b)
 		}
 	}
 	return w.hasher.sum(), crcs, nil
@@ -891,8 +893,12 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		return ti, err
 	}
 	w.raw = grow.Slice(w.raw, int(t.Length))
-	if err := readAt(src, w.raw, t.Offset, t.File); err != nil {
-		return ti, err
+	at := w.raw
+	for _, r := range t.Ranges() {
+		if err := readAt(src, at[:r.Length], r.Offset, t.File); err != nil {
+			return ti, err
+		}
+		at = at[r.Length:]
 	}
 	w.hasher.Write(w.raw) // the source bytes, as fingerprint hashes them
 	if err := t.Transform(w.raw); err != nil {
