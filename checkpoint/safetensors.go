@@ -37,11 +37,14 @@ type TensorInfo struct {
 	// InterleavedGateUp says the rows (after Transposed) alternate gate and up rows: ReadTensorAt puts the gate
 	// rows first, then the up rows.
 	InterleavedGateUp bool
+	// Rows, when set, says the tensor is a part of each head's rows of the matrix stored at Offset
+	// (Rows.Stored bytes, of which Length is this part's; HeadParts): ReadTensorAt gathers them.
+	Rows *RowSelection
 }
 
 // Transformed reports whether reading t changes its stored bytes (Transform).
 func (t TensorInfo) Transformed() bool {
-	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Rows != nil
 }
 
 // Transform turns b, t's stored bytes, into the tensor's values: a fused expert's matrix transposed and its
