@@ -40,6 +40,13 @@ func glm4moeConfig(m archMeta, cfg map[string]any) error {
 	_, bias := m.Tensor("blk.0.attn_q.bias")
 	_, qkNorm := m.Tensor("blk.0.attn_q_norm.weight")
 	cfg["model_type"], cfg["attention_bias"], cfg["use_qk_norm"] = "glm4_moe", bias, qkNorm
+	return m.sigmoidExperts(cfg, true)
+}
+
+// sigmoidExperts reads the expert keys GLM-4.5 and DeepSeek-V3 share into their config's spelling: the experts'
+// and shared experts' widths, the leading dense layers, expert_weights_scale and _norm, one group unless
+// expertGroups read more, and sigmoid gating (orNone: see sigmoidGating).
+func (m archMeta) sigmoidExperts(cfg map[string]any, orNone bool) error {
 	if _, ok := cfg["n_group"]; !ok { // one group unless expertGroups read more
 		cfg["n_group"], cfg["topk_group"] = 1, 1
 	}
@@ -70,7 +77,7 @@ func glm4moeConfig(m archMeta, cfg map[string]any) error {
 		return err
 	}
 	cfg["norm_topk_prob"] = norm
-	return m.sigmoidGating(true)
+	return m.sigmoidGating(orNone)
 }
 
 // sigmoidGating refuses an expert_gating_func other than sigmoid (the routers these families' models compute);

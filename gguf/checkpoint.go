@@ -129,6 +129,9 @@ func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint
 		return nil, err
 	}
 	ct.Name = hf
+	if info.latent && len(ct.Shape) == 3 { // attn_k_b, attn_v_b: [heads, rows, columns], each head's matrix
+		ct.Shape = []int64{ct.Shape[0] * ct.Shape[1], ct.Shape[2]}
+	}
 	if strings.HasSuffix(hf, ".shared_expert_gate.weight") && len(ct.Shape) == 1 {
 		ct.Shape = []int64{1, ct.Shape[0]} // llama.cpp's ffn_gate_inp_shexp is a vector: one output row
 	}
