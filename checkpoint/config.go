@@ -117,8 +117,9 @@ type Config struct {
 	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
 	LinearValueHeadDim  int `json:"linear_value_head_dim"`
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
-	// HybridExperts: Qwen3-Next's mixture-of-experts keys (families_hybrid.go).
-	HybridExperts
+	// LinearTiledValueHeads: the value heads are in llama.cpp's tiled order (value head h reads key head h mod
+	// linear_num_key_heads) rather than grouped by key head; the GGUF reader writes it (gguf/arch_qwen35.go).
+	LinearTiledValueHeads bool `json:"linear_tiled_value_heads"`
 	// Gemma4: Gemma 4's keys (families_gemma4.go).
 	Gemma4
 	// LatentAttention: DeepSeek-V3's multi-head latent attention keys (families_deepseek.go).
@@ -304,9 +305,14 @@ func (c *Config) experts() error {
 // UnreadLayers are the tensor name prefixes of the layers a checkpoint holds beyond the decoder's that the
 // architecture's transformers class does not compute: GLM-4.5's and DeepSeek-V3's multi-token-prediction layers
 // (Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected; DeepseekV3ForCausalLM's names model.layers.61, the
-// layer after DeepSeek-V3's 61).
+// layer after DeepSeek-V3's 61), and Qwen3-Next's and Qwen3.5's (mtp.*, their classes'
+// _keys_to_ignore_on_load_unexpected).
 func (c *Config) UnreadLayers() []string {
 	var out []string
+	switch c.ModelType {
+	case "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next":
+		out = append(out, "mtp.")
+	}
 	if c.Arch.ModelType == "glm4_moe" || c.Arch.ModelType == "deepseek_v3" {
 		for i := range max(c.NumNextNPredictLayers, c.NumMTPLayers) {
 			out = append(out, fmt.Sprintf("model.layers.%d.", c.NumHiddenLayers+i))

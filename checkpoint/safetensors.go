@@ -40,17 +40,23 @@ type TensorInfo struct {
 	// Rows, when set, says the tensor is a part of each head's rows of the matrix stored at Offset
 	// (Rows.Stored bytes, of which Length is this part's; HeadParts): ReadTensorAt gathers them.
 	Rows *RowSelection
+	// NegExp says a float32 tensor holds -exp(w) rather than w (llama.cpp's ssm_a, which its converter writes
+	// from a Gated DeltaNet's A_log): ReadTensorAt gives back w = log(-x).
+	NegExp bool
 }
 
 // Transformed reports whether reading t changes its stored bytes (Transform).
 func (t TensorInfo) Transformed() bool {
-	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Rows != nil
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.NegExp || t.Rows != nil
 }
 
 // Transform turns b, t's stored bytes, into the tensor's values: a fused expert's matrix transposed and its
 // gate/up rows put in halves (Transposed, InterleavedGateUp), the rows put back in Hugging Face's rotary order
-// (InterleavedRotaryHeads), Shift added.
+// (InterleavedRotaryHeads), Shift added, -exp undone (NegExp).
 func (t TensorInfo) Transform(b []byte) error {
+	if t.NegExp {
+		return logNeg(b, t)
+	}
 	if t.Transposed {
 		transpose2D(b, int(t.Shape[0]), int(t.Shape[1]), t.DType.Size())
 	}
@@ -169,4 +175,19 @@ func parseHeader(hdr []byte, dataStart, size int64, name string) ([]TensorInfo, 
 		}
 	}
 	return out, nil
+}
+
+// logNeg replaces each float32 x of b, which must be negative, by log(-x) (TensorInfo.NegExp).
+func logNeg(b []byte, t TensorInfo) error {
+	if t.DType != F32 {
+		return fmt.Errorf("tensor %s: -exp(w) stored as %s: only float32 is implemented", t.Name, t.DType)
+	}
+	for i := 0; i+4 <= len(b); i += 4 {
+		x := math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))
+		if !(x < 0) {
+			return fmt.Errorf("tensor %s holds %g where -exp(w) is negative", t.Name, x)
+		}
+		binary.LittleEndian.PutUint32(b[i:], math.Float32bits(float32(math.Log(-float64(x)))))
+	}
+	return nil
 }

@@ -33,11 +33,17 @@ func TestDraftGreedyUnchanged(t *testing.T) {
 	})
 }
 
+// checkDraftGreedy generates from draftPrompts with target drafted by draft and without (TestDraftGreedyUnchanged).
 func checkDraftGreedy(t *testing.T, target, draft string) {
+	checkDraftGreedyOn(t, target, draft, draftPrompts)
+}
+
+// checkDraftGreedyOn is checkDraftGreedy on the given prompts.
+func checkDraftGreedyOn(t *testing.T, target, draft string, prompts [][]int) {
 	ctx := context.Background()
 	plain := open(t, target, Options{ShardDir: filepath.Join(t.TempDir(), "s")})
-	reqs := make([]Request, len(draftPrompts))
-	for i, p := range draftPrompts {
+	reqs := make([]Request, len(prompts))
+	for i, p := range prompts {
 		ids := make([]int, len(p))
 		for k, id := range p {
 			ids[k] = id % plain.cfg.VocabSize
@@ -190,12 +196,16 @@ func chi2Critical001(df int) float64 {
 // next request, compute what a plain engine computes (found by review: the draft's unverified positions stayed
 // in the row).
 func TestDraftEndsMidVerification(t *testing.T) {
+	checkDraftEndsMid(t, tinyGGUF("F32"), tinyGGUF("Q8_0"), []int{1, 300, 301, 302, 303, 300, 301, 302, 303, 300, 301})
+}
+
+// checkDraftEndsMid ends generations of target drafted by draft at each of their first tokens (TestDraftEndsMidVerification).
+func checkDraftEndsMid(t *testing.T, target, draft string, prompt []int) {
 	ctx := context.Background()
-	prompt := []int{1, 300, 301, 302, 303, 300, 301, 302, 303, 300, 301}
-	plain := open(t, tinyGGUF("F32"), Options{ShardDir: filepath.Join(t.TempDir(), "s")})
+	plain := open(t, target, Options{ShardDir: filepath.Join(t.TempDir(), "s")})
 	boom := errors.New("boom")
 	for _, prefix := range []bool{false, true} {
-		e := open(t, tinyGGUF("F32"), Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: tinyGGUF("Q8_0"), PrefixCache: prefix})
+		e := open(t, target, Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: draft, PrefixCache: prefix})
 		for stopAt := 2; stopAt <= 9; stopAt++ {
 			var s *Session
 			if !prefix {

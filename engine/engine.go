@@ -171,8 +171,8 @@ func (e *Engine) openDrafter(ctx context.Context) (drafter, error) {
 		return nil, nil
 	case e.plan.Recompute > 0:
 		return nil, errors.New("speculative decoding (--draft) is not implemented for a model that recomputes its cache past a length (Phi-3 longrope)")
-	case recurrentPlan(e.plan):
-		return nil, fmt.Errorf("speculative decoding (--draft) is not implemented for %s, a model with recurrent (Gated DeltaNet linear-attention) layers: a rejected draft would have to restore the recurrent state", e.cfg.Arch.Name)
+	case recurrentPlan(e.plan) && e.opts.DraftLeaves > 0:
+		return nil, fmt.Errorf("draft trees (--draft-leaves %d) are not implemented for %s, a model with recurrent (Gated DeltaNet linear-attention) layers: each leaf would need its own branch of the recurrent state; a chain (--draft-leaves 0) is", e.opts.DraftLeaves, e.cfg.Arch.Name)
 	case e.opts.Draft == DraftNgram:
 		return ngramDrafter{}, nil
 	}
@@ -202,6 +202,39 @@ type Stats struct {
 	// ResidentBytes; the others, StreamedBytes of shards, are read for every forward pass.
 	ResidentLayers               int
 	ResidentBytes, StreamedBytes int64
+	// LayerBytes are the decoder layers' shard bytes, all of them; ReadBytes those read from shard files so far
+	// (units streamed and routed experts; from the disk under O_DIRECT, else maybe from the page cache).
+	LayerBytes, ReadBytes int64
+	// Experts are the expert cache's counters, where streamed mixture-of-experts layers read their routed
+	// experts only (experts.go); zero otherwise.
+	Experts ExpertStats
+}
+
+// ExpertStats count the routed experts passes asked for: found in the cache (or already being read: Hits) or
+// read then (Misses); the experts predicted for the next layer (Predicted), of which its rows were then routed to
+// PredictedUsed, and those read ahead on a prediction (ReadAhead: once the predictions proved accurate).
+// CacheBytes is what the cache holds now, within BudgetBytes.
+type ExpertStats struct {
+	Hits, Misses                        int64
+	Predicted, PredictedUsed, ReadAhead int64
+	CacheBytes, BudgetBytes             int64
+}
+
+// HitRate is Hits / (Hits + Misses), 0 when no expert was asked for.
+func (s ExpertStats) HitRate() float64 {
+	if s.Hits+s.Misses == 0 {
+		return 0
+	}
+	return float64(s.Hits) / float64(s.Hits+s.Misses)
+}
+
+// PredictionAccuracy is PredictedUsed / Predicted: the share of the predicted experts routed to, 0 when nothing
+// was predicted.
+func (s ExpertStats) PredictionAccuracy() float64 {
+	if s.Predicted == 0 {
+		return 0
+	}
+	return float64(s.PredictedUsed) / float64(s.Predicted)
 }
 
 // Stats returns the device-buffer counters.

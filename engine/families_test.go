@@ -18,7 +18,6 @@ import (
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/reference"
-	"github.com/layerstream/layerstream/shards"
 )
 
 // writeSafetensors writes float32 tensors as a safetensors file.
@@ -837,14 +836,7 @@ func TestMoEBatchMatchesAlone(t *testing.T) {
 	c := qwen2MoeConfig() // widths that Q8_0's 32-value blocks divide
 	c["hidden_size"], c["head_dim"], c["intermediate_size"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"] = 64, 16, 64, 32, 32
 	dir := writeFamily(t, c, nil)
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q8 := filepath.Join(t.TempDir(), "q8")
-	if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
-		t.Fatal(err)
-	}
+	q8 := q8Shards(t, dir)
 	long := append(slices.Clone(familyIDs), 5, 6, 7, 8, 9, 10, 11, 13)
 	reversed := slices.Clone(long)
 	slices.Reverse(reversed)

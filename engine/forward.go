@@ -57,6 +57,9 @@ type runner struct {
 	health      [][]float32
 	kv          *kvcache.Store // Logits' cache, reused while the capacity fits
 	clampWarned atomic.Bool    // warnClamped has warned
+	// journal is what the last host pass verifying drafts keeps to restore its rows' recurrent states
+	// (recurrent_draft.go).
+	journal stateJournal
 }
 
 // newRunner makes the runner of arch over the store's weights, refusing under Options.Arithmetic llama.cpp what

@@ -60,11 +60,19 @@ type hostOps struct {
 	experts *llamaCppExperts
 	// qscale is the layer's query scale (LayerKind.QueryScale).
 	qscale model.QueryScale
+	// routed, for a streamed sparse layer whose experts are read when routed to, reads them (Route) and binds
+	// them into weights, the layer's (Rows).
+	routed  *routedLayer
+	weights *model.LayerWeights
 	// shared: the layer attends with an earlier layer's keys and values (kv is that layer's view), which it does
 	// not write. deferWrite: the layer's keys and values are attended with by later layers, so that a pass too
 	// long to write them ahead leaves them to hostPass.writeDeferred rather than overwriting the ring before those
 	// layers attend.
 	shared, deferWrite bool
+	// journal, for a recurrent layer (number layer) of a group verifying drafts, receives what restores its
+	// states to those after any of the pass's positions (recurrent_draft.go).
+	journal *stateJournal
+	layer   int
 }
 
 // hostArray is a float32 array on the host.

@@ -49,6 +49,9 @@ func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed embedding, a
 	if err != nil {
 		return nil, err
 	}
+	if recurrentPlan(r.plan) {
+		r.journal.begin(kv, feeds)
+	}
 	return &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups)),
 		sources: kvSources(r.plan)}, nil
 }
@@ -132,25 +135,36 @@ func (p *hostPass) prepare(int, *weightSet) error {
 func (p *hostPass) compute(i int, w *weightSet) error {
 	weights := w.bound(p.r.plan)
 	view := p.kv.View(i)
-	return p.r.store.guardMapped(func() error { // the weights may be read from a mapped shard
+	err := p.r.store.guardMapped(func() error { // the weights may be read from a mapped shard
 		for _, g := range p.groups {
-			if err := p.layer(i, g, view, weights); err != nil {
+			if err := p.layer(i, g, view, weights, w.routed); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	if x := p.r.store.experts; err == nil && x != nil && x.pred != nil {
+		xs := make([]*hostArray, len(p.groups))
+		for j, g := range p.groups {
+			xs[j] = arr(g.x)
+		}
+		x.pred.predict(i+1, xs) // the next layer's experts, read while its attention computes
+	}
+	return err
 }
 
 // layer computes decoder layer i for group g; its attention (hostOps.Attention) writes the keys and values to
 // the layer's cache view.
-func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model.LayerWeights) error {
+func (p *hostPass) layer(i int, g *hostGroup, view *kvcache.View, weights *model.LayerWeights, experts *routedLayer) error {
 	r := p.r
 	kind := r.plan.Layers[i]
 	var err error
 	ops := hostOps{past: g.past, pos: g.pos, tree: g.tree, window: kind.Window, chunk: kind.Chunk, qscale: kind.QueryScale, kv: view, rows: g.rows, arena: p.arena, err: &err,
 		bf16Products: r.bf16Products, tiled: g.tiled, llamaCpp: r.llama, batch: g.t, observe: r.observe,
-		shared: kind.SharedKV, deferWrite: p.sources[i]}
+		shared: kind.SharedKV, deferWrite: p.sources[i], routed: experts, weights: weights}
+	if g.every && kind.Recurrent {
+		ops.journal, ops.layer = &r.journal, i
+	}
 	if ops.llamaCpp != nil {
 		last := i == r.cfg.NumHiddenLayers-1 && !p.all
 		if last {

@@ -161,6 +161,7 @@ func TestLlamaCppArithmeticFamilies(t *testing.T) {
 	refused := map[string]string{
 		"gemma2": "architecture Gemma2ForCausalLM is not covered", "gemma3": "architecture Gemma3ForCausalLM is not covered",
 		"gemma3-vl": "architecture Gemma3ForCausalLM is not covered", "gemma4_text": "architecture Gemma4ForCausalLM is not covered",
+		"qwen3_5":       "architecture Qwen3_5ForCausalLM is not covered",
 		"phi3":          "architecture Phi3ForCausalLM is not covered",
 		"phi3-longrope": "architecture Phi3ForCausalLM is not covered", "phi4-mini": "architecture Phi3ForCausalLM is not covered",
 		"llama-rope-yarn":    `rope type "yarn" is not covered`,

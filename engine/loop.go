@@ -554,7 +554,18 @@ func (b *batcher) accept(j *job, logits []float32) error {
 	}
 	s.res.Draft.Proposed += len(d.ids)
 	s.draft = draftTree{}
-	return b.kv.Truncate(j.row, held+taken) // the last token taken is fed to the next pass
+	return b.cut(j.row, held+taken) // the last token taken is fed to the next pass
+}
+
+// cut cuts a cache row back to n positions (kvcache.Store.Truncate). A model's recurrent states cannot be cut
+// back, except where the last pass verified the row's draft: its journal restores them to those after position
+// n (recurrent_draft.go) before the other layers are cut.
+func (b *batcher) cut(row, n int) error {
+	err := b.kv.Truncate(row, n)
+	if errors.Is(err, kvcache.ErrRecurrent) && b.run.journal.restore(b.kv, row, n) {
+		return b.kv.Rewind(row, n)
+	}
+	return err
 }
 
 // join gives a job its cache row (its session's, else a free one), growing the cache when the row or the
@@ -639,7 +650,7 @@ func (b *batcher) leave(j *job, err error) {
 	if j.row >= 0 {
 		// The cache holds the history but its last token, never more: a sequence ending mid-verification leaves
 		// draft positions beyond it, which a session or the prefix cache must not take for the history's.
-		if n := len(j.seq.history) - 1; b.kv.Len(j.row) > n && b.kv.Truncate(j.row, n) != nil {
+		if n := len(j.seq.history) - 1; b.kv.Len(j.row) > n && b.cut(j.row, n) != nil {
 			b.kv.Truncate(j.row, 0)
 		}
 		if j.session != nil && !j.session.closed.Load() {

@@ -26,6 +26,7 @@ type hostRouting struct {
 	slot    []int     // [rows·k]: where row r is in byE[experts[r·k+j]]
 	dims    []int     // the activations' dims without the last axis
 	inputs  bool      // the weights multiply the experts' inputs (model.RouteOptions.WeighInputs)
+	hidden  int       // the width of the rows (set by Rows)
 }
 
 func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value {
@@ -52,6 +53,9 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 			r.slot[at+j] = len(r.byE[e])
 			r.byE[e] = append(r.byE[e], row)
 		}
+	}
+	if o.routed != nil {
+		o.routed.want(r.byE, r.k) // a streamed layer's routed experts: read now, bound by Rows
 	}
 	return r
 }
@@ -204,6 +208,15 @@ func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	}
 	xa := arr(x)
 	h := xa.dims[len(xa.dims)-1]
+	r.hidden = h
+	if o.routed != nil {
+		if err := o.routed.bind(e, o.weights); err != nil {
+			if *o.err == nil {
+				*o.err = err // the pass fails with it; Combine leaves the expert out meanwhile
+			}
+			return nil
+		}
+	}
 	y := o.arena.array(len(r.byE[e]), h)
 	for i, row := range r.byE[e] {
 		dst, src := y.data[i*h:(i+1)*h], xa.data[row*h:(row+1)*h]
@@ -227,14 +240,11 @@ func (r *hostRouting) weight(row, e int) float32 {
 
 func (o hostOps) Combine(ys []model.Value, routing model.Value) model.Value {
 	r := routing.(*hostRouting)
-	h := 0
-	for _, y := range ys {
-		if y != nil {
-			h = arr(y).dims[1]
-			break
-		}
+	out := o.arena.array(append(slices.Clone(r.dims), r.hidden)...)
+	if o.err != nil && *o.err != nil {
+		return out // an expert's read failed (Rows): the pass returns the error
 	}
-	out := o.arena.array(append(slices.Clone(r.dims), h)...)
+	h := r.hidden
 	for row := range len(r.experts) / r.k {
 		acc := out.data[row*h : (row+1)*h]
 		for j := range r.k {

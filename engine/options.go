@@ -34,6 +34,19 @@ type Options struct {
 	// A size applies where the shards are not mapped from the page cache (DirectIO, NoMap), which otherwise
 	// keeps what fits itself.
 	MemoryBudget int64
+	// ExpertCache is the memory for routed experts kept between passes (experts.go) by ExpertPolicy, in bytes:
+	// 0 (auto) takes half of the memory budget (MemoryBudget) where a mixture-of-experts model streams, leaving
+	// the other half to resident layers; negative keeps none (each pass reads its experts again).
+	ExpertCache int64
+	// ExpertPolicy chooses which experts the cache evicts: ExpertLRU (the default, by measurement: see
+	// docs/performance-log.md) or ExpertLFU.
+	ExpertPolicy ExpertPolicy
+	// WholeExperts makes the host kernels' passes read every expert of a streamed mixture-of-experts layer, as
+	// the graphs do, instead of only those its rows were routed to: for comparison.
+	WholeExperts bool
+	// NoExpertPrefetch turns off reading ahead the experts predicted for the next streamed sparse layer (its
+	// router applied to this layer's output; predict.go): its experts are then read only once routed to.
+	NoExpertPrefetch bool
 	// largerThanMemory: DirectIOAuto chose O_DIRECT, the shards not fitting in the memory available (Open).
 	largerThanMemory bool
 	// GraphDecode computes prompts and decode steps with the compiled GoMLX graphs instead of the host kernels (hostOps):
@@ -169,6 +182,11 @@ func (o *Options) fillDefaults() error {
 	}
 	if o.MaxLayerBuffers < 1 {
 		return fmt.Errorf("max layer buffers must be at least 1, got %d", o.MaxLayerBuffers)
+	}
+	if o.ExpertPolicy != "" {
+		if _, err := ParseExpertPolicy(string(o.ExpertPolicy)); err != nil {
+			return err
+		}
 	}
 	if o.Resident && o.StreamAll {
 		return errors.New("resident and stream-all exclude each other")

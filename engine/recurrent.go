@@ -48,7 +48,10 @@ func (o hostOps) CausalConv(x, w model.Value) (model.Value, model.Value) {
 	y := o.arena.array(b, t, c)
 	next := make([]float32, (k-1)*c)
 	for bi := range b {
-		st := o.state(bi, false)      // [K-1, C], oldest first
+		st := o.state(bi, false) // [K-1, C], oldest first
+		if e := o.journal.entry(o.layer, o.row(bi), t); e != nil {
+			e.recordConv(st, xa.data[bi*t*c:(bi+1)*t*c])
+		}
 		in := func(s int) []float32 { // input s of the window: the state, then the new positions
 			if s < k-1 {
 				return st[s*c : (s+1)*c]
@@ -80,15 +83,18 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 	aLog, dtBias := weightData(p.ALog).([]float32), weightData(p.DTBias).([]float32)
 	y := o.arena.array(rows, t, nv*dv)
 	scale := float32(1 / math.Sqrt(float64(dk)))
-	states := make([][]float32, rows)
+	states, journal := make([][]float32, rows), make([]*stateEntry, rows)
 	for bi := range rows {
 		states[bi] = o.state(bi, true) // [nv, dk, dv]
+		if journal[bi] = o.journal.entry(o.layer, o.row(bi), t); journal[bi] != nil {
+			journal[bi].beginDelta(states[bi], nv, dk, dv)
+		}
 	}
 	// Value heads are independent: each range of them runs its positions in order.
 	kernels.ParallelFor(nv, func(lo, hi int) {
-		qn, kn := make([]float32, dk), make([]float32, dk)
+		qn, kn, mem := make([]float32, dk), make([]float32, dk), make([]float32, dv)
 		for h := lo; h < hi; h++ {
-			kh := h / (nv / nk)
+			kh := p.KeyHead(h)
 			for bi := range rows {
 				s := states[bi][h*dk*dv:][:dk*dv]
 				for ti := range t {
@@ -97,7 +103,12 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 					l2norm(kn, ka.data[at*nk*dk+kh*dk:][:dk], dk, 1)
 					beta := sigmoid32(ba.data[at*nv+h])
 					g := -float32(math.Exp(float64(aLog[h]))) * softplus32(aa.data[at*nv+h]+dtBias[h])
-					deltaStep(s, qn, kn, va.data[at*nv*dv+h*dv:][:dv], y.data[at*nv*dv+h*dv:][:dv], float32(math.Exp(float64(g))), beta)
+					decay, v := float32(math.Exp(float64(g))), va.data[at*nv*dv+h*dv:][:dv]
+					if e := journal[bi]; e != nil {
+						e.recordDelta(ti, h, kn, v, decay, beta)
+					}
+					deltaUpdate(s, kn, v, mem, decay, beta)
+					deltaOutput(s, qn, y.data[at*nv*dv+h*dv:][:dv])
 				}
 			}
 		}
@@ -105,28 +116,32 @@ func (o hostOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (m
 	return y, nil
 }
 
-// deltaStep advances one head's state s [dk, dv] by one position: decay, the delta rule's write of v under key
-// k with strength beta, then the output o = sᵀq.
-func deltaStep(s, q, k, v, o []float32, decay, beta float32) {
-	dk, dv := len(k), len(v)
+// deltaUpdate advances one head's state s [dk, dv] by one position: decay, then the delta rule's write of v
+// under key k with strength beta. mem [dv] is scratch. Row by row (kernels.AxpyF32), so that every pass over s
+// is sequential.
+func deltaUpdate(s, k, v, mem []float32, decay, beta float32) {
+	dv := len(v)
 	for i := range s {
 		s[i] *= decay
 	}
-	for j := range dv {
-		var mem float32
-		for i := range dk {
-			mem += s[i*dv+j] * k[i]
-		}
-		delta := (v[j] - mem) * beta
-		for i := range dk {
-			s[i*dv+j] += k[i] * delta
-		}
+	clear(mem)
+	for i, ki := range k { // mem = sᵀk
+		kernels.AxpyF32(mem, ki, s[i*dv:(i+1)*dv])
 	}
+	for j := range mem { // the write's strength per value: β·(v - sᵀk)
+		mem[j] = (v[j] - mem[j]) * beta
+	}
+	for i, ki := range k {
+		kernels.AxpyF32(s[i*dv:(i+1)*dv], ki, mem)
+	}
+}
+
+// deltaOutput writes one head's output o = sᵀq of its state s [dk, dv].
+func deltaOutput(s, q, o []float32) {
+	dv := len(o)
 	clear(o)
-	for i := range dk {
-		for j := range dv {
-			o[j] += s[i*dv+j] * q[i]
-		}
+	for i, qi := range q {
+		kernels.AxpyF32(o, qi, s[i*dv:(i+1)*dv])
 	}
 }
 

@@ -68,7 +68,10 @@ func (g graphOps) GatedDeltaRule(q, k, v, a, b model.Value, p model.DeltaRule) (
 		if scale != 1 {
 			x = MulScalar(x, scale)
 		}
-		x = BroadcastToDims(InsertAxes(x, 3), rows, t, nk, nv/nk, dk)
+		if p.Tiled { // value head h: key head h mod nk
+			return Reshape(BroadcastToDims(InsertAxes(x, 2), rows, t, nv/nk, nk, dk), rows, t, nv, dk)
+		}
+		x = BroadcastToDims(InsertAxes(x, 3), rows, t, nk, nv/nk, dk) // value head h: key head h / (nv/nk)
 		return Reshape(x, rows, t, nv, dk)
 	}
 	qh, kh := heads(qn, float64(float32(1/math.Sqrt(float64(dk))))), heads(node(k), 1)

@@ -17,6 +17,7 @@ import (
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
 	"github.com/layerstream/layerstream/reference"
+	"github.com/layerstream/layerstream/shards"
 )
 
 // hybridCheckpoint is the qwen3_5 fixture (Gated DeltaNet layers 0-2, full attention on layer 3) and its prompt.
@@ -135,19 +136,50 @@ func TestRecurrentBatchesAndSessions(t *testing.T) {
 	}
 }
 
-// TestRecurrentDraftRefused: speculative decoding, which cuts a rejected draft's positions from the cache, is
-// refused by name for a model with recurrent layers.
-func TestRecurrentDraftRefused(t *testing.T) {
-	dir, _ := hybridCheckpoint(t)
-	_, err := Open(context.Background(), dir, Options{Draft: DraftNgram})
-	if err == nil || !strings.Contains(err.Error(), "Qwen3_5ForCausalLM") || !strings.Contains(err.Error(), "restore the recurrent state") {
-		t.Fatalf("draft on a recurrent model: %v", err)
+// TestRecurrentDraft: speculative decoding on the Gated DeltaNet hybrids (qwen3_5, qwen3_next) leaves greedy
+// output unchanged, token for token: alone, batched and in a session's next turn (checkDraftGreedyOn), drafted by
+// the context's n-grams and by the same model's q8 shards (which disagree now and then, so that rejected drafts
+// restore the recurrent states: stateJournal); a generation ending mid-verification leaves its row's states at
+// its history for the session and the prefix cache (checkDraftEndsMid). Draft trees are refused by name.
+func TestRecurrentDraft(t *testing.T) {
+	for _, name := range []string{"qwen3_5", "qwen3_next"} {
+		dir := hffixture.Checkpoint(t, name, hffixture.V5)
+		writeTokenizer(t, dir, 256)
+		q8 := q8Shards(t, dir)
+		prompt := ints(hffixture.MustReference(t, name).InputIDs)
+		// {1, 138, 139...}: a prompt whose continuation qwen3_5's random weights repeat (found by a search), so
+		// that n-grams draft some accepted tokens.
+		prompts := [][]int{prompt[:20], {1, 138, 139, 138, 139, 138, 139}, {1, 17}, prompt[40:44]}
+		t.Run(name+"/ngram", func(t *testing.T) { checkDraftGreedyOn(t, dir, DraftNgram, prompts) })
+		t.Run(name+"/model", func(t *testing.T) { checkDraftGreedyOn(t, dir, q8, prompts) })
+		t.Run(name+"/ends", func(t *testing.T) { checkDraftEndsMid(t, dir, q8, prompt[:11]) })
+		_, err := Open(context.Background(), dir, Options{Draft: q8, DraftLeaves: 2})
+		if err == nil || !strings.Contains(err.Error(), "ForCausalLM") || !strings.Contains(err.Error(), "--draft-leaves") {
+			t.Errorf("draft tree on %s: %v", name, err)
+		}
+	}
+}
+
+// writeTokenizer writes into dir a tokenizer.json of n tokens ("<0>", "<1>"...: a BPE without merges), which a
+// draft model's vocabulary check compares.
+func writeTokenizer(t *testing.T, dir string, n int) {
+	t.Helper()
+	vocab := map[string]int{}
+	for i := range n {
+		vocab[fmt.Sprintf("<%d>", i)] = i
+	}
+	b, err := json.Marshal(map[string]any{"version": "1.0", "model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}}})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
 // TestRecurrentStateConstant: a recurrent layer's cache is the same size at 1k and 16k positions (the full
 // layer's keys and values grow), on a synthetic Qwen3.5-like shape (16 key heads of 128, 32 value heads of 128,
-// kernel 4).
+// kernel 4); and Engine.CacheFootprint of the qwen3_5 fixture at 16 and 256 positions.
 func TestRecurrentStateConstant(t *testing.T) {
 	state := kvcache.State{K: 3 * (2*16*128 + 32*128), V: 32 * 128 * 128}
 	bytes := func(capacity int) (recurrent, full int64) {
@@ -174,6 +206,19 @@ func TestRecurrentStateConstant(t *testing.T) {
 	}
 	if err := kv.Truncate(0, 3); !errors.Is(err, kvcache.ErrRecurrent) || !errors.Is(err, kvcache.ErrRingOverwritten) {
 		t.Errorf("truncating a recurrent store: %v", err)
+	}
+	dir, _ := hybridCheckpoint(t) // 3 Gated DeltaNet layers, 1 attention layer, context 256
+	e := open(t, dir, Options{})
+	short, err := e.CacheFootprint(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := e.CacheFootprint(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.State != 3*4*int64(3*128+4*16*16) || long.State != short.State || long.KV != 16*short.KV || short.KV != 2*4*16*2*32 {
+		t.Errorf("cache footprint at 16 positions %+v, at 256 %+v", short, long)
 	}
 }
 
@@ -248,7 +293,7 @@ func ints64(s []int64) []int {
 
 // TestQwen3NextLayout: Qwen3-Next's grouped in_proj_qkvz / in_proj_ba (dense layers) compute what Qwen3.5's
 // separate projections do: the qwen3_5 fixture regrouped gives transformers' logits and greedy ids, on the graphs
-// and the host kernels; a sparse layer (the MoE MLP) is refused by name.
+// and the host kernels.
 func TestQwen3NextLayout(t *testing.T) {
 	dir := qwen3NextDense(t)
 	ref := hffixture.MustReference(t, "qwen3_5")
@@ -258,24 +303,35 @@ func TestQwen3NextLayout(t *testing.T) {
 		want[p] = ref.Row(p)
 	}
 	e := open(t, dir, Options{})
-	got, err := e.Logits(context.Background(), ids)
+	if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
+		t.Errorf("decode: %.3g from transformers' qwen3_5", d)
+	}
+	checkTransformers(t, "Qwen3-Next's layout", e, dir, ref)
+}
+
+// checkTransformers checks e (opened on dir) against transformers' reference ref of a hybrid fixture within the
+// hybrid tolerance: Engine.Logits, the greedy ids, and the float64 reference.
+func checkTransformers(t *testing.T, label string, e *Engine, dir string, ref *hffixture.Reference) {
+	t.Helper()
+	ctx := context.Background()
+	ids := ints(ref.InputIDs)
+	want := make([][]float32, len(ids))
+	for p := range want {
+		want[p] = ref.Row(p)
+	}
+	got, err := e.Logits(ctx, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := maxDiff(got, want); d > hybridTolerance {
-		t.Errorf("Logits: %.3g from transformers' qwen3_5", d)
+		t.Errorf("%s: logits differ from transformers' by %.3g", label, d)
 	}
-	if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
-		t.Errorf("decode: %.3g from transformers' qwen3_5", d)
-	}
-	res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+	res, err := e.Generate(ctx, Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, g := range ref.GreedyIDs {
-		if i >= len(res.GeneratedIDs) || res.GeneratedIDs[i] != int(g) {
-			t.Fatalf("greedy %v, transformers %v", res.GeneratedIDs, ref.GreedyIDs)
-		}
+	if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+		t.Errorf("%s: greedy %v, transformers %v", label, res.GeneratedIDs, ref.GreedyIDs)
 	}
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
@@ -286,10 +342,102 @@ func TestQwen3NextLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
-		t.Errorf("float64 reference: %.3g from transformers' qwen3_5", d)
+		t.Errorf("%s: the float64 reference differs from transformers' by %.3g", label, d)
 	}
-	_, err = Open(context.Background(), hffixture.Checkpoint(t, "qwen3_next", hffixture.V5), Options{})
-	if !errors.Is(err, checkpoint.ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), "mixture-of-experts") {
-		t.Errorf("qwen3_next with experts: %v", err)
+}
+
+// q8Shards splits the checkpoint in dir into q8 shards in a temporary folder, and returns it.
+func q8Shards(t *testing.T, dir string) string {
+	t.Helper()
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8 := filepath.Join(t.TempDir(), "q8")
+	if _, err := shards.Split(context.Background(), ck, shards.SplitOptions{Out: q8, Quantize: shards.Q8}); err != nil {
+		t.Fatal(err)
+	}
+	return q8
+}
+
+// TestHybridMoEBatchMatchesAlone: the Gated DeltaNet hybrids with a mixture of experts on every layer (the
+// qwen3_next and qwen3_5_moe fixtures), from the checkpoint and from q8 shards (the routed experts bound one by
+// one, LayerWeights.Experts), generate in a batch bit for bit what each sequence generates alone.
+func TestHybridMoEBatchMatchesAlone(t *testing.T) {
+	for _, name := range []string{"qwen3_next", "qwen3_5_moe"} {
+		dir := hffixture.Checkpoint(t, name, hffixture.V5)
+		prompt := ints(hffixture.MustReference(t, name).InputIDs)
+		q8 := q8Shards(t, dir)
+		reqs := []Request{
+			{PromptIDs: prompt[:40], MaxNewTokens: 7, StopIDs: []int{}, Logprobs: true},
+			{PromptIDs: prompt[:3], MaxNewTokens: 12, StopIDs: []int{}, Logprobs: true},
+			{PromptIDs: prompt[50:70], MaxNewTokens: 5, StopIDs: []int{}, Logprobs: true, PrefillChunk: 8},
+		}
+		for _, model := range []string{dir, q8} {
+			moeBatchMatchesAlone(t, open(t, model, Options{}), reqs)
+		}
+	}
+}
+
+// TestQwen35VisionLanguage: the released Qwen3.5 checkpoints are Qwen3_5ForConditionalGeneration and
+// Qwen3_5MoeForConditionalGeneration, laid out as transformers 5.24's save_pretrained writes them (checked on the
+// qwen3_5_moe fixture's weights: the decoder under model.language_model.*, lm_head.weight, the vision tower
+// under model.visual.*, the decoder's config in text_config beside vision_config and the image/video token ids;
+// its text-only logits are Qwen3_5MoeForCausalLM's, 0 difference), and carry multi-token-prediction layers
+// (mtp.*) that transformers does not load. The qwen3_5 and qwen3_5_moe fixtures rewritten so compute
+// transformers' logits and greedy ids as text models, and the float64 reference agrees.
+func TestQwen35VisionLanguage(t *testing.T) {
+	for name, wrapper := range map[string][2]string{"qwen3_5": {"Qwen3_5ForConditionalGeneration", "qwen3_5"},
+		"qwen3_5_moe": {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"}} {
+		ref := hffixture.MustReference(t, name)
+		dir := hffixture.Checkpoint(t, name, hffixture.V5)
+		relayout(t, dir, func(n string) string {
+			if rest, ok := strings.CutPrefix(n, "model."); ok {
+				return "model.language_model." + rest
+			}
+			return n
+		}, map[string][]int{"model.visual.patch_embed.proj.weight": {32, 3, 2, 4, 4}, "model.visual.merger.linear_fc2.weight": {64, 128},
+			"mtp.fc.weight": {64, 128}, "mtp.layers.0.mlp.gate_proj.weight": {128, 64}})
+		editConfig(t, dir, func(cfg map[string]any) {
+			text := maps.Clone(cfg)
+			for _, k := range []string{"architectures", "transformers_version", "dtype"} {
+				delete(text, k)
+			}
+			clear(cfg)
+			maps.Copy(cfg, map[string]any{"architectures": []string{wrapper[0]}, "model_type": wrapper[1], "dtype": "float32",
+				"text_config": text, "tie_word_embeddings": false, "image_token_id": 248056, "video_token_id": 248057,
+				"vision_start_token_id": 248053, "vision_end_token_id": 248054, "transformers_version": "5.24.0",
+				"vision_config": map[string]any{"depth": 1, "hidden_size": 32, "model_type": wrapper[1] + "_vision"}})
+		})
+		checkTransformers(t, wrapper[0], open(t, dir, Options{}), dir, ref)
+	}
+}
+
+// TestQwen35GGUF: the qwen3_5 fixture converted by llama.cpp's converter (gguf/testdata/families/qwen3_5.gguf:
+// value heads tiled, A_log as -exp(A_log), norms plus one; TestGGUFFamilies checks its Engine.Logits against
+// llama.cpp's and transformers') decodes on the host kernels position by position within the hybrid tolerance
+// of transformers' logits, and generates transformers' 20 greedy ids, with and without an n-gram draft.
+func TestQwen35GGUF(t *testing.T) {
+	ref := hffixture.MustReference(t, "qwen3_5")
+	ids := ints(ref.InputIDs)
+	want := make([][]float32, len(ids))
+	for p := range want {
+		want[p] = ref.Row(p)
+	}
+	file := filepath.Join("..", "gguf", "testdata", "families", "qwen3_5.gguf")
+	for _, draft := range []string{"", DraftNgram} {
+		e := open(t, file, Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: draft})
+		if draft == "" {
+			if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
+				t.Errorf("decode: %.3g from transformers' logits", d)
+			}
+		}
+		res, err := e.Generate(context.Background(), Request{PromptIDs: ids, MaxNewTokens: len(ref.GreedyIDs), StopIDs: []int{}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
+			t.Errorf("draft %q: greedy %v, transformers %v", draft, res.GeneratedIDs, ref.GreedyIDs)
+		}
 	}
 }

@@ -28,7 +28,8 @@ const residencyMargin = 512 << 20
 // residentBudget resolves Options.MemoryBudget: the bytes of decoder layers the store may keep resident beside
 // its stream, or 0 for none. Resident layers pay only where the stream does not map the shards from the page
 // cache (DirectIO, or NoMap); the automatic budget applies when the model is larger than memory (DirectIOAuto
-// chose O_DIRECT): nine tenths of the memory available, less the stream's host buffers and residencyMargin.
+// chose O_DIRECT): nine tenths of the memory available, less the stream's host buffers (expertStore.footprint where
+// layers stream their routed experts) and residencyMargin.
 func (s *weightStore) residentBudget() int64 {
 	o := s.opts
 	switch {
@@ -50,6 +51,9 @@ func (s *weightStore) residentBudget() int64 {
 	// on the Llama-3-70B shape's q4 shards, 480 MB a layer: 4.75 GB resident while streaming every layer with
 	// three buffers, the Go heap's growth beside its live buffers included).
 	stream := 3 * int64(o.Prefetch+1) * s.layerBytes()
+	if s.experts != nil {
+		stream = s.experts.footprint()
+	}
 	return max(0, avail.Bytes/10*9-stream-s.kvEstimate()-min(residencyMargin, avail.Bytes/4))
 }
 

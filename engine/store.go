@@ -57,6 +57,13 @@ type weightStore struct {
 	head     *weightSet
 
 	decodeBound decodeWatch // warns once when decoding encoded shards, not the disk, bounds the stream
+
+	// experts reads the routed experts of streamed mixture-of-experts layers apart (nil: none; experts.go);
+	// expertSpec is, per layer spec, the expert it belongs to (-1: none).
+	experts    *expertStore
+	expertSpec []int
+	// readBytes counts the bytes read from shard files: units streamed and experts.
+	readBytes atomic.Int64
 }
 
 // newWeightStore checks that set holds every unit and tensor the plan needs, and nothing it does not, and sizes
@@ -85,6 +92,7 @@ func newWeightStore(set *shards.Set, b backends.Backend, plan *model.Plan, opts 
 			dt = s.dtype
 		}
 		s.layerSpecs = append(s.layerSpecs, tensorSpec{suffix: w.Name, shape: w.Shape, dtype: dt})
+		s.expertSpec = append(s.expertSpec, w.Expert())
 	}
 	if opts.DeviceBudget > 0 {
 		layerBytes := s.layerBytes()
@@ -228,15 +236,23 @@ func (s *weightStore) allocate(ctx context.Context) error {
 			s.keep[i] = true
 		}
 	} else {
+		s.experts = s.routedExperts()
 		budget := s.residentBudget()
+		budget -= s.experts.takeBudget(budget)
 		s.keep = s.residentLayers(budget)
 		s.describeResidency(s.keep, budget)
+		if s.experts != nil && !s.opts.NoExpertPrefetch {
+			var err error
+			if s.experts.pred, err = newPredictor(ctx, s.experts, s.keep); err != nil {
+				return err
+			}
+		}
 	}
 	// The pooled buffers hold the streamed units: sized for the largest (Load grows a buffer for a bigger one).
 	hostBuffers, hostSize := s.opts.Prefetch, 0
 	for _, name := range s.schedule() {
 		if u, ok := s.set.Unit(name); ok {
-			hostSize = max(hostSize, int(u.BufferSize()))
+			hostSize = max(hostSize, int(s.experts.streamedSize(u)))
 		}
 	}
 	if s.mapShards() {
@@ -282,6 +298,21 @@ func (s *weightStore) allocate(ctx context.Context) error {
 		return nil
 	}
 	return s.loadHead(ctx)
+}
+
+// routedExperts returns the expert store where a streamed layer lays its experts out apart (nil otherwise):
+// routed-only streaming on the host kernels.
+func (s *weightStore) routedExperts() *expertStore {
+	x := newExpertStore(s, 0)
+	if x == nil {
+		return nil
+	}
+	for i := range s.cfg.NumHiddenLayers {
+		if x.routed(layerUnit(i)) {
+			return x
+		}
+	}
+	return nil
 }
 
 // addSets adds a pool of n sets of kind for the stream.
@@ -445,6 +476,10 @@ func (s *weightStore) headWeights(st *stream) (norm, head *weightSet, release fu
 // releaseSet hands a device set back to its pool (the release stage), and the shard buffer an aliased set
 // was reading back to the host pool.
 func (s *weightStore) releaseSet(w *weightSet) {
+	if w.routed != nil {
+		w.routed.release()
+		w.routed = nil
+	}
 	if w.buf != nil {
 		s.pools.host <- w.buf
 		w.buf, w.view, w.layer = nil, nil, nil
@@ -458,8 +493,14 @@ func (s *weightStore) releaseSet(w *weightSet) {
 // stats returns the device-buffer counters.
 func (s *weightStore) stats() Stats {
 	st := Stats{PeakLayerBuffersInUse: int(s.pools.peakInUse.Load()), LayerBuffers: cap(s.pools.sets[kindLayer])}
+	st.ReadBytes = s.readBytes.Load()
+	if x := s.experts; x != nil {
+		st.Experts = ExpertStats{Hits: x.hits.Load(), Misses: x.misses.Load(), Predicted: x.predicted.Load(),
+			PredictedUsed: x.predictedOK.Load(), ReadAhead: x.readAhead.Load(), CacheBytes: x.cached(), BudgetBytes: x.budget}
+	}
 	for i, keep := range s.keep {
 		u, _ := s.set.Unit(layerUnit(i))
+		st.LayerBytes += u.FileSize
 		if keep {
 			st.ResidentLayers++
 			st.ResidentBytes += u.BufferSize()

@@ -165,7 +165,13 @@ func (s *stream) load(unit string, buf *shards.Buffer, readDone func()) loadResu
 	defer readDone()
 	start := time.Now()
 	load := s.store.set.Load
-	if s.store.mapShards() {
+	switch {
+	case s.host && s.store.experts.routed(unit):
+		// The layer's tensors but its routed experts, which are read when routed to (experts.go).
+		load = func(ctx context.Context, unit string, buf *shards.Buffer) (*shards.Loaded, error) {
+			return s.store.set.LoadPart(ctx, unit, shards.NoExpert, buf)
+		}
+	case s.store.mapShards():
 		load = s.store.set.Map
 	}
 	l, err := load(shards.WithLoadTrace(s.ctx, &shards.LoadTrace{ReadDone: readDone}), unit, buf)
@@ -176,6 +182,7 @@ func (s *stream) load(unit string, buf *shards.Buffer, readDone func()) loadResu
 		}
 		return loadResult{unit: unit, buf: buf, err: fmt.Errorf("prefetch %s: %w", unit, err)}
 	}
+	s.store.readBytes.Add(l.ReadBytes)
 	step, layer := int(s.store.step.Load()), layerIndex(unit)
 	s.store.prof.Record(profiler.DiskRead, step, layer, start, l.ReadTime, l.ReadBytes)
 	s.store.prof.Record(profiler.Decode, step, layer, start.Add(l.ReadTime), l.DecodeTime, l.Unit.Bytes())
@@ -219,6 +226,9 @@ func (s *stream) transfer(total int) {
 		// Both read the shard's bytes (alias converts the norm weights), which may be mapped: see guardMapped.
 		if s.host && kind == kindLayer {
 			w.buf = r.buf // handed back by releaseSet, after the layer computed
+			if s.store.experts.routed(r.unit) {
+				w.routed = s.store.experts.newRoutedLayer(layerIndex(r.unit))
+			}
 			err = s.store.guardMapped(func() error { return s.store.alias(w, r.loaded) })
 		} else {
 			err = s.store.guardMapped(func() error { return s.store.fill(w, r.loaded) })
@@ -272,6 +282,7 @@ func (s *stream) stop() {
 	for w := range s.ready {
 		s.store.releaseSet(w)
 	}
+	s.store.experts.dropAhead()
 }
 
 const kindLayer = "layer"

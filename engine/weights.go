@@ -163,6 +163,9 @@ type weightSet struct {
 	buf  *shards.Buffer
 	// layer is a decoder layer's host tensors bound to their roles (bound), until the set is refilled.
 	layer *model.LayerWeights
+	// routed, for a streamed sparse layer whose experts are read apart (experts.go), gives the experts its rows
+	// are routed to; the view holds the layer's other tensors only.
+	routed *routedLayer
 	// pending, when set, is what the device buffers are still to be filled from (a resident unit the host
 	// kernels read in place): filled the first time a graph needs them (deviceReady).
 	pending *shards.Loaded
@@ -230,6 +233,9 @@ func (w *weightSet) bound(p *model.Plan) *model.LayerWeights {
 			}
 		}
 		w.layer = p.Bind(values)
+		if w.routed != nil {
+			w.routed.slots(w.layer)
+		}
 	}
 	return w.layer
 }
@@ -302,44 +308,60 @@ func (s *weightStore) alias(w *weightSet, l *shards.Loaded) error {
 		if !held(i) { // a tensor other kinds of layer hold (a dense layer's MLP, a sparse layer's experts)
 			continue
 		}
+		if w.routed != nil && s.expertSpec[i] >= 0 {
+			continue // read when routed to (routedLayer.bind)
+		}
 		raw, err := w.raw(l, prefix, spec)
 		if err != nil {
 			return err
 		}
-		if raw.DType.Quantized() && len(spec.shape) == 2 {
-			// A block-quantized matrix is read in place: the kernels decode its blocks in registers.
-			q, err := quantView(raw, spec.shape)
-			if err != nil {
-				return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+spec.suffix, err)
-			}
-			q.TwoPart = s.ownQuantized
-			w.view[i] = &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, spec.shape...), name: prefix + spec.suffix}
-			continue
-		}
-		widen := raw.DType == checkpoint.BF16 && spec.dtype == dtypes.Float32 && len(spec.shape) == 2
-		if sameDType(raw.DType, spec.dtype) || widen {
-			dt := dtypes.Float32
-			if raw.DType == checkpoint.BF16 {
-				dt = dtypes.BFloat16
-			}
-			w.view[i] = &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, spec.shape...), name: prefix + spec.suffix}
-			continue
-		}
-		d, err := w.tensor(i)
+		v, n, err := s.hostView(spec, raw, prefix+spec.suffix, func() (*deviceTensor, error) { return w.tensor(i) })
 		if err != nil {
-			return err
+			return fmt.Errorf("unit %s: %w", unit, err)
 		}
-		if err := convertInto(d.host(), raw); err != nil {
-			return fmt.Errorf("unit %s: tensor %q: %w", unit, prefix+spec.suffix, err)
-		}
-		converted += int64(len(raw.Data))
-		d.name = prefix + spec.suffix
-		w.view[i] = d
+		w.view[i], converted = v, converted+n
 	}
 	if converted > 0 {
 		s.prof.Record(profiler.Decode, int(s.step.Load()), layerIndex(unit), start, time.Since(start), converted)
 	}
 	return nil
+}
+
+// hostView returns a tensor of spec, loaded as raw, as the host kernels read it (alias): in place where they can,
+// else converted into own(); converted is the bytes converted.
+func (s *weightStore) hostView(spec tensorSpec, raw shards.Tensor, name string, own func() (*deviceTensor, error)) (v *deviceTensor, converted int64, err error) {
+	if raw.DType.Quantized() && len(spec.shape) == 2 {
+		// A block-quantized matrix is read in place: the kernels decode its blocks in registers.
+		q, err := quantView(raw, spec.shape)
+		if err != nil {
+			return nil, 0, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		q.TwoPart = s.ownQuantized
+		return &deviceTensor{flat: q, shape: shapes.Make(dtypes.Float32, spec.shape...), name: name}, 0, nil
+	}
+	widen := raw.DType == checkpoint.BF16 && spec.dtype == dtypes.Float32 && len(spec.shape) == 2
+	if sameDType(raw.DType, spec.dtype) || widen {
+		dt := dtypes.Float32
+		if raw.DType == checkpoint.BF16 {
+			dt = dtypes.BFloat16
+		}
+		return &deviceTensor{flat: rawView(raw), shape: shapes.Make(dt, spec.shape...), name: name}, 0, nil
+	}
+	d, err := own()
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := convertInto(d.host(), raw); err != nil {
+		return nil, 0, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	d.name = name
+	return d, int64(len(raw.Data)), nil
+}
+
+// hostTensor is a host array for spec (a routed expert's tensor converted for the host kernels: the expert cache
+// keeps it apart from any set).
+func hostTensor(spec tensorSpec) *deviceTensor {
+	return &deviceTensor{shape: shapes.Make(spec.dtype, spec.deviceDims()...)}
 }
 
 // raw returns the loaded tensor of spec s (named prefix+s.suffix), checked against the spec's shape.

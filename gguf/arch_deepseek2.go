@@ -3,6 +3,8 @@ package gguf
 import (
 	"fmt"
 	"math"
+
+	"github.com/layerstream/layerstream/checkpoint"
 )
 
 // DeepSeek-V3 and Kimi K2 as llama.cpp's converter writes them (deepseek2): multi-head latent attention with
@@ -33,7 +35,8 @@ func init() {
 		"expert_weights_scale", "expert_weights_norm", "expert_gating_func", "attention.q_lora_rank",
 		"attention.kv_lora_rank", "attention.key_length_mla", "attention.value_length_mla",
 		"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow"},
-		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, nextn: true, groups: true}, config: deepseek2Config})
+		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, groups: true}, nextn: true, nextnKey: "num_nextn_predict_layers",
+		config: deepseek2Config, tensor: deepseek2Tensor})
 }
 
 // deepseek2Config reads the latent attention's and the experts' keys into DeepseekV3Config's.
@@ -110,6 +113,15 @@ func (m archMeta) latentYarn(cfg map[string]any) error {
 		}
 		all := float32JSON(float64(float32(mul) / float32(0.1)))
 		rs["mscale_all_dim"], rs["mscale"] = all, all
+	}
+	return nil
+}
+
+// deepseek2Tensor reads the per-head tensors attn_k_b and attn_v_b ([heads, rows, columns]) as the matrices
+// [heads·rows, columns] the family binds.
+func deepseek2Tensor(ct *checkpoint.TensorInfo) error {
+	if len(ct.Shape) == 3 {
+		ct.Shape = []int64{ct.Shape[0] * ct.Shape[1], ct.Shape[2]}
 	}
 	return nil
 }

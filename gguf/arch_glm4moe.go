@@ -17,7 +17,7 @@ const (
 // expert_group_count and expert_group_used_count (n_group, topk_group). The norm before the MLP is
 // post_attention_norm; q/k biases and per-head q/k norms where the file has them; partial rotary embeddings in
 // Hugging Face's rotate-half order (llama.cpp ropes glm4moe NEOX-style). The nextn_predict_layers blocks after
-// the model's are multi-token-prediction layers, left out (moeInfo.nextn); rope.dimension_sections (multimodal
+// the model's are multi-token-prediction layers, left out (archInfo.nextn); rope.dimension_sections (multimodal
 // rotary sections) is refused by name.
 func init() {
 	register("glm4moe", archInfo{hf: "Glm4MoeForCausalLM", partialRotary: true, names: map[string]string{
@@ -32,7 +32,7 @@ func init() {
 		"ffn_down_shexp.weight":      "mlp.shared_experts.down_proj.weight",
 	}, keys: []string{"expert_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
 		"expert_weights_scale", "expert_weights_norm", "expert_gating_func"},
-		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, nextn: true, groups: true}, config: glm4moeConfig})
+		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, groups: true}, nextn: true, nextnKey: "num_nextn_predict_layers", config: glm4moeConfig})
 }
 
 // glm4moeConfig reads GLM-4.5's expert keys into Glm4MoeConfig's.

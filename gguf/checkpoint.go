@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -65,12 +66,25 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	arch, _, _ := g.String("general.architecture")
 	info := archs[arch]
 	var tensors []checkpoint.TensorInfo
+	var unread int
 	for _, t := range g.Tensors {
+		if b, _, ok := layerOf(t.Name); ok && b >= cfg.NumHiddenLayers {
+			// Blocks past the decoder's that the architecture's config left out (Qwen3.5's and GLM-4.5's
+			// multi-token-prediction layers): never read nor split; a block past block_count is refused.
+			if blocks, _, _ := g.Int(arch + ".block_count"); b < blocks {
+				unread++
+				continue
+			}
+		}
 		ts, err := info.tensors(t, cfg)
 		if err != nil {
 			return nil, err
 		}
 		tensors = append(tensors, ts...)
+	}
+	if unread > 0 {
+		slog.Info("gguf: leaving out the blocks after the decoder's (multi-token prediction), which transformers does not compute either",
+			"architecture", arch, "tensors", unread, "layers", cfg.NumHiddenLayers)
 	}
 	slices.SortStableFunc(tensors, func(a, b checkpoint.TensorInfo) int {
 		switch {
@@ -101,7 +115,7 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 }
 
 // tensors maps the file's tensor t to the checkpoint's: none for a tensor that carries configuration
-// (configTensors) or a multi-token-prediction layer's (moeInfo.nextn), one per expert for fused experts, else t
+// (configTensors), one per expert for fused experts, else t
 // under its Hugging Face name, its shape checked against cfg, marked for reordering where llama.cpp's converter
 // changed its rows or values.
 func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint.TensorInfo, error) {
@@ -111,9 +125,6 @@ func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint
 	ct := checkpoint.TensorInfo{DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
 		Offset: t.Offset, Length: t.Size}
 	if n, part, ok := layerOf(t.Name); ok {
-		if info.moe != nil && info.moe.nextn && n >= cfg.NumHiddenLayers {
-			return nil, nil
-		}
 		experts, fused, err := info.moeTensors(t, ct, fmt.Sprintf("model.layers.%d.", n), part)
 		if err != nil || fused {
 			for _, e := range experts {
@@ -129,9 +140,6 @@ func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint
 		return nil, err
 	}
 	ct.Name = hf
-	if info.latent && len(ct.Shape) == 3 { // attn_k_b, attn_v_b: [heads, rows, columns], each head's matrix
-		ct.Shape = []int64{ct.Shape[0] * ct.Shape[1], ct.Shape[2]}
-	}
 	if strings.HasSuffix(hf, ".shared_expert_gate.weight") && len(ct.Shape) == 1 {
 		ct.Shape = []int64{1, ct.Shape[0]} // llama.cpp's ffn_gate_inp_shexp is a vector: one output row
 	}
@@ -141,7 +149,13 @@ func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint
 	if info.interleavedRotary {
 		ct.InterleavedRotaryHeads = isRotaryRows(hf, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
 	}
-	if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") {
+	if info.tensor != nil {
+		if err := info.tensor(&ct); err != nil {
+			return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, hf, err)
+		}
+	}
+	plain := slices.ContainsFunc(info.plainNorms, func(s string) bool { return strings.HasSuffix(hf, s) })
+	if info.normsPlusOne && strings.HasSuffix(hf, "norm.weight") && !plain {
 		if ct.DType != checkpoint.F32 && ct.DType != checkpoint.BF16 && ct.DType != checkpoint.F16 {
 			return nil, fmt.Errorf("tensor %q is %s: llama.cpp's converter stores this norm's weights plus 1, which layerstream subtracts back from float32, bfloat16 or float16 values only", t.Name, ct.DType)
 		}

@@ -15,6 +15,12 @@ import (
 // file (arch_<name>.go) with register.
 type archInfo struct {
 	hf string // the Hugging Face architectures entry (and the family layerstream computes it with)
+	// nextn: the blocks past block_count - nextn_predict_layers are multi-token-prediction layers, which llama.cpp
+	// computes only for its speculative drafts (GLM-4.5, Qwen3.5) and transformers not at all: their tensors are
+	// left out; nextnKey, when set, is the config key that records how many there were. Elsewhere the key is
+	// refused.
+	nextn    bool
+	nextnKey string
 	// interleavedRotary: llama.cpp's converter reorders the rows of q/k so rotary pairs are adjacent (the
 	// "normal" rope layout); layerstream undoes it to get Hugging Face's rotate-half layout back.
 	interleavedRotary bool
@@ -51,9 +57,14 @@ type archInfo struct {
 	// against the engine's plan (weightStore.checkTensors) rather than against the config here.
 	layerShapes bool
 	// latent: multi-head latent attention (deepseek2): attention.key_length, value_length and
-	// rope.dimension_count describe the latent rather than a head, and config reads them; the file's 3-D
-	// per-head tensors ([heads, rows, columns]) read as matrices [heads·rows, columns].
+	// rope.dimension_count describe the latent rather than a head, and config reads them.
 	latent bool
+	// plainNorms are the Hugging Face name suffixes of norms normsPlusOne leaves as stored (Qwen3.5's gated
+	// ssm_norm, which Hugging Face applies as x·w).
+	plainNorms []string
+	// tensor, when set, adjusts a mapped tensor (its Hugging Face name set) to the architecture's storage: a
+	// transform on reading, a shape.
+	tensor func(ct *checkpoint.TensorInfo) error
 }
 
 // archMeta reads one architecture's metadata: key("x") is "<arch>.x".

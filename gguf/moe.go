@@ -24,9 +24,6 @@ type moeInfo struct {
 	// optional: a file without expert_count is the architecture's dense model (llama); otherwise llama.cpp
 	// requires it.
 	optional bool
-	// nextn: blocks past block_count - nextn_predict_layers are multi-token-prediction layers, which llama.cpp
-	// computes only for its speculative drafts (GLM-4.5): their tensors are left out; elsewhere the key is refused.
-	nextn bool
 	// groups: expert_group_count and expert_group_used_count (group-limited routing, which llama.cpp applies to
 	// any architecture) are the family's n_group and topk_group; elsewhere more than one group is refused.
 	groups bool
@@ -76,11 +73,13 @@ func (g *File) moeConfig(arch string, info archInfo, cfg map[string]any) error {
 		return err
 	} else if ok && v != 0 {
 		layers := cfg["num_hidden_layers"].(int)
-		if info.moe == nil || !info.moe.nextn || v < 0 || v >= layers {
+		if !info.nextn || v < 0 || v >= layers {
 			return fmt.Errorf("metadata %s is %d (of %d blocks): multi-token-prediction layers are not supported for %s", key("nextn_predict_layers"), v, layers, arch)
 		}
 		cfg["num_hidden_layers"] = layers - v
-		cfg["num_nextn_predict_layers"] = v
+		if info.nextnKey != "" {
+			cfg[info.nextnKey] = v
+		}
 	}
 	return nil
 }

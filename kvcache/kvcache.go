@@ -395,12 +395,22 @@ var ErrRingOverwritten = errors.New("kvcache: a sliding-window ring has overwrit
 // still holds the last W-1 positions before n (all a sliding window of W positions needs besides the new one),
 // which it does when it never wrapped, or was cut back by at most its slack plus one position; otherwise the
 // error wraps ErrRingOverwritten and nothing changes.
-func (s *Store) Truncate(b, n int) error {
+func (s *Store) Truncate(b, n int) error { return s.truncate(b, n, true) }
+
+// Rewind is Truncate for a caller that has already set every recurrent layer's state of sequence b
+// (View.State) to the state after its first n positions (speculative decoding keeps what restores it): the
+// states are left as they are, the other layers cut back as Truncate cuts them.
+func (s *Store) Rewind(b, n int) error { return s.truncate(b, n, false) }
+
+// truncate is Truncate, and with states false Rewind.
+func (s *Store) truncate(b, n int, states bool) error {
 	if n < 0 || n > s.lens[b] {
 		return fmt.Errorf("kvcache: truncate sequence %d to %d positions: it holds %d", b, n, s.lens[b])
 	}
-	if err := s.truncateState(b, n); err != nil {
-		return err
+	if states {
+		if err := s.truncateState(b, n); err != nil {
+			return err
+		}
 	}
 	for l := range s.slots {
 		if !s.cfg.ring(l) || n == 0 || s.cfg.Shared(l) {

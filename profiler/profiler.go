@@ -29,17 +29,19 @@ const (
 	Decode       Category = "decode"        // checksum, decompression, dtype conversion of a loaded shard
 	H2D          Category = "h2d"           // host → device copy of weights or activations
 	PrefetchWait Category = "prefetch_wait" // compute waiting for the next unit's data
+	ExpertRead   Category = "expert_read"   // reading one routed expert of a mixture-of-experts layer
+	ExpertWait   Category = "expert_wait"   // compute waiting for a routed expert's read
 	Forward      Category = "forward"       // one unit's forward pass (per layer, or embed/norm/lm_head with layer -1)
 	Sample       Category = "sample"        // logits → next token
 )
 
 // Categories lists the known categories in pipeline order.
 func Categories() []Category {
-	return []Category{Tokenize, DiskRead, Decode, H2D, PrefetchWait, Forward, Sample}
+	return []Category{Tokenize, DiskRead, ExpertRead, Decode, H2D, PrefetchWait, ExpertWait, Forward, Sample}
 }
 
 // isIO reports whether bytes per second is meaningful for c.
-func isIO(c Category) bool { return c == DiskRead || c == Decode || c == H2D }
+func isIO(c Category) bool { return c == DiskRead || c == ExpertRead || c == Decode || c == H2D }
 
 // Event is one measured span.
 type Event struct {

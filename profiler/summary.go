@@ -32,6 +32,9 @@ type Summary struct {
 	// events): with speculative decoding, several tokens per pass.
 	Passes int `json:"passes"`
 	Tokens int `json:"tokens"`
+	// DecodeReadBytes are the shard bytes read (disk_read and expert_read) during decode steps: divided by
+	// DecodeSteps, the bytes a decode step reads (a mixture of experts' streamed layers: their routed experts).
+	DecodeReadBytes int64 `json:"decode_read_bytes"`
 }
 
 // CategoryStat is one category's share of the run.
@@ -96,6 +99,9 @@ func Summarize(events []Event, wall time.Duration) Summary {
 			anyPrefill = true
 		} else {
 			st.Decode += e.Dur
+			if e.Category == DiskRead || e.Category == ExpertRead {
+				s.DecodeReadBytes += e.Bytes
+			}
 			decodeLo, decodeHi = extend(anyDecode, decodeLo, decodeHi, e)
 			anyDecode = true
 		}
@@ -218,6 +224,9 @@ func (s Summary) WriteTable(w io.Writer) error {
 			100*float64(s.Untracked)/float64(s.Wall))
 	}
 	ew.Printf("\n")
+	if s.DecodeSteps > 0 && s.DecodeReadBytes > 0 {
+		ew.Printf("shard bytes read per decode step (disk_read + expert_read): %s\n", bytesize.Format(s.DecodeReadBytes/int64(s.DecodeSteps)))
+	}
 	if s.Passes > 0 && s.Tokens > 0 {
 		ew.Printf("%d tokens chosen in %d forward passes: %.2f tokens per pass\n", s.Tokens, s.Passes, float64(s.Tokens)/float64(s.Passes))
 	}

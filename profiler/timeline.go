@@ -34,6 +34,8 @@ var categoryColors = map[Category]string{
 	Decode:       "#17becf",
 	H2D:          "#9467bd",
 	PrefetchWait: "#d62728",
+	ExpertRead:   "#aec7e8",
+	ExpertWait:   "#ff9896",
 	Forward:      "#2ca02c",
 	Sample:       "#ff7f0e",
 }

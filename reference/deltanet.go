@@ -3,7 +3,6 @@ package reference
 import (
 	"fmt"
 	"math"
-	"slices"
 )
 
 // The Gated DeltaNet hybrids (Qwen3.5): linear-attention layers (a depthwise causal conv1d, then the gated delta
@@ -22,9 +21,9 @@ func (m *model) deltaNetLayers() error {
 		return fmt.Errorf("linear attention sizes not implemented by the reference")
 	}
 	m.linear = make([]bool, c.NumHiddenLayers)
-	for l := range c.NumHiddenLayers { // Qwen3NextDecoderLayer: a mixture of experts unless dense
-		if c.ModelType == "qwen3_next" && c.NumExperts > 0 && c.DecoderSparseStep > 0 && (l+1)%c.DecoderSparseStep == 0 && !slices.Contains(c.MLPOnlyLayers, l) {
-			return fmt.Errorf("qwen3_next's mixture-of-experts layer %d is not implemented by the reference", l)
+	if c.ModelType == "qwen3_5_moe_text" || c.ModelType == "qwen3_next" && c.NumExperts > 0 {
+		if err := m.newExperts(); err != nil {
+			return err
 		}
 	}
 	for l, t := range c.LayerTypes {
@@ -44,8 +43,14 @@ func (m *model) hybridTensors(l int) map[string][]int {
 	c := m.cfg
 	h, hd, ff := c.HiddenSize, c.HeadDim, c.IntermediateSize
 	p := fmt.Sprintf("model.layers.%d.", l)
-	t := map[string][]int{p + "input_layernorm.weight": {h}, p + "post_attention_layernorm.weight": {h},
-		p + "mlp.gate_proj.weight": {ff, h}, p + "mlp.up_proj.weight": {ff, h}, p + "mlp.down_proj.weight": {h, ff}}
+	t := map[string][]int{p + "input_layernorm.weight": {h}, p + "post_attention_layernorm.weight": {h}}
+	moe := map[string][]int{}
+	if m.experts == nil || !m.experts.tensors(l, h, moe) {
+		moe = map[string][]int{"mlp.gate_proj.weight": {ff, h}, "mlp.up_proj.weight": {ff, h}, "mlp.down_proj.weight": {h, ff}}
+	}
+	for name, shape := range moe {
+		t[p+name] = shape
+	}
 	if !m.linear[l] {
 		a := p + "self_attn."
 		t[a+"q_proj.weight"], t[a+"k_proj.weight"] = []int{2 * c.NumAttentionHeads * hd, h}, []int{c.NumKeyValueHeads * hd, h}
@@ -85,14 +90,12 @@ func (m *model) hybridLayer(l int, w *layerWeights, x [][]float64) {
 			x[p][i] += y[p][i]
 		}
 		h := m.norm(x[p], w.vec("post_attention_layernorm.weight"))
-		g, u := make([]float64, c.IntermediateSize), make([]float64, c.IntermediateSize)
-		linear(g, w.get("mlp.gate_proj.weight"), nil, h)
-		linear(u, w.get("mlp.up_proj.weight"), nil, h)
-		for i := range g {
-			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		var d []float64
+		if m.experts != nil && m.experts.sparse[l] {
+			d = m.moe(w, h)
+		} else {
+			d = m.gatedMLP(w, h, "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", c.IntermediateSize)
 		}
-		d := make([]float64, c.HiddenSize)
-		linear(d, w.get("mlp.down_proj.weight"), nil, g)
 		for i := range d {
 			x[p][i] += d[i]
 		}

@@ -220,7 +220,7 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 		return m, nil
 	case "llama4_text":
 		err = m.llama4()
-	case "qwen3_5_text", "qwen3_next":
+	case "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next":
 		m.normOffset, m.qkNorm, partial = 1, "head", true
 		err = m.deltaNetLayers()
 	default:

@@ -55,16 +55,22 @@ func (m *model) newExperts() error {
 	case "mixtral": // MixtralTopKRouter always renormalizes
 		x.renorm, x.router = true, "block_sparse_moe.gate.weight"
 		named("block_sparse_moe.experts", "w1", "w3", "w2")
-	case "qwen2_moe", "qwen3_moe": // Qwen2MoeDecoderLayer: mlp_only_layers and decoder_sparse_step
+	case "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text":
+		// Qwen2MoeDecoderLayer (Qwen3NextDecoderLayer alike): mlp_only_layers and decoder_sparse_step; Qwen3.5-MoE:
+		// every layer, always renormalized. All but Qwen3-MoE add a sigmoid-gated shared expert.
 		x.inter = c.MoEIntermediateSize
+		if c.ModelType != "qwen3_moe" {
+			x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
+		}
+		if c.ModelType == "qwen3_5_moe_text" {
+			x.renorm = true
+			break
+		}
 		if c.DecoderSparseStep <= 0 {
 			return fmt.Errorf("decoder_sparse_step %d is not implemented by the reference", c.DecoderSparseStep)
 		}
 		for l := range L {
 			x.sparse[l] = !slices.Contains(c.MLPOnlyLayers, l) && (l+1)%c.DecoderSparseStep == 0
-		}
-		if c.ModelType == "qwen2_moe" {
-			x.shared, x.sharedGate, x.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate.weight", c.SharedExpertIntermediateSize
 		}
 	case "olmoe":
 	case "glm4_moe", "deepseek_v3": // Glm4MoeTopkRouter, DeepseekV3TopkRouter: groups; ungated shared experts; dense first layers

@@ -91,6 +91,22 @@ type TensorInfo struct {
 	// tensors.
 	Frames []int64 `json:"frames,omitempty"`
 	CRC32C uint32  `json:"crc32c"`
+	// expert is 1 + the routed expert of a mixture-of-experts layer the tensor belongs to, 0 for a tensor of no
+	// expert (Expert). It is the manifest's (the split knows it from the model's plan), not the shard header's.
+	expert int
+}
+
+// NoExpert is TensorInfo.Expert of a tensor that belongs to no routed expert.
+const NoExpert = -1
+
+// Expert is the routed expert whose weights the tensor is (its gate, up and down projections and their biases,
+// laid out together in the layer's shard so that one expert is one read: Set.LoadPart), or NoExpert.
+func (t TensorInfo) Expert() int { return t.expert - 1 }
+
+// WithExpert returns t recorded as a tensor of expert e (NoExpert: of none).
+func (t TensorInfo) WithExpert(e int) TensorInfo {
+	t.expert = e + 1
+	return t
 }
 
 func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }

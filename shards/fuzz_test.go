@@ -165,6 +165,16 @@ func FuzzManifest(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// A mixture of experts' manifest: its expert column set for the routed experts' tensors.
+	ms, err := Split(context.Background(), moeCheckpoint(f), SplitOptions{Out: f.TempDir(), DiskRate: -1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(ms.Dir, ManifestFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
 	f.Add([]byte("PAR1PAR1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		units, _, err := parseManifest(bytes.NewReader(b), int64(len(b)))
@@ -175,6 +185,9 @@ func FuzzManifest(f *testing.F) {
 			t.Fatal("accepted a manifest without units")
 		}
 		for _, u := range units {
+			if err := checkExpertLayout(u); err != nil {
+				t.Fatalf("accepted a manifest whose experts' tensors do not lie together: %v", err)
+			}
 			for _, tn := range u.Tensors {
 				if tn.Offset < 0 || tn.EncodedLength < 0 || tn.Offset+tn.EncodedLength > u.FileSize {
 					t.Fatalf("unit %s: tensor %q at [%d, +%d) outside its %d-byte file", u.Name, tn.Name, tn.Offset, tn.EncodedLength, u.FileSize)

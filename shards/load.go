@@ -57,15 +57,11 @@ func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*
 		return nil, err
 	}
 	start := time.Now()
-	r, err := s.openShard(u.Name, path)
-	if err != nil {
-		return nil, openError(path, u, err)
-	}
-	defer r.close()
-	st, err := statShard(r.f, path, u)
+	r, st, err := s.openChecked(u, path)
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
 	verify := force || VerifyPolicy(s.policy.Load()) != VerifyOnce || !s.verifiedAs(u.Name, st)
 
 	buf.release()
@@ -125,6 +121,21 @@ func (s *Set) request(ctx context.Context, op, unit string, buf *Buffer) (UnitIn
 		return u, "", fmt.Errorf("shards %s: %s %s: nil Buffer", s.Dir, op, unit)
 	}
 	return u, filepath.Join(s.Dir, u.File), ctx.Err()
+}
+
+// openChecked opens unit u's shard file at path for reading (openShard) and returns it with its status, its size
+// checked against the manifest (statShard); the caller closes the reader.
+func (s *Set) openChecked(u UnitInfo, path string) (*shardReader, os.FileInfo, error) {
+	r, err := s.openShard(u.Name, path)
+	if err != nil {
+		return nil, nil, openError(path, u, err)
+	}
+	st, err := statShard(r.f, path, u)
+	if err != nil {
+		r.close()
+		return nil, nil, err
+	}
+	return r, st, nil
 }
 
 // statShard returns the opened shard file f's status, checking its size against the manifest.

@@ -39,7 +39,13 @@ type manifestRow struct {
 	// Frames are the stored lengths of an encoded tensor's frames (empty when raw).
 	Frames   []int64 `parquet:"frames,list"`
 	FileSize int64   `parquet:"file_size"` // size of File in bytes
+	// Expert is the routed expert the tensor belongs to (TensorInfo.Expert); null for none, and in manifests
+	// written before splits laid experts out apart.
+	Expert *int32 `parquet:"expert,optional"`
 }
+
+// maxExperts bounds a manifest's expert index (the largest models route among a few hundred experts).
+const maxExperts = 1 << 16
 
 // unitLayer returns N for "layer.N" and -1 for the other unit names; ok is false for a name that is no unit.
 func unitLayer(unit string) (layer int, ok bool) {
@@ -67,6 +73,10 @@ func manifestRows(units []UnitInfo) []manifestRow {
 				File: u.File, Offset: t.Offset, Length: t.Length, Checksum: int64(t.CRC32C),
 				Encoding: string(t.Encoding), EncodedLength: t.EncodedLength, Frames: t.Frames, FileSize: u.FileSize,
 			})
+			if e := t.Expert(); e != NoExpert {
+				e32 := int32(e)
+				rows[len(rows)-1].Expert = &e32
+			}
 		}
 	}
 	return rows
@@ -206,6 +216,12 @@ func unitsOf(rows []manifestRow) ([]UnitInfo, error) {
 		if len(r.Frames) > 0 {
 			t.Frames = r.Frames
 		}
+		if r.Expert != nil {
+			if *r.Expert < 0 || *r.Expert >= maxExperts || r.Layer < 0 {
+				return nil, fmt.Errorf("row %d (tensor %q): expert %d (want 0 to %d, in a layer unit)", i, r.Tensor, *r.Expert, maxExperts-1)
+			}
+			t = t.WithExpert(int(*r.Expert))
+		}
 		if err := validateTensor(&t, r.FileSize); err != nil {
 			return nil, fmt.Errorf("row %d (tensor %q): %w", i, r.Tensor, err)
 		}
@@ -213,6 +229,23 @@ func unitsOf(rows []manifestRow) ([]UnitInfo, error) {
 	}
 	for i := range units {
 		units[i].DecodeSize = decodeSize(units[i].Tensors)
+		if err := checkExpertLayout(units[i]); err != nil {
+			return nil, err
+		}
 	}
 	return units, nil
+}
+
+// checkExpertLayout checks that unit u lays out its tensors as a split does: those of no expert first, then each
+// expert's together, in increasing order of expert (so that one expert is one read).
+func checkExpertLayout(u UnitInfo) error {
+	last := NoExpert
+	for _, t := range u.Tensors {
+		e := t.Expert()
+		if e < last {
+			return fmt.Errorf("unit %s: tensor %q of expert %d comes after expert %d's tensors (each expert's tensors must lie together, after the layer's other tensors)", u.Name, t.Name, e, last)
+		}
+		last = e
+	}
+	return nil
 }

@@ -247,3 +247,40 @@ func (s *Set) markVerified(unit string, st os.FileInfo) {
 	}
 	s.verified[unit] = st
 }
+
+// Experts is the number of routed experts whose tensors the unit lays out apart (one more than the largest
+// TensorInfo.Expert; 0: none).
+func (u UnitInfo) Experts() int {
+	n := 0
+	for _, t := range u.Tensors {
+		n = max(n, t.Expert()+1)
+	}
+	return n
+}
+
+// Part returns the tensors of expert e, or with NoExpert those of no expert: what LoadPart reads.
+func (u UnitInfo) Part(e int) []TensorInfo {
+	var ts []TensorInfo
+	for _, t := range u.Tensors {
+		if t.Expert() == e {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// partRange is the page-aligned byte range of the shard file that holds tensors (in file order).
+func partRange(tensors []TensorInfo) (lo, hi int64) {
+	first, last := tensors[0], tensors[len(tensors)-1]
+	return first.Offset / pageSize * pageSize, alignUp(last.Offset+last.EncodedLength, pageSize)
+}
+
+// PartBytes is the number of bytes LoadPart reads for expert e (NoExpert: the tensors of no expert).
+func (u UnitInfo) PartBytes(e int) int64 {
+	ts := u.Part(e)
+	if len(ts) == 0 {
+		return 0
+	}
+	lo, hi := partRange(ts)
+	return hi - lo
+}

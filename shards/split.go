@@ -17,6 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/imatrix"
 	"github.com/layerstream/layerstream/internal/atomicfile"
 	"github.com/layerstream/layerstream/internal/bytesize"
@@ -58,11 +59,30 @@ var testHookDecodeRate func(fast bool) float64
 // testHookWriter, when set by tests, wraps the writer of every shard file (to inject failures).
 var testHookWriter func(io.Writer) io.Writer
 
-// unitPlan is a unit to write: its name and source tensors.
+// unitPlan is a unit to write: its name and source tensors, in the order written.
 type unitPlan struct {
 	name    string
 	layer   int
 	tensors []checkpoint.TensorInfo
+	// experts maps a routed expert's tensor (by its full name) to its expert (TensorInfo.Expert); others are absent.
+	experts map[string]int
+}
+
+// expert is the routed expert of source tensor t (NoExpert: none).
+func (p unitPlan) expert(t string) int {
+	if e, ok := p.experts[t]; ok {
+		return e
+	}
+	return NoExpert
+}
+
+// withExperts records the plan's experts in ts (a unit's tensors, as written).
+func (p unitPlan) withExperts(ts []TensorInfo) []TensorInfo {
+	out := make([]TensorInfo, len(ts))
+	for i, t := range ts {
+		out[i] = t.WithExpert(p.expert(t.Name))
+	}
+	return out
 }
 
 func (p unitPlan) file() string { return p.name + ".shard" }
@@ -124,6 +144,10 @@ func planUnits(ck *checkpoint.Checkpoint) ([]unitPlan, error) {
 		}
 		p.tensors = append(p.tensors, t)
 	}
+	experts := expertTensors(ck.Config)
+	for _, p := range byUnit {
+		layoutExperts(p, experts)
+	}
 	if err := checkHeadShapes(ck); err != nil {
 		return nil, err
 	}
@@ -149,6 +173,46 @@ func planUnits(ck *checkpoint.Checkpoint) ([]unitPlan, error) {
 		return nil, fmt.Errorf("shards: checkpoint %s has tensors for %s but config.json says num_hidden_layers=%d", ck.Dir, name, layers)
 	}
 	return plans, nil
+}
+
+// expertTensors maps each routed expert's layer tensor, named relative to "model.layers.N.", to its expert, as
+// the model definition of cfg binds it (model.WeightSpec.Expert); nil when the engine has no definition for cfg
+// (nothing is laid out by expert then).
+func expertTensors(cfg *checkpoint.Config) map[string]int {
+	arch, err := model.For(cfg)
+	if err != nil {
+		return nil
+	}
+	var m map[string]int
+	for _, w := range arch.Plan().Weights {
+		if e := w.Expert(); e >= 0 {
+			if m == nil {
+				m = map[string]int{}
+			}
+			m[w.Name] = e
+		}
+	}
+	return m
+}
+
+// layoutExperts orders a layer unit's tensors as its shard lays them out: those of no routed expert first, in
+// checkpoint order, then each expert's together (gate, up, down and their biases, in checkpoint order), expert
+// by expert, so that one expert is one sequential read (Set.LoadPart); experts maps tensor names relative to the
+// layer to experts (expertTensors).
+func layoutExperts(p *unitPlan, experts map[string]int) {
+	if p.layer < 0 || len(experts) == 0 {
+		return
+	}
+	prefix := fmt.Sprintf("model.layers.%d.", p.layer)
+	for _, t := range p.tensors {
+		if e, ok := experts[strings.TrimPrefix(t.Name, prefix)]; ok {
+			if p.experts == nil {
+				p.experts = map[string]int{}
+			}
+			p.experts[t.Name] = e
+		}
+	}
+	slices.SortStableFunc(p.tensors, func(a, b checkpoint.TensorInfo) int { return p.expert(a.Name) - p.expert(b.Name) })
 }
 
 // checkHeadShapes checks the config against the shapes of the embedding, the final norm and the output
@@ -668,14 +732,14 @@ func (w *splitter) existing(p unitPlan, old map[string]UnitInfo) (UnitInfo, bool
 	}
 	slog.Debug("keeping verified shard", "file", path)
 	return UnitInfo{Name: p.name, Layer: p.layer, File: p.file(), FileSize: h.FileSize,
-		DecodeSize: decodeSize(h.Tensors), Tensors: h.Tensors}, true
+		DecodeSize: decodeSize(h.Tensors), Tensors: p.withExperts(h.Tensors)}, true
 }
 
 // holdsPlan reports whether u, as the manifest describes it, is unit p's shard file holding p's tensors (names,
 // shapes, and the dtypes quantization q stores them as), whatever their encoding.
 func holdsPlan(u UnitInfo, p unitPlan, q Quantization) bool {
 	return u.Name == p.name && u.File == p.file() && slices.EqualFunc(u.Tensors, p.tensors, func(t TensorInfo, s checkpoint.TensorInfo) bool {
-		return plannedAs(t, s, q) == nil
+		return plannedAs(t, s, q) == nil && t.Expert() == p.expert(s.Name)
 	})
 }
 
@@ -788,7 +852,7 @@ func (w *splitter) writeUnit(p unitPlan) (UnitInfo, string, error) {
 		return UnitInfo{}, "", fmt.Errorf("shards: writing %s: %w", path, err)
 	}
 	return UnitInfo{Name: p.name, Layer: p.layer, File: p.file(), FileSize: h.FileSize,
-		DecodeSize: decodeSize(h.Tensors), Tensors: h.Tensors}, w.hasher.sum(), nil
+		DecodeSize: decodeSize(h.Tensors), Tensors: p.withExperts(h.Tensors)}, w.hasher.sum(), nil
 }
 
 const chunkSize = 8 << 20

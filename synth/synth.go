@@ -1,5 +1,5 @@
-// Package synth writes seeded synthetic Hugging Face checkpoints (Llama layout, random weights) at real model
-// shapes, for benchmarks and for tests that need a model of a given size but not a trained one.
+// Package synth writes seeded synthetic Hugging Face checkpoints (Llama layout, or Qwen3.5's hybrid; random
+// weights) at real model shapes, for benchmarks and for tests that need a model of a given size but not a trained one.
 //
 // Weights are N(0, Std) (norm weights 1.0), generated in fixed-size chunks, each chunk from its own PRNG seeded
 // by (seed, tensor, chunk). The output therefore depends only on the options, never on the number of goroutines,
@@ -39,9 +39,14 @@ type Shape struct {
 	RMSNormEps            float64 // default 1e-5
 	BOSTokenID            int
 	EOSTokenID            int
+	// A mixture of experts (NumExperts > 0) is a Qwen3-MoE model: q/k norms, and every layer's MLP a router and
+	// NumExperts experts of width MoEIntermediateSize, each token routed to NumExpertsPerTok of them.
+	NumExperts, NumExpertsPerTok, MoEIntermediateSize int
 	// DeepSeek, when set, makes the shape a DeepSeek-V3 rather than a Llama (deepseek.go); NumKVHeads is then
 	// NumHeads and HeadDim unused.
 	DeepSeek *DeepSeek
+	// Hybrid, when set, makes the shape a Qwen3.5 text model (Qwen3_5ForCausalLM) rather than a Llama (qwen35.go).
+	Hybrid *Hybrid
 }
 
 // Shapes are the named real-model shapes the `synth` command knows.
@@ -54,9 +59,13 @@ var Shapes = map[string]Shape{
 	"llama3-70b": {HiddenSize: 8192, IntermediateSize: 28672, NumLayers: 80, NumHeads: 64, NumKVHeads: 8,
 		VocabSize: 128256, MaxPositionEmbeddings: 8192, RopeTheta: 500000, RMSNormEps: 1e-5, BOSTokenID: 128000,
 		EOSTokenID: 128001},
+	"qwen3-30b-a3b": {HiddenSize: 2048, IntermediateSize: 6144, NumLayers: 48, NumHeads: 32, NumKVHeads: 4, HeadDim: 128,
+		VocabSize: 151936, MaxPositionEmbeddings: 40960, RopeTheta: 1e6, RMSNormEps: 1e-6, BOSTokenID: 151643,
+		EOSTokenID: 151645, NumExperts: 128, NumExpertsPerTok: 8, MoEIntermediateSize: 768},
 	"llama2-7b": {HiddenSize: 4096, IntermediateSize: 11008, NumLayers: 32, NumHeads: 32, NumKVHeads: 32,
 		VocabSize: 32000, MaxPositionEmbeddings: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
 	"deepseek-v3-671b": deepseekV3,
+	"qwen3.5-9b":       qwen35Dense,
 }
 
 // ShapeNames lists the names in Shapes, sorted.
@@ -117,6 +126,10 @@ func (o *Options) tensors() []tensorSpec {
 			out = append(out, s.deepseekLayer(p, l)...)
 			continue
 		}
+		if s.Hybrid != nil {
+			out = append(out, s.hybridLayer(p, l)...)
+			continue
+		}
 		out = append(out,
 			tensorSpec{name: p + "input_layernorm.weight", shape: []int64{h}, ones: true},
 			tensorSpec{name: p + "self_attn.q_proj.weight", shape: []int64{int64(s.NumHeads) * hd, h}},
@@ -124,10 +137,8 @@ func (o *Options) tensors() []tensorSpec {
 			tensorSpec{name: p + "self_attn.v_proj.weight", shape: []int64{int64(s.NumKVHeads) * hd, h}},
 			tensorSpec{name: p + "self_attn.o_proj.weight", shape: []int64{h, int64(s.NumHeads) * hd}},
 			tensorSpec{name: p + "post_attention_layernorm.weight", shape: []int64{h}, ones: true},
-			tensorSpec{name: p + "mlp.gate_proj.weight", shape: []int64{int64(s.IntermediateSize), h}},
-			tensorSpec{name: p + "mlp.up_proj.weight", shape: []int64{int64(s.IntermediateSize), h}},
-			tensorSpec{name: p + "mlp.down_proj.weight", shape: []int64{h, int64(s.IntermediateSize)}},
 		)
+		out = append(out, s.mlp(p)...)
 	}
 	out = append(out, tensorSpec{name: "model.norm.weight", shape: []int64{h}, ones: true})
 	if !s.TieEmbeddings && !o.DropLMHead {
@@ -138,6 +149,32 @@ func (o *Options) tensors() []tensorSpec {
 		if f, ok := o.TensorScale[out[i].name]; ok {
 			out[i].scale = f
 		}
+	}
+	return out
+}
+
+// mlp lists the MLP tensors of the layer named by prefix p: a dense MLP, or a mixture of experts's router and
+// experts with the attention's q/k norms (Qwen3-MoE).
+func (s Shape) mlp(p string) []tensorSpec {
+	h := int64(s.HiddenSize)
+	if s.NumExperts == 0 {
+		return []tensorSpec{
+			{name: p + "mlp.gate_proj.weight", shape: []int64{int64(s.IntermediateSize), h}},
+			{name: p + "mlp.up_proj.weight", shape: []int64{int64(s.IntermediateSize), h}},
+			{name: p + "mlp.down_proj.weight", shape: []int64{h, int64(s.IntermediateSize)}},
+		}
+	}
+	hd, in := int64(s.HeadDim), int64(s.MoEIntermediateSize)
+	out := []tensorSpec{
+		{name: p + "self_attn.q_norm.weight", shape: []int64{hd}, ones: true},
+		{name: p + "self_attn.k_norm.weight", shape: []int64{hd}, ones: true},
+		{name: p + "mlp.gate.weight", shape: []int64{int64(s.NumExperts), h}},
+	}
+	for e := range s.NumExperts {
+		q := fmt.Sprintf("%smlp.experts.%d.", p, e)
+		out = append(out, tensorSpec{name: q + "gate_proj.weight", shape: []int64{in, h}},
+			tensorSpec{name: q + "up_proj.weight", shape: []int64{in, h}},
+			tensorSpec{name: q + "down_proj.weight", shape: []int64{h, in}})
 	}
 	return out
 }
@@ -263,11 +300,19 @@ func (o *Options) config() map[string]any {
 		"bos_token_id":            s.BOSTokenID,
 		"eos_token_id":            s.EOSTokenID,
 	}
-	if s.HeadDim != s.HiddenSize/s.NumHeads {
+	if s.HeadDim != s.HiddenSize/s.NumHeads || s.Hybrid != nil {
 		cfg["head_dim"] = s.HeadDim
+	}
+	if s.NumExperts > 0 {
+		cfg["architectures"], cfg["model_type"], cfg["head_dim"] = []string{"Qwen3MoeForCausalLM"}, "qwen3_moe", s.HeadDim
+		cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"] = s.NumExperts, s.NumExpertsPerTok, s.MoEIntermediateSize
+		cfg["norm_topk_prob"], cfg["decoder_sparse_step"], cfg["mlp_only_layers"] = true, 1, []int{}
 	}
 	if s.DeepSeek != nil {
 		s.deepseekConfig(cfg)
+	}
+	if s.Hybrid != nil {
+		s.hybridConfig(cfg)
 	}
 	return cfg
 }

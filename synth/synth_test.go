@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,5 +248,65 @@ func TestQuantizedRerun(t *testing.T) {
 	}
 	if again, fresh := split(dir, 4), split(t.TempDir(), 4); !bytes.Equal(again, fresh) {
 		t.Errorf("seed 4 over seed 3: layer.0's shard is not seed 4's (unchanged from seed 3: %v)", bytes.Equal(again, first))
+	}
+}
+
+// TestHybridShape: a Qwen3.5 shape writes a checkpoint config.json and tensors that checkpoint.Open accepts
+// (every key and tensor known to the family), with a full-attention layer every FullAttentionInterval layers;
+// the qwen3.5-9b shape counts Qwen3_5TextConfig's default parameters.
+func TestHybridShape(t *testing.T) {
+	s := tiny()
+	s.HeadDim, s.NumLayers = 32, 4
+	s.Hybrid = &Hybrid{LinearKeyHeads: 2, LinearValueHeads: 4, LinearKeyDim: 16, LinearValueDim: 16, ConvKernel: 4,
+		FullAttentionInterval: 4, PartialRotary: 0.25}
+	dir := t.TempDir()
+	if err := Write(dir, Options{Shape: s, DType: checkpoint.F32, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.Arch.Name != "Qwen3_5ForCausalLM" || !slices.Equal(c.LayerTypes, []string{"linear_attention", "linear_attention", "linear_attention", "full_attention"}) ||
+		c.LinearNumValueHeads != 4 || c.Rope.PartialRotaryFactor != 0.25 {
+		t.Fatalf("config %+v", c)
+	}
+	if len(ck.Tensors) != 1+3*14+11+2 {
+		t.Fatalf("%d tensors", len(ck.Tensors))
+	}
+	n, err := TotalBytes(Options{Shape: Shapes["qwen3.5-9b"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2*8_953_803_264 {
+		t.Errorf("qwen3.5-9b: %d parameters", n/2)
+	}
+}
+
+// TestWriteMoE: a shape with experts is a Qwen3-MoE checkpoint: the config names the experts, and every layer
+// holds q/k norms, a router and each expert's three projections instead of a dense MLP.
+func TestWriteMoE(t *testing.T) {
+	s := tiny()
+	s.NumLayers, s.NumExperts, s.NumExpertsPerTok, s.MoEIntermediateSize = 2, 4, 2, 32
+	dir := t.TempDir()
+	if err := Write(dir, Options{Shape: s, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.Architectures[0] != "Qwen3MoeForCausalLM" || c.NumExperts != 4 || c.NumExpertsPerTok != 2 {
+		t.Fatalf("config %+v", c)
+	}
+	if got, want := len(ck.Tensors), 1+2*(6+2+1+4*3)+2; got != want {
+		t.Fatalf("%d tensors, want %d", got, want)
+	}
+	for _, name := range []string{"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.3.down_proj.weight", "model.layers.0.self_attn.q_norm.weight"} {
+		if _, ok := ck.Tensor(name); !ok {
+			t.Errorf("no tensor %s", name)
+		}
 	}
 }

@@ -145,11 +145,15 @@ func run(ctx context.Context, o options) (*report, error) {
 		MaxNewTokens: o.newTokens, StopIDs: []int{}} // empty StopIDs: every run generates MaxNewTokens tokens
 	if o.streamOnly {
 		for _, t := range r.Targets {
-			if t.ID != 2 && t.ID != 10 {
-				t.setNotMeasurable("--quantize measures streaming from disk only (targets 2 and 10)")
+			if t.ID != 2 && t.ID != 10 && t.ID != 20 && !isMoETarget(t.ID) {
+				t.setNotMeasurable("--quantize measures streaming from disk only (targets 2 and 10, 18 and 19 on a mixture of experts, and 20's cache sizes)")
 			}
 		}
 		if err := measureDirectIO(ctx, o, r, layerUnits, decodeReq, eos); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureRecurrentState(ctx, o, r); err != nil {
 			return nil, err
 		}
 	} else {
@@ -178,6 +182,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 		releaseMemory()
 		if err := measureSpeculation(ctx, o, r); err != nil {
+			return nil, err
+		}
+		releaseMemory()
+		if err := measureRecurrentState(ctx, o, r); err != nil {
 			return nil, err
 		}
 	}
@@ -483,14 +491,14 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	switch disk := r.Machine.DirectRead; {
 	case !disk.Supported:
 		reason := "the filesystem refuses O_DIRECT: " + disk.Reason
-		t2.setNotMeasurable(reason)
-		t4.setNotMeasurable(reason)
-		t10.setNotMeasurable(reason)
+		for _, t := range []*target{t2, t4, t10, r.target(18), r.target(19)} {
+			t.setNotMeasurable(reason)
+		}
 		return nil
 	case directIO == nil:
-		t2.setUnavailable(noDirectIO)
-		t4.setUnavailable(noDirectIO)
-		t10.setUnavailable(noDirectIO)
+		for _, t := range []*target{t2, t4, t10, r.target(18), r.target(19)} {
+			t.setUnavailable(noDirectIO)
+		}
 		if generateBatch == nil {
 			t4.Reason += "; and " + noBatch
 		}
@@ -500,7 +508,7 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	releaseMemory()
 	peak := resetPeakRSS()
 	prof := profiler.New()
-	opts := engine.Options{DType: o.dtype, Profiler: prof}
+	opts := engine.Options{DType: o.dtype, Profiler: prof, ExpertCache: -1}
 	directIO(&opts)
 	e, err := engine.Open(ctx, o.shards, opts)
 	if err != nil {
@@ -568,6 +576,7 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	t10.judge(1 / stats.Median(ratios))
 	t10.raw("disk bound ÷ s/token, per run (median)", 1/stats.Median(ratios), "")
 	t10.note("target 2's runs, as the fraction of the disk's rate the streamed decode reaches")
+	judgeMoE(r, layerUnits, e.Config().NumExpertsPerTok, secs, ratios, prof.Summary(), r.Machine.StreamedPeakRSS)
 
 	if o.streamOnly {
 		return nil

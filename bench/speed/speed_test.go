@@ -176,6 +176,9 @@ var peerTargets = map[int]bool{6: true, 7: true, 9: true, 13: true}
 // pairTargets run the real Qwen2.5-Coder pair, which the tests have not (TestRunSpeculation gives them a tiny one).
 var pairTargets = map[int]bool{15: true, 16: true, 17: true}
 
+// hybridTargets need a hybrid model of 16k positions, which the tiny Llama has not (TestRunHybrid gives them one).
+var hybridTargets = map[int]bool{20: true}
+
 // TestRunWithoutEngineFeatures runs the whole harness on a tiny model: the page-cache targets are measured, the
 // ones needing engine features the engine lacks are UNAVAILABLE and count as missed.
 func TestRunWithoutEngineFeatures(t *testing.T) {
@@ -189,7 +192,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 			t.Errorf("target %d: measured %v, want %v (%s %s)", tg.ID, tg.Measured != nil, want[tg.ID], tg.Verdict, tg.Reason)
 		}
 		switch {
-		case peerTargets[tg.ID] || pairTargets[tg.ID]:
+		case peerTargets[tg.ID] || pairTargets[tg.ID] || hybridTargets[tg.ID]:
 			if tg.Verdict != notMeasurable || tg.missed() {
 				t.Errorf("target %d without llama.cpp: %s (%s); want NOT MEASURABLE HERE, not missed", tg.ID, tg.Verdict, tg.Reason)
 			}
@@ -227,7 +230,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 17 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 20 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -272,7 +275,7 @@ func TestRunWithEngineFeatures(t *testing.T) {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
 	for _, tg := range r.Targets {
-		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] {
+		if tg.Measured == nil && !peerTargets[tg.ID] && !pairTargets[tg.ID] && !hybridTargets[tg.ID] && !isMoETarget(tg.ID) {
 			t.Errorf("target %d not measured: %s (%s)", tg.ID, tg.Verdict, tg.Reason)
 		}
 	}
@@ -431,5 +434,95 @@ func TestRunSpeculation(t *testing.T) {
 	}
 	if tg := r.target(15); tg.Measured != nil && *tg.Measured <= 1 {
 		t.Errorf("target 15: %.2f tokens per pass with a draft of the same weights", *tg.Measured)
+	}
+}
+
+// TestRunHybrid runs the stream-only harness on a tiny Qwen3.5 shape (q4 shards): targets 2 and 10 measured, and
+// target 20: its recurrent layers' cache the same at 1k and 16k positions (a PASS at 1), its attention layer's 16
+// times larger.
+func TestRunHybrid(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer
+	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 512, NumLayers: 4, NumHeads: 4, NumKVHeads: 2, HeadDim: 64,
+		VocabSize: 64, MaxPositionEmbeddings: 16384, BOSTokenID: 1, EOSTokenID: 2, Hybrid: &synth.Hybrid{LinearKeyHeads: 2,
+			LinearValueHeads: 4, LinearKeyDim: 32, LinearValueDim: 32, ConvKernel: 4, FullAttentionInterval: 4, PartialRotary: 0.25}}
+	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "q4"), shape, checkpoint.BF16, 1, shards.Q4, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{shards: dir, shapeName: "hybrid", newTokens: 3, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
+		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
+	r, err := run(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t20 := r.target(20)
+	if t20.Measured == nil || *t20.Measured != 1 || t20.Verdict != pass {
+		t.Fatalf("target 20: %s %v (%s)", t20.Verdict, t20.Measured, t20.Reason)
+	}
+	raw := map[string]float64{}
+	for _, v := range t20.Raw {
+		raw[v.Name] = v.Value
+	}
+	if kv1, kv16 := raw["attention keys and values at 1024 positions"], raw["attention keys and values at 16384 positions"]; kv1 <= 0 || kv16 != 16*kv1 {
+		t.Errorf("attention cache %v → %v bytes", kv1, kv16)
+	}
+	if r.Machine.DirectRead.Supported && (r.target(2).Measured == nil || r.target(10).Measured == nil) {
+		t.Errorf("targets 2 and 10 not measured: %s, %s", r.target(2).Reason, r.target(10).Reason)
+	}
+}
+
+// tinyMoE is a tiny Qwen3-MoE shape: 8 experts of which each token takes 2; its matrices' input widths are
+// multiples of 256, as Q4_K blocks need.
+var tinyMoE = synth.Shape{HiddenSize: 256, IntermediateSize: 256, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+	HeadDim: 64, VocabSize: 64, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2, NumExperts: 8,
+	NumExpertsPerTok: 2, MoEIntermediateSize: 256}
+
+// TestRunMoE: on a mixture of experts written as q4 shards, the stream-only run measures targets 18 and 19, and
+// a decode step reads no more than its active bytes (target 18 passes: the stream reads the routed experts only).
+func TestRunMoE(t *testing.T) {
+	if directIO == nil {
+		t.Skip("the engine offers no O_DIRECT")
+	}
+	ctx := context.Background()
+	var log bytes.Buffer
+	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "moe"), tinyMoE, checkpoint.BF16, 1, shards.Q4, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{shards: dir, shapeName: "tiny-moe", newTokens: 4, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
+		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
+	r, err := run(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !r.Machine.DirectRead.Supported {
+		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
+	}
+	t18, t19 := r.target(18), r.target(19)
+	if t18.Measured == nil || t19.Measured == nil {
+		t.Fatalf("targets 18 and 19 not measured: %s (%s), %s (%s)", t18.Verdict, t18.Reason, t19.Verdict, t19.Reason)
+	}
+	if *t18.Measured > moeReadGoal || *t18.Measured < 0.5 {
+		t.Errorf("a decode step read %.2f× its active bytes, want at most %.1f×: %+v", *t18.Measured, moeReadGoal, t18.Raw)
+	}
+}
+
+// TestActiveBytes: a dense layer counts whole, a sparse one its tensors of no expert and k mean experts; a model
+// without experts has none.
+func TestActiveBytes(t *testing.T) {
+	tensor := func(name string, off, n int64, e int) shards.TensorInfo {
+		return shards.TensorInfo{Name: name, Offset: off, Length: n, EncodedLength: n}.WithExpert(e)
+	}
+	dense := shards.UnitInfo{Name: "layer.0", FileSize: 3 << 12, Tensors: []shards.TensorInfo{tensor("a", 64, 100, shards.NoExpert)}}
+	sparse := shards.UnitInfo{Name: "layer.1", FileSize: 10 << 12, Tensors: []shards.TensorInfo{
+		tensor("attn", 64, 5000, shards.NoExpert),                                                 // 2 pages
+		tensor("e0", 2<<12, 4096, 0), tensor("e1", 3<<12, 8192, 1), tensor("e2", 5<<12, 12288, 2), // 1, 2 and 3 pages
+	}}
+	if got, want := activeBytes([]shards.UnitInfo{dense, sparse}, 2), int64(3<<12+2<<12+2*(6<<12)/3); got != want {
+		t.Errorf("active bytes %d, want %d", got, want)
+	}
+	if got := activeBytes([]shards.UnitInfo{dense}, 2); got != 0 {
+		t.Errorf("a dense model has %d active bytes, want 0", got)
 	}
 }

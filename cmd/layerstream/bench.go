@@ -109,10 +109,12 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 	}
 	rep := &benchReport{Model: o.model, Device: string(o.eng.Device), Reads: "page cache", PromptTokens: o.promptTokens,
 		NewTokens: o.newTokens, Warmup: o.warmup}
+	var reads decodeReads
 	gen := func(ctx context.Context, onToken func()) (int, error) {
 		// A non-nil empty StopIDs disables the end-of-sequence stop: every run generates o.newTokens tokens.
 		req := engine.Request{PromptIDs: prompt, MaxNewTokens: o.newTokens, StopIDs: []int{}}
-		res, err := e.Generate(ctx, req, func(engine.Token) error { onToken(); return nil })
+		reads.start()
+		res, err := e.Generate(ctx, req, func(engine.Token) error { reads.token(e.Stats().ReadBytes); onToken(); return nil })
 		if err != nil {
 			return 0, err
 		}
@@ -125,9 +127,13 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 	if e.DirectIO() {
 		rep.Reads = "O_DIRECT"
 	}
+	var startStats engine.Stats
 	for i := range o.warmup + o.runs {
 		if i == o.warmup+o.runs-1 {
 			p.Reset() // the profile covers the last run only
+		}
+		if i == o.warmup {
+			startStats = e.Stats() // the expert counters cover the measured runs
 		}
 		r, err := measureRun(ctx, gen, o.promptTokens)
 		if err != nil {
@@ -137,6 +143,7 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 			slog.Debug("bench: warm-up run", "run", i+1, "total", r.Total)
 			continue
 		}
+		reads.count()
 		slog.Debug("bench: run", "run", i+1-o.warmup, "ttft", r.TTFT, "decode tok/s", r.DecodeTokS)
 		rep.Runs = append(rep.Runs, r)
 	}
@@ -144,7 +151,16 @@ func runBench(ctx context.Context, o benchOptions, prof *profileFlags) (*benchRe
 		return nil, err
 	}
 	st := e.Stats()
-	rep.ResidentBytes, rep.StreamedBytes = st.ResidentBytes, st.StreamedBytes
+	rep.ResidentBytes, rep.StreamedBytes, rep.LayerBytes = st.ResidentBytes, st.StreamedBytes, st.LayerBytes
+	rep.ReadBytesPerToken = reads.perToken()
+	if st.Experts != (engine.ExpertStats{}) {
+		x := st.Experts
+		b := startStats.Experts
+		d := engine.ExpertStats{Hits: x.Hits - b.Hits, Misses: x.Misses - b.Misses, Predicted: x.Predicted - b.Predicted,
+			PredictedUsed: x.PredictedUsed - b.PredictedUsed, ReadAhead: x.ReadAhead - b.ReadAhead}
+		rep.Experts = &benchExperts{HitRate: d.HitRate(), PredictionAccuracy: d.PredictionAccuracy(), Hits: d.Hits, Misses: d.Misses,
+			Predicted: d.Predicted, ReadAhead: d.ReadAhead, CacheBytes: x.CacheBytes, BudgetBytes: x.BudgetBytes}
+	}
 	if rep.Passes, err = passTimes(ctx, e, prompt, o); err != nil {
 		return nil, err
 	}
@@ -237,10 +253,62 @@ type benchReport struct {
 	Passes []passRows `json:"pass_rows,omitempty"`
 	// ResidentBytes are the decoder layers' shard bytes kept loaded (--resident, --memory-budget), StreamedBytes
 	// those read for every forward pass.
-	ResidentBytes int64              `json:"resident_bytes"`
-	StreamedBytes int64              `json:"streamed_bytes"`
-	Draft         *engine.DraftStats `json:"draft,omitempty"`
-	Runs          []benchRun         `json:"runs"`
+	ResidentBytes int64 `json:"resident_bytes"`
+	StreamedBytes int64 `json:"streamed_bytes"`
+	// LayerBytes are all the decoder layers' shard bytes; ReadBytesPerToken the shard bytes read per decoded
+	// token over the measured runs' decode steps (a mixture of experts' streamed layers read their routed
+	// experts only; with O_DIRECT, bytes from the disk).
+	LayerBytes        int64 `json:"layer_bytes"`
+	ReadBytesPerToken int64 `json:"read_bytes_per_token"`
+	// Experts is the expert cache over the measured runs, where routed experts stream (omitted otherwise).
+	Experts *benchExperts      `json:"experts,omitempty"`
+	Draft   *engine.DraftStats `json:"draft,omitempty"`
+	Runs    []benchRun         `json:"runs"`
+}
+
+// benchExperts is the expert cache's record over the measured runs (engine.ExpertStats).
+type benchExperts struct {
+	HitRate            float64 `json:"hit_rate"`
+	PredictionAccuracy float64 `json:"prediction_accuracy"`
+	Hits               int64   `json:"hits"`
+	Misses             int64   `json:"misses"`
+	Predicted          int64   `json:"predicted"`
+	ReadAhead          int64   `json:"read_ahead"`
+	CacheBytes         int64   `json:"cache_bytes"`
+	BudgetBytes        int64   `json:"budget_bytes"`
+}
+
+// decodeReads sums the shard bytes read between a run's first and last tokens: its decode steps.
+type decodeReads struct {
+	first, last, bytes int64
+	tokens, decoded    int
+}
+
+func (d *decodeReads) start() { d.tokens = 0 }
+
+// token records the engine's read counter at a token.
+func (d *decodeReads) token(read int64) {
+	if d.tokens == 0 {
+		d.first = read
+	}
+	d.last = read
+	d.tokens++
+}
+
+// count adds the run just ended to the sum.
+func (d *decodeReads) count() {
+	if d.tokens > 1 {
+		d.bytes += d.last - d.first
+		d.decoded += d.tokens - 1
+	}
+}
+
+// perToken is the bytes read per decoded token, 0 when no run decoded.
+func (d *decodeReads) perToken() int64 {
+	if d.decoded == 0 {
+		return 0
+	}
+	return d.bytes / int64(d.decoded)
 }
 
 // summarize sets the medians from the runs.
@@ -291,6 +359,13 @@ func (r *benchReport) writeTable(w io.Writer) error {
 	}
 	if r.ResidentBytes > 0 {
 		ew.Printf("decoder layers: %s resident, %s streamed per pass\n", bytesize.Format(r.ResidentBytes), bytesize.Format(r.StreamedBytes))
+	}
+	if r.ReadBytesPerToken > 0 {
+		ew.Printf("shard bytes read per decoded token: %s of %s of decoder layers\n", bytesize.Format(r.ReadBytesPerToken), bytesize.Format(r.LayerBytes))
+	}
+	if x := r.Experts; x != nil {
+		ew.Printf("expert cache: %.1f%% hits (%d of %d), %s held of %s; prediction accuracy %.1f%% (of %d predicted; %d read ahead)\n", 100*x.HitRate, x.Hits, x.Hits+x.Misses,
+			bytesize.Format(x.CacheBytes), bytesize.Format(x.BudgetBytes), 100*x.PredictionAccuracy, x.Predicted, x.ReadAhead)
 	}
 	if r.Draft != nil {
 		ew.Printf("speculative decoding: %.2f tokens per pass; %d of %d draft tokens accepted (the last run)\n", r.TokensPerPass, r.Draft.Accepted, r.Draft.Proposed)

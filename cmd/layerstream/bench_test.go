@@ -13,6 +13,7 @@ import (
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine"
+	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/profiler"
 )
@@ -191,4 +192,41 @@ func TestBenchStories260K(t *testing.T) {
 	s := profiler.Summarize(evs, wall)
 	t.Logf("last run: sum of categories %v, overlapped %v, not covered %v of %v", s.Sum, s.Overlapped, s.Untracked,
 		wall)
+}
+
+// TestBenchMoE: on a mixture of experts streamed without an expert cache, bench reports the shard bytes read per
+// decoded token (the layers' tensors but their experts, and the routed experts: under the decoder layers' bytes),
+// the layers' bytes and the expert counters, in the JSON and the table.
+func TestBenchMoE(t *testing.T) {
+	o := benchOptions{model: hffixture.Checkpoint(t, "qwen3_moe", hffixture.V5), promptTokens: 4, newTokens: 5, runs: 2, warmup: 1, seed: 3,
+		eng: engine.Options{ShardDir: t.TempDir(), NoMap: true, ExpertCache: -1}}
+	prof, err := parseProfileFlags(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := runBench(context.Background(), o, prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := rep.Experts
+	if rep.LayerBytes == 0 || rep.ReadBytesPerToken <= 0 || rep.ReadBytesPerToken >= rep.LayerBytes || x == nil || x.Misses == 0 || x.Hits != 0 || x.Predicted == 0 {
+		t.Fatalf("read %d bytes per token of %d layer bytes; experts %+v", rep.ReadBytesPerToken, rep.LayerBytes, x)
+	}
+	var js, table bytes.Buffer
+	if err := rep.writeJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.writeTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"read_bytes_per_token":`, `"layer_bytes":`, `"hit_rate":`, `"prediction_accuracy":`} {
+		if !strings.Contains(js.String(), want) {
+			t.Errorf("JSON without %s: %s", want, js.String())
+		}
+	}
+	for _, want := range []string{"shard bytes read per decoded token", "expert cache: 0.0% hits", "prediction accuracy"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table without %q:\n%s", want, table.String())
+		}
+	}
 }

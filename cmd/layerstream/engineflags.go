@@ -31,6 +31,14 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
 	fs.Var(memoryBudget{&o.MemoryBudget}, "memory-budget", "memory for decoder layers kept resident beside the stream when reading past the page cache (--direct-io, --no-mmap): a `size` such as 12GiB, auto (the default: nine tenths of the memory available, cgroup-aware, less the stream's buffers and a margin, when the model does not fit in memory) or off")
+	fs.Var(memoryBudget{&o.ExpertCache}, "expert-cache", "mixture-of-experts models: memory for routed experts kept between tokens (the streamed layers read only the experts their tokens were routed to): a `size`, auto (the default: half of --memory-budget) or off")
+	fs.Func("expert-cache-policy", "which experts the expert cache evicts: lru (the default: least recently used) or lfu (least frequently used)", func(s string) error {
+		p, err := engine.ParseExpertPolicy(s)
+		o.ExpertPolicy = p
+		return err
+	})
+	fs.BoolVar(&o.NoExpertPrefetch, "no-expert-prefetch", false, "mixture-of-experts models: do not read ahead the experts predicted for the next layer (its router applied to this layer's output)")
+	fs.BoolVar(&o.WholeExperts, "whole-experts", false, "mixture-of-experts models: read every expert of a streamed layer, not only those its tokens were routed to (for comparison)")
 	fs.Var(&o.DirectIO, "direct-io", "read shards with O_DIRECT, bypassing the page cache: auto (the default: when they do not fit in the memory available), true or false (--direct-io alone: true)")
 	fs.BoolVar(&o.NoMap, "no-mmap", false, "read streamed shards into buffers instead of mapping them from the page cache (mapping saves a copy per layer; see TROUBLESHOOTING.md '"+sections.SIGBUS+"')")
 	fs.BoolVar(&o.VerifyEveryLoad, "verify-every-load", false, "checksum every streamed shard on every load (default: on first load, and again when the file changes)")

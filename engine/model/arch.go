@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -173,6 +174,20 @@ type WeightSpec struct {
 	// In says which kinds of layer hold the tensor (a sparse layer its experts, a dense one its MLP, a hybrid's
 	// attention or recurrent layers); nil: every layer.
 	In func(LayerKind) bool
+}
+
+// Expert returns the routed expert whose weights the tensor is (Field points into LayerWeights.Experts[e]), or -1
+// for a tensor of no routed expert (attention, norms, router, dense or shared MLP). The split lays out each
+// expert's tensors together by it and the engine streams them apart, whatever the family names them.
+func (s WeightSpec) Expert() int {
+	var w LayerWeights
+	*s.Field(&w) = true // any value marks the field
+	for e, ex := range w.Experts {
+		if !reflect.ValueOf(ex).IsZero() {
+			return e
+		}
+	}
+	return -1
 }
 
 // First is the earliest position a query at position q of a layer of kind k sees (its window's or chunk's
@@ -343,6 +358,8 @@ type Ops interface {
 	// above; Combine sums each row's experts' outputs times its routing weights. The host kernels compute each
 	// expert on its own rows only (Rows is [n, hidden], nil when no row chose e); the graphs compute every expert
 	// on every row (Rows is x) and weigh them by the routing weights, zero for the experts a row did not choose.
+	// Where a streamed layer's experts are read only when routed to, Rows also binds expert e's weights into the
+	// layer's LayerWeights.Experts[e]: read an expert's weights after its Rows.
 	Route(logits Value, opts RouteOptions) Value
 	Rows(x, routing Value, e int) Value
 	// Combine is Σ_j w_j·ys[e_j] for each row, over its k chosen experts e_j in the order of their scores

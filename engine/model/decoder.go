@@ -190,18 +190,20 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	return LayerOutputs{X: d.mlpBranch(ops, in, x), K: k, V: v}
 }
 
-// mlpBranch is the MLP's residual branch on x: the dense MLP, or the mixture of experts of a sparse layer,
-// between its norms.
+// mlpBranch is the MLP's residual branch on x: the dense MLP, or the mixture of experts of a sparse layer
+// (feedForward), between its norms.
 func (d *decoder) mlpBranch(ops Ops, in LayerInputs, x Value) Value {
 	w := in.W
-	h := d.norm(ops, x, w.MLPNorm)
-	var m Value
-	if in.Kind.MoE {
-		m = d.moe.apply(ops, h, w, d.act)
-	} else {
-		m = d.mlp(ops, h, w)
-	}
+	m := d.feedForward(ops, d.norm(ops, x, w.MLPNorm), w, in.Kind)
 	return d.branch(ops, x, d.norm(ops, m, w.MLPPostNorm))
+}
+
+// feedForward is the layer's MLP on h: the mixture of experts on a sparse layer, else the dense MLP.
+func (d *decoder) feedForward(ops Ops, h Value, w *LayerWeights, kind LayerKind) Value {
+	if kind.MoE {
+		return d.moe.apply(ops, h, w, d.act)
+	}
+	return d.mlp(ops, h, w)
 }
 
 // mlp is the dense gated MLP: down(act(gate(h)) ⊙ up(h)), with separate or fused gate and up projections.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/layerstream/layerstream/checkpoint"
 )
@@ -10,9 +11,33 @@ import (
 // "linear_attention": recurrent, recurrent.go) and full-attention layers whose q_proj also gives, per head, a
 // gate on the attention output (σ(gate) before o_proj), with per-head q/k norms and partial rotary; every RMSNorm
 // but the DeltaNet's gated one is zero-centred (x·(1 + w)); a SwiGLU MLP on every layer. docs/family-notes.md,
-// "Qwen3-Next and Qwen3.5".
+// "Qwen3-Next and Qwen3.5". The released checkpoints are Qwen3_5ForConditionalGeneration and
+// Qwen3_5MoeForConditionalGeneration, whose decoder is read as a text model (checkpoint/families_hybrid.go).
 func init() {
-	Register("Qwen3_5ForCausalLM", func(c *checkpoint.Config) (Architecture, error) { return newDeltaNet(c, false) })
+	dense := func(c *checkpoint.Config) (Architecture, error) {
+		n, err := newDeltaNet(c, false)
+		if err != nil {
+			return nil, err
+		}
+		return n.finish(), nil
+	}
+	Register("Qwen3_5ForCausalLM", dense)
+	Register("Qwen3_5ForConditionalGeneration", dense) // the released checkpoints, read as text models
+	// Qwen3.5-MoE (Qwen3_5MoeForCausalLM, text): the same hybrid with a mixture of experts on every layer
+	// (Qwen3_5MoeSparseMoeBlock: softmax, top num_experts_per_tok of num_experts, always renormalized) and a
+	// shared expert gated by sigmoid(shared_expert_gate·x), as Qwen3-Next's.
+	sparse := func(c *checkpoint.Config) (Architecture, error) {
+		n, err := newDeltaNet(c, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := n.experts(c, func(int) bool { return true }, true); err != nil {
+			return nil, err
+		}
+		return n.finish(), nil
+	}
+	Register("Qwen3_5MoeForCausalLM", sparse)
+	Register("Qwen3_5MoeForConditionalGeneration", sparse)
 }
 
 // deltaNet is the hybrid decoder: the decoder's norms, MLP and head (normOffset 1), a gated full attention, and
@@ -25,7 +50,8 @@ type deltaNet struct {
 	grouped bool
 }
 
-// newDeltaNet is the hybrid of c; grouped: Qwen3-Next's projections.
+// newDeltaNet is the hybrid of c; grouped: Qwen3-Next's projections. Its weights are listed by finish, after
+// the family has said which layers hold experts.
 func newDeltaNet(c *checkpoint.Config, grouped bool) (*deltaNet, error) {
 	act, err := ActivationFor("hidden_act", c.HiddenAct)
 	if err != nil {
@@ -39,15 +65,32 @@ func newDeltaNet(c *checkpoint.Config, grouped bool) (*deltaNet, error) {
 		return nil, fmt.Errorf("attention_bias true is not implemented for this family")
 	}
 	n := &deltaNet{decoder: newDecoderWith(c, act, rope), conv: c.LinearConvKernelDim, grouped: grouped, rule: DeltaRule{
-		KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
+		KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim,
+		Tiled: c.LinearTiledValueHeads}}
+	if grouped && n.rule.Tiled {
+		return nil, fmt.Errorf("linear_tiled_value_heads with Qwen3-Next's grouped projections is not implemented")
+	}
 	n.normOffset, n.qkNorm = 1, qkNormPerHead
 	if err := n.layerTypes(c); err != nil {
 		return nil, err
 	}
 	r := n.rule
 	n.plan.State = RecurrentState{Conv: (n.conv - 1) * n.channels(), Delta: r.ValueHeads * r.KeyDim * r.ValueDim}
-	n.weights()
 	return n, nil
+}
+
+// experts gives the layers sparse says a mixture of experts of moe_intermediate_size with Qwen's sigmoid-gated
+// shared expert (qwenSharedExpert); norm renormalizes the chosen experts' weights.
+func (n *deltaNet) experts(c *checkpoint.Config, sparse func(i int) bool, norm bool) error {
+	m, err := newMoE(c, c.MoEIntermediateSize, norm)
+	if err != nil {
+		return err
+	}
+	if err := qwenSharedExpert(m, c); err != nil {
+		return err
+	}
+	n.sparseLayers(m, sparse)
+	return nil
 }
 
 // channels is the conv's width: q, k and v.
@@ -85,10 +128,11 @@ func (n *deltaNet) layerTypes(c *checkpoint.Config) error {
 	return nil
 }
 
-// weights lists the tensors: norms and MLP on every layer, self_attn.* on the attention layers, linear_attn.* on
-// the recurrent ones.
-func (n *deltaNet) weights() {
+// finish lists the tensors: norms on every layer, the dense MLP on the dense ones and the experts on the sparse
+// ones, self_attn.* on the attention layers, linear_attn.* on the recurrent ones.
+func (n *deltaNet) finish() *deltaNet {
 	full, rec := func(k LayerKind) bool { return !k.Recurrent }, func(k LayerKind) bool { return k.Recurrent }
+	dense := func(k LayerKind) bool { return !k.MoE }
 	var ws []WeightSpec
 	add := func(only func(LayerKind) bool, name string, field func(*LayerWeights) *Value, shape ...int) {
 		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field, In: only})
@@ -99,9 +143,11 @@ func (n *deltaNet) weights() {
 	h, hd, r := n.hidden, n.headDim, n.rule
 	add(nil, "input_layernorm.weight", func(w *LayerWeights) *Value { return &w.AttnNorm }, h)
 	add(nil, "post_attention_layernorm.weight", func(w *LayerWeights) *Value { return &w.MLPNorm }, h)
-	lin(nil, "mlp.gate_proj", func(w *LayerWeights) *Linear { return &w.Gate }, n.inter, h)
-	lin(nil, "mlp.up_proj", func(w *LayerWeights) *Linear { return &w.Up }, n.inter, h)
-	lin(nil, "mlp.down_proj", func(w *LayerWeights) *Linear { return &w.Down }, h, n.inter)
+	if slices.ContainsFunc(n.plan.Layers, dense) {
+		lin(dense, "mlp.gate_proj", func(w *LayerWeights) *Linear { return &w.Gate }, n.inter, h)
+		lin(dense, "mlp.up_proj", func(w *LayerWeights) *Linear { return &w.Up }, n.inter, h)
+		lin(dense, "mlp.down_proj", func(w *LayerWeights) *Linear { return &w.Down }, h, n.inter)
+	}
 	lin(full, "self_attn.q_proj", func(w *LayerWeights) *Linear { return &w.Q }, 2*n.heads*hd, h)
 	lin(full, "self_attn.k_proj", func(w *LayerWeights) *Linear { return &w.K }, n.kvHeads*hd, h)
 	lin(full, "self_attn.v_proj", func(w *LayerWeights) *Linear { return &w.V }, n.kvHeads*hd, h)
@@ -124,7 +170,11 @@ func (n *deltaNet) weights() {
 	add(rec, "linear_attn.dt_bias", func(w *LayerWeights) *Value { return &dn(w).DTBias }, r.ValueHeads)
 	add(rec, "linear_attn.norm.weight", func(w *LayerWeights) *Value { return &dn(w).Norm }, r.ValueDim)
 	lin(rec, "linear_attn.out_proj", func(w *LayerWeights) *Linear { return &dn(w).Out }, h, vd)
+	if n.moe != nil {
+		ws = append(ws, n.moe.weights(h)...)
+	}
 	n.plan.Weights = ws
+	return n
 }
 
 func (n *deltaNet) Layer(ops Ops, in LayerInputs) LayerOutputs {
@@ -140,9 +190,7 @@ func (n *deltaNet) Layer(ops Ops, in LayerInputs) LayerOutputs {
 		a, out.K, out.V = n.gatedAttention(ops, h, w)
 		x = ops.Add(x, a)
 	}
-	h = n.norm(ops, x, w.MLPNorm)
-	m := linear(ops, ops.Mul(ops.Act(linear(ops, h, w.Gate), n.act), linear(ops, h, w.Up)), w.Down)
-	out.X = ops.Add(x, m)
+	out.X = ops.Add(x, n.feedForward(ops, n.norm(ops, x, w.MLPNorm), w, in.Kind))
 	return out
 }
 

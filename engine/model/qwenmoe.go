@@ -27,10 +27,9 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		if c.SharedExpertIntermediateSize <= 0 {
-			return nil, fmt.Errorf("shared_expert_intermediate_size %d is not positive", c.SharedExpertIntermediateSize)
+		if err := qwenSharedExpert(m, c); err != nil {
+			return nil, err
 		}
-		m.shared, m.sharedGate, m.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate", c.SharedExpertIntermediateSize
 		return d.finish(), nil
 	})
 	Register("Qwen3MoeForCausalLM", func(c *checkpoint.Config) (Architecture, error) {
@@ -61,4 +60,14 @@ func qwenMoE(d *decoder, c *checkpoint.Config) (*moeMLP, error) {
 	}
 	d.sparseLayers(m, sparse)
 	return m, nil
+}
+
+// qwenSharedExpert gives m Qwen2-MoE's shared expert (mlp.shared_expert, of shared_expert_intermediate_size) scaled
+// by sigmoid(mlp.shared_expert_gate·x): Qwen3-Next's and Qwen3.5-MoE's too.
+func qwenSharedExpert(m *moeMLP, c *checkpoint.Config) error {
+	if c.SharedExpertIntermediateSize <= 0 {
+		return fmt.Errorf("shared_expert_intermediate_size %d is not positive", c.SharedExpertIntermediateSize)
+	}
+	m.shared, m.sharedGate, m.sharedInter = "mlp.shared_expert", "mlp.shared_expert_gate", c.SharedExpertIntermediateSize
+	return nil
 }

@@ -22,9 +22,21 @@ type DeltaNetWeights struct {
 }
 
 // DeltaRule parameterises Ops.GatedDeltaRule: the heads and their sizes, and A_log and dt_bias [valueHeads].
+// Value head h reads key head h / (ValueHeads/KeyHeads): the value heads grouped by key head, in Hugging Face's
+// order; with Tiled, h mod KeyHeads: llama.cpp's order, in which its GGUF converter writes the value heads' rows
+// and columns (KeyHead).
 type DeltaRule struct {
 	KeyHeads, ValueHeads, KeyDim, ValueDim int
+	Tiled                                  bool
 	ALog, DTBias                           Value
+}
+
+// KeyHead is the key head value head h reads.
+func (r DeltaRule) KeyHead(h int) int {
+	if r.Tiled {
+		return h % r.KeyHeads
+	}
+	return h / (r.ValueHeads / r.KeyHeads)
 }
 
 // RecurrentOps are the operations of recurrent layers. They use the layer's state in the cache: each row's
