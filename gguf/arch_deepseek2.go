@@ -3,6 +3,7 @@ package gguf
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/layerstream/layerstream/checkpoint"
 )
@@ -18,7 +19,7 @@ import (
 // 0.1·mscale_all_dim, and llama.cpp takes mscale equal to it (llama-context.cpp's deepseek2 case), as
 // DeepSeek-V3's config.json (both 1.0) and DeepSeek-V2's have it.
 func init() {
-	register("deepseek2", archInfo{hf: "DeepseekV3ForCausalLM", latent: true, layerShapes: true, names: map[string]string{
+	register("deepseek2", archInfo{hf: "DeepseekV3ForCausalLM", latent: true, layerShapes: true, names: withSigmoidExperts(map[string]string{
 		"attn_q_a.weight":       "self_attn.q_a_proj.weight",
 		"attn_q_a_norm.weight":  "self_attn.q_a_layernorm.weight",
 		"attn_q_b.weight":       "self_attn.q_b_proj.weight",
@@ -26,15 +27,9 @@ func init() {
 		"attn_kv_a_norm.weight": "self_attn.kv_a_layernorm.weight",
 		"attn_k_b.weight":       "self_attn.k_b_proj.weight",
 		"attn_v_b.weight":       "self_attn.v_b_proj.weight",
-		"ffn_gate_inp.weight":   "mlp.gate.weight",
-		"exp_probs_b.bias":      "mlp.gate.e_score_correction_bias",
-		"ffn_gate_shexp.weight": "mlp.shared_experts.gate_proj.weight",
-		"ffn_up_shexp.weight":   "mlp.shared_experts.up_proj.weight",
-		"ffn_down_shexp.weight": "mlp.shared_experts.down_proj.weight",
-	}, keys: []string{"expert_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
-		"expert_weights_scale", "expert_weights_norm", "expert_gating_func", "attention.q_lora_rank",
-		"attention.kv_lora_rank", "attention.key_length_mla", "attention.value_length_mla",
-		"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow"},
+	}), keys: append(slices.Clone(sigmoidExpertKeys), "attention.q_lora_rank", "attention.kv_lora_rank",
+		"attention.key_length_mla", "attention.value_length_mla", "rope.scaling.yarn_log_multiplier",
+		"rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow"),
 		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, groups: true}, nextn: true, nextnKey: "num_nextn_predict_layers",
 		config: deepseek2Config, tensor: deepseek2Tensor})
 }
