@@ -77,7 +77,24 @@ func deepseek2Config(m archMeta, cfg map[string]any) error {
 	if err := m.latentYarn(cfg); err != nil {
 		return err
 	}
-	return m.sigmoidExperts(cfg, false)
+	if err := m.deepseek2Gating(cfg); err != nil {
+		return err
+	}
+	return m.sigmoidExperts(cfg, true)
+}
+
+// deepseek2Gating refuses a file without expert_gating_func (or with "none"), which llama.cpp reads as softmax
+// (DeepSeek-V2 and V2.5's files) except for GLM-4.7 Lite's shape (47 or 48 layers, 154,880 tokens: sigmoid);
+// sigmoidExperts then refuses any other value than sigmoid.
+func (m archMeta) deepseek2Gating(cfg map[string]any) error {
+	v, ok, err := m.Int(m.key("expert_gating_func"))
+	if err != nil || ok && v != gatingNone {
+		return err
+	}
+	if l := cfg["num_hidden_layers"].(int); (l == 47 || l == 48) && cfg["vocab_size"] == 154880 {
+		return nil
+	}
+	return fmt.Errorf("metadata %s is missing or none: llama.cpp reads such a deepseek2 file (DeepSeek-V2, V2.5) with softmax router scores, which are not supported (supported: sigmoid, 2)", m.key("expert_gating_func"))
 }
 
 // latentYarn adds deepseek2's yarn settings to rope_scaling: mscale_all_dim (yarn_log_multiplier / 0.1, as

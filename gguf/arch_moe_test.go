@@ -186,6 +186,7 @@ func TestDeepSeek2(t *testing.T) {
 		want string
 	}{
 		{"deepseek2.expert_gating_func", u32(gatingSoftmax), "deepseek2.expert_gating_func is 1 (softmax)"},
+		{"deepseek2.expert_gating_func", nil, "deepseek2.expert_gating_func is missing or none: llama.cpp reads such a deepseek2 file (DeepSeek-V2, V2.5) with softmax"},
 		{"deepseek2.attention.kv_lora_rank", nil, "deepseek2.attention.kv_lora_rank is missing"},
 		{"deepseek2.attention.key_length", u32(24), "deepseek2.attention.key_length is 24, want kv_lora_rank + rope.dimension_count = 40"},
 		{"deepseek2.attention.value_length", u32(24), "deepseek2.attention.value_length is 24, want kv_lora_rank 32"},
