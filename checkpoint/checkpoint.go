@@ -98,6 +98,9 @@ func Open(dir string) (*Checkpoint, error) {
 			expanded, paired, err := pairs.add(t)
 			if !paired && err == nil {
 				expanded, err = expandFused(t, cfg.Arch.FusedExperts)
+				if err == nil && len(expanded) == 1 && cfg.Arch.HeadParts != nil {
+					expanded, err = expandHeadParts(expanded[0], cfg.Arch.HeadParts(cfg))
+				}
 			}
 			if err != nil {
 				return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, filepath.Base(t.File), err)
@@ -221,7 +224,8 @@ func (c *Checkpoint) ReadTensor(name string, dst []byte) error {
 	return ReadTensorAt(t, dst)
 }
 
-// ReadTensorAt reads t's bytes from its file into dst (len(dst) must equal t.Length).
+// ReadTensorAt reads t's values from its file into dst (len(dst) must equal t.Length): its stored bytes,
+// reordered or gathered as t says (TensorInfo.Values).
 func ReadTensorAt(t TensorInfo, dst []byte) error {
 	if int64(len(dst)) != t.Length {
 		return fmt.Errorf("tensor %q: buffer is %d bytes, tensor is %d", t.Name, len(dst), t.Length)
@@ -231,19 +235,15 @@ func ReadTensorAt(t TensorInfo, dst []byte) error {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	defer f.Close()
-	at := dst
-	for _, r := range t.Ranges() {
-		if _, err := f.ReadAt(at[:r.Length], r.Offset); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
-		}
-		at = at[r.Length:]
+	stored, out := dst, dst
+	if t.Rows != nil {
+		stored = nil
 	}
-	if err := t.Transform(dst); err != nil {
-		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
+	v, err := ReadValues(f, t, &stored, &out)
+	if err != nil {
+		return err
 	}
+	copy(dst, v) // a no-op unless gathered
 	return nil
 }
 

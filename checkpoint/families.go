@@ -43,6 +43,9 @@ type Architecture struct {
 	// QuantMethods are the quantization_config quant_method values the family reads (gpt-oss: "mxfp4"): the
 	// checkpoint's tensors then say which weights are quantized (FusedExperts.Scales); any other is refused.
 	QuantMethods []string
+	// HeadParts, given a config, are the matrices holding several weights' rows head by head, which Open
+	// replaces by one tensor per part (see HeadParts).
+	HeadParts func(*Config) []HeadParts
 	// RotaryPairs says the q and k projections' rows hold each head's rotary pairs side by side (dimensions 2i
 	// and 2i+1 turn together: Meta's layout, which Llama 4 keeps and rotates as complex numbers): Open marks
 	// them (TensorInfo.InterleavedRotaryHeads) so that they read in Hugging Face's rotate-half order, which the

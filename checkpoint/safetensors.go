@@ -44,6 +44,9 @@ type TensorInfo struct {
 	// MXFP4Pair says the two parts are an MXFP4 matrix's blocks and scales as Hugging Face's checkpoints store
 	// them (FusedExperts.Scales): Transform makes ggml's MXFP4 blocks of them (quant.MXFP4FromSplit).
 	MXFP4Pair bool
+	// Rows, when set, says the tensor is a part of each head's rows of the matrix stored at Offset
+	// (Rows.Stored bytes, of which Length is this part's; HeadParts): ReadTensorAt gathers them.
+	Rows *RowSelection
 	// NegExp says a float32 tensor holds -exp(w) rather than w (llama.cpp's ssm_a, which its converter writes
 	// from a Gated DeltaNet's A_log): ReadTensorAt gives back w = log(-x).
 	NegExp bool
@@ -52,18 +55,23 @@ type TensorInfo struct {
 // Range is Length bytes from Offset of a file.
 type Range struct{ Offset, Length int64 }
 
-// Ranges are the byte ranges of File holding t's stored bytes, in order: one, or two (Second).
+// Ranges are the byte ranges of File holding t's stored bytes, in order: one (the whole matrix a part of rows is
+// cut from, Rows), or two (Second).
 func (t TensorInfo) Ranges() []Range {
-	if t.Second.Length == 0 {
+	switch {
+	case t.Rows != nil:
+		return []Range{{t.Offset, t.Rows.Stored}}
+	case t.Second.Length == 0:
 		return []Range{{t.Offset, t.Length}}
 	}
 	return []Range{{t.Offset, t.Length - t.Second.Length}, t.Second}
 }
 
 // Transformed reports whether t's values are not one range of its file as stored: reading t changes its stored
-// bytes (Transform) or joins two ranges (Second).
+// bytes (Transform), gathers its rows (Rows) or joins two ranges (Second).
 func (t TensorInfo) Transformed() bool {
-	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Second.Length > 0 || t.NegExp
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Second.Length > 0 ||
+		t.NegExp || t.Rows != nil
 }
 
 // Transform turns b, t's stored bytes, into the tensor's values: an MXFP4 pair's blocks and scales made ggml's

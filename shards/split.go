@@ -585,6 +585,7 @@ type splitter struct {
 	buf   *Buffer // reused for checking existing shards
 	chunk []byte  // reused for streaming raw tensors
 	raw   []byte  // reused for whole tensors to encode
+	part  []byte  // reused for the part of raw a tensor is (checkpoint.TensorInfo.Rows)
 	f32   []float32
 	qbuf  []byte   // reused for quantized tensors
 	coder *encoder // created on first encoded tensor
@@ -892,7 +893,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	if err := w.ctx.Err(); err != nil {
 		return ti, err
 	}
-	w.raw = grow.Slice(w.raw, int(t.Length))
+	w.raw = grow.Slice(w.raw, int(t.StoredLength()))
 	at := w.raw
 	for _, r := range t.Ranges() {
 		if err := readAt(src, at[:r.Length], r.Offset, t.File); err != nil {
@@ -901,10 +902,10 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		at = at[r.Length:]
 	}
 	w.hasher.Write(w.raw) // the source bytes, as fingerprint hashes them
-	if err := t.Transform(w.raw); err != nil {
+	data, err := t.Values(w.raw, &w.part)
+	if err != nil {
 		return ti, err
 	}
-	data := w.raw
 	if target != t.DType {
 		imp, missing, err := importanceOf(w.imp, t, target)
 		if err != nil {
@@ -913,7 +914,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		if missing {
 			w.unweighted = append(w.unweighted, t.Name)
 		}
-		if data, err = quantizeTensor(w.raw, t.DType, target, t.Shape, imp, &w.f32, &w.qbuf); err != nil {
+		if data, err = quantizeTensor(data, t.DType, target, t.Shape, imp, &w.f32, &w.qbuf); err != nil {
 			return ti, fmt.Errorf("quantizing to %s: %w", target, err)
 		}
 		ti.DType, ti.Length, ti.EncodedLength = target, int64(len(data)), int64(len(data))

@@ -376,11 +376,10 @@ type Ops interface {
 	// e), nil when Rows was.
 	Combine(ys []Value, routing Value) Value
 
-	// HeadLinear multiplies each head h of x [B, heads, T, ·] by its rows of w [heads·per, in], a projection
-	// whose outputs are laid out head by head: W_h is rows [h·per+from, h·per+from+n). Plain, y_h = x_h·W_hᵀ
-	// (x's last axis in, y's n); transposed, y_h = x_h·W_h (x's last axis n, y's in). Multi-head latent attention
-	// absorbs kv_b_proj into its queries and outputs with it (deepseek.go).
-	HeadLinear(x, w Value, from, n int, transposed bool) Value
+	// HeadLinear multiplies each head h of x [B, heads, T, in] by its rows of w [heads·n, in], a projection whose
+	// outputs are laid out head by head: y_h = x_h·W_hᵀ [B, heads, T, n] with W_h rows [h·n, (h+1)·n). Multi-head
+	// latent attention absorbs kv_b_proj's two parts into its queries and outputs with it (deepseek.go).
+	HeadLinear(x, w Value) Value
 	// Deinterleave reorders the last axis of x from interleaved pairs x0, x1, x2, x3, … to the pairs' first
 	// elements, then their second ones: x0, x2, …, x1, x3, … (DeepSeek's rope_interleave, turned into the halves
 	// Rotary rotates).
