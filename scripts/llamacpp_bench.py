@@ -34,14 +34,14 @@ def main():
     ap.add_argument("--no-repack", action="store_true")
     a = ap.parse_args()
     if a.no_repack:
-        default_params = llama_cpp.llama_model_default_params
+        default_params = llama_cpp.llama_cpp.llama_model_default_params
 
         def no_repack():
             p = default_params()
             p.use_extra_bufts = False
             return p
 
-        llama_cpp.llama_model_default_params = no_repack  # what llama_cpp.Llama starts its model parameters from
+        llama_cpp.llama_cpp.llama_model_default_params = no_repack  # what llama_cpp.Llama starts its model parameters from
     n_ctx = max(512, a.prompt_tokens + a.new_tokens)
     kw = dict(n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
               flash_attn=False)
