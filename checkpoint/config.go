@@ -120,6 +120,10 @@ type Config struct {
 	// LinearTiledValueHeads: the value heads are in llama.cpp's tiled order (value head h reads key head h mod
 	// linear_num_key_heads) rather than grouped by key head; the GGUF reader writes it (gguf/arch_qwen35.go).
 	LinearTiledValueHeads bool `json:"linear_tiled_value_heads"`
+	// LinearGroupedBA: Qwen3-Next's DeltaNet projections as llama.cpp's converter leaves them: in_proj_qkvz as
+	// Qwen3.5's separate in_proj_qkv and in_proj_z, in_proj_ba still grouped per key head; the GGUF reader writes
+	// it (gguf/arch_qwen3next.go).
+	LinearGroupedBA bool `json:"linear_grouped_ba"`
 	// Gemma4: Gemma 4's keys (families_gemma4.go).
 	Gemma4
 	// LatentAttention: DeepSeek-V3's multi-head latent attention keys (families_deepseek.go).

@@ -33,7 +33,8 @@ func init() {
 	// Qwen3-Next: the same hybrid with grouped in_proj_qkvz / in_proj_ba, and a mixture of experts on the layers
 	// num_experts, decoder_sparse_step and mlp_only_layers make sparse (Qwen3NextConfig's defaults).
 	RegisterArchitecture(Architecture{Name: "Qwen3NextForCausalLM", ModelType: "qwen3_next",
-		Keys: slices.Concat(linear, experts, []string{"partial_rotary_factor", "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob"}),
+		Keys: slices.Concat(linear, experts, []string{"partial_rotary_factor", "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob",
+			"linear_grouped_ba"}),
 		Defaults: map[string]any{"head_dim": 256, "linear_conv_kernel_dim": 4, "intermediate_size": 5632, "num_experts": 512,
 			"num_experts_per_tok": 10, "decoder_sparse_step": 1, "moe_intermediate_size": 512,
 			"shared_expert_intermediate_size": 512, "norm_topk_prob": true}})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/layerstream/layerstream/gguf"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/reference"
 )
@@ -22,7 +23,7 @@ const ggufFamilyTolerance = 1e-4
 // soft-capped at 10) from transformers' with the file's meaning (emulating the table in
 // transformers leaves 3e-4 on gemma2). These fixtures have an exact reference of what the file means,
 // <name>.transformers.safetensors, held to ggufFamilyTolerance.
-var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3e-3, "gemma3-vl": 3e-3, "gemma4_text": 2e-2}
+var ggufFamilyLlamaCPPTolerance = map[string]float64{"gemma2": 3e-3, "gemma3": 3e-3, "gemma3-vl": 3e-3, "gemma4_text": 2e-2, "gemma4_text-moe": 2e-2}
 
 // ggufFamilyRefused are the family GGUF files layerstream refuses, each with the words its error must contain.
 // Everything else must open and match llama.cpp.
@@ -38,6 +39,8 @@ var ggufFamilyRefused = map[string]string{
 // and Qwen2's sliding windows, and llama.cpp computes without them): layerstream follows the file, as llama.cpp.
 // Where <name>.transformers.safetensors exists, it holds transformers' logits of the checkpoint with the settings
 // llama.cpp reads from the file (scripts/fixtures/gguf_families.py, FILE_MEANING), and layerstream must match them.
+// Where llama.cpp's outputs hold its greedy continuation (greedy_ids), layerstream's greedy ids must equal it, with
+// the host kernels and with the graphs.
 func TestGGUFFamilies(t *testing.T) {
 	forEachGGUFFamily(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		hf := hffixture.MustReference(t, name)
@@ -67,6 +70,15 @@ func TestGGUFFamilies(t *testing.T) {
 		compareGGUFLogits(t, "", got, llama["logits"].F32, hf.Logits, tol)
 		if _, known := ggufFamilyLlamaCPPTolerance[name]; !checkFileMeaning(t, file, got) && known {
 			t.Fatalf("%s.transformers.safetensors is missing (scripts/fixtures/gguf_families.py %s makes it): the tolerance from llama.cpp is loosened only beside an exact reference", strings.TrimSuffix(file, ".gguf"), name)
+		}
+		if greedy := llama["greedy_ids"]; greedy != nil {
+			checkGGUFGreedy(t, "host kernels", e, ids, ints(greedy.I64))
+			g, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "graph"), GraphDecode: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			checkGGUFGreedy(t, "graphs", g, ids, ints(greedy.I64))
 		}
 		// Longrope files (phi3) carry llama.cpp's logits of the 40 ids with the short factors, and of a pass over
 		// prompt + greedy ids, past the original context, with the long ones (scripts/fixtures/gguf_families.py).
@@ -163,5 +175,29 @@ func compareGGUFLogits(t *testing.T, what string, got [][]float32, llama, hf []f
 		if d > tol {
 			t.Errorf("%slogits differ from transformers' on the original checkpoint by %.3g (tolerance %.3g)", what, d, tol)
 		}
+	}
+}
+
+// TestGGUFHybridReference: the float64 reference reads the Gated DeltaNet GGUF files as the engine does (Qwen3.5's
+// and Qwen3.5-MoE's value heads in llama.cpp's tiled order, Qwen3-Next's projections as llama.cpp's converter
+// leaves them) and computes transformers' logits of the original checkpoints, within 1e-4.
+func TestGGUFHybridReference(t *testing.T) {
+	for _, name := range []string{"qwen3_5", "qwen3_5_moe", "qwen3_next"} {
+		t.Run(name, func(t *testing.T) {
+			ck, err := gguf.OpenCheckpoint(filepath.Join("..", "gguf", "testdata", "families", name+".gguf"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hf := hffixture.MustReference(t, name)
+			r, err := reference.Forward(ck, ints(hf.InputIDs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := maxLogitDiff(toF32(r.Logits), hf.Logits)
+			t.Logf("largest logit difference from transformers %.2g", d)
+			if d > ggufFamilyTolerance {
+				t.Errorf("the reference's logits differ from transformers' by %.3g (tolerance %g)", d, ggufFamilyTolerance)
+			}
+		})
 	}
 }

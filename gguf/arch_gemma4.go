@@ -35,9 +35,12 @@ func init() {
 		},
 		keys: []string{"final_logit_softcapping", "attention.sliding_window_pattern", "attention.shared_kv_layers",
 			"embedding_length_per_layer_input", "attention.key_length_swa", "attention.value_length_swa",
-			"rope.dimension_count_swa", "rope.freq_base_swa"},
-		configTensors: []string{"rope_freqs.weight"},
-		config:        gemma4Config})
+			"rope.dimension_count_swa", "rope.freq_base_swa", "expert_feed_forward_length"},
+		configTensors: []string{"rope_freqs.weight"}, moe: gemma4Experts,
+		config: gemma4Config})
+	for k, v := range gemma4ExpertNames {
+		archs["gemma4"].names[k] = v
+	}
 }
 
 // gemma4Config derives Gemma4ForCausalLM's config.json (transformers 5's spelling: rope_parameters by layer type,
@@ -71,6 +74,9 @@ func gemma4Config(m archMeta, cfg map[string]any) error {
 		return err
 	}
 	if err := gemma4Rope(m, cfg, full); err != nil {
+		return err
+	}
+	if err := gemma4MoEConfig(m, cfg); err != nil {
 		return err
 	}
 	return gemma4PerLayer(m, cfg)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
-	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -140,22 +139,7 @@ func TestGemmaRefuses(t *testing.T) {
 // back, it is w to within the rounding of that sum, and 1 + it is the stored value exactly.
 func TestGemmaNorms(t *testing.T) {
 	for _, name := range []string{"gemma2", "gemma3"} {
-		g, err := Open("testdata/families/" + name + ".gguf")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ck, err := g.Checkpoint()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir, err := hffixture.Dir(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hf, err := checkpoint.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ck, hf := familyCheckpoints(t, name)
 		n := 0
 		for _, ti := range ck.Tensors {
 			if !strings.HasSuffix(ti.Name, "norm.weight") {

@@ -19,9 +19,14 @@ import (
 // positions' rotary into plain rope over rope.dimension_count dimensions, as transformers' does. The
 // multi-token-prediction blocks a file may hold after the decoder's (nextn_predict_layers of block_count; the
 // converter's default where the checkpoint has mtp.*) are left unread, as transformers leaves mtp.*. The MoE
-// variant (qwen35moe) and Qwen3-Next (qwen3next) are not registered: their experts are in ffn_*_exps tensors.
+// variant is qwen35moe (arch_qwen35moe.go), Qwen3-Next qwen3next (arch_qwen3next.go).
 func init() {
-	register("qwen35", archInfo{hf: "Qwen3_5ForCausalLM", normsPlusOne: true, partialRotary: true, layerShapes: true,
+	register("qwen35", qwen35Info())
+}
+
+// qwen35Info is what Qwen3.5's files and Qwen3.5-MoE's share.
+func qwen35Info() archInfo {
+	return archInfo{hf: "Qwen3_5ForCausalLM", normsPlusOne: true, partialRotary: true, layerShapes: true,
 		plainNorms: []string{".linear_attn.norm.weight"},
 		names: map[string]string{
 			"attn_qkv.weight":            "linear_attn.in_proj_qkv.weight",
@@ -40,7 +45,7 @@ func init() {
 		},
 		keys: []string{"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
 			"attention.recurrent_layers", "full_attention_interval", "rope.dimension_sections", "nextn_predict_layers"},
-		config: qwen35Config, tensor: qwen35Tensor, nextn: true})
+		config: qwen35Config, tensor: qwen35Tensor, nextn: true}
 }
 
 // qwen35Config reads the DeltaNet's sizes and the layer types into Qwen3_5TextConfig's keys.
@@ -58,8 +63,15 @@ func qwen35Config(m archMeta, cfg map[string]any) error {
 		sizes[k] = v
 	}
 	nv := sizes["ssm.time_step_rank"]
-	if sizes["ssm.inner_size"]%nv != 0 {
-		return fmt.Errorf("metadata %s (%d) is not a multiple of %s (%d)", m.key("ssm.inner_size"), sizes["ssm.inner_size"], m.key("ssm.time_step_rank"), nv)
+	if sizes["ssm.inner_size"] != nv*sizes["ssm.state_size"] {
+		// llama.cpp sizes the value heads by ssm.state_size, the key heads' size (src/models/qwen35.cpp).
+		return fmt.Errorf("metadata %s (%d) is not %s × %s (%d × %d): llama.cpp's value heads are the size of its key heads", m.key("ssm.inner_size"), sizes["ssm.inner_size"], m.key("ssm.time_step_rank"), m.key("ssm.state_size"), nv, sizes["ssm.state_size"])
+	}
+	if eps, _, err := m.Float(m.key("attention.layer_norm_rms_epsilon")); err != nil {
+		return err
+	} else if float32(eps) != float32(1e-6) {
+		// llama.cpp adds the RMS epsilon in the DeltaNet's L2 norms of q and k, transformers (and layerstream) 1e-6.
+		return fmt.Errorf("metadata %s is %g: llama.cpp's %s adds it in the DeltaNet's L2 norms of q and k, where transformers adds 1e-6; only 1e-6 is supported", m.key("attention.layer_norm_rms_epsilon"), eps, m.arch)
 	}
 	recurrent, ok := m.Get(m.key("attention.recurrent_layers"))
 	flags, isBools := recurrent.V.([]bool)

@@ -128,7 +128,7 @@ func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint
 		experts, fused, err := info.moeTensors(t, ct, fmt.Sprintf("model.layers.%d.", n), part)
 		if err != nil || fused {
 			for _, e := range experts {
-				if err := info.checkShape(e.Name, e.Shape, cfg); err != nil {
+				if err := info.checkShape(e.Name, e.Shape, cfg); err != nil && !info.layerShapes {
 					return nil, fmt.Errorf("tensor %q (%s): %w", t.Name, e.Name, err)
 				}
 			}

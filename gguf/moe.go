@@ -57,7 +57,7 @@ func (g *File) moeConfig(arch string, info archInfo, cfg map[string]any) error {
 			n uint64
 		}{{"expert_count", n}, {"expert_used_count", used}} {
 			if v.n != 0 {
-				return fmt.Errorf("metadata %s is %d: llama.cpp's %s architecture has no routed experts that layerstream reads (mixture-of-experts GGUF files are read for llama (Mixtral), qwen2moe, qwen3moe, olmoe, glm4moe and minimax-m2)", key(v.k), v.n, arch)
+				return fmt.Errorf("metadata %s is %d: llama.cpp's %s architecture has no routed experts that layerstream reads (mixture-of-experts GGUF files are read for llama (Mixtral), qwen2moe, qwen3moe, olmoe, glm4moe, minimax-m2, gemma4, qwen35moe and qwen3next)", key(v.k), v.n, arch)
 			}
 		}
 	} else if hasN && n > 0 || !info.moe.optional {

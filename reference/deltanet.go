@@ -60,9 +60,13 @@ func (m *model) hybridTensors(l int) map[string][]int {
 	}
 	a := p + "linear_attn."
 	kd, vd, nv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
-	if c.ModelType == "qwen3_next" {
+	switch {
+	case c.ModelType == "qwen3_next" && !c.LinearGroupedBA:
 		t[a+"in_proj_qkvz.weight"], t[a+"in_proj_ba.weight"] = []int{2*kd + 2*vd, h}, []int{2 * nv, h}
-	} else {
+	case c.LinearGroupedBA: // llama.cpp's Qwen3-Next: qkv and z split, ba grouped
+		t[a+"in_proj_qkv.weight"], t[a+"in_proj_z.weight"] = []int{2*kd + vd, h}, []int{vd, h}
+		t[a+"in_proj_ba.weight"] = []int{2 * nv, h}
+	default:
 		t[a+"in_proj_qkv.weight"], t[a+"in_proj_z.weight"] = []int{2*kd + vd, h}, []int{vd, h}
 		t[a+"in_proj_b.weight"], t[a+"in_proj_a.weight"] = []int{nv, h}, []int{nv, h}
 	}
@@ -180,6 +184,9 @@ func (m *model) deltaNet(w *layerWeights, hs [][]float64) [][]float64 {
 		o := make([]float64, nv*dv)
 		for hv := range nv {
 			kh := hv / (nv / nk)
+			if m.cfg.LinearTiledValueHeads { // llama.cpp's tiled order: value head hv reads key head hv mod nk
+				kh = hv % nk
+			}
 			qh, kk := unit(q[kh*dk:(kh+1)*dk], 1/math.Sqrt(float64(dk))), unit(k[kh*dk:(kh+1)*dk], 1)
 			sp := a[hv] + float64(dtBias[hv])
 			if sp <= 20 {
@@ -233,31 +240,44 @@ func unit(x []float64, scale float64) []float64 {
 
 // deltaNetInputs projects h to the conv's input (q, k, v of all heads), z, a and b: from Qwen3.5's separate
 // projections, or from Qwen3-Next's grouped per key head (in_proj_qkvz: per key head q, k, then v and z of its
-// value heads; in_proj_ba: per key head b then a of its value heads).
+// value heads; in_proj_ba: per key head b then a of its value heads), or with linear_grouped_ba (llama.cpp's
+// Qwen3-Next) q, k, v and z separate and b, a grouped.
 func (m *model) deltaNetInputs(w *layerWeights, h []float64) (u, z, a, b []float64) {
 	c := m.cfg
 	nk, nv, dk, dv := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim
 	z, a, b = make([]float64, nv*dv), make([]float64, nv), make([]float64, nv)
-	if c.ModelType != "qwen3_next" {
+	r := nv / nk
+	if c.ModelType != "qwen3_next" || c.LinearGroupedBA {
 		u = make([]float64, 2*nk*dk+nv*dv)
 		linear(u, w.get("linear_attn.in_proj_qkv.weight"), nil, h)
 		linear(z, w.get("linear_attn.in_proj_z.weight"), nil, h)
-		linear(a, w.get("linear_attn.in_proj_a.weight"), nil, h)
-		linear(b, w.get("linear_attn.in_proj_b.weight"), nil, h)
+		if !c.LinearGroupedBA {
+			linear(a, w.get("linear_attn.in_proj_a.weight"), nil, h)
+			linear(b, w.get("linear_attn.in_proj_b.weight"), nil, h)
+			return u, z, a, b
+		}
+		ungroupBA(w, h, a, b, nk, r)
 		return u, z, a, b
 	}
-	r := nv / nk
-	qkvz, ba := make([]float64, 2*nk*dk+2*nv*dv), make([]float64, 2*nv)
+	qkvz := make([]float64, 2*nk*dk+2*nv*dv)
 	linear(qkvz, w.get("linear_attn.in_proj_qkvz.weight"), nil, h)
-	linear(ba, w.get("linear_attn.in_proj_ba.weight"), nil, h)
 	var q, k, v []float64
 	for g := range nk {
 		grp := qkvz[g*(2*dk+2*r*dv) : (g+1)*(2*dk+2*r*dv)]
 		q, k = append(q, grp[:dk]...), append(k, grp[dk:2*dk]...)
 		v = append(v, grp[2*dk:2*dk+r*dv]...)
 		copy(z[g*r*dv:], grp[2*dk+r*dv:])
+	}
+	ungroupBA(w, h, a, b, nk, r)
+	return append(append(q, k...), v...), z, a, b
+}
+
+// ungroupBA projects h by Qwen3-Next's in_proj_ba (per key head b then a of its r value heads) into a and b.
+func ungroupBA(w *layerWeights, h, a, b []float64, nk, r int) {
+	ba := make([]float64, 2*nk*r)
+	linear(ba, w.get("linear_attn.in_proj_ba.weight"), nil, h)
+	for g := range nk {
 		copy(b[g*r:], ba[g*2*r:g*2*r+r])
 		copy(a[g*r:], ba[g*2*r+r:(g+1)*2*r])
 	}
-	return append(append(q, k...), v...), z, a, b
 }

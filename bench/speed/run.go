@@ -188,6 +188,10 @@ func run(ctx context.Context, o options) (*report, error) {
 		if err := measureRecurrentState(ctx, o, r); err != nil {
 			return nil, err
 		}
+		releaseMemory()
+		if err := measureRows(ctx, o, r); err != nil {
+			return nil, err
+		}
 	}
 	for _, t := range r.Targets {
 		if t.missed() {

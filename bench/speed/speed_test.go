@@ -174,7 +174,7 @@ func runTinyWith(t *testing.T, set func(*options)) *report {
 var peerTargets = map[int]bool{6: true, 7: true, 9: true, 13: true}
 
 // pairTargets run the real Qwen2.5-Coder pair, which the tests have not (TestRunSpeculation gives them a tiny one).
-var pairTargets = map[int]bool{15: true, 16: true, 17: true}
+var pairTargets = map[int]bool{15: true, 16: true, 17: true, 21: true, 22: true, 23: true}
 
 // hybridTargets need a hybrid model of 16k positions, which the tiny Llama has not (TestRunHybrid gives them one).
 var hybridTargets = map[int]bool{20: true}
@@ -230,7 +230,7 @@ func TestRunWithoutEngineFeatures(t *testing.T) {
 		} `json:"targets"`
 		Missed int `json:"missed"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 20 || back.Missed != r.Missed {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Targets) != 23 || back.Missed != r.Missed {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
@@ -416,6 +416,28 @@ func TestRunStreamOnly(t *testing.T) {
 	}
 }
 
+// speculationIDs are the targets of measureSpeculation.
+var speculationIDs = map[int]bool{15: true, 16: true, 17: true}
+
+// TestRunRows runs targets 21-23 on a tiny Q4_K model without llama.cpp: the passes' ratios measured, the
+// batch against llama.cpp not measurable.
+func TestRunRows(t *testing.T) {
+	r := &report{Targets: newTargets(8, 4)}
+	o := options{runs: 1, newTokens: 4, batchNewTokens: 4, log: io.Discard, cacheDir: t.TempDir(),
+		pairTarget: filepath.Join("..", "..", "gguf", "testdata", "tiny", "tiny-llama-Q4_K.gguf")}
+	if err := measureRows(context.Background(), o, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{21, 22} {
+		if tg := r.target(id); tg.Measured == nil || *tg.Measured <= 0 {
+			t.Errorf("target %d: %s %v (%s)", id, tg.Verdict, tg.Measured, tg.Reason)
+		}
+	}
+	if tg := r.target(23); tg.Verdict != notMeasurable || tg.missed() {
+		t.Errorf("target 23 without llama.cpp: %s (%s)", tg.Verdict, tg.Reason)
+	}
+}
+
 // TestRunSpeculation runs targets 15-17 on a tiny pair of one tokenizer (a random GGUF model in float32 and its
 // Q8_0 copy as the draft): measured, the greedy output unchanged by the draft.
 func TestRunSpeculation(t *testing.T) {
@@ -426,7 +448,7 @@ func TestRunSpeculation(t *testing.T) {
 	if err := measureSpeculation(context.Background(), o, r); err != nil {
 		t.Fatal(err)
 	}
-	for id := range pairTargets {
+	for id := range speculationIDs {
 		tg := r.target(id)
 		if tg.Measured == nil || *tg.Measured <= 0 || strings.Contains(tg.Reason, "differs") {
 			t.Errorf("target %d: %s %v (%s)", id, tg.Verdict, tg.Measured, tg.Reason)

@@ -109,7 +109,7 @@ func newTargets(prefillTokens, batchNewTokens int) []*target {
 		{ID: 8, Name: "decode at the memory's read rate", Ratio: "resident decode weight bytes/s ÷ memory read bandwidth", Threshold: 0.85},
 		{ID: 9, Name: "16 sequences at llama.cpp's rate or more", Ratio: fmt.Sprintf("aggregate tok/s of %d sequences × %d tokens (resident) ÷ llama.cpp's with %d parallel sequences", batchSize, batchNewTokens, batchSize), Threshold: 1},
 		{ID: 10, Name: "streaming at the disk's rate", Ratio: "disk bound ÷ s/token with O_DIRECT (target 2's runs, median)", Threshold: 0.95},
-	}, slices.Concat(quantTargets(), speculationTargets(), moeTargets(), recurrentTargets())...)
+	}, slices.Concat(quantTargets(), speculationTargets(), moeTargets(), recurrentTargets(), rowsTargets())...)
 }
 
 // target returns the target with the given ID.

@@ -28,6 +28,11 @@ import (
 // accumulator. The codebook i-quants (IQ1-IQ3, grid.go) instead sum each super-block's integers whole and take
 // one float update per super-block. llama.cpp adds each block's scaled lanes with one fused multiply-add instead; LinearQuantGGML
 // (ggml_quant.go) does too, for Options.Arithmetic llama.cpp.
+//
+// Where the CPU has rows kernels for a type (with AVX-512 VNNI: the K-quants, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
+// IQ4_NL and IQ4_XS; rowsKernels, rows.go), LinearQuant takes the tiled kernels' order instead, at any number of rows: one
+// float update per super-block (or 32-element block) and output, the same bits as LinearQuantPrompt's, so that a
+// k-row product reads each weight block once for all rows.
 
 // QuantMatrix is a [Rows, Cols] weight matrix (the Hugging Face [out, in] layout) stored in a ggml block format,
 // row by row, each row Cols/BlockElems whole blocks: read in place from the shard it was loaded from.
@@ -249,20 +254,14 @@ func hsum8(a *[8]float32) float32 {
 }
 
 // quantKernel is one block format's product: its activation format and dot(row, x), the dot product of a weight
-// row with a quantized input row; dot4, where an assembly kernel has it, sets y[0..3] to dot of the four rows at
-// w (stride bytes apart) with x, bit for bit as dot would.
+// row with a quantized input row.
 type quantKernel struct {
-	act  actFormat
-	dot  func(w []byte, x qActRow) float32
-	dot4 func(w []byte, stride int, x qActRow, y []float32)
+	act actFormat
+	dot func(w []byte, x qActRow) float32
 	// in4, where an assembly kernel has it, sets y[0], y[ystride], y[2·ystride] and y[3·ystride] to dot of the row w
 	// with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows share each
 	// unpacked block.
 	in4 func(w []byte, x qActRow, y []float32, ystride int)
-	// tile, where an assembly kernel has it, sets y[r·ystride + o] (o, r < 4) to dot of the four rows at w (stride
-	// bytes apart) with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows and
-	// the weight rows share each super-block's unpacked scales.
-	tile func(w []byte, stride int, x qActRow, y []float32, ystride int)
 	// widen, when set, rewrites a row of this format (src) as a row of Q8_0 blocks (dst) holding the same
 	// integers and the same float16 scales: Q8_0's kernels then give the same products, bit for bit (the same
 	// integer lanes, the same float operations per block), with no decoding left in the loop over input rows.
@@ -728,15 +727,19 @@ func decodeQ3_KInts(k *kInts, b []byte) {
 // LinearQuant sets y[r·out+o] = x[r·in:(r+1)·in] · w's row o (+ bias[o] when bias is not nil) for every input row
 // r of x and every output o, where in = w.Cols and out = w.Rows: Linear for a block-quantized matrix, computed as
 // llama.cpp computes it (see the top of this file), except that a Q8_0 matrix with TwoPart takes its inputs in
-// two parts (linearTwoPart). The input rows are quantized once; then each weight row, read once, serves the block of
+// two parts (linearTwoPart) and the types of rowsKernels take the tiled order (linearQuantRows). The input rows are quantized once; then each weight row, read once, serves the block of
 // input rows (the matrix is never expanded), and each output is computed by the same dot product whatever the
 // number of rows, so a sequence gives the same bits alone and in a batch.
 func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
+	one := linearQuant
+	if f := rowsKernels[w.Type]; f != nil {
+		one = func(y, x []float32, w QuantMatrix, bias []float32) { linearQuantRows(y, x, w, bias, f) }
+	}
 	if w.TwoPart && w.Type == quant.Q8_0 {
-		linearTwoPart(y, x, w, bias, linearQuant)
+		linearTwoPart(y, x, w, bias, one)
 		return
 	}
-	linearQuant(y, x, w, bias)
+	one(y, x, w, bias)
 }
 
 // Two-part inputs. Rounding the inputs to 8 bits costs a Q8_0 matrix most of its accuracy: on SmolLM2-135M with
@@ -800,51 +803,25 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	for i := range x4 {
 		x4[i] = a.rows(4*i, 4)
 	}
-	dot, dot4, rb := w.k.dot, w.k.dot4, w.rowBytes
-	in4, tile, widen := w.k.in4, w.k.tile, w.k.widen
+	dot, rb := w.k.dot, w.rowBytes
+	in4, widen := w.k.in4, w.k.widen
 	if widen != nil && rows >= widenRows {
-		k := quantKernels[quant.Q8_0]                                               // widened rows are Q8_0 rows: Q8_0's kernels, all of them
-		dot, dot4, in4, tile, rb = k.dot, k.dot4, k.in4, k.tile, w.Cols/quant.QK*34 // every format widened has 32-element blocks
+		k := quantKernels[quant.Q8_0]                   // widened rows are Q8_0 rows: Q8_0's kernels, all of them
+		dot, in4, rb = k.dot, k.in4, w.Cols/quant.QK*34 // every format widened has 32-element blocks
 	} else {
 		widen = nil
 	}
 	ParallelFor(out, func(lo, hi int) {
-		var wide []byte // the rows of this group widened to Q8_0
+		var wide []byte // the row at hand widened to Q8_0
 		if widen != nil {
-			wide = make([]byte, 4*rb)
+			wide = make([]byte, rb)
 		}
-		row := func(o, n int) []byte { // n rows from o, widened where they are
-			if widen == nil {
-				return w.Data[o*rb : (o+n)*rb]
+		for o := lo; o < hi; o++ {
+			wr := w.Row(o)
+			if widen != nil {
+				widen(wide, wr)
+				wr = wide
 			}
-			for i := range n {
-				widen(wide[i*rb:(i+1)*rb], w.Row(o+i))
-			}
-			return wide[:n*rb]
-		}
-		o := lo
-		if tile != nil && rows >= 4 || dot4 != nil && (in4 == nil || rows < 4) { // else in4 shares weight rows
-			for ; o+4 <= hi; o += 4 {
-				wr := row(o, 4)
-				r := 0
-				if tile != nil {
-					for ; r+4 <= rows; r += 4 {
-						tile(wr, rb, x4[r/4], y[r*out+o:], out)
-					}
-				}
-				for ; r < rows; r++ {
-					if dot4 != nil {
-						dot4(wr, rb, xr[r], y[r*out+o:])
-						continue
-					}
-					for i := range 4 {
-						y[r*out+o+i] = dot(wr[i*rb:(i+1)*rb], xr[r])
-					}
-				}
-			}
-		}
-		for ; o < hi; o++ {
-			wr := row(o, 1)
 			r := 0
 			if in4 != nil {
 				for ; r+4 <= rows; r += 4 {

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// useVNNI selects the four-row kernels (VPDPBUSD on 256-bit registers: AVX-512 VNNI and VL).
+// useVNNI selects the rows and tiled kernels (rows.go, tiled.go: VPDPBUSD and VPDPWSSD, AVX-512 VNNI).
 var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
 
 // The assembly kernels (quant_amd64.s) need AVX2 and F16C (every CPU with AVX2 and FMA has F16C).
@@ -113,39 +113,6 @@ func quantizeQ8KBlocks(q []int8, bsums []int16, x []float32, d []float32) bool {
 }
 
 //go:noescape
-func dotQ4_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
-
-//go:noescape
-func dotQ5_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
-
-//go:noescape
-func dotQ5_1x4VNNI(b []byte, stride int, qs []int8, d, s []float32, y *float32)
-
-//go:noescape
-func dotQ8_0x4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
-
-//go:noescape
-func dotQ4_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
-
-//go:noescape
-func dotQ5_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
-
-//go:noescape
-func dotQ4_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-
-//go:noescape
-func dotQ5_Kx4In4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-
-//go:noescape
-func dotQ8_0x4In4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32, ystride int)
-
-//go:noescape
-func dotQ3_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, y *float32)
-
-//go:noescape
-func dotQ2_Kx4VNNI(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32)
-
-//go:noescape
 func dotQ4_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
@@ -164,22 +131,13 @@ func dotQ5_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32,
 func dotQ6_KIn4AVX2(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 
 //go:noescape
-func dotQ4_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-
-//go:noescape
-func dotQ5_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-
-//go:noescape
-func dotQ6_KIn4VNNI(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
-
-//go:noescape
 func dotQ5_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 //go:noescape
 func dotQ6_KAVX2(b []byte, qs []int8, d []float32, bsums []int16) float32
 
 // asmKernels returns the assembly kernels the CPU can run. Each reads len(x.d) blocks; the callers guarantee
-// that the row holds that many (NewQuantMatrix checked the sizes), and dot4's four rows of stride bytes.
+// that the row holds that many (NewQuantMatrix checked the sizes).
 func asmKernels() map[quant.Type]*quantKernel {
 	if !useAVX2 {
 		return nil
@@ -202,53 +160,10 @@ func asmKernels() map[quant.Type]*quantKernel {
 	in4 := map[quant.Type]func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
 		quant.Q4_K: dotQ4_KIn4AVX2, quant.Q5_K: dotQ5_KIn4AVX2, quant.Q6_K: dotQ6_KIn4AVX2,
 	}
-	if useVNNI {
-		in4[quant.Q4_K], in4[quant.Q5_K], in4[quant.Q6_K] = dotQ4_KIn4VNNI, dotQ5_KIn4VNNI, dotQ6_KIn4VNNI
-	}
 	for t, f := range in4 {
 		m[t].in4 = func(w []byte, x qActRow, y []float32, ystride int) {
 			_ = y[3*ystride]
 			f(w, x.qs, x.d, x.bsums, &y[0], ystride)
-		}
-	}
-	if useVNNI {
-		// The four-row kernels, by the activation parts they take.
-		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d []float32, y *float32){
-			quant.Q8_0: dotQ8_0x4VNNI, quant.Q5_0: dotQ5_0x4VNNI, quant.Q3_K: dotQ3_Kx4VNNI,
-		} {
-			m[t].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-				_ = y[3]
-				f(w[:4*stride], stride, x.qs, x.d, &y[0])
-			}
-		}
-		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d, s []float32, y *float32){
-			quant.Q4_1: dotQ4_1x4VNNI, quant.Q5_1: dotQ5_1x4VNNI,
-		} {
-			m[t].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-				_ = y[3]
-				f(w[:4*stride], stride, x.qs, x.d, x.s, &y[0])
-			}
-		}
-		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32){
-			quant.Q2_K: dotQ2_Kx4VNNI, quant.Q4_K: dotQ4_Kx4VNNI, quant.Q5_K: dotQ5_Kx4VNNI,
-		} {
-			m[t].dot4 = func(w []byte, stride int, x qActRow, y []float32) {
-				_ = y[3]
-				f(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0])
-			}
-		}
-		// The four-by-four kernels.
-		m[quant.Q8_0].tile = func(w []byte, stride int, x qActRow, y []float32, ystride int) {
-			_ = y[3*ystride+3]
-			dotQ8_0x4In4VNNI(w[:4*stride], stride, x.qs, x.d, &y[0], ystride)
-		}
-		for t, f := range map[quant.Type]func(b []byte, stride int, qs []int8, d []float32, bsums []int16, y *float32, ystride int){
-			quant.Q4_K: dotQ4_Kx4In4VNNI, quant.Q5_K: dotQ5_Kx4In4VNNI,
-		} {
-			m[t].tile = func(w []byte, stride int, x qActRow, y []float32, ystride int) {
-				_ = y[3*ystride+3]
-				f(w[:4*stride], stride, x.qs, x.d, x.bsums, &y[0], ystride)
-			}
 		}
 	}
 	return m

@@ -8,24 +8,23 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// TestIn4KernelsAgree: every In4 assembly kernel the package has, not only the one this CPU selects (the AVX2
-// ones stay in use on CPUs without AVX-512 VNNI), gives each of its four input rows the portable product, bit for
-// bit.
+// TestIn4KernelsAgree: every In4 assembly kernel the package has (in use on CPUs without AVX-512 VNNI, whose
+// K-quant products the rows kernels compute: rows.go) gives each of its four input rows the portable product, bit
+// for bit.
 func TestIn4KernelsAgree(t *testing.T) {
 	type in4Func = func(b []byte, qs []int8, d []float32, bsums []int16, y *float32, ystride int)
 	kernels := map[string]struct {
-		typ  quant.Type
-		f    in4Func
-		vnni bool
+		typ quant.Type
+		f   in4Func
 	}{
-		"Q4_K/AVX2": {quant.Q4_K, dotQ4_KIn4AVX2, false}, "Q4_K/VNNI": {quant.Q4_K, dotQ4_KIn4VNNI, true},
-		"Q5_K/AVX2": {quant.Q5_K, dotQ5_KIn4AVX2, false}, "Q5_K/VNNI": {quant.Q5_K, dotQ5_KIn4VNNI, true},
-		"Q6_K/AVX2": {quant.Q6_K, dotQ6_KIn4AVX2, false}, "Q6_K/VNNI": {quant.Q6_K, dotQ6_KIn4VNNI, true},
+		"Q4_K/AVX2": {quant.Q4_K, dotQ4_KIn4AVX2},
+		"Q5_K/AVX2": {quant.Q5_K, dotQ5_KIn4AVX2},
+		"Q6_K/AVX2": {quant.Q6_K, dotQ6_KIn4AVX2},
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for name, k := range kernels {
 		t.Run(name, func(t *testing.T) {
-			if !useAVX2 || k.vnni && !useVNNI {
+			if !useAVX2 {
 				t.Skip("the CPU lacks the instructions")
 			}
 			const cols, ystride = 768, 5

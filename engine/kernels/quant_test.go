@@ -224,7 +224,7 @@ func TestQuantDotsMatchLlamaCpp(t *testing.T) {
 	}
 }
 
-// TestQuantKernelsAgree checks the assembly kernels (one row, four rows, four inputs) against the portable ones,
+// TestQuantKernelsAgree checks the assembly kernels (one row, four inputs) against the portable ones,
 // bit for bit, on random data.
 func TestQuantKernelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -239,20 +239,6 @@ func TestQuantKernelsAgree(t *testing.T) {
 			}
 			var a qAct
 			a.quantize(k.act, x, cols)
-			if k.tile != nil {
-				const ystride = 6
-				for o := 0; o < w.Rows; o += 4 {
-					y := make([]float32, 4*ystride)
-					k.tile(w.Data[o*w.rowBytes:(o+4)*w.rowBytes], w.rowBytes, a.rows(0, 4), y, ystride)
-					for r := range 4 {
-						for i := range 4 {
-							if got, want := y[r*ystride+i], p.dot(w.Row(o+i), a.row(r)); math.Float32bits(got) != math.Float32bits(want) {
-								t.Fatalf("%s cols %d: four-by-four kernel row %d input %d %g, portable %g", typ, cols, o+i, r, got, want)
-							}
-						}
-					}
-				}
-			}
 			for name, in4 := range map[string]func(w []byte, x qActRow, y []float32, ystride int){"kernel": k.in4, "portable": p.in4} {
 				if in4 == nil {
 					continue
@@ -273,18 +259,6 @@ func TestQuantKernelsAgree(t *testing.T) {
 					got, want := k.dot(w.Row(o), a.row(r)), p.dot(w.Row(o), a.row(r))
 					if math.Float32bits(got) != math.Float32bits(want) {
 						t.Fatalf("%s cols %d: kernel %g, portable %g", typ, cols, got, want)
-					}
-				}
-				if k.dot4 == nil {
-					continue
-				}
-				for o := 0; o < w.Rows; o += 4 {
-					var y [4]float32
-					k.dot4(w.Data[o*w.rowBytes:(o+4)*w.rowBytes], w.rowBytes, a.row(r), y[:])
-					for i, got := range y {
-						if want := p.dot(w.Row(o+i), a.row(r)); math.Float32bits(got) != math.Float32bits(want) {
-							t.Fatalf("%s cols %d: four-row kernel row %d %g, portable %g", typ, cols, o+i, got, want)
-						}
 					}
 				}
 			}
@@ -512,7 +486,11 @@ func TestLinearQuantTwoPart(t *testing.T) {
 	// Without TwoPart, the one-part product.
 	y1, y2 := make([]float32, rows*out), make([]float32, rows*out)
 	LinearQuant(y1, x, w, nil)
-	linearQuant(y2, x, w, nil)
+	if f := rowsKernels[quant.Q8_0]; f != nil {
+		linearQuantRows(y2, x, w, nil, f) // the one-part product in the tiled order (rows.go)
+	} else {
+		linearQuant(y2, x, w, nil)
+	}
 	if !slices.Equal(y1, y2) {
 		t.Error("a Q8_0 matrix without TwoPart: LinearQuant differs from the one-part product")
 	}

@@ -32,7 +32,8 @@ import (
 // minimum, y += ((float(isum)·d)·dx) + m·s, against Q8_1 inputs. Every output's float operations depend on its
 // own weight row and input row only, so a prompt gives the same bits alone and batched with others' prompts, and
 // the Go kernels (tileGo, tileQ8Go, tileQ81Go) give them too. The order differs from LinearQuant's, so a prompt
-// row and a decode row differ in their last bits (as llama.cpp's batched and one-row paths do). The engine
+// row and a decode row differ in their last bits (as llama.cpp's batched and one-row paths do), except for the
+// types of rowsKernels (rows.go), whose LinearQuant products follow this order at any number of rows. The engine
 // decides per sequence, never per batch: a prompt of PromptTileRows new tokens or more takes LinearQuantPrompt in
 // every pass of it (each chunk, however short), as does any pass feeding that many positions (a Recompute feed);
 // shorter prompts, decode steps and the head take LinearQuant.
@@ -444,18 +445,23 @@ func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows int) {
 
 // packKMeta writes input c's parts of super-block b: its pairs of sums of 16 (or 32) and its scale.
 func (f *tiledFormat) packKMeta(m []byte, c int, x qActRow, b int) {
-	np := f.npair()
+	f.packPairs(m, tileIn, c, x, b)
+	put32(m, f.npair()*4*tileIn+4*c, math.Float32bits(x.d[b]))
+}
+
+// packPairs writes input c's pairs of sums of 16 (or 32) of super-block b, pair i at (i·inputs + c)·4: the int16
+// pairs the minimum factors multiply.
+func (f *tiledFormat) packPairs(m []byte, inputs, c int, x qActRow, b int) {
 	bs := x.bsums[16*b : 16*b+16]
-	for i := range np {
+	for i := range f.npair() {
 		var b0, b1 int16
 		if f.sub == 32 {
 			b0, b1 = bs[4*i]+bs[4*i+1], bs[4*i+2]+bs[4*i+3]
 		} else {
 			b0, b1 = bs[2*i], bs[2*i+1]
 		}
-		put32(m, (i*tileIn+c)*4, uint32(uint16(b0))|uint32(uint16(b1))<<16)
+		put32(m, (i*inputs+c)*4, uint32(uint16(b0))|uint32(uint16(b1))<<16)
 	}
-	put32(m, np*4*tileIn+4*c, math.Float32bits(x.d[b]))
 }
 
 // packQ8Meta writes input c's parts of 32-element block b: 128·Σx (the weights' codes are w + 128) and its scale.
@@ -485,9 +491,13 @@ var (
 )
 
 // LinearQuantPrompt is LinearQuant for the rows of prompts (see the top of this file): on CPUs with AVX-512 VNNI,
-// the tiled products of tiledFormats (every block type LinearQuant multiplies), whose float order is their own;
-// otherwise LinearQuant itself.
+// the tiled products of tiledFormats (every block type LinearQuant multiplies), whose float order is their own
+// (for the types of rowsKernels, LinearQuant's too: LinearQuant itself); otherwise LinearQuant itself.
 func LinearQuantPrompt(y, x []float32, w QuantMatrix, bias []float32) {
+	if rowsKernels[w.Type] != nil {
+		LinearQuant(y, x, w, bias) // its products are the tiled ones: the same bits
+		return
+	}
 	f := tiledFormats[w.Type]
 	if f == nil || f.asmKernel == nil {
 		LinearQuant(y, x, w, bias)

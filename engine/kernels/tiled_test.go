@@ -184,19 +184,8 @@ func TestLinearQuantPromptExtremes(t *testing.T) {
 		if f.asmKernel != nil {
 			kernels["asm"] = f.asmKernel
 		}
-		bf, _ := typ.Format()
 		for _, fill := range []byte{0xff, 0x80, 0x7f, 0x00} {
-			data := make([]byte, out*in/bf.BlockElems*bf.BlockBytes)
-			for i := range data {
-				data[i] = fill
-			}
-			for b := 0; b < len(data); b += bf.BlockBytes {
-				setScales(typ, data[b:b+bf.BlockBytes], func() float32 { return 0.01 })
-			}
-			w, err := NewQuantMatrix(typ, data, out, in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			w := filledMatrix(t, typ, fill, out, in)
 			for _, sign := range []float32{1, -1} {
 				x := make([]float32, rows*in)
 				for i := range x {

@@ -48,6 +48,9 @@ type deltaNet struct {
 	conv int // linear_conv_kernel_dim
 	// grouped: Qwen3-Next's in_proj_qkvz and in_proj_ba, grouped per key head (qwen3_next.go).
 	grouped bool
+	// groupedBA: separate in_proj_qkv and in_proj_z (as Qwen3.5's) but Qwen3-Next's in_proj_ba grouped per key
+	// head, as llama.cpp's converter leaves Qwen3-Next (linear_grouped_ba).
+	groupedBA bool
 }
 
 // newDeltaNet is the hybrid of c; grouped: Qwen3-Next's projections. Its weights are listed by finish, after
@@ -162,6 +165,11 @@ func (n *deltaNet) finish() *deltaNet {
 	} else {
 		lin(rec, "linear_attn.in_proj_qkv", func(w *LayerWeights) *Linear { return &dn(w).InQKV }, n.channels(), h)
 		lin(rec, "linear_attn.in_proj_z", func(w *LayerWeights) *Linear { return &dn(w).InZ }, vd, h)
+	}
+	switch {
+	case n.groupedBA:
+		lin(rec, "linear_attn.in_proj_ba", func(w *LayerWeights) *Linear { return &dn(w).InBA }, 2*r.ValueHeads, h)
+	case !n.grouped:
 		lin(rec, "linear_attn.in_proj_b", func(w *LayerWeights) *Linear { return &dn(w).InB }, r.ValueHeads, h)
 		lin(rec, "linear_attn.in_proj_a", func(w *LayerWeights) *Linear { return &dn(w).InA }, r.ValueHeads, h)
 	}
@@ -219,15 +227,20 @@ func (n *deltaNet) linearAttention(ops Ops, h Value, w *DeltaNetWeights) (y, con
 }
 
 // projections gives the conv's input (q, k, v of every head, each contiguous), z [B, T, valueHeads·valueDim],
-// and a, b [B, T, valueHeads]: separate projections (Qwen3.5), or Qwen3-Next's grouped per key head, reordered.
+// and a, b [B, T, valueHeads]: separate projections (Qwen3.5), or Qwen3-Next's grouped per key head, reordered
+// (with groupedBA, only b and a are grouped).
 func (n *deltaNet) projections(ops Ops, h Value, w *DeltaNetWeights) (in, z, a, b Value) {
 	r := n.rule
-	if !n.grouped {
-		return linear(ops, h, w.InQKV), linear(ops, h, w.InZ), linear(ops, h, w.InA), linear(ops, h, w.InB)
-	}
 	per := r.ValueHeads / r.KeyHeads // value heads per key head
-	g := ops.Split(ops.Heads(linear(ops, h, w.InQKVZ), r.KeyHeads, 2*r.KeyDim+2*per*r.ValueDim), r.KeyDim, r.KeyDim, per*r.ValueDim, per*r.ValueDim)
-	in = ops.Concat(ops.MergeHeads(g[0]), ops.MergeHeads(g[1]), ops.MergeHeads(g[2]))
+	if n.grouped {
+		g := ops.Split(ops.Heads(linear(ops, h, w.InQKVZ), r.KeyHeads, 2*r.KeyDim+2*per*r.ValueDim), r.KeyDim, r.KeyDim, per*r.ValueDim, per*r.ValueDim)
+		in, z = ops.Concat(ops.MergeHeads(g[0]), ops.MergeHeads(g[1]), ops.MergeHeads(g[2])), ops.MergeHeads(g[3])
+	} else {
+		in, z = linear(ops, h, w.InQKV), linear(ops, h, w.InZ)
+	}
+	if !n.grouped && !n.groupedBA {
+		return in, z, linear(ops, h, w.InA), linear(ops, h, w.InB)
+	}
 	ba := ops.Split(ops.Heads(linear(ops, h, w.InBA), r.KeyHeads, 2*per), per, per)
-	return in, ops.MergeHeads(g[3]), ops.MergeHeads(ba[1]), ops.MergeHeads(ba[0])
+	return in, z, ops.MergeHeads(ba[1]), ops.MergeHeads(ba[0])
 }

@@ -8,13 +8,15 @@ import (
 // grouped per key head (in_proj_qkvz: [q, k, v, z] of each key head's value heads; in_proj_ba: [b, a]), and a
 // mixture of experts with Qwen's gated shared expert on the sparse layers (Qwen3NextDecoderLayer: num_experts > 0
 // and qwenSparse's rule; softmax top-k, renormalized with norm_topk_prob); the other layers keep a dense MLP of
-// intermediate_size.
+// intermediate_size. With linear_grouped_ba (llama.cpp's qwen3next files), in_proj_qkvz comes as Qwen3.5's separate
+// in_proj_qkv and in_proj_z, and in_proj_ba stays grouped.
 func init() {
 	Register("Qwen3NextForCausalLM", func(c *checkpoint.Config) (Architecture, error) {
-		n, err := newDeltaNet(c, true)
+		n, err := newDeltaNet(c, !c.LinearGroupedBA)
 		if err != nil {
 			return nil, err
 		}
+		n.groupedBA = c.LinearGroupedBA
 		if c.NumExperts > 0 {
 			sparse, err := qwenSparse(c)
 			if err != nil {

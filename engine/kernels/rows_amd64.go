@@ -1,0 +1,103 @@
+package kernels
+
+import (
+	"github.com/layerstream/layerstream/quant"
+	"golang.org/x/sys/cpu"
+)
+
+//go:noescape
+func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowsQ8_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ8_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ4_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ4_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ5_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ5_0VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowIQ4_NLVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ4_1VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ4_1VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ5_1VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ5_1VNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsIQ4_XSVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowIQ4_XSVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ2_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func rowQ3_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowQ4_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowQ5_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+//go:noescape
+func rowQ6_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
+
+// rowsAsm returns the rows kernels (rows.go) the CPU can run, several rows and one: AVX-512 VNNI (and BW, for the
+// word operations).
+func rowsAsm() map[quant.Type]rowsKernelPair {
+	if !useVNNI {
+		return nil
+	}
+	m := map[quant.Type]rowsKernelPair{
+		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 28},
+		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 28},
+		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 14},
+		quant.Q2_K:   {rowsQ2_KVNNI, rowQ2_KVNNI, 14},
+		quant.Q3_K:   {rowsQ3_KVNNI, rowQ3_KVNNI, 14},
+		quant.Q8_0:   {rowsQ8_0VNNI, rowQ8_0VNNI, 10},
+		quant.Q4_0:   {rowsQ4_0VNNI, rowQ4_0VNNI, 10},
+		quant.Q5_0:   {rowsQ5_0VNNI, rowQ5_0VNNI, 10},
+		quant.IQ4_NL: {rowsIQ4_NLVNNI, rowIQ4_NLVNNI, 10},
+		quant.Q4_1:   {rowsQ4_1VNNI, rowQ4_1VNNI, 8},
+		quant.Q5_1:   {rowsQ5_1VNNI, rowQ5_1VNNI, 8},
+	}
+	if cpu.X86.HasBMI2 { // IQ4_XS's scales spread by PDEP
+		m[quant.IQ4_XS] = rowsKernelPair{rowsIQ4_XSVNNI, rowIQ4_XSVNNI, rowsMost} // its tiled unpacking is Go: 9 ms for 12 rows of [8960×1536]
+	}
+	return m
+}

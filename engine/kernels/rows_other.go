@@ -1,0 +1,8 @@
+//go:build !amd64
+
+package kernels
+
+import "github.com/layerstream/layerstream/quant"
+
+// rowsAsm returns no kernels: this architecture's LinearQuant keeps its lanes order.
+func rowsAsm() map[quant.Type]rowsKernelPair { return nil }
