@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -34,6 +35,39 @@ func moeFixture(t *testing.T, name string) (dir string, resident *Engine) {
 	return dir, e
 }
 
+// moeFixtureNames are the transformers fixtures whose config has routed experts (num_experts, num_local_experts
+// or n_routed_experts, at the top level or in text_config), so that the dense ones are not run, nor counted as
+// skipped.
+func moeFixtureNames(t *testing.T) []string {
+	var names []string
+	for _, name := range hffixture.Names() {
+		dir, err := hffixture.Dir(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			NumExperts      int `json:"num_experts"`
+			NumLocalExperts int `json:"num_local_experts"`
+			NRoutedExperts  int `json:"n_routed_experts"`
+			Text            *struct {
+				NumExperts      int `json:"num_experts"`
+				NumLocalExperts int `json:"num_local_experts"`
+			} `json:"text_config"`
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if cfg.NumExperts+cfg.NumLocalExperts+cfg.NRoutedExperts > 0 || cfg.Text != nil && cfg.Text.NumExperts+cfg.Text.NumLocalExperts > 0 {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 // moeRequests are several sequences of different lengths generated together: decode steps share a group, the
 // prompts form groups of their own, so a layer's experts serve several groups of one pass.
 func moeRequests() []Request {
@@ -51,13 +85,13 @@ func moeRequests() []Request {
 // the logits and greedy tokens of the resident model, for one sequence and for a batch of several.
 func TestRoutedExpertsMatchResident(t *testing.T) {
 	ctx := context.Background()
-	ran := 0
+	ran, names := 0, moeFixtureNames(t)
 	defer func() {
-		if ran < 7 {
-			t.Errorf("%d mixture-of-experts fixtures ran, want at least 7", ran)
+		if ran < len(names) || ran < 12 {
+			t.Errorf("%d of the %d mixture-of-experts fixtures ran, want every one (12 or more)", ran, len(names))
 		}
 	}()
-	for _, name := range hffixture.Names() {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			dir, res := moeFixture(t, name)
 			ran++
@@ -268,25 +302,30 @@ func TestExpertCacheEvicts(t *testing.T) {
 	}
 }
 
-// TestRoutedExpertsGGUF: a mixture-of-experts GGUF file (its fused experts read as one tensor per expert, split
-// expert by expert) streams its routed experts only, with the resident model's logits exactly.
+// TestRoutedExpertsGGUF: mixture-of-experts GGUF files (their fused experts read as one tensor per expert, split
+// expert by expert: a Q4_K_M Qwen3-MoE, and gpt-oss's MXFP4 experts whose gate and up slices read as one gate_up)
+// stream their routed experts only, with the resident model's logits exactly.
 func TestRoutedExpertsGGUF(t *testing.T) {
-	file := "../gguf/testdata/moe/qwen3moe-q4km.gguf"
-	if _, err := os.Stat(file); err != nil {
-		t.Skip(err)
-	}
-	ids := []int{1, 43, 47, 61, 78, 32}
-	dir := t.TempDir()
-	res := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), Resident: true})
-	e := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), NoMap: true, ExpertCache: -1})
-	if e.store.experts == nil {
-		t.Fatal("the GGUF's experts are not streamed apart")
-	}
-	if d := maxDiff(tokenByToken(t, e, ids), tokenByToken(t, res, ids)); d != 0 {
-		t.Errorf("logits differ from the resident model's by %g", d)
-	}
-	if e.Stats().Experts.Misses == 0 {
-		t.Error("no expert was read")
+	for _, name := range []string{"qwen3moe-q4km", "gpt_oss-mxfp4"} {
+		t.Run(name, func(t *testing.T) {
+			file := "../gguf/testdata/moe/" + name + ".gguf"
+			if _, err := os.Stat(file); err != nil {
+				t.Skip(err)
+			}
+			ids := []int{1, 43, 47, 61, 78, 32}
+			dir := t.TempDir()
+			res := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), Resident: true})
+			e := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), NoMap: true, ExpertCache: -1})
+			if e.store.experts == nil {
+				t.Fatal("the GGUF's experts are not streamed apart")
+			}
+			if d := maxDiff(tokenByToken(t, e, ids), tokenByToken(t, res, ids)); d != 0 {
+				t.Errorf("logits differ from the resident model's by %g", d)
+			}
+			if e.Stats().Experts.Misses == 0 {
+				t.Error("no expert was read")
+			}
+		})
 	}
 }
 
