@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
@@ -326,35 +325,5 @@ func TestRoutedExpertsGGUF(t *testing.T) {
 				t.Error("no expert was read")
 			}
 		})
-	}
-}
-
-// TestRoutedOrder: a layer's routed experts are yielded in the order their reads end, not by index, each once.
-func TestRoutedOrder(t *testing.T) {
-	x := &expertStore{s: &weightStore{}}
-	r := x.newRoutedLayer(0)
-	for _, e := range []int{3, 7, 11} {
-		r.taken[e] = &expertEntry{key: expertKey{0, e}, done: make(chan struct{})}
-	}
-	got := make(chan int, 3)
-	go func() {
-		for e := range r.order() {
-			got <- e
-		}
-		close(got)
-	}()
-	for _, e := range []int{11, 3, 7} { // the reads end in this order
-		close(r.taken[e].done)
-		select {
-		case g := <-got:
-			if g != e {
-				t.Fatalf("order yielded expert %d, want %d (the read that ended)", g, e)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("order yielded nothing after expert %d's read ended", e)
-		}
-	}
-	if e, ok := <-got; ok {
-		t.Fatalf("order yielded expert %d after every routed expert", e)
 	}
 }
