@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"iter"
 	"log/slog"
 	"slices"
 	"sync"
@@ -413,31 +412,6 @@ func (r *routedLayer) slots(w *model.LayerWeights) {
 	for _, specs := range r.x.specs {
 		for _, i := range specs {
 			r.x.s.plan.Weights[i].Field(w)
-		}
-	}
-}
-
-// order yields the experts the layer's rows were routed to (want) in the order their reads end, so that the
-// first to arrive computes while the others are read (in expert order, the first to compute would be the one of
-// lowest index, often among the last of the reads in flight to end). The wait for the next read to end is
-// profiled as expert_wait.
-func (r *routedLayer) order() iter.Seq[int] {
-	return func(yield func(int) bool) {
-		ended := make(chan int, len(r.taken)) // room for every send: no goroutine blocks if the caller stops early
-		for e, en := range r.taken {
-			go func() {
-				<-en.done
-				ended <- e
-			}()
-		}
-		s := r.x.s
-		for range len(r.taken) {
-			span := s.prof.Begin(profiler.ExpertWait, int(s.step.Load()), r.layer)
-			e := <-ended
-			span.End(0)
-			if !yield(e) {
-				return
-			}
 		}
 	}
 }

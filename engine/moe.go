@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"iter"
 	"math"
 	"slices"
 
@@ -204,25 +203,6 @@ func limitGroups(choice []float32, groups, top int) {
 	}
 }
 
-// Experts is 0..n-1, or a streamed layer's routed experts as their reads end (routedLayer.order).
-func (o hostOps) Experts(routing model.Value, n int) iter.Seq[int] {
-	if o.routed != nil {
-		return o.routed.order()
-	}
-	return allExperts(n)
-}
-
-// allExperts is 0..n-1.
-func allExperts(n int) iter.Seq[int] {
-	return func(yield func(int) bool) {
-		for e := range n {
-			if !yield(e) {
-				return
-			}
-		}
-	}
-}
-
 func (o hostOps) Rows(x, routing model.Value, e int) model.Value {
 	r := routing.(*hostRouting)
 	if len(r.byE[e]) == 0 {
@@ -400,9 +380,6 @@ func limitGroupsGraph(choice *Node, groups, top int) *Node {
 
 // Rows is every row: x, or x times each row's weight for e where the weights multiply the inputs (zero for the
 // rows that did not choose e, which an expert without biases turns into zero).
-// Experts is 0..n-1: the graphs compute every expert on every row.
-func (g graphOps) Experts(routing model.Value, n int) iter.Seq[int] { return allExperts(n) }
-
 func (g graphOps) Rows(x, routing model.Value, e int) model.Value {
 	r := routing.(*graphRouting)
 	if !r.inputs {

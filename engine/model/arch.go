@@ -11,7 +11,6 @@ package model
 
 import (
 	"fmt"
-	"iter"
 	"maps"
 	"math"
 	"reflect"
@@ -371,10 +370,6 @@ type Ops interface {
 	// Where a streamed layer's experts are read only when routed to, Rows also binds expert e's weights into the
 	// layer's LayerWeights.Experts[e]: read an expert's weights after its Rows.
 	Route(logits Value, opts RouteOptions) Value
-	// Experts yields the experts 0..n-1 to compute Rows for, each once: in index order, or, where a streamed
-	// layer's routed experts are being read, those routed to in the order their reads end (Combine's sum is the
-	// same in any order).
-	Experts(routing Value, n int) iter.Seq[int]
 	Rows(x, routing Value, e int) Value
 	// Combine is Σ_j w_j·ys[e_j] for each row, over its k chosen experts e_j in the order of their scores
 	// (transformers sums the k weighted outputs in that order); ys[e] is expert e's output on Rows(x, routing,

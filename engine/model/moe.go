@@ -157,7 +157,7 @@ func (m *moeMLP) choose(ops Ops, h Value, w *LayerWeights) Value {
 // routed is Σ over each row of h's chosen experts (routing) of weight · expert(h).
 func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activation) Value {
 	ys := make([]Value, len(w.Experts))
-	for e := range ops.Experts(routing, len(w.Experts)) {
+	for e := range w.Experts {
 		if rows := ops.Rows(h, routing, e); rows != nil {
 			ys[e] = m.expert(ops, rows, w.Experts[e], act) // read after Rows, which may bind the expert
 		}
