@@ -36,13 +36,10 @@ func (e *Engine) PassTime(ctx context.Context, prompt []int, rows []int, runs in
 	if len(prompt)+most > e.plan.Context {
 		return nil, fmt.Errorf("engine: %d prompt tokens and %d rows exceed %s", len(prompt), most, e.contextName())
 	}
-	e.passes.waiting.Add(1)
-	e.passes.Lock()
-	e.passes.waiting.Add(-1)
-	defer e.passes.Unlock()
-	if e.passes.closed {
-		return nil, ErrClosed
+	if err := e.passes.lockBetweenSteps(); err != nil {
+		return nil, err
 	}
+	defer e.passes.Unlock()
 	return e.run.passTimes(ctx, e.store, prompt, rows, runs)
 }
 
