@@ -2,272 +2,49 @@
 
 // The rows kernels (rows.go): one weight row's super-block decoded into registers, multiplied with four input
 // rows at a time, in the tiled kernels' float order. Registers: Z0-Z3 the super-block's codes (64 bytes each),
-// Z4-Z7 the sub-block scales of each code's int32 lane as int16 pairs, X8 d (four lanes), X9-X13, X22, X23, X28
+// Z4, Z5 the sub-block scales of the words ROW packs (IQ4_XS: Z4-Z7, of each int32 lane), X8 d (four lanes), X9-X13, X22, X23, X28
 // the minimum factors' int16 pairs, each in every lane (Q4_K: X9 dmin, X10-X13), Z16-Z19 the four rows' sums,
-// Z20, Z21 scratch, Z24-Z27 the scales' word indexes, Z30 0x30 bytes, Z31 0x0f bytes, K1 the high 16 words.
+// Z20, Z21 scratch, Z24, Z25 the scales' word indexes (IQ4_XS: Z24-Z27), Z30 0x30 bytes, Z31 0x0f bytes, K1 the high 16 words.
 // SI: the super-block; DX: the inputs' super-block (row 0); R8: the quad's row 0, R9 the rows' stride, R10 three
 // times it; R11: the quad's input parts; R14: the quad's four sums in acc.
 
-// rowsq4idx, rowsq6idx: per 64 codes (g), the word index of each int32 lane's scale, twice (a pair).
-DATA rowsq4idx<>+0(SB)/2, $0
-DATA rowsq4idx<>+2(SB)/2, $0
-DATA rowsq4idx<>+4(SB)/2, $0
-DATA rowsq4idx<>+6(SB)/2, $0
-DATA rowsq4idx<>+8(SB)/2, $0
-DATA rowsq4idx<>+10(SB)/2, $0
-DATA rowsq4idx<>+12(SB)/2, $0
-DATA rowsq4idx<>+14(SB)/2, $0
-DATA rowsq4idx<>+16(SB)/2, $0
-DATA rowsq4idx<>+18(SB)/2, $0
-DATA rowsq4idx<>+20(SB)/2, $0
-DATA rowsq4idx<>+22(SB)/2, $0
-DATA rowsq4idx<>+24(SB)/2, $0
-DATA rowsq4idx<>+26(SB)/2, $0
-DATA rowsq4idx<>+28(SB)/2, $0
-DATA rowsq4idx<>+30(SB)/2, $0
-DATA rowsq4idx<>+32(SB)/2, $1
-DATA rowsq4idx<>+34(SB)/2, $1
-DATA rowsq4idx<>+36(SB)/2, $1
-DATA rowsq4idx<>+38(SB)/2, $1
-DATA rowsq4idx<>+40(SB)/2, $1
-DATA rowsq4idx<>+42(SB)/2, $1
-DATA rowsq4idx<>+44(SB)/2, $1
-DATA rowsq4idx<>+46(SB)/2, $1
-DATA rowsq4idx<>+48(SB)/2, $1
-DATA rowsq4idx<>+50(SB)/2, $1
-DATA rowsq4idx<>+52(SB)/2, $1
-DATA rowsq4idx<>+54(SB)/2, $1
-DATA rowsq4idx<>+56(SB)/2, $1
-DATA rowsq4idx<>+58(SB)/2, $1
-DATA rowsq4idx<>+60(SB)/2, $1
-DATA rowsq4idx<>+62(SB)/2, $1
-DATA rowsq4idx<>+64(SB)/2, $2
-DATA rowsq4idx<>+66(SB)/2, $2
-DATA rowsq4idx<>+68(SB)/2, $2
-DATA rowsq4idx<>+70(SB)/2, $2
-DATA rowsq4idx<>+72(SB)/2, $2
-DATA rowsq4idx<>+74(SB)/2, $2
-DATA rowsq4idx<>+76(SB)/2, $2
-DATA rowsq4idx<>+78(SB)/2, $2
-DATA rowsq4idx<>+80(SB)/2, $2
-DATA rowsq4idx<>+82(SB)/2, $2
-DATA rowsq4idx<>+84(SB)/2, $2
-DATA rowsq4idx<>+86(SB)/2, $2
-DATA rowsq4idx<>+88(SB)/2, $2
-DATA rowsq4idx<>+90(SB)/2, $2
-DATA rowsq4idx<>+92(SB)/2, $2
-DATA rowsq4idx<>+94(SB)/2, $2
-DATA rowsq4idx<>+96(SB)/2, $3
-DATA rowsq4idx<>+98(SB)/2, $3
-DATA rowsq4idx<>+100(SB)/2, $3
-DATA rowsq4idx<>+102(SB)/2, $3
-DATA rowsq4idx<>+104(SB)/2, $3
-DATA rowsq4idx<>+106(SB)/2, $3
-DATA rowsq4idx<>+108(SB)/2, $3
-DATA rowsq4idx<>+110(SB)/2, $3
-DATA rowsq4idx<>+112(SB)/2, $3
-DATA rowsq4idx<>+114(SB)/2, $3
-DATA rowsq4idx<>+116(SB)/2, $3
-DATA rowsq4idx<>+118(SB)/2, $3
-DATA rowsq4idx<>+120(SB)/2, $3
-DATA rowsq4idx<>+122(SB)/2, $3
-DATA rowsq4idx<>+124(SB)/2, $3
-DATA rowsq4idx<>+126(SB)/2, $3
-DATA rowsq4idx<>+128(SB)/2, $4
-DATA rowsq4idx<>+130(SB)/2, $4
-DATA rowsq4idx<>+132(SB)/2, $4
-DATA rowsq4idx<>+134(SB)/2, $4
-DATA rowsq4idx<>+136(SB)/2, $4
-DATA rowsq4idx<>+138(SB)/2, $4
-DATA rowsq4idx<>+140(SB)/2, $4
-DATA rowsq4idx<>+142(SB)/2, $4
-DATA rowsq4idx<>+144(SB)/2, $4
-DATA rowsq4idx<>+146(SB)/2, $4
-DATA rowsq4idx<>+148(SB)/2, $4
-DATA rowsq4idx<>+150(SB)/2, $4
-DATA rowsq4idx<>+152(SB)/2, $4
-DATA rowsq4idx<>+154(SB)/2, $4
-DATA rowsq4idx<>+156(SB)/2, $4
-DATA rowsq4idx<>+158(SB)/2, $4
-DATA rowsq4idx<>+160(SB)/2, $5
-DATA rowsq4idx<>+162(SB)/2, $5
-DATA rowsq4idx<>+164(SB)/2, $5
-DATA rowsq4idx<>+166(SB)/2, $5
-DATA rowsq4idx<>+168(SB)/2, $5
-DATA rowsq4idx<>+170(SB)/2, $5
-DATA rowsq4idx<>+172(SB)/2, $5
-DATA rowsq4idx<>+174(SB)/2, $5
-DATA rowsq4idx<>+176(SB)/2, $5
-DATA rowsq4idx<>+178(SB)/2, $5
-DATA rowsq4idx<>+180(SB)/2, $5
-DATA rowsq4idx<>+182(SB)/2, $5
-DATA rowsq4idx<>+184(SB)/2, $5
-DATA rowsq4idx<>+186(SB)/2, $5
-DATA rowsq4idx<>+188(SB)/2, $5
-DATA rowsq4idx<>+190(SB)/2, $5
-DATA rowsq4idx<>+192(SB)/2, $6
-DATA rowsq4idx<>+194(SB)/2, $6
-DATA rowsq4idx<>+196(SB)/2, $6
-DATA rowsq4idx<>+198(SB)/2, $6
-DATA rowsq4idx<>+200(SB)/2, $6
-DATA rowsq4idx<>+202(SB)/2, $6
-DATA rowsq4idx<>+204(SB)/2, $6
-DATA rowsq4idx<>+206(SB)/2, $6
-DATA rowsq4idx<>+208(SB)/2, $6
-DATA rowsq4idx<>+210(SB)/2, $6
-DATA rowsq4idx<>+212(SB)/2, $6
-DATA rowsq4idx<>+214(SB)/2, $6
-DATA rowsq4idx<>+216(SB)/2, $6
-DATA rowsq4idx<>+218(SB)/2, $6
-DATA rowsq4idx<>+220(SB)/2, $6
-DATA rowsq4idx<>+222(SB)/2, $6
-DATA rowsq4idx<>+224(SB)/2, $7
-DATA rowsq4idx<>+226(SB)/2, $7
-DATA rowsq4idx<>+228(SB)/2, $7
-DATA rowsq4idx<>+230(SB)/2, $7
-DATA rowsq4idx<>+232(SB)/2, $7
-DATA rowsq4idx<>+234(SB)/2, $7
-DATA rowsq4idx<>+236(SB)/2, $7
-DATA rowsq4idx<>+238(SB)/2, $7
-DATA rowsq4idx<>+240(SB)/2, $7
-DATA rowsq4idx<>+242(SB)/2, $7
-DATA rowsq4idx<>+244(SB)/2, $7
-DATA rowsq4idx<>+246(SB)/2, $7
-DATA rowsq4idx<>+248(SB)/2, $7
-DATA rowsq4idx<>+250(SB)/2, $7
-DATA rowsq4idx<>+252(SB)/2, $7
-DATA rowsq4idx<>+254(SB)/2, $7
-GLOBL rowsq4idx<>(SB), RODATA|NOPTR, $256
+// rowsq4pk, rowsq6pk: per 128 codes (two registers of codes packed by ROW's VPACKSSDW: in each 128-bit lane four
+// words of the first register's int32 lanes, then four of the second's), the word index of each word's scale.
+DATA rowsq4pk<>+0(SB)/8, $0x0000000000000000
+DATA rowsq4pk<>+8(SB)/8, $0x0002000200020002
+DATA rowsq4pk<>+16(SB)/8, $0x0000000000000000
+DATA rowsq4pk<>+24(SB)/8, $0x0002000200020002
+DATA rowsq4pk<>+32(SB)/8, $0x0001000100010001
+DATA rowsq4pk<>+40(SB)/8, $0x0003000300030003
+DATA rowsq4pk<>+48(SB)/8, $0x0001000100010001
+DATA rowsq4pk<>+56(SB)/8, $0x0003000300030003
+DATA rowsq4pk<>+64(SB)/8, $0x0004000400040004
+DATA rowsq4pk<>+72(SB)/8, $0x0006000600060006
+DATA rowsq4pk<>+80(SB)/8, $0x0004000400040004
+DATA rowsq4pk<>+88(SB)/8, $0x0006000600060006
+DATA rowsq4pk<>+96(SB)/8, $0x0005000500050005
+DATA rowsq4pk<>+104(SB)/8, $0x0007000700070007
+DATA rowsq4pk<>+112(SB)/8, $0x0005000500050005
+DATA rowsq4pk<>+120(SB)/8, $0x0007000700070007
+GLOBL rowsq4pk<>(SB), RODATA|NOPTR, $128
 
-DATA rowsq6idx<>+0(SB)/2, $0
-DATA rowsq6idx<>+2(SB)/2, $0
-DATA rowsq6idx<>+4(SB)/2, $0
-DATA rowsq6idx<>+6(SB)/2, $0
-DATA rowsq6idx<>+8(SB)/2, $0
-DATA rowsq6idx<>+10(SB)/2, $0
-DATA rowsq6idx<>+12(SB)/2, $0
-DATA rowsq6idx<>+14(SB)/2, $0
-DATA rowsq6idx<>+16(SB)/2, $1
-DATA rowsq6idx<>+18(SB)/2, $1
-DATA rowsq6idx<>+20(SB)/2, $1
-DATA rowsq6idx<>+22(SB)/2, $1
-DATA rowsq6idx<>+24(SB)/2, $1
-DATA rowsq6idx<>+26(SB)/2, $1
-DATA rowsq6idx<>+28(SB)/2, $1
-DATA rowsq6idx<>+30(SB)/2, $1
-DATA rowsq6idx<>+32(SB)/2, $2
-DATA rowsq6idx<>+34(SB)/2, $2
-DATA rowsq6idx<>+36(SB)/2, $2
-DATA rowsq6idx<>+38(SB)/2, $2
-DATA rowsq6idx<>+40(SB)/2, $2
-DATA rowsq6idx<>+42(SB)/2, $2
-DATA rowsq6idx<>+44(SB)/2, $2
-DATA rowsq6idx<>+46(SB)/2, $2
-DATA rowsq6idx<>+48(SB)/2, $3
-DATA rowsq6idx<>+50(SB)/2, $3
-DATA rowsq6idx<>+52(SB)/2, $3
-DATA rowsq6idx<>+54(SB)/2, $3
-DATA rowsq6idx<>+56(SB)/2, $3
-DATA rowsq6idx<>+58(SB)/2, $3
-DATA rowsq6idx<>+60(SB)/2, $3
-DATA rowsq6idx<>+62(SB)/2, $3
-DATA rowsq6idx<>+64(SB)/2, $4
-DATA rowsq6idx<>+66(SB)/2, $4
-DATA rowsq6idx<>+68(SB)/2, $4
-DATA rowsq6idx<>+70(SB)/2, $4
-DATA rowsq6idx<>+72(SB)/2, $4
-DATA rowsq6idx<>+74(SB)/2, $4
-DATA rowsq6idx<>+76(SB)/2, $4
-DATA rowsq6idx<>+78(SB)/2, $4
-DATA rowsq6idx<>+80(SB)/2, $5
-DATA rowsq6idx<>+82(SB)/2, $5
-DATA rowsq6idx<>+84(SB)/2, $5
-DATA rowsq6idx<>+86(SB)/2, $5
-DATA rowsq6idx<>+88(SB)/2, $5
-DATA rowsq6idx<>+90(SB)/2, $5
-DATA rowsq6idx<>+92(SB)/2, $5
-DATA rowsq6idx<>+94(SB)/2, $5
-DATA rowsq6idx<>+96(SB)/2, $6
-DATA rowsq6idx<>+98(SB)/2, $6
-DATA rowsq6idx<>+100(SB)/2, $6
-DATA rowsq6idx<>+102(SB)/2, $6
-DATA rowsq6idx<>+104(SB)/2, $6
-DATA rowsq6idx<>+106(SB)/2, $6
-DATA rowsq6idx<>+108(SB)/2, $6
-DATA rowsq6idx<>+110(SB)/2, $6
-DATA rowsq6idx<>+112(SB)/2, $7
-DATA rowsq6idx<>+114(SB)/2, $7
-DATA rowsq6idx<>+116(SB)/2, $7
-DATA rowsq6idx<>+118(SB)/2, $7
-DATA rowsq6idx<>+120(SB)/2, $7
-DATA rowsq6idx<>+122(SB)/2, $7
-DATA rowsq6idx<>+124(SB)/2, $7
-DATA rowsq6idx<>+126(SB)/2, $7
-DATA rowsq6idx<>+128(SB)/2, $8
-DATA rowsq6idx<>+130(SB)/2, $8
-DATA rowsq6idx<>+132(SB)/2, $8
-DATA rowsq6idx<>+134(SB)/2, $8
-DATA rowsq6idx<>+136(SB)/2, $8
-DATA rowsq6idx<>+138(SB)/2, $8
-DATA rowsq6idx<>+140(SB)/2, $8
-DATA rowsq6idx<>+142(SB)/2, $8
-DATA rowsq6idx<>+144(SB)/2, $9
-DATA rowsq6idx<>+146(SB)/2, $9
-DATA rowsq6idx<>+148(SB)/2, $9
-DATA rowsq6idx<>+150(SB)/2, $9
-DATA rowsq6idx<>+152(SB)/2, $9
-DATA rowsq6idx<>+154(SB)/2, $9
-DATA rowsq6idx<>+156(SB)/2, $9
-DATA rowsq6idx<>+158(SB)/2, $9
-DATA rowsq6idx<>+160(SB)/2, $10
-DATA rowsq6idx<>+162(SB)/2, $10
-DATA rowsq6idx<>+164(SB)/2, $10
-DATA rowsq6idx<>+166(SB)/2, $10
-DATA rowsq6idx<>+168(SB)/2, $10
-DATA rowsq6idx<>+170(SB)/2, $10
-DATA rowsq6idx<>+172(SB)/2, $10
-DATA rowsq6idx<>+174(SB)/2, $10
-DATA rowsq6idx<>+176(SB)/2, $11
-DATA rowsq6idx<>+178(SB)/2, $11
-DATA rowsq6idx<>+180(SB)/2, $11
-DATA rowsq6idx<>+182(SB)/2, $11
-DATA rowsq6idx<>+184(SB)/2, $11
-DATA rowsq6idx<>+186(SB)/2, $11
-DATA rowsq6idx<>+188(SB)/2, $11
-DATA rowsq6idx<>+190(SB)/2, $11
-DATA rowsq6idx<>+192(SB)/2, $12
-DATA rowsq6idx<>+194(SB)/2, $12
-DATA rowsq6idx<>+196(SB)/2, $12
-DATA rowsq6idx<>+198(SB)/2, $12
-DATA rowsq6idx<>+200(SB)/2, $12
-DATA rowsq6idx<>+202(SB)/2, $12
-DATA rowsq6idx<>+204(SB)/2, $12
-DATA rowsq6idx<>+206(SB)/2, $12
-DATA rowsq6idx<>+208(SB)/2, $13
-DATA rowsq6idx<>+210(SB)/2, $13
-DATA rowsq6idx<>+212(SB)/2, $13
-DATA rowsq6idx<>+214(SB)/2, $13
-DATA rowsq6idx<>+216(SB)/2, $13
-DATA rowsq6idx<>+218(SB)/2, $13
-DATA rowsq6idx<>+220(SB)/2, $13
-DATA rowsq6idx<>+222(SB)/2, $13
-DATA rowsq6idx<>+224(SB)/2, $14
-DATA rowsq6idx<>+226(SB)/2, $14
-DATA rowsq6idx<>+228(SB)/2, $14
-DATA rowsq6idx<>+230(SB)/2, $14
-DATA rowsq6idx<>+232(SB)/2, $14
-DATA rowsq6idx<>+234(SB)/2, $14
-DATA rowsq6idx<>+236(SB)/2, $14
-DATA rowsq6idx<>+238(SB)/2, $14
-DATA rowsq6idx<>+240(SB)/2, $15
-DATA rowsq6idx<>+242(SB)/2, $15
-DATA rowsq6idx<>+244(SB)/2, $15
-DATA rowsq6idx<>+246(SB)/2, $15
-DATA rowsq6idx<>+248(SB)/2, $15
-DATA rowsq6idx<>+250(SB)/2, $15
-DATA rowsq6idx<>+252(SB)/2, $15
-DATA rowsq6idx<>+254(SB)/2, $15
-GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
+DATA rowsq6pk<>+0(SB)/8, $0x0000000000000000
+DATA rowsq6pk<>+8(SB)/8, $0x0004000400040004
+DATA rowsq6pk<>+16(SB)/8, $0x0001000100010001
+DATA rowsq6pk<>+24(SB)/8, $0x0005000500050005
+DATA rowsq6pk<>+32(SB)/8, $0x0002000200020002
+DATA rowsq6pk<>+40(SB)/8, $0x0006000600060006
+DATA rowsq6pk<>+48(SB)/8, $0x0003000300030003
+DATA rowsq6pk<>+56(SB)/8, $0x0007000700070007
+DATA rowsq6pk<>+64(SB)/8, $0x0008000800080008
+DATA rowsq6pk<>+72(SB)/8, $0x000c000c000c000c
+DATA rowsq6pk<>+80(SB)/8, $0x0009000900090009
+DATA rowsq6pk<>+88(SB)/8, $0x000d000d000d000d
+DATA rowsq6pk<>+96(SB)/8, $0x000a000a000a000a
+DATA rowsq6pk<>+104(SB)/8, $0x000e000e000e000e
+DATA rowsq6pk<>+112(SB)/8, $0x000b000b000b000b
+DATA rowsq6pk<>+120(SB)/8, $0x000f000f000f000f
+GLOBL rowsq6pk<>(SB), RODATA|NOPTR, $128
 
 // ROWD(acc, m0, m1, m2, m3): ROW for codes up to 255 (IQ4_XS's grid values + 128), whose pairs of products could
 // saturate VPMADDUBSW: per 64 codes a VPDPBUSD of their own, times the lanes' sub-block scales (Z4-Z7, int32) by
@@ -279,13 +56,15 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 	VPXORD Z20, Z20, Z20; VPDPBUSD m3, Z3, Z20; VPMULLD Z7, Z20, Z20; VPADDD Z20, acc, acc
 
 // ROW(acc, m0, m1, m2, m3): acc = Σ over the four registers of codes (Z0-Z3) of scale·(code·x), x the row's
-// 256 values at m0..m3: VPMADDUBSW sums pairs of code·x in int16 (at most 2·63·127: no saturation), VPDPWSSD
-// multiplies each int32 lane's two by the lane's sub-block scale and adds them.
+// 256 values at m0..m3: per 64 codes VPDPBUSD sums fours of code·x in int32 lanes (at most 4·63·128 = 32256, an
+// int16), VPACKSSDW packs two registers' lanes into int16 words (exact), and VPDPWSSD multiplies each word by its
+// sub-block's scale (Z4: codes 0-127, Z5: 128-255, as the pack lays them out) and adds the pairs: three
+// multiplications per 128 codes instead of four.
 #define ROW(acc, m0, m1, m2, m3) \
-	VPMADDUBSW m0, Z0, Z20; VPMADDWD Z4, Z20, acc \
-	VPMADDUBSW m1, Z1, Z21; VPDPWSSD Z5, Z21, acc \
-	VPMADDUBSW m2, Z2, Z20; VPDPWSSD Z6, Z20, acc \
-	VPMADDUBSW m3, Z3, Z21; VPDPWSSD Z7, Z21, acc
+	VPXORD Z20, Z20, Z20; VPDPBUSD m0, Z0, Z20; VPXORD Z21, Z21, Z21; VPDPBUSD m1, Z1, Z21 \
+	VPACKSSDW Z21, Z20, Z20; VPMADDWD Z4, Z20, acc \
+	VPXORD Z20, Z20, Z20; VPDPBUSD m2, Z2, Z20; VPXORD Z21, Z21, Z21; VPDPBUSD m3, Z3, Z21 \
+	VPACKSSDW Z21, Z20, Z20; VPDPWSSD Z5, Z20, acc
 
 // QUAD: the four rows from R8 (stride R9) into Z16-Z19, folded into X16 = the four rows' isb; QUADR(R) the same
 // with the row macro R (ROW, or ROWD).
@@ -338,7 +117,7 @@ GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 	VMOVDQU 4(SI), X14; VPSHUFB rowsq4p<>(SB), X14, X20; VPSHUFB rowsq4q<>(SB), X14, X21 \
 	VPSRLW $2, X21, X21; VPANDD X30, X21, X21; VPSRLW $4, X20, X14; VPANDD rowsq4m2<>(SB), X14, X14 \
 	VPANDD rowsq4m1<>(SB), X20, X20; VPTERNLOGD $0xFE, X21, X14, X20; VPMOVZXBW X20, Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5 \
 	VEXTRACTI128 $1, Y14, X15
 #define Q4SPLAT VPSHUFD $0x00, X15, X10; VPSHUFD $0x55, X15, X11; VPSHUFD $0xaa, X15, X12; VPSHUFD $0xff, X15, X13
 #define Q4CODES4 Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
@@ -455,7 +234,7 @@ GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
 #define Q2SCALES \
 	VPBROADCASTW 80(SI), X8; VCVTPH2PS X8, X8 \
 	VPMOVZXBW 0(SI), Y14; VPSRLW $4, Y14, Y15; VPANDD.BCST rowsw0f<>(SB), Y14, Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5
 #define Q2CODES \
 	VBROADCASTI64X4 16(SI), Z0; VPSRLW $2, Z0, K1, Z0; VPANDD.BCST rowsb03<>(SB), Z0, Z0 \
 	VBROADCASTI64X4 16(SI), Z1; VPSRLW $4, Z1, Z1; VPSRLW $2, Z1, K1, Z1; VPANDD.BCST rowsb03<>(SB), Z1, Z1 \
@@ -478,7 +257,7 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 	MOVL BX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI; MOVL CX, R12; SHRL $6, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
 	ANDL $0x0f0f0f0f, BX; MOVL CX, R12; SHRL $2, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, BX \
 	VPINSRD $1, BX, X14, X14; VPINSRD $3, DI, X14, X14; VPSUBB rowsxs32<>(SB), X14, X14; VPMOVSXBW X14, Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7; VPSLLW $2, Y14, Y15
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPSLLW $2, Y14, Y15
 #define Q3HI(z) VPSRLW $1, Z20, K1, Z20; VPTERNLOGD.BCST $0xF8, rowsb04<>(SB), Z20, z
 #define Q3CODES \
 	VBROADCASTI64X4 32(SI), Z0; VPSRLW $2, Z0, K1, Z0; VPANDD.BCST rowsb03<>(SB), Z0, Z0 \
@@ -505,7 +284,7 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 #define Q6SCALES \
 	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, X8 \
 	VPMOVSXBW 192(SI), Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5 \
 	VPSLLW $5, Y14, Y15
 #define Q6SPLAT \
 	VPSHUFD $0x00, X15, X9; VPSHUFD $0x55, X15, X10; VPSHUFD $0xaa, X15, X11; VPSHUFD $0xff, X15, X12 \
@@ -622,11 +401,11 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 	MOVL $0x80808080, AX; VPBROADCASTD AX, Z28; MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z23 \
 	MOVL $0x10101010, AX; VPBROADCASTD AX, Z24; MOVL $0xff00ff00, AX; KMOVD AX, K2
 
-// KCONSTS(idx): the K-quant kernels' constants (Z24-Z27 the scales' word indexes at idx, Z29-Z31, K1).
+// KCONSTS(idx): the K-quant kernels' constants (Z24, Z25 the scales' word indexes at idx, Z29-Z31, K1).
 #define KCONSTS(idx) \
 	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
 	MOVL $-65536, AX; KMOVD AX, K1 \
-	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
+	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25
 
 // The kernels' bodies. ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta): for each output (R15 of them, the rows
 // one after the other from SI) its 4·nq sums in acc zeroed; for each step (a super-block, or two 32-element
@@ -672,7 +451,7 @@ step: \
 #define Q6OPS QUAD; Q6MIN; UPDATE(X8, 128)
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
-#define Q4CONSTS KCONSTS(rowsq4idx)
+#define Q4CONSTS KCONSTS(rowsq4pk)
 #define Q3OPS QUAD; Q6MIN; UPDATE(X8, 128)
 #define Q3DECODE Q3SCALES; Q6SPLAT; Q3CODES
 #define Q3DEC1 Q3SCALES; Q3CODES
@@ -681,12 +460,12 @@ step: \
 #define Q2DECODE Q2SCALES; Q6SPLAT; Q2CODES
 #define Q2DEC1 Q2SCALES; Q2CODES
 #define Q2ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X14, 32)
-#define XSCONSTS KCONSTS(rowsxsidx); MOVL $0xff00ff00, AX; KMOVD AX, K2; VBROADCASTI32X4 ·iq4Bytes(SB), Z28; MOVL $0x80808080, AX; VPBROADCASTD AX, Z21; VPXORD Z21, Z28, Z28
+#define XSCONSTS KCONSTS(rowsxsidx); VMOVDQU64 rowsxsidx<>+128(SB), Z26; VMOVDQU64 rowsxsidx<>+192(SB), Z27; MOVL $0xff00ff00, AX; KMOVD AX, K2; VBROADCASTI32X4 ·iq4Bytes(SB), Z28; MOVL $0x80808080, AX; VPBROADCASTD AX, Z21; VPXORD Z21, Z28, Z28
 #define XSOPS QUADR(ROWD); Q4MIN; UPDATE(X8, 64)
 #define XSDECODE XSSCALES; Q4SPLAT; XSCODES
 #define XSDEC1 XSSCALES; XSCODES
 #define XSONE ROWD(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X8, 16)
-#define Q6CONSTS KCONSTS(rowsq6idx)
+#define Q6CONSTS KCONSTS(rowsq6pk)
 #define Q8OPS Q8QUAD; Q8UPDATE
 #define Q80CONSTS Q8CONSTS
 #define Q40CONSTS Q8CONSTS; MOVL $0x78787878, AX; VPBROADCASTD AX, Z25
