@@ -59,10 +59,16 @@ type rowsKernelPair struct {
 	tiledFrom int
 }
 
+// rowsOct is the number of input rows an octs kernel (rowsFormat.oct) multiplies together.
+const rowsOct = 8
+
 // rowsFormat is a type's rows kernels and the layout of the input parts they read.
 type rowsFormat struct {
 	tiled *tiledFormat // the type's tiled format (block: 256 or 32 elements; sub: a K-quant's sums of 16 or 32)
 	rowsKernelPair
+	// oct, where the type has one, is rows for rowsOct input rows at a time (their parts packed with eight
+	// lanes), taken from rowsOct rows: one reduction, minimum and float update per eight rows instead of four.
+	oct quantRowsKernel
 }
 
 // step is the number of elements a kernel takes per step: a K-quant super-block, or two 32-element blocks.
@@ -108,10 +114,10 @@ func (f *rowsFormat) blockPart(x qActRow, b int) uint32 {
 // rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has
 // no rows kernels: there LinearQuant keeps its lanes order, quant.go).
 var rowsKernels = func() map[quant.Type]*rowsFormat {
-	m := map[quant.Type]*rowsFormat{}
+	m, octs := map[quant.Type]*rowsFormat{}, rowsOctAsm()
 	for t, k := range rowsAsm() {
 		if f := tiledFormats[t]; f != nil && f.asmKernel != nil {
-			m[t] = &rowsFormat{tiled: f, rowsKernelPair: k}
+			m[t] = &rowsFormat{tiled: f, rowsKernelPair: k, oct: octs[t]}
 		}
 	}
 	return m
@@ -162,9 +168,12 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	a.quantize(w.k.act, x[:rows*in], in)
 	p := rowsPool.Get().(*rowsInputs)
 	defer rowsPool.Put(p)
-	lanes := rowsQuad
-	if rows == 1 {
+	lanes, kernel := rowsQuad, f.rows
+	switch {
+	case rows == 1:
 		lanes = 1
+	case rows >= rowsOct && f.oct != nil:
+		lanes, kernel = rowsOct, f.oct
 	}
 	nq := (rows + lanes - 1) / lanes
 	p.pack(f, a, rows, lanes, nq)
@@ -173,8 +182,8 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 		if rows == 1 {
 			f.one(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], &p.meta[0], &y[lo])
 		} else {
-			var acc [rowsMost]float32 // the kernel's sums, in quads
-			f.rows(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
+			var acc [rowsMost]float32 // the kernel's sums, in groups of lanes rows
+			kernel(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
 		}
 		if bias != nil {
 			for r := range rows {

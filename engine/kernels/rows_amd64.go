@@ -9,6 +9,12 @@ import (
 func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
+func octsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
 func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
@@ -100,4 +106,12 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		m[quant.IQ4_XS] = rowsKernelPair{rowsIQ4_XSVNNI, rowIQ4_XSVNNI, rowsMost} // its tiled unpacking is Go: 9 ms for 12 rows of [8960×1536]
 	}
 	return m
+}
+
+// rowsOctAsm returns the rows kernels of eight input rows at a time (rows.go's rowsOct) the CPU can run.
+func rowsOctAsm() map[quant.Type]quantRowsKernel {
+	if !useVNNI {
+		return nil
+	}
+	return map[quant.Type]quantRowsKernel{quant.Q4_K: octsQ4_KVNNI, quant.Q5_K: octsQ5_KVNNI}
 }

@@ -88,6 +88,35 @@ GLOBL rowsq6pk<>(SB), RODATA|NOPTR, $128
 	VSUBPS X21, X16, X16; VMULPS dx(R11), X16, X16 \
 	VADDPS (R14), X16, X16; VMOVUPS X16, (R14)
 
+// OCT: eight rows, R8 (stride R9) and DI (R8 + 4·R9), into Z16-Z19, Z6, Z7, Z26, Z27 (free in the K-quant
+// kernels: ROW's scales are Z4, Z5), folded into Y16 = the eight rows' isb; OCTMIN4: Y21 = their imin (Q4_K's
+// pairs of sums of 32, [4][8]int32 at R11); UPDATE8(dm, dx): UPDATE's float update on eight lanes.
+#define OCT \
+	LEAQ (R8)(R9*4), DI \
+	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)) \
+	ROW(Z17, 0(R8)(R9*1), 64(R8)(R9*1), 128(R8)(R9*1), 192(R8)(R9*1)) \
+	ROW(Z18, 0(R8)(R9*2), 64(R8)(R9*2), 128(R8)(R9*2), 192(R8)(R9*2)) \
+	ROW(Z19, 0(R8)(R10*1), 64(R8)(R10*1), 128(R8)(R10*1), 192(R8)(R10*1)) \
+	ROW(Z6, 0(DI), 64(DI), 128(DI), 192(DI)) \
+	ROW(Z7, 0(DI)(R9*1), 64(DI)(R9*1), 128(DI)(R9*1), 192(DI)(R9*1)) \
+	ROW(Z26, 0(DI)(R9*2), 64(DI)(R9*2), 128(DI)(R9*2), 192(DI)(R9*2)) \
+	ROW(Z27, 0(DI)(R10*1), 64(DI)(R10*1), 128(DI)(R10*1), 192(DI)(R10*1)) \
+	VPUNPCKLDQ Z17, Z16, Z20; VPUNPCKHDQ Z17, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VPUNPCKLDQ Z19, Z18, Z20; VPUNPCKHDQ Z19, Z18, Z18; VPADDD Z20, Z18, Z18 \
+	VPUNPCKLQDQ Z18, Z16, Z20; VPUNPCKHQDQ Z18, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VPUNPCKLDQ Z7, Z6, Z20; VPUNPCKHDQ Z7, Z6, Z6; VPADDD Z20, Z6, Z6 \
+	VPUNPCKLDQ Z27, Z26, Z20; VPUNPCKHDQ Z27, Z26, Z26; VPADDD Z20, Z26, Z26 \
+	VPUNPCKLQDQ Z26, Z6, Z20; VPUNPCKHQDQ Z26, Z6, Z6; VPADDD Z20, Z6, Z6 \
+	VSHUFI64X2 $0x44, Z6, Z16, Z20; VSHUFI64X2 $0xee, Z6, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VSHUFI64X2 $0x08, Z16, Z16, Z20; VSHUFI64X2 $0x0d, Z16, Z16, Z16; VPADDD Y20, Y16, Y16
+#define OCTMIN4 \
+	VPMADDWD 0(R11), Y10, Y21; VPDPWSSD 32(R11), Y11, Y21; VPDPWSSD 64(R11), Y12, Y21; VPDPWSSD 96(R11), Y13, Y21
+#define UPDATE8(dm, dx) \
+	VCVTDQ2PS Y16, Y16; VMULPS Y8, Y16, Y16 \
+	VCVTDQ2PS Y21, Y21; VMULPS dm, Y21, Y21 \
+	VSUBPS Y21, Y16, Y16; VMULPS dx(R11), Y16, Y16 \
+	VADDPS (R14), Y16, Y16; VMOVUPS Y16, (R14)
+
 // Q4CODES(off, z): 32 bytes of Q4_K nibbles at off(SI) as 64 codes: the low nibbles, then the high ones.
 #define Q4CODES(off, z) VBROADCASTI64X4 off(SI), z; VPSRLW $4, z, K1, z; VPANDD Z31, z, z
 
@@ -108,18 +137,18 @@ DATA rowsq4m2<>+0(SB)/8, $0x0000000000000000
 DATA rowsq4m2<>+8(SB)/8, $0x0f0f0f0f00000000
 GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 
-// Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4-Z7, X8 (d), X9 (dmin), X15 (the minimums, eight
-// words), the bytes [scales 0-7, minimums 0-7] as (P & m1) | ((P >> 4) & m2) | ((Q >> 2) & 0x30) with P, Q the
-// gathers above (Z30: 0x30 bytes); Q4SPLAT: X15's pairs into X10-X13; Q4DECODE: a Q4_K super-block into Z0-Z7,
+// Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4, Z5, Y8 (d), Y9 (dmin), Y15 (the minimums, eight
+// words, in both halves), the bytes [scales 0-7, minimums 0-7] as (P & m1) | ((P >> 4) & m2) | ((Q >> 2) & 0x30) with P, Q the
+// gathers above (Z30: 0x30 bytes); Q4SPLAT: Y15's pairs into Y10-Y13; Q4DECODE: a Q4_K super-block into Z0-Z7,
 // X8-X13, Q4CODES4 its codes alone.
 #define Q4SCALES \
-	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8; VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, X9 \
+	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, Y8; VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, Y9 \
 	VMOVDQU 4(SI), X14; VPSHUFB rowsq4p<>(SB), X14, X20; VPSHUFB rowsq4q<>(SB), X14, X21 \
 	VPSRLW $2, X21, X21; VPANDD X30, X21, X21; VPSRLW $4, X20, X14; VPANDD rowsq4m2<>(SB), X14, X14 \
 	VPANDD rowsq4m1<>(SB), X20, X20; VPTERNLOGD $0xFE, X21, X14, X20; VPMOVZXBW X20, Y14 \
 	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5 \
-	VEXTRACTI128 $1, Y14, X15
-#define Q4SPLAT VPSHUFD $0x00, X15, X10; VPSHUFD $0x55, X15, X11; VPSHUFD $0xaa, X15, X12; VPSHUFD $0xff, X15, X13
+	VPERMQ $0xee, Y14, Y15
+#define Q4SPLAT VPSHUFD $0x00, Y15, Y10; VPSHUFD $0x55, Y15, Y11; VPSHUFD $0xaa, Y15, Y12; VPSHUFD $0xff, Y15, Y13
 #define Q4CODES4 Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
 #define Q4DECODE Q4SCALES; Q4SPLAT; Q4CODES4
 
@@ -413,20 +442,31 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 // then QUADOPS for each quad (R8 its first row, R11 its parts, R14 its sums); then the sums of the rows (< rows)
 // to y[r·ystride], y one float on. ONE(CONSTS, DECODE, ONEOPS, block, xstep, meta): the same for one row, whose
 // sum is lane 0 of X17, ONEOPS adding the step's update to it.
-#define ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta) \
+#define ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta) ROWSG(CONSTS, DECODE, QUADOPS, block, xstep, meta, ZERO4, NEXT4)
+#define ZERO4 VMOVDQU32 X20, (R14); ADDQ $16, R14
+#define NEXT4 LEAQ (R8)(R9*4), R8; ADDQ $16, R14
+
+// OCTS(CONSTS, DECODE, OCTOPS, block, xstep, meta): ROWS with groups of eight rows (nq: their number; meta: the
+// input parts' bytes per step and group), OCTOPS on each (R8 its row 0).
+#define OCTS(CONSTS, DECODE, OCTOPS, block, xstep, meta) ROWSG(CONSTS, DECODE, OCTOPS, block, xstep, meta, ZERO8, NEXT8)
+#define ZERO8 VMOVDQU32 Y20, (R14); ADDQ $32, R14
+#define NEXT8 LEAQ (R8)(R9*8), R8; ADDQ $32, R14
+
+// ROWSG: ROWS with ZERO (zero a group's sums at R14 and move on) and NEXT (move R8, R14 to the next group).
+#define ROWSG(CONSTS, DECODE, QUADOPS, block, xstep, meta, ZERO, NEXT) \
 	MOVQ w+0(FP), SI; MOVQ xstride+32(FP), R9; LEAQ (R9)(R9*2), R10; MOVQ nout+8(FP), R15; \
 	CONSTS; \
 output: \
-	MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; VPXORD X20, X20, X20; \
+	MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; VPXORD Y20, Y20, Y20; \
 zero: \
-	VMOVDQU32 X20, (R14); ADDQ $16, R14; DECQ R12; JNZ zero; \
+	ZERO; DECQ R12; JNZ zero; \
 	MOVQ qs+24(FP), DX; MOVQ ameta+48(FP), R11; MOVQ nst+16(FP), R13; \
 step: \
 	DECODE; \
 	MOVQ DX, R8; MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; \
 quad: \
 	QUADOPS; \
-	LEAQ (R8)(R9*4), R8; ADDQ $meta, R11; ADDQ $16, R14; DECQ R12; JNZ quad; \
+	NEXT; ADDQ $meta, R11; DECQ R12; JNZ quad; \
 	ADDQ $block, SI; ADDQ $xstep, DX; DECQ R13; JNZ step; \
 	MOVQ acc+80(FP), R14; MOVQ rows+56(FP), CX; MOVQ ystride+72(FP), BX; SHLQ $2, BX; MOVQ y+64(FP), AX; MOVQ AX, DI; \
 store: \
@@ -448,6 +488,7 @@ step: \
 
 // Each type's work per quad (QUADOPS) and per row (ONEOPS), and its constants.
 #define Q4OPS QUAD; Q4MIN; UPDATE(X9, 64)
+#define Q4OCTOPS OCT; OCTMIN4; UPDATE8(Y9, 128)
 #define Q6OPS QUAD; Q6MIN; UPDATE(X8, 128)
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
@@ -496,6 +537,14 @@ step: \
 // func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ4_KVNNI(SB), NOSPLIT, $0-88
 	ROWS(Q4CONSTS, Q4DECODE, Q4OPS, 144, 256, 80)
+
+// func octsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ4_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q4CONSTS, Q4DECODE, Q4OCTOPS, 144, 256, 160)
+
+// func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ5_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q4CONSTS, Q5DECODE, Q4OCTOPS, 176, 256, 160)
 
 // func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ5_KVNNI(SB), NOSPLIT, $0-88
