@@ -21,11 +21,12 @@ import (
 // weight block once for all of them instead of once per position.
 //
 // A rows kernel decodes one weight row's super-block into registers once (the codes as 64 bytes per register,
-// the sub-block scales as a register of int16 pairs per 64 codes) and multiplies it with the input rows four at
-// a time: per row, VPMADDUBSW (code·x pairs) then VPDPWSSD with the scales sums each sub-block's products times
-// its scale into 16 int32 lanes, which a transposing reduction folds into the four rows' isb; imin is the
-// minimum factors (pairs of int16) times the rows' sums of 16 or 32 (VPDPWSSD), and the float update is the
-// tiled one on the four rows' lanes (IQ4_XS, whose codes reach 255, takes VPDPBUSD then VPMULLD by the scales
+// the sub-block scales as a register of int16 words per 128 codes) and multiplies it with the input rows four at
+// a time (Q4_K, Q5_K, Q6_K from rowsOct rows: eight at a time): per row, VPDPBUSD sums fours of code·x into int32
+// lanes (at most 4·63·128, an int16), VPACKSSDW packs two registers of them into words and VPDPWSSD multiplies
+// them by their sub-blocks' scales into 16 int32 lanes, which a transposing reduction folds into the rows' isb;
+// imin is the minimum factors (pairs of int16) times the rows' sums of 16 or 32 (VPDPWSSD), and the float update
+// is the tiled one on the rows' lanes (IQ4_XS, whose codes reach 255, takes VPDPBUSD then VPMULLD by the scales
 // instead, ROWD). Integer sums are exact, so only the float update fixes the bits. The
 // 32-element types (Q8_0, and Q4_0, Q5_0, IQ4_NL, which the tiled kernels widen to Q8_0's integers) take two
 // blocks a step: their codes w + 128 against the rows by VPDPBUSD, less 128·Σx, then per block the tiled update
@@ -52,7 +53,8 @@ type quantRowKernel func(w *byte, nout, nst int, qs *int8, ameta *byte, y *float
 
 // rowsKernelPair are a type's rows kernels: for several rows, and for one; from tiledFrom rows, unpacking 16 weight
 // rows into the tiled kernels' panels costs less than the rows kernels' reductions (thread CPU time of
-// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md).
+// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md; Q4_K, Q5_K from 25 rows, where the
+// eight-row kernels would pad to 32 rows, whose inputs no longer stay in L1).
 type rowsKernelPair struct {
 	rows      quantRowsKernel
 	one       quantRowKernel

@@ -15,6 +15,9 @@ func octsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte
 func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
+func octsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
 func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
@@ -90,9 +93,9 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		return nil
 	}
 	m := map[quant.Type]rowsKernelPair{
-		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 28},
-		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 28},
-		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 14},
+		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 25},
+		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 25},
+		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 16},
 		quant.Q2_K:   {rowsQ2_KVNNI, rowQ2_KVNNI, 14},
 		quant.Q3_K:   {rowsQ3_KVNNI, rowQ3_KVNNI, 14},
 		quant.Q8_0:   {rowsQ8_0VNNI, rowQ8_0VNNI, 10},
@@ -113,5 +116,5 @@ func rowsOctAsm() map[quant.Type]quantRowsKernel {
 	if !useVNNI {
 		return nil
 	}
-	return map[quant.Type]quantRowsKernel{quant.Q4_K: octsQ4_KVNNI, quant.Q5_K: octsQ5_KVNNI}
+	return map[quant.Type]quantRowsKernel{quant.Q4_K: octsQ4_KVNNI, quant.Q5_K: octsQ5_KVNNI, quant.Q6_K: octsQ6_KVNNI}
 }

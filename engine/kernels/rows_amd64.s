@@ -90,7 +90,7 @@ GLOBL rowsq6pk<>(SB), RODATA|NOPTR, $128
 
 // OCT: eight rows, R8 (stride R9) and DI (R8 + 4·R9), into Z16-Z19, Z6, Z7, Z26, Z27 (free in the K-quant
 // kernels: ROW's scales are Z4, Z5), folded into Y16 = the eight rows' isb; OCTMIN4: Y21 = their imin (Q4_K's
-// pairs of sums of 32, [4][8]int32 at R11); UPDATE8(dm, dx): UPDATE's float update on eight lanes.
+// pairs of sums of 32, [4][8]int32 at R11), OCTMIN8 Q6_K's (of 16, [8][8]int32); UPDATE8(dm, dx): UPDATE's float update on eight lanes.
 #define OCT \
 	LEAQ (R8)(R9*4), DI \
 	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)) \
@@ -111,6 +111,9 @@ GLOBL rowsq6pk<>(SB), RODATA|NOPTR, $128
 	VSHUFI64X2 $0x08, Z16, Z16, Z20; VSHUFI64X2 $0x0d, Z16, Z16, Z16; VPADDD Y20, Y16, Y16
 #define OCTMIN4 \
 	VPMADDWD 0(R11), Y10, Y21; VPDPWSSD 32(R11), Y11, Y21; VPDPWSSD 64(R11), Y12, Y21; VPDPWSSD 96(R11), Y13, Y21
+#define OCTMIN8 \
+	VPMADDWD 0(R11), Y9, Y21; VPDPWSSD 32(R11), Y10, Y21; VPDPWSSD 64(R11), Y11, Y21; VPDPWSSD 96(R11), Y12, Y21 \
+	VPDPWSSD 128(R11), Y13, Y21; VPDPWSSD 160(R11), Y22, Y21; VPDPWSSD 192(R11), Y23, Y21; VPDPWSSD 224(R11), Y28, Y21
 #define UPDATE8(dm, dx) \
 	VCVTDQ2PS Y16, Y16; VMULPS Y8, Y16, Y16 \
 	VCVTDQ2PS Y21, Y21; VMULPS dm, Y21, Y21 \
@@ -307,18 +310,19 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 	VPSLLW $4, Z21, Z20; VPANDD Z31, Z14, g0; VPTERNLOGD $0xF8, Z30, Z20, g0 \
 	VPSRLW $4, Z14, g1; VPANDD Z31, g1, g1; VPTERNLOGD $0xF8, Z30, Z21, g1
 
-// Q6SCALES: a Q6_K super-block's (SI) scales into Z4-Z7, X8 (d) and Y15 (32 times the signed scales, 16 words:
-// the minimum factors of codes 0..63, whose −32 they carry); Q6SPLAT: Y15's pairs into X9-X13, X22, X23, X28;
+// Q6SCALES: a Q6_K super-block's (SI) scales into Z4, Z5, Y8 (d) and Y15 (32 times the signed scales, 16 words:
+// the minimum factors of codes 0..63, whose −32 they carry); Q6SPLAT: Y15's pairs into Y9-Y13, Y22, Y23, Y28;
 // Q6DECODE: the whole super-block into Z0-Z7, X8-X13, X22, X23, X28, Q6CODES4 its codes alone.
 #define Q6SCALES \
-	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, X8 \
+	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, Y8 \
 	VPMOVSXBW 192(SI), Y14 \
 	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5 \
 	VPSLLW $5, Y14, Y15
 #define Q6SPLAT \
-	VPSHUFD $0x00, X15, X9; VPSHUFD $0x55, X15, X10; VPSHUFD $0xaa, X15, X11; VPSHUFD $0xff, X15, X12 \
-	VEXTRACTI128 $1, Y15, X14 \
-	VPSHUFD $0x00, X14, X13; VPSHUFD $0x55, X14, X22; VPSHUFD $0xaa, X14, X23; VPSHUFD $0xff, X14, X28
+	VPERMQ $0x44, Y15, Y14 \
+	VPSHUFD $0x00, Y14, Y9; VPSHUFD $0x55, Y14, Y10; VPSHUFD $0xaa, Y14, Y11; VPSHUFD $0xff, Y14, Y12 \
+	VPERMQ $0xee, Y15, Y14 \
+	VPSHUFD $0x00, Y14, Y13; VPSHUFD $0x55, Y14, Y22; VPSHUFD $0xaa, Y14, Y23; VPSHUFD $0xff, Y14, Y28
 #define Q6CODES4 Q6HALF(0, 128, Z0, Z1); Q6HALF(64, 160, Z2, Z3)
 #define Q6DECODE Q6SCALES; Q6SPLAT; Q6CODES4
 
@@ -490,6 +494,7 @@ step: \
 #define Q4OPS QUAD; Q4MIN; UPDATE(X9, 64)
 #define Q4OCTOPS OCT; OCTMIN4; UPDATE8(Y9, 128)
 #define Q6OPS QUAD; Q6MIN; UPDATE(X8, 128)
+#define Q6OCTOPS OCT; OCTMIN8; UPDATE8(Y8, 256)
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q4CONSTS KCONSTS(rowsq4pk)
@@ -549,6 +554,10 @@ TEXT ·octsQ5_KVNNI(SB), NOSPLIT, $0-88
 // func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ5_KVNNI(SB), NOSPLIT, $0-88
 	ROWS(Q4CONSTS, Q5DECODE, Q4OPS, 176, 256, 80)
+
+// func octsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ6_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q6CONSTS, Q6DECODE, Q6OCTOPS, 210, 256, 288)
 
 // func rowsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ6_KVNNI(SB), NOSPLIT, $0-88
