@@ -72,6 +72,7 @@ func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, Config: cfg, Generation: gen, byName: map[string]int{}}
 	var skipped, skippedBytes, unread, unreadBytes int64
 	unreadLayers := cfg.UnreadLayers()
+	pairs := newMXFP4Pairs(cfg.Arch.FusedExperts)
 	for _, f := range files {
 		infos, err := readHeader(f)
 		if err != nil {
@@ -94,7 +95,13 @@ func Open(dir string) (*Checkpoint, error) {
 			}
 			stored := t.Name
 			t.Name = name
-			expanded, err := expandFused(t, cfg.Arch.FusedExperts)
+			expanded, paired, err := pairs.add(t)
+			if !paired && err == nil {
+				expanded, err = expandFused(t, cfg.Arch.FusedExperts)
+				if err == nil && len(expanded) == 1 && cfg.Arch.HeadParts != nil {
+					expanded, err = expandHeadParts(expanded[0], cfg.Arch.HeadParts(cfg))
+				}
+			}
 			if err != nil {
 				return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, filepath.Base(t.File), err)
 			}
@@ -110,6 +117,9 @@ func Open(dir string) (*Checkpoint, error) {
 				c.Tensors = append(c.Tensors, t)
 			}
 		}
+	}
+	if err := pairs.unpaired(); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	if skipped > 0 {
 		slog.Info("checkpoint: leaving out the vision tower and projector (text in, text out: images are not supported); they are never read nor split",
@@ -214,7 +224,8 @@ func (c *Checkpoint) ReadTensor(name string, dst []byte) error {
 	return ReadTensorAt(t, dst)
 }
 
-// ReadTensorAt reads t's bytes from its file into dst (len(dst) must equal t.Length).
+// ReadTensorAt reads t's values from its file into dst (len(dst) must equal t.Length): its stored bytes,
+// reordered or gathered as t says (TensorInfo.Values).
 func ReadTensorAt(t TensorInfo, dst []byte) error {
 	if int64(len(dst)) != t.Length {
 		return fmt.Errorf("tensor %q: buffer is %d bytes, tensor is %d", t.Name, len(dst), t.Length)
@@ -224,15 +235,15 @@ func ReadTensorAt(t TensorInfo, dst []byte) error {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	defer f.Close()
-	if _, err := f.ReadAt(dst, t.Offset); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
+	stored, out := dst, dst
+	if t.Rows != nil {
+		stored = nil
 	}
-	if err := t.Transform(dst); err != nil {
-		return fmt.Errorf("tensor %q in %s: %w", t.Name, t.File, err)
+	v, err := ReadValues(f, t, &stored, &out)
+	if err != nil {
+		return err
 	}
+	copy(dst, v) // a no-op unless gathered
 	return nil
 }
 

@@ -117,6 +117,8 @@ type Config struct {
 	LinearKeyHeadDim    int `json:"linear_key_head_dim"`
 	LinearValueHeadDim  int `json:"linear_value_head_dim"`
 	LinearConvKernelDim int `json:"linear_conv_kernel_dim"`
+	// GptOss: gpt-oss's keys (families_gptoss.go).
+	GptOss
 	// LinearTiledValueHeads: the value heads are in llama.cpp's tiled order (value head h reads key head h mod
 	// linear_num_key_heads) rather than grouped by key head; the GGUF reader writes it (gguf/arch_qwen35.go).
 	LinearTiledValueHeads bool `json:"linear_tiled_value_heads"`
@@ -403,6 +405,10 @@ func checkKeys(m map[string]json.RawMessage, arch Architecture) error {
 		case harmlessValues[k] != "" && strings.TrimSpace(string(m[k])) == harmlessValues[k]:
 		case ignore[k]:
 			slog.Warn("config.json: skipping a key layerstream does not implement, as "+IgnoreKeysEnv+" asks", "key", k, "value", short(m[k]))
+		case k == "quantization_config" && len(arch.QuantMethods) > 0:
+			if err := checkQuantization(m[k], arch); err != nil {
+				return err
+			}
 		case k == "quantization_config":
 			return fmt.Errorf("config: quantization_config %s: quantized checkpoints are not supported (layerstream reads f32, bf16 and f16 safetensors)", short(m[k]))
 		default:

@@ -425,3 +425,49 @@ func TestMoEConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestGptOssConfig: GptOssConfig's defaults, the yarn rope it gives a config.json without rope_parameters or
+// rope_scaling (either spelling replaces it), and OpenAI's own keys of the released config.json.
+func TestGptOssConfig(t *testing.T) {
+	gptOss := func(edit map[string]any) []byte {
+		e := map[string]any{"architectures": []string{"GptOssForCausalLM"}, "model_type": "gpt_oss", "mlp_bias": nil, "attention_bias": nil,
+			"pretraining_tp": nil, "num_local_experts": 4, "rope_parameters": nil, "rms_norm_eps": nil, "head_dim": nil,
+			"experts_per_token": 4, "initial_context_length": 4096}
+		maps.Copy(e, edit)
+		return llamaConfig(t, e)
+	}
+	c, err := ParseConfig(gptOss(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rope
+	if r.Type != "yarn" || r.Factor != 32 || r.OriginalMaxPositionEmbeddings != 4096 || r.Theta != 150000 || r.Truncate == nil || *r.Truncate {
+		t.Errorf("no rope given: %+v, want GptOssConfig's yarn (factor 32, original 4096, theta 150000, truncate false)", r)
+	}
+	if c.SwigluAlpha != 1.702 || c.SwigluLimit != 7 || c.NumExpertsPerTok != 4 || c.RMSNormEps != 1e-5 || c.HeadDim != 64 || !c.AttentionBias ||
+		c.SlidingWindow == nil || *c.SlidingWindow != 128 || c.ExpertsPerToken != 4 {
+		t.Errorf("defaults: %+v", c)
+	}
+	for _, edit := range []map[string]any{
+		{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 10000.0}},
+		{"rope_scaling": map[string]any{"rope_type": "default"}, "rope_theta": 10000.0},
+	} {
+		c, err := ParseConfig(gptOss(edit))
+		if err != nil || c.Rope.Type != "default" || c.Rope.Theta != 10000 {
+			t.Errorf("%v: %v, %+v: want the config's rope", edit, err, c.Rope)
+		}
+	}
+	// The released checkpoints' quantization_config: MXFP4 experts (the tensors say which), nothing else.
+	released := map[string]any{"quant_method": "mxfp4", "modules_to_not_convert": []string{"model.layers.*.self_attn", "lm_head"}}
+	if _, err := ParseConfig(gptOss(map[string]any{"quantization_config": released})); err != nil {
+		t.Errorf("quantization_config mxfp4: %v", err)
+	}
+	for _, q := range []map[string]any{{"quant_method": "gptq"}, {"quant_method": "mxfp4", "group_size": 32}} {
+		if _, err := ParseConfig(gptOss(map[string]any{"quantization_config": q})); err == nil {
+			t.Errorf("quantization_config %v: accepted", q)
+		}
+	}
+	if _, err := ParseConfig(llamaConfig(t, map[string]any{"quantization_config": released})); err == nil {
+		t.Error("Llama with quantization_config mxfp4: accepted")
+	}
+}

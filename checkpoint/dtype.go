@@ -17,6 +17,11 @@ const (
 	F32  DType = "F32"
 	BF16 DType = "BF16"
 	F16  DType = "F16"
+	// U8 are raw bytes: only the halves of an MXFP4 pair (FusedExperts.Scales), which Open pairs into MXFP4
+	// tensors; Open refuses any other. It has no quant type.
+	U8 DType = "U8"
+	// MXFP4 is ggml's MXFP4 block type (quant.MXFP4): gpt-oss's experts.
+	MXFP4 DType = "MXFP4"
 )
 
 // The quantized block types (ggml's formats, see package quant): a tensor of one of these is stored row by row,
@@ -53,11 +58,13 @@ func (d DType) Size() int {
 		return 4
 	case BF16, F16:
 		return 2
+	case U8:
+		return 1
 	}
 	return 0
 }
 
-// Quant returns the quant package's type of d (every DType has one).
+// Quant returns the quant package's type of d (every DType but U8 has one).
 func (d DType) Quant() (quant.Type, bool) {
 	t, err := quant.Parse(string(d))
 	return t, err == nil

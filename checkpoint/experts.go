@@ -21,6 +21,10 @@ type FusedExperts struct {
 	// Interleaved says the gate and up rows of a fused gate_up matrix alternate (after transposition: row 2i is
 	// gate row i, row 2i+1 up row i; for a bias, its values): they are given gate rows first, then up rows.
 	Interleaved bool
+	// Scales, when set, names the scales tensor of an MXFP4 pair whose blocks tensor is Name (gpt-oss's
+	// released checkpoints: "mlp.experts.gate_up_proj_blocks" [E, out, in/32, 16] and "..._scales" [E, out,
+	// in/32], uint8, already [out, in]): Open pairs them into one MXFP4 tensor [out, in] per expert (mxfp4.go).
+	Scales string
 }
 
 // layerTensor matches the prefix of a decoder layer's tensor name, "….layers.N.".

@@ -18,6 +18,9 @@ type Architecture struct {
 	// DefaultRopeTheta is the rotary base when neither spelling gives one (transformers' default_theta); 0 means
 	// 10000.
 	DefaultRopeTheta float64
+	// DefaultRope is the rope dict the family's config class gives a config.json with neither rope_parameters
+	// nor rope_scaling (gpt-oss: yarn); unlike a Defaults entry it yields to either spelling. nil: default rope.
+	DefaultRope map[string]any
 	// DefaultLayerTypeRopeTheta overrides DefaultRopeTheta for an entry of rope_parameters nested by layer type
 	// (Gemma 3's local layers: 10000).
 	DefaultLayerTypeRopeTheta map[string]float64
@@ -37,6 +40,12 @@ type Architecture struct {
 	// FusedExperts are the tensors holding all of a layer's routed experts at once, which Open replaces by one
 	// tensor per expert (see FusedExperts).
 	FusedExperts []FusedExperts
+	// QuantMethods are the quantization_config quant_method values the family reads (gpt-oss: "mxfp4"): the
+	// checkpoint's tensors then say which weights are quantized (FusedExperts.Scales); any other is refused.
+	QuantMethods []string
+	// HeadParts, given a config, are the matrices holding several weights' rows head by head, which Open
+	// replaces by one tensor per part (see HeadParts).
+	HeadParts func(*Config) []HeadParts
 	// RotaryPairs says the q and k projections' rows hold each head's rotary pairs side by side (dimensions 2i
 	// and 2i+1 turn together: Meta's layout, which Llama 4 keeps and rotates as complex numbers): Open marks
 	// them (TensorInfo.InterleavedRotaryHeads) so that they read in Hugging Face's rotate-half order, which the

@@ -20,7 +20,8 @@ func init() {
 			"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
 			"n_group": 8, "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": true,
 			"rope_interleave": true, "num_nextn_predict_layers": 1, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
-			"moe_layer_freq": 1}})
+			"moe_layer_freq": 1},
+		HeadParts: latentHeadParts})
 }
 
 // LatentAttention are DeepSeek-V3's multi-head latent attention keys: the ranks of the low-rank query (nil: null,
@@ -39,4 +40,13 @@ type LatentAttention struct {
 	ScoringFunc    string `json:"scoring_func"`
 	TopKMethod     string `json:"topk_method"`
 	MoELayerFreq   int    `json:"moe_layer_freq"`
+}
+
+// latentHeadParts cuts DeepSeek-V3's kv_b_proj [heads·(nope + v), kv_lora_rank] into its key rows, stored per
+// head transposed (k_b_proj [heads·kv_lora_rank, nope]: the absorbed query's product reads whole rows), and its
+// value rows (v_b_proj [heads·v, kv_lora_rank]), the names and layouts of llama.cpp's attn_k_b and attn_v_b.
+func latentHeadParts(c *Config) []HeadParts {
+	return []HeadParts{{Name: "self_attn.kv_b_proj.weight", Heads: c.NumAttentionHeads, Parts: []HeadPart{
+		{Name: "self_attn.k_b_proj.weight", Rows: c.QKNopeHeadDim, Transposed: true},
+		{Name: "self_attn.v_b_proj.weight", Rows: c.VHeadDim}}}}
 }

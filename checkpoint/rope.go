@@ -87,6 +87,10 @@ func parseRope(m map[string]json.RawMessage, c *Config) (Rope, map[string]Rope, 
 	if isEmpty(params) {
 		src, raw = "rope_scaling", scaling
 	}
+	if isEmpty(raw) && c.Arch.DefaultRope != nil {
+		src = "the default rope_parameters of " + c.Arch.Name
+		raw, _ = json.Marshal(c.Arch.DefaultRope)
+	}
 	var dict map[string]json.RawMessage
 	if !isEmpty(raw) {
 		if err := json.Unmarshal(raw, &dict); err != nil {

@@ -37,20 +37,53 @@ type TensorInfo struct {
 	// InterleavedGateUp says the rows (after Transposed) alternate gate and up rows: ReadTensorAt puts the gate
 	// rows first, then the up rows.
 	InterleavedGateUp bool
+	// Second, when its Length is not 0, is a second range of File holding the tensor's last Second.Length stored
+	// bytes: Offset locates the first part and Length counts both. Ranges lists the parts. An expert's gate and up
+	// projections stored apart (a GGUF file's ffn_gate_exps and ffn_up_exps) read so as one gate_up tensor.
+	Second Range
+	// MXFP4Pair says the two parts are an MXFP4 matrix's blocks and scales as Hugging Face's checkpoints store
+	// them (FusedExperts.Scales): Transform makes ggml's MXFP4 blocks of them (quant.MXFP4FromSplit).
+	MXFP4Pair bool
+	// Rows, when set, says the tensor is a part of each head's rows of the matrix stored at Offset
+	// (Rows.Stored bytes, of which Length is this part's; HeadParts): ReadTensorAt gathers them.
+	Rows *RowSelection
 	// NegExp says a float32 tensor holds -exp(w) rather than w (llama.cpp's ssm_a, which its converter writes
 	// from a Gated DeltaNet's A_log): ReadTensorAt gives back w = log(-x).
 	NegExp bool
 }
 
-// Transformed reports whether reading t changes its stored bytes (Transform).
-func (t TensorInfo) Transformed() bool {
-	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.NegExp
+// Range is Length bytes from Offset of a file.
+type Range struct{ Offset, Length int64 }
+
+// Ranges are the byte ranges of File holding t's stored bytes, in order: one (the whole matrix a part of rows is
+// cut from, Rows), or two (Second).
+func (t TensorInfo) Ranges() []Range {
+	switch {
+	case t.Rows != nil:
+		return []Range{{t.Offset, t.Rows.Stored}}
+	case t.Second.Length == 0:
+		return []Range{{t.Offset, t.Length}}
+	}
+	return []Range{{t.Offset, t.Length - t.Second.Length}, t.Second}
 }
 
-// Transform turns b, t's stored bytes, into the tensor's values: a fused expert's matrix transposed and its
+// Transformed reports whether t's values are not one range of its file as stored: reading t changes its stored
+// bytes (Transform), gathers its rows (Rows) or joins two ranges (Second).
+func (t TensorInfo) Transformed() bool {
+	return t.InterleavedRotaryHeads > 0 || t.Shift != 0 || t.Transposed || t.InterleavedGateUp || t.Second.Length > 0 ||
+		t.NegExp || t.Rows != nil
+}
+
+// Transform turns b, t's stored bytes, into the tensor's values: an MXFP4 pair's blocks and scales made ggml's
+// blocks (MXFP4Pair), a fused expert's matrix transposed and its
 // gate/up rows put in halves (Transposed, InterleavedGateUp), the rows put back in Hugging Face's rotary order
 // (InterleavedRotaryHeads), Shift added, -exp undone (NegExp).
 func (t TensorInfo) Transform(b []byte) error {
+	if t.MXFP4Pair {
+		if err := pairMXFP4(b, t.Second.Length); err != nil {
+			return err
+		}
+	}
 	if t.NegExp {
 		return logNeg(b, t)
 	}
@@ -132,6 +165,9 @@ func parseHeader(hdr []byte, dataStart, size int64, name string) ([]TensorInfo, 
 			return nil, fmt.Errorf("safetensors %s: tensor %q: malformed entry: %w", name, key, err)
 		}
 		dt, err := ParseDType(rt.DType)
+		if rt.DType == string(U8) { // MXFP4 blocks and scales (Open refuses any other)
+			dt, err = U8, nil
+		}
 		if err == nil && dt.Size() == 0 {
 			err = fmt.Errorf("unsupported dtype %q (supported: F32, BF16, F16)", rt.DType)
 		}

@@ -267,24 +267,29 @@ func TestExpertCacheEvicts(t *testing.T) {
 	}
 }
 
-// TestRoutedExpertsGGUF: a mixture-of-experts GGUF file (its fused experts read as one tensor per expert, split
-// expert by expert) streams its routed experts only, with the resident model's logits exactly.
+// TestRoutedExpertsGGUF: mixture-of-experts GGUF files (their fused experts read as one tensor per expert, split
+// expert by expert: a Q4_K_M Qwen3-MoE, and gpt-oss's MXFP4 experts whose gate and up slices read as one gate_up)
+// stream their routed experts only, with the resident model's logits exactly.
 func TestRoutedExpertsGGUF(t *testing.T) {
-	file := "../gguf/testdata/moe/qwen3moe-q4km.gguf"
-	if _, err := os.Stat(file); err != nil {
-		t.Skip(err)
-	}
-	ids := []int{1, 43, 47, 61, 78, 32}
-	dir := t.TempDir()
-	res := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), Resident: true})
-	e := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), NoMap: true, ExpertCache: -1})
-	if e.store.experts == nil {
-		t.Fatal("the GGUF's experts are not streamed apart")
-	}
-	if d := maxDiff(tokenByToken(t, e, ids), tokenByToken(t, res, ids)); d != 0 {
-		t.Errorf("logits differ from the resident model's by %g", d)
-	}
-	if e.Stats().Experts.Misses == 0 {
-		t.Error("no expert was read")
+	for _, name := range []string{"qwen3moe-q4km", "gpt_oss-mxfp4"} {
+		t.Run(name, func(t *testing.T) {
+			file := "../gguf/testdata/moe/" + name + ".gguf"
+			if _, err := os.Stat(file); err != nil {
+				t.Skip(err)
+			}
+			ids := []int{1, 43, 47, 61, 78, 32}
+			dir := t.TempDir()
+			res := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), Resident: true})
+			e := open(t, file, Options{ShardDir: filepath.Join(dir, "shards"), NoMap: true, ExpertCache: -1})
+			if e.store.experts == nil {
+				t.Fatal("the GGUF's experts are not streamed apart")
+			}
+			if d := maxDiff(tokenByToken(t, e, ids), tokenByToken(t, res, ids)); d != 0 {
+				t.Errorf("logits differ from the resident model's by %g", d)
+			}
+			if e.Stats().Experts.Misses == 0 {
+				t.Error("no expert was read")
+			}
+		})
 	}
 }

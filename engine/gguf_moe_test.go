@@ -16,6 +16,12 @@ import (
 // activation rounded to the other side of an 8-bit step on another CPU's order, not for a wrong expert.
 const ggufMoEQuantTolerance = 1e-3
 
+// ggufLlamaCppTolerance bounds the difference from llama.cpp on files whose products llama.cpp computes with
+// other inputs than layerstream: gpt-oss's MXFP4 experts, which llama.cpp multiplies by inputs rounded to Q8_0 and
+// layerstream by float32 ones (exact weights: the file's meaning in transformers is matched within
+// ggufFamilyTolerance), 0.31 apart on this file; its greedy ids are llama.cpp's.
+var ggufLlamaCppTolerance = map[string]float64{"gpt_oss-mxfp4": 0.5}
+
 // forEachGGUFMoE runs f for every mixture-of-experts GGUF file (gguf/testdata/moe).
 func forEachGGUFMoE(t *testing.T, f func(t *testing.T, name, file string, llama map[string]*reference.Tensor)) int {
 	t.Helper()
@@ -23,8 +29,9 @@ func forEachGGUFMoE(t *testing.T, f func(t *testing.T, name, file string, llama 
 }
 
 // TestGGUFMoE opens every mixture-of-experts GGUF file llama.cpp made (gguf/testdata/moe, from the transformers
-// fixtures of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5 (also with group-limited routing) and MiniMax-M2,
-// and a Q4_K_M Qwen3-MoE:
+// fixtures of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5 (also with group-limited routing), MiniMax-M2 and
+// gpt-oss (F32 and MXFP4 experts; ggufLlamaCppTolerance), DeepSeek-V3 (deepseek2: multi-head latent attention, its
+// attn_k_b and attn_v_b read as k_b_proj and v_b_proj), and a Q4_K_M Qwen3-MoE:
 // scripts/fixtures/gguf_moe.py), its fused experts read as one tensor per expert, and compares layerstream's
 // logits of the 40 ids with llama.cpp's on the same file (ggufFamilyTolerance: float32 weights and arithmetic on
 // both sides; ggufMoEQuantTolerance for the K-quant file) and with transformers' on the checkpoint converted,
@@ -48,6 +55,9 @@ func TestGGUFMoE(t *testing.T) {
 		if !checkFileMeaning(t, file, got) {
 			tol = ggufMoEQuantTolerance
 		}
+		if t, ok := ggufLlamaCppTolerance[name]; ok {
+			tol = t
+		}
 		d := maxLogitDiff(got, llama["logits"].F32)
 		t.Logf("largest logit difference from llama.cpp %.2g (tolerance %g)", d, tol)
 		if d > tol {
@@ -55,8 +65,8 @@ func TestGGUFMoE(t *testing.T) {
 		}
 		want := ints(llama["greedy_ids"].I64)
 		checkGGUFGreedy(t, "host kernels", e, ids, want)
-		if tol != ggufFamilyTolerance {
-			return
+		if tol == ggufMoEQuantTolerance {
+			return // the graphs multiply quantized weights by activations not rounded to 8 bits, unlike llama.cpp
 		}
 		g, err := Open(context.Background(), file, Options{ShardDir: filepath.Join(t.TempDir(), "graph"), GraphDecode: true})
 		if err != nil {
@@ -79,14 +89,24 @@ func checkGGUFGreedy(t *testing.T, what string, e *Engine, ids, want []int) {
 	}
 }
 
+// llamaCppRefusedMoE are the mixture-of-experts files Arithmetic llama.cpp refuses, with what the refusal says:
+// gpt-oss's attention sinks and clamped SwiGLU, DeepSeek-V3's multi-head latent attention (llamaCppUncovered).
+var llamaCppRefusedMoE = map[string]string{"deepseek_v3": "DeepseekV3ForCausalLM is not covered: multi-head latent attention",
+	"gpt_oss": "architecture GptOssForCausalLM is not covered", "gpt_oss-mxfp4": "architecture GptOssForCausalLM is not covered"}
+
 // TestLlamaCppArithmeticMoE: with Arithmetic llama.cpp, every mixture-of-experts file (Mixtral, Qwen2-MoE,
 // Qwen3-MoE, OLMoE: softmax routing; GLM-4.5, also with expert groups, and MiniMax-M2: sigmoid routing with a choice
 // bias, partial rotary embeddings; F32, and the Q4_K_M Qwen3-MoE) gives llama.cpp's logits of the 40 ids bit for
 // bit (the fixtures were made with llama.cpp's cache in float32, KVCache f32) and its 20 greedy ids after them,
-// each generation step keeping only the last position's logits as llama.cpp does.
+// each generation step keeping only the last position's logits as llama.cpp does; gpt-oss's and DeepSeek-V3's
+// files are refused by name (llamaCppRefusedMoE).
 func TestLlamaCppArithmeticMoE(t *testing.T) {
 	forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		ids := ints(llama["input_ids"].I64)
+		if refusal := llamaCppRefusedMoE[name]; refusal != "" {
+			llamaCppExact(t, file, ids, llama["logits"].F32, refusal)
+			return
+		}
 		e := llamaCppExact(t, file, ids, llama["logits"].F32, "")
 		checkGGUFGreedy(t, "arithmetic llama.cpp", e, ids, ints(llama["greedy_ids"].I64))
 	})

@@ -277,7 +277,8 @@ func TestGGUFSmolLM2MatchesLlamaCpp(t *testing.T) {
 // TestGGUFSmolLM2MatchesLlamaCpp): measured here, that moves the quantized types' log-probabilities by up to
 // 0.075 (Q5_K), the others by 1e-6. BF16 products round activations to bf16 in both (kernels.LinearBF16 where
 // the CPU has AVX-512 BF16, else exact: up to 0.25); layerstream keeps F16 weights' products in float32 where
-// llama.cpp rounds the activations to f16.
+// llama.cpp rounds the activations to f16, and MXFP4's (gpt-oss's experts) in float32 where llama.cpp rounds them
+// to Q8_0: against llama.cpp on the MXFP4 file dequantized to F32 (MXFP4-F32), the same weights, it is F32's match.
 func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 	var ref struct {
 		Types    map[string]llamaCppCase `json:"types"`
@@ -291,8 +292,10 @@ func TestGGUFTinyTypesMatchLlamaCpp(t *testing.T) {
 	maps.Copy(ref.Types, iq.Caches["f32"])
 	readJSON(t, "../gguf/testdata/llamacpp/tiny-grids.json", &iq)
 	maps.Copy(ref.Types, iq.Caches["f32"])
+	readJSON(t, "../gguf/testdata/llamacpp/tiny-mxfp4.json", &iq)
+	maps.Copy(ref.Types, iq.Caches["f32"])
 	for _, name := range []string{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
-		"IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S"} {
+		"IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S", "MXFP4", "MXFP4-F32"} {
 		t.Run(name, func(t *testing.T) {
 			c, ok := ref.Types[name]
 			if !ok {
@@ -355,6 +358,10 @@ var tinyLogprobTol = map[string]float64{
 	// within 1.3e-6; the others have one or two positions off by IQ2_XS 0.12, IQ3_S 0.056, IQ2_S 0.037, IQ1_M 0.031,
 	// IQ1_S 0.005.
 	"IQ3_S": 0.2, "IQ3_XXS": 0.2, "IQ2_S": 0.2, "IQ2_XS": 0.2, "IQ2_XXS": 0.2, "IQ1_M": 0.2, "IQ1_S": 0.2,
+	// MXFP4 (gpt-oss's experts): layerstream multiplies it by float32 inputs (exact weights), llama.cpp by inputs
+	// rounded to Q8_0, which moves its log-probabilities by up to 0.19 here; against llama.cpp on the same file
+	// dequantized to F32 by gguf-py (MXFP4-F32: the same weights multiplied in float32), F32's tolerance.
+	"MXFP4": 0.3, "MXFP4-F32": 1e-4,
 }
 
 // TestGGUFRefusedBeforeSplit: a GGUF file whose metadata or vocabulary is refused (here tiny-llama-Q4_0.gguf with

@@ -299,6 +299,10 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 	}
 	y := o.arena.array(b, t, heads*d)
 	kvHeads := ka.dims[1]
+	var sinks []float32
+	if opts.Sinks != nil {
+		sinks = weightData(opts.Sinks).([]float32)
+	}
 	jobs := make([]kernels.AttentionJob, 0, b*kvHeads)
 	for bi := range b {
 		n := o.tree.written(t) // the queries attending to the cache and, not written ahead, to the new keys: all but a tree's leaves
@@ -317,14 +321,14 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 				nw := (bi*kvHeads + g) * t * d // this head's new keys in k
 				runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
 			}
-			jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, 0, n, runs))
+			jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, 0, n, runs, sinks))
 			for leaf := n; leaf < t; leaf++ { // a tree's leaves: the cache up to their parent, then themselves
 				at := o.pos[bi][leaf]
 				nw := ((bi*kvHeads+g)*t + leaf) * d
 				own := kernels.KeyRun{K: ka.data[nw : nw+d], V: va.data[nw : nw+d], Pos: at, N: 1}
 				o.kv.Round(own.K) // as the cache would give it back, had it been written
 				o.kv.Round(own.V)
-				jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, leaf, 1, append(o.cacheRuns(leafCached[leaf-n], bi, g, kvHeads, d), own)))
+				jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, leaf, 1, append(o.cacheRuns(leafCached[leaf-n], bi, g, kvHeads, d), own), sinks))
 			}
 		}
 	}
@@ -353,15 +357,19 @@ func (o hostOps) cacheRuns(cached []kvcache.Run, bi, g, kvHeads, d int) []kernel
 }
 
 // job is the attention of row bi's queries t0 … t0+n−1 of the query heads sharing key/value head g, over runs,
-// writing into y.
-func (o hostOps) job(q, y *hostArray, bi, g, kvHeads, t0, n int, runs []kernels.KeyRun) kernels.AttentionJob {
+// writing into y; sinks are every query head's attention sinks (nil: none).
+func (o hostOps) job(q, y *hostArray, bi, g, kvHeads, t0, n int, runs []kernels.KeyRun, sinks []float32) kernels.AttentionJob {
 	heads, t, d := q.dims[1], q.dims[2], q.dims[3]
 	group := heads / kvHeads
-	return kernels.AttentionJob{
+	j := kernels.AttentionJob{
 		Q: q.data[(bi*heads+g*group)*t*d+t0*d:], QHead: t * d, QPos: d,
 		Out: y.data[bi*t*heads*d+g*group*d+t0*heads*d:], OutHead: d, OutPos: heads * d,
 		Heads: group, T: n, Pos0: o.pos[bi][t0], Runs: runs,
 	}
+	if sinks != nil {
+		j.Sinks = sinks[g*group : (g+1)*group]
+	}
+	return j
 }
 
 // row is the cache row of the activations' batch index bi.
@@ -415,6 +423,13 @@ func (o hostOps) Act(x model.Value, f model.Activation) model.Value {
 	default:
 		panic(fmt.Sprintf("engine: activation %d", f))
 	}
+	return y
+}
+
+func (o hostOps) ClampedSwiGLU(gate, up model.Value, alpha, limit float64) model.Value {
+	ga, ua := arr(gate), arr(up)
+	y := o.arena.array(ga.dims...)
+	kernels.ClampedSwiGLU(y.data, ga.data, ua.data, float32(alpha), float32(limit))
 	return y
 }
 

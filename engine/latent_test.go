@@ -99,8 +99,8 @@ func TestLatentDraftGreedyUnchanged(t *testing.T) {
 }
 
 // TestDeepSeekSynth: synth's DeepSeek-V3 shape, shrunk, opens and computes as the float64 reference does (one
-// pass on the graphs, token by token on the host kernels); split into q4 shards (block-quantized kv_b_proj, which
-// HeadLinear dequantizes per head), the host kernels' logits stay near the graphs' (which widen the blocks to
+// pass on the graphs, token by token on the host kernels); split into q4 shards (block-quantized k_b_proj and v_b_proj,
+// multiplied per head as quantized rows), the host kernels' logits stay near the graphs' (which widen the blocks to
 // float32 and multiply in float32).
 func TestDeepSeekSynth(t *testing.T) {
 	shape := synth.Shape{HiddenSize: 64, IntermediateSize: 96, NumLayers: 3, NumHeads: 4, VocabSize: 300,
@@ -137,22 +137,22 @@ func TestDeepSeekSynth(t *testing.T) {
 	}
 }
 
-// TestHeadLinear: hostOps.HeadLinear, plain and transposed, multiplies each head by its rows of a float32, bf16
-// and Q8_0 weight as a float64 product of the (dequantized) weight does; plain products of Q8_0 rows, which
-// round their inputs to 8 bits as every product of a block-quantized weight on the host kernels, give bit for
-// bit what Linear gives with those rows.
+// TestHeadLinear: hostOps.HeadLinear multiplies each head by its rows of a float32, bf16 and Q8_0 weight as a
+// float64 product of the (dequantized) weight does; products of Q8_0 rows, which round their inputs to 8 bits as
+// every product of a block-quantized weight on the host kernels, give bit for bit what Linear gives with those
+// rows.
 func TestHeadLinear(t *testing.T) {
-	const heads, per, in, from, n, b, tt = 3, 5, 64, 1, 3, 2, 2
+	const heads, n, in, b, tt = 3, 5, 64, 2, 2
 	rng := rand.New(rand.NewPCG(3, 4))
-	w := make([]float32, heads*per*in)
+	w := make([]float32, heads*n*in)
 	for i := range w {
 		w[i] = float32(rng.NormFloat64())
 	}
-	q := make([]byte, heads*per*in/32*34)
+	q := make([]byte, heads*n*in/32*34)
 	if err := quant.Quantize(quant.Q8_0, q, w); err != nil {
 		t.Fatal(err)
 	}
-	qm, err := kernels.NewQuantMatrix(quant.Q8_0, q, heads*per, in)
+	qm, err := kernels.NewQuantMatrix(quant.Q8_0, q, heads*n, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,87 +166,80 @@ func TestHeadLinear(t *testing.T) {
 		bf[i] = bfloat16.FromFloat32(v)
 		wb[i] = bf[i].Float32()
 	}
-	shape := shapes.Make(dtypes.Float32, heads*per, in)
+	shape := shapes.Make(dtypes.Float32, heads*n, in)
 	for _, c := range []struct {
 		name  string
 		flat  any
 		exact []float32 // the weights it holds, as float32
 	}{{"f32", w, w}, {"bf16", bf, wb}, {"q8_0", qm, wq}} {
-		for _, transposed := range []bool{false, true} {
-			k, out := in, n
-			if transposed {
-				k, out = n, in
-			}
-			x := newHostArray(b, heads, tt, k)
-			for i := range x.data {
-				x.data[i] = float32(rng.NormFloat64())
-			}
-			y := arr(hostOps{}.HeadLinear(x, &deviceTensor{flat: c.flat, shape: shape}, from, n, transposed))
-			if c.name == "q8_0" && !transposed {
-				for h := range heads {
-					rows := &deviceTensor{flat: qm.RowRange(h*per+from, n), shape: shapes.Make(dtypes.Float32, n, in)}
-					for bi := range b {
-						at := (bi*heads + h) * tt
-						xh := &hostArray{data: x.data[at*k : (at+tt)*k], dims: []int{tt, k}}
-						if want := arr(hostOps{}.Linear(xh, rows, nil)).data; !slices.Equal(y.data[at*out:(at+tt)*out], want) {
-							t.Errorf("q8_0 head %d row %d: %v, Linear of its rows %v", h, bi, y.data[at*out:(at+tt)*out], want)
-						}
+		x := newHostArray(b, heads, tt, in)
+		for i := range x.data {
+			x.data[i] = float32(rng.NormFloat64())
+		}
+		y := arr(hostOps{}.HeadLinear(x, &deviceTensor{flat: c.flat, shape: shape}))
+		if c.name == "q8_0" {
+			for h := range heads {
+				rows := &deviceTensor{flat: qm.RowRange(h*n, n), shape: shapes.Make(dtypes.Float32, n, in)}
+				for bi := range b {
+					at := (bi*heads + h) * tt
+					xh := &hostArray{data: x.data[at*in : (at+tt)*in], dims: []int{tt, in}}
+					if want := arr(hostOps{}.Linear(xh, rows, nil)).data; !slices.Equal(y.data[at*n:(at+tt)*n], want) {
+						t.Errorf("q8_0 head %d row %d: %v, Linear of its rows %v", h, bi, y.data[at*n:(at+tt)*n], want)
 					}
 				}
-				continue
 			}
-			worst := 0.0
-			for r := range b * heads * tt {
-				h := r / tt % heads
-				for o := range out {
-					var want float64
-					for i := range k {
-						row, col := h*per+from+o, i // plain: y_o = Σ_i W[o, i]·x_i
-						if transposed {
-							row, col = h*per+from+i, o // transposed: y_o = Σ_j W[j, o]·x_j
-						}
-						want += float64(c.exact[row*in+col]) * float64(x.data[r*k+i])
-					}
-					worst = max(worst, math.Abs(float64(y.data[r*out+o])-want))
+			continue
+		}
+		worst := 0.0
+		for r := range b * heads * tt {
+			h := r / tt % heads
+			for o := range n {
+				var want float64
+				for i := range in {
+					want += float64(c.exact[(h*n+o)*in+i]) * float64(x.data[r*in+i])
 				}
+				worst = max(worst, math.Abs(float64(y.data[r*n+o])-want))
 			}
-			if worst > 1e-4 {
-				t.Errorf("%s, transposed %v: differs from the float64 product by %g", c.name, transposed, worst)
-			}
+		}
+		if worst > 1e-4 {
+			t.Errorf("%s: differs from the float64 product by %g", c.name, worst)
 		}
 	}
 }
 
-// BenchmarkHeadLinear is the absorbed kv_b_proj of one DeepSeek-V3 layer at one decode step (128 heads; its key
-// rows, 128 per head, transposed; its value rows, 128 per head; kv_lora_rank 512), in Q4_K as q4 shards hold it.
+// BenchmarkHeadLinear is the absorbed kv_b_proj of one DeepSeek-V3 layer at one decode step (128 heads,
+// kv_lora_rank 512) as q4 shards hold it: its key part k_b_proj [128·512, 128] (each head's rows transposed at
+// split time; rows of 128 are too short for Q4_K's 256, so shards.Q4 stores them in Q4_1) and its value part
+// v_b_proj [128·128, 512] in Q4_K.
 func BenchmarkHeadLinear(b *testing.B) {
 	const heads, nope, v, rank = 128, 128, 128, 512
-	rows := heads * (nope + v)
-	w := make([]float32, rows*rank)
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range w {
-		w[i] = float32(rng.NormFloat64()) * 0.02
+	weight := func(typ quant.Type, rows, in int) *deviceTensor {
+		w := make([]float32, rows*in)
+		for i := range w {
+			w[i] = float32(rng.NormFloat64()) * 0.02
+		}
+		f, _ := typ.Format()
+		q := make([]byte, rows*in/f.BlockElems*f.BlockBytes)
+		if err := quant.Quantize(typ, q, w); err != nil {
+			b.Fatal(err)
+		}
+		qm, err := kernels.NewQuantMatrix(typ, q, rows, in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return &deviceTensor{flat: qm, shape: shapes.Make(dtypes.Float32, rows, in)}
 	}
-	f, _ := quant.Q4_K.Format()
-	q := make([]byte, rows*rank/f.BlockElems*f.BlockBytes)
-	if err := quant.Quantize(quant.Q4_K, q, w); err != nil {
-		b.Fatal(err)
-	}
-	qm, err := kernels.NewQuantMatrix(quant.Q4_K, q, rows, rank)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wt := &deviceTensor{flat: qm, shape: shapes.Make(dtypes.Float32, rows, rank)}
 	b.Run("keys", func(b *testing.B) {
-		x := newHostArray(1, heads, 1, nope)
+		w, x := weight(quant.Q4_1, heads*rank, nope), newHostArray(1, heads, 1, nope)
 		for b.Loop() {
-			hostOps{}.HeadLinear(x, wt, 0, nope, true)
+			hostOps{}.HeadLinear(x, w)
 		}
 	})
 	b.Run("values", func(b *testing.B) {
-		x := newHostArray(1, heads, 1, rank)
+		w, x := weight(quant.Q4_K, heads*v, rank), newHostArray(1, heads, 1, rank)
 		for b.Loop() {
-			hostOps{}.HeadLinear(x, wt, nope, v, false)
+			hostOps{}.HeadLinear(x, w)
 		}
 	})
 }

@@ -94,6 +94,12 @@ func checkLlamaCppSource(ck *checkpoint.Checkpoint, dtype string) error {
 	return nil
 }
 
+// llamaCppUncovered says why Arithmetic llama.cpp does not cover an architecture layerstream reads from llama.cpp's
+// GGUF files in its own arithmetic.
+var llamaCppUncovered = map[string]string{
+	"DeepseekV3ForCausalLM": "multi-head latent attention: llama.cpp's deepseek2 graph (its attn_k_b and attn_v_b products around an attention over the latent, in its order of sums, and its yarn rope with the scale it folds into the scores) is not reproduced; the engine's arithmetic gives its logits within 1e-4",
+}
+
 // checkLlamaCppModel refuses, by name, what Arithmetic llama.cpp does not reproduce in a model: its
 // architecture and configuration (c, and plan when not nil) and the types of its matrices (tensors; tied: the
 // output head is the embedding).
@@ -101,6 +107,9 @@ func checkLlamaCppModel(c *checkpoint.Config, plan *model.Plan, tensors []checkp
 	name := ""
 	if len(c.Architectures) > 0 {
 		name = c.Architectures[0]
+	}
+	if why, ok := llamaCppUncovered[name]; ok {
+		return fmt.Errorf("architecture %s is not covered: %s", name, why)
 	}
 	if llamaCppGraphs[name] == nil {
 		return fmt.Errorf("architecture %s is not covered (covered: %s)", name, strings.Join(slices.Sorted(maps.Keys(llamaCppGraphs)), ", "))
@@ -322,7 +331,7 @@ func (o hostOps) llamaCppAttention(q, k, v *hostArray, opts model.AttentionOptio
 	s := o.kv.Slots()
 	y := o.arena.array(b, t, heads*d)
 	// What checkLlamaCpp keeps out: a window, soft-capping, another scale than llama.cpp's.
-	if o.window != 0 || opts.SoftCap != 0 || !o.llamaCpp.configScale && math.Abs(opts.Scale*math.Sqrt(float64(d))-1) > 1e-12 {
+	if o.window != 0 || opts.SoftCap != 0 || opts.Sinks != nil || !o.llamaCpp.configScale && math.Abs(opts.Scale*math.Sqrt(float64(d))-1) > 1e-12 {
 		panic(fmt.Sprintf("engine: arithmetic llama.cpp: attention with window %d, soft cap %g, scale %g is not reproduced", o.window, opts.SoftCap, opts.Scale))
 	}
 	scale := 1 / float32(math.Sqrt(float64(d))) // 1.0f/sqrtf(n_embd_head)

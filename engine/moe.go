@@ -61,11 +61,12 @@ func (o hostOps) Route(logits model.Value, opts model.RouteOptions) model.Value 
 }
 
 // routeRow chooses one row's experts from its router logits as transformers' routers do, in float32 (llamaCpp:
-// as llama.cpp's build_moe_ffn does on the CPU; routeScores, renormalize): scores (softmax over the experts, or
-// each logit's sigmoid), the k best by score (+ bias; LogitSigmoidScores: by logit) among the experts of the
-// groups kept (opts.Groups: a group's score is the sum of its two best, in llama.cpp too), ties to the lower
-// expert index (llama.cpp's argsort: descending), their unbiased scores as weights, renormalized to sum 1 with
-// opts.Norm, times opts.Scale (ggml_scale). choice is scratch.
+// as llama.cpp's build_moe_ffn does on the CPU; routeScores, renormalize): scores (softmax over the experts, each
+// logit's sigmoid, or the logits themselves), the k best by score (+ bias; LogitSigmoidScores: by logit) among the
+// experts of the groups kept (opts.Groups: a group's score is the sum of its two best, in llama.cpp too), ties to
+// the lower expert index (llama.cpp's argsort: descending), their unbiased scores as weights (TopKSoftmax: the
+// softmax of the k chosen logits), renormalized to sum 1 with opts.Norm, times opts.Scale (ggml_scale). choice is
+// scratch.
 func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []float32, experts []int, weights []float32, llamaCpp bool) {
 	routeScores(logits, opts, scores, llamaCpp)
 	copy(choice, scores)
@@ -79,6 +80,9 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 		limitGroups(choice, opts.Groups, opts.TopGroups)
 	}
 	topK(choice, scores, experts, weights)
+	if opts.Score == model.TopKSoftmax {
+		softmax32(weights, weights)
+	}
 	if opts.Norm {
 		renormalize(weights, llamaCpp)
 	}
@@ -89,7 +93,8 @@ func routeRow(logits []float32, opts model.RouteOptions, bias, scores, choice []
 	}
 }
 
-// routeScores sets scores from a row's router logits: softmax in float32, or each logit's sigmoid; with llamaCpp,
+// routeScores sets scores from a row's router logits: softmax in float32, each logit's sigmoid, or the logits
+// (TopKSoftmax); with llamaCpp,
 // ggml's soft_max (ggml.SoftMax) or its sigmoid, 1/(1 + expf(-x)) with the C library's expf (checkLlamaCppModel
 // admits no other scores).
 func routeScores(logits []float32, opts model.RouteOptions, scores []float32, llamaCpp bool) {
@@ -103,20 +108,11 @@ func routeScores(logits []float32, opts model.RouteOptions, scores []float32, ll
 	case llamaCpp:
 		panic(fmt.Sprintf("engine: arithmetic llama.cpp: router scores %d", opts.Score))
 	case opts.Score == model.SoftmaxScores:
-		top := float32(math.Inf(-1))
-		for _, v := range logits {
-			top = max(top, v)
-		}
-		var sum float32
-		for i, v := range logits {
-			scores[i] = float32(math.Exp(float64(v - top)))
-			sum += scores[i]
-		}
-		for i := range scores {
-			scores[i] /= sum
-		}
+		softmax32(scores, logits)
 	case opts.Score == model.SigmoidScores, opts.Score == model.LogitSigmoidScores:
 		sigmoid(scores, logits)
+	case opts.Score == model.TopKSoftmax:
+		copy(scores, logits)
 	}
 }
 
@@ -152,6 +148,22 @@ func topK(choice, scores []float32, experts []int, weights []float32) {
 			}
 		}
 		experts[j], weights[j] = best, scores[best]
+	}
+}
+
+// softmax32 sets dst to the softmax of src in float32 (dst may be src): e^(v − max) each, divided by their sum.
+func softmax32(dst, src []float32) {
+	top := float32(math.Inf(-1))
+	for _, v := range src {
+		top = max(top, v)
+	}
+	var sum float32
+	for i, v := range src {
+		dst[i] = float32(math.Exp(float64(v - top)))
+		sum += dst[i]
+	}
+	for i := range dst {
+		dst[i] /= sum
 	}
 }
 
@@ -303,6 +315,8 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 		scores = Softmax(l, -1)
 	case model.SigmoidScores, model.LogitSigmoidScores:
 		scores = Sigmoid(l)
+	case model.TopKSoftmax:
+		scores = l
 	}
 	choice := scores
 	if opts.Score == model.LogitSigmoidScores {
@@ -314,7 +328,14 @@ func (g graphOps) Route(logits model.Value, opts model.RouteOptions) model.Value
 	if opts.Groups > 1 {
 		choice = limitGroupsGraph(choice, opts.Groups, opts.TopGroups)
 	}
-	w := Mul(scores, topOneHot(choice, opts.K))
+	chosen := topOneHot(choice, opts.K)
+	var w *Node
+	if opts.Score == model.TopKSoftmax { // the softmax over the chosen logits, the largest of which is the row's
+		e := Mul(Exp(Sub(l, ReduceAndKeep(l, ReduceMax, -1))), chosen)
+		w = Div(e, ReduceAndKeep(e, ReduceSum, -1))
+	} else {
+		w = Mul(scores, chosen)
+	}
 	if opts.Norm {
 		w = Div(w, ReduceAndKeep(w, ReduceSum, -1))
 	}

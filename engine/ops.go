@@ -84,6 +84,13 @@ func (g graphOps) Act(x model.Value, f model.Activation) model.Value {
 	panic(fmt.Sprintf("engine: activation %d", f))
 }
 
+func (g graphOps) ClampedSwiGLU(gate, up model.Value, alpha, limit float64) model.Value {
+	gt := MinScalar(node(gate), float64(float32(limit)))
+	u := ClipScalar(node(up), -float64(float32(limit)), float64(float32(limit)))
+	glu := Mul(gt, Sigmoid(MulScalar(gt, float64(float32(alpha)))))
+	return Mul(OnePlus(u), glu)
+}
+
 // softCap is c·tanh(x/c).
 func softCap(x *Node, c float64) *Node { return MulScalar(Tanh(MulScalar(x, 1/c)), c) }
 
@@ -170,7 +177,8 @@ func rotary(x, cos, sin *Node) *Node {
 
 // attention is causal grouped-query attention. q is [B, heads, T, d]; k and v are the new positions
 // [B, kvHeads, T, d]; pastK/pastV the cache [B, kvHeads, S, d]; mask [B, T, S+T] is additive. Scores are
-// q·k·opts.Scale, soft-capped when opts.SoftCap > 0, then masked. It returns [B, T, heads*d].
+// q·k·opts.Scale, soft-capped when opts.SoftCap > 0, then masked; opts.Sinks ([heads]) join each head's
+// softmax as one more score whose weight is dropped. It returns [B, T, heads*d].
 func attention(q, k, v, pastK, pastV, mask *Node, opts model.AttentionOptions) *Node {
 	qd := q.Shape().Dimensions
 	b, heads, t, d := qd[0], qd[1], qd[2], qd[3]
@@ -188,7 +196,14 @@ func attention(q, k, v, pastK, pastV, mask *Node, opts model.AttentionOptions) *
 	}
 	scores = Reshape(scores, b, kvHeads, group, t, n)
 	scores = Add(scores, BroadcastToDims(InsertAxes(mask, 1, 1), b, kvHeads, group, t, n))
-	probs := Reshape(Softmax(scores, -1), b, kvHeads, group*t, n)
+	var probs *Node
+	if opts.Sinks != nil { // query head kv*group + r's sink as a last column of its scores, dropped after the softmax
+		sinks := BroadcastToDims(Reshape(f32(node(opts.Sinks)), 1, kvHeads, group, 1, 1), b, kvHeads, group, t, 1)
+		probs = SliceAxis(Softmax(Concatenate([]*Node{scores, sinks}, -1), -1), -1, AxisRange(0, n))
+	} else {
+		probs = Softmax(scores, -1)
+	}
+	probs = Reshape(probs, b, kvHeads, group*t, n)
 	out := DotGeneral(probs, []int{3}, []int{0, 1}, values, []int{2}, []int{0, 1}) // [B, kvH, group*T, d]
 	out = Reshape(out, b, heads, t, d)
 	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3), b, t, heads*d)

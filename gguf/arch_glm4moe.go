@@ -1,6 +1,9 @@
 package gguf
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+)
 
 // llama.cpp's expert_gating_func values (llama-hparams.h).
 const (
@@ -20,19 +23,29 @@ const (
 // the model's are multi-token-prediction layers, left out (archInfo.nextn); rope.dimension_sections (multimodal
 // rotary sections) is refused by name.
 func init() {
-	register("glm4moe", archInfo{hf: "Glm4MoeForCausalLM", partialRotary: true, names: map[string]string{
+	register("glm4moe", archInfo{hf: "Glm4MoeForCausalLM", partialRotary: true, names: withSigmoidExperts(map[string]string{
 		"post_attention_norm.weight": "post_attention_layernorm.weight",
 		"ffn_norm.weight":            "",
 		"attn_q_norm.weight":         "self_attn.q_norm.weight",
 		"attn_k_norm.weight":         "self_attn.k_norm.weight",
-		"ffn_gate_inp.weight":        "mlp.gate.weight",
-		"exp_probs_b.bias":           "mlp.gate.e_score_correction_bias",
-		"ffn_gate_shexp.weight":      "mlp.shared_experts.gate_proj.weight",
-		"ffn_up_shexp.weight":        "mlp.shared_experts.up_proj.weight",
-		"ffn_down_shexp.weight":      "mlp.shared_experts.down_proj.weight",
-	}, keys: []string{"expert_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
-		"expert_weights_scale", "expert_weights_norm", "expert_gating_func"},
+	}), keys: sigmoidExpertKeys,
 		moe: &moeInfo{countKey: "n_routed_experts", experts: qwenExperts, groups: true}, nextn: true, nextnKey: "num_nextn_predict_layers", config: glm4moeConfig})
+}
+
+// sigmoidExpertKeys are the expert keys sigmoidExperts reads (GLM-4.5's and DeepSeek-V3's).
+var sigmoidExpertKeys = []string{"expert_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
+	"expert_weights_scale", "expert_weights_norm", "expert_gating_func"}
+
+// withSigmoidExperts adds to names the router, choice bias and shared experts' tensors of GLM-4.5 and DeepSeek-V3.
+func withSigmoidExperts(names map[string]string) map[string]string {
+	maps.Copy(names, map[string]string{
+		"ffn_gate_inp.weight":   "mlp.gate.weight",
+		"exp_probs_b.bias":      "mlp.gate.e_score_correction_bias",
+		"ffn_gate_shexp.weight": "mlp.shared_experts.gate_proj.weight",
+		"ffn_up_shexp.weight":   "mlp.shared_experts.up_proj.weight",
+		"ffn_down_shexp.weight": "mlp.shared_experts.down_proj.weight",
+	})
+	return names
 }
 
 // glm4moeConfig reads GLM-4.5's expert keys into Glm4MoeConfig's.
@@ -40,6 +53,13 @@ func glm4moeConfig(m archMeta, cfg map[string]any) error {
 	_, bias := m.Tensor("blk.0.attn_q.bias")
 	_, qkNorm := m.Tensor("blk.0.attn_q_norm.weight")
 	cfg["model_type"], cfg["attention_bias"], cfg["use_qk_norm"] = "glm4_moe", bias, qkNorm
+	return m.sigmoidExperts(cfg, true)
+}
+
+// sigmoidExperts reads the expert keys GLM-4.5 and DeepSeek-V3 share into their config's spelling: the experts'
+// and shared experts' widths, the leading dense layers, expert_weights_scale and _norm, one group unless
+// expertGroups read more, and sigmoid gating (orNone: see sigmoidGating).
+func (m archMeta) sigmoidExperts(cfg map[string]any, orNone bool) error {
 	if _, ok := cfg["n_group"]; !ok { // one group unless expertGroups read more
 		cfg["n_group"], cfg["topk_group"] = 1, 1
 	}
@@ -70,7 +90,7 @@ func glm4moeConfig(m archMeta, cfg map[string]any) error {
 		return err
 	}
 	cfg["norm_topk_prob"] = norm
-	return m.sigmoidGating(true)
+	return m.sigmoidGating(orNone)
 }
 
 // sigmoidGating refuses an expert_gating_func other than sigmoid (the routers these families' models compute);

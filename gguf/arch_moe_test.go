@@ -38,6 +38,9 @@ func TestMoEMapping(t *testing.T) {
 			map[string]any{"NGroup": 4, "TopKGroup": 2}},
 		{"minimax_m2", "MiniMaxM2ForCausalLM", "block_sparse_moe.experts.%d.w1.weight", 8, 2, nil, nil},
 		{"qwen3moe-q4km", "Qwen3MoeForCausalLM", "mlp.experts.%d.gate_proj.weight", 4, 2, true, nil},
+		{"deepseek_v3", "DeepseekV3ForCausalLM", "mlp.experts.%d.gate_proj.weight", 8, 3, true,
+			map[string]any{"FirstKDenseReplace": 1, "NSharedExperts": 1, "NumHiddenLayers": 3, "RoutedScalingFactor": 2.5,
+				"NGroup": 4, "TopKGroup": 2, "MoEIntermediateSize": 32}},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			g := openMoE(t, c.file)
@@ -151,5 +154,50 @@ func TestMoERefuses(t *testing.T) {
 	}
 	if slices.ContainsFunc(ck.Tensors, func(t checkpoint.TensorInfo) bool { return strings.HasPrefix(t.Name, "model.layers.3.") }) {
 		t.Errorf("a multi-token-prediction tensor is in the checkpoint")
+	}
+}
+
+// TestDeepSeek2: llama.cpp's deepseek2 file of the deepseek_v3 fixture reads as its checkpoint: the latent
+// attention's sizes from key_length_mla, value_length_mla and the latent's key_length/value_length, one key/value
+// head per query head, rope_interleave, yarn's mscale_all_dim from yarn_log_multiplier, and attn_k_b/attn_v_b
+// ([heads, rows, columns]) as k_b_proj [heads·kv_lora_rank, nope] and v_b_proj [heads·v, kv_lora_rank], views of
+// the file's bytes; what it does not implement is refused by name.
+func TestDeepSeek2(t *testing.T) {
+	ck, err := openMoE(t, "deepseek_v3").Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.KVLoraRank != 32 || c.QLoraRank == nil || *c.QLoraRank != 48 || c.QKNopeHeadDim != 16 || c.QKRopeHeadDim != 8 ||
+		c.VHeadDim != 24 || c.NumKeyValueHeads != 4 || !c.RopeInterleave || c.Rope.Type != "yarn" || c.Rope.MscaleAllDim != 1 ||
+		c.Rope.Mscale != 1 || c.Rope.Factor != 4 || c.ScoringFunc != "sigmoid" {
+		t.Errorf("config %+v, rope %+v", c.LatentAttention, c.Rope)
+	}
+	for name, want := range map[string][]int64{"model.layers.1.self_attn.k_b_proj.weight": {4 * 32, 16},
+		"model.layers.1.self_attn.v_b_proj.weight": {4 * 24, 32}} {
+		if ti, ok := ck.Tensor(name); !ok || !slices.Equal(ti.Shape, want) || ti.Transformed() {
+			t.Errorf("%s: %+v, want shape %v read as stored", name, ti, want)
+		}
+	}
+	u32 := func(v uint32) *Value { return &Value{Type: TypeUint32, V: v} }
+	for _, c := range []struct {
+		key  string
+		v    *Value
+		want string
+	}{
+		{"deepseek2.expert_gating_func", u32(gatingSoftmax), "deepseek2.expert_gating_func is 1 (softmax)"},
+		{"deepseek2.expert_gating_func", nil, "deepseek2.expert_gating_func is missing or none: llama.cpp reads such a deepseek2 file (DeepSeek-V2, V2.5) with softmax"},
+		{"deepseek2.attention.kv_lora_rank", nil, "deepseek2.attention.kv_lora_rank is missing"},
+		{"deepseek2.attention.key_length", u32(24), "deepseek2.attention.key_length is 24, want kv_lora_rank + rope.dimension_count = 40"},
+		{"deepseek2.attention.value_length", u32(24), "deepseek2.attention.value_length is 24, want kv_lora_rank 32"},
+		{"deepseek2.rope.scaling.type", &Value{Type: TypeString, V: "none"}, "yarn_log_multiplier is 0.1 without yarn"},
+		{"deepseek2.expert_group_used_count", u32(4), "want at least 1 and fewer than the groups"},
+		{"deepseek2.attention.sliding_window_pattern", u32(2), "deepseek2.attention.sliding_window_pattern is not supported"},
+	} {
+		g := openMoE(t, "deepseek_v3")
+		setKV(g, c.key, c.v)
+		if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s = %v: got %v, want an error containing %q", c.key, c.v, err, c.want)
+		}
 	}
 }

@@ -76,7 +76,7 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 				continue
 			}
 		}
-		ts, err := info.tensors(t, cfg)
+		ts, err := info.tensors(g, t, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -114,18 +114,18 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	return checkpoint.New(g.Path, cfg, gen, tensors, files)
 }
 
-// tensors maps the file's tensor t to the checkpoint's: none for a tensor that carries configuration
+// tensors maps the file g's tensor t to the checkpoint's: none for a tensor that carries configuration
 // (configTensors), one per expert for fused experts, else t
 // under its Hugging Face name, its shape checked against cfg, marked for reordering where llama.cpp's converter
 // changed its rows or values.
-func (info archInfo) tensors(t TensorInfo, cfg *checkpoint.Config) ([]checkpoint.TensorInfo, error) {
+func (info archInfo) tensors(g *File, t TensorInfo, cfg *checkpoint.Config) ([]checkpoint.TensorInfo, error) {
 	if slices.Contains(info.configTensors, t.Name) {
 		return nil, nil
 	}
 	ct := checkpoint.TensorInfo{DType: checkpoint.DTypeOf(t.Type), Shape: t.Shape(), File: t.Path,
 		Offset: t.Offset, Length: t.Size}
 	if n, part, ok := layerOf(t.Name); ok {
-		experts, fused, err := info.moeTensors(t, ct, fmt.Sprintf("model.layers.%d.", n), part)
+		experts, fused, err := info.moeTensors(g, t, ct, fmt.Sprintf("model.layers.%d.", n), part)
 		if err != nil || fused {
 			for _, e := range experts {
 				if err := info.checkShape(e.Name, e.Shape, cfg); err != nil && !info.layerShapes {

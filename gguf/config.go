@@ -56,6 +56,9 @@ type archInfo struct {
 	// layerShapes: the layers' shapes differ by layer (Gemma 4's full layers), so the tensors are checked
 	// against the engine's plan (weightStore.checkTensors) rather than against the config here.
 	layerShapes bool
+	// latent: multi-head latent attention (deepseek2): attention.key_length, value_length and
+	// rope.dimension_count describe the latent rather than a head, and config reads them.
+	latent bool
 	// plainNorms are the Hugging Face name suffixes of norms normsPlusOne leaves as stored (Qwen3.5's gated
 	// ssm_norm, which Hugging Face applies as x·w).
 	plainNorms []string
@@ -175,27 +178,10 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 	if heads == 0 {
 		return nil, nil, fmt.Errorf("metadata %s is 0", key("attention.head_count"))
 	}
-	headDim := hidden / heads
-	if v, ok, err := g.Int(key("attention.key_length")); err != nil {
-		return nil, nil, err
-	} else if ok {
-		headDim = v
-	}
-	if v, ok, err := g.Int(key("attention.value_length")); err != nil {
-		return nil, nil, err
-	} else if ok && v != headDim {
-		return nil, nil, fmt.Errorf("metadata %s (%d) differs from the key length (%d): not supported", key("attention.value_length"), v, headDim)
-	}
-	cfg["head_dim"] = headDim
-	if v, ok, err := g.Int(key("rope.dimension_count")); err != nil {
-		return nil, nil, err
-	} else if ok && v != headDim {
-		// The factor must give v back as Hugging Face computes the rotated dimensions: int(head_dim * factor).
-		f := float64(v) / float64(headDim)
-		if !info.partialRotary || v <= 0 || v > headDim || v%2 != 0 || int(float64(headDim)*f) != v {
-			return nil, nil, fmt.Errorf("metadata %s is %d, the head dimension %d: partial rotary embeddings are not supported", key("rope.dimension_count"), v, headDim)
+	if !info.latent {
+		if err := g.headDims(arch, info, hidden/heads, cfg); err != nil {
+			return nil, nil, err
 		}
-		cfg["partial_rotary_factor"] = f
 	}
 	ctx := 2048
 	if v, ok, err := g.Int(key("context_length")); err != nil {
@@ -363,4 +349,32 @@ func (g *File) ropeScaling(arch string, cfg map[string]any) error {
 // float32JSON spells a metadata float (a float32) as the shortest decimal that reads back as it.
 func float32JSON(v float64) json.Number {
 	return json.Number(strconv.FormatFloat(v, 'g', -1, 32))
+}
+
+// headDims reads the head dimension (attention.key_length, default hidden / heads), refuses a value_length that
+// differs from it, and reads rope.dimension_count (partial rotary where the architecture has it).
+func (g *File) headDims(arch string, info archInfo, headDim int, cfg map[string]any) error {
+	key := func(k string) string { return arch + "." + k }
+	if v, ok, err := g.Int(key("attention.key_length")); err != nil {
+		return err
+	} else if ok {
+		headDim = v
+	}
+	if v, ok, err := g.Int(key("attention.value_length")); err != nil {
+		return err
+	} else if ok && v != headDim {
+		return fmt.Errorf("metadata %s (%d) differs from the key length (%d): not supported", key("attention.value_length"), v, headDim)
+	}
+	cfg["head_dim"] = headDim
+	if v, ok, err := g.Int(key("rope.dimension_count")); err != nil {
+		return err
+	} else if ok && v != headDim {
+		// The factor must give v back as Hugging Face computes the rotated dimensions: int(head_dim * factor).
+		f := float64(v) / float64(headDim)
+		if !info.partialRotary || v <= 0 || v > headDim || v%2 != 0 || int(float64(headDim)*f) != v {
+			return fmt.Errorf("metadata %s is %d, the head dimension %d: partial rotary embeddings are not supported", key("rope.dimension_count"), v, headDim)
+		}
+		cfg["partial_rotary_factor"] = f
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,8 +20,13 @@ type moeInfo struct {
 	// (num_local_experts, num_experts, n_routed_experts).
 	countKey string
 	// experts maps the fused tensors (ffn_gate_exps.weight...) to each expert's Hugging Face name after the
-	// layer's prefix, %d standing for the expert.
+	// layer's prefix, %d standing for the expert; a fused tensor mapped to "" is read as the second part of its
+	// gateUp tensor instead.
 	experts map[string]string
+	// gateUp maps a fused gate tensor (ffn_gate_exps.weight, .bias) to its up tensor: each expert's gate and up
+	// read as one tensor (named by experts), the gate rows then the up rows (gpt-oss's gate_up_proj:
+	// checkpoint.TensorInfo.Second).
+	gateUp map[string]string
 	// optional: a file without expert_count is the architecture's dense model (llama); otherwise llama.cpp
 	// requires it.
 	optional bool
@@ -57,7 +63,7 @@ func (g *File) moeConfig(arch string, info archInfo, cfg map[string]any) error {
 			n uint64
 		}{{"expert_count", n}, {"expert_used_count", used}} {
 			if v.n != 0 {
-				return fmt.Errorf("metadata %s is %d: llama.cpp's %s architecture has no routed experts that layerstream reads (mixture-of-experts GGUF files are read for llama (Mixtral), qwen2moe, qwen3moe, olmoe, glm4moe, minimax-m2, gemma4, qwen35moe and qwen3next)", key(v.k), v.n, arch)
+				return fmt.Errorf("metadata %s is %d: llama.cpp's %s architecture has no routed experts that layerstream reads (mixture-of-experts GGUF files are read for llama (Mixtral), qwen2moe, qwen3moe, olmoe, glm4moe, minimax-m2, gemma4, qwen35moe, qwen3next, gpt-oss and deepseek2)", key(v.k), v.n, arch)
 			}
 		}
 	} else if hasN && n > 0 || !info.moe.optional {
@@ -113,7 +119,7 @@ func (g *File) expertGroups(arch string, info archInfo, cfg map[string]any) erro
 
 // moeTensors returns t's per-expert tensors where t is one of the architecture's fused experts (prefix: the
 // layer's Hugging Face prefix, "model.layers.N."), with ok false where it is not.
-func (a archInfo) moeTensors(t TensorInfo, ct checkpoint.TensorInfo, prefix, part string) ([]checkpoint.TensorInfo, bool, error) {
+func (a archInfo) moeTensors(g *File, t TensorInfo, ct checkpoint.TensorInfo, prefix, part string) ([]checkpoint.TensorInfo, bool, error) {
 	if a.moe == nil {
 		return nil, false, nil
 	}
@@ -121,11 +127,34 @@ func (a archInfo) moeTensors(t TensorInfo, ct checkpoint.TensorInfo, prefix, par
 	if !ok {
 		return nil, false, nil
 	}
-	if len(t.Dims) != 3 {
-		return nil, true, fmt.Errorf("tensor %q has %d dimensions, want 3 ([in, out, experts])", t.Name, len(t.Dims))
+	if name == "" { // the up part of a gateUp pair: its gate part reads it
+		return nil, true, nil
+	}
+	if dims := 3 - strings.Count(part, ".bias"); len(t.Dims) != dims {
+		return nil, true, fmt.Errorf("tensor %q has %d dimensions, want %d ([in, out, experts], or a bias [out, experts])", t.Name, len(t.Dims), dims)
 	}
 	out, err := checkpoint.SplitExperts(ct, prefix+name, false, false)
-	return out, true, err
+	if err != nil || a.moe.gateUp[part] == "" {
+		return out, true, err
+	}
+	return pairGateUp(g, t, a.moe.gateUp[part], out)
+}
+
+// pairGateUp makes each expert's tensor of out (cut from the fused gate tensor t) its gate rows then its up rows:
+// the same expert's slice of t's up tensor (up: its part name) as the tensor's second range.
+func pairGateUp(g *File, t TensorInfo, up string, out []checkpoint.TensorInfo) ([]checkpoint.TensorInfo, bool, error) {
+	upName := t.Name[:strings.Index(t.Name, ".ffn_")+1] + up
+	u, ok := g.Tensor(upName)
+	if !ok || u.Type != t.Type || !slices.Equal(u.Dims, t.Dims) || u.Path != t.Path {
+		return nil, true, fmt.Errorf("tensor %q has no %q of its type and shape in its file: its experts' gate and up projections are read together", t.Name, upName)
+	}
+	per := u.Size / int64(len(out))
+	for e := range out {
+		out[e].Shape = append([]int64{2 * out[e].Shape[0]}, out[e].Shape[1:]...)
+		out[e].Second = checkpoint.Range{Offset: u.Offset + int64(e)*per, Length: per}
+		out[e].Length += per
+	}
+	return out, true, nil
 }
 
 // layerOf splits a tensor name blk.N.<part> into N and part (ok false for a global tensor).
@@ -157,6 +186,12 @@ func moeShape(hf string, c *checkpoint.Config) []int64 {
 	}
 	matrix := func(rows int64, name string) []int64 {
 		switch {
+		case strings.HasSuffix(name, "gate_up_proj.weight"):
+			return []int64{2 * rows, h}
+		case strings.HasSuffix(name, "gate_up_proj.bias"):
+			return []int64{2 * rows}
+		case strings.HasSuffix(name, "down_proj.bias"):
+			return []int64{h}
 		case strings.HasSuffix(name, "gate_proj.weight"), strings.HasSuffix(name, "up_proj.weight"),
 			strings.HasSuffix(name, ".w1.weight"), strings.HasSuffix(name, ".w3.weight"):
 			return []int64{rows, h}
@@ -166,10 +201,12 @@ func moeShape(hf string, c *checkpoint.Config) []int64 {
 		return nil
 	}
 	switch {
-	case strings.HasSuffix(hf, ".mlp.gate.weight"), strings.HasSuffix(hf, ".block_sparse_moe.gate.weight"):
+	case strings.HasSuffix(hf, ".mlp.gate.weight"), strings.HasSuffix(hf, ".block_sparse_moe.gate.weight"), strings.HasSuffix(hf, ".mlp.router.weight"):
 		return []int64{e, h}
-	case strings.HasSuffix(hf, "e_score_correction_bias"):
+	case strings.HasSuffix(hf, "e_score_correction_bias"), strings.HasSuffix(hf, ".mlp.router.bias"):
 		return []int64{e}
+	case strings.HasSuffix(hf, ".self_attn.sinks"):
+		return []int64{int64(c.NumAttentionHeads)}
 	case strings.HasSuffix(hf, ".shared_expert_gate.weight"):
 		return []int64{1, h}
 	case strings.Contains(hf, ".experts."):

@@ -36,6 +36,7 @@ var decoders = map[Type]func(y []float32, b []byte){
 	IQ4_NL: decodeIQ4_NL, IQ4_XS: decodeIQ4_XS,
 	IQ3_S: decodeGrid(IQ3_S), IQ3_XXS: decodeGrid(IQ3_XXS), IQ2_S: decodeGrid(IQ2_S), IQ2_XS: decodeGrid(IQ2_XS),
 	IQ2_XXS: decodeGrid(IQ2_XXS), IQ1_M: decodeGrid(IQ1_M), IQ1_S: decodeGrid(IQ1_S),
+	MXFP4: decodeMXFP4,
 }
 
 func halfAt(b []byte, off int) float32 { return halfTable[binary.LittleEndian.Uint16(b[off:])] }

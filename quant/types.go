@@ -97,6 +97,7 @@ var formats = []Format{
 	{IQ2_XXS, QKK, 2 + QKK/4},
 	{IQ1_M, QKK, QKK/8 + QKK/16 + QKK/32},
 	{IQ1_S, QKK, 2 + QKK/8 + QKK/16},
+	{MXFP4, QK, 1 + QK/2},
 }
 
 // formatOf indexes formats by type number (the kernels look a format up per block).

@@ -42,6 +42,8 @@ type model struct {
 	chunk []int
 	// experts, when set, replaces the MLP of its sparse layers (moe.go).
 	experts *experts
+	// sinks: each attention head has a learned logit (self_attn.sinks) in its softmax's denominator (gpt-oss).
+	sinks bool
 	// linear, for the Gated DeltaNet hybrids (deltanet.go), says which layers are linear attention; nil otherwise.
 	linear []bool
 	// g4 is Gemma 4's layers (gemma4.go); nil for the other families.
@@ -447,6 +449,9 @@ func (m *model) layerTensors(l int) map[string][]int {
 	if m.mlpBias {
 		t[p+"mlp.gate_proj.bias"], t[p+"mlp.up_proj.bias"], t[p+"mlp.down_proj.bias"] = []int{ff}, []int{ff}, []int{h}
 	}
+	if m.sinks {
+		t[p+"self_attn.sinks"] = []int{nq}
+	}
 	switch m.qkNorm {
 	case "head":
 		t[p+"self_attn.q_norm.weight"], t[p+"self_attn.k_norm.weight"] = []int{hd}, []int{hd}
@@ -642,10 +647,18 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 				scores[t] = capped(s*m.attnScale, m.attnSoftCap)
 				maxS = max(maxS, scores[t])
 			}
+			var sink float64
+			if m.sinks { // one more score in the softmax, its weight dropped
+				sink = float64(w.vec("self_attn.sinks")[h])
+				maxS = max(maxS, sink)
+			}
 			var sum float64
 			for t := first(p); t <= p; t++ {
 				scores[t] = math.Exp(scores[t] - maxS)
 				sum += scores[t]
+			}
+			if m.sinks {
+				sum += math.Exp(sink - maxS)
 			}
 			out := att[h*hd : (h+1)*hd]
 			for t := first(p); t <= p; t++ {

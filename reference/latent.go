@@ -61,7 +61,9 @@ func (m *model) latentTensors(l int) map[string][]int {
 		t[s+"q_a_proj.weight"], t[s+"q_a_layernorm.weight"], t[s+"q_b_proj.weight"] = []int{a.qRank, h}, []int{a.qRank}, []int{H * (a.nope + a.rope), a.qRank}
 	}
 	t[s+"kv_a_proj_with_mqa.weight"], t[s+"kv_a_layernorm.weight"] = []int{a.rank + a.rope, h}, []int{a.rank}
-	t[s+"kv_b_proj.weight"], t[s+"o_proj.weight"] = []int{H * (a.nope + a.v), a.rank}, []int{h, H * a.v}
+	// kv_b_proj as checkpoint.Open gives it: its key rows per head transposed (k_b_proj), its value rows (v_b_proj).
+	t[s+"k_b_proj.weight"], t[s+"v_b_proj.weight"] = []int{H * a.rank, a.nope}, []int{H * a.v, a.rank}
+	t[s+"o_proj.weight"] = []int{h, H * a.v}
 	return t
 }
 
@@ -82,8 +84,7 @@ func (m *model) latentLayer(l int, w *layerWeights, x [][]float64) {
 		}
 		ckv := make([]float64, a.rank+a.rope)
 		linear(ckv, w.get("self_attn.kv_a_proj_with_mqa.weight"), nil, h)
-		kv := make([]float64, H*(a.nope+a.v))
-		linear(kv, w.get("self_attn.kv_b_proj.weight"), nil, rmsNorm(ckv[:a.rank], w.vec("self_attn.kv_a_layernorm.weight"), 1e-6, 0))
+		kv := a.expand(w, H, rmsNorm(ckv[:a.rank], w.vec("self_attn.kv_a_layernorm.weight"), 1e-6, 0))
 		kr := ckv[a.rank:]
 		a.rotate(kr, p, m.ropes[0])
 		k[p], v[p] = make([]float64, H*dqk), make([]float64, H*a.v)
@@ -133,4 +134,23 @@ func (a *latent) rotate(vec []float64, pos int, r rotation) {
 		}
 		*x, *y = *x*cos-*y*sin, *y*cos+*x*sin
 	}
+}
+
+// expand is kv_b_proj(c), every head's key part then its value part, as transformers computes it: the key rows
+// read from k_b_proj, which holds them transposed head by head.
+func (a *latent) expand(w *layerWeights, H int, c []float64) []float64 {
+	kb, vb := w.get("self_attn.k_b_proj.weight"), w.get("self_attn.v_b_proj.weight")
+	kv, v := make([]float64, H*(a.nope+a.v)), make([]float64, H*a.v)
+	linear(v, vb, nil, c)
+	for h := range H {
+		for j := range a.nope {
+			var s float64
+			for r := range a.rank {
+				s += float64(kb.data[(h*a.rank+r)*a.nope+j]) * c[r]
+			}
+			kv[h*(a.nope+a.v)+j] = s
+		}
+		copy(kv[h*(a.nope+a.v)+a.nope:], v[h*a.v:(h+1)*a.v])
+	}
+	return kv
 }

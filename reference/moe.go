@@ -29,7 +29,16 @@ type experts struct {
 	gate, up, down func(e int) string
 	// onInput (Llama 4): the experts are the top k of the logits themselves, and expert e computes on
 	// sigmoid(logit_e)·h, its output added as it is.
-	onInput            bool
+	onInput bool
+	// gpt-oss: the router's bias (routerBias, "" for none) added to its logits, the k largest logits chosen and
+	// weighted by their softmax (topKSoftmax); each expert one gate_up_proj (gateUp: [2·inter, hidden], the gate
+	// rows then the up rows) with biases on its projections, combined by the clamped SwiGLU
+	// (up + 1)·g·σ(alpha·g), g = min(gate, limit), up clamped to ±limit (glu).
+	routerBias         string
+	topKSoftmax        bool
+	gateUp             func(e int) string
+	alpha              float64
+	limit              float64
 	shared, sharedGate string // "" for none
 	sharedInter        int
 	// sparse[l]: layer l has the experts (else a dense MLP of intermediate_size).
@@ -89,6 +98,11 @@ func (m *model) newExperts() error {
 	case "minimax_m2": // MiniMaxM2TopKRouter: sigmoid, biased choice, always renormalized
 		x.renorm, x.sigmoid, x.bias, x.router = true, true, "block_sparse_moe.e_score_correction_bias", "block_sparse_moe.gate.weight"
 		named("block_sparse_moe.experts", "w1", "w3", "w2")
+	case "gpt_oss": // GptOssTopKRouter and GptOssExperts, the experts as checkpoint.Open expands them
+		x.router, x.routerBias, x.topKSoftmax, x.renorm = "mlp.router.weight", "mlp.router.bias", true, true
+		x.alpha, x.limit = c.SwigluAlpha, c.SwigluLimit
+		x.gateUp = func(e int) string { return fmt.Sprintf("mlp.experts.%d.gate_up_proj", e) }
+		x.down = func(e int) string { return fmt.Sprintf("mlp.experts.%d.down_proj", e) }
 	case "llama4_text": // Llama4TextMoe
 		x.router, x.onInput, x.gate = "feed_forward.router.weight", true, nil
 		x.up = func(e int) string { return fmt.Sprintf("feed_forward.experts.%d.gate_up_proj.weight", e) }
@@ -116,7 +130,15 @@ func (x *experts) tensors(l, hidden int, t map[string][]int) bool {
 	if x.bias != "" {
 		t[x.bias] = []int{x.n}
 	}
+	if x.routerBias != "" {
+		t[x.routerBias] = []int{x.n}
+	}
 	for e := range x.n {
+		if x.gateUp != nil {
+			t[x.gateUp(e)+".weight"], t[x.gateUp(e)+".bias"] = []int{2 * x.inter, hidden}, []int{2 * x.inter}
+			t[x.down(e)+".weight"], t[x.down(e)+".bias"] = []int{hidden, x.inter}, []int{hidden}
+			continue
+		}
 		if x.gate == nil {
 			t[x.up(e)], t[x.down(e)] = []int{2 * x.inter, hidden}, []int{hidden, x.inter}
 			continue
@@ -137,9 +159,11 @@ func (x *experts) tensors(l, hidden int, t map[string][]int) bool {
 func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	x := m.experts
 	r := make([]float64, x.n)
-	linear(r, w.get(x.router), nil, h)
+	linear(r, w.get(x.router), w.vec(x.routerBias), h)
 	p := make([]float64, x.n)
-	if x.sigmoid || x.onInput {
+	if x.topKSoftmax {
+		copy(p, r) // chosen by logit; their weights below
+	} else if x.sigmoid || x.onInput {
 		for i, v := range r {
 			p[i] = 1 / (1 + math.Exp(-v))
 		}
@@ -174,6 +198,12 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 		return 0
 	})
 	chosen := order[:x.k]
+	if x.topKSoftmax { // softmax over the chosen logits: chosen[0]'s is the largest
+		top := p[chosen[0]]
+		for _, e := range chosen {
+			p[e] = math.Exp(p[e] - top) // divided by their sum below (renorm)
+		}
+	}
 	var norm float64 = 1
 	if x.renorm {
 		norm = 0
@@ -190,11 +220,16 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 				in[i] = p[e] * v
 			}
 		}
-		gate := ""
-		if x.gate != nil {
-			gate = x.gate(e)
+		var y []float64
+		if x.gateUp != nil {
+			y = m.clampedExpert(w, in, e)
+		} else {
+			gate := ""
+			if x.gate != nil {
+				gate = x.gate(e)
+			}
+			y = m.gatedMLP(w, in, gate, x.up(e), x.down(e), x.inter)
 		}
-		y := m.gatedMLP(w, in, gate, x.up(e), x.down(e), x.inter)
 		for i, v := range y {
 			out[i] += weight * v
 		}
@@ -262,6 +297,22 @@ func (m *model) gatedMLP(w *layerWeights, h []float64, gate, up, down string, in
 	return d
 }
 
+// clampedExpert is gpt-oss's expert e on h: gu = gate_up_proj·h + b (gate = its first inter values, up the
+// rest), a = (clamp(up, ±limit) + 1)·g·σ(alpha·g) with g = min(gate, limit), then down_proj·a + b.
+func (m *model) clampedExpert(w *layerWeights, h []float64, e int) []float64 {
+	x := m.experts
+	gu := make([]float64, 2*x.inter)
+	linear(gu, w.get(x.gateUp(e)+".weight"), w.vec(x.gateUp(e)+".bias"), h)
+	a := make([]float64, x.inter)
+	for i := range a {
+		g, u := math.Min(gu[i], x.limit), math.Max(math.Min(gu[x.inter+i], x.limit), -x.limit)
+		a[i] = (u + 1) * g / (1 + math.Exp(-x.alpha*g))
+	}
+	d := make([]float64, len(h))
+	linear(d, w.get(x.down(e)+".weight"), w.vec(x.down(e)+".bias"), a)
+	return d
+}
+
 // moeFamily configures the attention of the mixture-of-experts families and their experts; known is false for
 // another model_type. sliding sets the sliding layers by the family's rule; partial says whether the family
 // rotates part of each head.
@@ -300,6 +351,12 @@ func (m *model) moeFamily(sliding func(rule func(l int) bool) error) (known, par
 	case "minimax_m2": // q/k norms over the whole projections, partial rotary
 		m.qkNorm, partial = "whole", true
 		err = m.newExperts()
+	case "gpt_oss": // attention sinks, q/k/v/o biases (attention_bias), the even layers sliding without layer_types
+		m.sinks = true
+		err = m.newExperts()
+		if err == nil {
+			err = sliding(func(l int) bool { return l%2 == 0 })
+		}
 	case "deepseek_v3":
 		if err = m.newLatent(); err == nil {
 			err = m.newExperts()

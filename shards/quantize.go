@@ -78,7 +78,7 @@ func (q Quantization) Target(t checkpoint.TensorInfo) checkpoint.DType {
 // routerSuffixes name a mixture of experts' router projections: kept in their dtype by every quantization, as
 // llama.cpp keeps ffn_gate_inp: a few KB a layer, whose rounding would change which experts a token goes to.
 var routerSuffixes = []string{".mlp.gate.weight", ".block_sparse_moe.gate.weight", ".mlp.shared_expert_gate.weight", ".router.proj.weight",
-	".feed_forward.router.weight"}
+	".feed_forward.router.weight", ".mlp.router.weight"}
 
 // isRouter reports whether a tensor is a router projection (routerSuffixes).
 func isRouter(name string) bool {

@@ -585,6 +585,7 @@ type splitter struct {
 	buf   *Buffer // reused for checking existing shards
 	chunk []byte  // reused for streaming raw tensors
 	raw   []byte  // reused for whole tensors to encode
+	part  []byte  // reused for the part of raw a tensor is (checkpoint.TensorInfo.Rows)
 	f32   []float32
 	qbuf  []byte   // reused for quantized tensors
 	coder *encoder // created on first encoded tensor
@@ -685,16 +686,18 @@ func (w *splitter) fingerprint(p unitPlan) (string, []uint32, error) {
 			return "", nil, fmt.Errorf("shards: %w", err)
 		}
 		w.hasher.begin(t)
-		for off := int64(0); off < t.Length; off += chunkSize {
-			if err := w.ctx.Err(); err != nil {
-				return "", nil, err
+		for _, r := range t.Ranges() { // the stored bytes, in order (an MXFP4 pair's blocks, then its scales)
+			for off := int64(0); off < r.Length; off += chunkSize {
+				if err := w.ctx.Err(); err != nil {
+					return "", nil, err
+				}
+				b := w.chunk[:min(chunkSize, r.Length-off)]
+				if err := readAt(src, b, r.Offset+off, t.File); err != nil {
+					return "", nil, fmt.Errorf("shards: %w", err)
+				}
+				crcs[i] = crc32.Update(crcs[i], castagnoli, b)
+				w.hasher.Write(b)
 			}
-			b := w.chunk[:min(chunkSize, t.Length-off)]
-			if err := readAt(src, b, t.Offset+off, t.File); err != nil {
-				return "", nil, fmt.Errorf("shards: %w", err)
-			}
-			crcs[i] = crc32.Update(crcs[i], castagnoli, b)
-			w.hasher.Write(b)
 		}
 	}
 	return w.hasher.sum(), crcs, nil
@@ -890,15 +893,19 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	if err := w.ctx.Err(); err != nil {
 		return ti, err
 	}
-	w.raw = grow.Slice(w.raw, int(t.Length))
-	if err := readAt(src, w.raw, t.Offset, t.File); err != nil {
-		return ti, err
+	w.raw = grow.Slice(w.raw, int(t.StoredLength()))
+	at := w.raw
+	for _, r := range t.Ranges() {
+		if err := readAt(src, at[:r.Length], r.Offset, t.File); err != nil {
+			return ti, err
+		}
+		at = at[r.Length:]
 	}
 	w.hasher.Write(w.raw) // the source bytes, as fingerprint hashes them
-	if err := t.Transform(w.raw); err != nil {
+	data, err := t.Values(w.raw, &w.part)
+	if err != nil {
 		return ti, err
 	}
-	data := w.raw
 	if target != t.DType {
 		imp, missing, err := importanceOf(w.imp, t, target)
 		if err != nil {
@@ -907,7 +914,7 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 		if missing {
 			w.unweighted = append(w.unweighted, t.Name)
 		}
-		if data, err = quantizeTensor(w.raw, t.DType, target, t.Shape, imp, &w.f32, &w.qbuf); err != nil {
+		if data, err = quantizeTensor(data, t.DType, target, t.Shape, imp, &w.f32, &w.qbuf); err != nil {
 			return ti, fmt.Errorf("quantizing to %s: %w", target, err)
 		}
 		ti.DType, ti.Length, ti.EncodedLength = target, int64(len(data)), int64(len(data))

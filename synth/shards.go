@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/quant"
@@ -49,7 +51,7 @@ func Quantized(dir string, opts Options, target func(checkpoint.TensorInfo) chec
 			}
 		}
 	}
-	specs := opts.tensors()
+	specs := headParts(opts.tensors(), cfg)
 	readers := map[string]*tensorReader{}
 	var infos []checkpoint.TensorInfo
 	for _, t := range specs {
@@ -162,4 +164,31 @@ func (r *tensorReader) unit(u []byte, i int64) {
 	default:
 		panic(fmt.Sprintf("synth: no generator for %s blocks", r.format.Type))
 	}
+}
+
+// headParts replaces the specs of matrices that checkpoint.Open cuts into parts head by head
+// (checkpoint.Architecture.HeadParts: DeepSeek-V3's kv_b_proj) by their parts, as the split would store them:
+// the tensors are random, so there is nothing to reorder.
+func headParts(specs []tensorSpec, cfg *checkpoint.Config) []tensorSpec {
+	if cfg.Arch.HeadParts == nil {
+		return specs
+	}
+	parts := cfg.Arch.HeadParts(cfg)
+	var out []tensorSpec
+	for _, t := range specs {
+		i := slices.IndexFunc(parts, func(p checkpoint.HeadParts) bool { return strings.HasSuffix(t.name, "."+p.Name) })
+		if i < 0 || len(t.shape) != 2 {
+			out = append(out, t)
+			continue
+		}
+		prefix, cols := strings.TrimSuffix(t.name, parts[i].Name), t.shape[1]
+		for _, q := range parts[i].Parts {
+			shape := []int64{int64(parts[i].Heads * q.Rows), cols}
+			if q.Transposed {
+				shape = []int64{int64(parts[i].Heads) * cols, int64(q.Rows)}
+			}
+			out = append(out, tensorSpec{name: prefix + q.Name, shape: shape, scale: t.scale})
+		}
+	}
+	return out
 }

@@ -33,3 +33,15 @@ func GELU(y, x []float32) {
 		}
 	})
 }
+
+// ClampedSwiGLU sets y[i] to gpt-oss's gated activation of gate[i] and up[i] (GptOssExperts._apply_gate): with
+// g = min(gate, limit) and u = clamp(up, −limit, limit), (u + 1)·g·σ(alpha·g), in float32 as transformers
+// computes it (the sigmoid formed in float64 and rounded).
+func ClampedSwiGLU(y, gate, up []float32, alpha, limit float32) {
+	for i, g := range gate {
+		g = min(g, limit)
+		u := max(min(up[i], limit), -limit)
+		s := float32(1 / (1 + math.Exp(-float64(g*alpha))))
+		y[i] = (u + 1) * (g * s)
+	}
+}

@@ -47,19 +47,22 @@ type AttentionJob struct {
 	QHead, QPos, OutHead, OutPos int
 	Heads, T, Pos0               int
 	Runs                         []KeyRun
+	// Sinks, when set, holds one learned logit per head (h < Heads) that joins the softmax's denominator and
+	// is then dropped (gpt-oss's attention sinks): weights e^(s_j) / (Σ_j e^(s_j) + e^(Sinks[h])).
+	Sinks []float32
 }
 
 // Attention computes, for every query of every job, softmax(scores)·V over the keys of its job's runs that it
 // sees: a query at position p sees a key at position k when k ≤ p (causal) and, with a window, k > p − Window
-// (with a chunk, ⌊k/Chunk⌋ = ⌊p/Chunk⌋).
-// A score is Scale·q·k, soft-capped when SoftCap > 0. It works flash-attention style: per tile of queries
-// (up to attnTileRows rows: every head of a few positions) and block of attnBlock keys, the scores, their
-// exponentials (a running maximum per query rescales what was summed before) and the weighted values, so
-// memory traffic stays in L1/L2 at any length and a block no query of the tile sees is skipped. The tiles are
-// spread over the cores. A query's result depends only on its own job (not on the other jobs, nor on how many
-// run together): the blocks are fixed by key positions (aligned to multiples of attnBlock, so that a query sees
-// the same blocks whether its keys come in one run or split at a block boundary, and runs given in position
-// order give every query its blocks in the same order), the tiles by query positions.
+// (with a chunk, ⌊k/Chunk⌋ = ⌊p/Chunk⌋). A score is Scale·q·k, soft-capped when SoftCap > 0; a job's Sinks add
+// their terms to the denominator. It works flash-attention style: per tile of queries (up to attnTileRows rows:
+// every head of a few positions) and block of attnBlock keys, the scores, their exponentials (a running maximum
+// per query rescales what was summed before) and the weighted values, so memory traffic stays in L1/L2 at any
+// length and a block no query of the tile sees is skipped. The tiles are spread over the cores. A query's result
+// depends only on its own job (not on the other jobs, nor on how many run together): the blocks are fixed by key
+// positions (aligned to multiples of attnBlock, so that a query sees the same blocks whether its keys come in one
+// run or split at a block boundary, and runs given in position order give every query its blocks in the same
+// order), the tiles by query positions.
 func Attention(p AttentionParams, d int, jobs []AttentionJob) {
 	type item struct{ job, t0, tq int }
 	var items []item
@@ -230,6 +233,9 @@ func (s *attnScratch) start(d int, job *AttentionJob, t0, rows int, asm bool) {
 	clear(s.l)
 	for r := range s.m {
 		s.m[r] = float32(math.Inf(-1))
+		if job.Sinks != nil { // the sink as a first key of score Sinks[h] and value zero: e^0 summed at its own maximum
+			s.m[r], s.l[r] = job.Sinks[r%job.Heads], 1
+		}
 	}
 	if cap(s.qpos) < rows {
 		s.qpos = make([]int, rows)

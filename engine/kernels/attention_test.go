@@ -12,6 +12,7 @@ import (
 type attnCase struct {
 	heads, t, pos0, past, d int
 	q, pastK, pastV, k, v   []float32
+	sinks                   []float32 // nil: none
 }
 
 func newAttnCase(rng *rand.Rand, heads, t, past, d int) *attnCase {
@@ -34,7 +35,8 @@ func (c *attnCase) job(out []float32) AttentionJob {
 		Q: c.q, QHead: c.t * c.d, QPos: c.d,
 		Out: out, OutHead: c.d, OutPos: c.heads * c.d,
 		Heads: c.heads, T: c.t, Pos0: c.pos0,
-		Runs: []KeyRun{{K: c.pastK, V: c.pastV, Pos: 0, N: c.past}, {K: c.k, V: c.v, Pos: c.pos0, N: c.t}},
+		Runs:  []KeyRun{{K: c.pastK, V: c.pastV, Pos: 0, N: c.past}, {K: c.k, V: c.v, Pos: c.pos0, N: c.t}},
+		Sinks: c.sinks,
 	}
 }
 
@@ -71,10 +73,16 @@ func (c *attnCase) reference(p AttentionParams) []float64 {
 				}
 				top = max(top, s[j])
 			}
+			if c.sinks != nil {
+				top = max(top, float64(c.sinks[h]))
+			}
 			sum := 0.0
 			for j := range s {
 				s[j] = math.Exp(s[j] - top)
 				sum += s[j]
+			}
+			if c.sinks != nil {
+				sum += math.Exp(float64(c.sinks[h]) - top)
 			}
 			o := out[t*c.heads*d+h*d:][:d]
 			for j, kv := range keys {
@@ -88,7 +96,7 @@ func (c *attnCase) reference(p AttentionParams) []float64 {
 }
 
 // TestAttention: on every kernel path, Attention agrees with a float64 computation from the definition, with
-// and without a cache, a sliding window, chunks and soft-capping, across head sizes (the portable fallback included
+// and without a cache, a sliding window, chunks, soft-capping and attention sinks, across head sizes (the portable fallback included
 // where the head is not a multiple of 16) and lengths around the tile and block sizes.
 func TestAttention(t *testing.T) {
 	kernelPaths(t, func(t *testing.T) {
@@ -96,22 +104,32 @@ func TestAttention(t *testing.T) {
 		for _, tc := range []struct {
 			heads, t, past, d int
 			p                 AttentionParams
+			sinks             bool
 		}{
-			{1, 1, 0, 64, AttentionParams{}},
-			{3, 7, 0, 64, AttentionParams{}},
-			{8, 1, 130, 64, AttentionParams{}},
-			{3, 70, 0, 64, AttentionParams{}},
-			{8, 40, 100, 64, AttentionParams{Window: 50}},
-			{2, 30, 200, 128, AttentionParams{SoftCap: 5}},
-			{4, 9, 17, 80, AttentionParams{Window: 10, SoftCap: 2}},
-			{2, 5, 3, 8, AttentionParams{}},
-			{1, 3, 70, 96, AttentionParams{Window: 1}},
-			{4, 90, 40, 64, AttentionParams{Chunk: 16}},   // chunks restarting within a tile and a block
-			{2, 1, 150, 64, AttentionParams{Chunk: 64}},   // a decode step, its chunk begun at 128
-			{2, 3, 127, 64, AttentionParams{Chunk: 64}},   // a chunk's last query, then the next chunk's first two
-			{3, 20, 100, 80, AttentionParams{Chunk: 100}}, // a chunk starting with the pass: no cached key seen
+			{1, 1, 0, 64, AttentionParams{}, false},
+			{3, 7, 0, 64, AttentionParams{}, false},
+			{8, 1, 130, 64, AttentionParams{}, false},
+			{3, 70, 0, 64, AttentionParams{}, false},
+			{8, 40, 100, 64, AttentionParams{Window: 50}, false},
+			{2, 30, 200, 128, AttentionParams{SoftCap: 5}, false},
+			{4, 9, 17, 80, AttentionParams{Window: 10, SoftCap: 2}, false},
+			{2, 5, 3, 8, AttentionParams{}, false},
+			{1, 3, 70, 96, AttentionParams{Window: 1}, false},
+			{4, 90, 40, 64, AttentionParams{Chunk: 16}, false},   // chunks restarting within a tile and a block
+			{2, 1, 150, 64, AttentionParams{Chunk: 64}, false},   // a decode step, its chunk begun at 128
+			{2, 3, 127, 64, AttentionParams{Chunk: 64}, false},   // a chunk's last query, then the next chunk's first two
+			{3, 20, 100, 80, AttentionParams{Chunk: 100}, false}, // a chunk starting with the pass: no cached key seen
+			{4, 20, 0, 64, AttentionParams{}, true},
+			{2, 1, 130, 64, AttentionParams{Window: 8}, true},
+			{3, 9, 17, 80, AttentionParams{Window: 10}, true},
 		} {
 			c := newAttnCase(rng, tc.heads, tc.t, tc.past, tc.d)
+			if tc.sinks { // some far above the scores, some far below, some among them
+				c.sinks = make([]float32, tc.heads)
+				for h := range c.sinks {
+					c.sinks[h] = float32(rng.NormFloat64() * 3)
+				}
+			}
 			p := tc.p
 			p.Scale = float32(1 / math.Sqrt(float64(tc.d)))
 			if p.SoftCap > 0 {

@@ -51,7 +51,7 @@ type QuantMatrix struct {
 func NewQuantMatrix(t quant.Type, data []byte, rows, cols int) (QuantMatrix, error) {
 	f, ok := t.Format()
 	k := quantKernels[t]
-	if !ok || k == nil {
+	if !ok || k == nil && t != quant.MXFP4 { // MXFP4's products are linearMXFP4's
 		return QuantMatrix{}, fmt.Errorf("quantized matrix: %s is not a supported block type", t)
 	}
 	rb, err := f.RowBytes(int64(cols))
@@ -727,10 +727,15 @@ func decodeQ3_KInts(k *kInts, b []byte) {
 // LinearQuant sets y[r·out+o] = x[r·in:(r+1)·in] · w's row o (+ bias[o] when bias is not nil) for every input row
 // r of x and every output o, where in = w.Cols and out = w.Rows: Linear for a block-quantized matrix, computed as
 // llama.cpp computes it (see the top of this file), except that a Q8_0 matrix with TwoPart takes its inputs in
-// two parts (linearTwoPart) and the types of rowsKernels take the tiled order (linearQuantRows). The input rows are quantized once; then each weight row, read once, serves the block of
+// two parts (linearTwoPart), the types of rowsKernels take the tiled order (linearQuantRows) and an MXFP4 matrix
+// float32 inputs (linearMXFP4). The input rows are quantized once; then each weight row, read once, serves the block of
 // input rows (the matrix is never expanded), and each output is computed by the same dot product whatever the
 // number of rows, so a sequence gives the same bits alone and in a batch.
 func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
+	if w.Type == quant.MXFP4 { // float32 inputs (mxfp4.go)
+		linearMXFP4(y, x, w, bias, mxfp4Best())
+		return
+	}
 	one := linearQuant
 	if f := rowsKernels[w.Type]; f != nil {
 		one = func(y, x []float32, w QuantMatrix, bias []float32) { linearQuantRows(y, x, w, bias, f) }

@@ -229,6 +229,8 @@ type LayerWeights struct {
 	Q, K, V, QKV, O Linear
 	// QNorm and KNorm are RMSNorm weights over each head (or the whole projection) of q and k.
 	QNorm, KNorm Value
+	// Sinks are the attention sinks, one logit per query head (AttentionOptions.Sinks); nil: none.
+	Sinks Value
 	// The gated MLP: separate gate and up projections or one fused GateUp, then Down.
 	Gate, Up, GateUp, Down Linear
 	// A mixture-of-experts layer (LayerKind.MoE): the router's projection to one logit per expert, the bias
@@ -313,6 +315,10 @@ type AttentionOptions struct {
 	Scale float64
 	// SoftCap, when positive, caps the scaled scores as SoftCap·tanh(s/SoftCap) before the mask (Gemma 2).
 	SoftCap float64
+	// Sinks, when set, are the layer's attention sinks ([heads], gpt-oss's self_attn.sinks): head h's learned
+	// logit joins the softmax's denominator and is then dropped, so that its weights sum to less than 1:
+	// e^(s_j) / (Σ_j e^(s_j) + e^(Sinks[h])).
+	Sinks Value
 }
 
 // Ops are the operations layers are written in. B is the batch, T the number of new positions (with graphOps
@@ -350,6 +356,9 @@ type Ops interface {
 	ScaleQueries(q Value) Value
 	// MulRows multiplies each row of x [..., n] by its one value in s [..., 1].
 	MulRows(x, s Value) Value
+	// ClampedSwiGLU is gpt-oss's gated activation of an expert's gate and up projections, elementwise: with
+	// g = min(gate, limit) and u = clamp(up, −limit, limit), (u + 1)·g·σ(alpha·g).
+	ClampedSwiGLU(gate, up Value, alpha, limit float64) Value
 	// ScaleBy multiplies every element of x by the one value of the weight s [1] (Gemma 4's layer_scalar).
 	ScaleBy(x, s Value) Value
 
@@ -367,11 +376,10 @@ type Ops interface {
 	// e), nil when Rows was.
 	Combine(ys []Value, routing Value) Value
 
-	// HeadLinear multiplies each head h of x [B, heads, T, ·] by its rows of w [heads·per, in], a projection
-	// whose outputs are laid out head by head: W_h is rows [h·per+from, h·per+from+n). Plain, y_h = x_h·W_hᵀ
-	// (x's last axis in, y's n); transposed, y_h = x_h·W_h (x's last axis n, y's in). Multi-head latent attention
-	// absorbs kv_b_proj into its queries and outputs with it (deepseek.go).
-	HeadLinear(x, w Value, from, n int, transposed bool) Value
+	// HeadLinear multiplies each head h of x [B, heads, T, in] by its rows of w [heads·n, in], a projection whose
+	// outputs are laid out head by head: y_h = x_h·W_hᵀ [B, heads, T, n] with W_h rows [h·n, (h+1)·n). Multi-head
+	// latent attention absorbs kv_b_proj's two parts into its queries and outputs with it (deepseek.go).
+	HeadLinear(x, w Value) Value
 	// Deinterleave reorders the last axis of x from interleaved pairs x0, x1, x2, x3, … to the pairs' first
 	// elements, then their second ones: x0, x2, …, x1, x3, … (DeepSeek's rope_interleave, turned into the halves
 	// Rotary rotates).
@@ -417,6 +425,9 @@ const (
 	SoftmaxScores RouteScore = iota
 	// SigmoidScores: sigmoid of each logit (DeepSeek-V3, GLM-4.5, MiniMax-M2).
 	SigmoidScores
+	// TopKSoftmax: the k largest logits chosen, their softmax (over those k only) the weights (gpt-oss's
+	// GptOssTopKRouter).
+	TopKSoftmax
 	// LogitSigmoidScores: sigmoid of each logit, the choice by the logits themselves (Llama 4: top-k of the
 	// logits, then their sigmoids), which differ where float32 sigmoids of large logits round to equal values.
 	LogitSigmoidScores

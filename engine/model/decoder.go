@@ -27,8 +27,10 @@ type decoder struct {
 	// mlpName is the dense MLP's module ("mlp"; Llama 4: "feed_forward").
 	mlpName                 string
 	qkvBias, oBias, mlpBias bool
-	act                     Activation
-	attn                    AttentionOptions
+	// sinks: the attention has sinks (self_attn.sinks [heads], gpt-oss).
+	sinks bool
+	act   Activation
+	attn  AttentionOptions
 	// residual multiplies each branch before it is added to the residual stream (Granite); 1: none.
 	residual float64
 	// logitScale multiplies the logits (Granite: 1/logits_scaling); logitSoftCap, when positive, caps them.
@@ -121,6 +123,9 @@ func (d *decoder) finish() *decoder {
 		linear("self_attn.v_proj", func(w *LayerWeights) *Linear { return &w.V }, d.qkvBias, kv, d.hidden)
 	}
 	linear("self_attn.o_proj", func(w *LayerWeights) *Linear { return &w.O }, d.oBias, d.hidden, q)
+	if d.sinks {
+		add("self_attn.sinks", func(w *LayerWeights) *Value { return &w.Sinks }, d.heads)
+	}
 	qNorm, kNorm := func(w *LayerWeights) *Value { return &w.QNorm }, func(w *LayerWeights) *Value { return &w.KNorm }
 	switch d.qkNorm {
 	case qkNormPerHead:
@@ -185,7 +190,9 @@ func (d *decoder) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	if in.Kind.QueryScale.Beta != 0 {
 		q = ops.ScaleQueries(q)
 	}
-	a := linear(ops, ops.Attention(q, k, v, d.attn), w.O)
+	attn := d.attn
+	attn.Sinks = w.Sinks
+	a := linear(ops, ops.Attention(q, k, v, attn), w.O)
 	x = d.branch(ops, x, d.norm(ops, a, w.AttnPostNorm))
 	return LayerOutputs{X: d.mlpBranch(ops, in, x), K: k, V: v}
 }
@@ -214,11 +221,17 @@ func (d *decoder) mlp(ops Ops, h Value, w *LayerWeights) Value {
 // gatedMLP is down(act(gate(h)) ⊙ up(h)) of intermediate size inter, gate and up separate or fused (GateUp):
 // the dense MLP, an expert, a shared expert.
 func gatedMLP(ops Ops, h Value, e Expert, inter int, act Activation) Value {
+	gate, up := gateUp(ops, h, e, inter)
+	return linear(ops, ops.Mul(ops.Act(gate, act), up), e.Down)
+}
+
+// gateUp is the gate and up projections of h, each [.., inter]: separate, or split from the fused GateUp.
+func gateUp(ops Ops, h Value, e Expert, inter int) (gate, up Value) {
 	if e.GateUp.W != nil {
 		gu := ops.Split(linear(ops, h, e.GateUp), inter, inter)
-		return linear(ops, ops.Mul(ops.Act(gu[0], act), gu[1]), e.Down)
+		return gu[0], gu[1]
 	}
-	return linear(ops, ops.Mul(ops.Act(linear(ops, h, e.Gate), act), linear(ops, h, e.Up)), e.Down)
+	return linear(ops, h, e.Gate), linear(ops, h, e.Up)
 }
 
 // project computes the query, key and value heads of h, q/k-normalised where the family does.

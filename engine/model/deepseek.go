@@ -18,7 +18,7 @@ func init() { Register("DeepseekV3ForCausalLM", newDeepseekV3) }
 // c = RMSNorm(kv_a_proj_with_mqa(x)[:rank]) with one rotary key k_r = kv_a_proj_with_mqa(x)[rank:] that every
 // head shares. transformers expands c through kv_b_proj into each head's key part k_h = W_UK_h·c (beside k_r)
 // and value v_h = W_UV_h·c; here kv_b_proj is absorbed instead: q_h·k_h = (W_UK_hᵀ·q_nope_h)·c + q_rope_h·k_r,
-// and Σ p·v_h = W_UV_h·(Σ p·c). So attention runs as one key/value head of [c, k_r] (rank + rope dimensions)
+// and Σ p·v_h = W_UV_h·(Σ p·c) (W_UK_hᵀ stored so by the split, k_b_proj). So attention runs as one key/value head of [c, k_r] (rank + rope dimensions)
 // whose first rank dimensions are also its values, and the cache holds that one array per position (a Latent
 // layer): (rank + rope) elements per layer and position instead of heads·(nope + rope + v).
 type latentAttention struct {
@@ -121,11 +121,13 @@ func latentScale(c *checkpoint.Config) (float64, error) {
 
 // LatentWeights are a multi-head latent attention layer's projections (DeepseekV3Attention's names under
 // self_attn.): the query's down projection QA [q_lora_rank, hidden], its norm QANorm and up projection QB
-// [heads·(nope+rope), q_lora_rank] (with q_lora_rank null, LayerWeights.Q, q_proj, instead); kv_a_proj_with_mqa KVA [kv_lora_rank+rope, hidden], the latent's norm KVANorm,
-// and kv_b_proj KVB [heads·(nope+v), kv_lora_rank]: per head, the key part's rows then the value's.
+// [heads·(nope+rope), q_lora_rank] (with q_lora_rank null, LayerWeights.Q, q_proj, instead); kv_a_proj_with_mqa
+// KVA [kv_lora_rank+rope, hidden], the latent's norm KVANorm; and kv_b_proj's two parts as checkpoint.Open cuts
+// them (checkpoint.HeadParts; llama.cpp's attn_k_b and attn_v_b): KeyB [heads·kv_lora_rank, nope], each head's
+// key rows transposed, and ValueB [heads·v, kv_lora_rank], each head's value rows.
 type LatentWeights struct {
-	QA, QB, KVA, KVB Linear
-	QANorm, KVANorm  Value
+	QA, QB, KVA, KeyB, ValueB Linear
+	QANorm, KVANorm           Value
 }
 
 // weights replaces the decoder's attention tensors (self_attn.*) with the latent attention's.
@@ -150,7 +152,8 @@ func (a *latentAttention) weights() {
 	}
 	add("kv_a_proj_with_mqa.weight", func(w *LayerWeights) *Value { return &m(w).KVA.W }, a.rank+a.rope, h)
 	add("kv_a_layernorm.weight", func(w *LayerWeights) *Value { return &m(w).KVANorm }, a.rank)
-	add("kv_b_proj.weight", func(w *LayerWeights) *Value { return &m(w).KVB.W }, heads*(a.nope+a.v), a.rank)
+	add("k_b_proj.weight", func(w *LayerWeights) *Value { return &m(w).KeyB.W }, heads*a.rank, a.nope)
+	add("v_b_proj.weight", func(w *LayerWeights) *Value { return &m(w).ValueB.W }, heads*a.v, a.rank)
 	add("o_proj.weight", func(w *LayerWeights) *Value { return &w.O.W }, h, heads*a.v)
 	a.plan.Weights = ws
 }
@@ -173,9 +176,9 @@ func (a *latentAttention) Layer(ops Ops, in LayerInputs) LayerOutputs {
 	// The cache's array [B, 1, T, rank+rope]: the latent, then the rotated shared key.
 	kv := ops.Concat(ops.Heads(ops.RMSNorm(ckv[0], w.KVANorm, latentNormEps, 0), 1, a.rank), ops.Rotary(kr))
 	// Each head's query in the latent's space: W_UK_hᵀ·q_nope_h, then its rotated part.
-	qLat := ops.Concat(ops.HeadLinear(qs[0], w.KVB.W, 0, a.nope, true), ops.Rotary(qr))
+	qLat := ops.Concat(ops.HeadLinear(qs[0], w.KeyB.W), ops.Rotary(qr))
 	o := ops.Heads(ops.Attention(qLat, kv, kv, a.attn), a.heads, a.rank+a.rope)
 	o = ops.Split(o, a.rank, a.rope)[0] // Σ p·c per head (the rest is Σ p·k_r, which no value holds)
-	y := linear(ops, ops.MergeHeads(ops.HeadLinear(o, w.KVB.W, a.nope, a.v, false)), in.W.O)
+	y := linear(ops, ops.MergeHeads(ops.HeadLinear(o, w.ValueB.W)), in.W.O)
 	return LayerOutputs{X: a.mlpBranch(ops, in, a.branch(ops, in.X, y)), K: kv, V: kv}
 }

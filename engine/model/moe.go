@@ -21,13 +21,19 @@ type moeMLP struct {
 	// "mlp.experts.e.") and their projections (gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2).
 	router, prefix, gate, up, down string
 	// fusedGateUp: each expert has one gate_up_proj ([2·inter, hidden], the gate rows then the up rows; named by
-	// gate) instead of separate gate and up projections (Llama 4's, as checkpoint.Open expands its fused tensor).
+	// gate) instead of separate gate and up projections (Llama 4's and gpt-oss's, as checkpoint.Open expands
+	// their fused tensors).
 	fusedGateUp bool
 	// The shared expert ("" for none), its intermediate size and its gate ("" for none).
 	shared, sharedGate string
 	sharedInter        int
 	// bias is the router's choice bias, e_score_correction_bias ("" for none).
 	bias string
+	// routerBias: the router's projection has a bias (gpt-oss's mlp.router.bias); expertBias: the experts'
+	// projections have biases (gpt-oss's).
+	routerBias, expertBias bool
+	// glu, when set, replaces act(gate) ⊙ up in the routed experts (gpt-oss's clamped SwiGLU).
+	glu func(ops Ops, gate, up Value) Value
 	// expertScale, when set, names the router's per-expert factor on the routing weights [experts]
 	// (RouteOptions.ExpertScale: Gemma 4's router.per_expert_scale).
 	expertScale string
@@ -92,7 +98,14 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	add := func(name string, field func(*LayerWeights) *Value, shape ...int) {
 		ws = append(ws, WeightSpec{Name: name, Shape: shape, Field: field, In: sparse})
 	}
-	add(m.router+".weight", func(w *LayerWeights) *Value { return &w.Router.W }, m.experts, hidden)
+	// proj adds a projection's weight [out, in] and, with bias, its bias [out].
+	proj := func(name string, l func(*LayerWeights) *Linear, bias bool, out, in int) {
+		add(name+".weight", func(w *LayerWeights) *Value { return &l(w).W }, out, in)
+		if bias {
+			add(name+".bias", func(w *LayerWeights) *Value { return &l(w).B }, out)
+		}
+	}
+	proj(m.router, func(w *LayerWeights) *Linear { return &w.Router }, m.routerBias, m.experts, hidden)
 	if m.bias != "" {
 		add(m.bias, func(w *LayerWeights) *Value { return &w.RouterBias }, m.experts)
 	}
@@ -102,12 +115,12 @@ func (m *moeMLP) weights(hidden int) []WeightSpec {
 	for e := range m.experts {
 		p := fmt.Sprintf("%s.%d.", m.prefix, e)
 		if m.fusedGateUp {
-			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).GateUp.W }, 2*m.inter, hidden)
+			proj(p+m.gate, func(w *LayerWeights) *Linear { return &w.expert(e).GateUp }, m.expertBias, 2*m.inter, hidden)
 		} else {
-			add(p+m.gate+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Gate.W }, m.inter, hidden)
-			add(p+m.up+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Up.W }, m.inter, hidden)
+			proj(p+m.gate, func(w *LayerWeights) *Linear { return &w.expert(e).Gate }, m.expertBias, m.inter, hidden)
+			proj(p+m.up, func(w *LayerWeights) *Linear { return &w.expert(e).Up }, m.expertBias, m.inter, hidden)
 		}
-		add(p+m.down+".weight", func(w *LayerWeights) *Value { return &w.expert(e).Down.W }, hidden, m.inter)
+		proj(p+m.down, func(w *LayerWeights) *Linear { return &w.expert(e).Down }, m.expertBias, hidden, m.inter)
 	}
 	if m.shared != "" {
 		add(m.shared+".gate_proj.weight", func(w *LayerWeights) *Value { return &w.Shared.Gate.W }, m.sharedInter, hidden)
@@ -146,10 +159,20 @@ func (m *moeMLP) routed(ops Ops, h, routing Value, w *LayerWeights, act Activati
 	ys := make([]Value, len(w.Experts))
 	for e := range w.Experts {
 		if rows := ops.Rows(h, routing, e); rows != nil {
-			ys[e] = gatedMLP(ops, rows, w.Experts[e], m.inter, act) // read after Rows, which may bind the expert
+			ys[e] = m.expert(ops, rows, w.Experts[e], act) // read after Rows, which may bind the expert
 		}
 	}
 	return ops.Combine(ys, routing)
+}
+
+// expert computes one routed expert on its rows h: gatedMLP, or with the family's glu in place of
+// act(gate) ⊙ up.
+func (m *moeMLP) expert(ops Ops, h Value, ex Expert, act Activation) Value {
+	if m.glu == nil {
+		return gatedMLP(ops, h, ex, m.inter, act)
+	}
+	gate, up := gateUp(ops, h, ex, m.inter)
+	return linear(ops, m.glu(ops, gate, up), ex.Down)
 }
 
 // sparseLayers makes layer i a mixture of experts where sparse(i) says so, and the decoder's MoE m.
