@@ -22,7 +22,8 @@ import (
 //
 // A rows kernel decodes one weight row's super-block into registers once (the codes as 64 bytes per register,
 // the sub-block scales as a register of int16 words per 128 codes) and multiplies it with the input rows four at
-// a time (Q4_K, Q5_K, Q6_K from five rows: eight at a time): per row, VPDPBUSD sums fours of code·x into int32
+// a time (the K-quants, where groups of eight pad to
+// no more rows than quads: eight at a time): per row, VPDPBUSD sums fours of code·x into int32
 // lanes (at most 4·63·128, an int16), VPACKSSDW packs two registers of them into words and VPDPWSSD multiplies
 // them by their sub-blocks' scales into 16 int32 lanes, which a transposing reduction folds into the rows' isb;
 // imin is the minimum factors (pairs of int16) times the rows' sums of 16 or 32 (VPDPWSSD), and the float update
@@ -69,7 +70,8 @@ type rowsFormat struct {
 	tiled *tiledFormat // the type's tiled format (block: 256 or 32 elements; sub: a K-quant's sums of 16 or 32)
 	rowsKernelPair
 	// oct, where the type has one, is rows for rowsOct input rows at a time (their parts packed with eight
-	// lanes), taken from five rows: one reduction, minimum and float update per eight rows instead of four.
+	// lanes), taken where groups of eight pad to no more rows than quads (5-8, 13-16, 21-24 rows): one
+	// reduction, minimum and float update per eight rows instead of four.
 	oct quantRowsKernel
 }
 
@@ -174,7 +176,7 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	switch {
 	case rows == 1:
 		lanes = 1
-	case rows > rowsQuad && f.oct != nil: // 5-7 rows pad to two quads or one group of eight alike
+	case f.oct != nil && rows > rowsQuad && (rows+rowsOct-1)/rowsOct*2 == (rows+rowsQuad-1)/rowsQuad: // no more padding than quads
 		lanes, kernel = rowsOct, f.oct
 	}
 	nq := (rows + lanes - 1) / lanes

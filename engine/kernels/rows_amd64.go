@@ -18,6 +18,12 @@ func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte
 func octsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
+func octsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func octsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
 func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
@@ -116,5 +122,8 @@ func rowsOctAsm() map[quant.Type]quantRowsKernel {
 	if !useVNNI {
 		return nil
 	}
-	return map[quant.Type]quantRowsKernel{quant.Q4_K: octsQ4_KVNNI, quant.Q5_K: octsQ5_KVNNI, quant.Q6_K: octsQ6_KVNNI}
+	return map[quant.Type]quantRowsKernel{
+		quant.Q4_K: octsQ4_KVNNI, quant.Q5_K: octsQ5_KVNNI, quant.Q6_K: octsQ6_KVNNI,
+		quant.Q3_K: octsQ3_KVNNI, quant.Q2_K: octsQ2_KVNNI,
+	}
 }

@@ -264,7 +264,7 @@ GLOBL rowsw0f<>(SB), RODATA|NOPTR, $4
 DATA rowsb03<>+0(SB)/4, $0x03030303
 GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
 #define Q2SCALES \
-	VPBROADCASTW 80(SI), X8; VCVTPH2PS X8, X8 \
+	VPBROADCASTW 80(SI), X8; VCVTPH2PS X8, Y8 \
 	VPMOVZXBW 0(SI), Y14; VPSRLW $4, Y14, Y15; VPANDD.BCST rowsw0f<>(SB), Y14, Y14 \
 	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5
 #define Q2CODES \
@@ -272,7 +272,7 @@ GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
 	VBROADCASTI64X4 16(SI), Z1; VPSRLW $4, Z1, Z1; VPSRLW $2, Z1, K1, Z1; VPANDD.BCST rowsb03<>(SB), Z1, Z1 \
 	VBROADCASTI64X4 48(SI), Z2; VPSRLW $2, Z2, K1, Z2; VPANDD.BCST rowsb03<>(SB), Z2, Z2 \
 	VBROADCASTI64X4 48(SI), Z3; VPSRLW $4, Z3, Z3; VPSRLW $2, Z3, K1, Z3; VPANDD.BCST rowsb03<>(SB), Z3, Z3 \
-	VPBROADCASTW 82(SI), X14; VCVTPH2PS X14, X14
+	VPBROADCASTW 82(SI), X14; VCVTPH2PS X14, Y14
 
 // Q3_K: 16 sub-blocks of 16, codes 0..7 (qs's bit pairs as Q2_K's, hmask's bit as bit 2; the −4 goes into the
 // minimum factors as 4·sc), 16 signed 6-bit scales unpacked as ggml does (kmask1, kmask2), dm = d. Q3SCALES: its d
@@ -281,7 +281,7 @@ GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
 DATA rowsb04<>+0(SB)/4, $0x04040404
 GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 #define Q3SCALES \
-	VPBROADCASTW 108(SI), X8; VCVTPH2PS X8, X8 \
+	VPBROADCASTW 108(SI), X8; VCVTPH2PS X8, Y8 \
 	MOVL 96(SI), AX; MOVL 100(SI), BX; MOVL 104(SI), CX \
 	MOVL AX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI; MOVL CX, R12; SHRL $4, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
 	ANDL $0x0f0f0f0f, AX; MOVL CX, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, AX \
@@ -499,10 +499,12 @@ step: \
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q4CONSTS KCONSTS(rowsq4pk)
 #define Q3OPS QUAD; Q6MIN; UPDATE(X8, 128)
+#define Q3OCTOPS OCT; OCTMIN8; UPDATE8(Y8, 256)
 #define Q3DECODE Q3SCALES; Q6SPLAT; Q3CODES
 #define Q3DEC1 Q3SCALES; Q3CODES
 #define Q3ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q2OPS QUAD; Q6MIN; UPDATE(X14, 128)
+#define Q2OCTOPS OCT; OCTMIN8; UPDATE8(Y14, 256)
 #define Q2DECODE Q2SCALES; Q6SPLAT; Q2CODES
 #define Q2DEC1 Q2SCALES; Q2CODES
 #define Q2ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X14, 32)
@@ -646,3 +648,11 @@ TEXT ·rowsQ3_KVNNI(SB), NOSPLIT, $0-88
 // func rowQ3_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 TEXT ·rowQ3_KVNNI(SB), NOSPLIT, $0-48
 	ONE(Q6CONSTS, Q3DEC1, Q3ONE, 110, 256, 36)
+
+// func octsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ2_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q6CONSTS, Q2DECODE, Q2OCTOPS, 84, 256, 288)
+
+// func octsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ3_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q6CONSTS, Q3DECODE, Q3OCTOPS, 110, 256, 288)
