@@ -54,8 +54,8 @@ type quantRowKernel func(w *byte, nout, nst int, qs *int8, ameta *byte, y *float
 
 // rowsKernelPair are a type's rows kernels: for several rows, and for one; from tiledFrom rows, unpacking 16 weight
 // rows into the tiled kernels' panels costs less than the rows kernels' reductions (thread CPU time of
-// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md; Q4_K, Q5_K from 25 rows, where the
-// eight-row kernels would pad to 32 rows, whose inputs no longer stay in L1).
+// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md; Q4_K, Q5_K from 29 rows, which the rows
+// kernels would pad to 32, whose inputs no longer stay in L1).
 type rowsKernelPair struct {
 	rows      quantRowsKernel
 	one       quantRowKernel

@@ -99,8 +99,8 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		return nil
 	}
 	m := map[quant.Type]rowsKernelPair{
-		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 25},
-		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 25},
+		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 29},
+		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 29},
 		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 16},
 		quant.Q2_K:   {rowsQ2_KVNNI, rowQ2_KVNNI, 14},
 		quant.Q3_K:   {rowsQ3_KVNNI, rowQ3_KVNNI, 14},
