@@ -95,13 +95,7 @@ func Open(dir string) (*Checkpoint, error) {
 			}
 			stored := t.Name
 			t.Name = name
-			expanded, paired, err := pairs.add(t)
-			if !paired && err == nil {
-				expanded, err = expandFused(t, cfg.Arch.FusedExperts)
-				if err == nil && len(expanded) == 1 && cfg.Arch.HeadParts != nil {
-					expanded, err = expandHeadParts(expanded[0], cfg.Arch.HeadParts(cfg))
-				}
-			}
+			expanded, err := expand(t, cfg, pairs)
 			if err != nil {
 				return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, filepath.Base(t.File), err)
 			}
@@ -131,6 +125,21 @@ func Open(dir string) (*Checkpoint, error) {
 			"architecture", cfg.Arch.Name, "tensors", unread, "bytes", bytesize.Format(unreadBytes), "prefixes", strings.Join(unreadLayers, " "))
 	}
 	return c, nil
+}
+
+// expand returns the tensors the decoder reads for t (named as the decoder knows it): an MXFP4 pair's per-expert
+// tensors once both halves are in (none before), a fused experts tensor's per expert, a matrix of head parts'
+// parts (Architecture.HeadParts), else t itself.
+func expand(t TensorInfo, cfg *Config, pairs *mxfp4Pairs) ([]TensorInfo, error) {
+	expanded, paired, err := pairs.add(t)
+	if paired || err != nil {
+		return expanded, err
+	}
+	expanded, err = expandFused(t, cfg.Arch.FusedExperts)
+	if err == nil && len(expanded) == 1 && cfg.Arch.HeadParts != nil {
+		expanded, err = expandHeadParts(expanded[0], cfg.Arch.HeadParts(cfg))
+	}
+	return expanded, err
 }
 
 // tensorName is a checkpoint tensor's name as the decoder knows it (Architecture.TensorPrefixes), and whether

@@ -93,6 +93,20 @@ type passLock struct {
 	closed  bool
 }
 
+// lockBetweenSteps takes the lock for a pass outside the batch loop (Logits and the like), counted as waiting so
+// that the loop yields it between two steps; once the engine is closed it returns ErrClosed without the lock.
+// The caller unlocks.
+func (p *passLock) lockBetweenSteps() error {
+	p.waiting.Add(1)
+	p.Lock()
+	p.waiting.Add(-1)
+	if p.closed {
+		p.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
 // Open prepares a model for generation. model is a shard folder (from layerstream split), a Hugging Face
 // checkpoint folder (split into shards on first use) or a Hub repo id (downloaded first).
 func Open(ctx context.Context, model string, opts Options) (*Engine, error) {
@@ -274,13 +288,10 @@ func (e *Engine) Close() error {
 // position: [len(ids)][vocab_size]. While generations run, it runs between two steps of their batch loop, which
 // waits for it (the loop's read-ahead is dropped and starts again after it).
 func (e *Engine) Logits(ctx context.Context, ids []int) ([][]float32, error) {
-	e.passes.waiting.Add(1)
-	e.passes.Lock()
-	e.passes.waiting.Add(-1)
-	defer e.passes.Unlock()
-	if e.passes.closed {
-		return nil, fmt.Errorf("engine: closed")
+	if err := e.passes.lockBetweenSteps(); err != nil {
+		return nil, err
 	}
+	defer e.passes.Unlock()
 	// The checks generate makes of a prompt (newSequence).
 	if err := e.checkIDs(ids); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)

@@ -17,13 +17,10 @@ func (e *Engine) CacheFootprint(positions int) (CacheFootprint, error) {
 	if positions <= 0 || positions > e.plan.Context {
 		return CacheFootprint{}, fmt.Errorf("engine: cache footprint of %d positions: the model's context is %d", positions, e.plan.Context)
 	}
-	e.passes.waiting.Add(1)
-	e.passes.Lock()
-	e.passes.waiting.Add(-1)
-	defer e.passes.Unlock()
-	if e.passes.closed {
-		return CacheFootprint{}, fmt.Errorf("engine: closed")
+	if err := e.passes.lockBetweenSteps(); err != nil {
+		return CacheFootprint{}, err
 	}
+	defer e.passes.Unlock()
 	kv, err := e.run.newKV(e.run.kvConfig(1, positions, true))
 	if err != nil {
 		return CacheFootprint{}, err

@@ -323,6 +323,12 @@ func TestCloseEndsQueuedRequests(t *testing.T) {
 	if _, err := e.Generate(ctx, Request{PromptIDs: []int{1}}, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
+	if _, err := e.Logits(ctx, []int{1}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Logits after Close: %v, want ErrClosed", err)
+	}
+	if _, err := e.CacheFootprint(1); !errors.Is(err, ErrClosed) {
+		t.Errorf("CacheFootprint after Close: %v, want ErrClosed", err)
+	}
 }
 
 // TestPrefillBudget: long prompts joining a running sequence are computed in chunks of at most PrefillBudget

@@ -294,7 +294,7 @@ func (o hostOps) MulRows(x, s model.Value) model.Value {
 // sigmoid is σ(x) in float32, elementwise.
 func sigmoid(y, x []float32) {
 	for i, v := range x {
-		y[i] = float32(1 / (1 + math.Exp(-float64(v))))
+		y[i] = sigmoid32(v)
 	}
 }
 

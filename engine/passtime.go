@@ -12,8 +12,10 @@ import (
 // (every position's logits, decode arithmetic): prompt is computed once, then runs rounds each feed, for every
 // count k of rows in turn, a pass of k more ids (synthetic: the prompt's, cycled), which the cache forgets again.
 // It returns each pass's wall time, times[i][run] for rows[i]: what verifying a draft of k-1 tokens costs against
-// a one-token decode step (k 1), the counts interleaved so that a machine's drift affects them alike. It runs
-// between the batch loop's steps, as Logits does.
+// a one-token decode step (k 1), the counts interleaved so that a machine's drift affects them alike. Where the
+// layers stream, each measured pass follows a pass of its own size (an unmeasured one after another size), as a
+// generation's passes follow one another: a streamed pass starts on its predecessor's read-ahead. It runs between
+// the batch loop's steps, as Logits does.
 func (e *Engine) PassTime(ctx context.Context, prompt []int, rows []int, runs int) ([][]time.Duration, error) {
 	most := 0
 	for _, k := range rows {
@@ -34,13 +36,10 @@ func (e *Engine) PassTime(ctx context.Context, prompt []int, rows []int, runs in
 	if len(prompt)+most > e.plan.Context {
 		return nil, fmt.Errorf("engine: %d prompt tokens and %d rows exceed %s", len(prompt), most, e.contextName())
 	}
-	e.passes.waiting.Add(1)
-	e.passes.Lock()
-	e.passes.waiting.Add(-1)
-	defer e.passes.Unlock()
-	if e.passes.closed {
-		return nil, ErrClosed
+	if err := e.passes.lockBetweenSteps(); err != nil {
+		return nil, err
 	}
+	defer e.passes.Unlock()
 	return e.run.passTimes(ctx, e.store, prompt, rows, runs)
 }
 
@@ -61,21 +60,35 @@ func (r *runner) passTimes(ctx context.Context, store *weightStore, prompt, rows
 	}
 	held := kv.Len(0)
 	times := make([][]time.Duration, len(rows))
+	pass := func(k int) (time.Duration, error) {
+		ids := make([]int, k)
+		for j := range ids {
+			ids[j] = prompt[j%len(prompt)]
+		}
+		start := time.Now()
+		if _, err := r.forward(ctx, st, kv, []feed{{row: 0, ids: ids, every: k > 1}}, false); err != nil {
+			return 0, err
+		}
+		took := time.Since(start)
+		return took, kv.Truncate(0, held)
+	}
+	last := 0
 	for run := range runs {
 		for i, k := range rows {
-			ids := make([]int, k)
-			for j := range ids {
-				ids[j] = prompt[j%len(prompt)]
-			}
 			r.setStep(1 + run)
-			start := time.Now()
-			if _, err := r.forward(ctx, st, kv, []feed{{row: 0, ids: ids, every: k > 1}}, false); err != nil {
+			// A streamed pass starts on what the one before it read ahead, and ends reading ahead for the next:
+			// a generation's passes are of one size, so a pass after one of another size follows an unmeasured
+			// one of its own.
+			if st != nil && k != last {
+				if _, err := pass(k); err != nil {
+					return nil, err
+				}
+			}
+			took, err := pass(k)
+			if err != nil {
 				return nil, err
 			}
-			times[i] = append(times[i], time.Since(start))
-			if err := kv.Truncate(0, held); err != nil {
-				return nil, err
-			}
+			times[i], last = append(times[i], took), k
 		}
 	}
 	return times, nil

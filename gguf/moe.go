@@ -63,7 +63,7 @@ func (g *File) moeConfig(arch string, info archInfo, cfg map[string]any) error {
 			n uint64
 		}{{"expert_count", n}, {"expert_used_count", used}} {
 			if v.n != 0 {
-				return fmt.Errorf("metadata %s is %d: llama.cpp's %s architecture has no routed experts that layerstream reads (mixture-of-experts GGUF files are read for llama (Mixtral), qwen2moe, qwen3moe, olmoe, glm4moe, minimax-m2, gemma4, qwen35moe, qwen3next, gpt-oss and deepseek2)", key(v.k), v.n, arch)
+				return fmt.Errorf("metadata %s is %d: llama.cpp's %s architecture has no routed experts that layerstream reads (mixture-of-experts GGUF files are read for %s)", key(v.k), v.n, arch, strings.Join(moeArchs(), ", "))
 			}
 		}
 	} else if hasN && n > 0 || !info.moe.optional {
@@ -88,6 +88,18 @@ func (g *File) moeConfig(arch string, info archInfo, cfg map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// moeArchs is the architectures whose routed experts layerstream reads, sorted.
+func moeArchs() []string {
+	var names []string
+	for name, a := range archs {
+		if a.moe != nil {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // expertGroups reads group-limited routing, llama.cpp's expert_group_count groups of consecutive experts of

@@ -575,52 +575,7 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 	in, add := m.branches(w, x)
 	q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 	parallel(T, func(p int) {
-		h := in(p, "input_layernorm.weight")
-		q[p], k[p], v[p] = make([]float64, nq*hd), make([]float64, nkv*hd), make([]float64, nkv*hd)
-		if m.fused { // qkv_proj's rows: q, then k, then v
-			qkv := make([]float64, (nq+2*nkv)*hd)
-			linear(qkv, w.get("self_attn.qkv_proj.weight"), nil, h)
-			copy(q[p], qkv[:nq*hd])
-			copy(k[p], qkv[nq*hd:(nq+nkv)*hd])
-			copy(v[p], qkv[(nq+nkv)*hd:])
-		} else {
-			linear(q[p], w.get("self_attn.q_proj.weight"), w.vec("self_attn.q_proj.bias"), h)
-			linear(k[p], w.get("self_attn.k_proj.weight"), w.vec("self_attn.k_proj.bias"), h)
-			linear(v[p], w.get("self_attn.v_proj.weight"), w.vec("self_attn.v_proj.bias"), h)
-		}
-		switch m.qkNorm {
-		case "whole":
-			q[p], k[p] = m.norm(q[p], w.vec("self_attn.q_norm.weight")), m.norm(k[p], w.vec("self_attn.k_norm.weight"))
-		case "head":
-			for _, t := range []struct {
-				vec   []float64
-				heads int
-				name  string
-			}{{q[p], nq, "self_attn.q_norm.weight"}, {k[p], nkv, "self_attn.k_norm.weight"}} {
-				for h := range t.heads {
-					copy(t.vec[h*hd:(h+1)*hd], m.norm(t.vec[h*hd:(h+1)*hd], w.vec(t.name)))
-				}
-			}
-		}
-		if r := m.rope[l]; r >= 0 {
-			m.rotate(q[p], nq, p, m.ropes[r])
-			m.rotate(k[p], nkv, p, m.ropes[r])
-			if m.qkNorm == "rotated" {
-				for _, t := range []struct {
-					vec   []float64
-					heads int
-				}{{q[p], nq}, {k[p], nkv}} {
-					for h := range t.heads {
-						copy(t.vec[h*hd:(h+1)*hd], rmsNorm(t.vec[h*hd:(h+1)*hd], nil, cfg.RMSNormEps, 0))
-					}
-				}
-			}
-		}
-		if m.qScale != nil {
-			for i := range q[p] {
-				q[p][i] *= m.qScale(l, p)
-			}
-		}
+		q[p], k[p], v[p] = m.attentionInputs(l, p, w, in(p, "input_layernorm.weight"))
 	})
 	group := nq / nkv          // query heads per key/value head (grouped-query attention)
 	first := func(p int) int { // the earliest position p attends to
@@ -673,6 +628,59 @@ func (m *model) layer(l int, w *layerWeights, x [][]float64) {
 		add(p, o, "post_attention_layernorm.weight")
 	})
 	m.mlpBranch(l, w, x)
+}
+
+// attentionInputs is position p's queries, keys and values in layer l from its normalized input h: the
+// projections (fused qkv_proj or not, with their biases), the q/k norms, rope and the query scale.
+func (m *model) attentionInputs(l, p int, w *layerWeights, h []float64) (q, k, v []float64) {
+	cfg := m.cfg
+	hd, nq, nkv := cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	q, k, v = make([]float64, nq*hd), make([]float64, nkv*hd), make([]float64, nkv*hd)
+	if m.fused { // qkv_proj's rows: q, then k, then v
+		qkv := make([]float64, (nq+2*nkv)*hd)
+		linear(qkv, w.get("self_attn.qkv_proj.weight"), nil, h)
+		copy(q, qkv[:nq*hd])
+		copy(k, qkv[nq*hd:(nq+nkv)*hd])
+		copy(v, qkv[(nq+nkv)*hd:])
+	} else {
+		linear(q, w.get("self_attn.q_proj.weight"), w.vec("self_attn.q_proj.bias"), h)
+		linear(k, w.get("self_attn.k_proj.weight"), w.vec("self_attn.k_proj.bias"), h)
+		linear(v, w.get("self_attn.v_proj.weight"), w.vec("self_attn.v_proj.bias"), h)
+	}
+	switch m.qkNorm {
+	case "whole":
+		q, k = m.norm(q, w.vec("self_attn.q_norm.weight")), m.norm(k, w.vec("self_attn.k_norm.weight"))
+	case "head":
+		for _, t := range []struct {
+			vec   []float64
+			heads int
+			name  string
+		}{{q, nq, "self_attn.q_norm.weight"}, {k, nkv, "self_attn.k_norm.weight"}} {
+			for h := range t.heads {
+				copy(t.vec[h*hd:(h+1)*hd], m.norm(t.vec[h*hd:(h+1)*hd], w.vec(t.name)))
+			}
+		}
+	}
+	if r := m.rope[l]; r >= 0 {
+		m.rotate(q, nq, p, m.ropes[r])
+		m.rotate(k, nkv, p, m.ropes[r])
+		if m.qkNorm == "rotated" {
+			for _, t := range []struct {
+				vec   []float64
+				heads int
+			}{{q, nq}, {k, nkv}} {
+				for h := range t.heads {
+					copy(t.vec[h*hd:(h+1)*hd], rmsNorm(t.vec[h*hd:(h+1)*hd], nil, cfg.RMSNormEps, 0))
+				}
+			}
+		}
+	}
+	if m.qScale != nil {
+		for i := range q {
+			q[i] *= m.qScale(l, p)
+		}
+	}
+	return q, k, v
 }
 
 // branches are a layer's residual branches on x: in is a branch's input at position p (x, normalised by the

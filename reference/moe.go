@@ -165,7 +165,7 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 		copy(p, r) // chosen by logit; their weights below
 	} else if x.sigmoid || x.onInput {
 		for i, v := range r {
-			p[i] = 1 / (1 + math.Exp(-v))
+			p[i] = sigmoid(v)
 		}
 	} else {
 		copy(p, r)
@@ -183,21 +183,7 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	if x.groups > 1 {
 		keepGroups(choice, x.groups, x.topGroups)
 	}
-	// The k best choice scores, the lower index first among equal ones.
-	order := make([]int, x.n)
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case choice[a] > choice[b]:
-			return -1
-		case choice[a] < choice[b]:
-			return 1
-		}
-		return 0
-	})
-	chosen := order[:x.k]
+	chosen := topExperts(choice, x.k)
 	if x.topKSoftmax { // softmax over the chosen logits: chosen[0]'s is the largest
 		top := p[chosen[0]]
 		for _, e := range chosen {
@@ -239,7 +225,7 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 		if x.sharedGate != "" {
 			g := make([]float64, 1)
 			linear(g, w.get(x.sharedGate), nil, h)
-			s = 1 / (1 + math.Exp(-g[0]))
+			s = sigmoid(g[0])
 		}
 		y := m.gatedMLP(w, h, x.shared+".gate_proj.weight", x.shared+".up_proj.weight", x.shared+".down_proj.weight", x.sharedInter)
 		for i, v := range y {
@@ -249,27 +235,36 @@ func (m *model) moe(w *layerWeights, h []float64) []float64 {
 	return out
 }
 
+// topExperts is the indices of the k best scores, best first, the lower index first among equal ones (experts
+// by their choice scores, or groups of them).
+func topExperts(choice []float64, k int) []int {
+	order := make([]int, len(choice))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case choice[a] > choice[b]:
+			return -1
+		case choice[a] < choice[b]:
+			return 1
+		}
+		return 0
+	})
+	return order[:k]
+}
+
 // keepGroups sets the choice scores outside the top best of groups groups to -∞: a group scored by the sum of
 // its two highest choice scores (DeepseekV3TopkRouter), the lower group first among equal ones.
 func keepGroups(choice []float64, groups, top int) {
 	size := len(choice) / groups
 	score := make([]float64, groups)
-	order := make([]int, groups)
 	for g := range groups {
 		c := slices.Clone(choice[g*size : (g+1)*size])
 		slices.Sort(c)
-		score[g], order[g] = c[size-1]+c[size-2], g
+		score[g] = c[size-1] + c[size-2]
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case score[a] > score[b]:
-			return -1
-		case score[a] < score[b]:
-			return 1
-		}
-		return 0
-	})
-	for _, g := range order[top:] {
+	for _, g := range topExperts(score, groups)[top:] {
 		for i := range size {
 			choice[g*size+i] = math.Inf(-1)
 		}

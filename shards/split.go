@@ -869,26 +869,8 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	w.hasher.begin(t)
 	target := w.quant.Target(t)
 	if w.enc == Raw && target == t.DType && !t.Transformed() {
-		// Stream in chunks through one reused buffer.
-		w.chunk = grow.Slice(w.chunk, chunkSize)
-		var crc uint32
-		for off := int64(0); off < t.Length; off += chunkSize {
-			if err := w.ctx.Err(); err != nil {
-				return ti, err
-			}
-			b := w.chunk[:min(chunkSize, t.Length-off)]
-			if err := readAt(src, b, t.Offset+off, t.File); err != nil {
-				return ti, err
-			}
-			crc = crc32.Update(crc, castagnoli, b)
-			w.hasher.Write(b)
-			if _, err := cw.Write(b); err != nil {
-				return ti, err
-			}
-			w.advance(int64(len(b)))
-		}
-		ti.CRC32C = crc
-		return ti, nil
+		ti.CRC32C, err = w.copyRaw(cw, src, t)
+		return ti, err
 	}
 	if err := w.ctx.Err(); err != nil {
 		return ti, err
@@ -944,6 +926,29 @@ func (w *splitter) writeTensor(cw *countWriter, t checkpoint.TensorInfo) (Tensor
 	}
 	w.advance(t.Length)
 	return ti, nil
+}
+
+// copyRaw streams t's bytes from src into the shard unchanged, in chunks through one reused buffer, and returns
+// their CRC-32C.
+func (w *splitter) copyRaw(cw *countWriter, src io.ReaderAt, t checkpoint.TensorInfo) (uint32, error) {
+	w.chunk = grow.Slice(w.chunk, chunkSize)
+	var crc uint32
+	for off := int64(0); off < t.Length; off += chunkSize {
+		if err := w.ctx.Err(); err != nil {
+			return 0, err
+		}
+		b := w.chunk[:min(chunkSize, t.Length-off)]
+		if err := readAt(src, b, t.Offset+off, t.File); err != nil {
+			return 0, err
+		}
+		crc = crc32.Update(crc, castagnoli, b)
+		w.hasher.Write(b)
+		if _, err := cw.Write(b); err != nil {
+			return 0, err
+		}
+		w.advance(int64(len(b)))
+	}
+	return crc, nil
 }
 
 // decodeShare is the share of the cores' time that decoding may take while the disk reads a layer: the rest is
