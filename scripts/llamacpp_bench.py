@@ -7,7 +7,10 @@ per run, one 64-token batch, then N single-token evals; prints the runs' tokens/
 
 --prompt-tokens sets the prompt's length; --json prints one JSON object instead: the runs' prefill and decode
 tokens/s and the median seconds per decoded token (s_per_token), as `layerstream bench --json` reports them
-(scripts/speed_moe_llamacpp.sh).
+(scripts/speed_moe_llamacpp.sh). --no-repack is llama.cpp's own --no-repack (llama_model_params.use_extra_bufts
+off): by default llama.cpp copies the matrices its CPU kernels prefer repacked (Q4_K as q4_K_8x8, experts
+included) out of the mapped file into its own memory, so the model must fit in memory; without repacking every
+weight is read from the mapped file, page by page.
 
 Needs llama-cpp-python and numpy (pip install llama-cpp-python numpy).
 """
@@ -28,7 +31,17 @@ def main():
     ap.add_argument("--f32-cache", action="store_true")
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-repack", action="store_true")
     a = ap.parse_args()
+    if a.no_repack:
+        default_params = llama_cpp.llama_cpp.llama_model_default_params
+
+        def no_repack():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        llama_cpp.llama_cpp.llama_model_default_params = no_repack  # what llama_cpp.Llama starts its model parameters from
     n_ctx = max(512, a.prompt_tokens + a.new_tokens)
     kw = dict(n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
               flash_attn=False)

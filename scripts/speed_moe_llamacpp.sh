@@ -16,10 +16,14 @@
 # memory group of the limit (v1 memory.limit_in_bytes or v2 memory.max, the page cache charged to it), an
 # 8-token prompt and --new-tokens tokens; the medians over --runs runs.
 #
-# layerstream needs the limit to hold its stream's buffers (a few units: on this branch a layer with all its
-# experts) and the head; below that the memory group's OOM killer ends it and the script says so. llama.cpp's
-# threads spin-wait (OpenMP), so on a busy machine its decode slows and swings: the line above the runs prints the
-# load average.
+# layerstream needs the limit to hold its stream's buffers (a layer's tensors but its experts, the experts a
+# pass routes to) and the head; below that the memory group's OOM killer ends it and the script says so.
+# llama.cpp runs with --no-repack (scripts/llamacpp_bench.py): by default it copies its Q4_K matrices, repacked,
+# out of the mapped file into its own memory (4.48 GB of the 6.06 GB of a 16-layer Qwen3-30B-A3B shape), so in a
+# limit smaller than that it is killed while loading; without, it reads every weight from the mapped file. Each
+# run line gives both engines' bytes read from disk (getrusage's ru_inblock: load, prompt and decode) and
+# layerstream's per decoded token. llama.cpp's threads spin-wait (OpenMP), so on a busy machine its decode slows
+# and swings: the line above the runs prints the load average.
 #
 # Needs: root or a delegated cgroup (to make the memory group), $LAYERSTREAM_PEER_PYTHON (default
 # /work/venvs/llama/bin/python: llama-cpp-python), and for the conversion $TF_PYTHON and $LLAMA_CPP_SRC as
@@ -37,7 +41,7 @@ while [ $# -gt 0 ]; do
 	--new-tokens) new=$2; shift 2 ;;
 	--runs) runs=$2; shift 2 ;;
 	--threads) threads=$2; shift 2 ;;
-	-h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "speed_moe_llamacpp.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -96,8 +100,17 @@ limited() {
 		        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 		        os.close(fd)
 	EOF
-	sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "$@"
+	sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "$py" -c "$read_bytes_py" "$cache/read-bytes" "$@"
 }
+
+# The wrapper limited runs CMD in: CMD's exit status, and the bytes it read from the block device (its
+# getrusage ru_inblock: O_DIRECT reads and the page cache's, mmap page faults and readahead included) written to
+# the file named first.
+read_bytes_py='import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock * 512))
+sys.exit(rc)'
+
 
 # measure NAME CMD...: CMD's s_per_token (its last line of JSON), run limited; an engine that fails under the limit
 # (137: killed, most often by the memory group's OOM killer) ends the script.
@@ -110,7 +123,11 @@ measure() {
 		exit 2
 	fi
 	printf '%s' "$out" | field s_per_token
+	printf '%s' "$out" >"$cache/last.json"
 }
+
+# read_mb: the megabytes the last measured run read from disk (load, prompt and decode).
+read_mb() { awk '{printf "%.0f", $1 / 1e6}' "$cache/read-bytes"; }
 
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 field() { "$py" -c 'import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"; }
@@ -119,8 +136,9 @@ echo "model: $gguf ($((size >> 20)) MiB), memory limit $((limit >> 20)) MiB, $pr
 ls_runs="" lc_runs=""
 for r in $(seq "$runs"); do
 	ls=$(measure layerstream "$bin" bench --model "$gguf" --prompt-tokens "$prompt" --new-tokens "$new" --runs 1 --warmup 0 --json)
-	lc=$(measure llama.cpp "$py" scripts/llamacpp_bench.py "$gguf" --prompt-tokens "$prompt" --new-tokens "$new" --runs 1 --threads "$threads" --json)
-	echo "run $r: layerstream $ls s/token, llama.cpp $lc s/token" >&2
+	ls_mb=$(read_mb) ls_tok=$(field read_bytes_per_token <"$cache/last.json")
+	lc=$(measure llama.cpp "$py" scripts/llamacpp_bench.py "$gguf" --prompt-tokens "$prompt" --new-tokens "$new" --runs 1 --threads "$threads" --no-repack --json)
+	echo "run $r: layerstream $ls s/token ($ls_mb MB read in all, $((${ls_tok%.*} >> 20)) MiB a decoded token), llama.cpp $lc s/token ($(read_mb) MB read in all)" >&2
 	ls_runs="$ls_runs$ls"$'\n' lc_runs="$lc_runs$lc"$'\n'
 done
 ls_med=$(printf '%s' "$ls_runs" | median)

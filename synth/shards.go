@@ -26,6 +26,9 @@ func Quantized(dir string, opts Options, target func(checkpoint.TensorInfo) chec
 	if err := opts.fillDefaults(); err != nil {
 		return nil, err
 	}
+	if opts.Shape.GptOss != nil {
+		return nil, fmt.Errorf("synth: a gpt-oss shape is written with its experts in MXFP4 as published, not quantized (no --quantize)")
+	}
 	cfgJSON, err := json.Marshal(opts.config())
 	if err != nil {
 		return nil, err

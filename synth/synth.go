@@ -47,6 +47,9 @@ type Shape struct {
 	DeepSeek *DeepSeek
 	// Hybrid, when set, makes the shape a Qwen3.5 text model (Qwen3_5ForCausalLM) rather than a Llama (qwen35.go).
 	Hybrid *Hybrid
+	// GptOss, when set, makes the shape a gpt-oss model (GptOssForCausalLM, MXFP4 experts) rather than a Llama
+	// (gptoss.go).
+	GptOss *GptOss
 }
 
 // Shapes are the named real-model shapes the `synth` command knows.
@@ -66,6 +69,7 @@ var Shapes = map[string]Shape{
 		VocabSize: 32000, MaxPositionEmbeddings: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, BOSTokenID: 1, EOSTokenID: 2},
 	"deepseek-v3-671b": deepseekV3,
 	"qwen3.5-9b":       qwen35Dense,
+	"gpt-oss-120b":     gptOss120b,
 }
 
 // ShapeNames lists the names in Shapes, sorted.
@@ -105,6 +109,26 @@ type tensorSpec struct {
 	shape []int64
 	ones  bool    // a norm weight: all 1.0
 	scale float64 // Options.TensorScale's factor, else 1
+	// bytes, when set, makes the tensor U8 (an MXFP4 pair's half, gptoss.go): random bytes (fill 0) or every
+	// byte fill.
+	bytes bool
+	fill  byte
+}
+
+// size is the tensor's bytes with elements of es bytes (U8 tensors: one byte each).
+func (t tensorSpec) size(es int64) int64 {
+	if t.bytes {
+		return t.elems()
+	}
+	return t.elems() * es
+}
+
+// dtype is the tensor's safetensors dtype, d for a float tensor.
+func (t tensorSpec) dtype(d checkpoint.DType) checkpoint.DType {
+	if t.bytes {
+		return checkpoint.U8
+	}
+	return d
 }
 
 func (t tensorSpec) elems() int64 {
@@ -128,6 +152,10 @@ func (o *Options) tensors() []tensorSpec {
 		}
 		if s.Hybrid != nil {
 			out = append(out, s.hybridLayer(p, l)...)
+			continue
+		}
+		if s.GptOss != nil {
+			out = append(out, s.gptossLayer(p)...)
 			continue
 		}
 		out = append(out,
@@ -242,7 +270,8 @@ func Write(dir string, opts Options) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
-	files := planFiles(opts.tensors(), int64(opts.DType.Size()), opts.MaxFileBytes)
+	es := int64(opts.DType.Size())
+	files := planFiles(opts.tensors(), es, opts.MaxFileBytes)
 	g := newGenerator(&opts)
 	weightMap := map[string]string{}
 	var total int64
@@ -253,7 +282,7 @@ func Write(dir string, opts Options) error {
 		}
 		for _, t := range ts {
 			weightMap[t.name] = name
-			total += t.elems() * int64(opts.DType.Size())
+			total += t.size(es)
 		}
 	}
 	index := map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": weightMap}
@@ -314,6 +343,9 @@ func (o *Options) config() map[string]any {
 	if s.Hybrid != nil {
 		s.hybridConfig(cfg)
 	}
+	if s.GptOss != nil {
+		s.gptossConfig(cfg)
+	}
 	return cfg
 }
 
@@ -323,7 +355,7 @@ func planFiles(ts []tensorSpec, elemSize, maxBytes int64) [][]tensorSpec {
 	var cur []tensorSpec
 	var size int64
 	for _, t := range ts {
-		n := t.elems() * elemSize
+		n := t.size(elemSize)
 		if len(cur) > 0 && size+n > maxBytes {
 			files = append(files, cur)
 			cur, size = nil, 0
@@ -364,8 +396,8 @@ func (g *generator) writeFile(w io.Writer, ts []tensorSpec) error {
 	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
 	var off int64
 	for _, t := range ts {
-		n := t.elems() * es
-		header[t.name] = map[string]any{"dtype": string(g.opts.DType), "shape": t.shape, "data_offsets": []int64{off, off + n}}
+		n := t.size(es)
+		header[t.name] = map[string]any{"dtype": string(t.dtype(g.opts.DType)), "shape": t.shape, "data_offsets": []int64{off, off + n}}
 		off += n
 	}
 	hdr, err := json.Marshal(header)
@@ -395,6 +427,9 @@ func (g *generator) writeFile(w io.Writer, ts []tensorSpec) error {
 // writeTensor generates t in batches of one chunk per worker and writes each batch, in chunk order, while the
 // next batch is generated into the other half of the double buffer.
 func (g *generator) writeTensor(w io.Writer, t tensorSpec) error {
+	if t.bytes {
+		return g.writeBytes(w, t)
+	}
 	total := t.elems()
 	es := int64(g.opts.DType.Size())
 	nChunks := (total + chunkElems - 1) / chunkElems
@@ -430,6 +465,27 @@ func (g *generator) writeTensor(w io.Writer, t tensorSpec) error {
 	}
 	if written != nil {
 		return <-written
+	}
+	return nil
+}
+
+// writeBytes writes U8 tensor t: random bytes from its own PRNG stream, or t.fill throughout.
+func (g *generator) writeBytes(w io.Writer, t tensorSpec) error {
+	r := rand.New(rand.NewPCG(nameSeed(g.opts.Seed, t.name), 0))
+	buf := g.bufs[0][0]
+	for left := t.elems(); left > 0; {
+		n := min(left, int64(len(buf)))
+		for i := range buf[:n] {
+			if t.fill != 0 {
+				buf[i] = t.fill
+			} else if i%8 == 0 {
+				binary.LittleEndian.PutUint64(buf[i:i+8], r.Uint64()) // len(buf) is a multiple of 8
+			}
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			return err
+		}
+		left -= n
 	}
 	return nil
 }
@@ -497,7 +553,7 @@ func TotalBytes(opts Options) (int64, error) {
 	}
 	var n int64
 	for _, t := range opts.tensors() {
-		n += t.elems() * int64(opts.DType.Size())
+		n += t.size(int64(opts.DType.Size()))
 	}
 	return n, nil
 }

@@ -310,3 +310,47 @@ func TestWriteMoE(t *testing.T) {
 		}
 	}
 }
+
+// TestGptOssShape: a gpt-oss shape writes a config.json and tensors that checkpoint.Open accepts (every key and
+// tensor known to the family), its experts' MXFP4 blocks and scales as U8 paired into one MXFP4 tensor per expert
+// and projection, sliding and full attention alternating; gpt-oss-120b's bytes add up as its parts.
+func TestGptOssShape(t *testing.T) {
+	s := tiny()
+	s.NumLayers, s.IntermediateSize, s.HeadDim = 2, 64, 16
+	s.GptOss = &GptOss{Experts: 4, ExpertsPerTok: 2, SlidingWindow: 8, OriginalContext: 32, Factor: 4}
+	dir := t.TempDir()
+	if err := Write(dir, Options{Shape: s, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ck.Config
+	if c.Arch.Name != "GptOssForCausalLM" || !slices.Equal(c.LayerTypes, []string{"sliding_attention", "full_attention"}) || c.SlidingWindow == nil || *c.SlidingWindow != 8 {
+		t.Fatalf("config %+v", c)
+	}
+	mx := 0
+	for _, ti := range ck.Tensors {
+		if ti.DType == checkpoint.MXFP4 {
+			mx++
+		}
+	}
+	if want := 2 * 4 * 2; mx != want { // layers × experts × (gate_up, down)
+		t.Fatalf("%d MXFP4 tensors, want %d", mx, want)
+	}
+	if _, err := Quantized(t.TempDir(), Options{Shape: s}, nil); err == nil {
+		t.Fatal("Quantized wrote a gpt-oss shape")
+	}
+	n, err := TotalBytes(Options{Shape: Shapes["gpt-oss-120b"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A layer: attention, biases, sinks, norms and router in bf16, 2 × 26,924,672 bytes; 128 experts' MXFP4
+	// blocks and scales with bf16 biases, 1,694,269,440 bytes (gate_up 5760 × 2880, down 2880 × 2880: 17 bytes
+	// per 32 weights). 36 layers, the bf16 embedding and lm_head (201,088 × 2880 each) and the final norm:
+	// 65,248,815,744 bytes.
+	if n != 65_248_815_744 {
+		t.Errorf("gpt-oss-120b: %d bytes", n)
+	}
+}

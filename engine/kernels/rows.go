@@ -21,11 +21,13 @@ import (
 // weight block once for all of them instead of once per position.
 //
 // A rows kernel decodes one weight row's super-block into registers once (the codes as 64 bytes per register,
-// the sub-block scales as a register of int16 pairs per 64 codes) and multiplies it with the input rows four at
-// a time: per row, VPMADDUBSW (code·x pairs) then VPDPWSSD with the scales sums each sub-block's products times
-// its scale into 16 int32 lanes, which a transposing reduction folds into the four rows' isb; imin is the
-// minimum factors (pairs of int16) times the rows' sums of 16 or 32 (VPDPWSSD), and the float update is the
-// tiled one on the four rows' lanes (IQ4_XS, whose codes reach 255, takes VPDPBUSD then VPMULLD by the scales
+// the sub-block scales as a register of int16 words per 128 codes) and multiplies it with the input rows four at
+// a time (the K-quants, where groups of eight pad to
+// no more rows than quads: eight at a time): per row, VPDPBUSD sums fours of code·x into int32
+// lanes (at most 4·63·128, an int16), VPACKSSDW packs two registers of them into words and VPDPWSSD multiplies
+// them by their sub-blocks' scales into 16 int32 lanes, which a transposing reduction folds into the rows' isb;
+// imin is the minimum factors (pairs of int16) times the rows' sums of 16 or 32 (VPDPWSSD), and the float update
+// is the tiled one on the rows' lanes (IQ4_XS, whose codes reach 255, takes VPDPBUSD then VPMULLD by the scales
 // instead, ROWD). Integer sums are exact, so only the float update fixes the bits. The
 // 32-element types (Q8_0, and Q4_0, Q5_0, IQ4_NL, which the tiled kernels widen to Q8_0's integers) take two
 // blocks a step: their codes w + 128 against the rows by VPDPBUSD, less 128·Σx, then per block the tiled update
@@ -52,17 +54,25 @@ type quantRowKernel func(w *byte, nout, nst int, qs *int8, ameta *byte, y *float
 
 // rowsKernelPair are a type's rows kernels: for several rows, and for one; from tiledFrom rows, unpacking 16 weight
 // rows into the tiled kernels' panels costs less than the rows kernels' reductions (thread CPU time of
-// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md).
+// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md; Q4_K, Q5_K from 29 rows, which the rows
+// kernels would pad to 32, whose inputs no longer stay in L1).
 type rowsKernelPair struct {
 	rows      quantRowsKernel
 	one       quantRowKernel
 	tiledFrom int
 }
 
+// rowsOct is the number of input rows an octs kernel (rowsFormat.oct) multiplies together.
+const rowsOct = 8
+
 // rowsFormat is a type's rows kernels and the layout of the input parts they read.
 type rowsFormat struct {
 	tiled *tiledFormat // the type's tiled format (block: 256 or 32 elements; sub: a K-quant's sums of 16 or 32)
 	rowsKernelPair
+	// oct, where the type has one, is rows for rowsOct input rows at a time (their parts packed with eight
+	// lanes), taken where groups of eight pad to no more rows than quads (5-8, 13-16, 21-24 rows): one
+	// reduction, minimum and float update per eight rows instead of four.
+	oct quantRowsKernel
 }
 
 // step is the number of elements a kernel takes per step: a K-quant super-block, or two 32-element blocks.
@@ -108,10 +118,10 @@ func (f *rowsFormat) blockPart(x qActRow, b int) uint32 {
 // rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has
 // no rows kernels: there LinearQuant keeps its lanes order, quant.go).
 var rowsKernels = func() map[quant.Type]*rowsFormat {
-	m := map[quant.Type]*rowsFormat{}
+	m, octs := map[quant.Type]*rowsFormat{}, rowsOctAsm()
 	for t, k := range rowsAsm() {
 		if f := tiledFormats[t]; f != nil && f.asmKernel != nil {
-			m[t] = &rowsFormat{tiled: f, rowsKernelPair: k}
+			m[t] = &rowsFormat{tiled: f, rowsKernelPair: k, oct: octs[t]}
 		}
 	}
 	return m
@@ -162,9 +172,12 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	a.quantize(w.k.act, x[:rows*in], in)
 	p := rowsPool.Get().(*rowsInputs)
 	defer rowsPool.Put(p)
-	lanes := rowsQuad
-	if rows == 1 {
+	lanes, kernel := rowsQuad, f.rows
+	switch {
+	case rows == 1:
 		lanes = 1
+	case f.oct != nil && rows > rowsQuad && (rows+rowsOct-1)/rowsOct*2 == (rows+rowsQuad-1)/rowsQuad: // no more padding than quads
+		lanes, kernel = rowsOct, f.oct
 	}
 	nq := (rows + lanes - 1) / lanes
 	p.pack(f, a, rows, lanes, nq)
@@ -173,8 +186,8 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 		if rows == 1 {
 			f.one(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], &p.meta[0], &y[lo])
 		} else {
-			var acc [rowsMost]float32 // the kernel's sums, in quads
-			f.rows(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
+			var acc [rowsMost]float32 // the kernel's sums, in groups of lanes rows
+			kernel(&w.Row(lo)[0], hi-lo, nst, &p.qs[0], in, nq, &p.meta[0], rows, &y[lo], out, &acc[0])
 		}
 		if bias != nil {
 			for r := range rows {

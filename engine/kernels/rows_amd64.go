@@ -9,6 +9,21 @@ import (
 func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
+func octsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func octsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func octsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
+func octsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+
+//go:noescape
 func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
@@ -84,9 +99,9 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		return nil
 	}
 	m := map[quant.Type]rowsKernelPair{
-		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 28},
-		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 28},
-		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 14},
+		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 29},
+		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 29},
+		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 16},
 		quant.Q2_K:   {rowsQ2_KVNNI, rowQ2_KVNNI, 14},
 		quant.Q3_K:   {rowsQ3_KVNNI, rowQ3_KVNNI, 14},
 		quant.Q8_0:   {rowsQ8_0VNNI, rowQ8_0VNNI, 10},
@@ -100,4 +115,15 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		m[quant.IQ4_XS] = rowsKernelPair{rowsIQ4_XSVNNI, rowIQ4_XSVNNI, rowsMost} // its tiled unpacking is Go: 9 ms for 12 rows of [8960×1536]
 	}
 	return m
+}
+
+// rowsOctAsm returns the rows kernels of eight input rows at a time (rows.go's rowsOct) the CPU can run.
+func rowsOctAsm() map[quant.Type]quantRowsKernel {
+	if !useVNNI {
+		return nil
+	}
+	return map[quant.Type]quantRowsKernel{
+		quant.Q4_K: octsQ4_KVNNI, quant.Q5_K: octsQ5_KVNNI, quant.Q6_K: octsQ6_KVNNI,
+		quant.Q3_K: octsQ3_KVNNI, quant.Q2_K: octsQ2_KVNNI,
+	}
 }

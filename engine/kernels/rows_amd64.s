@@ -2,272 +2,49 @@
 
 // The rows kernels (rows.go): one weight row's super-block decoded into registers, multiplied with four input
 // rows at a time, in the tiled kernels' float order. Registers: Z0-Z3 the super-block's codes (64 bytes each),
-// Z4-Z7 the sub-block scales of each code's int32 lane as int16 pairs, X8 d (four lanes), X9-X13, X22, X23, X28
+// Z4, Z5 the sub-block scales of the words ROW packs (IQ4_XS: Z4-Z7, of each int32 lane), X8 d (four lanes), X9-X13, X22, X23, X28
 // the minimum factors' int16 pairs, each in every lane (Q4_K: X9 dmin, X10-X13), Z16-Z19 the four rows' sums,
-// Z20, Z21 scratch, Z24-Z27 the scales' word indexes, Z30 0x30 bytes, Z31 0x0f bytes, K1 the high 16 words.
+// Z20, Z21 scratch, Z24, Z25 the scales' word indexes (IQ4_XS: Z24-Z27), Z30 0x30 bytes, Z31 0x0f bytes, K1 the high 16 words.
 // SI: the super-block; DX: the inputs' super-block (row 0); R8: the quad's row 0, R9 the rows' stride, R10 three
 // times it; R11: the quad's input parts; R14: the quad's four sums in acc.
 
-// rowsq4idx, rowsq6idx: per 64 codes (g), the word index of each int32 lane's scale, twice (a pair).
-DATA rowsq4idx<>+0(SB)/2, $0
-DATA rowsq4idx<>+2(SB)/2, $0
-DATA rowsq4idx<>+4(SB)/2, $0
-DATA rowsq4idx<>+6(SB)/2, $0
-DATA rowsq4idx<>+8(SB)/2, $0
-DATA rowsq4idx<>+10(SB)/2, $0
-DATA rowsq4idx<>+12(SB)/2, $0
-DATA rowsq4idx<>+14(SB)/2, $0
-DATA rowsq4idx<>+16(SB)/2, $0
-DATA rowsq4idx<>+18(SB)/2, $0
-DATA rowsq4idx<>+20(SB)/2, $0
-DATA rowsq4idx<>+22(SB)/2, $0
-DATA rowsq4idx<>+24(SB)/2, $0
-DATA rowsq4idx<>+26(SB)/2, $0
-DATA rowsq4idx<>+28(SB)/2, $0
-DATA rowsq4idx<>+30(SB)/2, $0
-DATA rowsq4idx<>+32(SB)/2, $1
-DATA rowsq4idx<>+34(SB)/2, $1
-DATA rowsq4idx<>+36(SB)/2, $1
-DATA rowsq4idx<>+38(SB)/2, $1
-DATA rowsq4idx<>+40(SB)/2, $1
-DATA rowsq4idx<>+42(SB)/2, $1
-DATA rowsq4idx<>+44(SB)/2, $1
-DATA rowsq4idx<>+46(SB)/2, $1
-DATA rowsq4idx<>+48(SB)/2, $1
-DATA rowsq4idx<>+50(SB)/2, $1
-DATA rowsq4idx<>+52(SB)/2, $1
-DATA rowsq4idx<>+54(SB)/2, $1
-DATA rowsq4idx<>+56(SB)/2, $1
-DATA rowsq4idx<>+58(SB)/2, $1
-DATA rowsq4idx<>+60(SB)/2, $1
-DATA rowsq4idx<>+62(SB)/2, $1
-DATA rowsq4idx<>+64(SB)/2, $2
-DATA rowsq4idx<>+66(SB)/2, $2
-DATA rowsq4idx<>+68(SB)/2, $2
-DATA rowsq4idx<>+70(SB)/2, $2
-DATA rowsq4idx<>+72(SB)/2, $2
-DATA rowsq4idx<>+74(SB)/2, $2
-DATA rowsq4idx<>+76(SB)/2, $2
-DATA rowsq4idx<>+78(SB)/2, $2
-DATA rowsq4idx<>+80(SB)/2, $2
-DATA rowsq4idx<>+82(SB)/2, $2
-DATA rowsq4idx<>+84(SB)/2, $2
-DATA rowsq4idx<>+86(SB)/2, $2
-DATA rowsq4idx<>+88(SB)/2, $2
-DATA rowsq4idx<>+90(SB)/2, $2
-DATA rowsq4idx<>+92(SB)/2, $2
-DATA rowsq4idx<>+94(SB)/2, $2
-DATA rowsq4idx<>+96(SB)/2, $3
-DATA rowsq4idx<>+98(SB)/2, $3
-DATA rowsq4idx<>+100(SB)/2, $3
-DATA rowsq4idx<>+102(SB)/2, $3
-DATA rowsq4idx<>+104(SB)/2, $3
-DATA rowsq4idx<>+106(SB)/2, $3
-DATA rowsq4idx<>+108(SB)/2, $3
-DATA rowsq4idx<>+110(SB)/2, $3
-DATA rowsq4idx<>+112(SB)/2, $3
-DATA rowsq4idx<>+114(SB)/2, $3
-DATA rowsq4idx<>+116(SB)/2, $3
-DATA rowsq4idx<>+118(SB)/2, $3
-DATA rowsq4idx<>+120(SB)/2, $3
-DATA rowsq4idx<>+122(SB)/2, $3
-DATA rowsq4idx<>+124(SB)/2, $3
-DATA rowsq4idx<>+126(SB)/2, $3
-DATA rowsq4idx<>+128(SB)/2, $4
-DATA rowsq4idx<>+130(SB)/2, $4
-DATA rowsq4idx<>+132(SB)/2, $4
-DATA rowsq4idx<>+134(SB)/2, $4
-DATA rowsq4idx<>+136(SB)/2, $4
-DATA rowsq4idx<>+138(SB)/2, $4
-DATA rowsq4idx<>+140(SB)/2, $4
-DATA rowsq4idx<>+142(SB)/2, $4
-DATA rowsq4idx<>+144(SB)/2, $4
-DATA rowsq4idx<>+146(SB)/2, $4
-DATA rowsq4idx<>+148(SB)/2, $4
-DATA rowsq4idx<>+150(SB)/2, $4
-DATA rowsq4idx<>+152(SB)/2, $4
-DATA rowsq4idx<>+154(SB)/2, $4
-DATA rowsq4idx<>+156(SB)/2, $4
-DATA rowsq4idx<>+158(SB)/2, $4
-DATA rowsq4idx<>+160(SB)/2, $5
-DATA rowsq4idx<>+162(SB)/2, $5
-DATA rowsq4idx<>+164(SB)/2, $5
-DATA rowsq4idx<>+166(SB)/2, $5
-DATA rowsq4idx<>+168(SB)/2, $5
-DATA rowsq4idx<>+170(SB)/2, $5
-DATA rowsq4idx<>+172(SB)/2, $5
-DATA rowsq4idx<>+174(SB)/2, $5
-DATA rowsq4idx<>+176(SB)/2, $5
-DATA rowsq4idx<>+178(SB)/2, $5
-DATA rowsq4idx<>+180(SB)/2, $5
-DATA rowsq4idx<>+182(SB)/2, $5
-DATA rowsq4idx<>+184(SB)/2, $5
-DATA rowsq4idx<>+186(SB)/2, $5
-DATA rowsq4idx<>+188(SB)/2, $5
-DATA rowsq4idx<>+190(SB)/2, $5
-DATA rowsq4idx<>+192(SB)/2, $6
-DATA rowsq4idx<>+194(SB)/2, $6
-DATA rowsq4idx<>+196(SB)/2, $6
-DATA rowsq4idx<>+198(SB)/2, $6
-DATA rowsq4idx<>+200(SB)/2, $6
-DATA rowsq4idx<>+202(SB)/2, $6
-DATA rowsq4idx<>+204(SB)/2, $6
-DATA rowsq4idx<>+206(SB)/2, $6
-DATA rowsq4idx<>+208(SB)/2, $6
-DATA rowsq4idx<>+210(SB)/2, $6
-DATA rowsq4idx<>+212(SB)/2, $6
-DATA rowsq4idx<>+214(SB)/2, $6
-DATA rowsq4idx<>+216(SB)/2, $6
-DATA rowsq4idx<>+218(SB)/2, $6
-DATA rowsq4idx<>+220(SB)/2, $6
-DATA rowsq4idx<>+222(SB)/2, $6
-DATA rowsq4idx<>+224(SB)/2, $7
-DATA rowsq4idx<>+226(SB)/2, $7
-DATA rowsq4idx<>+228(SB)/2, $7
-DATA rowsq4idx<>+230(SB)/2, $7
-DATA rowsq4idx<>+232(SB)/2, $7
-DATA rowsq4idx<>+234(SB)/2, $7
-DATA rowsq4idx<>+236(SB)/2, $7
-DATA rowsq4idx<>+238(SB)/2, $7
-DATA rowsq4idx<>+240(SB)/2, $7
-DATA rowsq4idx<>+242(SB)/2, $7
-DATA rowsq4idx<>+244(SB)/2, $7
-DATA rowsq4idx<>+246(SB)/2, $7
-DATA rowsq4idx<>+248(SB)/2, $7
-DATA rowsq4idx<>+250(SB)/2, $7
-DATA rowsq4idx<>+252(SB)/2, $7
-DATA rowsq4idx<>+254(SB)/2, $7
-GLOBL rowsq4idx<>(SB), RODATA|NOPTR, $256
+// rowsq4pk, rowsq6pk: per 128 codes (two registers of codes packed by ROW's VPACKSSDW: in each 128-bit lane four
+// words of the first register's int32 lanes, then four of the second's), the word index of each word's scale.
+DATA rowsq4pk<>+0(SB)/8, $0x0000000000000000
+DATA rowsq4pk<>+8(SB)/8, $0x0002000200020002
+DATA rowsq4pk<>+16(SB)/8, $0x0000000000000000
+DATA rowsq4pk<>+24(SB)/8, $0x0002000200020002
+DATA rowsq4pk<>+32(SB)/8, $0x0001000100010001
+DATA rowsq4pk<>+40(SB)/8, $0x0003000300030003
+DATA rowsq4pk<>+48(SB)/8, $0x0001000100010001
+DATA rowsq4pk<>+56(SB)/8, $0x0003000300030003
+DATA rowsq4pk<>+64(SB)/8, $0x0004000400040004
+DATA rowsq4pk<>+72(SB)/8, $0x0006000600060006
+DATA rowsq4pk<>+80(SB)/8, $0x0004000400040004
+DATA rowsq4pk<>+88(SB)/8, $0x0006000600060006
+DATA rowsq4pk<>+96(SB)/8, $0x0005000500050005
+DATA rowsq4pk<>+104(SB)/8, $0x0007000700070007
+DATA rowsq4pk<>+112(SB)/8, $0x0005000500050005
+DATA rowsq4pk<>+120(SB)/8, $0x0007000700070007
+GLOBL rowsq4pk<>(SB), RODATA|NOPTR, $128
 
-DATA rowsq6idx<>+0(SB)/2, $0
-DATA rowsq6idx<>+2(SB)/2, $0
-DATA rowsq6idx<>+4(SB)/2, $0
-DATA rowsq6idx<>+6(SB)/2, $0
-DATA rowsq6idx<>+8(SB)/2, $0
-DATA rowsq6idx<>+10(SB)/2, $0
-DATA rowsq6idx<>+12(SB)/2, $0
-DATA rowsq6idx<>+14(SB)/2, $0
-DATA rowsq6idx<>+16(SB)/2, $1
-DATA rowsq6idx<>+18(SB)/2, $1
-DATA rowsq6idx<>+20(SB)/2, $1
-DATA rowsq6idx<>+22(SB)/2, $1
-DATA rowsq6idx<>+24(SB)/2, $1
-DATA rowsq6idx<>+26(SB)/2, $1
-DATA rowsq6idx<>+28(SB)/2, $1
-DATA rowsq6idx<>+30(SB)/2, $1
-DATA rowsq6idx<>+32(SB)/2, $2
-DATA rowsq6idx<>+34(SB)/2, $2
-DATA rowsq6idx<>+36(SB)/2, $2
-DATA rowsq6idx<>+38(SB)/2, $2
-DATA rowsq6idx<>+40(SB)/2, $2
-DATA rowsq6idx<>+42(SB)/2, $2
-DATA rowsq6idx<>+44(SB)/2, $2
-DATA rowsq6idx<>+46(SB)/2, $2
-DATA rowsq6idx<>+48(SB)/2, $3
-DATA rowsq6idx<>+50(SB)/2, $3
-DATA rowsq6idx<>+52(SB)/2, $3
-DATA rowsq6idx<>+54(SB)/2, $3
-DATA rowsq6idx<>+56(SB)/2, $3
-DATA rowsq6idx<>+58(SB)/2, $3
-DATA rowsq6idx<>+60(SB)/2, $3
-DATA rowsq6idx<>+62(SB)/2, $3
-DATA rowsq6idx<>+64(SB)/2, $4
-DATA rowsq6idx<>+66(SB)/2, $4
-DATA rowsq6idx<>+68(SB)/2, $4
-DATA rowsq6idx<>+70(SB)/2, $4
-DATA rowsq6idx<>+72(SB)/2, $4
-DATA rowsq6idx<>+74(SB)/2, $4
-DATA rowsq6idx<>+76(SB)/2, $4
-DATA rowsq6idx<>+78(SB)/2, $4
-DATA rowsq6idx<>+80(SB)/2, $5
-DATA rowsq6idx<>+82(SB)/2, $5
-DATA rowsq6idx<>+84(SB)/2, $5
-DATA rowsq6idx<>+86(SB)/2, $5
-DATA rowsq6idx<>+88(SB)/2, $5
-DATA rowsq6idx<>+90(SB)/2, $5
-DATA rowsq6idx<>+92(SB)/2, $5
-DATA rowsq6idx<>+94(SB)/2, $5
-DATA rowsq6idx<>+96(SB)/2, $6
-DATA rowsq6idx<>+98(SB)/2, $6
-DATA rowsq6idx<>+100(SB)/2, $6
-DATA rowsq6idx<>+102(SB)/2, $6
-DATA rowsq6idx<>+104(SB)/2, $6
-DATA rowsq6idx<>+106(SB)/2, $6
-DATA rowsq6idx<>+108(SB)/2, $6
-DATA rowsq6idx<>+110(SB)/2, $6
-DATA rowsq6idx<>+112(SB)/2, $7
-DATA rowsq6idx<>+114(SB)/2, $7
-DATA rowsq6idx<>+116(SB)/2, $7
-DATA rowsq6idx<>+118(SB)/2, $7
-DATA rowsq6idx<>+120(SB)/2, $7
-DATA rowsq6idx<>+122(SB)/2, $7
-DATA rowsq6idx<>+124(SB)/2, $7
-DATA rowsq6idx<>+126(SB)/2, $7
-DATA rowsq6idx<>+128(SB)/2, $8
-DATA rowsq6idx<>+130(SB)/2, $8
-DATA rowsq6idx<>+132(SB)/2, $8
-DATA rowsq6idx<>+134(SB)/2, $8
-DATA rowsq6idx<>+136(SB)/2, $8
-DATA rowsq6idx<>+138(SB)/2, $8
-DATA rowsq6idx<>+140(SB)/2, $8
-DATA rowsq6idx<>+142(SB)/2, $8
-DATA rowsq6idx<>+144(SB)/2, $9
-DATA rowsq6idx<>+146(SB)/2, $9
-DATA rowsq6idx<>+148(SB)/2, $9
-DATA rowsq6idx<>+150(SB)/2, $9
-DATA rowsq6idx<>+152(SB)/2, $9
-DATA rowsq6idx<>+154(SB)/2, $9
-DATA rowsq6idx<>+156(SB)/2, $9
-DATA rowsq6idx<>+158(SB)/2, $9
-DATA rowsq6idx<>+160(SB)/2, $10
-DATA rowsq6idx<>+162(SB)/2, $10
-DATA rowsq6idx<>+164(SB)/2, $10
-DATA rowsq6idx<>+166(SB)/2, $10
-DATA rowsq6idx<>+168(SB)/2, $10
-DATA rowsq6idx<>+170(SB)/2, $10
-DATA rowsq6idx<>+172(SB)/2, $10
-DATA rowsq6idx<>+174(SB)/2, $10
-DATA rowsq6idx<>+176(SB)/2, $11
-DATA rowsq6idx<>+178(SB)/2, $11
-DATA rowsq6idx<>+180(SB)/2, $11
-DATA rowsq6idx<>+182(SB)/2, $11
-DATA rowsq6idx<>+184(SB)/2, $11
-DATA rowsq6idx<>+186(SB)/2, $11
-DATA rowsq6idx<>+188(SB)/2, $11
-DATA rowsq6idx<>+190(SB)/2, $11
-DATA rowsq6idx<>+192(SB)/2, $12
-DATA rowsq6idx<>+194(SB)/2, $12
-DATA rowsq6idx<>+196(SB)/2, $12
-DATA rowsq6idx<>+198(SB)/2, $12
-DATA rowsq6idx<>+200(SB)/2, $12
-DATA rowsq6idx<>+202(SB)/2, $12
-DATA rowsq6idx<>+204(SB)/2, $12
-DATA rowsq6idx<>+206(SB)/2, $12
-DATA rowsq6idx<>+208(SB)/2, $13
-DATA rowsq6idx<>+210(SB)/2, $13
-DATA rowsq6idx<>+212(SB)/2, $13
-DATA rowsq6idx<>+214(SB)/2, $13
-DATA rowsq6idx<>+216(SB)/2, $13
-DATA rowsq6idx<>+218(SB)/2, $13
-DATA rowsq6idx<>+220(SB)/2, $13
-DATA rowsq6idx<>+222(SB)/2, $13
-DATA rowsq6idx<>+224(SB)/2, $14
-DATA rowsq6idx<>+226(SB)/2, $14
-DATA rowsq6idx<>+228(SB)/2, $14
-DATA rowsq6idx<>+230(SB)/2, $14
-DATA rowsq6idx<>+232(SB)/2, $14
-DATA rowsq6idx<>+234(SB)/2, $14
-DATA rowsq6idx<>+236(SB)/2, $14
-DATA rowsq6idx<>+238(SB)/2, $14
-DATA rowsq6idx<>+240(SB)/2, $15
-DATA rowsq6idx<>+242(SB)/2, $15
-DATA rowsq6idx<>+244(SB)/2, $15
-DATA rowsq6idx<>+246(SB)/2, $15
-DATA rowsq6idx<>+248(SB)/2, $15
-DATA rowsq6idx<>+250(SB)/2, $15
-DATA rowsq6idx<>+252(SB)/2, $15
-DATA rowsq6idx<>+254(SB)/2, $15
-GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
+DATA rowsq6pk<>+0(SB)/8, $0x0000000000000000
+DATA rowsq6pk<>+8(SB)/8, $0x0004000400040004
+DATA rowsq6pk<>+16(SB)/8, $0x0001000100010001
+DATA rowsq6pk<>+24(SB)/8, $0x0005000500050005
+DATA rowsq6pk<>+32(SB)/8, $0x0002000200020002
+DATA rowsq6pk<>+40(SB)/8, $0x0006000600060006
+DATA rowsq6pk<>+48(SB)/8, $0x0003000300030003
+DATA rowsq6pk<>+56(SB)/8, $0x0007000700070007
+DATA rowsq6pk<>+64(SB)/8, $0x0008000800080008
+DATA rowsq6pk<>+72(SB)/8, $0x000c000c000c000c
+DATA rowsq6pk<>+80(SB)/8, $0x0009000900090009
+DATA rowsq6pk<>+88(SB)/8, $0x000d000d000d000d
+DATA rowsq6pk<>+96(SB)/8, $0x000a000a000a000a
+DATA rowsq6pk<>+104(SB)/8, $0x000e000e000e000e
+DATA rowsq6pk<>+112(SB)/8, $0x000b000b000b000b
+DATA rowsq6pk<>+120(SB)/8, $0x000f000f000f000f
+GLOBL rowsq6pk<>(SB), RODATA|NOPTR, $128
 
 // ROWD(acc, m0, m1, m2, m3): ROW for codes up to 255 (IQ4_XS's grid values + 128), whose pairs of products could
 // saturate VPMADDUBSW: per 64 codes a VPDPBUSD of their own, times the lanes' sub-block scales (Z4-Z7, int32) by
@@ -279,13 +56,15 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 	VPXORD Z20, Z20, Z20; VPDPBUSD m3, Z3, Z20; VPMULLD Z7, Z20, Z20; VPADDD Z20, acc, acc
 
 // ROW(acc, m0, m1, m2, m3): acc = Σ over the four registers of codes (Z0-Z3) of scale·(code·x), x the row's
-// 256 values at m0..m3: VPMADDUBSW sums pairs of code·x in int16 (at most 2·63·127: no saturation), VPDPWSSD
-// multiplies each int32 lane's two by the lane's sub-block scale and adds them.
+// 256 values at m0..m3: per 64 codes VPDPBUSD sums fours of code·x in int32 lanes (at most 4·63·128 = 32256, an
+// int16), VPACKSSDW packs two registers' lanes into int16 words (exact), and VPDPWSSD multiplies each word by its
+// sub-block's scale (Z4: codes 0-127, Z5: 128-255, as the pack lays them out) and adds the pairs: three
+// multiplications per 128 codes instead of four.
 #define ROW(acc, m0, m1, m2, m3) \
-	VPMADDUBSW m0, Z0, Z20; VPMADDWD Z4, Z20, acc \
-	VPMADDUBSW m1, Z1, Z21; VPDPWSSD Z5, Z21, acc \
-	VPMADDUBSW m2, Z2, Z20; VPDPWSSD Z6, Z20, acc \
-	VPMADDUBSW m3, Z3, Z21; VPDPWSSD Z7, Z21, acc
+	VPXORD Z20, Z20, Z20; VPDPBUSD m0, Z0, Z20; VPXORD Z21, Z21, Z21; VPDPBUSD m1, Z1, Z21 \
+	VPACKSSDW Z21, Z20, Z20; VPMADDWD Z4, Z20, acc \
+	VPXORD Z20, Z20, Z20; VPDPBUSD m2, Z2, Z20; VPXORD Z21, Z21, Z21; VPDPBUSD m3, Z3, Z21 \
+	VPACKSSDW Z21, Z20, Z20; VPDPWSSD Z5, Z20, acc
 
 // QUAD: the four rows from R8 (stride R9) into Z16-Z19, folded into X16 = the four rows' isb; QUADR(R) the same
 // with the row macro R (ROW, or ROWD).
@@ -309,6 +88,38 @@ GLOBL rowsq6idx<>(SB), RODATA|NOPTR, $256
 	VSUBPS X21, X16, X16; VMULPS dx(R11), X16, X16 \
 	VADDPS (R14), X16, X16; VMOVUPS X16, (R14)
 
+// OCT: eight rows, R8 (stride R9) and DI (R8 + 4·R9), into Z16-Z19, Z6, Z7, Z26, Z27 (free in the K-quant
+// kernels: ROW's scales are Z4, Z5), folded into Y16 = the eight rows' isb; OCTMIN4: Y21 = their imin (Q4_K's
+// pairs of sums of 32, [4][8]int32 at R11), OCTMIN8 Q6_K's (of 16, [8][8]int32); UPDATE8(dm, dx): UPDATE's float update on eight lanes.
+#define OCT \
+	LEAQ (R8)(R9*4), DI \
+	ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)) \
+	ROW(Z17, 0(R8)(R9*1), 64(R8)(R9*1), 128(R8)(R9*1), 192(R8)(R9*1)) \
+	ROW(Z18, 0(R8)(R9*2), 64(R8)(R9*2), 128(R8)(R9*2), 192(R8)(R9*2)) \
+	ROW(Z19, 0(R8)(R10*1), 64(R8)(R10*1), 128(R8)(R10*1), 192(R8)(R10*1)) \
+	ROW(Z6, 0(DI), 64(DI), 128(DI), 192(DI)) \
+	ROW(Z7, 0(DI)(R9*1), 64(DI)(R9*1), 128(DI)(R9*1), 192(DI)(R9*1)) \
+	ROW(Z26, 0(DI)(R9*2), 64(DI)(R9*2), 128(DI)(R9*2), 192(DI)(R9*2)) \
+	ROW(Z27, 0(DI)(R10*1), 64(DI)(R10*1), 128(DI)(R10*1), 192(DI)(R10*1)) \
+	VPUNPCKLDQ Z17, Z16, Z20; VPUNPCKHDQ Z17, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VPUNPCKLDQ Z19, Z18, Z20; VPUNPCKHDQ Z19, Z18, Z18; VPADDD Z20, Z18, Z18 \
+	VPUNPCKLQDQ Z18, Z16, Z20; VPUNPCKHQDQ Z18, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VPUNPCKLDQ Z7, Z6, Z20; VPUNPCKHDQ Z7, Z6, Z6; VPADDD Z20, Z6, Z6 \
+	VPUNPCKLDQ Z27, Z26, Z20; VPUNPCKHDQ Z27, Z26, Z26; VPADDD Z20, Z26, Z26 \
+	VPUNPCKLQDQ Z26, Z6, Z20; VPUNPCKHQDQ Z26, Z6, Z6; VPADDD Z20, Z6, Z6 \
+	VSHUFI64X2 $0x44, Z6, Z16, Z20; VSHUFI64X2 $0xee, Z6, Z16, Z16; VPADDD Z20, Z16, Z16 \
+	VSHUFI64X2 $0x08, Z16, Z16, Z20; VSHUFI64X2 $0x0d, Z16, Z16, Z16; VPADDD Y20, Y16, Y16
+#define OCTMIN4 \
+	VPMADDWD 0(R11), Y10, Y21; VPDPWSSD 32(R11), Y11, Y21; VPDPWSSD 64(R11), Y12, Y21; VPDPWSSD 96(R11), Y13, Y21
+#define OCTMIN8 \
+	VPMADDWD 0(R11), Y9, Y21; VPDPWSSD 32(R11), Y10, Y21; VPDPWSSD 64(R11), Y11, Y21; VPDPWSSD 96(R11), Y12, Y21 \
+	VPDPWSSD 128(R11), Y13, Y21; VPDPWSSD 160(R11), Y22, Y21; VPDPWSSD 192(R11), Y23, Y21; VPDPWSSD 224(R11), Y28, Y21
+#define UPDATE8(dm, dx) \
+	VCVTDQ2PS Y16, Y16; VMULPS Y8, Y16, Y16 \
+	VCVTDQ2PS Y21, Y21; VMULPS dm, Y21, Y21 \
+	VSUBPS Y21, Y16, Y16; VMULPS dx(R11), Y16, Y16 \
+	VADDPS (R14), Y16, Y16; VMOVUPS Y16, (R14)
+
 // Q4CODES(off, z): 32 bytes of Q4_K nibbles at off(SI) as 64 codes: the low nibbles, then the high ones.
 #define Q4CODES(off, z) VBROADCASTI64X4 off(SI), z; VPSRLW $4, z, K1, z; VPANDD Z31, z, z
 
@@ -329,18 +140,18 @@ DATA rowsq4m2<>+0(SB)/8, $0x0000000000000000
 DATA rowsq4m2<>+8(SB)/8, $0x0f0f0f0f00000000
 GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 
-// Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4-Z7, X8 (d), X9 (dmin), X15 (the minimums, eight
-// words), the bytes [scales 0-7, minimums 0-7] as (P & m1) | ((P >> 4) & m2) | ((Q >> 2) & 0x30) with P, Q the
-// gathers above (Z30: 0x30 bytes); Q4SPLAT: X15's pairs into X10-X13; Q4DECODE: a Q4_K super-block into Z0-Z7,
+// Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4, Z5, Y8 (d), Y9 (dmin), Y15 (the minimums, eight
+// words, in both halves), the bytes [scales 0-7, minimums 0-7] as (P & m1) | ((P >> 4) & m2) | ((Q >> 2) & 0x30) with P, Q the
+// gathers above (Z30: 0x30 bytes); Q4SPLAT: Y15's pairs into Y10-Y13; Q4DECODE: a Q4_K super-block into Z0-Z7,
 // X8-X13, Q4CODES4 its codes alone.
 #define Q4SCALES \
-	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, X8; VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, X9 \
+	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, Y8; VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, Y9 \
 	VMOVDQU 4(SI), X14; VPSHUFB rowsq4p<>(SB), X14, X20; VPSHUFB rowsq4q<>(SB), X14, X21 \
 	VPSRLW $2, X21, X21; VPANDD X30, X21, X21; VPSRLW $4, X20, X14; VPANDD rowsq4m2<>(SB), X14, X14 \
 	VPANDD rowsq4m1<>(SB), X20, X20; VPTERNLOGD $0xFE, X21, X14, X20; VPMOVZXBW X20, Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
-	VEXTRACTI128 $1, Y14, X15
-#define Q4SPLAT VPSHUFD $0x00, X15, X10; VPSHUFD $0x55, X15, X11; VPSHUFD $0xaa, X15, X12; VPSHUFD $0xff, X15, X13
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5 \
+	VPERMQ $0xee, Y14, Y15
+#define Q4SPLAT VPSHUFD $0x00, Y15, Y10; VPSHUFD $0x55, Y15, Y11; VPSHUFD $0xaa, Y15, Y12; VPSHUFD $0xff, Y15, Y13
 #define Q4CODES4 Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
 #define Q4DECODE Q4SCALES; Q4SPLAT; Q4CODES4
 
@@ -453,15 +264,15 @@ GLOBL rowsw0f<>(SB), RODATA|NOPTR, $4
 DATA rowsb03<>+0(SB)/4, $0x03030303
 GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
 #define Q2SCALES \
-	VPBROADCASTW 80(SI), X8; VCVTPH2PS X8, X8 \
+	VPBROADCASTW 80(SI), X8; VCVTPH2PS X8, Y8 \
 	VPMOVZXBW 0(SI), Y14; VPSRLW $4, Y14, Y15; VPANDD.BCST rowsw0f<>(SB), Y14, Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5
 #define Q2CODES \
 	VBROADCASTI64X4 16(SI), Z0; VPSRLW $2, Z0, K1, Z0; VPANDD.BCST rowsb03<>(SB), Z0, Z0 \
 	VBROADCASTI64X4 16(SI), Z1; VPSRLW $4, Z1, Z1; VPSRLW $2, Z1, K1, Z1; VPANDD.BCST rowsb03<>(SB), Z1, Z1 \
 	VBROADCASTI64X4 48(SI), Z2; VPSRLW $2, Z2, K1, Z2; VPANDD.BCST rowsb03<>(SB), Z2, Z2 \
 	VBROADCASTI64X4 48(SI), Z3; VPSRLW $4, Z3, Z3; VPSRLW $2, Z3, K1, Z3; VPANDD.BCST rowsb03<>(SB), Z3, Z3 \
-	VPBROADCASTW 82(SI), X14; VCVTPH2PS X14, X14
+	VPBROADCASTW 82(SI), X14; VCVTPH2PS X14, Y14
 
 // Q3_K: 16 sub-blocks of 16, codes 0..7 (qs's bit pairs as Q2_K's, hmask's bit as bit 2; the −4 goes into the
 // minimum factors as 4·sc), 16 signed 6-bit scales unpacked as ggml does (kmask1, kmask2), dm = d. Q3SCALES: its d
@@ -470,7 +281,7 @@ GLOBL rowsb03<>(SB), RODATA|NOPTR, $4
 DATA rowsb04<>+0(SB)/4, $0x04040404
 GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 #define Q3SCALES \
-	VPBROADCASTW 108(SI), X8; VCVTPH2PS X8, X8 \
+	VPBROADCASTW 108(SI), X8; VCVTPH2PS X8, Y8 \
 	MOVL 96(SI), AX; MOVL 100(SI), BX; MOVL 104(SI), CX \
 	MOVL AX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI; MOVL CX, R12; SHRL $4, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
 	ANDL $0x0f0f0f0f, AX; MOVL CX, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, AX \
@@ -478,7 +289,7 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 	MOVL BX, DI; SHRL $4, DI; ANDL $0x0f0f0f0f, DI; MOVL CX, R12; SHRL $6, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, DI \
 	ANDL $0x0f0f0f0f, BX; MOVL CX, R12; SHRL $2, R12; ANDL $0x03030303, R12; SHLL $4, R12; ORL R12, BX \
 	VPINSRD $1, BX, X14, X14; VPINSRD $3, DI, X14, X14; VPSUBB rowsxs32<>(SB), X14, X14; VPMOVSXBW X14, Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7; VPSLLW $2, Y14, Y15
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPSLLW $2, Y14, Y15
 #define Q3HI(z) VPSRLW $1, Z20, K1, Z20; VPTERNLOGD.BCST $0xF8, rowsb04<>(SB), Z20, z
 #define Q3CODES \
 	VBROADCASTI64X4 32(SI), Z0; VPSRLW $2, Z0, K1, Z0; VPANDD.BCST rowsb03<>(SB), Z0, Z0 \
@@ -499,18 +310,19 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 	VPSLLW $4, Z21, Z20; VPANDD Z31, Z14, g0; VPTERNLOGD $0xF8, Z30, Z20, g0 \
 	VPSRLW $4, Z14, g1; VPANDD Z31, g1, g1; VPTERNLOGD $0xF8, Z30, Z21, g1
 
-// Q6SCALES: a Q6_K super-block's (SI) scales into Z4-Z7, X8 (d) and Y15 (32 times the signed scales, 16 words:
-// the minimum factors of codes 0..63, whose −32 they carry); Q6SPLAT: Y15's pairs into X9-X13, X22, X23, X28;
+// Q6SCALES: a Q6_K super-block's (SI) scales into Z4, Z5, Y8 (d) and Y15 (32 times the signed scales, 16 words:
+// the minimum factors of codes 0..63, whose −32 they carry); Q6SPLAT: Y15's pairs into Y9-Y13, Y22, Y23, Y28;
 // Q6DECODE: the whole super-block into Z0-Z7, X8-X13, X22, X23, X28, Q6CODES4 its codes alone.
 #define Q6SCALES \
-	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, X8 \
+	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, Y8 \
 	VPMOVSXBW 192(SI), Y14 \
-	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5; VPERMW Z14, Z26, Z6; VPERMW Z14, Z27, Z7 \
+	VPERMW Z14, Z24, Z4; VPERMW Z14, Z25, Z5 \
 	VPSLLW $5, Y14, Y15
 #define Q6SPLAT \
-	VPSHUFD $0x00, X15, X9; VPSHUFD $0x55, X15, X10; VPSHUFD $0xaa, X15, X11; VPSHUFD $0xff, X15, X12 \
-	VEXTRACTI128 $1, Y15, X14 \
-	VPSHUFD $0x00, X14, X13; VPSHUFD $0x55, X14, X22; VPSHUFD $0xaa, X14, X23; VPSHUFD $0xff, X14, X28
+	VPERMQ $0x44, Y15, Y14 \
+	VPSHUFD $0x00, Y14, Y9; VPSHUFD $0x55, Y14, Y10; VPSHUFD $0xaa, Y14, Y11; VPSHUFD $0xff, Y14, Y12 \
+	VPERMQ $0xee, Y15, Y14 \
+	VPSHUFD $0x00, Y14, Y13; VPSHUFD $0x55, Y14, Y22; VPSHUFD $0xaa, Y14, Y23; VPSHUFD $0xff, Y14, Y28
 #define Q6CODES4 Q6HALF(0, 128, Z0, Z1); Q6HALF(64, 160, Z2, Z3)
 #define Q6DECODE Q6SCALES; Q6SPLAT; Q6CODES4
 
@@ -622,11 +434,11 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 	MOVL $0x80808080, AX; VPBROADCASTD AX, Z28; MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z23 \
 	MOVL $0x10101010, AX; VPBROADCASTD AX, Z24; MOVL $0xff00ff00, AX; KMOVD AX, K2
 
-// KCONSTS(idx): the K-quant kernels' constants (Z24-Z27 the scales' word indexes at idx, Z29-Z31, K1).
+// KCONSTS(idx): the K-quant kernels' constants (Z24, Z25 the scales' word indexes at idx, Z29-Z31, K1).
 #define KCONSTS(idx) \
 	MOVL $0x0f0f0f0f, AX; VPBROADCASTD AX, Z31; MOVL $0x30303030, AX; VPBROADCASTD AX, Z30; MOVL $0x10101010, AX; VPBROADCASTD AX, Z29 \
 	MOVL $-65536, AX; KMOVD AX, K1 \
-	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25; VMOVDQU64 idx<>+128(SB), Z26; VMOVDQU64 idx<>+192(SB), Z27
+	VMOVDQU64 idx<>+0(SB), Z24; VMOVDQU64 idx<>+64(SB), Z25
 
 // The kernels' bodies. ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta): for each output (R15 of them, the rows
 // one after the other from SI) its 4·nq sums in acc zeroed; for each step (a super-block, or two 32-element
@@ -634,20 +446,31 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 // then QUADOPS for each quad (R8 its first row, R11 its parts, R14 its sums); then the sums of the rows (< rows)
 // to y[r·ystride], y one float on. ONE(CONSTS, DECODE, ONEOPS, block, xstep, meta): the same for one row, whose
 // sum is lane 0 of X17, ONEOPS adding the step's update to it.
-#define ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta) \
+#define ROWS(CONSTS, DECODE, QUADOPS, block, xstep, meta) ROWSG(CONSTS, DECODE, QUADOPS, block, xstep, meta, ZERO4, NEXT4)
+#define ZERO4 VMOVDQU32 X20, (R14); ADDQ $16, R14
+#define NEXT4 LEAQ (R8)(R9*4), R8; ADDQ $16, R14
+
+// OCTS(CONSTS, DECODE, OCTOPS, block, xstep, meta): ROWS with groups of eight rows (nq: their number; meta: the
+// input parts' bytes per step and group), OCTOPS on each (R8 its row 0).
+#define OCTS(CONSTS, DECODE, OCTOPS, block, xstep, meta) ROWSG(CONSTS, DECODE, OCTOPS, block, xstep, meta, ZERO8, NEXT8)
+#define ZERO8 VMOVDQU32 Y20, (R14); ADDQ $32, R14
+#define NEXT8 LEAQ (R8)(R9*8), R8; ADDQ $32, R14
+
+// ROWSG: ROWS with ZERO (zero a group's sums at R14 and move on) and NEXT (move R8, R14 to the next group).
+#define ROWSG(CONSTS, DECODE, QUADOPS, block, xstep, meta, ZERO, NEXT) \
 	MOVQ w+0(FP), SI; MOVQ xstride+32(FP), R9; LEAQ (R9)(R9*2), R10; MOVQ nout+8(FP), R15; \
 	CONSTS; \
 output: \
-	MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; VPXORD X20, X20, X20; \
+	MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; VPXORD Y20, Y20, Y20; \
 zero: \
-	VMOVDQU32 X20, (R14); ADDQ $16, R14; DECQ R12; JNZ zero; \
+	ZERO; DECQ R12; JNZ zero; \
 	MOVQ qs+24(FP), DX; MOVQ ameta+48(FP), R11; MOVQ nst+16(FP), R13; \
 step: \
 	DECODE; \
 	MOVQ DX, R8; MOVQ acc+80(FP), R14; MOVQ nq+40(FP), R12; \
 quad: \
 	QUADOPS; \
-	LEAQ (R8)(R9*4), R8; ADDQ $meta, R11; ADDQ $16, R14; DECQ R12; JNZ quad; \
+	NEXT; ADDQ $meta, R11; DECQ R12; JNZ quad; \
 	ADDQ $block, SI; ADDQ $xstep, DX; DECQ R13; JNZ step; \
 	MOVQ acc+80(FP), R14; MOVQ rows+56(FP), CX; MOVQ ystride+72(FP), BX; SHLQ $2, BX; MOVQ y+64(FP), AX; MOVQ AX, DI; \
 store: \
@@ -669,24 +492,28 @@ step: \
 
 // Each type's work per quad (QUADOPS) and per row (ONEOPS), and its constants.
 #define Q4OPS QUAD; Q4MIN; UPDATE(X9, 64)
+#define Q4OCTOPS OCT; OCTMIN4; UPDATE8(Y9, 128)
 #define Q6OPS QUAD; Q6MIN; UPDATE(X8, 128)
+#define Q6OCTOPS OCT; OCTMIN8; UPDATE8(Y8, 256)
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
-#define Q4CONSTS KCONSTS(rowsq4idx)
+#define Q4CONSTS KCONSTS(rowsq4pk)
 #define Q3OPS QUAD; Q6MIN; UPDATE(X8, 128)
+#define Q3OCTOPS OCT; OCTMIN8; UPDATE8(Y8, 256)
 #define Q3DECODE Q3SCALES; Q6SPLAT; Q3CODES
 #define Q3DEC1 Q3SCALES; Q3CODES
 #define Q3ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q2OPS QUAD; Q6MIN; UPDATE(X14, 128)
+#define Q2OCTOPS OCT; OCTMIN8; UPDATE8(Y14, 256)
 #define Q2DECODE Q2SCALES; Q6SPLAT; Q2CODES
 #define Q2DEC1 Q2SCALES; Q2CODES
 #define Q2ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X14, 32)
-#define XSCONSTS KCONSTS(rowsxsidx); MOVL $0xff00ff00, AX; KMOVD AX, K2; VBROADCASTI32X4 ·iq4Bytes(SB), Z28; MOVL $0x80808080, AX; VPBROADCASTD AX, Z21; VPXORD Z21, Z28, Z28
+#define XSCONSTS KCONSTS(rowsxsidx); VMOVDQU64 rowsxsidx<>+128(SB), Z26; VMOVDQU64 rowsxsidx<>+192(SB), Z27; MOVL $0xff00ff00, AX; KMOVD AX, K2; VBROADCASTI32X4 ·iq4Bytes(SB), Z28; MOVL $0x80808080, AX; VPBROADCASTD AX, Z21; VPXORD Z21, Z28, Z28
 #define XSOPS QUADR(ROWD); Q4MIN; UPDATE(X8, 64)
 #define XSDECODE XSSCALES; Q4SPLAT; XSCODES
 #define XSDEC1 XSSCALES; XSCODES
 #define XSONE ROWD(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X8, 16)
-#define Q6CONSTS KCONSTS(rowsq6idx)
+#define Q6CONSTS KCONSTS(rowsq6pk)
 #define Q8OPS Q8QUAD; Q8UPDATE
 #define Q80CONSTS Q8CONSTS
 #define Q40CONSTS Q8CONSTS; MOVL $0x78787878, AX; VPBROADCASTD AX, Z25
@@ -718,9 +545,21 @@ step: \
 TEXT ·rowsQ4_KVNNI(SB), NOSPLIT, $0-88
 	ROWS(Q4CONSTS, Q4DECODE, Q4OPS, 144, 256, 80)
 
+// func octsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ4_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q4CONSTS, Q4DECODE, Q4OCTOPS, 144, 256, 160)
+
+// func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ5_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q4CONSTS, Q5DECODE, Q4OCTOPS, 176, 256, 160)
+
 // func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ5_KVNNI(SB), NOSPLIT, $0-88
 	ROWS(Q4CONSTS, Q5DECODE, Q4OPS, 176, 256, 80)
+
+// func octsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ6_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q6CONSTS, Q6DECODE, Q6OCTOPS, 210, 256, 288)
 
 // func rowsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ6_KVNNI(SB), NOSPLIT, $0-88
@@ -809,3 +648,11 @@ TEXT ·rowsQ3_KVNNI(SB), NOSPLIT, $0-88
 // func rowQ3_KVNNI(w *byte, nout, nst int, qs *int8, ameta *byte, y *float32)
 TEXT ·rowQ3_KVNNI(SB), NOSPLIT, $0-48
 	ONE(Q6CONSTS, Q3DEC1, Q3ONE, 110, 256, 36)
+
+// func octsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ2_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q6CONSTS, Q2DECODE, Q2OCTOPS, 84, 256, 288)
+
+// func octsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
+TEXT ·octsQ3_KVNNI(SB), NOSPLIT, $0-88
+	OCTS(Q6CONSTS, Q3DECODE, Q3OCTOPS, 110, 256, 288)

@@ -6,3 +6,6 @@ import "github.com/layerstream/layerstream/quant"
 
 // rowsAsm returns no kernels: this architecture's LinearQuant keeps its lanes order.
 func rowsAsm() map[quant.Type]rowsKernelPair { return nil }
+
+// rowsOctAsm returns no kernels (rowsAsm).
+func rowsOctAsm() map[quant.Type]quantRowsKernel { return nil }
