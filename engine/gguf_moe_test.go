@@ -31,7 +31,8 @@ func forEachGGUFMoE(t *testing.T, f func(t *testing.T, name, file string, llama 
 // TestGGUFMoE opens every mixture-of-experts GGUF file llama.cpp made (gguf/testdata/moe, from the transformers
 // fixtures of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5 (also with group-limited routing), MiniMax-M2 and
 // gpt-oss (F32 and MXFP4 experts; ggufLlamaCppTolerance), DeepSeek-V3 (deepseek2: multi-head latent attention, its
-// attn_k_b and attn_v_b read as k_b_proj and v_b_proj), and a Q4_K_M Qwen3-MoE:
+// attn_k_b and attn_v_b read as k_b_proj and v_b_proj), Llama 4 (llama4: with the chunk and query temperature
+// llama.cpp fixes, which the checkpoint converted says too), and a Q4_K_M Qwen3-MoE:
 // scripts/fixtures/gguf_moe.py), its fused experts read as one tensor per expert, and compares layerstream's
 // logits of the 40 ids with llama.cpp's on the same file (ggufFamilyTolerance: float32 weights and arithmetic on
 // both sides; ggufMoEQuantTolerance for the K-quant file) and with transformers' on the checkpoint converted,
@@ -90,16 +91,18 @@ func checkGGUFGreedy(t *testing.T, what string, e *Engine, ids, want []int) {
 }
 
 // llamaCppRefusedMoE are the mixture-of-experts files Arithmetic llama.cpp refuses, with what the refusal says:
-// gpt-oss's attention sinks and clamped SwiGLU, DeepSeek-V3's multi-head latent attention (llamaCppUncovered).
+// gpt-oss's attention sinks and clamped SwiGLU, DeepSeek-V3's multi-head latent attention (llamaCppUncovered),
+// Llama 4's chunked attention, query temperature and input-weighted experts.
 var llamaCppRefusedMoE = map[string]string{"deepseek_v3": "DeepseekV3ForCausalLM is not covered: multi-head latent attention",
-	"gpt_oss": "architecture GptOssForCausalLM is not covered", "gpt_oss-mxfp4": "architecture GptOssForCausalLM is not covered"}
+	"llama4_text": "architecture Llama4ForCausalLM is not covered",
+	"gpt_oss":     "architecture GptOssForCausalLM is not covered", "gpt_oss-mxfp4": "architecture GptOssForCausalLM is not covered"}
 
 // TestLlamaCppArithmeticMoE: with Arithmetic llama.cpp, every mixture-of-experts file (Mixtral, Qwen2-MoE,
 // Qwen3-MoE, OLMoE: softmax routing; GLM-4.5, also with expert groups, and MiniMax-M2: sigmoid routing with a choice
 // bias, partial rotary embeddings; F32, and the Q4_K_M Qwen3-MoE) gives llama.cpp's logits of the 40 ids bit for
 // bit (the fixtures were made with llama.cpp's cache in float32, KVCache f32) and its 20 greedy ids after them,
-// each generation step keeping only the last position's logits as llama.cpp does; gpt-oss's and DeepSeek-V3's
-// files are refused by name (llamaCppRefusedMoE).
+// each generation step keeping only the last position's logits as llama.cpp does; gpt-oss's, DeepSeek-V3's and
+// Llama 4's files are refused by name (llamaCppRefusedMoE).
 func TestLlamaCppArithmeticMoE(t *testing.T) {
 	forEachGGUFMoE(t, func(t *testing.T, name, file string, llama map[string]*reference.Tensor) {
 		ids := ints(llama["input_ids"].I64)

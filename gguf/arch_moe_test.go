@@ -97,7 +97,7 @@ func sparseLayers(c *checkpoint.Config) []bool {
 }
 
 // TestMoERefuses: the expert keys and tensors layerstream does not implement are refused by name (group-limited
-// routing outside GLM-4.5, and there with llama.cpp's bounds), and GLM-4.5's multi-token-prediction blocks are
+// routing outside GLM-4.5, and there with llama.cpp's bounds; llama4's keys beyond what its graph fixes), and GLM-4.5's multi-token-prediction blocks are
 // left out.
 func TestMoERefuses(t *testing.T) {
 	u32 := func(v uint32) *Value { return &Value{Type: TypeUint32, V: v} }
@@ -118,6 +118,13 @@ func TestMoERefuses(t *testing.T) {
 		{"qwen3_moe", "qwen3moe.expert_weights_scale", f32(2), "qwen3moe.expert_weights_scale is not supported"},
 		{"qwen3_moe", "qwen3moe.nextn_predict_layers", u32(1), "multi-token-prediction layers are not supported"},
 		{"mixtral", "llama.expert_shared_feed_forward_length", u32(8), "llama.expert_shared_feed_forward_length is not supported"},
+		// llama4: what llama.cpp reads beyond the values its graph fixes.
+		{"llama4_text", "llama4.attention.sliding_window", u32(0), "llama4.attention.sliding_window is 0"},
+		{"llama4_text", "llama4.attention.sliding_window_pattern", u32(2), "llama4.attention.sliding_window_pattern is not supported"},
+		{"llama4_text", "llama4.rope.freq_base_swa", f32(10000), "llama4.rope.freq_base_swa is not supported"},
+		{"llama4_text", "llama4.attention.scale", f32(0.5), "llama4.attention.scale is not supported"},
+		{"llama4_text", "llama4.expert_feed_forward_length", nil, "llama4.expert_feed_forward_length is missing"},
+		{"llama4_text", "llama4.interleave_moe_layer_step", nil, "llama4.interleave_moe_layer_step is missing"},
 	} {
 		g := openMoE(t, c.file)
 		setKV(g, c.key, c.v)
@@ -129,7 +136,7 @@ func TestMoERefuses(t *testing.T) {
 	g := openFamily(t, "qwen2")
 	setKV(g, "qwen2.expert_count", u32(8))
 	if _, err := g.Checkpoint(); err == nil || !strings.Contains(err.Error(), "qwen2.expert_count is 8: llama.cpp's qwen2 architecture has no routed experts") ||
-		!strings.Contains(err.Error(), "read for deepseek2, gemma4, glm4moe, gpt-oss, llama, minimax-m2, olmoe, qwen2moe, qwen35moe, qwen3moe, qwen3next)") {
+		!strings.Contains(err.Error(), "read for deepseek2, gemma4, glm4moe, gpt-oss, llama, llama4, minimax-m2, olmoe, qwen2moe, qwen35moe, qwen3moe, qwen3next)") {
 		t.Errorf("qwen2 with experts: got %v", err)
 	}
 	// A fused experts tensor of the wrong rank, and one whose experts disagree with the metadata.
