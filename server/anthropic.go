@@ -331,21 +331,8 @@ func (p *parser) anthropicTools(r *request) {
 // assistant's tool_use blocks (its calls) and a user's tool_result blocks (each a tool message, before the
 // user's text).
 func (p *parser) anthropicMessages() []tokenizer.Message {
-	raw, ok := p.fields["messages"]
-	if p.err != nil {
-		return nil
-	}
-	if !ok {
-		p.err = badField("messages", "messages is required")
-		return nil
-	}
-	var items []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		p.err = badField("messages", "messages: want an array of {\"role\": ..., \"content\": ...} objects: %s", jsonError(err))
-		return nil
-	}
-	if len(items) == 0 || len(items) > maxMessages {
-		p.err = badField("messages", "messages: want 1 to %d messages, got %d", maxMessages, len(items))
+	items := p.messageItems()
+	if items == nil {
 		return nil
 	}
 	var msgs []tokenizer.Message

@@ -458,6 +458,22 @@ var openAIMessages = messagePolicy{
 
 // messages reads a chat from the field "messages".
 func (p *parser) messages(pol messagePolicy) []tokenizer.Message {
+	items := p.messageItems()
+	if items == nil {
+		return nil
+	}
+	msgs := make([]tokenizer.Message, len(items))
+	for i, m := range items {
+		if msgs[i], p.err = pol.message(fmt.Sprintf("messages[%d]", i), m); p.err != nil {
+			return nil
+		}
+	}
+	return msgs
+}
+
+// messageItems reads the field "messages" as 1 to maxMessages JSON objects, left to the API's reader; nil (with
+// p.err set) when it is missing or is not that.
+func (p *parser) messageItems() []map[string]json.RawMessage {
 	raw, ok := p.fields["messages"]
 	if p.err != nil {
 		return nil
@@ -475,13 +491,7 @@ func (p *parser) messages(pol messagePolicy) []tokenizer.Message {
 		p.err = badField("messages", "messages: want 1 to %d messages, got %d", maxMessages, len(items))
 		return nil
 	}
-	msgs := make([]tokenizer.Message, len(items))
-	for i, m := range items {
-		if msgs[i], p.err = pol.message(fmt.Sprintf("messages[%d]", i), m); p.err != nil {
-			return nil
-		}
-	}
-	return msgs
+	return items
 }
 
 // message reads one message (at names it in errors).
