@@ -848,29 +848,7 @@ func TestMoEBatchMatchesAlone(t *testing.T) {
 		{PromptIDs: reversed, MaxNewTokens: 4, StopIDs: []int{}, Logprobs: true},
 	}
 	for _, model := range []string{dir, q8} {
-		moeBatchMatchesAlone(t, open(t, model, Options{}), reqs)
-	}
-}
-
-func moeBatchMatchesAlone(t *testing.T, e *Engine, reqs []Request) {
-	t.Helper()
-	ctx := context.Background()
-	logprobs := func(run func(onToken func(seq int, tk Token) error) error) [][]float64 {
-		out := make([][]float64, len(reqs))
-		if err := run(func(seq int, tk Token) error { out[seq] = append(out[seq], tk.Logprob); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	batch := logprobs(func(on func(int, Token) error) error { _, err := e.GenerateBatch(ctx, reqs, on); return err })
-	for i, r := range reqs {
-		alone := logprobs(func(on func(int, Token) error) error {
-			_, err := e.Generate(ctx, r, func(tk Token) error { return on(i, tk) })
-			return err
-		})
-		if len(alone[i]) == 0 || !slices.Equal(alone[i], batch[i]) {
-			t.Errorf("request %d: log-probabilities batched %v, alone %v", i, batch[i], alone[i])
-		}
+		batchedAsAlone(t, model, open(t, model, Options{}), reqs)
 	}
 }
 

@@ -374,7 +374,7 @@ func TestHybridMoEBatchMatchesAlone(t *testing.T) {
 			{PromptIDs: prompt[50:70], MaxNewTokens: 5, StopIDs: []int{}, Logprobs: true, PrefillChunk: 8},
 		}
 		for _, model := range []string{dir, q8} {
-			moeBatchMatchesAlone(t, open(t, model, Options{}), reqs)
+			batchedAsAlone(t, model, open(t, model, Options{}), reqs)
 		}
 	}
 }
