@@ -84,10 +84,14 @@ func SplitExperts(t TensorInfo, name string, transposed, interleaved bool) ([]Te
 
 // transpose2D reorders b, a row-major [cols, rows] matrix of size-byte elements, into [rows, cols].
 func transpose2D(b []byte, rows, cols, size int) {
-	src := append([]byte(nil), b...)
-	for c := range cols {
-		for r := range rows {
-			copy(b[(r*cols+c)*size:][:size], src[(c*rows+r)*size:][:size])
+	transposeInto(b, append([]byte(nil), b...), cols, rows, size)
+}
+
+// transposeInto writes src, a row-major [n, m] matrix of size-byte elements, into dst as [m, n].
+func transposeInto(dst, src []byte, n, m, size int) {
+	for i := range n {
+		for j := range m {
+			copy(dst[(j*n+i)*size:][:size], src[(i*m+j)*size:][:size])
 		}
 	}
 }

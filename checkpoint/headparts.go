@@ -145,10 +145,6 @@ func (s *RowSelection) gather(dst, src []byte, size int) {
 			copy(out, blk)
 			continue
 		}
-		for r := range s.N {
-			for c := range s.Cols {
-				copy(out[(c*s.N+r)*size:][:size], blk[(r*s.Cols+c)*size:][:size])
-			}
-		}
+		transposeInto(out, blk, s.N, s.Cols, size)
 	}
 }
