@@ -67,11 +67,12 @@ func (g *File) Checkpoint() (*checkpoint.Checkpoint, error) {
 	info := archs[arch]
 	var tensors []checkpoint.TensorInfo
 	var unread int
+	blocks, _, _ := g.Int(arch + ".block_count")
 	for _, t := range g.Tensors {
 		if b, _, ok := layerOf(t.Name); ok && b >= cfg.NumHiddenLayers {
 			// Blocks past the decoder's that the architecture's config left out (Qwen3.5's and GLM-4.5's
 			// multi-token-prediction layers): never read nor split; a block past block_count is refused.
-			if blocks, _, _ := g.Int(arch + ".block_count"); b < blocks {
+			if b < blocks {
 				unread++
 				continue
 			}
