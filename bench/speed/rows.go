@@ -67,12 +67,12 @@ func measureRows(ctx context.Context, o options, r *report) error {
 		t.raw("pass over 1 position (median)", med[0]*1000, "ms")
 		t.note("%d passes of each size, interleaved, after one that warms up", rowsRuns)
 	}
-	if !o.peer.enabled() {
+	if o.ggufPython == "" { // the real GGUF needs no conversion: llama.cpp itself is all target 23 needs
 		ts[2].setNotMeasurable("llama.cpp is not installed here (LAYERSTREAM_PEER_PYTHON)")
 		return nil
 	}
 	phase(o.log, "starting llama.cpp on "+o.pairTarget)
-	p, err := startPeer(ctx, o.peer, o.pairTarget, runtime.GOMAXPROCS(0), batchSize*(decodePromptTokens+o.batchNewTokens)+64, batchSize)
+	p, err := startPeer(ctx, peerConfig{Python: o.ggufPython}, o.pairTarget, runtime.GOMAXPROCS(0), batchSize*(decodePromptTokens+o.batchNewTokens)+64, batchSize)
 	if err != nil {
 		return err
 	}

@@ -57,8 +57,8 @@ type options struct {
 	peer   peerConfig
 	gguf   string
 	noPeer string
-	// ggufModel is the GGUF file of target 13 and ggufPython the Python running llama.cpp on it ("": not
-	// measured); cacheDir holds its split.
+	// ggufModel is the GGUF file of target 13 and ggufPython the Python running llama.cpp on it and on the real
+	// pair's target (target 23; "": not measured); cacheDir holds its split.
 	ggufModel, ggufPython, cacheDir string
 	// pairTarget and pairDraft are the real draft/target pair of targets 15-17 (scripts/fetch-qwen-pair.sh).
 	pairTarget, pairDraft string
