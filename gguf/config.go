@@ -106,145 +106,22 @@ var knownPrefixes = []string{"general.", "tokenizer.", "quantize.", "split."}
 // metaConfig builds config.json (Hugging Face spelling) from the metadata, refusing by name every key that
 // changes the math and is not implemented. It returns the JSON and the parsed, validated config.
 func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.Config, error) {
-	arch, _, err := g.String("general.architecture")
+	arch, info, err := g.architecture()
 	if err != nil {
 		return nil, nil, err
-	}
-	if arch == "" {
-		return nil, nil, fmt.Errorf("no general.architecture")
-	}
-	info, ok := archs[arch]
-	if !ok {
-		names := slices.Sorted(maps.Keys(archs))
-		return nil, nil, fmt.Errorf("general.architecture %q is not supported (supported: %s)", arch, strings.Join(names, ", "))
-	}
-	if t, ok, err := g.String("general.type"); err != nil {
-		return nil, nil, err
-	} else if ok && t != "model" {
-		return nil, nil, fmt.Errorf("general.type is %q: only model files are supported (not adapters or projectors)", t)
-	}
-	if n, ok, err := g.Uint("split.count"); err != nil {
-		return nil, nil, err
-	} else if ok && n > 1 && len(g.Parts) != int(n) {
-		return nil, nil, fmt.Errorf("split.count is %d: a part of a model split over several GGUF files, read alone (OpenModel reads them all)", n)
-	}
-	for _, kv := range g.KVs {
-		if rest, ok := strings.CutPrefix(kv.Key, arch+"."); ok {
-			if !knownArchKeys[rest] && !slices.Contains(info.keys, rest) {
-				return nil, nil, fmt.Errorf("metadata %s is not supported (it changes the model's math in llama.cpp; layerstream does not implement it)", kv.Key)
-			}
-			continue
-		}
-		if !slices.ContainsFunc(knownPrefixes, func(p string) bool { return strings.HasPrefix(kv.Key, p) }) {
-			return nil, nil, fmt.Errorf("metadata %s is not supported (unknown key outside the %s. namespace)", kv.Key, arch)
-		}
-	}
-	key := func(k string) string { return arch + "." + k }
-	must := func(k string) (int, error) {
-		v, ok, err := g.Int(key(k))
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			return 0, fmt.Errorf("metadata %s is missing", key(k))
-		}
-		return v, nil
 	}
 	cfg := map[string]any{"architectures": []string{info.hf}, "model_type": arch, "hidden_act": "silu",
 		"tie_word_embeddings": tied}
-	for hf, k := range map[string]string{"hidden_size": "embedding_length", "intermediate_size": "feed_forward_length",
-		"num_hidden_layers": "block_count", "num_attention_heads": "attention.head_count"} {
-		v, err := must(k)
-		if info.layerArrays && k == "feed_forward_length" {
-			v, err = g.layer0(key(k), true)
-		}
-		if err != nil {
+	for _, step := range []func() error{
+		func() error { return g.sizes(arch, info, vocabFromTensors, cfg) },
+		func() error { return g.normAndRope(arch, cfg) },
+		func() error { return g.moeConfig(arch, info, cfg) },
+		func() error { return g.attentionKind(arch, cfg) },
+		func() error { return g.tokenIDs(cfg) },
+	} {
+		if err := step(); err != nil {
 			return nil, nil, err
 		}
-		cfg[hf] = v
-	}
-	heads, hidden := cfg["num_attention_heads"].(int), cfg["hidden_size"].(int)
-	kvHeads := heads
-	if v, ok, err := g.Int(key("attention.head_count_kv")); err != nil && !info.layerArrays {
-		return nil, nil, err
-	} else if ok && err == nil {
-		kvHeads = v
-	} else if ok {
-		if kvHeads, err = g.layer0(key("attention.head_count_kv"), false); err != nil {
-			return nil, nil, err
-		}
-	}
-	cfg["num_key_value_heads"] = kvHeads
-	if heads == 0 {
-		return nil, nil, fmt.Errorf("metadata %s is 0", key("attention.head_count"))
-	}
-	if !info.latent {
-		if err := g.headDims(arch, info, hidden/heads, cfg); err != nil {
-			return nil, nil, err
-		}
-	}
-	ctx := 2048
-	if v, ok, err := g.Int(key("context_length")); err != nil {
-		return nil, nil, err
-	} else if ok {
-		ctx = v
-	}
-	cfg["max_position_embeddings"] = ctx
-	vocab := vocabFromTensors
-	if v, ok, err := g.Int(key("vocab_size")); err != nil {
-		return nil, nil, err
-	} else if ok && v != vocab {
-		return nil, nil, fmt.Errorf("metadata %s is %d, token_embd.weight has %d rows", key("vocab_size"), v, vocab)
-	}
-	cfg["vocab_size"] = vocab
-	eps, ok, err := g.PositiveFloat(key("attention.layer_norm_rms_epsilon"))
-	if err != nil {
-		return nil, nil, err
-	}
-	if !ok {
-		return nil, nil, fmt.Errorf("metadata %s is missing (llama.cpp requires it)", key("attention.layer_norm_rms_epsilon"))
-	}
-	cfg["rms_norm_eps"] = float32JSON(eps)
-	theta := 10000.0
-	if v, ok, err := g.PositiveFloat(key("rope.freq_base")); err != nil {
-		return nil, nil, err
-	} else if ok {
-		theta = v
-	}
-	cfg["rope_theta"] = float32JSON(theta)
-	if err := g.ropeScaling(arch, cfg); err != nil {
-		return nil, nil, err
-	}
-	if err := g.moeConfig(arch, info, cfg); err != nil {
-		return nil, nil, err
-	}
-	// llama.cpp's pooling types: 0 none (a language model), 1 mean, 2 cls, 3 last, 4 rank. A pooled file is an
-	// embedding or reranking model (Qwen3-Embedding: causal, but without a language-model head), whose "text"
-	// would be the tied embeddings' guess.
-	if v, ok, err := g.Int(key("pooling_type")); err != nil {
-		return nil, nil, err
-	} else if ok && v != 0 {
-		return nil, nil, fmt.Errorf("metadata %s is %d: an embedding or reranking model (pooled outputs), not a language model layerstream can generate text with", key("pooling_type"), v)
-	}
-	if v, ok, err := g.Bool(key("attention.causal")); err != nil {
-		return nil, nil, err
-	} else if ok && !v {
-		return nil, nil, fmt.Errorf("metadata %s is false: non-causal (embedding) models are not supported", key("attention.causal"))
-	}
-	if v, ok, err := g.Int(key("attention.sliding_window")); err != nil {
-		return nil, nil, err
-	} else if ok && v > 0 {
-		cfg["sliding_window"] = v
-	}
-	if v, ok, err := g.Int("tokenizer.ggml.bos_token_id"); err != nil {
-		return nil, nil, err
-	} else if ok {
-		cfg["bos_token_id"] = v
-	}
-	if v, ok, err := g.Int("tokenizer.ggml.eos_token_id"); err != nil {
-		return nil, nil, err
-	} else if ok {
-		cfg["eos_token_id"] = v
 	}
 	if info.config != nil {
 		if err := info.config(archMeta{g, arch}, cfg); err != nil {
@@ -260,6 +137,156 @@ func (g *File) metaConfig(tied bool, vocabFromTensors int) ([]byte, *checkpoint.
 		return nil, nil, fmt.Errorf("derived config.json: %w", err)
 	}
 	return append(b, '\n'), c, nil
+}
+
+// architecture is the file's general.architecture and what layerstream knows of it, once the file is found to be
+// a whole model whose every metadata key is implemented or does not change the math.
+func (g *File) architecture() (string, archInfo, error) {
+	arch, _, err := g.String("general.architecture")
+	if err != nil {
+		return "", archInfo{}, err
+	}
+	if arch == "" {
+		return "", archInfo{}, fmt.Errorf("no general.architecture")
+	}
+	info, ok := archs[arch]
+	if !ok {
+		names := slices.Sorted(maps.Keys(archs))
+		return "", archInfo{}, fmt.Errorf("general.architecture %q is not supported (supported: %s)", arch, strings.Join(names, ", "))
+	}
+	if t, ok, err := g.String("general.type"); err != nil {
+		return "", archInfo{}, err
+	} else if ok && t != "model" {
+		return "", archInfo{}, fmt.Errorf("general.type is %q: only model files are supported (not adapters or projectors)", t)
+	}
+	if n, ok, err := g.Uint("split.count"); err != nil {
+		return "", archInfo{}, err
+	} else if ok && n > 1 && len(g.Parts) != int(n) {
+		return "", archInfo{}, fmt.Errorf("split.count is %d: a part of a model split over several GGUF files, read alone (OpenModel reads them all)", n)
+	}
+	for _, kv := range g.KVs {
+		if rest, ok := strings.CutPrefix(kv.Key, arch+"."); ok {
+			if !knownArchKeys[rest] && !slices.Contains(info.keys, rest) {
+				return "", archInfo{}, fmt.Errorf("metadata %s is not supported (it changes the model's math in llama.cpp; layerstream does not implement it)", kv.Key)
+			}
+			continue
+		}
+		if !slices.ContainsFunc(knownPrefixes, func(p string) bool { return strings.HasPrefix(kv.Key, p) }) {
+			return "", archInfo{}, fmt.Errorf("metadata %s is not supported (unknown key outside the %s. namespace)", kv.Key, arch)
+		}
+	}
+	return arch, info, nil
+}
+
+// sizes sets the model's dimensions: widths, layers, heads and their sizes, context and vocabulary (the token
+// embedding's rows, vocab, which a vocab_size key must agree with).
+func (g *File) sizes(arch string, info archInfo, vocab int, cfg map[string]any) error {
+	key := func(k string) string { return arch + "." + k }
+	for hf, k := range map[string]string{"hidden_size": "embedding_length", "intermediate_size": "feed_forward_length",
+		"num_hidden_layers": "block_count", "num_attention_heads": "attention.head_count"} {
+		v, ok, err := g.Int(key(k))
+		if info.layerArrays && k == "feed_forward_length" {
+			v, err = g.layer0(key(k), true) // an array of per-layer widths: required, so present when no error
+			ok = true
+		}
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("metadata %s is missing", key(k))
+		}
+		cfg[hf] = v
+	}
+	heads, hidden := cfg["num_attention_heads"].(int), cfg["hidden_size"].(int)
+	kvHeads := heads
+	if v, ok, err := g.Int(key("attention.head_count_kv")); err != nil && !info.layerArrays {
+		return err
+	} else if ok && err == nil {
+		kvHeads = v
+	} else if ok {
+		if kvHeads, err = g.layer0(key("attention.head_count_kv"), false); err != nil {
+			return err
+		}
+	}
+	cfg["num_key_value_heads"] = kvHeads
+	if heads == 0 {
+		return fmt.Errorf("metadata %s is 0", key("attention.head_count"))
+	}
+	if !info.latent {
+		if err := g.headDims(arch, info, hidden/heads, cfg); err != nil {
+			return err
+		}
+	}
+	cfg["max_position_embeddings"] = 2048
+	if v, ok, err := g.Int(key("context_length")); err != nil {
+		return err
+	} else if ok {
+		cfg["max_position_embeddings"] = v
+	}
+	if v, ok, err := g.Int(key("vocab_size")); err != nil {
+		return err
+	} else if ok && v != vocab {
+		return fmt.Errorf("metadata %s is %d, token_embd.weight has %d rows", key("vocab_size"), v, vocab)
+	}
+	cfg["vocab_size"] = vocab
+	return nil
+}
+
+// normAndRope sets the norms' epsilon (required, as llama.cpp requires it) and the rotary embedding.
+func (g *File) normAndRope(arch string, cfg map[string]any) error {
+	key := func(k string) string { return arch + "." + k }
+	eps, ok, err := g.PositiveFloat(key("attention.layer_norm_rms_epsilon"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("metadata %s is missing (llama.cpp requires it)", key("attention.layer_norm_rms_epsilon"))
+	}
+	cfg["rms_norm_eps"] = float32JSON(eps)
+	theta := 10000.0
+	if v, ok, err := g.PositiveFloat(key("rope.freq_base")); err != nil {
+		return err
+	} else if ok {
+		theta = v
+	}
+	cfg["rope_theta"] = float32JSON(theta)
+	return g.ropeScaling(arch, cfg)
+}
+
+// attentionKind refuses what is no causal language model and sets the sliding window.
+func (g *File) attentionKind(arch string, cfg map[string]any) error {
+	key := func(k string) string { return arch + "." + k }
+	// llama.cpp's pooling types: 0 none (a language model), 1 mean, 2 cls, 3 last, 4 rank. A pooled file is an
+	// embedding or reranking model (Qwen3-Embedding: causal, but without a language-model head), whose "text"
+	// would be the tied embeddings' guess.
+	if v, ok, err := g.Int(key("pooling_type")); err != nil {
+		return err
+	} else if ok && v != 0 {
+		return fmt.Errorf("metadata %s is %d: an embedding or reranking model (pooled outputs), not a language model layerstream can generate text with", key("pooling_type"), v)
+	}
+	if v, ok, err := g.Bool(key("attention.causal")); err != nil {
+		return err
+	} else if ok && !v {
+		return fmt.Errorf("metadata %s is false: non-causal (embedding) models are not supported", key("attention.causal"))
+	}
+	if v, ok, err := g.Int(key("attention.sliding_window")); err != nil {
+		return err
+	} else if ok && v > 0 {
+		cfg["sliding_window"] = v
+	}
+	return nil
+}
+
+// tokenIDs sets the beginning and end token ids the tokenizer metadata names.
+func (g *File) tokenIDs(cfg map[string]any) error {
+	for hf, k := range map[string]string{"bos_token_id": "tokenizer.ggml.bos_token_id", "eos_token_id": "tokenizer.ggml.eos_token_id"} {
+		if v, ok, err := g.Int(k); err != nil {
+			return err
+		} else if ok {
+			cfg[hf] = v
+		}
+	}
+	return nil
 }
 
 // layer0 reads an integer or the first of an array of them (a per-layer value); required: refuse it absent.

@@ -59,6 +59,14 @@ type rotation struct {
 	scale   float64
 }
 
+// rotaries are the rotary embeddings a family asks for: global for every layer, local (when set) for its sliding
+// layers; partial rotates part of each head, longrope allows Phi-3's longrope scaling.
+type rotaries struct {
+	global            checkpoint.Rope
+	local             *checkpoint.Rope
+	partial, longrope bool
+}
+
 // newModel reads cfg for a forward pass over n positions, refusing what the reference does not implement.
 func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	if cfg.ModelType == "deepseek_v3" { // DeepseekV3Config: head_dim is qk_rope_head_dim, the rotary dimensions
@@ -70,170 +78,208 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	m := &model{cfg: cfg, qkvBias: cfg.AttentionBias, oBias: cfg.AttentionBias, mlpBias: cfg.MLPBias, norms: "pre",
 		embedScale: 1, attnScale: 1 / math.Sqrt(float64(cfg.HeadDim)), residual: 1, logitsScaling: 1,
 		window: make([]int, L), rope: make([]int, L), chunk: make([]int, L), mlp: "mlp", denseInter: cfg.IntermediateSize}
-	act := cfg.HiddenAct
-	// sliding says which layers the config's layer_types (or the family's rule, when absent) make sliding.
-	sliding := func(rule func(l int) bool) error {
-		for l := range L {
-			s := rule(l)
-			if cfg.LayerTypes != nil {
-				s = cfg.LayerTypes[l] == "sliding_attention"
-				if !s && cfg.LayerTypes[l] != "full_attention" {
-					return fmt.Errorf("config.json layer_types[%d] %q is not implemented by the reference", l, cfg.LayerTypes[l])
-				}
-			}
-			if s {
-				if cfg.SlidingWindow == nil || (cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" || cfg.ModelType == "smollm3" || cfg.ModelType == "qwen2_moe" || cfg.ModelType == "qwen3_moe") && !cfg.UseSlidingWindow {
-					return fmt.Errorf("layer %d slides but sliding_window is null or use_sliding_window false", l)
-				}
-				m.window[l] = *cfg.SlidingWindow
-			}
+	if cfg.ModelType == "gemma4_text" { // its own layers, rotations and activation (gemma4.go)
+		if err := m.gemma4Model(); err != nil {
+			return nil, err
 		}
-		return nil
+		return m, nil
 	}
-	// One rotary embedding for every layer, unless the family says otherwise.
-	global := cfg.Rope
-	partial, longrope := false, false
-	var local *checkpoint.Rope
-	var err error
+	r := rotaries{global: cfg.Rope}
+	act := cfg.HiddenAct
+	if err := m.family(&r, &act); err != nil {
+		return nil, err
+	}
+	if err := m.activation(act); err != nil {
+		return nil, err
+	}
+	if err := m.rotations(r, n); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// family sets what cfg's model_type changes from a Llama's: features, sliding layers, rotations (r) and the
+// activation's config key (act).
+func (m *model) family(r *rotaries, act *string) error {
+	cfg := m.cfg
 	switch cfg.ModelType {
 	case "llama":
 	case "mistral":
-		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+		return m.sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	case "ministral3":
 		// Ministral3Attention: queries × 1 + β·log(1 + floor(p / original_max_position_embeddings)) after rope.
 		beta, orig := cfg.Rope.Llama4ScalingBeta, float64(cfg.Rope.OriginalMaxPositionEmbeddings)
 		if beta == nil || orig <= 0 {
-			return nil, fmt.Errorf("ministral3 without llama_4_scaling_beta and original_max_position_embeddings is not implemented by the reference")
+			return fmt.Errorf("ministral3 without llama_4_scaling_beta and original_max_position_embeddings is not implemented by the reference")
 		}
 		m.qScale = func(_, p int) float64 { return 1 + *beta*math.Log(1+math.Floor(float64(p)/orig)) }
-		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
+		return m.sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	case "qwen2", "qwen3":
 		if cfg.ModelType == "qwen2" {
 			m.qkvBias, m.oBias = true, false
 		} else {
 			m.qkNorm = "head"
 		}
-		err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && l >= cfg.MaxWindowLayers })
+		return m.sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && l >= cfg.MaxWindowLayers })
 	case "olmo2":
 		m.qkNorm, m.norms = "whole", "post"
 	case "olmo3":
-		// Olmo3Model: OLMo 2's layers; sliding layers (every fourth full when layer_types is absent) rotate with
-		// rope_parameters.sliding_attention, the full ones with full_attention (the rope scaling); a missing
-		// entry is default rope with theta 500000 (Olmo3Config.default_theta).
-		m.qkNorm, m.norms = "whole", "post"
-		if err = sliding(func(l int) bool { return (l+1)%4 != 0 }); err != nil {
-			return nil, err
-		}
-		l := checkpoint.Rope{Type: "default", Theta: 500000}
-		if cfg.RopeByLayerType == nil {
-			if cfg.Rope.Theta != l.Theta { // transformers 4 rotates the sliding layers with rope_theta, 5 with 500000
-				return nil, fmt.Errorf("olmo3 rope_theta %g without rope_parameters by layer type is not implemented by the reference", cfg.Rope.Theta)
-			}
-		} else {
-			global = l
-			if r, ok := cfg.RopeByLayerType["full_attention"]; ok {
-				global = r
-			}
-			if r, ok := cfg.RopeByLayerType["sliding_attention"]; ok {
-				l = r
-			}
-		}
-		local = &l
+		return m.olmo3(r)
 	case "granite":
 		m.embedScale, m.attnScale, m.residual, m.logitsScaling = cfg.EmbeddingMultiplier, cfg.AttentionMultiplier, cfg.ResidualMultiplier, cfg.LogitsScaling
 	case "smollm3":
-		for l := range L {
+		for l := range cfg.NumHiddenLayers {
 			if (cfg.NoRopeLayers != nil && cfg.NoRopeLayers[l] == 0) || (cfg.NoRopeLayers == nil && (l+1)%cfg.NoRopeLayerInterval == 0) {
 				m.rope[l] = -1
 			}
 		}
-		err = sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && m.rope[l] < 0 })
+		return m.sliding(func(l int) bool { return cfg.UseSlidingWindow && cfg.SlidingWindow != nil && m.rope[l] < 0 })
 	case "gemma2", "gemma3_text":
-		// Gemma2Model / Gemma3TextModel: embeddings × √hidden_size in the model's dtype, (1 + w) norms around both
-		// branches, hidden_activation, scores × query_pre_attn_scalar^-½, final logits soft-capped.
-		if cfg.UseBidirectionalAttention.True() {
-			return nil, fmt.Errorf("use_bidirectional_attention is not implemented by the reference")
-		}
-		m.norms, m.normOffset, act = "both", 1, cfg.HiddenActivation
-		if !(cfg.QueryPreAttnScalar > 0) {
-			return nil, fmt.Errorf("query_pre_attn_scalar %g is not implemented by the reference", cfg.QueryPreAttnScalar)
-		}
-		m.attnScale = 1 / math.Sqrt(cfg.QueryPreAttnScalar)
-		if m.embedScale, err = gemmaNormalizer(cfg.HiddenSize, cfg.TorchDType); err != nil {
-			return nil, err
-		}
-		if cfg.FinalLogitSoftcapping != nil {
-			if cfg.Arch.Name == "Gemma3ForConditionalGeneration" {
-				return nil, fmt.Errorf("final_logit_softcapping is not implemented by the reference for Gemma3ForConditionalGeneration (transformers' never applies it)")
-			}
-			m.logitSoftCap = *cfg.FinalLogitSoftcapping
-		}
-		if cfg.ModelType == "gemma2" {
-			if cfg.AttnLogitSoftcapping != nil {
-				m.attnSoftCap = *cfg.AttnLogitSoftcapping
-			}
-			err = sliding(func(l int) bool { return (l+1)%2 != 0 })
-			break
-		}
-		if cfg.AttnLogitSoftcapping != nil {
-			return nil, fmt.Errorf("attn_logit_softcapping is not implemented by the reference for Gemma 3 (transformers ignores it)")
-		}
-		m.qkNorm = "head"
-		pattern := 6
-		if cfg.SlidingWindowPattern != nil {
-			pattern = *cfg.SlidingWindowPattern
-		}
-		if p := cfg.SavedSlidingWindowPattern; cfg.LayerTypes == nil && p != nil && *p != pattern {
-			return nil, fmt.Errorf("_sliding_window_pattern %d without layer_types is not implemented by the reference (transformers would use %d)", *p, pattern)
-		}
-		if err = sliding(func(l int) bool { return (l+1)%pattern != 0 }); err != nil {
-			return nil, err
-		}
-		// Local layers rotate with their own base (rope_local_base_freq, or the nested sliding_attention
-		// entry), unscaled; global ones with rope_theta and the rope scaling.
-		l := checkpoint.Rope{Type: "default", Theta: 10000}
-		if cfg.RopeLocalBaseFreq != nil {
-			l.Theta = *cfg.RopeLocalBaseFreq
-		}
-		if cfg.RopeByLayerType != nil {
-			global = checkpoint.Rope{Type: "default", Theta: 1e6}
-			if r, ok := cfg.RopeByLayerType["full_attention"]; ok {
-				global = r
-			}
-			if r, ok := cfg.RopeByLayerType["sliding_attention"]; ok {
-				if cfg.RopeLocalBaseFreq != nil && *cfg.RopeLocalBaseFreq != r.Theta {
-					return nil, fmt.Errorf("rope_local_base_freq and rope_parameters.sliding_attention disagree")
-				}
-				l = r
-			}
-		}
-		local = &l
+		*act = cfg.HiddenActivation
+		return m.gemma(r)
 	case "phi3":
 		// Phi3Model: fused projections, partial rotary, longrope; every layer within sliding_window when set.
-		m.fused, partial, longrope = true, true, true
+		m.fused, r.partial, r.longrope = true, true, true
 		if t := cfg.Rope.Type; t != "default" && t != "longrope" {
-			return nil, fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
+			return fmt.Errorf("rope type %q is not implemented by the reference for Phi-3", t)
 		}
-		err = sliding(func(int) bool { return cfg.SlidingWindow != nil })
-	case "gemma4_text":
-		if err := m.gemma4Model(); err != nil {
-			return nil, err
-		}
-		return m, nil
+		return m.sliding(func(int) bool { return cfg.SlidingWindow != nil })
 	case "llama4_text":
-		err = m.llama4()
+		return m.llama4()
 	case "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next":
-		m.normOffset, m.qkNorm, partial = 1, "head", true
-		err = m.deltaNetLayers()
+		m.normOffset, m.qkNorm, r.partial = 1, "head", true
+		return m.deltaNetLayers()
 	default:
-		var known bool
-		if known, partial, err = m.moeFamily(sliding); !known {
-			return nil, fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
+		known, partial, err := m.moeFamily(m.sliding)
+		if !known {
+			return fmt.Errorf("model_type %q is not implemented by the reference", cfg.ModelType)
+		}
+		r.partial = partial
+		return err
+	}
+	return nil
+}
+
+// sliding sets the sliding layers: those the config's layer_types says, or when absent those of the family's rule.
+func (m *model) sliding(rule func(l int) bool) error {
+	cfg := m.cfg
+	for l := range cfg.NumHiddenLayers {
+		s := rule(l)
+		if cfg.LayerTypes != nil {
+			s = cfg.LayerTypes[l] == "sliding_attention"
+			if !s && cfg.LayerTypes[l] != "full_attention" {
+				return fmt.Errorf("config.json layer_types[%d] %q is not implemented by the reference", l, cfg.LayerTypes[l])
+			}
+		}
+		if s {
+			if cfg.SlidingWindow == nil || (cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" || cfg.ModelType == "smollm3" || cfg.ModelType == "qwen2_moe" || cfg.ModelType == "qwen3_moe") && !cfg.UseSlidingWindow {
+				return fmt.Errorf("layer %d slides but sliding_window is null or use_sliding_window false", l)
+			}
+			m.window[l] = *cfg.SlidingWindow
 		}
 	}
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// olmo3 is Olmo3Model: OLMo 2's layers; sliding layers (every fourth full when layer_types is absent) rotate with
+// rope_parameters.sliding_attention, the full ones with full_attention (the rope scaling); a missing entry is
+// default rope with theta 500000 (Olmo3Config.default_theta).
+func (m *model) olmo3(r *rotaries) error {
+	cfg := m.cfg
+	m.qkNorm, m.norms = "whole", "post"
+	if err := m.sliding(func(l int) bool { return (l+1)%4 != 0 }); err != nil {
+		return err
 	}
+	l := checkpoint.Rope{Type: "default", Theta: 500000}
+	if cfg.RopeByLayerType == nil {
+		if cfg.Rope.Theta != l.Theta { // transformers 4 rotates the sliding layers with rope_theta, 5 with 500000
+			return fmt.Errorf("olmo3 rope_theta %g without rope_parameters by layer type is not implemented by the reference", cfg.Rope.Theta)
+		}
+	} else {
+		r.global = l
+		if g, ok := cfg.RopeByLayerType["full_attention"]; ok {
+			r.global = g
+		}
+		if s, ok := cfg.RopeByLayerType["sliding_attention"]; ok {
+			l = s
+		}
+	}
+	r.local = &l
+	return nil
+}
+
+// gemma is Gemma2Model and Gemma3TextModel: embeddings × √hidden_size in the model's dtype, (1 + w) norms around
+// both branches, hidden_activation, scores × query_pre_attn_scalar^-½, final logits soft-capped.
+func (m *model) gemma(r *rotaries) error {
+	cfg := m.cfg
+	if cfg.UseBidirectionalAttention.True() {
+		return fmt.Errorf("use_bidirectional_attention is not implemented by the reference")
+	}
+	m.norms, m.normOffset = "both", 1
+	if !(cfg.QueryPreAttnScalar > 0) {
+		return fmt.Errorf("query_pre_attn_scalar %g is not implemented by the reference", cfg.QueryPreAttnScalar)
+	}
+	m.attnScale = 1 / math.Sqrt(cfg.QueryPreAttnScalar)
+	var err error
+	if m.embedScale, err = gemmaNormalizer(cfg.HiddenSize, cfg.TorchDType); err != nil {
+		return err
+	}
+	if cfg.FinalLogitSoftcapping != nil {
+		if cfg.Arch.Name == "Gemma3ForConditionalGeneration" {
+			return fmt.Errorf("final_logit_softcapping is not implemented by the reference for Gemma3ForConditionalGeneration (transformers' never applies it)")
+		}
+		m.logitSoftCap = *cfg.FinalLogitSoftcapping
+	}
+	if cfg.ModelType == "gemma2" {
+		if cfg.AttnLogitSoftcapping != nil {
+			m.attnSoftCap = *cfg.AttnLogitSoftcapping
+		}
+		return m.sliding(func(l int) bool { return (l+1)%2 != 0 })
+	}
+	if cfg.AttnLogitSoftcapping != nil {
+		return fmt.Errorf("attn_logit_softcapping is not implemented by the reference for Gemma 3 (transformers ignores it)")
+	}
+	return m.gemma3(r)
+}
+
+// gemma3 is what Gemma 3 adds: qk norms, every pattern-th layer global, local layers rotating with their own base
+// (rope_local_base_freq, or the nested sliding_attention entry) unscaled, global ones with rope_theta and the
+// rope scaling.
+func (m *model) gemma3(r *rotaries) error {
+	cfg := m.cfg
+	m.qkNorm = "head"
+	pattern := 6
+	if cfg.SlidingWindowPattern != nil {
+		pattern = *cfg.SlidingWindowPattern
+	}
+	if p := cfg.SavedSlidingWindowPattern; cfg.LayerTypes == nil && p != nil && *p != pattern {
+		return fmt.Errorf("_sliding_window_pattern %d without layer_types is not implemented by the reference (transformers would use %d)", *p, pattern)
+	}
+	if err := m.sliding(func(l int) bool { return (l+1)%pattern != 0 }); err != nil {
+		return err
+	}
+	l := checkpoint.Rope{Type: "default", Theta: 10000}
+	if cfg.RopeLocalBaseFreq != nil {
+		l.Theta = *cfg.RopeLocalBaseFreq
+	}
+	if cfg.RopeByLayerType != nil {
+		r.global = checkpoint.Rope{Type: "default", Theta: 1e6}
+		if g, ok := cfg.RopeByLayerType["full_attention"]; ok {
+			r.global = g
+		}
+		if s, ok := cfg.RopeByLayerType["sliding_attention"]; ok {
+			if cfg.RopeLocalBaseFreq != nil && *cfg.RopeLocalBaseFreq != s.Theta {
+				return fmt.Errorf("rope_local_base_freq and rope_parameters.sliding_attention disagree")
+			}
+			l = s
+		}
+	}
+	r.local = &l
+	return nil
+}
+
+// activation sets the MLP's activation from its config value.
+func (m *model) activation(act string) error {
 	switch act {
 	case "silu", "swish":
 		m.act = "silu"
@@ -242,32 +288,39 @@ func newModel(cfg *checkpoint.Config, n int) (*model, error) {
 	case "gelu":
 		m.act = "gelu"
 	default:
-		return nil, fmt.Errorf("config.json activation %q is not implemented by the reference", act)
+		return fmt.Errorf("config.json activation %q is not implemented by the reference", act)
 	}
-	if cfg.RopeByLayerType != nil && local == nil {
-		return nil, fmt.Errorf("rope_parameters nested by layer type are not implemented by the reference for %s", cfg.ModelType)
+	return nil
+}
+
+// rotations computes the rotary embeddings r asks for over n positions; the sliding layers take the local one.
+func (m *model) rotations(r rotaries, n int) error {
+	cfg := m.cfg
+	if cfg.RopeByLayerType != nil && r.local == nil {
+		return fmt.Errorf("rope_parameters nested by layer type are not implemented by the reference for %s", cfg.ModelType)
 	}
-	if global.Type == "longrope" && !longrope {
-		return nil, fmt.Errorf("rope type longrope is not implemented by the reference for %s", cfg.ModelType)
+	if r.global.Type == "longrope" && !r.longrope {
+		return fmt.Errorf("rope type longrope is not implemented by the reference for %s", cfg.ModelType)
 	}
-	g, err := ropeFrequencies(global, cfg, n, partial)
+	g, err := ropeFrequencies(r.global, cfg, n, r.partial)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.ropes = []rotation{g}
-	if local != nil {
-		r, err := ropeFrequencies(*local, cfg, n, false)
-		if err != nil {
-			return nil, err
-		}
-		m.ropes = append(m.ropes, r)
-		for l := range L {
-			if m.window[l] > 0 {
-				m.rope[l] = 1
-			}
+	if r.local == nil {
+		return nil
+	}
+	loc, err := ropeFrequencies(*r.local, cfg, n, false)
+	if err != nil {
+		return err
+	}
+	m.ropes = append(m.ropes, loc)
+	for l := range cfg.NumHiddenLayers {
+		if m.window[l] > 0 {
+			m.rope[l] = 1
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // gemmaNormalizer is √hidden as transformers' Gemma multiplies the embeddings by it: a float32 value converted to

@@ -522,11 +522,38 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	if _, err := generate(ctx, e, warmUp(req)); err != nil { // compile the graphs
 		return err
 	}
-	// Each decode run is bracketed by O_DIRECT passes over the layer shard files (whole files, as the engine
-	// reads a shard verified earlier): a run's disk bound is the mean time of the passes just before and just
-	// after it, so each run is compared with the disk as it was while it ran. The bandwidth of a shared virtual
-	// disk drifts by tens of percent within a run, and against the best pass of the whole run a ratio measures
-	// that drift as much as the engine.
+	secs, ratios, err := directRuns(ctx, o, r, e, prof, layerUnits, req)
+	if err != nil {
+		return err
+	}
+	prof.Stop()
+	if peak {
+		r.Machine.StreamedPeakRSS = peakRSS()
+	}
+	r.Profiles = append(r.Profiles, profileReport{
+		Title:   fmt.Sprintf("streamed decode with O_DIRECT (last run: %d new tokens)", o.newTokens),
+		Summary: prof.Summary()})
+	judgeDirect(r, secs, ratios)
+	judgeMoE(r, layerUnits, e.Config().NumExpertsPerTok, secs, ratios, prof.Summary(), r.Machine.StreamedPeakRSS)
+
+	if o.streamOnly {
+		return nil
+	}
+	if generateBatch == nil {
+		t4.setUnavailable(noBatch)
+		return nil
+	}
+	return measureBatch(ctx, o, e, eos, t4)
+}
+
+// directRuns runs o.runs decodes of req on e, each bracketed by O_DIRECT passes over the layer shard files (whole
+// files, as the engine reads a shard verified earlier), and returns each run's s/token and its ratio to its disk
+// bound: the mean time of the passes just before and just after it, so that each run is compared with the disk
+// as it was while it ran. The bandwidth of a shared virtual disk drifts by tens of percent within a run, and
+// against the best pass of the whole run a ratio measures that drift as much as the engine. The profiler
+// records the last run.
+func directRuns(ctx context.Context, o options, r *report, e *engine.Engine, prof *profiler.Profiler,
+	layerUnits []shards.UnitInfo, req engine.Request) (secs, ratios []float64, err error) {
 	pass := func() (time.Duration, error) {
 		p, err := measureDirectRead(o.shards, layerUnits, []int64{0})
 		if err != nil {
@@ -537,9 +564,8 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	}
 	before, err := pass()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	var secs, ratios []float64
 	for i := range o.runs {
 		phase(o.log, fmt.Sprintf("O_DIRECT decode run %d of %d, then an O_DIRECT pass over the layer shards", i+1, o.runs))
 		if i == o.runs-1 {
@@ -547,24 +573,23 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 		}
 		res, err := generate(ctx, e, req)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		after, err := pass()
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		spt := 1 / res.Timings.DecodeTokensPerSec
 		secs = append(secs, spt)
 		ratios = append(ratios, spt/((before+after).Seconds()/2))
 		before = after
 	}
-	prof.Stop()
-	if peak {
-		r.Machine.StreamedPeakRSS = peakRSS()
-	}
-	r.Profiles = append(r.Profiles, profileReport{
-		Title:   fmt.Sprintf("streamed decode with O_DIRECT (last run: %d new tokens)", o.newTokens),
-		Summary: prof.Summary()})
+	return secs, ratios, nil
+}
+
+// judgeDirect judges targets 2 and 10 from the O_DIRECT runs' s/token and their ratios to their disk bounds.
+func judgeDirect(r *report, secs, ratios []float64) {
+	t2, t10 := r.target(2), r.target(10)
 	disk := r.Machine.DirectRead
 	spt := stats.Median(secs)
 	best := float64(r.Model.LayerFileBytes) / (disk.GBps * 1e9)
@@ -580,16 +605,6 @@ func measureDirectIO(ctx context.Context, o options, r *report, layerUnits []sha
 	t10.judge(1 / stats.Median(ratios))
 	t10.raw("disk bound ÷ s/token, per run (median)", 1/stats.Median(ratios), "")
 	t10.note("target 2's runs, as the fraction of the disk's rate the streamed decode reaches")
-	judgeMoE(r, layerUnits, e.Config().NumExpertsPerTok, secs, ratios, prof.Summary(), r.Machine.StreamedPeakRSS)
-
-	if o.streamOnly {
-		return nil
-	}
-	if generateBatch == nil {
-		t4.setUnavailable(noBatch)
-		return nil
-	}
-	return measureBatch(ctx, o, e, eos, t4)
 }
 
 // measureBatch measures target 4 on e (reading with O_DIRECT): generated tokens per second of wall time at batch
