@@ -73,6 +73,10 @@ type rowsFormat struct {
 	// lanes), taken where groups of eight pad to no more rows than quads (5-8, 13-16, 21-24 rows): one
 	// reduction, minimum and float update per eight rows instead of four.
 	oct quantRowsKernel
+	// trans, where the type has one, is its transposing tiled kernel (tiledrows.go), taken from transFrom rows to
+	// tiledFrom.
+	trans     tiledRowsKernel
+	transFrom int
 }
 
 // step is the number of elements a kernel takes per step: a K-quant super-block, or two 32-element blocks.
@@ -118,10 +122,13 @@ func (f *rowsFormat) blockPart(x qActRow, b int) uint32 {
 // rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has
 // no rows kernels: there LinearQuant keeps its lanes order, quant.go).
 var rowsKernels = func() map[quant.Type]*rowsFormat {
-	m, octs := map[quant.Type]*rowsFormat{}, rowsOctAsm()
+	m, octs, trans := map[quant.Type]*rowsFormat{}, rowsOctAsm(), tiledRowsAsm()
 	for t, k := range rowsAsm() {
 		if f := tiledFormats[t]; f != nil && f.asmKernel != nil {
 			m[t] = &rowsFormat{tiled: f, rowsKernelPair: k, oct: octs[t]}
+			if tr, ok := trans[t]; ok && f.scales16 != nil {
+				m[t].trans, m[t].transFrom = tr.kernel, tr.from
+			}
 		}
 	}
 	return m
@@ -165,6 +172,10 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	}
 	if rows >= f.tiledFrom || in%f.step() != 0 { // many rows, or an odd number of 32-element blocks
 		linearTiled(y, x, w, bias, f.tiled, f.tiled.asmKernel)
+		return
+	}
+	if f.trans != nil && rows >= f.transFrom && tiledRowsFits(w) {
+		linearTiledRows(y, x, w, bias, f)
 		return
 	}
 	a := actPool.Get().(*qAct)

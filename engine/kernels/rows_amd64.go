@@ -127,3 +127,16 @@ func rowsOctAsm() map[quant.Type]quantRowsKernel {
 		quant.Q3_K: octsQ3_KVNNI, quant.Q2_K: octsQ2_KVNNI,
 	}
 }
+
+//go:noescape
+func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+// tiledRowsAsm returns the transposing tiled kernels (tiledrows.go) the CPU can run.
+func tiledRowsAsm() map[quant.Type]transKernel {
+	if !useVNNI {
+		return nil
+	}
+	return map[quant.Type]transKernel{
+		quant.Q4_K: {tiledRowsQ4_KVNNI, 5},
+	}
+}

@@ -66,3 +66,51 @@ func TestLinearQuantRows(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRowsPaths times each path of a k-row product in the tiled order (the rows kernels, the transposing
+// tiled kernel, the tiled kernels) on 12 [8960×1536] matrices in turn (93 MB of Q4_K: the weights come from
+// memory, as in a pass), reporting thread CPU time per matrix (cpu-ms/op): with GOMAXPROCS=1, what sets the
+// crossovers of rowsAsm and tiledRowsAsm (docs/performance-log.md, issue 40).
+func BenchmarkRowsPaths(b *testing.B) {
+	const in, out, mats = 1536, 8960, 12
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		f := rowsKernels[typ]
+		if f == nil {
+			b.Skipf("%v: no rows kernels on this CPU", typ)
+		}
+		ws := make([]QuantMatrix, mats)
+		for i := range ws {
+			ws[i] = randomQuantMatrix(b, rng, typ, out, in)
+		}
+		rowsOnly := *f
+		rowsOnly.trans, rowsOnly.tiledFrom = nil, rowsMost+1
+		paths := map[string]func(y, x []float32, w QuantMatrix){
+			"rows":  func(y, x []float32, w QuantMatrix) { linearQuantRows(y, x, w, nil, &rowsOnly) },
+			"tiled": func(y, x []float32, w QuantMatrix) { linearTiled(y, x, w, nil, f.tiled, f.tiled.asmKernel) },
+		}
+		if f.trans != nil {
+			paths["trans"] = func(y, x []float32, w QuantMatrix) { linearTiledRows(y, x, w, nil, f) }
+		}
+		for _, rows := range []int{1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32} {
+			x, y := make([]float32, rows*in), make([]float32, rows*out)
+			for i := range x {
+				x[i] = rng.Float32() - 0.5
+			}
+			for _, name := range []string{"rows", "trans", "tiled"} {
+				run := paths[name]
+				if run == nil || (name == "rows" && rows > rowsMost) {
+					continue
+				}
+				b.Run(fmt.Sprintf("%v/%s/rows=%d", typ, name, rows), func(b *testing.B) {
+					start, n := threadCPU(), 0
+					for b.Loop() {
+						run(y, x, ws[n%mats])
+						n++
+					}
+					b.ReportMetric(float64(threadCPU()-start)/1e6/float64(n), "cpu-ms/op")
+				})
+			}
+		}
+	}
+}

@@ -9,3 +9,6 @@ func rowsAsm() map[quant.Type]rowsKernelPair { return nil }
 
 // rowsOctAsm returns no kernels (rowsAsm).
 func rowsOctAsm() map[quant.Type]quantRowsKernel { return nil }
+
+// tiledRowsAsm returns no kernels (rowsAsm).
+func tiledRowsAsm() map[quant.Type]transKernel { return nil }

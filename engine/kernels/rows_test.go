@@ -23,6 +23,9 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 			t.Errorf("%v: the rows kernel up to %d rows, its scratch holds %d", typ, f.tiledFrom-1, rowsMost)
 		}
 		shapes := [][2]int{{13, 256}, {5, 1536}}
+		if f.trans != nil {
+			shapes = append(shapes, [2]int{37, 512}) // whole panels of 16 rows and a tail: the transposing kernel
+		}
 		if f.tiled.block == quant.QK {
 			shapes = append(shapes, [2]int{7, 160}) // an odd number of blocks: the tiled kernels
 		}

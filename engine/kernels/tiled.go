@@ -59,8 +59,8 @@ type tiledFormat struct {
 	sub    int                                    // K-quants: elements per sub-block, 32 (Q4_K, Q5_K) or 16; else 0
 	min    bool                                   // 32-element blocks with a minimum (Q4_1, Q5_1: Q8_1 inputs)
 	unpack func(c codeDst, m metaDst, blk []byte) // one row's block (blk: its bytes)
-	// packMeta writes input c's parts of block b into the block's input meta m.
-	packMeta func(m []byte, c int, x qActRow, b int)
+	// packMeta writes input c's parts of block b into the block's input meta m (of inputs inputs).
+	packMeta func(m []byte, inputs, c int, x qActRow, b int)
 	// goKernel is the kernel in Go; asmKernel the assembly one, nil where the CPU has none.
 	goKernel, asmKernel quantTile
 	// codes16 and scales16, where the CPU has them, write the codes and the meta of 16 rows' blocks, as unpack
@@ -90,13 +90,14 @@ func (f *tiledFormat) metaBytes() int {
 	return (f.nsub() + f.npair() + 2) * 64
 }
 
-// actMetaBytes is the size of a tile's input parts per block: K-quants, bsum pairs [npair][12][2]int16 and dx
-// [12]float32; 32-element blocks, 128·Σx [12]int32 (with a minimum, Q8_1's s [12]float32) and dx [12]float32.
-func (f *tiledFormat) actMetaBytes() int {
+// actMetaBytes is the size of a tile's input parts per block (of inputs inputs: tileIn, or tiledRowsIn for the
+// transposing kernels): K-quants, bsum pairs [npair][inputs][2]int16 and dx [inputs]float32; 32-element blocks,
+// 128·Σx [inputs]int32 (with a minimum, Q8_1's s [inputs]float32) and dx [inputs]float32.
+func (f *tiledFormat) actMetaBytes(inputs int) int {
 	if f.sub == 0 {
-		return 2 * 4 * tileIn
+		return 2 * 4 * inputs
 	}
-	return (f.npair() + 1) * 4 * tileIn
+	return (f.npair() + 1) * 4 * inputs
 }
 
 // tiledFormats are the types with a tiled prompt path.
@@ -406,37 +407,38 @@ func spreadBits4(b uint32) uint32 {
 	return b&1 | b>>1&1<<8 | b>>2&1<<16 | b>>3&1<<24
 }
 
-// tiledActs is input rows packed for the tiled kernel, 12 rows per group (the last padded with zero rows):
-// qs [groups][n/4 quads][12][4] (the four values of a quad of each row side by side) and meta
-// [groups][nb][actMetaBytes].
+// tiledActs is input rows packed for the tiled kernel, 12 rows per group (tiledRowsIn for the transposing
+// kernels; the last group padded with zero rows): qs [groups][n/4 quads][inputs][4] (the four values of a quad of
+// each row side by side) and meta [groups][nb][actMetaBytes].
 type tiledActs struct {
 	qs, meta []byte
 }
 
-// pack packs a's rows for format f.
-func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows int) {
+// pack packs a's rows for format f, inputs rows a group.
+func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows, inputs int) {
 	nb := a.n / f.block
-	groups := (rows + tileIn - 1) / tileIn
-	gq, gm, amb := a.n*tileIn, nb*f.actMetaBytes(), f.actMetaBytes()
+	groups := (rows + inputs - 1) / inputs
+	gq, amb := a.n*inputs, f.actMetaBytes(inputs)
+	gm := nb * amb
 	t.qs = grow.Slice(t.qs, groups*gq)
 	t.meta = grow.Slice(t.meta, groups*gm)
 	parallelFor(groups, 0, func(lo, hi int) {
 		for g := lo; g < hi; g++ {
 			qs, meta := t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm]
-			n := min(tileIn, rows-g*tileIn)
-			if n < tileIn {
+			n := min(inputs, rows-g*inputs)
+			if n < inputs {
 				clear(qs)
 				clear(meta)
 			}
 			for c := range n {
-				r := g*tileIn + c
+				r := g*inputs + c
 				x := a.row(r)
 				src, dst := int8Bytes(x.qs), qs[4*c:]
 				for q := range a.n / 4 {
-					put32(dst, q*4*tileIn, u32(src, 4*q))
+					put32(dst, q*4*inputs, u32(src, 4*q))
 				}
 				for b := range nb {
-					f.packMeta(meta[b*amb:], c, x, b)
+					f.packMeta(meta[b*amb:], inputs, c, x, b)
 				}
 			}
 		}
@@ -444,9 +446,9 @@ func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows int) {
 }
 
 // packKMeta writes input c's parts of super-block b: its pairs of sums of 16 (or 32) and its scale.
-func (f *tiledFormat) packKMeta(m []byte, c int, x qActRow, b int) {
-	f.packPairs(m, tileIn, c, x, b)
-	put32(m, f.npair()*4*tileIn+4*c, math.Float32bits(x.d[b]))
+func (f *tiledFormat) packKMeta(m []byte, inputs, c int, x qActRow, b int) {
+	f.packPairs(m, inputs, c, x, b)
+	put32(m, f.npair()*4*inputs+4*c, math.Float32bits(x.d[b]))
 }
 
 // packPairs writes input c's pairs of sums of 16 (or 32) of super-block b, pair i at (i·inputs + c)·4: the int16
@@ -465,19 +467,19 @@ func (f *tiledFormat) packPairs(m []byte, inputs, c int, x qActRow, b int) {
 }
 
 // packQ8Meta writes input c's parts of 32-element block b: 128·Σx (the weights' codes are w + 128) and its scale.
-func packQ8Meta(m []byte, c int, x qActRow, b int) {
+func packQ8Meta(m []byte, inputs, c int, x qActRow, b int) {
 	var sum int32
 	for _, v := range x.qs[32*b : 32*b+32] {
 		sum += int32(v)
 	}
 	put32(m, 4*c, uint32(128*sum))
-	put32(m, 4*tileIn+4*c, math.Float32bits(x.d[b]))
+	put32(m, 4*inputs+4*c, math.Float32bits(x.d[b]))
 }
 
 // packQ81Meta writes input c's parts of 32-element block b as Q8_1 has them: its scale and its scaled sum s.
-func packQ81Meta(m []byte, c int, x qActRow, b int) {
+func packQ81Meta(m []byte, inputs, c int, x qActRow, b int) {
 	put32(m, 4*c, math.Float32bits(x.s[b]))
-	put32(m, 4*tileIn+4*c, math.Float32bits(x.d[b]))
+	put32(m, 4*inputs+4*c, math.Float32bits(x.d[b]))
 }
 
 // int8Bytes returns q's memory as bytes.
@@ -521,9 +523,9 @@ func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, 
 	a.quantize(w.k.act, x[:rows*in], in) // the activation format of the type's products: Q8_K, Q8_0 or Q8_1
 	t := tiledPool.Get().(*tiledActs)
 	defer tiledPool.Put(t)
-	t.pack(f, a, rows)
+	t.pack(f, a, rows, tileIn)
 	groups := (rows + tileIn - 1) / tileIn
-	gq, gm := in*tileIn, nb*f.actMetaBytes()
+	gq, gm := in*tileIn, nb*f.actMetaBytes(tileIn)
 	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
@@ -536,18 +538,24 @@ func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, 
 			for g := range groups {
 				clear(acc[:])
 				kernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nb, &acc)
-				for c := range min(tileIn, rows-g*tileIn) {
-					yr := y[(g*tileIn+c)*out+o : (g*tileIn+c)*out+o+n]
-					copy(yr, acc[c*tileRows:c*tileRows+n])
-					if bias != nil {
-						for i := range yr {
-							yr[i] += bias[o+i]
-						}
-					}
-				}
+				storeTile(y, acc[:], bias, out, g*tileIn, min(tileIn, rows-g*tileIn), o, n)
 			}
 		}
 	})
+}
+
+// storeTile sets outputs o..o+n of input rows r0..r0+inputs (y: out per row) to a tile's sums, acc[c·16 + r] for
+// input r0+c and output o+r, plus bias where there is one.
+func storeTile(y, acc, bias []float32, out, r0, inputs, o, n int) {
+	for c := range inputs {
+		yr := y[(r0+c)*out+o : (r0+c)*out+o+n]
+		copy(yr, acc[c*tileRows:c*tileRows+n])
+		if bias != nil {
+			for i := range yr {
+				yr[i] += bias[o+i]
+			}
+		}
+	}
 }
 
 // tileGo is the tiled kernel in Go, which the assembly matches bit for bit: it adds to acc[c·16 + r] the

@@ -1,0 +1,170 @@
+#include "textflag.h"
+
+// Throughput loops for BenchmarkVPDPBUSDPeak (peak_amd64_test.go): the bound of the rows and tiled kernels.
+
+// func peakVPDPBUSD(n int)
+// n iterations of 16 VPDPBUSD zmm into 16 independent accumulators.
+TEXT ·peakVPDPBUSD(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPTERNLOGD $0xff, Z16, Z16, Z16
+	VPTERNLOGD $0xff, Z17, Z17, Z17
+
+loop:
+	VPDPBUSD Z16, Z17, Z0
+	VPDPBUSD Z16, Z17, Z1
+	VPDPBUSD Z16, Z17, Z2
+	VPDPBUSD Z16, Z17, Z3
+	VPDPBUSD Z16, Z17, Z4
+	VPDPBUSD Z16, Z17, Z5
+	VPDPBUSD Z16, Z17, Z6
+	VPDPBUSD Z16, Z17, Z7
+	VPDPBUSD Z16, Z17, Z8
+	VPDPBUSD Z16, Z17, Z9
+	VPDPBUSD Z16, Z17, Z10
+	VPDPBUSD Z16, Z17, Z11
+	VPDPBUSD Z16, Z17, Z12
+	VPDPBUSD Z16, Z17, Z13
+	VPDPBUSD Z16, Z17, Z14
+	VPDPBUSD Z16, Z17, Z15
+	DECQ CX
+	JNZ  loop
+	VZEROUPPER
+	RET
+
+// func peakVPDPBUSDBcst(n int, x *byte)
+// As peakVPDPBUSD with the tiled kernel's operand form: the input's four bytes broadcast from memory.
+TEXT ·peakVPDPBUSDBcst(SB), NOSPLIT, $0-16
+	MOVQ n+0(FP), CX
+	MOVQ x+8(FP), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPTERNLOGD $0xff, Z16, Z16, Z16
+
+loop:
+	VPDPBUSD.BCST 0(DI), Z16, Z0
+	VPDPBUSD.BCST 4(DI), Z16, Z1
+	VPDPBUSD.BCST 8(DI), Z16, Z2
+	VPDPBUSD.BCST 12(DI), Z16, Z3
+	VPDPBUSD.BCST 16(DI), Z16, Z4
+	VPDPBUSD.BCST 20(DI), Z16, Z5
+	VPDPBUSD.BCST 24(DI), Z16, Z6
+	VPDPBUSD.BCST 28(DI), Z16, Z7
+	VPDPBUSD.BCST 32(DI), Z16, Z8
+	VPDPBUSD.BCST 36(DI), Z16, Z9
+	VPDPBUSD.BCST 40(DI), Z16, Z10
+	VPDPBUSD.BCST 44(DI), Z16, Z11
+	VPDPBUSD.BCST 48(DI), Z16, Z12
+	VPDPBUSD.BCST 52(DI), Z16, Z13
+	VPDPBUSD.BCST 56(DI), Z16, Z14
+	VPDPBUSD.BCST 60(DI), Z16, Z15
+	DECQ CX
+	JNZ  loop
+	VZEROUPPER
+	RET
+
+// func peakGather(n int, src *byte, stride int)
+// n iterations of 8 VPGATHERDD zmm of 16 dwords, one per row at src + r·stride (the tiled layout's transpose by
+// gathers).
+TEXT ·peakGather(SB), NOSPLIT, $0-24
+	MOVQ n+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ stride+16(FP), AX
+	VPBROADCASTD AX, Z20
+	VPMULLD peakrows<>(SB), Z20, Z20
+
+loop:
+	KXNORW K1, K1, K1
+	VPGATHERDD 0(SI)(Z20*1), K1, Z0
+	KXNORW K2, K2, K2
+	VPGATHERDD 4(SI)(Z20*1), K2, Z1
+	KXNORW K3, K3, K3
+	VPGATHERDD 8(SI)(Z20*1), K3, Z2
+	KXNORW K4, K4, K4
+	VPGATHERDD 12(SI)(Z20*1), K4, Z3
+	KXNORW K1, K1, K1
+	VPGATHERDD 16(SI)(Z20*1), K1, Z4
+	KXNORW K2, K2, K2
+	VPGATHERDD 20(SI)(Z20*1), K2, Z5
+	KXNORW K3, K3, K3
+	VPGATHERDD 24(SI)(Z20*1), K3, Z6
+	KXNORW K4, K4, K4
+	VPGATHERDD 28(SI)(Z20*1), K4, Z7
+	DECQ CX
+	JNZ  loop
+	VZEROUPPER
+	RET
+
+// func peakClock(n int)
+// n iterations of 16 dependent ADDQ (one cycle each): n·16 cycles.
+TEXT ·peakClock(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	XORQ AX, AX
+
+loop:
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	DECQ CX
+	JNZ  loop
+	RET
+
+DATA peakrows<>+0(SB)/4, $0
+DATA peakrows<>+4(SB)/4, $1
+DATA peakrows<>+8(SB)/4, $2
+DATA peakrows<>+12(SB)/4, $3
+DATA peakrows<>+16(SB)/4, $4
+DATA peakrows<>+20(SB)/4, $5
+DATA peakrows<>+24(SB)/4, $6
+DATA peakrows<>+28(SB)/4, $7
+DATA peakrows<>+32(SB)/4, $8
+DATA peakrows<>+36(SB)/4, $9
+DATA peakrows<>+40(SB)/4, $10
+DATA peakrows<>+44(SB)/4, $11
+DATA peakrows<>+48(SB)/4, $12
+DATA peakrows<>+52(SB)/4, $13
+DATA peakrows<>+56(SB)/4, $14
+DATA peakrows<>+60(SB)/4, $15
+GLOBL peakrows<>(SB), RODATA|NOPTR, $64

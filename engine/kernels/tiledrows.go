@@ -1,0 +1,84 @@
+package kernels
+
+import (
+	"math"
+
+	"github.com/layerstream/layerstream/internal/grow"
+)
+
+// Transposing tiled kernels: the tiled kernels' products (tiled.go: 16 weight rows in the lanes of a register,
+// one VPDPBUSD per quad of four codes of the 16 rows and one input row, the sub-block scales per lane, one float
+// update per super-block, row and input), for products of a few input rows (a batch step of several sequences, a
+// draft's verification). The tiled kernels first unpack 16 weight rows into a panel of codes, which costs as much
+// as the products of about 12 input rows; these kernels read the 16 rows' blocks as they are stored and
+// transpose them in registers (a 32-byte group of each row: two rows to a register, two rounds of unpacks and a
+// 128-bit shuffle), then multiply each quad of codes with tiledRowsIn input rows. Their arithmetic is the tiled
+// order's, bit for bit (integer sums, then tileGo's float update), so they replace the rows kernels or the tiled
+// ones at any row count without changing a bit (TestLinearQuantRowsTiledOrder).
+
+// tiledRowsIn is the number of input rows a transposing kernel multiplies together (the last group padded with
+// zero rows).
+const tiledRowsIn = 8
+
+// tiledRowsKernel adds to acc[c·16 + r] the products of the 16 weight rows at w (row r at w + r·stride, nsb
+// super-blocks each) with tiledRowsIn packed inputs (qs, ameta: tiledActs of tiledRowsIn rows a group), the rows'
+// scales unpacked into meta (the panel meta of tiledFormat.scales16); it prefetches the 16·stride bytes from pf
+// (the next panel's rows: prefetches never fault, so the matrix's end may be within them).
+type tiledRowsKernel func(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+// transKernel is a type's transposing tiled kernel (tiledrows.go) and the row count from which it is taken.
+type transKernel struct {
+	kernel tiledRowsKernel
+	from   int
+}
+
+// linearTiledRows is LinearQuant for a type of rowsKernels with a transposing kernel (f.trans): the same bits as
+// linearTiled and the rows kernels.
+func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsFormat) {
+	in, out := w.Cols, w.Rows
+	rows := len(x) / in
+	tf := f.tiled
+	nb := in / tf.block
+	a := actPool.Get().(*qAct)
+	defer actPool.Put(a)
+	a.quantize(w.k.act, x[:rows*in], in)
+	t := tiledPool.Get().(*tiledActs)
+	defer tiledPool.Put(t)
+	t.pack(tf, a, rows, tiledRowsIn)
+	groups := (rows + tiledRowsIn - 1) / tiledRowsIn
+	gq, gm := in*tiledRowsIn, nb*tf.actMetaBytes(tiledRowsIn)
+	bb := w.rowBytes / nb
+	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
+		p := panelPool.Get().(*tiledPanel)
+		defer panelPool.Put(p)
+		p.meta = grow.Slice(p.meta, nb*tf.metaBytes())
+		var acc [tiledRowsIn * tileRows]float32
+		for pi := lo; pi < hi; pi++ {
+			o := pi * tileRows
+			n := min(tileRows, out-o)
+			src := &w.Data[o*w.rowBytes]
+			if n < tileRows { // the last rows, padded with zero blocks (zero scales) to 16
+				p.codes = grow.Slice(p.codes, tileRows*w.rowBytes)
+				copy(p.codes, w.Data[o*w.rowBytes:(o+n)*w.rowBytes])
+				clear(p.codes[n*w.rowBytes:])
+				src = &p.codes[0]
+			}
+			pf := src // the next panel's rows, which the kernel prefetches (past the matrix's end: its own, again)
+			if next := o + tileRows; next < out {
+				pf = &w.Data[next*w.rowBytes]
+			}
+			tf.scales16(src, w.rowBytes, &p.meta[0], nb, bb)
+			for g := range groups {
+				clear(acc[:])
+				f.trans(src, w.rowBytes, &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], pf)
+				storeTile(y, acc[:], bias, out, g*tiledRowsIn, min(tiledRowsIn, rows-g*tiledRowsIn), o, n)
+			}
+		}
+	})
+}
+
+// tiledRowsFits reports whether w's 16-row panels can take a transposing kernel: the scale unpackers gather with
+// 32-bit offsets r·stride.
+func tiledRowsFits(w QuantMatrix) bool {
+	return (tileRows-1)*w.rowBytes <= math.MaxInt32
+}

@@ -1,0 +1,140 @@
+#include "textflag.h"
+
+// The transposing tiled kernels (tiledrows.go): the tiled kernels' products (16 weight rows in the lanes of each
+// register, one VPDPBUSD per quad of 4 codes of the 16 rows and input row, the scales per lane), with the 16
+// rows' codes transposed in registers as they are read, no panel, for eight input rows at a time.
+//
+// Registers: Z0-Z7 the 16 rows' dwords 0..7 of a 32-byte group (lane r: row r; then the rows' minimum sums of
+// each input), Z8-Z15 each input's sum over the current sub-block (first the transposition's scratch), Z16-Z23
+// each input's isb over the super-block, Z24 the codes of a quad (then d), Z25 the sub-block scales (then the
+// minimum factors, then dm), Z26 0x0f bytes, Z28, Z29 the float terms.
+//
+// Rows: SI row 0, R10 row 3, R8 row 8, R12 row 11 (each at the current super-block), R9 the stride, R11 3·stride.
+
+// T8LOAD(off): the 32 bytes at off of the 16 rows, two rows to a register: Z8 = rows 0|4, Z9 1|5, Z10 2|6,
+// Z11 3|7, Z12 8|12, Z13 9|13, Z14 10|14, Z15 11|15 (the order in which T8TRANSPOSE's lanes come out 0..15).
+#define T8LOAD(off) \
+	VMOVDQU off(SI), Y8; VINSERTI64X4 $1, off(SI)(R9*4), Z8, Z8 \
+	VMOVDQU off(SI)(R9*1), Y9; VINSERTI64X4 $1, off(R10)(R9*2), Z9, Z9 \
+	VMOVDQU off(SI)(R9*2), Y10; VINSERTI64X4 $1, off(SI)(R11*2), Z10, Z10 \
+	VMOVDQU off(R10), Y11; VINSERTI64X4 $1, off(R10)(R9*4), Z11, Z11 \
+	VMOVDQU off(R8), Y12; VINSERTI64X4 $1, off(R8)(R9*4), Z12, Z12 \
+	VMOVDQU off(R8)(R9*1), Y13; VINSERTI64X4 $1, off(R12)(R9*2), Z13, Z13 \
+	VMOVDQU off(R8)(R9*2), Y14; VINSERTI64X4 $1, off(R8)(R11*2), Z14, Z14 \
+	VMOVDQU off(R12), Y15; VINSERTI64X4 $1, off(R12)(R9*4), Z15, Z15
+
+// T8TRANSPOSE: Z8-Z15 (T8LOAD) into Z0-Z7, Zq's lane r row r's dword q: 8×8 transposes of dwords in both
+// 256-bit halves (32-bit and 64-bit unpacks), then one 128-bit shuffle that puts the four rows of each lane in
+// order. Z8-Z15 end zeroed (the sub-block sums).
+#define T8TRANSPOSE \
+	VPUNPCKLDQ Z9, Z8, Z0; VPUNPCKHDQ Z9, Z8, Z1; VPUNPCKLDQ Z11, Z10, Z2; VPUNPCKHDQ Z11, Z10, Z3 \
+	VPUNPCKLDQ Z13, Z12, Z4; VPUNPCKHDQ Z13, Z12, Z5; VPUNPCKLDQ Z15, Z14, Z6; VPUNPCKHDQ Z15, Z14, Z7 \
+	VPUNPCKLQDQ Z2, Z0, Z8; VPUNPCKHQDQ Z2, Z0, Z9; VPUNPCKLQDQ Z3, Z1, Z10; VPUNPCKHQDQ Z3, Z1, Z11 \
+	VPUNPCKLQDQ Z6, Z4, Z12; VPUNPCKHQDQ Z6, Z4, Z13; VPUNPCKLQDQ Z7, Z5, Z14; VPUNPCKHQDQ Z7, Z5, Z15 \
+	VSHUFI32X4 $0x88, Z12, Z8, Z0; VSHUFI32X4 $0xDD, Z12, Z8, Z4; VSHUFI32X4 $0x88, Z13, Z9, Z1; VSHUFI32X4 $0xDD, Z13, Z9, Z5 \
+	VSHUFI32X4 $0x88, Z14, Z10, Z2; VSHUFI32X4 $0xDD, Z14, Z10, Z6; VSHUFI32X4 $0x88, Z15, Z11, Z3; VSHUFI32X4 $0xDD, Z15, Z11, Z7 \
+	VPXORD Z8, Z8, Z8; VPXORD Z9, Z9, Z9; VPXORD Z10, Z10, Z10; VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12; VPXORD Z13, Z13, Z13; VPXORD Z14, Z14, Z14; VPXORD Z15, Z15, Z15
+
+// DOT8(z, off): the products of a quad of the 16 rows' codes (z) with the same quad of the 8 inputs, each four
+// values broadcast from off(DI).
+#define DOT8(z, off) \
+	VPDPBUSD.BCST off+0(DI), z, Z8; VPDPBUSD.BCST off+4(DI), z, Z9; VPDPBUSD.BCST off+8(DI), z, Z10; VPDPBUSD.BCST off+12(DI), z, Z11 \
+	VPDPBUSD.BCST off+16(DI), z, Z12; VPDPBUSD.BCST off+20(DI), z, Z13; VPDPBUSD.BCST off+24(DI), z, Z14; VPDPBUSD.BCST off+28(DI), z, Z15
+
+// SCALE8(off): Z16+i += Z8+i·(the rows' sub-block scales at off(BX)); Z8+i = 0.
+#define SC1(zi, zs) VPMULLD Z25, zi, zi; VPADDD zi, zs, zs; VPXORD zi, zi, zi
+#define SCALE8(off) \
+	VMOVDQU32 off(BX), Z25 \
+	SC1(Z8, Z16); SC1(Z9, Z17); SC1(Z10, Z18); SC1(Z11, Z19); SC1(Z12, Z20); SC1(Z13, Z21); SC1(Z14, Z22); SC1(Z15, Z23)
+
+// MIN8(off, a): Z0+i += the minimum factors of a pair of sub-blocks at off(BX) times input i's pair of sums
+// at a+4i(R13).
+#define MIN8(off, a) \
+	VMOVDQU32 off(BX), Z25 \
+	VPDPWSSD.BCST a+0(R13), Z25, Z0; VPDPWSSD.BCST a+4(R13), Z25, Z1; VPDPWSSD.BCST a+8(R13), Z25, Z2; VPDPWSSD.BCST a+12(R13), Z25, Z3 \
+	VPDPWSSD.BCST a+16(R13), Z25, Z4; VPDPWSSD.BCST a+20(R13), Z25, Z5; VPDPWSSD.BCST a+24(R13), Z25, Z6; VPDPWSSD.BCST a+28(R13), Z25, Z7
+
+// EPI8(zi, zs, dx, y): acc[y..] += ((float(zs)·d) − (float(zi)·dm))·dx, no fused operation (Z24 d, Z25 dm);
+// zs = 0.
+#define EPI8(zi, zs, dx, y) \
+	VCVTDQ2PS zs, Z28; VMULPS Z24, Z28, Z28; VCVTDQ2PS zi, Z29; VMULPS Z25, Z29, Z29; VSUBPS Z29, Z28, Z28; \
+	VMULPS.BCST dx(R13), Z28, Z28; VADDPS y(AX), Z28, Z28; VMOVUPS Z28, y(AX); VPXORD zs, zs, zs
+
+// ZERO8(a, ..): zeroes eight registers.
+#define ZERO8(a, b, c, d, e, f, g, h) \
+	VPXORD a, a, a; VPXORD b, b, b; VPXORD c, c, c; VPXORD d, d, d; VPXORD e, e, e; VPXORD f, f, f; VPXORD g, g, g; VPXORD h, h, h
+
+// TRENTRY: the arguments of a transposing kernel into their registers, Z16-Z23 zeroed, Z26 0x0f bytes.
+#define TRENTRY \
+	MOVQ w+0(FP), SI; MOVQ stride+8(FP), R9; MOVQ meta+16(FP), BX; MOVQ qs+24(FP), DI \
+	MOVQ ameta+32(FP), R13; MOVQ nsb+40(FP), CX; MOVQ acc+48(FP), AX; MOVQ pf+56(FP), DX \
+	LEAQ (R9)(R9*2), R11; LEAQ (SI)(R11*1), R10; LEAQ (SI)(R9*8), R8; LEAQ (R8)(R11*1), R12 \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23) \
+	VPBROADCASTD trnib<>(SB), Z26
+
+// Q4LO(q), Q4HI(q): the low and the high nibbles of the rows' dword q (Zq) times the inputs' quad q (low: the
+// group's first 32 elements) or 8+q (high: its second 32).
+#define Q4LO(zq, off) VPANDD Z26, zq, Z24; DOT8(Z24, off)
+#define Q4HI(zq, off) VPSRLD $4, zq, Z24; VPANDD Z26, Z24, Z24; DOT8(Z24, off)
+
+// PF9: prefetches the next 9 lines of the next panel (DX): a 16th of a Q4_K super-block of 16 rows per group, so
+// that the next panel's 16 rows are in cache when its kernel starts.
+#define PF9 \
+	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX) \
+	PREFETCHT0 320(DX); PREFETCHT0 384(DX); PREFETCHT0 448(DX); PREFETCHT0 512(DX); ADDQ $576, DX
+
+// Q4GROUP(g): group g of a Q4_K super-block (qs bytes 32g..32g+31 at 16: sub-block 2g in the low nibbles, 2g+1 in
+// the high ones; the inputs' 64 elements at DI, which moves on).
+#define Q4GROUP(g) \
+	T8LOAD(16+32*g) \
+	T8TRANSPOSE \
+	Q4LO(Z0, 0); Q4LO(Z1, 32); Q4LO(Z2, 64); Q4LO(Z3, 96); Q4LO(Z4, 128); Q4LO(Z5, 160); Q4LO(Z6, 192); Q4LO(Z7, 224) \
+	SCALE8(128*g) \
+	Q4HI(Z0, 256); Q4HI(Z1, 288); Q4HI(Z2, 320); Q4HI(Z3, 352); Q4HI(Z4, 384); Q4HI(Z5, 416); Q4HI(Z6, 448); Q4HI(Z7, 480) \
+	SCALE8(128*g+64) \
+	PF9 \
+	ADDQ $512, DI
+
+// func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// 16 Q4_K rows (row r at w + r·stride) times 8 inputs (qs: [256·nsb/4 quads][8][4]; ameta per super-block: the
+// pairs of sums [4][8]int32, dx [8]float32) over nsb super-blocks, with the rows' meta (scales16K4AVX512's, 896
+// bytes a super-block): acc[c·16 + r] += each super-block's tiled update, as tileGo. It prefetches the 16·stride
+// bytes from pf (the next panel's rows).
+TEXT ·tiledRowsQ4_KVNNI(SB), NOSPLIT, $0-64
+	TRENTRY
+
+q4superblock:
+	Q4GROUP(0)
+	Q4GROUP(1)
+	Q4GROUP(2)
+	Q4GROUP(3)
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	MIN8(512, 0)
+	MIN8(576, 32)
+	MIN8(640, 64)
+	MIN8(704, 96)
+	VMOVUPS 768(BX), Z24
+	VMOVUPS 832(BX), Z25
+	EPI8(Z0, Z16, 128, 0)
+	EPI8(Z1, Z17, 132, 64)
+	EPI8(Z2, Z18, 136, 128)
+	EPI8(Z3, Z19, 140, 192)
+	EPI8(Z4, Z20, 144, 256)
+	EPI8(Z5, Z21, 148, 320)
+	EPI8(Z6, Z22, 152, 384)
+	EPI8(Z7, Z23, 156, 448)
+	ADDQ $144, SI
+	ADDQ $144, R10
+	ADDQ $144, R8
+	ADDQ $144, R12
+	ADDQ $896, BX
+	ADDQ $160, R13
+	DECQ CX
+	JNZ  q4superblock
+	VZEROUPPER
+	RET
+
+DATA trnib<>+0(SB)/4, $0x0f0f0f0f
+GLOBL trnib<>(SB), RODATA|NOPTR, $4
+
