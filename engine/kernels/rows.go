@@ -73,10 +73,9 @@ type rowsFormat struct {
 	// lanes), taken where groups of eight pad to no more rows than quads (5-8, 13-16, 21-24 rows): one
 	// reduction, minimum and float update per eight rows instead of four.
 	oct quantRowsKernel
-	// trans, where the type has one, is its transposing tiled kernel (tiledrows.go), taken from transFrom rows to
-	// tiledFrom.
-	trans     tiledRowsKernel
-	transFrom int
+	// trans, where the type has one, is its transposing tiled kernel (tiledrows.go), taken from trans.from rows
+	// to trans.to (where the tiled kernels take over) instead of the rows kernels or the tiled ones.
+	trans transKernel
 }
 
 // step is the number of elements a kernel takes per step: a K-quant super-block, or two 32-element blocks.
@@ -127,7 +126,7 @@ var rowsKernels = func() map[quant.Type]*rowsFormat {
 		if f := tiledFormats[t]; f != nil && f.asmKernel != nil {
 			m[t] = &rowsFormat{tiled: f, rowsKernelPair: k, oct: octs[t]}
 			if tr, ok := trans[t]; ok && f.scales16 != nil {
-				m[t].trans, m[t].transFrom = tr.kernel, tr.from
+				m[t].trans = tr
 			}
 		}
 	}
@@ -170,12 +169,12 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	if rows == 0 {
 		return
 	}
-	if rows >= f.tiledFrom || in%f.step() != 0 { // many rows, or an odd number of 32-element blocks
-		linearTiled(y, x, w, bias, f.tiled, f.tiled.asmKernel)
+	if f.trans.kernel != nil && rows >= f.trans.from && rows < f.trans.to && tiledRowsFits(w) {
+		linearTiledRows(y, x, w, bias, f)
 		return
 	}
-	if f.trans != nil && rows >= f.transFrom && tiledRowsFits(w) {
-		linearTiledRows(y, x, w, bias, f)
+	if rows >= f.tiledFrom || in%f.step() != 0 { // many rows, or an odd number of 32-element blocks
+		linearTiled(y, x, w, bias, f.tiled, f.tiled.asmKernel)
 		return
 	}
 	a := actPool.Get().(*qAct)

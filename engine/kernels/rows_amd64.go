@@ -9,9 +9,6 @@ import (
 func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
-func octsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-
-//go:noescape
 func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
@@ -123,7 +120,7 @@ func rowsOctAsm() map[quant.Type]quantRowsKernel {
 		return nil
 	}
 	return map[quant.Type]quantRowsKernel{
-		quant.Q4_K: octsQ4_KVNNI, quant.Q5_K: octsQ5_KVNNI, quant.Q6_K: octsQ6_KVNNI,
+		quant.Q5_K: octsQ5_KVNNI, quant.Q6_K: octsQ6_KVNNI, // Q4_K: its transposing kernel from 5 rows
 		quant.Q3_K: octsQ3_KVNNI, quant.Q2_K: octsQ2_KVNNI,
 	}
 }
@@ -131,12 +128,16 @@ func rowsOctAsm() map[quant.Type]quantRowsKernel {
 //go:noescape
 func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 
+//go:noescape
+func tiledRowsQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
 // tiledRowsAsm returns the transposing tiled kernels (tiledrows.go) the CPU can run.
 func tiledRowsAsm() map[quant.Type]transKernel {
 	if !useVNNI {
 		return nil
 	}
 	return map[quant.Type]transKernel{
-		quant.Q4_K: {tiledRowsQ4_KVNNI, 5},
+		quant.Q4_K: {tiledRowsQ4_KVNNI, 5, 65},
+		quant.Q6_K: {tiledRowsQ6_KVNNI, 6, 65},
 	}
 }

@@ -545,10 +545,6 @@ step: \
 TEXT ·rowsQ4_KVNNI(SB), NOSPLIT, $0-88
 	ROWS(Q4CONSTS, Q4DECODE, Q4OPS, 144, 256, 80)
 
-// func octsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-TEXT ·octsQ4_KVNNI(SB), NOSPLIT, $0-88
-	OCTS(Q4CONSTS, Q4DECODE, Q4OCTOPS, 144, 256, 160)
-
 // func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·octsQ5_KVNNI(SB), NOSPLIT, $0-88
 	OCTS(Q4CONSTS, Q5DECODE, Q4OCTOPS, 176, 256, 160)

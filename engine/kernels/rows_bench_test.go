@@ -84,15 +84,15 @@ func BenchmarkRowsPaths(b *testing.B) {
 			ws[i] = randomQuantMatrix(b, rng, typ, out, in)
 		}
 		rowsOnly := *f
-		rowsOnly.trans, rowsOnly.tiledFrom = nil, rowsMost+1
+		rowsOnly.trans, rowsOnly.tiledFrom = transKernel{}, rowsMost+1
 		paths := map[string]func(y, x []float32, w QuantMatrix){
 			"rows":  func(y, x []float32, w QuantMatrix) { linearQuantRows(y, x, w, nil, &rowsOnly) },
 			"tiled": func(y, x []float32, w QuantMatrix) { linearTiled(y, x, w, nil, f.tiled, f.tiled.asmKernel) },
 		}
-		if f.trans != nil {
+		if f.trans.kernel != nil {
 			paths["trans"] = func(y, x []float32, w QuantMatrix) { linearTiledRows(y, x, w, nil, f) }
 		}
-		for _, rows := range []int{1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32} {
+		for _, rows := range []int{1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 48, 64, 128} {
 			x, y := make([]float32, rows*in), make([]float32, rows*out)
 			for i := range x {
 				x[i] = rng.Float32() - 0.5

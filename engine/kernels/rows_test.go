@@ -8,8 +8,10 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// TestLinearQuantRowsTiledOrder: for every type with a rows kernel, LinearQuant over 1 to 32 input rows (and a
-// few more, past the kernel's quads) gives every output bit for bit as the tiled kernels' order does: tiledRef,
+// TestLinearQuantRowsTiledOrder: for every type with a rows kernel, LinearQuant over 0 to 40 input rows (and, for
+// a type with a transposing kernel, the row counts around its last one, past which the tiled kernels take over;
+// 37 outputs: two whole panels of 16 rows and a tail) gives every output bit for bit as the tiled kernels'
+// order does: tiledRef,
 // the scalar reference, and the tiled Go kernel (tileGo) through linearTiled, with and without a bias; and
 // LinearQuantPrompt gives the same bits. Random blocks (every code and scale pattern), and blocks of all-equal
 // extreme bytes against ±1 inputs (the largest integer sums).
@@ -23,8 +25,13 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 			t.Errorf("%v: the rows kernel up to %d rows, its scratch holds %d", typ, f.tiledFrom-1, rowsMost)
 		}
 		shapes := [][2]int{{13, 256}, {5, 1536}}
-		if f.trans != nil {
-			shapes = append(shapes, [2]int{37, 512}) // whole panels of 16 rows and a tail: the transposing kernel
+		counts := make([]int, 41)
+		for i := range counts {
+			counts[i] = i
+		}
+		if f.trans.kernel != nil {
+			shapes = append(shapes, [2]int{37, 512})                        // whole panels of 16 rows and a tail: the transposing kernel
+			counts = append(counts, f.trans.to-1, f.trans.to, f.trans.to+7) // its last row count, then the tiled kernels'
 		}
 		if f.tiled.block == quant.QK {
 			shapes = append(shapes, [2]int{7, 160}) // an odd number of blocks: the tiled kernels
@@ -40,7 +47,7 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 				bias[i] = float32(rng.NormFloat64())
 			}
 			for mi, w := range mats {
-				for rows := 0; rows <= 40; rows++ {
+				for _, rows := range counts {
 					x := make([]float32, rows*in)
 					for i := range x {
 						x[i] = float32(rng.NormFloat64())

@@ -26,14 +26,17 @@ const tiledRowsIn = 8
 // (the next panel's rows: prefetches never fault, so the matrix's end may be within them).
 type tiledRowsKernel func(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 
-// transKernel is a type's transposing tiled kernel (tiledrows.go) and the row count from which it is taken.
+// transKernel is a type's transposing tiled kernel and the row counts it is taken for, from to to-1: below from
+// the rows kernels cost less, from to the tiled kernels (whose panels cost as much as the products of ~12
+// input rows, but whose tiles of 12 input rows take fewer instructions per product); thread CPU time of
+// [8960×1536] products, 93 MB of them in turn (BenchmarkRowsPaths, docs/performance-log.md).
 type transKernel struct {
-	kernel tiledRowsKernel
-	from   int
+	kernel   tiledRowsKernel
+	from, to int
 }
 
 // linearTiledRows is LinearQuant for a type of rowsKernels with a transposing kernel (f.trans): the same bits as
-// linearTiled and the rows kernels.
+// linearTiled and the rows kernels. The input's block count must be whole super-blocks (the K-quants: always).
 func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsFormat) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
@@ -70,7 +73,7 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 			tf.scales16(src, w.rowBytes, &p.meta[0], nb, bb)
 			for g := range groups {
 				clear(acc[:])
-				f.trans(src, w.rowBytes, &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], pf)
+				f.trans.kernel(src, w.rowBytes, &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], pf)
 				storeTile(y, acc[:], bias, out, g*tiledRowsIn, min(tiledRowsIn, rows-g*tiledRowsIn), o, n)
 			}
 		}

@@ -135,6 +135,104 @@ q4superblock:
 	VZEROUPPER
 	RET
 
+// Q6_K: the 16 rows' 16-byte pieces, four rows to a register, transposed (T4) into four registers of the rows'
+// dwords: ql's two pieces and qh's one of the same 16 elements l (Z0-Z3, Z4-Z7, Z24-Z27), from which come the
+// codes of four sub-blocks (the low and high nibbles of each ql piece, qh's bit pairs 0..3 as bits 4-5). Z28, Z29
+// the codes' terms, Z30 the sub-block scales.
+
+// T4(off, d0, d1, d2, d3): the 16 bytes at off of the 16 rows (Z8 rows 0|4|8|12, Z9 1|5|9|13, Z10 2|6|10|14, Z11
+// 3|7|11|15), transposed through Z12-Z15 into d0..d3: dq's lane r row r's dword q.
+#define T4(off, d0, d1, d2, d3) \
+	VMOVDQU off(SI), X8; VINSERTI32X4 $1, off(SI)(R9*4), Z8, Z8; VINSERTI32X4 $2, off(R8), Z8, Z8; VINSERTI32X4 $3, off(R8)(R9*4), Z8, Z8 \
+	VMOVDQU off(SI)(R9*1), X9; VINSERTI32X4 $1, off(R10)(R9*2), Z9, Z9; VINSERTI32X4 $2, off(R8)(R9*1), Z9, Z9; VINSERTI32X4 $3, off(R12)(R9*2), Z9, Z9 \
+	VMOVDQU off(SI)(R9*2), X10; VINSERTI32X4 $1, off(SI)(R11*2), Z10, Z10; VINSERTI32X4 $2, off(R8)(R9*2), Z10, Z10; VINSERTI32X4 $3, off(R8)(R11*2), Z10, Z10 \
+	VMOVDQU off(R10), X11; VINSERTI32X4 $1, off(R10)(R9*4), Z11, Z11; VINSERTI32X4 $2, off(R12), Z11, Z11; VINSERTI32X4 $3, off(R12)(R9*4), Z11, Z11 \
+	VPUNPCKLDQ Z9, Z8, Z12; VPUNPCKHDQ Z9, Z8, Z13; VPUNPCKLDQ Z11, Z10, Z14; VPUNPCKHDQ Z11, Z10, Z15 \
+	VPUNPCKLQDQ Z14, Z12, d0; VPUNPCKHQDQ Z14, Z12, d1; VPUNPCKLQDQ Z15, Z13, d2; VPUNPCKHQDQ Z15, Z13, d3
+
+// Q6CODE(hi, lo): Z29 = hi | (lo & 0x0f bytes), hi already 0x30-masked.
+#define Q6CODE VPTERNLOGD.BCST $0xf8, trnib<>(SB), Z28, Z29
+
+// Q6J0(ql, qh, off) .. Q6J3: the codes of element group j (ql's low nibbles with qh's bits 0-1 (J0) or 2-3 (J1),
+// the high nibbles with bits 4-5 (J2) or 6-7 (J3)) times the inputs' quad at off(DI).
+#define Q6J0(ql, qh, off) VPSLLD $4, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VMOVDQA64 ql, Z28; Q6CODE; DOT8(Z29, off)
+#define Q6J1(ql, qh, off) VPSLLD $2, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VMOVDQA64 ql, Z28; Q6CODE; DOT8(Z29, off)
+#define Q6J2(ql, qh, off) VPANDD.BCST trq6hi<>(SB), qh, Z29; VPSRLD $4, ql, Z28; Q6CODE; DOT8(Z29, off)
+#define Q6J3(ql, qh, off) VPSRLD $2, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VPSRLD $4, ql, Z28; Q6CODE; DOT8(Z29, off)
+
+// Q6SCALE(off): SCALE8 with the scales in Z30.
+#define SC6(zi, zs) VPMULLD Z30, zi, zi; VPADDD zi, zs, zs; VPXORD zi, zi, zi
+#define Q6SCALE(off) \
+	VMOVDQU32 off(BX), Z30 \
+	SC6(Z8, Z16); SC6(Z9, Z17); SC6(Z10, Z18); SC6(Z11, Z19); SC6(Z12, Z20); SC6(Z13, Z21); SC6(Z14, Z22); SC6(Z15, Z23)
+
+// Q6J(J, ql, h, j, sc): element group j's four quads of piece h (the inputs' quads at 256j + 128h), then the
+// sub-block's scales at sc(BX).
+#define Q6J(J, ql0, ql1, ql2, ql3, h, j, sc) \
+	J(ql0, Z24, 256*j+128*h); J(ql1, Z25, 256*j+128*h+32); J(ql2, Z26, 256*j+128*h+64); J(ql3, Z27, 256*j+128*h+96) \
+	Q6SCALE(sc)
+
+// Q6PIECE(n, h, sc0, sc1, sc2, sc3): elements 128n + 32j + 16h + (0..15) of a Q6_K super-block for j = 0..3
+// (sub-blocks 8n + 2j + h, their scales at scj(BX): 64 times the sub-block), the inputs' quads from DI (at half n),
+// prefetching 14 lines of the next panel.
+#define Q6PIECE(n, h, sc0, sc1, sc2, sc3) \
+	T4(64*n+16*h, Z0, Z1, Z2, Z3) \
+	T4(64*n+32+16*h, Z4, Z5, Z6, Z7) \
+	T4(128+32*n+16*h, Z24, Z25, Z26, Z27) \
+	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
+	Q6J(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0) \
+	Q6J(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1) \
+	Q6J(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2) \
+	Q6J(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3) \
+	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
+	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
+	ADDQ $840, DX
+
+// func tiledRowsQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// tiledRowsQ4_KVNNI for Q6_K (210-byte super-blocks; the meta of scales16Q6_KAVX512, 1664 bytes; ameta per
+// super-block: the pairs of sums [8][8]int32, dx [8]float32).
+TEXT ·tiledRowsQ6_KVNNI(SB), NOSPLIT, $0-64
+	TRENTRY
+
+q6superblock:
+	Q6PIECE(0, 0, 0, 128, 256, 384)
+	Q6PIECE(0, 1, 64, 192, 320, 448)
+	ADDQ $1024, DI
+	Q6PIECE(1, 0, 512, 640, 768, 896)
+	Q6PIECE(1, 1, 576, 704, 832, 960)
+	ADDQ $1024, DI
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	MIN8(1024, 0)
+	MIN8(1088, 32)
+	MIN8(1152, 64)
+	MIN8(1216, 96)
+	MIN8(1280, 128)
+	MIN8(1344, 160)
+	MIN8(1408, 192)
+	MIN8(1472, 224)
+	VMOVUPS 1536(BX), Z24
+	VMOVUPS 1600(BX), Z25
+	EPI8(Z0, Z16, 256, 0)
+	EPI8(Z1, Z17, 260, 64)
+	EPI8(Z2, Z18, 264, 128)
+	EPI8(Z3, Z19, 268, 192)
+	EPI8(Z4, Z20, 272, 256)
+	EPI8(Z5, Z21, 276, 320)
+	EPI8(Z6, Z22, 280, 384)
+	EPI8(Z7, Z23, 284, 448)
+	ADDQ $210, SI
+	ADDQ $210, R10
+	ADDQ $210, R8
+	ADDQ $210, R12
+	ADDQ $1664, BX
+	ADDQ $288, R13
+	DECQ CX
+	JNZ  q6superblock
+	VZEROUPPER
+	RET
+
 DATA trnib<>+0(SB)/4, $0x0f0f0f0f
 GLOBL trnib<>(SB), RODATA|NOPTR, $4
 
+DATA trq6hi<>+0(SB)/4, $0x30303030
+GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
