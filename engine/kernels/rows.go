@@ -32,8 +32,10 @@ import (
 // 32-element types (Q8_0, and Q4_0, Q5_0, IQ4_NL, which the tiled kernels widen to Q8_0's integers) take two
 // blocks a step: their codes w + 128 against the rows by VPDPBUSD, less 128·Σx, then per block the tiled update
 // y += (float(Σ w·x)·d)·dx. A single row (a decode step) has kernels of its own that fold its lanes horizontally
-// instead of padding it to four rows. The other types (the codebook i-quants IQ1-IQ3)
-// have no rows kernels yet: their LinearQuant keeps its lanes order.
+// instead of padding it to four rows. Q4_K and Q6_K (the bulk of Q4_K_M files) take transposing tiled kernels
+// (tiledrows.go) for 2 to 64 rows instead of rows kernels: the tiled kernels' layout, 16 weight rows transposed
+// in registers. The other types (the codebook i-quants IQ1-IQ3) have no rows kernels yet: their LinearQuant
+// keeps its lanes order.
 
 // rowsQuad is the number of input rows a rows kernel multiplies together; a product's rows are padded to a
 // multiple of it with zero rows.
@@ -54,8 +56,9 @@ type quantRowKernel func(w *byte, nout, nst int, qs *int8, ameta *byte, y *float
 
 // rowsKernelPair are a type's rows kernels: for several rows, and for one; from tiledFrom rows, unpacking 16 weight
 // rows into the tiled kernels' panels costs less than the rows kernels' reductions (thread CPU time of
-// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md; Q4_K, Q5_K from 29 rows, which the rows
-// kernels would pad to 32, whose inputs no longer stay in L1).
+// [8960×1536] products, 93 MB of them in turn, docs/performance-log.md; Q5_K from 29 rows, which the rows
+// kernels would pad to 32, whose inputs no longer stay in L1). A type whose transposing kernel (rowsFormat.trans)
+// takes every row count from 2 has no rows kernel for several rows (rows nil, tiledFrom 2).
 type rowsKernelPair struct {
 	rows      quantRowsKernel
 	one       quantRowKernel

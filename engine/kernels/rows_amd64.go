@@ -6,13 +6,7 @@ import (
 )
 
 //go:noescape
-func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-
-//go:noescape
 func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-
-//go:noescape
-func octsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
 func octsQ2_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
@@ -22,9 +16,6 @@ func octsQ3_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte
 
 //go:noescape
 func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-
-//go:noescape
-func rowsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 
 //go:noescape
 func rowsQ8_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
@@ -96,9 +87,9 @@ func rowsAsm() map[quant.Type]rowsKernelPair {
 		return nil
 	}
 	m := map[quant.Type]rowsKernelPair{
-		quant.Q4_K:   {rowsQ4_KVNNI, rowQ4_KVNNI, 29},
+		quant.Q4_K:   {nil, rowQ4_KVNNI, 2}, // several rows: its transposing kernel (tiledRowsAsm)
 		quant.Q5_K:   {rowsQ5_KVNNI, rowQ5_KVNNI, 29},
-		quant.Q6_K:   {rowsQ6_KVNNI, rowQ6_KVNNI, 16},
+		quant.Q6_K:   {nil, rowQ6_KVNNI, 2},
 		quant.Q2_K:   {rowsQ2_KVNNI, rowQ2_KVNNI, 14},
 		quant.Q3_K:   {rowsQ3_KVNNI, rowQ3_KVNNI, 14},
 		quant.Q8_0:   {rowsQ8_0VNNI, rowQ8_0VNNI, 10},
@@ -120,7 +111,7 @@ func rowsOctAsm() map[quant.Type]quantRowsKernel {
 		return nil
 	}
 	return map[quant.Type]quantRowsKernel{
-		quant.Q5_K: octsQ5_KVNNI, quant.Q6_K: octsQ6_KVNNI, // Q4_K: its transposing kernel from 5 rows
+		quant.Q5_K: octsQ5_KVNNI,
 		quant.Q3_K: octsQ3_KVNNI, quant.Q2_K: octsQ2_KVNNI,
 	}
 }
@@ -137,7 +128,7 @@ func tiledRowsAsm() map[quant.Type]transKernel {
 		return nil
 	}
 	return map[quant.Type]transKernel{
-		quant.Q4_K: {tiledRowsQ4_KVNNI, 5, 65},
-		quant.Q6_K: {tiledRowsQ6_KVNNI, 6, 65},
+		quant.Q4_K: {tiledRowsQ4_KVNNI, 2, 65},
+		quant.Q6_K: {tiledRowsQ6_KVNNI, 2, 65},
 	}
 }

@@ -142,8 +142,8 @@ GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 
 // Q4SCALES: a Q4_K or Q5_K super-block's (SI) scales into Z4, Z5, Y8 (d), Y9 (dmin), Y15 (the minimums, eight
 // words, in both halves), the bytes [scales 0-7, minimums 0-7] as (P & m1) | ((P >> 4) & m2) | ((Q >> 2) & 0x30) with P, Q the
-// gathers above (Z30: 0x30 bytes); Q4SPLAT: Y15's pairs into Y10-Y13; Q4DECODE: a Q4_K super-block into Z0-Z7,
-// X8-X13, Q4CODES4 its codes alone.
+// gathers above (Z30: 0x30 bytes); Q4SPLAT: Y15's pairs into Y10-Y13; Q4CODES4: a Q4_K super-block's codes into
+// Z0-Z3.
 #define Q4SCALES \
 	VPBROADCASTW 0(SI), X8; VCVTPH2PS X8, Y8; VPBROADCASTW 2(SI), X9; VCVTPH2PS X9, Y9 \
 	VMOVDQU 4(SI), X14; VPSHUFB rowsq4p<>(SB), X14, X20; VPSHUFB rowsq4q<>(SB), X14, X21 \
@@ -153,7 +153,6 @@ GLOBL rowsq4m2<>(SB), RODATA|NOPTR, $16
 	VPERMQ $0xee, Y14, Y15
 #define Q4SPLAT VPSHUFD $0x00, Y15, Y10; VPSHUFD $0x55, Y15, Y11; VPSHUFD $0xaa, Y15, Y12; VPSHUFD $0xff, Y15, Y13
 #define Q4CODES4 Q4CODES(16, Z0); Q4CODES(48, Z1); Q4CODES(80, Z2); Q4CODES(112, Z3)
-#define Q4DECODE Q4SCALES; Q4SPLAT; Q4CODES4
 
 // Q5CODES(off, z): Q4CODES with the qh bits (Z20: qh shifted so that bit 2g of each byte is at bit 4) as bit 4,
 // bit 2g of the low nibbles' codes and 2g+1 of the high ones' (Z29: 0x10 bytes).
@@ -312,7 +311,7 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 
 // Q6SCALES: a Q6_K super-block's (SI) scales into Z4, Z5, Y8 (d) and Y15 (32 times the signed scales, 16 words:
 // the minimum factors of codes 0..63, whose −32 they carry); Q6SPLAT: Y15's pairs into Y9-Y13, Y22, Y23, Y28;
-// Q6DECODE: the whole super-block into Z0-Z7, X8-X13, X22, X23, X28, Q6CODES4 its codes alone.
+// Q6CODES4: the super-block's codes into Z0-Z3.
 #define Q6SCALES \
 	VPBROADCASTW 208(SI), X8; VCVTPH2PS X8, Y8 \
 	VPMOVSXBW 192(SI), Y14 \
@@ -324,7 +323,6 @@ GLOBL rowsb04<>(SB), RODATA|NOPTR, $4
 	VPERMQ $0xee, Y15, Y14 \
 	VPSHUFD $0x00, Y14, Y13; VPSHUFD $0x55, Y14, Y22; VPSHUFD $0xaa, Y14, Y23; VPSHUFD $0xff, Y14, Y28
 #define Q6CODES4 Q6HALF(0, 128, Z0, Z1); Q6HALF(64, 160, Z2, Z3)
-#define Q6DECODE Q6SCALES; Q6SPLAT; Q6CODES4
 
 // Q6MIN: X21 = the quad's imin (pairs of sums of 16 at 0..112(R11)).
 #define Q6MIN \
@@ -493,8 +491,6 @@ step: \
 // Each type's work per quad (QUADOPS) and per row (ONEOPS), and its constants.
 #define Q4OPS QUAD; Q4MIN; UPDATE(X9, 64)
 #define Q4OCTOPS OCT; OCTMIN4; UPDATE8(Y9, 128)
-#define Q6OPS QUAD; Q6MIN; UPDATE(X8, 128)
-#define Q6OCTOPS OCT; OCTMIN8; UPDATE8(Y8, 256)
 #define Q4ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q4; UPDATE1(X9, 16)
 #define Q6ONE ROW(Z16, 0(R8), 64(R8), 128(R8), 192(R8)); RED1; MIN1Q6; UPDATE1(X8, 32)
 #define Q4CONSTS KCONSTS(rowsq4pk)
@@ -541,10 +537,6 @@ step: \
 #define Q4DEC1 Q4SCALES; Q4CODES4
 #define Q6DEC1 Q6SCALES; Q6CODES4
 
-// func rowsQ4_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-TEXT ·rowsQ4_KVNNI(SB), NOSPLIT, $0-88
-	ROWS(Q4CONSTS, Q4DECODE, Q4OPS, 144, 256, 80)
-
 // func octsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·octsQ5_KVNNI(SB), NOSPLIT, $0-88
 	OCTS(Q4CONSTS, Q5DECODE, Q4OCTOPS, 176, 256, 160)
@@ -552,14 +544,6 @@ TEXT ·octsQ5_KVNNI(SB), NOSPLIT, $0-88
 // func rowsQ5_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ5_KVNNI(SB), NOSPLIT, $0-88
 	ROWS(Q4CONSTS, Q5DECODE, Q4OPS, 176, 256, 80)
-
-// func octsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-TEXT ·octsQ6_KVNNI(SB), NOSPLIT, $0-88
-	OCTS(Q6CONSTS, Q6DECODE, Q6OCTOPS, 210, 256, 288)
-
-// func rowsQ6_KVNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
-TEXT ·rowsQ6_KVNNI(SB), NOSPLIT, $0-88
-	ROWS(Q6CONSTS, Q6DECODE, Q6OPS, 210, 256, 144)
 
 // func rowsQ8_0VNNI(w *byte, nout, nst int, qs *int8, xstride, nq int, ameta *byte, rows int, y *float32, ystride int, acc *float32)
 TEXT ·rowsQ8_0VNNI(SB), NOSPLIT, $0-88
