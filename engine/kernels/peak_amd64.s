@@ -92,6 +92,52 @@ loop:
 	VZEROUPPER
 	RET
 
+// func peakVPDPBUSDBcst8(n int, x *byte)
+// peakVPDPBUSDBcst into 8 accumulators (the transposing kernels' count: each accumulator takes every second
+// instruction).
+TEXT ·peakVPDPBUSDBcst8(SB), NOSPLIT, $0-16
+	MOVQ n+0(FP), CX
+	MOVQ x+8(FP), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPTERNLOGD $0xff, Z16, Z16, Z16
+
+loop8:
+	VPDPBUSD.BCST 0(DI), Z16, Z0
+	VPDPBUSD.BCST 4(DI), Z16, Z1
+	VPDPBUSD.BCST 8(DI), Z16, Z2
+	VPDPBUSD.BCST 12(DI), Z16, Z3
+	VPDPBUSD.BCST 16(DI), Z16, Z4
+	VPDPBUSD.BCST 20(DI), Z16, Z5
+	VPDPBUSD.BCST 24(DI), Z16, Z6
+	VPDPBUSD.BCST 28(DI), Z16, Z7
+	VPDPBUSD.BCST 32(DI), Z16, Z0
+	VPDPBUSD.BCST 36(DI), Z16, Z1
+	VPDPBUSD.BCST 40(DI), Z16, Z2
+	VPDPBUSD.BCST 44(DI), Z16, Z3
+	VPDPBUSD.BCST 48(DI), Z16, Z4
+	VPDPBUSD.BCST 52(DI), Z16, Z5
+	VPDPBUSD.BCST 56(DI), Z16, Z6
+	VPDPBUSD.BCST 60(DI), Z16, Z7
+	DECQ CX
+	JNZ  loop8
+	VZEROUPPER
+	RET
+
 // func peakGather(n int, src *byte, stride int)
 // n iterations of 8 VPGATHERDD zmm of 16 dwords, one per row at src + r·stride (the tiled layout's transpose by
 // gathers).
