@@ -2,26 +2,22 @@
 
 // Throughput loops for BenchmarkVPDPBUSDPeak (peak_amd64_test.go): the bound of the rows and tiled kernels.
 
+// ZERO16: Z0-Z15 = 0.
+#define ZERO16 \
+	VPXORD Z0, Z0, Z0; VPXORD Z1, Z1, Z1; VPXORD Z2, Z2, Z2; VPXORD Z3, Z3, Z3; VPXORD Z4, Z4, Z4; VPXORD Z5, Z5, Z5; VPXORD Z6, Z6, Z6; VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8; VPXORD Z9, Z9, Z9; VPXORD Z10, Z10, Z10; VPXORD Z11, Z11, Z11; VPXORD Z12, Z12, Z12; VPXORD Z13, Z13, Z13; VPXORD Z14, Z14, Z14; VPXORD Z15, Z15, Z15
+
+// BCST8(a, b, c, d, e, f, g, h, off): eight VPDPBUSD of Z16 with the four bytes broadcast from off(DI) + 4i into
+// the eight registers.
+#define BCST8(a, b, c, d, e, f, g, h, off) \
+	VPDPBUSD.BCST off+0(DI), Z16, a; VPDPBUSD.BCST off+4(DI), Z16, b; VPDPBUSD.BCST off+8(DI), Z16, c; VPDPBUSD.BCST off+12(DI), Z16, d \
+	VPDPBUSD.BCST off+16(DI), Z16, e; VPDPBUSD.BCST off+20(DI), Z16, f; VPDPBUSD.BCST off+24(DI), Z16, g; VPDPBUSD.BCST off+28(DI), Z16, h
+
 // func peakVPDPBUSD(n int)
 // n iterations of 16 VPDPBUSD zmm into 16 independent accumulators.
 TEXT ·peakVPDPBUSD(SB), NOSPLIT, $0-8
 	MOVQ n+0(FP), CX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
+	ZERO16
 	VPTERNLOGD $0xff, Z16, Z16, Z16
 	VPTERNLOGD $0xff, Z17, Z17, Z17
 
@@ -47,94 +43,31 @@ loop:
 	VZEROUPPER
 	RET
 
-// func peakVPDPBUSDBcst(n int, x *byte)
-// As peakVPDPBUSD with the tiled kernel's operand form: the input's four bytes broadcast from memory.
-TEXT ·peakVPDPBUSDBcst(SB), NOSPLIT, $0-16
+// func peakVPDPBUSDBcst(n int, x *byte, eight bool)
+// As peakVPDPBUSD with the tiled kernel's operand form: the input's four bytes broadcast from memory; with eight,
+// into 8 accumulators (the transposing kernels' count: each takes every eighth instruction).
+TEXT ·peakVPDPBUSDBcst(SB), NOSPLIT, $0-17
 	MOVQ n+0(FP), CX
 	MOVQ x+8(FP), DI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
+	MOVBQZX eight+16(FP), AX
+	ZERO16
 	VPTERNLOGD $0xff, Z16, Z16, Z16
+	TESTQ AX, AX
+	JNZ  bcst8
 
-loop:
-	VPDPBUSD.BCST 0(DI), Z16, Z0
-	VPDPBUSD.BCST 4(DI), Z16, Z1
-	VPDPBUSD.BCST 8(DI), Z16, Z2
-	VPDPBUSD.BCST 12(DI), Z16, Z3
-	VPDPBUSD.BCST 16(DI), Z16, Z4
-	VPDPBUSD.BCST 20(DI), Z16, Z5
-	VPDPBUSD.BCST 24(DI), Z16, Z6
-	VPDPBUSD.BCST 28(DI), Z16, Z7
-	VPDPBUSD.BCST 32(DI), Z16, Z8
-	VPDPBUSD.BCST 36(DI), Z16, Z9
-	VPDPBUSD.BCST 40(DI), Z16, Z10
-	VPDPBUSD.BCST 44(DI), Z16, Z11
-	VPDPBUSD.BCST 48(DI), Z16, Z12
-	VPDPBUSD.BCST 52(DI), Z16, Z13
-	VPDPBUSD.BCST 56(DI), Z16, Z14
-	VPDPBUSD.BCST 60(DI), Z16, Z15
+bcst16:
+	BCST8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, 0)
+	BCST8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, 32)
 	DECQ CX
-	JNZ  loop
+	JNZ  bcst16
 	VZEROUPPER
 	RET
 
-// func peakVPDPBUSDBcst8(n int, x *byte)
-// peakVPDPBUSDBcst into 8 accumulators (the transposing kernels' count: each accumulator takes every second
-// instruction).
-TEXT ·peakVPDPBUSDBcst8(SB), NOSPLIT, $0-16
-	MOVQ n+0(FP), CX
-	MOVQ x+8(FP), DI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPTERNLOGD $0xff, Z16, Z16, Z16
-
-loop8:
-	VPDPBUSD.BCST 0(DI), Z16, Z0
-	VPDPBUSD.BCST 4(DI), Z16, Z1
-	VPDPBUSD.BCST 8(DI), Z16, Z2
-	VPDPBUSD.BCST 12(DI), Z16, Z3
-	VPDPBUSD.BCST 16(DI), Z16, Z4
-	VPDPBUSD.BCST 20(DI), Z16, Z5
-	VPDPBUSD.BCST 24(DI), Z16, Z6
-	VPDPBUSD.BCST 28(DI), Z16, Z7
-	VPDPBUSD.BCST 32(DI), Z16, Z0
-	VPDPBUSD.BCST 36(DI), Z16, Z1
-	VPDPBUSD.BCST 40(DI), Z16, Z2
-	VPDPBUSD.BCST 44(DI), Z16, Z3
-	VPDPBUSD.BCST 48(DI), Z16, Z4
-	VPDPBUSD.BCST 52(DI), Z16, Z5
-	VPDPBUSD.BCST 56(DI), Z16, Z6
-	VPDPBUSD.BCST 60(DI), Z16, Z7
+bcst8:
+	BCST8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, 0)
+	BCST8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, 32)
 	DECQ CX
-	JNZ  loop8
+	JNZ  bcst8
 	VZEROUPPER
 	RET
 

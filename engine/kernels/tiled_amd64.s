@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "transpose_amd64.h"
 
 // The tiled K-quant kernel (tiled.go): 16 weight rows (the lanes of each register) times 12 input rows.
 // Z0-Z11: each input's sum over the current sub-block (then its minimum sums), Z12-Z23: each input's sum over
@@ -416,23 +417,14 @@ c32pair: \
 // HALVES(z, zd, zm): the float16 pairs of z as float32, the low halves into zd, the high ones into zm.
 #define HALVES(z, zd, zm) VPMOVDW z, Y28; VCVTPH2PS Y28, zd; VPSRLD $16, z, Z29; VPMOVDW Z29, Y29; VCVTPH2PS Y29, zm
 // SCALESENTRY: the arguments of a scale unpacker into SI, DI, CX (blocks) and DX (bytes per block), Z20 = r·stride
-// in lane r; for ROWS4: R9 the stride, R11 3·stride, R10, R8, R12 rows 3, 8 and 11 (ROWSNEXT moves them on).
+// in lane r; for TRANS4 (transpose_amd64.h) R9 the stride, R11 3·stride, R10, R8, R12 rows 3, 8 and 11 (ROWSNEXT
+// moves them on).
 #define SCALESENTRY \
 	MOVQ src+0(FP), SI; MOVQ stride+8(FP), AX; MOVQ dst+16(FP), DI; MOVQ nb+24(FP), CX; MOVQ blockBytes+32(FP), DX \
 	VPBROADCASTD AX, Z20; VPMULLD tiledrows<>(SB), Z20, Z20 \
 	MOVQ AX, R9; LEAQ (R9)(R9*2), R11; LEAQ (SI)(R11*1), R10; LEAQ (SI)(R9*8), R8; LEAQ (R8)(R11*1), R12
 #define ROWSNEXT ADDQ DX, SI; ADDQ DX, R10; ADDQ DX, R8; ADDQ DX, R12
 
-// ROWS4(off, a0, a1, a2, a3, b0, b1, b2, b3): the dwords at off, off+4, off+8, off+12 of the 16 rows' blocks into
-// Z0-Z3 (as GATHER would, without its cost: a 16-dword gather takes ~12 cycles): each row's 16 bytes, four rows to
-// a register (a0: rows 0|4|8|12, a1: 1|5|9|13 ...), transposed by 32-bit and 64-bit unpacks (b0-b3 scratch).
-#define ROWS4(off, a0, a1, a2, a3, b0, b1, b2, b3) \
-	VBROADCASTI32X4 off(SI), a0; VINSERTI32X4 $1, off(SI)(R9*4), a0, a0; VINSERTI32X4 $2, off(R8), a0, a0; VINSERTI32X4 $3, off(R8)(R9*4), a0, a0 \
-	VBROADCASTI32X4 off(SI)(R9*1), a1; VINSERTI32X4 $1, off(R10)(R9*2), a1, a1; VINSERTI32X4 $2, off(R8)(R9*1), a1, a1; VINSERTI32X4 $3, off(R12)(R9*2), a1, a1 \
-	VBROADCASTI32X4 off(SI)(R9*2), a2; VINSERTI32X4 $1, off(SI)(R11*2), a2, a2; VINSERTI32X4 $2, off(R8)(R9*2), a2, a2; VINSERTI32X4 $3, off(R8)(R11*2), a2, a2 \
-	VBROADCASTI32X4 off(R10), a3; VINSERTI32X4 $1, off(R10)(R9*4), a3, a3; VINSERTI32X4 $2, off(R12), a3, a3; VINSERTI32X4 $3, off(R12)(R9*4), a3, a3 \
-	VPUNPCKLDQ a1, a0, b0; VPUNPCKHDQ a1, a0, b1; VPUNPCKLDQ a3, a2, b2; VPUNPCKHDQ a3, a2, b3 \
-	VPUNPCKLQDQ b2, b0, Z0; VPUNPCKHQDQ b2, b0, Z1; VPUNPCKLQDQ b3, b1, Z2; VPUNPCKHQDQ b3, b1, Z3
 
 // K4SCALES(sh, off, zm, zm4): scale k and k+4 of Q4_K's eight (sh = 8k) to off(DI) and off+256(DI), minimums k
 // and k+4 into zm and zm4 (Z1, Z2, Z3: the rows' q[0..3], q[4..7], q[8..11]; Z21 0x3f, Z22 0x0f, Z23 0x30).
@@ -769,7 +761,7 @@ TEXT ·scales16K4AVX512(SB), NOSPLIT, $0-40
 k4block:
 	// Z0: d, dmin; Z1: q[0..3] (scales 0-3, the high bits of scales 4-7); Z2: q[4..7] (minimums 0-3, the high bits
 	// of minimums 4-7); Z3: q[8..11] (the low bits of scales and minimums 4-7).
-	ROWS4(0, Z24, Z25, Z26, Z27, Z16, Z17, Z18, Z19)
+	TRANS4(0, Z24, Z25, Z26, Z27, Z16, Z17, Z18, Z19, Z0, Z1, Z2, Z3)
 	K4SCALES(0, 0, Z8, Z12)
 	K4SCALES(8, 64, Z9, Z13)
 	K4SCALES(16, 128, Z10, Z14)
@@ -796,8 +788,8 @@ TEXT ·scales16Q6_KAVX512(SB), NOSPLIT, $0-40
 	VPBROADCASTD tiledffff<>(SB), Z24
 
 q6block:
-	ROWS4(192, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19) // the 16 scales
-	GATHER(206, Z4)                                    // d in the high halves
+	TRANS4(192, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, Z0, Z1, Z2, Z3) // the 16 scales
+	GATHER(206, Z4)                                                    // d in the high halves
 	Q6SCALES(Z0, 0)
 	Q6PAIRS(1024)
 	Q6SCALES(Z1, 256)

@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "transpose_amd64.h"
 
 // The transposing tiled kernels (tiledrows.go): the tiled kernels' products (16 weight rows in the lanes of each
 // register, one VPDPBUSD per quad of 4 codes of the 16 rows and input row, the scales per lane), with the 16
@@ -9,7 +10,8 @@
 // each input's isb over the super-block, Z24 the codes of a quad (then d), Z25 the sub-block scales (then the
 // minimum factors, then dm), Z26 0x0f bytes, Z28, Z29 the float terms.
 //
-// Rows: SI row 0, R10 row 3, R8 row 8, R12 row 11 (each at the current super-block), R9 the stride, R11 3·stride.
+// Rows: SI row 0, R10 row 3, R8 row 8, R12 row 11 (each at the current super-block), R9 the stride, R11 3·stride,
+// as transpose_amd64.h has them.
 
 // T8LOAD(off): the 32 bytes at off of the 16 rows, two rows to a register: Z8 = rows 0|4, Z9 1|5, Z10 2|6,
 // Z11 3|7, Z12 8|12, Z13 9|13, Z14 10|14, Z15 11|15 (the order in which T8TRANSPOSE's lanes come out 0..15).
@@ -60,6 +62,16 @@
 #define EPI8(zi, zs, dx, y) \
 	VCVTDQ2PS zs, Z28; VMULPS Z24, Z28, Z28; VCVTDQ2PS zi, Z29; VMULPS Z25, Z29, Z29; VSUBPS Z29, Z28, Z28; \
 	VMULPS.BCST dx(R13), Z28, Z28; VADDPS y(AX), Z28, Z28; VMOVUPS Z28, y(AX); VPXORD zs, zs, zs
+
+// EPIS8(d, dx): the eight inputs' float updates (the rows' d at d(BX), dm after it; the inputs' dx at dx(R13)).
+#define EPIS8(d, dx) \
+	VMOVUPS d(BX), Z24; VMOVUPS d+64(BX), Z25 \
+	EPI8(Z0, Z16, dx, 0); EPI8(Z1, Z17, dx+4, 64); EPI8(Z2, Z18, dx+8, 128); EPI8(Z3, Z19, dx+12, 192) \
+	EPI8(Z4, Z20, dx+16, 256); EPI8(Z5, Z21, dx+20, 320); EPI8(Z6, Z22, dx+24, 384); EPI8(Z7, Z23, dx+28, 448)
+
+// NEXTSB(block, meta, ameta): the rows, the meta and the inputs' parts move to the next super-block.
+#define NEXTSB(block, meta, ameta) \
+	ADDQ $block, SI; ADDQ $block, R10; ADDQ $block, R8; ADDQ $block, R12; ADDQ $meta, BX; ADDQ $ameta, R13
 
 // ZERO8(a, ..): zeroes eight registers.
 #define ZERO8(a, b, c, d, e, f, g, h) \
@@ -114,22 +126,8 @@ q4superblock:
 	MIN8(576, 32)
 	MIN8(640, 64)
 	MIN8(704, 96)
-	VMOVUPS 768(BX), Z24
-	VMOVUPS 832(BX), Z25
-	EPI8(Z0, Z16, 128, 0)
-	EPI8(Z1, Z17, 132, 64)
-	EPI8(Z2, Z18, 136, 128)
-	EPI8(Z3, Z19, 140, 192)
-	EPI8(Z4, Z20, 144, 256)
-	EPI8(Z5, Z21, 148, 320)
-	EPI8(Z6, Z22, 152, 384)
-	EPI8(Z7, Z23, 156, 448)
-	ADDQ $144, SI
-	ADDQ $144, R10
-	ADDQ $144, R8
-	ADDQ $144, R12
-	ADDQ $896, BX
-	ADDQ $160, R13
+	EPIS8(768, 128)
+	NEXTSB(144, 896, 160)
 	DECQ CX
 	JNZ  q4superblock
 	VZEROUPPER
@@ -140,15 +138,8 @@ q4superblock:
 // codes of four sub-blocks (the low and high nibbles of each ql piece, qh's bit pairs 0..3 as bits 4-5). Z28, Z29
 // the codes' terms, Z30 the sub-block scales.
 
-// T4(off, d0, d1, d2, d3): the 16 bytes at off of the 16 rows (Z8 rows 0|4|8|12, Z9 1|5|9|13, Z10 2|6|10|14, Z11
-// 3|7|11|15), transposed through Z12-Z15 into d0..d3: dq's lane r row r's dword q.
-#define T4(off, d0, d1, d2, d3) \
-	VMOVDQU off(SI), X8; VINSERTI32X4 $1, off(SI)(R9*4), Z8, Z8; VINSERTI32X4 $2, off(R8), Z8, Z8; VINSERTI32X4 $3, off(R8)(R9*4), Z8, Z8 \
-	VMOVDQU off(SI)(R9*1), X9; VINSERTI32X4 $1, off(R10)(R9*2), Z9, Z9; VINSERTI32X4 $2, off(R8)(R9*1), Z9, Z9; VINSERTI32X4 $3, off(R12)(R9*2), Z9, Z9 \
-	VMOVDQU off(SI)(R9*2), X10; VINSERTI32X4 $1, off(SI)(R11*2), Z10, Z10; VINSERTI32X4 $2, off(R8)(R9*2), Z10, Z10; VINSERTI32X4 $3, off(R8)(R11*2), Z10, Z10 \
-	VMOVDQU off(R10), X11; VINSERTI32X4 $1, off(R10)(R9*4), Z11, Z11; VINSERTI32X4 $2, off(R12), Z11, Z11; VINSERTI32X4 $3, off(R12)(R9*4), Z11, Z11 \
-	VPUNPCKLDQ Z9, Z8, Z12; VPUNPCKHDQ Z9, Z8, Z13; VPUNPCKLDQ Z11, Z10, Z14; VPUNPCKHDQ Z11, Z10, Z15 \
-	VPUNPCKLQDQ Z14, Z12, d0; VPUNPCKHQDQ Z14, Z12, d1; VPUNPCKLQDQ Z15, Z13, d2; VPUNPCKHQDQ Z15, Z13, d3
+// T4(off, d0, d1, d2, d3): TRANS4 (transpose_amd64.h) through Z8-Z15.
+#define T4(off, d0, d1, d2, d3) TRANS4(off, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, d0, d1, d2, d3)
 
 // Q6CODE(hi, lo): Z29 = hi | (lo & 0x0f bytes), hi already 0x30-masked.
 #define Q6CODE VPTERNLOGD.BCST $0xf8, trnib<>(SB), Z28, Z29
@@ -210,22 +201,8 @@ q6superblock:
 	MIN8(1344, 160)
 	MIN8(1408, 192)
 	MIN8(1472, 224)
-	VMOVUPS 1536(BX), Z24
-	VMOVUPS 1600(BX), Z25
-	EPI8(Z0, Z16, 256, 0)
-	EPI8(Z1, Z17, 260, 64)
-	EPI8(Z2, Z18, 264, 128)
-	EPI8(Z3, Z19, 268, 192)
-	EPI8(Z4, Z20, 272, 256)
-	EPI8(Z5, Z21, 276, 320)
-	EPI8(Z6, Z22, 280, 384)
-	EPI8(Z7, Z23, 284, 448)
-	ADDQ $210, SI
-	ADDQ $210, R10
-	ADDQ $210, R8
-	ADDQ $210, R12
-	ADDQ $1664, BX
-	ADDQ $288, R13
+	EPIS8(1536, 256)
+	NEXTSB(210, 1664, 288)
 	DECQ CX
 	JNZ  q6superblock
 	VZEROUPPER
