@@ -172,7 +172,7 @@ func linearQuantRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	if rows == 0 {
 		return
 	}
-	if f.trans.kernel != nil && rows >= f.trans.from && rows < f.trans.to && tiledRowsFits(w) {
+	if f.trans.kernels[0] != nil && rows >= f.trans.from && rows < f.trans.to && tiledRowsFits(w) {
 		linearTiledRows(y, x, w, bias, f)
 		return
 	}

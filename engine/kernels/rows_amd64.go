@@ -122,13 +122,19 @@ func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc 
 //go:noescape
 func tiledRowsQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 
+//go:noescape
+func tiledRows4Q4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func tiledRows4Q6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
 // tiledRowsAsm returns the transposing tiled kernels (tiledrows.go) the CPU can run.
 func tiledRowsAsm() map[quant.Type]transKernel {
 	if !useVNNI {
 		return nil
 	}
 	return map[quant.Type]transKernel{
-		quant.Q4_K: {tiledRowsQ4_KVNNI, 2, 65},
-		quant.Q6_K: {tiledRowsQ6_KVNNI, 2, 65},
+		quant.Q4_K: {[2]tiledRowsKernel{tiledRows4Q4_KVNNI, tiledRowsQ4_KVNNI}, 2, 65},
+		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, 2, 65},
 	}
 }

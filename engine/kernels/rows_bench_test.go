@@ -89,7 +89,7 @@ func BenchmarkRowsPaths(b *testing.B) {
 			"rows":  func(y, x []float32, w QuantMatrix) { linearQuantRows(y, x, w, nil, &rowsOnly) },
 			"tiled": func(y, x []float32, w QuantMatrix) { linearTiled(y, x, w, nil, f.tiled, f.tiled.asmKernel) },
 		}
-		if f.trans.kernel != nil {
+		if f.trans.kernels[0] != nil {
 			paths["trans"] = func(y, x []float32, w QuantMatrix) { linearTiledRows(y, x, w, nil, f) }
 		}
 		for _, rows := range []int{1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 48, 64, 128} {

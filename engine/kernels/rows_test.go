@@ -29,7 +29,7 @@ func TestLinearQuantRowsTiledOrder(t *testing.T) {
 		for i := range counts {
 			counts[i] = i
 		}
-		if f.trans.kernel != nil {
+		if f.trans.kernels[0] != nil {
 			shapes = append(shapes, [2]int{37, 512})                        // whole panels of 16 rows and a tail: the transposing kernel
 			counts = append(counts, f.trans.to-1, f.trans.to, f.trans.to+7) // its last row count, then the tiled kernels'
 		}

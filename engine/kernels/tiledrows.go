@@ -12,16 +12,17 @@ import (
 // draft's verification). The tiled kernels first unpack 16 weight rows into a panel of codes, which costs as much
 // as the products of about 12 input rows; these kernels read the 16 rows' blocks as they are stored and
 // transpose them in registers (a 32-byte group of each row: two rows to a register, two rounds of unpacks and a
-// 128-bit shuffle), then multiply each quad of codes with tiledRowsIn input rows. Their arithmetic is the tiled
+// 128-bit shuffle), then multiply each quad of codes with 8 input rows a call (4 for products of up to 4 rows).
+// Their arithmetic is the tiled
 // order's, bit for bit (integer sums, then tileGo's float update), so they replace the rows kernels or the tiled
 // ones at any row count without changing a bit (TestLinearQuantRowsTiledOrder).
 
-// tiledRowsIn is the number of input rows a transposing kernel multiplies together (the last group padded with
-// zero rows).
-const tiledRowsIn = 8
+// tiledRowsIn are the numbers of input rows a transposing kernel multiplies together (transKernel.kernels; the
+// last group padded with zero rows).
+var tiledRowsIn = [2]int{4, 8}
 
 // tiledRowsKernel adds to acc[c·16 + r] the products of the 16 weight rows at w (row r at w + r·stride, nsb
-// super-blocks each) with tiledRowsIn packed inputs (qs, ameta: tiledActs of tiledRowsIn rows a group), the rows'
+// super-blocks each) with its number of packed inputs (qs, ameta: tiledActs of that many rows a group), the rows'
 // scales unpacked into meta (the panel meta of tiledFormat.scales16); it prefetches the 16·stride bytes from pf
 // (the next panel's rows: prefetches never fault, so the matrix's end may be within them).
 type tiledRowsKernel func(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
@@ -31,7 +32,7 @@ type tiledRowsKernel func(w *byte, stride int, meta, qs, ameta *byte, nsb int, a
 // input rows, but whose tiles of 12 input rows take fewer instructions per product); thread CPU time of
 // [8960×1536] products, 93 MB of them in turn (BenchmarkRowsPaths, docs/performance-log.md).
 type transKernel struct {
-	kernel   tiledRowsKernel
+	kernels  [2]tiledRowsKernel // 4 and 8 inputs a call: 4 for products of up to 4 rows
 	from, to int
 }
 
@@ -47,15 +48,19 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	a.quantize(w.k.act, x[:rows*in], in)
 	t := tiledPool.Get().(*tiledActs)
 	defer tiledPool.Put(t)
-	t.pack(tf, a, rows, tiledRowsIn)
-	groups := (rows + tiledRowsIn - 1) / tiledRowsIn
-	gq, gm := in*tiledRowsIn, nb*tf.actMetaBytes(tiledRowsIn)
+	kernel, inputs := f.trans.kernels[1], tiledRowsIn[1]
+	if rows <= tiledRowsIn[0] {
+		kernel, inputs = f.trans.kernels[0], tiledRowsIn[0]
+	}
+	t.pack(tf, a, rows, inputs)
+	groups := (rows + inputs - 1) / inputs
+	gq, gm := in*inputs, nb*tf.actMetaBytes(inputs)
 	bb := w.rowBytes / nb
 	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
 		p.meta = grow.Slice(p.meta, nb*tf.metaBytes())
-		var acc [tiledRowsIn * tileRows]float32
+		var acc [8 * tileRows]float32
 		for pi := lo; pi < hi; pi++ {
 			o := pi * tileRows
 			n := min(tileRows, out-o)
@@ -73,8 +78,8 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 			tf.scales16(src, w.rowBytes, &p.meta[0], nb, bb)
 			for g := range groups {
 				clear(acc[:])
-				f.trans.kernel(src, w.rowBytes, &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], pf)
-				storeTile(y, acc[:], bias, out, g*tiledRowsIn, min(tiledRowsIn, rows-g*tiledRowsIn), o, n)
+				kernel(src, w.rowBytes, &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], pf)
+				storeTile(y, acc[:], bias, out, g*inputs, min(inputs, rows-g*inputs), o, n)
 			}
 		}
 	})

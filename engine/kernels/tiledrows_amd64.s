@@ -38,40 +38,50 @@
 	VPXORD Z8, Z8, Z8; VPXORD Z9, Z9, Z9; VPXORD Z10, Z10, Z10; VPXORD Z11, Z11, Z11 \
 	VPXORD Z12, Z12, Z12; VPXORD Z13, Z13, Z13; VPXORD Z14, Z14, Z14; VPXORD Z15, Z15, Z15
 
-// DOT8(z, off): the products of a quad of the 16 rows' codes (z) with the same quad of the 8 inputs, each four
-// values broadcast from off(DI).
+// DOT8(z, off), DOT4: the products of a quad of the 16 rows' codes (z) with the same quad of the 8 (4) inputs,
+// each four values broadcast from off(DI).
+#define DOT4(z, off) \
+	VPDPBUSD.BCST off+0(DI), z, Z8; VPDPBUSD.BCST off+4(DI), z, Z9; VPDPBUSD.BCST off+8(DI), z, Z10; VPDPBUSD.BCST off+12(DI), z, Z11
 #define DOT8(z, off) \
-	VPDPBUSD.BCST off+0(DI), z, Z8; VPDPBUSD.BCST off+4(DI), z, Z9; VPDPBUSD.BCST off+8(DI), z, Z10; VPDPBUSD.BCST off+12(DI), z, Z11 \
+	DOT4(z, off) \
 	VPDPBUSD.BCST off+16(DI), z, Z12; VPDPBUSD.BCST off+20(DI), z, Z13; VPDPBUSD.BCST off+24(DI), z, Z14; VPDPBUSD.BCST off+28(DI), z, Z15
 
-// SCALE8(off): Z16+i += Z8+i·(the rows' sub-block scales at off(BX)); Z8+i = 0.
-#define SC1(zi, zs) VPMULLD Z25, zi, zi; VPADDD zi, zs, zs; VPXORD zi, zi, zi
-#define SCALE8(off) \
-	VMOVDQU32 off(BX), Z25 \
-	SC1(Z8, Z16); SC1(Z9, Z17); SC1(Z10, Z18); SC1(Z11, Z19); SC1(Z12, Z20); SC1(Z13, Z21); SC1(Z14, Z22); SC1(Z15, Z23)
+// SCALE8(zsc, off), SCALE4: Z16+i += Z8+i·(the rows' sub-block scales at off(BX), loaded into zsc); Z8+i = 0.
+#define SC(zi, zs, zsc) VPMULLD zsc, zi, zi; VPADDD zi, zs, zs; VPXORD zi, zi, zi
+#define SCALE4(zsc, off) \
+	VMOVDQU32 off(BX), zsc \
+	SC(Z8, Z16, zsc); SC(Z9, Z17, zsc); SC(Z10, Z18, zsc); SC(Z11, Z19, zsc)
+#define SCALE8(zsc, off) \
+	SCALE4(zsc, off) \
+	SC(Z12, Z20, zsc); SC(Z13, Z21, zsc); SC(Z14, Z22, zsc); SC(Z15, Z23, zsc)
 
-// MIN8(off, a): Z0+i += the minimum factors of a pair of sub-blocks at off(BX) times input i's pair of sums
-// at a+4i(R13).
-#define MIN8(off, a) \
+// MIN8(off, a), MIN4: Z0+i += the minimum factors of a pair of sub-blocks at off(BX) times input i's pair of
+// sums at a+4i(R13).
+#define MIN4(off, a) \
 	VMOVDQU32 off(BX), Z25 \
-	VPDPWSSD.BCST a+0(R13), Z25, Z0; VPDPWSSD.BCST a+4(R13), Z25, Z1; VPDPWSSD.BCST a+8(R13), Z25, Z2; VPDPWSSD.BCST a+12(R13), Z25, Z3 \
+	VPDPWSSD.BCST a+0(R13), Z25, Z0; VPDPWSSD.BCST a+4(R13), Z25, Z1; VPDPWSSD.BCST a+8(R13), Z25, Z2; VPDPWSSD.BCST a+12(R13), Z25, Z3
+#define MIN8(off, a) \
+	MIN4(off, a) \
 	VPDPWSSD.BCST a+16(R13), Z25, Z4; VPDPWSSD.BCST a+20(R13), Z25, Z5; VPDPWSSD.BCST a+24(R13), Z25, Z6; VPDPWSSD.BCST a+28(R13), Z25, Z7
 
-// EPI8(zi, zs, dx, y): acc[y..] += ((float(zs)·d) − (float(zi)·dm))·dx, no fused operation (Z24 d, Z25 dm);
+// EPI(zi, zs, dx, y): acc[y..] += ((float(zs)·d) − (float(zi)·dm))·dx, no fused operation (Z24 d, Z25 dm);
 // zs = 0.
-#define EPI8(zi, zs, dx, y) \
+#define EPI(zi, zs, dx, y) \
 	VCVTDQ2PS zs, Z28; VMULPS Z24, Z28, Z28; VCVTDQ2PS zi, Z29; VMULPS Z25, Z29, Z29; VSUBPS Z29, Z28, Z28; \
 	VMULPS.BCST dx(R13), Z28, Z28; VADDPS y(AX), Z28, Z28; VMOVUPS Z28, y(AX); VPXORD zs, zs, zs
 
-// EPIS8(d, dx): the eight inputs' float updates (the rows' d at d(BX), dm after it; the inputs' dx at dx(R13)).
-#define EPIS8(d, dx) \
+// EPIS8(d, dx), EPIS4: the 8 (4) inputs' float updates (the rows' d at d(BX), dm after it; the inputs' dx at
+// dx(R13)).
+#define EPIS4(d, dx) \
 	VMOVUPS d(BX), Z24; VMOVUPS d+64(BX), Z25 \
-	EPI8(Z0, Z16, dx, 0); EPI8(Z1, Z17, dx+4, 64); EPI8(Z2, Z18, dx+8, 128); EPI8(Z3, Z19, dx+12, 192) \
-	EPI8(Z4, Z20, dx+16, 256); EPI8(Z5, Z21, dx+20, 320); EPI8(Z6, Z22, dx+24, 384); EPI8(Z7, Z23, dx+28, 448)
+	EPI(Z0, Z16, dx, 0); EPI(Z1, Z17, dx+4, 64); EPI(Z2, Z18, dx+8, 128); EPI(Z3, Z19, dx+12, 192)
+#define EPIS8(d, dx) \
+	EPIS4(d, dx) \
+	EPI(Z4, Z20, dx+16, 256); EPI(Z5, Z21, dx+20, 320); EPI(Z6, Z22, dx+24, 384); EPI(Z7, Z23, dx+28, 448)
 
 // NEXTSB(block, meta, ameta): the rows, the meta and the inputs' parts move to the next super-block.
 #define NEXTSB(block, meta, ameta) \
-	ADDQ $block, SI; ADDQ $block, R10; ADDQ $block, R8; ADDQ $block, R12; ADDQ $meta, BX; ADDQ $ameta, R13
+	ADDQ $block, SI; ADDQ $block, R10; ADDQ $block, R8; ADDQ $block, R12; ADDQ $meta, BX; ADDQ $(ameta), R13
 
 // ZERO8(a, ..): zeroes eight registers.
 #define ZERO8(a, b, c, d, e, f, g, h) \
@@ -85,10 +95,10 @@
 	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23) \
 	VPBROADCASTD trnib<>(SB), Z26
 
-// Q4LO(q), Q4HI(q): the low and the high nibbles of the rows' dword q (Zq) times the inputs' quad q (low: the
-// group's first 32 elements) or 8+q (high: its second 32).
-#define Q4LO(zq, off) VPANDD Z26, zq, Z24; DOT8(Z24, off)
-#define Q4HI(zq, off) VPSRLD $4, zq, Z24; VPANDD Z26, Z24, Z24; DOT8(Z24, off)
+// Q4LO(zq, off, DOT), Q4HI: the low and the high nibbles of the rows' dword q (Zq) times the inputs' quad q (low:
+// the group's first 32 elements) or 8+q (high: its second 32), at off(DI).
+#define Q4LO(zq, off, DOT) VPANDD Z26, zq, Z24; DOT(Z24, off)
+#define Q4HI(zq, off, DOT) VPSRLD $4, zq, Z24; VPANDD Z26, Z24, Z24; DOT(Z24, off)
 
 // PF9: prefetches the next 9 lines of the next panel (DX): a 16th of a Q4_K super-block of 16 rows per group, so
 // that the next panel's 16 rows are in cache when its kernel starts.
@@ -96,17 +106,26 @@
 	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX) \
 	PREFETCHT0 320(DX); PREFETCHT0 384(DX); PREFETCHT0 448(DX); PREFETCHT0 512(DX); ADDQ $576, DX
 
-// Q4GROUP(g): group g of a Q4_K super-block (qs bytes 32g..32g+31 at 16: sub-block 2g in the low nibbles, 2g+1 in
-// the high ones; the inputs' 64 elements at DI, which moves on).
-#define Q4GROUP(g) \
+// Q4GROUP(g, DOT, SCALE, S): group g of a Q4_K super-block (qs bytes 32g..32g+31 at 16: sub-block 2g in the low
+// nibbles, 2g+1 in the high ones; the inputs' 64 elements at DI, S bytes a quad, which moves on).
+#define Q4GROUP(g, DOT, SCALE, S) \
 	T8LOAD(16+32*g) \
 	T8TRANSPOSE \
-	Q4LO(Z0, 0); Q4LO(Z1, 32); Q4LO(Z2, 64); Q4LO(Z3, 96); Q4LO(Z4, 128); Q4LO(Z5, 160); Q4LO(Z6, 192); Q4LO(Z7, 224) \
-	SCALE8(128*g) \
-	Q4HI(Z0, 256); Q4HI(Z1, 288); Q4HI(Z2, 320); Q4HI(Z3, 352); Q4HI(Z4, 384); Q4HI(Z5, 416); Q4HI(Z6, 448); Q4HI(Z7, 480) \
-	SCALE8(128*g+64) \
+	Q4LO(Z0, 0, DOT); Q4LO(Z1, S, DOT); Q4LO(Z2, 2*S, DOT); Q4LO(Z3, 3*S, DOT); Q4LO(Z4, 4*S, DOT); Q4LO(Z5, 5*S, DOT); Q4LO(Z6, 6*S, DOT); Q4LO(Z7, 7*S, DOT) \
+	SCALE(Z25, 128*g) \
+	Q4HI(Z0, 8*S, DOT); Q4HI(Z1, 9*S, DOT); Q4HI(Z2, 10*S, DOT); Q4HI(Z3, 11*S, DOT); Q4HI(Z4, 12*S, DOT); Q4HI(Z5, 13*S, DOT); Q4HI(Z6, 14*S, DOT); Q4HI(Z7, 15*S, DOT) \
+	SCALE(Z25, 128*g+64) \
 	PF9 \
-	ADDQ $512, DI
+	ADDQ $(16*S), DI
+
+// Q4SB(DOT, SCALE, MIN, EPIS, S): a Q4_K super-block of the 16 rows times 8 or 4 inputs (S = 4·inputs: the bytes
+// of a quad; ameta per super-block: the pairs of sums [4][inputs]int32, dx [inputs]float32).
+#define Q4SB(DOT, SCALE, MIN, EPIS, S) \
+	Q4GROUP(0, DOT, SCALE, S); Q4GROUP(1, DOT, SCALE, S); Q4GROUP(2, DOT, SCALE, S); Q4GROUP(3, DOT, SCALE, S) \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	MIN(512, 0); MIN(576, S); MIN(640, 2*S); MIN(704, 3*S) \
+	EPIS(768, 4*S) \
+	NEXTSB(144, 896, 5*S)
 
 // func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // 16 Q4_K rows (row r at w + r·stride) times 8 inputs (qs: [256·nsb/4 quads][8][4]; ameta per super-block: the
@@ -116,20 +135,22 @@
 TEXT ·tiledRowsQ4_KVNNI(SB), NOSPLIT, $0-64
 	TRENTRY
 
-q4superblock:
-	Q4GROUP(0)
-	Q4GROUP(1)
-	Q4GROUP(2)
-	Q4GROUP(3)
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
-	MIN8(512, 0)
-	MIN8(576, 32)
-	MIN8(640, 64)
-	MIN8(704, 96)
-	EPIS8(768, 128)
-	NEXTSB(144, 896, 160)
+q4sb8:
+	Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32)
 	DECQ CX
-	JNZ  q4superblock
+	JNZ  q4sb8
+	VZEROUPPER
+	RET
+
+// func tiledRows4Q4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// tiledRowsQ4_KVNNI for 4 inputs.
+TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
+	TRENTRY
+
+q4sb4:
+	Q4SB(DOT4, SCALE4, MIN4, EPIS4, 16)
+	DECQ CX
+	JNZ  q4sb4
 	VZEROUPPER
 	RET
 
@@ -144,40 +165,48 @@ q4superblock:
 // Q6CODE(hi, lo): Z29 = hi | (lo & 0x0f bytes), hi already 0x30-masked.
 #define Q6CODE VPTERNLOGD.BCST $0xf8, trnib<>(SB), Z28, Z29
 
-// Q6J0(ql, qh, off) .. Q6J3: the codes of element group j (ql's low nibbles with qh's bits 0-1 (J0) or 2-3 (J1),
-// the high nibbles with bits 4-5 (J2) or 6-7 (J3)) times the inputs' quad at off(DI).
-#define Q6J0(ql, qh, off) VPSLLD $4, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VMOVDQA64 ql, Z28; Q6CODE; DOT8(Z29, off)
-#define Q6J1(ql, qh, off) VPSLLD $2, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VMOVDQA64 ql, Z28; Q6CODE; DOT8(Z29, off)
-#define Q6J2(ql, qh, off) VPANDD.BCST trq6hi<>(SB), qh, Z29; VPSRLD $4, ql, Z28; Q6CODE; DOT8(Z29, off)
-#define Q6J3(ql, qh, off) VPSRLD $2, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VPSRLD $4, ql, Z28; Q6CODE; DOT8(Z29, off)
+// Q6J0(ql, qh, off, DOT) .. Q6J3: the codes of element group j (ql's low nibbles with qh's bits 0-1 (J0) or 2-3
+// (J1), the high nibbles with bits 4-5 (J2) or 6-7 (J3)) times the inputs' quad at off(DI).
+#define Q6J0(ql, qh, off, DOT) VPSLLD $4, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VMOVDQA64 ql, Z28; Q6CODE; DOT(Z29, off)
+#define Q6J1(ql, qh, off, DOT) VPSLLD $2, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VMOVDQA64 ql, Z28; Q6CODE; DOT(Z29, off)
+#define Q6J2(ql, qh, off, DOT) VPANDD.BCST trq6hi<>(SB), qh, Z29; VPSRLD $4, ql, Z28; Q6CODE; DOT(Z29, off)
+#define Q6J3(ql, qh, off, DOT) VPSRLD $2, qh, Z29; VPANDD.BCST trq6hi<>(SB), Z29, Z29; VPSRLD $4, ql, Z28; Q6CODE; DOT(Z29, off)
 
-// Q6SCALE(off): SCALE8 with the scales in Z30.
-#define SC6(zi, zs) VPMULLD Z30, zi, zi; VPADDD zi, zs, zs; VPXORD zi, zi, zi
-#define Q6SCALE(off) \
-	VMOVDQU32 off(BX), Z30 \
-	SC6(Z8, Z16); SC6(Z9, Z17); SC6(Z10, Z18); SC6(Z11, Z19); SC6(Z12, Z20); SC6(Z13, Z21); SC6(Z14, Z22); SC6(Z15, Z23)
+// Q6J(J, ql0, ql1, ql2, ql3, h, j, sc, DOT, SCALE, S): element group j's four quads of piece h (the inputs' quads
+// at (8j + 4h)·S, S bytes each), then the sub-block's scales at sc(BX) (in Z30).
+#define Q6J(J, ql0, ql1, ql2, ql3, h, j, sc, DOT, SCALE, S) \
+	J(ql0, Z24, 8*S*j+4*S*h, DOT); J(ql1, Z25, 8*S*j+4*S*h+S, DOT); J(ql2, Z26, 8*S*j+4*S*h+2*S, DOT); J(ql3, Z27, 8*S*j+4*S*h+3*S, DOT) \
+	SCALE(Z30, sc)
 
-// Q6J(J, ql, h, j, sc): element group j's four quads of piece h (the inputs' quads at 256j + 128h), then the
-// sub-block's scales at sc(BX).
-#define Q6J(J, ql0, ql1, ql2, ql3, h, j, sc) \
-	J(ql0, Z24, 256*j+128*h); J(ql1, Z25, 256*j+128*h+32); J(ql2, Z26, 256*j+128*h+64); J(ql3, Z27, 256*j+128*h+96) \
-	Q6SCALE(sc)
-
-// Q6PIECE(n, h, sc0, sc1, sc2, sc3): elements 128n + 32j + 16h + (0..15) of a Q6_K super-block for j = 0..3
-// (sub-blocks 8n + 2j + h, their scales at scj(BX): 64 times the sub-block), the inputs' quads from DI (at half n),
-// prefetching 14 lines of the next panel.
-#define Q6PIECE(n, h, sc0, sc1, sc2, sc3) \
+// Q6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): elements 128n + 32j + 16h + (0..15) of a Q6_K super-block for
+// j = 0..3 (sub-blocks 8n + 2j + h, their scales at scj(BX): 64 times the sub-block), the inputs' quads from DI
+// (at half n), prefetching 14 lines of the next panel.
+#define Q6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S) \
 	T4(64*n+16*h, Z0, Z1, Z2, Z3) \
 	T4(64*n+32+16*h, Z4, Z5, Z6, Z7) \
 	T4(128+32*n+16*h, Z24, Z25, Z26, Z27) \
 	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
-	Q6J(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0) \
-	Q6J(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1) \
-	Q6J(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2) \
-	Q6J(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3) \
+	Q6J(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0, DOT, SCALE, S) \
+	Q6J(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1, DOT, SCALE, S) \
+	Q6J(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2, DOT, SCALE, S) \
+	Q6J(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3, DOT, SCALE, S) \
 	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
 	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
 	ADDQ $840, DX
+
+// Q6SB(DOT, SCALE, MIN, EPIS, S): a Q6_K super-block of the 16 rows times 8 or 4 inputs (S = 4·inputs; ameta per
+// super-block: the pairs of sums [8][inputs]int32, dx [inputs]float32).
+#define Q6SB(DOT, SCALE, MIN, EPIS, S) \
+	Q6PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
+	Q6PIECE(0, 1, 64, 192, 320, 448, DOT, SCALE, S) \
+	ADDQ $(32*S), DI \
+	Q6PIECE(1, 0, 512, 640, 768, 896, DOT, SCALE, S) \
+	Q6PIECE(1, 1, 576, 704, 832, 960, DOT, SCALE, S) \
+	ADDQ $(32*S), DI \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	MIN(1024, 0); MIN(1088, S); MIN(1152, 2*S); MIN(1216, 3*S); MIN(1280, 4*S); MIN(1344, 5*S); MIN(1408, 6*S); MIN(1472, 7*S) \
+	EPIS(1536, 8*S) \
+	NEXTSB(210, 1664, 9*S)
 
 // func tiledRowsQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI for Q6_K (210-byte super-blocks; the meta of scales16Q6_KAVX512, 1664 bytes; ameta per
@@ -185,26 +214,22 @@ q4superblock:
 TEXT ·tiledRowsQ6_KVNNI(SB), NOSPLIT, $0-64
 	TRENTRY
 
-q6superblock:
-	Q6PIECE(0, 0, 0, 128, 256, 384)
-	Q6PIECE(0, 1, 64, 192, 320, 448)
-	ADDQ $1024, DI
-	Q6PIECE(1, 0, 512, 640, 768, 896)
-	Q6PIECE(1, 1, 576, 704, 832, 960)
-	ADDQ $1024, DI
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
-	MIN8(1024, 0)
-	MIN8(1088, 32)
-	MIN8(1152, 64)
-	MIN8(1216, 96)
-	MIN8(1280, 128)
-	MIN8(1344, 160)
-	MIN8(1408, 192)
-	MIN8(1472, 224)
-	EPIS8(1536, 256)
-	NEXTSB(210, 1664, 288)
+q6sb8:
+	Q6SB(DOT8, SCALE8, MIN8, EPIS8, 32)
 	DECQ CX
-	JNZ  q6superblock
+	JNZ  q6sb8
+	VZEROUPPER
+	RET
+
+// func tiledRows4Q6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// tiledRowsQ6_KVNNI for 4 inputs.
+TEXT ·tiledRows4Q6_KVNNI(SB), NOSPLIT, $0-64
+	TRENTRY
+
+q6sb4:
+	Q6SB(DOT4, SCALE4, MIN4, EPIS4, 16)
+	DECQ CX
+	JNZ  q6sb4
 	VZEROUPPER
 	RET
 
