@@ -3,7 +3,8 @@
 
 // The transposing tiled kernels (tiledrows.go): the tiled kernels' products (16 weight rows in the lanes of each
 // register, one VPDPBUSD per quad of 4 codes of the 16 rows and input row, the scales per lane), with the 16
-// rows' codes transposed in registers as they are read, no panel, for eight input rows at a time.
+// rows' codes transposed in registers as they are read, no panel, for eight input rows at a time (or four: the
+// same macros, with the first four of each register group below).
 //
 // Registers: Z0-Z7 the 16 rows' dwords 0..7 of a 32-byte group (lane r: row r; then the rows' minimum sums of
 // each input), Z8-Z15 each input's sum over the current sub-block (first the transposition's scratch), Z16-Z23
@@ -87,6 +88,12 @@
 #define ZERO8(a, b, c, d, e, f, g, h) \
 	VPXORD a, a, a; VPXORD b, b, b; VPXORD c, c, c; VPXORD d, d, d; VPXORD e, e, e; VPXORD f, f, f; VPXORD g, g, g; VPXORD h, h, h
 
+// TRKERNEL(lbl, SB): a transposing kernel's body: TRENTRY, then the super-block macro SB nsb times.
+#define TRKERNEL(lbl, SB) \
+	TRENTRY \
+	lbl: SB; DECQ CX; JNZ lbl \
+	VZEROUPPER; RET
+
 // TRENTRY: the arguments of a transposing kernel into their registers, Z16-Z23 zeroed, Z26 0x0f bytes.
 #define TRENTRY \
 	MOVQ w+0(FP), SI; MOVQ stride+8(FP), R9; MOVQ meta+16(FP), BX; MOVQ qs+24(FP), DI \
@@ -133,26 +140,12 @@
 // bytes a super-block): acc[c·16 + r] += each super-block's tiled update, as tileGo. It prefetches the 16·stride
 // bytes from pf (the next panel's rows).
 TEXT ·tiledRowsQ4_KVNNI(SB), NOSPLIT, $0-64
-	TRENTRY
-
-q4sb8:
-	Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32)
-	DECQ CX
-	JNZ  q4sb8
-	VZEROUPPER
-	RET
+	TRKERNEL(q4sb8, Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32))
 
 // func tiledRows4Q4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI for 4 inputs.
 TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
-	TRENTRY
-
-q4sb4:
-	Q4SB(DOT4, SCALE4, MIN4, EPIS4, 16)
-	DECQ CX
-	JNZ  q4sb4
-	VZEROUPPER
-	RET
+	TRKERNEL(q4sb4, Q4SB(DOT4, SCALE4, MIN4, EPIS4, 16))
 
 // Q6_K: the 16 rows' 16-byte pieces, four rows to a register, transposed (T4) into four registers of the rows'
 // dwords: ql's two pieces and qh's one of the same 16 elements l (Z0-Z3, Z4-Z7, Z24-Z27), from which come the
@@ -212,26 +205,12 @@ q4sb4:
 // tiledRowsQ4_KVNNI for Q6_K (210-byte super-blocks; the meta of scales16Q6_KAVX512, 1664 bytes; ameta per
 // super-block: the pairs of sums [8][8]int32, dx [8]float32).
 TEXT ·tiledRowsQ6_KVNNI(SB), NOSPLIT, $0-64
-	TRENTRY
-
-q6sb8:
-	Q6SB(DOT8, SCALE8, MIN8, EPIS8, 32)
-	DECQ CX
-	JNZ  q6sb8
-	VZEROUPPER
-	RET
+	TRKERNEL(q6sb8, Q6SB(DOT8, SCALE8, MIN8, EPIS8, 32))
 
 // func tiledRows4Q6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ6_KVNNI for 4 inputs.
 TEXT ·tiledRows4Q6_KVNNI(SB), NOSPLIT, $0-64
-	TRENTRY
-
-q6sb4:
-	Q6SB(DOT4, SCALE4, MIN4, EPIS4, 16)
-	DECQ CX
-	JNZ  q6sb4
-	VZEROUPPER
-	RET
+	TRKERNEL(q6sb4, Q6SB(DOT4, SCALE4, MIN4, EPIS4, 16))
 
 DATA trnib<>+0(SB)/4, $0x0f0f0f0f
 GLOBL trnib<>(SB), RODATA|NOPTR, $4
