@@ -122,7 +122,7 @@ func TestPassTime(t *testing.T) {
 // TestVerifyTreeMatchesDecode: a pass over a draft tree (a chain, and leaves beside it) gives each leaf's logits
 // bit for bit as decode steps along its own path (the chain up to its parent, then the leaf) do, and the chain's
 // as before; the cache then holds the last token and the chain only. Full and sliding-window layers, float32 and
-// float16 caches, float and block-quantized weights.
+// float16 caches, float and block-quantized weights, a tree inside a 64-key block and one across two.
 func TestVerifyTreeMatchesDecode(t *testing.T) {
 	mistral := familyBase("MistralForCausalLM", "mistral")
 	mistral["sliding_window"] = 5
@@ -140,27 +140,38 @@ func TestVerifyTreeMatchesDecode(t *testing.T) {
 				for i := range ids {
 					ids[i] = (i*7919 + 13) % v
 				}
-				prompt, last, chain := ids[:80], ids[80], ids[81:86]
-				leaves := []int{(chain[0] + 1) % v, (chain[2] + 5) % v, (last + 3) % v}
-				tree := draftTree{ids: append(slices.Clone(chain), leaves...), chain: len(chain), leafParent: []int{-1, 1, 0}}
-				got := treePass(t, e, prompt, last, tree)
-				for i := range tree.ids {
-					path := []int{last}
-					if i < tree.chain {
-						path = append(path, chain[:i+1]...)
-					} else {
-						p := tree.leafParent[i-tree.chain]
-						path = append(append(path, chain[:p+1]...), tree.ids[i])
-					}
-					want := verifyPass(t, e, prompt, append(path, 0), 1)
-					row := got[(i+1)*v : (i+2)*v]
-					for j, x := range want[len(want)-1] {
-						if math.Float32bits(row[j]) != math.Float32bits(x) {
-							t.Fatalf("draft token %d (path %v): logit %d %v, decode steps %v", i, path, j, row[j], x)
-						}
-					}
+				// After 58 prompt tokens the tree straddles a 64-key block: the chain ends at 63, and the last leaf
+				// (the child of the chain's last token) is alone in the block from 64.
+				for _, n := range []int{80, 58} {
+					checkTreePass(t, e, ids[:n], ids[n], ids[n+1:n+6])
 				}
 			})
+		}
+	}
+}
+
+// checkTreePass checks a tree pass (after prompt: last, chain and four leaves) against decode steps along each
+// draft token's path, bit for bit.
+func checkTreePass(t *testing.T, e *Engine, prompt []int, last int, chain []int) {
+	t.Helper()
+	v := e.cfg.VocabSize
+	leaves := []int{(chain[0] + 1) % v, (chain[2] + 5) % v, (last + 3) % v, (chain[4] + 2) % v}
+	tree := draftTree{ids: append(slices.Clone(chain), leaves...), chain: len(chain), leafParent: []int{-1, 1, 0, 4}}
+	got := treePass(t, e, prompt, last, tree)
+	for i := range tree.ids {
+		path := []int{last}
+		if i < tree.chain {
+			path = append(path, chain[:i+1]...)
+		} else {
+			p := tree.leafParent[i-tree.chain]
+			path = append(append(path, chain[:p+1]...), tree.ids[i])
+		}
+		want := verifyPass(t, e, prompt, append(path, 0), 1)
+		row := got[(i+1)*v : (i+2)*v]
+		for j, x := range want[len(want)-1] {
+			if math.Float32bits(row[j]) != math.Float32bits(x) {
+				t.Fatalf("prompt of %d, draft token %d (path %v): logit %d %v, decode steps %v", len(prompt), i, path, j, row[j], x)
+			}
 		}
 	}
 }
