@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/layerstream/layerstream/quant"
@@ -181,8 +182,9 @@ func checkTreeJobs(t *testing.T, name string, p AttentionParams, cases []*treeCa
 
 // BenchmarkTreeAttention times one layer's attention of a draft tree's verification on Qwen2.5-Coder-1.5B's
 // shapes (two key/value heads of 128, six query heads each, a float16 cache): a chain of 8 and 24 leaves (three
-// beside each of the first eight positions) after contexts of 256, 1024 and 4096 positions, the leaves in the
-// chain's job (shared) or each in a job of its own (per-leaf, as before).
+// beside each of the first eight positions) after contexts of 256, 1024, 4096 and 16384 positions, the leaves in the
+// chain's job (shared) or each in a job of its own (per-leaf, as before). With -cpu 1 it reports the thread's CPU
+// time too (benchThreadCPU), steadier than wall time on a shared machine.
 func BenchmarkTreeAttention(b *testing.B) {
 	rng := rand.New(rand.NewPCG(42, 43))
 	const kvHeads, heads, d = 2, 6, 128
@@ -190,7 +192,7 @@ func BenchmarkTreeAttention(b *testing.B) {
 	for i := range parents {
 		parents[i] = i%8 - 1
 	}
-	for _, past := range []int{256, 1024, 4096} {
+	for _, past := range []int{256, 1024, 4096, 16384} {
 		var cases []*treeCase
 		for range kvHeads {
 			cases = append(cases, newTreeCase(rng, heads, d, past, 8, 0, parents, true))
@@ -202,11 +204,23 @@ func BenchmarkTreeAttention(b *testing.B) {
 				jobs = append(jobs, c.jobs(make([]float32, c.queries()*heads*d), shared)...)
 			}
 			form := map[bool]string{false: "per-leaf", true: "shared"}[shared]
-			b.Run(fmt.Sprintf("context=%d/%s", past, form), func(b *testing.B) {
-				for range b.N {
-					Attention(p, d, jobs)
-				}
-			})
+			b.Run(fmt.Sprintf("context=%d/%s", past, form), func(b *testing.B) { benchThreadCPU(b, func() { Attention(p, d, jobs) }) })
 		}
+	}
+}
+
+// benchThreadCPU runs f b.N times on one locked thread and, when GOMAXPROCS is 1 (the kernels then run on the
+// calling thread), reports its CPU time per run as cpu-ns/op beside the wall time.
+func benchThreadCPU(b *testing.B, f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start, ok := threadCPU()
+	b.ResetTimer()
+	for range b.N {
+		f()
+	}
+	b.StopTimer()
+	if end, ok2 := threadCPU(); ok && ok2 && runtime.GOMAXPROCS(0) == 1 {
+		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 	}
 }
