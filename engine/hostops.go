@@ -277,7 +277,9 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 // it again). A pass short enough for the layer (a full layer, or a ring's slack: kvcache.View.WritesAhead)
 // writes them first and attends to the cache alone, so that a position's attention sums the same blocks in the
 // same order whether it comes in a decode step, a draft's verification or a prompt chunk; a longer prompt on a
-// ring attends to them beside the cache and writes them after.
+// ring attends to them beside the cache and writes them after. A draft tree's leaves, never written, attend in
+// the job of their row's last token and chain (one job per row and key/value head: each block of the cache read
+// once for all its queries), to their ancestors there and then to themselves (leaves).
 func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
 	if o.llamaCpp != nil {
