@@ -182,7 +182,7 @@ func checkTreeJobs(t *testing.T, name string, p AttentionParams, cases []*treeCa
 
 // BenchmarkTreeAttention times one layer's attention of a draft tree's verification on Qwen2.5-Coder-1.5B's
 // shapes (two key/value heads of 128, six query heads each, a float16 cache): a chain of 8 and 24 leaves (three
-// beside each of the first eight positions) after contexts of 256, 1024, 4096 and 16384 positions, the leaves in the
+// beside each of the first eight positions) after contexts of 256 to 32768 positions, the leaves in the
 // chain's job (shared) or each in a job of its own (per-leaf, as before). With -cpu 1 it reports the thread's CPU
 // time too (benchThreadCPU), steadier than wall time on a shared machine.
 func BenchmarkTreeAttention(b *testing.B) {
@@ -192,7 +192,7 @@ func BenchmarkTreeAttention(b *testing.B) {
 	for i := range parents {
 		parents[i] = i%8 - 1
 	}
-	for _, past := range []int{256, 1024, 4096, 16384} {
+	for _, past := range []int{256, 1024, 4096, 16384, 32768} {
 		var cases []*treeCase
 		for range kvHeads {
 			cases = append(cases, newTreeCase(rng, heads, d, past, 8, 0, parents, true))
