@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/layerstream/layerstream/internal/testutil"
 )
 
 // BenchmarkTreePass times the verification pass of a draft tree (a chain of 8 and 24 leaves, three beside each of
@@ -90,9 +92,9 @@ func benchTreePass(b *testing.B, e *Engine, n int, tree draftTree) {
 	b.ResetTimer()
 	times, cpu := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 	for range b.N {
-		start, cpu0 := time.Now(), cpuTime()
+		start, cpu0 := time.Now(), testutil.ProcessCPU()
 		pass()
-		times, cpu = append(times, time.Since(start)), append(cpu, cpuTime()-cpu0)
+		times, cpu = append(times, time.Since(start)), append(cpu, testutil.ProcessCPU()-cpu0)
 	}
 	b.StopTimer()
 	slices.Sort(times)

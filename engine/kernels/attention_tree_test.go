@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -214,13 +215,13 @@ func BenchmarkTreeAttention(b *testing.B) {
 func benchThreadCPU(b *testing.B, f func()) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	start, ok := threadCPU()
+	start := testutil.ThreadCPU()
 	b.ResetTimer()
 	for range b.N {
 		f()
 	}
 	b.StopTimer()
-	if end, ok2 := threadCPU(); ok && ok2 && runtime.GOMAXPROCS(0) == 1 {
+	if end := testutil.ThreadCPU(); end > 0 && runtime.GOMAXPROCS(0) == 1 {
 		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 	}
 }
