@@ -1,6 +1,11 @@
 package kernels
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+
+	"github.com/layerstream/layerstream/internal/testutil"
+)
 
 //go:noescape
 func peakVPDPBUSD(n int)
@@ -29,12 +34,14 @@ func BenchmarkVPDPBUSDPeak(b *testing.B) {
 	// rate runs loop (per instructions) and reports its instructions per ns of CPU time, and per cycle.
 	rate := func(name string, per int, loop func()) {
 		b.Run(name, func(b *testing.B) {
-			start, n := threadCPU(), 0
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			start, n := testutil.ThreadCPU(), 0
 			for b.Loop() {
 				loop()
 				n++
 			}
-			r := float64(n*iters*per) / float64(threadCPU()-start)
+			r := float64(n*iters*per) / float64(testutil.ThreadCPU()-start)
 			if name == "clock" {
 				ghz = r
 				b.ReportMetric(r, "GHz")

@@ -69,7 +69,7 @@ func TestLinearQuantRows(t *testing.T) {
 
 // BenchmarkRowsPaths times each path of a k-row product in the tiled order (the rows kernels, the transposing
 // tiled kernel, the tiled kernels) on 12 [8960×1536] matrices in turn (93 MB of Q4_K: the weights come from
-// memory, as in a pass), reporting thread CPU time per matrix (cpu-ms/op): with GOMAXPROCS=1, what sets the
+// memory, as in a pass), reporting thread CPU time per matrix (cpu-ns/op, with GOMAXPROCS=1): what sets the
 // crossovers of rowsAsm and tiledRowsAsm (docs/performance-log.md, issue 40).
 func BenchmarkRowsPaths(b *testing.B) {
 	const in, out, mats = 1536, 8960, 12
@@ -103,12 +103,11 @@ func BenchmarkRowsPaths(b *testing.B) {
 					continue
 				}
 				b.Run(fmt.Sprintf("%v/%s/rows=%d", typ, name, rows), func(b *testing.B) {
-					start, n := threadCPU(), 0
-					for b.Loop() {
+					n := 0
+					benchThreadCPU(b, func() {
 						run(y, x, ws[n%mats])
 						n++
-					}
-					b.ReportMetric(float64(threadCPU()-start)/1e6/float64(n), "cpu-ms/op")
+					})
 				})
 			}
 		}
