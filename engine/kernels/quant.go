@@ -130,6 +130,20 @@ type qActRow struct {
 	bsums []int16
 }
 
+// part returns row r of the n rows x spans.
+func (x qActRow) part(r, n int) qActRow {
+	q, b := len(x.qs)/n, len(x.d)/n
+	p := qActRow{qs: x.qs[r*q : (r+1)*q], d: x.d[r*b : (r+1)*b]}
+	if x.s != nil {
+		p.s = x.s[r*b : (r+1)*b]
+	}
+	if x.bsums != nil {
+		s := len(x.bsums) / n
+		p.bsums = x.bsums[r*s : (r+1)*s]
+	}
+	return p
+}
+
 var actPool = sync.Pool{New: func() any { return new(qAct) }}
 
 // quantize quantizes the rows of x (n values each) into a, in format f.
@@ -262,6 +276,10 @@ type quantKernel struct {
 	// with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows share each
 	// unpacked block.
 	in4 func(w []byte, x qActRow, y []float32, ystride int)
+	// rows, where set, sets y[r·ystride] for r < n (2 ≤ n ≤ rowsMost) to dot of the row w with the n consecutive
+	// input rows x spans, bit for bit as dot would, decoding each weight block once for all of them (the codebook
+	// i-quants, grid.go).
+	rows func(w []byte, x qActRow, n int, y []float32, ystride int)
 	// widen, when set, rewrites a row of this format (src) as a row of Q8_0 blocks (dst) holding the same
 	// integers and the same float16 scales: Q8_0's kernels then give the same products, bit for bit (the same
 	// integer lanes, the same float operations per block), with no decoding left in the loop over input rows.
@@ -808,6 +826,12 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	for i := range x4 {
 		x4[i] = a.rows(4*i, 4)
 	}
+	var xg []qActRow // with a rows kernel, the input rows rowsMost at a time (the last group maybe fewer)
+	if w.k.rows != nil {
+		for r := 0; r < rows; r += rowsMost {
+			xg = append(xg, a.rows(r, min(rowsMost, rows-r)))
+		}
+	}
 	dot, rb := w.k.dot, w.rowBytes
 	in4, widen := w.k.in4, w.k.widen
 	if widen != nil && rows >= widenRows {
@@ -826,6 +850,10 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 			if widen != nil {
 				widen(wide, wr)
 				wr = wide
+			}
+			if xg != nil {
+				rowsGroups(wr, xg, in, w.k, y[o:], out)
+				continue
 			}
 			r := 0
 			if in4 != nil {
@@ -846,4 +874,17 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 			}
 		}
 	})
+}
+
+// rowsGroups sets y[r·ystride] to the product of the weight row w with each input row r (in values each) of the
+// groups xg (rowsMost rows each, the last maybe fewer), by k's rows kernel, or a group of one row by its dot.
+func rowsGroups(w []byte, xg []qActRow, in int, k *quantKernel, y []float32, ystride int) {
+	for g, x := range xg {
+		yg := y[g*rowsMost*ystride:]
+		if n := len(x.qs) / in; n > 1 {
+			k.rows(w, x, n, yg, ystride)
+		} else {
+			yg[0] = k.dot(w, x)
+		}
+	}
 }
