@@ -94,6 +94,9 @@ type mxfp4Kernels struct {
 	one   func(w []byte, x []float32, acc *mxfp4Lanes)
 	rows4 func(w []byte, stride int, x []float32, acc *[4]mxfp4Lanes)
 	four  func(w []byte, x []float32, ldx int, acc *[4]mxfp4Lanes)
+	// padFour says whether a four padded with zero rows can cost less than one to three rows one at a time
+	// (mxfp4PadRows).
+	padFour bool
 }
 
 var mxfp4Go = mxfp4Kernels{one: mxfp4Dot1Go, rows4: mxfp4Rows4Go, four: mxfp4Dot4Go}
@@ -105,10 +108,11 @@ var mxfp4Go = mxfp4Kernels{one: mxfp4Dot1Go, rows4: mxfp4Rows4Go, four: mxfp4Dot
 const mxfp4TileRows = 16
 
 // mxfp4PadRows says whether linearMXFP4 multiplies the last rows%4 input rows as a four padded with zero rows
-// rather than one at a time: where they are all the rows (with no four before them, the one-row kernels read the
-// weights from memory, slower than the four-row kernel with its padding: thread CPU time of [8960×1536], 1 row
-// 1.5 ms, 2 rows 1.85, 3 rows 2.3, a padded four 1.27; docs/performance-log.md) or three of them (a four
-// after others costs about what 2.3 rows one at a time do).
+// rather than one at a time, with kernels whose padded four costs less (padFour: the assembly ones): where they are
+// all the rows (the one-row kernels read four weight rows at a time from memory, slower than the four-row kernel
+// with its padding: thread CPU time of [8960×1536], 1 row 1.46-1.57 ms, 2 rows 1.80-1.94, 3 rows 2.29-2.44, a
+// padded four 1.01-1.22; docs/performance-log.md) or three of them (7 rows 2.63 ms against 2.77; 5 and 6 rows
+// cost more padded).
 func mxfp4PadRows(rows int) bool { return rows < 4 || rows%4 == 3 }
 
 var mxfp4Pad = sync.Pool{New: func() any { return new([]float32) }}
@@ -120,7 +124,7 @@ func linearMXFP4(y, x []float32, w QuantMatrix, bias []float32, k mxfp4Kernels) 
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
 	var pad []float32 // the last rows, padded to a four
-	if rows%4 != 0 && mxfp4PadRows(rows) {
+	if rows%4 != 0 && k.padFour && mxfp4PadRows(rows) {
 		p, xp := scratch[float32](&mxfp4Pad, 4*in)
 		defer mxfp4Pad.Put(p)
 		clear(xp[copy(xp, x[rows/4*4*in:rows*in]):])
