@@ -106,8 +106,8 @@ func gridRows(t quant.Type, asm bool, w []byte, x qActRow, n int, y []float32, y
 }
 
 // gridRowsFrom is, where it is not 2, the number of input rows from which a codebook i-quant's assembly products
-// decode each super-block once for all the rows (gridRows) rather than run the row kernel, which decodes in
-// registers, once per row: two IQ2_XXS or IQ2_XS rows cost more by gridRows (thread CPU time of [8960×1536]: 1.72
+// decode each super-block once for all the rows (gridRows: quantKernel.rowsFrom) rather than run the row kernel,
+// which decodes in registers, once per row: two IQ2_XXS or IQ2_XS rows cost more by gridRows (thread CPU time of [8960×1536]: 1.72
 // ms against 1.52, 1.93 against 1.81; docs/performance-log.md).
 var gridRowsFrom = map[quant.Type]int{quant.IQ2_XXS: 3, quant.IQ2_XS: 3}
 
@@ -116,15 +116,11 @@ func gridKernels(asm bool) map[quant.Type]*quantKernel {
 	m := map[quant.Type]*quantKernel{}
 	for _, t := range quant.GridTypes {
 		m[t] = &quantKernel{act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return gridDot(t, asm, w, x) },
-			rows: func(w []byte, x qActRow, n int, y []float32, ystride int) {
-				if asm && n < gridRowsFrom[t] {
-					for r := range n {
-						y[r*ystride] = gridRowAsm(t, w, x.part(r, n))
-					}
-					return
-				}
-				gridRows(t, asm, w, x, n, y, ystride)
-			}}
+			rows:     func(w []byte, x qActRow, n int, y []float32, ystride int) { gridRows(t, asm, w, x, n, y, ystride) },
+			rowsFrom: 2}
+		if asm {
+			m[t].rowsFrom = max(2, gridRowsFrom[t])
+		}
 	}
 	return m
 }

@@ -130,20 +130,6 @@ type qActRow struct {
 	bsums []int16
 }
 
-// part returns row r of the n rows x spans.
-func (x qActRow) part(r, n int) qActRow {
-	q, b := len(x.qs)/n, len(x.d)/n
-	p := qActRow{qs: x.qs[r*q : (r+1)*q], d: x.d[r*b : (r+1)*b]}
-	if x.s != nil {
-		p.s = x.s[r*b : (r+1)*b]
-	}
-	if x.bsums != nil {
-		s := len(x.bsums) / n
-		p.bsums = x.bsums[r*s : (r+1)*s]
-	}
-	return p
-}
-
 var actPool = sync.Pool{New: func() any { return new(qAct) }}
 
 // quantize quantizes the rows of x (n values each) into a, in format f.
@@ -280,6 +266,8 @@ type quantKernel struct {
 	// input rows x spans, bit for bit as dot would, decoding each weight block once for all of them (the codebook
 	// i-quants, grid.go).
 	rows func(w []byte, x qActRow, n int, y []float32, ystride int)
+	// rowsFrom is the number of input rows from which LinearQuant takes rows (fewer: dot for each row).
+	rowsFrom int
 	// widen, when set, rewrites a row of this format (src) as a row of Q8_0 blocks (dst) holding the same
 	// integers and the same float16 scales: Q8_0's kernels then give the same products, bit for bit (the same
 	// integer lanes, the same float operations per block), with no decoding left in the loop over input rows.
@@ -827,7 +815,7 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 		x4[i] = a.rows(4*i, 4)
 	}
 	var xg []qActRow // with a rows kernel, the input rows rowsMost at a time (the last group maybe fewer)
-	if w.k.rows != nil {
+	if w.k.rows != nil && rows >= w.k.rowsFrom {
 		for r := 0; r < rows; r += rowsMost {
 			xg = append(xg, a.rows(r, min(rowsMost, rows-r)))
 		}
@@ -852,7 +840,7 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 				wr = wide
 			}
 			if xg != nil {
-				rowsGroups(wr, xg, in, w.k, y[o:], out)
+				rowsGroups(wr, xg, rows, w.k, y[o:], out)
 				continue
 			}
 			r := 0
@@ -876,12 +864,12 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	})
 }
 
-// rowsGroups sets y[r·ystride] to the product of the weight row w with each input row r (in values each) of the
-// groups xg (rowsMost rows each, the last maybe fewer), by k's rows kernel, or a group of one row by its dot.
-func rowsGroups(w []byte, xg []qActRow, in int, k *quantKernel, y []float32, ystride int) {
+// rowsGroups sets y[r·ystride] to the product of the weight row w with each of the rows input rows, in the groups
+// xg (rowsMost rows each, the last maybe fewer), by k's rows kernel, or a group of one row by its dot.
+func rowsGroups(w []byte, xg []qActRow, rows int, k *quantKernel, y []float32, ystride int) {
 	for g, x := range xg {
 		yg := y[g*rowsMost*ystride:]
-		if n := len(x.qs) / in; n > 1 {
+		if n := min(rowsMost, rows-g*rowsMost); n > 1 {
 			k.rows(w, x, n, yg, ystride)
 		} else {
 			yg[0] = k.dot(w, x)
