@@ -59,16 +59,23 @@ func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
 	return acc
 }
 
+// gridVNNIRows is the number of rows from which gridRows takes the integer sums of all the rows at once by AVX-512
+// VNNI (gridIntsRows) rather than four at a time by AVX2 (gridInts4AVX2): its setup per super-block costs more
+// below (thread CPU time of [8960×1536], IQ2_XXS, IQ3_S, IQ1_M: 4 rows 2.10-2.59 ms against 1.78-2.31; 8 rows
+// 2.53-3.06 against 2.63-3.23; 32 rows 6.38-7.36 against 7.57-8.28; docs/performance-log.md).
+const gridVNNIRows = 8
+
 // gridRows sets y[r·ystride] (r < n ≤ rowsMost) to gridDot of w with the n consecutive Q8_K rows x spans,
-// decoding each super-block once for all of them (with asm, by the assembly decoder, then gridInts4AVX2 for each
-// four rows and gridIntsAVX2 for the rest: the row kernels' integers, so the same bits). Each row's float updates
-// are gridDot's, in its order.
+// decoding each super-block once for all of them (with asm, by the assembly decoder, then from gridVNNIRows rows
+// gridIntsRows where the CPU has AVX-512 VNNI, else gridInts4AVX2 for each four rows and gridIntsAVX2 for the
+// rest: the row kernels' integers, so the same bits). Each row's float updates are gridDot's, in its order.
 func gridRows(t quant.Type, asm bool, w []byte, x qActRow, n int, y []float32, ystride int) {
 	var q [quant.QKK]int8
 	var sc [16]int32
 	var scv gridScales
 	var acc [rowsMost]float32
 	var isum [4]int32
+	var isums [rowsMost]int32
 	nb := len(x.d) / n
 	bb := len(w) / nb
 	_ = x.qs[n*nb*quant.QKK-1]
@@ -82,6 +89,11 @@ func gridRows(t quant.Type, asm bool, w []byte, x qActRow, n int, y []float32, y
 			d = quant.GridInts(t, &q, &sc, blk)
 		}
 		r, k := 0, b // k: row r's super-block b in x
+		if asm && n >= gridVNNIRows && gridIntsRows(&q, &scv, &x.qs[quant.QKK*b], nb*quant.QKK, &x.bsums[16*b], n, &isums) {
+			for ; r < n; r, k = r+1, k+nb {
+				acc[r] += float32(float32(d*x.d[k]) * float32(isums[r]))
+			}
+		}
 		for ; asm && r+4 <= n; r, k = r+4, k+4*nb {
 			gridInts4AVX2(&q, &x.qs[quant.QKK*k], nb*quant.QKK, &scv, &isum)
 			a, xd := (*[4]float32)(acc[r:r+4]), x.d[k:k+3*nb+1]
