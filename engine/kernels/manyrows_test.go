@@ -26,32 +26,38 @@ type manyRowsCase struct {
 // TestManyRows: for every block type the engine reads (the K-quants, the 32-element types, the i-quants, MXFP4,
 // a two-part Q8_0), the float matrices (f32, bf16, bf16 inputs; f16 matrices are widened to f32 when loaded) and
 // both arithmetics (the engine's, and llama.cpp's: LinearQuantGGML as loaded and repacked, LinearGGMLF32), a
-// product of k input rows, for every k from 1 to 32, gives each row's outputs bit for bit as the one-row portable
-// path computes them: under the engine's arithmetic the portable dot (for the types of rowsKernels the tiled
-// order's tiledRef, for the float matrices the product of the row alone), and the product of that row alone too,
-// whichever kernels the row count selects (rows kernels, four- and eight-row kernels, grid rows decoded once,
-// padded fours, tiled panels, widened rows); under llama.cpp's, the portable twin of the kernel llama.cpp takes
-// for the row's place in its batch (TestLinearQuantGGMLMatchesLlamaCppMatmul checks those against llama.cpp).
+// product of k input rows, for every k from 1 to 32 (and 33, 40: more than one call of a rows kernel), gives each
+// row's outputs bit for bit as the one-row portable path computes them. Under the engine's arithmetic: the
+// portable dot (for the types of rowsKernels the tiled order's tiledRef; for the float matrices the product of the
+// row alone), and the product of that row alone too, whichever kernels the row count selects (rows kernels, four-
+// and eight-row kernels, grid rows decoded once, padded fours, tiled panels, widened rows). Under llama.cpp's: the
+// portable twin of the kernel llama.cpp takes for the row's place in its batch
+// (TestLinearQuantGGMLMatchesLlamaCppMatmul checks those against llama.cpp itself).
 func TestManyRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(40, 32))
+	counts := []int{rowsMost + 1, rowsMost + 8} // every count from 1 to rowsMost, then past one call's rows
+	for rows := rowsMost; rows >= 1; rows-- {
+		counts = append([]int{rows}, counts...)
+	}
+	const most = rowsMost + 8
 	for _, c := range manyRowsCases(t, rng) {
-		x := make([]float32, rowsMost*c.in)
+		x := make([]float32, most*c.in)
 		for i := range x {
 			x[i] = float32(rng.NormFloat64())
 		}
-		want, alone := make([]float32, rowsMost*c.out), make([]float32, rowsMost*c.out)
+		want, alone := make([]float32, most*c.out), make([]float32, most*c.out)
 		refs := func(rows int) {
 			for r := range rows {
 				c.ref(want[r*c.out:(r+1)*c.out], x[r*c.in:(r+1)*c.in], rows, r)
 			}
 		}
 		if !c.batch {
-			refs(rowsMost)
-			for r := range rowsMost {
+			refs(most)
+			for r := range most {
 				c.product(alone[r*c.out:(r+1)*c.out], x[r*c.in:(r+1)*c.in])
 			}
 		}
-		for rows := 1; rows <= rowsMost; rows++ {
+		for _, rows := range counts {
 			if c.batch {
 				refs(rows)
 			}
