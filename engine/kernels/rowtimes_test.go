@@ -1,5 +1,3 @@
-//go:build linux
-
 package kernels
 
 import (
@@ -10,12 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/layerstream/layerstream/engine/kernels/ggml"
+	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/quant"
 )
 
@@ -99,26 +96,17 @@ func TestRowTimes(t *testing.T) {
 			}
 			var times []time.Duration
 			for range reps {
-				t0 := threadCPU(t)
+				t0 := testutil.ThreadCPU()
 				for m := range mats {
 					product(y, x, m)
 				}
-				times = append(times, (threadCPU(t)-t0)/time.Duration(mats))
+				times = append(times, (testutil.ThreadCPU()-t0)/time.Duration(mats))
 			}
 			slices.Sort(times)
 			line += fmt.Sprintf(" %d:%.3f", rows, float64(times[len(times)/2].Nanoseconds())/1e6)
 		}
 		fmt.Println(line)
 	}
-}
-
-// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID: getrusage counts in ticks).
-func threadCPU(t *testing.T) time.Duration {
-	var ts syscall.Timespec
-	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 3, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
-		t.Fatal(errno)
-	}
-	return time.Duration(ts.Nano())
 }
 
 // rowwiseF32 is LinearGGMLF32's loops before issue 40: one input row after another, each over every weight row.
