@@ -36,6 +36,11 @@ import (
 // (tiledrows.go) for 2 to 64 rows instead of rows kernels: the tiled kernels' layout, 16 weight rows transposed
 // in registers. The other types (the codebook i-quants IQ1-IQ3) have no rows kernels yet: their LinearQuant
 // keeps its lanes order.
+//
+// Every type's k-row products, in both arithmetics, are tabulated in docs/performance-log.md ("Issue 40: every
+// block type, many rows"), with how many times each decodes a weight block: the codebook i-quants decode each
+// super-block once for 2-32 rows in their own order (gridRows, grid.go), MXFP4 once per four rows (mxfp4.go), and
+// TestManyRows checks every type at 1-32 rows against the one-row portable path.
 
 // rowsQuad is the number of input rows a rows kernel multiplies together; a product's rows are padded to a
 // multiple of it with zero rows.
