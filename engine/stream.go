@@ -174,7 +174,7 @@ func (s *stream) load(unit string, buf *shards.Buffer, readDone func()) loadResu
 	case s.store.mapShards():
 		load = s.store.set.Map
 	}
-	l, err := load(shards.WithLoadTrace(s.ctx, &shards.LoadTrace{ReadDone: readDone}), unit, buf)
+	l, err := load(shards.WithLoadTrace(s.ctx, &shards.LoadTrace{ReadDone: readDone, Yield: s.store.experts.yield()}), unit, buf)
 	if err != nil {
 		var f *shards.MappingFault
 		if errors.As(err, &f) { // the shard was truncated while mapped: say so as compute's faults do
