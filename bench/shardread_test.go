@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/internal/testutil"
 	"github.com/layerstream/layerstream/shards"
 	"github.com/layerstream/layerstream/synth"
 )
@@ -180,14 +181,14 @@ func BenchmarkShardReadRatio(b *testing.B) {
 			rawReadAll(b, set, buf.Bytes(), flags)
 			var shardT, readT, rawT, shardCPU, rawCPU time.Duration
 			for b.Loop() {
-				start, cpu := time.Now(), cpuTime()
+				start, cpu := time.Now(), testutil.ProcessCPU()
 				rawReadAll(b, set, buf.Bytes(), flags)
 				rawT += time.Since(start)
-				rawCPU += cpuTime() - cpu
-				start, cpu = time.Now(), cpuTime()
+				rawCPU += testutil.ProcessCPU() - cpu
+				start, cpu = time.Now(), testutil.ProcessCPU()
 				_, r := loadAll(b, set, buf)
 				shardT += time.Since(start)
-				shardCPU += cpuTime() - cpu
+				shardCPU += testutil.ProcessCPU() - cpu
 				readT += r
 			}
 			mb := float64(totalFileBytes(set)) * float64(b.N) / 1e6

@@ -49,7 +49,7 @@ func BenchmarkTokenizerEncode(b *testing.B) {
 			}
 			b.SetBytes(size)
 			tokens := 0
-			cpu0 := cpuTime()
+			cpu0 := testutil.ProcessCPU()
 			for b.Loop() {
 				tokens = 0
 				for _, p := range paras {
@@ -60,7 +60,7 @@ func BenchmarkTokenizerEncode(b *testing.B) {
 					tokens += len(ids)
 				}
 			}
-			cpu := cpuTime() - cpu0
+			cpu := testutil.ProcessCPU() - cpu0
 			b.ReportMetric(float64(size)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 			b.ReportMetric(float64(size)/float64(tokens), "bytes/token")
 		})
@@ -87,13 +87,13 @@ func BenchmarkTokenizerEncodeCold(b *testing.B) {
 				}
 				runtime.GC() // the load's garbage is not the encoder's
 				b.StartTimer()
-				cpu0 := cpuTime()
+				cpu0 := testutil.ProcessCPU()
 				for _, p := range paras {
 					if _, err := tok.Encode(p, true); err != nil {
 						b.Fatal(err)
 					}
 				}
-				cpu += cpuTime() - cpu0
+				cpu += testutil.ProcessCPU() - cpu0
 			}
 			b.ReportMetric(float64(size)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 		})
@@ -108,13 +108,13 @@ func BenchmarkTokenizerLoad(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			dir := testutil.SharedPath(b, "models", c.dir)
-			cpu0 := cpuTime()
+			cpu0 := testutil.ProcessCPU()
 			for b.Loop() {
 				if _, err := tokenizer.Load(dir); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

@@ -277,7 +277,9 @@ func (o hostOps) Rotary(x model.Value) model.Value {
 // it again). A pass short enough for the layer (a full layer, or a ring's slack: kvcache.View.WritesAhead)
 // writes them first and attends to the cache alone, so that a position's attention sums the same blocks in the
 // same order whether it comes in a decode step, a draft's verification or a prompt chunk; a longer prompt on a
-// ring attends to them beside the cache and writes them after.
+// ring attends to them beside the cache and writes them after. A draft tree's leaves, never written, attend in
+// the job of their row's last token and chain (one job per row and key/value head: each block of the cache read
+// once for all its queries), to their ancestors there and then to themselves (leaves).
 func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) model.Value {
 	qa, ka, va := arr(q), arr(k), arr(v)
 	if o.llamaCpp != nil {
@@ -311,25 +313,15 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 			held += n
 		}
 		cached := o.kv.Runs(o.row(bi), held)
-		leafCached := make([][]kvcache.Run, t-n) // a tree leaf's: the cache up to its parent
-		for leaf := n; leaf < t; leaf++ {
-			leafCached[leaf-n] = o.kv.Runs(o.row(bi), o.pos[bi][leaf])
-		}
 		for g := range kvHeads {
 			runs := o.cacheRuns(cached, bi, g, kvHeads, d)
 			if !ahead {
 				nw := (bi*kvHeads + g) * t * d // this head's new keys in k
-				runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+t*d], V: va.data[nw : nw+t*d], Pos: o.past[bi], N: t})
+				runs = append(runs, kernels.KeyRun{K: ka.data[nw : nw+n*d], V: va.data[nw : nw+n*d], Pos: o.past[bi], N: n})
 			}
-			jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, 0, n, runs, sinks))
-			for leaf := n; leaf < t; leaf++ { // a tree's leaves: the cache up to their parent, then themselves
-				at := o.pos[bi][leaf]
-				nw := ((bi*kvHeads+g)*t + leaf) * d
-				own := kernels.KeyRun{K: ka.data[nw : nw+d], V: va.data[nw : nw+d], Pos: at, N: 1}
-				o.kv.Round(own.K) // as the cache would give it back, had it been written
-				o.kv.Round(own.V)
-				jobs = append(jobs, o.job(qa, y, bi, g, kvHeads, leaf, 1, append(o.cacheRuns(leafCached[leaf-n], bi, g, kvHeads, d), own), sinks))
-			}
+			job := o.job(qa, y, bi, g, kvHeads, 0, n, runs, sinks)
+			job.Leaves = o.leaves(ka, va, bi, g, kvHeads, n) // a tree's: its ancestors among the runs, then themselves
+			jobs = append(jobs, job)
 		}
 	}
 	kernels.Attention(kernels.AttentionParams{Scale: float32(opts.Scale), SoftCap: float32(opts.SoftCap), Window: o.window, Chunk: o.chunk}, d, jobs)
@@ -337,6 +329,26 @@ func (o hostOps) Attention(q, k, v model.Value, opts model.AttentionOptions) mod
 		o.commit(ka, va)
 	}
 	return y
+}
+
+// leaves are the draft tree leaves of row bi (its queries past the n written ones) for key/value head g (of
+// kvHeads): each at its position, with its own key and value in k, v rounded as the cache would give them back,
+// had they been written. They attend in the job of the last token and the chain (kernels.TreeLeaf), which reads
+// the cache once for all of them.
+func (o hostOps) leaves(k, v *hostArray, bi, g, kvHeads, n int) []kernels.TreeLeaf {
+	t, d := k.dims[2], k.dims[3]
+	if n == t {
+		return nil
+	}
+	leaves := make([]kernels.TreeLeaf, 0, t-n)
+	for leaf := n; leaf < t; leaf++ {
+		nw := ((bi*kvHeads+g)*t + leaf) * d
+		own := kernels.TreeLeaf{Pos: o.pos[bi][leaf], K: k.data[nw : nw+d], V: v.data[nw : nw+d]}
+		o.kv.Round(own.K)
+		o.kv.Round(own.V)
+		leaves = append(leaves, own)
+	}
+	return leaves
 }
 
 // cacheRuns are key/value head g's (of kvHeads, d elements each) keys and values in the runs cached of row bi's

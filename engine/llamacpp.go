@@ -253,7 +253,7 @@ func (o hostOps) expertLinear(y, x *hostArray, f kernels.QuantMatrix, bias []flo
 
 // llamaCppLinear is Linear with llama.cpp's products: block formats as its kernels do (kernels.LinearQuantGGML: its
 // vec_dot, repacked, tinyBLAS and tiled kernels by format, repacking and batch), float32 matrices as
-// ggml_vec_dot_f32 in a batch of one token and tinyBLAS (its sgemm) in more (o.batch).
+// ggml_vec_dot_f32 in a batch of one token and tinyBLAS (its sgemm) in more (o.batch; kernels.LinearGGMLF32).
 func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32) *hostArray {
 	batch := o.batch
 	expert := o.experts != nil && slices.Contains(o.experts.weights, weight)
@@ -273,25 +273,8 @@ func (o hostOps) llamaCppLinear(x *hostArray, weight model.Value, bias []float32
 		return y
 	case []float32:
 		in := x.dims[len(x.dims)-1]
-		out := len(f) / in
-		rows := len(x.data) / in
-		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), out)...)
-		dot := ggml.VecDot
-		if batch >= 2 && in%16 == 0 && out%4 == 0 { // tinyBLAS's conditions
-			dot = ggml.Dot16
-		}
-		kernels.ParallelFor(out, func(lo, hi int) {
-			for r := range rows {
-				xr := x.data[r*in : (r+1)*in]
-				for j := lo; j < hi; j++ {
-					v := dot(f[j*in:(j+1)*in], xr)
-					if bias != nil {
-						v += bias[j]
-					}
-					y.data[r*out+j] = v
-				}
-			}
-		})
+		y := o.arena.array(append(slices.Clone(x.dims[:len(x.dims)-1]), len(f)/in)...)
+		kernels.LinearGGMLF32(y.data, x.data, f, bias, in, batch)
 		return y
 	}
 	panic(fmt.Sprintf("engine: arithmetic llama.cpp: Linear of a %T weight", weightData(weight)))

@@ -122,7 +122,7 @@ func TestPassTime(t *testing.T) {
 // TestVerifyTreeMatchesDecode: a pass over a draft tree (a chain, and leaves beside it) gives each leaf's logits
 // bit for bit as decode steps along its own path (the chain up to its parent, then the leaf) do, and the chain's
 // as before; the cache then holds the last token and the chain only. Full and sliding-window layers, float32 and
-// float16 caches, float and block-quantized weights.
+// float16 caches, float and block-quantized weights, a tree inside a 64-key block and one across two.
 func TestVerifyTreeMatchesDecode(t *testing.T) {
 	mistral := familyBase("MistralForCausalLM", "mistral")
 	mistral["sliding_window"] = 5
@@ -140,28 +140,73 @@ func TestVerifyTreeMatchesDecode(t *testing.T) {
 				for i := range ids {
 					ids[i] = (i*7919 + 13) % v
 				}
-				prompt, last, chain := ids[:80], ids[80], ids[81:86]
-				leaves := []int{(chain[0] + 1) % v, (chain[2] + 5) % v, (last + 3) % v}
-				tree := draftTree{ids: append(slices.Clone(chain), leaves...), chain: len(chain), leafParent: []int{-1, 1, 0}}
-				got := treePass(t, e, prompt, last, tree)
-				for i := range tree.ids {
-					path := []int{last}
-					if i < tree.chain {
-						path = append(path, chain[:i+1]...)
-					} else {
-						p := tree.leafParent[i-tree.chain]
-						path = append(append(path, chain[:p+1]...), tree.ids[i])
-					}
-					want := verifyPass(t, e, prompt, append(path, 0), 1)
-					row := got[(i+1)*v : (i+2)*v]
-					for j, x := range want[len(want)-1] {
-						if math.Float32bits(row[j]) != math.Float32bits(x) {
-							t.Fatalf("draft token %d (path %v): logit %d %v, decode steps %v", i, path, j, row[j], x)
-						}
-					}
+				// After 58 prompt tokens the tree straddles a 64-key block: the chain ends at 63, and the last leaf
+				// (the child of the chain's last token) is alone in the block from 64.
+				for _, n := range []int{80, 58} {
+					last, chain := ids[n], ids[n+1:n+6]
+					leaves := []int{(chain[0] + 1) % v, (chain[2] + 5) % v, (last + 3) % v, (chain[4] + 2) % v}
+					tree := draftTree{ids: append(slices.Clone(chain), leaves...), chain: len(chain), leafParent: []int{-1, 1, 0, 4}}
+					checkTreePass(t, e, ids[:n], last, tree, nil)
 				}
 			})
 		}
+	}
+}
+
+// checkTreePass checks a pass over last and tree after prompt against decode steps along each draft token's path
+// (those of tree.ids at check; nil: every one), bit for bit.
+func checkTreePass(t *testing.T, e *Engine, prompt []int, last int, tree draftTree, check []int) {
+	t.Helper()
+	v := e.cfg.VocabSize
+	chain := tree.ids[:tree.chain]
+	if check == nil {
+		for i := range tree.ids {
+			check = append(check, i)
+		}
+	}
+	got := treePass(t, e, prompt, last, tree)
+	for _, i := range check {
+		path := []int{last}
+		if i < tree.chain {
+			path = append(path, chain[:i+1]...)
+		} else {
+			p := tree.leafParent[i-tree.chain]
+			path = append(append(path, chain[:p+1]...), tree.ids[i])
+		}
+		want := verifyPass(t, e, prompt, append(path, 0), 1)
+		row := got[(i+1)*v : (i+2)*v]
+		for j, x := range want[len(want)-1] {
+			if math.Float32bits(row[j]) != math.Float32bits(x) {
+				t.Fatalf("prompt of %d, draft token %d (path %v): logit %d %v, decode steps %v", len(prompt), i, path, j, row[j], x)
+			}
+		}
+	}
+}
+
+// TestVerifyLongTreeOnRing: a tree of 65 rows (a chain of 32 and 32 leaves, --draft-tokens 32 --draft-leaves 32)
+// is longer than a sliding-window layer's ring may take before its queries attend (ringSlack), so the pass
+// attends to its new keys beside the cache rather than writing them first: each leaf still sees its ancestors
+// in the chain, and the leaves and the chain's last token give the decode steps' logits bit for bit.
+func TestVerifyLongTreeOnRing(t *testing.T) {
+	mistral := familyBase("MistralForCausalLM", "mistral")
+	mistral["sliding_window"] = 5
+	mistral["max_position_embeddings"] = 1024
+	model := writeFamily(t, mistral, nil)
+	for _, cache := range []KVCache{KVCacheF32, KVCacheF16} {
+		t.Run(string(cache), func(t *testing.T) {
+			e := open(t, model, Options{KVCache: cache, ShardDir: filepath.Join(t.TempDir(), "s")})
+			v := e.cfg.VocabSize
+			ids := make([]int, 103)
+			for i := range ids {
+				ids[i] = (i*7919 + 13) % v
+			}
+			tree := draftTree{ids: slices.Clone(ids[71:103]), chain: MaxDraftTokens}
+			for i := range MaxDraftTokens {
+				tree.ids = append(tree.ids, (tree.ids[i]+1)%v)
+				tree.leafParent = append(tree.leafParent, i-1)
+			}
+			checkTreePass(t, e, ids[:70], ids[70], tree, []int{31, 32, 40, 63})
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -50,6 +51,36 @@ type AttentionJob struct {
 	// Sinks, when set, holds one learned logit per head (h < Heads) that joins the softmax's denominator and
 	// is then dropped (gpt-oss's attention sinks): weights e^(s_j) / (Σ_j e^(s_j) + e^(Sinks[h])).
 	Sinks []float32
+	// Leaves are more queries after the T consecutive ones (query T+i, laid out in Q and Out as the others, is
+	// leaf i): a draft tree's leaves, each at its own position beside the chain's, seeing its own key there.
+	Leaves []TreeLeaf
+}
+
+// TreeLeaf is a query of a draft tree's leaf at position Pos: it sees the job's keys at positions before Pos
+// (the cache and the chain up to its parent, with the causal, window and chunk rules), and at Pos its own key
+// and value K, V (headDim each, as the cache would give them back) instead of the job's. Its result is bit for
+// bit that of a job of its own whose runs are those keys, then K, V as a run of one at Pos (the own key summed
+// last, in the block of Pos, as a decode step after the leaf sums it), while the job's keys are loaded once
+// for every query of a tile, leaves and chain alike.
+type TreeLeaf struct {
+	Pos  int
+	K, V []float32
+}
+
+// pos is query t's position.
+func (job *AttentionJob) pos(t int) int {
+	if t >= job.T {
+		return job.Leaves[t-job.T].Pos
+	}
+	return job.Pos0 + t
+}
+
+// leaf is the leaf that row r of a tile starting at query t0 is, or nil.
+func (job *AttentionJob) leaf(t0, r int) *TreeLeaf {
+	if t := t0 + r/job.Heads; t >= job.T {
+		return &job.Leaves[t-job.T]
+	}
+	return nil
 }
 
 // Attention computes, for every query of every job, softmax(scores)·V over the keys of its job's runs that it
@@ -62,14 +93,15 @@ type AttentionJob struct {
 // depends only on its own job (not on the other jobs, nor on how many run together): the blocks are fixed by key
 // positions (aligned to multiples of attnBlock, so that a query sees the same blocks whether its keys come in one
 // run or split at a block boundary, and runs given in position order give every query its blocks in the same
-// order), the tiles by query positions.
+// order), the tiles by query positions. A job's tree leaves share its tiles (TreeLeaf): their own keys are
+// summed in the block of their position, at the place a run of their own would put them.
 func Attention(p AttentionParams, d int, jobs []AttentionJob) {
 	type item struct{ job, t0, tq int }
 	var items []item
 	for j, job := range jobs {
-		tq := max(1, attnTileRows/max(1, job.Heads))
-		for t0 := 0; t0 < job.T; t0 += tq {
-			items = append(items, item{j, t0, min(tq, job.T-t0)})
+		tq, queries := max(1, attnTileRows/max(1, job.Heads)), job.T+len(job.Leaves)
+		for t0 := 0; t0 < queries; t0 += tq {
+			items = append(items, item{j, t0, min(tq, queries-t0)})
 		}
 	}
 	// The last tiles see the most keys: start them first.
@@ -117,19 +149,34 @@ type attnScratch struct {
 	gk16, gv16      []uint16
 	m, l            []float32
 	qpos            []int
+	// A tile's tree leaves (rows of AttentionJob.Leaves): each row's score against its own key, its weight in
+	// the block being summed, where its own key stands (ownState), and the own keys packed (leafScores).
+	own, ownW []float32
+	ownState  []ownState
+	ownK      []float32
 }
+
+// ownState is where a leaf row's own key stands in a tile: not summed yet, weighted in the block being summed
+// (its value still to add: ownValues), or summed.
+type ownState uint8
+
+const (
+	ownWaiting ownState = iota
+	ownInBlock
+	ownDone
+)
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 
-// tile computes the queries of job at positions t0 … t0+tq−1 (every head), rows ordered position-major.
+// tile computes the queries of job t0 … t0+tq−1 (every head), rows ordered query-major.
 func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq int) {
 	rows := tq * job.Heads
 	asm := useAVX512 && d%16 == 0
 	s.start(d, job, t0, rows, asm)
-	qlo, qhi := s.qpos[0], s.qpos[rows-1]
+	qlo, qhi := slices.Min(s.qpos), slices.Max(s.qpos)
 	// Blocks are aligned to key positions (multiples of attnBlock), whatever the runs: a key is summed in the same
 	// block at the same place whether it comes from the cache or from the pass, and the pieces of one block that
-	// consecutive runs hold are gathered into one (a draft tree's leaf: the cache up to its parent, then itself).
+	// consecutive runs hold are gathered into one.
 	var pending []keyPiece
 	flush := func() {
 		if len(pending) == 0 {
@@ -138,7 +185,8 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 		klo := pending[0].pos()
 		last := pending[len(pending)-1]
 		khi := last.pos() + last.n - 1
-		if klo <= qhi && khi >= p.first(qlo) { // else no query of the tile sees a key of it
+		// Skipped when no query of the tile sees a key of it and no leaf's own key belongs in it.
+		if klo <= qhi && khi >= p.first(qlo) || s.ownHere(job, t0, klo, khi-klo+1) {
 			run, j0, n := s.gather(d, pending)
 			s.block(p, d, job, t0, rows, asm, run, j0, n)
 		}
@@ -159,6 +207,12 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 		}
 	}
 	flush()
+	s.ownBlocks(p, d, job, t0, rows, asm)
+	s.finish(d, job, t0, rows)
+}
+
+// finish writes the tile's outputs: each row's weighted sum of values over its sum of weights.
+func (s *attnScratch) finish(d int, job *AttentionJob, t0, rows int) {
 	for r := range rows {
 		h, t := r%job.Heads, t0+r/job.Heads
 		out := job.Out[h*job.OutHead+t*job.OutPos:][:d]
@@ -169,6 +223,47 @@ func (s *attnScratch) tile(p AttentionParams, d int, job *AttentionJob, t0, tq i
 		for i, v := range s.o[r*d : (r+1)*d] {
 			out[i] = v * inv
 		}
+	}
+}
+
+// ownCol is the column of row r's own key in a block of n keys from position klo, when the row is a leaf whose
+// own key is not summed yet and belongs there: in the block's aligned range, at most right after its keys (the
+// place a run of its own would give it). Else −1.
+func (s *attnScratch) ownCol(job *AttentionJob, t0, r, klo, n int) int {
+	leaf := job.leaf(t0, r)
+	if leaf == nil || s.ownState[r] != ownWaiting {
+		return -1
+	}
+	if c := leaf.Pos - klo; c >= 0 && c <= n && leaf.Pos/attnBlock == klo/attnBlock {
+		return c
+	}
+	return -1
+}
+
+// ownHere reports whether a leaf row's own key belongs in the block of n keys from klo (ownCol).
+func (s *attnScratch) ownHere(job *AttentionJob, t0, klo, n int) bool {
+	for r := range s.ownState {
+		if s.ownCol(job, t0, r, klo, n) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ownBlocks sums the own keys no block of the runs took (a leaf past the runs' last block, or after a gap in
+// them): a block of the own key alone for each such position, in position order, as a run of its own gives.
+func (s *attnScratch) ownBlocks(p AttentionParams, d int, job *AttentionJob, t0, rows int, asm bool) {
+	for {
+		at := -1
+		for r := range rows {
+			if leaf := job.leaf(t0, r); leaf != nil && s.ownState[r] == ownWaiting && (at < 0 || leaf.Pos < at) {
+				at = leaf.Pos
+			}
+		}
+		if at < 0 {
+			return
+		}
+		s.block(p, d, job, t0, rows, asm, KeyRun{Pos: at}, 0, 0)
 	}
 }
 
@@ -242,12 +337,42 @@ func (s *attnScratch) start(d int, job *AttentionJob, t0, rows int, asm bool) {
 	}
 	s.qpos = s.qpos[:rows]
 	for r := range rows {
-		s.qpos[r] = job.Pos0 + t0 + r/job.Heads
+		s.qpos[r] = job.pos(t0 + r/job.Heads)
 	}
 	if asm {
 		chunks := (d + 15) / 16
 		s.qp = grow.Slice(s.qp, (rows+gemmTileRows-1)/gemmTileRows*gemmTileRows*chunks*16)
 		packTiles(s.qp, rows, d, 16, func(r int) []float32 { return query(job, t0, r, d) }, putF32)
+	}
+	s.leafScores(d, job, t0, rows, asm)
+}
+
+// leafScores readies the tile's leaf rows: their own keys waiting, and s.own[r] the score of row r against its own key,
+// computed as a block's scores are (each score a sum in the same order whatever the other rows and keys).
+func (s *attnScratch) leafScores(d int, job *AttentionJob, t0, rows int, asm bool) {
+	s.ownState = grow.Slice(s.ownState, rows)
+	clear(s.ownState)
+	s.own, s.ownW = grow.Slice(s.own, rows), grow.Slice(s.ownW, rows)
+	lo, hi := max(t0, job.T), t0+rows/job.Heads // the tile's leaves: queries lo … hi−1
+	if lo >= hi {
+		return
+	}
+	if asm {
+		s.ownK = grow.Slice(s.ownK, (hi-lo)*d)
+		for t := lo; t < hi; t++ {
+			copy(s.ownK[(t-lo)*d:], job.Leaves[t-job.T].K[:d])
+		}
+		s.scoresAVX512(rows, d, s.ownK[:(hi-lo)*d], hi-lo) // every row against every own key: its own at column t−lo
+	}
+	for r := range rows {
+		t := t0 + r/job.Heads
+		switch {
+		case t < job.T:
+		case asm:
+			s.own[r] = s.sc[r*attnBlock+t-lo]
+		default:
+			s.own[r] = DotF32(query(job, t0, r, d), job.Leaves[t-job.T].K[:d])
+		}
 	}
 }
 
@@ -285,9 +410,7 @@ func (s *attnScratch) block(p AttentionParams, d int, job *AttentionJob, t0, row
 			}
 		}
 	}
-	for r := range rows {
-		s.softmax(p, r, n, run.Pos+j0)
-	}
+	s.blockSoftmax(p, job, t0, rows, run.Pos+j0, n)
 	switch {
 	case asm && half:
 		s.pvF16AVX512(rows, d, run.V16[j0*d:(j0+n)*d], n)
@@ -301,6 +424,43 @@ func (s *attnScratch) block(p AttentionParams, d int, job *AttentionJob, t0, row
 					AxpyF32(o, w, vals[j*d:(j+1)*d])
 				}
 			}
+		}
+	}
+	s.ownValues(d, job, t0, rows, asm)
+}
+
+// blockSoftmax turns the scores of a block of n keys from position klo into weights, row by row (softmax); a
+// leaf row whose own key belongs in the block (ownCol) gets its own score at its column first, and its weight
+// there is kept in s.ownW (the column cleared, so that the block's values add nothing there) for ownValues.
+func (s *attnScratch) blockSoftmax(p AttentionParams, job *AttentionJob, t0, rows, klo, n int) {
+	for r := range rows {
+		c := s.ownCol(job, t0, r, klo, n)
+		if c < 0 {
+			s.softmax(p, r, n, klo)
+			continue
+		}
+		s.sc[r*attnBlock+c] = s.own[r]
+		s.softmax(p, r, max(n, c+1), klo)
+		s.ownW[r], s.sc[r*attnBlock+c] = s.sc[r*attnBlock+c], 0
+		s.ownState[r] = ownInBlock
+	}
+}
+
+// ownValues adds, after a block's values, the own value of each leaf row whose own key the block took, at its
+// weight s.ownW[r]: one more multiply-add per element, the block's last as in a run of its own (the kernels the
+// block's values take, which add in the same way).
+func (s *attnScratch) ownValues(d int, job *AttentionJob, t0, rows int, asm bool) {
+	for r := range rows {
+		if s.ownState[r] != ownInBlock {
+			continue
+		}
+		s.ownState[r] = ownDone
+		o, v, w := s.o[r*d:(r+1)*d], job.leaf(t0, r).V[:d], s.ownW[r]
+		switch {
+		case asm:
+			pvRowAVX512(o, w, v)
+		case w != 0:
+			AxpyF32(o, w, v)
 		}
 	}
 }

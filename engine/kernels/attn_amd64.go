@@ -242,6 +242,9 @@ func (s *attnScratch) pvF16AVX512(rows, d int, vals []uint16, n int) {
 // tilePV is pvAVX512 for values of element type T, with kernels, the pv kernels for T.
 func tilePV[T float32 | uint16](s *attnScratch, rows, d int, vals []T, n int,
 	kernels *[asmgen.PVRows][asmgen.PVCols]func(o *float32, ldo int, p *float32, ldp int, v *T, ldv int, keys int)) {
+	if n == 0 { // a block of a leaf's own key alone (ownBlocks)
+		return
+	}
 	size := int(unsafe.Sizeof(vals[0]))
 	for c0 := 0; c0 < d; c0 += 16 * asmgen.PVCols {
 		cols := min(asmgen.PVCols, (d-c0)/16)
@@ -249,5 +252,15 @@ func tilePV[T float32 | uint16](s *attnScratch, rows, d int, vals []T, n int,
 			nr := min(asmgen.PVRows, rows-r0)
 			kernels[nr-1][cols-1](&s.o[r0*d+c0], d*4, &s.sc[r0*attnBlock], attnBlock*4, &vals[c0], d*size, n)
 		}
+	}
+}
+
+// pvRowAVX512 adds w·v to one row o of a tile's outputs (d a multiple of 16), with the pv tiles' kernels: the
+// same fused multiply-add per element as a row of pvAVX512 sums for one key.
+func pvRowAVX512(o []float32, w float32, v []float32) {
+	d := len(o)
+	for c0 := 0; c0 < d; c0 += 16 * asmgen.PVCols {
+		cols := min(asmgen.PVCols, (d-c0)/16)
+		pvKernels[0][cols-1](&o[c0], d*4, &w, attnBlock*4, &v[c0], d*4, 1)
 	}
 }

@@ -20,3 +20,4 @@ func scaleRowAVX512(y, x, b *float32, n int, scale, offset float32)      { panic
 func sumSquaresAVX512(x *float32, n int) float64                         { panic("no AVX-512") }
 func (s *attnScratch) scoresF16AVX512(rows, d int, keys []uint16, n int) { panic("no AVX-512") }
 func (s *attnScratch) pvF16AVX512(rows, d int, vals []uint16, n int)     { panic("no AVX-512") }
+func pvRowAVX512(o []float32, w float32, v []float32)                    { panic("no AVX-512") }

@@ -147,6 +147,30 @@ func LinearQuantGGML(y, x []float32, w QuantMatrix, bias []float32, batch int, r
 	})
 }
 
+// LinearGGMLF32 is Linear of the float32 matrix w ([out, in], out = len(w)/in) as llama.cpp multiplies it, x
+// holding sequences of batch rows each: ggml_vec_dot_f32 (ggml.VecDot) for a batch of one token, llamafile's
+// tinyBLAS (ggml.Dot16) for more where in%16 == 0 and out%4 == 0 (its conditions). Each output is one dot product,
+// whatever the rows beside it; each weight row is read once for all the input rows.
+func LinearGGMLF32(y, x, w, bias []float32, in, batch int) {
+	out, rows := len(w)/in, len(x)/in
+	dot := ggml.VecDot
+	if batch >= 2 && in%16 == 0 && out%4 == 0 {
+		dot = ggml.Dot16
+	}
+	ParallelFor(out, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			wj := w[j*in : (j+1)*in]
+			for r := range rows {
+				v := dot(wj, x[r*in:(r+1)*in])
+				if bias != nil {
+					v += bias[j]
+				}
+				y[r*out+j] = v
+			}
+		}
+	})
+}
+
 // GGMLExpertBatch is the batch LinearQuantGGML takes for a routed expert's matrix of type t (repacked as
 // GGMLRepacks says) multiplied by the rows of one sequence routed to it, as llama.cpp's mul_mat_id multiplies
 // them: rows with its tiled K-quant kernel (ggml_compute_forward_mul_mat_id_tiled, for a matrix it does not

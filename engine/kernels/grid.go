@@ -59,46 +59,80 @@ func gridDot(t quant.Type, asm bool, w []byte, x qActRow) float32 {
 	return acc
 }
 
-// gridIn4 sets y[r·ystride] (r < 4) to gridDot of w with the four consecutive Q8_K rows x spans, decoding each
-// super-block once for the four (with asm, by the assembly decoder and gridInts4AVX2: the same integers, so the
-// same bits as the row kernels).
-func gridIn4(t quant.Type, asm bool, w []byte, x qActRow, y []float32, ystride int) {
+// gridVNNIRows is the number of rows from which gridRows takes the integer sums of all the rows at once by AVX-512
+// VNNI (gridIntsRows) rather than four at a time by AVX2 (gridInts4AVX2): its setup per super-block costs more
+// below (thread CPU time of [8960×1536], IQ2_XXS, IQ3_S, IQ1_M: 4 rows 2.10-2.59 ms against 1.78-2.31; 8 rows
+// 2.53-3.06 against 2.63-3.23; 32 rows 6.38-7.36 against 7.57-8.28; docs/performance-log.md).
+const gridVNNIRows = 8
+
+// gridRows sets y[r·ystride] (r < n ≤ rowsMost) to gridDot of w with the n consecutive Q8_K rows x spans,
+// decoding each super-block once for all of them (with asm, by the assembly decoder, then from gridVNNIRows rows
+// gridIntsRows where the CPU has AVX-512 VNNI, else gridInts4AVX2 for each four rows and gridIntsAVX2 for the
+// rest: the row kernels' integers, so the same bits). Each row's float updates are gridDot's, in its order.
+func gridRows(t quant.Type, asm bool, w []byte, x qActRow, n int, y []float32, ystride int) {
 	var q [quant.QKK]int8
 	var sc [16]int32
 	var scv gridScales
-	var acc [4]float32
+	var acc [rowsMost]float32
 	var isum [4]int32
-	nb := len(x.d) / 4
+	var isums [rowsMost]int32
+	nb := len(x.d) / n
 	bb := len(w) / nb
-	_ = x.qs[4*nb*quant.QKK-1]
+	_ = x.qs[n*nb*quant.QKK-1]
 	for b := range nb {
 		blk := w[b*bb : (b+1)*bb]
 		var d float32
 		if asm {
 			gridDecodeAsm(t, blk, &q, &scv)
-			gridInts4AVX2(&q, &x.qs[quant.QKK*b], nb*quant.QKK, &scv, &isum)
 			d = quant.GridScale(t, blk)
 		} else {
 			d = quant.GridInts(t, &q, &sc, blk)
-			for r := range 4 {
-				isum[r] = gridIntsGo(&q, x.qs[quant.QKK*(r*nb+b):], &sc)
+		}
+		r, k := 0, b // k: row r's super-block b in x
+		if asm && n >= gridVNNIRows && gridIntsRows(&q, &scv, &x.qs[quant.QKK*b], nb*quant.QKK, &x.bsums[16*b], n, &isums) {
+			for ; r < n; r, k = r+1, k+nb {
+				acc[r] += float32(float32(d*x.d[k]) * float32(isums[r]))
 			}
 		}
-		for r := range 4 {
-			acc[r] += float32(float32(d*x.d[r*nb+b]) * float32(isum[r]))
+		for ; asm && r+4 <= n; r, k = r+4, k+4*nb {
+			gridInts4AVX2(&q, &x.qs[quant.QKK*k], nb*quant.QKK, &scv, &isum)
+			a, xd := (*[4]float32)(acc[r:r+4]), x.d[k:k+3*nb+1]
+			a[0] += float32(float32(d*xd[0]) * float32(isum[0]))
+			a[1] += float32(float32(d*xd[nb]) * float32(isum[1]))
+			a[2] += float32(float32(d*xd[2*nb]) * float32(isum[2]))
+			a[3] += float32(float32(d*xd[3*nb]) * float32(isum[3]))
+		}
+		for ; r < n; r, k = r+1, k+nb {
+			var s int32
+			if asm {
+				s = gridIntsAVX2(&q, &x.qs[quant.QKK*k], &scv)
+			} else {
+				s = gridIntsGo(&q, x.qs[quant.QKK*k:], &sc)
+			}
+			acc[r] += float32(float32(d*x.d[k]) * float32(s))
 		}
 	}
-	for r := range 4 {
+	for r := range n {
 		y[r*ystride] = acc[r]
 	}
 }
+
+// gridRowsFrom is, where it is not 2, the number of input rows from which a codebook i-quant's assembly products
+// decode each super-block once for all the rows (gridRows: quantKernel.rowsFrom) rather than run the row kernel,
+// which decodes in registers, once per row: two IQ2_XXS or IQ2_XS rows cost more by gridRows (thread CPU time of [8960×1536]: 1.72
+// ms against 1.52, 1.93 against 1.81; docs/performance-log.md).
+var gridRowsFrom = map[quant.Type]int{quant.IQ2_XXS: 3, quant.IQ2_XS: 3}
 
 // gridKernels are the codebook i-quants' kernels, with the assembly ones when asm is set.
 func gridKernels(asm bool) map[quant.Type]*quantKernel {
 	m := map[quant.Type]*quantKernel{}
 	for _, t := range quant.GridTypes {
 		m[t] = &quantKernel{act: actQ8_K, dot: func(w []byte, x qActRow) float32 { return gridDot(t, asm, w, x) },
-			in4: func(w []byte, x qActRow, y []float32, ystride int) { gridIn4(t, asm, w, x, y, ystride) }}
+			rows:     func(w []byte, x qActRow, n int, y []float32, ystride int) { gridRows(t, asm, w, x, n, y, ystride) },
+			rowsFrom: 2}
+		if asm {
+			m[t].rowsFrom = max(2, gridRowsFrom[t])
+		}
 	}
 	return m
 }

@@ -60,6 +60,24 @@ func gridIntsAVX2(q *[quant.QKK]int8, x *int8, scv *gridScales) int32
 //go:noescape
 func gridInts4AVX2(q *[quant.QKK]int8, x *int8, stride int, scv *gridScales, out *[4]int32)
 
+// gridIntsRowsVNNI sets out[r] to gridIntsAVX2 of q, scv and the activations at x + r·xstride, r < n (n ≥ 1), by
+// AVX-512 VNNI: the codes + 128 against the rows, less 128 times the row's sums of 16 (at bsums + r·bstride bytes)
+// times their scales.
+//
+//go:noescape
+func gridIntsRowsVNNI(q *[quant.QKK]int8, scv *gridScales, x *int8, xstride int, bsums *int16, bstride int, n int, out *int32)
+
+// gridIntsRows sets out[r] to gridIntsAVX2 of q, scv and the activations at x + r·xstride bytes, r < n, whose
+// sums of 16 are at bsums + r·xstride/8 bytes (Q8_K: one int16 per 16 values), by gridIntsRowsVNNI; it reports
+// false, doing nothing, where the CPU has no AVX-512 VNNI.
+func gridIntsRows(q *[quant.QKK]int8, scv *gridScales, x *int8, xstride int, bsums *int16, n int, out *[rowsMost]int32) bool {
+	if !useVNNI {
+		return false
+	}
+	gridIntsRowsVNNI(q, scv, x, xstride, bsums, xstride/8, n, &out[:n][0])
+	return true
+}
+
 // gridQuadsAVX2 sets out[i] to the sum of the four products q[4i+j]·x[4i+j], j < 4, of a decoded super-block and
 // the 256 activations at x (quadsOf, for kQuadFormat).
 //

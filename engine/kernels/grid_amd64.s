@@ -519,3 +519,86 @@ quads:
 	JNZ quads
 	VZEROUPPER
 	RET
+
+DATA gridFlip<>+0(SB)/4, $0x80808080
+GLOBL gridFlip<>(SB), RODATA|NOPTR, $4
+DATA gridLoW<>+0(SB)/4, $0x0000ffff
+GLOBL gridLoW<>(SB), RODATA|NOPTR, $4
+
+// gridSixteenths are the word indices of each sixteenth's scale in 64 words of gridScales (VPERMI2W).
+DATA gridSixteenths<>+0(SB)/8, $0x0018001000080000
+DATA gridSixteenths<>+8(SB)/8, $0x0038003000280020
+GLOBL gridSixteenths<>(SB), RODATA|NOPTR, $16
+
+// func gridIntsRowsVNNI(q *[256]int8, scv *gridScales, x *int8, xstride int, bsums *int16, bstride int, n int, out *int32)
+//
+// gridIntsAVX2 for n activation rows (row r's 256 values at x + r·xstride, its sums of 16 at bsums + r·bstride
+// bytes), out[r] for r < n, by AVX-512 VNNI: the codes + 128 (unsigned) against each row by VPDPBUSD, per 64
+// codes sums of four in 16 int32 lanes, times their sixteenths' scales (VPMULLD; lane l of the c-th 64 codes has
+// sixteenth 4c + l/4, word 2l of scv's c-th 64 bytes), less 128 times the row's sums of 16 times the scales, the
+// lanes summed. Exact integers: gridIntsGo's.
+TEXT ·gridIntsRowsVNNI(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), SI
+	MOVQ scv+8(FP), DX
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), R9
+	MOVQ bsums+32(FP), BX
+	MOVQ bstride+40(FP), R10
+	MOVQ n+48(FP), CX
+	MOVQ out+56(FP), R8
+	VPBROADCASTD gridFlip<>(SB), Z12
+	VPXORD (SI), Z12, Z0
+	VPXORD 64(SI), Z12, Z1
+	VPXORD 128(SI), Z12, Z2
+	VPXORD 192(SI), Z12, Z3
+	VPBROADCASTD gridLoW<>(SB), Z12
+	VPANDD (DX), Z12, Z4
+	VPANDD 64(DX), Z12, Z5
+	VPANDD 128(DX), Z12, Z6
+	VPANDD 192(DX), Z12, Z7
+	// The 16 scales as dwords (Z11): words 8s of scv, s < 16.
+	VMOVDQU gridSixteenths<>(SB), X13
+	VMOVDQU64 (DX), Z14
+	VPERMI2W 64(DX), Z14, Z13
+	VMOVDQU gridSixteenths<>(SB), X15
+	VMOVDQU64 128(DX), Z14
+	VPERMI2W 192(DX), Z14, Z15
+	VINSERTI128 $1, X15, Y13, Y13
+	VPMOVZXWD Y13, Z11
+
+rowsv:
+	VPXORD Z8, Z8, Z8
+	VPDPBUSD (DI), Z0, Z8
+	VPMULLD Z4, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPDPBUSD 64(DI), Z1, Z9
+	VPMULLD Z5, Z9, Z9
+	VPADDD Z9, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPDPBUSD 128(DI), Z2, Z9
+	VPMULLD Z6, Z9, Z9
+	VPADDD Z9, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPDPBUSD 192(DI), Z3, Z9
+	VPMULLD Z7, Z9, Z9
+	VPADDD Z9, Z8, Z8
+	VPMOVSXWD (BX), Z10
+	VPMULLD Z11, Z10, Z10
+	VPSLLD $7, Z10, Z10
+	VPSUBD Z10, Z8, Z8
+	VEXTRACTI64X4 $1, Z8, Y9
+	VPADDD Y9, Y8, Y8
+	VEXTRACTI128 $1, Y8, X9
+	VPADDD X9, X8, X8
+	VPSHUFD $0x4e, X8, X9
+	VPADDD X9, X8, X8
+	VPSHUFD $0xb1, X8, X9
+	VPADDD X9, X8, X8
+	VMOVD X8, (R8)
+	ADDQ $4, R8
+	ADDQ R9, DI
+	ADDQ R10, BX
+	DECQ CX
+	JNZ rowsv
+	VZEROUPPER
+	RET

@@ -33,3 +33,8 @@ func gridInts4AVX2(q *[quant.QKK]int8, x *int8, stride int, scv *gridScales, out
 func gridQuadsAVX2(q *[quant.QKK]int8, x *int8, out *[64]int32) {
 	panic("kernels: no AVX2 here")
 }
+
+// gridIntsRows reports false: no AVX-512 VNNI here.
+func gridIntsRows(q *[quant.QKK]int8, scv *gridScales, x *int8, xstride int, bsums *int16, n int, out *[rowsMost]int32) bool {
+	return false
+}

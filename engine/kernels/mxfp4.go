@@ -1,6 +1,10 @@
 package kernels
 
-import "github.com/layerstream/layerstream/quant"
+import (
+	"sync"
+
+	"github.com/layerstream/layerstream/quant"
+)
 
 // MXFP4 matrices (gpt-oss's experts) are multiplied by float32 inputs, not by inputs quantized to 8 bits as the
 // other block formats are: an MXFP4 weight is an E2M1 value times a power of two, exact in float32, so the
@@ -90,6 +94,9 @@ type mxfp4Kernels struct {
 	one   func(w []byte, x []float32, acc *mxfp4Lanes)
 	rows4 func(w []byte, stride int, x []float32, acc *[4]mxfp4Lanes)
 	four  func(w []byte, x []float32, ldx int, acc *[4]mxfp4Lanes)
+	// padFour says whether a four padded with zero rows can cost less than one to three rows one at a time
+	// (mxfp4PadRows).
+	padFour bool
 }
 
 var mxfp4Go = mxfp4Kernels{one: mxfp4Dot1Go, rows4: mxfp4Rows4Go, four: mxfp4Dot4Go}
@@ -100,11 +107,29 @@ var mxfp4Go = mxfp4Kernels{one: mxfp4Dot1Go, rows4: mxfp4Rows4Go, four: mxfp4Dot
 // weight row: 3× slower per row than 4 rows).
 const mxfp4TileRows = 16
 
+// mxfp4PadRows says whether linearMXFP4 multiplies the last rows%4 input rows as a four padded with zero rows
+// rather than one at a time, with kernels whose padded four costs less (padFour: the assembly ones): where they are
+// all the rows (the one-row kernels read four weight rows at a time from memory, slower than the four-row kernel
+// with its padding: thread CPU time of [8960×1536], 1 row 1.46-1.57 ms, 2 rows 1.80-1.94, 3 rows 2.29-2.44, a
+// padded four 1.01-1.22; docs/performance-log.md) or three of them (7 rows 2.63 ms against 2.77; 5 and 6 rows
+// cost more padded).
+func mxfp4PadRows(rows int) bool { return rows < 4 || rows%4 == 3 }
+
+var mxfp4Pad = sync.Pool{New: func() any { return new([]float32) }}
+
 // linearMXFP4 is LinearQuant for an MXFP4 matrix (see the top of this file), with kernels k: tiles of weight
-// rows, each swept by the input rows four at a time, then one at a time (four weight rows at a time).
+// rows, each swept by the input rows four at a time, then the rest (mxfp4PadRows) as a four padded with zero
+// rows or one at a time (four weight rows at a time).
 func linearMXFP4(y, x []float32, w QuantMatrix, bias []float32, k mxfp4Kernels) {
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
+	var pad []float32 // the last rows, padded to a four
+	if rows%4 != 0 && k.padFour && mxfp4PadRows(rows) {
+		p, xp := scratch[float32](&mxfp4Pad, 4*in)
+		defer mxfp4Pad.Put(p)
+		clear(xp[copy(xp, x[rows/4*4*in:rows*in]):])
+		pad = xp
+	}
 	ParallelFor(out, func(lo, hi int) {
 		var acc [4]mxfp4Lanes
 		for o0 := lo; o0 < hi; o0 += mxfp4TileRows {
@@ -117,6 +142,15 @@ func linearMXFP4(y, x []float32, w QuantMatrix, bias []float32, k mxfp4Kernels) 
 						y[(r+i)*out+o] = hsum16(&acc[i])
 					}
 				}
+			}
+			if pad != nil {
+				for o := o0; o < o1; o++ {
+					k.four(w.Row(o), pad, in, &acc)
+					for i := range rows - r {
+						y[(r+i)*out+o] = hsum16(&acc[i])
+					}
+				}
+				r = rows
 			}
 			for ; r < rows; r++ {
 				xr := x[r*in : (r+1)*in]

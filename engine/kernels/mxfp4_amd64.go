@@ -31,6 +31,7 @@ func mxfp4Rows4AVX512(w *byte, stride int, blocks int, x *float32, acc *float32)
 
 // mxfp4AVX512 are the assembly kernels.
 var mxfp4AVX512 = mxfp4Kernels{
+	padFour: true,
 	one: func(w []byte, x []float32, acc *mxfp4Lanes) {
 		if n := len(w) / mxfp4BlockBytes; n > 0 {
 			_ = x[32*n-1] // the last value: in bounds

@@ -262,6 +262,12 @@ type quantKernel struct {
 	// with four consecutive input rows (x spans them), bit for bit as dot would: a prompt's rows share each
 	// unpacked block.
 	in4 func(w []byte, x qActRow, y []float32, ystride int)
+	// rows, where set, sets y[r·ystride] for r < n (2 ≤ n ≤ rowsMost) to dot of the row w with the n consecutive
+	// input rows x spans, bit for bit as dot would, decoding each weight block once for all of them (the codebook
+	// i-quants, grid.go).
+	rows func(w []byte, x qActRow, n int, y []float32, ystride int)
+	// rowsFrom is the number of input rows from which LinearQuant takes rows (fewer: dot for each row).
+	rowsFrom int
 	// widen, when set, rewrites a row of this format (src) as a row of Q8_0 blocks (dst) holding the same
 	// integers and the same float16 scales: Q8_0's kernels then give the same products, bit for bit (the same
 	// integer lanes, the same float operations per block), with no decoding left in the loop over input rows.
@@ -808,6 +814,12 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	for i := range x4 {
 		x4[i] = a.rows(4*i, 4)
 	}
+	var xg []qActRow // with a rows kernel, the input rows rowsMost at a time (the last group maybe fewer)
+	if w.k.rows != nil && rows >= w.k.rowsFrom {
+		for r := 0; r < rows; r += rowsMost {
+			xg = append(xg, a.rows(r, min(rowsMost, rows-r)))
+		}
+	}
 	dot, rb := w.k.dot, w.rowBytes
 	in4, widen := w.k.in4, w.k.widen
 	if widen != nil && rows >= widenRows {
@@ -826,6 +838,10 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 			if widen != nil {
 				widen(wide, wr)
 				wr = wide
+			}
+			if xg != nil {
+				rowsGroups(wr, xg, rows, w.k, y[o:], out)
+				continue
 			}
 			r := 0
 			if in4 != nil {
@@ -846,4 +862,17 @@ func linearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 			}
 		}
 	})
+}
+
+// rowsGroups sets y[r·ystride] to the product of the weight row w with each of the rows input rows, in the groups
+// xg (rowsMost rows each, the last maybe fewer), by k's rows kernel, or a group of one row by its dot.
+func rowsGroups(w []byte, xg []qActRow, rows int, k *quantKernel, y []float32, ystride int) {
+	for g, x := range xg {
+		yg := y[g*rowsMost*ystride:]
+		if n := min(rowsMost, rows-g*rowsMost); n > 1 {
+			k.rows(w, x, n, yg, ystride)
+		} else {
+			yg[0] = k.dot(w, x)
+		}
+	}
 }

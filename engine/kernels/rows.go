@@ -34,6 +34,11 @@ import (
 // y += (float(Σ w·x)·d)·dx. A single row (a decode step) has kernels of its own that fold its lanes horizontally
 // instead of padding it to four rows. The other types (the codebook i-quants IQ1-IQ3)
 // have no rows kernels yet: their LinearQuant keeps its lanes order.
+//
+// Every type's k-row products, in both arithmetics, are tabulated in docs/performance-log.md ("Issue 40: every
+// block type, many rows"), with how many times each decodes a weight block: the codebook i-quants decode each
+// super-block once for 2-32 rows in their own order (gridRows, grid.go), MXFP4 once per four rows (mxfp4.go), and
+// TestManyRows checks every type at 1-32 rows against the one-row portable path.
 
 // rowsQuad is the number of input rows a rows kernel multiplies together; a product's rows are padded to a
 // multiple of it with zero rows.

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -28,41 +27,6 @@ func BenchmarkLinearQuantRows(b *testing.B) {
 					LinearQuant(y, x, w, nil)
 				}
 			})
-		}
-	}
-}
-
-// TestLinearQuantRows: LinearQuant over 1 to 32 input rows, for every block type, gives each output bit for bit
-// the portable one-row dot product (for the types of rowsKernels, the tiled order's: tiledRef): whichever kernels
-// the row count selects (rows kernels, four-input kernels, widened rows, their tails), a row's result does not
-// depend on the rows beside it — the property that makes a batch step or a draft's verification compute each
-// position as a decode step does.
-func TestLinearQuantRows(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	const out, cols = 13, 256 // an output count that leaves tails after groups of four
-	for _, typ := range quantTypes {
-		w := randomQuantMatrix(t, rng, typ, out, cols)
-		p := portableKernels[typ]
-		x := make([]float32, 32*cols)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		var a qAct
-		a.quantize(p.act, x, cols)
-		for rows := 1; rows <= 32; rows++ {
-			y := make([]float32, rows*out)
-			LinearQuant(y, x[:rows*cols], w, nil)
-			for r := range rows {
-				for o := range out {
-					want := p.dot(w.Row(o), a.row(r))
-					if rowsKernels[typ] != nil {
-						want = tiledRef(typ, w.Row(o), a.row(r)) // its products are in the tiled order (rows.go)
-					}
-					if got := y[r*out+o]; math.Float32bits(got) != math.Float32bits(want) {
-						t.Fatalf("%s, %d rows: row %d output %d %g, portable one-row dot %g", typ, rows, r, o, got, want)
-					}
-				}
-			}
 		}
 	}
 }
