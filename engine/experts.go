@@ -18,8 +18,9 @@ import (
 // Routed-only streaming of mixture-of-experts layers. The split lays out each routed expert's tensors together in
 // its layer's shard (shards.TensorInfo.Expert); on the host kernels' path the stream reads a streamed sparse
 // layer's other tensors only (attention, norms, router, shared expert: shards.Set.LoadPart with NoExpert), and
-// once the router chose (hostOps.Route), the experts the pass's rows were routed to are read, one read each,
-// while the first of them computes (hostOps.Rows waits for its expert). A layer's experts are read once per pass
+// once the router chose (hostOps.Route), the experts the pass's rows were routed to are read, one read each, in
+// the order the layer computes them and ahead of the stream's read-ahead of later layers (readGate), while the
+// first of them computes (hostOps.Rows waits for its expert). A layer's experts are read once per pass
 // whatever the number of groups routed to them, kept in an expert cache under a byte budget (LRU or LFU), and the
 // next layer's experts are predicted by its router applied to this layer's output and read ahead (prefetch). The
 // graphs (Logits, GraphDecode) read whole layers, as every expert computes on every row there.
