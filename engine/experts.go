@@ -18,8 +18,9 @@ import (
 // Routed-only streaming of mixture-of-experts layers. The split lays out each routed expert's tensors together in
 // its layer's shard (shards.TensorInfo.Expert); on the host kernels' path the stream reads a streamed sparse
 // layer's other tensors only (attention, norms, router, shared expert: shards.Set.LoadPart with NoExpert), and
-// once the router chose (hostOps.Route), the experts the pass's rows were routed to are read, one read each,
-// while the first of them computes (hostOps.Rows waits for its expert). A layer's experts are read once per pass
+// once the router chose (hostOps.Route), the experts the pass's rows were routed to are read, one read each, in
+// the order the layer computes them and ahead of the stream's read-ahead of later layers (readGate), while the
+// first of them computes (hostOps.Rows waits for its expert). A layer's experts are read once per pass
 // whatever the number of groups routed to them, kept in an expert cache under a byte budget (LRU or LFU), and the
 // next layer's experts are predicted by its router applied to this layer's output and read ahead (prefetch). The
 // graphs (Logits, GraphDecode) read whole layers, as every expert computes on every row there.
@@ -69,7 +70,10 @@ type expertStore struct {
 	specs  [][]int
 	budget int64
 	policy ExpertPolicy
-	reads  chan struct{} // bounds the expert reads in flight
+	// inFlight bounds the expert reads in flight (expertReadsFor); gate holds the stream's reads of whole units
+	// back while expert reads are queued or in flight.
+	inFlight int
+	gate     readGate
 
 	// pred predicts the next layer's experts (nil: no prediction; predict.go).
 	pred *predictor
@@ -80,6 +84,8 @@ type expertStore struct {
 	held    int64                  // bytes of the entries
 	clock   int64
 	free    []*shards.Buffer // buffers of evicted entries, reused
+	queue   []*expertEntry   // entries whose read has not started, in the order they were asked for
+	readers int              // goroutines reading the queue (readQueue), at most inFlight
 
 	hits, misses atomic.Int64 // experts asked for by a pass: found (or being read), or read then
 	// predicted and predictedOK count the experts predicted for a layer and those of them its rows were then
@@ -87,11 +93,23 @@ type expertStore struct {
 	predicted, predictedOK, readAhead atomic.Int64
 }
 
-// expertReads is the number of expert reads in flight at once: a layer's routed experts are read together, the
-// first computing as soon as it is in. On the synthetic Qwen3-30B-A3B shape (q4 experts of 2.6 MB, O_DIRECT, the
+// expertReads is the most expert reads in flight at once, and expertReadBytes the bytes they are sized to keep in
+// flight (expertReadsFor): a layer's routed experts are read in the order the layer computes them, the first ones
+// computing while the next ones read. On the synthetic Qwen3-30B-A3B shape (q4 experts of 2.6 MB, O_DIRECT, the
 // 2-core VM under a load average near 20) 8 reads in flight gave 0.157 and 0.137 s/token against 0.180 and
-// 0.212 with 2 (docs/performance-log.md).
-const expertReads = 8
+// 0.212 with 2; on the gpt-oss-120b shape (MXFP4 experts of 13.2 MB, 4 a token) 2 at a time gave the shortest
+// layers of 1, 2, 3 and 4, by a margin within the noise of the shared disk (docs/performance-log.md "Issue 34:
+// gpt-oss read pattern").
+const (
+	expertReads     = 8
+	expertReadBytes = 32 << 20
+)
+
+// expertReadsFor is the number of expert reads in flight for experts of size bytes: as many as keep
+// expertReadBytes in flight, from 1 to expertReads.
+func expertReadsFor(size int64) int {
+	return int(min(max(expertReadBytes/max(size, 1), 1), expertReads))
+}
 
 // newExpertStore returns the expert store of s, or nil when no streamed layer lays its experts out apart or the
 // passes read whole layers (Options.WholeExperts, the graphs, Options.Arithmetic llama.cpp).
@@ -115,8 +133,15 @@ func newExpertStore(s *weightStore, budget int64) *expertStore {
 	if policy == "" {
 		policy = ExpertLRU
 	}
-	return &expertStore{s: s, specs: specs, budget: max(budget, 0), policy: policy, reads: make(chan struct{}, expertReads),
+	x := &expertStore{s: s, specs: specs, budget: max(budget, 0), policy: policy, inFlight: expertReads,
 		entries: map[expertKey]*expertEntry{}, ahead: map[int][]*expertEntry{}}
+	for _, u := range s.set.Units() {
+		if x.routed(u.Name) {
+			x.inFlight = expertReadsFor(u.PartBytes(0))
+			break
+		}
+	}
+	return x
 }
 
 // routed reports whether the stream reads unit's experts apart: a decoder layer whose shard lays out as many
@@ -194,7 +219,7 @@ func (x *expertStore) acquire(key expertKey, asked bool) *expertEntry {
 			e.buf = shards.NewBuffer(0)
 		}
 		x.entries[key] = e
-		go x.read(e)
+		x.enqueue(e)
 	}
 	e.pins++
 	e.last = x.clock
@@ -204,11 +229,40 @@ func (x *expertStore) acquire(key expertKey, asked bool) *expertEntry {
 	return e
 }
 
+// enqueue queues entry e's read, which starts once the reads queued before it have started and fewer than
+// x.inFlight are in flight: a layer's experts are read in the order it asked for them, which is the order it
+// computes them (goroutines started one per read would start in any order). The caller holds mu.
+func (x *expertStore) enqueue(e *expertEntry) {
+	x.gate.begin()
+	x.queue = append(x.queue, e)
+	if x.readers < x.inFlight {
+		x.readers++
+		go x.readQueue()
+	}
+}
+
+// readQueue reads the queued entries, first in first out, until the queue is empty.
+func (x *expertStore) readQueue() {
+	for {
+		x.mu.Lock()
+		if len(x.queue) == 0 {
+			x.readers--
+			x.mu.Unlock()
+			return
+		}
+		e := x.queue[0]
+		x.queue = x.queue[1:]
+		x.mu.Unlock()
+		x.read(e)
+	}
+}
+
 // read reads entry e's expert from its layer's shard and makes its host views (load); an entry no layer holds
 // any more by then (a prediction dropped) is evicted as its release would have.
 func (x *expertStore) read(e *expertEntry) {
 	x.load(e)
 	close(e.done)
+	x.gate.end()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if e.pins == 0 {
@@ -219,8 +273,6 @@ func (x *expertStore) read(e *expertEntry) {
 
 // load reads entry e's expert and makes its host views, or sets e.err.
 func (x *expertStore) load(e *expertEntry) {
-	x.reads <- struct{}{}
-	defer func() { <-x.reads }()
 	s, unit := x.s, layerUnit(e.key.layer)
 	start := time.Now()
 	l, err := s.set.LoadPart(context.Background(), unit, e.key.expert, e.buf)
@@ -450,4 +502,56 @@ func (r *routedLayer) release() {
 	})
 	r.x.release(append(entries, r.ahead...))
 	r.taken, r.ahead = nil, nil
+}
+
+// readGate gives a streamed sparse layer's expert reads, which the computing layer waits for, the disk before the
+// stream's read-ahead of later units (shards.LoadTrace.Yield): a unit's read waits, before each of its pieces,
+// until no expert read is queued or in flight. Expert reads never wait for the stream, so the wait ends.
+type readGate struct {
+	mu     sync.Mutex
+	urgent int           // expert reads queued or in flight
+	idle   chan struct{} // closed while urgent is 0; nil before the first expert read
+}
+
+// begin counts an urgent read.
+func (g *readGate) begin() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.urgent == 0 {
+		g.idle = make(chan struct{})
+	}
+	g.urgent++
+}
+
+// end counts an urgent read done.
+func (g *readGate) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.urgent--; g.urgent == 0 {
+		close(g.idle)
+	}
+}
+
+// wait returns once no urgent read is queued or in flight, or with ctx's error.
+func (g *readGate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	idle := g.idle
+	g.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// yield is the stream's shards.LoadTrace.Yield: nil where there is no expert store.
+func (x *expertStore) yield() func(context.Context) error {
+	if x == nil {
+		return nil
+	}
+	return x.gate.wait
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/engine/model"
@@ -326,4 +327,51 @@ func TestRoutedExpertsGGUF(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExpertReadsQueued: expert reads start in the order they were asked for, at most inFlight at once (with one,
+// an expert read is done only once those asked for before it are), and the stream's reads of whole units
+// (readGate, shards.LoadTrace.Yield) wait while an expert read is queued or in flight, then go on.
+func TestExpertReadsQueued(t *testing.T) {
+	dir := hffixture.Checkpoint(t, "qwen3_moe", hffixture.V5)
+	e := open(t, dir, Options{NoMap: true, ExpertCache: -1})
+	x := e.store.experts
+	if x == nil || !x.routed(layerUnit(0)) {
+		t.Fatal("the fixture's layers do not stream their routed experts")
+	}
+	if u, _ := e.store.set.Unit(layerUnit(0)); x.inFlight != expertReadsFor(u.PartBytes(0)) || expertReadsFor(u.PartBytes(0)) != expertReads {
+		t.Errorf("%d expert reads in flight for experts of %d bytes, want %d", x.inFlight, u.PartBytes(0), expertReads)
+	}
+	if n := expertReadsFor(13_246_464); n != 2 { // a gpt-oss-120b expert in MXFP4
+		t.Errorf("%d reads in flight for 13.2 MB experts, want 2", n)
+	}
+	x.inFlight = 1
+	order := []int{5, 2, 7, 0}
+	yield := x.yield()
+	gateHeld := make(chan error, 1)
+	var entries []*expertEntry
+	x.mu.Lock() // held: no queued read can start (readQueue takes the queue's head under mu)
+	for _, ex := range order {
+		en := &expertEntry{key: expertKey{0, ex}, done: make(chan struct{}), buf: shards.NewBuffer(0), pins: 1}
+		x.entries[en.key] = en
+		x.enqueue(en)
+		entries = append(entries, en)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	go func() { gateHeld <- yield(ctx) }()
+	if err := <-gateHeld; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the stream's read went on while expert reads were queued: %v", err)
+	}
+	cancel()
+	x.mu.Unlock()
+	<-entries[len(entries)-1].done
+	for i, en := range entries {
+		if !isDone(en) || en.err != nil {
+			t.Errorf("expert %d (asked for %d of %d) not read when the last was: done %v, err %v", en.key.expert, i+1, len(order), isDone(en), en.err)
+		}
+	}
+	if err := yield(context.Background()); err != nil {
+		t.Errorf("the stream's read after the expert reads: %v", err)
+	}
+	x.release(entries)
 }

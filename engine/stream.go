@@ -101,8 +101,9 @@ func (s *stream) fail(err error) {
 // prefetch loads total units of the schedule in order (without end when total is negative). Each load runs on
 // its own goroutine, which starts once a host buffer is free and the previous load has read its file: one
 // read at a time, front to back, and the next read starts while the previous unit's encoded tensors still
-// decode (shards.LoadTrace), so that the disk does not wait for decoding. The loads are handed to transfer in
-// schedule order.
+// decode (shards.LoadTrace), so that the disk does not wait for decoding. Where layers stream their routed
+// experts apart, a read yields to the expert reads the computing layer waits for (shards.LoadTrace.Yield,
+// readGate). The loads are handed to transfer in schedule order.
 func (s *stream) prefetch(total int) {
 	defer s.wg.Done()
 	defer close(s.loaded)
@@ -174,7 +175,7 @@ func (s *stream) load(unit string, buf *shards.Buffer, readDone func()) loadResu
 	case s.store.mapShards():
 		load = s.store.set.Map
 	}
-	l, err := load(shards.WithLoadTrace(s.ctx, &shards.LoadTrace{ReadDone: readDone}), unit, buf)
+	l, err := load(shards.WithLoadTrace(s.ctx, &shards.LoadTrace{ReadDone: readDone, Yield: s.store.experts.yield()}), unit, buf)
 	if err != nil {
 		var f *shards.MappingFault
 		if errors.As(err, &f) { // the shard was truncated while mapped: say so as compute's faults do

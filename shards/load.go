@@ -66,24 +66,19 @@ func (s *Set) load(ctx context.Context, unit string, buf *Buffer, force bool) (*
 
 	buf.release()
 	buf.ensure(u.BufferSize())
-	var readDone func()
-	if t := loadTraceFrom(ctx); t != nil {
-		readDone = t.ReadDone
-	}
-	return s.check(ctx, u, path, st, start, buf.b[:u.FileSize], buf.b[u.FileSize:u.BufferSize()], verify, r.chunk(), !r.direct, r.readAt, readDone)
+	return s.check(ctx, u, path, st, start, buf.b[:u.FileSize], buf.b[u.FileSize:u.BufferSize()], verify, tracedReads(ctx, r, r.readAt))
 }
 
-// check fills file (the unit's whole shard file, as stat describes it) with read, chunk bytes at a time, while
-// checking its tensors (when verify) and decoding the encoded ones into area; then checks the file's table
-// against the manifest and returns the tensors, aliasing file and area; readDone, when not nil, is called when
-// the reading ends (LoadTrace). A successful check with verify marks the file verified (VerifyOnce), a failed one
+// check fills file (the unit's whole shard file, as stat describes it) with reads, while checking its tensors
+// (when verify) and decoding the encoded ones into area; then checks the file's table against the manifest and
+// returns the tensors, aliasing file and area. A successful check with verify marks the file verified (VerifyOnce), a failed one
 // forgets it.
-func (s *Set) check(ctx context.Context, u UnitInfo, path string, stat os.FileInfo, start time.Time, file, area []byte, verify bool, chunk int, inline bool, read func(b []byte, off int64) error, readDone func()) (*Loaded, error) {
+func (s *Set) check(ctx context.Context, u UnitInfo, path string, stat os.FileInfo, start time.Time, file, area []byte, verify bool, reads fileReads) (*Loaded, error) {
 	c, err := newCheck(path, file, u.Tensors, area, verify, s.decoder)
 	if err != nil {
 		return nil, err
 	}
-	readEnd, err := c.runWhileReading(ctx, file, chunk, inline, read, readDone, func() error {
+	readEnd, err := c.runWhileReading(ctx, file, reads, func() error {
 		// The checks were planned from the manifest: the file's own table must say the same.
 		h, err := parseShard(file, path)
 		if err != nil {
@@ -466,7 +461,8 @@ func (c *check) runGuarded(k int) {
 	c.run(k)
 }
 
-// runWhileReading fills file front to back with read, chunk bytes at a time, on the calling goroutine, while
+// runWhileReading fills file front to back with reads.read, reads.chunk bytes at a time (in one read where no
+// piece overlaps the reading, unless reads.pieces), on the calling goroutine, while
 // workers run the pieces whose bytes are in: GOMAXPROCS-1 of them (at least one) with inline, where the reading
 // goroutine copies from the page cache and keeps a core of its own, else GOMAXPROCS, as the reading goroutine
 // waits for the disk (O_DIRECT) and a core would sit idle while encoded frames wait. With inline, the reading goroutine checksums a raw piece itself, while it is still in its
@@ -474,7 +470,8 @@ func (c *check) runGuarded(k int) {
 // checks cost little more CPU than the read, and with a core to spare they run beside it. Once the file is
 // read, afterRead runs (a failure stops the remaining pieces), then the calling goroutine joins the workers
 // until every piece ran. It returns when the read ended.
-func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inline bool, read func(b []byte, off int64) error, readDone func(), afterRead func() error) (time.Time, error) {
+func (c *check) runWhileReading(ctx context.Context, file []byte, reads fileReads, afterRead func() error) (time.Time, error) {
+	chunk, inline, read := reads.chunk, reads.inline, reads.read
 	jobs := make(chan int, len(c.pieces)) // never blocks the reader
 	work := func() {
 		for k := range jobs {
@@ -484,7 +481,7 @@ func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inl
 		}
 	}
 	var wg sync.WaitGroup
-	if len(c.pieces) == 0 {
+	if len(c.pieces) == 0 && !reads.pieces {
 		chunk = len(file) // nothing to overlap: one read
 	}
 	workers := runtime.GOMAXPROCS(0)
@@ -514,8 +511,8 @@ func (c *check) runWhileReading(ctx context.Context, file []byte, chunk int, inl
 		}
 	}
 	readEnd := time.Now()
-	if readDone != nil {
-		readDone()
+	if reads.readDone != nil {
+		reads.readDone()
 	}
 	if err == nil {
 		err = afterRead()

@@ -92,10 +92,10 @@ func (s *Set) Map(ctx context.Context, unit string, buf *Buffer) (*Loaded, error
 		}
 	}
 	buf.ensure(u.DecodeSize)
-	read := func([]byte, int64) error { return nil } // mapped: the bytes are there
+	reads := fileReads{read: func([]byte, int64) error { return nil }, chunk: len(m)} // mapped: the bytes are there
 	var l *Loaded
 	err = guardFault(path, func() (err error) {
-		l, err = s.check(ctx, u, path, st, start, m, buf.b[:u.DecodeSize], verify, len(m), false, read, nil) // nothing is read up front: no ReadDone
+		l, err = s.check(ctx, u, path, st, start, m, buf.b[:u.DecodeSize], verify, reads) // nothing is read up front: no ReadDone
 		return err
 	})
 	if err != nil {

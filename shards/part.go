@@ -48,12 +48,8 @@ func (s *Set) LoadPart(ctx context.Context, unit string, e int, buf *Buffer) (*L
 	if err != nil {
 		return nil, err
 	}
-	var readDone func()
-	if t := loadTraceFrom(ctx); t != nil {
-		readDone = t.ReadDone
-	}
-	readAt := func(b []byte, off int64) error { return r.readAt(b, off+lo) }
-	readEnd, err := c.runWhileReading(ctx, file, r.chunk(), !r.direct, readAt, readDone, func() error { return nil })
+	reads := tracedReads(ctx, r, func(b []byte, off int64) error { return r.readAt(b, off+lo) })
+	readEnd, err := c.runWhileReading(ctx, file, reads, func() error { return nil })
 	if err != nil {
 		return nil, err
 	}

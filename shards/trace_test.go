@@ -2,6 +2,7 @@ package shards
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/layerstream/layerstream/checkpoint"
@@ -52,5 +53,65 @@ func TestLoadTrace(t *testing.T) {
 	calls := 0
 	if _, err := s.Load(traced(&calls), "layer.99", NewBuffer(0)); err == nil || calls != 0 {
 		t.Errorf("Load of an unknown unit: error %v, ReadDone called %d times", err, calls)
+	}
+}
+
+// TestLoadTraceYield: Load and LoadPart call Yield before each read of the file, in yieldChunk pieces with
+// O_DIRECT (readChunk ones from the page cache), also where no checksum overlaps the reading (a second load under
+// VerifyOnce, which would otherwise read the file in one piece), and the first call comes before any byte is
+// read; an error from Yield ends the load with it.
+func TestLoadTraceYield(t *testing.T) {
+	s := split(t, moeCheckpoint(t), t.TempDir(), Raw)
+	s.SetVerify(VerifyOnce)
+	var u UnitInfo
+	for _, c := range s.Units() {
+		if c.Layer >= 0 {
+			u = c
+			break
+		}
+	}
+	buf := NewBuffer(0)
+	for _, direct := range []bool{true, false} {
+		s.SetDirectIO(direct)
+		for _, part := range []bool{false, true} {
+			size := u.FileSize
+			load := s.Load
+			if part {
+				size = u.PartBytes(NoExpert)
+				load = func(ctx context.Context, unit string, buf *Buffer) (*Loaded, error) {
+					return s.LoadPart(ctx, unit, NoExpert, buf)
+				}
+			}
+			for pass := range 2 { // the second load under VerifyOnce checks nothing
+				calls, read := 0, false
+				ctx := WithLoadTrace(context.Background(), &LoadTrace{
+					ReadDone: func() { read = true },
+					Yield: func(context.Context) error {
+						if calls == 0 && read {
+							t.Errorf("direct %v, part %v: Yield first called after the read", direct, part)
+						}
+						calls++
+						return nil
+					},
+				})
+				l, err := load(ctx, u.Name, buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				chunk := int64(readChunk)
+				if s.direct.Load() { // not where the filesystem refuses O_DIRECT
+					chunk = yieldChunk
+				}
+				if want := int((size + chunk - 1) / chunk); calls != want {
+					t.Errorf("direct %v, part %v, load %d (verified %v): Yield called %d times, want %d (%d bytes in %d-byte reads)",
+						direct, part, pass+1, l.Verified, calls, want, size, chunk)
+				}
+			}
+		}
+	}
+	stop := errors.New("held back")
+	ctx := WithLoadTrace(context.Background(), &LoadTrace{Yield: func(context.Context) error { return stop }})
+	if _, err := s.LoadPart(ctx, u.Name, NoExpert, buf); !errors.Is(err, stop) {
+		t.Errorf("LoadPart with a failing Yield: error %v, want %v", err, stop)
 	}
 }
