@@ -134,7 +134,7 @@ func tiledRowsAsm() map[quant.Type]transKernel {
 		return nil
 	}
 	return map[quant.Type]transKernel{
-		quant.Q4_K: {[2]tiledRowsKernel{tiledRows4Q4_KVNNI, tiledRowsQ4_KVNNI}, 2, 65},
-		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, 2, 65},
+		quant.Q4_K: {[2]tiledRowsKernel{tiledRows4Q4_KVNNI, tiledRowsQ4_KVNNI}, 2, 65, true},
+		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, 2, 65, false},
 	}
 }

@@ -153,12 +153,8 @@ DATA tiledrows<>+40(SB)/8, $0x0000000b0000000a
 DATA tiledrows<>+48(SB)/8, $0x0000000d0000000c
 DATA tiledrows<>+56(SB)/8, $0x0000000f0000000e
 GLOBL tiledrows<>(SB), RODATA|NOPTR, $64
-DATA tiled3f<>+0(SB)/4, $0x0000003f
-GLOBL tiled3f<>(SB), RODATA|NOPTR, $4
 DATA tiled0f<>+0(SB)/4, $0x0000000f
 GLOBL tiled0f<>(SB), RODATA|NOPTR, $4
-DATA tiled30<>+0(SB)/4, $0x00000030
-GLOBL tiled30<>(SB), RODATA|NOPTR, $4
 DATA tiledffff<>+0(SB)/4, $0x0000ffff
 GLOBL tiledffff<>(SB), RODATA|NOPTR, $4
 
@@ -414,8 +410,6 @@ c32pair: \
 
 // GATHER(off, z): the dwords at off of the 16 rows' blocks into z (Z20: the rows' offsets).
 #define GATHER(off, z) KXNORW K1, K1, K1; VPGATHERDD off(SI)(Z20*1), K1, z
-// HALVES(z, zd, zm): the float16 pairs of z as float32, the low halves into zd, the high ones into zm.
-#define HALVES(z, zd, zm) VPMOVDW z, Y28; VCVTPH2PS Y28, zd; VPSRLD $16, z, Z29; VPMOVDW Z29, Y29; VCVTPH2PS Y29, zm
 // SCALESENTRY: the arguments of a scale unpacker into SI, DI, CX (blocks) and DX (bytes per block), Z20 = r·stride
 // in lane r; for TRANS4 (transpose_amd64.h) R9 the stride, R11 3·stride, R10, R8, R12 rows 3, 8 and 11 (ROWSNEXT
 // moves them on).
@@ -426,16 +420,6 @@ c32pair: \
 #define ROWSNEXT ADDQ DX, SI; ADDQ DX, R10; ADDQ DX, R8; ADDQ DX, R12
 
 
-// K4SCALES(sh, off, zm, zm4): scale k and k+4 of Q4_K's eight (sh = 8k) to off(DI) and off+256(DI), minimums k
-// and k+4 into zm and zm4 (Z1, Z2, Z3: the rows' q[0..3], q[4..7], q[8..11]; Z21 0x3f, Z22 0x0f, Z23 0x30).
-#define K4SCALES(sh, off, zm, zm4) \
-	VPSRLD $sh, Z1, Z16; VPSRLD $sh, Z2, Z17; VPSRLD $sh, Z3, Z18 \
-	VPANDD Z21, Z16, Z19; VMOVDQU32 Z19, off(DI) \
-	VPANDD Z21, Z17, zm \
-	VPSRLD $2, Z16, Z16; VPANDD Z22, Z18, Z19; VPTERNLOGD $0xF8, Z23, Z16, Z19; VMOVDQU32 Z19, 256+off(DI) \
-	VPSRLD $2, Z17, Z17; VPSRLD $4, Z18, Z18; VPANDD Z22, Z18, zm4; VPTERNLOGD $0xF8, Z23, Z17, zm4
-// MINPAIR(za, zb, off): the int16 pairs za | zb << 16 (both 0..63) to off(DI).
-#define MINPAIR(za, zb, off) VPSLLD $16, zb, zb; VPORD za, zb, zb; VMOVDQU32 zb, off(DI)
 
 // Q6SCALES(z, off): the four signed bytes of z (scales 4j..4j+3) sign-extended to off(DI)..off+192(DI), and 32
 // times them into Z8..Z11.
@@ -754,25 +738,12 @@ TEXT ·codes16Q5_1AVX512(SB), NOSPLIT, $0-32
 // minimums, d, dm (896 bytes each).
 TEXT ·scales16K4AVX512(SB), NOSPLIT, $0-40
 	SCALESENTRY
-	VPBROADCASTD tiled3f<>(SB), Z21
-	VPBROADCASTD tiled0f<>(SB), Z22
-	VPBROADCASTD tiled30<>(SB), Z23
+	K4CONSTS
 
 k4block:
 	// Z0: d, dmin; Z1: q[0..3] (scales 0-3, the high bits of scales 4-7); Z2: q[4..7] (minimums 0-3, the high bits
 	// of minimums 4-7); Z3: q[8..11] (the low bits of scales and minimums 4-7).
-	TRANS4(0, Z24, Z25, Z26, Z27, Z16, Z17, Z18, Z19, Z0, Z1, Z2, Z3)
-	K4SCALES(0, 0, Z8, Z12)
-	K4SCALES(8, 64, Z9, Z13)
-	K4SCALES(16, 128, Z10, Z14)
-	K4SCALES(24, 192, Z11, Z15)
-	MINPAIR(Z8, Z9, 512)
-	MINPAIR(Z10, Z11, 576)
-	MINPAIR(Z12, Z13, 640)
-	MINPAIR(Z14, Z15, 704)
-	HALVES(Z0, Z4, Z5)
-	VMOVUPS Z4, 768(DI)
-	VMOVUPS Z5, 832(DI)
+	K4META(DI)
 	ROWSNEXT
 	ADDQ $896, DI
 	DECQ CX

@@ -34,6 +34,10 @@ type tiledRowsKernel func(w *byte, stride int, meta, qs, ameta *byte, nsb int, a
 type transKernel struct {
 	kernels  [2]tiledRowsKernel // 4 and 8 inputs a call: 4 for products of up to 4 rows
 	from, to int
+	// ownMeta: the kernels build each super-block's meta themselves, into the one super-block's worth at meta,
+	// from the same transposed loads (no separate scales16 pass over the panel: it waited on the panel's memory
+	// and took 15% of an 8-row product).
+	ownMeta bool
 }
 
 // linearTiledRows is LinearQuant for a type of rowsKernels with a transposing kernel (f.trans): the same bits as
@@ -59,7 +63,11 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
-		p.meta = grow.Slice(p.meta, nb*tf.metaBytes())
+		metaSBs := nb
+		if f.trans.ownMeta {
+			metaSBs = 1
+		}
+		p.meta = grow.Slice(p.meta, metaSBs*tf.metaBytes())
 		var acc [8 * tileRows]float32
 		for pi := lo; pi < hi; pi++ {
 			o := pi * tileRows
@@ -75,7 +83,9 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 			if next := o + tileRows; next < out {
 				pf = &w.Data[next*w.rowBytes]
 			}
-			tf.scales16(src, w.rowBytes, &p.meta[0], nb, bb)
+			if !f.trans.ownMeta {
+				tf.scales16(src, w.rowBytes, &p.meta[0], nb, bb)
+			}
 			for g := range groups {
 				clear(acc[:])
 				kernel(src, w.rowBytes, &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], pf)

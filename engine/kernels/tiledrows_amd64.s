@@ -128,11 +128,13 @@
 // Q4SB(DOT, SCALE, MIN, EPIS, S): a Q4_K super-block of the 16 rows times 8 or 4 inputs (S = 4·inputs: the bytes
 // of a quad; ameta per super-block: the pairs of sums [4][inputs]int32, dx [inputs]float32).
 #define Q4SB(DOT, SCALE, MIN, EPIS, S) \
+	K4CONSTS; K4META(BX) \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); VPBROADCASTD trnib<>(SB), Z26 \
 	Q4GROUP(0, DOT, SCALE, S); Q4GROUP(1, DOT, SCALE, S); Q4GROUP(2, DOT, SCALE, S); Q4GROUP(3, DOT, SCALE, S) \
 	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	MIN(512, 0); MIN(576, S); MIN(640, 2*S); MIN(704, 3*S) \
 	EPIS(768, 4*S) \
-	NEXTSB(144, 896, 5*S)
+	NEXTSB(144, 0, 5*S)
 
 // func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // 16 Q4_K rows (row r at w + r·stride) times 8 inputs (qs: [256·nsb/4 quads][8][4]; ameta per super-block: the

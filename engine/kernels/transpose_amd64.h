@@ -14,3 +14,29 @@
 	VBROADCASTI32X4 off(R10), a3; VINSERTI32X4 $1, off(R10)(R9*4), a3, a3; VINSERTI32X4 $2, off(R12), a3, a3; VINSERTI32X4 $3, off(R12)(R9*4), a3, a3 \
 	VPUNPCKLDQ a1, a0, b0; VPUNPCKHDQ a1, a0, b1; VPUNPCKLDQ a3, a2, b2; VPUNPCKHDQ a3, a2, b3 \
 	VPUNPCKLQDQ b2, b0, d0; VPUNPCKHQDQ b2, b0, d1; VPUNPCKLQDQ b3, b1, d2; VPUNPCKHQDQ b3, b1, d3
+
+// Q4_K's and Q5_K's meta of a super-block of the 16 rows (unpackK4Scales' layout, 896 bytes: 8 scales, 4 pairs
+// of minimums, d, dm), shared by scales16K4AVX512 and the transposing kernels, which build it as they go.
+
+// K4CONSTS: Z21 0x3f, Z22 0x0f, Z23 0x30 in each dword (R14 scratch).
+#define K4CONSTS \
+	MOVL $0x3f, R14; VPBROADCASTD R14, Z21; MOVL $0x0f, R14; VPBROADCASTD R14, Z22; MOVL $0x30, R14; VPBROADCASTD R14, Z23
+// HALVES(z, zd, zm): the float16 pairs of z as float32, the low halves into zd, the high ones into zm.
+#define HALVES(z, zd, zm) VPMOVDW z, Y28; VCVTPH2PS Y28, zd; VPSRLD $16, z, Z29; VPMOVDW Z29, Y29; VCVTPH2PS Y29, zm
+// K4SCALES(sh, off, zm, zm4, dst): scale k and k+4 of Q4_K's eight (sh = 8k) to off(dst) and off+256(dst),
+// minimums k and k+4 into zm and zm4 (Z1, Z2, Z3: the rows' q[0..3], q[4..7], q[8..11]; K4CONSTS).
+#define K4SCALES(sh, off, zm, zm4, dst) \
+	VPSRLD $sh, Z1, Z16; VPSRLD $sh, Z2, Z17; VPSRLD $sh, Z3, Z18 \
+	VPANDD Z21, Z16, Z19; VMOVDQU32 Z19, off(dst) \
+	VPANDD Z21, Z17, zm \
+	VPSRLD $2, Z16, Z16; VPANDD Z22, Z18, Z19; VPTERNLOGD $0xF8, Z23, Z16, Z19; VMOVDQU32 Z19, 256+off(dst) \
+	VPSRLD $2, Z17, Z17; VPSRLD $4, Z18, Z18; VPANDD Z22, Z18, zm4; VPTERNLOGD $0xF8, Z23, Z17, zm4
+// MINPAIR(za, zb, off, dst): the int16 pairs za | zb << 16 (both 0..63) to off(dst).
+#define MINPAIR(za, zb, off, dst) VPSLLD $16, zb, zb; VPORD za, zb, zb; VMOVDQU32 zb, off(dst)
+// K4META(dst): the meta of the rows' current super-block (TRANS4's rows) to dst (K4CONSTS loaded); Z0-Z5,
+// Z8-Z19, Z24-Z29 scratch.
+#define K4META(dst) \
+	TRANS4(0, Z24, Z25, Z26, Z27, Z16, Z17, Z18, Z19, Z0, Z1, Z2, Z3) \
+	K4SCALES(0, 0, Z8, Z12, dst); K4SCALES(8, 64, Z9, Z13, dst); K4SCALES(16, 128, Z10, Z14, dst); K4SCALES(24, 192, Z11, Z15, dst) \
+	MINPAIR(Z8, Z9, 512, dst); MINPAIR(Z10, Z11, 576, dst); MINPAIR(Z12, Z13, 640, dst); MINPAIR(Z14, Z15, 704, dst) \
+	HALVES(Z0, Z4, Z5); VMOVUPS Z4, 768(dst); VMOVUPS Z5, 832(dst)
