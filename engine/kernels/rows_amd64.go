@@ -135,6 +135,6 @@ func tiledRowsAsm() map[quant.Type]transKernel {
 	}
 	return map[quant.Type]transKernel{
 		quant.Q4_K: {[2]tiledRowsKernel{tiledRows4Q4_KVNNI, tiledRowsQ4_KVNNI}, 2, 65, true},
-		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, 2, 65, false},
+		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, 2, 65, true},
 	}
 }

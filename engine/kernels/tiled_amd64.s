@@ -420,19 +420,6 @@ c32pair: \
 #define ROWSNEXT ADDQ DX, SI; ADDQ DX, R10; ADDQ DX, R8; ADDQ DX, R12
 
 
-
-// Q6SCALES(z, off): the four signed bytes of z (scales 4j..4j+3) sign-extended to off(DI)..off+192(DI), and 32
-// times them into Z8..Z11.
-#define Q6SCALES(z, off) \
-	VPSLLD $24, z, Z8; VPSRAD $24, Z8, Z8; VMOVDQU32 Z8, off(DI); VPSLLD $5, Z8, Z8 \
-	VPSLLD $16, z, Z9; VPSRAD $24, Z9, Z9; VMOVDQU32 Z9, 64+off(DI); VPSLLD $5, Z9, Z9 \
-	VPSLLD $8, z, Z10; VPSRAD $24, Z10, Z10; VMOVDQU32 Z10, 128+off(DI); VPSLLD $5, Z10, Z10 \
-	VPSRAD $24, z, Z11; VMOVDQU32 Z11, 192+off(DI); VPSLLD $5, Z11, Z11
-// Q6PAIRS(off): the minimum factors Z8..Z11 as two int16 pairs to off(DI) and off+64(DI).
-#define Q6PAIRS(off) \
-	VPANDD Z24, Z8, Z8; VPSLLD $16, Z9, Z9; VPORD Z9, Z8, Z8; VMOVDQU32 Z8, off(DI) \
-	VPANDD Z24, Z10, Z10; VPSLLD $16, Z11, Z11; VPORD Z11, Z10, Z10; VMOVDQU32 Z10, 64+off(DI)
-
 // Q3ROW(zr, q), Q2ROW(zr, q): row (R8)'s 64 codes of a Q3_K or Q2_K chunk: its qs bytes q..q+31 (in both halves)
 // >> Z31's word shifts (q6shifts) & 3, and for Q3_K the hmask bit (bytes 0..31, rotated to bit 2 by Z25's dword
 // counts, q3rot) kept by Z26 (0x04 bytes). Z27: 0x03 bytes.
@@ -759,19 +746,7 @@ TEXT ·scales16Q6_KAVX512(SB), NOSPLIT, $0-40
 	VPBROADCASTD tiledffff<>(SB), Z24
 
 q6block:
-	TRANS4(192, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, Z0, Z1, Z2, Z3) // the 16 scales
-	GATHER(206, Z4)                                                    // d in the high halves
-	Q6SCALES(Z0, 0)
-	Q6PAIRS(1024)
-	Q6SCALES(Z1, 256)
-	Q6PAIRS(1152)
-	Q6SCALES(Z2, 512)
-	Q6PAIRS(1280)
-	Q6SCALES(Z3, 768)
-	Q6PAIRS(1408)
-	HALVES(Z4, Z5, Z6)
-	VMOVUPS Z6, 1536(DI)
-	VMOVUPS Z6, 1600(DI)
+	Q6META(DI)
 	ROWSNEXT
 	ADDQ $1664, DI
 	DECQ CX
@@ -859,13 +834,13 @@ q3block:
 	VPSRLD $4, Z1, Z1
 	Q3PACK(Z1, 6, Z7)
 	Q3SCALES(Z4, 0)
-	Q6PAIRS(1024)
+	Q6PAIRS(1024, DI)
 	Q3SCALES(Z5, 256)
-	Q6PAIRS(1152)
+	Q6PAIRS(1152, DI)
 	Q3SCALES(Z6, 512)
-	Q6PAIRS(1280)
+	Q6PAIRS(1280, DI)
 	Q3SCALES(Z7, 768)
-	Q6PAIRS(1408)
+	Q6PAIRS(1408, DI)
 	HALVES(Z3, Z5, Z6)
 	VMOVUPS Z6, 1536(DI)
 	VMOVUPS Z6, 1600(DI)
@@ -891,13 +866,13 @@ q2block:
 	GATHER(12, Z3)
 	GATHER(80, Z4) // d, dmin
 	Q2SCALES(Z0, 0)
-	Q6PAIRS(1024)
+	Q6PAIRS(1024, DI)
 	Q2SCALES(Z1, 256)
-	Q6PAIRS(1152)
+	Q6PAIRS(1152, DI)
 	Q2SCALES(Z2, 512)
-	Q6PAIRS(1280)
+	Q6PAIRS(1280, DI)
 	Q2SCALES(Z3, 768)
-	Q6PAIRS(1408)
+	Q6PAIRS(1408, DI)
 	HALVES(Z4, Z5, Z6)
 	VMOVUPS Z5, 1536(DI)
 	VMOVUPS Z6, 1600(DI)

@@ -192,6 +192,8 @@ TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
 // Q6SB(DOT, SCALE, MIN, EPIS, S): a Q6_K super-block of the 16 rows times 8 or 4 inputs (S = 4·inputs; ameta per
 // super-block: the pairs of sums [8][inputs]int32, dx [inputs]float32).
 #define Q6SB(DOT, SCALE, MIN, EPIS, S) \
+	MOVL $0xffff, R14; VPBROADCASTD R14, Z24; Q6META(BX) \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23) \
 	Q6PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
 	Q6PIECE(0, 1, 64, 192, 320, 448, DOT, SCALE, S) \
 	ADDQ $(32*S), DI \
@@ -201,7 +203,7 @@ TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
 	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	MIN(1024, 0); MIN(1088, S); MIN(1152, 2*S); MIN(1216, 3*S); MIN(1280, 4*S); MIN(1344, 5*S); MIN(1408, 6*S); MIN(1472, 7*S) \
 	EPIS(1536, 8*S) \
-	NEXTSB(210, 1664, 9*S)
+	NEXTSB(210, 0, 9*S)
 
 // func tiledRowsQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI for Q6_K (210-byte super-blocks; the meta of scales16Q6_KAVX512, 1664 bytes; ameta per

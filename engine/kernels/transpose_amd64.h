@@ -40,3 +40,28 @@
 	K4SCALES(0, 0, Z8, Z12, dst); K4SCALES(8, 64, Z9, Z13, dst); K4SCALES(16, 128, Z10, Z14, dst); K4SCALES(24, 192, Z11, Z15, dst) \
 	MINPAIR(Z8, Z9, 512, dst); MINPAIR(Z10, Z11, 576, dst); MINPAIR(Z12, Z13, 640, dst); MINPAIR(Z14, Z15, 704, dst) \
 	HALVES(Z0, Z4, Z5); VMOVUPS Z4, 768(dst); VMOVUPS Z5, 832(dst)
+
+// Q6_K's meta of a super-block of the 16 rows (unpackQ6_KScales' layout, 1664 bytes: 16 scales, 8 pairs of
+// minimum factors (32 times the scales), d twice), shared by scales16Q6_KAVX512 and the transposing kernels.
+
+// Q6SCALES(z, off, dst): the four signed bytes of z (scales 4j..4j+3) sign-extended to off(dst)..off+192(dst),
+// and 32 times them into Z8..Z11.
+#define Q6SCALES(z, off, dst) \
+	VPSLLD $24, z, Z8; VPSRAD $24, Z8, Z8; VMOVDQU32 Z8, off(dst); VPSLLD $5, Z8, Z8 \
+	VPSLLD $16, z, Z9; VPSRAD $24, Z9, Z9; VMOVDQU32 Z9, 64+off(dst); VPSLLD $5, Z9, Z9 \
+	VPSLLD $8, z, Z10; VPSRAD $24, Z10, Z10; VMOVDQU32 Z10, 128+off(dst); VPSLLD $5, Z10, Z10 \
+	VPSRAD $24, z, Z11; VMOVDQU32 Z11, 192+off(dst); VPSLLD $5, Z11, Z11
+// Q6PAIRS(off, dst): the minimum factors Z8..Z11 as two int16 pairs to off(dst) and off+64(dst) (Z24 0xffff in
+// each dword).
+#define Q6PAIRS(off, dst) \
+	VPANDD Z24, Z8, Z8; VPSLLD $16, Z9, Z9; VPORD Z9, Z8, Z8; VMOVDQU32 Z8, off(dst) \
+	VPANDD Z24, Z10, Z10; VPSLLD $16, Z11, Z11; VPORD Z11, Z10, Z10; VMOVDQU32 Z10, 64+off(dst)
+// Q6META(dst): the meta of the rows' current super-block (TRANS4's rows) to dst: the 16 scales (bytes 192-207)
+// and d (208-209: the high half of the dword at 206, from the 16 bytes at 194) by two transposed loads; Z24
+// 0xffff in each dword; Z0-Z19, Z25-Z29 scratch.
+#define Q6META(dst) \
+	TRANS4(192, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, Z0, Z1, Z2, Z3) \
+	TRANS4(194, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, Z5, Z6, Z7, Z4) \
+	Q6SCALES(Z0, 0, dst); Q6PAIRS(1024, dst); Q6SCALES(Z1, 256, dst); Q6PAIRS(1152, dst) \
+	Q6SCALES(Z2, 512, dst); Q6PAIRS(1280, dst); Q6SCALES(Z3, 768, dst); Q6PAIRS(1408, dst) \
+	HALVES(Z4, Z5, Z6); VMOVUPS Z6, 1536(dst); VMOVUPS Z6, 1600(dst)
