@@ -128,13 +128,19 @@ func tiledRows4Q4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc
 //go:noescape
 func tiledRows4Q6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 
+//go:noescape
+func tiledRowsPanelQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func tiledRowsPanelQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
 // tiledRowsAsm returns the transposing tiled kernels (tiledrows.go) the CPU can run.
 func tiledRowsAsm() map[quant.Type]transKernel {
 	if !useVNNI {
 		return nil
 	}
 	return map[quant.Type]transKernel{
-		quant.Q4_K: {[2]tiledRowsKernel{tiledRows4Q4_KVNNI, tiledRowsQ4_KVNNI}, 2, 65, true},
-		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, 2, 65, true},
+		quant.Q4_K: {[2]tiledRowsKernel{tiledRows4Q4_KVNNI, tiledRowsQ4_KVNNI}, tiledRowsPanelQ4_KVNNI, 2, 65},
+		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, tiledRowsPanelQ6_KVNNI, 2, 65},
 	}
 }

@@ -23,7 +23,8 @@ var tiledRowsIn = [2]int{4, 8}
 
 // tiledRowsKernel adds to acc[c·16 + r] the products of the 16 weight rows at w (row r at w + r·stride, nsb
 // super-blocks each) with its number of packed inputs (qs, ameta: tiledActs of that many rows a group), the rows'
-// scales unpacked into meta (the panel meta of tiledFormat.scales16); it prefetches the 16·stride bytes from pf
+// scales at meta (the panel meta of tiledFormat.scales16, or one super-block's that the kernel builds there
+// itself: transKernel); it prefetches the 16·stride bytes from pf
 // (the next panel's rows: prefetches never fault, so the matrix's end may be within them).
 type tiledRowsKernel func(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 
@@ -32,12 +33,14 @@ type tiledRowsKernel func(w *byte, stride int, meta, qs, ameta *byte, nsb int, a
 // input rows, but whose tiles of 12 input rows take fewer instructions per product); thread CPU time of
 // [8960×1536] products, 93 MB of them in turn (BenchmarkRowsPaths, docs/performance-log.md).
 type transKernel struct {
-	kernels  [2]tiledRowsKernel // 4 and 8 inputs a call: 4 for products of up to 4 rows
+	// kernels: 4 and 8 inputs a call (4 for products of up to 4 rows), each building a super-block's meta of the
+	// 16 rows from its own loads as it goes, into one super-block's worth at meta (a separate pass over the
+	// panel, scales16, waited on the panel's memory and took ~15% of an 8-row product).
+	kernels [2]tiledRowsKernel
+	// panel: the 8-input kernel reading the panel's meta (scales16), for products of more than 8 rows, whose
+	// calls share it (built in each call it would cost each call again).
+	panel    tiledRowsKernel
 	from, to int
-	// ownMeta: the kernels build each super-block's meta themselves, into the one super-block's worth at meta,
-	// from the same transposed loads (no separate scales16 pass over the panel: it waited on the panel's memory
-	// and took 15% of an 8-row product).
-	ownMeta bool
 }
 
 // linearTiledRows is LinearQuant for a type of rowsKernels with a transposing kernel (f.trans): the same bits as
@@ -58,15 +61,15 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	}
 	t.pack(tf, a, rows, inputs)
 	groups := (rows + inputs - 1) / inputs
+	metaSBs := 1 // the kernels build each super-block's
+	if groups > 1 {
+		kernel, metaSBs = f.trans.panel, nb
+	}
 	gq, gm := in*inputs, nb*tf.actMetaBytes(inputs)
 	bb := w.rowBytes / nb
 	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
-		metaSBs := nb
-		if f.trans.ownMeta {
-			metaSBs = 1
-		}
 		p.meta = grow.Slice(p.meta, metaSBs*tf.metaBytes())
 		var acc [8 * tileRows]float32
 		for pi := lo; pi < hi; pi++ {
@@ -83,7 +86,7 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 			if next := o + tileRows; next < out {
 				pf = &w.Data[next*w.rowBytes]
 			}
-			if !f.trans.ownMeta {
+			if groups > 1 {
 				tf.scales16(src, w.rowBytes, &p.meta[0], nb, bb)
 			}
 			for g := range groups {

@@ -125,29 +125,42 @@
 	PF9 \
 	ADDQ $(16*S), DI
 
-// Q4SB(DOT, SCALE, MIN, EPIS, S): a Q4_K super-block of the 16 rows times 8 or 4 inputs (S = 4·inputs: the bytes
-// of a quad; ameta per super-block: the pairs of sums [4][inputs]int32, dx [inputs]float32).
-#define Q4SB(DOT, SCALE, MIN, EPIS, S) \
+// Q4OWN: a Q4_K super-block's meta of the 16 rows, built into BX (transpose_amd64.h), then the kernel's Z16-Z23
+// zeroed and Z26 again; NOMETA: none (the panel's meta at BX, from scales16K4AVX512).
+#define Q4OWN \
 	K4CONSTS; K4META(BX) \
-	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); VPBROADCASTD trnib<>(SB), Z26 \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); VPBROADCASTD trnib<>(SB), Z26
+#define NOMETA
+
+// Q4SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP): a Q4_K super-block of the 16 rows times 8 or 4 inputs (S =
+// 4·inputs: the bytes of a quad; ameta per super-block: the pairs of sums [4][inputs]int32, dx [inputs]float32),
+// its meta built first (META Q4OWN, MSTEP 0: one super-block's at BX) or the panel's (NOMETA, 896).
+#define Q4SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
+	META \
 	Q4GROUP(0, DOT, SCALE, S); Q4GROUP(1, DOT, SCALE, S); Q4GROUP(2, DOT, SCALE, S); Q4GROUP(3, DOT, SCALE, S) \
 	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	MIN(512, 0); MIN(576, S); MIN(640, 2*S); MIN(704, 3*S) \
 	EPIS(768, 4*S) \
-	NEXTSB(144, 0, 5*S)
+	NEXTSB(144, MSTEP, 5*S)
 
 // func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // 16 Q4_K rows (row r at w + r·stride) times 8 inputs (qs: [256·nsb/4 quads][8][4]; ameta per super-block: the
-// pairs of sums [4][8]int32, dx [8]float32) over nsb super-blocks, with the rows' meta (scales16K4AVX512's, 896
-// bytes a super-block): acc[c·16 + r] += each super-block's tiled update, as tileGo. It prefetches the 16·stride
-// bytes from pf (the next panel's rows).
+// pairs of sums [4][8]int32, dx [8]float32) over nsb super-blocks, building each super-block's meta of the rows
+// into the 896 bytes at meta: acc[c·16 + r] += each super-block's tiled update, as tileGo. It prefetches the
+// 16·stride bytes from pf (the next panel's rows).
 TEXT ·tiledRowsQ4_KVNNI(SB), NOSPLIT, $0-64
-	TRKERNEL(q4sb8, Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32))
+	TRKERNEL(q4sb8, Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32, Q4OWN, 0))
 
 // func tiledRows4Q4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI for 4 inputs.
 TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
-	TRKERNEL(q4sb4, Q4SB(DOT4, SCALE4, MIN4, EPIS4, 16))
+	TRKERNEL(q4sb4, Q4SB(DOT4, SCALE4, MIN4, EPIS4, 16, Q4OWN, 0))
+
+// func tiledRowsPanelQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// tiledRowsQ4_KVNNI with the panel's meta at meta (scales16K4AVX512's, 896 bytes a super-block), for products of
+// more than 8 rows, whose calls share it.
+TEXT ·tiledRowsPanelQ4_KVNNI(SB), NOSPLIT, $0-64
+	TRKERNEL(q4sb8p, Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 896))
 
 // Q6_K: the 16 rows' 16-byte pieces, four rows to a register, transposed (T4) into four registers of the rows'
 // dwords: ql's two pieces and qh's one of the same 16 elements l (Z0-Z3, Z4-Z7, Z24-Z27), from which come the
@@ -189,11 +202,16 @@ TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
 	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
 	ADDQ $840, DX
 
-// Q6SB(DOT, SCALE, MIN, EPIS, S): a Q6_K super-block of the 16 rows times 8 or 4 inputs (S = 4·inputs; ameta per
-// super-block: the pairs of sums [8][inputs]int32, dx [inputs]float32).
-#define Q6SB(DOT, SCALE, MIN, EPIS, S) \
+// Q6OWN: a Q6_K super-block's meta of the 16 rows, built into BX (transpose_amd64.h), then Z16-Z23 zeroed again.
+#define Q6OWN \
 	MOVL $0xffff, R14; VPBROADCASTD R14, Z24; Q6META(BX) \
-	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23) \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+
+// Q6SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP): a Q6_K super-block of the 16 rows times 8 or 4 inputs (S =
+// 4·inputs; ameta per super-block: the pairs of sums [8][inputs]int32, dx [inputs]float32), its meta built first
+// (Q6OWN, 0) or the panel's (NOMETA, 1664).
+#define Q6SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
+	META \
 	Q6PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
 	Q6PIECE(0, 1, 64, 192, 320, 448, DOT, SCALE, S) \
 	ADDQ $(32*S), DI \
@@ -203,18 +221,23 @@ TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
 	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	MIN(1024, 0); MIN(1088, S); MIN(1152, 2*S); MIN(1216, 3*S); MIN(1280, 4*S); MIN(1344, 5*S); MIN(1408, 6*S); MIN(1472, 7*S) \
 	EPIS(1536, 8*S) \
-	NEXTSB(210, 0, 9*S)
+	NEXTSB(210, MSTEP, 9*S)
 
 // func tiledRowsQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
-// tiledRowsQ4_KVNNI for Q6_K (210-byte super-blocks; the meta of scales16Q6_KAVX512, 1664 bytes; ameta per
-// super-block: the pairs of sums [8][8]int32, dx [8]float32).
+// tiledRowsQ4_KVNNI for Q6_K (210-byte super-blocks; the meta of a super-block, scales16Q6_KAVX512's layout, 1664
+// bytes; ameta per super-block: the pairs of sums [8][8]int32, dx [8]float32).
 TEXT ·tiledRowsQ6_KVNNI(SB), NOSPLIT, $0-64
-	TRKERNEL(q6sb8, Q6SB(DOT8, SCALE8, MIN8, EPIS8, 32))
+	TRKERNEL(q6sb8, Q6SB(DOT8, SCALE8, MIN8, EPIS8, 32, Q6OWN, 0))
 
 // func tiledRows4Q6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ6_KVNNI for 4 inputs.
 TEXT ·tiledRows4Q6_KVNNI(SB), NOSPLIT, $0-64
-	TRKERNEL(q6sb4, Q6SB(DOT4, SCALE4, MIN4, EPIS4, 16))
+	TRKERNEL(q6sb4, Q6SB(DOT4, SCALE4, MIN4, EPIS4, 16, Q6OWN, 0))
+
+// func tiledRowsPanelQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// tiledRowsQ6_KVNNI with the panel's meta at meta (scales16Q6_KAVX512's), for products of more than 8 rows.
+TEXT ·tiledRowsPanelQ6_KVNNI(SB), NOSPLIT, $0-64
+	TRKERNEL(q6sb8p, Q6SB(DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 1664))
 
 DATA trnib<>+0(SB)/4, $0x0f0f0f0f
 GLOBL trnib<>(SB), RODATA|NOPTR, $4
