@@ -370,29 +370,38 @@ func TestHelperPeer(t *testing.T) {
 	}
 }
 
-// TestRunStreamOnly runs the harness as --quantize q4 does: the model written directly as q4 shards, only
-// targets 2 and 10 measured (the others not measurable, not missed), the streamed engine's peak memory reported.
-func TestRunStreamOnly(t *testing.T) {
+// runQuantized writes shape directly as q4 shards into a temporary folder and runs the harness on them as
+// --quantize does (stream only, one run of newTokens tokens, no llama.cpp); it returns the report and the shards'
+// folder.
+func runQuantized(t *testing.T, name string, shape synth.Shape, newTokens int) (*report, string) {
+	t.Helper()
 	ctx := context.Background()
 	var log bytes.Buffer
-	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 512, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
-		VocabSize: 64, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2}
-	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "q4"), shape, checkpoint.BF16, 1, shards.Q4, &log)
+	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), name), shape, checkpoint.BF16, 1, shards.Q4, &log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := shards.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l, err := set.Load(ctx, "layer.0", shards.NewBuffer(0)); err != nil || l.Tensors["model.layers.0.mlp.up_proj.weight"].DType != checkpoint.Q4_K {
-		t.Fatalf("layer.0 of the q4 split: %v", err)
-	}
-	o := options{shards: dir, shapeName: "q4", newTokens: 3, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
+	o := options{shards: dir, shapeName: name, newTokens: newTokens, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
 		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
 	r, err := run(ctx, o)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
+	}
+	return r, dir
+}
+
+// TestRunStreamOnly runs the harness as --quantize q4 does: the model written directly as q4 shards, only
+// targets 2 and 10 measured (the others not measurable, not missed), the streamed engine's peak memory reported.
+func TestRunStreamOnly(t *testing.T) {
+	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 512, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+		VocabSize: 64, MaxPositionEmbeddings: 64, BOSTokenID: 1, EOSTokenID: 2}
+	r, dir := runQuantized(t, "q4", shape, 3)
+	set, err := shards.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := set.Load(context.Background(), "layer.0", shards.NewBuffer(0)); err != nil || l.Tensors["model.layers.0.mlp.up_proj.weight"].DType != checkpoint.Q4_K {
+		t.Fatalf("layer.0 of the q4 split: %v", err)
 	}
 	if !r.Machine.DirectRead.Supported {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
@@ -463,21 +472,10 @@ func TestRunSpeculation(t *testing.T) {
 // target 20: its recurrent layers' cache the same at 1k and 16k positions (a PASS at 1), its attention layer's 16
 // times larger.
 func TestRunHybrid(t *testing.T) {
-	ctx := context.Background()
-	var log bytes.Buffer
 	shape := synth.Shape{HiddenSize: 256, IntermediateSize: 512, NumLayers: 4, NumHeads: 4, NumKVHeads: 2, HeadDim: 64,
 		VocabSize: 64, MaxPositionEmbeddings: 16384, BOSTokenID: 1, EOSTokenID: 2, Hybrid: &synth.Hybrid{LinearKeyHeads: 2,
 			LinearValueHeads: 4, LinearKeyDim: 32, LinearValueDim: 32, ConvKernel: 4, FullAttentionInterval: 4, PartialRotary: 0.25}}
-	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "q4"), shape, checkpoint.BF16, 1, shards.Q4, &log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := options{shards: dir, shapeName: "hybrid", newTokens: 3, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
-		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
-	r, err := run(ctx, o)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
+	r, _ := runQuantized(t, "hybrid", shape, 3)
 	t20 := r.target(20)
 	if t20.Measured == nil || *t20.Measured != 1 || t20.Verdict != pass {
 		t.Fatalf("target 20: %s %v (%s)", t20.Verdict, t20.Measured, t20.Reason)
@@ -506,18 +504,7 @@ func TestRunMoE(t *testing.T) {
 	if directIO == nil {
 		t.Skip("the engine offers no O_DIRECT")
 	}
-	ctx := context.Background()
-	var log bytes.Buffer
-	dir, err := prepareQuantized(ctx, filepath.Join(t.TempDir(), "moe"), tinyMoE, checkpoint.BF16, 1, shards.Q4, &log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := options{shards: dir, shapeName: "tiny-moe", newTokens: 4, runs: 1, prefillTokens: 16, dtype: "auto", seed: 1,
-		memcpyBytes: 1 << 20, readBytes: 1 << 20, noPeer: "no llama.cpp in this test", log: &log, streamOnly: true}
-	r, err := run(ctx, o)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
+	r, _ := runQuantized(t, "tiny-moe", tinyMoE, 4)
 	if !r.Machine.DirectRead.Supported {
 		t.Skipf("O_DIRECT unsupported here: %s", r.Machine.DirectRead.Reason)
 	}
