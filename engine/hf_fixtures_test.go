@@ -117,10 +117,7 @@ func forHFFixtures(t *testing.T, spellings []string, opts Options, f func(t *tes
 				}
 				t.Cleanup(func() { e.Close() })
 				c.e, c.ids = e, ints(ref.InputIDs)
-				c.want = make([][]float32, len(c.ids))
-				for p := range c.want {
-					c.want[p] = ref.Row(p)
-				}
+				c.want = ref.Rows()
 				f(t, c)
 			})
 		}

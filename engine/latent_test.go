@@ -32,10 +32,7 @@ func TestLatentCache(t *testing.T) {
 	dir := hffixture.Checkpoint(t, "deepseek_v3", hffixture.V5)
 	ref := hffixture.MustReference(t, "deepseek_v3")
 	ids := ints(ref.InputIDs)
-	want := make([][]float32, len(ids))
-	for p := range want {
-		want[p] = ref.Row(p)
-	}
+	want := ref.Rows()
 	for _, half := range []bool{false, true} {
 		opts := Options{}
 		if half {

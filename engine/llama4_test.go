@@ -196,10 +196,7 @@ func TestLlama4Refused(t *testing.T) {
 func TestLlama4ConditionalGeneration(t *testing.T) {
 	ref := hffixture.MustReference(t, "llama4_text")
 	ids := ints(ref.InputIDs)
-	want := make([][]float32, len(ids))
-	for p := range want {
-		want[p] = ref.Row(p)
-	}
+	want := ref.Rows()
 	layouts := []struct {
 		name   string
 		rename func(string) string

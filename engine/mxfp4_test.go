@@ -48,10 +48,7 @@ func TestGptOssMXFP4(t *testing.T) {
 	if c.e.store.experts == nil {
 		t.Fatal("the experts are not streamed apart (each expert's paired blocks and scales a unit of its own)")
 	}
-	c.want = make([][]float32, len(c.ids))
-	for p := range c.want {
-		c.want[p] = ref.Row(p)
-	}
+	c.want = ref.Rows()
 	c.checkLogits()
 	c.check("decode (host kernels)", tokenByToken(t, c.e, c.ids), c.want, 0)
 	c.check("prefill 25 + decode (host kernels)", prefillDecode(t, c.e, c.ids, 25), c.want, 24)

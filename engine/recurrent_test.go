@@ -16,7 +16,6 @@ import (
 	"github.com/layerstream/layerstream/checkpoint"
 	"github.com/layerstream/layerstream/internal/hffixture"
 	"github.com/layerstream/layerstream/kvcache"
-	"github.com/layerstream/layerstream/reference"
 	"github.com/layerstream/layerstream/shards"
 )
 
@@ -298,10 +297,7 @@ func TestQwen3NextLayout(t *testing.T) {
 	dir := qwen3NextDense(t)
 	ref := hffixture.MustReference(t, "qwen3_5")
 	ids := ints(ref.InputIDs)
-	want := make([][]float32, len(ids))
-	for p := range want {
-		want[p] = ref.Row(p)
-	}
+	want := ref.Rows()
 	e := open(t, dir, Options{})
 	if d := maxDiff(tokenByToken(t, e, ids), want); d > hybridTolerance {
 		t.Errorf("decode: %.3g from transformers' qwen3_5", d)
@@ -315,10 +311,7 @@ func checkTransformers(t *testing.T, label string, e *Engine, dir string, ref *h
 	t.Helper()
 	ctx := context.Background()
 	ids := ints(ref.InputIDs)
-	want := make([][]float32, len(ids))
-	for p := range want {
-		want[p] = ref.Row(p)
-	}
+	want := ref.Rows()
 	got, err := e.Logits(ctx, ids)
 	if err != nil {
 		t.Fatal(err)
@@ -333,15 +326,7 @@ func checkTransformers(t *testing.T, label string, e *Engine, dir string, ref *h
 	if !slices.Equal(res.GeneratedIDs, ints(ref.GreedyIDs)) {
 		t.Errorf("%s: greedy %v, transformers %v", label, res.GeneratedIDs, ref.GreedyIDs)
 	}
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := reference.Forward(ck, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := maxDiff(toF32(r.Logits), want); d > hybridTolerance {
+	if d := maxDiff(referenceLogits(t, dir, ids), want); d > hybridTolerance {
 		t.Errorf("%s: the float64 reference differs from transformers' by %.3g", label, d)
 	}
 }
@@ -420,10 +405,7 @@ func TestQwen35VisionLanguage(t *testing.T) {
 func TestQwen35GGUF(t *testing.T) {
 	ref := hffixture.MustReference(t, "qwen3_5")
 	ids := ints(ref.InputIDs)
-	want := make([][]float32, len(ids))
-	for p := range want {
-		want[p] = ref.Row(p)
-	}
+	want := ref.Rows()
 	file := filepath.Join("..", "gguf", "testdata", "families", "qwen3_5.gguf")
 	for _, draft := range []string{"", DraftNgram} {
 		e := open(t, file, Options{ShardDir: filepath.Join(t.TempDir(), "s"), Draft: draft})

@@ -119,10 +119,7 @@ func TestVisionLanguageLayouts(t *testing.T) {
 	for _, name := range visionLanguageFixtures {
 		ref := hffixture.MustReference(t, name)
 		ids := ints(ref.InputIDs)
-		want := make([][]float32, len(ids))
-		for p := range want {
-			want[p] = ref.Row(p)
-		}
+		want := ref.Rows()
 		for _, spelling := range hffixture.Spellings {
 			for _, variant := range []string{"modules layout", "no top-level tie_word_embeddings"} {
 				if variant != "modules layout" && name != "mistral3-vl" {

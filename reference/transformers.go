@@ -35,6 +35,15 @@ type Transformers struct {
 // Row returns the logits of prompt position i.
 func (r *Transformers) Row(i int) []float32 { return r.Logits[i*r.Vocab : (i+1)*r.Vocab] }
 
+// Rows are the logits of every input position, Row(0) … Row(len(InputIDs)−1).
+func (r *Transformers) Rows() [][]float32 {
+	rows := make([][]float32, len(r.InputIDs))
+	for i := range rows {
+		rows[i] = r.Row(i)
+	}
+	return rows
+}
+
 // TransformersFile is the name of the reference outputs beside a checkpoint.
 const TransformersFile = "reference.safetensors"
 
