@@ -13,9 +13,8 @@ import (
 // as the products of about 12 input rows; these kernels read the 16 rows' blocks as they are stored and
 // transpose them in registers (a 32-byte group of each row: two rows to a register, two rounds of unpacks and a
 // 128-bit shuffle), then multiply each quad of codes with 8 input rows a call (4 for products of up to 4 rows).
-// Their arithmetic is the tiled
-// order's, bit for bit (integer sums, then tileGo's float update), so they replace the rows kernels or the tiled
-// ones at any row count without changing a bit (TestLinearQuantRowsTiledOrder).
+// Their arithmetic is the tiled order's, bit for bit (integer sums, then tileGo's float update), so they replace
+// the rows kernels or the tiled ones at any row count without changing a bit (TestLinearQuantRowsTiledOrder).
 
 // tiledRowsIn are the numbers of input rows a transposing kernel multiplies together (transKernel.kernels; the
 // last group padded with zero rows).
