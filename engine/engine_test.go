@@ -654,3 +654,37 @@ func TestDeviceBuffersFilledOnDemand(t *testing.T) {
 		}
 	}
 }
+
+// TestHandBackLogits: a forward pass's logits stay as they are through later passes unless their caller hands
+// them back (runner.handBack), and the next pass's head then writes its own into them, the same values as
+// fresh ones.
+func TestHandBackLogits(t *testing.T) {
+	e := open(t, testutil.SharedPath(t, "models", "stories260K-hf"), Options{Resident: true})
+	want := tokenByToken(t, e, testIDs[:4])
+	ctx := context.Background()
+	kv, err := e.run.kvStore(bucket(4), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := func(id int) []float32 {
+		l, err := e.run.pass(ctx, nil, kv, []int{id}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l[0]
+	}
+	first := pass(testIDs[0])
+	kept := slices.Clone(first)
+	second := pass(testIDs[1])
+	if &second[0] == &first[0] || !slices.Equal(first, kept) {
+		t.Fatal("a pass wrote over the logits of one before it that were not handed back")
+	}
+	e.run.handBack()
+	third := pass(testIDs[2])
+	if &third[0] != &second[0] {
+		t.Fatal("the head did not reuse the logits handed back")
+	}
+	if d := maxDiff([][]float32{first, third}, [][]float32{want[0], want[2]}); d != 0 {
+		t.Fatalf("logits differ from token-by-token passes by %g", d)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
@@ -60,6 +61,21 @@ type runner struct {
 	// journal is what the last host pass verifying drafts keeps to restore its rows' recurrent states
 	// (recurrent_draft.go).
 	journal stateJournal
+	// arena holds the host passes' arrays from one pass to the next (hostArena.endPass), for the pass holding
+	// arenaMu (a pass that finds it held, which the pass lock leaves to none, uses an arena of its own).
+	arena   hostArena
+	arenaMu sync.Mutex
+	// logits is the host head's output of the last pass (nil when a graph computed it), and spare one its caller
+	// handed back (handBack) for the next head to write into.
+	logits, spare *hostArray
+}
+
+// handBack tells the runner that the caller of the last forward pass is done with its logits: the next pass's
+// head may write over them (the batch loop and PassTime do, once each sequence has chosen; other callers keep
+// their logits, and the head writes fresh ones). A 152k vocabulary's logits of an 8-row verification are
+// 4.9 MB, whose page faults on fresh memory cost ~4% of the pass.
+func (r *runner) handBack() {
+	r.spare, r.logits = r.logits, nil
 }
 
 // newRunner makes the runner of arch over the store's weights, refusing under Options.Arithmetic llama.cpp what
@@ -167,6 +183,7 @@ func (r *runner) forward(ctx context.Context, st *stream, kv *kvcache.Store, fee
 		}
 	}
 	r.resetHealth(len(feeds))
+	r.logits = nil // a graph pass's logits are not the head's to reuse
 	p, err := r.newPass(st, kv, feeds, all)
 	if err != nil {
 		return nil, err

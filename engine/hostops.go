@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -79,6 +80,7 @@ type hostOps struct {
 type hostArray struct {
 	data []float32
 	dims []int
+	pass uint64 // the last pass of its arena (hostArena.pass) that handed it out
 }
 
 func newHostArray(dims ...int) *hostArray {
@@ -100,10 +102,19 @@ func arr(v model.Value) *hostArray { return v.(*hostArray) }
 // sizes, so a layer reuses those of the layer before it instead of asking the Go heap for fresh memory. Without
 // it a 512-token TinyLlama prefill allocated about 36 MB per layer, and the garbage piled up to 600 MB before a
 // collection (the Go heap grows to twice its live size, and the engine's buffers are live).
+//
+// A runner's passes share one arena (runner.passArena), which keeps the arrays of the last pass for the next:
+// fresh memory costs a page fault per 4 KiB on first touch, ~5% of an 8-row verification pass of
+// Qwen2.5-Coder-1.5B (docs/performance-log.md, issue 40).
 type hostArena struct {
 	used []*hostArray         // handed out since the last recycle
 	free map[int][]*hostArray // reusable, by length
+	pass uint64               // the pass being computed (endPass counts them)
 }
+
+// arenaKeepBytes bounds what an arena keeps between passes (endPass): a decode step's or a verification's
+// arrays, not a long prompt's, which would sit idle after it.
+const arenaKeepBytes = 64 << 20
 
 // array returns an array of the given dims, reused when one of its length is free: its contents are undefined
 // (every op writes each element of the array it returns; clearing them took 4% of a prefill).
@@ -119,8 +130,26 @@ func (a *hostArena) array(dims ...int) *hostArray {
 	} else {
 		y = newHostArray(dims...)
 	}
+	y.pass = a.pass
 	a.used = append(a.used, y)
 	return y
+}
+
+// endPass ends a pass: every array becomes reusable by the next one, but those this pass did not use, and all
+// of them when they hold more than arenaKeepBytes.
+func (a *hostArena) endPass() {
+	a.recycle()
+	kept := 0
+	for n, l := range a.free {
+		l = slices.DeleteFunc(l, func(y *hostArray) bool { return y.pass != a.pass })
+		a.free[n] = l
+		kept += 4 * n * len(l)
+	}
+	if kept > arenaKeepBytes {
+		clear(a.free)
+	}
+	maps.DeleteFunc(a.free, func(_ int, l []*hostArray) bool { return len(l) == 0 })
+	a.pass++
 }
 
 // recycle makes every array handed out since the last recycle reusable, except those in keep (still in use:

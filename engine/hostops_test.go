@@ -28,3 +28,26 @@ func TestHostArena(t *testing.T) {
 		t.Fatal("a nil arena must hand out fresh arrays")
 	}
 }
+
+// TestHostArenaEndPass: the arrays a pass used are there for the next one; those it did not use are let go, and
+// so are all of them when they exceed arenaKeepBytes.
+func TestHostArenaEndPass(t *testing.T) {
+	a := new(hostArena)
+	x, y := a.array(8), a.array(16)
+	a.endPass()
+	if got := a.array(8); got != x {
+		t.Fatal("an array of the last pass was not reused by the next")
+	}
+	a.endPass() // y sat idle through this pass
+	if l := a.free[16]; len(l) != 0 {
+		t.Fatalf("an array no pass used is still kept: %d of length 16", len(l))
+	}
+	if got := a.array(8); got != x || got == y {
+		t.Fatal("the array the last pass used was not reused")
+	}
+	big := a.array(arenaKeepBytes/4 + 1)
+	a.endPass()
+	if len(a.free) != 0 {
+		t.Fatalf("a pass's %d bytes of arrays are kept, over arenaKeepBytes", 4*len(big.data)+4*len(x.data))
+	}
+}

@@ -20,6 +20,7 @@ type hostPass struct {
 	groups []*hostGroup
 	all    bool // every new position's logits (Logits: one sequence)
 	arena  *hostArena
+	shared bool         // arena is the runner's (runner.arenaMu held until free)
 	keep   []*hostArray // the groups' activations, kept across a recycle of the arena
 	// sources are the layers others attend with (kvSources).
 	sources map[int]bool
@@ -52,8 +53,12 @@ func (r *runner) newHostPass(kv *kvcache.Store, feeds []feed, embed embedding, a
 	if recurrentPlan(r.plan) {
 		r.journal.begin(kv, feeds)
 	}
-	return &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups)),
-		sources: kvSources(r.plan)}, nil
+	p := &hostPass{r: r, kv: kv, feeds: feeds, groups: groups, all: all, arena: new(hostArena), keep: make([]*hostArray, len(groups)),
+		sources: kvSources(r.plan)}
+	if r.arenaMu.TryLock() {
+		p.arena, p.shared = &r.arena, true
+	}
+	return p, nil
 }
 
 // hostGroups embeds each feed's ids and groups the feeds by their number of new positions, whether their
@@ -216,7 +221,7 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 		return nil, err
 	}
 	n := first[len(p.feeds)]
-	last := newHostArray(n, 1, h)
+	last := p.arena.array(n, 1, h)
 	for _, g := range p.groups {
 		x := arr(g.x).data
 		for j, row := range g.rows {
@@ -235,13 +240,14 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 	}
 	defer release()
 	span := r.prof.Begin(profiler.Forward, r.stepLabel(), -1)
-	ops := hostOps{bf16Products: r.bf16Products, llamaCpp: r.llama, batch: 1, observe: r.observe}
+	ops := hostOps{bf16Products: r.bf16Products, llamaCpp: r.llama, batch: 1, observe: r.observe, arena: r.headArena()}
 	if p.all {
 		ops.batch = n // llama.cpp computes the head over every position of the batch when it keeps all logits
 	}
 	var logits []float32
 	herr := r.store.guardMapped(func() error {
-		logits = arr(r.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0])).data
+		r.logits = arr(r.arch.Head(ops, last, nw.hostTensors()[0], hw.hostTensors()[0]))
+		logits = r.logits.data
 		return nil
 	})
 	span.End(hw.bytes)
@@ -262,7 +268,23 @@ func (p *hostPass) head(st *stream) ([][]float32, error) {
 	return out, nil
 }
 
-func (p *hostPass) free() {}
+func (p *hostPass) free() {
+	if p.shared {
+		p.arena.endPass()
+		p.r.arenaMu.Unlock()
+	}
+}
+
+// headArena is a fresh arena for the head's arrays, holding the logits handed back (runner.handBack) if any:
+// the head's output takes them when it has their length.
+func (r *runner) headArena() *hostArena {
+	a := &hostArena{free: map[int][]*hostArray{}}
+	if y := r.spare; y != nil {
+		a.free[len(y.data)] = []*hostArray{y}
+		r.spare = nil
+	}
+	return a
+}
 
 // writeDeferred writes the keys and values of the layers others attend with that their attention did not write
 // (a pass too long to write ahead into a ring, hostOps.deferWrite): the later layers attended beside the ring as

@@ -359,6 +359,10 @@ func (b *batcher) runStep(st *stream, active []*job) error {
 		return err
 	}
 	b.choose(active, f.ids, logits)
+	for _, j := range active {
+		j.seq.logits = nil
+	}
+	b.run.handBack()
 	return nil
 }
 

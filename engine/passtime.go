@@ -70,6 +70,7 @@ func (r *runner) passTimes(ctx context.Context, store *weightStore, prompt, rows
 			return 0, err
 		}
 		took := time.Since(start)
+		r.handBack() // as the batch loop does once the sequences have chosen
 		return took, kv.Truncate(0, held)
 	}
 	last := 0

@@ -433,16 +433,27 @@ func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows, inputs int) {
 			for c := range n {
 				r := g*inputs + c
 				x := a.row(r)
-				src, dst := int8Bytes(x.qs), qs[4*c:]
-				for q := range a.n / 4 {
-					put32(dst, q*4*inputs, u32(src, 4*q))
-				}
+				interleave(qs, x.qs[:a.n], inputs, c)
 				for b := range nb {
 					f.packMeta(meta[b*amb:], inputs, c, x, b)
 				}
 			}
 		}
 	})
+}
+
+// interleave writes row c's quads (four int8 values each) into qs, where quad q of the rows of a group of inputs
+// sits at (q·inputs + c)·4: one 32-bit move a quad (qs holds len(src)·inputs bytes).
+func interleave(qs []byte, src []int8, inputs, c int) {
+	if len(src) == 0 {
+		return
+	}
+	from := unsafe.Slice((*uint32)(unsafe.Pointer(&src[0])), len(src)/4)
+	to := unsafe.Slice((*uint32)(unsafe.Pointer(&qs[0])), len(qs)/4)[c:]
+	_ = to[(len(from)-1)*inputs]
+	for q, v := range from {
+		to[q*inputs] = v
+	}
 }
 
 // packKMeta writes input c's parts of super-block b: its pairs of sums of 16 (or 32) and its scale.
@@ -480,11 +491,6 @@ func packQ8Meta(m []byte, inputs, c int, x qActRow, b int) {
 func packQ81Meta(m []byte, inputs, c int, x qActRow, b int) {
 	put32(m, 4*c, math.Float32bits(x.s[b]))
 	put32(m, 4*inputs+4*c, math.Float32bits(x.d[b]))
-}
-
-// int8Bytes returns q's memory as bytes.
-func int8Bytes(q []int8) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(q))), len(q))
 }
 
 var (
