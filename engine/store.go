@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"log/slog"
 	"slices"
 	"strings"
@@ -360,7 +361,10 @@ func (s *weightStore) loadResident(ctx context.Context, kind, unit string, specs
 		return nil, err
 	}
 	s.pools.all = append(s.pools.all, w)
-	mapped := kind != kindLayer && s.mapShards()
+	// The output projection (untied) is read into a buffer of its own, like a decoder layer, where the host
+	// kernels pack it in panels (packs): a mapping is read-only.
+	packs := (kind == kindLayer || kind == unitLMHead) && s.inPlace() && s.opts.Arithmetic != ArithmeticLlamaCpp
+	mapped := kind != kindLayer && s.mapShards() && !(packs && s.packable(unit))
 	buf := shards.NewBuffer(0) // grown by Load to the unit's size; the view keeps it alive
 	load := s.set.Load
 	switch {
@@ -385,13 +389,49 @@ func (s *weightStore) loadResident(ctx context.Context, kind, unit string, specs
 	if err := s.guardMapped(fill); err != nil {
 		return nil, err
 	}
+	if packs && !mapped {
+		s.packPanels(w)
+	}
 	return w, nil
+}
+
+// packable reports whether some matrix of unit is of a type the host kernels pack in panels.
+func (s *weightStore) packable(unit string) bool {
+	u, _ := s.set.Unit(unit)
+	for _, t := range u.Tensors {
+		if q, ok := t.DType.Quant(); ok && len(t.Shape) == 2 && kernels.Packs(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// packPanels packs the block-quantized matrices of a resident decoder layer or output projection in panels for
+// the host kernels (kernels.PackPanels), in place, in the buffer the unit was read into (its own, never a mapping):
+// products of a few rows (a batch step, a draft's verification) then cost a sixth less, at the same bits. Its
+// device buffers are then never filled from it (deviceReady): on the host-kernel path a model with
+// block-quantized matrices runs no graph (runner.onHost), and llama.cpp's arithmetic, whose kernels read rows,
+// keeps them as stored.
+func (s *weightStore) packPanels(w *weightSet) {
+	for _, v := range w.view {
+		if v == nil {
+			continue
+		}
+		if q, ok := v.flat.(kernels.QuantMatrix); ok {
+			if q = kernels.PackPanels(q); q.Panelled() {
+				v.flat, w.panelled = q, true
+			}
+		}
+	}
 }
 
 // deviceReady fills the device buffers of a set whose filling was deferred (weightSet.pending).
 func (s *weightStore) deviceReady(w *weightSet) error {
 	if w.pending == nil {
 		return nil
+	}
+	if w.panelled {
+		return fmt.Errorf("unit %s: its quantized matrices are packed for the host kernels (packPanels), which a graph cannot read", w.unit)
 	}
 	if err := s.guardMapped(func() error { return s.fill(w, w.pending) }); err != nil {
 		return err

@@ -169,6 +169,8 @@ type weightSet struct {
 	// pending, when set, is what the device buffers are still to be filled from (a resident unit the host
 	// kernels read in place): filled the first time a graph needs them (deviceReady).
 	pending *shards.Loaded
+	// panelled: some of the view's matrices are packed in panels (weightStore.packPanels), in pending's buffer.
+	panelled bool
 }
 
 // newWeightSet makes a set for specs. A lazy set allocates each device buffer when first needed: on the host

@@ -45,6 +45,7 @@ type QuantMatrix struct {
 	TwoPart  bool
 	rowBytes int
 	k        *quantKernel
+	panels   *panelFormat // Data in 16-row panels (PackPanels); nil: in rows
 }
 
 // NewQuantMatrix checks that data holds a [rows, cols] matrix of type t and returns it.
@@ -64,12 +65,27 @@ func NewQuantMatrix(t quant.Type, data []byte, rows, cols int) (QuantMatrix, err
 	return QuantMatrix{Type: t, Data: data, Rows: rows, Cols: cols, rowBytes: int(rb), k: k}, nil
 }
 
-// Row returns the bytes of row o.
-func (w QuantMatrix) Row(o int) []byte { return w.Data[o*w.rowBytes : (o+1)*w.rowBytes] }
+// Row returns the bytes of row o: w's own, or of a matrix in panels a copy unpacked from its panel.
+func (w QuantMatrix) Row(o int) []byte {
+	if w.panels != nil {
+		row := make([]byte, w.rowBytes)
+		w.unpackRow(row, o)
+		return row
+	}
+	return w.Data[o*w.rowBytes : (o+1)*w.rowBytes]
+}
 
-// RowRange returns rows [r0, r0+n) of w as a matrix of their own, sharing w's bytes.
+// RowRange returns rows [r0, r0+n) of w as a matrix of their own, sharing w's bytes (of a matrix in panels, where
+// they are whole panels or end w; else a copy in rows).
 func (w QuantMatrix) RowRange(r0, n int) QuantMatrix {
 	v := w
+	if w.panels != nil && (r0%tileRows != 0 || n%tileRows != 0 && r0+n != w.Rows) {
+		v.Data, v.Rows, v.panels = make([]byte, n*w.rowBytes), n, nil
+		for r := range n {
+			w.unpackRow(v.Data[r*w.rowBytes:(r+1)*w.rowBytes], r0+r)
+		}
+		return v
+	}
 	v.Data, v.Rows = w.Data[r0*w.rowBytes:(r0+n)*w.rowBytes], n
 	return v
 }
@@ -740,6 +756,10 @@ func decodeQ3_KInts(k *kInts, b []byte) {
 func LinearQuant(y, x []float32, w QuantMatrix, bias []float32) {
 	if w.Type == quant.MXFP4 { // float32 inputs (mxfp4.go)
 		linearMXFP4(y, x, w, bias, mxfp4Best())
+		return
+	}
+	if w.panels != nil {
+		linearPanels(y, x, w, bias)
 		return
 	}
 	one := linearQuant

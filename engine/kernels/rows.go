@@ -128,6 +128,9 @@ func (f *rowsFormat) blockPart(x qActRow, b int) uint32 {
 
 // rowsKernels are the types whose LinearQuant products follow the tiled order (nil or empty where the CPU has
 // no rows kernels: there LinearQuant keeps its lanes order, quant.go).
+// panelFormats are the types PackPanels packs, with their panel kernels (none where the CPU has no VNNI).
+var panelFormats = panelsAsm()
+
 var rowsKernels = func() map[quant.Type]*rowsFormat {
 	m, octs, trans := map[quant.Type]*rowsFormat{}, rowsOctAsm(), tiledRowsAsm()
 	for t, k := range rowsAsm() {

@@ -144,3 +144,45 @@ func tiledRowsAsm() map[quant.Type]transKernel {
 		quant.Q6_K: {[2]tiledRowsKernel{tiledRows4Q6_KVNNI, tiledRowsQ6_KVNNI}, tiledRowsPanelQ6_KVNNI, 2, 65},
 	}
 }
+
+//go:noescape
+func panelsRun1Q4_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
+
+//go:noescape
+func panelsRun1Q6_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
+
+//go:noescape
+func panelsBuildQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func panelsKeptQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func panels1Q4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func panels1Q6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func panelsQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func panels4Q4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func panelsQ6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+//go:noescape
+func panels4Q6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+// panelsAsm returns the panel kernels (panels.go) the CPU can run.
+func panelsAsm() map[quant.Type]*panelFormat {
+	if !useVNNI {
+		return nil
+	}
+	return map[quant.Type]*panelFormat{
+		quant.Q4_K: {block: 2304, pack: packQ4_K, unpackBlock: unpackQ4_K, kernels: [3]panelKernel{panels1Q4_KVNNI, panels4Q4_KVNNI, panelsQ4_KVNNI}, run1: panelsRun1Q4_KVNNI,
+			build: panelsBuildQ4_KVNNI, kept: panelsKeptQ4_KVNNI},
+		quant.Q6_K: {block: 3328, side: 32, pack: packQ6_K, unpackBlock: unpackQ6_K, tiledFrom: 192, kernels: [3]panelKernel{panels1Q6_KVNNI, panels4Q6_KVNNI, panelsQ6_KVNNI}, run1: panelsRun1Q6_KVNNI},
+	}
+}

@@ -12,3 +12,6 @@ func rowsOctAsm() map[quant.Type]quantRowsKernel { return nil }
 
 // tiledRowsAsm returns no kernels (rowsAsm).
 func tiledRowsAsm() map[quant.Type]transKernel { return nil }
+
+// panelsAsm returns no kernels (rowsAsm).
+func panelsAsm() map[quant.Type]*panelFormat { return nil }

@@ -245,3 +245,265 @@ GLOBL trnib<>(SB), RODATA|NOPTR, $4
 
 DATA trq6hi<>+0(SB)/4, $0x30303030
 GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
+
+// The panel kernels (panels.go): the transposing kernels' products over a matrix packed in 16-row panels, whose
+// super-blocks hold what those kernels build in registers, in the order they build it: the codes
+// (per super-block: Q4_K's four 32-byte groups, each eight registers of the 16 rows' dwords; Q6_K's four pieces,
+// each ql's two and qh's one T4 registers) at SI, the rows' meta at R9 (per super-block: Q4_K's 16-byte headers
+// as four registers of dwords; Q6_K's scales as four, then d as 16 float16). No transposition: a register is
+// one load. Same macros, same bits (TestPanelsMatchRows).
+
+// PENTRY: the arguments of a panel kernel into their registers, Z16-Z23 zeroed, Z26 0x0f bytes.
+#define PENTRY \
+	MOVQ blocks+0(FP), SI; MOVQ side+8(FP), R9; MOVQ meta+16(FP), BX; MOVQ qs+24(FP), DI \
+	MOVQ ameta+32(FP), R13; MOVQ nsb+40(FP), CX; MOVQ acc+48(FP), AX; MOVQ pf+56(FP), DX \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23) \
+	VPBROADCASTD trnib<>(SB), Z26
+
+// PKERNEL(lbl, SB): a panel kernel's body.
+#define PKERNEL(lbl, SB) \
+	PENTRY \
+	lbl: SB; DECQ CX; JNZ lbl \
+	VZEROUPPER; RET
+
+// PLOAD4(off, d0, d1, d2, d3): four registers of the super-block at off(SI).
+#define PLOAD4(off, d0, d1, d2, d3) \
+	VMOVDQU32 off(SI), d0; VMOVDQU32 off+64(SI), d1; VMOVDQU32 off+128(SI), d2; VMOVDQU32 off+192(SI), d3
+
+// PQ4GROUP(g, DOT, SCALE, S): Q4GROUP with group g's eight registers loaded.
+#define PQ4GROUP(g, DOT, SCALE, S) \
+	PLOAD4(256+512*g, Z0, Z1, Z2, Z3); PLOAD4(512+512*g, Z4, Z5, Z6, Z7) \
+	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
+	Q4LO(Z0, 0, DOT); PF(0); Q4LO(Z1, S, DOT); Q4LO(Z2, 2*S, DOT); PF(64); Q4LO(Z3, 3*S, DOT) \
+	Q4LO(Z4, 4*S, DOT); PF(128); Q4LO(Z5, 5*S, DOT); Q4LO(Z6, 6*S, DOT); PF(192); Q4LO(Z7, 7*S, DOT) \
+	SCALE(Z25, 128*g) \
+	Q4HI(Z0, 8*S, DOT); PF(256); Q4HI(Z1, 9*S, DOT); Q4HI(Z2, 10*S, DOT); PF(320); Q4HI(Z3, 11*S, DOT) \
+	Q4HI(Z4, 12*S, DOT); PF(384); Q4HI(Z5, 13*S, DOT); Q4HI(Z6, 14*S, DOT); PF(448); Q4HI(Z7, 15*S, DOT) \
+	SCALE(Z25, 128*g+64) \
+	PF(512); ADDQ $576, DX \
+	ADDQ $(16*S), DI
+
+// PQ4OWN: Q4OWN with the headers' four registers loaded (K4META's TRANS4).
+#define PQ4OWN \
+	K4CONSTS \
+	VMOVDQU32 0(SI), Z0; VMOVDQU32 64(SI), Z1; VMOVDQU32 128(SI), Z2; VMOVDQU32 192(SI), Z3 \
+	K4SCALES(0, 0, Z8, Z12, BX); K4SCALES(8, 64, Z9, Z13, BX); K4SCALES(16, 128, Z10, Z14, BX); K4SCALES(24, 192, Z11, Z15, BX) \
+	MINPAIR(Z8, Z9, 512, BX); MINPAIR(Z10, Z11, 576, BX); MINPAIR(Z12, Z13, 640, BX); MINPAIR(Z14, Z15, 704, BX) \
+	HALVES(Z0, Z4, Z5); VMOVUPS Z4, 768(BX); VMOVUPS Z5, 832(BX) \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); VPBROADCASTD trnib<>(SB), Z26
+
+// PQ4SB(DOT, SCALE, MIN, EPIS, S): Q4SB over a panel's super-block (256 bytes of meta, 2048 of codes).
+#define PQ4SB(DOT, SCALE, MIN, EPIS, S) PQ4SBM(DOT, SCALE, MIN, EPIS, S, PQ4OWN, 0)
+
+// PQ4SBM(DOT, SCALE, MIN, EPIS, S, META, MSTEP): PQ4SB with the meta built (PQ4OWN) or not (NOMETA: built by an
+// earlier call), at BX, which moves on MSTEP bytes a super-block (896: the panel's meta kept for the next calls).
+#define PQ4SBM(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
+	META \
+	PQ4GROUP(0, DOT, SCALE, S); PQ4GROUP(1, DOT, SCALE, S); PQ4GROUP(2, DOT, SCALE, S); PQ4GROUP(3, DOT, SCALE, S) \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	MIN(512, 0); MIN(576, S); MIN(640, 2*S); MIN(704, 3*S) \
+	EPIS(768, 4*S) \
+	ADDQ $2304, SI; ADDQ $(5*S), R13; ADDQ $MSTEP, BX
+
+// One input (a decode step's product): a sub-block's quads go to four accumulators in turn, Z8-Z11 (DOT1A ..
+// DOT1D), whose sum SCALE1 takes (one chain of dependent VPDPBUSD a sub-block ran 10% slower than the
+// four-input kernel), the sums in Z16, the minimum terms in Z0. Integer sums: the same bits in any order.
+#define DOT1A(z, off) VPDPBUSD.BCST off+0(DI), z, Z8
+#define DOT1B(z, off) VPDPBUSD.BCST off+0(DI), z, Z9
+#define DOT1C(z, off) VPDPBUSD.BCST off+0(DI), z, Z10
+#define DOT1D(z, off) VPDPBUSD.BCST off+0(DI), z, Z11
+#define SCALE1(zsc, off) \
+	VPADDD Z9, Z8, Z8; VPADDD Z11, Z10, Z10; VPADDD Z10, Z8, Z8; VPXORD Z9, Z9, Z9; VPXORD Z10, Z10, Z10; VPXORD Z11, Z11, Z11 \
+	VMOVDQU32 off(BX), zsc; SC(Z8, Z16, zsc)
+#define MIN1(off, a) VMOVDQU32 off(BX), Z25; VPDPWSSD.BCST a+0(R13), Z25, Z0
+#define EPIS1(d, dx) VMOVUPS d(BX), Z24; VMOVUPS d+64(BX), Z25; EPI(Z0, Z16, dx, 0)
+
+// PQ4GROUP1(g): PQ4GROUP for one input.
+#define PQ4GROUP1(g) \
+	PLOAD4(256+512*g, Z0, Z1, Z2, Z3); PLOAD4(512+512*g, Z4, Z5, Z6, Z7) \
+	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
+	Q4LO(Z0, 0, DOT1A); PF(0); Q4LO(Z1, 4, DOT1B); Q4LO(Z2, 8, DOT1C); PF(64); Q4LO(Z3, 12, DOT1D) \
+	Q4LO(Z4, 16, DOT1A); PF(128); Q4LO(Z5, 20, DOT1B); Q4LO(Z6, 24, DOT1C); PF(192); Q4LO(Z7, 28, DOT1D) \
+	SCALE1(Z25, 128*g) \
+	Q4HI(Z0, 32, DOT1A); PF(256); Q4HI(Z1, 36, DOT1B); Q4HI(Z2, 40, DOT1C); PF(320); Q4HI(Z3, 44, DOT1D) \
+	Q4HI(Z4, 48, DOT1A); PF(384); Q4HI(Z5, 52, DOT1B); Q4HI(Z6, 56, DOT1C); PF(448); Q4HI(Z7, 60, DOT1D) \
+	SCALE1(Z25, 128*g+64) \
+	PF(512); ADDQ $576, DX \
+	ADDQ $64, DI
+
+// PQ4SB1: PQ4SB for one input.
+#define PQ4SB1 \
+	PQ4OWN \
+	PQ4GROUP1(0); PQ4GROUP1(1); PQ4GROUP1(2); PQ4GROUP1(3) \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	MIN1(512, 0); MIN1(576, 4); MIN1(640, 8); MIN1(704, 12) \
+	EPIS1(768, 16) \
+	ADDQ $2304, SI; ADDQ $20, R13
+
+// func panelsQ4_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// tiledRowsQ4_KVNNI over a Q4_K panel (panels.go), 8 inputs.
+TEXT ·panelsQ4_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq4sb8, PQ4SB(DOT8, SCALE8, MIN8, EPIS8, 32))
+
+// func panelsBuildQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// panelsQ4_KVNNI keeping the panel's meta at meta (896 bytes a super-block), for the calls after it.
+TEXT ·panelsBuildQ4_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq4sb8b, PQ4SBM(DOT8, SCALE8, MIN8, EPIS8, 32, PQ4OWN, 896))
+
+// func panelsKeptQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// panelsQ4_KVNNI with the panel's meta at meta, as panelsBuildQ4_KVNNI left it.
+TEXT ·panelsKeptQ4_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq4sb8k, PQ4SBM(DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 896))
+
+// func panels4Q4_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// panelsQ4_KVNNI for 4 inputs.
+TEXT ·panels4Q4_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq4sb4, PQ4SB(DOT4, SCALE4, MIN4, EPIS4, 16))
+
+// func panels1Q4_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// panelsQ4_KVNNI for one input.
+TEXT ·panels1Q4_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq4sb1, PQ4SB1)
+
+// PQ6PIECE(k, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): Q6PIECE with piece k's twelve registers loaded (k = 2n + h).
+#define PQ6PIECE(k, h, sc0, sc1, sc2, sc3, DOT, SCALE, S) \
+	PLOAD4(256+768*k, Z0, Z1, Z2, Z3); PLOAD4(512+768*k, Z4, Z5, Z6, Z7); PLOAD4(768+768*k, Z24, Z25, Z26, Z27) \
+	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
+	Q6J(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0, DOT, SCALE, S) \
+	Q6J(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1, DOT, SCALE, S) \
+	Q6J(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2, DOT, SCALE, S) \
+	Q6J(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3, DOT, SCALE, S) \
+	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
+	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
+	ADDQ $840, DX
+
+// PQ6OWN: Q6OWN with the scales' four registers loaded (Q6META's first TRANS4) and d from the side part's 16
+// float16 (its second).
+#define PQ6OWN \
+	MOVL $0xffff, R14; VPBROADCASTD R14, Z24 \
+	VMOVDQU32 0(SI), Z0; VMOVDQU32 64(SI), Z1; VMOVDQU32 128(SI), Z2; VMOVDQU32 192(SI), Z3 \
+	Q6SCALES(Z0, 0, BX); Q6PAIRS(1024, BX); Q6SCALES(Z1, 256, BX); Q6PAIRS(1152, BX) \
+	Q6SCALES(Z2, 512, BX); Q6PAIRS(1280, BX); Q6SCALES(Z3, 768, BX); Q6PAIRS(1408, BX) \
+	VCVTPH2PS 0(R9), Z6; VMOVUPS Z6, 1536(BX); VMOVUPS Z6, 1600(BX) \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+
+// PQ6SB(DOT, SCALE, MIN, EPIS, S): Q6SB over a panel's super-block (256 bytes of meta, 3072 of codes; d in
+// the side part).
+#define PQ6SB(DOT, SCALE, MIN, EPIS, S) \
+	PQ6OWN \
+	PQ6PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
+	PQ6PIECE(1, 1, 64, 192, 320, 448, DOT, SCALE, S) \
+	ADDQ $(32*S), DI \
+	PQ6PIECE(2, 0, 512, 640, 768, 896, DOT, SCALE, S) \
+	PQ6PIECE(3, 1, 576, 704, 832, 960, DOT, SCALE, S) \
+	ADDQ $(32*S), DI \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	MIN(1024, 0); MIN(1088, S); MIN(1152, 2*S); MIN(1216, 3*S); MIN(1280, 4*S); MIN(1344, 5*S); MIN(1408, 6*S); MIN(1472, 7*S) \
+	EPIS(1536, 8*S) \
+	ADDQ $3328, SI; ADDQ $32, R9; ADDQ $(9*S), R13
+
+// func panelsQ6_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// tiledRowsQ6_KVNNI over a Q6_K panel (panels.go), 8 inputs.
+TEXT ·panelsQ6_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq6sb8, PQ6SB(DOT8, SCALE8, MIN8, EPIS8, 32))
+
+// func panels4Q6_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// panelsQ6_KVNNI for 4 inputs.
+TEXT ·panels4Q6_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq6sb4, PQ6SB(DOT4, SCALE4, MIN4, EPIS4, 16))
+
+// Q6JONE(J, ql0, ql1, ql2, ql3, h, j, sc): Q6J for one input, its four quads to the four accumulators.
+#define Q6JONE(J, ql0, ql1, ql2, ql3, h, j, sc) \
+	J(ql0, Z24, 32*j+16*h, DOT1A); J(ql1, Z25, 32*j+16*h+4, DOT1B); J(ql2, Z26, 32*j+16*h+8, DOT1C); J(ql3, Z27, 32*j+16*h+12, DOT1D) \
+	SCALE1(Z30, sc)
+
+// PQ6PIECE1(k, h, sc0, sc1, sc2, sc3): PQ6PIECE for one input.
+#define PQ6PIECE1(k, h, sc0, sc1, sc2, sc3) \
+	PLOAD4(256+768*k, Z0, Z1, Z2, Z3); PLOAD4(512+768*k, Z4, Z5, Z6, Z7); PLOAD4(768+768*k, Z24, Z25, Z26, Z27) \
+	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
+	Q6JONE(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0) \
+	Q6JONE(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1) \
+	Q6JONE(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2) \
+	Q6JONE(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3) \
+	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
+	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
+	ADDQ $840, DX
+
+// PQ6SB1: PQ6SB for one input.
+#define PQ6SB1 \
+	PQ6OWN \
+	PQ6PIECE1(0, 0, 0, 128, 256, 384); PQ6PIECE1(1, 1, 64, 192, 320, 448); ADDQ $128, DI \
+	PQ6PIECE1(2, 0, 512, 640, 768, 896); PQ6PIECE1(3, 1, 576, 704, 832, 960); ADDQ $128, DI \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	MIN1(1024, 0); MIN1(1088, 4); MIN1(1152, 8); MIN1(1216, 12); MIN1(1280, 16); MIN1(1344, 20); MIN1(1408, 24); MIN1(1472, 28) \
+	EPIS1(1536, 32) \
+	ADDQ $3328, SI; ADDQ $32, R9; ADDQ $36, R13
+
+// func panels1Q6_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// panelsQ6_KVNNI for one input.
+TEXT ·panels1Q6_KVNNI(SB), NOSPLIT, $0-64
+	PKERNEL(pq6sb1, PQ6SB1)
+
+// The one-input kernels over panels in a row (panelsRun1*): panels panels from data (pb bytes each, nsb
+// super-blocks), each one's 16 outputs added to y (zeroed by the caller; the next panel's 16 floats after): a
+// decode step's product in one call a worker, as the rows kernels make it (a call a panel cost ~10% of it from
+// memory).
+
+// func panelsRun1Q4_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
+// PQ4SB1 over the panels.
+TEXT ·panelsRun1Q4_KVNNI(SB), NOSPLIT, $0-64
+	MOVQ data+0(FP), R8; MOVQ panels+8(FP), R10; MOVQ nsb+16(FP), R11; MOVQ pb+24(FP), R12
+	MOVQ meta+32(FP), BX; MOVQ y+56(FP), AX
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+
+rq4panel:
+	MOVQ R8, SI // no side part
+
+rq4ready:
+	LEAQ 8192(R8), DX // prefetches: 8 KiB ahead in the stream of panels (past the end too: prefetches never fault)
+	MOVQ R11, CX; MOVQ qs+40(FP), DI; MOVQ ameta+48(FP), R13
+
+rq4sb:
+	PQ4SB1
+	DECQ CX
+	JNZ  rq4sb
+	ADDQ $64, AX
+	ADDQ R12, R8
+	DECQ R10
+	JNZ  rq4panel
+	VZEROUPPER
+	RET
+
+// func panelsRun1Q6_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
+// PQ6SB1 over the panels.
+TEXT ·panelsRun1Q6_KVNNI(SB), NOSPLIT, $0-64
+	MOVQ data+0(FP), R8; MOVQ panels+8(FP), R10; MOVQ nsb+16(FP), R11; MOVQ pb+24(FP), R12
+	MOVQ meta+32(FP), BX; MOVQ y+56(FP), AX
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+
+rq6panel:
+	MOVQ R8, SI; MOVQ R8, R9
+	TESTQ $63, R8
+	JNZ  rq6side
+	IMUL3Q $3328, R11, R14
+	ADDQ R14, R9 // the super-blocks first, the side part after them (panelFormat.split)
+	JMP  rq6ready
+
+rq6side:
+	IMUL3Q $32, R11, R14
+	ADDQ R14, SI // the side part first
+
+rq6ready:
+	LEAQ 8192(R8), DX // prefetches: 8 KiB ahead in the stream of panels (past the end too: prefetches never fault)
+	MOVQ R11, CX; MOVQ qs+40(FP), DI; MOVQ ameta+48(FP), R13
+
+rq6sb:
+	PQ6SB1
+	DECQ CX
+	JNZ  rq6sb
+	ADDQ $64, AX
+	ADDQ R12, R8
+	DECQ R10
+	JNZ  rq6panel
+	VZEROUPPER
+	RET

@@ -1,0 +1,338 @@
+package kernels
+
+import (
+	"unsafe"
+
+	"github.com/layerstream/layerstream/internal/grow"
+	"github.com/layerstream/layerstream/quant"
+)
+
+// Panel layout. The transposing kernels (tiledrows.go) spend a fifth of their time putting 16 rows' codes and
+// scales in the lanes of registers: loads of 16 rows, unpacks and shuffles, and the meta of each super-block
+// built from its 16 headers. PackPanels rewrites a resident matrix once so that each 16-row panel holds, super-block
+// after super-block, the registers those kernels build, in the order they build them: the panel kernels load them
+// (one load a register), the same arithmetic bit for bit. A panel is then one contiguous stream that the core's
+// prefetchers follow, where its rows were 16 streams a row apart. The bytes are those of the rows they replace
+// (the layout is a permutation within each panel), so a matrix is packed in place, in the buffer it was loaded
+// into. Measured on the 2-core Zen 5 VM (docs/performance-log.md, issue 40): an 8-row product of a [8960×1536]
+// Q4_K matrix from memory went from 1.3-1.4× a one-row product to ~1.1×.
+
+// panelFormat is a block type's panel layout and kernels. A panel is its super-blocks one after the other (block
+// bytes each: the 16 rows' meta, then their codes), and a side part of side bytes a super-block (Q6_K's d), after
+// them or, where that puts the super-blocks at the start of a cache line, before them (split).
+type panelFormat struct {
+	block, side int
+	// pack writes the panel layout of one super-block of the 16 rows at src (row r at src[r·stride:]) into block
+	// and side.
+	pack func(block, side, src []byte, stride int)
+	// unpackBlock is pack's inverse: one super-block of the 16 rows back to src's layout.
+	unpackBlock func(src, block, side []byte, stride int)
+	// kernels take panelIn inputs a call, building each super-block's meta at meta.
+	kernels [3]panelKernel
+	// run1 is kernels[0] over panels in a row, writing into the output: panels panels of nsb super-blocks
+	// from data, pb bytes each, adding each one's 16 outputs to y.
+	run1 func(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
+	// build and kept are kernels[2] for a panel's groups of inputs when there are several: build for the
+	// first, keeping the panel's meta at meta (tiledFormat.metaBytes a super-block), kept for the others, which
+	// read it (built in each call, it cost a prompt of 512 rows a third more on [1536×8960] Q6_K).
+	build, kept panelKernel
+	// tiledFrom, where set, is the number of input rows from which a product unpacks each panel back into rows
+	// and takes the tiled kernels (tiled.go), as LinearQuant does for a matrix in rows (a prompt): Q6_K's
+	// panel kernels cost a 512-row product of a [1536×8960] matrix a third more than they, and the unpacking
+	// a 128-row one a quarter more than the panel kernels (from 192 rows: 12% more than a matrix in rows).
+	tiledFrom int
+}
+
+// panelIn are the numbers of input rows a panel kernel multiplies together: one (a decode step), then as the
+// transposing kernels (tiledRowsIn), the last group padded with zero rows.
+var panelIn = [3]int{1, 4, 8}
+
+// panelKernel adds to acc[c·16 + r] the products of a panel's 16 rows (nsb super-blocks at blocks, their side
+// parts at side) with its number of packed inputs (tiledRowsKernel's qs, ameta), building each super-block's
+// meta into the scratch at meta; it prefetches the next panel from pf.
+type panelKernel func(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+
+// Packs reports whether PackPanels packs matrices of type t on this CPU.
+func Packs(t quant.Type) bool { return panelFormats[t] != nil }
+
+// panelBytes is a panel's size: 16 rows.
+func (w QuantMatrix) panelBytes() int { return tileRows * w.rowBytes }
+
+// Panelled reports whether w is packed in panels (PackPanels).
+func (w QuantMatrix) Panelled() bool { return w.panels != nil }
+
+// PackPanels packs w's whole 16-row panels in place, in its own bytes, for the panel kernels, and returns it as a
+// matrix in that layout (the rows past the last whole panel stay as they are). It returns w unchanged where this CPU
+// has no panel kernels for w's type. The caller gives up w: its Data is no longer in rows; the returned matrix
+// still reads its rows (Row, DequantizeRow), unpacking them.
+func PackPanels(w QuantMatrix) QuantMatrix {
+	f := panelFormats[w.Type]
+	if f == nil || w.panels != nil || w.Cols%quant.QKK != 0 || w.Rows < tileRows || !tiledRowsFits(w) {
+		return w
+	}
+	nsb, pb := w.Cols/quant.QKK, w.panelBytes()
+	src := make([]byte, pb)
+	bb := w.rowBytes / nsb
+	for p := range w.Rows / tileRows {
+		panel := w.Data[p*pb : (p+1)*pb]
+		copy(src, panel)
+		blocks, side := f.split(panel, nsb)
+		for s := range nsb {
+			f.pack(blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], src[s*bb:], w.rowBytes)
+		}
+	}
+	w.panels = f
+	return w
+}
+
+// split returns a panel's super-blocks and side part: the super-blocks first where the panel starts a cache line,
+// else the side part first where it ends one (a Q6_K panel of 35 super-blocks a row starts half a line in every
+// other panel, and its side part is 35 half lines), so that the super-blocks do.
+func (f *panelFormat) split(panel []byte, nsb int) (blocks, side []byte) {
+	nb := nsb * f.block
+	if f.side == 0 || uintptr(unsafe.Pointer(&panel[0]))%64 == 0 {
+		return panel[:nb], panel[nb:]
+	}
+	return panel[len(panel)-nb:], panel[:len(panel)-nb]
+}
+
+// unpackRow writes row o of a packed matrix into dst (rowBytes), from its panel.
+func (w QuantMatrix) unpackRow(dst []byte, o int) {
+	p, r := o/tileRows, o%tileRows
+	if p >= w.Rows/tileRows { // past the whole panels: as it was
+		copy(dst, w.Data[o*w.rowBytes:(o+1)*w.rowBytes])
+		return
+	}
+	f, nsb, pb := w.panels, w.Cols/quant.QKK, w.panelBytes()
+	blocks, side := f.split(w.Data[p*pb:(p+1)*pb], nsb)
+	bb := w.rowBytes / nsb
+	rows := make([]byte, tileRows*bb) // one super-block of the 16 rows, back in rows
+	for s := range nsb {
+		f.unpackBlock(rows, blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], bb)
+		copy(dst[s*bb:(s+1)*bb], rows[r*bb:(r+1)*bb])
+	}
+}
+
+// packDwords writes, for each of the 16 rows, the dwords of the n·4 bytes at src[r·stride+off:] into dst: dword q
+// of row r at (q·16 + r)·4, the lanes of register q.
+func packDwords(dst, src []byte, stride, off, n int) {
+	for r := range tileRows {
+		row := src[r*stride+off:]
+		for q := range n {
+			copy(dst[(q*tileRows+r)*4:][:4], row[4*q:4*q+4])
+		}
+	}
+}
+
+// unpackDwords is packDwords' inverse: register q's lane r back to dword q of row r at dst[r·stride+off:].
+func unpackDwords(dst, src []byte, stride, off, n int) {
+	from := unsafe.Slice((*uint32)(unsafe.Pointer(&src[0])), n*tileRows)
+	for r := range tileRows {
+		to := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[r*stride+off])), n)
+		for q := range to {
+			to[q] = from[q*tileRows+r]
+		}
+	}
+}
+
+// unpackQ4_K is packQ4_K's inverse.
+func unpackQ4_K(dst, block, _ []byte, stride int) {
+	unpackDwords(dst, block, stride, 0, 4)
+	for g := range 4 {
+		unpackDwords(dst, block[256+g*512:], stride, 16+32*g, 8)
+	}
+}
+
+// unpackQ6_K is packQ6_K's inverse.
+func unpackQ6_K(dst, block, side []byte, stride int) {
+	unpackDwords(dst, block, stride, 192, 4)
+	for n := range 2 {
+		for h := range 2 {
+			piece := block[256+(2*n+h)*768:]
+			unpackDwords(dst, piece, stride, 64*n+16*h, 4)
+			unpackDwords(dst, piece[256:], stride, 64*n+32+16*h, 4)
+			unpackDwords(dst, piece[512:], stride, 128+32*n+16*h, 4)
+		}
+	}
+	for r := range tileRows {
+		copy(dst[r*stride+208:][:2], side[2*r:][:2])
+	}
+}
+
+// packQ4_K: the meta as K4META's TRANS4 gives it (the 16-byte headers: d, dmin, the scales: four registers),
+// then the codes as the transposing kernel's T8TRANSPOSE (four groups of 32 bytes, eight registers each).
+func packQ4_K(block, _, src []byte, stride int) {
+	packDwords(block, src, stride, 0, 4)
+	for g := range 4 {
+		packDwords(block[256+g*512:], src, stride, 16+32*g, 8)
+	}
+}
+
+// packQ6_K: the meta as Q6META's first TRANS4 (the scales: four registers), then the codes as Q6PIECE's three T4
+// of each piece (ql's two 16-byte parts, qh's one); the side part d, of the 16 rows (float16).
+func packQ6_K(block, side, src []byte, stride int) {
+	packDwords(block, src, stride, 192, 4)
+	for n := range 2 {
+		for h := range 2 {
+			piece := block[256+(2*n+h)*768:]
+			packDwords(piece, src, stride, 64*n+16*h, 4)
+			packDwords(piece[256:], src, stride, 64*n+32+16*h, 4)
+			packDwords(piece[512:], src, stride, 128+32*n+16*h, 4)
+		}
+	}
+	for r := range tileRows {
+		copy(side[2*r:][:2], src[r*stride+208:][:2])
+	}
+}
+
+// linearPanels is LinearQuant for a matrix in panels: the panel kernels over its whole panels, and over the rows
+// after them packed into a panel on the way (zero rows to 16).
+func linearPanels(y, x []float32, w QuantMatrix, bias []float32) {
+	in, out := w.Cols, w.Rows
+	rows := len(x) / in
+	if rows == 0 {
+		return
+	}
+	if w.panels.tiledFrom > 0 && rows >= w.panels.tiledFrom {
+		linearPanelsTiled(y, x, w, bias)
+		return
+	}
+	tf, pf := rowsKernels[w.Type].tiled, w.panels
+	nb := in / tf.block
+	a := actPool.Get().(*qAct)
+	defer actPool.Put(a)
+	a.quantize(w.k.act, x[:rows*in], in)
+	t := tiledPool.Get().(*tiledActs)
+	defer tiledPool.Put(t)
+	k := 0
+	for k < len(panelIn)-1 && rows > panelIn[k] {
+		k++
+	}
+	inputs := panelIn[k]
+	t.pack(tf, a, rows, inputs)
+	groups := (rows + inputs - 1) / inputs
+	gq, gm := in*inputs, nb*tf.actMetaBytes(inputs)
+	whole, pb := out/tileRows, w.panelBytes()
+	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
+		p := panelPool.Get().(*tiledPanel)
+		defer panelPool.Put(p)
+		metaSBs := 1 // each call builds a super-block's meta at a time
+		if groups > 1 && pf.build != nil {
+			metaSBs = nb // the panel's, kept from its first group to the others
+		}
+		p.meta = grow.Slice(p.meta, metaSBs*tf.metaBytes())
+		var acc [8 * tileRows]float32
+		if rows == 1 && lo < whole { // a decode step: the whole panels in one call
+			end := min(hi, whole)
+			yr := y[lo*tileRows : end*tileRows]
+			clear(yr)
+			pf.run1(&w.Data[lo*pb], end-lo, nb, pb, &p.meta[0], &t.qs[0], &t.meta[0], &yr[0])
+			if bias != nil { // after the products, as storeTile adds it
+				addBias(yr, bias[lo*tileRows:end*tileRows], 1, len(yr))
+			}
+			lo = end
+		}
+		for pi := lo; pi < hi; pi++ {
+			o := pi * tileRows
+			n := min(tileRows, out-o)
+			var blocks, side, next []byte
+			if pi < whole {
+				blocks, side = pf.split(w.Data[pi*pb:(pi+1)*pb], nb)
+				next = w.Data[min(pi+1, whole-1)*pb:] // prefetches never fault: a panel's own, at the end
+			} else {
+				blocks, side = w.tailPanel(p, o)
+				next = blocks
+			}
+			for g := range groups {
+				kernel := pf.kernels[k]
+				switch {
+				case groups > 1 && g == 0 && pf.build != nil:
+					kernel = pf.build
+				case groups > 1 && pf.kept != nil:
+					kernel = pf.kept
+				}
+				clear(acc[:])
+				kernel(&blocks[0], sidePtr(side), &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], &next[0])
+				storeTile(y, acc[:], bias, out, g*inputs, min(inputs, rows-g*inputs), o, n)
+			}
+		}
+	})
+}
+
+// linearPanelsTiled is linearTiled over a matrix in panels: each panel unpacked back into rows (unpackPanel)
+// before the tiled kernels' own unpacking, the same bits.
+func linearPanelsTiled(y, x []float32, w QuantMatrix, bias []float32) {
+	f := rowsKernels[w.Type].tiled
+	in, out := w.Cols, w.Rows
+	rows := len(x) / in
+	nb := in / f.block
+	a := actPool.Get().(*qAct)
+	defer actPool.Put(a)
+	a.quantize(w.k.act, x[:rows*in], in)
+	t := tiledPool.Get().(*tiledActs)
+	defer tiledPool.Put(t)
+	t.pack(f, a, rows, tileIn)
+	groups := (rows + tileIn - 1) / tileIn
+	gq, gm := in*tileIn, nb*f.actMetaBytes(tileIn)
+	whole, pb := out/tileRows, w.panelBytes()
+	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
+		p := panelPool.Get().(*tiledPanel)
+		defer panelPool.Put(p)
+		p.f = f
+		inRows := w // a panel back in rows (its own rows past the whole panels)
+		inRows.panels = nil
+		var scratch []byte
+		var acc [tileIn * tileRows]float32
+		for pi := lo; pi < hi; pi++ {
+			o := pi * tileRows
+			n := min(tileRows, out-o)
+			if pi < whole {
+				scratch = grow.Slice(scratch, pb)
+				blocks, side := w.panels.split(w.Data[pi*pb:(pi+1)*pb], nb)
+				w.panels.unpackPanel(scratch, blocks, side, nb, w.rowBytes)
+				inRows.Data, inRows.Rows = scratch, tileRows
+				p.fill(inRows, 0, n)
+			} else {
+				inRows.Data, inRows.Rows = w.Data, w.Rows
+				p.fill(inRows, o, n)
+			}
+			for g := range groups {
+				clear(acc[:])
+				f.asmKernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nb, &acc)
+				storeTile(y, acc[:], bias, out, g*tileIn, min(tileIn, rows-g*tileIn), o, n)
+			}
+		}
+	})
+}
+
+// unpackPanel writes a panel's 16 rows (nsb super-blocks each, stride bytes a row) into rows, from its
+// super-blocks and side part: pack's inverse, a 32-bit move a dword.
+func (f *panelFormat) unpackPanel(rows, blocks, side []byte, nsb, stride int) {
+	bb := stride / nsb
+	for s := range nsb {
+		f.unpackBlock(rows[s*bb:], blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], stride)
+	}
+}
+
+// sidePtr is a kernel's pointer to a side part (nil when the type has none).
+func sidePtr(side []byte) *byte {
+	if len(side) == 0 {
+		return nil
+	}
+	return &side[0]
+}
+
+// tailPanel packs the rows of w from o on (fewer than 16, after its whole panels) into a panel in p's scratch,
+// padded with zero blocks (zero scales, zero products), and returns its super-blocks and side part.
+func (w QuantMatrix) tailPanel(p *tiledPanel, o int) (blocks, side []byte) {
+	f, nsb, pb := w.panels, w.Cols/quant.QKK, w.panelBytes()
+	p.codes = grow.Slice(p.codes, 2*pb)
+	src, dst := p.codes[:pb], p.codes[pb:]
+	clear(src[copy(src, w.Data[o*w.rowBytes:]):])
+	blocks, side = dst[:nsb*f.block], dst[nsb*f.block:]
+	bb := w.rowBytes / nsb
+	for s := range nsb {
+		f.pack(blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], src[s*bb:], w.rowBytes)
+	}
+	return blocks, side
+}
