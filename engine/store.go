@@ -363,7 +363,7 @@ func (s *weightStore) loadResident(ctx context.Context, kind, unit string, specs
 	s.pools.all = append(s.pools.all, w)
 	// The output projection (untied) is read into a buffer of its own, like a decoder layer, where the host
 	// kernels pack it in panels (packs): a mapping is read-only.
-	packs := (kind == kindLayer || kind == unitLMHead) && s.inPlace() && s.opts.Arithmetic != ArithmeticLlamaCpp
+	packs := s.opts.Panels && (kind == kindLayer || kind == unitLMHead) && s.inPlace() && s.opts.Arithmetic != ArithmeticLlamaCpp
 	mapped := kind != kindLayer && s.mapShards() && !(packs && s.packable(unit))
 	buf := shards.NewBuffer(0) // grown by Load to the unit's size; the view keeps it alive
 	load := s.set.Load
