@@ -188,121 +188,108 @@ func packQ6_K(block, side, src []byte, stride int) {
 // linearPanels is LinearQuant for a matrix in panels: the panel kernels over its whole panels, and over the rows
 // after them packed into a panel on the way (zero rows to 16).
 func linearPanels(y, x []float32, w QuantMatrix, bias []float32) {
-	in, out := w.Cols, w.Rows
-	rows := len(x) / in
+	rows := len(x) / w.Cols
 	if rows == 0 {
 		return
 	}
-	if w.panels.tiledFrom > 0 && rows >= w.panels.tiledFrom {
-		linearPanelsTiled(y, x, w, bias)
+	if f := rowsKernels[w.Type].tiled; w.panels.tiledFrom > 0 && rows >= w.panels.tiledFrom {
+		linearTiled(y, x, w, bias, f, f.asmKernel) // each panel back in rows first (tiledPanel.fill)
 		return
 	}
-	tf, pf := rowsKernels[w.Type].tiled, w.panels
-	nb := in / tf.block
-	a := actPool.Get().(*qAct)
-	defer actPool.Put(a)
-	a.quantize(w.k.act, x[:rows*in], in)
-	t := tiledPool.Get().(*tiledActs)
-	defer tiledPool.Put(t)
 	k := 0
 	for k < len(panelIn)-1 && rows > panelIn[k] {
 		k++
 	}
-	inputs := panelIn[k]
-	t.pack(tf, a, rows, inputs)
-	groups := (rows + inputs - 1) / inputs
-	gq, gm := in*inputs, nb*tf.actMetaBytes(inputs)
-	whole, pb := out/tileRows, w.panelBytes()
-	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
+	pp := panelProduct{y: y, w: w, bias: bias, rows: rows, k: k, f: rowsKernels[w.Type].tiled}
+	pp.t = packedInputs(w, x, rows, pp.f, panelIn[k])
+	defer tiledPool.Put(pp.t)
+	whole := w.Rows / tileRows
+	parallelFor((w.Rows+tileRows-1)/tileRows, 0, func(lo, hi int) {
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
-		metaSBs := 1 // each call builds a super-block's meta at a time
-		if groups > 1 && pf.build != nil {
-			metaSBs = nb // the panel's, kept from its first group to the others
-		}
-		p.meta = grow.Slice(p.meta, metaSBs*tf.metaBytes())
-		var acc [8 * tileRows]float32
 		if rows == 1 && lo < whole { // a decode step: the whole panels in one call
-			end := min(hi, whole)
-			yr := y[lo*tileRows : end*tileRows]
-			clear(yr)
-			pf.run1(&w.Data[lo*pb], end-lo, nb, pb, &p.meta[0], &t.qs[0], &t.meta[0], &yr[0])
-			if bias != nil { // after the products, as storeTile adds it
-				addBias(yr, bias[lo*tileRows:end*tileRows], 1, len(yr))
-			}
-			lo = end
+			pp.run1(p, lo, min(hi, whole))
+			lo = min(hi, whole)
 		}
 		for pi := lo; pi < hi; pi++ {
-			o := pi * tileRows
-			n := min(tileRows, out-o)
-			var blocks, side, next []byte
-			if pi < whole {
-				blocks, side = pf.split(w.Data[pi*pb:(pi+1)*pb], nb)
-				next = w.Data[min(pi+1, whole-1)*pb:] // prefetches never fault: a panel's own, at the end
-			} else {
-				blocks, side = w.tailPanel(p, o)
-				next = blocks
-			}
-			for g := range groups {
-				kernel := pf.kernels[k]
-				switch {
-				case groups > 1 && g == 0 && pf.build != nil:
-					kernel = pf.build
-				case groups > 1 && pf.kept != nil:
-					kernel = pf.kept
-				}
-				clear(acc[:])
-				kernel(&blocks[0], sidePtr(side), &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], &next[0])
-				storeTile(y, acc[:], bias, out, g*inputs, min(inputs, rows-g*inputs), o, n)
-			}
+			pp.panel(p, pi)
 		}
 	})
 }
 
-// linearPanelsTiled is linearTiled over a matrix in panels: each panel unpacked back into rows (unpackPanel)
-// before the tiled kernels' own unpacking, the same bits.
-func linearPanelsTiled(y, x []float32, w QuantMatrix, bias []float32) {
-	f := rowsKernels[w.Type].tiled
-	in, out := w.Cols, w.Rows
-	rows := len(x) / in
-	nb := in / f.block
-	a := actPool.Get().(*qAct)
-	defer actPool.Put(a)
-	a.quantize(w.k.act, x[:rows*in], in)
-	t := tiledPool.Get().(*tiledActs)
-	defer tiledPool.Put(t)
-	t.pack(f, a, rows, tileIn)
-	groups := (rows + tileIn - 1) / tileIn
-	gq, gm := in*tileIn, nb*f.actMetaBytes(tileIn)
-	whole, pb := out/tileRows, w.panelBytes()
-	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {
-		p := panelPool.Get().(*tiledPanel)
-		defer panelPool.Put(p)
-		p.f = f
-		inRows := w // a panel back in rows (its own rows past the whole panels)
-		inRows.panels = nil
-		var scratch []byte
-		var acc [tileIn * tileRows]float32
-		for pi := lo; pi < hi; pi++ {
-			o := pi * tileRows
-			n := min(tileRows, out-o)
-			if pi < whole {
-				scratch = grow.Slice(scratch, pb)
-				blocks, side := w.panels.split(w.Data[pi*pb:(pi+1)*pb], nb)
-				w.panels.unpackPanel(scratch, blocks, side, nb, w.rowBytes)
-				inRows.Data, inRows.Rows = scratch, tileRows
-				p.fill(inRows, 0, n)
-			} else {
-				inRows.Data, inRows.Rows = w.Data, w.Rows
-				p.fill(inRows, o, n)
-			}
-			for g := range groups {
-				clear(acc[:])
-				f.asmKernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nb, &acc)
-				storeTile(y, acc[:], bias, out, g*tileIn, min(tileIn, rows-g*tileIn), o, n)
-			}
+// panelProduct is one product of linearPanels: its matrix, output, inputs packed for its kernels (panelIn[k] a
+// group).
+type panelProduct struct {
+	y, bias []float32
+	w       QuantMatrix
+	f       *tiledFormat
+	t       *tiledActs
+	rows, k int
+}
+
+// run1 computes the outputs of the whole panels lo..hi-1 for one input row in one call (panelFormat.run1).
+func (pp *panelProduct) run1(p *tiledPanel, lo, hi int) {
+	w, nb := pp.w, pp.w.Cols/pp.f.block
+	p.meta = grow.Slice(p.meta, pp.f.metaBytes())
+	yr := pp.y[lo*tileRows : hi*tileRows]
+	clear(yr)
+	w.panels.run1(&w.Data[lo*w.panelBytes()], hi-lo, nb, w.panelBytes(), &p.meta[0], &pp.t.qs[0], &pp.t.meta[0], &yr[0])
+	if pp.bias != nil { // after the products, as storeTile adds it
+		addBias(yr, pp.bias[lo*tileRows:hi*tileRows], 1, len(yr))
+	}
+}
+
+// panel computes the outputs of panel pi (the rows past the whole panels packed into one first) for every group
+// of inputs.
+func (pp *panelProduct) panel(p *tiledPanel, pi int) {
+	w, pf, nb, pb := pp.w, pp.w.panels, pp.w.Cols/pp.f.block, pp.w.panelBytes()
+	inputs := panelIn[pp.k]
+	groups := (pp.rows + inputs - 1) / inputs
+	gq, gm := w.Cols*inputs, nb*pp.f.actMetaBytes(inputs)
+	metaSBs := 1 // each call builds a super-block's meta at a time
+	if groups > 1 && pf.build != nil {
+		metaSBs = nb // the panel's, kept from its first group to the others
+	}
+	p.meta = grow.Slice(p.meta, metaSBs*pp.f.metaBytes())
+	o, whole := pi*tileRows, w.Rows/tileRows
+	n := min(tileRows, w.Rows-o)
+	var blocks, side, next []byte
+	if pi < whole {
+		blocks, side = pf.split(w.Data[pi*pb:(pi+1)*pb], nb)
+		next = w.Data[min(pi+1, whole-1)*pb:] // prefetches never fault: a panel's own, at the end
+	} else {
+		blocks, side = w.tailPanel(p, o)
+		next = blocks
+	}
+	var acc [8 * tileRows]float32
+	for g := range groups {
+		kernel := pf.kernels[pp.k]
+		switch {
+		case groups > 1 && g == 0 && pf.build != nil:
+			kernel = pf.build
+		case groups > 1 && pf.kept != nil:
+			kernel = pf.kept
 		}
-	})
+		clear(acc[:])
+		kernel(&blocks[0], sidePtr(side), &p.meta[0], &pp.t.qs[g*gq], &pp.t.meta[g*gm], nb, &acc[0], &next[0])
+		storeTile(pp.y, acc[:], pp.bias, w.Rows, g*inputs, min(inputs, pp.rows-g*inputs), o, n)
+	}
+}
+
+// rowsOf returns rows o.. of w, a matrix in panels, as a matrix in rows, and where they start in it: their
+// panel unpacked into p's scratch, or past the whole panels the rows themselves.
+func (p *tiledPanel) rowsOf(w QuantMatrix, o int) (QuantMatrix, int) {
+	v := w
+	v.panels = nil
+	pi, nb, pb := o/tileRows, w.Cols/quant.QKK, w.panelBytes()
+	if pi >= w.Rows/tileRows {
+		return v, o
+	}
+	p.rows = grow.Slice(p.rows, pb)
+	blocks, side := w.panels.split(w.Data[pi*pb:(pi+1)*pb], nb)
+	w.panels.unpackPanel(p.rows, blocks, side, nb, w.rowBytes)
+	v.Data, v.Rows = p.rows, tileRows
+	return v, 0
 }
 
 // unpackPanel writes a panel's 16 rows (nsb super-blocks each, stride bytes a row) into rows, from its

@@ -151,6 +151,7 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 type tiledPanel struct {
 	f           *tiledFormat
 	codes, meta []byte
+	rows        []byte // a matrix's panel back in rows (rowsOf)
 }
 
 // put32 writes the little-endian value v at byte off of b.
@@ -187,6 +188,9 @@ func (m metaDst) scales(sc, mi *[16]int32, d, dm float32) {
 
 // fill unpacks rows o..o+n of w (n ≤ 16); the panel's other rows get zero codes and scales.
 func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
+	if w.panels != nil {
+		w, o = p.rowsOf(w, o)
+	}
 	nb, cb := w.Cols/p.f.block, p.f.block*tileRows
 	p.codes = grow.Slice(p.codes, nb*cb)
 	p.meta = grow.Slice(p.meta, nb*p.f.metaBytes())
@@ -414,6 +418,17 @@ type tiledActs struct {
 	qs, meta []byte
 }
 
+// packedInputs quantizes x's rows as w's products take them (Q8_K, Q8_0 or Q8_1) and packs them for format f,
+// inputs rows a group; the caller gives them back to tiledPool.
+func packedInputs(w QuantMatrix, x []float32, rows int, f *tiledFormat, inputs int) *tiledActs {
+	a := actPool.Get().(*qAct)
+	defer actPool.Put(a)
+	a.quantize(w.k.act, x[:rows*w.Cols], w.Cols)
+	t := tiledPool.Get().(*tiledActs)
+	t.pack(f, a, rows, inputs)
+	return t
+}
+
 // pack packs a's rows for format f, inputs rows a group.
 func (t *tiledActs) pack(f *tiledFormat, a *qAct, rows, inputs int) {
 	nb := a.n / f.block
@@ -524,12 +539,8 @@ func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, 
 	in, out := w.Cols, w.Rows
 	rows := len(x) / in
 	nb := in / f.block
-	a := actPool.Get().(*qAct)
-	defer actPool.Put(a)
-	a.quantize(w.k.act, x[:rows*in], in) // the activation format of the type's products: Q8_K, Q8_0 or Q8_1
-	t := tiledPool.Get().(*tiledActs)
+	t := packedInputs(w, x, rows, f, tileIn)
 	defer tiledPool.Put(t)
-	t.pack(f, a, rows, tileIn)
 	groups := (rows + tileIn - 1) / tileIn
 	gq, gm := in*tileIn, nb*f.actMetaBytes(tileIn)
 	parallelFor((out+tileRows-1)/tileRows, 0, func(lo, hi int) {

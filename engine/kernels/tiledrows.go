@@ -49,16 +49,12 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 	rows := len(x) / in
 	tf := f.tiled
 	nb := in / tf.block
-	a := actPool.Get().(*qAct)
-	defer actPool.Put(a)
-	a.quantize(w.k.act, x[:rows*in], in)
-	t := tiledPool.Get().(*tiledActs)
-	defer tiledPool.Put(t)
 	kernel, inputs := f.trans.kernels[1], tiledRowsIn[1]
 	if rows <= tiledRowsIn[0] {
 		kernel, inputs = f.trans.kernels[0], tiledRowsIn[0]
 	}
-	t.pack(tf, a, rows, inputs)
+	t := packedInputs(w, x, rows, tf, inputs)
+	defer tiledPool.Put(t)
 	groups := (rows + inputs - 1) / inputs
 	metaSBs := 1 // the kernels build each super-block's
 	if groups > 1 {

@@ -117,11 +117,16 @@
 #define Q4GROUP(g, DOT, SCALE, S) \
 	T8LOAD(16+32*g) \
 	T8TRANSPOSE \
-	Q4LO(Z0, 0, DOT); PF(0); Q4LO(Z1, S, DOT); Q4LO(Z2, 2*S, DOT); PF(64); Q4LO(Z3, 3*S, DOT) \
-	Q4LO(Z4, 4*S, DOT); PF(128); Q4LO(Z5, 5*S, DOT); Q4LO(Z6, 6*S, DOT); PF(192); Q4LO(Z7, 7*S, DOT) \
+	Q4QUADS(g, DOT, DOT, DOT, DOT, SCALE, S)
+
+// Q4QUADS(g, DA, DB, DC, DD, SCALE, S): group g's products from its eight registers Z0-Z7 (quad q by DA, DB, DC,
+// DD in turn: one accumulator, or four for one input), each sub-block's scales after it, 9 lines prefetched.
+#define Q4QUADS(g, DA, DB, DC, DD, SCALE, S) \
+	Q4LO(Z0, 0, DA); PF(0); Q4LO(Z1, S, DB); Q4LO(Z2, 2*S, DC); PF(64); Q4LO(Z3, 3*S, DD) \
+	Q4LO(Z4, 4*S, DA); PF(128); Q4LO(Z5, 5*S, DB); Q4LO(Z6, 6*S, DC); PF(192); Q4LO(Z7, 7*S, DD) \
 	SCALE(Z25, 128*g) \
-	Q4HI(Z0, 8*S, DOT); PF(256); Q4HI(Z1, 9*S, DOT); Q4HI(Z2, 10*S, DOT); PF(320); Q4HI(Z3, 11*S, DOT) \
-	Q4HI(Z4, 12*S, DOT); PF(384); Q4HI(Z5, 13*S, DOT); Q4HI(Z6, 14*S, DOT); PF(448); Q4HI(Z7, 15*S, DOT) \
+	Q4HI(Z0, 8*S, DA); PF(256); Q4HI(Z1, 9*S, DB); Q4HI(Z2, 10*S, DC); PF(320); Q4HI(Z3, 11*S, DD) \
+	Q4HI(Z4, 12*S, DA); PF(384); Q4HI(Z5, 13*S, DB); Q4HI(Z6, 14*S, DC); PF(448); Q4HI(Z7, 15*S, DD) \
 	SCALE(Z25, 128*g+64) \
 	PF(512); ADDQ $576, DX \
 	ADDQ $(16*S), DI
@@ -139,10 +144,14 @@
 #define Q4SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
 	META \
 	Q4GROUP(0, DOT, SCALE, S); Q4GROUP(1, DOT, SCALE, S); Q4GROUP(2, DOT, SCALE, S); Q4GROUP(3, DOT, SCALE, S) \
+	Q4END(MIN, EPIS, S) \
+	NEXTSB(144, MSTEP, 5*S)
+
+// Q4END(MIN, EPIS, S): a Q4_K super-block's minimum terms and float updates, after its four groups.
+#define Q4END(MIN, EPIS, S) \
 	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	MIN(512, 0); MIN(576, S); MIN(640, 2*S); MIN(704, 3*S) \
-	EPIS(768, 4*S) \
-	NEXTSB(144, MSTEP, 5*S)
+	EPIS(768, 4*S)
 
 // func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // 16 Q4_K rows (row r at w + r·stride) times 8 inputs (qs: [256·nsb/4 quads][8][4]; ameta per super-block: the
@@ -183,8 +192,12 @@ TEXT ·tiledRowsPanelQ4_KVNNI(SB), NOSPLIT, $0-64
 
 // Q6J(J, ql0, ql1, ql2, ql3, h, j, sc, DOT, SCALE, S): element group j's four quads of piece h (the inputs' quads
 // at (8j + 4h)·S, S bytes each), then the sub-block's scales at sc(BX) (in Z30).
-#define Q6J(J, ql0, ql1, ql2, ql3, h, j, sc, DOT, SCALE, S) \
-	J(ql0, Z24, 8*S*j+4*S*h, DOT); J(ql1, Z25, 8*S*j+4*S*h+S, DOT); J(ql2, Z26, 8*S*j+4*S*h+2*S, DOT); J(ql3, Z27, 8*S*j+4*S*h+3*S, DOT) \
+#define Q6J(J, ql0, ql1, ql2, ql3, h, j, sc, DOT, SCALE, S) Q6JX(J, ql0, ql1, ql2, ql3, h, j, sc, DOT, DOT, DOT, DOT, SCALE, S)
+
+// Q6JX(J, ql0, ql1, ql2, ql3, h, j, sc, DA, DB, DC, DD, SCALE, S): Q6J with its four quads by DA .. DD (four
+// accumulators for one input).
+#define Q6JX(J, ql0, ql1, ql2, ql3, h, j, sc, DA, DB, DC, DD, SCALE, S) \
+	J(ql0, Z24, 8*S*j+4*S*h, DA); J(ql1, Z25, 8*S*j+4*S*h+S, DB); J(ql2, Z26, 8*S*j+4*S*h+2*S, DC); J(ql3, Z27, 8*S*j+4*S*h+3*S, DD) \
 	SCALE(Z30, sc)
 
 // Q6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): elements 128n + 32j + 16h + (0..15) of a Q6_K super-block for
@@ -213,16 +226,21 @@ TEXT ·tiledRowsPanelQ4_KVNNI(SB), NOSPLIT, $0-64
 // (Q6OWN, 0) or the panel's (NOMETA, 1664).
 #define Q6SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
 	META \
-	Q6PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
-	Q6PIECE(0, 1, 64, 192, 320, 448, DOT, SCALE, S) \
+	Q6BODY(Q6PIECE, DOT, SCALE, MIN, EPIS, S) \
+	NEXTSB(210, MSTEP, 9*S)
+
+// Q6BODY(PIECE, DOT, SCALE, MIN, EPIS, S): a Q6_K super-block's four pieces (PIECE(n, h, ..), the inputs' quads
+// moving on after each half n), then its minimum terms and float updates.
+#define Q6BODY(PIECE, DOT, SCALE, MIN, EPIS, S) \
+	PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
+	PIECE(0, 1, 64, 192, 320, 448, DOT, SCALE, S) \
 	ADDQ $(32*S), DI \
-	Q6PIECE(1, 0, 512, 640, 768, 896, DOT, SCALE, S) \
-	Q6PIECE(1, 1, 576, 704, 832, 960, DOT, SCALE, S) \
+	PIECE(1, 0, 512, 640, 768, 896, DOT, SCALE, S) \
+	PIECE(1, 1, 576, 704, 832, 960, DOT, SCALE, S) \
 	ADDQ $(32*S), DI \
 	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	MIN(1024, 0); MIN(1088, S); MIN(1152, 2*S); MIN(1216, 3*S); MIN(1280, 4*S); MIN(1344, 5*S); MIN(1408, 6*S); MIN(1472, 7*S) \
-	EPIS(1536, 8*S) \
-	NEXTSB(210, MSTEP, 9*S)
+	EPIS(1536, 8*S)
 
 // func tiledRowsQ6_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI for Q6_K (210-byte super-blocks; the meta of a super-block, scales16Q6_KAVX512's layout, 1664
@@ -270,18 +288,11 @@ GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
 #define PLOAD4(off, d0, d1, d2, d3) \
 	VMOVDQU32 off(SI), d0; VMOVDQU32 off+64(SI), d1; VMOVDQU32 off+128(SI), d2; VMOVDQU32 off+192(SI), d3
 
-// PQ4GROUP(g, DOT, SCALE, S): Q4GROUP with group g's eight registers loaded.
-#define PQ4GROUP(g, DOT, SCALE, S) \
+// PQ4GROUP(g, DA, DB, DC, DD, SCALE, S): Q4GROUP with group g's eight registers loaded.
+#define PQ4GROUP(g, DA, DB, DC, DD, SCALE, S) \
 	PLOAD4(256+512*g, Z0, Z1, Z2, Z3); PLOAD4(512+512*g, Z4, Z5, Z6, Z7) \
 	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
-	Q4LO(Z0, 0, DOT); PF(0); Q4LO(Z1, S, DOT); Q4LO(Z2, 2*S, DOT); PF(64); Q4LO(Z3, 3*S, DOT) \
-	Q4LO(Z4, 4*S, DOT); PF(128); Q4LO(Z5, 5*S, DOT); Q4LO(Z6, 6*S, DOT); PF(192); Q4LO(Z7, 7*S, DOT) \
-	SCALE(Z25, 128*g) \
-	Q4HI(Z0, 8*S, DOT); PF(256); Q4HI(Z1, 9*S, DOT); Q4HI(Z2, 10*S, DOT); PF(320); Q4HI(Z3, 11*S, DOT) \
-	Q4HI(Z4, 12*S, DOT); PF(384); Q4HI(Z5, 13*S, DOT); Q4HI(Z6, 14*S, DOT); PF(448); Q4HI(Z7, 15*S, DOT) \
-	SCALE(Z25, 128*g+64) \
-	PF(512); ADDQ $576, DX \
-	ADDQ $(16*S), DI
+	Q4QUADS(g, DA, DB, DC, DD, SCALE, S)
 
 // PQ4OWN: Q4OWN with the headers' four registers loaded (K4META's TRANS4).
 #define PQ4OWN \
@@ -299,10 +310,9 @@ GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
 // earlier call), at BX, which moves on MSTEP bytes a super-block (896: the panel's meta kept for the next calls).
 #define PQ4SBM(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
 	META \
-	PQ4GROUP(0, DOT, SCALE, S); PQ4GROUP(1, DOT, SCALE, S); PQ4GROUP(2, DOT, SCALE, S); PQ4GROUP(3, DOT, SCALE, S) \
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
-	MIN(512, 0); MIN(576, S); MIN(640, 2*S); MIN(704, 3*S) \
-	EPIS(768, 4*S) \
+	PQ4GROUP(0, DOT, DOT, DOT, DOT, SCALE, S); PQ4GROUP(1, DOT, DOT, DOT, DOT, SCALE, S) \
+	PQ4GROUP(2, DOT, DOT, DOT, DOT, SCALE, S); PQ4GROUP(3, DOT, DOT, DOT, DOT, SCALE, S) \
+	Q4END(MIN, EPIS, S) \
 	ADDQ $2304, SI; ADDQ $(5*S), R13; ADDQ $MSTEP, BX
 
 // One input (a decode step's product): a sub-block's quads go to four accumulators in turn, Z8-Z11 (DOT1A ..
@@ -318,29 +328,15 @@ GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
 #define MIN1(off, a) VMOVDQU32 off(BX), Z25; VPDPWSSD.BCST a+0(R13), Z25, Z0
 #define EPIS1(d, dx) VMOVUPS d(BX), Z24; VMOVUPS d+64(BX), Z25; EPI(Z0, Z16, dx, 0)
 
-// PQ4GROUP1(g): PQ4GROUP for one input.
-#define PQ4GROUP1(g) \
-	PLOAD4(256+512*g, Z0, Z1, Z2, Z3); PLOAD4(512+512*g, Z4, Z5, Z6, Z7) \
-	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
-	Q4LO(Z0, 0, DOT1A); PF(0); Q4LO(Z1, 4, DOT1B); Q4LO(Z2, 8, DOT1C); PF(64); Q4LO(Z3, 12, DOT1D) \
-	Q4LO(Z4, 16, DOT1A); PF(128); Q4LO(Z5, 20, DOT1B); Q4LO(Z6, 24, DOT1C); PF(192); Q4LO(Z7, 28, DOT1D) \
-	SCALE1(Z25, 128*g) \
-	Q4HI(Z0, 32, DOT1A); PF(256); Q4HI(Z1, 36, DOT1B); Q4HI(Z2, 40, DOT1C); PF(320); Q4HI(Z3, 44, DOT1D) \
-	Q4HI(Z4, 48, DOT1A); PF(384); Q4HI(Z5, 52, DOT1B); Q4HI(Z6, 56, DOT1C); PF(448); Q4HI(Z7, 60, DOT1D) \
-	SCALE1(Z25, 128*g+64) \
-	PF(512); ADDQ $576, DX \
-	ADDQ $64, DI
-
 // PQ4SB1: PQ4SB for one input.
 #define PQ4SB1 \
 	PQ4OWN \
-	PQ4GROUP1(0); PQ4GROUP1(1); PQ4GROUP1(2); PQ4GROUP1(3) \
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
-	MIN1(512, 0); MIN1(576, 4); MIN1(640, 8); MIN1(704, 12) \
-	EPIS1(768, 16) \
+	PQ4GROUP(0, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4); PQ4GROUP(1, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4) \
+	PQ4GROUP(2, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4); PQ4GROUP(3, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4) \
+	Q4END(MIN1, EPIS1, 4) \
 	ADDQ $2304, SI; ADDQ $20, R13
 
-// func panelsQ4_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// func panelsQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI over a Q4_K panel (panels.go), 8 inputs.
 TEXT ·panelsQ4_KVNNI(SB), NOSPLIT, $0-64
 	PKERNEL(pq4sb8, PQ4SB(DOT8, SCALE8, MIN8, EPIS8, 32))
@@ -355,24 +351,30 @@ TEXT ·panelsBuildQ4_KVNNI(SB), NOSPLIT, $0-64
 TEXT ·panelsKeptQ4_KVNNI(SB), NOSPLIT, $0-64
 	PKERNEL(pq4sb8k, PQ4SBM(DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 896))
 
-// func panels4Q4_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// func panels4Q4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ4_KVNNI for 4 inputs.
 TEXT ·panels4Q4_KVNNI(SB), NOSPLIT, $0-64
 	PKERNEL(pq4sb4, PQ4SB(DOT4, SCALE4, MIN4, EPIS4, 16))
 
-// func panels1Q4_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// func panels1Q4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ4_KVNNI for one input.
 TEXT ·panels1Q4_KVNNI(SB), NOSPLIT, $0-64
 	PKERNEL(pq4sb1, PQ4SB1)
 
-// PQ6PIECE(k, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): Q6PIECE with piece k's twelve registers loaded (k = 2n + h).
-#define PQ6PIECE(k, h, sc0, sc1, sc2, sc3, DOT, SCALE, S) \
-	PLOAD4(256+768*k, Z0, Z1, Z2, Z3); PLOAD4(512+768*k, Z4, Z5, Z6, Z7); PLOAD4(768+768*k, Z24, Z25, Z26, Z27) \
+// PQ6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): Q6PIECE with piece 2n + h's twelve registers loaded.
+#define PQ6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S) PQ6PIECEX(n, h, sc0, sc1, sc2, sc3, DOT, DOT, DOT, DOT, SCALE, S)
+
+// PQ6PIECE1(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): PQ6PIECE for one input (DOT, SCALE and S: its own).
+#define PQ6PIECE1(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S) PQ6PIECEX(n, h, sc0, sc1, sc2, sc3, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4)
+
+// PQ6PIECEX(n, h, sc0, sc1, sc2, sc3, DA, DB, DC, DD, SCALE, S): PQ6PIECE, its quads by DA .. DD in turn.
+#define PQ6PIECEX(n, h, sc0, sc1, sc2, sc3, DA, DB, DC, DD, SCALE, S) \
+	PLOAD4(256+768*(2*n+h), Z0, Z1, Z2, Z3); PLOAD4(512+768*(2*n+h), Z4, Z5, Z6, Z7); PLOAD4(768+768*(2*n+h), Z24, Z25, Z26, Z27) \
 	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
-	Q6J(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0, DOT, SCALE, S) \
-	Q6J(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1, DOT, SCALE, S) \
-	Q6J(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2, DOT, SCALE, S) \
-	Q6J(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3, DOT, SCALE, S) \
+	Q6JX(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0, DA, DB, DC, DD, SCALE, S) \
+	Q6JX(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1, DA, DB, DC, DD, SCALE, S) \
+	Q6JX(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2, DA, DB, DC, DD, SCALE, S) \
+	Q6JX(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3, DA, DB, DC, DD, SCALE, S) \
 	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
 	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
 	ADDQ $840, DX
@@ -391,55 +393,26 @@ TEXT ·panels1Q4_KVNNI(SB), NOSPLIT, $0-64
 // the side part).
 #define PQ6SB(DOT, SCALE, MIN, EPIS, S) \
 	PQ6OWN \
-	PQ6PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
-	PQ6PIECE(1, 1, 64, 192, 320, 448, DOT, SCALE, S) \
-	ADDQ $(32*S), DI \
-	PQ6PIECE(2, 0, 512, 640, 768, 896, DOT, SCALE, S) \
-	PQ6PIECE(3, 1, 576, 704, 832, 960, DOT, SCALE, S) \
-	ADDQ $(32*S), DI \
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
-	MIN(1024, 0); MIN(1088, S); MIN(1152, 2*S); MIN(1216, 3*S); MIN(1280, 4*S); MIN(1344, 5*S); MIN(1408, 6*S); MIN(1472, 7*S) \
-	EPIS(1536, 8*S) \
+	Q6BODY(PQ6PIECE, DOT, SCALE, MIN, EPIS, S) \
 	ADDQ $3328, SI; ADDQ $32, R9; ADDQ $(9*S), R13
 
-// func panelsQ6_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// func panelsQ6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ6_KVNNI over a Q6_K panel (panels.go), 8 inputs.
 TEXT ·panelsQ6_KVNNI(SB), NOSPLIT, $0-64
 	PKERNEL(pq6sb8, PQ6SB(DOT8, SCALE8, MIN8, EPIS8, 32))
 
-// func panels4Q6_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// func panels4Q6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ6_KVNNI for 4 inputs.
 TEXT ·panels4Q6_KVNNI(SB), NOSPLIT, $0-64
 	PKERNEL(pq6sb4, PQ6SB(DOT4, SCALE4, MIN4, EPIS4, 16))
 
-// Q6JONE(J, ql0, ql1, ql2, ql3, h, j, sc): Q6J for one input, its four quads to the four accumulators.
-#define Q6JONE(J, ql0, ql1, ql2, ql3, h, j, sc) \
-	J(ql0, Z24, 32*j+16*h, DOT1A); J(ql1, Z25, 32*j+16*h+4, DOT1B); J(ql2, Z26, 32*j+16*h+8, DOT1C); J(ql3, Z27, 32*j+16*h+12, DOT1D) \
-	SCALE1(Z30, sc)
-
-// PQ6PIECE1(k, h, sc0, sc1, sc2, sc3): PQ6PIECE for one input.
-#define PQ6PIECE1(k, h, sc0, sc1, sc2, sc3) \
-	PLOAD4(256+768*k, Z0, Z1, Z2, Z3); PLOAD4(512+768*k, Z4, Z5, Z6, Z7); PLOAD4(768+768*k, Z24, Z25, Z26, Z27) \
-	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
-	Q6JONE(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0) \
-	Q6JONE(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1) \
-	Q6JONE(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2) \
-	Q6JONE(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3) \
-	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
-	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
-	ADDQ $840, DX
-
 // PQ6SB1: PQ6SB for one input.
 #define PQ6SB1 \
 	PQ6OWN \
-	PQ6PIECE1(0, 0, 0, 128, 256, 384); PQ6PIECE1(1, 1, 64, 192, 320, 448); ADDQ $128, DI \
-	PQ6PIECE1(2, 0, 512, 640, 768, 896); PQ6PIECE1(3, 1, 576, 704, 832, 960); ADDQ $128, DI \
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
-	MIN1(1024, 0); MIN1(1088, 4); MIN1(1152, 8); MIN1(1216, 12); MIN1(1280, 16); MIN1(1344, 20); MIN1(1408, 24); MIN1(1472, 28) \
-	EPIS1(1536, 32) \
+	Q6BODY(PQ6PIECE1, DOT1A, SCALE1, MIN1, EPIS1, 4) \
 	ADDQ $3328, SI; ADDQ $32, R9; ADDQ $36, R13
 
-// func panels1Q6_KVNNI(codes, metas, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
+// func panels1Q6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ6_KVNNI for one input.
 TEXT ·panels1Q6_KVNNI(SB), NOSPLIT, $0-64
 	PKERNEL(pq6sb1, PQ6SB1)
