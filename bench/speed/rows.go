@@ -41,7 +41,7 @@ func measureRows(ctx context.Context, o options, r *report) error {
 		return nil
 	}
 	phase(o.log, "opening Qwen2.5-Coder-1.5B resident: passes of 1, 8 and 32 positions")
-	e, err := engine.Open(ctx, o.pairTarget, engine.Options{Resident: true, ShardDir: filepath.Join(o.cacheDir, "pair-target")})
+	e, err := engine.Open(ctx, o.pairTarget, engine.Options{Resident: true, ShardDir: filepath.Join(o.cacheDir, "pair-target"), Panels: o.panels})
 	if err != nil {
 		return err
 	}
@@ -66,6 +66,11 @@ func measureRows(ctx context.Context, o options, r *report) error {
 		t.raw(fmt.Sprintf("pass over %d positions (median)", sizes[i+1]), med[i+1]*1000, "ms")
 		t.raw("pass over 1 position (median)", med[0]*1000, "ms")
 		t.note("%d passes of each size, interleaved, after one that warms up", rowsRuns)
+	}
+	if o.panels {
+		for _, t := range ts {
+			t.note("--panels: the resident matrices packed in panels (engine.Options.Panels)")
+		}
 	}
 	if o.ggufPython == "" { // the real GGUF needs no conversion: llama.cpp itself is all target 23 needs
 		ts[2].setNotMeasurable("llama.cpp is not installed here (LAYERSTREAM_PEER_PYTHON)")
