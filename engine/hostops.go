@@ -103,7 +103,7 @@ func arr(v model.Value) *hostArray { return v.(*hostArray) }
 // it a 512-token TinyLlama prefill allocated about 36 MB per layer, and the garbage piled up to 600 MB before a
 // collection (the Go heap grows to twice its live size, and the engine's buffers are live).
 //
-// A runner's passes share one arena (runner.passArena), which keeps the arrays of the last pass for the next:
+// A runner's passes share one arena (runner.arena), which keeps the arrays of the last pass for the next:
 // fresh memory costs a page fault per 4 KiB on first touch, ~5% of an 8-row verification pass of
 // Qwen2.5-Coder-1.5B (docs/performance-log.md, issue 40).
 type hostArena struct {

@@ -68,7 +68,7 @@ type Options struct {
 	// the output projection) in 16-row panels (kernels.PackPanels), where the CPU has the panel kernels (Q4_K
 	// and Q6_K with AVX-512 VNNI): products of several rows (a batch step, a draft's verification) cost ~10%
 	// less, at the same bits. Off by default: on the 2-core VM a one-row decode step varied with the machine's
-	// state from 15% faster to 18% slower than on rows (docs/performance-log.md, issue 40).
+	// state from 15% faster to 20% slower than on rows (docs/performance-log.md, issue 40).
 	Panels bool
 	// VerifyEveryLoad checksums a streamed shard on every load. By default (false) a shard is checksummed on its
 	// first load and again only when its file changes (shards.VerifyOnce: same inode, size and times), which

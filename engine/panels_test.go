@@ -10,8 +10,9 @@ import (
 )
 
 // TestPanelsResident: a resident engine with Options.Panels, whose decoder layers and output projection the store
-// packs in panels for the host kernels (weightStore.packPanels), gives a streamed engine's logits bit for bit, over a prompt and
-// verifications of 1, 5 and 8 positions, for K-quant GGUFs (the tied one keeps its embedding in rows).
+// packs in panels for the host kernels (weightStore.packPanels), gives a streamed engine's logits bit for bit,
+// over a prompt and verifications of 1, 5 and 8 positions, for K-quant GGUFs (the tied one keeps its embedding
+// in rows).
 func TestPanelsResident(t *testing.T) {
 	for _, name := range []string{"Q4_K", "Q4_K_M", "Q6_K", "Q4_K-tied"} {
 		t.Run(name, func(t *testing.T) {

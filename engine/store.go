@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/layerstream/layerstream/engine/kernels"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/layerstream/layerstream/checkpoint"
+	"github.com/layerstream/layerstream/engine/kernels"
 	"github.com/layerstream/layerstream/engine/model"
 	"github.com/layerstream/layerstream/guard"
 	"github.com/layerstream/layerstream/internal/bytesize"

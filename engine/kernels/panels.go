@@ -22,11 +22,10 @@ import (
 // them or, where that puts the super-blocks at the start of a cache line, before them (split).
 type panelFormat struct {
 	block, side int
-	// pack writes the panel layout of one super-block of the 16 rows at src (row r at src[r·stride:]) into block
-	// and side.
-	pack func(block, side, src []byte, stride int)
-	// unpackBlock is pack's inverse: one super-block of the 16 rows back to src's layout.
-	unpackBlock func(src, block, side []byte, stride int)
+	// runs are a super-block's registers in the order the kernels load them; sideAt is where in a row's
+	// super-block the 2 bytes of each row that the side part holds are (with side 32).
+	runs   []dwordRun
+	sideAt int
 	// kernels take panelIn inputs a call, building each super-block's meta at meta.
 	kernels [3]panelKernel
 	// run1 is kernels[0] over panels in a row, writing into the output: panels panels of nsb super-blocks
@@ -72,14 +71,11 @@ func PackPanels(w QuantMatrix) QuantMatrix {
 	}
 	nsb, pb := w.Cols/quant.QKK, w.panelBytes()
 	src := make([]byte, pb)
-	bb := w.rowBytes / nsb
 	for p := range w.Rows / tileRows {
 		panel := w.Data[p*pb : (p+1)*pb]
 		copy(src, panel)
 		blocks, side := f.split(panel, nsb)
-		for s := range nsb {
-			f.pack(blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], src[s*bb:], w.rowBytes)
-		}
+		f.packPanel(blocks, side, src, nsb, w.rowBytes)
 	}
 	w.panels = f
 	return w
@@ -103,85 +99,69 @@ func (w QuantMatrix) unpackRow(dst []byte, o int) {
 		copy(dst, w.Data[o*w.rowBytes:(o+1)*w.rowBytes])
 		return
 	}
-	f, nsb, pb := w.panels, w.Cols/quant.QKK, w.panelBytes()
-	blocks, side := f.split(w.Data[p*pb:(p+1)*pb], nsb)
-	bb := w.rowBytes / nsb
-	rows := make([]byte, tileRows*bb) // one super-block of the 16 rows, back in rows
-	for s := range nsb {
-		f.unpackBlock(rows, blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], bb)
-		copy(dst[s*bb:(s+1)*bb], rows[r*bb:(r+1)*bb])
-	}
+	nsb, pb := w.Cols/quant.QKK, w.panelBytes()
+	rows := make([]byte, pb)
+	blocks, side := w.panels.split(w.Data[p*pb:(p+1)*pb], nsb)
+	w.panels.unpackPanel(rows, blocks, side, nsb, w.rowBytes)
+	copy(dst, rows[r*w.rowBytes:(r+1)*w.rowBytes])
 }
 
-// packDwords writes, for each of the 16 rows, the dwords of the n·4 bytes at src[r·stride+off:] into dst: dword q
-// of row r at (q·16 + r)·4, the lanes of register q.
-func packDwords(dst, src []byte, stride, off, n int) {
-	for r := range tileRows {
-		row := src[r*stride+off:]
-		for q := range n {
-			copy(dst[(q*tileRows+r)*4:][:4], row[4*q:4*q+4])
-		}
-	}
-}
+// dwordRun is n registers of a panel's super-block at byte at of it: register q's lane r holds dword q of the
+// n·4 bytes at offset off of row r's super-block.
+type dwordRun struct{ at, off, n int }
 
-// unpackDwords is packDwords' inverse: register q's lane r back to dword q of row r at dst[r·stride+off:].
-func unpackDwords(dst, src []byte, stride, off, n int) {
-	from := unsafe.Slice((*uint32)(unsafe.Pointer(&src[0])), n*tileRows)
-	for r := range tileRows {
-		to := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[r*stride+off])), n)
-		for q := range to {
-			to[q] = from[q*tileRows+r]
-		}
-	}
-}
+// q4Runs: the meta as K4META's TRANS4 gives it (the 16-byte headers: d, dmin, the scales: four registers), then
+// the codes as the transposing kernel's T8TRANSPOSE (four groups of 32 bytes, eight registers each).
+var q4Runs = []dwordRun{{0, 0, 4}, {256, 16, 8}, {768, 48, 8}, {1280, 80, 8}, {1792, 112, 8}}
 
-// unpackQ4_K is packQ4_K's inverse.
-func unpackQ4_K(dst, block, _ []byte, stride int) {
-	unpackDwords(dst, block, stride, 0, 4)
-	for g := range 4 {
-		unpackDwords(dst, block[256+g*512:], stride, 16+32*g, 8)
-	}
-}
-
-// unpackQ6_K is packQ6_K's inverse.
-func unpackQ6_K(dst, block, side []byte, stride int) {
-	unpackDwords(dst, block, stride, 192, 4)
+// q6Runs: the meta as Q6META's first TRANS4 (the scales: four registers), then the codes as Q6PIECE's three T4
+// of each piece 2n + h (ql's two 16-byte parts, qh's one); Q6_K's d (at 208) goes to the side part.
+var q6Runs = func() []dwordRun {
+	runs := []dwordRun{{0, 192, 4}}
 	for n := range 2 {
 		for h := range 2 {
-			piece := block[256+(2*n+h)*768:]
-			unpackDwords(dst, piece, stride, 64*n+16*h, 4)
-			unpackDwords(dst, piece[256:], stride, 64*n+32+16*h, 4)
-			unpackDwords(dst, piece[512:], stride, 128+32*n+16*h, 4)
+			at := 256 + (2*n+h)*768
+			runs = append(runs, dwordRun{at, 64*n + 16*h, 4}, dwordRun{at + 256, 64*n + 32 + 16*h, 4},
+				dwordRun{at + 512, 128 + 32*n + 16*h, 4})
 		}
 	}
-	for r := range tileRows {
-		copy(dst[r*stride+208:][:2], side[2*r:][:2])
+	return runs
+}()
+
+// pack writes the panel layout of one super-block of the 16 rows at src (row r at src[r·stride:]) into block
+// and side.
+func (f *panelFormat) pack(block, side, src []byte, stride int) {
+	for _, run := range f.runs {
+		moveDwords(block[run.at:], src, stride, run.off, run.n, false)
+	}
+	for r := range f.side / 2 {
+		copy(side[2*r:][:2], src[r*stride+f.sideAt:][:2])
 	}
 }
 
-// packQ4_K: the meta as K4META's TRANS4 gives it (the 16-byte headers: d, dmin, the scales: four registers),
-// then the codes as the transposing kernel's T8TRANSPOSE (four groups of 32 bytes, eight registers each).
-func packQ4_K(block, _, src []byte, stride int) {
-	packDwords(block, src, stride, 0, 4)
-	for g := range 4 {
-		packDwords(block[256+g*512:], src, stride, 16+32*g, 8)
+// unpackBlock is pack's inverse: one super-block of the 16 rows back into rows (row r at dst[r·stride:]).
+func (f *panelFormat) unpackBlock(dst, block, side []byte, stride int) {
+	for _, run := range f.runs {
+		moveDwords(block[run.at:], dst, stride, run.off, run.n, true)
+	}
+	for r := range f.side / 2 {
+		copy(dst[r*stride+f.sideAt:][:2], side[2*r:][:2])
 	}
 }
 
-// packQ6_K: the meta as Q6META's first TRANS4 (the scales: four registers), then the codes as Q6PIECE's three T4
-// of each piece (ql's two 16-byte parts, qh's one); the side part d, of the 16 rows (float16).
-func packQ6_K(block, side, src []byte, stride int) {
-	packDwords(block, src, stride, 192, 4)
-	for n := range 2 {
-		for h := range 2 {
-			piece := block[256+(2*n+h)*768:]
-			packDwords(piece, src, stride, 64*n+16*h, 4)
-			packDwords(piece[256:], src, stride, 64*n+32+16*h, 4)
-			packDwords(piece[512:], src, stride, 128+32*n+16*h, 4)
-		}
-	}
+// moveDwords moves n registers' dwords between regs and the 16 rows at rows (row r at rows[r·stride+off:]):
+// register q's lane r (at regs[(q·16 + r)·4:]) is dword q of row r; toRows says which way.
+func moveDwords(regs, rows []byte, stride, off, n int, toRows bool) {
+	reg := unsafe.Slice((*uint32)(unsafe.Pointer(&regs[0])), n*tileRows)
 	for r := range tileRows {
-		copy(side[2*r:][:2], src[r*stride+208:][:2])
+		row := unsafe.Slice((*uint32)(unsafe.Pointer(&rows[r*stride+off])), n)
+		for q := range row {
+			if toRows {
+				row[q] = reg[q*tileRows+r]
+			} else {
+				reg[q*tileRows+r] = row[q]
+			}
+		}
 	}
 }
 
@@ -292,8 +272,17 @@ func (p *tiledPanel) rowsOf(w QuantMatrix, o int) (QuantMatrix, int) {
 	return v, 0
 }
 
+// packPanel writes the panel layout of the 16 rows at rows (nsb super-blocks each, stride bytes a row) into a
+// panel's super-blocks and side part.
+func (f *panelFormat) packPanel(blocks, side, rows []byte, nsb, stride int) {
+	bb := stride / nsb
+	for s := range nsb {
+		f.pack(blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], rows[s*bb:], stride)
+	}
+}
+
 // unpackPanel writes a panel's 16 rows (nsb super-blocks each, stride bytes a row) into rows, from its
-// super-blocks and side part: pack's inverse, a 32-bit move a dword.
+// super-blocks and side part: packPanel's inverse.
 func (f *panelFormat) unpackPanel(rows, blocks, side []byte, nsb, stride int) {
 	bb := stride / nsb
 	for s := range nsb {
@@ -317,9 +306,6 @@ func (w QuantMatrix) tailPanel(p *tiledPanel, o int) (blocks, side []byte) {
 	src, dst := p.codes[:pb], p.codes[pb:]
 	clear(src[copy(src, w.Data[o*w.rowBytes:]):])
 	blocks, side = dst[:nsb*f.block], dst[nsb*f.block:]
-	bb := w.rowBytes / nsb
-	for s := range nsb {
-		f.pack(blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], src[s*bb:], w.rowBytes)
-	}
+	f.packPanel(blocks, side, src, nsb, w.rowBytes)
 	return blocks, side
 }

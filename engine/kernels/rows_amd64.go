@@ -181,8 +181,8 @@ func panelsAsm() map[quant.Type]*panelFormat {
 		return nil
 	}
 	return map[quant.Type]*panelFormat{
-		quant.Q4_K: {block: 2304, pack: packQ4_K, unpackBlock: unpackQ4_K, kernels: [3]panelKernel{panels1Q4_KVNNI, panels4Q4_KVNNI, panelsQ4_KVNNI}, run1: panelsRun1Q4_KVNNI,
+		quant.Q4_K: {block: 2304, runs: q4Runs, kernels: [3]panelKernel{panels1Q4_KVNNI, panels4Q4_KVNNI, panelsQ4_KVNNI}, run1: panelsRun1Q4_KVNNI,
 			build: panelsBuildQ4_KVNNI, kept: panelsKeptQ4_KVNNI},
-		quant.Q6_K: {block: 3328, side: 32, pack: packQ6_K, unpackBlock: unpackQ6_K, tiledFrom: 192, kernels: [3]panelKernel{panels1Q6_KVNNI, panels4Q6_KVNNI, panelsQ6_KVNNI}, run1: panelsRun1Q6_KVNNI},
+		quant.Q6_K: {block: 3328, side: 32, runs: q6Runs, sideAt: 208, tiledFrom: 192, kernels: [3]panelKernel{panels1Q6_KVNNI, panels4Q6_KVNNI, panelsQ6_KVNNI}, run1: panelsRun1Q6_KVNNI},
 	}
 }
