@@ -241,7 +241,7 @@ func (pp *panelProduct) panel(p *tiledPanel, pi int) {
 		blocks, side = w.tailPanel(p, o)
 		next = blocks
 	}
-	var acc [8 * tileRows]float32
+	acc := p.acc[:8*tileRows]
 	for g := range groups {
 		kernel := pf.kernels[pp.k]
 		switch {
@@ -250,9 +250,9 @@ func (pp *panelProduct) panel(p *tiledPanel, pi int) {
 		case groups > 1 && pf.kept != nil:
 			kernel = pf.kept
 		}
-		clear(acc[:])
+		clear(acc)
 		kernel(&blocks[0], sidePtr(side), &p.meta[0], &pp.t.qs[g*gq], &pp.t.meta[g*gm], nb, &acc[0], &next[0])
-		storeTile(pp.y, acc[:], pp.bias, w.Rows, g*inputs, min(inputs, pp.rows-g*inputs), o, n)
+		storeTile(pp.y, acc, pp.bias, w.Rows, g*inputs, min(inputs, pp.rows-g*inputs), o, n)
 	}
 }
 

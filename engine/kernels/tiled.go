@@ -152,6 +152,10 @@ type tiledPanel struct {
 	f           *tiledFormat
 	codes, meta []byte
 	rows        []byte // a matrix's panel back in rows (rowsOf)
+
+	// acc holds a kernel's sums of a panel's outputs, here rather than on the stack: the kernels are called
+	// through function values, which would move a local array to the heap at each call.
+	acc [tileIn * tileRows]float32
 }
 
 // put32 writes the little-endian value v at byte off of b.
@@ -547,14 +551,14 @@ func linearTiled(y, x []float32, w QuantMatrix, bias []float32, f *tiledFormat, 
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
 		p.f = f
-		var acc [tileIn * tileRows]float32
+		acc := &p.acc
 		for pi := lo; pi < hi; pi++ {
 			o := pi * tileRows
 			n := min(tileRows, out-o)
 			p.fill(w, o, n)
 			for g := range groups {
 				clear(acc[:])
-				kernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nb, &acc)
+				kernel(p.codes, p.meta, t.qs[g*gq:(g+1)*gq], t.meta[g*gm:(g+1)*gm], nb, acc)
 				storeTile(y, acc[:], bias, out, g*tileIn, min(tileIn, rows-g*tileIn), o, n)
 			}
 		}

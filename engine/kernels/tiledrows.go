@@ -66,7 +66,7 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 		p := panelPool.Get().(*tiledPanel)
 		defer panelPool.Put(p)
 		p.meta = grow.Slice(p.meta, metaSBs*tf.metaBytes())
-		var acc [8 * tileRows]float32
+		acc := p.acc[:8*tileRows]
 		for pi := lo; pi < hi; pi++ {
 			o := pi * tileRows
 			n := min(tileRows, out-o)
@@ -85,9 +85,9 @@ func linearTiledRows(y, x []float32, w QuantMatrix, bias []float32, f *rowsForma
 				tf.scales16(src, w.rowBytes, &p.meta[0], nb, bb)
 			}
 			for g := range groups {
-				clear(acc[:])
+				clear(acc)
 				kernel(src, w.rowBytes, &p.meta[0], &t.qs[g*gq], &t.meta[g*gm], nb, &acc[0], pf)
-				storeTile(y, acc[:], bias, out, g*inputs, min(inputs, rows-g*inputs), o, n)
+				storeTile(y, acc, bias, out, g*inputs, min(inputs, rows-g*inputs), o, n)
 			}
 		}
 	})
