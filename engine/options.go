@@ -66,7 +66,7 @@ type Options struct {
 	NoMap bool
 	// Panels packs the block-quantized matrices that the host kernels keep resident (Resident's decoder layers,
 	// the output projection) in 16-row panels (kernels.PackPanels), where the CPU has the panel kernels (Q4_K
-	// and Q6_K with AVX-512 VNNI): products of several rows (a batch step, a draft's verification) cost ~10%
+	// and Q6_K with AVX-512 VNNI): products of several rows (a batch step, a draft's verification) cost 5-17%
 	// less, at the same bits. Off by default: on the 2-core VM a one-row decode step varied with the machine's
 	// state from 15% faster to 20% slower than on rows (docs/performance-log.md, issue 40).
 	Panels bool

@@ -30,7 +30,7 @@ func addEngineFlags(fs *flag.FlagSet, o *engine.Options) {
 	fs.Var(byteSize{&o.DeviceBudget}, "device-budget", "device memory for streamed layer weights, a `size` such as 8GiB, 512MB or a number of bytes (overrides --max-layer-buffers)")
 	fs.BoolVar(&o.StreamAll, "stream-all", false, "stream the embedding, final norm and lm_head too instead of keeping them resident")
 	fs.BoolVar(&o.Resident, "resident", false, "load every layer once and keep it (no streaming)")
-	fs.BoolVar(&o.Panels, "panels", false, "cpu: pack the resident Q4_K and Q6_K matrices in 16-row panels (AVX-512 VNNI): batches and draft verifications ~10% faster, same output; one-sequence decode varies (experimental)")
+	fs.BoolVar(&o.Panels, "panels", false, "cpu: pack the resident Q4_K and Q6_K matrices in 16-row panels (AVX-512 VNNI): batches and draft verifications 5-17% faster, same output; one-sequence decode 11% faster to 18% slower with the machine's memory (experimental)")
 	fs.Var(memoryBudget{&o.MemoryBudget}, "memory-budget", "memory for decoder layers kept resident beside the stream when reading past the page cache (--direct-io, --no-mmap): a `size` such as 12GiB, auto (the default: nine tenths of the memory available, cgroup-aware, less the stream's buffers and a margin, when the model does not fit in memory) or off")
 	fs.Var(memoryBudget{&o.ExpertCache}, "expert-cache", "mixture-of-experts models: memory for routed experts kept between tokens (the streamed layers read only the experts their tokens were routed to): a `size`, auto (the default: half of --memory-budget) or off")
 	fs.Func("expert-cache-policy", "which experts the expert cache evicts: lru (the default: least recently used) or lfu (least frequently used)", func(s string) error {
