@@ -125,20 +125,73 @@ func parseIDs(s string) ([]int, error) {
 // parsing), the float64 forward pass of package reference, and the engine's own full forward pass for its decode
 // steps (the key/value cache).
 func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
+	v, err := newVerifyRun(o)
+	if err != nil {
+		return err
+	}
+	r, err := v.compare(ctx)
+	if err != nil {
+		return err
+	}
+	// The health checks see the engine's logits too, so a NaN names its likely causes.
+	mon := guard.NewMonitor(guard.MonitorOptions{})
+	for p, row := range r.streamed {
+		_ = mon.CheckLogits(p, row) // non-strict: warns once per kind, never fails
+	}
+	if err := v.report(w, r.diffs); err != nil {
+		return err
+	}
+	switch {
+	case r.failed[sections.KVCache]:
+		return fmt.Errorf("the engine's decode steps disagree with its own full forward pass: the key/value cache is not what it should be (see %s)", sections.Anchor(sections.KVCache))
+	case r.failed[sections.VerifyMismatch]:
+		return fmt.Errorf("the engine disagrees with the reference beyond tolerance (see %s)", sections.Anchor(sections.VerifyMismatch))
+	}
+	return nil
+}
+
+// streamedVsResident is the tolerance between the engine streamed and resident: streaming must not change the
+// computation, so they agree to float32 rounding.
+var streamedVsResident = reference.Tolerance{MaxAbs: 1e-5, MinCosine: 0.999999}
+
+// verifyRun is one verify: the checkpoint, the engine's options with its dtype chosen, and the tolerances that
+// follow from that dtype and from the checkpoint's blocks.
+type verifyRun struct {
+	o         verifyOptions
+	ck        *checkpoint.Checkpoint
+	choice    guard.Choice
+	eopts     engine.Options
+	logitTol  reference.Tolerance // the engine against the references
+	decodeTol reference.Tolerance // decode steps against one full pass
+	quantized bool                // the checkpoint holds block-quantized matrices
+	hf        *reference.Transformers
+}
+
+// verifyResult is what verifyRun.compare found: every comparison, the sections of those beyond tolerance, and
+// the streamed engine's logits.
+type verifyResult struct {
+	diffs    []reference.Diff
+	failed   map[string]bool
+	streamed [][]float32
+}
+
+// newVerifyRun opens the checkpoint, chooses the engine's dtype as generate would, sets the tolerances and reads
+// transformers' outputs (whose prompt is the default one).
+func newVerifyRun(o verifyOptions) (*verifyRun, error) {
 	ck, err := engine.OpenCheckpoint(o.model)
 	if err != nil {
 		if shards.IsSet(o.model) {
-			return fmt.Errorf("verify needs the Hugging Face checkpoint folder, whose safetensors the reference reads; %s is a shard folder (pass the checkpoint it was split from, and --shards %s)", o.model, o.model)
+			return nil, fmt.Errorf("verify needs the Hugging Face checkpoint folder, whose safetensors the reference reads; %s is a shard folder (pass the checkpoint it was split from, and --shards %s)", o.model, o.model)
 		}
-		return err
+		return nil, err
 	}
 	// The engine applies the same policy (and logs it); verify needs the choice for the tolerance.
 	eopts := engine.Options{DType: engine.DType(o.dtype), ShardDir: o.shardDir, Device: o.device, ComputeCapability: o.computeCapability}
 	choice, err := engine.ChooseDType(eopts, ck.Config.TorchDType)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	engDType := map[checkpoint.DType]engine.DType{checkpoint.F32: "f32", checkpoint.BF16: "bf16", checkpoint.F16: "f16"}[choice.DType]
+	eopts.DType = map[checkpoint.DType]engine.DType{checkpoint.F32: "f32", checkpoint.BF16: "bf16", checkpoint.F16: "f16"}[choice.DType]
 	withFlags := func(t reference.Tolerance) reference.Tolerance {
 		if o.atol > 0 {
 			t.MaxAbs = o.atol
@@ -149,145 +202,142 @@ func runVerify(ctx context.Context, o verifyOptions, w io.Writer) error {
 		return t
 	}
 	// Decode steps against one pass compare the engine with itself: the dtype's tolerance, or a quantized one's.
-	dtypeTol := withFlags(reference.LogitTolerance(choice.DType))
-	logitTol := dtypeTol
-	quantized := slices.ContainsFunc(ck.Tensors, func(t checkpoint.TensorInfo) bool { return t.DType.Quantized() })
-	decodeTol := decodeTolerance(dtypeTol)
-	if quantized {
-		logitTol = withFlags(reference.QuantizedLogitTolerance)
-		decodeTol = reference.QuantizedDecodeTolerance
+	v := &verifyRun{o: o, ck: ck, choice: choice, eopts: eopts, logitTol: withFlags(reference.LogitTolerance(choice.DType))}
+	v.decodeTol = decodeTolerance(v.logitTol)
+	v.quantized = slices.ContainsFunc(ck.Tensors, func(t checkpoint.TensorInfo) bool { return t.DType.Quantized() })
+	if v.quantized {
+		v.logitTol = withFlags(reference.QuantizedLogitTolerance)
+		v.decodeTol = reference.QuantizedDecodeTolerance
 	}
-	var hf *reference.Transformers
 	if o.transformers != "" {
-		if hf, err = reference.LoadTransformers(o.transformers); err != nil {
-			return err
+		if v.hf, err = reference.LoadTransformers(o.transformers); err != nil {
+			return nil, err
 		}
-		if o.ids == nil {
-			for _, id := range hf.InputIDs {
-				o.ids = append(o.ids, int(id))
+		if v.o.ids == nil {
+			for _, id := range v.hf.InputIDs {
+				v.o.ids = append(v.o.ids, int(id))
 			}
 		}
 	}
-	if len(o.ids) == 0 {
-		return usageErrorf("--prompt or --ids is required (the checkpoint has no %s to take a prompt from)", reference.TransformersFile)
+	if len(v.o.ids) == 0 {
+		return nil, usageErrorf("--prompt or --ids is required (the checkpoint has no %s to take a prompt from)", reference.TransformersFile)
 	}
+	return v, nil
+}
 
-	ref, err := reference.ForwardContext(ctx, ck, o.ids)
+// compare runs the float64 reference and the engine streamed and resident, and compares them with each other,
+// with transformers' outputs, layer by layer (--per-layer) and decode step by decode step.
+func (v *verifyRun) compare(ctx context.Context) (verifyResult, error) {
+	var r verifyResult
+	ids := v.o.ids
+	ref, err := reference.ForwardContext(ctx, v.ck, ids)
 	if err != nil {
-		return err
+		return r, err
 	}
-	eopts.DType = engDType
-	e, err := engine.Open(ctx, o.model, eopts)
+	e, err := engine.Open(ctx, v.o.model, v.eopts)
 	if err != nil {
-		return fmt.Errorf("engine (streamed): %w", err)
+		return r, fmt.Errorf("engine (streamed): %w", err)
 	}
 	defer e.Close()
-	streamed, err := e.Logits(ctx, o.ids)
-	if err != nil {
-		return fmt.Errorf("engine (streamed): %w", err)
+	if r.streamed, err = e.Logits(ctx, ids); err != nil {
+		return r, fmt.Errorf("engine (streamed): %w", err)
 	}
-	eopts.Resident = true
-	resident, err := engineLogits(ctx, o.model, eopts, o.ids)
+	ropts := v.eopts
+	ropts.Resident = true
+	resident, err := engineLogits(ctx, v.o.model, ropts, ids)
 	if err != nil {
-		return fmt.Errorf("engine (resident): %w", err)
+		return r, fmt.Errorf("engine (resident): %w", err)
 	}
-
-	var diffs []reference.Diff
-	failed := map[string]bool{}
-	if hf != nil {
-		ds, err := compareTransformers(ctx, e, hf, logitTol)
+	if v.hf != nil {
+		ds, err := compareTransformers(ctx, e, v.hf, v.logitTol)
 		if err != nil {
-			return err
+			return r, err
 		}
-		diffs = append(diffs, ds...)
+		r.diffs = append(r.diffs, ds...)
 	}
-	if o.perLayer {
-		// The engine offers only logits, so layer k is compared through the logits of the model cut after layer k.
-		for k := 1; k < ck.Config.NumHiddenLayers; k++ {
-			want, err := reference.HeadLogits(ck, ref.Hidden[k-1])
-			if err != nil {
-				return err
-			}
-			got, err := truncatedLogits(ctx, ck, k, engine.Options{DType: engDType}, o.ids)
-			if err != nil {
-				return fmt.Errorf("engine (first %d layers): %w", k, err)
-			}
-			d, err := reference.Compare(fmt.Sprintf("layer.%d", k-1), "streamed vs reference", got, want, logitTol)
-			if err != nil {
-				return err
-			}
-			diffs = append(diffs, d)
+	if v.o.perLayer {
+		ds, err := v.layerDiffs(ctx, ref)
+		if err != nil {
+			return r, err
 		}
+		r.diffs = append(r.diffs, ds...)
 	}
-	// Streaming must not change the computation: streamed and resident agree to float32 rounding.
-	same := reference.Tolerance{MaxAbs: 1e-5, MinCosine: 0.999999}
 	for _, c := range []struct {
 		against string
 		got     [][]float32
-		tol     reference.Tolerance
-	}{{"streamed vs reference", streamed, logitTol}, {"resident vs reference", resident, logitTol}} {
-		d, err := reference.Compare("logits", c.against, c.got, ref.Logits, c.tol)
+	}{{"streamed vs reference", r.streamed}, {"resident vs reference", resident}} {
+		d, err := reference.Compare("logits", c.against, c.got, ref.Logits, v.logitTol)
 		if err != nil {
-			return err
+			return r, err
+		}
+		r.diffs = append(r.diffs, d)
+	}
+	d, err := reference.Compare("logits", "streamed vs resident", r.streamed, resident, streamedVsResident)
+	if err != nil {
+		return r, err
+	}
+	r.diffs = append(r.diffs, d)
+	r.failed = map[string]bool{}
+	if slices.ContainsFunc(r.diffs, func(d reference.Diff) bool { return !d.OK() }) {
+		r.failed[sections.VerifyMismatch] = true
+	}
+	if v.o.decodeSteps > 0 {
+		var dec decoder = e
+		if v.o.broken != nil {
+			dec = v.o.broken(e)
+		}
+		d, err := compareDecode(ctx, dec, ids, v.o.decodeSteps, v.decodeTol)
+		if err != nil {
+			return r, err
+		}
+		if d != nil {
+			r.diffs = append(r.diffs, *d)
+			r.failed[sections.KVCache] = !d.OK()
+		}
+	}
+	return r, nil
+}
+
+// layerDiffs compares the logits after each decoder layer: the engine offers only logits, so layer k is compared
+// through the logits of the model cut after layer k.
+func (v *verifyRun) layerDiffs(ctx context.Context, ref *reference.Output) ([]reference.Diff, error) {
+	var diffs []reference.Diff
+	for k := 1; k < v.ck.Config.NumHiddenLayers; k++ {
+		want, err := reference.HeadLogits(v.ck, ref.Hidden[k-1])
+		if err != nil {
+			return nil, err
+		}
+		got, err := truncatedLogits(ctx, v.ck, k, engine.Options{DType: v.eopts.DType}, v.o.ids)
+		if err != nil {
+			return nil, fmt.Errorf("engine (first %d layers): %w", k, err)
+		}
+		d, err := reference.Compare(fmt.Sprintf("layer.%d", k-1), "streamed vs reference", got, want, v.logitTol)
+		if err != nil {
+			return nil, err
 		}
 		diffs = append(diffs, d)
 	}
-	d, err := reference.Compare("logits", "streamed vs resident", streamed, resident, same)
-	if err != nil {
-		return err
-	}
-	diffs = append(diffs, d)
-	for _, d := range diffs {
-		if !d.OK() {
-			failed[sections.VerifyMismatch] = true
-		}
-	}
-	if o.decodeSteps > 0 {
-		var dec decoder = e
-		if o.broken != nil {
-			dec = o.broken(e)
-		}
-		d, err := compareDecode(ctx, dec, o.ids, o.decodeSteps, decodeTol)
-		if err != nil {
-			return err
-		}
-		if d != nil {
-			diffs = append(diffs, *d)
-			if !d.OK() {
-				failed[sections.KVCache] = true
-			}
-		}
-	}
+	return diffs, nil
+}
 
-	// The health checks see the engine's logits too, so a NaN names its likely causes.
-	mon := guard.NewMonitor(guard.MonitorOptions{})
-	for p, row := range streamed {
-		_ = mon.CheckLogits(p, row) // non-strict: warns once per kind, never fails
-	}
-
-	fmt.Fprintf(w, "verify %s: %d tokens, dtype %s (%s)\n", o.model, len(o.ids), choice.DType, choice.Reason)
-	if hf != nil {
-		fmt.Fprintf(w, "transformers: the outputs in %s (%d prompt ids, %d greedy ids; on the greedy row, cosine is the share of greedy ids equal to transformers', max|diff| the number that differ, at the first that differs)\n", o.transformers, len(hf.InputIDs), len(hf.GreedyIDs))
+// report prints what was compared, against what and within which tolerances, then the table of diffs.
+func (v *verifyRun) report(w io.Writer, diffs []reference.Diff) error {
+	o := v.o
+	fmt.Fprintf(w, "verify %s: %d tokens, dtype %s (%s)\n", o.model, len(o.ids), v.choice.DType, v.choice.Reason)
+	if v.hf != nil {
+		fmt.Fprintf(w, "transformers: the outputs in %s (%d prompt ids, %d greedy ids; on the greedy row, cosine is the share of greedy ids equal to transformers', max|diff| the number that differ, at the first that differs)\n", o.transformers, len(v.hf.InputIDs), len(v.hf.GreedyIDs))
 	} else {
 		fmt.Fprintf(w, "transformers: no %s beside the checkpoint (--reference FILE); the float64 reference reads config.json as the engine does, so it cannot catch a misread config\n", reference.TransformersFile)
 	}
-	fmt.Fprintf(w, "tolerance: logits %s; streamed vs resident %s\n", logitTol, same)
-	if quantized {
+	fmt.Fprintf(w, "tolerance: logits %s; streamed vs resident %s\n", v.logitTol, streamedVsResident)
+	if v.quantized {
 		fmt.Fprintln(w, "quantized: the checkpoint holds block-quantized matrices; the reference multiplies them dequantized in float64, the engine (as llama.cpp) with activations rounded to 8 bits, so the logits are held to their direction, and decode steps to their one pass within a nat (an activation's rounding can flip where the attention sums in another order)")
 	}
 	if !o.perLayer {
 		fmt.Fprintln(w, "per-layer: the engine returns logits only; --per-layer compares the logits after each layer")
 	}
-	if _, err := reference.WriteTable(w, diffs); err != nil {
-		return err
-	}
-	switch {
-	case failed[sections.KVCache]:
-		return fmt.Errorf("the engine's decode steps disagree with its own full forward pass: the key/value cache is not what it should be (see %s)", sections.Anchor(sections.KVCache))
-	case failed[sections.VerifyMismatch]:
-		return fmt.Errorf("the engine disagrees with the reference beyond tolerance (see %s)", sections.Anchor(sections.VerifyMismatch))
-	}
-	return nil
+	_, err := reference.WriteTable(w, diffs)
+	return err
 }
 
 // compareTransformers runs the engine on the prompt of transformers' outputs: its logits at every position
