@@ -80,18 +80,9 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 	if !tok.HasChatTemplate() {
 		return fmt.Errorf("%s has no chat template (tokenizer_config.json chat_template or chat_template.jinja): use 'layerstream generate' for plain text", o.model)
 	}
-	sampling := samplingFor(o, e)
-	slog.Debug("sampling", "seed", sampling.Seed, "temperature", sampling.Temperature, "top_k", sampling.TopK, "top_p", sampling.TopP)
-	session := e.NewSession()
-	defer func() { session.Close() }()
-	system := o.system
-	var history []tokenizer.Message
-	turns := 0
-	reset := func() {
-		history = nil
-		session.Close()
-		session = e.NewSession()
-	}
+	c := &chat{e: e, o: o, cio: cio, sampling: samplingFor(o, e), system: o.system, session: e.NewSession()}
+	defer func() { c.session.Close() }()
+	slog.Debug("sampling", "seed", c.sampling.Seed, "temperature", c.sampling.Temperature, "top_k", c.sampling.TopK, "top_p", c.sampling.TopP)
 	lines := make(chan string)
 	readErr := make(chan error, 1)
 	go func() {
@@ -105,15 +96,10 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 	}()
 	// The model as given (not its shard folder).
 	fmt.Fprintf(cio.msg, "Chatting with %s. /help for commands, Ctrl-D to leave.\n", o.model)
-	var block []string // lines of a message being typed
-	inBlock := false
+	var m message
 	for {
 		if cio.prompts {
-			if inBlock || len(block) > 0 {
-				fmt.Fprint(cio.out, "... ")
-			} else {
-				fmt.Fprint(cio.out, ">>> ")
-			}
+			fmt.Fprint(cio.out, map[bool]string{false: ">>> ", true: "... "}[m.open()])
 		}
 		var line string
 		var ok bool
@@ -122,98 +108,149 @@ func runChat(ctx context.Context, e *engine.Engine, o generateOptions, cio chatI
 			fmt.Fprintln(cio.out)
 			return ctx.Err() // SIGTERM: exit status 130, as every command's
 		case <-cio.interrupts:
-			block, inBlock = nil, false
+			m = message{}
 			fmt.Fprintln(cio.msg, "\n(Ctrl-D or /exit to leave)")
 			continue
 		case line, ok = <-lines:
 		}
 		if !ok {
 			fmt.Fprintln(cio.out)
-			if inBlock || len(block) > 0 {
+			if m.open() {
 				fmt.Fprintln(cio.msg, `(the input ended inside a message of several lines: it was not sent; close it with """ or a line not ending in \)`)
 			}
 			return <-readErr
 		}
-		// Multi-line messages: between """ lines, or lines ending with a backslash.
-		switch {
-		case inBlock:
-			if before, found := strings.CutSuffix(line, `"""`); found {
-				block, inBlock = append(block, before), false
-			} else {
-				block = append(block, line)
-				continue
-			}
-		case strings.HasPrefix(line, `"""`) && len(block) == 0:
-			rest := strings.TrimPrefix(line, `"""`)
-			if before, found := strings.CutSuffix(rest, `"""`); found && rest != "" {
-				block = []string{before}
-			} else {
-				block, inBlock = []string{rest}, true
-				continue
-			}
-		case strings.HasSuffix(line, `\`):
-			block = append(block, strings.TrimSuffix(line, `\`))
-			continue
-		default:
-			block = append(block, line)
-		}
-		text := strings.TrimSpace(strings.Join(block, "\n"))
-		block = nil
-		if text == "" {
+		text, done := m.add(line)
+		if !done || text == "" {
 			continue
 		}
 		if cmd, arg, isCmd := chatCommand(text); isCmd {
-			switch cmd {
-			case "/exit", "/bye", "/quit":
+			if c.command(cmd, arg) {
 				return nil
-			case "/help", "/?":
-				fmt.Fprintln(cio.msg, chatHelp)
-			case "/reset", "/clear":
-				reset()
-				fmt.Fprintln(cio.msg, "(conversation forgotten)")
-			case "/system":
-				system = arg
-				reset()
-				fmt.Fprintln(cio.msg, "(system message set; conversation forgotten)")
-			case "/history":
-				if system != "" {
-					fmt.Fprintf(cio.out, "[system] %s\n", system)
-				}
-				for _, m := range history {
-					fmt.Fprintf(cio.out, "[%s] %s\n", m.Role, m.Content)
-				}
-			default:
-				fmt.Fprintf(cio.msg, "unknown command %s (/help lists them)\n", cmd)
 			}
 			continue
 		}
-		msgs := history
-		if system != "" {
-			msgs = append([]tokenizer.Message{{Role: "system", Content: system}}, history...)
-		}
-		msgs = append(msgs, tokenizer.Message{Role: "user", Content: text})
-		turns++
-		// Each answer has its own health checks, whose warnings name the turn.
-		monitor := guard.NewMonitor(guard.MonitorOptions{Strict: o.strict, Logger: slog.Default().With("turn", turns)})
-		reply, err := chatTurn(ctx, e, engine.TextRequest{Messages: msgs, MaxNewTokens: o.maxNew, Sampling: sampling, Session: session, Monitor: monitor}, cio)
-		var re *engine.RequestError
-		var problem *guard.Problem
-		switch {
-		case errors.As(err, &re):
-			fmt.Fprintf(cio.msg, "cannot answer: %v (/reset starts a new conversation)\n", err)
-			continue
-		case errors.As(err, &problem) && ctx.Err() == nil:
-			// The model's output is broken: say why (and where to read about it), forget the answer, go on.
-			fmt.Fprintf(cio.msg, "the answer was stopped: %v\n", err)
-			continue
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err() // SIGTERM: exit status 130, as every command's
-		case err != nil:
+		if err := c.answer(ctx, text); err != nil {
 			return err
 		}
-		history = append(history, tokenizer.Message{Role: "user", Content: text}, tokenizer.Message{Role: "assistant", Content: reply})
-		sampling.Seed++ // the next answer draws afresh, and a rerun with --seed repeats the conversation
 	}
+}
+
+// message gathers the lines of one message: a line, several between """ lines, or lines ending with a backslash.
+type message struct {
+	lines   []string
+	inBlock bool // between """ lines
+}
+
+// open reports whether a message of several lines has begun and not ended.
+func (m *message) open() bool { return m.inBlock || len(m.lines) > 0 }
+
+// add takes the next line typed, returning the message and true once it is whole (and starting the next).
+func (m *message) add(line string) (string, bool) {
+	switch {
+	case m.inBlock:
+		before, found := strings.CutSuffix(line, `"""`)
+		if !found {
+			m.lines = append(m.lines, line)
+			return "", false
+		}
+		m.lines, m.inBlock = append(m.lines, before), false
+	case strings.HasPrefix(line, `"""`) && len(m.lines) == 0:
+		rest := strings.TrimPrefix(line, `"""`)
+		before, found := strings.CutSuffix(rest, `"""`)
+		if !found || rest == "" {
+			m.lines, m.inBlock = []string{rest}, true
+			return "", false
+		}
+		m.lines = []string{before}
+	case strings.HasSuffix(line, `\`):
+		m.lines = append(m.lines, strings.TrimSuffix(line, `\`))
+		return "", false
+	default:
+		m.lines = append(m.lines, line)
+	}
+	text := strings.TrimSpace(strings.Join(m.lines, "\n"))
+	m.lines = nil
+	return text, true
+}
+
+// chat is a conversation: its engine session (the keys and values of the turns so far), system message,
+// history and sampling.
+type chat struct {
+	e        *engine.Engine
+	o        generateOptions
+	cio      chatIO
+	sampling engine.Sampling
+	session  *engine.Session
+	system   string
+	history  []tokenizer.Message
+	turns    int
+}
+
+// reset forgets the conversation (the system message stays).
+func (c *chat) reset() {
+	c.history = nil
+	c.session.Close()
+	c.session = c.e.NewSession()
+}
+
+// command runs a /command, reporting whether it ends the chat.
+func (c *chat) command(cmd, arg string) (exit bool) {
+	switch cmd {
+	case "/exit", "/bye", "/quit":
+		return true
+	case "/help", "/?":
+		fmt.Fprintln(c.cio.msg, chatHelp)
+	case "/reset", "/clear":
+		c.reset()
+		fmt.Fprintln(c.cio.msg, "(conversation forgotten)")
+	case "/system":
+		c.system = arg
+		c.reset()
+		fmt.Fprintln(c.cio.msg, "(system message set; conversation forgotten)")
+	case "/history":
+		if c.system != "" {
+			fmt.Fprintf(c.cio.out, "[system] %s\n", c.system)
+		}
+		for _, m := range c.history {
+			fmt.Fprintf(c.cio.out, "[%s] %s\n", m.Role, m.Content)
+		}
+	default:
+		fmt.Fprintf(c.cio.msg, "unknown command %s (/help lists them)\n", cmd)
+	}
+	return false
+}
+
+// answer answers one message, streaming, and remembers both. A request the engine refuses and an answer stopped
+// by a guard are said and the chat goes on; other errors end it.
+func (c *chat) answer(ctx context.Context, text string) error {
+	msgs := c.history
+	if c.system != "" {
+		msgs = append([]tokenizer.Message{{Role: "system", Content: c.system}}, c.history...)
+	}
+	msgs = append(msgs, tokenizer.Message{Role: "user", Content: text})
+	c.turns++
+	// Each answer has its own health checks, whose warnings name the turn.
+	monitor := guard.NewMonitor(guard.MonitorOptions{Strict: c.o.strict, Logger: slog.Default().With("turn", c.turns)})
+	reply, err := chatTurn(ctx, c.e, engine.TextRequest{Messages: msgs, MaxNewTokens: c.o.maxNew, Sampling: c.sampling, Session: c.session, Monitor: monitor}, c.cio)
+	var re *engine.RequestError
+	var problem *guard.Problem
+	switch {
+	case errors.As(err, &re):
+		fmt.Fprintf(c.cio.msg, "cannot answer: %v (/reset starts a new conversation)\n", err)
+		return nil
+	case errors.As(err, &problem) && ctx.Err() == nil:
+		// The model's output is broken: say why (and where to read about it), forget the answer, go on.
+		fmt.Fprintf(c.cio.msg, "the answer was stopped: %v\n", err)
+		return nil
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err() // SIGTERM: exit status 130, as every command's
+	case err != nil:
+		return err
+	}
+	c.history = append(c.history, tokenizer.Message{Role: "user", Content: text}, tokenizer.Message{Role: "assistant", Content: reply})
+	c.sampling.Seed++ // the next answer draws afresh, and a rerun with --seed repeats the conversation
+	return nil
 }
 
 // chatCommand recognizes "/word rest".

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -206,6 +207,36 @@ func TestChatHealthChecks(t *testing.T) {
 		}
 		if strings.Contains(out.String(), "[assistant]") || strings.Count(out.String(), "[user]") != 0 {
 			t.Errorf("--strict: the stopped answers stay in the history:\n%s", out.String())
+		}
+	}
+}
+
+// TestChatMessage: the lines typed make messages as chatHelp says: one line; lines between """ lines (the first
+// and the last may carry text); """text""" on one line; lines ending with a backslash continued by the next.
+func TestChatMessage(t *testing.T) {
+	for _, c := range []struct {
+		lines []string
+		want  []string // the messages completed, in order
+		open  bool     // a message begun and not ended after the last line
+	}{
+		{[]string{"hello"}, []string{"hello"}, false},
+		{[]string{`"""`, "one", "two", `"""`}, []string{"one\ntwo"}, false},
+		{[]string{`"""There was`, `a dog"""`, "next"}, []string{"There was\na dog", "next"}, false},
+		{[]string{`"""all in one"""`}, []string{"all in one"}, false},
+		{[]string{`first \`, `second \`, "third"}, []string{"first \nsecond \nthird"}, false},
+		{[]string{`"""`, "not closed"}, nil, true},
+		{[]string{`ends with \`}, nil, true},
+		{[]string{"  ", "x"}, []string{"", "x"}, false},
+	} {
+		var m message
+		var got []string
+		for _, l := range c.lines {
+			if text, done := m.add(l); done {
+				got = append(got, text)
+			}
+		}
+		if !slices.Equal(got, c.want) || m.open() != c.open {
+			t.Errorf("lines %q: messages %q, open %v; want %q, open %v", c.lines, got, m.open(), c.want, c.open)
 		}
 	}
 }
