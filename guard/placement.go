@@ -179,55 +179,20 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(devices) == 0 {
-		return nil, fmt.Errorf("placement: no devices")
+	if err := checkDevices(devices); err != nil {
+		return nil, err
 	}
-	seen := map[string]bool{}
-	for _, d := range devices {
-		if d.Name == "" || seen[d.Name] {
-			return nil, fmt.Errorf("placement: device names must be unique and non-empty, got %q", d.Name)
-		}
-		seen[d.Name] = true
-		if d.MemoryBytes <= 0 {
-			return nil, fmt.Errorf("placement: device %s has %d bytes of memory", d.Name, d.MemoryBytes)
-		}
-	}
-
 	// The anchored units: embed, layer.0, layer.N-1, norm, lm_head.
 	anchored := append([]UnitSize{}, ends...)
 	anchored = append(anchored, layers[0])
 	if len(layers) > 1 {
 		anchored = append(anchored, layers[len(layers)-1])
 	}
-	names := make([]string, len(anchored))
-	for i, u := range anchored {
-		names[i] = u.Name
+	primary, err := primaryDevice(anchored, devices)
+	if err != nil {
+		return nil, err
 	}
-	sum := func(units []UnitSize, d Device) int64 {
-		var n int64
-		for _, u := range units {
-			n += u.On(d)
-		}
-		return n
-	}
-	primary := -1
-	for i, d := range devices {
-		if d.MemoryBytes >= sum(anchored, d) {
-			primary = i
-			break
-		}
-	}
-	if primary < 0 {
-		largest := devices[0]
-		for _, d := range devices {
-			if d.MemoryBytes > largest.MemoryBytes {
-				largest = d
-			}
-		}
-		return nil, fmt.Errorf("placement: %s must share one device and need %s together, but the largest device (%s) has %s (see %s)",
-			strings.Join(names, ", "), bytesize.FormatBinary(sum(anchored, largest)), largest.Name, bytesize.FormatBinary(largest.MemoryBytes), sections.Anchor(sections.Placement))
-	}
-	anchorBytes := sum(anchored, devices[primary])
+	anchorBytes := sumOn(anchored, devices[primary])
 
 	// Order the devices primary first, then the others as given; the middle layers start on the primary.
 	order := []int{primary}
@@ -241,65 +206,130 @@ func Plan(units []UnitSize, devices []Device) (*Placement, error) {
 		free[i] = d.MemoryBytes
 	}
 	free[primary] -= anchorBytes
-
-	middle := []UnitSize{}
+	var middle []UnitSize
 	if len(layers) > 2 {
 		middle = layers[1 : len(layers)-1]
 	}
-	// share[i] is the fraction of the middle layers device i holds, each sized as it is held there (On); with
-	// equal sizes everywhere it is the device's share of the free memory.
-	share := make([]float64, len(devices))
-	var capacity float64
-	for i, d := range devices {
-		if n := sum(middle, d); n > 0 {
-			share[i] = float64(free[i]) / float64(n)
-		} else {
-			share[i] = float64(len(devices)) // nothing to place: any device holds it all
-		}
-		capacity += share[i]
-	}
 	// Sizes and shortfalls are reported as the primary device holds the layers.
-	midBytes := sum(middle, devices[primary])
-	var totalFree int64
-	for _, f := range free {
-		totalFree += f
-	}
-	if capacity < 1 {
-		short := int64(math.Ceil(float64(midBytes) * (1 - capacity)))
+	midBytes := sumOn(middle, devices[primary])
+	share, ok := shares(middle, devices, free)
+	if !ok {
+		short := int64(math.Ceil(float64(midBytes) * (1 - sumFloats(share))))
 		return nil, fmt.Errorf("placement: the model needs %s but the devices hold %s in all (%s short); add a device or memory (see %s)",
 			bytesize.FormatBinary(midBytes+anchorBytes), bytesize.FormatBinary(midBytes+anchorBytes-short), bytesize.FormatBinary(short), sections.Anchor(sections.Placement))
 	}
-	for i := range share {
-		share[i] /= capacity
-	}
-
 	assign, ok := spread(middle, devices, free, order, share)
 	if !ok {
+		var totalFree int64
+		for _, f := range free {
+			totalFree += f
+		}
 		return nil, fmt.Errorf("placement: the %d middle layers (%s) fit the devices' free memory in total (%s) but not as whole layers; add memory (see %s)",
 			len(middle), bytesize.FormatBinary(midBytes), bytesize.FormatBinary(totalFree), sections.Anchor(sections.Placement))
 	}
 
 	p := &Placement{Devices: devices, Primary: devices[primary].Name}
-	add := func(u UnitSize, dev int) {
-		a := Assignment{Unit: u.Name, Device: devices[dev].Name, Bytes: u.On(devices[dev])}
-		if n := len(p.Assignments); n > 0 && p.Assignments[n-1].Device != a.Device {
-			prev := p.Assignments[n-1]
-			p.Boundaries = append(p.Boundaries, Boundary{After: prev.Unit, Before: a.Unit, From: prev.Device, To: a.Device})
-		}
-		p.Assignments = append(p.Assignments, a)
-	}
-	add(ends[0], primary) // embed
-	add(layers[0], primary)
+	p.add(ends[0], devices[primary]) // embed
+	p.add(layers[0], devices[primary])
 	for i, u := range middle {
-		add(u, assign[i])
+		p.add(u, devices[assign[i]])
 	}
 	if len(layers) > 1 {
-		add(layers[len(layers)-1], primary)
+		p.add(layers[len(layers)-1], devices[primary])
 	}
 	for _, u := range ends[1:] { // norm, lm_head
-		add(u, primary)
+		p.add(u, devices[primary])
 	}
 	return p, nil
+}
+
+// checkDevices checks that the devices have names, each its own, and memory.
+func checkDevices(devices []Device) error {
+	if len(devices) == 0 {
+		return fmt.Errorf("placement: no devices")
+	}
+	seen := map[string]bool{}
+	for _, d := range devices {
+		if d.Name == "" || seen[d.Name] {
+			return fmt.Errorf("placement: device names must be unique and non-empty, got %q", d.Name)
+		}
+		seen[d.Name] = true
+		if d.MemoryBytes <= 0 {
+			return fmt.Errorf("placement: device %s has %d bytes of memory", d.Name, d.MemoryBytes)
+		}
+	}
+	return nil
+}
+
+// primaryDevice is the first device that holds the anchored units together.
+func primaryDevice(anchored []UnitSize, devices []Device) (int, error) {
+	for i, d := range devices {
+		if d.MemoryBytes >= sumOn(anchored, d) {
+			return i, nil
+		}
+	}
+	largest := devices[0]
+	for _, d := range devices {
+		if d.MemoryBytes > largest.MemoryBytes {
+			largest = d
+		}
+	}
+	names := make([]string, len(anchored))
+	for i, u := range anchored {
+		names[i] = u.Name
+	}
+	return 0, fmt.Errorf("placement: %s must share one device and need %s together, but the largest device (%s) has %s (see %s)",
+		strings.Join(names, ", "), bytesize.FormatBinary(sumOn(anchored, largest)), largest.Name, bytesize.FormatBinary(largest.MemoryBytes), sections.Anchor(sections.Placement))
+}
+
+// shares returns the fraction of the middle layers each device is to hold: in proportion to the number of times
+// its free memory holds them all, each layer sized as it is held there (On), so that with equal sizes everywhere
+// a device's share is its share of the free memory. ok is false when the devices together hold less than all
+// of them; the shares are then the unnormalized capacities, summing to below 1.
+func shares(middle []UnitSize, devices []Device, free []int64) (share []float64, ok bool) {
+	share = make([]float64, len(devices))
+	for i, d := range devices {
+		if n := sumOn(middle, d); n > 0 {
+			share[i] = float64(free[i]) / float64(n)
+		} else {
+			share[i] = float64(len(devices)) // nothing to place: any device holds it all
+		}
+	}
+	capacity := sumFloats(share)
+	if capacity < 1 {
+		return share, false
+	}
+	for i := range share {
+		share[i] /= capacity
+	}
+	return share, true
+}
+
+// add places unit u on device d after the units placed so far, noting a boundary where the device changes.
+func (p *Placement) add(u UnitSize, d Device) {
+	a := Assignment{Unit: u.Name, Device: d.Name, Bytes: u.On(d)}
+	if n := len(p.Assignments); n > 0 && p.Assignments[n-1].Device != a.Device {
+		prev := p.Assignments[n-1]
+		p.Boundaries = append(p.Boundaries, Boundary{After: prev.Unit, Before: a.Unit, From: prev.Device, To: a.Device})
+	}
+	p.Assignments = append(p.Assignments, a)
+}
+
+// sumOn is the bytes of units as device d holds them.
+func sumOn(units []UnitSize, d Device) int64 {
+	var n int64
+	for _, u := range units {
+		n += u.On(d)
+	}
+	return n
+}
+
+func sumFloats(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 // spread assigns the middle layers, in contiguous runs, to devices taken in order: device k takes layers while the
