@@ -112,22 +112,28 @@
 // starts (the 9 together, after the products, ran ~3% slower: the core's misses in flight ran out).
 #define PF(off) PREFETCHT0 off(DX)
 
-// Q4GROUP(g, DOT, SCALE, S): group g of a Q4_K super-block (qs bytes 32g..32g+31 at 16: sub-block 2g in the low
-// nibbles, 2g+1 in the high ones; the inputs' 64 elements at DI, S bytes a quad, which moves on).
-#define Q4GROUP(g, DOT, SCALE, S) \
-	T8LOAD(16+32*g) \
-	T8TRANSPOSE \
-	Q4QUADS(g, DOT, DOT, DOT, DOT, SCALE, S)
+// Q4GROUPS(lbl, DOT, SCALE, S): the four groups of a Q4_K super-block, in a loop (label lbl, R15 its count):
+// group g is qs bytes 32g..32g+31 at 16 (sub-block 2g in the low nibbles, 2g+1 in the high ones), its scales at
+// 128g(BX), the inputs' 64 elements at DI (S bytes a quad, which moves on); the rows and BX move on a group each
+// time and back at the end. A loop rather than four copies: copied, a super-block's code (~7 KB for 8 inputs)
+// made the kernels' speed depend on where the code sat, and the one-input panel kernel streamed from memory at a
+// sixth below what its loads alone reach (docs/performance-log.md, issue 40).
+#define Q4GROUPS(lbl, DOT, SCALE, S) \
+	MOVQ $4, R15 \
+	lbl: T8LOAD(16); T8TRANSPOSE; Q4QUADS(DOT, DOT, DOT, DOT, SCALE, S) \
+	ADDQ $32, SI; ADDQ $32, R10; ADDQ $32, R8; ADDQ $32, R12; ADDQ $128, BX; DECQ R15; JNZ lbl \
+	SUBQ $128, SI; SUBQ $128, R10; SUBQ $128, R8; SUBQ $128, R12; SUBQ $512, BX
 
-// Q4QUADS(g, DA, DB, DC, DD, SCALE, S): group g's products from its eight registers Z0-Z7 (quad q by DA, DB, DC,
-// DD in turn: one accumulator, or four for one input), each sub-block's scales after it, 9 lines prefetched.
-#define Q4QUADS(g, DA, DB, DC, DD, SCALE, S) \
+// Q4QUADS(DA, DB, DC, DD, SCALE, S): a group's products from its eight registers Z0-Z7 (quad q by DA, DB, DC, DD
+// in turn: one accumulator, or four for one input), each sub-block's scales (at BX and 64(BX)) after it, 9 lines
+// prefetched.
+#define Q4QUADS(DA, DB, DC, DD, SCALE, S) \
 	Q4LO(Z0, 0, DA); PF(0); Q4LO(Z1, S, DB); Q4LO(Z2, 2*S, DC); PF(64); Q4LO(Z3, 3*S, DD) \
 	Q4LO(Z4, 4*S, DA); PF(128); Q4LO(Z5, 5*S, DB); Q4LO(Z6, 6*S, DC); PF(192); Q4LO(Z7, 7*S, DD) \
-	SCALE(Z25, 128*g) \
+	SCALE(Z25, 0) \
 	Q4HI(Z0, 8*S, DA); PF(256); Q4HI(Z1, 9*S, DB); Q4HI(Z2, 10*S, DC); PF(320); Q4HI(Z3, 11*S, DD) \
 	Q4HI(Z4, 12*S, DA); PF(384); Q4HI(Z5, 13*S, DB); Q4HI(Z6, 14*S, DC); PF(448); Q4HI(Z7, 15*S, DD) \
-	SCALE(Z25, 128*g+64) \
+	SCALE(Z25, 64) \
 	PF(512); ADDQ $576, DX \
 	ADDQ $(16*S), DI
 
@@ -138,12 +144,13 @@
 	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); VPBROADCASTD trnib<>(SB), Z26
 #define NOMETA
 
-// Q4SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP): a Q4_K super-block of the 16 rows times 8 or 4 inputs (S =
+// Q4SB(lbl, DOT, SCALE, MIN, EPIS, S, META, MSTEP): a Q4_K super-block of the 16 rows times 8 or 4 inputs (S =
 // 4·inputs: the bytes of a quad; ameta per super-block: the pairs of sums [4][inputs]int32, dx [inputs]float32),
-// its meta built first (META Q4OWN, MSTEP 0: one super-block's at BX) or the panel's (NOMETA, 896).
-#define Q4SB(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
+// its meta built first (META Q4OWN, MSTEP 0: one super-block's at BX) or the panel's (NOMETA, 896); lbl labels
+// its loop of groups.
+#define Q4SB(lbl, DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
 	META \
-	Q4GROUP(0, DOT, SCALE, S); Q4GROUP(1, DOT, SCALE, S); Q4GROUP(2, DOT, SCALE, S); Q4GROUP(3, DOT, SCALE, S) \
+	Q4GROUPS(lbl, DOT, SCALE, S) \
 	Q4END(MIN, EPIS, S) \
 	NEXTSB(144, MSTEP, 5*S)
 
@@ -159,18 +166,18 @@
 // into the 896 bytes at meta: acc[c·16 + r] += each super-block's tiled update, as tileGo. It prefetches the
 // 16·stride bytes from pf (the next panel's rows).
 TEXT ·tiledRowsQ4_KVNNI(SB), NOSPLIT, $0-64
-	TRKERNEL(q4sb8, Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32, Q4OWN, 0))
+	TRKERNEL(q4sb8, Q4SB(q4g8, DOT8, SCALE8, MIN8, EPIS8, 32, Q4OWN, 0))
 
 // func tiledRows4Q4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI for 4 inputs.
 TEXT ·tiledRows4Q4_KVNNI(SB), NOSPLIT, $0-64
-	TRKERNEL(q4sb4, Q4SB(DOT4, SCALE4, MIN4, EPIS4, 16, Q4OWN, 0))
+	TRKERNEL(q4sb4, Q4SB(q4g4, DOT4, SCALE4, MIN4, EPIS4, 16, Q4OWN, 0))
 
 // func tiledRowsPanelQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI with the panel's meta at meta (scales16K4AVX512's, 896 bytes a super-block), for products of
 // more than 8 rows, whose calls share it.
 TEXT ·tiledRowsPanelQ4_KVNNI(SB), NOSPLIT, $0-64
-	TRKERNEL(q4sb8p, Q4SB(DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 896))
+	TRKERNEL(q4sb8p, Q4SB(q4g8p, DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 896))
 
 // Q6_K: the 16 rows' 16-byte pieces, four rows to a register, transposed (T4) into four registers of the rows'
 // dwords: ql's two pieces and qh's one of the same 16 elements l (Z0-Z3, Z4-Z7, Z24-Z27), from which come the
@@ -200,20 +207,27 @@ TEXT ·tiledRowsPanelQ4_KVNNI(SB), NOSPLIT, $0-64
 	J(ql0, Z24, 8*S*j+4*S*h, DA); J(ql1, Z25, 8*S*j+4*S*h+S, DB); J(ql2, Z26, 8*S*j+4*S*h+2*S, DC); J(ql3, Z27, 8*S*j+4*S*h+3*S, DD) \
 	SCALE(Z30, sc)
 
+// PF4(off), PF3(off): prefetch 4 or 3 lines from off of the next panel (DX).
+#define PF4(off) PF(off); PF(off+64); PF(off+128); PF(off+192)
+#define PF3(off) PF(off); PF(off+64); PF(off+128)
+
 // Q6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): elements 128n + 32j + 16h + (0..15) of a Q6_K super-block for
 // j = 0..3 (sub-blocks 8n + 2j + h, their scales at scj(BX): 64 times the sub-block), the inputs' quads from DI
-// (at half n), prefetching 14 lines of the next panel.
+// (at half n), prefetching 14 lines of the next panel, a few after each element group (all 14 at the end of the
+// piece, the one-input panel kernel streamed from memory ~12% slower).
 #define Q6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S) \
 	T4(64*n+16*h, Z0, Z1, Z2, Z3) \
 	T4(64*n+32+16*h, Z4, Z5, Z6, Z7) \
 	T4(128+32*n+16*h, Z24, Z25, Z26, Z27) \
 	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
 	Q6J(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0, DOT, SCALE, S) \
+	PF4(0) \
 	Q6J(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1, DOT, SCALE, S) \
+	PF4(256) \
 	Q6J(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2, DOT, SCALE, S) \
+	PF3(512) \
 	Q6J(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3, DOT, SCALE, S) \
-	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
-	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
+	PF3(704) \
 	ADDQ $840, DX
 
 // Q6OWN: a Q6_K super-block's meta of the 16 rows, built into BX (transpose_amd64.h), then Z16-Z23 zeroed again.
@@ -288,11 +302,14 @@ GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
 #define PLOAD4(off, d0, d1, d2, d3) \
 	VMOVDQU32 off(SI), d0; VMOVDQU32 off+64(SI), d1; VMOVDQU32 off+128(SI), d2; VMOVDQU32 off+192(SI), d3
 
-// PQ4GROUP(g, DA, DB, DC, DD, SCALE, S): Q4GROUP with group g's eight registers loaded.
-#define PQ4GROUP(g, DA, DB, DC, DD, SCALE, S) \
-	PLOAD4(256+512*g, Z0, Z1, Z2, Z3); PLOAD4(512+512*g, Z4, Z5, Z6, Z7) \
-	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
-	Q4QUADS(g, DA, DB, DC, DD, SCALE, S)
+// PQ4GROUPS(lbl, DA, DB, DC, DD, SCALE, S): Q4GROUPS over a panel's super-block, each group's eight registers
+// loaded (group g at 256 + 512g).
+#define PQ4GROUPS(lbl, DA, DB, DC, DD, SCALE, S) \
+	MOVQ $4, R15 \
+	lbl: PLOAD4(256, Z0, Z1, Z2, Z3); PLOAD4(512, Z4, Z5, Z6, Z7); ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
+	Q4QUADS(DA, DB, DC, DD, SCALE, S) \
+	ADDQ $512, SI; ADDQ $128, BX; DECQ R15; JNZ lbl \
+	SUBQ $2048, SI; SUBQ $512, BX
 
 // PQ4OWN: Q4OWN with the headers' four registers loaded (K4META's TRANS4).
 #define PQ4OWN \
@@ -303,15 +320,15 @@ GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
 	HALVES(Z0, Z4, Z5); VMOVUPS Z4, 768(BX); VMOVUPS Z5, 832(BX) \
 	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); VPBROADCASTD trnib<>(SB), Z26
 
-// PQ4SB(DOT, SCALE, MIN, EPIS, S): Q4SB over a panel's super-block (256 bytes of meta, 2048 of codes).
-#define PQ4SB(DOT, SCALE, MIN, EPIS, S) PQ4SBM(DOT, SCALE, MIN, EPIS, S, PQ4OWN, 0)
+// PQ4SB(lbl, DOT, SCALE, MIN, EPIS, S): Q4SB over a panel's super-block (256 bytes of meta, 2048 of codes).
+#define PQ4SB(lbl, DOT, SCALE, MIN, EPIS, S) PQ4SBM(lbl, DOT, SCALE, MIN, EPIS, S, PQ4OWN, 0)
 
-// PQ4SBM(DOT, SCALE, MIN, EPIS, S, META, MSTEP): PQ4SB with the meta built (PQ4OWN) or not (NOMETA: built by an
-// earlier call), at BX, which moves on MSTEP bytes a super-block (896: the panel's meta kept for the next calls).
-#define PQ4SBM(DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
+// PQ4SBM(lbl, DOT, SCALE, MIN, EPIS, S, META, MSTEP): PQ4SB with the meta built (PQ4OWN) or not (NOMETA: built by
+// an earlier call), at BX, which moves on MSTEP bytes a super-block (896: the panel's meta kept for the next
+// calls).
+#define PQ4SBM(lbl, DOT, SCALE, MIN, EPIS, S, META, MSTEP) \
 	META \
-	PQ4GROUP(0, DOT, DOT, DOT, DOT, SCALE, S); PQ4GROUP(1, DOT, DOT, DOT, DOT, SCALE, S) \
-	PQ4GROUP(2, DOT, DOT, DOT, DOT, SCALE, S); PQ4GROUP(3, DOT, DOT, DOT, DOT, SCALE, S) \
+	PQ4GROUPS(lbl, DOT, DOT, DOT, DOT, SCALE, S) \
 	Q4END(MIN, EPIS, S) \
 	ADDQ $2304, SI; ADDQ $(5*S), R13; ADDQ $MSTEP, BX
 
@@ -328,38 +345,37 @@ GLOBL trq6hi<>(SB), RODATA|NOPTR, $4
 #define MIN1(off, a) VMOVDQU32 off(BX), Z25; VPDPWSSD.BCST a+0(R13), Z25, Z0
 #define EPIS1(d, dx) VMOVUPS d(BX), Z24; VMOVUPS d+64(BX), Z25; EPI(Z0, Z16, dx, 0)
 
-// PQ4SB1: PQ4SB for one input.
-#define PQ4SB1 \
+// PQ4SB1(lbl): PQ4SB for one input.
+#define PQ4SB1(lbl) \
 	PQ4OWN \
-	PQ4GROUP(0, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4); PQ4GROUP(1, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4) \
-	PQ4GROUP(2, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4); PQ4GROUP(3, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4) \
+	PQ4GROUPS(lbl, DOT1A, DOT1B, DOT1C, DOT1D, SCALE1, 4) \
 	Q4END(MIN1, EPIS1, 4) \
 	ADDQ $2304, SI; ADDQ $20, R13
 
 // func panelsQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ4_KVNNI over a Q4_K panel (panels.go), 8 inputs.
 TEXT ·panelsQ4_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq4sb8, PQ4SB(DOT8, SCALE8, MIN8, EPIS8, 32))
+	PKERNEL(pq4sb8, PQ4SB(pq4g8, DOT8, SCALE8, MIN8, EPIS8, 32))
 
 // func panelsBuildQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ4_KVNNI keeping the panel's meta at meta (896 bytes a super-block), for the calls after it.
 TEXT ·panelsBuildQ4_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq4sb8b, PQ4SBM(DOT8, SCALE8, MIN8, EPIS8, 32, PQ4OWN, 896))
+	PKERNEL(pq4sb8b, PQ4SBM(pq4g8b, DOT8, SCALE8, MIN8, EPIS8, 32, PQ4OWN, 896))
 
 // func panelsKeptQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ4_KVNNI with the panel's meta at meta, as panelsBuildQ4_KVNNI left it.
 TEXT ·panelsKeptQ4_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq4sb8k, PQ4SBM(DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 896))
+	PKERNEL(pq4sb8k, PQ4SBM(pq4g8k, DOT8, SCALE8, MIN8, EPIS8, 32, NOMETA, 896))
 
 // func panels4Q4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ4_KVNNI for 4 inputs.
 TEXT ·panels4Q4_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq4sb4, PQ4SB(DOT4, SCALE4, MIN4, EPIS4, 16))
+	PKERNEL(pq4sb4, PQ4SB(pq4g4, DOT4, SCALE4, MIN4, EPIS4, 16))
 
 // func panels1Q4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ4_KVNNI for one input.
 TEXT ·panels1Q4_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq4sb1, PQ4SB1)
+	PKERNEL(pq4sb1, PQ4SB1(pq4g1))
 
 // PQ6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S): Q6PIECE with piece 2n + h's twelve registers loaded.
 #define PQ6PIECE(n, h, sc0, sc1, sc2, sc3, DOT, SCALE, S) PQ6PIECEX(n, h, sc0, sc1, sc2, sc3, DOT, DOT, DOT, DOT, SCALE, S)
@@ -372,11 +388,13 @@ TEXT ·panels1Q4_KVNNI(SB), NOSPLIT, $0-64
 	PLOAD4(256+768*(2*n+h), Z0, Z1, Z2, Z3); PLOAD4(512+768*(2*n+h), Z4, Z5, Z6, Z7); PLOAD4(768+768*(2*n+h), Z24, Z25, Z26, Z27) \
 	ZERO8(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
 	Q6JX(Q6J0, Z0, Z1, Z2, Z3, h, 0, sc0, DA, DB, DC, DD, SCALE, S) \
+	PF4(0) \
 	Q6JX(Q6J1, Z4, Z5, Z6, Z7, h, 1, sc1, DA, DB, DC, DD, SCALE, S) \
+	PF4(256) \
 	Q6JX(Q6J2, Z0, Z1, Z2, Z3, h, 2, sc2, DA, DB, DC, DD, SCALE, S) \
+	PF3(512) \
 	Q6JX(Q6J3, Z4, Z5, Z6, Z7, h, 3, sc3, DA, DB, DC, DD, SCALE, S) \
-	PREFETCHT0 0(DX); PREFETCHT0 64(DX); PREFETCHT0 128(DX); PREFETCHT0 192(DX); PREFETCHT0 256(DX); PREFETCHT0 320(DX); PREFETCHT0 384(DX) \
-	PREFETCHT0 448(DX); PREFETCHT0 512(DX); PREFETCHT0 576(DX); PREFETCHT0 640(DX); PREFETCHT0 704(DX); PREFETCHT0 768(DX); PREFETCHT0 832(DX) \
+	PF3(704) \
 	ADDQ $840, DX
 
 // PQ6OWN: Q6OWN with the scales' four registers loaded (Q6META's first TRANS4) and d from the side part's 16
@@ -437,7 +455,7 @@ rq4ready:
 	MOVQ R11, CX; MOVQ qs+40(FP), DI; MOVQ ameta+48(FP), R13
 
 rq4sb:
-	PQ4SB1
+	PQ4SB1(rq4g)
 	DECQ CX
 	JNZ  rq4sb
 	ADDQ $64, AX
@@ -469,6 +487,10 @@ rq6side:
 rq6ready:
 	LEAQ 8192(R8), DX // prefetches: 8 KiB ahead in the stream of panels (past the end too: prefetches never fault)
 	MOVQ R11, CX; MOVQ qs+40(FP), DI; MOVQ ameta+48(FP), R13
+	IMUL3Q $3328, R11, R15 // and the next panel's side part, where it ends the panel: it is read with the
+	ADDQ R8, R15           // panel's first super-block, a panel (~20 KiB) past what the stream has prefetched
+	ADDQ R12, R15
+	PREFETCHT0 0(R15); PREFETCHT0 64(R15); PREFETCHT0 128(R15); PREFETCHT0 191(R15)
 
 rq6sb:
 	PQ6SB1
