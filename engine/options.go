@@ -64,12 +64,13 @@ type Options struct {
 	// manages the pages as page cache. A shard file truncated while mapped makes compute's reads fault: the
 	// engine returns that as an error (guardMapped) where it reads weights; NoMap avoids mapping altogether.
 	NoMap bool
-	// Panels packs the block-quantized matrices that the host kernels keep resident (Resident's decoder layers,
-	// the output projection) in 16-row panels (kernels.PackPanels), where the CPU has the panel kernels (Q4_K
-	// and Q6_K with AVX-512 VNNI): products of several rows (a batch step, a draft's verification) cost 5-17%
-	// less, at the same bits. Off by default: on the 2-core VM a one-row decode step varied with the machine's
-	// state from 15% faster to 20% slower than on rows (docs/performance-log.md, issue 40).
-	Panels bool
+	// NoPanels keeps the block-quantized matrices the host kernels hold resident in rows, as stored. By default
+	// (false) the store packs them in 16-row panels (kernels.PackPanels, in place), where the CPU has the panel
+	// kernels (Q4_K and Q6_K with AVX-512 VNNI): the decoder layers it keeps resident (Resident, or those a
+	// memory budget holds) and, with Resident, the output projection. The bits are the same; on the 2-core VM a
+	// one-row decode step costs 0-20% less and an 8-row pass 7-10% less than on rows (docs/performance-log.md,
+	// issue 40).
+	NoPanels bool
 	// VerifyEveryLoad checksums a streamed shard on every load. By default (false) a shard is checksummed on its
 	// first load and again only when its file changes (shards.VerifyOnce: same inode, size and times), which
 	// saves a CRC pass over every layer on every token but trusts unchanged files not to rot between loads.

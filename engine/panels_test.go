@@ -9,7 +9,7 @@ import (
 	"github.com/layerstream/layerstream/quant"
 )
 
-// TestPanelsResident: a resident engine with Options.Panels, whose decoder layers and output projection the store
+// TestPanelsResident: a resident engine (Options.NoPanels unset), whose decoder layers and output projection the store
 // packs in panels for the host kernels (weightStore.packPanels), gives a streamed engine's logits bit for bit,
 // over a prompt and verifications of 1, 5 and 8 positions, for K-quant GGUFs (the tied one keeps its embedding
 // in rows).
@@ -19,7 +19,7 @@ func TestPanelsResident(t *testing.T) {
 			model := filepath.Join("..", "gguf", "testdata", "tiny", "tiny-llama-"+name+".gguf")
 			dir := filepath.Join(t.TempDir(), "s")
 			streamed := open(t, model, Options{ShardDir: dir})
-			resident := open(t, model, Options{ShardDir: dir, Resident: true, Panels: true})
+			resident := open(t, model, Options{ShardDir: dir, Resident: true})
 			packed := 0
 			for _, w := range append(resident.store.resident, resident.store.head) {
 				if w != nil && w.panelled {

@@ -361,10 +361,11 @@ func (s *weightStore) loadResident(ctx context.Context, kind, unit string, specs
 		return nil, err
 	}
 	s.pools.all = append(s.pools.all, w)
-	// The output projection (untied) is read into a buffer of its own, like a decoder layer, where the host
-	// kernels pack it in panels (packs): a mapping is read-only.
-	packs := s.opts.Panels && (kind == kindLayer || kind == unitLMHead) && s.inPlace() && s.opts.Arithmetic != ArithmeticLlamaCpp
-	mapped := kind != kindLayer && s.mapShards() && !(packs && s.packable(unit))
+	// With Resident, the output projection (untied) is read into a buffer of its own, like a decoder layer, where
+	// the host kernels pack it in panels (packs): a mapping is read-only. Streaming, it stays mapped from the page
+	// cache where the shards are, which already holds it: a copy of its own would double it.
+	packs := !s.opts.NoPanels && (kind == kindLayer || kind == unitLMHead) && s.inPlace() && s.opts.Arithmetic != ArithmeticLlamaCpp
+	mapped := kind != kindLayer && s.mapShards() && !(packs && s.opts.Resident && s.packable(unit))
 	buf := shards.NewBuffer(0) // grown by Load to the unit's size; the view keeps it alive
 	load := s.set.Load
 	switch {
@@ -408,7 +409,7 @@ func (s *weightStore) packable(unit string) bool {
 
 // packPanels packs the block-quantized matrices of a resident decoder layer or output projection in panels for
 // the host kernels (kernels.PackPanels), in place, in the buffer the unit was read into (its own, never a mapping):
-// products of a few rows (a batch step, a draft's verification) then cost a sixth less, at the same bits. Its
+// decode steps, batch steps and draft verifications then cost less, at the same bits (Options.NoPanels). Its
 // device buffers are then never filled from it (deviceReady): on the host-kernel path a model with
 // block-quantized matrices runs no graph (runner.onHost), and llama.cpp's arithmetic, whose kernels read rows,
 // keeps them as stored.

@@ -74,8 +74,8 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		"the GGUF file of target 13 (scripts/fetch-smollm2.sh fetches it), run resident beside llama.cpp (--peer-python)")
 	pairDir := fs.String("pair-dir", filepath.Join("testdata", "models"), "the folder of the real Qwen2.5-Coder "+
 		"0.5B/1.5B GGUF pair of targets 15-17 (scripts/fetch-qwen-pair.sh fetches them; absent: not measured)")
-	panels := fs.Bool("panels", false, "targets 21-23: open the real pair's target with its resident matrices in panels "+
-		"(engine.Options.Panels, layerstream's --panels)")
+	noPanels := fs.Bool("no-panels", false, "targets 21-23: open the real pair's target with its resident matrices in rows, "+
+		"not packed in panels (engine.Options.NoPanels, layerstream's --no-panels)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
 	cache := fs.String("cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
 		"models, reused across runs")
@@ -153,7 +153,7 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
 		prefillTokens: *prefill, batchNewTokens: 64, dtype: engine.DType(*dtype), seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
 		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache, streamOnly: q != shards.None,
-		pairTarget: filepath.Join(*pairDir, pairTarget), pairDraft: filepath.Join(*pairDir, pairDraft), panels: *panels}
+		pairTarget: filepath.Join(*pairDir, pairTarget), pairDraft: filepath.Join(*pairDir, pairDraft), noPanels: *noPanels}
 	switch {
 	case !pc.enabled():
 		o.noPeer = "no llama.cpp: give --peer-python (a Python with llama-cpp-python) and, to make the GGUF, " +

@@ -41,7 +41,7 @@ func measureRows(ctx context.Context, o options, r *report) error {
 		return nil
 	}
 	phase(o.log, "opening Qwen2.5-Coder-1.5B resident: passes of 1, 8 and 32 positions")
-	e, err := engine.Open(ctx, o.pairTarget, engine.Options{Resident: true, ShardDir: filepath.Join(o.cacheDir, "pair-target"), Panels: o.panels})
+	e, err := engine.Open(ctx, o.pairTarget, engine.Options{Resident: true, ShardDir: filepath.Join(o.cacheDir, "pair-target"), NoPanels: o.noPanels})
 	if err != nil {
 		return err
 	}
@@ -67,9 +67,9 @@ func measureRows(ctx context.Context, o options, r *report) error {
 		t.raw("pass over 1 position (median)", med[0]*1000, "ms")
 		t.note("%d passes of each size, interleaved, after one that warms up", rowsRuns)
 	}
-	if o.panels {
+	if o.noPanels {
 		for _, t := range ts {
-			t.note("--panels: the resident matrices packed in panels (engine.Options.Panels)")
+			t.note("--no-panels: the resident matrices kept in rows (engine.Options.NoPanels)")
 		}
 	}
 	if o.ggufPython == "" { // the real GGUF needs no conversion: llama.cpp itself is all target 23 needs

@@ -62,9 +62,9 @@ type options struct {
 	ggufModel, ggufPython, cacheDir string
 	// pairTarget and pairDraft are the real draft/target pair of targets 15-17 (scripts/fetch-qwen-pair.sh).
 	pairTarget, pairDraft string
-	// panels opens the pair's target for targets 21-23 with engine.Options.Panels.
-	panels bool
-	log    io.Writer // progress lines
+	// noPanels opens the pair's target for targets 21-23 with engine.Options.NoPanels.
+	noPanels bool
+	log      io.Writer // progress lines
 	// streamOnly measures streaming from disk only (targets 2 and 10): a model written as quantized shards
 	// (--quantize), which may be too large to hold resident or prefill in any time.
 	streamOnly bool

@@ -35,11 +35,12 @@ type panelFormat struct {
 	// first, keeping the panel's meta at meta (tiledFormat.metaBytes a super-block), kept for the others, which
 	// read it (built in each call, it cost a prompt of 512 rows a third more on [1536×8960] Q6_K).
 	build, kept panelKernel
-	// tiledFrom, where set, is the number of input rows from which a product unpacks each panel back into rows
-	// and takes the tiled kernels (tiled.go), as LinearQuant does for a matrix in rows (a prompt): Q6_K's
-	// panel kernels cost a 512-row product of a [1536×8960] matrix a third more than they, and the unpacking
-	// a 128-row one a quarter more than the panel kernels (from 192 rows: 12% more than a matrix in rows).
+	// tiledFrom, where set, is the number of input rows from which a product takes the tiled kernels (tiled.go),
+	// as LinearQuant does for a matrix in rows (a prompt): Q6_K's panel kernels cost a 512-row product of a
+	// [1536×8960] matrix a third more than they. tiled writes a whole panel's tile (tiledPanel.fill's codes and
+	// meta) from its super-blocks and side part; without it, fill unpacks the panel back into rows first.
 	tiledFrom int
+	tiled     func(blocks, side, codes, meta *byte, nsb int)
 }
 
 // panelIn are the numbers of input rows a panel kernel multiplies together: one (a decode step), then as the

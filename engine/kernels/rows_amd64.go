@@ -152,6 +152,9 @@ func panelsRun1Q4_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, 
 func panelsRun1Q6_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
 
 //go:noescape
+func panelsTiledQ6_K(blocks, side, codes, meta *byte, nsb int)
+
+//go:noescape
 func panelsBuildQ4_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 
 //go:noescape
@@ -183,6 +186,6 @@ func panelsAsm() map[quant.Type]*panelFormat {
 	return map[quant.Type]*panelFormat{
 		quant.Q4_K: {block: 2304, runs: q4Runs, kernels: [3]panelKernel{panels1Q4_KVNNI, panels4Q4_KVNNI, panelsQ4_KVNNI}, run1: panelsRun1Q4_KVNNI,
 			build: panelsBuildQ4_KVNNI, kept: panelsKeptQ4_KVNNI},
-		quant.Q6_K: {block: 3328, side: 32, runs: q6Runs, sideAt: 208, tiledFrom: 192, kernels: [3]panelKernel{panels1Q6_KVNNI, panels4Q6_KVNNI, panelsQ6_KVNNI}, run1: panelsRun1Q6_KVNNI},
+		quant.Q6_K: {block: 3328, side: 32, runs: q6Runs, sideAt: 208, tiledFrom: 192, kernels: [3]panelKernel{panels1Q6_KVNNI, panels4Q6_KVNNI, panelsQ6_KVNNI}, run1: panelsRun1Q6_KVNNI, tiled: panelsTiledQ6_K},
 	}
 }

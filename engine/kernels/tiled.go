@@ -192,12 +192,17 @@ func (m metaDst) scales(sc, mi *[16]int32, d, dm float32) {
 
 // fill unpacks rows o..o+n of w (n ≤ 16); the panel's other rows get zero codes and scales.
 func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
-	if w.panels != nil {
-		w, o = p.rowsOf(w, o)
-	}
 	nb, cb := w.Cols/p.f.block, p.f.block*tileRows
 	p.codes = grow.Slice(p.codes, nb*cb)
 	p.meta = grow.Slice(p.meta, nb*p.f.metaBytes())
+	if f := w.panels; f != nil {
+		if pi := o / tileRows; f.tiled != nil && pi < w.Rows/tileRows {
+			blocks, side := f.split(w.Data[pi*w.panelBytes():(pi+1)*w.panelBytes()], nb)
+			f.tiled(&blocks[0], sidePtr(side), &p.codes[0], &p.meta[0], nb)
+			return
+		}
+		w, o = p.rowsOf(w, o)
+	}
 	if n < tileRows {
 		clear(p.codes)
 		clear(p.meta)
