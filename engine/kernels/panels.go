@@ -37,8 +37,8 @@ type panelFormat struct {
 	build, kept panelKernel
 	// tiledFrom, where set, is the number of input rows from which a product takes the tiled kernels (tiled.go),
 	// as LinearQuant does for a matrix in rows (a prompt): Q6_K's panel kernels cost a 512-row product of a
-	// [1536×8960] matrix a third more than they. tiled writes a whole panel's tile (tiledPanel.fill's codes and
-	// meta) from its super-blocks and side part; without it, fill unpacks the panel back into rows first.
+	// [1536×8960] matrix a third more than they. tiled (set with it) writes a whole panel's tile
+	// (tiledPanel.fill's codes and meta) from its super-blocks and side part.
 	tiledFrom int
 	tiled     func(blocks, side, codes, meta *byte, nsb int)
 }
@@ -255,22 +255,6 @@ func (pp *panelProduct) panel(p *tiledPanel, pi int) {
 		kernel(&blocks[0], sidePtr(side), &p.meta[0], &pp.t.qs[g*gq], &pp.t.meta[g*gm], nb, &acc[0], &next[0])
 		storeTile(pp.y, acc, pp.bias, w.Rows, g*inputs, min(inputs, pp.rows-g*inputs), o, n)
 	}
-}
-
-// rowsOf returns rows o.. of w, a matrix in panels, as a matrix in rows, and where they start in it: their
-// panel unpacked into p's scratch, or past the whole panels the rows themselves.
-func (p *tiledPanel) rowsOf(w QuantMatrix, o int) (QuantMatrix, int) {
-	v := w
-	v.panels = nil
-	pi, nb, pb := o/tileRows, w.Cols/quant.QKK, w.panelBytes()
-	if pi >= w.Rows/tileRows {
-		return v, o
-	}
-	p.rows = grow.Slice(p.rows, pb)
-	blocks, side := w.panels.split(w.Data[pi*pb:(pi+1)*pb], nb)
-	w.panels.unpackPanel(p.rows, blocks, side, nb, w.rowBytes)
-	v.Data, v.Rows = p.rows, tileRows
-	return v, 0
 }
 
 // packPanel writes the panel layout of the 16 rows at rows (nsb super-blocks each, stride bytes a row) into a

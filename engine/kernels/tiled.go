@@ -151,7 +151,6 @@ var tiledFormats = func() map[quant.Type]*tiledFormat {
 type tiledPanel struct {
 	f           *tiledFormat
 	codes, meta []byte
-	rows        []byte // a matrix's panel back in rows (rowsOf)
 
 	// acc holds a kernel's sums of a panel's outputs, here rather than on the stack: the kernels are called
 	// through function values, which would move a local array to the heap at each call.
@@ -196,12 +195,12 @@ func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
 	p.codes = grow.Slice(p.codes, nb*cb)
 	p.meta = grow.Slice(p.meta, nb*p.f.metaBytes())
 	if f := w.panels; f != nil {
-		if pi := o / tileRows; f.tiled != nil && pi < w.Rows/tileRows {
+		if pi := o / tileRows; pi < w.Rows/tileRows { // a whole panel: its tile written from it
 			blocks, side := f.split(w.Data[pi*w.panelBytes():(pi+1)*w.panelBytes()], nb)
 			f.tiled(&blocks[0], sidePtr(side), &p.codes[0], &p.meta[0], nb)
 			return
 		}
-		w, o = p.rowsOf(w, o)
+		w.panels = nil // the rows past the whole panels, as stored
 	}
 	if n < tileRows {
 		clear(p.codes)
