@@ -174,7 +174,7 @@ func linearPanels(y, x []float32, w QuantMatrix, bias []float32) {
 		return
 	}
 	if f := rowsKernels[w.Type].tiled; w.panels.tiledFrom > 0 && rows >= w.panels.tiledFrom {
-		linearTiled(y, x, w, bias, f, f.asmKernel) // each panel back in rows first (tiledPanel.fill)
+		linearTiled(y, x, w, bias, f, f.asmKernel) // each panel's tile written from it (tiledPanel.fill)
 		return
 	}
 	k := 0
