@@ -71,13 +71,15 @@ func PackPanels(w QuantMatrix) QuantMatrix {
 		return w
 	}
 	nsb, pb := w.Cols/quant.QKK, w.panelBytes()
-	src := make([]byte, pb)
-	for p := range w.Rows / tileRows {
-		panel := w.Data[p*pb : (p+1)*pb]
-		copy(src, panel)
-		blocks, side := f.split(panel, nsb)
-		f.packPanel(blocks, side, src, nsb, w.rowBytes)
-	}
+	ParallelFor(w.Rows/tileRows, func(lo, hi int) { // the panels on every core: a model's load waits for them
+		src := make([]byte, pb)
+		for p := lo; p < hi; p++ {
+			panel := w.Data[p*pb : (p+1)*pb]
+			copy(src, panel)
+			blocks, side := f.split(panel, nsb)
+			f.packPanel(blocks, side, src, nsb, w.rowBytes)
+		}
+	})
 	w.panels = f
 	return w
 }
