@@ -189,7 +189,8 @@ func (m metaDst) scales(sc, mi *[16]int32, d, dm float32) {
 	*m.at((ns + ns/2 + 1) * 64) = math.Float32bits(dm)
 }
 
-// fill unpacks rows o..o+n of w (n ≤ 16); the panel's other rows get zero codes and scales.
+// fill unpacks rows o..o+n of w (n ≤ 16); the panel's other rows get zero codes and scales. A whole panel of a
+// matrix in panels is written from the panel itself (panelFormat.tiled).
 func (p *tiledPanel) fill(w QuantMatrix, o, n int) {
 	nb, cb := w.Cols/p.f.block, p.f.block*tileRows
 	p.codes = grow.Slice(p.codes, nb*cb)
