@@ -61,56 +61,93 @@ func (p *Profiler) WriteTimelineSVG(path string) error {
 
 // WriteTimeline writes the SVG timeline of events over a run window of length wall (see WriteTimelineSVG).
 func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
-	ew := &textout.Writer{W: w}
-	var lanes []Category
-	t0, t1 := time.Duration(0), wall
-	for _, e := range events {
-		if !slices.Contains(lanes, e.Category) {
-			lanes = append(lanes, e.Category)
-		}
-		t0, t1 = min(t0, e.Start), max(t1, e.End())
-	}
-	slices.SortFunc(lanes, compareCategories)
-	if t1 <= t0 {
-		t1 = t0 + time.Millisecond
-	}
-	plotW := tlWidth - tlLeft - tlRight
-	scale := plotW / float64(t1-t0) // pixels per nanosecond
-	xOf := func(t time.Duration) float64 { return tlLeft + float64(t-t0)*scale }
-	laneY := func(i int) float64 { return tlTop + float64(i)*(tlLaneHeight+tlLaneGap) }
-	plotBottom := laneY(len(lanes)) - tlLaneGap
-	height := plotBottom + tlAxisHeight
+	tl := newTimeline(w, events, wall)
+	tl.header(wall)
+	tl.legend()
+	tl.laneBackgrounds()
+	tl.stepLines()
+	tl.bars()
+	tl.axis()
+	tl.ew.Printf("</svg>\n")
+	return tl.ew.Err
+}
 
-	ew.Printf(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+// timeline is one SVG timeline being written: its events, one lane per category present, and the span of time
+// the plot's width shows.
+type timeline struct {
+	ew         *textout.Writer
+	events     []Event
+	lanes      []Category
+	t0, t1     time.Duration
+	plotW      float64
+	scale      float64 // pixels per nanosecond
+	plotBottom float64
+}
+
+// newTimeline lays out a timeline of events over [0, wall], widened to any event outside it.
+func newTimeline(w io.Writer, events []Event, wall time.Duration) *timeline {
+	tl := &timeline{ew: &textout.Writer{W: w}, events: events, t1: wall}
+	for _, e := range events {
+		if !slices.Contains(tl.lanes, e.Category) {
+			tl.lanes = append(tl.lanes, e.Category)
+		}
+		tl.t0, tl.t1 = min(tl.t0, e.Start), max(tl.t1, e.End())
+	}
+	slices.SortFunc(tl.lanes, compareCategories)
+	if tl.t1 <= tl.t0 {
+		tl.t1 = tl.t0 + time.Millisecond
+	}
+	tl.plotW = tlWidth - tlLeft - tlRight
+	tl.scale = tl.plotW / float64(tl.t1-tl.t0)
+	tl.plotBottom = laneY(len(tl.lanes)) - tlLaneGap
+	return tl
+}
+
+// x is where time t falls on the plot.
+func (tl *timeline) x(t time.Duration) float64 { return tlLeft + float64(t-tl.t0)*tl.scale }
+
+// laneY is the top of lane i.
+func laneY(i int) float64 { return tlTop + float64(i)*(tlLaneHeight+tlLaneGap) }
+
+// header writes the SVG's opening, its background and the title with the run's summary.
+func (tl *timeline) header(wall time.Duration) {
+	height := tl.plotBottom + tlAxisHeight
+	tl.ew.Printf(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
 		`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" `+
 		`font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="11">`+"\n",
 		tlWidth, height, tlWidth, height)
-	ew.Printf(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
-	s := Summarize(events, wall)
-	ew.Printf(`<text x="%.0f" y="18" font-size="14" font-weight="bold">layerstream profile: wall %s, %d steps, `+
+	tl.ew.Printf(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
+	s := Summarize(tl.events, wall)
+	tl.ew.Printf(`<text x="%.0f" y="18" font-size="14" font-weight="bold">layerstream profile: wall %s, %d steps, `+
 		`%s of %s overlapped across stages</text>`+"\n", tlLeft, esc(fmtDur(wall)), s.Steps, esc(fmtDur(s.Overlapped)),
 		esc(fmtDur(s.Sum)))
+}
 
-	// Legend.
+// legend writes a swatch and the name of each lane's category.
+func (tl *timeline) legend() {
 	x := tlLeft
-	for _, c := range lanes {
-		ew.Printf(`<rect x="%.1f" y="28" width="12" height="12" fill="%s"/><text x="%.1f" y="38">%s</text>`+"\n",
+	for _, c := range tl.lanes {
+		tl.ew.Printf(`<rect x="%.1f" y="28" width="12" height="12" fill="%s"/><text x="%.1f" y="38">%s</text>`+"\n",
 			x, colorOf(c), x+16, esc(string(c)))
 		x += 16 + float64(len(c))*7 + 18
 	}
+}
 
-	// Lane backgrounds and labels.
-	for i, c := range lanes {
+// laneBackgrounds writes each lane's background and label.
+func (tl *timeline) laneBackgrounds() {
+	for i, c := range tl.lanes {
 		y := laneY(i)
-		ew.Printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f3f3f3"/>`+"\n", tlLeft, y, plotW,
+		tl.ew.Printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f3f3f3"/>`+"\n", tlLeft, y, tl.plotW,
 			tlLaneHeight)
-		ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n",
+		tl.ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n",
 			tlLeft-8, y+tlLaneHeight/2, esc(string(c)))
 	}
+}
 
-	// Step boundaries: a line where each step's first event starts.
+// stepLines writes a line where each step's first event starts, labelled where the label fits.
+func (tl *timeline) stepLines() {
 	stepStart := map[int]time.Duration{}
-	for _, e := range events {
+	for _, e := range tl.events {
 		if st, ok := stepStart[e.Step]; !ok || e.Start < st {
 			stepStart[e.Step] = e.Start
 		}
@@ -122,36 +159,39 @@ func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
 	slices.Sort(steps)
 	lastLabel := math.Inf(-1)
 	for _, st := range steps {
-		x := xOf(stepStart[st])
+		x := tl.x(stepStart[st])
 		label := "step " + strconv.Itoa(st)
 		if st == 0 {
 			label = "prefill"
 		}
 		top := tlTop // labelled steps' lines reach up to their label
 		if x-lastLabel >= float64(len(label))*tlCharWidth+10 {
-			ew.Printf(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", x+2, tlTop-4, label)
+			tl.ew.Printf(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", x+2, tlTop-4, label)
 			lastLabel, top = x, tlTop-14
 		}
-		ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="0.6" `+
-			`stroke-dasharray="3,3"/>`+"\n", x, top, x, plotBottom)
+		tl.ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="0.6" `+
+			`stroke-dasharray="3,3"/>`+"\n", x, top, x, tl.plotBottom)
 	}
+}
 
-	// Bars. Runs of bars too narrow to see apart are merged into one, so long runs stay small and readable.
-	for i, c := range lanes {
+// bars writes each event as a bar in its lane. Runs of bars too narrow to see apart are merged into one, so long
+// runs stay small and readable.
+func (tl *timeline) bars() {
+	for i, c := range tl.lanes {
 		y := laneY(i) + 2
 		h := tlLaneHeight - 4
 		var pending *bar
 		flush := func() {
 			if pending != nil {
-				pending.write(ew, y, h, colorOf(c))
+				pending.write(tl.ew, y, h, colorOf(c))
 				pending = nil
 			}
 		}
-		for _, e := range events {
+		for _, e := range tl.events {
 			if e.Category != c {
 				continue
 			}
-			b := bar{x0: xOf(e.Start), x1: xOf(e.End()), e: e, n: 1}
+			b := bar{x0: tl.x(e.Start), x1: tl.x(e.End()), e: e, n: 1}
 			if pending != nil && b.x1-b.x0 < 2 && pending.x1-pending.x0 < 2 && b.x0 <= pending.x1+0.5 {
 				pending.x1 = max(pending.x1, b.x1)
 				pending.n++
@@ -164,22 +204,22 @@ func WriteTimeline(w io.Writer, events []Event, wall time.Duration) error {
 		}
 		flush()
 	}
+}
 
-	// Time axis.
-	ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", tlLeft, plotBottom+4,
-		tlLeft+plotW, plotBottom+4)
-	tick, unit, unitName := niceTick(t1 - t0)
-	for t := time.Duration(math.Ceil(float64(t0)/float64(tick))) * tick; t <= t1; t += tick {
-		x := xOf(t)
-		ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", x, plotBottom+4, x,
-			plotBottom+9)
-		ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", x, plotBottom+21,
+// axis writes the time axis under the lanes, its ticks at round values.
+func (tl *timeline) axis() {
+	bottom := tl.plotBottom
+	tl.ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", tlLeft, bottom+4,
+		tlLeft+tl.plotW, bottom+4)
+	tick, unit, unitName := niceTick(tl.t1 - tl.t0)
+	for t := time.Duration(math.Ceil(float64(tl.t0)/float64(tick))) * tick; t <= tl.t1; t += tick {
+		x := tl.x(t)
+		tl.ew.Printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#000"/>`+"\n", x, bottom+4, x, bottom+9)
+		tl.ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", x, bottom+21,
 			strconv.FormatFloat(float64(t)/float64(unit), 'f', -1, 64))
 	}
-	ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="middle">time since run start (%s)</text>`+"\n",
-		tlLeft+plotW/2, plotBottom+37, unitName)
-	ew.Printf("</svg>\n")
-	return ew.Err
+	tl.ew.Printf(`<text x="%.1f" y="%.1f" text-anchor="middle">time since run start (%s)</text>`+"\n",
+		tlLeft+tl.plotW/2, bottom+37, unitName)
 }
 
 // bar is one drawn rectangle: a single event, or n merged narrow events.
