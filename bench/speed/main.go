@@ -46,21 +46,74 @@ func main() {
 
 // mainExit runs the harness with command-line args and returns the exit code.
 func mainExit(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	f, code, ok := parseFlags(name, args, stderr)
+	if !ok {
+		return code
+	}
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitError
+	}
+	level := slog.LevelWarn
+	if f.verbose {
+		level = slog.LevelInfo
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	o, err := f.options(ctx, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: synthetic model: %v\n", name, err)
+		return exitError
+	}
+	if f.prepare {
+		fmt.Fprintf(stderr, "speed: synthetic model ready in %s\n", o.shards)
+		return exitOK
+	}
+	rep, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitError
+	}
+	rep.Command = strings.Join(append([]string{name}, args...), " ")
+	if err := rep.write(stdout, stderr, f.json); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitError
+	}
+	if rep.Missed > 0 {
+		return exitMissed
+	}
+	return exitOK
+}
+
+// flags are the command line's settings.
+type flags struct {
+	shapeName, dtype, weights, quantize string
+	shape                               synth.Shape
+	layers, newTokens, runs, prefill    int
+	quick, noPanels, json, prepare      bool
+	verbose                             bool
+	peer                                peerConfig
+	ggufModel, pairDir, cache           string
+	seed                                uint64
+}
+
+// parseFlags reads the command line; ok is false, with the exit status, when it asks for help or is wrong.
+func parseFlags(name string, args []string, stderr io.Writer) (f *flags, code int, ok bool) {
+	f = &flags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	shapeName := fs.String("shape", "tinyllama-1.1b", "model shape of the synthetic checkpoint: "+
+	fs.StringVar(&f.shapeName, "shape", "tinyllama-1.1b", "model shape of the synthetic checkpoint: "+
 		strings.Join(synth.ShapeNames(), ", "))
-	layers := fs.Int("layers", 0, "decoder layers (default: the shape's; --quick: 4)")
-	quick := fs.Bool("quick", false, "a quick run: 4 layers unless --layers is given")
-	newTokens := fs.Int("new-tokens", 8, "tokens generated per decode run (at least 2)")
-	runs := fs.Int("runs", 5, "measured decode runs per engine; ratios use the medians")
-	prefill := fs.Int("prefill-tokens", 512, "prompt length of the prefill measurement (target 5)")
-	dtype := fs.String("dtype", "auto", "compute dtype of weight matrices, passed to the engine: auto, f32 or bf16")
-	weights := fs.String("weights", "bf16", "dtype of the synthetic model's weights: bf16 or f32")
-	quantize := fs.String("quantize", "", "q8 or q4: write the model directly as quantized shards (no float checkpoint: "+
+	fs.IntVar(&f.layers, "layers", 0, "decoder layers (default: the shape's; --quick: 4)")
+	fs.BoolVar(&f.quick, "quick", false, "a quick run: 4 layers unless --layers is given")
+	fs.IntVar(&f.newTokens, "new-tokens", 8, "tokens generated per decode run (at least 2)")
+	fs.IntVar(&f.runs, "runs", 5, "measured decode runs per engine; ratios use the medians")
+	fs.IntVar(&f.prefill, "prefill-tokens", 512, "prompt length of the prefill measurement (target 5)")
+	fs.StringVar(&f.dtype, "dtype", "auto", "compute dtype of weight matrices, passed to the engine: auto, f32 or bf16")
+	fs.StringVar(&f.weights, "weights", "bf16", "dtype of the synthetic model's weights: bf16 or f32")
+	fs.StringVar(&f.quantize, "quantize", "", "q8 or q4: write the model directly as quantized shards (no float checkpoint: "+
 		"the llama3-70b shape is 40 GB of q4 shards, 140 GB as bf16) and measure only streaming from disk, targets 2 "+
 		"and 10, with the streamed engine's peak memory")
-	var pc peerConfig
+	pc := &f.peer
 	fs.StringVar(&pc.Python, "peer-python", os.Getenv("LAYERSTREAM_PEER_PYTHON"), "a Python with llama-cpp-python: "+
 		"llama.cpp runs the same model (as GGUF) beside layerstream, alternated, for targets 6, 7 and 9 (default "+
 		"$LAYERSTREAM_PEER_PYTHON; empty: no peer, those targets are not measured)")
@@ -70,18 +123,18 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 		"with torch and transformers for --peer-convert (default $LAYERSTREAM_PEER_CONVERT_PYTHON, else --peer-python)")
 	fs.StringVar(&pc.Tokenizer, "peer-tokenizer", os.Getenv("LAYERSTREAM_PEER_TOKENIZER"), "a tokenizer.json with the "+
 		"shape's vocabulary, which the converter needs (default $LAYERSTREAM_PEER_TOKENIZER)")
-	ggufModel := fs.String("gguf-model", filepath.Join("testdata", "models", "smollm2-135m-instruct-q4_1.gguf"),
+	fs.StringVar(&f.ggufModel, "gguf-model", filepath.Join("testdata", "models", "smollm2-135m-instruct-q4_1.gguf"),
 		"the GGUF file of target 13 (scripts/fetch-smollm2.sh fetches it), run resident beside llama.cpp (--peer-python)")
-	pairDir := fs.String("pair-dir", filepath.Join("testdata", "models"), "the folder of the real Qwen2.5-Coder "+
+	fs.StringVar(&f.pairDir, "pair-dir", filepath.Join("testdata", "models"), "the folder of the real Qwen2.5-Coder "+
 		"0.5B/1.5B GGUF pair of targets 15-17 (scripts/fetch-qwen-pair.sh fetches them; absent: not measured)")
-	noPanels := fs.Bool("no-panels", false, "targets 21-23: open the real pair's target with its resident matrices in rows, "+
+	fs.BoolVar(&f.noPanels, "no-panels", false, "targets 21-23: open the real pair's target with its resident matrices in rows, "+
 		"not packed in panels (engine.Options.NoPanels, layerstream's --no-panels)")
-	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompts")
-	cache := fs.String("cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic weights and prompts")
+	fs.StringVar(&f.cache, "cache", filepath.Join(os.TempDir(), "layerstream-speed"), "folder of the synthetic "+
 		"models, reused across runs")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object on stdout (the text report goes to stderr)")
-	prepare := fs.Bool("prepare", false, "only create the synthetic model if missing, then exit")
-	verbose := fs.Bool("verbose", false, "show the engine's info logs")
+	fs.BoolVar(&f.json, "json", false, "print the report as one JSON object on stdout (the text report goes to stderr)")
+	fs.BoolVar(&f.prepare, "prepare", false, "only create the synthetic model if missing, then exit")
+	fs.BoolVar(&f.verbose, "verbose", false, "show the engine's info logs")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %s [flags]\n\nMeasures the speed ratios of issues 9 and 15 in one run; exit status 1 "+
 			"when a target is missed, 2 on an error.\n\n", name)
@@ -89,71 +142,72 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return nil, exitOK, false
 		}
-		return exitError
+		return nil, exitError, false
 	}
-	usage := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s\n", name, fmt.Sprintf(format, a...))
-		return exitError
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, fs.Args())
+		return nil, exitError, false
 	}
-	shape, ok := synth.Shapes[*shapeName]
+	return f, 0, true
+}
+
+// check checks the flags' values and settles the shape's layers.
+func (f *flags) check() error {
+	shape, ok := synth.Shapes[f.shapeName]
 	switch {
-	case fs.NArg() != 0:
-		return usage("unexpected arguments %q", fs.Args())
 	case !ok:
-		return usage("unknown --shape %q (known: %s)", *shapeName, strings.Join(synth.ShapeNames(), ", "))
-	case *layers < 0:
-		return usage("--layers must be positive, got %d", *layers)
-	case *newTokens < 2:
-		return usage("--new-tokens must be at least 2 (decode speed is measured after the first token), got %d", *newTokens)
-	case *runs < 1:
-		return usage("--runs must be at least 1, got %d", *runs)
-	case *prefill < 1:
-		return usage("--prefill-tokens must be at least 1, got %d", *prefill)
-	case *weights != "bf16" && *weights != "f32":
-		return usage("--weights must be bf16 or f32, got %q", *weights)
+		return fmt.Errorf("unknown --shape %q (known: %s)", f.shapeName, strings.Join(synth.ShapeNames(), ", "))
+	case f.layers < 0:
+		return fmt.Errorf("--layers must be positive, got %d", f.layers)
+	case f.newTokens < 2:
+		return fmt.Errorf("--new-tokens must be at least 2 (decode speed is measured after the first token), got %d", f.newTokens)
+	case f.runs < 1:
+		return fmt.Errorf("--runs must be at least 1, got %d", f.runs)
+	case f.prefill < 1:
+		return fmt.Errorf("--prefill-tokens must be at least 1, got %d", f.prefill)
+	case f.weights != "bf16" && f.weights != "f32":
+		return fmt.Errorf("--weights must be bf16 or f32, got %q", f.weights)
 	}
-	q, err := shards.ParseQuantization(*quantize)
-	if err != nil {
-		return usage("--quantize: %v", err)
-	}
-	stored := checkpoint.BF16
-	if *weights == "f32" {
-		stored = checkpoint.F32
+	if _, err := shards.ParseQuantization(f.quantize); err != nil {
+		return fmt.Errorf("--quantize: %w", err)
 	}
 	switch {
-	case *layers > 0:
-		shape.NumLayers = *layers
-	case *quick:
+	case f.layers > 0:
+		shape.NumLayers = f.layers
+	case f.quick:
 		shape.NumLayers = 4
 	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelInfo
-	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	f.shape = shape
+	return nil
+}
 
-	dir := modelDir(*cache, *shapeName, shape.NumLayers, string(stored), *seed)
+// options makes the synthetic model if it is missing (as quantized shards, or a checkpoint and its shards) and
+// returns the run's options, llama.cpp's among them where it can run.
+func (f *flags) options(ctx context.Context, stderr io.Writer) (options, error) {
+	q, _ := shards.ParseQuantization(f.quantize) // checked
+	stored := checkpoint.BF16
+	if f.weights == "f32" {
+		stored = checkpoint.F32
+	}
+	dir := modelDir(f.cache, f.shapeName, f.shape.NumLayers, string(stored), f.seed)
 	var shardDir string
+	var err error
 	if q != shards.None {
-		dir = modelDir(*cache, *shapeName, shape.NumLayers, string(q), *seed)
-		shardDir, err = prepareQuantized(ctx, dir, shape, stored, *seed, q, stderr)
+		dir = modelDir(f.cache, f.shapeName, f.shape.NumLayers, string(q), f.seed)
+		shardDir, err = prepareQuantized(ctx, dir, f.shape, stored, f.seed, q, stderr)
 	} else {
-		shardDir, err = prepareModel(ctx, dir, shape, stored, *seed, pc, stderr)
+		shardDir, err = prepareModel(ctx, dir, f.shape, stored, f.seed, f.peer, stderr)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: synthetic model: %v\n", name, err)
-		return exitError
+		return options{}, err
 	}
-	if *prepare {
-		fmt.Fprintf(stderr, "speed: synthetic model ready in %s\n", shardDir)
-		return exitOK
-	}
-	o := options{shards: shardDir, shapeName: *shapeName, newTokens: *newTokens, runs: *runs,
-		prefillTokens: *prefill, batchNewTokens: 64, dtype: engine.DType(*dtype), seed: *seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
-		log: stderr, ggufModel: *ggufModel, ggufPython: pc.Python, cacheDir: *cache, streamOnly: q != shards.None,
-		pairTarget: filepath.Join(*pairDir, pairTarget), pairDraft: filepath.Join(*pairDir, pairDraft), noPanels: *noPanels}
+	pc := f.peer
+	o := options{shards: shardDir, shapeName: f.shapeName, newTokens: f.newTokens, runs: f.runs,
+		prefillTokens: f.prefill, batchNewTokens: 64, dtype: engine.DType(f.dtype), seed: f.seed, memcpyBytes: memcpyBytes, readBytes: readBytes,
+		log: stderr, ggufModel: f.ggufModel, ggufPython: pc.Python, cacheDir: f.cache, streamOnly: q != shards.None,
+		pairTarget: filepath.Join(f.pairDir, pairTarget), pairDraft: filepath.Join(f.pairDir, pairDraft), noPanels: f.noPanels}
 	switch {
 	case !pc.enabled():
 		o.noPeer = "no llama.cpp: give --peer-python (a Python with llama-cpp-python) and, to make the GGUF, " +
@@ -164,31 +218,25 @@ func mainExit(ctx context.Context, name string, args []string, stdout, stderr io
 			o.peer, o.noPeer = peerConfig{}, fmt.Sprintf("no GGUF of the model for llama.cpp at %s (converting it needs %s)", o.gguf, pc.missing())
 		}
 	}
-	rep, err := run(ctx, o)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return exitError
-	}
-	rep.Command = strings.Join(append([]string{name}, args...), " ")
+	return o, nil
+}
+
+// write prints the report: as text on stdout, or with asJSON as JSON on stdout and the text on stderr.
+func (r *report) write(stdout, stderr io.Writer, asJSON bool) error {
 	text := stdout
-	if *asJSON {
+	if asJSON {
 		text = stderr
 	}
 	fmt.Fprintln(stderr)
-	if err := rep.writeText(text); err != nil {
-		fmt.Fprintf(stderr, "%s: writing the report: %v\n", name, err)
-		return exitError
+	if err := r.writeText(text); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "%s: writing the JSON report: %v\n", name, err)
-			return exitError
+		if err := enc.Encode(r); err != nil {
+			return fmt.Errorf("writing the JSON report: %w", err)
 		}
 	}
-	if rep.Missed > 0 {
-		return exitMissed
-	}
-	return exitOK
+	return nil
 }
