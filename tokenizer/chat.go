@@ -274,68 +274,27 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		indent = v.Integer()
 	}
 	var sb strings.Builder
-	if err := writePyJSON(&sb, in.Interface(), indent, 0); err != nil {
+	if err := (pyJSON{&sb, indent}).value(in.Interface(), 0); err != nil {
 		return exec.AsValue(fmt.Errorf("tojson: %w", err))
 	}
 	return exec.AsSafeValue(sb.String())
 }
 
-func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
-	newline := func(d int) {
-		if indent >= 0 {
-			sb.WriteByte('\n')
-			sb.WriteString(strings.Repeat(" ", indent*d))
-		}
-	}
-	sep := ", "
-	if indent >= 0 {
-		sep = ","
-	}
-	writeList := func(n int, item func(i int) error) error {
-		if n == 0 {
-			sb.WriteString("[]")
-			return nil
-		}
-		sb.WriteByte('[')
-		for i := range n {
-			if i > 0 {
-				sb.WriteString(sep)
-			}
-			newline(depth + 1)
-			if err := item(i); err != nil {
-				return err
-			}
-		}
-		newline(depth)
-		sb.WriteByte(']')
-		return nil
-	}
-	writeObject := func(keys []string, value func(i int) any) error {
-		if len(keys) == 0 {
-			sb.WriteString("{}")
-			return nil
-		}
-		sb.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				sb.WriteString(sep)
-			}
-			newline(depth + 1)
-			writePyString(sb, k)
-			sb.WriteString(": ")
-			if err := writePyJSON(sb, value(i), indent, depth+1); err != nil {
-				return err
-			}
-		}
-		newline(depth)
-		sb.WriteByte('}')
-		return nil
-	}
+// pyJSON writes values as Python's json.dumps does (sort_keys for Go maps, a template's dicts in their order):
+// on one line (indent < 0) or indent spaces a level.
+type pyJSON struct {
+	sb     *strings.Builder
+	indent int
+}
+
+// value writes v at nesting depth.
+func (j pyJSON) value(v any, depth int) error {
+	sb := j.sb
 	switch x := v.(type) {
 	case nil:
 		sb.WriteString("null")
 	case *exec.Value:
-		return writePyJSON(sb, x.Interface(), indent, depth)
+		return j.value(x.Interface(), depth)
 	case bool:
 		sb.WriteString(strconv.FormatBool(x))
 	case string:
@@ -354,51 +313,115 @@ func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
 		}
 		sb.WriteString(s)
 	case []any:
-		return writeList(len(x), func(i int) error { return writePyJSON(sb, x[i], indent, depth+1) })
+		return j.list(len(x), depth, func(i int) error { return j.value(x[i], depth+1) })
 	case []string:
-		return writeList(len(x), func(i int) error { writePyString(sb, x[i]); return nil })
+		return j.list(len(x), depth, func(i int) error { writePyString(sb, x[i]); return nil })
 	case map[string]any:
 		keys := make([]string, 0, len(x))
 		for k := range x {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return writeObject(keys, func(i int) any { return x[keys[i]] })
+		return j.object(keys, depth, func(i int) any { return x[keys[i]] })
 	case *exec.Dict:
 		keys := make([]string, len(x.Pairs))
 		for i, p := range x.Pairs {
 			keys[i] = p.Key.String()
 		}
-		return writeObject(keys, func(i int) any { return x.Pairs[i].Value })
+		return j.object(keys, depth, func(i int) any { return x.Pairs[i].Value })
 	case exec.ValuesList:
-		return writeList(len(x), func(i int) error { return writePyJSON(sb, x[i], indent, depth+1) })
+		return j.list(len(x), depth, func(i int) error { return j.value(x[i], depth+1) })
 	default:
-		r := reflect.ValueOf(v)
-		switch r.Kind() {
-		case reflect.Slice, reflect.Array:
-			return writeList(r.Len(), func(i int) error { return writePyJSON(sb, r.Index(i).Interface(), indent, depth+1) })
-		case reflect.Map:
-			if r.Type().Key().Kind() != reflect.String {
-				break
-			}
-			keys := make([]string, 0, r.Len())
-			for _, k := range r.MapKeys() {
-				keys = append(keys, k.String())
-			}
-			slices.Sort(keys)
-			return writeObject(keys, func(i int) any { return r.MapIndex(reflect.ValueOf(keys[i]).Convert(r.Type().Key())).Interface() })
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			sb.WriteString(strconv.FormatInt(r.Int(), 10))
-			return nil
-		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			sb.WriteString(strconv.FormatUint(r.Uint(), 10))
-			return nil
-		case reflect.Float32:
-			return writePyJSON(sb, r.Float(), indent, depth)
-		}
-		return fmt.Errorf("cannot write a %T as JSON", v)
+		return j.reflected(v, depth)
 	}
 	return nil
+}
+
+// reflected writes the slices, arrays, string-keyed maps and numbers of other Go types.
+func (j pyJSON) reflected(v any, depth int) error {
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Slice, reflect.Array:
+		return j.list(r.Len(), depth, func(i int) error { return j.value(r.Index(i).Interface(), depth+1) })
+	case reflect.Map:
+		if r.Type().Key().Kind() != reflect.String {
+			break
+		}
+		keys := make([]string, 0, r.Len())
+		for _, k := range r.MapKeys() {
+			keys = append(keys, k.String())
+		}
+		slices.Sort(keys)
+		return j.object(keys, depth, func(i int) any { return r.MapIndex(reflect.ValueOf(keys[i]).Convert(r.Type().Key())).Interface() })
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		j.sb.WriteString(strconv.FormatInt(r.Int(), 10))
+		return nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		j.sb.WriteString(strconv.FormatUint(r.Uint(), 10))
+		return nil
+	case reflect.Float32:
+		return j.value(r.Float(), depth)
+	}
+	return fmt.Errorf("cannot write a %T as JSON", v)
+}
+
+// list writes n items (item i by item) as a JSON array at depth.
+func (j pyJSON) list(n, depth int, item func(i int) error) error {
+	if n == 0 {
+		j.sb.WriteString("[]")
+		return nil
+	}
+	j.sb.WriteByte('[')
+	for i := range n {
+		j.separate(i, depth)
+		if err := item(i); err != nil {
+			return err
+		}
+	}
+	j.newline(depth)
+	j.sb.WriteByte(']')
+	return nil
+}
+
+// object writes keys and their values (value(i) for keys[i]) as a JSON object at depth.
+func (j pyJSON) object(keys []string, depth int, value func(i int) any) error {
+	if len(keys) == 0 {
+		j.sb.WriteString("{}")
+		return nil
+	}
+	j.sb.WriteByte('{')
+	for i, k := range keys {
+		j.separate(i, depth)
+		writePyString(j.sb, k)
+		j.sb.WriteString(": ")
+		if err := j.value(value(i), depth+1); err != nil {
+			return err
+		}
+	}
+	j.newline(depth)
+	j.sb.WriteByte('}')
+	return nil
+}
+
+// separate starts item i of a list or object at depth: after a separator unless it is the first, on its own
+// line when indenting.
+func (j pyJSON) separate(i, depth int) {
+	if i > 0 {
+		if j.indent >= 0 {
+			j.sb.WriteByte(',')
+		} else {
+			j.sb.WriteString(", ")
+		}
+	}
+	j.newline(depth + 1)
+}
+
+// newline starts a line indented for depth d, when indenting.
+func (j pyJSON) newline(d int) {
+	if j.indent >= 0 {
+		j.sb.WriteByte('\n')
+		j.sb.WriteString(strings.Repeat(" ", j.indent*d))
+	}
 }
 
 // writePyString writes s as Python's json.dumps(s, ensure_ascii=False) does.

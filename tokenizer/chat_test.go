@@ -118,6 +118,14 @@ func TestChatTemplateToJSON(t *testing.T) {
 	if got != want {
 		t.Errorf("\n got %s\nwant %s", got, want)
 	}
+	// Indented, as Python's json.dumps(…, indent=2, ensure_ascii=False) writes it; empty lists and dicts stay [] and {}.
+	tok = withTemplate(t, `{{ {"b": [1, 2.5, "é\"<>", [], {}], "a": none, "c": true, "d": {"y": [1], "x": 2}} | tojson(indent=2) }}`, "", "")
+	got = render(t, tok, nil, false)
+	want = "{\n  \"b\": [\n    1,\n    2.5,\n    \"é\\\"<>\",\n    [],\n    {}\n  ],\n  \"a\": null,\n  \"c\": true,\n" +
+		"  \"d\": {\n    \"y\": [\n      1\n    ],\n    \"x\": 2\n  }\n}"
+	if got != want {
+		t.Errorf("indent=2:\n got %q\nwant %q", got, want)
+	}
 }
 
 func TestNoChatTemplate(t *testing.T) {
