@@ -222,87 +222,116 @@ func loadAverage() string {
 // streaming from the page cache, and llama.cpp beside them when there is a peer. Their runs alternate, so load
 // from other processes on the machine falls on all alike.
 func measurePageCache(ctx context.Context, o options, r *report, req engine.Request, eos []int) error {
-	t1, t3, t5, t6, t7, t8, t9 := r.target(1), r.target(3), r.target(5), r.target(6), r.target(7), r.target(8), r.target(9)
 	phase(o.log, "opening a resident engine and a streamed one")
 	resident, err := engine.Open(ctx, o.shards, engine.Options{Resident: true, DType: o.dtype})
 	if err != nil {
 		return err
 	}
 	defer resident.Close()
-	prof := profiler.New()
+	m := &pageCacheRun{o: o, r: r, resident: resident, prof: profiler.New()}
 	// From the page cache, whatever the memory available (DirectIOAuto would read a model that does not fit
 	// with O_DIRECT): target 1 is about streaming from the cache.
-	streamed, err := engine.Open(ctx, o.shards, engine.Options{DType: o.dtype, Profiler: prof, DirectIO: engine.DirectIOOff})
+	m.streamed, err = engine.Open(ctx, o.shards, engine.Options{DType: o.dtype, Profiler: m.prof, DirectIO: engine.DirectIOOff})
 	if err != nil {
 		return err
 	}
-	defer streamed.Close()
-
-	var p *peer
+	defer m.streamed.Close()
 	if o.peer.enabled() {
 		phase(o.log, "starting llama.cpp on "+o.gguf)
 		nCtx := max(o.prefillTokens, batchSize*(decodePromptTokens+o.batchNewTokens), decodePromptTokens+o.newTokens) + 64
-		if p, err = startPeer(ctx, o.peer, o.gguf, runtime.GOMAXPROCS(0), nCtx, batchSize); err != nil {
+		if m.peer, err = startPeer(ctx, o.peer, o.gguf, runtime.GOMAXPROCS(0), nCtx, batchSize); err != nil {
 			return err
 		}
-		defer p.close()
+		defer m.peer.close()
 	}
+	d, err := m.decodeRuns(ctx, req)
+	if err != nil {
+		return err
+	}
+	m.judgeDecode(d, len(req.PromptIDs))
+	return m.prefillAndBatch(ctx, eos)
+}
 
-	phase(o.log, "warm-up generations (compile graphs, bring the shards into the page cache)")
-	for _, e := range []*engine.Engine{resident, streamed} {
+// pageCacheRun is measurePageCache's engines (one resident, one streaming from the page cache, whose profiler
+// it keeps), llama.cpp beside them when there is one, and the report they go to.
+type pageCacheRun struct {
+	o                  options
+	r                  *report
+	resident, streamed *engine.Engine
+	prof               *profiler.Profiler
+	peer               *peer
+}
+
+// decodeResults are the decode runs' rates (tok/s) and the last runs' tokens.
+type decodeResults struct {
+	resident, streamed, peer []float64
+	resIDs, peerIDs          []int
+}
+
+// decodeRuns warms both engines up, then generates req o.runs times with each in turn (and llama.cpp), the
+// profile covering the last streamed run.
+func (m *pageCacheRun) decodeRuns(ctx context.Context, req engine.Request) (decodeResults, error) {
+	var d decodeResults
+	phase(m.o.log, "warm-up generations (compile graphs, bring the shards into the page cache)")
+	for _, e := range []*engine.Engine{m.resident, m.streamed} {
 		if _, err := generate(ctx, e, warmUp(req)); err != nil {
-			return err
+			return d, err
 		}
 	}
-	var resTokS, strTokS, peerTokS []float64
-	var resIDs, peerIDs []int
-	for i := range o.runs {
+	for i := range m.o.runs {
 		what := "resident, then streamed"
-		if p != nil {
+		if m.peer != nil {
 			what += ", then llama.cpp"
 		}
-		phase(o.log, fmt.Sprintf("decode run %d of %d: %s", i+1, o.runs, what))
-		res, err := generate(ctx, resident, req)
+		phase(m.o.log, fmt.Sprintf("decode run %d of %d: %s", i+1, m.o.runs, what))
+		res, err := generate(ctx, m.resident, req)
 		if err != nil {
-			return err
+			return d, err
 		}
-		if i == o.runs-1 {
-			prof.Reset() // the profile covers the last streamed run
+		if i == m.o.runs-1 {
+			m.prof.Reset() // the profile covers the last streamed run
 		}
-		str, err := generate(ctx, streamed, req)
+		str, err := generate(ctx, m.streamed, req)
 		if err != nil {
-			return err
+			return d, err
 		}
-		if i == o.runs-1 {
-			prof.Stop()
+		if i == m.o.runs-1 {
+			m.prof.Stop()
 		}
-		resTokS = append(resTokS, res.Timings.DecodeTokensPerSec)
-		strTokS = append(strTokS, str.Timings.DecodeTokensPerSec)
-		resIDs = res.GeneratedIDs
-		if p != nil {
-			tokS, ids, err := p.decode(req.PromptIDs, o.newTokens)
+		d.resident = append(d.resident, res.Timings.DecodeTokensPerSec)
+		d.streamed = append(d.streamed, str.Timings.DecodeTokensPerSec)
+		d.resIDs = res.GeneratedIDs
+		if m.peer != nil {
+			tokS, ids, err := m.peer.decode(req.PromptIDs, m.o.newTokens)
 			if err != nil {
-				return err
+				return d, err
 			}
-			peerTokS, peerIDs = append(peerTokS, tokS), ids
+			d.peer, d.peerIDs = append(d.peer, tokS), ids
 		}
 	}
-	r.Profiles = append(r.Profiles, profileReport{
+	m.r.Profiles = append(m.r.Profiles, profileReport{
 		Title: fmt.Sprintf("streamed decode from the page cache (last run: %d-token prompt, %d new tokens)",
-			len(req.PromptIDs), o.newTokens),
-		Summary: prof.Summary()})
+			len(req.PromptIDs), m.o.newTokens),
+		Summary: m.prof.Summary()})
+	return d, nil
+}
 
-	resMed, strMed := stats.Median(resTokS), stats.Median(strTokS)
+// judgeDecode judges targets 1 (streamed against resident), 3 and 8 (the resident step against the machine's
+// copy and read rates) and 7 (against llama.cpp) from the decode runs.
+func (m *pageCacheRun) judgeDecode(d decodeResults, promptTokens int) {
+	o, r := m.o, m.r
+	t1, t3, t7, t8 := r.target(1), r.target(3), r.target(7), r.target(8)
+	resMed, strMed := stats.Median(d.resident), stats.Median(d.streamed)
 	t1.judge(strMed / resMed)
 	t1.raw("streamed decode (median)", strMed, "tok/s")
 	t1.raw("resident decode (median)", resMed, "tok/s")
 	t1.note("%d run(s) each of %d new tokens after a %d-token prompt, alternating resident and streamed; "+
-		"decode tok/s = (generated − 1) ÷ time from first to last token", o.runs, o.newTokens, len(req.PromptIDs))
-	t1.note("streamed runs: %s", fmtRuns(strTokS))
-	t1.note("resident runs: %s", fmtRuns(resTokS))
+		"decode tok/s = (generated − 1) ÷ time from first to last token", o.runs, o.newTokens, promptTokens)
+	t1.note("streamed runs: %s", fmtRuns(d.streamed))
+	t1.note("resident runs: %s", fmtRuns(d.resident))
 
-	m := r.Model
-	weights := float64(m.LayerWeightBytes + m.HeadWeightBytes)
+	mi := r.Model
+	weights := float64(mi.LayerWeightBytes + mi.HeadWeightBytes)
 	step := 1 / resMed
 	t3.judge(weights / step / 1e9 / r.Machine.Memcpy.GBps)
 	t3.raw("weight bytes per decode step, as stored", weights, "B")
@@ -310,7 +339,7 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 	t3.raw("weights processed", weights/step/1e9, "GB/s")
 	t3.raw("memory-copy bandwidth", r.Machine.Memcpy.GBps, "GB/s")
 	t3.note("weight bytes are the decoder layers' tensors plus the output projection, as stored (%s); the engine "+
-		"processes them in %s", m.StoredDType, m.ComputeDType)
+		"processes them in %s", mi.StoredDType, mi.ComputeDType)
 
 	read := r.Machine.MemRead.GBps
 	t8.judge(weights / step / 1e9 / read)
@@ -319,34 +348,40 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 	t8.note("the weight bytes of target 3 per resident decode step, against the machine's read rate (kernels.Fold " +
 		"on every core, best of the passes above)")
 
-	if p == nil {
+	if m.peer == nil {
 		t7.setNotMeasurable(o.noPeer)
-	} else {
-		peerMed := stats.Median(peerTokS)
-		t7.judge(resMed / peerMed)
-		t7.raw("resident decode (median)", resMed, "tok/s")
-		t7.raw("llama.cpp decode (median)", peerMed, "tok/s")
-		t7.raw("llama.cpp weights processed", weights*peerMed/1e9, "GB/s")
-		t7.note("llama.cpp runs: %s; the same prompt ids and new tokens, decode tok/s counted the same way "+
-			"((generated − 1) ÷ time from the first token to the last)", fmtRuns(peerTokS))
-		t7.note("greedy tokens of the last runs: %d of %d the same as llama.cpp's (llama.cpp rounds activations to "+
-			"its own types; near-ties may go either way)", sameIDs(resIDs, peerIDs), len(resIDs))
-		t7.note("llama.cpp: %s", p.System)
+		return
 	}
+	peerMed := stats.Median(d.peer)
+	t7.judge(resMed / peerMed)
+	t7.raw("resident decode (median)", resMed, "tok/s")
+	t7.raw("llama.cpp decode (median)", peerMed, "tok/s")
+	t7.raw("llama.cpp weights processed", weights*peerMed/1e9, "GB/s")
+	t7.note("llama.cpp runs: %s; the same prompt ids and new tokens, decode tok/s counted the same way "+
+		"((generated − 1) ÷ time from the first token to the last)", fmtRuns(d.peer))
+	t7.note("greedy tokens of the last runs: %d of %d the same as llama.cpp's (llama.cpp rounds activations to "+
+		"its own types; near-ties may go either way)", sameIDs(d.resIDs, d.peerIDs), len(d.resIDs))
+	t7.note("llama.cpp: %s", m.peer.System)
+}
 
+// prefillAndBatch measures targets 5 (the streamed engine's prefill), 6 (prefill against llama.cpp) and 9
+// (batches against llama.cpp's).
+func (m *pageCacheRun) prefillAndBatch(ctx context.Context, eos []int) error {
+	o, r, p := m.o, m.r, m.peer
+	t5, t6, t9 := r.target(5), r.target(6), r.target(9)
 	phase(o.log, fmt.Sprintf("prefill of a %d-token prompt (streamed engine)", o.prefillTokens))
-	prof.Reset()
-	pre := engine.Request{PromptIDs: syntheticPrompt(streamed.Config().VocabSize, eos, o.prefillTokens, o.seed+1), MaxNewTokens: 1, StopIDs: []int{}}
-	res, err := generate(ctx, streamed, pre)
+	m.prof.Reset()
+	pre := engine.Request{PromptIDs: syntheticPrompt(m.streamed.Config().VocabSize, eos, o.prefillTokens, o.seed+1), MaxNewTokens: 1, StopIDs: []int{}}
+	res, err := generate(ctx, m.streamed, pre)
 	if err != nil {
 		return err
 	}
-	prof.Stop()
-	judgePrefill(t5, r, res, prof.Events(), o.prefillTokens)
+	m.prof.Stop()
+	judgePrefill(t5, r, res, m.prof.Events(), o.prefillTokens)
 
 	if p == nil {
 		t6.setNotMeasurable(o.noPeer)
-	} else if err := comparePrefill(ctx, o, resident, p, pre.PromptIDs, t6); err != nil {
+	} else if err := comparePrefill(ctx, o, m.resident, p, pre.PromptIDs, t6); err != nil {
 		return err
 	}
 	switch {
@@ -355,9 +390,7 @@ func measurePageCache(ctx context.Context, o options, r *report, req engine.Requ
 	case generateBatch == nil:
 		t9.setUnavailable(noBatch)
 	default:
-		if err := compareBatch(ctx, o, resident, p, eos, t9); err != nil {
-			return err
-		}
+		return compareBatch(ctx, o, m.resident, p, eos, t9)
 	}
 	return nil
 }
