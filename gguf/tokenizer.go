@@ -59,23 +59,47 @@ var (
 // fallback whose merges follow the scores, as llama.cpp's tokenizer merges the highest-scoring pair first.
 // Control tokens become special added tokens, user-defined tokens plain added tokens.
 func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate string, err error) {
+	model, tokens, types, err := g.vocab()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if tokenizerJSON, err = g.tokenizerJSON(model, tokens, types); err != nil {
+		return nil, nil, "", err
+	}
+	if configJSON, err = g.tokenizerConfig(model, tokens); err != nil {
+		return nil, nil, "", err
+	}
+	if chatTemplate, _, err = g.String("tokenizer.chat_template"); err != nil {
+		return nil, nil, "", err
+	}
+	// Build the tokenizer the engine will load from these files now, so a vocabulary it refuses is refused here,
+	// naming the GGUF file, rather than after the split, naming the shard folder.
+	if _, err := tokenizer.Parse(tokenizerJSON, configJSON); err != nil {
+		return nil, nil, "", fmt.Errorf("the tokenizer made from the tokenizer.ggml.* metadata: %w", err)
+	}
+	return tokenizerJSON, configJSON, chatTemplate, nil
+}
+
+// vocab reads the tokenizer's model, tokens and token types, checked (checkVocab, and the special token ids
+// within the vocabulary).
+func (g *File) vocab() (model string, tokens []string, types []int, err error) {
 	model, ok, err := g.String("tokenizer.ggml.model")
 	if err != nil {
-		return nil, nil, "", err
+		return "", nil, nil, err
 	}
 	if !ok {
-		return nil, nil, "", fmt.Errorf("no tokenizer.ggml.model: the file carries no tokenizer")
+		return "", nil, nil, fmt.Errorf("no tokenizer.ggml.model: the file carries no tokenizer")
 	}
-	tokens, ok, err := g.Strings("tokenizer.ggml.tokens")
+	tokens, ok, err = g.Strings("tokenizer.ggml.tokens")
 	if err != nil {
-		return nil, nil, "", err
+		return "", nil, nil, err
 	}
 	if !ok || len(tokens) == 0 {
-		return nil, nil, "", fmt.Errorf("no tokenizer.ggml.tokens")
+		return "", nil, nil, fmt.Errorf("no tokenizer.ggml.tokens")
 	}
-	types, ok, err := g.Ints("tokenizer.ggml.token_type")
+	types, ok, err = g.Ints("tokenizer.ggml.token_type")
 	if err != nil {
-		return nil, nil, "", err
+		return "", nil, nil, err
 	}
 	if !ok {
 		types = make([]int, len(tokens))
@@ -84,10 +108,10 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 		}
 	}
 	if len(types) != len(tokens) {
-		return nil, nil, "", fmt.Errorf("tokenizer.ggml.token_type has %d entries, tokenizer.ggml.tokens %d", len(types), len(tokens))
+		return "", nil, nil, fmt.Errorf("tokenizer.ggml.token_type has %d entries, tokenizer.ggml.tokens %d", len(types), len(tokens))
 	}
 	if err := checkVocab(model, tokens, types); err != nil {
-		return nil, nil, "", err
+		return "", nil, nil, err
 	}
 	// llama.cpp (llama-vocab.cpp, llama_vocab::impl::load) gives a token of type 0 (LLAMA_TOKEN_TYPE_UNDEFINED)
 	// the attribute LLAMA_TOKEN_ATTR_UNDEFINED, which its SentencePiece and byte-level BPE tokenizers treat as
@@ -103,12 +127,19 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 	for _, k := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
 		"tokenizer.ggml.padding_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
 		if v, ok, err := g.Int(k); err != nil {
-			return nil, nil, "", err
+			return "", nil, nil, err
 		} else if ok && v >= len(tokens) {
-			return nil, nil, "", fmt.Errorf("metadata %s is %d, past the %d tokens", k, v, len(tokens))
+			return "", nil, nil, fmt.Errorf("metadata %s is %d, past the %d tokens", k, v, len(tokens))
 		}
 	}
+	return model, tokens, types, nil
+}
+
+// tokenizerJSON makes tokenizer.json: a byte-level BPE (model "gpt2") or SentencePiece vocabulary's (model
+// "llama") model and pre-tokenizer, and the added tokens.
+func (g *File) tokenizerJSON(model string, tokens []string, types []int) ([]byte, error) {
 	var tok map[string]any
+	var err error
 	switch model {
 	case "gpt2":
 		tok, err = g.byteLevelBPE(tokens, types)
@@ -118,61 +149,47 @@ func (g *File) TokenizerFiles() (tokenizerJSON, configJSON []byte, chatTemplate 
 		err = fmt.Errorf("tokenizer.ggml.model %q is not supported (supported: gpt2, llama)", model)
 	}
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	tok["version"] = "1.0"
 	tok["added_tokens"] = addedTokens(tokens, types)
 	tok["post_processor"] = nil // tokenizer_config.json's add_bos_token / add_eos_token decide
-	if tokenizerJSON, err = json.Marshal(tok); err != nil {
-		return nil, nil, "", err
-	}
+	return json.Marshal(tok)
+}
 
+// tokenizerConfig makes tokenizer_config.json: the special tokens' texts, and whether BOS and EOS are added.
+func (g *File) tokenizerConfig(model string, tokens []string) ([]byte, error) {
 	cfg := map[string]any{}
-	name := func(key string) (string, error) {
-		v, ok, err := g.Int(key)
-		if err != nil || !ok {
-			return "", err
-		}
-		return tokens[v], nil
-	}
 	for k, key := range map[string]string{"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
 		"unk_token": "tokenizer.ggml.unknown_token_id", "pad_token": "tokenizer.ggml.padding_token_id"} {
-		s, err := name(key)
+		v, ok, err := g.Int(key)
 		if err != nil {
-			return nil, nil, "", err
+			return nil, err
 		}
-		if s != "" {
-			cfg[k] = s
+		if ok && tokens[v] != "" {
+			cfg[k] = tokens[v]
 		}
 	}
 	// llama.cpp adds BOS by default for SentencePiece vocabularies and not for BPE ones, unless the file says.
 	addBOS := model == "llama"
 	if v, ok, err := g.Bool("tokenizer.ggml.add_bos_token"); err != nil {
-		return nil, nil, "", err
+		return nil, err
 	} else if ok {
 		addBOS = v
 	}
 	addEOS, _, err := g.Bool("tokenizer.ggml.add_eos_token")
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	if (addBOS && cfg["bos_token"] == nil) || (addEOS && cfg["eos_token"] == nil) {
-		return nil, nil, "", fmt.Errorf("tokenizer.ggml.add_bos_token/add_eos_token is set but the token id is missing")
+		return nil, fmt.Errorf("tokenizer.ggml.add_bos_token/add_eos_token is set but the token id is missing")
 	}
 	cfg["add_bos_token"], cfg["add_eos_token"] = addBOS, addEOS
-	if chatTemplate, _, err = g.String("tokenizer.chat_template"); err != nil {
-		return nil, nil, "", err
+	configJSON, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
 	}
-	if configJSON, err = json.MarshalIndent(cfg, "", "  "); err != nil {
-		return nil, nil, "", err
-	}
-	configJSON = append(configJSON, '\n')
-	// Build the tokenizer the engine will load from these files now, so a vocabulary it refuses is refused here,
-	// naming the GGUF file, rather than after the split, naming the shard folder.
-	if _, err := tokenizer.Parse(tokenizerJSON, configJSON); err != nil {
-		return nil, nil, "", fmt.Errorf("the tokenizer made from the tokenizer.ggml.* metadata: %w", err)
-	}
-	return tokenizerJSON, configJSON, chatTemplate, nil
+	return append(configJSON, '\n'), nil
 }
 
 // checkVocab refuses, by key and index, the vocabulary entries layerstream cannot turn into tokenizer.json
