@@ -388,25 +388,16 @@ func lockSplit(ctx context.Context, out string) (func(), error) {
 	return unlock, nil
 }
 
-// splitLocked is Split and Ensure, under the folder's lock; made holds the files begin made. With quick, a unit whose source is known unchanged keeps
-// its shard when the file has the size the manifest records, without being read.
+// splitLocked is Split and Ensure, under the folder's lock; made holds the files begin made. With quick, a unit
+// whose source is known unchanged keeps its shard when the file has the size the manifest records, without being
+// read.
 func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string][]byte, out string, plans []unitPlan, opts SplitOptions, quick bool) (*Set, error) {
 	removeStaleTemps(out)
-	var old map[string]UnitInfo // the previous manifest's units, if any
-	units, prev, err := readManifest(out)
-	if err == nil {
-		old = map[string]UnitInfo{}
-		for _, u := range units {
-			old[u.Name] = u
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		slog.Warn("ignoring unreadable manifest; every shard is checked against its own header", "err", err)
-	}
+	old, prev := previousSplit(out)
 	state, err := readSourceState(ck, prev, opts.Quantize.encoder(opts.Importance))
 	if err != nil {
 		return nil, err
 	}
-
 	var total int64
 	for _, p := range plans {
 		total += p.bytes()
@@ -415,90 +406,139 @@ func splitLocked(ctx context.Context, ck *checkpoint.Checkpoint, made map[string
 		buf: NewBuffer(0), hasher: newTensorHasher(), open: ck.OpenFile}
 	defer w.close()
 
-	// Keep the shards that verify and hold the checkpoint's current tensors; plan the rest.
-	units = make([]UnitInfo, len(plans))
-	var todo []int
-	var changed []string // units whose source tensors changed since the previous split
-	var need int64
-	for i, p := range plans {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		u, hash, keep, srcChanged, err := w.reuse(p, old, prev, state, quick)
-		if err != nil {
-			return nil, err
-		}
-		if keep {
-			units[i] = u
-			state.src.Units[p.name] = hash
-			w.advance(p.bytes())
-			continue
-		}
-		if srcChanged {
-			changed = append(changed, p.name)
-		}
-		todo = append(todo, i)
-		need += estimateSize(p)
+	r, err := w.reuseAll(plans, old, prev, state, quick)
+	if err != nil {
+		return nil, err
 	}
-	if len(todo) > 0 {
-		if err := checkFreeSpace(out, need); err != nil {
+	if len(r.todo) > 0 {
+		if err := w.startWriting(r.need, opts.DiskRate); err != nil {
 			return nil, err
-		}
-		if w.diskRate = opts.DiskRate; w.diskRate == 0 && w.enc != Raw {
-			if w.diskRate, err = MeasureReadRate(out); err != nil {
-				slog.Warn("could not measure the disk's read rate: every encoded tensor that shrinks is kept encoded", "shards", out, "err", err)
-				w.diskRate = -1
-			} else {
-				slog.Info("measured the disk's O_DIRECT read rate: encoded tensors that decode slower are stored raw", "shards", out,
-					"read_rate", bytesize.Format(int64(w.diskRate))+"/s", "cores", runtime.GOMAXPROCS(0))
-			}
-		}
-		// The folder is incomplete while shards change: take the manifest away first.
-		if err := os.Remove(filepath.Join(out, ManifestFile)); err == nil {
-			if err := atomicfile.SyncDir(out); err != nil {
-				return nil, fmt.Errorf("shards: %w", err)
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("shards: %w", err)
 		}
 	}
-	for _, i := range todo {
+	for _, i := range r.todo {
 		u, hash, err := w.writeUnit(plans[i])
 		if err != nil {
 			return nil, err
 		}
-		units[i] = u
+		r.units[i] = u
 		state.src.Units[plans[i].name] = hash
 	}
-	slog.Debug("split shards", "dir", out, "written", len(todo), "kept", len(plans)-len(todo))
-	if len(w.unweighted) > 0 {
-		slog.Warn("the importance matrix has no entry for some matrices: they were quantized unweighted (was it collected on this model?)",
-			"matrices", summarize(w.unweighted))
+	slog.Debug("split shards", "dir", out, "written", len(r.todo), "kept", len(plans)-len(r.todo))
+	if err := w.finish(ck, made, plans, r.units, state.src); err != nil {
+		return nil, err
 	}
-	if err := keepImportance(out, opts.Importance); err != nil {
-		return nil, fmt.Errorf("shards: %w", err)
-	}
-	w.stats.log(w.enc, w.diskRate)
-	removeUnplanned(out, plans)
-
-	for _, name := range CopiedFiles {
-		if err := copyFile(ck, made, name, filepath.Join(out, name)); err != nil {
-			return nil, fmt.Errorf("shards: copying %s: %w", name, err)
-		}
-	}
-	if err := writeManifest(out, units, state.src); err != nil {
-		return nil, fmt.Errorf("shards: writing manifest: %w", err)
-	}
-	if len(changed) > 0 || len(state.changed) > 0 {
+	if len(r.changed) > 0 || len(state.changed) > 0 {
 		files := strings.Join(state.changed, ",")
 		if files == "" {
 			files = "none by size and time (found by the units' contents)"
 		}
 		slog.Info("the checkpoint changed since it was split: updated the split", "checkpoint", ck.Dir, "shards", out,
-			"changed_files", files, "resplit_units", summarize(changed),
-			"kept_units", len(plans)-len(todo))
+			"changed_files", files, "resplit_units", summarize(r.changed),
+			"kept_units", len(plans)-len(r.todo))
 	}
 	return Open(out)
+}
+
+// previousSplit reads the folder's manifest, if any: its units by name and its source. An unreadable one is
+// ignored (each shard is then checked against its own header).
+func previousSplit(out string) (map[string]UnitInfo, *Source) {
+	units, prev, err := readManifest(out)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			slog.Warn("ignoring unreadable manifest; every shard is checked against its own header", "err", err)
+		}
+		return nil, prev
+	}
+	old := map[string]UnitInfo{}
+	for _, u := range units {
+		old[u.Name] = u
+	}
+	return old, prev
+}
+
+// reuseResult is what splitLocked keeps of a previous split: the units (those kept filled in), the indexes of
+// the plans still to write with their estimated bytes, and the units whose source tensors changed.
+type reuseResult struct {
+	units   []UnitInfo
+	todo    []int
+	need    int64
+	changed []string
+}
+
+// reuseAll keeps the shards that verify and hold the checkpoint's current tensors (splitter.reuse), recording
+// their hashes in state, and plans the rest.
+func (w *splitter) reuseAll(plans []unitPlan, old map[string]UnitInfo, prev *Source, state *sourceState, quick bool) (reuseResult, error) {
+	r := reuseResult{units: make([]UnitInfo, len(plans))}
+	for i, p := range plans {
+		if err := w.ctx.Err(); err != nil {
+			return r, err
+		}
+		u, hash, keep, srcChanged, err := w.reuse(p, old, prev, state, quick)
+		if err != nil {
+			return r, err
+		}
+		if keep {
+			r.units[i] = u
+			state.src.Units[p.name] = hash
+			w.advance(p.bytes())
+			continue
+		}
+		if srcChanged {
+			r.changed = append(r.changed, p.name)
+		}
+		r.todo = append(r.todo, i)
+		r.need += estimateSize(p)
+	}
+	return r, nil
+}
+
+// startWriting readies the folder for new shards: room for need bytes, the disk's read rate for encoded tensors
+// (diskRate, else measured), and the manifest taken away, as the folder is incomplete while shards change.
+func (w *splitter) startWriting(need int64, diskRate float64) error {
+	if err := checkFreeSpace(w.out, need); err != nil {
+		return err
+	}
+	if w.diskRate = diskRate; w.diskRate == 0 && w.enc != Raw {
+		var err error
+		if w.diskRate, err = MeasureReadRate(w.out); err != nil {
+			slog.Warn("could not measure the disk's read rate: every encoded tensor that shrinks is kept encoded", "shards", w.out, "err", err)
+			w.diskRate = -1
+		} else {
+			slog.Info("measured the disk's O_DIRECT read rate: encoded tensors that decode slower are stored raw", "shards", w.out,
+				"read_rate", bytesize.Format(int64(w.diskRate))+"/s", "cores", runtime.GOMAXPROCS(0))
+		}
+	}
+	if err := os.Remove(filepath.Join(w.out, ManifestFile)); err == nil {
+		if err := atomicfile.SyncDir(w.out); err != nil {
+			return fmt.Errorf("shards: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("shards: %w", err)
+	}
+	return nil
+}
+
+// finish completes the folder once every unit's shard is there: the importance matrix, the checkpoint's other
+// files, no shard of an unplanned unit, and the manifest last.
+func (w *splitter) finish(ck *checkpoint.Checkpoint, made map[string][]byte, plans []unitPlan, units []UnitInfo, src *Source) error {
+	if len(w.unweighted) > 0 {
+		slog.Warn("the importance matrix has no entry for some matrices: they were quantized unweighted (was it collected on this model?)",
+			"matrices", summarize(w.unweighted))
+	}
+	if err := keepImportance(w.out, w.imp); err != nil {
+		return fmt.Errorf("shards: %w", err)
+	}
+	w.stats.log(w.enc, w.diskRate)
+	removeUnplanned(w.out, plans)
+	for _, name := range CopiedFiles {
+		if err := copyFile(ck, made, name, filepath.Join(w.out, name)); err != nil {
+			return fmt.Errorf("shards: copying %s: %w", name, err)
+		}
+	}
+	if err := writeManifest(w.out, units, src); err != nil {
+		return fmt.Errorf("shards: writing manifest: %w", err)
+	}
+	return nil
 }
 
 // keepImportance writes the split's importance matrix into its folder (ImatrixFile), or removes a stale one.
