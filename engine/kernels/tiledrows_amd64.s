@@ -244,7 +244,7 @@ TEXT ·tiledRowsPanelQ4_KVNNI(SB), NOSPLIT, $0-64
 	NEXTSB(210, MSTEP, 9*S)
 
 // Q6BODY(PIECE, DOT, SCALE, MIN, EPIS, S): a Q6_K super-block's four pieces (PIECE(n, h, ..), the inputs' quads
-// moving on after each half n), then its minimum terms and float updates.
+// moving on after each half n), then its minimum terms and float updates (Q6END).
 #define Q6BODY(PIECE, DOT, SCALE, MIN, EPIS, S) \
 	PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S) \
 	PIECE(0, 1, 64, 192, 320, 448, DOT, SCALE, S) \
@@ -252,6 +252,10 @@ TEXT ·tiledRowsPanelQ4_KVNNI(SB), NOSPLIT, $0-64
 	PIECE(1, 0, 512, 640, 768, 896, DOT, SCALE, S) \
 	PIECE(1, 1, 576, 704, 832, 960, DOT, SCALE, S) \
 	ADDQ $(32*S), DI \
+	Q6END(MIN, EPIS, S)
+
+// Q6END(MIN, EPIS, S): a Q6_K super-block's minimum terms and float updates, after its pieces.
+#define Q6END(MIN, EPIS, S) \
 	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	MIN(1024, 0); MIN(1088, S); MIN(1152, 2*S); MIN(1216, 3*S); MIN(1280, 4*S); MIN(1344, 5*S); MIN(1408, 6*S); MIN(1472, 7*S) \
 	EPIS(1536, 8*S)
@@ -407,33 +411,43 @@ TEXT ·panels1Q4_KVNNI(SB), NOSPLIT, $0-64
 	VCVTPH2PS 0(R9), Z6; VMOVUPS Z6, 1536(BX); VMOVUPS Z6, 1600(BX) \
 	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
 
-// PQ6SB(DOT, SCALE, MIN, EPIS, S): Q6SB over a panel's super-block (256 bytes of meta, 3072 of codes; d in
+// PQ6BODY(lbl, PIECE, DOT, SCALE, MIN, EPIS, S): Q6BODY over a panel's super-block, its two halves in a loop
+// (label lbl, R15 its count): a half's pieces are 1536 bytes on, its scales 512 (as Q4GROUPS, the copies ran a
+// one-input product from memory ~4% slower).
+#define PQ6BODY(lbl, PIECE, DOT, SCALE, MIN, EPIS, S) \
+	MOVQ $2, R15 \
+	lbl: PIECE(0, 0, 0, 128, 256, 384, DOT, SCALE, S); PIECE(0, 1, 64, 192, 320, 448, DOT, SCALE, S) \
+	ADDQ $(32*S), DI; ADDQ $1536, SI; ADDQ $512, BX; DECQ R15; JNZ lbl \
+	SUBQ $3072, SI; SUBQ $1024, BX \
+	Q6END(MIN, EPIS, S)
+
+// PQ6SB(lbl, DOT, SCALE, MIN, EPIS, S): Q6SB over a panel's super-block (256 bytes of meta, 3072 of codes; d in
 // the side part).
-#define PQ6SB(DOT, SCALE, MIN, EPIS, S) \
+#define PQ6SB(lbl, DOT, SCALE, MIN, EPIS, S) \
 	PQ6OWN \
-	Q6BODY(PQ6PIECE, DOT, SCALE, MIN, EPIS, S) \
+	PQ6BODY(lbl, PQ6PIECE, DOT, SCALE, MIN, EPIS, S) \
 	ADDQ $3328, SI; ADDQ $32, R9; ADDQ $(9*S), R13
 
 // func panelsQ6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // tiledRowsQ6_KVNNI over a Q6_K panel (panels.go), 8 inputs.
 TEXT ·panelsQ6_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq6sb8, PQ6SB(DOT8, SCALE8, MIN8, EPIS8, 32))
+	PKERNEL(pq6sb8, PQ6SB(pq6h8, DOT8, SCALE8, MIN8, EPIS8, 32))
 
 // func panels4Q6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ6_KVNNI for 4 inputs.
 TEXT ·panels4Q6_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq6sb4, PQ6SB(DOT4, SCALE4, MIN4, EPIS4, 16))
+	PKERNEL(pq6sb4, PQ6SB(pq6h4, DOT4, SCALE4, MIN4, EPIS4, 16))
 
-// PQ6SB1: PQ6SB for one input.
-#define PQ6SB1 \
+// PQ6SB1(lbl): PQ6SB for one input.
+#define PQ6SB1(lbl) \
 	PQ6OWN \
-	Q6BODY(PQ6PIECE1, DOT1A, SCALE1, MIN1, EPIS1, 4) \
+	PQ6BODY(lbl, PQ6PIECE1, DOT1A, SCALE1, MIN1, EPIS1, 4) \
 	ADDQ $3328, SI; ADDQ $32, R9; ADDQ $36, R13
 
 // func panels1Q6_KVNNI(blocks, side, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // panelsQ6_KVNNI for one input.
 TEXT ·panels1Q6_KVNNI(SB), NOSPLIT, $0-64
-	PKERNEL(pq6sb1, PQ6SB1)
+	PKERNEL(pq6sb1, PQ6SB1(pq6h1))
 
 // The one-input kernels over panels in a row (panelsRun1*): panels panels from data (pb bytes each, nsb
 // super-blocks), each one's 16 outputs added to y (zeroed by the caller; the next panel's 16 floats after): a
@@ -493,7 +507,7 @@ rq6ready:
 	PREFETCHT0 0(R15); PREFETCHT0 64(R15); PREFETCHT0 128(R15); PREFETCHT0 191(R15)
 
 rq6sb:
-	PQ6SB1
+	PQ6SB1(rq6h)
 	DECQ CX
 	JNZ  rq6sb
 	ADDQ $64, AX
@@ -520,7 +534,7 @@ TEXT ·panelsTiledQ6_K(SB), NOSPLIT, $0-40
 
 ptq6sb:
 	PQ6OWN
-	Q6BODY(PQ6PIECE, STQ, NOSCALE, NOMIN, NOEPIS, 64)
+	PQ6BODY(ptq6h, PQ6PIECE, STQ, NOSCALE, NOMIN, NOEPIS, 64)
 	ADDQ $3328, SI; ADDQ $32, R9; ADDQ $1664, BX
 	DECQ CX
 	JNZ  ptq6sb
