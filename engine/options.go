@@ -68,7 +68,7 @@ type Options struct {
 	// (false) the store packs them in 16-row panels (kernels.PackPanels, in place), where the CPU has the panel
 	// kernels (Q4_K and Q6_K with AVX-512 VNNI): the decoder layers it keeps resident (Resident, or those a
 	// memory budget holds) and, with Resident, the output projection. The bits are the same; on the 2-core VM a
-	// one-row decode step costs 0-20% less and an 8-row pass 7-10% less than on rows (docs/performance-log.md,
+	// one-row decode step costs 5-25% less and an 8-row pass 7-11% less than on rows (docs/performance-log.md,
 	// issue 40).
 	NoPanels bool
 	// VerifyEveryLoad checksums a streamed shard on every load. By default (false) a shard is checksummed on its
