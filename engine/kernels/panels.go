@@ -77,7 +77,7 @@ func PackPanels(w QuantMatrix) QuantMatrix {
 			panel := w.Data[p*pb : (p+1)*pb]
 			copy(src, panel)
 			blocks, side := f.split(panel, nsb)
-			f.packPanel(blocks, side, src, nsb, w.rowBytes)
+			f.movePanel(blocks, side, src, nsb, w.rowBytes, false)
 		}
 	})
 	w.panels = f
@@ -105,7 +105,7 @@ func (w QuantMatrix) unpackRow(dst []byte, o int) {
 	nsb, pb := w.Cols/quant.QKK, w.panelBytes()
 	rows := make([]byte, pb)
 	blocks, side := w.panels.split(w.Data[p*pb:(p+1)*pb], nsb)
-	w.panels.unpackPanel(rows, blocks, side, nsb, w.rowBytes)
+	w.panels.movePanel(blocks, side, rows, nsb, w.rowBytes, true)
 	copy(dst, rows[r*w.rowBytes:(r+1)*w.rowBytes])
 }
 
@@ -131,24 +131,19 @@ var q6Runs = func() []dwordRun {
 	return runs
 }()
 
-// pack writes the panel layout of one super-block of the 16 rows at src (row r at src[r·stride:]) into block
-// and side.
-func (f *panelFormat) pack(block, side, src []byte, stride int) {
+// moveBlock moves one super-block of the 16 rows at rows (row r at rows[r·stride:]) between its rows and its
+// panel layout, block and side: into the layout (packing), or with toRows back into the rows.
+func (f *panelFormat) moveBlock(block, side, rows []byte, stride int, toRows bool) {
 	for _, run := range f.runs {
-		moveDwords(block[run.at:], src, stride, run.off, run.n, false)
+		moveDwords(block[run.at:], rows, stride, run.off, run.n, toRows)
 	}
 	for r := range f.side / 2 {
-		copy(side[2*r:][:2], src[r*stride+f.sideAt:][:2])
-	}
-}
-
-// unpackBlock is pack's inverse: one super-block of the 16 rows back into rows (row r at dst[r·stride:]).
-func (f *panelFormat) unpackBlock(dst, block, side []byte, stride int) {
-	for _, run := range f.runs {
-		moveDwords(block[run.at:], dst, stride, run.off, run.n, true)
-	}
-	for r := range f.side / 2 {
-		copy(dst[r*stride+f.sideAt:][:2], side[2*r:][:2])
+		inRow, inSide := rows[r*stride+f.sideAt:][:2], side[2*r:][:2]
+		if toRows {
+			copy(inRow, inSide)
+		} else {
+			copy(inSide, inRow)
+		}
 	}
 }
 
@@ -259,21 +254,12 @@ func (pp *panelProduct) panel(p *tiledPanel, pi int) {
 	}
 }
 
-// packPanel writes the panel layout of the 16 rows at rows (nsb super-blocks each, stride bytes a row) into a
-// panel's super-blocks and side part.
-func (f *panelFormat) packPanel(blocks, side, rows []byte, nsb, stride int) {
+// movePanel moves a panel's 16 rows (nsb super-blocks each, stride bytes a row) between rows and the panel's
+// super-blocks and side part (moveBlock, super-block by super-block): packing it, or with toRows unpacking it.
+func (f *panelFormat) movePanel(blocks, side, rows []byte, nsb, stride int, toRows bool) {
 	bb := stride / nsb
 	for s := range nsb {
-		f.pack(blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], rows[s*bb:], stride)
-	}
-}
-
-// unpackPanel writes a panel's 16 rows (nsb super-blocks each, stride bytes a row) into rows, from its
-// super-blocks and side part: packPanel's inverse.
-func (f *panelFormat) unpackPanel(rows, blocks, side []byte, nsb, stride int) {
-	bb := stride / nsb
-	for s := range nsb {
-		f.unpackBlock(rows[s*bb:], blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], stride)
+		f.moveBlock(blocks[s*f.block:(s+1)*f.block], side[s*f.side:(s+1)*f.side], rows[s*bb:], stride, toRows)
 	}
 }
 
@@ -293,6 +279,6 @@ func (w QuantMatrix) tailPanel(p *tiledPanel, o int) (blocks, side []byte) {
 	src, dst := p.codes[:pb], p.codes[pb:]
 	clear(src[copy(src, w.Data[o*w.rowBytes:]):])
 	blocks, side = dst[:nsb*f.block], dst[nsb*f.block:]
-	f.packPanel(blocks, side, src, nsb, w.rowBytes)
+	f.movePanel(blocks, side, src, nsb, w.rowBytes, false)
 	return blocks, side
 }
