@@ -160,6 +160,22 @@
 	MIN(512, 0); MIN(576, S); MIN(640, 2*S); MIN(704, 3*S) \
 	EPIS(768, 4*S)
 
+// RUN1ENTRY: a one-input panel kernel's arguments (panelsRun1*, below; defined before any TEXT, where vet's
+// frame check reads it) into their registers: R8 the panel, R10 the panels left, R11 nsb, R12 pb, BX the meta
+// scratch, AX y; its sums zeroed.
+#define RUN1ENTRY \
+	MOVQ data+0(FP), R8; MOVQ panels+8(FP), R10; MOVQ nsb+16(FP), R11; MOVQ pb+24(FP), R12 \
+	MOVQ meta+32(FP), BX; MOVQ y+56(FP), AX \
+	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+
+// RUN1NEXT(sb, panel): after a super-block, the panel's next one (label sb), else the next panel (label panel),
+// its 16 outputs at the next 64 bytes of y; after the last, return.
+#define RUN1NEXT(sb, panel) \
+	DECQ CX; JNZ sb \
+	ADDQ $64, AX; ADDQ R12, R8 \
+	DECQ R10; JNZ panel \
+	VZEROUPPER; RET
+
 // func tiledRowsQ4_KVNNI(w *byte, stride int, meta, qs, ameta *byte, nsb int, acc *float32, pf *byte)
 // 16 Q4_K rows (row r at w + r·stride) times 8 inputs (qs: [256·nsb/4 quads][8][4]; ameta per super-block: the
 // pairs of sums [4][8]int32, dx [8]float32) over nsb super-blocks, building each super-block's meta of the rows
@@ -457,9 +473,7 @@ TEXT ·panels1Q6_KVNNI(SB), NOSPLIT, $0-64
 // func panelsRun1Q4_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
 // PQ4SB1 over the panels.
 TEXT ·panelsRun1Q4_KVNNI(SB), NOSPLIT, $0-64
-	MOVQ data+0(FP), R8; MOVQ panels+8(FP), R10; MOVQ nsb+16(FP), R11; MOVQ pb+24(FP), R12
-	MOVQ meta+32(FP), BX; MOVQ y+56(FP), AX
-	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+	RUN1ENTRY
 
 rq4panel:
 	MOVQ R8, SI // no side part
@@ -470,21 +484,12 @@ rq4ready:
 
 rq4sb:
 	PQ4SB1(rq4g)
-	DECQ CX
-	JNZ  rq4sb
-	ADDQ $64, AX
-	ADDQ R12, R8
-	DECQ R10
-	JNZ  rq4panel
-	VZEROUPPER
-	RET
+	RUN1NEXT(rq4sb, rq4panel)
 
 // func panelsRun1Q6_KVNNI(data *byte, panels, nsb, pb int, meta, qs, ameta *byte, y *float32)
 // PQ6SB1 over the panels.
 TEXT ·panelsRun1Q6_KVNNI(SB), NOSPLIT, $0-64
-	MOVQ data+0(FP), R8; MOVQ panels+8(FP), R10; MOVQ nsb+16(FP), R11; MOVQ pb+24(FP), R12
-	MOVQ meta+32(FP), BX; MOVQ y+56(FP), AX
-	ZERO8(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+	RUN1ENTRY
 
 rq6panel:
 	MOVQ R8, SI; MOVQ R8, R9
@@ -508,14 +513,7 @@ rq6ready:
 
 rq6sb:
 	PQ6SB1(rq6h)
-	DECQ CX
-	JNZ  rq6sb
-	ADDQ $64, AX
-	ADDQ R12, R8
-	DECQ R10
-	JNZ  rq6panel
-	VZEROUPPER
-	RET
+	RUN1NEXT(rq6sb, rq6panel)
 
 // A prompt's product over a Q6_K matrix in panels takes the tiled kernels (panelFormat.tiledFrom), whose tiles
 // hold each super-block's codes whole (6 bits a byte: quad q of the 16 rows at q·64) and its meta
